@@ -1,0 +1,3 @@
+from kiwi.cli import main
+
+raise SystemExit(main())

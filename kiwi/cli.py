@@ -1,0 +1,284 @@
+"""The ``kiwi`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kiwi.errors import ItemInvalid, KiwiError, Problem
+from kiwi.store import ITEM_TYPES, ItemStore, find_project_root, parse_item
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def _emit(data: Any, as_json: bool, text: Callable[[], None]) -> None:
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        text()
+
+
+def _item_type_of(path: Path) -> str:
+    parts = set(path.resolve().parts)
+    if path.suffix in (".yaml", ".yml") or "tools" in parts or "scripts" in parts:
+        return "tool"
+    if "knowledge" in parts:
+        return "knowledge"
+    if "directives" in parts:
+        return "directive"
+    head = path.read_text(encoding="utf-8", errors="replace")[:4096]
+    if head.lstrip().startswith("---") and "zettel_id" in head:
+        return "knowledge"
+    return "directive"
+
+
+_ITEM_FOLDERS = {"directives", "tools", "knowledge", "scripts"}
+
+
+def _expand(paths: list[str]) -> list[Path]:
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            out += sorted(q for q in p.rglob("*") if q.is_file() and q.suffix in (".md", ".yaml", ".yml")
+                          and _ITEM_FOLDERS & set(q.relative_to(p).parts[:-1]) | _ITEM_FOLDERS & {p.name}
+                          and ".cache" not in q.parts)
+        else:
+            out.append(p)
+    return out
+
+
+# ---------------------------------------------------------------- item commands
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    root = Path(args.path).resolve()
+    source = resources.files("kiwi") / "scaffold" / ".ai"
+    written: list[str] = []
+    skipped: list[str] = []
+
+    def copy(node: Any, dest: Path) -> None:
+        for child in node.iterdir():
+            target = dest / child.name
+            if child.is_dir():
+                copy(child, target)
+            elif target.exists():
+                skipped.append(str(target.relative_to(root)))
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(child.read_bytes())
+                written.append(str(target.relative_to(root)))
+
+    copy(source, root / ".ai")
+    for folder in ("directives", "tools", "knowledge", "config", "logs"):
+        (root / ".ai" / folder).mkdir(parents=True, exist_ok=True)
+    _emit({"root": str(root), "written": written, "kept": skipped}, args.json, lambda: (
+        print(f"Kiwi project at {root}"),
+        [print(f"  wrote {w}") for w in written],
+        [print(f"  kept  {s} (already there)") for s in skipped],
+        print("Next: `kiwi validate .ai` and `kiwi search hello`; with `kiwi dev` running, "
+              "`kiwi run hello_kiwi --input name=you`."),
+    ))
+    return EXIT_OK
+
+
+def validate_file(path: Path, local_tools: frozenset[str] = frozenset()) -> dict[str, Any]:
+    from kiwi.directive import Directive
+    from kiwi.signing import verify
+
+    item_type = _item_type_of(path)
+    if not path.exists():
+        return {"path": str(path), "item_type": item_type, "valid": False,
+                "problems": [Problem("no such file", str(path)).as_dict()]}
+    parsed, problems = parse_item(item_type, path)  # type: ignore[arg-type]
+    result: dict[str, Any] = {"path": str(path), "item_type": item_type}
+    if parsed is not None:
+        try:
+            status = verify(path.read_text(encoding="utf-8"))
+            result["signature"] = status.describe()
+            if status.state == "modified":
+                problems.append(Problem(status.describe(), str(path), 1, 1, "warning"))
+        except UnicodeDecodeError:
+            pass
+    if isinstance(parsed, Directive):
+        result["item_id"] = parsed.name
+        result["steps"] = [p.model_dump() for p in parsed.plan(local_tools)]
+    elif parsed is not None:
+        result["item_id"] = getattr(parsed, "tool_id", None) or getattr(parsed, "zettel_id", None)
+    result["valid"] = parsed is not None and not any(p.severity == "error" for p in problems)
+    result["problems"] = [p.as_dict() for p in problems]
+    result["_problems"] = problems
+    return result
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    files = _expand(args.paths)
+    if not files:
+        print("kiwi validate: no item files found in " + ", ".join(args.paths), file=sys.stderr)
+        return EXIT_INVALID
+    store = ItemStore(find_project_root(files[0].resolve().parent))
+    local = frozenset(store.local_tools())
+    results = [validate_file(f, local) for f in files]
+    ok = all(r["valid"] for r in results)
+    for r in results:
+        problems = r.pop("_problems")
+        if args.json:
+            continue
+        mark = "ok  " if r["valid"] else "FAIL"
+        print(f"{mark} {r['path']} ({r['item_type']}{': ' + str(r['item_id']) if r.get('item_id') else ''})")
+        for p in problems:
+            print(f"     {p}")
+        if r.get("signature"):
+            print(f"     signature: {r['signature']}")
+        for step in r.get("steps", []):
+            runs = "runs by itself" if step["mode"] == "auto" else "waits for the agent"
+            print(f"     step {step['step']}: {runs} ({step['reason']})")
+    if args.json:
+        print(json.dumps({"valid": ok, "items": results}, indent=2))
+    return EXIT_OK if ok else EXIT_INVALID
+
+
+def cmd_sign(args: argparse.Namespace) -> int:
+    from kiwi.signing import sign
+
+    failed = False
+    for path in _expand(args.paths):
+        result = validate_file(path)
+        problems = result.pop("_problems")
+        if not result["valid"]:
+            failed = True
+            print(f"not signed: {path}", file=sys.stderr)
+            for p in problems:
+                if p.severity == "error":
+                    print(f"  {p}", file=sys.stderr)
+            continue
+        text = path.read_text(encoding="utf-8")
+        style = "hash" if path.suffix in (".yaml", ".yml", ".py") else "html"
+        path.write_text(sign(text, comment=style), encoding="utf-8")
+        print(f"signed {path}")
+    return EXIT_INVALID if failed else EXIT_OK
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    store = ItemStore(find_project_root())
+    results = store.search(args.query, item_type=args.type, category=args.category, source=args.source,
+                           limit=args.limit)
+    _emit({"query": args.query, "results": [r.as_dict() for r in results]}, args.json, lambda: (
+        print(f"no items match '{args.query}'") if not results else None,
+        [print(f"{r.score:6.2f}  {r.item_type:<9} {r.item_id:<28} [{r.source}] {r.description[:70]}"
+               + (f"\n        {r.snippet}" if r.snippet else "")
+               + (f"\n        also: {'; '.join(r.shadows)}" if r.shadows else ""))
+         for r in results],
+    ))
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from kiwi.directive import Directive
+
+    store = ItemStore(find_project_root())
+    types = [args.type] if args.type else list(ITEM_TYPES)
+    last: KiwiError | None = None
+    for item_type in types:
+        try:
+            item = store.load(item_type, args.id)  # type: ignore[arg-type]
+        except KiwiError as exc:
+            last = exc
+            continue
+        parsed = item.parsed
+        data = {"item_type": item_type, **item.record.as_dict(),
+                "parsed": parsed.model_dump() if parsed is not None else None,
+                "problems": [p.as_dict() for p in item.problems]}
+        if isinstance(parsed, Directive):
+            data["steps_plan"] = [p.model_dump() for p in parsed.plan(frozenset(store.local_tools()))]
+        if args.json:
+            print(json.dumps(data, indent=2, default=str))
+        else:
+            print(f"{item_type} {item.record.item_id}  [{item.record.source}] {item.record.path}")
+            if item.record.shadows:
+                print(f"  also defined in: {'; '.join(item.record.shadows)}")
+            for p in item.problems:
+                print(f"  {p}")
+            if isinstance(parsed, Directive):
+                print(f"  version {parsed.version}: {parsed.metadata.description}")
+                for spec in parsed.inputs:
+                    print(f"  input {spec.name} ({spec.type}{', required' if spec.required else ''}) {spec.description}")
+                for plan in data["steps_plan"]:
+                    print(f"  step {plan['step']}: {plan['mode']} ({plan['reason']})")
+            else:
+                print(item.text)
+        return EXIT_OK
+    assert last is not None
+    raise last
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kiwi",
+        description="Kiwi: durable directive workflows for AI agents, on Temporal, reached over MCP.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("init", help="scaffold .ai/ with example directives, tools, knowledge and config")
+    p.add_argument("path", nargs="?", default=".", help="project folder (default: the current folder)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("validate", help="parse and check items; exit 1 on any error")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="item files or folders (e.g. .ai)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("sign", help="validate items and write a signature line (timestamp + SHA-256)")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="item files or folders")
+    p.set_defaults(func=cmd_sign)
+
+    p = sub.add_parser("search", help="relevance search over directives, tools and knowledge")
+    p.add_argument("query", help="words to look for, e.g. 'deploy database'")
+    p.add_argument("--type", choices=ITEM_TYPES, help="only this item type")
+    p.add_argument("--category", help="only this category (and its sub-categories)")
+    p.add_argument("--source", choices=("all", "project", "user"), default="all", help="which space (default all)")
+    p.add_argument("--limit", type=int, default=10, help="at most this many results (default 10)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("show", help="show one item by id (project space first)")
+    p.add_argument("id", help="directive name, tool_id or zettel_id")
+    p.add_argument("--type", choices=ITEM_TYPES, help="item type, when an id is used by several types")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_show)
+
+    from kiwi import cli_runs
+
+    cli_runs.add_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except ItemInvalid as exc:
+        for p in exc.problems:
+            print(f"kiwi: {p}", file=sys.stderr)
+        return EXIT_INVALID
+    except KiwiError as exc:
+        print(f"kiwi: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        return 130
+

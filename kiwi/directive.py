@@ -1,0 +1,602 @@
+"""Directives: Markdown with one fenced XML block ``<directive name version>``.
+
+``parse_directive`` turns a file's text into a :class:`Directive` plus a list of
+:class:`~kiwi.errors.Problem` (errors and warnings), each naming file, line and column.
+Unknown elements are kept and reported as warnings so newer files still load.
+The models are pure pydantic and safe to import from workflow code; parsing uses lxml
+and is not.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from kiwi.errors import ItemInvalid, Problem
+from kiwi.policy import BUILTIN_TOOLS, Decision, PermissionEntry, PermissionSet
+from kiwi.templating import placeholders
+
+MAX_FILE_BYTES = 1_000_000
+MODEL_TIERS = ("fast", "balanced", "general", "reasoning", "orchestrator", "expert")
+INPUT_TYPES = ("string", "integer", "number", "boolean", "array", "object")
+CHECKPOINT_MODES = ("auto", "explicit", "disabled")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
+_FENCE = re.compile(r"^ {0,3}(```+|~~~+)\s*([\w+-]*)\s*$")
+
+KNOWN_METADATA = {
+    "description", "category", "author", "model", "permissions", "tools", "mcps", "deviation_rules",
+    "context_budget", "relationships", "git_checkpoint", "parallel_capable", "subagent_strategy", "tags",
+}
+KNOWN_TOP = {"metadata", "inputs", "process", "outputs", "context"}
+
+
+class ModelSpec(BaseModel):
+    tier: str = "general"
+    fallback: str | None = None
+    parallel: bool = False
+    notes: str = ""
+
+
+class McpDeclaration(BaseModel):
+    """An external MCP server a directive needs, optionally filtered to some of its tools."""
+
+    name: str
+    required: bool = False
+    alias: str | None = None
+    refresh: bool = False
+    tools: list[str] = Field(default_factory=list)
+    description: str = ""
+
+
+class ToolsDeclaration(BaseModel):
+    mcps: list[McpDeclaration] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list)
+    shell: list[str] = Field(default_factory=list)
+    kiwi: list[str] = Field(default_factory=list)
+
+
+class InputSpec(BaseModel):
+    name: str
+    type: str = "string"
+    required: bool = False
+    default: Any = None
+    description: str = ""
+
+
+class ToolCall(BaseModel):
+    """A call written in a step: a tool id plus its parameters (templated strings)."""
+
+    tool: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    line: int = 0
+
+
+class Step(BaseModel):
+    name: str
+    condition: str | None = None
+    mode: Literal["auto", "agent"] | None = None
+    description: str = ""
+    action: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    line: int = 0
+
+
+class StepPlan(BaseModel):
+    """Whether a step runs by itself (``auto``) or waits for the agent, and why."""
+
+    step: str
+    mode: Literal["auto", "agent"]
+    prerun: bool = False
+    reason: str
+
+
+class Metadata(BaseModel):
+    description: str = ""
+    category: str = ""
+    author: str = ""
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    permissions: list[PermissionEntry] = Field(default_factory=list)
+    tools: ToolsDeclaration = Field(default_factory=ToolsDeclaration)
+    deviation_rules: dict[str, str] = Field(default_factory=dict)
+    context_budget: dict[str, str] = Field(default_factory=dict)
+    relationships: dict[str, list[str]] = Field(default_factory=dict)
+    git_checkpoint: str = "explicit"
+    tags: list[str] = Field(default_factory=list)
+    extra: dict[str, str] = Field(default_factory=dict)
+
+
+class Directive(BaseModel):
+    name: str
+    version: str
+    metadata: Metadata = Field(default_factory=Metadata)
+    inputs: list[InputSpec] = Field(default_factory=list)
+    steps: list[Step] = Field(default_factory=list)
+    outputs: dict[str, str] = Field(default_factory=dict)
+    extra: dict[str, str] = Field(default_factory=dict)
+
+    def grants(self) -> PermissionSet:
+        return PermissionSet.from_entries(self.metadata.permissions)
+
+    def input_spec(self, name: str) -> InputSpec | None:
+        return next((i for i in self.inputs if i.name == name), None)
+
+    def step(self, name: str) -> Step | None:
+        return next((s for s in self.steps if s.name == name), None)
+
+    def plan(self, local_tools: set[str] | frozenset[str] = frozenset()) -> list[StepPlan]:
+        return [plan_step(s, self, local_tools) for s in self.steps]
+
+
+def callable_tool(tool: str, directive: Directive, local_tools: set[str] | frozenset[str]) -> bool:
+    """Whether Kiwi itself can call ``tool`` in a run of ``directive``."""
+    if tool in BUILTIN_TOOLS or tool in local_tools:
+        return True
+    server, _, name = tool.partition(".")
+    for mcp in directive.metadata.tools.mcps:
+        if name and server in (mcp.name, mcp.alias) and (not mcp.tools or name in mcp.tools):
+            return True
+    return False
+
+
+def plan_step(step: Step, directive: Directive, local_tools: set[str] | frozenset[str] = frozenset()) -> StepPlan:
+    unknown = [c.tool for c in step.tool_calls if not callable_tool(c.tool, directive, local_tools)]
+    bound = bool(step.tool_calls) and not unknown
+    if step.mode == "agent":
+        return StepPlan(step=step.name, mode="agent", prerun=bound, reason='mode="agent" set on the step')
+    if step.mode == "auto":
+        if not bound:
+            why = f"tool(s) Kiwi cannot call: {', '.join(unknown)}" if unknown else "no tool calls"
+            return StepPlan(step=step.name, mode="agent", reason=f'mode="auto" ignored: {why}')
+        return StepPlan(step=step.name, mode="auto", reason='mode="auto" set on the step')
+    if not step.tool_calls:
+        return StepPlan(step=step.name, mode="agent", reason="no tool calls: the agent does the work")
+    if unknown:
+        return StepPlan(step=step.name, mode="agent", reason=f"tool(s) Kiwi cannot call itself: {', '.join(unknown)}")
+    if step.action.strip():
+        return StepPlan(
+            step=step.name,
+            mode="agent",
+            prerun=True,
+            reason="bound tool calls run first; the <action> then needs the agent",
+        )
+    return StepPlan(step=step.name, mode="auto", reason="all tool calls are bound to tools Kiwi can call")
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class _Ctx:
+    def __init__(self, path: str, text: str, line_offset: int) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+        self.offset = line_offset
+        self.problems: list[Problem] = []
+
+    def at(self, element: Any) -> tuple[int, int]:
+        xml_line = getattr(element, "sourceline", None) or 0
+        line = xml_line + self.offset
+        column = 0
+        if 0 < line <= len(self.lines) and isinstance(getattr(element, "tag", None), str):
+            column = self.lines[line - 1].find("<" + element.tag) + 1
+        return line, column
+
+    def error(self, element: Any, message: str) -> None:
+        line, column = self.at(element) if element is not None else (0, 0)
+        self.problems.append(Problem(message, self.path, line, column))
+
+    def warn(self, element: Any, message: str) -> None:
+        line, column = self.at(element) if element is not None else (0, 0)
+        self.problems.append(Problem(message, self.path, line, column, severity="warning"))
+
+
+def find_xml_block(text: str, path: str = "") -> tuple[str, int]:
+    """Return the ``<directive>`` XML block and the file line its first line is on."""
+    lines = text.splitlines()
+    blocks: list[tuple[int, int]] = []
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if m:
+            fence, lang = m.group(1), m.group(2).lower()
+            j = i + 1
+            while j < len(lines) and not (lines[j].strip().startswith(fence[0] * len(fence)) and lines[j].strip().strip(fence[0]) == ""):
+                j += 1
+            if lang == "xml" and any("<directive" in ln for ln in lines[i + 1 : j]):
+                blocks.append((i + 1, j))
+            i = j + 1
+            continue
+        i += 1
+    if not blocks:
+        raise ItemInvalid([Problem(
+            "no ```xml block with a <directive> element found; a directive is Markdown with one "
+            "fenced ```xml block holding <directive name=\"...\" version=\"...\">", path, 1, 1)])
+    if len(blocks) > 1:
+        raise ItemInvalid([Problem(
+            f"{len(blocks)} ```xml blocks hold a <directive>; a directive file has exactly one "
+            f"(the second starts on line {blocks[1][0]})", path, blocks[1][0], 1)])
+    start, end = blocks[0]
+    return "\n".join(lines[start:end]), start
+
+
+def _text(element: Any) -> str:
+    if element is None:
+        return ""
+    return " ".join("".join(element.itertext()).split()) if len(element) == 0 else _dedent(element)
+
+
+def _dedent(element: Any) -> str:
+    raw = "".join(element.itertext())
+    lines = [ln.rstrip() for ln in raw.splitlines()]
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    indent = min((len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()), default=0)
+    return "\n".join(ln[indent:] for ln in lines)
+
+
+def _bool(value: str | None, default: bool = False) -> bool:
+    if value is None:
+        return default
+    return value.strip().lower() in ("true", "yes", "1")
+
+
+def _serialise(element: Any) -> str:
+    from lxml import etree
+
+    return etree.tostring(element, encoding="unicode").strip()
+
+
+def _children(element: Any) -> list[Any]:
+    return [c for c in element if isinstance(c.tag, str)]
+
+
+def parse_directive(text: str, path: str = "") -> tuple[Directive, list[Problem]]:
+    """Parse and validate a directive file's text.
+
+    Raises :class:`ItemInvalid` when the file cannot be parsed at all or has errors;
+    returns the directive and its warnings otherwise.
+    """
+    directive, problems = parse_directive_lenient(text, path)
+    if directive is None or any(p.severity == "error" for p in problems):
+        raise ItemInvalid(problems)
+    return directive, problems
+
+
+def parse_directive_lenient(text: str, path: str = "") -> tuple[Directive | None, list[Problem]]:
+    """Parse and validate, returning every problem instead of raising on validation errors."""
+    from kiwi.xmlsafe import XmlRefused, parse_xml
+
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
+        return None, [Problem(f"file is larger than {MAX_FILE_BYTES:,} bytes; directives are small text files", path)]
+    if "\x00" in text:
+        return None, [Problem("file contains NUL bytes; a directive is UTF-8 Markdown text", path, 1, 1)]
+    try:
+        block, start = find_xml_block(text, path)
+    except ItemInvalid as exc:
+        return None, exc.problems
+    try:
+        root = parse_xml(block)
+    except XmlRefused as exc:
+        line = start + exc.line if exc.line else start
+        return None, [Problem(exc.message, path, line, exc.column)]
+    ctx = _Ctx(path, text, start)
+    if root.tag != "directive":
+        ctx.error(root, f"root element is <{root.tag}>; expected <directive name=\"...\" version=\"...\">")
+        return None, ctx.problems
+    directive = _build(root, ctx)
+    if directive is not None:
+        _validate(directive, root, ctx)
+    return directive, ctx.problems
+
+
+def _build(root: Any, ctx: _Ctx) -> Directive | None:
+    name = root.get("name")
+    version = root.get("version")
+    if not name:
+        ctx.error(root, "<directive> needs a name attribute (snake_case, e.g. name=\"deploy_app\")")
+    if not version:
+        ctx.error(root, "<directive> needs a version attribute (semver, e.g. version=\"1.0.0\")")
+    metadata = Metadata()
+    inputs: list[InputSpec] = []
+    steps: list[Step] = []
+    outputs: dict[str, str] = {}
+    extra: dict[str, str] = {}
+    for child in _children(root):
+        if child.tag == "metadata":
+            metadata = _metadata(child, ctx)
+        elif child.tag == "inputs":
+            inputs = _inputs(child, ctx)
+        elif child.tag == "process":
+            steps = _process(child, ctx)
+        elif child.tag == "outputs":
+            outputs = {c.tag: _dedent(c) for c in _children(child)}
+            if not outputs and _text(child):
+                outputs = {"success": _dedent(child)}
+        elif child.tag == "context":
+            extra["context"] = _serialise(child)
+        else:
+            extra[child.tag] = _serialise(child)
+            ctx.warn(child, f"unknown element <{child.tag}> kept as-is (known: {', '.join(sorted(KNOWN_TOP))})")
+    if not name or not version:
+        return None
+    return Directive(name=name, version=version, metadata=metadata, inputs=inputs, steps=steps,
+                     outputs=outputs, extra=extra)
+
+
+def _metadata(element: Any, ctx: _Ctx) -> Metadata:
+    meta = Metadata()
+    for child in _children(element):
+        tag = child.tag
+        if tag in ("description", "category", "author"):
+            setattr(meta, tag, _text(child))
+        elif tag == "model":
+            tier = child.get("tier", "general")
+            meta.model = ModelSpec(tier=tier, fallback=child.get("fallback"),
+                                   parallel=_bool(child.get("parallel")), notes=_text(child))
+            for attr in ("tier", "fallback"):
+                value = child.get(attr)
+                if value is not None and value not in MODEL_TIERS:
+                    ctx.error(child, f"<model {attr}=\"{value}\"> is not a known tier; expected one of {', '.join(MODEL_TIERS)}")
+        elif tag == "permissions":
+            for perm in _children(element=child):
+                if perm.tag not in ("read", "write", "execute", "deny"):
+                    ctx.warn(perm, f"unknown permission <{perm.tag}> ignored (known: read, write, execute, deny)")
+                    continue
+                if not perm.get("resource"):
+                    ctx.error(perm, f"<{perm.tag}> needs a resource attribute (filesystem, tool, shell, kiwi-mcp, mcp)")
+                    continue
+                if perm.get("resource") == "filesystem" and perm.tag in ("read", "write") and not perm.get("path"):
+                    ctx.error(perm, f"<{perm.tag} resource=\"filesystem\"> needs a path glob, e.g. path=\"src/**\"")
+                    continue
+                meta.permissions.append(PermissionEntry(tag=perm.tag, attrs=dict(perm.attrib), line=ctx.at(perm)[0]))
+        elif tag in ("tools", "mcps"):
+            _tools_decl(child, meta.tools, ctx)
+        elif tag in ("deviation_rules", "context_budget"):
+            values = dict(child.attrib)
+            for sub in _children(child):
+                values[sub.tag] = _text(sub)
+            if _text(child) and not _children(child):
+                values["text"] = _dedent(child)
+            setattr(meta, tag, values)
+        elif tag == "relationships":
+            for sub in _children(child):
+                meta.relationships.setdefault(sub.tag, []).append(_text(sub))
+        elif tag == "git_checkpoint":
+            mode = child.get("mode", "explicit")
+            if mode not in CHECKPOINT_MODES:
+                ctx.error(child, f"<git_checkpoint mode=\"{mode}\"> is unknown; expected one of {', '.join(CHECKPOINT_MODES)}")
+            meta.git_checkpoint = mode
+        elif tag == "tags":
+            meta.tags = [t.strip() for t in re.split(r"[,\n]", _text(child)) if t.strip()] or [
+                _text(t) for t in _children(child)]
+        elif tag in KNOWN_METADATA:
+            meta.extra[tag] = _text(child)
+        else:
+            meta.extra[tag] = _serialise(child)
+            ctx.warn(child, f"unknown metadata element <{tag}> kept as-is")
+    return meta
+
+
+def _tools_decl(element: Any, decl: ToolsDeclaration, ctx: _Ctx) -> None:
+    for child in _children(element):
+        if child.tag == "mcp":
+            name = child.get("name")
+            if not name:
+                ctx.error(child, "<mcp> needs a name attribute naming a server in mcp_registry.yaml")
+                continue
+            tools: list[str] = []
+            for sub in child.iter("tool"):
+                tool = sub.get("name") or _text(sub)
+                if tool:
+                    tools.append(tool)
+            description = (child.text or "").strip()
+            decl.mcps.append(McpDeclaration(name=name, required=_bool(child.get("required")), alias=child.get("alias"),
+                                            refresh=_bool(child.get("refresh")), tools=tools, description=description))
+        elif child.tag in ("script", "tool"):
+            tool = child.get("name") or child.get("id") or _text(child)
+            if tool:
+                decl.tools.append(tool)
+        elif child.tag == "shell":
+            decl.shell.extend(c.strip() for c in child.get("commands", "").split(",") if c.strip())
+        elif child.tag == "kiwi":
+            for sub in _children(child):
+                decl.kiwi.append(sub.tag)
+        else:
+            ctx.warn(child, f"unknown tool declaration <{child.tag}> ignored (known: mcp, tool, script, shell, kiwi)")
+
+
+def _inputs(element: Any, ctx: _Ctx) -> list[InputSpec]:
+    inputs = []
+    for child in _children(element):
+        if child.tag != "input":
+            ctx.warn(child, f"unknown element <{child.tag}> in <inputs> ignored")
+            continue
+        name = child.get("name")
+        if not name:
+            ctx.error(child, "<input> needs a name attribute")
+            continue
+        kind = child.get("type", "string")
+        if kind not in INPUT_TYPES:
+            ctx.error(child, f"<input name=\"{name}\"> has type \"{kind}\"; expected one of {', '.join(INPUT_TYPES)}")
+        default: Any = child.get("default")
+        if default is not None and kind in INPUT_TYPES:
+            from kiwi.templating import coerce_input
+
+            try:
+                default = coerce_input(kind, default)
+            except ValueError as exc:
+                ctx.error(child, f"<input name=\"{name}\"> default {exc}")
+        inputs.append(InputSpec(name=name, type=kind, required=_bool(child.get("required")),
+                                default=default, description=_dedent(child)))
+    return inputs
+
+
+def _params(element: Any) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for p in _children(element):
+        if p.tag == "param" and p.get("name"):
+            params[p.get("name")] = _param_value(p)
+    return params
+
+
+def _param_value(element: Any) -> str:
+    raw = "".join(element.itertext())
+    return raw.strip() if "\n" not in raw.strip() else _dedent(element)
+
+
+def _calls(step_el: Any, ctx: _Ctx) -> list[ToolCall]:
+    calls: list[ToolCall] = []
+    for child in _children(step_el):
+        if child.tag == "tool_call":
+            tool = child.get("tool")
+            mcp = child.get("mcp")
+            if tool is None:
+                # Legacy form: <tool_call><mcp>x</mcp><tool>y</tool><params><k>v</k></params></tool_call>
+                mcp_el, tool_el, params_el = child.find("mcp"), child.find("tool"), child.find("params")
+                tool = _text(tool_el)
+                mcp = _text(mcp_el) or None
+                params = {p.tag: _param_value(p) for p in _children(params_el)} if params_el is not None else {}
+                params.update(_params(child))
+            else:
+                params = _params(child)
+            if not tool:
+                ctx.error(child, "<tool_call> needs a tool attribute (e.g. tool=\"filesystem.read\") or a <tool> child")
+                continue
+            calls.append(ToolCall(tool=f"{mcp}.{tool}" if mcp else tool, params=params, line=ctx.at(child)[0]))
+        elif child.tag == "tool_calls":
+            for call in _children(child):
+                if call.tag != "call":
+                    ctx.warn(call, f"unknown element <{call.tag}> in <tool_calls> ignored (expected <call>)")
+                    continue
+                tool, mcp = call.get("tool"), call.get("mcp")
+                if not tool:
+                    ctx.error(call, "<call> needs a tool attribute")
+                    continue
+                calls.append(ToolCall(tool=f"{mcp}.{tool}" if mcp else tool, params=_params(call), line=ctx.at(call)[0]))
+    return calls
+
+
+def _process(element: Any, ctx: _Ctx) -> list[Step]:
+    steps = []
+    for child in _children(element):
+        if child.tag != "step":
+            ctx.warn(child, f"unknown element <{child.tag}> in <process> ignored (expected <step>)")
+            continue
+        name = child.get("name")
+        if not name:
+            ctx.error(child, "<step> needs a name attribute")
+            continue
+        mode = child.get("mode")
+        if mode not in (None, "auto", "agent"):
+            ctx.error(child, f"<step name=\"{name}\" mode=\"{mode}\"> is unknown; expected auto or agent")
+            mode = None
+        for sub in _children(child):
+            if sub.tag not in ("description", "action", "tool_call", "tool_calls", "verification", "outputs", "notes"):
+                ctx.warn(sub, f"unknown element <{sub.tag}> in step '{name}' kept as text")
+        steps.append(Step(name=name, condition=child.get("condition"), mode=mode,
+                          description=_text(child.find("description")), action=_dedent(child.find("action"))
+                          if child.find("action") is not None else "", tool_calls=_calls(child, ctx),
+                          line=ctx.at(child)[0]))
+    return steps
+
+
+def _validate(directive: Directive, root: Any, ctx: _Ctx) -> None:
+    from kiwi.conditions import ConditionError, parse_condition
+
+    if not _NAME.match(directive.name):
+        ctx.error(root, f"directive name \"{directive.name}\" must be snake_case (lowercase letters, digits, _)")
+    if not _SEMVER.match(directive.version):
+        ctx.error(root, f"version \"{directive.version}\" is not semver (expected MAJOR.MINOR.PATCH, e.g. 1.0.0)")
+    seen_inputs: set[str] = set()
+    inputs_el = root.find("inputs")
+    for spec, el in zip(directive.inputs, inputs_el.findall("input") if inputs_el is not None else [], strict=False):
+        if spec.name in seen_inputs:
+            ctx.error(el, f"input \"{spec.name}\" is declared twice")
+        seen_inputs.add(spec.name)
+    step_els = {el.get("name"): el for el in root.iter("step")}
+    earlier: set[str] = set()
+    for step in directive.steps:
+        el = step_els.get(step.name)
+        if step.name in earlier:
+            dupes = [e for e in root.iter("step") if e.get("name") == step.name]
+            ctx.error(dupes[-1], f"step name \"{step.name}\" is used twice; step names must be unique")
+            continue
+        if step.condition:
+            try:
+                names = parse_condition(step.condition).names()
+            except ConditionError as exc:
+                ctx.error(el, f"step \"{step.name}\" condition: {exc}")
+                names = set()
+            for ref in names:
+                problem = _reference_problem(ref, seen_inputs, earlier)
+                if problem:
+                    ctx.error(el, f"step \"{step.name}\" condition: {problem}")
+        for call in step.tool_calls:
+            for value in call.params.values():
+                for ref in placeholders(value):
+                    problem = _reference_problem(ref, seen_inputs, earlier)
+                    if problem:
+                        ctx.problems.append(Problem(f"step \"{step.name}\" {call.tool}: {problem}", ctx.path, call.line,
+                                                    0))
+        for ref in placeholders(step.action):
+            problem = _reference_problem(ref, seen_inputs, earlier)
+            if problem:
+                ctx.warn(el, f"step \"{step.name}\" action text: {problem}")
+        earlier.add(step.name)
+    _validate_tools_against_permissions(directive, root, ctx)
+
+
+def _reference_problem(ref: str, inputs: set[str], earlier: set[str]) -> str:
+    parts = ref.split(".")
+    if parts[0] == "inputs" and len(parts) == 2:
+        parts = parts[1:]
+    if len(parts) == 1:
+        if parts[0] in inputs:
+            return ""
+        return f"{{{ref}}} is not a declared input (declared: {', '.join(sorted(inputs)) or 'none'})"
+    if parts[0] == "steps":
+        if len(parts) < 3 or parts[2] != "outputs" and len(parts) != 3:
+            return f"{{{ref}}} should read {{steps.NAME.outputs.KEY}}"
+        if parts[1] not in earlier:
+            return f"{{{ref}}} refers to step \"{parts[1]}\", which is not an earlier step"
+        return ""
+    if parts[0] in earlier:
+        return ""
+    return f"{{{ref}}} is neither a declared input nor an earlier step's output"
+
+
+def _validate_tools_against_permissions(directive: Directive, root: Any, ctx: _Ctx) -> None:
+    grants = directive.grants()
+    decl = directive.metadata.tools
+    meta_el = root.find("metadata")
+    where = None
+    if meta_el is not None:
+        where = meta_el.find("tools") if meta_el.find("tools") is not None else meta_el.find("mcps")
+    for mcp in decl.mcps:
+        for tool in mcp.tools:
+            decision = grants.check_tool_id(f"{mcp.name}.{tool}")
+            if not decision.allowed:
+                ctx.error(where, f"<tools> requests {mcp.name}.{tool} but <permissions> does not grant it; {decision.hint}")
+        if not mcp.tools and not grants.mcp.get(mcp.name) and f"{mcp.name}.*" not in grants.tools:
+            ctx.error(where, f"<tools> requests MCP server \"{mcp.name}\" but <permissions> grants none of its tools; "
+                             f"add <execute resource=\"mcp\" name=\"{mcp.name}\" actions=\"*\"/>")
+    for tool in decl.tools:
+        if tool in ("filesystem.read", "filesystem.list"):
+            decision = Decision(allowed=bool(grants.fs_read), hint='add a <read resource="filesystem" path="..."/>')
+        elif tool.startswith("filesystem."):
+            decision = Decision(allowed=bool(grants.fs_write), hint='add a <write resource="filesystem" path="..."/>')
+        elif tool == "shell.run":
+            decision = Decision(allowed=bool(grants.shell), hint='add <execute resource="shell" commands="..."/>')
+        else:
+            decision = grants.check_tool_id(tool)
+        if not decision.allowed:
+            ctx.error(where, f"<tools> requests tool \"{tool}\" but <permissions> does not grant it; {decision.hint}")
+    for command in decl.shell:
+        decision = grants.check_shell({"argv": [command]}, [])
+        if not decision.allowed:
+            ctx.error(where, f"<tools> requests shell command \"{command}\" but <permissions> does not grant it; "
+                             f"{decision.hint}")

@@ -1,0 +1,313 @@
+"""The permission model: grants parsed from ``<permissions>``, and the checks made on every call.
+
+Pure and deterministic (no I/O, no clocks), so the ``DirectiveRun`` workflow makes every
+decision itself and records it in history. Symlinks cannot be resolved without I/O; the
+filesystem activities re-check the real path against the same grants before touching it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from kiwi.globs import glob_covered, glob_match
+
+FILESYSTEM_TOOLS = (
+    "filesystem.read",
+    "filesystem.write",
+    "filesystem.list",
+    "filesystem.create",
+    "filesystem.delete",
+    "filesystem.move",
+)
+GIT_TOOLS = ("git.status", "git.diff", "git.commit", "git.checkpoint", "git.rollback")
+BUILTIN_TOOLS = (*FILESYSTEM_TOOLS, "shell.run", *GIT_TOOLS, "directive.run")
+KIWI_ACTIONS = ("search", "load", "execute", "help")
+KNOWN_RESOURCES = ("filesystem", "tool", "kiwi-mcp", "shell", "mcp", "network")
+
+# Characters that only mean something to a shell. Kiwi never runs a shell, so a
+# command containing them is a command the caller expects a shell to interpret.
+_SHELL_META = re.compile(r"[;&|<>`$\n\r\\]|\$\(")
+
+
+class PermissionEntry(BaseModel):
+    """One element of ``<permissions>`` as written: ``<read resource="filesystem" path="src/**"/>``."""
+
+    tag: str
+    attrs: dict[str, str] = Field(default_factory=dict)
+    line: int = 0
+
+
+class Decision(BaseModel):
+    """The answer to one permission check."""
+
+    allowed: bool
+    reason: str = ""
+    hint: str = ""
+    checked_against: list[str] = Field(default_factory=list)
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+class PermissionSet(BaseModel):
+    """Effective grants of a run. Absent means denied; explicit denials always win."""
+
+    fs_read: list[str] = Field(default_factory=list)
+    fs_write: list[str] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list)
+    shell: list[str] = Field(default_factory=list)
+    kiwi_actions: list[str] = Field(default_factory=list)
+    mcp: dict[str, list[str]] = Field(default_factory=dict)
+    deny_fs: list[str] = Field(default_factory=list)
+    deny_tools: list[str] = Field(default_factory=list)
+    deny_shell: list[str] = Field(default_factory=list)
+    deny_mcp: dict[str, list[str]] = Field(default_factory=dict)
+    deny_network: bool = False
+
+    # ---- construction -------------------------------------------------
+    @classmethod
+    def from_entries(cls, entries: list[PermissionEntry]) -> PermissionSet:
+        grants = cls()
+        for entry in entries:
+            grants._add(entry)
+        return grants
+
+    def _add(self, entry: PermissionEntry) -> None:
+        a = entry.attrs
+        resource = a.get("resource", "")
+        if entry.tag == "deny":
+            if resource == "filesystem":
+                self.deny_fs.append(a.get("path", "**"))
+            elif resource == "tool":
+                self.deny_tools.extend(_split(a.get("id", "*")))
+            elif resource == "shell":
+                self.deny_shell.extend(_split(a.get("commands", a.get("action", "*"))))
+            elif resource == "network":
+                self.deny_network = True
+            elif resource:
+                name = a.get("name", resource) if resource == "mcp" else resource
+                self.deny_mcp.setdefault(name, []).extend(_split(a.get("actions", a.get("action", "*"))))
+            return
+        if resource == "filesystem":
+            target = self.fs_read if entry.tag == "read" else self.fs_write
+            if entry.tag in ("read", "write"):
+                target.append(a.get("path", ""))
+                if entry.tag == "write":
+                    # Writing a path implies being able to read it back.
+                    self.fs_read.append(a.get("path", ""))
+            return
+        if entry.tag != "execute":
+            return
+        if resource == "tool":
+            self.tools.extend(_split(a.get("id", "")))
+        elif resource == "shell":
+            self.shell.extend(_split(a.get("commands", a.get("action", ""))))
+        elif resource == "kiwi-mcp":
+            self.kiwi_actions.extend(_split(a.get("action", "")))
+        elif resource == "network":
+            return
+        elif resource:
+            name = a.get("name", "") if resource == "mcp" else resource
+            if name:
+                self.mcp.setdefault(name, []).extend(_split(a.get("actions", a.get("action", "*"))))
+
+    # ---- checks -------------------------------------------------------
+    def check(self, tool: str, args: dict[str, Any], *, blocked_commands: list[str] | None = None) -> Decision:
+        """Decide one call. ``args`` are the call's arguments as the caller sent them."""
+        if tool in FILESYSTEM_TOOLS:
+            return self._check_filesystem(tool, args)
+        if tool == "shell.run":
+            return self.check_shell(args, blocked_commands or [])
+        return self.check_tool_id(tool)
+
+    def check_tool_id(self, tool: str) -> Decision:
+        if not tool:
+            return Decision(allowed=False, reason="no tool named")
+        server, _, action = tool.partition(".")
+        denied = self.deny_mcp.get(server, []) if action else []
+        if tool in self.deny_tools or "*" in self.deny_tools or action in denied or "*" in denied:
+            return Decision(allowed=False, reason=f"'{tool}' is explicitly denied")
+        if tool in self.tools or "*" in self.tools:
+            return Decision(allowed=True, checked_against=[tool])
+        if action:
+            granted = self.mcp.get(server, [])
+            if action in granted or "*" in granted:
+                return Decision(allowed=True, checked_against=[f"{server}:{','.join(granted)}"])
+            return Decision(
+                allowed=False,
+                reason=f"'{tool}' is not granted",
+                hint=f'add <execute resource="mcp" name="{server}" actions="{action}"/> to <permissions>',
+                checked_against=[f"{server}:{','.join(granted)}"] if granted else [],
+            )
+        return Decision(
+            allowed=False,
+            reason=f"tool '{tool}' is not granted",
+            hint=f'add <execute resource="tool" id="{tool}"/> to <permissions>',
+            checked_against=list(self.tools),
+        )
+
+    def _check_filesystem(self, tool: str, args: dict[str, Any]) -> Decision:
+        if tool == "filesystem.move":
+            for key in ("source", "destination"):
+                decision = self.check_path("write", args.get(key))
+                if not decision.allowed:
+                    return decision
+            return Decision(allowed=True, checked_against=self.fs_write)
+        mode = "read" if tool in ("filesystem.read", "filesystem.list") else "write"
+        return self.check_path(mode, args.get("path"))
+
+    def check_path(self, mode: str, raw: Any) -> Decision:
+        """Check a path argument lexically; the activity re-checks it with symlinks resolved."""
+        rel = normalise_path(raw)
+        if isinstance(rel, Decision):
+            return rel
+        grants = self.fs_read if mode == "read" else self.fs_write
+        for pattern in self.deny_fs:
+            if glob_match(pattern, rel):
+                return Decision(allowed=False, reason=f"'{rel}' is explicitly denied by '{pattern}'")
+        for pattern in grants:
+            if glob_match(pattern, rel):
+                return Decision(allowed=True, checked_against=[pattern])
+        parent = posixpath.dirname(rel) or "."
+        suggestion = f"{parent}/**" if parent != "." else rel
+        return Decision(
+            allowed=False,
+            reason=f"{mode} not allowed on '{rel}'",
+            hint=f'add <{mode} resource="filesystem" path="{suggestion}"/> to <permissions>',
+            checked_against=list(grants),
+        )
+
+    def check_shell(self, args: dict[str, Any], blocked_commands: list[str]) -> Decision:
+        argv = parse_command(args)
+        if isinstance(argv, Decision):
+            return argv
+        name = argv[0]
+        for blocked in blocked_commands:
+            tokens = blocked.split()
+            if tokens and argv[: len(tokens)] == tokens or (len(tokens) == 1 and name == tokens[0]):
+                return Decision(allowed=False, reason=f"'{blocked}' is blocked by the harness policy")
+        if name in self.deny_shell or "*" in self.deny_shell:
+            return Decision(allowed=False, reason=f"shell command '{name}' is explicitly denied")
+        if name in self.shell or "*" in self.shell:
+            return Decision(allowed=True, checked_against=list(self.shell))
+        return Decision(
+            allowed=False,
+            reason=f"shell command '{name}' is not in the allowlist",
+            hint=f'add <execute resource="shell" commands="{name}"/> to <permissions>',
+            checked_against=list(self.shell),
+        )
+
+    # ---- composition --------------------------------------------------
+    def intersect(self, child: PermissionSet) -> PermissionSet:
+        """What a child run may do: never more than this set or ``child`` allows."""
+
+        def paths(mine: list[str], theirs: list[str]) -> list[str]:
+            kept = [p for p in theirs if any(glob_covered(p, q) for q in mine)]
+            kept += [p for p in mine if any(glob_covered(p, q) for q in theirs) and p not in kept]
+            return kept
+
+        def names(mine: list[str], theirs: list[str]) -> list[str]:
+            if "*" in mine:
+                return list(theirs)
+            if "*" in theirs:
+                return list(mine)
+            return [n for n in theirs if n in mine]
+
+        mcp = {}
+        for server, actions in child.mcp.items():
+            shared = names(self.mcp.get(server, []), actions)
+            if shared:
+                mcp[server] = shared
+        deny_mcp = {k: list(v) for k, v in self.deny_mcp.items()}
+        for k, v in child.deny_mcp.items():
+            deny_mcp.setdefault(k, []).extend(v)
+        return PermissionSet(
+            fs_read=paths(self.fs_read, child.fs_read),
+            fs_write=paths(self.fs_write, child.fs_write),
+            tools=names(self.tools, child.tools),
+            shell=names(self.shell, child.shell),
+            kiwi_actions=names(self.kiwi_actions, child.kiwi_actions),
+            mcp=mcp,
+            deny_fs=self.deny_fs + child.deny_fs,
+            deny_tools=self.deny_tools + child.deny_tools,
+            deny_shell=self.deny_shell + child.deny_shell,
+            deny_mcp=deny_mcp,
+            deny_network=self.deny_network or child.deny_network,
+        )
+
+    def exceeds(self, parent: PermissionSet) -> list[str]:
+        """The grants of this set that ``parent`` does not cover (empty: none)."""
+
+        def over(mine: list[str], theirs: list[str]) -> list[str]:
+            return [n for n in mine if "*" not in theirs and n not in theirs]
+
+        excess = [f"read {p}" for p in self.fs_read if not any(glob_covered(p, q) for q in parent.fs_read)]
+        excess += [f"write {p}" for p in self.fs_write if not any(glob_covered(p, q) for q in parent.fs_write)]
+        excess += [f"tool {t}" for t in over(self.tools, parent.tools)]
+        excess += [f"shell {c}" for c in over(self.shell, parent.shell)]
+        excess += [f"kiwi-mcp {a}" for a in over(self.kiwi_actions, parent.kiwi_actions)]
+        for server, actions in self.mcp.items():
+            excess += [f"mcp {server}.{a}" for a in over(actions, parent.mcp.get(server, []))]
+        return excess
+
+    def summary(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model_dump().items() if v}
+
+
+def normalise_path(raw: Any) -> str | Decision:
+    """A project-relative POSIX path, or a denial for anything that leaves the project.
+
+    Absolute paths are refused outright: the workflow does not know where the project
+    lives on the worker's disk, and a grant is always relative to the project root.
+    """
+    if not isinstance(raw, str) or not raw.strip():
+        return Decision(allowed=False, reason="a non-empty 'path' argument is required")
+    if "\x00" in raw:
+        return Decision(allowed=False, reason="path contains a NUL byte")
+    path = raw.strip().replace("\\", "/")
+    if path.startswith("/") or re.match(r"^[A-Za-z]:/", path) or path.startswith("~"):
+        return Decision(
+            allowed=False,
+            reason=f"'{raw}' is an absolute path; paths must be relative to the project root",
+            hint="give the path relative to the project root, e.g. 'src/app.py'",
+        )
+    rel = posixpath.normpath(path)
+    if rel == ".." or rel.startswith("../"):
+        return Decision(allowed=False, reason=f"'{raw}' leaves the project root")
+    return rel
+
+
+def parse_command(args: dict[str, Any]) -> list[str] | Decision:
+    """``shell.run`` arguments as argv; shell syntax is refused, never interpreted."""
+    argv = args.get("argv")
+    if argv is not None:
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            return Decision(allowed=False, reason="'argv' must be a non-empty list of strings")
+        if "/" in argv[0]:
+            return Decision(allowed=False, reason="give the command by name, not by path")
+        return argv
+    command = args.get("command")
+    if not isinstance(command, str) or not command.strip():
+        return Decision(allowed=False, reason="shell.run needs 'command' (a string) or 'argv' (a list)")
+    meta = _SHELL_META.search(command)
+    if meta:
+        return Decision(
+            allowed=False,
+            reason=f"shell syntax {meta.group(0)!r} is refused: commands run without a shell",
+            hint="run one command per call, with arguments only (no ;, &&, |, >, $(), backticks)",
+        )
+    try:
+        parts = shlex.split(command)
+    except ValueError as exc:
+        return Decision(allowed=False, reason=f"command cannot be parsed: {exc}")
+    if not parts:
+        return Decision(allowed=False, reason="empty command")
+    if "/" in parts[0]:
+        return Decision(allowed=False, reason="give the command by name, not by path")
+    return parts

@@ -1,0 +1,81 @@
+"""Item signatures: a first-line comment with a UTC timestamp and the SHA-256 of the content.
+
+Kiwi writes ``<!-- kiwi:signed:TIMESTAMP:SHA256 -->`` (``# kiwi:signed:...`` in YAML and Python
+files) and hashes everything after that first line. The legacy Kiwi MCP line
+``<!-- kiwi-mcp:validated:TIMESTAMP:HASH -->`` is recognised: its hash covered the directive's
+XML block, sometimes shortened to 12 hex digits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+_SIGNATURE = re.compile(
+    r"^(?:<!--|#)\s*(kiwi|kiwi-mcp):(signed|validated):(\S+):([^\s:]+?)\s*(?:-->)?\s*$"
+)
+_XML_BLOCK = re.compile(r"```xml\n(.*?)\n```", re.DOTALL)
+
+
+@dataclass
+class SignatureStatus:
+    state: Literal["unsigned", "valid", "modified"]
+    timestamp: str = ""
+    legacy: bool = False
+    expected: str = ""
+    actual: str = ""
+
+    def describe(self) -> str:
+        if self.state == "unsigned":
+            return "unsigned"
+        label = "legacy kiwi-mcp signature" if self.legacy else "signature"
+        if self.state == "valid":
+            return f"{label} valid (signed {self.timestamp})"
+        return f"modified after signing: {label} from {self.timestamp} does not match the content (re-sign with `kiwi sign`)"
+
+
+def split_signature(text: str) -> tuple[str | None, str]:
+    """Return (signature line or None, the content the signature covers)."""
+    first, sep, rest = text.partition("\n")
+    if _SIGNATURE.match(first.strip()):
+        return first, rest
+    return None, text
+
+
+def content_hash(text: str) -> str:
+    """SHA-256 of an item's content without its signature line (the run snapshot's hash)."""
+    return hashlib.sha256(split_signature(text)[1].encode("utf-8")).hexdigest()
+
+
+def verify(text: str) -> SignatureStatus:
+    line, body = split_signature(text)
+    if line is None:
+        return SignatureStatus("unsigned")
+    m = _SIGNATURE.match(line.strip())
+    assert m is not None
+    tool, _, timestamp, digest = m.groups()
+    legacy = tool == "kiwi-mcp"
+    digest = digest.lower()
+    if legacy:
+        block = _XML_BLOCK.search(body)
+        candidates = [hashlib.sha256(body.encode()).hexdigest()]
+        if block:
+            candidates.append(hashlib.sha256(block.group(1).encode()).hexdigest())
+        ok = any(c == digest or (len(digest) == 12 and c.startswith(digest)) for c in candidates)
+        actual = candidates[-1]
+    else:
+        actual = hashlib.sha256(body.encode()).hexdigest()
+        ok = actual == digest
+    return SignatureStatus("valid" if ok else "modified", timestamp, legacy, digest, actual)
+
+
+def sign(text: str, *, comment: Literal["html", "hash"] = "html", now: datetime | None = None) -> str:
+    """Return ``text`` with a fresh Kiwi signature as its first line (any old one replaced)."""
+    _, body = split_signature(text)
+    stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+    line = f"<!-- kiwi:signed:{stamp}:{digest} -->" if comment == "html" else f"# kiwi:signed:{stamp}:{digest}"
+    return f"{line}\n{body}"

@@ -1,0 +1,146 @@
+"""``{input}`` and ``{steps.NAME.outputs.KEY}`` placeholders, and typed inputs.
+
+Pure: used by the parser for validation and by the workflow to bind tool calls.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from kiwi.errors import InputInvalid
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w-]*(?:\.[\w-]+)*)\}")
+_MISSING = object()
+
+
+class TemplateError(ValueError):
+    """A placeholder names a value the run does not have (yet)."""
+
+
+def placeholders(value: Any) -> list[str]:
+    """Every placeholder name in ``value`` (strings, lists and dicts are searched)."""
+    if isinstance(value, str):
+        return _PLACEHOLDER.findall(value)
+    if isinstance(value, dict):
+        return [ref for v in value.values() for ref in placeholders(v)]
+    if isinstance(value, list):
+        return [ref for v in value for ref in placeholders(v)]
+    return []
+
+
+def lookup(ref: str, context: dict[str, Any]) -> Any:
+    """Resolve a dotted reference against ``{"inputs": ..., "steps": ...}``; raise if absent."""
+    parts = ref.split(".")
+    if parts[0] == "inputs" and len(parts) > 1:
+        node: Any = context.get("inputs", {})
+        parts = parts[1:]
+    elif parts[0] == "steps":
+        node = context
+    elif parts[0] in context.get("inputs", {}):
+        node = context["inputs"]
+    elif parts[0] in context.get("steps", {}):
+        # "{step.key}" is shorthand for "{steps.step.outputs.key}".
+        node = context["steps"][parts[0]].get("outputs", {})
+        parts = parts[1:]
+    else:
+        raise TemplateError(f"{{{ref}}} has no value: no input or completed step is called '{parts[0]}'")
+    for part in parts:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise TemplateError(f"{{{ref}}} has no value ('{part}' is missing)")
+    return node
+
+
+def render(value: Any, context: dict[str, Any]) -> Any:
+    """Substitute placeholders; a string that is exactly one placeholder keeps the value's type."""
+    if isinstance(value, dict):
+        return {k: render(v, context) for k, v in value.items()}
+    if isinstance(value, list):
+        return [render(v, context) for v in value]
+    if not isinstance(value, str):
+        return value
+    whole = _PLACEHOLDER.fullmatch(value)
+    if whole:
+        return lookup(whole.group(1), context)
+
+    def one(match: re.Match[str]) -> str:
+        found = lookup(match.group(1), context)
+        return found if isinstance(found, str) else json.dumps(found)
+
+    return _PLACEHOLDER.sub(one, value)
+
+
+def coerce_input(kind: str, value: Any) -> Any:
+    """Convert ``value`` (a CLI string or a JSON value) to the declared input type, or raise ValueError."""
+    if kind == "string":
+        if isinstance(value, (dict, list)):
+            raise ValueError(f"expected a string, got {type(value).__name__}")
+        return value if isinstance(value, str) else json.dumps(value)
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.strip().lower() in ("true", "yes", "1")
+        raise ValueError(f"expected a boolean (true/false), got {value!r}")
+    if kind == "integer":
+        if isinstance(value, bool):
+            raise ValueError(f"expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+            return int(value)
+        raise ValueError(f"expected an integer, got {value!r}")
+    if kind == "number":
+        if isinstance(value, bool):
+            raise ValueError(f"expected a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            return value
+        try:
+            return float(value) if "." in str(value) or "e" in str(value).lower() else int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected a number, got {value!r}") from None
+    if kind in ("array", "object"):
+        expected = list if kind == "array" else dict
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                if kind == "array":
+                    value = [v.strip() for v in value.split(",") if v.strip()]
+                else:
+                    raise ValueError(f"expected a JSON object, got {value!r}") from None
+        if not isinstance(value, expected):
+            raise ValueError(f"expected {'a JSON array' if kind == 'array' else 'a JSON object'}, got {value!r}")
+        return value
+    raise ValueError(f"unknown type {kind!r}")
+
+
+def bind_inputs(directive: Any, raw: dict[str, Any]) -> dict[str, Any]:
+    """Check and type a run's inputs against the directive's ``<inputs>``; raise InputInvalid listing all problems."""
+    problems: list[str] = []
+    bound: dict[str, Any] = {}
+    declared = {spec.name: spec for spec in directive.inputs}
+    for name in raw:
+        if name not in declared:
+            problems.append(f"unknown input '{name}' (declared: {', '.join(declared) or 'none'})")
+    for name, spec in declared.items():
+        if name in raw and raw[name] is not None:
+            try:
+                bound[name] = coerce_input(spec.type, raw[name])
+            except ValueError as exc:
+                problems.append(f"input '{name}' ({spec.type}): {exc}")
+        elif spec.default is not None:
+            bound[name] = spec.default
+        elif spec.required:
+            problems.append(f"required input '{name}' ({spec.type}) is missing")
+    if problems:
+        raise InputInvalid(
+            f"directive '{directive.name}': " + "; ".join(problems),
+            hint="pass inputs as --input name=value (CLI) or in 'parameters' (MCP)",
+        )
+    return bound

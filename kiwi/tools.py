@@ -1,0 +1,174 @@
+"""Tool manifests (``.ai/tools/**/tool.yaml``) and legacy ``.ai/scripts/*.py`` tools."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+from kiwi.errors import ItemInvalid, Problem
+from kiwi.signing import split_signature
+
+TOOL_TYPES = ("python", "bash", "api", "docker", "mcp")
+_LEGACY_TYPES = {"mcp_tool": "mcp", "script": "python", "http": "api"}
+_PARAM_TYPES = {"string": "string", "str": "string", "integer": "integer", "int": "integer", "number": "number",
+                "float": "number", "boolean": "boolean", "bool": "boolean", "array": "array", "list": "array",
+                "object": "object", "dict": "object"}
+MAX_MANIFEST_BYTES = 256_000
+
+
+class ToolParameter(BaseModel):
+    name: str
+    type: str = "string"
+    required: bool = False
+    default: Any = None
+    description: str = ""
+    enum: list[Any] | None = None
+
+
+class ToolManifest(BaseModel):
+    """A local tool: what it is, how it runs, and the JSON Schema of its parameters."""
+
+    tool_id: str
+    tool_type: Literal["python", "bash", "api", "docker", "mcp"]
+    version: str = "0.0.0"
+    category: str = ""
+    description: str = ""
+    executor: dict[str, Any] = Field(default_factory=dict)
+    mutates_state: bool = False
+    parameters: list[ToolParameter] = Field(default_factory=list)
+    input_schema: dict[str, Any] | None = None
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    requires: Any = None
+    tags: list[str] = Field(default_factory=list)
+    author: str = ""
+    config: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    legacy: bool = False
+    path: str = ""
+
+    def json_schema(self) -> dict[str, Any]:
+        if self.input_schema:
+            return self.input_schema
+        properties: dict[str, Any] = {}
+        required = []
+        for p in self.parameters:
+            prop: dict[str, Any] = {"type": _PARAM_TYPES.get(p.type, "string")}
+            if p.description:
+                prop["description"] = p.description
+            if p.default is not None:
+                prop["default"] = p.default
+            if p.enum:
+                prop["enum"] = p.enum
+            properties[p.name] = prop
+            if p.required:
+                required.append(p.name)
+        schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+        if required:
+            schema["required"] = required
+        return schema
+
+    @property
+    def entrypoint(self) -> str:
+        return str(self.executor.get("entrypoint", ""))
+
+
+def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Problem]]:
+    """Parse a tool manifest's YAML text; raise ItemInvalid with file:line problems."""
+    problems: list[Problem] = []
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise ItemInvalid([Problem(f"manifest is larger than {MAX_MANIFEST_BYTES:,} bytes", path)])
+    _, body = split_signature(text)
+    offset = 0 if body is text else 1
+    try:
+        data = yaml.safe_load(body)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 + offset if mark else 0
+        column = mark.column + 1 if mark else 0
+        raise ItemInvalid([Problem(f"malformed YAML: {getattr(exc, 'problem', exc)}", path, line, column)]) from None
+    if not isinstance(data, dict):
+        raise ItemInvalid([Problem("a tool manifest is a YAML mapping with tool_id, tool_type, executor, ...", path, 1, 1)])
+    if not data.get("tool_id"):
+        raise ItemInvalid([Problem("manifest needs tool_id (e.g. tool_id: word_count)", path, 1, 1)])
+    kind = data.get("tool_type") or (data.get("executor") or {}).get("type")
+    if kind in _LEGACY_TYPES:
+        problems.append(Problem(f"tool_type '{kind}' is the legacy name of '{_LEGACY_TYPES[kind]}'", path, 1, 1,
+                                "warning"))
+        kind = _LEGACY_TYPES[kind]
+    if kind not in TOOL_TYPES:
+        raise ItemInvalid([Problem(f"tool_type '{kind}' is unknown; expected one of {', '.join(TOOL_TYPES)}", path,
+                                   _line_of(body, "tool_type", offset), 1)])
+    data["tool_type"] = kind
+    if kind == "mcp" and not data.get("executor"):
+        data["executor"] = {"type": "mcp", **(data.get("config") or {})}
+        if isinstance(data.get("metadata"), dict) and data["metadata"].get("mcp_server"):
+            data["executor"].setdefault("server", data["metadata"]["mcp_server"])
+    params = data.get("parameters") or []
+    if isinstance(params, dict):
+        params = [{"name": k, **(v if isinstance(v, dict) else {"type": v})} for k, v in params.items()]
+    data["parameters"] = params
+    known = set(ToolManifest.model_fields)
+    extra = {k: v for k, v in data.items() if k not in known}
+    for key in extra:
+        if key not in ("executor_id", "env_requirements", "created_at", "updated_at"):
+            problems.append(Problem(f"unknown key '{key}' kept in metadata", path, _line_of(body, key, offset), 1,
+                                    "warning"))
+    data = {k: v for k, v in data.items() if k in known}
+    data.setdefault("metadata", {})
+    if isinstance(data["metadata"], dict):
+        data["metadata"].update(extra)
+    if "version" in data:
+        data["version"] = str(data["version"])
+    if "created_at" in extra:
+        data["metadata"]["created_at"] = str(extra["created_at"])
+    try:
+        manifest = ToolManifest(**data, path=path)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = str(first["loc"][0]) if first["loc"] else ""
+        raise ItemInvalid([Problem(f"'{'.'.join(map(str, first['loc']))}': {first['msg']}", path,
+                                   _line_of(body, key, offset), 1)]) from None
+    if kind in ("python", "bash") and not manifest.entrypoint:
+        problems.append(Problem(f"{kind} tool needs executor.entrypoint (e.g. main.py)", path,
+                                _line_of(body, "executor", offset), 1))
+    if problems and any(p.severity == "error" for p in problems):
+        raise ItemInvalid(problems)
+    return manifest, problems
+
+
+def _line_of(text: str, key: str, offset: int) -> int:
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.startswith(f"{key}:"):
+            return number + offset
+    return 0
+
+
+def legacy_script_manifest(path: Path) -> ToolManifest:
+    """A generated manifest for a legacy ``.ai/scripts/NAME.py``: docstring and ``main()`` signature."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        module = ast.parse(text)
+    except SyntaxError as exc:
+        raise ItemInvalid([Problem(f"Python syntax error: {exc.msg}", str(path), exc.lineno or 0, exc.offset or 0)]) from None
+    params: list[ToolParameter] = []
+    version = "0.0.0"
+    for node in module.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "main":
+            args = node.args.args
+            defaults = [None] * (len(args) - len(node.args.defaults)) + list(node.args.defaults)
+            for arg, default in zip(args, defaults, strict=True):
+                annotation = ast.unparse(arg.annotation) if arg.annotation else "str"
+                params.append(ToolParameter(
+                    name=arg.arg, type=_PARAM_TYPES.get(annotation, "string"), required=default is None,
+                    default=ast.literal_eval(default) if isinstance(default, ast.Constant) else None))
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)):
+            version = str(node.value.value)
+    doc = ast.get_docstring(module) or ""
+    return ToolManifest(tool_id=path.stem, tool_type="python", version=version, category="scripts",
+                        description=doc.strip().splitlines()[0] if doc.strip() else "", parameters=params,
+                        executor={"type": "python", "entrypoint": path.name}, legacy=True, path=str(path))

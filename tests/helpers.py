@@ -1,0 +1,47 @@
+"""Builders shared by tests: directive text and project folders."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+COMPAT = Path(__file__).resolve().parents[1].parent / "shared" / "compat" / "kiwi-mcp"
+
+
+def directive_md(body: str, name: str = "demo", version: str = "1.0.0", permissions: str = "",
+                 inputs: str = "", tools: str = "", extra_meta: str = "") -> str:
+    """A directive file: Markdown around one ```xml block; ``body`` is the <process> content."""
+    return textwrap.dedent("""\
+        # {name}
+
+        Some prose before the block.
+
+        ```xml
+        <directive name="{name}" version="{version}">
+          <metadata>
+            <description>Demo directive {name}</description>
+            <category>tests</category>
+            <author>tests</author>
+            <model tier="fast" />
+            <permissions>
+        {permissions}
+            </permissions>
+        {tools}
+        {extra_meta}
+          </metadata>
+          <inputs>
+        {inputs}
+          </inputs>
+          <process>
+        {body}
+          </process>
+        </directive>
+        ```
+        """).format(name=name, version=version, permissions=permissions, inputs=inputs, tools=tools,
+                    extra_meta=extra_meta, body=body)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path

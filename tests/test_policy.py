@@ -1,0 +1,133 @@
+"""The permission model: globs that mean what they say, shell parsing, intersection and escalation."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kiwi.globs import glob_covered, glob_match
+from kiwi.policy import PermissionEntry, PermissionSet
+
+
+def grants(*entries: tuple[str, dict[str, str]]) -> PermissionSet:
+    return PermissionSet.from_entries([PermissionEntry(tag=t, attrs=a) for t, a in entries])
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "expected"),
+    [
+        ("src/*.ts", "src/a.ts", True),
+        ("src/*.ts", "src/a/b.ts", False),  # the seed's fnmatch bug
+        ("src/**", "src/a/b.ts", True),
+        ("src/**", "src", True),
+        ("src/**", "srcx/a", False),
+        ("**/*.md", "a.md", True),
+        ("**/*.md", "x/y/a.md", True),
+        ("tests/unit/*.py", "tests/unit/test_a.py", True),
+        ("tests/unit/*.py", "tests/test_a.py", False),
+        ("a/**/b", "a/b", True),
+        ("a/**/b", "a/x/y/b", True),
+    ],
+)
+def test_glob_semantics(pattern, path, expected):
+    assert glob_match(pattern, path) is expected
+
+
+@pytest.mark.parametrize(
+    ("args", "allowed", "reason"),
+    [
+        ({"path": "src/app.py"}, True, ""),
+        ({"path": "src/../../etc/passwd"}, False, "leaves the project root"),
+        ({"path": "../secret"}, False, "leaves the project root"),
+        ({"path": "/etc/passwd"}, False, "absolute path"),
+        ({"path": "config/secrets.yaml"}, False, "read not allowed on 'config/secrets.yaml'"),
+        ({}, False, "non-empty 'path'"),
+    ],
+)
+def test_filesystem_reads(args, allowed, reason):
+    decision = grants(("read", {"resource": "filesystem", "path": "src/**"})).check("filesystem.read", args)
+    assert decision.allowed is allowed
+    assert reason in decision.reason
+    if not allowed and "not allowed" in reason:
+        assert decision.hint == 'add <read resource="filesystem" path="config/**"/> to <permissions>'
+
+
+@pytest.mark.parametrize(
+    ("command", "allowed", "reason"),
+    [
+        ("git status", True, ""),
+        ("git status; rm -rf /", False, "';'"),
+        ("echo $(whoami)", False, "'$'"),
+        ("echo `whoami`", False, "'`'"),
+        ("git add . && git commit", False, "'&'"),
+        ("git log > out.txt", False, "'>'"),
+        ("npm install", False, "not in the allowlist"),
+        ("/usr/bin/git status", False, "by name"),
+        ("git 'unbalanced", False, "cannot be parsed"),
+        ("sudo git status", False, "blocked by the harness"),
+    ],
+)
+def test_shell_commands(command, allowed, reason):
+    g = grants(("execute", {"resource": "shell", "commands": "git,sudo"}))
+    decision = g.check("shell.run", {"command": command}, blocked_commands=["sudo", "rm -rf"])
+    assert decision.allowed is allowed, decision
+    assert reason in decision.reason
+
+
+def test_mcp_tool_allowlists_both_syntaxes_and_denials_win():
+    g = grants(("execute", {"resource": "mcp", "name": "supabase", "actions": "query,list"}),
+               ("execute", {"resource": "github", "action": "*"}),
+               ("deny", {"resource": "github", "action": "delete_repo"}))
+    assert g.check("supabase.query", {}).allowed
+    assert not g.check("supabase.drop", {}).allowed
+    assert g.check("github.create_pull_request", {}).allowed
+    denied = g.check("github.delete_repo", {})
+    assert not denied.allowed and "explicitly denied" in denied.reason
+    assert not g.check("word_count", {}).allowed
+
+
+def test_child_exceeding_parent_is_reported_and_intersection_narrows():
+    parent = grants(("read", {"resource": "filesystem", "path": "src/**"}),
+                    ("write", {"resource": "filesystem", "path": "tests/**"}),
+                    ("execute", {"resource": "shell", "commands": "git"}))
+    child = grants(("read", {"resource": "filesystem", "path": "**/*"}),
+                   ("write", {"resource": "filesystem", "path": "src/**"}),
+                   ("execute", {"resource": "shell", "commands": "git,npm"}))
+    assert child.exceeds(parent) == ["read **/*", "write src/**", "shell npm"]
+    effective = parent.intersect(child)
+    assert effective.check("filesystem.read", {"path": "src/a.py"}).allowed
+    assert not effective.check("filesystem.read", {"path": "docs/a.md"}).allowed
+    assert not effective.check("filesystem.write", {"path": "src/a.py"}).allowed
+    assert not effective.check("shell.run", {"command": "npm test"}).allowed
+    subset = grants(("read", {"resource": "filesystem", "path": "src/utils/**"}))
+    assert subset.exceeds(parent) == []
+
+
+SEGMENTS = st.sampled_from(["src", "a", "b", "x.py", "y.ts", "*", "**", "*.py", "a*", "?"])
+PATTERNS = st.lists(SEGMENTS, min_size=1, max_size=4).map("/".join)
+PATHS = st.lists(st.sampled_from(["src", "a", "b", "x.py", "y.ts", "ab", "z"]), min_size=1, max_size=5).map("/".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(PATTERNS, PATTERNS, PATHS)
+def test_glob_covered_is_sound(inner, outer, path):
+    if glob_covered(inner, outer) and glob_match(inner, path):
+        assert glob_match(outer, path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PATTERNS, max_size=3), st.lists(PATTERNS, max_size=3), PATHS,
+       st.lists(st.sampled_from(["git", "npm", "ls", "*"]), max_size=3),
+       st.lists(st.sampled_from(["git", "npm", "ls", "*"]), max_size=3), st.sampled_from(["git", "npm", "ls"]))
+def test_intersection_never_grants_more_than_either_side(p_read, c_read, path, p_shell, c_shell, command):
+    parent = PermissionSet(fs_read=p_read, shell=p_shell)
+    child = PermissionSet(fs_read=c_read, shell=c_shell)
+    both = parent.intersect(child)
+    for mode_check in (lambda g: g.check_path("read", path).allowed,
+                       lambda g: g.check_shell({"argv": [command]}, []).allowed):
+        if mode_check(both):
+            assert mode_check(parent) and mode_check(child)
+    if not child.exceeds(parent):
+        # A child within its parent keeps everything it declared.
+        assert child.check_path("read", path).allowed <= both.check_path("read", path).allowed
