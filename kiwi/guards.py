@@ -1,0 +1,74 @@
+"""Rate counting, loop detection, redaction and call summaries: pure helpers for the workflow."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from kiwi.policy import BUILTIN_TOOLS
+
+_SECRET_KEY = re.compile(r"(token|secret|password|passwd|api[_-]?key|authorization|credential|private[_-]?key)", re.I)
+REDACTED = "[redacted]"
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def is_external_mcp(tool: str, local_tools: Any) -> bool:
+    return "." in tool and tool not in BUILTIN_TOOLS and tool not in local_tools
+
+
+def rate_patterns(tool: str, limits: dict[str, int], local_tools: Any) -> list[str]:
+    """The rate-limit patterns that count ``tool``."""
+    matched = []
+    for pattern in limits:
+        if pattern == tool:
+            matched.append(pattern)
+        elif pattern == "mcp.*":
+            if is_external_mcp(tool, local_tools):
+                matched.append(pattern)
+        elif pattern.endswith(".*") and tool.startswith(pattern[:-1]) or pattern == "*":
+            matched.append(pattern)
+    return matched
+
+
+def detect_loop(hashes: list[str], threshold: int) -> str:
+    """A warning when the latest calls repeat (same call N times, or A-B-A-B); else ''."""
+    if threshold > 1 and len(hashes) >= threshold and len(set(hashes[-threshold:])) == 1:
+        return (f"the same call was made {threshold} times in a row; if you are stuck, "
+                "use help(action='stuck', reason=...)")
+    if len(hashes) >= 4 and hashes[-1] == hashes[-3] and hashes[-2] == hashes[-4] and hashes[-1] != hashes[-2]:
+        return "calls alternate between two states (A-B-A-B); if you are stuck, use help(action='stuck', reason=...)"
+    return ""
+
+
+def redact(value: Any) -> Any:
+    """A copy of call arguments safe for history-visible logs and the audit trail."""
+    if isinstance(value, dict):
+        return {k: REDACTED if _SECRET_KEY.search(str(k)) else redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    if isinstance(value, str) and len(value) > 2000:
+        return value[:2000] + f"… ({len(value)} chars)"
+    return value
+
+
+def summarise_call(tool: str, args: dict[str, Any]) -> str:
+    """What the Temporal UI shows for an activity: 'filesystem.write src/app.py'."""
+    if tool.startswith("filesystem."):
+        detail = str(args.get("path", ""))
+        if args.get("destination"):
+            detail += f" -> {args['destination']}"
+    elif tool == "shell.run":
+        detail = args["command"] if isinstance(args.get("command"), str) else " ".join(map(str, args.get("argv", [])))
+    else:
+        detail = ""
+    return f"{tool} {detail}".strip()[:200]
+
+
+def summarise_result(result: Any) -> str:
+    text = json.dumps(result, default=str) if not isinstance(result, str) else result
+    return text if len(text) <= 200 else text[:200] + "…"

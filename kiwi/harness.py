@@ -1,0 +1,72 @@
+"""``agent_harness.yaml``: base policy for calls outside a directive, rate limits, loop thresholds.
+
+Project ``.ai/config/`` over user ``~/.ai/config/``: keys in the project file win, key by key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+
+from kiwi.contracts import RunLimits
+from kiwi.errors import ItemInvalid, Problem
+from kiwi.policy import PermissionSet
+
+
+class HarnessConfig(BaseModel):
+    limits: RunLimits = Field(default_factory=RunLimits)
+    base_policy: PermissionSet = Field(default_factory=PermissionSet)
+    sources: list[str] = Field(default_factory=list)
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ItemInvalid([Problem(f"malformed YAML: {getattr(exc, 'problem', exc)}", str(path),
+                                   mark.line + 1 if mark else 0, mark.column + 1 if mark else 0)]) from None
+    if not isinstance(data, dict):
+        raise ItemInvalid([Problem("agent_harness.yaml must be a YAML mapping", str(path), 1, 1)])
+    return data
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
+    data: dict[str, Any] = {}
+    sources = []
+    for path in (user_space / "config" / "agent_harness.yaml", project_root / ".ai" / "config" / "agent_harness.yaml"):
+        if path.is_file():
+            data = _merge(data, _load(path))
+            sources.append(str(path))
+    limits = RunLimits()
+    try:
+        if isinstance(data.get("rate_limits"), dict):
+            limits.rate_limits = {**limits.rate_limits, **{str(k): int(v) for k, v in data["rate_limits"].items()}}
+        loops = data.get("loop_detection") or {}
+        limits.loop_repeat_threshold = int(loops.get("repeat_threshold", limits.loop_repeat_threshold))
+        limits.loop_max_warnings = int(loops.get("max_warnings", limits.loop_max_warnings))
+        runs = data.get("runs") or {}
+        limits.max_updates_before_continue = int(runs.get("continue_as_new_after_updates",
+                                                          limits.max_updates_before_continue))
+        limits.audit_batch_size = int(runs.get("audit_batch_size", limits.audit_batch_size))
+        tools = data.get("internal_tools") or {}
+        shell = tools.get("shell") or {}
+        if "blocked_commands" in shell:
+            limits.blocked_commands = [str(c) for c in shell["blocked_commands"]]
+        fs = tools.get("filesystem") or {}
+        base = PermissionSet(fs_read=[str(p) for p in fs.get("read", [])],
+                             fs_write=[str(p) for p in fs.get("write", [])],
+                             shell=[str(c) for c in shell.get("allowed_commands", [])])
+    except (TypeError, ValueError) as exc:
+        raise ItemInvalid([Problem(f"agent_harness.yaml: {exc}", sources[-1] if sources else "")]) from None
+    return HarnessConfig(limits=limits, base_policy=base, sources=sources)

@@ -1,0 +1,208 @@
+"""Starting and steering directive runs: the thin client the CLI and the MCP front end share.
+
+It resolves and validates a directive, binds its inputs, builds the run snapshot, starts the
+``DirectiveRun`` workflow idempotently, and turns Temporal errors into Kiwi's typed errors.
+It holds no run state of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from kiwi.contracts import (
+    SEARCH_ATTRIBUTES,
+    TASK_QUEUE,
+    CallToolRequest,
+    CancelRequest,
+    CompleteStepRequest,
+    CompleteStepResult,
+    DirectiveRunInput,
+    DirectiveRunResult,
+    HelpRequest,
+    LocalToolSpec,
+    RunSnapshot,
+    RunStatus,
+    ToolCallResult,
+    run_workflow_id,
+)
+from kiwi.errors import InputInvalid, KiwiError, RunNotFound, RunStateConflict
+from kiwi.harness import load_harness
+from kiwi.signing import content_hash
+from kiwi.store import ItemStore
+from kiwi.templating import bind_inputs
+
+
+class RunClient:
+    def __init__(self, client: Client, store: ItemStore, task_queue: str = TASK_QUEUE) -> None:
+        self.client = client
+        self.store = store
+        self.task_queue = task_queue
+        self._attributes_ready: bool | None = None
+
+    # ---------------------------------------------------------------- start
+    def snapshot(self, name: str, inputs: dict[str, Any], run_id: str, client_name: str = "cli",
+                 deadline_seconds: float | None = None) -> RunSnapshot:
+        directive, text, path = self.store.load_directive(name)
+        bound = bind_inputs(directive, inputs)
+        tools = self.store.local_tools()
+        specs = {}
+        for tool_id, manifest in tools.items():
+            if manifest.tool_type in ("python", "bash") and manifest.entrypoint:
+                entry = Path(manifest.path).parent / manifest.entrypoint if not manifest.legacy else Path(manifest.path)
+                specs[tool_id] = LocalToolSpec(tool_id=tool_id, tool_type=manifest.tool_type, entrypoint=str(entry),
+                                               mutates_state=manifest.mutates_state,
+                                               timeout_seconds=float(manifest.executor.get("timeout", 300)))
+        for call in (c for s in directive.steps for c in s.tool_calls):
+            if "." not in call.tool and call.tool not in specs:
+                raise InputInvalid(f"directive '{name}' step calls tool '{call.tool}', which is not a local tool",
+                                   hint="add it under .ai/tools/ or fix the tool id (run `kiwi search` to list tools)")
+        harness = load_harness(self.store.project_root, self.store.user)
+        limits = harness.limits.model_copy(update={"deadline_seconds": deadline_seconds})
+        return RunSnapshot(run_id=run_id, directive=directive, content_hash=content_hash(text), source_path=str(path),
+                           inputs=bound, grants=directive.grants(), project_root=str(self.store.project_root),
+                           client=client_name, local_tools=specs, limits=limits,
+                           search_attributes=self._attributes_ready or False)
+
+    async def start(self, name: str, inputs: dict[str, Any], *, idempotency_key: str | None = None,
+                    client_name: str = "cli", deadline_seconds: float | None = None) -> str:
+        """Start a run and return its id. The same idempotency key returns the existing run."""
+        await self._check_search_attributes()
+        short = (hashlib.sha256(f"{name}\0{idempotency_key}".encode()).hexdigest()[:10] if idempotency_key
+                 else uuid.uuid4().hex[:10])
+        run_id = run_workflow_id(name, short)
+        snap = self.snapshot(name, inputs, run_id, client_name, deadline_seconds)
+        directive = snap.directive
+        attributes = None
+        if snap.search_attributes:
+            attributes = TypedSearchAttributes([SearchAttributePair(SEARCH_ATTRIBUTES[0], directive.name),
+                                                SearchAttributePair(SEARCH_ATTRIBUTES[1], "running")])
+        handle = await self.client.start_workflow(
+            "DirectiveRun", DirectiveRunInput(snapshot=snap), id=run_id, task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE if idempotency_key
+            else WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            search_attributes=attributes,
+            static_summary=f"{directive.name} v{directive.version}: {directive.metadata.description}"[:200],
+            static_details=f"Inputs: {', '.join(f'{k}={v!r}' for k, v in snap.inputs.items()) or 'none'}\n\n"
+                           f"Directive file: {snap.source_path}\n\nContent hash: {snap.content_hash}",
+        )
+        return handle.id
+
+    async def _check_search_attributes(self) -> bool:
+        if self._attributes_ready is None:
+            try:
+                response = await self.client.operator_service.list_search_attributes(
+                    ListSearchAttributesRequest(namespace=self.client.namespace))
+                registered = response.custom_attributes
+                self._attributes_ready = all(
+                    registered.get(a.name) == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for a in SEARCH_ATTRIBUTES)
+            except RPCError:
+                self._attributes_ready = False
+        return self._attributes_ready
+
+    # ---------------------------------------------------------------- steer
+    def handle(self, run_id: str) -> WorkflowHandle:
+        return self.client.get_workflow_handle(run_id, result_type=DirectiveRunResult)
+
+    async def status(self, run_id: str) -> RunStatus:
+        try:
+            return await self.handle(run_id).query("status", result_type=RunStatus)
+        except RPCError as exc:
+            raise _translate(exc, run_id) from None
+
+    async def call_tool(self, run_id: str, tool: str, arguments: dict[str, Any], client_name: str = "cli",
+                        update_id: str | None = None) -> ToolCallResult:
+        return await self._update(run_id, "call_tool", CallToolRequest(tool=tool, arguments=arguments,
+                                                                       client=client_name), ToolCallResult, update_id)
+
+    async def complete_step(self, run_id: str, step: str, outputs: dict[str, Any]) -> CompleteStepResult:
+        return await self._update(run_id, "complete_step", CompleteStepRequest(step=step, outputs=outputs),
+                                  CompleteStepResult, None)
+
+    async def help(self, run_id: str, request: HelpRequest) -> None:
+        try:
+            await self.handle(run_id).signal("help", request)
+        except RPCError as exc:
+            raise _translate(exc, run_id) from None
+
+    async def cancel(self, run_id: str, reason: str = "cancelled by request") -> None:
+        try:
+            await self.handle(run_id).signal("cancel", CancelRequest(reason=reason))
+        except RPCError as exc:
+            raise _translate(exc, run_id) from None
+
+    async def _update(self, run_id: str, name: str, arg: Any, result_type: type, update_id: str | None) -> Any:
+        handle = self.handle(run_id)
+        update_id = update_id or uuid.uuid4().hex
+        for attempt in range(20):
+            try:
+                return await handle.execute_update(name, arg, id=update_id, result_type=result_type)
+            except WorkflowUpdateFailedError as exc:
+                cause = exc.cause
+                kind = getattr(cause, "type", "") or ""
+                message = getattr(cause, "message", "") or str(cause)
+                if kind == "RunContinuing":
+                    await asyncio.sleep(0.05 * (attempt + 1))
+                    continue
+                if kind == "RunStateConflict":
+                    raise RunStateConflict(message) from None
+                if kind == "InputInvalid":
+                    raise InputInvalid(message) from None
+                raise KiwiError(message) from None
+            except RPCError as exc:
+                # The run continued-as-new between our send and its acceptance: send it again
+                # to the new run. The workflow de-duplicates by update id, so nothing runs twice.
+                if exc.status == RPCStatusCode.NOT_FOUND and "completed" in (exc.message or "").lower():
+                    description = await handle.describe()
+                    if description.status != WorkflowExecutionStatus.RUNNING:
+                        name_ = description.status.name.lower() if description.status else "closed"
+                        raise RunStateConflict(f"run {run_id} has finished ({name_}); start a new run") from None
+                    continue
+                raise _translate(exc, run_id) from None
+        raise RunStateConflict(f"run {run_id} kept continuing while the call was sent; try again")
+
+    async def list_runs(self, status: str | None = None, directive: str | None = None,
+                        limit: int = 50) -> list[dict[str, Any]]:
+        clauses = ["WorkflowType = 'DirectiveRun'", f"TaskQueue = '{_quote(self.task_queue)}'"]
+        if await self._check_search_attributes():
+            if status:
+                clauses.append(f"KiwiStatus = '{_quote(status)}'")
+            if directive:
+                clauses.append(f"KiwiDirective = '{_quote(directive)}'")
+        runs = []
+        async for execution in self.client.list_workflows(" AND ".join(clauses), limit=limit):
+            attrs = execution.typed_search_attributes
+            run_status = attrs.get(SEARCH_ATTRIBUTES[1]) if self._attributes_ready else None
+            runs.append({"run_id": execution.id, "directive": attrs.get(SEARCH_ATTRIBUTES[0]) if
+                         self._attributes_ready else execution.id.split("-")[1],
+                         "status": run_status or execution.status.name.lower() if execution.status else "",
+                         "step": attrs.get(SEARCH_ATTRIBUTES[2]) if self._attributes_ready else "",
+                         "started": execution.start_time.isoformat() if execution.start_time else ""})
+        if status and not self._attributes_ready:
+            runs = [r for r in runs if r["status"] == status]
+        return runs
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _translate(exc: RPCError, run_id: str) -> KiwiError:
+    if exc.status == RPCStatusCode.NOT_FOUND:
+        return RunNotFound(f"no run '{run_id}'", hint="list runs with `kiwi runs`")
+    return KiwiError(f"Temporal refused the request: {exc.message}")

@@ -1,0 +1,195 @@
+"""Directive runs on a real Temporal dev server: steps, agent waits, the call path, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import pytest
+
+from activities.audit import read_audit
+from kiwi.errors import InputInvalid, ItemNotFound, RunStateConflict
+from tests.conftest import wait_for
+from tests.helpers import directive_md, write
+
+
+async def awaiting(runs, run_id, step):
+    async def probe():
+        status = await runs.status(run_id)
+        assert status.status not in ("failed", "timed_out"), status.error
+        return status if status.current_step and status.current_step.name == step and \
+            status.status == "awaiting_agent" else None
+    return await wait_for(probe, what=f"{run_id} to wait on {step}")
+
+
+async def test_hello_kiwi_runs_auto_steps_then_waits_for_the_agent(runs, project):
+    run_id = await runs.start("hello_kiwi", {"name": "Ada"})
+    assert run_id.startswith("run-hello_kiwi-")
+    status = await awaiting(runs, run_id, "confirm")
+    assert (project / "notes" / "hello.md").read_text() == "Hello, Ada! Kiwi wrote this file."
+    counted = next(s for s in status.steps if s.name == "count_words")
+    assert counted.outputs["result"] == {"words": 6, "lines": 1}
+    assert "Read notes/hello.md" in status.current_step.action and "greets Ada" in status.current_step.action
+
+    read = await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})
+    assert read.status == "ok" and read.result["content"].startswith("Hello, Ada")
+
+    done = await runs.complete_step(run_id, "confirm", {"confirmed": True})
+    assert done.status == "completed" and done.next_step is None
+    result = await runs.handle(run_id).result()
+    assert result.status == "completed" and result.outputs["confirm"] == {"confirmed": True}
+
+    events = [r["event"] for r in read_audit(str(project), run_id)]
+    assert events.count("tool_call") == 3 and events[-1] == "run_finished"
+    assert [r["seq"] for r in read_audit(str(project), run_id)] == list(range(1, len(events) + 1))
+
+
+async def test_denied_calls_are_refused_audited_and_nothing_happens(runs, project):
+    run_id = await runs.start("hello_kiwi", {"name": "Bo"})
+    await awaiting(runs, run_id, "confirm")
+    (project / "secret.txt").write_text("top secret")
+    (project / "notes" / "link.txt").symlink_to(project.parent)
+    cases = [
+        ("filesystem.read", {"path": "../outside.txt"}, "leaves the project root"),
+        ("filesystem.read", {"path": "/etc/passwd"}, "absolute path"),
+        ("filesystem.read", {"path": "secret.txt"}, "read not allowed on 'secret.txt'"),
+        ("filesystem.write", {"path": "src/a.py", "content": "x"}, "write not allowed"),
+        ("filesystem.read", {"path": "notes/link.txt/etc"}, "outside the project root"),
+        ("shell.run", {"command": "git status"}, "not in the allowlist"),
+        ("shell.run", {"command": "git status; rm -rf /"}, "refused"),
+    ]
+    for tool, args, reason in cases:
+        result = await runs.call_tool(run_id, tool, args)
+        assert result.status == "denied", (tool, args, result)
+        assert reason in result.reason
+    assert not (project / "src").exists()
+    missing = await runs.call_tool(run_id, "nope.tool", {})
+    assert missing.status == "error" and missing.error_type == "ToolNotFound"
+    await runs.cancel(run_id, "test over")
+    await wait_for(lambda: _status_is(runs, run_id, "cancelled"), what="cancel")
+    audit = [r for r in read_audit(str(project), run_id) if r["event"] == "tool_call" and r["origin"] == "agent"]
+    assert [r["decision"] for r in audit] == ["denied"] * len(cases) + ["error"]
+    assert audit[2]["hint"] == 'add <read resource="filesystem" path="secret.txt"/> to <permissions>'
+
+
+async def _status_is(runs, run_id, name):
+    return (await runs.status(run_id)).status == name
+
+
+async def test_bad_input_is_a_typed_error_and_starts_nothing(runs, project):
+    with pytest.raises(ItemNotFound):
+        await runs.start("no_such_directive", {})
+    with pytest.raises(InputInvalid, match="required input 'name'"):
+        await runs.start("hello_kiwi", {})
+    with pytest.raises(InputInvalid, match="unknown input 'nmae'"):
+        await runs.start("hello_kiwi", {"nmae": "x", "name": "y"})
+    assert await runs.list_runs(directive="hello_kiwi") == []
+    run_id = await runs.start("hello_kiwi", {"name": "Cy"})
+    await awaiting(runs, run_id, "confirm")
+    with pytest.raises(RunStateConflict, match="step 'write_greeting' is not waiting.*'confirm' is"):
+        await runs.complete_step(run_id, "write_greeting", {})
+    await runs.complete_step(run_id, "confirm", {})
+    await runs.handle(run_id).result()
+    with pytest.raises(RunStateConflict, match="has finished"):
+        await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})
+
+
+async def test_same_idempotency_key_returns_the_same_run(runs):
+    first = await runs.start("hello_kiwi", {"name": "Di"}, idempotency_key="ticket-42")
+    second = await runs.start("hello_kiwi", {"name": "Di"}, idempotency_key="ticket-42")
+    assert first == second
+    assert len(await runs.list_runs(directive="hello_kiwi")) >= 1
+
+
+async def test_conditions_templating_and_step_outputs(runs, project):
+    body = """
+    <step name="probe">
+      <tool_call tool="word_count"><param name="text">{text}</param></tool_call>
+    </step>
+    <step name="long_only" condition="steps.probe.outputs.result.words > 3">
+      <tool_call tool="filesystem.write">
+        <param name="path">notes/long.txt</param><param name="content">{steps.probe.outputs.result.words} words</param>
+      </tool_call>
+    </step>
+    <step name="short_only" condition="steps.probe.outputs.result.words &lt;= 3 and not inputs.force">
+      <tool_call tool="filesystem.write">
+        <param name="path">notes/short.txt</param><param name="content">short</param>
+      </tool_call>
+    </step>"""
+    write(project / ".ai" / "directives" / "cond.md", directive_md(
+        body, name="cond", permissions='<write resource="filesystem" path="notes/**"/>'
+                                       '<execute resource="tool" id="word_count"/>',
+        inputs='<input name="text" type="string" required="true"/><input name="force" type="boolean" default="false"/>'))
+    run_id = await runs.start("cond", {"text": "one two three four five"})
+    result = await runs.handle(run_id).result()
+    assert result.status == "completed"
+    assert (project / "notes" / "long.txt").read_text() == "5 words"
+    assert not (project / "notes" / "short.txt").exists()
+    status = await runs.status(run_id)
+    assert {s.name: s.status for s in status.steps} == {"probe": "completed", "long_only": "completed",
+                                                       "short_only": "skipped"}
+
+
+async def test_rate_limit_and_loop_warnings(runs, project):
+    write(project / ".ai" / "config" / "agent_harness.yaml", "rate_limits:\n  filesystem.write: 3\n"
+          "loop_detection:\n  repeat_threshold: 3\n  max_warnings: 100\n")
+    run_id = await runs.start("hello_kiwi", {"name": "Ed"})
+    await awaiting(runs, run_id, "confirm")
+    # write_greeting already used one of the three writes.
+    results = [await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/{i}.txt", "content": "x"})
+               for i in range(3)]
+    assert [r.status for r in results] == ["ok", "ok", "rate_limited"]
+    assert not (project / "notes" / "2.txt").exists()
+    repeated = [await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"}) for _ in range(3)]
+    assert repeated[-1].warnings and "same call" in repeated[-1].warnings[0]
+    assert not repeated[0].warnings
+
+
+async def test_long_runs_continue_as_new_and_callers_never_notice(runs, project):
+    write(project / ".ai" / "config" / "agent_harness.yaml",
+          "runs:\n  continue_as_new_after_updates: 15\nloop_detection:\n  repeat_threshold: 1000\n"
+          "rate_limits:\n  filesystem.write: 1000\n")
+    run_id = await runs.start("hello_kiwi", {"name": "Flo"})
+    await awaiting(runs, run_id, "confirm")
+    for i in range(50):
+        result = await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/n{i}.txt", "content": str(i)})
+        assert result.status == "ok", result
+    status = await runs.status(run_id)
+    assert status.continued >= 2 and status.calls == 52
+    await runs.complete_step(run_id, "confirm", {"ok": True})
+    result = await runs.handle(run_id).result()
+    assert result.status == "completed" and result.calls == 52
+    records = read_audit(str(project), run_id)
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
+    assert sum(1 for r in records if r["event"] == "tool_call") == 52
+
+
+async def kiwi_cli(*argv: str) -> tuple[int, str, str]:
+    """Run the real `kiwi` command line in a child process."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "kiwi", *argv, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_cli_run_status_complete_and_audit(runs, project, temporal_env):
+    target = temporal_env.client.service_client.config.target_host
+    common = ["--address", target, "--task-queue", runs.task_queue]
+    code, out, err = await kiwi_cli("run", "hello_kiwi", "--input", "name=Gus", "--wait", "--json", *common)
+    assert code == 0, err
+    status = json.loads(out)
+    assert status["status"] == "awaiting_agent" and status["current_step"]["name"] == "confirm"
+    run_id = status["run_id"]
+    code, out, err = await kiwi_cli("complete-step", run_id, "confirm", "--output", "confirmed=true", *common)
+    assert code == 0 and "run is completed" in out, err
+    code, out, _ = await kiwi_cli("status", run_id, "--json", *common)
+    assert json.loads(out)["steps"][2]["outputs"] == {"confirmed": True}
+    code, out, _ = await kiwi_cli("audit", run_id)
+    assert code == 0 and "run_finished" in out
+    code, out, _ = await kiwi_cli("runs", "--status", "completed", *common)
+    assert run_id in out
+    code, _, err = await kiwi_cli("complete-step", run_id, "confirm", *common)
+    assert code == 1 and "has finished" in err
+    code, _, err = await kiwi_cli("run", "hello_kiwi", *common)
+    assert code == 1 and "required input 'name'" in err and "Traceback" not in err

@@ -1,0 +1,469 @@
+"""``DirectiveRun``: one directive run as one Temporal workflow.
+
+Steps run in order. A step whose calls are bound runs them as activities; a step that needs
+the agent waits (``awaiting_agent``) until ``complete_step`` arrives. Every tool call, from a
+step or from the agent (the ``call_tool`` update), goes through the same path here: tool
+lookup, permission check, rate limit, loop detection, activity, audit. Decisions are made in
+this deterministic code and recorded in history; side effects happen only in activities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.audit import AuditActivities
+    from activities.commands import CommandActivities, GitActivities
+    from activities.filesystem import FilesystemActivities
+    from kiwi.conditions import ConditionError, parse_condition
+    from kiwi.contracts import (
+        DIRECTIVE_ATTR,
+        STATUS_ATTR,
+        STEP_ATTR,
+        TERMINAL,
+        AuditBatch,
+        CallRecord,
+        CallToolRequest,
+        CancelRequest,
+        CommandRequest,
+        CompleteStepRequest,
+        CompleteStepResult,
+        DirectiveRunInput,
+        DirectiveRunResult,
+        FilesystemRequest,
+        GitRequest,
+        HelpRecord,
+        HelpRequest,
+        LocalToolRequest,
+        RunState,
+        RunStatus,
+        StepRecord,
+        StepView,
+        ToolCallResult,
+    )
+    from kiwi.directive import Step, callable_tool, plan_step
+    from kiwi.guards import detect_loop, digest, rate_patterns, redact, summarise_call, summarise_result
+    from kiwi.policy import BUILTIN_TOOLS, FILESYSTEM_TOOLS, parse_command
+    from kiwi.templating import TemplateError, render
+
+RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), backoff_coefficient=2.0,
+                    maximum_interval=timedelta(seconds=10), maximum_attempts=5,
+                    non_retryable_error_types=["PermissionDenied", "FileNotFound", "ToolNotFound", "ToolFailed",
+                                               "ToolTimeout", "GitUnavailable", "CommandNotFound"])
+FS_ACTIVITIES = {
+    "filesystem.read": FilesystemActivities.read_file,
+    "filesystem.write": FilesystemActivities.write_file,
+    "filesystem.list": FilesystemActivities.list_directory,
+    "filesystem.create": FilesystemActivities.create_directory,
+    "filesystem.delete": FilesystemActivities.delete_path,
+    "filesystem.move": FilesystemActivities.move_path,
+}
+GIT_ACTIVITIES = {"git.status": GitActivities.git_status, "git.diff": GitActivities.git_diff,
+                  "git.commit": GitActivities.git_commit}
+RECENT_CALLS = 20
+LOOP_WINDOW = 10
+
+
+class StepFailed(ApplicationError):
+    pass
+
+
+@workflow.defn(name="DirectiveRun", failure_exception_types=[TemplateError, ConditionError])
+class DirectiveRun:
+    @workflow.init
+    def __init__(self, input: DirectiveRunInput) -> None:
+        self.snap = input.snapshot
+        self.state = input.state or RunState()
+        self.updates = 0
+        self.audit_lock = asyncio.Lock()
+        self.draining = False
+
+    # ------------------------------------------------------------------ main loop
+    @workflow.run
+    async def run(self, input: DirectiveRunInput) -> DirectiveRunResult:
+        state = self.state
+        if not state.started_at:
+            state.started_at = workflow.now().isoformat()
+        directive = self.snap.directive
+        self._publish()
+        try:
+            while state.step_index < len(directive.steps) and state.status not in TERMINAL:
+                step = directive.steps[state.step_index]
+                await self._run_step(step)
+                if state.status in TERMINAL:
+                    break
+                state.step_index += 1
+                await self._flush_audit()
+                if self._should_continue():
+                    await self._continue_as_new()
+            if state.status not in TERMINAL:
+                state.status = "completed"
+        except StepFailed as exc:
+            state.status = "failed"
+            state.error = exc.message
+        except TemplateError as exc:
+            state.status = "failed"
+            state.error = str(exc)
+        self._audit({"event": "run_finished", "status": state.status, "error": state.error})
+        self._publish()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._flush_audit(force=True)
+        if state.status == "failed":
+            raise ApplicationError(state.error, type="StepFailed", non_retryable=True)
+        if state.status == "timed_out":
+            raise ApplicationError(state.error, type="RunTimedOut", non_retryable=True)
+        return self._result()
+
+    async def _run_step(self, step: Step) -> None:
+        state = self.state
+        record = state.steps.get(step.name) or StepRecord(name=step.name)
+        state.steps[step.name] = record
+        if record.status in ("completed", "skipped"):
+            return
+        context = self._context()
+        if step.condition and record.status == "pending" and not parse_condition(step.condition).evaluate(context):
+            record.status = "skipped"
+            record.reason = f"condition false: {step.condition}"
+            self._audit({"event": "step_skipped", "step": step.name, "reason": record.reason})
+            return
+        plan = plan_step(step, self.snap.directive, frozenset(self.snap.local_tools))
+        record.mode = plan.mode
+        record.reason = plan.reason
+        if record.status == "pending":
+            record.status = "running"
+            record.started_at = workflow.now().isoformat()
+            self._publish()
+            if plan.mode == "auto" or plan.prerun:
+                for call in step.tool_calls:
+                    args = render(call.params, self._context())
+                    result = await self._call(call.tool, args, origin="step", step=step.name)
+                    if result.status != "ok":
+                        raise StepFailed(f"step '{step.name}': {call.tool} {result.status}: {result.reason}",
+                                         type="StepFailed", non_retryable=True)
+                    record.prerun_results.append(result.result)
+        if plan.mode == "auto":
+            results = record.prerun_results
+            record.outputs = {"result": results[-1] if results else None, "results": results}
+            self._finish_step(record)
+            return
+        record.status = "awaiting_agent"
+        state.status = "awaiting_agent"
+        self._publish()
+        while True:
+            timeout = self._remaining()
+            try:
+                await workflow.wait_condition(
+                    lambda: record.status != "awaiting_agent" or bool(state.cancel_reason) or self._should_continue(),
+                    timeout=timeout)
+            except TimeoutError:
+                state.status = "timed_out"
+                state.error = f"run deadline of {self.snap.limits.deadline_seconds:g}s passed while step " \
+                              f"'{step.name}' waited for the agent"
+                return
+            if state.cancel_reason:
+                state.status = "cancelled"
+                return
+            if record.status != "awaiting_agent":
+                state.status = "running"
+                return
+            await self._continue_as_new()
+
+    def _finish_step(self, record: StepRecord) -> None:
+        record.status = "completed"
+        record.finished_at = workflow.now().isoformat()
+        self._audit({"event": "step_completed", "step": record.name, "mode": record.mode,
+                     "outputs": redact(record.outputs)})
+
+    # ------------------------------------------------------------------ handlers
+    @workflow.update
+    async def call_tool(self, request: CallToolRequest) -> ToolCallResult:
+        """Make one tool call through the run's policy (the agent's path to every tool)."""
+        self.updates += 1
+        # A caller that lost the answer while the run continued-as-new sends the same update id
+        # again; answer it from the carried state instead of calling the tool twice.
+        update_id = workflow.current_update_info().id if workflow.current_update_info() else ""
+        if update_id in self.state.recent_updates:
+            return self.state.recent_updates[update_id]
+        result = await self._call(request.tool, request.arguments, origin="agent", client=request.client)
+        if update_id:
+            recent = {**self.state.recent_updates, update_id: result}
+            self.state.recent_updates = dict(list(recent.items())[-50:])
+        return result
+
+    @call_tool.validator
+    def _validate_call_tool(self, request: CallToolRequest) -> None:
+        if self.draining:
+            raise ApplicationError("run is continuing as new; send the call again", type="RunContinuing")
+        if self.state.status in TERMINAL:
+            raise ApplicationError(f"run {self.snap.run_id} has finished ({self.state.status}); start a new run",
+                                   type="RunStateConflict")
+        if not request.tool:
+            raise ApplicationError("'tool' is required, e.g. filesystem.read", type="InputInvalid")
+
+    @workflow.update
+    async def complete_step(self, request: CompleteStepRequest) -> CompleteStepResult:
+        """The agent finished the current step; ``outputs`` become ``{steps.NAME.outputs.KEY}``."""
+        self.updates += 1
+        record = self.state.steps[request.step]
+        record.outputs = {**({"prerun_results": record.prerun_results} if record.prerun_results else {}),
+                          **request.outputs}
+        self._finish_step(record)
+        index = next(i for i, s in enumerate(self.snap.directive.steps) if s.name == request.step)
+        last = len(self.snap.directive.steps) - 1
+        await workflow.wait_condition(lambda: self.state.status in TERMINAL or (
+            self.state.step_index > index and index < last))
+        next_step = self._current_step_name()
+        return CompleteStepResult(step=request.step, status=self.state.status, next_step=next_step)
+
+    @complete_step.validator
+    def _validate_complete_step(self, request: CompleteStepRequest) -> None:
+        if self.draining:
+            raise ApplicationError("run is continuing as new; send the call again", type="RunContinuing")
+        record = self.state.steps.get(request.step)
+        if self.state.status in TERMINAL:
+            raise ApplicationError(f"run {self.snap.run_id} has finished ({self.state.status})",
+                                   type="RunStateConflict")
+        if record is None or record.status != "awaiting_agent":
+            current = self._current_step_name()
+            waiting = current if current and self.state.steps.get(current, StepRecord(name="")).status == \
+                "awaiting_agent" else None
+            raise ApplicationError(
+                f"step '{request.step}' is not waiting for the agent"
+                + (f"; step '{waiting}' is" if waiting else "; no step is waiting now"),
+                type="RunStateConflict")
+
+    @workflow.signal
+    def cancel(self, request: CancelRequest) -> None:
+        if self.state.status not in TERMINAL:
+            self.state.cancel_reason = request.reason or "cancelled"
+            self._audit({"event": "cancel_requested", "reason": self.state.cancel_reason})
+
+    @workflow.signal
+    def help(self, request: HelpRequest) -> None:
+        """Agent control signals: stuck, escalate, checkpoint. Recorded and shown in the status."""
+        self.state.help.append(HelpRecord(kind=request.kind, reason=request.reason, attempts=request.attempts,
+                                          options=request.options, at=workflow.now().isoformat()))
+        self._audit({"event": f"help_{request.kind}", "reason": request.reason, "attempts": request.attempts})
+        self._publish()
+
+    @workflow.query
+    def status(self) -> RunStatus:
+        directive = self.snap.directive
+        views = [self._view(s) for s in directive.steps]
+        current_name = self._current_step_name()
+        current = next((v for v in views if v.name == current_name), None)
+        waiting = ""
+        if self.state.status == "awaiting_agent" and current:
+            waiting = f"the agent to complete step '{current.name}'"
+        return RunStatus(run_id=self.snap.run_id, directive=directive.name, version=directive.version,
+                         status=self.state.status, current_step=current, steps=views, inputs=self.snap.inputs,
+                         waiting_for=waiting, last_calls=self.state.recent_calls[-10:], help=self.state.help,
+                         calls=self.state.call_seq, error=self.state.error, continued=self.state.continued)
+
+    # ------------------------------------------------------------------ the call path
+    async def _call(self, tool: str, args: dict[str, Any], *, origin: str, step: str | None = None,
+                    client: str = "") -> ToolCallResult:
+        state, snap = self.state, self.snap
+        state.call_seq += 1
+        seq = state.call_seq
+        step = step or self._current_step_name()
+        started = workflow.now()
+        result, warning = self._admit(tool, args, seq)
+        if result is None:
+            try:
+                value = await self._execute(tool, args)
+                result = ToolCallResult(status="ok", tool=tool, result=value, call_seq=seq,
+                                        warnings=[warning] if warning else [])
+            except ActivityError as exc:
+                cause = exc.cause
+                kind = getattr(cause, "type", None) or "ActivityFailed"
+                message = getattr(cause, "message", None) or str(cause or exc)
+                result = ToolCallResult(status="denied" if kind == "PermissionDenied" else "error", tool=tool,
+                                        reason=message, error_type=kind, call_seq=seq)
+            if result.status == "ok":
+                result_hash = digest(result.result)
+                state.result_hashes = (state.result_hashes + [result_hash])[-LOOP_WINDOW:]
+                same = state.result_hashes[-snap.limits.loop_repeat_threshold:]
+                if (len(same) == snap.limits.loop_repeat_threshold and len(set(same)) == 1
+                        and len(set(state.loop_hashes[-snap.limits.loop_repeat_threshold:])) > 1):
+                    result.warnings.append("the same result came back several times in a row; you may be looping")
+                    state.loop_warnings += 1
+        state.recent_calls = (state.recent_calls + [CallRecord(
+            seq=seq, tool=tool, status=result.status, origin=origin, step=step, reason=result.reason,
+            summary=summarise_call(tool, args), at=started.isoformat())])[-RECENT_CALLS:]
+        self._audit({"event": "tool_call", "call_seq": seq, "origin": origin, "step": step,
+                     "client": client or snap.client, "tool": tool, "arguments": redact(args),
+                     "decision": "allowed" if result.status == "ok" or (
+                         result.status == "error" and result.error_type != "ToolNotFound") else result.status,
+                     "reason": result.reason, "hint": result.hint, "error_type": result.error_type,
+                     "result": summarise_result(result.result) if result.status == "ok" else "",
+                     "duration_ms": int((workflow.now() - started).total_seconds() * 1000)})
+        if state.loop_warnings >= snap.limits.loop_max_warnings and state.status not in TERMINAL:
+            state.status = "stuck"
+            self._publish()
+        if len(state.audit_pending) >= snap.limits.audit_batch_size:
+            await self._flush_audit()
+        return result
+
+    def _admit(self, tool: str, args: dict[str, Any], seq: int) -> tuple[ToolCallResult | None, str]:
+        """Tool lookup, permission, rate limit and loop checks; a result here means 'not executed'."""
+        snap, state = self.snap, self.state
+        if not callable_tool(tool, snap.directive, frozenset(snap.local_tools)) or tool in (
+                "git.checkpoint", "git.rollback", "directive.run"):
+            known = ", ".join(sorted([*BUILTIN_TOOLS[:9], *snap.local_tools]))
+            return ToolCallResult(status="error", tool=tool, error_type="ToolNotFound", call_seq=seq,
+                                  reason=f"no tool '{tool}' in this run",
+                                  hint=f"tools this run can call: {known}"), ""
+        decision = snap.grants.check(tool, args, blocked_commands=snap.limits.blocked_commands)
+        if not decision.allowed:
+            return ToolCallResult(status="denied", tool=tool, reason=decision.reason, hint=decision.hint,
+                                  error_type="PermissionDenied", call_seq=seq), ""
+        for pattern in rate_patterns(tool, snap.limits.rate_limits, snap.local_tools):
+            count = state.call_counts.get(pattern, 0) + 1
+            if count > snap.limits.rate_limits[pattern]:
+                return ToolCallResult(status="rate_limited", tool=tool, error_type="RateLimited", call_seq=seq,
+                                      reason=f"rate limit for {pattern} is {snap.limits.rate_limits[pattern]} "
+                                             "calls per run"), ""
+        for pattern in rate_patterns(tool, snap.limits.rate_limits, snap.local_tools):
+            state.call_counts[pattern] = state.call_counts.get(pattern, 0) + 1
+        state.loop_hashes = (state.loop_hashes + [digest([tool, args])])[-LOOP_WINDOW:]
+        warning = detect_loop(state.loop_hashes, snap.limits.loop_repeat_threshold)
+        if warning:
+            state.loop_warnings += 1
+        return None, warning
+
+    async def _execute(self, tool: str, args: dict[str, Any]) -> Any:
+        snap = self.snap
+        root = snap.project_root
+        summary = summarise_call(tool, args)
+        options: dict[str, Any] = {"start_to_close_timeout": timedelta(seconds=60), "retry_policy": RETRY,
+                                   "summary": summary}
+        if tool in FILESYSTEM_TOOLS:
+            read_only = tool in ("filesystem.read", "filesystem.list")
+            grants = snap.grants.fs_read if read_only else snap.grants.fs_write
+            content = args.get("content")
+            request = FilesystemRequest(project_root=root, path=str(args.get("path") or args.get("source") or ""),
+                                        destination=str(args.get("destination", "")),
+                                        content=content if isinstance(content, str) or content is None else
+                                        str(content), encoding=args.get("encoding", "utf-8"),
+                                        allowed=grants, denied=snap.grants.deny_fs)
+            value = await workflow.execute_activity_method(FS_ACTIVITIES[tool], request, **options)
+        elif tool == "shell.run":
+            argv = parse_command(args)
+            assert isinstance(argv, list)
+            request = CommandRequest(project_root=root, argv=argv, cwd=str(args.get("cwd", ".")),
+                                     timeout_seconds=float(args.get("timeout", 120)))
+            value = await workflow.execute_activity_method(
+                CommandActivities.run_command, request, heartbeat_timeout=timedelta(seconds=10),
+                **{**options, "start_to_close_timeout": timedelta(seconds=request.timeout_seconds + 30)})
+        elif tool in GIT_ACTIVITIES:
+            request = GitRequest(project_root=root, message=str(args.get("message", "")),
+                                 paths=[str(p) for p in args.get("paths", [])])
+            value = await workflow.execute_activity_method(GIT_ACTIVITIES[tool], request, **options)
+        elif tool in snap.local_tools:
+            spec = snap.local_tools[tool]
+            value = await workflow.execute_activity_method(
+                CommandActivities.run_local_tool, LocalToolRequest(project_root=root, tool=spec, params=args),
+                heartbeat_timeout=timedelta(seconds=10),
+                **{**options, "summary": f"tool {tool}",
+                   "start_to_close_timeout": timedelta(seconds=spec.timeout_seconds + 30)})
+        else:
+            raise ApplicationError(f"'{tool}' needs the MCP client pool, which this worker does not run yet",
+                                   type="ToolNotFound", non_retryable=True)
+        return value
+
+    # ------------------------------------------------------------------ audit
+    def _audit(self, record: dict[str, Any]) -> None:
+        self.state.audit_seq += 1
+        self.state.audit_pending.append({
+            "seq": self.state.audit_seq, "time": workflow.now().isoformat(), "run_id": self.snap.run_id,
+            "workflow_run_id": workflow.info().run_id, "directive": self.snap.directive.name, **record})
+
+    async def _flush_audit(self, force: bool = False) -> None:
+        async with self.audit_lock:
+            batch = list(self.state.audit_pending)
+            if not batch:
+                return
+            await workflow.execute_activity_method(
+                AuditActivities.write_audit_records,
+                AuditBatch(project_root=self.snap.project_root, run_id=self.snap.run_id, records=batch),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+                summary=f"audit {len(batch)} records")
+            flushed = {r["seq"] for r in batch}
+            self.state.audit_pending = [r for r in self.state.audit_pending if r["seq"] not in flushed]
+
+    # ------------------------------------------------------------------ helpers
+    def _context(self) -> dict[str, Any]:
+        return {"inputs": self.snap.inputs,
+                "steps": {name: {"outputs": rec.outputs, "status": rec.status}
+                          for name, rec in self.state.steps.items()}}
+
+    def _current_step_name(self) -> str | None:
+        steps = self.snap.directive.steps
+        return steps[self.state.step_index].name if self.state.step_index < len(steps) else None
+
+    def _remaining(self) -> timedelta | None:
+        deadline = self.snap.limits.deadline_seconds
+        if not deadline:
+            return None
+        elapsed = workflow.now() - datetime.fromisoformat(self.state.started_at)
+        return max(timedelta(seconds=deadline) - elapsed, timedelta(milliseconds=1))
+
+    def _should_continue(self) -> bool:
+        return self.updates >= self.snap.limits.max_updates_before_continue or \
+            workflow.info().is_continue_as_new_suggested()
+
+    async def _continue_as_new(self) -> None:
+        # Refuse new updates (callers resend them to the new run), finish the ones in flight,
+        # and write their audit records, so nothing is lost across the boundary.
+        self.draining = True
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._flush_audit(force=True)
+        self.state.continued += 1
+        workflow.continue_as_new(DirectiveRunInput(snapshot=self.snap, state=self.state))
+
+    def _view(self, step: Step) -> StepView:
+        record = self.state.steps.get(step.name) or StepRecord(name=step.name)
+        plan = plan_step(step, self.snap.directive, frozenset(self.snap.local_tools))
+        return StepView(name=step.name, status=record.status, mode=plan.mode, reason=plan.reason,
+                        description=step.description, action=render_safe(step.action, self._context()),
+                        tools=[c.tool for c in step.tool_calls], outputs=record.outputs,
+                        prerun_results=record.prerun_results)
+
+    def _publish(self) -> None:
+        """Keep search attributes and current details up to date for the Temporal UI."""
+        state = self.state
+        step = self._current_step_name() or ""
+        if self.snap.search_attributes:
+            workflow.upsert_search_attributes([DIRECTIVE_ATTR.value_set(self.snap.directive.name),
+                                               STATUS_ATTR.value_set(state.status), STEP_ATTR.value_set(step)])
+        lines = [f"**{state.status}**" + (f" · step `{step}`" if step else ""),
+                 f"{self.state.step_index}/{len(self.snap.directive.steps)} steps done · {state.call_seq} calls"]
+        if state.status == "awaiting_agent":
+            lines.append(f"Waiting for the agent to complete step `{step}`")
+        if state.recent_calls:
+            last = state.recent_calls[-1]
+            lines.append(f"Last call: {last.summary} → {last.status}")
+        if state.error:
+            lines.append(f"Error: {state.error}")
+        workflow.set_current_details("\n\n".join(lines))
+
+    def _result(self) -> DirectiveRunResult:
+        return DirectiveRunResult(run_id=self.snap.run_id, status=self.state.status,
+                                  outputs={n: r.outputs for n, r in self.state.steps.items()},
+                                  error=self.state.error, calls=self.state.call_seq)
+
+
+def render_safe(text: str, context: dict[str, Any]) -> str:
+    try:
+        rendered = render(text, context)
+    except TemplateError:
+        return text
+    return rendered if isinstance(rendered, str) else text
