@@ -1,0 +1,176 @@
+"""Runs survive crashes: a killed worker, a killed dev server; deadlines on a time-skipping server;
+committed histories still replay."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from kiwi.devserver import DevServer, free_port
+from kiwi.runs import RunClient
+from kiwi.store import ItemStore
+from tests.conftest import wait_for
+from tests.helpers import directive_md, write
+from workers.main import WORKFLOWS, build_worker
+
+HISTORIES = Path(__file__).parent / "histories"
+TICK = '''import pathlib
+
+
+def main(label: str) -> dict:
+    with pathlib.Path("ticks.log").open("a") as handle:
+        handle.write(label + "\\n")
+    return {"ticked": label}
+'''
+
+
+def tick_project(project: Path) -> None:
+    write(project / ".ai" / "tools" / "tick" / "tool.yaml",
+          "tool_id: tick\ntool_type: python\nexecutor:\n  entrypoint: main.py\nparameters:\n"
+          "  - name: label\n    type: string\n    required: true\nmutates_state: true\n")
+    write(project / ".ai" / "tools" / "tick" / "main.py", TICK)
+    body = """
+    <step name="first"><tool_call tool="tick"><param name="label">first</param></tool_call></step>
+    <step name="review"><action>Look at ticks.log and say ok.</action></step>
+    <step name="second"><tool_call tool="tick"><param name="label">second</param></tool_call></step>"""
+    write(project / ".ai" / "directives" / "ticker.md", directive_md(
+        body, name="ticker", permissions='<execute resource="tool" id="tick"/>'))
+
+
+async def start_worker_process(address: str, queue: str) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kiwi", "worker", "--address", address, "--task-queue", queue,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    assert b"kiwi worker" in line, line
+    return proc
+
+
+async def awaiting_step(runs: RunClient, run_id: str, step: str, timeout: float = 60):
+    async def probe():
+        status = await runs.status(run_id)
+        return status.status == "awaiting_agent" and status.current_step.name == step
+    await wait_for(probe, timeout=timeout, what=f"step {step} to wait for the agent")
+
+
+async def test_kill_9_worker_mid_run_new_worker_finishes_without_repeating_steps(temporal_env, project):
+    tick_project(project)
+    address = temporal_env.client.service_client.config.target_host
+    queue = f"kiwi-kill-{uuid.uuid4().hex[:8]}"
+    runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
+    worker = await start_worker_process(address, queue)
+    try:
+        run_id = await runs.start("ticker", {})
+        await awaiting_step(runs, run_id, "review")
+        os.killpg(worker.pid, signal.SIGKILL)
+        await worker.wait()
+        worker = await start_worker_process(address, queue)
+        done = await asyncio.wait_for(runs.complete_step(run_id, "review", {"ok": True}), 60)
+        assert done.next_step == "second"
+        result = await runs.handle(run_id).result()
+        assert result.outputs["second"]["result"] == {"ticked": "second"}
+        assert (project / "ticks.log").read_text().splitlines() == ["first", "second"]
+    finally:
+        if worker.returncode is None:
+            os.killpg(worker.pid, signal.SIGTERM)
+            await worker.wait()
+
+
+async def test_dev_server_killed_and_restarted_on_its_sqlite_file_keeps_waiting_runs(project, tmp_path):
+    tick_project(project)
+    server = DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=tmp_path / "state.sqlite",
+                       pragmas={"journal_mode": "wal", "synchronous": "normal"})
+    await server.start()
+    queue = "kiwi-restart"
+    try:
+        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        runs = RunClient(client, ItemStore(project), task_queue=queue)
+        async with build_worker(client, queue):
+            run_id = await runs.start("ticker", {})
+            await awaiting_step(runs, run_id, "review")
+        os.killpg(server.process.pid, signal.SIGKILL)
+        server.process.wait()
+        await server.start()
+        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        runs = RunClient(client, ItemStore(project), task_queue=queue)
+        async with build_worker(client, queue):
+            await awaiting_step(runs, run_id, "review")
+            await runs.complete_step(run_id, "review", {"ok": True})
+            result = await runs.handle(run_id).result()
+        assert result.status == "completed"
+        assert (project / "ticks.log").read_text().splitlines() == ["first", "second"]
+    finally:
+        server.stop()
+
+
+async def test_a_three_day_deadline_times_out_in_milliseconds(time_skipping_env, project):
+    queue = f"kiwi-ts-{uuid.uuid4().hex[:8]}"
+    runs = RunClient(time_skipping_env.client, ItemStore(project), task_queue=queue)
+    async with build_worker(time_skipping_env.client, queue):
+        run_id = await runs.start("hello_kiwi", {"name": "Tess"}, deadline_seconds=3 * 24 * 3600)
+        started = asyncio.get_running_loop().time()
+        await awaiting_step(runs, run_id, "confirm")
+        await time_skipping_env.sleep(timedelta(days=3, minutes=1))
+        with pytest.raises(WorkflowFailureError) as info:
+            await runs.handle(run_id).result()
+        assert info.value.cause.type == "RunTimedOut"
+        assert "deadline of 259200s passed while step 'confirm' waited" in info.value.cause.message
+        assert asyncio.get_running_loop().time() - started < 60
+        assert (await runs.status(run_id)).status == "timed_out"
+
+
+@pytest.mark.parametrize("history", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
+async def test_committed_histories_replay(history):
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    from temporalio.client import WorkflowHistory
+
+    await replayer.replay_workflow(WorkflowHistory.from_json(history.stem, json.loads(history.read_text())))
+
+
+def test_there_are_committed_histories():
+    assert len(list(HISTORIES.glob("*.json"))) >= 1, "record one with: KIWI_RECORD_HISTORY=1 scripts/test -k record"
+
+
+@pytest.mark.skipif(not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record")
+async def test_record_history(runs, project):
+    """Re-record tests/histories/hello_kiwi.json after an intended workflow change."""
+    run_id = await runs.start("hello_kiwi", {"name": "Replay"})
+    await awaiting_step(runs, run_id, "confirm")
+    await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})
+    await runs.call_tool(run_id, "filesystem.read", {"path": "../nope"})
+    await runs.complete_step(run_id, "confirm", {"confirmed": True})
+    await runs.handle(run_id).result()
+    history = json.loads((await runs.handle(run_id).fetch_history()).to_json())
+    # Payloads name the test's temporary folder; replace it so no machine path is committed.
+    scrubbed = _scrub(history, str(project), "/project")
+    (HISTORIES / "hello_kiwi.json").write_text(json.dumps(scrubbed, indent=1))
+    assert str(project) not in (HISTORIES / "hello_kiwi.json").read_text()
+
+
+def _scrub(node, old: str, new: str):
+    import base64
+
+    if isinstance(node, dict):
+        if set(node) >= {"metadata", "data"} and isinstance(node["data"], str):
+            try:
+                text = base64.b64decode(node["data"]).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                return node
+            return {**node, "data": base64.b64encode(text.replace(old, new).encode()).decode()}
+        return {k: _scrub(v, old, new) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_scrub(v, old, new) for v in node]
+    if isinstance(node, str):
+        return node.replace(old, new)
+    return node
