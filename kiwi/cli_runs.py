@@ -258,6 +258,29 @@ def cmd_dev(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from mcp_frontend.server import build_server, serve_http
+    from workers.connect import connect
+
+    async def go() -> int:
+        try:
+            client = await connect(args.address, args.namespace)
+        except RuntimeError as exc:
+            raise KiwiError(f"cannot reach Temporal: {exc}", hint="start it with `kiwi dev`") from None
+        if args.http:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            print(f"kiwi mcp: streamable HTTP at http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
+            await serve_http(client, args.host, args.port, stop, args.task_queue)
+        else:
+            await build_server(client, task_queue=args.task_queue).run_stdio_async()
+        return 0
+
+    return asyncio.run(go())
+
+
 def _connection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", help="Temporal address (default: KIWI_TEMPORAL_ADDRESS, TEMPORAL_ADDRESS, "
                                           "a temporal.toml profile, or 127.0.0.1:7233)")
@@ -323,6 +346,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reason", default="cancelled from the CLI", help="why (recorded in the audit trail)")
     _connection(p)
     p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("mcp", help="serve the MCP front end (search, load, execute, help) on stdio or HTTP")
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1; any other needs "
+                                                       "KIWI_MCP_TOKEN)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    _connection(p)
+    p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("audit", help="print a run's audit trail (.ai/logs/audit)")
     p.add_argument("run", help="run id")

@@ -1,0 +1,272 @@
+"""Kiwi's MCP front end: four tools (search, load, execute, help) over stdio or streamable HTTP.
+
+Thin by design: it resolves items, starts runs, sends updates and signals, runs queries and
+translates errors into the seeds' shape ``{error, item_type, action, item_id, message, hint}``.
+It keeps no run state, so restarting it mid-run loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import Field
+from temporalio.client import Client
+
+from kiwi.contracts import HelpRequest
+from kiwi.directive import Directive
+from kiwi.errors import ItemInvalid, KiwiError
+from kiwi.runs import RunClient
+from kiwi.store import ItemStore, find_project_root
+
+INSTRUCTIONS = """Kiwi runs directives (reusable workflow specs) durably on Temporal.
+Typical flow: search(item_type="directive", query=...) → load(...) to read its steps and inputs →
+execute(item_type="directive", action="run", item_id=NAME, parameters={inputs}) → follow the current
+step's instructions, making tool calls with execute(item_type="tool", action="call", run_id=...,
+item_id=TOOL, parameters={args}) → execute(item_type="run", action="complete_step", run_id=...,
+parameters={"step": NAME, "outputs": {...}}). Every call is checked against the directive's permissions.
+Use help(action="stuck"|"escalate"|"checkpoint", run_id=...) when you need a human."""
+
+ItemKind = Literal["directive", "tool", "knowledge", "run"]
+
+
+def error(item_type: str, action: str, item_id: str, exc: BaseException) -> dict[str, Any]:
+    """The seeds' error shape, built from the error's type, never from its text."""
+    kind = getattr(exc, "type", None) or type(exc).__name__
+    message = getattr(exc, "message", None) or str(exc)
+    hint = getattr(exc, "hint", "") or ""
+    if isinstance(exc, ItemInvalid):
+        hint = hint or "fix the problems listed, then validate again"
+    return {"error": kind, "item_type": item_type, "action": action, "item_id": item_id, "message": message,
+            "hint": hint}
+
+
+def build_server(client: Client, project_root: Path | None = None, task_queue: str = "kiwi",
+                 client_name: str = "mcp") -> MCPServer:
+    root = project_root or find_project_root()
+
+    def runs() -> RunClient:
+        # A fresh store per request: items are re-scanned incrementally, so edits show at once.
+        return RunClient(client, ItemStore(root), task_queue=task_queue)
+
+    server = MCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0")
+
+    @server.tool(description="Find directives, tools, knowledge (multi-term relevance search) or runs. "
+                             "Example: search(item_type='directive', query='deploy database').")
+    async def search(
+        item_type: ItemKind = Field(description="what to search: directive, tool, knowledge, or run"),
+        query: str = Field(default="", description="words to look for; for runs, an optional directive name"),
+        source: Literal["all", "project", "user"] = Field(default="all", description="which item space"),
+        status: str | None = Field(default=None, description="runs only: e.g. awaiting_agent, completed"),
+        limit: int = Field(default=10, ge=1, le=100, description="at most this many results"),
+    ) -> dict[str, Any]:
+        try:
+            if item_type == "run":
+                rows = await runs().list_runs(status=status, directive=query or None, limit=limit)
+                return {"results": rows}
+            found = ItemStore(root).search(query, item_type=item_type, source=source, limit=limit)
+            return {"results": [r.as_dict() for r in found]}
+        except KiwiError as exc:
+            return error(item_type, "search", query, exc)
+
+    @server.tool(description="Load one item: its content and parsed form. For a directive: inputs, permissions, "
+                             "steps and which steps run by themselves. Example: load(item_type='directive', "
+                             "item_id='hello_kiwi').")
+    async def load(
+        item_type: Literal["directive", "tool", "knowledge"] = Field(description="item type"),
+        item_id: str = Field(description="directive name, tool_id or zettel_id"),
+        source: Literal["all", "project", "user"] = Field(default="all", description="which item space"),
+    ) -> dict[str, Any]:
+        try:
+            store = ItemStore(root)
+            item = store.load(item_type, item_id, source=source)
+            data: dict[str, Any] = {"item_type": item_type, "item_id": item.record.item_id,
+                                    "source": item.record.source, "path": item.record.path, "content": item.text,
+                                    "problems": [str(p) for p in item.problems], "also_in": item.record.shadows}
+            if item.parsed is not None:
+                data["parsed"] = item.parsed.model_dump()
+            if isinstance(item.parsed, Directive):
+                data["steps_plan"] = [p.model_dump() for p in item.parsed.plan(frozenset(store.local_tools()))]
+            return data
+        except KiwiError as exc:
+            return error(item_type, "load", item_id, exc)
+
+    @server.tool(description=(
+        "Act on an item or a run. directive: run (parameters = inputs; returns run_id, state and the current "
+        "step's instructions), validate. run: status, complete_step (parameters={'step': NAME, 'outputs': {...}}), "
+        "cancel. tool: call (run_id required; item_id = tool id such as filesystem.read or a local tool; "
+        "parameters = its arguments). Example: execute(item_type='tool', action='call', run_id='run-x-1', "
+        "item_id='filesystem.read', parameters={'path': 'notes/hello.md'})."))
+    async def execute(
+        item_type: Literal["directive", "run", "tool"] = Field(description="directive, run, or tool"),
+        action: Literal["run", "validate", "status", "complete_step", "cancel", "call"] = Field(
+            description="what to do"),
+        item_id: str = Field(default="", description="directive name, run id, or tool id"),
+        parameters: dict[str, Any] = Field(default_factory=dict, description="inputs, outputs or arguments"),
+        run_id: str | None = Field(default=None, description="the run a tool call or run action applies to"),
+        idempotency_key: str | None = Field(default=None, description="directive run: the same key returns "
+                                                                       "the existing run"),
+    ) -> dict[str, Any]:
+        try:
+            return await _execute(runs(), root, item_type, action, item_id, parameters, run_id, idempotency_key,
+                                  client_name)
+        except KiwiError as exc:
+            return error(item_type, action, item_id or run_id or "", exc)
+
+    @server.tool(name="help", description=(
+        "Guidance, or a signal to the humans running a run: stuck (reason, attempts), escalate (reason, options), "
+        "checkpoint (reason). Example: help(action='stuck', run_id='run-x-1', reason='tests keep failing', "
+        "attempts=4)."))
+    async def help_(
+        action: Literal["guidance", "stuck", "escalate", "checkpoint"] = Field(default="guidance"),
+        topic: str = Field(default="", description="guidance topic: directives, runs, tools, permissions"),
+        run_id: str | None = Field(default=None, description="the run the signal is about"),
+        reason: str = Field(default="", description="why help is needed"),
+        attempts: int = Field(default=0, ge=0, description="failed attempts so far (stuck)"),
+        options: list[str] = Field(default_factory=list, description="choices for a human (escalate)"),
+    ) -> dict[str, Any]:
+        if action == "guidance":
+            return {"help": _guidance(topic, root)}
+        if not run_id:
+            return error("run", action, "", KiwiError("a help signal needs run_id", hint="pass the run's id"))
+        try:
+            await runs().help(run_id, HelpRequest(kind=action, reason=reason, attempts=attempts, options=options))
+        except KiwiError as exc:
+            return error("run", action, run_id, exc)
+        return {"status": f"{action}_recorded", "run_id": run_id,
+                "message": "recorded in the run's state and audit trail; operators see it in `kiwi status`"}
+
+    return server
+
+
+async def _execute(runs: RunClient, root: Path, item_type: str, action: str, item_id: str,
+                   parameters: dict[str, Any], run_id: str | None, idempotency_key: str | None,
+                   client_name: str) -> dict[str, Any]:
+    if item_type == "directive" and action == "run":
+        new_id = await runs.start(item_id, parameters, idempotency_key=idempotency_key, client_name=client_name)
+        status = await _settled(runs, new_id)
+        directive, _, _ = runs.store.load_directive(item_id)
+        return {"run_id": new_id, "state": status.status, "current_step": status.current_step.model_dump()
+                if status.current_step else None, "declared_tools": directive.metadata.tools.model_dump(),
+                "permissions": directive.grants().summary(),
+                "instructions": "Do the current step's action, making tool calls with execute(item_type='tool', "
+                                "action='call', run_id=...), then complete it with execute(item_type='run', "
+                                "action='complete_step', run_id=..., parameters={'step': ..., 'outputs': {...}})."}
+    if item_type == "directive" and action == "validate":
+        from kiwi.cli import validate_file
+
+        record = runs.store.find("directive", item_id)
+        result = validate_file(Path(record.path), frozenset(runs.store.local_tools()))
+        result.pop("_problems", None)
+        return result
+    target = run_id or item_id
+    if item_type == "run" and action == "status":
+        return (await runs.status(target)).model_dump()
+    if item_type == "run" and action == "complete_step":
+        step = parameters.get("step")
+        if not step:
+            raise KiwiError("complete_step needs parameters.step", hint="parameters={'step': NAME, 'outputs': {}}")
+        result = await runs.complete_step(target, step, parameters.get("outputs") or {})
+        status = await _settled(runs, target)
+        return {**result.model_dump(), "state": status.status,
+                "current_step": status.current_step.model_dump() if status.current_step else None}
+    if item_type == "run" and action == "cancel":
+        await runs.cancel(target, str(parameters.get("reason", "cancelled by the agent")))
+        return {"run_id": target, "status": "cancel_requested"}
+    if item_type == "tool" and action == "call":
+        if not run_id:
+            raise KiwiError("tool calls need run_id: calls outside a directive run are not served yet",
+                            hint="start a directive run and pass its run_id")
+        return (await runs.call_tool(run_id, item_id, parameters, client_name=client_name)).model_dump()
+    raise KiwiError(f"action '{action}' does not apply to item_type '{item_type}'",
+                    hint="directive: run, validate · run: status, complete_step, cancel · tool: call")
+
+
+async def _settled(runs: RunClient, run_id: str, timeout: float = 20.0):
+    """The run's status once it waits for the agent or finishes (or after ``timeout``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = 0.02
+    while True:
+        status = await runs.status(run_id)
+        if status.status != "running" or loop.time() > deadline:
+            return status
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+def _guidance(topic: str, root: Path) -> str:
+    store = ItemStore(root)
+    directives = [r.item_id for r in store.list_items("directive") if r.valid][:20]
+    tools = sorted(store.local_tools())
+    text = {
+        "permissions": "Calls are checked against the directive's <permissions>: filesystem read/write globs "
+                       "('*' stays in one folder, '**' crosses folders), tool ids, shell command allowlists, MCP "
+                       "tool allowlists. Denials come back with a hint naming the grant that would allow them.",
+        "tools": "Built-in tools: filesystem.read/write/list/create/delete/move (path relative to the project), "
+                 "shell.run (command or argv; no shell syntax), git.status/diff/commit. Local tools: "
+                 + (", ".join(tools) or "none"),
+    }.get(topic, "")
+    return (text + "\n\n" if text else "") + INSTRUCTIONS + "\n\nDirectives here: " + (", ".join(directives) or "none")
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class BearerToken:
+    """ASGI middleware: every request must carry ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.token = token.encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            given = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(given, b"Bearer " + self.token):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": b'{"error": "missing or wrong bearer token"}'})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(server: MCPServer, host: str, port: int) -> Any:
+    token = os.environ.get("KIWI_MCP_TOKEN", "")
+    if not _is_loopback(host) and not token:
+        raise KiwiError(f"refusing to serve MCP on {host} without a token",
+                        hint="set KIWI_MCP_TOKEN, or bind to 127.0.0.1")
+    hosts = ["127.0.0.1", "localhost", "[::1]"] if _is_loopback(host) else [host]
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{h}:{port}" for h in hosts] + hosts,
+        allowed_origins=[f"http://{h}:{port}" for h in hosts])
+    app = server.streamable_http_app(transport_security=security, host=host)
+    return BearerToken(app, token) if token else app
+
+
+async def serve_http(client: Client, host: str, port: int, stop: asyncio.Event | None = None,
+                     task_queue: str = "kiwi") -> None:
+    import uvicorn
+
+    app = http_app(build_server(client, task_queue=task_queue), host, port)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    web = uvicorn.Server(config)
+    task = asyncio.create_task(web.serve())
+    if stop is not None:
+        await stop.wait()
+        web.should_exit = True
+    await task

@@ -1,0 +1,109 @@
+"""The MCP front end with a real MCP client: in memory, over stdio, and over streamable HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+
+import httpx
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters
+
+from kiwi.devserver import free_port
+from mcp_frontend.server import build_server
+from tests.conftest import wait_for
+
+
+def data(result) -> dict:
+    assert not result.is_error, result
+    if result.structured_content is not None:
+        return result.structured_content
+    return json.loads(result.content[0].text)
+
+
+async def agent_session(client: Client) -> str:
+    """What an agent does: find, load, run, call through the run, complete the step, see it done."""
+    tools = {t.name for t in (await client.list_tools()).tools}
+    assert tools == {"search", "load", "execute", "help"}
+    found = data(await client.call_tool("search", {"item_type": "directive", "query": "greeting"}))
+    assert found["results"][0]["item_id"] == "hello_kiwi"
+    loaded = data(await client.call_tool("load", {"item_type": "directive", "item_id": "hello_kiwi"}))
+    assert [p["mode"] for p in loaded["steps_plan"]] == ["auto", "auto", "agent"]
+    started = data(await client.call_tool("execute", {"item_type": "directive", "action": "run",
+                                                      "item_id": "hello_kiwi", "parameters": {"name": "Mo"}}))
+    run_id = started["run_id"]
+    assert started["state"] == "awaiting_agent" and started["current_step"]["name"] == "confirm"
+    read = data(await client.call_tool("execute", {"item_type": "tool", "action": "call", "run_id": run_id,
+                                                   "item_id": "filesystem.read",
+                                                   "parameters": {"path": "notes/hello.md"}}))
+    assert read.get("status") == "ok", read
+    assert "Hello, Mo" in read["result"]["content"]
+    denied = data(await client.call_tool("execute", {"item_type": "tool", "action": "call", "run_id": run_id,
+                                                     "item_id": "filesystem.write",
+                                                     "parameters": {"path": "../escape.txt", "content": "x"}}))
+    assert denied["status"] == "denied"
+    done = data(await client.call_tool("execute", {"item_type": "run", "action": "complete_step", "run_id": run_id,
+                                                   "parameters": {"step": "confirm", "outputs": {"confirmed": True}}}))
+    assert done["state"] == "completed"
+    return run_id
+
+
+async def test_in_memory_agent_flow_and_error_shape(runs, project, temporal_env):
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        await agent_session(client)
+        missing = data(await client.call_tool("execute", {"item_type": "directive", "action": "run",
+                                                          "item_id": "nope"}))
+        assert missing["error"] == "ItemNotFound" and missing["item_id"] == "nope" and missing["hint"]
+        bad = data(await client.call_tool("execute", {"item_type": "directive", "action": "run",
+                                                      "item_id": "hello_kiwi", "parameters": {}}))
+        assert bad["error"] == "InputInvalid" and "required input 'name'" in bad["message"]
+        signal_ = data(await client.call_tool("help", {"action": "stuck", "run_id": "run-none-x", "reason": "r"}))
+        assert signal_["error"] == "RunNotFound"
+        guidance = data(await client.call_tool("help", {"topic": "tools"}))
+        assert "word_count" in guidance["help"]
+
+
+async def test_stdio_end_to_end_with_the_kiwi_mcp_command(runs, project, temporal_env):
+    address = temporal_env.client.service_client.config.target_host
+    params = StdioServerParameters(command=sys.executable, args=["-m", "kiwi", "mcp", "--address", address,
+                                                                 "--task-queue", runs.task_queue],
+                                   cwd=str(project), env={**os.environ})
+    async with Client(params) as client:
+        run_id = await agent_session(client)
+    assert (await runs.status(run_id)).status == "completed"
+
+
+async def test_http_refuses_foreign_origin_and_missing_token(runs, project, temporal_env):
+    address = temporal_env.client.service_client.config.target_host
+    port = free_port()
+    env = {**os.environ, "KIWI_MCP_TOKEN": "s3cret"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kiwi", "mcp", "--http", "--port", str(port), "--address", address,
+        "--task-queue", runs.task_queue, cwd=str(project), env=env, start_new_session=True,
+        stderr=asyncio.subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/mcp"
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+            async def up():
+                try:
+                    return (await http.post(url, json=init, headers=headers)).status_code
+                except httpx.TransportError:
+                    return None
+            assert await wait_for(up, what="MCP HTTP server") == 401
+            ok = await http.post(url, json=init, headers={**headers, "authorization": "Bearer s3cret"})
+            assert ok.status_code == 200
+            foreign = await http.post(url, json=init, headers={**headers, "authorization": "Bearer s3cret",
+                                                              "origin": "http://evil.example"})
+            assert foreign.status_code == 403
+            wrong = await http.post(url, json=init, headers={**headers, "authorization": "Bearer nope"})
+            assert wrong.status_code == 401
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        await proc.wait()
