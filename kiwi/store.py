@@ -25,7 +25,7 @@ ItemType = Literal["directive", "tool", "knowledge"]
 ITEM_TYPES: tuple[ItemType, ...] = ("directive", "tool", "knowledge")
 SOURCES = ("project", "user")
 MAX_ITEM_BYTES = 1_000_000
-_SCHEMA_VERSION = 2
+_SCHEMA_VERSION = 3
 
 
 def user_space() -> Path:
@@ -182,7 +182,7 @@ class ItemStore:
                     item_id TEXT NOT NULL, source TEXT NOT NULL, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL,
                     name TEXT, description TEXT, category TEXT, tags TEXT, valid INTEGER NOT NULL,
                     problems TEXT NOT NULL);
-                CREATE INDEX items_by_id ON items(item_type, item_id);
+                CREATE INDEX items_by_id ON items(item_id, item_type);
                 CREATE VIRTUAL TABLE items_fts USING fts5(name, description, category, tags, content,
                     tokenize = 'unicode61 remove_diacritics 2');
             """)
@@ -301,14 +301,16 @@ class ItemStore:
         sql += " ORDER BY rank LIMIT ?"
         args.append(max(1, min(limit, 200)))
         records = [self._record(r) for r in self._connect().execute(sql, args)]
-        for record in records:
-            record.shadows = self._others(record)
+        if records:
+            # One query for every record's other copies (the same id in another file or space).
+            marks = ",".join("?" * len(records))
+            rows = self._connect().execute(
+                f"SELECT item_type, item_id, source, path FROM items WHERE item_id IN ({marks})",
+                [r.item_id for r in records]).fetchall()
+            for record in records:
+                record.shadows = [f"{src}: {path}" for kind, item_id, src, path in rows
+                                  if kind == record.item_type and item_id == record.item_id and path != record.path]
         return records
-
-    def _others(self, record: ItemRecord) -> list[str]:
-        rows = self._connect().execute("SELECT source, path FROM items WHERE item_type=? AND item_id=? AND path<>?",
-                                       (record.item_type, record.item_id, record.path))
-        return [f"{source}: {path}" for source, path in rows]
 
     def find(self, item_type: ItemType, item_id: str, *, source: str = "all", refresh: bool = True) -> ItemRecord:
         """Locate one item, project space first; the same id elsewhere is reported in ``shadows``."""

@@ -1,0 +1,91 @@
+"""Run benchmark on the tuned dev server: a 3-step automatic directive, start -> completed.
+
+    .venv/bin/python bench/bench_runs.py [--runs 40] [--concurrency 10]
+
+Prints p50/p99 latency of sequential runs and sustained runs/s with concurrent starters,
+with the machine's load average, against the issue's targets (p50 <= 150 ms, >= 20 runs/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from temporalio.client import Client  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+
+from kiwi.cli import main as kiwi  # noqa: E402
+from kiwi.devserver import DevServer, free_port  # noqa: E402
+from kiwi.runs import RunClient  # noqa: E402
+from kiwi.store import ItemStore  # noqa: E402
+from tests.helpers import directive_md, write  # noqa: E402
+from workers.main import build_worker  # noqa: E402
+
+STEPS = "\n".join(f'<step name="w{i}"><tool_call tool="filesystem.write"><param name="path">out/{{tag}}-{i}.txt</param>'
+                  f'<param name="content">step {i}</param></tool_call></step>' for i in range(3))
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * p))]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--concurrency", type=int, default=10)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        os.environ["AI_USER_SPACE"] = str(root / "user")
+        os.chdir(root)
+        kiwi(["init", "--json"])
+        write(root / ".ai" / "directives" / "three.md", directive_md(
+            STEPS, name="three", permissions='<write resource="filesystem" path="out/**"/>',
+            inputs='<input name="tag" type="string" required="true"/>'))
+        server = DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=root / "t.sqlite",
+                           pragmas={"journal_mode": "wal", "synchronous": "normal"},
+                           dynamic_config={"history.transferProcessorMaxPollRPS": 1000})
+        await server.start()
+        try:
+            client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+            runs = RunClient(client, ItemStore(root))
+            async with build_worker(client):
+                async def one(tag: str) -> float:
+                    t0 = time.perf_counter()
+                    run_id = await runs.start("three", {"tag": tag})
+                    result = await runs.handle(run_id).result()
+                    assert result.status == "completed"
+                    return (time.perf_counter() - t0) * 1000
+
+                for i in range(3):
+                    await one(f"warm{i}")
+                latencies = [await one(f"seq{i}") for i in range(args.runs)]
+                sem = asyncio.Semaphore(args.concurrency)
+
+                async def limited(tag: str) -> float:
+                    async with sem:
+                        return await one(tag)
+
+                t0 = time.perf_counter()
+                await asyncio.gather(*(limited(f"par{i}") for i in range(args.runs * 2)))
+                elapsed = time.perf_counter() - t0
+        finally:
+            server.stop()
+    print(f"3-step automatic directive, {args.runs} sequential runs "
+          f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
+    print(f"start -> completed p50: {pct(latencies, .5):7.1f} ms   (target <= 150 ms)")
+    print(f"start -> completed p99: {pct(latencies, .99):7.1f} ms")
+    print(f"sustained, {args.concurrency} concurrent starters: {args.runs * 2 / elapsed:6.1f} runs/s   "
+          "(target >= 20 runs/s)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,74 @@
+"""`kiwi dev` as a user runs it: dev server + worker + MCP front end, a run end to end, clean Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from kiwi.devserver import free_port
+from kiwi.runs import RunClient
+from kiwi.store import ItemStore
+
+
+async def read_until(stream, marker: bytes, timeout: float = 90) -> bytes:
+    seen = b""
+    async def go():
+        nonlocal seen
+        while marker not in seen:
+            line = await stream.readline()
+            if not line:
+                raise AssertionError(f"kiwi dev exited before printing {marker!r}; output so far:\n{seen.decode()}")
+            seen += line
+        return seen
+    return await asyncio.wait_for(go(), timeout)
+
+
+async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path):
+    port, ui, mcp = free_port(), free_port(), free_port()
+    config = tmp_path / "dev.yml"
+    config.write_text(f"temporal:\n  port: {port}\n  ui_port: {ui}\n  db_file: state/temporal.sqlite\n"
+                      f"mcp:\n  port: {mcp}\n")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "kiwi", "dev", "--config", str(config),
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                                                start_new_session=True)
+    try:
+        out = await read_until(proc.stdout, b"ready")
+        assert f"Temporal UI at http://127.0.0.1:{ui}".encode() in out
+        assert f"MCP front end at http://127.0.0.1:{mcp}/mcp".encode() in out
+        assert (tmp_path / "state" / "temporal.sqlite").exists()
+        client = await Client.connect(f"127.0.0.1:{port}", data_converter=pydantic_data_converter)
+        runs = RunClient(client, ItemStore(project))
+        run_id = await runs.start("hello_kiwi", {"name": "Dev"})
+        assert run_id.startswith("run-hello_kiwi-")
+        assert await runs._check_search_attributes() is True
+        async def waiting():
+            while (await runs.status(run_id)).status != "awaiting_agent":
+                await asyncio.sleep(0.05)
+        await asyncio.wait_for(waiting(), 60)
+        listed = await runs.list_runs(status="awaiting_agent")
+        assert [r["run_id"] for r in listed] == [run_id] and listed[0]["step"] == "confirm"
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        rest = await asyncio.wait_for(proc.stdout.read(), 60)
+        await proc.wait()
+    assert proc.returncode == 0 and b"kiwi dev: stopped" in rest
+
+
+async def test_kiwi_dev_refuses_a_port_taken_by_something_else(project, tmp_path):
+    blocker = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = blocker.sockets[0].getsockname()[1]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kiwi", "dev", "--port", str(port), "--no-mcp",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        blocker.close()
+    assert proc.returncode == 1
+    assert f"port {port} on 127.0.0.1 is taken by something that is not a Temporal server".encode() in err
+    assert b"Traceback" not in err
