@@ -19,8 +19,7 @@ from kiwi.directive import parse_directive  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md  # noqa: E402
 
-WORDS = ("deploy database schema migrate test lint build release docs cache api auth token user email queue "
-         "worker report metrics backup restore index search parse render upload image video audio").split()
+WORDS = ["deploy", "database", "schema", "migrate", "test", "lint", "build", "release", "docs", "cache", "api", "auth", "token", "user", "email", "queue", "worker", "report", "metrics", "backup", "restore", "index", "search", "parse", "render", "upload", "image", "video", "audio"]
 
 
 def generate(root: Path, count: int) -> None:

@@ -13,7 +13,12 @@ from functools import cache, lru_cache
 @lru_cache(maxsize=4096)
 def compile_glob(pattern: str) -> re.Pattern[str]:
     """Compile a path glob to a regex over normalised relative POSIX paths."""
-    segments = [s for s in pattern.strip("/").split("/") if s not in ("", ".")] or ["**"]
+    segments: list[str] = []
+    for segment in pattern.strip("/").split("/"):
+        # "**/**" means the same as "**"; collapsing keeps the regex simple.
+        if segment not in ("", ".") and not (segment == "**" and segments[-1:] == ["**"]):
+            segments.append(segment)
+    segments = segments or ["**"]
     out: list[str] = []
     for index, segment in enumerate(segments):
         last = index == len(segments) - 1
@@ -34,6 +39,20 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
     # Joining "x/" with "(?:/.*)?" would double the slash; normalise it.
     regex = regex.replace("/(?:/.*)?", "(?:/.*)?")
     return re.compile(regex + r"\Z", re.DOTALL)
+
+
+@lru_cache(maxsize=1024)
+def _any_glob(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?P<g{i}>{compile_glob(p).pattern})" for i, p in enumerate(patterns)), re.DOTALL)
+
+
+def first_match(patterns: list[str] | tuple[str, ...], path: str) -> str | None:
+    """The first of ``patterns`` that matches ``path`` (one combined regex, cached), or None."""
+    if not patterns:
+        return None
+    key = tuple(patterns)
+    match = _any_glob(key).match(path)
+    return key[int(match.lastgroup[1:])] if match and match.lastgroup else None
 
 
 def glob_match(pattern: str, path: str) -> bool:

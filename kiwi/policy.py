@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from kiwi.globs import glob_covered, glob_match
+from kiwi.globs import first_match, glob_covered
 
 FILESYSTEM_TOOLS = (
     "filesystem.read",
@@ -168,12 +168,12 @@ class PermissionSet(BaseModel):
         if isinstance(rel, Decision):
             return rel
         grants = self.fs_read if mode == "read" else self.fs_write
-        for pattern in self.deny_fs:
-            if glob_match(pattern, rel):
-                return Decision(allowed=False, reason=f"'{rel}' is explicitly denied by '{pattern}'")
-        for pattern in grants:
-            if glob_match(pattern, rel):
-                return Decision(allowed=True, checked_against=[pattern])
+        denied = first_match(self.deny_fs, rel)
+        if denied is not None:
+            return Decision(allowed=False, reason=f"'{rel}' is explicitly denied by '{denied}'")
+        granted = first_match(grants, rel)
+        if granted is not None:
+            return Decision(allowed=True, checked_against=[granted])
         parent = posixpath.dirname(rel) or "."
         suggestion = f"{parent}/**" if parent != "." else rel
         return Decision(

@@ -107,3 +107,21 @@ async def test_http_refuses_foreign_origin_and_missing_token(runs, project, temp
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         await proc.wait()
+
+
+async def test_front_end_restarted_mid_run_the_agent_carries_on_with_the_same_run(runs, project, temporal_env):
+    address = temporal_env.client.service_client.config.target_host
+    params = StdioServerParameters(command=sys.executable, args=["-m", "kiwi", "mcp", "--address", address,
+                                                                 "--task-queue", runs.task_queue],
+                                   cwd=str(project), env={**os.environ})
+    async with Client(params) as first:
+        started = data(await first.call_tool("execute", {"item_type": "directive", "action": "run",
+                                                         "item_id": "hello_kiwi", "parameters": {"name": "Re"}}))
+    run_id = started["run_id"]
+    # The first front-end process has exited; a new one knows nothing but the run id.
+    async with Client(params) as second:
+        status = data(await second.call_tool("execute", {"item_type": "run", "action": "status", "run_id": run_id}))
+        assert status["status"] == "awaiting_agent" and status["current_step"]["name"] == "confirm"
+        done = data(await second.call_tool("execute", {"item_type": "run", "action": "complete_step",
+                                                       "run_id": run_id, "parameters": {"step": "confirm"}}))
+        assert done["state"] == "completed"

@@ -28,6 +28,7 @@ def grants(*entries: tuple[str, dict[str, str]]) -> PermissionSet:
         ("tests/unit/*.py", "tests/test_a.py", False),
         ("a/**/b", "a/b", True),
         ("a/**/b", "a/x/y/b", True),
+        ("**/**", "src/src", True),
     ],
 )
 def test_glob_semantics(pattern, path, expected):
