@@ -51,8 +51,6 @@ class AuditActivities:
                 continue
             with path.open("a", encoding="utf-8") as handle:
                 handle.write("".join(json.dumps(r, default=str) + "\n" for r in fresh))
-                handle.flush()
-                os.fsync(handle.fileno())
             written += len(fresh)
         return written
 

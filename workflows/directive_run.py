@@ -390,12 +390,16 @@ class DirectiveRun:
             batch = list(self.state.audit_pending)
             if not batch:
                 return
-            await workflow.execute_activity_method(
-                AuditActivities.write_audit_records,
-                AuditBatch(project_root=self.snap.project_root, run_id=self.snap.run_id, records=batch),
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
-                summary=f"audit {len(batch)} records")
+            # A local activity: the audit file is written by the worker running this workflow,
+            # without a round trip through the task queue. Retries are idempotent (sequence numbers).
+            request = AuditBatch(project_root=self.snap.project_root, run_id=self.snap.run_id, records=batch)
+            options: dict[str, Any] = {"start_to_close_timeout": timedelta(seconds=30),
+                                       "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
+                                       "summary": f"audit {len(batch)} records"}
+            if workflow.patched("audit-local-activity"):
+                await workflow.execute_local_activity_method(AuditActivities.write_audit_records, request, **options)
+            else:
+                await workflow.execute_activity_method(AuditActivities.write_audit_records, request, **options)
             flushed = {r["seq"] for r in batch}
             self.state.audit_pending = [r for r in self.state.audit_pending if r["seq"] not in flushed]
 
