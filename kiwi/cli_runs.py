@@ -154,7 +154,10 @@ def cmd_call(args: argparse.Namespace) -> int:
             arguments = json.loads(args.arguments) if args.arguments else {}
         except json.JSONDecodeError as exc:
             raise InputInvalid(f"arguments are not JSON: {exc}", hint='e.g. \'{"path": "src/app.py"}\'') from None
-        result = await runs.call_tool(args.run, args.tool, arguments)
+        if args.run:
+            result = await runs.call_tool(args.run, args.tool, arguments)
+        else:
+            result = await runs.session_call(args.client, args.tool, arguments)
         print(result.model_dump_json(indent=2))
         return 0 if result.status == "ok" else 1
 
@@ -334,10 +337,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     _connection(p)
     p.set_defaults(func=cmd_complete_step)
 
-    p = sub.add_parser("call", help="make a tool call inside a run, through its policy")
-    p.add_argument("run", help="run id")
+    p = sub.add_parser("call", help="make a tool call through a run's policy, or the base policy outside runs")
     p.add_argument("tool", help="tool id, e.g. filesystem.read or word_count")
     p.add_argument("arguments", nargs="?", help="arguments as a JSON object")
+    p.add_argument("--run", help="the run whose grants apply (default: your session, with the base policy of "
+                                 "agent_harness.yaml)")
+    p.add_argument("--client", default="cli", help="session name for calls outside a run (default: cli)")
     _connection(p)
     p.set_defaults(func=cmd_call)
 

@@ -66,7 +66,8 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
         fs = tools.get("filesystem") or {}
         base = PermissionSet(fs_read=[str(p) for p in fs.get("read", [])],
                              fs_write=[str(p) for p in fs.get("write", [])],
-                             shell=[str(c) for c in shell.get("allowed_commands", [])])
+                             shell=[str(c) for c in shell.get("allowed_commands", [])],
+                             tools=[str(t) for t in tools.get("tools", [])])
     except (TypeError, ValueError) as exc:
         raise ItemInvalid([Problem(f"agent_harness.yaml: {exc}", sources[-1] if sources else "")]) from None
     return HarnessConfig(limits=limits, base_policy=base, sources=sources)

@@ -39,7 +39,9 @@ from kiwi.contracts import (
     RunStatus,
     ToolCallResult,
     run_workflow_id,
+    session_workflow_id,
 )
+from kiwi.directive import Directive, Metadata, Step
 from kiwi.errors import InputInvalid, KiwiError, RunNotFound, RunStateConflict
 from kiwi.harness import load_harness
 from kiwi.signing import content_hash
@@ -55,18 +57,21 @@ class RunClient:
         self._attributes_ready: bool | None = None
 
     # ---------------------------------------------------------------- start
+    def _local_tool_specs(self) -> dict[str, LocalToolSpec]:
+        specs = {}
+        for tool_id, manifest in self.store.local_tools().items():
+            if manifest.tool_type in ("python", "bash") and manifest.entrypoint:
+                entry = Path(manifest.path) if manifest.legacy else Path(manifest.path).parent / manifest.entrypoint
+                specs[tool_id] = LocalToolSpec(tool_id=tool_id, tool_type=manifest.tool_type, entrypoint=str(entry),
+                                               mutates_state=manifest.mutates_state,
+                                               timeout_seconds=float(manifest.executor.get("timeout", 300)))
+        return specs
+
     def snapshot(self, name: str, inputs: dict[str, Any], run_id: str, client_name: str = "cli",
                  deadline_seconds: float | None = None) -> RunSnapshot:
         directive, text, path = self.store.load_directive(name)
         bound = bind_inputs(directive, inputs)
-        tools = self.store.local_tools()
-        specs = {}
-        for tool_id, manifest in tools.items():
-            if manifest.tool_type in ("python", "bash") and manifest.entrypoint:
-                entry = Path(manifest.path).parent / manifest.entrypoint if not manifest.legacy else Path(manifest.path)
-                specs[tool_id] = LocalToolSpec(tool_id=tool_id, tool_type=manifest.tool_type, entrypoint=str(entry),
-                                               mutates_state=manifest.mutates_state,
-                                               timeout_seconds=float(manifest.executor.get("timeout", 300)))
+        specs = self._local_tool_specs()
         for call in (c for s in directive.steps for c in s.tool_calls):
             if "." not in call.tool and call.tool not in specs:
                 raise InputInvalid(f"directive '{name}' step calls tool '{call.tool}', which is not a local tool",
@@ -114,6 +119,29 @@ class RunClient:
             except RPCError:
                 self._attributes_ready = False
         return self._attributes_ready
+
+    def session_snapshot(self, client_name: str) -> RunSnapshot:
+        """A per-client session: the harness's base policy, one step that waits forever."""
+        harness = load_harness(self.store.project_root, self.store.user)
+        directive = Directive(name="session", version="1.0.0",
+                              metadata=Metadata(description=f"interactive calls of {client_name} outside a run"),
+                              steps=[Step(name="interactive", mode="agent",
+                                          action="Calls made outside a directive run, checked against the "
+                                                 "base policy of agent_harness.yaml.")])
+        return RunSnapshot(run_id=session_workflow_id(client_name), directive=directive, content_hash="",
+                           grants=harness.base_policy, project_root=str(self.store.project_root), client=client_name,
+                           local_tools=self._local_tool_specs(), limits=harness.limits,
+                           search_attributes=self._attributes_ready or False)
+
+    async def session_call(self, client_name: str, tool: str, arguments: dict[str, Any]) -> ToolCallResult:
+        """A tool call outside any directive run: through the client's session workflow and base policy."""
+        await self._check_search_attributes()
+        snap = self.session_snapshot(client_name)
+        await self.client.start_workflow(
+            "DirectiveRun", DirectiveRunInput(snapshot=snap), id=snap.run_id, task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"session of {client_name}: calls outside a directive run")
+        return await self.call_tool(snap.run_id, tool, arguments, client_name=client_name)
 
     # ---------------------------------------------------------------- steer
     def handle(self, run_id: str) -> WorkflowHandle:

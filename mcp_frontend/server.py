@@ -100,8 +100,8 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
     @server.tool(description=(
         "Act on an item or a run. directive: run (parameters = inputs; returns run_id, state and the current "
         "step's instructions), validate. run: status, complete_step (parameters={'step': NAME, 'outputs': {...}}), "
-        "cancel. tool: call (run_id required; item_id = tool id such as filesystem.read or a local tool; "
-        "parameters = its arguments). Example: execute(item_type='tool', action='call', run_id='run-x-1', "
+        "cancel. tool: call (item_id = tool id such as filesystem.read or a local tool; parameters = its "
+        "arguments; with run_id the run's grants apply, without it the base policy of agent_harness.yaml). Example: execute(item_type='tool', action='call', run_id='run-x-1', "
         "item_id='filesystem.read', parameters={'path': 'notes/hello.md'})."))
     async def execute(
         item_type: Literal["directive", "run", "tool"] = Field(description="directive, run, or tool"),
@@ -181,8 +181,7 @@ async def _execute(runs: RunClient, root: Path, item_type: str, action: str, ite
         return {"run_id": target, "status": "cancel_requested"}
     if item_type == "tool" and action == "call":
         if not run_id:
-            raise KiwiError("tool calls need run_id: calls outside a directive run are not served yet",
-                            hint="start a directive run and pass its run_id")
+            return (await runs.session_call(client_name, item_id, parameters)).model_dump()
         return (await runs.call_tool(run_id, item_id, parameters, client_name=client_name)).model_dump()
     raise KiwiError(f"action '{action}' does not apply to item_type '{item_type}'",
                     hint="directive: run, validate · run: status, complete_step, cancel · tool: call")

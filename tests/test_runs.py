@@ -193,3 +193,22 @@ async def test_cli_run_status_complete_and_audit(runs, project, temporal_env):
     assert code == 1 and "has finished" in err
     code, _, err = await kiwi_cli("run", "hello_kiwi", *common)
     assert code == 1 and "required input 'name'" in err and "Traceback" not in err
+
+
+async def test_calls_outside_a_run_go_through_the_session_and_base_policy(runs, project):
+    (project / "readme.txt").write_text("hi")
+    read = await runs.session_call("alice", "filesystem.read", {"path": "readme.txt"})
+    assert read.status == "ok" and read.result["content"] == "hi"
+    write_ = await runs.session_call("alice", "filesystem.write", {"path": "x.txt", "content": "no"})
+    assert write_.status == "denied" and not (project / "x.txt").exists()
+    counted = await runs.session_call("alice", "word_count", {"text": "a b c"})
+    assert counted.status == "ok" and counted.result["words"] == 3
+    blocked = await runs.session_call("alice", "shell.run", {"command": "sudo ls"})
+    assert blocked.status == "denied" and "blocked" in blocked.reason
+    status = await runs.status("session-alice")
+    assert status.calls == 4 and status.status == "awaiting_agent"
+
+    async def audited():
+        found = [r["decision"] for r in read_audit(str(project), "session-alice") if r["event"] == "tool_call"]
+        return found if len(found) == 4 else None
+    assert await wait_for(audited, what="session audit records") == ["allowed", "denied", "allowed", "denied"]

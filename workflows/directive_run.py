@@ -67,6 +67,7 @@ FS_ACTIVITIES = {
 GIT_ACTIVITIES = {"git.status": GitActivities.git_status, "git.diff": GitActivities.git_diff,
                   "git.commit": GitActivities.git_commit}
 RECENT_CALLS = 20
+AUDIT_IDLE_FLUSH = timedelta(seconds=1)
 LOOP_WINDOW = 10
 
 
@@ -157,11 +158,21 @@ class DirectiveRun:
         self._publish()
         while True:
             timeout = self._remaining()
+            idle_flush = workflow.patched("audit-idle-flush")
+            if state.audit_pending and idle_flush:
+                # Calls made while the step waits reach the audit file within seconds, not only
+                # at the next step boundary.
+                timeout = min(timeout, AUDIT_IDLE_FLUSH) if timeout else AUDIT_IDLE_FLUSH
             try:
+                armed = bool(state.audit_pending) or not idle_flush
                 await workflow.wait_condition(
-                    lambda: record.status != "awaiting_agent" or bool(state.cancel_reason) or self._should_continue(),
+                    lambda armed=armed: record.status != "awaiting_agent" or bool(state.cancel_reason)
+                    or self._should_continue() or (bool(state.audit_pending) and not armed),
                     timeout=timeout)
             except TimeoutError:
+                if self._remaining() is None or self._remaining() > timedelta(milliseconds=1):
+                    await self._flush_audit()
+                    continue
                 state.status = "timed_out"
                 state.error = f"run deadline of {self.snap.limits.deadline_seconds:g}s passed while step " \
                               f"'{step.name}' waited for the agent"
