@@ -64,6 +64,7 @@ class RunLimits(BaseModel):
     loop_max_warnings: int = 5
     deadline_seconds: float | None = None
     audit_batch_size: int = 50
+    on_escalation: Literal["deny", "intersect"] = "deny"
     max_updates_before_continue: int = 1000
 
 
@@ -105,6 +106,13 @@ class CallRecord(BaseModel):
     at: str = ""
 
 
+class ChildRecord(BaseModel):
+    run_id: str
+    directive: str
+    status: str = "running"
+    narrowed: list[str] = Field(default_factory=list)
+
+
 class StepRecord(BaseModel):
     name: str
     status: Literal["pending", "running", "awaiting_agent", "completed", "skipped", "failed"] = "pending"
@@ -144,6 +152,7 @@ class RunState(BaseModel):
     cancel_reason: str = ""
     continued: int = 0
     recent_updates: dict[str, ToolCallResult] = Field(default_factory=dict)
+    children: list[ChildRecord] = Field(default_factory=list)
 
 
 class DirectiveRunInput(BaseModel):
@@ -218,6 +227,7 @@ class RunStatus(BaseModel):
     calls: int = 0
     error: str = ""
     continued: int = 0
+    children: list[ChildRecord] = Field(default_factory=list)
 
 
 # ---------------------------------------------------------------- activity inputs
@@ -261,3 +271,12 @@ class AuditBatch(BaseModel):
     project_root: str
     run_id: str
     records: list[dict[str, Any]]
+
+
+class ResolveDirectiveRequest(BaseModel):
+    project_root: str
+    directive: str
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    run_id: str
+    client: str = ""
+    search_attributes: bool = False

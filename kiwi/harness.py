@@ -59,6 +59,11 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
         limits.max_updates_before_continue = int(runs.get("continue_as_new_after_updates",
                                                           limits.max_updates_before_continue))
         limits.audit_batch_size = int(runs.get("audit_batch_size", limits.audit_batch_size))
+        children = data.get("child_runs") or {}
+        escalation = str(children.get("on_escalation", limits.on_escalation))
+        if escalation not in ("deny", "intersect"):
+            raise ValueError(f"child_runs.on_escalation is '{escalation}'; expected deny or intersect")
+        limits.on_escalation = escalation  # type: ignore[assignment]
         tools = data.get("internal_tools") or {}
         shell = tools.get("shell") or {}
         if "blocked_commands" in shell:

@@ -49,6 +49,35 @@ from kiwi.store import ItemStore
 from kiwi.templating import bind_inputs
 
 
+def local_tool_specs(store: ItemStore) -> dict[str, LocalToolSpec]:
+    """What a run needs to call each local python/bash tool, fixed when the run starts."""
+    specs = {}
+    for tool_id, manifest in store.local_tools().items():
+        if manifest.tool_type in ("python", "bash") and manifest.entrypoint:
+            entry = Path(manifest.path) if manifest.legacy else Path(manifest.path).parent / manifest.entrypoint
+            specs[tool_id] = LocalToolSpec(tool_id=tool_id, tool_type=manifest.tool_type, entrypoint=str(entry),
+                                           mutates_state=manifest.mutates_state,
+                                           timeout_seconds=float(manifest.executor.get("timeout", 300)))
+    return specs
+
+
+def build_snapshot(store: ItemStore, name: str, inputs: dict[str, Any], run_id: str, *, client_name: str = "cli",
+                   deadline_seconds: float | None = None, search_attributes: bool = False) -> RunSnapshot:
+    """Resolve, validate and bind a directive into a run's fixed input (raises typed Kiwi errors)."""
+    directive, text, path = store.load_directive(name)
+    bound = bind_inputs(directive, inputs)
+    specs = local_tool_specs(store)
+    for call in (c for s in directive.steps for c in s.tool_calls):
+        if "." not in call.tool and call.tool not in specs:
+            raise InputInvalid(f"directive '{name}' step calls tool '{call.tool}', which is not a local tool",
+                               hint="add it under .ai/tools/ or fix the tool id (run `kiwi search` to list tools)")
+    harness = load_harness(store.project_root, store.user)
+    limits = harness.limits.model_copy(update={"deadline_seconds": deadline_seconds})
+    return RunSnapshot(run_id=run_id, directive=directive, content_hash=content_hash(text), source_path=str(path),
+                       inputs=bound, grants=directive.grants(), project_root=str(store.project_root),
+                       client=client_name, local_tools=specs, limits=limits, search_attributes=search_attributes)
+
+
 class RunClient:
     def __init__(self, client: Client, store: ItemStore, task_queue: str = TASK_QUEUE) -> None:
         self.client = client
@@ -57,31 +86,10 @@ class RunClient:
         self._attributes_ready: bool | None = None
 
     # ---------------------------------------------------------------- start
-    def _local_tool_specs(self) -> dict[str, LocalToolSpec]:
-        specs = {}
-        for tool_id, manifest in self.store.local_tools().items():
-            if manifest.tool_type in ("python", "bash") and manifest.entrypoint:
-                entry = Path(manifest.path) if manifest.legacy else Path(manifest.path).parent / manifest.entrypoint
-                specs[tool_id] = LocalToolSpec(tool_id=tool_id, tool_type=manifest.tool_type, entrypoint=str(entry),
-                                               mutates_state=manifest.mutates_state,
-                                               timeout_seconds=float(manifest.executor.get("timeout", 300)))
-        return specs
-
     def snapshot(self, name: str, inputs: dict[str, Any], run_id: str, client_name: str = "cli",
                  deadline_seconds: float | None = None) -> RunSnapshot:
-        directive, text, path = self.store.load_directive(name)
-        bound = bind_inputs(directive, inputs)
-        specs = self._local_tool_specs()
-        for call in (c for s in directive.steps for c in s.tool_calls):
-            if "." not in call.tool and call.tool not in specs:
-                raise InputInvalid(f"directive '{name}' step calls tool '{call.tool}', which is not a local tool",
-                                   hint="add it under .ai/tools/ or fix the tool id (run `kiwi search` to list tools)")
-        harness = load_harness(self.store.project_root, self.store.user)
-        limits = harness.limits.model_copy(update={"deadline_seconds": deadline_seconds})
-        return RunSnapshot(run_id=run_id, directive=directive, content_hash=content_hash(text), source_path=str(path),
-                           inputs=bound, grants=directive.grants(), project_root=str(self.store.project_root),
-                           client=client_name, local_tools=specs, limits=limits,
-                           search_attributes=self._attributes_ready or False)
+        return build_snapshot(self.store, name, inputs, run_id, client_name=client_name,
+                              deadline_seconds=deadline_seconds, search_attributes=self._attributes_ready or False)
 
     async def start(self, name: str, inputs: dict[str, Any], *, idempotency_key: str | None = None,
                     client_name: str = "cli", deadline_seconds: float | None = None) -> str:
@@ -130,7 +138,7 @@ class RunClient:
                                                  "base policy of agent_harness.yaml.")])
         return RunSnapshot(run_id=session_workflow_id(client_name), directive=directive, content_hash="",
                            grants=harness.base_policy, project_root=str(self.store.project_root), client=client_name,
-                           local_tools=self._local_tool_specs(), limits=harness.limits,
+                           local_tools=local_tool_specs(self.store), limits=harness.limits,
                            search_attributes=self._attributes_ready or False)
 
     async def session_call(self, client_name: str, tool: str, arguments: dict[str, Any]) -> ToolCallResult:

@@ -10,6 +10,7 @@ from temporalio.worker import Worker
 
 from activities.audit import AuditActivities
 from activities.commands import CommandActivities, GitActivities
+from activities.directives import DirectiveActivities
 from activities.filesystem import FilesystemActivities
 from kiwi.contracts import TASK_QUEUE
 from workflows.directive_run import DirectiveRun
@@ -21,7 +22,7 @@ def activities() -> list:
     fs, commands, git, audit = FilesystemActivities(), CommandActivities(), GitActivities(), AuditActivities()
     return [fs.read_file, fs.write_file, fs.list_directory, fs.create_directory, fs.delete_path, fs.move_path,
             commands.run_command, commands.run_local_tool, git.git_status, git.git_diff, git.git_commit,
-            audit.write_audit_records]
+            audit.write_audit_records, DirectiveActivities().resolve_directive]
 
 
 def build_worker(client: Client, task_queue: str = TASK_QUEUE) -> Worker:

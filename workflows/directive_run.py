@@ -15,11 +15,13 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.audit import AuditActivities
     from activities.commands import CommandActivities, GitActivities
+    from activities.directives import DirectiveActivities
     from activities.filesystem import FilesystemActivities
     from kiwi.conditions import ConditionError, parse_condition
     from kiwi.contracts import (
@@ -31,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         CallRecord,
         CallToolRequest,
         CancelRequest,
+        ChildRecord,
         CommandRequest,
         CompleteStepRequest,
         CompleteStepResult,
@@ -41,11 +44,13 @@ with workflow.unsafe.imports_passed_through():
         HelpRecord,
         HelpRequest,
         LocalToolRequest,
+        ResolveDirectiveRequest,
         RunState,
         RunStatus,
         StepRecord,
         StepView,
         ToolCallResult,
+        run_workflow_id,
     )
     from kiwi.directive import Step, callable_tool, plan_step
     from kiwi.guards import detect_loop, digest, rate_patterns, redact, summarise_call, summarise_result
@@ -73,6 +78,14 @@ LOOP_WINDOW = 10
 
 class StepFailed(ApplicationError):
     pass
+
+
+class CallRefused(Exception):
+    """A call the workflow decided against after looking closer (e.g. a child run's escalation)."""
+
+    def __init__(self, status: str, reason: str, hint: str = "", error_type: str = "PermissionDenied") -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.hint, self.error_type = status, reason, hint, error_type
 
 
 @workflow.defn(name="DirectiveRun", failure_exception_types=[TemplateError, ConditionError])
@@ -275,7 +288,8 @@ class DirectiveRun:
         return RunStatus(run_id=self.snap.run_id, directive=directive.name, version=directive.version,
                          status=self.state.status, current_step=current, steps=views, inputs=self.snap.inputs,
                          waiting_for=waiting, last_calls=self.state.recent_calls[-10:], help=self.state.help,
-                         calls=self.state.call_seq, error=self.state.error, continued=self.state.continued)
+                         calls=self.state.call_seq, error=self.state.error, continued=self.state.continued,
+                         children=self.state.children)
 
     # ------------------------------------------------------------------ the call path
     async def _call(self, tool: str, args: dict[str, Any], *, origin: str, step: str | None = None,
@@ -288,9 +302,12 @@ class DirectiveRun:
         result, warning = self._admit(tool, args, seq)
         if result is None:
             try:
-                value = await self._execute(tool, args)
+                value = await self._execute(tool, args, origin)
                 result = ToolCallResult(status="ok", tool=tool, result=value, call_seq=seq,
                                         warnings=[warning] if warning else [])
+            except CallRefused as exc:
+                result = ToolCallResult(status=exc.status, tool=tool, reason=exc.reason, hint=exc.hint,  # type: ignore[arg-type]
+                                        error_type=exc.error_type, call_seq=seq)
             except ActivityError as exc:
                 cause = exc.cause
                 kind = getattr(cause, "type", None) or "ActivityFailed"
@@ -326,7 +343,7 @@ class DirectiveRun:
         """Tool lookup, permission, rate limit and loop checks; a result here means 'not executed'."""
         snap, state = self.snap, self.state
         if not callable_tool(tool, snap.directive, frozenset(snap.local_tools)) or tool in (
-                "git.checkpoint", "git.rollback", "directive.run"):
+                "git.checkpoint", "git.rollback"):
             known = ", ".join(sorted([*BUILTIN_TOOLS[:9], *snap.local_tools]))
             return ToolCallResult(status="error", tool=tool, error_type="ToolNotFound", call_seq=seq,
                                   reason=f"no tool '{tool}' in this run",
@@ -349,7 +366,7 @@ class DirectiveRun:
             state.loop_warnings += 1
         return None, warning
 
-    async def _execute(self, tool: str, args: dict[str, Any]) -> Any:
+    async def _execute(self, tool: str, args: dict[str, Any], origin: str = "step") -> Any:
         snap = self.snap
         root = snap.project_root
         summary = summarise_call(tool, args)
@@ -377,6 +394,8 @@ class DirectiveRun:
             request = GitRequest(project_root=root, message=str(args.get("message", "")),
                                  paths=[str(p) for p in args.get("paths", [])])
             value = await workflow.execute_activity_method(GIT_ACTIVITIES[tool], request, **options)
+        elif tool == "directive.run":
+            value = await self._run_child(args, origin)
         elif tool in snap.local_tools:
             spec = snap.local_tools[tool]
             value = await workflow.execute_activity_method(
@@ -388,6 +407,53 @@ class DirectiveRun:
             raise ApplicationError(f"'{tool}' needs the MCP client pool, which this worker does not run yet",
                                    type="ToolNotFound", non_retryable=True)
         return value
+
+    async def _run_child(self, args: dict[str, Any], origin: str) -> Any:
+        """``directive.run``: a child run with the intersection of this run's grants and its own."""
+        snap, state = self.snap, self.state
+        name = args.get("directive") or args.get("name")
+        inputs = args.get("inputs") or {}
+        if not isinstance(name, str) or not name or not isinstance(inputs, dict):
+            raise CallRefused("error", "directive.run needs 'directive' (a name) and optional 'inputs' (an object)",
+                              error_type="InputInvalid")
+        child_id = run_workflow_id(name, f"{snap.run_id.rsplit('-', 1)[-1]}c{state.call_seq}")
+        try:
+            child = await workflow.execute_activity_method(
+                DirectiveActivities.resolve_directive,
+                ResolveDirectiveRequest(project_root=snap.project_root, directive=name, inputs=inputs, run_id=child_id,
+                                        client=snap.client, search_attributes=snap.search_attributes),
+                start_to_close_timeout=timedelta(seconds=30), retry_policy=RETRY, summary=f"resolve directive {name}")
+        except ActivityError as exc:
+            raise CallRefused("error", getattr(exc.cause, "message", str(exc)),
+                              error_type=getattr(exc.cause, "type", "") or "ItemInvalid") from None
+        excess = child.grants.exceeds(snap.grants)
+        if excess:
+            self._audit({"event": "escalation_attempt", "child_directive": name, "excess": excess,
+                         "outcome": "denied" if snap.limits.on_escalation == "deny" else "narrowed"})
+            if snap.limits.on_escalation == "deny":
+                raise CallRefused("denied", f"child directive '{name}' declares more than this run grants: "
+                                            + ", ".join(excess),
+                                  hint="grant it in the parent's <permissions>, narrow the child's, or set "
+                                       "child_runs.on_escalation: intersect in agent_harness.yaml")
+        child = child.model_copy(update={"grants": snap.grants.intersect(child.grants)})
+        handle = await workflow.start_child_workflow(
+            DirectiveRun.run, DirectiveRunInput(snapshot=child), id=child_id, task_queue=workflow.info().task_queue,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            static_summary=f"child of {snap.run_id}: {name} v{child.directive.version}")
+        record = ChildRecord(run_id=child_id, directive=name, narrowed=excess)
+        state.children.append(record)
+        self._audit({"event": "child_started", "child_run": child_id, "narrowed": excess})
+        if origin == "agent":
+            # The agent steers the child by its run id; this call does not wait for it to finish.
+            return {"run_id": child_id, "status": "started", "narrowed": excess}
+        try:
+            result = await handle
+        except ChildWorkflowError as exc:
+            record.status = "failed"
+            raise CallRefused("error", f"child run {child_id} failed: {getattr(exc.cause, 'message', exc)}",
+                              error_type="ChildRunFailed") from None
+        record.status = result.status
+        return {"run_id": child_id, "status": result.status, "outputs": result.outputs}
 
     # ------------------------------------------------------------------ audit
     def _audit(self, record: dict[str, Any]) -> None:
