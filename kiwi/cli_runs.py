@@ -174,6 +174,18 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
+def cmd_resume(args: argparse.Namespace) -> int:
+    import getpass
+
+    async def go() -> int:
+        runs = await _run_client(args)
+        await runs.resume(args.run, args.reason, by=args.by or getpass.getuser())
+        print(f"resume sent to {args.run}")
+        return 0
+
+    return asyncio.run(go())
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     from activities.audit import read_audit
     from kiwi.store import find_project_root
@@ -359,6 +371,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     _connection(p)
     p.set_defaults(func=cmd_mcp)
+
+    p = sub.add_parser("resume", help="let a run that stopped as stuck or awaiting_human carry on")
+    p.add_argument("run", help="run id")
+    p.add_argument("--reason", default="", help="why (recorded in the audit trail)")
+    p.add_argument("--by", help="who decided (default: your user name)")
+    _connection(p)
+    p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("audit", help="print a run's audit trail (.ai/logs/audit)")
     p.add_argument("run", help="run id")

@@ -153,6 +153,8 @@ class RunState(BaseModel):
     continued: int = 0
     recent_updates: dict[str, ToolCallResult] = Field(default_factory=dict)
     children: list[ChildRecord] = Field(default_factory=list)
+    held_from: str = ""
+    hold_reason: str = ""
 
 
 class DirectiveRunInput(BaseModel):
@@ -193,6 +195,13 @@ class HelpRequest(BaseModel):
     reason: str = ""
     attempts: int = 0
     options: list[str] = Field(default_factory=list)
+
+
+class ResumeRequest(BaseModel):
+    """A human lets a run that stopped as ``stuck`` or ``awaiting_human`` carry on."""
+
+    reason: str = ""
+    by: str = ""
 
 
 class CancelRequest(BaseModel):

@@ -35,6 +35,7 @@ from kiwi.contracts import (
     DirectiveRunResult,
     HelpRequest,
     LocalToolSpec,
+    ResumeRequest,
     RunSnapshot,
     RunStatus,
     ToolCallResult,
@@ -173,6 +174,12 @@ class RunClient:
     async def help(self, run_id: str, request: HelpRequest) -> None:
         try:
             await self.handle(run_id).signal("help", request)
+        except RPCError as exc:
+            raise _translate(exc, run_id) from None
+
+    async def resume(self, run_id: str, reason: str = "", by: str = "") -> None:
+        try:
+            await self.handle(run_id).signal("resume", ResumeRequest(reason=reason, by=by))
         except RPCError as exc:
             raise _translate(exc, run_id) from None
 

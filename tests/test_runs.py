@@ -212,3 +212,44 @@ async def test_calls_outside_a_run_go_through_the_session_and_base_policy(runs, 
         found = [r["decision"] for r in read_audit(str(project), "session-alice") if r["event"] == "tool_call"]
         return found if len(found) == 4 else None
     assert await wait_for(audited, what="session audit records") == ["allowed", "denied", "allowed", "denied"]
+
+
+async def test_loop_warnings_stop_the_run_as_stuck_until_a_human_resumes_it(runs, project):
+    write(project / ".ai" / "config" / "agent_harness.yaml",
+          "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 2\n")
+    run_id = await runs.start("hello_kiwi", {"name": "Lo"})
+    await awaiting(runs, run_id, "confirm")
+    same = {"path": "notes/hello.md"}
+    results = [await runs.call_tool(run_id, "filesystem.read", same) for _ in range(3)]
+    assert [bool(r.warnings) for r in results] == [False, True, True]
+    status = await runs.status(run_id)
+    assert status.status == "stuck" and "kiwi resume" in status.waiting_for
+    assert status.continued == 0  # waking to flush the audit must not continue-as-new
+    assert [r["run_id"] for r in await runs.list_runs(status="stuck")] == [run_id]
+    with pytest.raises(RunStateConflict, match="must resume it"):
+        await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})
+    with pytest.raises(RunStateConflict, match="must resume it"):
+        await runs.complete_step(run_id, "confirm", {})
+    await runs.resume(run_id, "looked at it", by="ops")
+    await wait_for(lambda: _status_is(runs, run_id, "awaiting_agent"), what="resume")
+    assert (await runs.call_tool(run_id, "filesystem.list", {"path": "notes"})).status == "ok"
+    assert (await runs.complete_step(run_id, "confirm", {})).status == "completed"
+
+
+async def test_an_agent_stuck_too_often_goes_to_a_human(runs, project):
+    from kiwi.contracts import HelpRequest
+
+    run_id = await runs.start("hello_kiwi", {"name": "Hu"})
+    await awaiting(runs, run_id, "confirm")
+    await runs.help(run_id, HelpRequest(kind="stuck", reason="tests keep failing", attempts=2))
+    assert (await runs.status(run_id)).status == "awaiting_agent"
+    await runs.help(run_id, HelpRequest(kind="stuck", reason="still failing", attempts=5))
+    status = await wait_for(lambda: _held(runs, run_id), what="awaiting_human")
+    assert "5 attempts: still failing" in status.waiting_for
+    assert [h.kind for h in status.help] == ["stuck", "stuck"]
+    assert run_id in [r["run_id"] for r in await runs.list_runs(status="awaiting_human")]
+
+
+async def _held(runs, run_id):
+    status = await runs.status(run_id)
+    return status if status.status == "awaiting_human" else None

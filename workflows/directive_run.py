@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         HelpRequest,
         LocalToolRequest,
         ResolveDirectiveRequest,
+        ResumeRequest,
         RunState,
         RunStatus,
         StepRecord,
@@ -71,6 +72,8 @@ FS_ACTIVITIES = {
 }
 GIT_ACTIVITIES = {"git.status": GitActivities.git_status, "git.diff": GitActivities.git_diff,
                   "git.commit": GitActivities.git_commit}
+HELD = ("stuck", "awaiting_human")
+STUCK_ATTEMPTS_FOR_HUMAN = 3  # the seed: more than 3 failed attempts goes to a human
 RECENT_CALLS = 20
 AUDIT_IDLE_FLUSH = timedelta(seconds=1)
 LOOP_WINDOW = 10
@@ -155,6 +158,10 @@ class DirectiveRun:
             self._publish()
             if plan.mode == "auto" or plan.prerun:
                 for call in step.tool_calls:
+                    await workflow.wait_condition(lambda: state.status not in HELD or bool(state.cancel_reason))
+                    if state.cancel_reason:
+                        state.status = "cancelled"
+                        return
                     args = render(call.params, self._context())
                     result = await self._call(call.tool, args, origin="step", step=step.name)
                     if result.status != "ok":
@@ -167,7 +174,8 @@ class DirectiveRun:
             self._finish_step(record)
             return
         record.status = "awaiting_agent"
-        state.status = "awaiting_agent"
+        if state.status not in HELD:
+            state.status = "awaiting_agent"
         self._publish()
         while True:
             timeout = self._remaining()
@@ -196,7 +204,8 @@ class DirectiveRun:
             if record.status != "awaiting_agent":
                 state.status = "running"
                 return
-            await self._continue_as_new()
+            if self._should_continue():
+                await self._continue_as_new()
 
     def _finish_step(self, record: StepRecord) -> None:
         record.status = "completed"
@@ -227,6 +236,7 @@ class DirectiveRun:
         if self.state.status in TERMINAL:
             raise ApplicationError(f"run {self.snap.run_id} has finished ({self.state.status}); start a new run",
                                    type="RunStateConflict")
+        self._refuse_if_held()
         if not request.tool:
             raise ApplicationError("'tool' is required, e.g. filesystem.read", type="InputInvalid")
 
@@ -253,6 +263,7 @@ class DirectiveRun:
         if self.state.status in TERMINAL:
             raise ApplicationError(f"run {self.snap.run_id} has finished ({self.state.status})",
                                    type="RunStateConflict")
+        self._refuse_if_held()
         if record is None or record.status != "awaiting_agent":
             current = self._current_step_name()
             waiting = current if current and self.state.steps.get(current, StepRecord(name="")).status == \
@@ -274,7 +285,34 @@ class DirectiveRun:
         self.state.help.append(HelpRecord(kind=request.kind, reason=request.reason, attempts=request.attempts,
                                           options=request.options, at=workflow.now().isoformat()))
         self._audit({"event": f"help_{request.kind}", "reason": request.reason, "attempts": request.attempts})
+        if request.kind == "stuck" and request.attempts > STUCK_ATTEMPTS_FOR_HUMAN:
+            self._hold("awaiting_human", f"the agent is stuck after {request.attempts} attempts: {request.reason}")
         self._publish()
+
+    @workflow.signal
+    def resume(self, request: ResumeRequest) -> None:
+        """A human lets a held run (stuck, awaiting_human) carry on; loop warnings start again from zero."""
+        if self.state.status not in HELD:
+            return
+        self._audit({"event": "resumed", "from": self.state.status, "reason": request.reason, "by": request.by})
+        self.state.status = self.state.held_from or "running"  # type: ignore[assignment]
+        self.state.held_from = self.state.hold_reason = ""
+        self.state.loop_warnings = 0
+        self._publish()
+
+    def _hold(self, status: str, reason: str) -> None:
+        if self.state.status in TERMINAL or self.state.status in HELD:
+            return
+        self.state.held_from = self.state.status
+        self.state.status = status  # type: ignore[assignment]
+        self.state.hold_reason = reason
+        self._audit({"event": "held", "status": status, "reason": reason})
+
+    def _refuse_if_held(self) -> None:
+        if self.state.status in HELD:
+            raise ApplicationError(
+                f"run {self.snap.run_id} is {self.state.status} ({self.state.hold_reason}); a human must resume it "
+                f"with `kiwi resume {self.snap.run_id}`", type="RunStateConflict")
 
     @workflow.query
     def status(self) -> RunStatus:
@@ -285,6 +323,8 @@ class DirectiveRun:
         waiting = ""
         if self.state.status == "awaiting_agent" and current:
             waiting = f"the agent to complete step '{current.name}'"
+        elif self.state.status in HELD:
+            waiting = f"a human to resume the run ({self.state.hold_reason}): kiwi resume {self.snap.run_id}"
         return RunStatus(run_id=self.snap.run_id, directive=directive.name, version=directive.version,
                          status=self.state.status, current_step=current, steps=views, inputs=self.snap.inputs,
                          waiting_for=waiting, last_calls=self.state.recent_calls[-10:], help=self.state.help,
@@ -332,8 +372,8 @@ class DirectiveRun:
                      "reason": result.reason, "hint": result.hint, "error_type": result.error_type,
                      "result": summarise_result(result.result) if result.status == "ok" else "",
                      "duration_ms": int((workflow.now() - started).total_seconds() * 1000)})
-        if state.loop_warnings >= snap.limits.loop_max_warnings and state.status not in TERMINAL:
-            state.status = "stuck"
+        if state.loop_warnings >= snap.limits.loop_max_warnings:
+            self._hold("stuck", f"{state.loop_warnings} loop warnings")
             self._publish()
         if len(state.audit_pending) >= snap.limits.audit_batch_size:
             await self._flush_audit()
