@@ -19,6 +19,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Field
 from temporalio.client import Client
 
+from kiwi.authoring import copy_to_project as copy_to_project_
+from kiwi.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.contracts import HelpRequest
 from kiwi.directive import Directive
 from kiwi.errors import ItemInvalid, KiwiError
@@ -82,9 +84,14 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
         item_type: Literal["directive", "tool", "knowledge"] = Field(description="item type"),
         item_id: str = Field(description="directive name, tool_id or zettel_id"),
         source: Literal["all", "project", "user"] = Field(default="all", description="which item space"),
+        copy_to_project: bool = Field(default=False, description="copy the item from the user space into the "
+                                                                  "project first"),
     ) -> dict[str, Any]:
         try:
             store = ItemStore(root)
+            if copy_to_project:
+                copy_to_project_(store, item_type, item_id)
+                store.refresh()
             item = store.load(item_type, item_id, source=source)
             data: dict[str, Any] = {"item_type": item_type, "item_id": item.record.item_id,
                                     "source": item.record.source, "path": item.record.path, "content": item.text,
@@ -99,14 +106,18 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
 
     @server.tool(description=(
         "Act on an item or a run. directive: run (parameters = inputs; returns run_id, state and the current "
-        "step's instructions), validate. run: status, complete_step (parameters={'step': NAME, 'outputs': {...}}), "
+"step's instructions), validate, create and update (parameters={'content': the whole Markdown file}; "
+        "only valid directives are written), delete (parameters={'confirm': true}). knowledge: create, update "
+        "(parameters={'title', 'entry_type', 'category', 'tags', 'content'}), delete, link (parameters={'to': ID, "
+        "'relation': 'references'}). run: status, complete_step (parameters={'step': NAME, 'outputs': {...}}), "
         "cancel. tool: call (item_id = tool id such as filesystem.read or a local tool; parameters = its "
         "arguments; with run_id the run's grants apply, without it the base policy of agent_harness.yaml). Example: execute(item_type='tool', action='call', run_id='run-x-1', "
         "item_id='filesystem.read', parameters={'path': 'notes/hello.md'})."))
     async def execute(
-        item_type: Literal["directive", "run", "tool"] = Field(description="directive, run, or tool"),
-        action: Literal["run", "validate", "status", "complete_step", "cancel", "call"] = Field(
-            description="what to do"),
+        item_type: Literal["directive", "knowledge", "run", "tool"] = Field(
+            description="directive, knowledge, run, or tool"),
+        action: Literal["run", "validate", "create", "update", "delete", "link", "status", "complete_step",
+                        "cancel", "call"] = Field(description="what to do"),
         item_id: str = Field(default="", description="directive name, run id, or tool id"),
         parameters: dict[str, Any] = Field(default_factory=dict, description="inputs, outputs or arguments"),
         run_id: str | None = Field(default=None, description="the run a tool call or run action applies to"),
@@ -158,6 +169,8 @@ async def _execute(runs: RunClient, root: Path, item_type: str, action: str, ite
                 "instructions": "Do the current step's action, making tool calls with execute(item_type='tool', "
                                 "action='call', run_id=...), then complete it with execute(item_type='run', "
                                 "action='complete_step', run_id=..., parameters={'step': ..., 'outputs': {...}})."}
+    if item_type in ("directive", "knowledge", "tool") and action in ("create", "update", "delete", "link"):
+        return _author(runs.store, item_type, action, item_id, parameters)
     if item_type == "directive" and action == "validate":
         from kiwi.cli import validate_file
 
@@ -185,6 +198,26 @@ async def _execute(runs: RunClient, root: Path, item_type: str, action: str, ite
         return (await runs.call_tool(run_id, item_id, parameters, client_name=client_name)).model_dump()
     raise KiwiError(f"action '{action}' does not apply to item_type '{item_type}'",
                     hint="directive: run, validate · run: status, complete_step, cancel · tool: call")
+
+
+def _author(store: ItemStore, item_type: str, action: str, item_id: str, parameters: dict[str, Any]) -> dict:
+    location = str(parameters.get("location", "project"))
+    if action == "delete":
+        return delete_item(store, item_type, item_id, location=location, confirm=parameters.get("confirm") is True)
+    if item_type == "directive" and action in ("create", "update"):
+        content = parameters.get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise KiwiError("directive create/update needs parameters.content: the whole Markdown file with its "
+                            "```xml block")
+        return save_directive(store, content, item_id=item_id, location=location, create=action == "create")
+    if item_type == "knowledge" and action in ("create", "update"):
+        if not item_id:
+            raise KiwiError("knowledge create/update needs item_id (the zettel_id)")
+        return save_knowledge(store, item_id, parameters, location=location, create=action == "create")
+    if item_type == "knowledge" and action == "link":
+        return link_knowledge(store, item_id, str(parameters.get("to", "")),
+                              str(parameters.get("relation", "references")), location)
+    raise KiwiError(f"action '{action}' does not apply to item_type '{item_type}'")
 
 
 async def _settled(runs: RunClient, run_id: str, timeout: float = 20.0):

@@ -127,3 +127,58 @@ async def test_front_end_restarted_mid_run_the_agent_carries_on_with_the_same_ru
         done = data(await second.call_tool("execute", {"item_type": "run", "action": "complete_step",
                                                        "run_id": run_id, "parameters": {"step": "confirm"}}))
         assert done["state"] == "completed"
+
+
+async def test_authoring_directives_and_knowledge_writes_only_valid_items(runs, project, temporal_env,
+                                                                           monkeypatch, tmp_path_factory):
+    from tests.helpers import directive_md, write
+
+    user = tmp_path_factory.mktemp("user-ai")
+    monkeypatch.setenv("AI_USER_SPACE", str(user))
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    good = directive_md('<step name="w"><tool_call tool="filesystem.write"><param name="path">notes/made.txt</param>'
+                        '<param name="content">made</param></tool_call></step>', name="made",
+                        permissions='<write resource="filesystem" path="notes/**"/>')
+    async with Client(server) as client:
+        async def execute(**arguments):
+            return data(await client.call_tool("execute", arguments))
+
+        bad = await execute(item_type="directive", action="create", item_id="made",
+                            parameters={"content": good.replace('name="w"', "")})
+        assert bad["error"] == "ItemInvalid" and "<step> needs a name attribute" in bad["message"]
+        assert not list((project / ".ai" / "directives").rglob("made.md"))
+        created = await execute(item_type="directive", action="create", item_id="made", parameters={"content": good})
+        assert created["status"] == "created" and created["path"].endswith("tests/made.md")
+        again = await execute(item_type="directive", action="create", item_id="made", parameters={"content": good})
+        assert again["error"] == "InputInvalid" and "already exists" in again["message"]
+        updated = await execute(item_type="directive", action="update", item_id="made",
+                                parameters={"content": good.replace(">made<", ">made twice<")})
+        assert updated["status"] == "updated"
+        started = await execute(item_type="directive", action="run", item_id="made")
+        assert started["state"] == "completed"
+        assert (project / "notes" / "made.txt").read_text() == "made twice"
+        refused = await execute(item_type="directive", action="delete", item_id="made")
+        assert refused["error"] == "InputInvalid" and "confirm=true" in refused["message"]
+        assert (await execute(item_type="directive", action="delete", item_id="made",
+                              parameters={"confirm": True}))["status"] == "deleted"
+        assert not list((project / ".ai" / "directives").rglob("made.md"))
+
+        note = await execute(item_type="knowledge", action="create", item_id="retry-policy",
+                             parameters={"title": "Retry policies", "entry_type": "pattern", "tags": ["temporal"],
+                                         "content": "Back off exponentially."})
+        assert note["status"] == "created"
+        await execute(item_type="knowledge", action="update", item_id="retry-policy",
+                      parameters={"content": "Back off exponentially, with a cap."})
+        linked = await execute(item_type="knowledge", action="link", item_id="retry-policy",
+                               parameters={"to": "kiwi-directives"})
+        assert linked["links"] == {"references": ["kiwi-directives"]}
+        loaded = data(await client.call_tool("load", {"item_type": "knowledge", "item_id": "retry-policy"}))
+        assert loaded["parsed"]["body"] == "Back off exponentially, with a cap."
+        assert loaded["parsed"]["tags"] == ["temporal"]
+
+        write(user / "knowledge" / "shared" / "from-user.md",
+              "---\nzettel_id: from-user\ntitle: From the user space\n---\nbody\n")
+        copied = data(await client.call_tool("load", {"item_type": "knowledge", "item_id": "from-user",
+                                                      "copy_to_project": True}))
+        assert copied["source"] == "project"
+        assert (project / ".ai" / "knowledge" / "shared" / "from-user.md").exists()

@@ -1,0 +1,129 @@
+"""Creating, updating and deleting items: only validated content is ever written, atomically."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kiwi.directive import parse_directive
+from kiwi.errors import InputInvalid, ItemNotFound
+from kiwi.knowledge import LINK_KEYS, KnowledgeEntry, parse_knowledge, render_knowledge
+from kiwi.store import ItemStore
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kiwi-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _space(store: ItemStore, location: str) -> Path:
+    if location not in store.spaces:
+        raise InputInvalid(f"location '{location}' is unknown", hint=f"use one of: {', '.join(store.spaces)}")
+    return store.spaces[location]
+
+
+def _existing(store: ItemStore, item_type: str, item_id: str, location: str) -> Path | None:
+    try:
+        return Path(store.find(item_type, item_id, source=location).path)  # type: ignore[arg-type]
+    except ItemNotFound:
+        return None
+
+
+def save_directive(store: ItemStore, content: str, *, item_id: str = "", location: str = "project",
+                   create: bool = True) -> dict[str, Any]:
+    """Validate ``content`` (a whole directive file) and write it; create refuses to overwrite, update needs one."""
+    directive, warnings = parse_directive(content, f"{item_id or 'new'}.md")
+    if item_id and directive.name != item_id:
+        raise InputInvalid(f"the content defines directive '{directive.name}', not '{item_id}'",
+                           hint="make <directive name> match item_id")
+    current = _existing(store, "directive", directive.name, location)
+    if create and current is not None:
+        raise InputInvalid(f"directive '{directive.name}' already exists at {current}", hint="use action 'update'")
+    if not create and current is None:
+        raise ItemNotFound(f"no directive '{directive.name}' in the {location} space", hint="use action 'create'")
+    category = directive.metadata.category.strip("/") or "."
+    path = current or _space(store, location) / "directives" / category / f"{directive.name}.md"
+    _atomic_write(path, content)
+    return {"item_id": directive.name, "path": str(path), "status": "created" if create else "updated",
+            "warnings": [str(w) for w in warnings]}
+
+
+def delete_item(store: ItemStore, item_type: str, item_id: str, *, location: str = "project",
+                confirm: bool = False) -> dict[str, Any]:
+    if not confirm:
+        raise InputInvalid(f"deleting {item_type} '{item_id}' needs confirm=true", hint="pass parameters.confirm=true")
+    path = _existing(store, item_type, item_id, location)
+    if path is None:
+        raise ItemNotFound(f"no {item_type} '{item_id}' in the {location} space")
+    if item_type == "tool" and path.name == "tool.yaml":
+        shutil.rmtree(path.parent)
+    else:
+        path.unlink()
+    return {"item_id": item_id, "path": str(path), "status": "deleted"}
+
+
+def save_knowledge(store: ItemStore, item_id: str, fields: dict[str, Any], *, location: str = "project",
+                   create: bool = True) -> dict[str, Any]:
+    current = _existing(store, "knowledge", item_id, location)
+    if create and current is not None:
+        raise InputInvalid(f"knowledge '{item_id}' already exists at {current}", hint="use action 'update'")
+    if not create and current is None:
+        raise ItemNotFound(f"no knowledge '{item_id}' in the {location} space", hint="use action 'create'")
+    base = parse_knowledge(current.read_text(encoding="utf-8"), str(current))[0].model_dump() if current else {}
+    merged = {**base, **{k: v for k, v in fields.items() if k != "content"}, "zettel_id": item_id}
+    if "content" in fields:
+        merged["body"] = fields["content"]
+    merged.setdefault("title", "")
+    if not merged["title"]:
+        raise InputInvalid("knowledge needs a title", hint="parameters={'title': ..., 'content': ...}")
+    entry = KnowledgeEntry(**{k: v for k, v in merged.items() if k in KnowledgeEntry.model_fields})
+    text = render_knowledge(entry)
+    parse_knowledge(text, f"{item_id}.md")  # what is written must load again
+    path = current or _space(store, location) / "knowledge" / (entry.category.strip("/") or ".") / f"{item_id}.md"
+    _atomic_write(path, text)
+    return {"item_id": item_id, "path": str(path), "status": "created" if create else "updated"}
+
+
+def link_knowledge(store: ItemStore, item_id: str, to: str, relation: str = "references",
+                   location: str = "project") -> dict[str, Any]:
+    if relation not in LINK_KEYS:
+        raise InputInvalid(f"relation '{relation}' is unknown", hint=f"use one of: {', '.join(LINK_KEYS)}")
+    store.find("knowledge", to)
+    path = _existing(store, "knowledge", item_id, location)
+    if path is None:
+        raise ItemNotFound(f"no knowledge '{item_id}' in the {location} space")
+    entry, _ = parse_knowledge(path.read_text(encoding="utf-8"), str(path))
+    links = entry.links.get(relation, [])
+    if to not in links:
+        entry.links[relation] = [*links, to]
+        _atomic_write(path, render_knowledge(entry))
+    return {"item_id": item_id, "links": entry.links, "status": "linked"}
+
+
+def copy_to_project(store: ItemStore, item_type: str, item_id: str) -> dict[str, Any]:
+    """Copy an item from the user space into the project space (same relative path)."""
+    record = store.find(item_type, item_id, source="user")  # type: ignore[arg-type]
+    source = Path(record.path)
+    user_base = store.spaces["user"]
+    if item_type == "tool" and source.name == "tool.yaml":
+        target = store.spaces["project"] / source.parent.relative_to(user_base)
+        if target.exists():
+            raise InputInvalid(f"{target} already exists in the project", hint="delete it first or edit it there")
+        shutil.copytree(source.parent, target)
+    else:
+        target = store.spaces["project"] / source.relative_to(user_base)
+        if target.exists():
+            raise InputInvalid(f"{target} already exists in the project", hint="delete it first or edit it there")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    return {"item_id": item_id, "path": str(target), "status": "copied"}
