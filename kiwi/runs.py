@@ -10,12 +10,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateStage,
+)
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -189,12 +196,18 @@ class RunClient:
         except RPCError as exc:
             raise _translate(exc, run_id) from None
 
-    async def _update(self, run_id: str, name: str, arg: Any, result_type: type, update_id: str | None) -> Any:
+    async def _update(self, run_id: str, name: str, arg: Any, result_type: type, update_id: str | None,
+                      wait_seconds: float | None = None, on_progress: Progress | None = None) -> Any:
+        """Send an update; with ``wait_seconds``, answer ``None`` if it has not finished by then."""
         handle = self.handle(run_id)
         update_id = update_id or uuid.uuid4().hex
         for attempt in range(20):
             try:
-                return await handle.execute_update(name, arg, id=update_id, result_type=result_type)
+                if wait_seconds is None:
+                    return await handle.execute_update(name, arg, id=update_id, result_type=result_type)
+                update = await handle.start_update(name, arg, id=update_id, result_type=result_type,
+                                                   wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+                return await _wait(update.result(), wait_seconds, on_progress)
             except WorkflowUpdateFailedError as exc:
                 cause = exc.cause
                 kind = getattr(cause, "type", "") or ""
@@ -219,6 +232,25 @@ class RunClient:
                 raise _translate(exc, run_id) from None
         raise RunStateConflict(f"run {run_id} kept continuing while the call was sent; try again")
 
+    async def call_tool_waiting(self, run_id: str, tool: str, arguments: dict[str, Any], *, client_name: str,
+                                wait_seconds: float, on_progress: Progress | None = None) -> ToolCallResult:
+        """A tool call that answers ``pending`` (with a call id to poll) if it takes longer than ``wait_seconds``."""
+        call_id = uuid.uuid4().hex
+        result = await self._update(run_id, "call_tool", CallToolRequest(tool=tool, arguments=arguments,
+                                                                        client=client_name),
+                                    ToolCallResult, call_id, wait_seconds, on_progress)
+        return result if result is not None else _pending(tool, run_id, call_id, wait_seconds)
+
+    async def poll_call(self, run_id: str, call_id: str, *, wait_seconds: float,
+                        on_progress: Progress | None = None) -> ToolCallResult:
+        """The answer of an earlier call that came back ``pending``."""
+        update = self.handle(run_id).get_update_handle(call_id, result_type=ToolCallResult)
+        try:
+            result = await _wait(update.result(), wait_seconds, on_progress)
+        except RPCError as exc:
+            raise _translate(exc, run_id) from None
+        return result if result is not None else _pending("", run_id, call_id, wait_seconds)
+
     async def list_runs(self, status: str | None = None, directive: str | None = None,
                         limit: int = 50) -> list[dict[str, Any]]:
         clauses = ["WorkflowType = 'DirectiveRun'", f"TaskQueue = '{_quote(self.task_queue)}'"]
@@ -239,6 +271,34 @@ class RunClient:
         if status and not self._attributes_ready:
             runs = [r for r in runs if r["status"] == status]
         return runs
+
+
+Progress = Callable[[float, float], Awaitable[None]]
+
+
+async def _wait(result: Awaitable[Any], wait_seconds: float, on_progress: Progress | None) -> Any:
+    """``result`` if it arrives within ``wait_seconds`` (reporting progress every second), else None."""
+    task = asyncio.ensure_future(result)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while True:
+        remaining = wait_seconds - (loop.time() - started)
+        if remaining <= 0:
+            task.cancel()
+            return None
+        done, _ = await asyncio.wait({task}, timeout=min(1.0, remaining))
+        if done:
+            return task.result()
+        if on_progress is not None:
+            await on_progress(loop.time() - started, wait_seconds)
+
+
+def _pending(tool: str, run_id: str, call_id: str, wait_seconds: float) -> ToolCallResult:
+    return ToolCallResult(
+        status="pending", tool=tool, result={"call_id": call_id, "run_id": run_id},
+        reason=f"still running after {wait_seconds:g}s; it goes on in the run",
+        hint=f"poll with execute(item_type='run', action='poll', run_id='{run_id}', item_id='{call_id}'), "
+             "or watch the run's status")
 
 
 def _quote(value: str) -> str:

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Field
 from temporalio.client import Client
@@ -110,21 +110,36 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
         "only valid directives are written), delete (parameters={'confirm': true}). knowledge: create, update "
         "(parameters={'title', 'entry_type', 'category', 'tags', 'content'}), delete, link (parameters={'to': ID, "
         "'relation': 'references'}). run: status, complete_step (parameters={'step': NAME, 'outputs': {...}}), "
-        "cancel. tool: call (item_id = tool id such as filesystem.read or a local tool; parameters = its "
+        "cancel, poll (item_id = the call_id of a call that answered 'pending'). tool: call (item_id = tool id such as filesystem.read or a local tool; parameters = its "
         "arguments; with run_id the run's grants apply, without it the base policy of agent_harness.yaml). Example: execute(item_type='tool', action='call', run_id='run-x-1', "
         "item_id='filesystem.read', parameters={'path': 'notes/hello.md'})."))
     async def execute(
         item_type: Literal["directive", "knowledge", "run", "tool"] = Field(
             description="directive, knowledge, run, or tool"),
         action: Literal["run", "validate", "create", "update", "delete", "link", "status", "complete_step",
-                        "cancel", "call"] = Field(description="what to do"),
+                        "cancel", "poll", "call"] = Field(description="what to do"),
         item_id: str = Field(default="", description="directive name, run id, or tool id"),
         parameters: dict[str, Any] = Field(default_factory=dict, description="inputs, outputs or arguments"),
         run_id: str | None = Field(default=None, description="the run a tool call or run action applies to"),
         idempotency_key: str | None = Field(default=None, description="directive run: the same key returns "
                                                                        "the existing run"),
+        wait_seconds: float = Field(default=20.0, ge=0, le=300, description="tool call / poll: answer 'pending' "
+                                                                            "with a call id after this long"),
+        ctx: Context | None = None,
     ) -> dict[str, Any]:
+        async def progress(elapsed: float, total: float) -> None:
+            if ctx is not None:
+                await ctx.report_progress(elapsed, total, f"waiting for {item_id or 'the call'}")
+
         try:
+            if action == "poll":
+                if not run_id:
+                    raise KiwiError("poll needs run_id and item_id (the call_id of a pending call)")
+                return (await runs().poll_call(run_id, item_id, wait_seconds=wait_seconds,
+                                               on_progress=progress)).model_dump()
+            if item_type == "tool" and action == "call" and run_id:
+                return (await runs().call_tool_waiting(run_id, item_id, parameters, client_name=client_name,
+                                                       wait_seconds=wait_seconds, on_progress=progress)).model_dump()
             return await _execute(runs(), root, item_type, action, item_id, parameters, run_id, idempotency_key,
                                   client_name)
         except KiwiError as exc:

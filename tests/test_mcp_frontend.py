@@ -182,3 +182,37 @@ async def test_authoring_directives_and_knowledge_writes_only_valid_items(runs, 
                                                       "copy_to_project": True}))
         assert copied["source"] == "project"
         assert (project / ".ai" / "knowledge" / "shared" / "from-user.md").exists()
+
+
+async def test_a_slow_call_answers_pending_with_progress_and_can_be_polled(runs, project, temporal_env):
+    from tests.helpers import write
+
+    write(project / ".ai" / "tools" / "gate" / "tool.yaml",
+          "tool_id: gate\ntool_type: python\nexecutor:\n  entrypoint: main.py\n")
+    # The tool blocks until the test opens the gate (a file), like a long build or a slow upstream.
+    write(project / ".ai" / "tools" / "gate" / "main.py",
+          "import pathlib, time\n\n\ndef main():\n    while not pathlib.Path('gate.open').exists():\n"
+          "        time.sleep(0.05)\n    return {'passed': True}\n")
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    progress: list[float] = []
+
+    async def on_progress(value, total, message):
+        progress.append(value)
+
+    async with Client(server) as client:
+        write(project / ".ai" / "directives" / "gated.md", (project / ".ai" / "directives" / "hello_kiwi.md")
+              .read_text().replace('name="hello_kiwi"', 'name="gated"')
+              .replace('<execute resource="tool" id="word_count" />',
+                       '<execute resource="tool" id="word_count" /><execute resource="tool" id="gate" />'))
+        run_id = data(await client.call_tool("execute", {"item_type": "directive", "action": "run",
+                                                         "item_id": "gated", "parameters": {"name": "Pat"}}))["run_id"]
+        pending = data(await client.call_tool("execute", {"item_type": "tool", "action": "call", "item_id": "gate",
+                                                          "run_id": run_id, "wait_seconds": 2.5},
+                                              progress_callback=on_progress))
+        assert pending["status"] == "pending" and "poll" in pending["hint"]
+        assert len(progress) >= 1
+        call_id = pending["result"]["call_id"]
+        (project / "gate.open").write_text("")
+        done = data(await client.call_tool("execute", {"item_type": "run", "action": "poll", "run_id": run_id,
+                                                       "item_id": call_id, "wait_seconds": 30}))
+        assert done["status"] == "ok" and done["result"] == {"passed": True}
