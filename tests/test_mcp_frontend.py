@@ -216,3 +216,51 @@ async def test_a_slow_call_answers_pending_with_progress_and_can_be_polled(runs,
         done = data(await client.call_tool("execute", {"item_type": "run", "action": "poll", "run_id": run_id,
                                                        "item_id": call_id, "wait_seconds": 30}))
         assert done["status"] == "ok" and done["result"] == {"passed": True}
+
+
+NPM = __import__("pathlib").Path(__file__).parent / "npm" / "node_modules"
+INSPECTOR = NPM / "@modelcontextprotocol" / "inspector-cli" / "build" / "index.js"
+
+
+async def inspector(*argv: str, cwd) -> dict:
+    """The MCP Inspector CLI (npm @modelcontextprotocol/inspector-cli 0.15), a third-party MCP client."""
+    proc = await asyncio.create_subprocess_exec("node", str(INSPECTOR), *argv, cwd=str(cwd),
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    return json.loads(out)
+
+
+async def test_the_mcp_inspector_lists_and_calls_kiwi_over_stdio_and_http(runs, project, temporal_env):
+    assert INSPECTOR.exists(), "scripts/test installs tests/npm (npm ci)"
+    address = temporal_env.client.service_client.config.target_host
+    stdio = [sys.executable, "-m", "kiwi", "mcp", "--address", address, "--task-queue", runs.task_queue]
+    listed = await inspector(*stdio, "--method", "tools/list", cwd=project)
+    assert sorted(t["name"] for t in listed["tools"]) == ["execute", "help", "load", "search"]
+    execute = next(t for t in listed["tools"] if t["name"] == "execute")
+    assert "directive" in execute["inputSchema"]["properties"]["item_type"]["enum"]
+    called = await inspector(*stdio, "--method", "tools/call", "--tool-name", "search", "--tool-arg",
+                             "item_type=directive", "query=greeting", cwd=project)
+    assert "hello_kiwi" in json.dumps(called)
+
+    port = free_port()
+    server = await asyncio.create_subprocess_exec(
+        *stdio, "--http", "--port", str(port), cwd=str(project), start_new_session=True,
+        stderr=asyncio.subprocess.PIPE)
+    try:
+        await asyncio.wait_for(server.stderr.readline(), 60)
+        url = f"http://127.0.0.1:{port}/mcp"
+
+        async def listed_over_http():
+            try:
+                return await inspector(url, "--transport", "http", "--method", "tools/list", cwd=project)
+            except AssertionError:
+                return None
+        over_http = await wait_for(listed_over_http, what="the inspector over HTTP")
+        assert len(over_http["tools"]) == 4
+        called = await inspector(url, "--transport", "http", "--method", "tools/call", "--tool-name", "search",
+                                 "--tool-arg", "item_type=tool", "query=words", cwd=project)
+        assert "word_count" in json.dumps(called)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        await server.wait()
