@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import json
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -64,7 +65,8 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
     async def search(
         item_type: ItemKind = Field(description="what to search: directive, tool, knowledge, or run"),
         query: str = Field(default="", description="words to look for; for runs, an optional directive name"),
-        source: Literal["all", "project", "user"] = Field(default="all", description="which item space"),
+        source: Literal["all", "project", "local", "user"] = Field(
+            default="all", description="which item space ('local' is the project, as in Kiwi MCP)"),
         status: str | None = Field(default=None, description="runs only: e.g. awaiting_agent, completed"),
         limit: int = Field(default=10, ge=1, le=100, description="at most this many results"),
     ) -> dict[str, Any]:
@@ -72,7 +74,8 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
             if item_type == "run":
                 rows = await runs().list_runs(status=status, directive=query or None, limit=limit)
                 return {"results": rows}
-            found = ItemStore(root).search(query, item_type=item_type, source=source, limit=limit)
+            found = ItemStore(root).search(query, item_type=item_type,
+                                           source="project" if source == "local" else source, limit=limit)
             return {"results": [r.as_dict() for r in found]}
         except KiwiError as exc:
             return error(item_type, "search", query, exc)
@@ -251,14 +254,15 @@ async def _settled(runs: RunClient, run_id: str, timeout: float = 20.0):
 def _guidance(topic: str, root: Path) -> str:
     store = ItemStore(root)
     directives = [r.item_id for r in store.list_items("directive") if r.valid][:20]
-    tools = sorted(store.local_tools())
+    tools = store.local_tools()
     text = {
         "permissions": "Calls are checked against the directive's <permissions>: filesystem read/write globs "
                        "('*' stays in one folder, '**' crosses folders), tool ids, shell command allowlists, MCP "
                        "tool allowlists. Denials come back with a hint naming the grant that would allow them.",
         "tools": "Built-in tools: filesystem.read/write/list/create/delete/move (path relative to the project), "
-                 "shell.run (command or argv; no shell syntax), git.status/diff/commit. Local tools: "
-                 + (", ".join(tools) or "none"),
+                 "shell.run (command or argv; no shell syntax), git.status/diff/commit. Local tools and their "
+                 "parameter schemas:\n" + ("\n".join(f"- {t}: {json.dumps(m.json_schema())}"
+                                                     for t, m in sorted(tools.items())) or "none"),
     }.get(topic, "")
     return (text + "\n\n" if text else "") + INSTRUCTIONS + "\n\nDirectives here: " + (", ".join(directives) or "none")
 

@@ -75,6 +75,41 @@ async def test_in_memory_agent_flow_and_error_shape(runs, project, temporal_env)
         assert "word_count" in guidance["help"]
 
 
+async def test_every_action_in_memory(runs, project, temporal_env):
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        async def call(tool, **arguments):
+            return data(await client.call_tool(tool, arguments))
+
+        valid = await call("execute", item_type="directive", action="validate", item_id="hello_kiwi")
+        assert valid["valid"] is True and [s["mode"] for s in valid["steps"]] == ["auto", "auto", "agent"]
+        run_id = (await call("execute", item_type="directive", action="run", item_id="hello_kiwi",
+                             parameters={"name": "Al"}, idempotency_key="k1"))["run_id"]
+        again = await call("execute", item_type="directive", action="run", item_id="hello_kiwi",
+                           parameters={"name": "Al"}, idempotency_key="k1")
+        assert again["run_id"] == run_id
+        assert (await call("search", item_type="run", status="awaiting_agent"))["results"][0]["run_id"] == run_id
+        assert (await call("search", item_type="knowledge", query="temporal workflow", source="local")
+                )["results"][0]["item_id"] == "kiwi-directives"
+        for action, extra in (("escalate", {"options": ["ship", "wait"]}), ("checkpoint", {})):
+            signalled = await call("help", action=action, run_id=run_id, reason=f"need {action}", **extra)
+            assert signalled["status"] == f"{action}_recorded"
+        session = await call("execute", item_type="tool", action="call", item_id="word_count",
+                             parameters={"text": "one two"})
+        assert session["status"] == "ok" and session["result"]["words"] == 2
+        status = await call("execute", item_type="run", action="status", run_id=run_id)
+        assert [h["kind"] for h in status["help"]] == ["escalate", "checkpoint"]
+        assert (await call("execute", item_type="run", action="cancel", run_id=run_id))["status"] == "cancel_requested"
+
+        async def cancelled():
+            return (await call("execute", item_type="run", action="status", run_id=run_id))["status"] == "cancelled"
+        await wait_for(cancelled, what="cancel")
+        wrong = await call("execute", item_type="run", action="create", item_id="x")
+        assert wrong["error"] == "KiwiError" and "does not apply" in wrong["message"]
+        guidance = await call("help", topic="tools")
+        assert '"text"' in guidance["help"]  # word_count's real parameter schema
+
+
 async def test_stdio_end_to_end_with_the_kiwi_mcp_command(runs, project, temporal_env):
     params = kiwi_mcp_stdio(temporal_env, runs, project)
     async with Client(params) as client:
@@ -261,6 +296,9 @@ async def test_the_mcp_inspector_lists_and_calls_kiwi_over_stdio_and_http(runs, 
         called = await inspector(url, "--transport", "http", "--method", "tools/call", "--tool-name", "search",
                                  "--tool-arg", "item_type=tool", "query=words", cwd=project)
         assert "word_count" in json.dumps(called)
+        # And the whole agent flow with the MCP SDK's own client over streamable HTTP.
+        async with Client(url) as client:
+            await agent_session(client)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         await server.wait()
