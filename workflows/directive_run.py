@@ -100,11 +100,17 @@ class DirectiveRun:
         self.updates = 0
         self.audit_lock = asyncio.Lock()
         self.draining = False
+        self.local_audit = False
+        self.idle_flush = False
 
     # ------------------------------------------------------------------ main loop
     @workflow.run
     async def run(self, input: DirectiveRunInput) -> DirectiveRunResult:
         state = self.state
+        # Patches are checked once, in the run's first activation, so the marker always sits at
+        # the same point of history (checking inside loops made replays diverge).
+        self.local_audit = workflow.patched("audit-local-activity")
+        self.idle_flush = workflow.patched("audit-idle-flush")
         if not state.started_at:
             state.started_at = workflow.now().isoformat()
         directive = self.snap.directive
@@ -179,7 +185,7 @@ class DirectiveRun:
         self._publish()
         while True:
             timeout = self._remaining()
-            idle_flush = workflow.patched("audit-idle-flush")
+            idle_flush = self.idle_flush
             if state.audit_pending and idle_flush:
                 # Calls made while the step waits reach the audit file within seconds, not only
                 # at the next step boundary.
@@ -513,7 +519,7 @@ class DirectiveRun:
             options: dict[str, Any] = {"start_to_close_timeout": timedelta(seconds=30),
                                        "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
                                        "summary": f"audit {len(batch)} records"}
-            if workflow.patched("audit-local-activity"):
+            if self.local_audit:
                 await workflow.execute_local_activity_method(AuditActivities.write_audit_records, request, **options)
             else:
                 await workflow.execute_activity_method(AuditActivities.write_audit_records, request, **options)
