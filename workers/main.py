@@ -37,6 +37,8 @@ def build_worker(client: Client, task_queue: str = TASK_QUEUE) -> Worker:
         workflows=WORKFLOWS,
         activities=activities(),
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
+        # Waiting runs need no cache; a smaller cache bounds memory with many runs waiting.
+        max_cached_workflows=300,
         max_concurrent_activities=50,
     )
 

@@ -1,0 +1,107 @@
+"""Many runs waiting for the agent: worker memory, and recovery after kill -9 of the worker.
+
+    .venv/bin/python bench/bench_waiting.py [--runs 1000] [--concurrency 25]
+
+Starts N runs of a one-step agent directive on a worker process, reads the worker's RSS once all
+wait, kills the worker with SIGKILL, starts a new one, completes every step, and reports how long
+after the new worker started all runs were done. Targets: RSS <= 250 MB at 1,000 runs; all done
+<= 10 s after the new worker starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from temporalio.client import Client  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+
+from kiwi.cli import main as kiwi  # noqa: E402
+from kiwi.devserver import DevServer, free_port  # noqa: E402
+from kiwi.runs import RunClient  # noqa: E402
+from kiwi.store import ItemStore  # noqa: E402
+from tests.helpers import directive_md, write  # noqa: E402
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def start_worker(address: str) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "kiwi", "worker", "--address", address,
+                                                stdout=asyncio.subprocess.PIPE, start_new_session=True)
+    await proc.stdout.readline()
+    return proc
+
+
+async def gather_limited(limit: int, jobs) -> list:
+    sem = asyncio.Semaphore(limit)
+
+    async def one(job):
+        async with sem:
+            return await job
+
+    return await asyncio.gather(*(one(j) for j in jobs))
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=25)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        os.environ["AI_USER_SPACE"] = str(root / "user")
+        os.chdir(root)
+        kiwi(["init", "--json"])
+        write(root / ".ai" / "directives" / "wait.md", directive_md(
+            '<step name="decide"><action>Decide.</action></step>', name="wait"))
+        server = DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=root / "t.sqlite",
+                           pragmas={"journal_mode": "wal", "synchronous": "normal"},
+                           dynamic_config={"history.transferProcessorMaxPollRPS": 1000})
+        await server.start()
+        worker = await start_worker(server.address)
+        try:
+            client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+            runs = RunClient(client, ItemStore(root))
+            snapshot = runs.snapshot("wait", {}, "run-wait-x")
+            assert snapshot.directive.steps[0].name == "decide"
+            t0 = time.perf_counter()
+            ids = await gather_limited(args.concurrency, [runs.start("wait", {}) for _ in range(args.runs)])
+            started = time.perf_counter() - t0
+
+            async def waiting(run_id: str) -> None:
+                while (await runs.status(run_id)).status != "awaiting_agent":
+                    await asyncio.sleep(0.1)
+            await gather_limited(args.concurrency, [waiting(r) for r in ids])
+            memory = rss_mb(worker.pid)
+            os.killpg(worker.pid, signal.SIGKILL)
+            await worker.wait()
+            worker = await start_worker(server.address)
+            t1 = time.perf_counter()
+            await gather_limited(args.concurrency, [runs.complete_step(r, "decide", {"ok": True}) for r in ids])
+            recovered = time.perf_counter() - t1
+        finally:
+            if worker.returncode is None:
+                os.killpg(worker.pid, signal.SIGTERM)
+                await worker.wait()
+            server.stop()
+    print(f"{args.runs} runs (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
+    print(f"started in {started:.1f} s ({args.runs / started:.0f} runs/s with {args.concurrency} concurrent starters)")
+    print(f"worker RSS with all {args.runs} waiting for the agent: {memory:.0f} MB   (target <= 250 MB at 1,000)")
+    print(f"after kill -9 and a new worker: all {args.runs} completed in {recovered:.1f} s   (target <= 10 s)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
