@@ -1,0 +1,73 @@
+"""A run with thousands of tool calls: it continues-as-new under the hood and callers never notice.
+
+    .venv/bin/python bench/bench_long_run.py [--calls 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from temporalio.client import Client  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+
+from activities.audit import read_audit  # noqa: E402
+from kiwi.cli import main as kiwi  # noqa: E402
+from kiwi.devserver import DevServer, free_port  # noqa: E402
+from kiwi.runs import RunClient  # noqa: E402
+from kiwi.store import ItemStore  # noqa: E402
+from workers.main import build_worker  # noqa: E402
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=3000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        os.environ["AI_USER_SPACE"] = str(root / "user")
+        os.chdir(root)
+        kiwi(["init", "--json"])
+        (root / ".ai" / "config" / "agent_harness.yaml").write_text(
+            "rate_limits:\n  filesystem.write: 100000\nloop_detection:\n  repeat_threshold: 1000000\n"
+            "  max_warnings: 1000000\n")
+        server = DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=root / "t.sqlite",
+                           pragmas={"journal_mode": "wal", "synchronous": "normal"},
+                           dynamic_config={"history.transferProcessorMaxPollRPS": 1000})
+        await server.start()
+        try:
+            client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+            runs = RunClient(client, ItemStore(root))
+            async with build_worker(client):
+                run_id = await runs.start("hello_kiwi", {"name": "Long"})
+                while (await runs.status(run_id)).status != "awaiting_agent":
+                    await asyncio.sleep(0.05)
+                t0 = time.perf_counter()
+                for i in range(args.calls):
+                    result = await runs.call_tool(run_id, "filesystem.write",
+                                                  {"path": f"notes/{i % 50}.txt", "content": str(i)})
+                    assert result.status == "ok", result
+                elapsed = time.perf_counter() - t0
+                status = await runs.status(run_id)
+                await runs.complete_step(run_id, "confirm", {"ok": True})
+                result = await runs.handle(run_id).result()
+            records = read_audit(str(root), run_id)
+        finally:
+            server.stop()
+    calls = sum(1 for r in records if r["event"] == "tool_call")
+    gapless = [r["seq"] for r in records] == list(range(1, len(records) + 1))
+    print(f"{args.calls} agent calls in one run: {elapsed:.1f} s ({args.calls / elapsed:.0f} calls/s), "
+          f"continued-as-new {status.continued} times")
+    print(f"run {result.status}; calls counted {result.calls}; audit records for calls {calls}; "
+          f"sequence gapless: {gapless}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
