@@ -1,3 +1,3 @@
-from kiwi.cli import main
+from kiwi.cli import run
 
-raise SystemExit(main())
+run()

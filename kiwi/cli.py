@@ -282,3 +282,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
 
+
+
+def run() -> None:
+    """Console-script entry: ``main()``, then exit without interpreter finalization.
+
+    The Temporal SDK's native runtime threads can abort a finalizing interpreter
+    ("PyGILState_Release ... finalizing"), turning a finished command into exit code -6.
+    Everything is flushed first, so nothing the command printed or wrote is lost.
+    """
+    import os
+
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
