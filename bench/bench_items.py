@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import pct  # noqa: E402
 from kiwi.directive import parse_directive  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md  # noqa: E402
@@ -46,10 +47,6 @@ def generate(root: Path, count: int) -> None:
                 f"---\nzettel_id: k{i}\ntitle: {c} {a} notes\nentry_type: pattern\ncategory: {c}\ntags: [{a}]\n---\n\n"
                 + f"How to {a} {b} with {c}. " * 20)
 
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(len(values) * p))]
 
 
 def main() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import tempfile
 import time
@@ -19,8 +18,7 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
 from activities.audit import read_audit  # noqa: E402
-from kiwi.cli import main as kiwi  # noqa: E402
-from kiwi.devserver import DevServer, free_port  # noqa: E402
+from bench.common import scratch_project, tuned_dev_server  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
 from workers.main import build_worker  # noqa: E402
@@ -32,15 +30,11 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        os.environ["AI_USER_SPACE"] = str(root / "user")
-        os.chdir(root)
-        kiwi(["init", "--json"])
+        scratch_project(root)
         (root / ".ai" / "config" / "agent_harness.yaml").write_text(
             "rate_limits:\n  filesystem.write: 100000\nloop_detection:\n  repeat_threshold: 1000000\n"
             "  max_warnings: 1000000\n")
-        server = DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=root / "t.sqlite",
-                           pragmas={"journal_mode": "wal", "synchronous": "normal"},
-                           dynamic_config={"history.transferProcessorMaxPollRPS": 1000})
+        server = tuned_dev_server(root)
         await server.start()
         try:
             client = await Client.connect(server.address, data_converter=pydantic_data_converter)

@@ -22,17 +22,12 @@ from mcp.client.stdio import StdioServerParameters  # noqa: E402
 from temporalio.client import Client as TemporalClient  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
-from kiwi.cli import main as kiwi  # noqa: E402
-from kiwi.devserver import DevServer, free_port  # noqa: E402
+from bench.common import pct, scratch_project, tuned_dev_server  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
 SERVER_FS = Path(__file__).resolve().parents[1] / "tests" / "npm" / "node_modules" / "@modelcontextprotocol" / \
     "server-filesystem" / "dist" / "index.js"
 
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(len(values) * p))]
 
 
 async def timed(calls: int, fn) -> list[float]:
@@ -54,17 +49,13 @@ async def main() -> None:
         raise SystemExit("run scripts/test once first: it installs tests/npm (server-filesystem)")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        os.environ["AI_USER_SPACE"] = str(root / "user")
-        os.chdir(root)
-        kiwi(["init", "--json"])
+        scratch_project(root)
         # The benchmark repeats one call on purpose; loop detection would (rightly) stop it.
         (root / ".ai" / "config" / "agent_harness.yaml").write_text(
             "loop_detection:\n  repeat_threshold: 1000000\n  max_warnings: 1000000\n")
         (root / "notes").mkdir()
         (root / "notes" / "hello.md").write_text("Hello from a file.\n" * 20)
-        server = DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=root / "t.sqlite",
-                           pragmas={"journal_mode": "wal", "synchronous": "normal"},
-                           dynamic_config={"history.transferProcessorMaxPollRPS": 1000})
+        server = tuned_dev_server(root)
         await server.start()
         try:
             temporal = await TemporalClient.connect(server.address, data_converter=pydantic_data_converter)

@@ -21,8 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from temporalio.client import Client  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
-from kiwi.cli import main as kiwi  # noqa: E402
-from kiwi.devserver import DevServer, free_port  # noqa: E402
+from bench.common import pct, scratch_project, tuned_dev_server  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md, write  # noqa: E402
@@ -32,10 +31,6 @@ STEPS = "\n".join(f'<step name="w{i}"><tool_call tool="filesystem.write"><param 
                   f'<param name="content">step {i}</param></tool_call></step>' for i in range(3))
 
 
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(len(values) * p))]
-
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
@@ -44,15 +39,11 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        os.environ["AI_USER_SPACE"] = str(root / "user")
-        os.chdir(root)
-        kiwi(["init", "--json"])
+        scratch_project(root)
         write(root / ".ai" / "directives" / "three.md", directive_md(
             STEPS, name="three", permissions='<write resource="filesystem" path="out/**"/>',
             inputs='<input name="tag" type="string" required="true"/>'))
-        server = DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=root / "t.sqlite",
-                           pragmas={"journal_mode": "wal", "synchronous": "normal"},
-                           dynamic_config={"history.transferProcessorMaxPollRPS": 1000})
+        server = tuned_dev_server(root)
         await server.start()
         try:
             client = await Client.connect(server.address, data_converter=pydantic_data_converter)

@@ -24,8 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from temporalio.client import Client  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
-from kiwi.cli import main as kiwi  # noqa: E402
-from kiwi.devserver import DevServer, free_port  # noqa: E402
+from bench.common import scratch_project, tuned_dev_server  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md, write  # noqa: E402
@@ -62,14 +61,10 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        os.environ["AI_USER_SPACE"] = str(root / "user")
-        os.chdir(root)
-        kiwi(["init", "--json"])
+        scratch_project(root)
         write(root / ".ai" / "directives" / "wait.md", directive_md(
             '<step name="decide"><action>Decide.</action></step>', name="wait"))
-        server = DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=root / "t.sqlite",
-                           pragmas={"journal_mode": "wal", "synchronous": "normal"},
-                           dynamic_config={"history.transferProcessorMaxPollRPS": 1000})
+        server = tuned_dev_server(root)
         await server.start()
         worker = await start_worker(server.address)
         try:
