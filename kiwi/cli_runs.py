@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kiwi.contracts import TERMINAL
 from kiwi.errors import InputInvalid, KiwiError
-
-TERMINAL = ("completed", "failed", "cancelled", "timed_out")
 
 
 def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
@@ -224,7 +223,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from kiwi.devserver import DevServer, ensure_search_attributes, load_dev_config
+    from kiwi.devserver import DevServer, load_dev_config
     from workers.connect import connect
     from workers.main import run_worker
 
@@ -246,8 +245,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
             else:
                 print(f"kiwi dev: Temporal dev server on {server.address} (state in {server.db_file})", flush=True)
                 print(f"kiwi dev: Temporal UI at http://{server.ip}:{server.ui_port}", flush=True)
+            # Search attributes: registered by start-dev's flags, or checked on a reused server.
             client = await connect(server.address, server.namespace)
-            await ensure_search_attributes(client)
             tasks = [asyncio.create_task(run_worker(client, config["worker"]["task_queue"], stop))]
             print(f"kiwi dev: worker on task queue '{config['worker']['task_queue']}'", flush=True)
             mcp = config.get("mcp") or {}

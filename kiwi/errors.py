@@ -78,6 +78,12 @@ class RunStateConflict(KiwiError):
     type = "RunStateConflict"
 
 
+class RunFinished(RunStateConflict):
+    """The run has completed, failed, timed out or been cancelled; it takes no more calls."""
+
+    type = "RunFinished"
+
+
 def display_path(path: Path | str, root: Path | None = None) -> str:
     """A path as a user should see it: relative to ``root`` when inside it."""
     p = Path(path)

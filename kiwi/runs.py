@@ -50,7 +50,7 @@ from kiwi.contracts import (
     session_workflow_id,
 )
 from kiwi.directive import Directive, Metadata, Step
-from kiwi.errors import InputInvalid, KiwiError, RunNotFound, RunStateConflict
+from kiwi.errors import InputInvalid, KiwiError, RunFinished, RunNotFound, RunStateConflict
 from kiwi.harness import load_harness
 from kiwi.signing import content_hash
 from kiwi.store import ItemStore
@@ -150,7 +150,16 @@ class RunClient:
                            search_attributes=self._attributes_ready or False)
 
     async def session_call(self, client_name: str, tool: str, arguments: dict[str, Any]) -> ToolCallResult:
-        """A tool call outside any directive run: through the client's session workflow and base policy."""
+        """A tool call outside any directive run: through the client's session workflow and base policy.
+
+        The session is started (snapshot, harness read) only when it is not running yet, so a
+        busy session costs one Workflow Update per call, like a run.
+        """
+        run_id = session_workflow_id(client_name)
+        try:
+            return await self.call_tool(run_id, tool, arguments, client_name=client_name)
+        except (RunNotFound, RunFinished):
+            pass
         await self._check_search_attributes()
         snap = self.session_snapshot(client_name)
         await self.client.start_workflow(
@@ -179,20 +188,17 @@ class RunClient:
                                   CompleteStepResult, None)
 
     async def help(self, run_id: str, request: HelpRequest) -> None:
-        try:
-            await self.handle(run_id).signal("help", request)
-        except RPCError as exc:
-            raise _translate(exc, run_id) from None
+        await self._signal(run_id, "help", request)
 
     async def resume(self, run_id: str, reason: str = "", by: str = "") -> None:
-        try:
-            await self.handle(run_id).signal("resume", ResumeRequest(reason=reason, by=by))
-        except RPCError as exc:
-            raise _translate(exc, run_id) from None
+        await self._signal(run_id, "resume", ResumeRequest(reason=reason, by=by))
 
     async def cancel(self, run_id: str, reason: str = "cancelled by request") -> None:
+        await self._signal(run_id, "cancel", CancelRequest(reason=reason))
+
+    async def _signal(self, run_id: str, name: str, arg: Any) -> None:
         try:
-            await self.handle(run_id).signal("cancel", CancelRequest(reason=reason))
+            await self.handle(run_id).signal(name, arg)
         except RPCError as exc:
             raise _translate(exc, run_id) from None
 
@@ -215,6 +221,8 @@ class RunClient:
                 if kind == "RunContinuing":
                     await asyncio.sleep(0.05 * (attempt + 1))
                     continue
+                if kind == "RunFinished":
+                    raise RunFinished(message) from None
                 if kind == "RunStateConflict":
                     raise RunStateConflict(message) from None
                 if kind == "InputInvalid":
@@ -227,7 +235,7 @@ class RunClient:
                     description = await handle.describe()
                     if description.status != WorkflowExecutionStatus.RUNNING:
                         name_ = description.status.name.lower() if description.status else "closed"
-                        raise RunStateConflict(f"run {run_id} has finished ({name_}); start a new run") from None
+                        raise RunFinished(f"run {run_id} has finished ({name_}); start a new run") from None
                     continue
                 raise _translate(exc, run_id) from None
         raise RunStateConflict(f"run {run_id} kept continuing while the call was sent; try again")

@@ -54,9 +54,9 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
                  client_name: str = "mcp") -> MCPServer:
     root = project_root or find_project_root()
 
-    def runs() -> RunClient:
-        # A fresh store per request: items are re-scanned incrementally, so edits show at once.
-        return RunClient(client, ItemStore(root), task_queue=task_queue)
+    # One client and store for the server's life: the store re-scans changed files on every query,
+    # and the client remembers whether the search attributes are registered.
+    shared = RunClient(client, ItemStore(root), task_queue=task_queue)
 
     server = MCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0")
 
@@ -72,9 +72,9 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
     ) -> dict[str, Any]:
         try:
             if item_type == "run":
-                rows = await runs().list_runs(status=status, directive=query or None, limit=limit)
+                rows = await shared.list_runs(status=status, directive=query or None, limit=limit)
                 return {"results": rows}
-            found = ItemStore(root).search(query, item_type=item_type,
+            found = shared.store.search(query, item_type=item_type,
                                            source="project" if source == "local" else source, limit=limit)
             return {"results": [r.as_dict() for r in found]}
         except KiwiError as exc:
@@ -91,7 +91,7 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
                                                                   "project first"),
     ) -> dict[str, Any]:
         try:
-            store = ItemStore(root)
+            store = shared.store
             if copy_to_project:
                 copy_to_project_(store, item_type, item_id)
                 store.refresh()
@@ -138,12 +138,12 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
             if action == "poll":
                 if not run_id:
                     raise KiwiError("poll needs run_id and item_id (the call_id of a pending call)")
-                return (await runs().poll_call(run_id, item_id, wait_seconds=wait_seconds,
+                return (await shared.poll_call(run_id, item_id, wait_seconds=wait_seconds,
                                                on_progress=progress)).model_dump()
             if item_type == "tool" and action == "call" and run_id:
-                return (await runs().call_tool_waiting(run_id, item_id, parameters, client_name=client_name,
+                return (await shared.call_tool_waiting(run_id, item_id, parameters, client_name=client_name,
                                                        wait_seconds=wait_seconds, on_progress=progress)).model_dump()
-            return await _execute(runs(), root, item_type, action, item_id, parameters, run_id, idempotency_key,
+            return await _execute(shared, root, item_type, action, item_id, parameters, run_id, idempotency_key,
                                   client_name)
         except KiwiError as exc:
             return error(item_type, action, item_id or run_id or "", exc)
@@ -161,11 +161,11 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
         options: list[str] = Field(default_factory=list, description="choices for a human (escalate)"),
     ) -> dict[str, Any]:
         if action == "guidance":
-            return {"help": _guidance(topic, root)}
+            return {"help": _guidance(topic, shared.store)}
         if not run_id:
             return error("run", action, "", KiwiError("a help signal needs run_id", hint="pass the run's id"))
         try:
-            await runs().help(run_id, HelpRequest(kind=action, reason=reason, attempts=attempts, options=options))
+            await shared.help(run_id, HelpRequest(kind=action, reason=reason, attempts=attempts, options=options))
         except KiwiError as exc:
             return error("run", action, run_id, exc)
         return {"status": f"{action}_recorded", "run_id": run_id,
@@ -251,8 +251,7 @@ async def _settled(runs: RunClient, run_id: str, timeout: float = 20.0):
         delay = min(delay * 1.5, 0.5)
 
 
-def _guidance(topic: str, root: Path) -> str:
-    store = ItemStore(root)
+def _guidance(topic: str, store: ItemStore) -> str:
     directives = [r.item_id for r in store.list_items("directive") if r.valid][:20]
     tools = store.local_tools()
     text = {

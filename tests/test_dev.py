@@ -13,6 +13,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from kiwi.devserver import free_port
 from kiwi.runs import RunClient
 from kiwi.store import ItemStore
+from tests.conftest import wait_for
 
 
 async def read_until(stream, marker: bytes, timeout: float = 90) -> bytes:
@@ -47,9 +48,8 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path):
         assert run_id.startswith("run-hello_kiwi-")
         assert await runs._check_search_attributes() is True
         async def waiting():
-            while (await runs.status(run_id)).status != "awaiting_agent":
-                await asyncio.sleep(0.05)
-        await asyncio.wait_for(waiting(), 60)
+            return (await runs.status(run_id)).status == "awaiting_agent"
+        await wait_for(waiting, timeout=60, what="the run to wait for the agent")
         listed = await runs.list_runs(status="awaiting_agent")
         assert [r["run_id"] for r in listed] == [run_id] and listed[0]["step"] == "confirm"
     finally:

@@ -74,6 +74,7 @@ GIT_ACTIVITIES = {"git.status": GitActivities.git_status, "git.diff": GitActivit
                   "git.commit": GitActivities.git_commit}
 HELD = ("stuck", "awaiting_human")
 STUCK_ATTEMPTS_FOR_HUMAN = 3  # the seed: more than 3 failed attempts goes to a human
+NOT_YET_CALLABLE = ("git.checkpoint", "git.rollback")  # git checkpoints are not built yet
 RECENT_CALLS = 20
 AUDIT_IDLE_FLUSH = timedelta(seconds=1)
 LOOP_WINDOW = 10
@@ -241,7 +242,7 @@ class DirectiveRun:
             raise ApplicationError("run is continuing as new; send the call again", type="RunContinuing")
         if self.state.status in TERMINAL:
             raise ApplicationError(f"run {self.snap.run_id} has finished ({self.state.status}); start a new run",
-                                   type="RunStateConflict")
+                                   type="RunFinished")
         self._refuse_if_held()
         if not request.tool:
             raise ApplicationError("'tool' is required, e.g. filesystem.read", type="InputInvalid")
@@ -268,7 +269,7 @@ class DirectiveRun:
         record = self.state.steps.get(request.step)
         if self.state.status in TERMINAL:
             raise ApplicationError(f"run {self.snap.run_id} has finished ({self.state.status})",
-                                   type="RunStateConflict")
+                                   type="RunFinished")
         self._refuse_if_held()
         if record is None or record.status != "awaiting_agent":
             current = self._current_step_name()
@@ -388,9 +389,8 @@ class DirectiveRun:
     def _admit(self, tool: str, args: dict[str, Any], seq: int) -> tuple[ToolCallResult | None, str]:
         """Tool lookup, permission, rate limit and loop checks; a result here means 'not executed'."""
         snap, state = self.snap, self.state
-        if not callable_tool(tool, snap.directive, frozenset(snap.local_tools)) or tool in (
-                "git.checkpoint", "git.rollback"):
-            known = ", ".join(sorted([*BUILTIN_TOOLS[:9], *snap.local_tools]))
+        if not callable_tool(tool, snap.directive, frozenset(snap.local_tools)) or tool in NOT_YET_CALLABLE:
+            known = ", ".join(sorted([*(t for t in BUILTIN_TOOLS if t not in NOT_YET_CALLABLE), *snap.local_tools]))
             return ToolCallResult(status="error", tool=tool, error_type="ToolNotFound", call_seq=seq,
                                   reason=f"no tool '{tool}' in this run",
                                   hint=f"tools this run can call: {known}"), ""
@@ -398,13 +398,14 @@ class DirectiveRun:
         if not decision.allowed:
             return ToolCallResult(status="denied", tool=tool, reason=decision.reason, hint=decision.hint,
                                   error_type="PermissionDenied", call_seq=seq), ""
-        for pattern in rate_patterns(tool, snap.limits.rate_limits, snap.local_tools):
+        patterns = rate_patterns(tool, snap.limits.rate_limits, snap.local_tools)
+        for pattern in patterns:
             count = state.call_counts.get(pattern, 0) + 1
             if count > snap.limits.rate_limits[pattern]:
                 return ToolCallResult(status="rate_limited", tool=tool, error_type="RateLimited", call_seq=seq,
                                       reason=f"rate limit for {pattern} is {snap.limits.rate_limits[pattern]} "
                                              "calls per run"), ""
-        for pattern in rate_patterns(tool, snap.limits.rate_limits, snap.local_tools):
+        for pattern in patterns:
             state.call_counts[pattern] = state.call_counts.get(pattern, 0) + 1
         state.loop_hashes = (state.loop_hashes + [digest([tool, args])])[-LOOP_WINDOW:]
         warning = detect_loop(state.loop_hashes, snap.limits.loop_repeat_threshold)
