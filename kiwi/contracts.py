@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from temporalio.common import SearchAttributeKey
 
 from kiwi.directive import Directive
+from kiwi.mcp_registry import McpServerInfo
 from kiwi.policy import PermissionSet
 
 TASK_QUEUE = "kiwi"
@@ -82,6 +83,9 @@ class RunSnapshot(BaseModel):
     local_tools: dict[str, LocalToolSpec] = Field(default_factory=dict)
     limits: RunLimits = Field(default_factory=RunLimits)
     search_attributes: bool = False
+    # External MCP servers this run may call: names, filters and timeouts only, never how to connect.
+    mcp_servers: dict[str, McpServerInfo] = Field(default_factory=dict)
+    mcp_skipped: dict[str, str] = Field(default_factory=dict)
 
 
 class ToolCallResult(BaseModel):
@@ -132,6 +136,20 @@ class HelpRecord(BaseModel):
     at: str = ""
 
 
+class McpServerContext(BaseModel):
+    """A declared server's tools as the run saw them at its start (recorded, so replays need no server)."""
+
+    server: str
+    alias: str | None = None
+    required: bool = False
+    available: bool = False
+    description: str = ""
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    tool_hashes: dict[str, str] = Field(default_factory=dict)
+    error: str = ""
+    hint: str = ""
+
+
 class RunState(BaseModel):
     """Everything a run has decided so far; carried whole across continue-as-new."""
 
@@ -155,6 +173,8 @@ class RunState(BaseModel):
     children: list[ChildRecord] = Field(default_factory=list)
     held_from: str = ""
     hold_reason: str = ""
+    mcp_context: dict[str, McpServerContext] = Field(default_factory=dict)
+    mcp_ready: bool = False
 
 
 class DirectiveRunInput(BaseModel):
@@ -206,6 +226,19 @@ class ResumeRequest(BaseModel):
 
 class CancelRequest(BaseModel):
     reason: str = "cancelled by request"
+
+
+class ToolContextRequest(BaseModel):
+    """Ask a run for the tool context it fetched at its start (waits until it is ready)."""
+
+    wait: bool = True
+
+
+class ToolContext(BaseModel):
+    run_id: str
+    status: RunStatusName
+    mcps: dict[str, McpServerContext] = Field(default_factory=dict)
+    error: str = ""
 
 
 class StepView(BaseModel):
@@ -289,3 +322,35 @@ class ResolveDirectiveRequest(BaseModel):
     run_id: str
     client: str = ""
     search_attributes: bool = False
+
+
+class McpListToolsRequest(BaseModel):
+    """``mcp.{server}.list_tools``: the server's tools, through the registry's and the caller's filters."""
+
+    project_root: str
+    server: str
+    tools: list[str] = Field(default_factory=list)
+    refresh: bool = False
+
+
+class McpListToolsResult(BaseModel):
+    server: str
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    tool_hashes: dict[str, str] = Field(default_factory=dict)
+
+
+class McpCallRequest(BaseModel):
+    """``mcp.{server}.call_tool``: one upstream call. ``expected_hash`` is the tool schema the run recorded."""
+
+    project_root: str
+    server: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    expected_hash: str = ""
+
+
+class McpCallResult(BaseModel):
+    result: dict[str, Any] = Field(default_factory=dict)
+    is_error: bool = False
+    error_text: str = ""
+    schema_changed: str = ""

@@ -93,3 +93,9 @@ def display_path(path: Path | str, root: Path | None = None) -> str:
         except ValueError:
             pass
     return str(p)
+
+
+class McpServerMissing(KiwiError):
+    """A run needs an external MCP server that is not configured or does not answer."""
+
+    type = "McpServerMissing"

@@ -69,10 +69,15 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
         if "blocked_commands" in shell:
             limits.blocked_commands = [str(c) for c in shell["blocked_commands"]]
         fs = tools.get("filesystem") or {}
+        mcps = tools.get("mcps") or {}
+        if not isinstance(mcps, dict):
+            raise ValueError("internal_tools.mcps must map server names to {enabled, tools}")
         base = PermissionSet(fs_read=[str(p) for p in fs.get("read", [])],
                              fs_write=[str(p) for p in fs.get("write", [])],
                              shell=[str(c) for c in shell.get("allowed_commands", [])],
-                             tools=[str(t) for t in tools.get("tools", [])])
+                             tools=[str(t) for t in tools.get("tools", [])],
+                             mcp={str(name): [str(t) for t in (entry or {}).get("tools", ["*"])]
+                                  for name, entry in mcps.items() if (entry or {}).get("enabled", True)})
     except (TypeError, ValueError) as exc:
         raise ItemInvalid([Problem(f"agent_harness.yaml: {exc}", sources[-1] if sources else "")]) from None
     return HarnessConfig(limits=limits, base_policy=base, sources=sources)

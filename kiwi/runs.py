@@ -46,12 +46,15 @@ from kiwi.contracts import (
     RunSnapshot,
     RunStatus,
     ToolCallResult,
+    ToolContext,
+    ToolContextRequest,
     run_workflow_id,
     session_workflow_id,
 )
-from kiwi.directive import Directive, Metadata, Step
-from kiwi.errors import InputInvalid, KiwiError, RunFinished, RunNotFound, RunStateConflict
+from kiwi.directive import Directive, McpDeclaration, Metadata, Step, ToolsDeclaration
+from kiwi.errors import InputInvalid, KiwiError, McpServerMissing, RunFinished, RunNotFound, RunStateConflict
 from kiwi.harness import load_harness
+from kiwi.mcp_registry import McpRegistry, load_registry
 from kiwi.signing import content_hash
 from kiwi.store import ItemStore
 from kiwi.templating import bind_inputs
@@ -81,9 +84,18 @@ def build_snapshot(store: ItemStore, name: str, inputs: dict[str, Any], run_id: 
                                hint="add it under .ai/tools/ or fix the tool id (run `kiwi search` to list tools)")
     harness = load_harness(store.project_root, store.user)
     limits = harness.limits.model_copy(update={"deadline_seconds": deadline_seconds})
+    registry = load_registry(store.project_root, store.user)
+    declared = {m.name for m in directive.metadata.tools.mcps}
     return RunSnapshot(run_id=run_id, directive=directive, content_hash=content_hash(text), source_path=str(path),
                        inputs=bound, grants=directive.grants(), project_root=str(store.project_root),
-                       client=client_name, local_tools=specs, limits=limits, search_attributes=search_attributes)
+                       client=client_name, local_tools=specs, limits=limits, search_attributes=search_attributes,
+                       mcp_servers={n: c.info() for n, c in registry.servers.items() if n in declared},
+                       mcp_skipped={n: why for n, why in registry.skipped.items() if n in declared})
+
+
+def session_mcps(registry: McpRegistry) -> ToolsDeclaration:
+    """A session may reach every configured server; the base policy decides which tools it may call."""
+    return ToolsDeclaration(mcps=[McpDeclaration(name=name) for name in sorted(registry.servers)])
 
 
 class RunClient:
@@ -122,7 +134,23 @@ class RunClient:
             static_details=f"Inputs: {', '.join(f'{k}={v!r}' for k, v in snap.inputs.items()) or 'none'}\n\n"
                            f"Directive file: {snap.source_path}\n\nContent hash: {snap.content_hash}",
         )
+        if directive.metadata.tools.mcps:
+            context = await self.tool_context(handle.id)
+            if context.status == "failed":
+                raise McpServerMissing(f"run {handle.id} failed at its start: {context.error}",
+                                       hint="fix mcp_registry.yaml or the server, or mark the <mcp> "
+                                            "required=\"false\" in the directive")
         return handle.id
+
+    async def tool_context(self, run_id: str) -> ToolContext:
+        """The MCP tool context a run fetched at its start; waits until it is ready."""
+        try:
+            return await self._update(run_id, "tool_context", ToolContextRequest(), ToolContext, None)
+        except (RunFinished, RunNotFound):
+            # The run ended before the question arrived (a required server was missing, say);
+            # Temporal answers an update to a closed run as "not found".
+            status = await self.status(run_id)
+            return ToolContext(run_id=run_id, status=status.status, error=status.error)
 
     async def _check_search_attributes(self) -> bool:
         if self._attributes_ready is None:
@@ -139,15 +167,18 @@ class RunClient:
     def session_snapshot(self, client_name: str) -> RunSnapshot:
         """A per-client session: the harness's base policy, one step that waits forever."""
         harness = load_harness(self.store.project_root, self.store.user)
+        registry = load_registry(self.store.project_root, self.store.user)
         directive = Directive(name="session", version="1.0.0",
-                              metadata=Metadata(description=f"interactive calls of {client_name} outside a run"),
+                              metadata=Metadata(description=f"interactive calls of {client_name} outside a run",
+                                                tools=session_mcps(registry)),
                               steps=[Step(name="interactive", mode="agent",
                                           action="Calls made outside a directive run, checked against the "
                                                  "base policy of agent_harness.yaml.")])
         return RunSnapshot(run_id=session_workflow_id(client_name), directive=directive, content_hash="",
                            grants=harness.base_policy, project_root=str(self.store.project_root), client=client_name,
                            local_tools=local_tool_specs(self.store), limits=harness.limits,
-                           search_attributes=self._attributes_ready or False)
+                           search_attributes=self._attributes_ready or False,
+                           mcp_servers={n: c.info() for n, c in registry.servers.items()})
 
     async def session_call(self, client_name: str, tool: str, arguments: dict[str, Any]) -> ToolCallResult:
         """A tool call outside any directive run: through the client's session workflow and base policy.

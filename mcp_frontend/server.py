@@ -25,6 +25,7 @@ from kiwi.authoring import delete_item, link_knowledge, save_directive, save_kno
 from kiwi.contracts import HelpRequest
 from kiwi.directive import Directive
 from kiwi.errors import ItemInvalid, KiwiError
+from kiwi.mcp_catalog import McpCatalog
 from kiwi.runs import RunClient
 from kiwi.store import ItemStore, find_project_root
 
@@ -36,7 +37,7 @@ item_id=TOOL, parameters={args}) → execute(item_type="run", action="complete_s
 parameters={"step": NAME, "outputs": {...}}). Every call is checked against the directive's permissions.
 Use help(action="stuck"|"escalate"|"checkpoint", run_id=...) when you need a human."""
 
-ItemKind = Literal["directive", "tool", "knowledge", "run"]
+ItemKind = Literal["directive", "tool", "knowledge", "run", "mcp"]
 
 
 def error(item_type: str, action: str, item_id: str, exc: BaseException) -> dict[str, Any]:
@@ -57,13 +58,15 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
     # One client and store for the server's life: the store re-scans changed files on every query,
     # and the client remembers whether the search attributes are registered.
     shared = RunClient(client, ItemStore(root), task_queue=task_queue)
+    catalog = McpCatalog(root)
 
     server = MCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0")
 
     @server.tool(description="Find directives, tools, knowledge (multi-term relevance search) or runs. "
                              "Example: search(item_type='directive', query='deploy database').")
     async def search(
-        item_type: ItemKind = Field(description="what to search: directive, tool, knowledge, or run"),
+        item_type: ItemKind = Field(description="what to search: directive, tool, knowledge, run, or mcp (tools of "
+                                                "the external MCP servers in mcp_registry.yaml)"),
         query: str = Field(default="", description="words to look for; for runs, an optional directive name"),
         source: Literal["all", "project", "local", "user"] = Field(
             default="all", description="which item space ('local' is the project, as in Kiwi MCP)"),
@@ -74,6 +77,8 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
             if item_type == "run":
                 rows = await shared.list_runs(status=status, directive=query or None, limit=limit)
                 return {"results": rows}
+            if item_type == "mcp":
+                return await catalog.search(query, limit=limit)
             found = shared.store.search(query, item_type=item_type,
                                            source="project" if source == "local" else source, limit=limit)
             return {"results": [r.as_dict() for r in found]}
@@ -84,13 +89,16 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
                              "steps and which steps run by themselves. Example: load(item_type='directive', "
                              "item_id='hello_kiwi').")
     async def load(
-        item_type: Literal["directive", "tool", "knowledge"] = Field(description="item type"),
-        item_id: str = Field(description="directive name, tool_id or zettel_id"),
+        item_type: Literal["directive", "tool", "knowledge", "mcp"] = Field(description="item type"),
+        item_id: str = Field(description="directive name, tool_id, zettel_id, or for mcp a server name or "
+                                         "SERVER.TOOL"),
         source: Literal["all", "project", "user"] = Field(default="all", description="which item space"),
         copy_to_project: bool = Field(default=False, description="copy the item from the user space into the "
                                                                   "project first"),
     ) -> dict[str, Any]:
         try:
+            if item_type == "mcp":
+                return await catalog.load(item_id)
             store = shared.store
             if copy_to_project:
                 copy_to_project_(store, item_type, item_id)
@@ -113,12 +121,13 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
         "only valid directives are written), delete (parameters={'confirm': true}). knowledge: create, update "
         "(parameters={'title', 'entry_type', 'category', 'tags', 'content'}), delete, link (parameters={'to': ID, "
         "'relation': 'references'}). run: status, complete_step (parameters={'step': NAME, 'outputs': {...}}), "
-        "cancel, poll (item_id = the call_id of a call that answered 'pending'). tool: call (item_id = tool id such as filesystem.read or a local tool; parameters = its "
-        "arguments; with run_id the run's grants apply, without it the base policy of agent_harness.yaml). Example: execute(item_type='tool', action='call', run_id='run-x-1', "
+        "cancel, poll (item_id = the call_id of a call that answered 'pending'). tool: call (item_id = tool id such as filesystem.read, a local tool, or SERVER.TOOL of an external MCP server; parameters = its "
+        "arguments; with run_id the run's grants apply, without it the base policy of agent_harness.yaml). mcp: call "
+        "(item_id = SERVER.TOOL, the same as a tool call). Example: execute(item_type='tool', action='call', run_id='run-x-1', "
         "item_id='filesystem.read', parameters={'path': 'notes/hello.md'})."))
     async def execute(
-        item_type: Literal["directive", "knowledge", "run", "tool"] = Field(
-            description="directive, knowledge, run, or tool"),
+        item_type: Literal["directive", "knowledge", "run", "tool", "mcp"] = Field(
+            description="directive, knowledge, run, tool, or mcp (call = a tool of an external MCP server)"),
         action: Literal["run", "validate", "create", "update", "delete", "link", "status", "complete_step",
                         "cancel", "poll", "call"] = Field(description="what to do"),
         item_id: str = Field(default="", description="directive name, run id, or tool id"),
@@ -140,6 +149,9 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
                     raise KiwiError("poll needs run_id and item_id (the call_id of a pending call)")
                 return (await shared.poll_call(run_id, item_id, wait_seconds=wait_seconds,
                                                on_progress=progress)).model_dump()
+            if item_type == "mcp" and action == "call":
+                item_id = catalog.tool_id(item_id, parameters)
+                item_type = "tool"
             if item_type == "tool" and action == "call" and run_id:
                 return (await shared.call_tool_waiting(run_id, item_id, parameters, client_name=client_name,
                                                        wait_seconds=wait_seconds, on_progress=progress)).model_dump()
@@ -181,9 +193,15 @@ async def _execute(runs: RunClient, root: Path, item_type: str, action: str, ite
         new_id = await runs.start(item_id, parameters, idempotency_key=idempotency_key, client_name=client_name)
         status = await _settled(runs, new_id)
         directive, _, _ = runs.store.load_directive(item_id)
+        context = {}
+        if directive.metadata.tools.mcps:
+            fetched = await runs.tool_context(new_id)
+            context = {name: {"available": c.available, "required": c.required, "description": c.description,
+                              "tools": c.tools, **({"error": c.error} if c.error else {}),
+                              **({"hint": c.hint} if c.hint else {})} for name, c in fetched.mcps.items()}
         return {"run_id": new_id, "state": status.status, "current_step": status.current_step.model_dump()
                 if status.current_step else None, "declared_tools": directive.metadata.tools.model_dump(),
-                "permissions": directive.grants().summary(),
+                "tool_context": context, "permissions": directive.grants().summary(),
                 "instructions": "Do the current step's action, making tool calls with execute(item_type='tool', "
                                 "action='call', run_id=...), then complete it with execute(item_type='run', "
                                 "action='complete_step', run_id=..., parameters={'step': ..., 'outputs': {...}})."}

@@ -12,30 +12,48 @@ from activities.audit import AuditActivities
 from activities.commands import CommandActivities, GitActivities
 from activities.directives import DirectiveActivities
 from activities.filesystem import FilesystemActivities
+from activities.mcp import McpActivities
 from kiwi.contracts import TASK_QUEUE
+from kiwi.mcp_pool import McpPool
 from workflows.directive_run import DirectiveRun
 
 WORKFLOWS = [DirectiveRun]
 
 
-def activities() -> list:
+def activities(pool: McpPool) -> list:
     fs, commands, git, audit = FilesystemActivities(), CommandActivities(), GitActivities(), AuditActivities()
     return [fs.read_file, fs.write_file, fs.list_directory, fs.create_directory, fs.delete_path, fs.move_path,
             commands.run_command, commands.run_local_tool, git.git_status, git.git_diff, git.git_commit,
-            audit.write_audit_records, DirectiveActivities().resolve_directive]
+            audit.write_audit_records, DirectiveActivities().resolve_directive, McpActivities(pool).mcp_operation]
 
 
-def build_worker(client: Client, task_queue: str = TASK_QUEUE) -> Worker:
+class KiwiWorker(Worker):
+    """A Temporal worker that also owns the MCP client pool, closed when the worker shuts down."""
+
+    def __init__(self, client: Client, *, mcp_pool: McpPool, **kwargs: object) -> None:
+        super().__init__(client, **kwargs)  # type: ignore[arg-type]
+        self.mcp_pool = mcp_pool
+
+    async def shutdown(self) -> None:
+        try:
+            await super().shutdown()
+        finally:
+            await self.mcp_pool.close()
+
+
+def build_worker(client: Client, task_queue: str = TASK_QUEUE) -> KiwiWorker:
     """A worker tuned so a dead worker's runs move to another within seconds.
 
     A short sticky schedule-to-start timeout sends a dead worker's workflow tasks back to the
     shared queue quickly instead of waiting on its sticky queue.
     """
-    return Worker(
+    pool = McpPool()
+    return KiwiWorker(
         client,
+        mcp_pool=pool,
         task_queue=task_queue,
         workflows=WORKFLOWS,
-        activities=activities(),
+        activities=activities(pool),
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
         # Waiting runs need no cache; a smaller cache bounds memory with many runs waiting.
         max_cached_workflows=300,

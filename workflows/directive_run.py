@@ -10,13 +10,14 @@ this deterministic code and recorded in history; side effects happen only in act
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
-from temporalio.workflow import ParentClosePolicy
+from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.audit import AuditActivities
@@ -44,6 +45,11 @@ with workflow.unsafe.imports_passed_through():
         HelpRecord,
         HelpRequest,
         LocalToolRequest,
+        McpCallRequest,
+        McpCallResult,
+        McpListToolsRequest,
+        McpListToolsResult,
+        McpServerContext,
         ResolveDirectiveRequest,
         ResumeRequest,
         RunState,
@@ -51,9 +57,11 @@ with workflow.unsafe.imports_passed_through():
         StepRecord,
         StepView,
         ToolCallResult,
+        ToolContext,
+        ToolContextRequest,
         run_workflow_id,
     )
-    from kiwi.directive import Step, callable_tool, plan_step
+    from kiwi.directive import McpDeclaration, Step, callable_tool, plan_step
     from kiwi.guards import detect_loop, digest, rate_patterns, redact, summarise_call, summarise_result
     from kiwi.policy import BUILTIN_TOOLS, FILESYSTEM_TOOLS, parse_command
     from kiwi.templating import TemplateError, render
@@ -75,6 +83,12 @@ GIT_ACTIVITIES = {"git.status": GitActivities.git_status, "git.diff": GitActivit
 HELD = ("stuck", "awaiting_human")
 STUCK_ATTEMPTS_FOR_HUMAN = 3  # the seed: more than 3 failed attempts goes to a human
 NOT_YET_CALLABLE = ("git.checkpoint", "git.rollback")  # git checkpoints are not built yet
+# Upstream MCP servers: transport failures retry (the pool reconnects); refusals do not.
+MCP_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=300), backoff_coefficient=2.0,
+                        maximum_interval=timedelta(seconds=10), maximum_attempts=6,
+                        non_retryable_error_types=["ToolFailed", "ToolNotFound", "SecretMissing", "McpServerUnknown",
+                                                   "McpError"])
+MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
 AUDIT_IDLE_FLUSH = timedelta(seconds=1)
 LOOP_WINDOW = 10
@@ -82,6 +96,14 @@ LOOP_WINDOW = 10
 
 class StepFailed(ApplicationError):
     pass
+
+
+class ToolReportedError(Exception):
+    """The upstream tool answered with ``isError``: the call ran, and its content says why it failed."""
+
+    def __init__(self, outcome: McpCallResult) -> None:
+        super().__init__(outcome.error_text)
+        self.outcome = outcome
 
 
 class CallRefused(Exception):
@@ -116,6 +138,10 @@ class DirectiveRun:
             state.started_at = workflow.now().isoformat()
         directive = self.snap.directive
         self._publish()
+        if not state.mcp_ready:
+            if directive.metadata.tools.mcps and workflow.patched("mcp-tool-context"):
+                await self._fetch_tool_context(directive.metadata.tools.mcps)
+            state.mcp_ready = True
         try:
             while state.step_index < len(directive.steps) and state.status not in TERMINAL:
                 step = directive.steps[state.step_index]
@@ -280,6 +306,14 @@ class DirectiveRun:
                 + (f"; step '{waiting}' is" if waiting else "; no step is waiting now"),
                 type="RunStateConflict")
 
+    @workflow.update
+    async def tool_context(self, request: ToolContextRequest) -> ToolContext:
+        """The declared MCP servers' tools as fetched when the run started (waits until fetched)."""
+        if request.wait:
+            await workflow.wait_condition(lambda: self.state.mcp_ready)
+        return ToolContext(run_id=self.snap.run_id, status=self.state.status, mcps=self.state.mcp_context,
+                           error=self.state.error)
+
     @workflow.signal
     def cancel(self, request: CancelRequest) -> None:
         if self.state.status not in TERMINAL:
@@ -346,19 +380,27 @@ class DirectiveRun:
         seq = state.call_seq
         step = step or self._current_step_name()
         started = workflow.now()
+        declared = self._mcp_declaration(tool)
+        if declared is not None:
+            # An alias (<mcp name="supabase" alias="db">) is only a spelling: policy and audit see the server.
+            tool = f"{declared.name}.{tool.partition('.')[2]}"
+            if declared.name not in state.mcp_context:
+                await self._fetch_tool_context([declared])
         result, warning = self._admit(tool, args, seq)
         if result is None:
+            warnings = [warning] if warning else []
             try:
-                value = await self._execute(tool, args, origin)
-                result = ToolCallResult(status="ok", tool=tool, result=value, call_seq=seq,
-                                        warnings=[warning] if warning else [])
+                value = await self._execute(tool, args, origin, warnings)
+                result = ToolCallResult(status="ok", tool=tool, result=value, call_seq=seq, warnings=warnings)
+            except ToolReportedError as exc:
+                result = ToolCallResult(status="error", tool=tool, result=exc.outcome.result, call_seq=seq,
+                                        reason=exc.outcome.error_text or "the tool reported an error",
+                                        error_type="ToolFailed", warnings=warnings)
             except CallRefused as exc:
                 result = ToolCallResult(status=exc.status, tool=tool, reason=exc.reason, hint=exc.hint,  # type: ignore[arg-type]
                                         error_type=exc.error_type, call_seq=seq)
-            except ActivityError as exc:
-                cause = exc.cause
-                kind = getattr(cause, "type", None) or "ActivityFailed"
-                message = getattr(cause, "message", None) or str(cause or exc)
+            except (ActivityError, ApplicationError) as exc:
+                kind, message = failure_of(exc)
                 result = ToolCallResult(status="denied" if kind == "PermissionDenied" else "error", tool=tool,
                                         reason=message, error_type=kind, call_seq=seq)
             if result.status == "ok":
@@ -394,6 +436,9 @@ class DirectiveRun:
             return ToolCallResult(status="error", tool=tool, error_type="ToolNotFound", call_seq=seq,
                                   reason=f"no tool '{tool}' in this run",
                                   hint=f"tools this run can call: {known}"), ""
+        refusal = self._mcp_refusal(tool, seq)
+        if refusal is not None:
+            return refusal, ""
         decision = snap.grants.check(tool, args, blocked_commands=snap.limits.blocked_commands)
         if not decision.allowed:
             return ToolCallResult(status="denied", tool=tool, reason=decision.reason, hint=decision.hint,
@@ -413,7 +458,8 @@ class DirectiveRun:
             state.loop_warnings += 1
         return None, warning
 
-    async def _execute(self, tool: str, args: dict[str, Any], origin: str = "step") -> Any:
+    async def _execute(self, tool: str, args: dict[str, Any], origin: str = "step",
+                       warnings: list[str] | None = None) -> Any:
         snap = self.snap
         root = snap.project_root
         summary = summarise_call(tool, args)
@@ -443,6 +489,8 @@ class DirectiveRun:
             value = await workflow.execute_activity_method(GIT_ACTIVITIES[tool], request, **options)
         elif tool == "directive.run":
             value = await self._run_child(args, origin)
+        elif tool.partition(".")[0] in self.state.mcp_context:
+            value = await self._call_mcp(tool, args, warnings if warnings is not None else [])
         elif tool in snap.local_tools:
             spec = snap.local_tools[tool]
             value = await workflow.execute_activity_method(
@@ -451,9 +499,110 @@ class DirectiveRun:
                 **{**options, "summary": f"tool {tool}",
                    "start_to_close_timeout": timedelta(seconds=spec.timeout_seconds + 30)})
         else:
-            raise ApplicationError(f"'{tool}' needs the MCP client pool, which this worker does not run yet",
-                                   type="ToolNotFound", non_retryable=True)
+            raise ApplicationError(f"no executor for '{tool}' in this run", type="ToolNotFound", non_retryable=True)
         return value
+
+    # ------------------------------------------------------------------ external MCP servers
+    def _mcp_declaration(self, tool: str) -> McpDeclaration | None:
+        server, _, name = tool.partition(".")
+        if not name:
+            return None
+        return next((d for d in self.snap.directive.metadata.tools.mcps if server in (d.name, d.alias)), None)
+
+    async def _fetch_tool_context(self, declarations: list[McpDeclaration]) -> None:
+        """Fetch the declared servers' tool schemas once, into the run's state (and so its history)."""
+        async def one(decl: McpDeclaration) -> McpServerContext:
+            context = McpServerContext(server=decl.name, alias=decl.alias, required=decl.required)
+            info = self.snap.mcp_servers.get(decl.name)
+            if info is None:
+                context.error = self.snap.mcp_skipped.get(decl.name) or f"no MCP server '{decl.name}' is configured"
+                context.hint = (f"add '{decl.name}' under mcps: in .ai/config/mcp_registry.yaml"
+                                if decl.name not in self.snap.mcp_skipped else
+                                "set the missing variable where the front end and worker run, then start a new run")
+                return context
+            context.description = info.description
+            try:
+                listed = await workflow.execute_local_activity(
+                    f"mcp.{decl.name}.list_tools",
+                    McpListToolsRequest(project_root=self.snap.project_root, server=decl.name, tools=decl.tools,
+                                        refresh=decl.refresh),
+                    result_type=McpListToolsResult, start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=300), maximum_attempts=3,
+                                             non_retryable_error_types=MCP_RETRY.non_retryable_error_types),
+                    summary=f"list tools: {decl.name}")
+            except (ActivityError, ApplicationError) as exc:
+                # A local activity's final failure can arrive unwrapped (an ApplicationError).
+                context.error = failure_of(exc)[1]
+                context.hint = f"check that MCP server '{decl.name}' starts (see mcp_registry.yaml), then start a " \
+                               "new run"
+                return context
+            context.available = True
+            context.tools = [{**t, "name": f"{decl.name}.{t['name']}"} for t in listed.tools]
+            context.tool_hashes = listed.tool_hashes
+            offered = set(listed.tool_hashes)
+            missing = [t for t in decl.tools if t not in offered]
+            if missing:
+                context.hint = f"declared but not offered by the server (or hidden by its registry filter): " \
+                               f"{', '.join(missing)}"
+            return context
+
+        contexts = await asyncio.gather(*(one(d) for d in declarations))
+        for context in contexts:
+            self.state.mcp_context[context.server] = context
+            self._audit({"event": "mcp_context", "server": context.server, "available": context.available,
+                         "tools": sorted(context.tool_hashes), "error": context.error})
+            if context.required and not context.available and self.state.status not in TERMINAL:
+                self.state.status = "failed"
+                self.state.error = f"required MCP server '{context.server}' is not available: {context.error}" + (
+                    f" ({context.hint})" if context.hint else "")
+
+    def _mcp_refusal(self, tool: str, seq: int) -> ToolCallResult | None:
+        server, _, name = tool.partition(".")
+        context = self.state.mcp_context.get(server)
+        if context is None or not name:
+            return None
+        if not context.available:
+            return ToolCallResult(status="error", tool=tool, error_type="McpUnavailable", call_seq=seq,
+                                  reason=f"MCP server '{server}' is unavailable in this run: {context.error}",
+                                  hint=context.hint)
+        if name not in context.tool_hashes:
+            offered = ", ".join(sorted(context.tool_hashes)) or "none"
+            return ToolCallResult(status="error", tool=tool, error_type="ToolNotFound", call_seq=seq,
+                                  reason=f"MCP server '{server}' offers no tool '{name}' to this run",
+                                  hint=f"tools of {server} this run can call: {offered}")
+        return None
+
+    async def _call_mcp(self, tool: str, args: dict[str, Any], warnings: list[str]) -> Any:
+        """One upstream call: a local activity for short calls, a heartbeating one (with progress) for long."""
+        server, _, name = tool.partition(".")
+        info = self.snap.mcp_servers[server]
+        request = McpCallRequest(project_root=self.snap.project_root, server=server, tool=name, arguments=args,
+                                 expected_hash=self.state.mcp_context[server].tool_hashes.get(name, ""))
+        timeout = timedelta(seconds=info.timeout_seconds)
+        if info.timeout_seconds <= MCP_LOCAL_LIMIT:
+            handle = workflow.start_local_activity(
+                f"mcp.{server}.call_tool", request, result_type=McpCallResult, start_to_close_timeout=timeout,
+                retry_policy=MCP_RETRY, summary=f"call tool: {tool}")
+        else:
+            handle = workflow.start_activity(
+                f"mcp.{server}.call_tool", request, result_type=McpCallResult,
+                start_to_close_timeout=timeout + timedelta(seconds=30), heartbeat_timeout=timedelta(seconds=5),
+                retry_policy=MCP_RETRY, summary=f"call tool: {tool}",
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
+        # Cancelling the run cancels the upstream call in flight.
+        await workflow.wait_condition(lambda: handle.done() or bool(self.state.cancel_reason))
+        if not handle.done():
+            handle.cancel()
+            with contextlib.suppress(ActivityError):
+                await handle
+            raise CallRefused("error", f"{tool} was cancelled with the run", error_type="Cancelled")
+        outcome = await handle
+        if outcome.schema_changed:
+            warnings.append(outcome.schema_changed)
+            self._audit({"event": "mcp_schema_changed", "tool": tool, "detail": outcome.schema_changed})
+        if outcome.is_error:
+            raise ToolReportedError(outcome)
+        return outcome.result
 
     async def _run_child(self, args: dict[str, Any], origin: str) -> Any:
         """``directive.run``: a child run with the intersection of this run's grants and its own."""
@@ -587,6 +736,13 @@ class DirectiveRun:
         return DirectiveRunResult(run_id=self.snap.run_id, status=self.state.status,
                                   outputs={n: r.outputs for n, r in self.state.steps.items()},
                                   error=self.state.error, calls=self.state.call_seq)
+
+
+def failure_of(exc: BaseException) -> tuple[str, str]:
+    """``(type, message)`` of an activity's failure, wrapped in an ActivityError or not."""
+    cause = exc.cause if isinstance(exc, ActivityError) and exc.cause is not None else exc
+    kind = getattr(cause, "type", None) or "ActivityFailed"
+    return kind, getattr(cause, "message", None) or str(cause)
 
 
 def render_safe(text: str, context: dict[str, Any]) -> str:

@@ -1,0 +1,104 @@
+"""Proxied calls to external MCP servers, as activities over the worker's :class:`McpPool`.
+
+One dynamic definition serves every server under its own name, ``mcp.{server}.list_tools`` and
+``mcp.{server}.call_tool``, so the Temporal UI shows which server a run talked to. Transport
+failures are retryable (the pool reconnects on the next attempt); refusals are not. Secret
+values are scrubbed from every result before it is returned into workflow history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio import activity
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+from kiwi.contracts import McpCallRequest, McpCallResult, McpListToolsRequest, McpListToolsResult
+from kiwi.errors import KiwiError
+from kiwi.mcp_pool import McpPool, McpUnavailable, schema_hash, scrub
+
+
+class McpActivities:
+    """``mcp.{server}.list_tools`` and ``mcp.{server}.call_tool`` over one shared :class:`McpPool`."""
+
+    def __init__(self, pool: McpPool) -> None:
+        self.pool = pool
+
+    @activity.defn(dynamic=True)
+    async def mcp_operation(self, args: Sequence[RawValue]) -> Any:
+        name = activity.info().activity_type
+        prefix, _, rest = name.partition(".")
+        server, _, operation = rest.rpartition(".")
+        converter = activity.payload_converter()
+        if prefix != "mcp" or not server:
+            raise ApplicationError(f"no activity '{name}' on this worker", type="ActivityNotFound",
+                                   non_retryable=True)
+        if operation == "list_tools":
+            return await self.list_tools(converter.from_payload(args[0].payload, McpListToolsRequest))
+        if operation == "call_tool":
+            return await self.call_tool(converter.from_payload(args[0].payload, McpCallRequest))
+        raise ApplicationError(f"no MCP operation '{operation}'", type="ActivityNotFound", non_retryable=True)
+
+    async def list_tools(self, req: McpListToolsRequest) -> McpListToolsResult:
+        try:
+            config = self.pool.config(req.project_root, req.server)
+            tools = await self.pool.list_tools(req.project_root, config, refresh=req.refresh)
+        except McpUnavailable as exc:
+            raise ApplicationError(str(exc), type="McpUnavailable") from None
+        except KiwiError as exc:
+            raise ApplicationError(exc.message, type=exc.type, non_retryable=True) from None
+        if req.tools:
+            missing = [t for t in req.tools if t not in {x.get("name") for x in tools}]
+            tools = [t for t in tools if t.get("name") in req.tools]
+            if missing:
+                activity.logger.warning("MCP server %s has no tool(s) %s", req.server, ", ".join(missing))
+        return McpListToolsResult(server=req.server, tools=tools,
+                                  tool_hashes={t["name"]: schema_hash(t) for t in tools})
+
+    async def call_tool(self, req: McpCallRequest) -> McpCallResult:
+        in_activity = activity.in_activity() and not activity.info().is_local
+
+        last: list[dict[str, Any]] = []
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            # Heartbeat details are how the front end reads an upstream call's progress.
+            last[:] = [{"progress": value, "total": total, "message": message}]
+            if in_activity:
+                activity.heartbeat(*last)
+
+        beat = asyncio.create_task(_heartbeat(last)) if in_activity else None
+        try:
+            config = self.pool.config(req.project_root, req.server)
+            result, conn = await self.pool.call_tool(req.project_root, config, req.tool, req.arguments, progress)
+        except McpUnavailable as exc:
+            raise ApplicationError(str(exc), type="McpUnavailable") from None
+        except KiwiError as exc:
+            raise ApplicationError(exc.message, type=exc.type, non_retryable=True) from None
+        finally:
+            if beat is not None:
+                beat.cancel()
+        changed = ""
+        if req.expected_hash:
+            try:
+                tools = await self.pool.list_tools(req.project_root, config)
+            except (McpUnavailable, KiwiError):
+                tools = None  # the call worked; a listing that fails now says nothing about the schema
+            now = next((schema_hash(t) for t in tools or [] if t.get("name") == req.tool), "")
+            if tools is not None and now != req.expected_hash:
+                changed = (f"the schema of {req.server}.{req.tool} changed since this run started"
+                           if now else f"{req.server}.{req.tool} is no longer listed by the server")
+        result = scrub(result, conn.secrets)
+        is_error = bool(result.get("isError"))
+        text = " ".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
+        return McpCallResult(result=result, is_error=is_error, error_text=text[:2000] if is_error else "",
+                             schema_changed=changed)
+
+
+async def _heartbeat(last: list[dict[str, Any]]) -> None:
+    """Keep a long upstream call's activity alive (and cancellable) between progress reports."""
+    while True:
+        activity.heartbeat(*last)
+        await asyncio.sleep(2)

@@ -1,0 +1,119 @@
+"""Proxied ``server-everything`` ``echo`` inside a run versus the same call made directly.
+
+Both sides use the same Python MCP client library against the same stdio server. The proxied
+call is ``RunClient.call_tool`` (a Workflow Update) -> policy, rate limit, loop check -> local
+activity ``mcp.everything.call_tool`` -> the worker's pooled connection -> audit. Sequential
+p50/p99, then 10 concurrent callers (calls/s).
+
+    .venv/bin/python bench/bench_mcp_proxy.py [--calls 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mcp.client import Client  # noqa: E402
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
+from temporalio.client import Client as TemporalClient  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+
+from bench.common import pct, scratch_project, tuned_dev_server  # noqa: E402
+from kiwi.runs import RunClient  # noqa: E402
+from kiwi.store import ItemStore  # noqa: E402
+from workers.main import build_worker  # noqa: E402
+
+EVERYTHING = Path(__file__).resolve().parents[1] / "tests" / "npm" / "node_modules" / "@modelcontextprotocol" / \
+    "server-everything" / "dist" / "index.js"
+DIRECTIVE = """# echo bench
+
+```xml
+<directive name="echo_bench" version="1.0.0">
+  <metadata>
+    <description>Echo through Kiwi</description>
+    <permissions><execute resource="mcp" name="everything" actions="echo"/></permissions>
+    <tools><mcp name="everything" required="true"><tool>echo</tool></mcp></tools>
+  </metadata>
+  <process><step name="work"><action>Echo many times.</action></step></process>
+</directive>
+```
+"""
+
+
+async def sequential(calls: int, fn) -> list[float]:
+    for i in range(10):
+        await fn(i)
+    samples = []
+    for i in range(calls):
+        t0 = time.perf_counter()
+        await fn(i)
+        samples.append((time.perf_counter() - t0) * 1000)
+    return samples
+
+
+async def concurrent(calls: int, callers: int, fn) -> float:
+    """Calls per second with ``callers`` callers sharing ``calls`` calls."""
+    async def caller(offset: int) -> None:
+        for i in range(offset, calls, callers):
+            await fn(i)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(caller(c) for c in range(callers)))
+    return calls / (time.perf_counter() - t0)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--callers", type=int, default=10)
+    args = parser.parse_args()
+    if not EVERYTHING.exists():
+        raise SystemExit("run scripts/test once first: it installs tests/npm (server-everything)")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        scratch_project(root)
+        (root / ".ai" / "config" / "agent_harness.yaml").write_text(
+            "rate_limits:\n  'mcp.*': 1000000\nruns:\n  audit_batch_size: 200\n")
+        (root / ".ai" / "config" / "mcp_registry.yaml").write_text(
+            f"mcps:\n  everything:\n    command: node\n    args: ['{EVERYTHING}', 'stdio']\n")
+        (root / ".ai" / "directives" / "echo_bench.md").write_text(DIRECTIVE)
+        server = tuned_dev_server(root)
+        await server.start()
+        try:
+            temporal = await TemporalClient.connect(server.address, data_converter=pydantic_data_converter)
+            async with build_worker(temporal):
+                runs = RunClient(temporal, ItemStore(root))
+                run_id = await runs.start("echo_bench", {})
+
+                async def proxied(i: int) -> None:
+                    result = await runs.call_tool(run_id, "everything.echo", {"message": f"m{i}"})
+                    assert result.status == "ok", result
+                kiwi_ms = await sequential(args.calls, proxied)
+                kiwi_rate = await concurrent(args.calls, args.callers, proxied)
+                await runs.cancel(run_id)
+            direct_params = StdioServerParameters(command="node", args=[str(EVERYTHING), "stdio"])
+            async with Client(direct_params) as direct:
+                async def straight(i: int) -> None:
+                    result = await direct.call_tool("echo", {"message": f"m{i}"})
+                    assert not result.is_error
+                direct_ms = await sequential(args.calls, straight)
+                direct_rate = await concurrent(args.calls, args.callers, straight)
+        finally:
+            server.stop()
+    print(f"{args.calls} echo calls over stdio (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
+    print(f"proxied through a run: p50 {pct(kiwi_ms, .5):6.1f} ms  p99 {pct(kiwi_ms, .99):6.1f} ms  "
+          f"{kiwi_rate:6.0f} calls/s with {args.callers} callers")
+    print(f"direct:                p50 {pct(direct_ms, .5):6.1f} ms  p99 {pct(direct_ms, .99):6.1f} ms  "
+          f"{direct_rate:6.0f} calls/s with {args.callers} callers")
+    print(f"ratio (p50): {pct(kiwi_ms, .5) / pct(direct_ms, .5):.1f}x   "
+          f"throughput ratio: {direct_rate / kiwi_rate:.1f}x")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,251 @@
+"""Connections to external MCP servers, pooled per server and project.
+
+The worker's MCP activities and the front end's ``mcp`` catalog both use it. Connections are
+opened lazily, shared by every caller, closed after an idle timeout, and dropped after a
+transport failure so the next attempt reconnects. Placeholders in the registry are resolved
+only here, when a connection is made; the values are remembered per connection so results can
+be scrubbed of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import mcp_types
+from mcp.client import Client
+from mcp.client.sse import sse_client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+
+from kiwi.errors import KiwiError
+from kiwi.mcp_registry import McpRegistry, McpServerConfig, load_registry, registry_paths
+from kiwi.store import user_space
+
+logger = logging.getLogger(__name__)
+
+# Errors a retry will not fix: the server said the request itself is wrong.
+PERMANENT_CODES = (mcp_types.INVALID_PARAMS, mcp_types.METHOD_NOT_FOUND, mcp_types.INVALID_REQUEST)
+
+
+def schema_hash(tool: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(tool, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class McpUnavailable(Exception):
+    """The server could not be reached or the connection broke (retryable)."""
+
+
+class McpRefused(KiwiError):
+    """A request a retry will not fix; ``type`` says which kind (ToolNotFound, ToolFailed, ...)."""
+
+    def __init__(self, message: str, kind: str, hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.type = kind
+
+
+class McpConnection:
+    """One open client session; a task owns the transport's context from open to close."""
+
+    def __init__(self, config: McpServerConfig, secrets: dict[str, str], on_change: Any) -> None:
+        self.config = config
+        self.secrets = secrets
+        self.client: Client | None = None
+        self.busy = 0
+        self.last_used = time.monotonic()
+        self.broken = False
+        self._on_change = on_change
+        self._closing = asyncio.Event()
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        self._task = asyncio.create_task(self._hold(), name=f"mcp-{self.config.name}")
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), timeout=self.config.connect_timeout_seconds)
+        except TimeoutError:
+            await self.close()
+            raise McpUnavailable(f"no answer from MCP server '{self.config.name}' within "
+                                 f"{self.config.connect_timeout_seconds:g}s") from None
+
+    def _transport(self) -> Any:
+        c = self.config
+        if c.type == "stdio":
+            params = StdioServerParameters(command=c.command, args=c.args, env=c.env or None, cwd=c.cwd)
+            return stdio_client(params, errlog=sys.stderr)
+        if c.type == "sse":
+            return sse_client(c.url, headers=c.headers or None)
+        return streamable_http_client(c.url, http_client=create_mcp_http_client(headers=c.headers or None))
+
+    async def _hold(self) -> None:
+        async def on_message(message: Any) -> None:
+            if isinstance(message, mcp_types.ToolListChangedNotification):
+                self._on_change()
+
+        try:
+            async with Client(self._transport(), message_handler=on_message,
+                              read_timeout_seconds=self.config.timeout_seconds, cache=None) as client:
+                self.client = client
+                self._ready.set_result(None)
+                while not self._closing.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._closing.wait(), timeout=min(self.config.idle_timeout_seconds, 5))
+                    if self.busy == 0 and time.monotonic() - self.last_used >= self.config.idle_timeout_seconds:
+                        break
+        except BaseException as exc:  # noqa: BLE001 - whatever ends the transport ends this connection
+            if not self._ready.done():
+                self._ready.set_exception(McpUnavailable(_describe(exc, self.config.name)))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            self.broken = True
+            self.client = None
+
+    async def close(self) -> None:
+        self._closing.set()
+        self.broken = True
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), timeout=10)
+            except (TimeoutError, Exception):  # noqa: BLE001 - closing a dead transport may fail in any way
+                self._task.cancel()
+
+
+class McpPool:
+    """Connections and tool schemas per server, shared by every run on this worker."""
+
+    def __init__(self, user: Path | None = None) -> None:
+        self.user = user
+        self._connections: dict[str, McpConnection] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._schemas: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._registries: dict[str, tuple[tuple[float, ...], McpRegistry]] = {}
+
+    def registry(self, project_root: str) -> McpRegistry:
+        """The registry of ``project_root``, re-read when either file changes."""
+        user = self.user or user_space()
+        paths = registry_paths(Path(project_root), user)
+        stamp = tuple(p.stat().st_mtime if p.is_file() else 0.0 for p in paths)
+        cached = self._registries.get(project_root)
+        if cached is None or cached[0] != stamp:
+            cached = (stamp, load_registry(Path(project_root), user))
+            self._registries[project_root] = cached
+        return cached[1]
+
+    def config(self, project_root: str, server: str) -> McpServerConfig:
+        try:
+            return self.registry(project_root).get(server)
+        except KiwiError as exc:
+            raise McpRefused(exc.message, "McpServerUnknown", exc.hint) from None
+
+    def _key(self, project_root: str, config: McpServerConfig) -> str:
+        # Per project: a server's state (a memory graph, a working folder) never crosses projects.
+        return f"{config.name}:{config.fingerprint()}:{project_root}"
+
+    async def connection(self, project_root: str, config: McpServerConfig) -> McpConnection:
+        key = self._key(project_root, config)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            conn = self._connections.get(key)
+            if conn is not None and not conn.broken:
+                return conn
+            resolved, secrets = config.resolved(project_root)
+            conn = McpConnection(resolved, secrets, lambda: self._schemas.pop(key, None))
+            await conn.open()
+            self._connections[key] = conn
+            return conn
+
+    async def drop(self, project_root: str, config: McpServerConfig) -> None:
+        conn = self._connections.pop(self._key(project_root, config), None)
+        if conn is not None:
+            await conn.close()
+
+    async def list_tools(self, project_root: str, config: McpServerConfig, refresh: bool = False) -> list[dict]:
+        """Every tool the registry lets through, from cache when fresher than the server's TTL."""
+        key = self._key(project_root, config)
+        cached = self._schemas.get(key)
+        if cached and not refresh and time.monotonic() - cached[0] < config.schema_ttl_seconds:
+            return cached[1]
+        conn = await self.connection(project_root, config)
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        try:
+            conn.busy += 1
+            assert conn.client is not None
+            for _ in range(100):
+                page = await conn.client.list_tools(cursor=cursor, cache_mode="refresh")
+                tools += [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in page.tools]
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+        except MCPError as exc:
+            if exc.code in PERMANENT_CODES:
+                raise McpRefused(f"MCP server '{config.name}' refused tools/list: {exc.message}", "McpError") from None
+            await self.drop(project_root, config)
+            raise McpUnavailable(f"MCP server '{config.name}' failed tools/list: {exc.message}") from None
+        except Exception as exc:  # noqa: BLE001 - a broken transport surfaces as many exception types
+            await self.drop(project_root, config)
+            raise McpUnavailable(_describe(exc, config.name)) from None
+        finally:
+            conn.busy -= 1
+            conn.last_used = time.monotonic()
+        tools = [t for t in tools if not config.tools or t.get("name") in config.tools]
+        self._schemas[key] = (time.monotonic(), tools)
+        return tools
+
+    async def call_tool(self, project_root: str, config: McpServerConfig, tool: str, arguments: dict[str, Any],
+                        progress: Any = None) -> tuple[dict[str, Any], McpConnection]:
+        if config.tools and tool not in config.tools:
+            raise McpRefused(f"MCP server '{config.name}' has no tool '{tool}' exposed to Kiwi", "ToolNotFound")
+        conn = await self.connection(project_root, config)
+        conn.busy += 1
+        try:
+            assert conn.client is not None
+            result = await conn.client.call_tool(tool, arguments, progress_callback=progress)
+        except MCPError as exc:
+            if exc.code in PERMANENT_CODES:
+                raise McpRefused(f"{config.name}.{tool}: {exc.message}", "ToolFailed") from None
+            await self.drop(project_root, config)
+            raise McpUnavailable(f"{config.name}.{tool}: {exc.message}") from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a broken transport surfaces as many exception types
+            await self.drop(project_root, config)
+            raise McpUnavailable(_describe(exc, config.name)) from None
+        finally:
+            conn.busy -= 1
+            conn.last_used = time.monotonic()
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True), conn
+
+    async def close(self) -> None:
+        for conn in list(self._connections.values()):
+            await conn.close()
+        self._connections.clear()
+
+
+def scrub(value: Any, secrets: dict[str, str]) -> Any:
+    """``value`` with every secret's text replaced by ``[secret NAME]``."""
+    if not secrets:
+        return value
+    text = json.dumps(value)
+    for name, secret in sorted(secrets.items(), key=lambda kv: -len(kv[1])):
+        if len(secret) >= 4:
+            text = text.replace(json.dumps(secret)[1:-1], f"[secret {name}]")
+    return json.loads(text)
+
+
+def _describe(exc: BaseException, server: str) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    if isinstance(exc, FileNotFoundError):
+        return f"MCP server '{server}' could not start: {exc.filename or exc} not found"
+    return f"MCP server '{server}' is unavailable: {type(exc).__name__}: {exc}"

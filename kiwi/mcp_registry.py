@@ -1,0 +1,247 @@
+"""``mcp_registry.yaml``: the external MCP servers Kiwi may call, by name.
+
+Project ``.ai/config/`` over user ``~/.ai/config/`` (a project entry replaces the user's entry of
+the same name). ``${NAME}`` in ``command``, ``args``, ``env``, ``url`` and ``headers`` is a
+secret or setting resolved from the environment (then the OS keyring, when the ``keyring``
+package is installed) only where the connection is made, in the worker's activities. Resolved
+values never enter a run's snapshot, workflow history, logs or the audit trail: the snapshot
+carries only :class:`McpServerInfo`, which has no connection details.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+from kiwi.errors import ItemInvalid, KiwiError, Problem
+
+PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+BUILTIN_VARIABLES = ("PROJECT_PATH", "HOME")  # not secrets: filled in from where the run works
+KNOWN_KEYS = ("type", "command", "args", "env", "cwd", "url", "headers", "description", "tools", "allowed_paths",
+              "require_approval", "approval_timeout", "timeout", "connect_timeout", "idle_timeout", "schema_ttl",
+              "enabled")
+
+
+class McpServerInfo(BaseModel):
+    """What a run may know about a server: no command, URL, environment or headers."""
+
+    name: str
+    description: str = ""
+    tools: list[str] = Field(default_factory=list)
+    require_approval: list[str] = Field(default_factory=list)
+    approval_timeout_seconds: float | None = None
+    timeout_seconds: float = 60.0
+
+    def exposes(self, tool: str) -> bool:
+        """Whether the registry's tool filter lets ``tool`` be seen and called."""
+        return not self.tools or tool in self.tools
+
+
+class McpServerConfig(BaseModel):
+    """One server entry, placeholders unresolved."""
+
+    name: str
+    type: Literal["stdio", "streamable-http", "sse"] = "stdio"
+    command: str = ""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str = ""
+    headers: dict[str, str] = Field(default_factory=dict)
+    description: str = ""
+    tools: list[str] = Field(default_factory=list)
+    require_approval: list[str] = Field(default_factory=list)
+    approval_timeout_seconds: float | None = None
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    connect_timeout_seconds: float = Field(default=30.0, gt=0)
+    idle_timeout_seconds: float = Field(default=300.0, gt=0)
+    schema_ttl_seconds: float = Field(default=3600.0, ge=0)
+    source: str = ""
+
+    def info(self) -> McpServerInfo:
+        return McpServerInfo(name=self.name, description=self.description, tools=self.tools,
+                             require_approval=self.require_approval,
+                             approval_timeout_seconds=self.approval_timeout_seconds,
+                             timeout_seconds=self.timeout_seconds)
+
+    def variables(self) -> list[str]:
+        """Every ``${NAME}`` the entry uses, in order of first use."""
+        texts = [self.command, *self.args, *self.env.values(), self.url, *self.headers.values(), self.cwd or ""]
+        seen: dict[str, None] = {}
+        for text in texts:
+            for name in PLACEHOLDER.findall(text):
+                seen.setdefault(name, None)
+        return list(seen)
+
+    def missing_variables(self) -> list[str]:
+        return [n for n in self.variables() if n not in BUILTIN_VARIABLES and lookup_secret(n) is None]
+
+    def fingerprint(self) -> str:
+        """Changes when the connection details change (placeholders, not their values)."""
+        data = self.model_dump(exclude={"description", "source", "require_approval", "approval_timeout_seconds"})
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def resolved(self, project_root: str) -> tuple[McpServerConfig, dict[str, str]]:
+        """A copy with placeholders filled in, and the secret values used (to redact from results).
+
+        Raises :class:`SecretMissing` naming the variable when one has no value.
+        """
+        secrets: dict[str, str] = {}
+        builtins = {"PROJECT_PATH": project_root, "HOME": str(Path.home())}
+
+        def fill(text: str) -> str:
+            def one(match: re.Match[str]) -> str:
+                name = match.group(1)
+                if name in builtins:
+                    return builtins[name]
+                value = lookup_secret(name)
+                if value is None:
+                    raise SecretMissing(f"MCP server '{self.name}' needs ${{{name}}}, which is not set",
+                                        hint=f"export {name}=... in the worker's environment (or store it in the "
+                                             f"OS keyring under service 'kiwi'), then retry")
+                if value:
+                    secrets[name] = value
+                return value
+            return PLACEHOLDER.sub(one, text)
+
+        copy = self.model_copy(update={
+            "command": fill(self.command), "args": [fill(a) for a in self.args],
+            "env": {k: fill(v) for k, v in self.env.items()}, "url": fill(self.url),
+            "headers": {k: fill(v) for k, v in self.headers.items()},
+            "cwd": fill(self.cwd) if self.cwd else None})
+        return copy, secrets
+
+
+class SecretMissing(KiwiError):
+    type = "SecretMissing"
+
+
+class McpRegistry(BaseModel):
+    servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    skipped: dict[str, str] = Field(default_factory=dict)
+    sources: list[str] = Field(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [f"MCP server '{name}' skipped: {why}" for name, why in self.skipped.items()]
+
+    def get(self, name: str) -> McpServerConfig:
+        if name in self.servers:
+            return self.servers[name]
+        if name in self.skipped:
+            raise KiwiError(f"MCP server '{name}' is configured but skipped: {self.skipped[name]}")
+        known = ", ".join(sorted(self.servers)) or "none"
+        raise KiwiError(f"no MCP server '{name}' in mcp_registry.yaml (configured: {known})",
+                        hint="add it under mcps: in .ai/config/mcp_registry.yaml")
+
+
+def lookup_secret(name: str) -> str | None:
+    value = os.environ.get(name)
+    if value is not None:
+        return value
+    try:
+        import keyring  # optional: used only when installed
+    except ImportError:
+        return None
+    try:
+        return keyring.get_password("kiwi", name)
+    except Exception:  # noqa: BLE001 - a keyring backend that fails is the same as no keyring
+        return None
+
+
+def registry_paths(project_root: Path, user_space: Path) -> list[Path]:
+    return [user_space / "config" / "mcp_registry.yaml", project_root / ".ai" / "config" / "mcp_registry.yaml"]
+
+
+def load_registry(project_root: Path, user_space: Path) -> McpRegistry:
+    """Read both registry files; invalid entries are an error naming the file and key."""
+    registry = McpRegistry()
+    for path in registry_paths(project_root, user_space):
+        if not path.is_file():
+            continue
+        registry.sources.append(str(path))
+        for name, config in _read(path).items():
+            if config is None:
+                registry.servers.pop(name, None)
+                registry.skipped[name] = f"enabled: false in {path}"
+                continue
+            registry.servers[name] = config
+            registry.skipped.pop(name, None)
+    for name, config in list(registry.servers.items()):
+        missing = config.missing_variables()
+        if missing:
+            registry.servers.pop(name)
+            registry.skipped[name] = f"${{{missing[0]}}} is not set in the environment" + (
+                f" (nor {', '.join('$' + m for m in missing[1:])})" if len(missing) > 1 else "")
+    return registry
+
+
+def _read(path: Path) -> dict[str, McpServerConfig | None]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ItemInvalid([Problem(f"malformed YAML: {getattr(exc, 'problem', exc)}", str(path),
+                                   mark.line + 1 if mark else 0, mark.column + 1 if mark else 0)]) from None
+    if not isinstance(data, dict) or not isinstance(data.get("mcps", {}), dict):
+        raise ItemInvalid([Problem("mcp_registry.yaml must be a mapping with an 'mcps:' mapping of servers by name",
+                                   str(path), 1, 1)])
+    out = {}
+    for name, entry in (data.get("mcps") or {}).items():
+        out[str(name)] = _entry(str(name), entry, path)
+    return out
+
+
+def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
+    def bad(key: str, message: str) -> ItemInvalid:
+        return ItemInvalid([Problem(f"mcps.{name}{'.' + key if key else ''}: {message}", str(path))])
+
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        raise bad("", "server names may use letters, digits, '_' and '-' only (tools are called as NAME.TOOL)")
+    if not isinstance(entry, dict):
+        raise bad("", "each server is a mapping (type, command, args, env or url, headers, ...)")
+    unknown = [k for k in entry if k not in KNOWN_KEYS]
+    if unknown:
+        raise bad(str(unknown[0]), f"unknown key; known keys: {', '.join(KNOWN_KEYS)}")
+    if entry.get("enabled") is False:
+        return None
+    fields: dict[str, Any] = {k: v for k, v in entry.items() if k not in (
+        "allowed_paths", "timeout", "connect_timeout", "idle_timeout", "schema_ttl", "approval_timeout", "enabled")}
+    for key, field in (("timeout", "timeout_seconds"), ("connect_timeout", "connect_timeout_seconds"),
+                       ("idle_timeout", "idle_timeout_seconds"), ("schema_ttl", "schema_ttl_seconds"),
+                       ("approval_timeout", "approval_timeout_seconds")):
+        if key in entry:
+            fields[field] = entry[key]
+    if "allowed_paths" in entry:
+        # The seed's form for filesystem servers: the allowed folders are the server's last arguments.
+        if not isinstance(entry["allowed_paths"], list):
+            raise bad("allowed_paths", "expected a list of folders")
+        fields["args"] = [*(entry.get("args") or []), *(str(p) for p in entry["allowed_paths"])]
+    for key in ("args", "tools", "require_approval"):
+        if key in fields and not isinstance(fields[key], list):
+            raise bad(key, "expected a list")
+    if "args" in fields:
+        fields["args"] = [str(a) for a in fields["args"]]
+    for key in ("env", "headers"):
+        if key in fields:
+            if not isinstance(fields[key], dict):
+                raise bad(key, "expected a mapping of names to values")
+            fields[key] = {str(k): str(v) for k, v in fields[key].items()}
+    try:
+        config = McpServerConfig(name=name, source=str(path), **fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        raise bad(key, first["msg"]) from None
+    if config.type == "stdio" and not config.command:
+        raise bad("command", "a stdio server needs a command (e.g. npx) and args")
+    if config.type != "stdio" and not config.url.startswith(("http://", "https://", "${")):
+        raise bad("url", f"a {config.type} server needs an http(s) url")
+    return config
