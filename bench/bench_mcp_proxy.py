@@ -79,7 +79,7 @@ async def main() -> None:
         root = Path(tmp)
         scratch_project(root)
         (root / ".ai" / "config" / "agent_harness.yaml").write_text(
-            "rate_limits:\n  'mcp.*': 1000000\nruns:\n  audit_batch_size: 200\n")
+            "rate_limits:\n  'mcp.*': 1000000\nruns:\n  audit_batch_size: 200\nloop_detection:\n  repeat_threshold: 100000\n  max_warnings: 100000\n")
         (root / ".ai" / "config" / "mcp_registry.yaml").write_text(
             f"mcps:\n  everything:\n    command: node\n    args: ['{EVERYTHING}', 'stdio']\n")
         (root / ".ai" / "directives" / "echo_bench.md").write_text(DIRECTIVE)
