@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +84,45 @@ class CommandActivities:
                                    non_retryable=True) from None
 
 
-async def _git(root: str, *args: str, timeout: float = 60.0) -> tuple[int, str, str]:
-    result = await run_process(["git", *args], cwd=root, timeout=timeout, max_output=1_000_000)
+async def _git(root: str, *args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    result = await run_process(["git", *args], cwd=root, timeout=timeout, max_output=10_000_000, env=env)
     return result.exit_code, result.stdout, result.stderr
+
+
+async def _git_ok(root: str, *args: str, env: dict[str, str] | None = None) -> str:
+    code, out, err = await _git(root, *args, env=env)
+    if code != 0:
+        raise ApplicationError(f"git {args[0]} failed: {err.strip() or out.strip()}", type="GitFailed",
+                               non_retryable=True)
+    return out
+
+
+CHECKPOINT_REFS = "refs/kiwi/checkpoints"
+# Kiwi's own records stay out of checkpoints, and a rollback never rewrites the audit trail.
+KIWI_PRIVATE = (".ai/logs/", ".ai/.cache/")
+EXCLUDE_PRIVATE = [f":(exclude){p.rstrip('/')}" for p in KIWI_PRIVATE]
+
+
+def _own(path: str) -> bool:
+    return not path.startswith(KIWI_PRIVATE)
+# Checkpoint commits are Kiwi's, so they work without a configured git identity.
+KIWI_IDENTITY = {"GIT_AUTHOR_NAME": "Kiwi", "GIT_AUTHOR_EMAIL": "kiwi@localhost", "GIT_COMMITTER_NAME": "Kiwi",
+                 "GIT_COMMITTER_EMAIL": "kiwi@localhost"}
+
+
+class _ScratchIndex:
+    """A throwaway git index, so checkpoints never touch the user's index."""
+
+    def __enter__(self) -> dict[str, str]:
+        fd, self.path = tempfile.mkstemp(prefix="kiwi-index-")
+        os.close(fd)
+        os.unlink(self.path)  # git wants to create it
+        return {"GIT_INDEX_FILE": self.path, **KIWI_IDENTITY}
+
+    def __exit__(self, *exc: object) -> None:
+        for path in (self.path, self.path + ".lock"):
+            if os.path.exists(path):
+                os.unlink(path)
 
 
 async def _require_repo(root: str) -> None:
@@ -124,3 +162,65 @@ class GitActivities:
                                    non_retryable=True)
         _, sha, _ = await _git(req.project_root, "rev-parse", "HEAD")
         return {"committed": True, "sha": sha.strip()}
+
+    @activity.defn(name="git_checkpoint")
+    async def git_checkpoint(self, req: GitRequest) -> dict[str, Any]:
+        """Snapshot the project's files (tracked and untracked, not ignored) into a Kiwi ref.
+
+        The user's branch, index and files are left as they are.
+        """
+        root = req.project_root
+        code, _, _ = await _git(root, "rev-parse", "--is-inside-work-tree")
+        if code != 0:
+            return {"available": False, "reason": "checkpoints unavailable: the project is not a git repository",
+                    "hint": "run `git init` in the project to enable checkpoints"}
+        code, head, _ = await _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
+        with _ScratchIndex() as env:
+            if code == 0:
+                await _git_ok(root, "read-tree", head.strip(), env=env)
+            await _git_ok(root, "add", "-A", "--", ".", *EXCLUDE_PRIVATE, env=env)
+            for private in KIWI_PRIVATE:  # tracked in HEAD, perhaps; still not the checkpoint's business
+                await _git(root, "rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", private, env=env)
+            tree = (await _git_ok(root, "write-tree", env=env)).strip()
+            parents = ["-p", head.strip()] if code == 0 else []
+            message = req.message or f"kiwi checkpoint {req.checkpoint} of {req.run_id}"
+            commit = (await _git_ok(root, "commit-tree", tree, *parents, "-m", message, env=env)).strip()
+        ref = f"{CHECKPOINT_REFS}/{req.checkpoint}"
+        await _git_ok(root, "update-ref", ref, commit)
+        files = [p for p in (await _git_ok(root, "ls-tree", "-r", "--name-only", commit, "--", ".")).splitlines()
+                 if _own(p)]
+        return {"available": True, "checkpoint": req.checkpoint, "ref": ref, "commit": commit, "files": len(files)}
+
+    @activity.defn(name="git_rollback")
+    async def git_rollback(self, req: GitRequest) -> dict[str, Any]:
+        """Make the project's files what they were at a checkpoint; files created since are removed."""
+        root = req.project_root
+        code, _, _ = await _git(root, "rev-parse", "--is-inside-work-tree")
+        if code != 0:
+            return {"available": False, "reason": "checkpoints unavailable: the project is not a git repository"}
+        name = req.checkpoint if req.checkpoint.startswith("refs/") else f"{CHECKPOINT_REFS}/{req.checkpoint}"
+        code, commit, _ = await _git(root, "rev-parse", "--verify", "-q", f"{name}^{{commit}}")
+        if not req.checkpoint or code != 0:
+            raise ApplicationError(f"no checkpoint '{req.checkpoint}'", {"hint": "the run's status lists its "
+                                   "checkpoints"}, type="CheckpointNotFound", non_retryable=True)
+        commit = commit.strip()
+        kept = {p for p in (await _git_ok(root, "ls-tree", "-r", "--name-only", commit, "--", ".")).splitlines()
+                if _own(p)}
+        now = {p for p in (await _git_ok(root, "ls-files", "-c", "-o", "--exclude-standard", "--", ".")).splitlines()
+               if _own(p)}
+        with _ScratchIndex() as env:
+            await _git_ok(root, "read-tree", commit, env=env)
+            result = await run_process(["git", "checkout-index", "-f", "--stdin"], cwd=root, timeout=120,
+                                       max_output=1_000_000, stdin="\n".join(sorted(kept)) + "\n", env=env)
+            if result.exit_code != 0:
+                raise ApplicationError(f"git checkout-index failed: {result.stderr.strip()}", type="GitFailed",
+                                       non_retryable=True)
+        removed = []
+        for path in sorted(now - kept):
+            confine(root, str(Path(path).parent), ["**"], [])
+            target = Path(root) / path
+            if target.is_file() or target.is_symlink():
+                target.unlink()
+                removed.append(path)
+        return {"available": True, "checkpoint": req.checkpoint, "commit": commit, "restored": len(kept),
+                "removed": removed}

@@ -65,6 +65,15 @@ def _print_status(status: Any) -> None:
         print(f"  call #{call.seq} {call.summary} → {call.status}{': ' + call.reason if call.reason else ''}")
     for signal_ in status.help:
         print(f"  help {signal_.kind}: {signal_.reason}")
+    for approval in status.approvals:
+        print(f"  {approval.request_id} {approval.summary} by {approval.requested_by}: {approval.status}"
+              + (f" (until {approval.expires_at})" if approval.status == "pending" else
+                 f" by {approval.decided_by}" if approval.decided_by else ""))
+    for decision in status.decisions:
+        print(f"  {decision.request_id} {decision.reason} [{', '.join(decision.options)}]: "
+              + (f"{decision.answer} (by {decision.by})" if decision.answer else "open"))
+    for checkpoint in status.checkpoints[-5:]:
+        print(f"  checkpoint {checkpoint['checkpoint']} {checkpoint['commit'][:10]} ({checkpoint['why']})")
 
 
 async def _watch(runs, run_id: str, as_json: bool, until_done: bool) -> Any:
@@ -180,6 +189,33 @@ def cmd_resume(args: argparse.Namespace) -> int:
         runs = await _run_client(args)
         await runs.resume(args.run, args.reason, by=args.by or getpass.getuser())
         print(f"resume sent to {args.run}")
+        return 0
+
+    return asyncio.run(go())
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    import getpass
+
+    approved = args.command == "approve"
+
+    async def go() -> int:
+        runs = await _run_client(args)
+        request = await runs.decide_approval(args.run, args.request, approved, by=args.by or getpass.getuser(),
+                                             reason=args.reason)
+        print(f"{'approved' if approved else 'rejected'} {request.request_id}: {request.summary}")
+        return 0
+
+    return asyncio.run(go())
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    import getpass
+
+    async def go() -> int:
+        runs = await _run_client(args)
+        await runs.decide(args.run, args.request, args.option, by=args.by or getpass.getuser(), note=args.note)
+        print(f"answered {args.request}: {args.option}")
         return 0
 
     return asyncio.run(go())
@@ -377,6 +413,24 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--by", help="who decided (default: your user name)")
     _connection(p)
     p.set_defaults(func=cmd_resume)
+
+    for name, verb in (("approve", "approve"), ("reject", "reject")):
+        p = sub.add_parser(name, help=f"{verb} a call that waits for approval (see `kiwi status RUN`)")
+        p.add_argument("run", help="run id")
+        p.add_argument("request", help="approval request id, e.g. approval-3")
+        p.add_argument("--reason", default="", help="why (recorded in the run and its audit trail)")
+        p.add_argument("--by", help="who decided (default: your user name)")
+        _connection(p)
+        p.set_defaults(func=cmd_approve)
+
+    p = sub.add_parser("decide", help="answer an agent's escalation with one of its options")
+    p.add_argument("run", help="run id")
+    p.add_argument("request", help="escalation id, e.g. decision-1")
+    p.add_argument("option", help="the chosen option")
+    p.add_argument("--note", default="", help="a note for the agent")
+    p.add_argument("--by", help="who decided (default: your user name)")
+    _connection(p)
+    p.set_defaults(func=cmd_decide)
 
     p = sub.add_parser("audit", help="print a run's audit trail (.ai/logs/audit)")
     p.add_argument("run", help="run id")

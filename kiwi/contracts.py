@@ -67,6 +67,10 @@ class RunLimits(BaseModel):
     audit_batch_size: int = 50
     on_escalation: Literal["deny", "intersect"] = "deny"
     max_updates_before_continue: int = 1000
+    # Calls that wait for a human's approval: tool ids or globs ("github.*"); a timeout denies.
+    approval_tools: list[str] = Field(default_factory=lambda: ["git.rollback"])
+    approval_timeout_seconds: float = 3600.0
+    approval_webhook: str = ""
 
 
 class RunSnapshot(BaseModel):
@@ -150,6 +154,35 @@ class McpServerContext(BaseModel):
     hint: str = ""
 
 
+class ApprovalRequest(BaseModel):
+    """One call waiting for a human: bound to that tool and a hash of its exact arguments."""
+
+    request_id: str
+    tool: str
+    args_hash: str
+    summary: str = ""
+    requested_by: str = ""
+    origin: str = ""
+    step: str | None = None
+    requested_at: str = ""
+    expires_at: str = ""
+    status: Literal["pending", "approved", "rejected", "timed_out", "cancelled"] = "pending"
+    decided_by: str = ""
+    reason: str = ""
+
+
+class DecisionRequest(BaseModel):
+    """An escalation: the agent asks a human to choose; the answer goes back through the run's status."""
+
+    request_id: str
+    reason: str = ""
+    options: list[str] = Field(default_factory=list)
+    asked_at: str = ""
+    answer: str = ""
+    by: str = ""
+    note: str = ""
+
+
 class RunState(BaseModel):
     """Everything a run has decided so far; carried whole across continue-as-new."""
 
@@ -175,6 +208,10 @@ class RunState(BaseModel):
     hold_reason: str = ""
     mcp_context: dict[str, McpServerContext] = Field(default_factory=dict)
     mcp_ready: bool = False
+    approvals: list[ApprovalRequest] = Field(default_factory=list)
+    approval_from: str = ""
+    decisions: list[DecisionRequest] = Field(default_factory=list)
+    checkpoints: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class DirectiveRunInput(BaseModel):
@@ -215,6 +252,29 @@ class HelpRequest(BaseModel):
     reason: str = ""
     attempts: int = 0
     options: list[str] = Field(default_factory=list)
+    request_id: str = ""
+
+
+class ApprovalDecision(BaseModel):
+    """Signal ``decide_approval``: a human approves or rejects one pending call.
+
+    ``args_hash`` (optional) pins the decision to the arguments the approver saw.
+    """
+
+    request_id: str
+    approved: bool
+    by: str = ""
+    reason: str = ""
+    args_hash: str = ""
+
+
+class DecisionAnswer(BaseModel):
+    """Signal ``decide``: a human answers an escalation with one of its options."""
+
+    request_id: str
+    option: str
+    by: str = ""
+    note: str = ""
 
 
 class ResumeRequest(BaseModel):
@@ -270,6 +330,9 @@ class RunStatus(BaseModel):
     error: str = ""
     continued: int = 0
     children: list[ChildRecord] = Field(default_factory=list)
+    approvals: list[ApprovalRequest] = Field(default_factory=list)
+    decisions: list[DecisionRequest] = Field(default_factory=list)
+    checkpoints: list[dict[str, Any]] = Field(default_factory=list)
 
 
 # ---------------------------------------------------------------- activity inputs
@@ -307,6 +370,13 @@ class GitRequest(BaseModel):
     project_root: str
     message: str = ""
     paths: list[str] = Field(default_factory=list)
+    run_id: str = ""
+    checkpoint: str = ""
+
+
+class WebhookRequest(BaseModel):
+    url: str
+    payload: dict[str, Any] = Field(default_factory=dict)
 
 
 class AuditBatch(BaseModel):

@@ -64,6 +64,18 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
         if escalation not in ("deny", "intersect"):
             raise ValueError(f"child_runs.on_escalation is '{escalation}'; expected deny or intersect")
         limits.on_escalation = escalation  # type: ignore[assignment]
+        approvals = data.get("approvals") or {}
+        if not isinstance(approvals, dict):
+            raise ValueError("approvals must be a mapping (tools, timeout_seconds, on_timeout, webhook)")
+        if str(approvals.get("on_timeout", "deny")) != "deny":
+            raise ValueError(f"approvals.on_timeout is '{approvals['on_timeout']}'; only deny is supported "
+                             "(a call nobody approved never runs)")
+        if "tools" in approvals:
+            limits.approval_tools = [str(t) for t in approvals["tools"] or []]
+        limits.approval_timeout_seconds = float(approvals.get("timeout_seconds", limits.approval_timeout_seconds))
+        if limits.approval_timeout_seconds <= 0:
+            raise ValueError("approvals.timeout_seconds must be positive")
+        limits.approval_webhook = str(approvals.get("webhook") or "")
         tools = data.get("internal_tools") or {}
         shell = tools.get("shell") or {}
         if "blocked_commands" in shell:

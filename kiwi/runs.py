@@ -8,6 +8,7 @@ It holds no run state of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
@@ -34,10 +35,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from kiwi.contracts import (
     SEARCH_ATTRIBUTES,
     TASK_QUEUE,
+    ApprovalDecision,
+    ApprovalRequest,
     CallToolRequest,
     CancelRequest,
     CompleteStepRequest,
     CompleteStepResult,
+    DecisionAnswer,
     DirectiveRunInput,
     DirectiveRunResult,
     HelpRequest,
@@ -224,6 +228,34 @@ class RunClient:
     async def resume(self, run_id: str, reason: str = "", by: str = "") -> None:
         await self._signal(run_id, "resume", ResumeRequest(reason=reason, by=by))
 
+    async def decide_approval(self, run_id: str, request_id: str, approved: bool, *, by: str,
+                              reason: str = "") -> ApprovalRequest:
+        """Approve or reject a pending call; answers the request as the run recorded it."""
+        status = await self.status(run_id)
+        request = next((a for a in status.approvals if a.request_id == request_id), None)
+        if request is None:
+            pending = ", ".join(a.request_id for a in status.approvals if a.status == "pending") or "none"
+            raise KiwiError(f"run {run_id} has no approval request '{request_id}' (pending: {pending})",
+                            hint=f"see `kiwi status {run_id}`")
+        if request.status != "pending":
+            raise RunStateConflict(f"{request_id} is already {request.status}")
+        if by == request.requested_by:
+            raise KiwiError(f"'{by}' made this call and cannot approve it", hint="another person must decide")
+        await self._signal(run_id, "decide_approval", ApprovalDecision(
+            request_id=request_id, approved=approved, by=by, reason=reason, args_hash=request.args_hash))
+        return request
+
+    async def decide(self, run_id: str, request_id: str, option: str, *, by: str, note: str = "") -> None:
+        status = await self.status(run_id)
+        request = next((d for d in status.decisions if d.request_id == request_id), None)
+        if request is None:
+            raise KiwiError(f"run {run_id} has no escalation '{request_id}'", hint=f"see `kiwi status {run_id}`")
+        if request.answer:
+            raise RunStateConflict(f"{request_id} was already answered: {request.answer}")
+        if request.options and option not in request.options:
+            raise InputInvalid(f"'{option}' is not an option of {request_id}; options: {', '.join(request.options)}")
+        await self._signal(run_id, "decide", DecisionAnswer(request_id=request_id, option=option, by=by, note=note))
+
     async def cancel(self, run_id: str, reason: str = "cancelled by request") -> None:
         await self._signal(run_id, "cancel", CancelRequest(reason=reason))
 
@@ -278,7 +310,15 @@ class RunClient:
         result = await self._update(run_id, "call_tool", CallToolRequest(tool=tool, arguments=arguments,
                                                                         client=client_name),
                                     ToolCallResult, call_id, wait_seconds, on_progress)
-        return result if result is not None else _pending(tool, run_id, call_id, wait_seconds)
+        if result is not None:
+            return result
+        pending = _pending(tool, run_id, call_id, wait_seconds)
+        with contextlib.suppress(KiwiError):
+            waiting = [a for a in (await self.status(run_id)).approvals if a.status == "pending" and a.tool == tool]
+            if waiting:
+                pending.reason = (f"waits for a human to approve it ({waiting[-1].request_id}, until "
+                                  f"{waiting[-1].expires_at}); it runs only if approved")
+        return pending
 
     async def poll_call(self, run_id: str, call_id: str, *, wait_seconds: float,
                         on_progress: Progress | None = None) -> ToolCallResult:

@@ -12,6 +12,7 @@ import hmac
 import ipaddress
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -176,12 +177,21 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
             return {"help": _guidance(topic, shared.store)}
         if not run_id:
             return error("run", action, "", KiwiError("a help signal needs run_id", hint="pass the run's id"))
+        request_id = f"decision-{uuid.uuid4().hex[:8]}" if action == "escalate" else ""
         try:
-            await shared.help(run_id, HelpRequest(kind=action, reason=reason, attempts=attempts, options=options))
+            await shared.help(run_id, HelpRequest(kind=action, reason=reason, attempts=attempts, options=options,
+                                                  request_id=request_id))
         except KiwiError as exc:
             return error("run", action, run_id, exc)
+        if action == "escalate":
+            return {"status": "escalated", "run_id": run_id, "request_id": request_id,
+                    "message": "the run waits (awaiting_human) until a human answers with `kiwi decide "
+                               f"{run_id} {request_id} OPTION`; poll execute(item_type='run', action='status') and "
+                               "read 'decisions' for the answer"}
         return {"status": f"{action}_recorded", "run_id": run_id,
-                "message": "recorded in the run's state and audit trail; operators see it in `kiwi status`"}
+                "message": "recorded in the run's state and audit trail; operators see it in `kiwi status`"
+                           + ("; a git checkpoint is taken when the project is a git repository"
+                              if action == "checkpoint" else "")}
 
     return server
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
 from activities.commands import CommandActivities, GitActivities
 from activities.directives import DirectiveActivities
@@ -24,7 +25,8 @@ def activities(pool: McpPool) -> list:
     fs, commands, git, audit = FilesystemActivities(), CommandActivities(), GitActivities(), AuditActivities()
     return [fs.read_file, fs.write_file, fs.list_directory, fs.create_directory, fs.delete_path, fs.move_path,
             commands.run_command, commands.run_local_tool, git.git_status, git.git_diff, git.git_commit,
-            audit.write_audit_records, DirectiveActivities().resolve_directive, McpActivities(pool).mcp_operation]
+            git.git_checkpoint, git.git_rollback, audit.write_audit_records, DirectiveActivities().resolve_directive,
+            McpActivities(pool).mcp_operation, ApprovalActivities().notify_approvers]
 
 
 class KiwiWorker(Worker):

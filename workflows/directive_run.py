@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.approvals import ApprovalActivities
     from activities.audit import AuditActivities
     from activities.commands import CommandActivities, GitActivities
     from activities.directives import DirectiveActivities
@@ -27,9 +29,12 @@ with workflow.unsafe.imports_passed_through():
     from kiwi.conditions import ConditionError, parse_condition
     from kiwi.contracts import (
         DIRECTIVE_ATTR,
+        PENDING_APPROVAL_ATTR,
         STATUS_ATTR,
         STEP_ATTR,
         TERMINAL,
+        ApprovalDecision,
+        ApprovalRequest,
         AuditBatch,
         CallRecord,
         CallToolRequest,
@@ -38,6 +43,8 @@ with workflow.unsafe.imports_passed_through():
         CommandRequest,
         CompleteStepRequest,
         CompleteStepResult,
+        DecisionAnswer,
+        DecisionRequest,
         DirectiveRunInput,
         DirectiveRunResult,
         FilesystemRequest,
@@ -59,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
         ToolContext,
         ToolContextRequest,
+        WebhookRequest,
         run_workflow_id,
     )
     from kiwi.directive import McpDeclaration, Step, callable_tool, plan_step
@@ -80,9 +88,11 @@ FS_ACTIVITIES = {
 }
 GIT_ACTIVITIES = {"git.status": GitActivities.git_status, "git.diff": GitActivities.git_diff,
                   "git.commit": GitActivities.git_commit}
+# Tools that change the project's files: <git_checkpoint mode="auto"> checkpoints after each.
+MUTATING_TOOLS = ("filesystem.write", "filesystem.create", "filesystem.delete", "filesystem.move", "shell.run")
 HELD = ("stuck", "awaiting_human")
 STUCK_ATTEMPTS_FOR_HUMAN = 3  # the seed: more than 3 failed attempts goes to a human
-NOT_YET_CALLABLE = ("git.checkpoint", "git.rollback")  # git checkpoints are not built yet
+NOT_YET_CALLABLE: tuple[str, ...] = ()
 # Upstream MCP servers: transport failures retry (the pool reconnects); refusals do not.
 MCP_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=300), backoff_coefficient=2.0,
                         maximum_interval=timedelta(seconds=10), maximum_attempts=6,
@@ -125,6 +135,8 @@ class DirectiveRun:
         self.draining = False
         self.local_audit = False
         self.idle_flush = False
+        self.human_loop = False
+        self.background: list[Any] = []
 
     # ------------------------------------------------------------------ main loop
     @workflow.run
@@ -134,6 +146,7 @@ class DirectiveRun:
         # the same point of history (checking inside loops made replays diverge).
         self.local_audit = workflow.patched("audit-local-activity")
         self.idle_flush = workflow.patched("audit-idle-flush")
+        self.human_loop = workflow.patched("human-loop")
         if not state.started_at:
             state.started_at = workflow.now().isoformat()
         directive = self.snap.directive
@@ -328,6 +341,15 @@ class DirectiveRun:
         self._audit({"event": f"help_{request.kind}", "reason": request.reason, "attempts": request.attempts})
         if request.kind == "stuck" and request.attempts > STUCK_ATTEMPTS_FOR_HUMAN:
             self._hold("awaiting_human", f"the agent is stuck after {request.attempts} attempts: {request.reason}")
+        if self.human_loop and request.kind == "escalate":
+            request_id = request.request_id or f"decision-{len(self.state.decisions) + 1}"
+            self.state.decisions = [*self.state.decisions, DecisionRequest(
+                request_id=request_id, reason=request.reason, options=request.options,
+                asked_at=workflow.now().isoformat())][-50:]
+            self._hold("awaiting_human", f"escalation {request_id}: {request.reason}")
+        if self.human_loop and request.kind == "checkpoint" and \
+                self.snap.directive.metadata.git_checkpoint != "disabled":
+            self.background.append(asyncio.ensure_future(self._checkpoint(request.reason or "the agent asked")))
         self._publish()
 
     @workflow.signal
@@ -365,12 +387,21 @@ class DirectiveRun:
         if self.state.status == "awaiting_agent" and current:
             waiting = f"the agent to complete step '{current.name}'"
         elif self.state.status in HELD:
-            waiting = f"a human to resume the run ({self.state.hold_reason}): kiwi resume {self.snap.run_id}"
+            open_ = [d for d in self.state.decisions if not d.answer]
+            waiting = (f"a human to answer escalation {open_[-1].request_id} ({open_[-1].reason}): kiwi decide "
+                       f"{self.snap.run_id} {open_[-1].request_id} OPTION" if open_ and self.state.status ==
+                       "awaiting_human" else
+                       f"a human to resume the run ({self.state.hold_reason}): kiwi resume {self.snap.run_id}")
+        elif self.state.status == "awaiting_approval":
+            pending = [a for a in self.state.approvals if a.status == "pending"]
+            waiting = "; ".join(f"approval of {a.summary} until {a.expires_at}: kiwi approve {self.snap.run_id} "
+                                f"{a.request_id}" for a in pending)
         return RunStatus(run_id=self.snap.run_id, directive=directive.name, version=directive.version,
                          status=self.state.status, current_step=current, steps=views, inputs=self.snap.inputs,
                          waiting_for=waiting, last_calls=self.state.recent_calls[-10:], help=self.state.help,
                          calls=self.state.call_seq, error=self.state.error, continued=self.state.continued,
-                         children=self.state.children)
+                         children=self.state.children, approvals=self.state.approvals[-20:],
+                         decisions=self.state.decisions[-20:], checkpoints=self.state.checkpoints[-20:])
 
     # ------------------------------------------------------------------ the call path
     async def _call(self, tool: str, args: dict[str, Any], *, origin: str, step: str | None = None,
@@ -387,6 +418,8 @@ class DirectiveRun:
             if declared.name not in state.mcp_context:
                 await self._fetch_tool_context([declared])
         result, warning = self._admit(tool, args, seq)
+        if result is None and self.human_loop and self._needs_approval(tool):
+            result = await self._await_approval(tool, args, seq, origin, step, client or snap.client)
         if result is None:
             warnings = [warning] if warning else []
             try:
@@ -411,6 +444,9 @@ class DirectiveRun:
                         and len(set(state.loop_hashes[-snap.limits.loop_repeat_threshold:])) > 1):
                     result.warnings.append("the same result came back several times in a row; you may be looping")
                     state.loop_warnings += 1
+        if result.status == "ok" and self.human_loop and snap.directive.metadata.git_checkpoint == "auto" and (
+                tool in MUTATING_TOOLS or (tool in snap.local_tools and snap.local_tools[tool].mutates_state)):
+            await self._checkpoint(f"after {tool}")
         state.recent_calls = (state.recent_calls + [CallRecord(
             seq=seq, tool=tool, status=result.status, origin=origin, step=step, reason=result.reason,
             summary=summarise_call(tool, args), at=started.isoformat())])[-RECENT_CALLS:]
@@ -483,6 +519,18 @@ class DirectiveRun:
             value = await workflow.execute_activity_method(
                 CommandActivities.run_command, request, heartbeat_timeout=timedelta(seconds=10),
                 **{**options, "start_to_close_timeout": timedelta(seconds=request.timeout_seconds + 30)})
+        elif tool == "git.checkpoint":
+            if snap.directive.metadata.git_checkpoint == "disabled":
+                raise CallRefused("denied", "git checkpoints are disabled for this directive",
+                                  hint='<git_checkpoint mode="disabled"> is set in the directive')
+            value = await self._checkpoint(str(args.get("message") or args.get("reason") or "requested"))
+        elif tool == "git.rollback":
+            checkpoint = str(args.get("checkpoint") or (self.state.checkpoints[-1]["checkpoint"]
+                                                         if self.state.checkpoints else ""))
+            value = await workflow.execute_activity_method(
+                GitActivities.git_rollback, GitRequest(project_root=root, run_id=snap.run_id, checkpoint=checkpoint),
+                **{**options, "summary": f"git rollback to {checkpoint}"})
+            self._audit({"event": "rolled_back", "checkpoint": checkpoint})
         elif tool in GIT_ACTIVITIES:
             request = GitRequest(project_root=root, message=str(args.get("message", "")),
                                  paths=[str(p) for p in args.get("paths", [])])
@@ -501,6 +549,124 @@ class DirectiveRun:
         else:
             raise ApplicationError(f"no executor for '{tool}' in this run", type="ToolNotFound", non_retryable=True)
         return value
+
+    # ------------------------------------------------------------------ humans in the loop
+    def _approval_patterns(self) -> list[str]:
+        patterns = list(self.snap.limits.approval_tools)
+        for server, info in self.snap.mcp_servers.items():
+            patterns += [f"{server}.{t}" for t in info.require_approval]
+        return patterns
+
+    def _needs_approval(self, tool: str) -> bool:
+        return any(fnmatch.fnmatchcase(tool, p) for p in self._approval_patterns())
+
+    async def _await_approval(self, tool: str, args: dict[str, Any], seq: int, origin: str, step: str | None,
+                              client: str) -> ToolCallResult | None:
+        """Wait, durably, for a human to approve this exact call; None means approved."""
+        state, snap = self.state, self.snap
+        timeout = snap.limits.approval_timeout_seconds
+        server = tool.partition(".")[0]
+        if server in snap.mcp_servers and snap.mcp_servers[server].approval_timeout_seconds:
+            timeout = snap.mcp_servers[server].approval_timeout_seconds or timeout
+        now = workflow.now()
+        request = ApprovalRequest(request_id=f"approval-{seq}", tool=tool, args_hash=digest([tool, args]),
+                                  summary=summarise_call(tool, args), requested_by=client, origin=origin, step=step,
+                                  requested_at=now.isoformat(),
+                                  expires_at=(now + timedelta(seconds=timeout)).isoformat())
+        state.approvals = [*state.approvals, request][-50:]
+        if state.status != "awaiting_approval" and state.status not in TERMINAL:
+            state.approval_from = state.status
+            state.status = "awaiting_approval"
+        self._audit({"event": "approval_requested", "request_id": request.request_id, "tool": tool,
+                     "arguments": redact(args), "args_hash": request.args_hash, "requested_by": client,
+                     "expires_at": request.expires_at})
+        self._publish()
+        if snap.limits.approval_webhook:
+            payload = {"event": "approval_requested", "run_id": snap.run_id, "directive": snap.directive.name,
+                       **request.model_dump(include={"request_id", "tool", "summary", "args_hash", "requested_by",
+                                                     "expires_at"}),
+                       "approve": f"kiwi approve {snap.run_id} {request.request_id}",
+                       "reject": f"kiwi reject {snap.run_id} {request.request_id}"}
+            self.background.append(workflow.start_activity_method(
+                ApprovalActivities.notify_approvers, WebhookRequest(url=snap.limits.approval_webhook, payload=payload),
+                start_to_close_timeout=timedelta(seconds=30), summary=f"notify approvers of {request.request_id}",
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1),
+                                         maximum_attempts=10)))
+        try:
+            await workflow.wait_condition(lambda: request.status != "pending" or bool(state.cancel_reason),
+                                          timeout=timedelta(seconds=timeout))
+        except TimeoutError:
+            request.status = "timed_out"
+            request.reason = f"no decision within {timeout:g}s; a timeout denies"
+            self._audit({"event": "approval_timed_out", "request_id": request.request_id, "tool": tool})
+        if request.status == "pending":
+            request.status = "cancelled"
+        if state.status == "awaiting_approval" and not any(a.status == "pending" for a in state.approvals):
+            state.status = state.approval_from or "running"  # type: ignore[assignment]
+        self._publish()
+        if request.status == "approved":
+            return None
+        kinds = {"rejected": "ApprovalRejected", "timed_out": "ApprovalTimedOut", "cancelled": "ApprovalCancelled"}
+        return ToolCallResult(status="denied", tool=tool, call_seq=seq, error_type=kinds[request.status],
+                              reason=f"approval {request.request_id} {request.status.replace('_', ' ')}"
+                                     + (f" by {request.decided_by}" if request.decided_by else "")
+                                     + (f": {request.reason}" if request.reason else ""),
+                              hint="a changed call needs a new approval" if request.status == "rejected" else "")
+
+    async def _checkpoint(self, why: str) -> dict[str, Any]:
+        """A git checkpoint of the project's files; recorded in the run when git is available."""
+        label = f"{self.snap.run_id}/{len(self.state.checkpoints) + 1}"
+        value = await workflow.execute_activity_method(
+            GitActivities.git_checkpoint,
+            GitRequest(project_root=self.snap.project_root, run_id=self.snap.run_id, checkpoint=label,
+                       message=f"kiwi checkpoint {label}: {why}"),
+            start_to_close_timeout=timedelta(seconds=120), retry_policy=RETRY, summary=f"git checkpoint: {why}"[:100])
+        if value.get("available"):
+            self.state.checkpoints = [*self.state.checkpoints,
+                                      {"checkpoint": label, "commit": value["commit"], "why": why,
+                                       "at": workflow.now().isoformat()}][-100:]
+        self._audit({"event": "checkpoint", "why": why, **value})
+        return value
+
+    @workflow.signal
+    def decide_approval(self, decision: ApprovalDecision) -> None:
+        """A human approves or rejects a pending call (``kiwi approve`` / ``kiwi reject``, or the Temporal UI)."""
+        request = next((a for a in self.state.approvals if a.request_id == decision.request_id), None)
+        refused = ""
+        if request is None:
+            refused = f"no approval request '{decision.request_id}'"
+        elif request.status != "pending":
+            refused = f"{decision.request_id} is already {request.status}"
+        elif decision.args_hash and decision.args_hash != request.args_hash:
+            refused = "the decision names other arguments than the pending call; a changed call needs a new approval"
+        elif decision.by and decision.by == request.requested_by:
+            refused = f"'{decision.by}' made the call and cannot approve it"
+        if refused:
+            self._audit({"event": "approval_decision_refused", "request_id": decision.request_id, "by": decision.by,
+                         "reason": refused})
+            return
+        assert request is not None
+        request.status = "approved" if decision.approved else "rejected"
+        request.decided_by = decision.by or "unknown"
+        request.reason = decision.reason
+        self._audit({"event": "approval_decided", "request_id": request.request_id, "tool": request.tool,
+                     "decision": request.status, "by": request.decided_by, "reason": decision.reason})
+
+    @workflow.signal
+    def decide(self, answer: DecisionAnswer) -> None:
+        """A human answers an escalation (``kiwi decide RUN REQUEST OPTION``); the run carries on."""
+        request = next((d for d in self.state.decisions if d.request_id == answer.request_id), None)
+        if request is None or request.answer or (request.options and answer.option not in request.options):
+            why = ("no such escalation" if request is None else "already answered" if request.answer else
+                   f"'{answer.option}' is not one of {', '.join(request.options)}")
+            self._audit({"event": "decision_refused", "request_id": answer.request_id, "by": answer.by,
+                         "reason": why})
+            return
+        request.answer, request.by, request.note = answer.option, answer.by or "unknown", answer.note
+        self._audit({"event": "decided", "request_id": request.request_id, "option": answer.option, "by": request.by})
+        if self.state.status == "awaiting_human" and not any(not d.answer for d in self.state.decisions):
+            self.resume(ResumeRequest(reason=f"escalation {request.request_id} answered: {answer.option}",
+                                      by=request.by))
 
     # ------------------------------------------------------------------ external MCP servers
     def _mcp_declaration(self, tool: str) -> McpDeclaration | None:
@@ -719,12 +885,19 @@ class DirectiveRun:
         state = self.state
         step = self._current_step_name() or ""
         if self.snap.search_attributes:
-            workflow.upsert_search_attributes([DIRECTIVE_ATTR.value_set(self.snap.directive.name),
-                                               STATUS_ATTR.value_set(state.status), STEP_ATTR.value_set(step)])
+            updates = [DIRECTIVE_ATTR.value_set(self.snap.directive.name), STATUS_ATTR.value_set(state.status),
+                       STEP_ATTR.value_set(step)]
+            if self.human_loop:
+                pending = ",".join(a.request_id for a in state.approvals if a.status == "pending")
+                updates.append(PENDING_APPROVAL_ATTR.value_set(pending))
+            workflow.upsert_search_attributes(updates)
         lines = [f"**{state.status}**" + (f" · step `{step}`" if step else ""),
                  f"{self.state.step_index}/{len(self.snap.directive.steps)} steps done · {state.call_seq} calls"]
         if state.status == "awaiting_agent":
             lines.append(f"Waiting for the agent to complete step `{step}`")
+        for approval in (a for a in state.approvals if a.status == "pending"):
+            lines.append(f"Waiting for approval `{approval.request_id}` of {approval.summary} (until "
+                         f"{approval.expires_at}): `kiwi approve {self.snap.run_id} {approval.request_id}`")
         if state.recent_calls:
             last = state.recent_calls[-1]
             lines.append(f"Last call: {last.summary} → {last.status}")

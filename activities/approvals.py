@@ -1,0 +1,28 @@
+"""Telling approvers that a call waits for them: a webhook POST, retried by Temporal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from kiwi.contracts import WebhookRequest
+
+
+class ApprovalActivities:
+    @activity.defn(name="notify_approvers")
+    async def notify_approvers(self, req: WebhookRequest) -> dict[str, Any]:
+        async with httpx.AsyncClient(timeout=10) as client:
+            try:
+                response = await client.post(req.url, json=req.payload)
+            except httpx.TransportError as exc:
+                raise ApplicationError(f"approval webhook unreachable: {type(exc).__name__}",
+                                       type="WebhookUnreachable") from None
+        if response.status_code >= 500:
+            raise ApplicationError(f"approval webhook answered {response.status_code}", type="WebhookFailed")
+        if response.status_code >= 400:
+            raise ApplicationError(f"approval webhook refused the notice ({response.status_code})",
+                                   type="WebhookRefused", non_retryable=True)
+        return {"status": response.status_code}
