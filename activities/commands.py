@@ -100,7 +100,6 @@ async def _git_ok(root: str, *args: str, env: dict[str, str] | None = None) -> s
 CHECKPOINT_REFS = "refs/kiwi/checkpoints"
 # Kiwi's own records stay out of checkpoints, and a rollback never rewrites the audit trail.
 KIWI_PRIVATE = (".ai/logs/", ".ai/.cache/")
-EXCLUDE_PRIVATE = [f":(exclude){p.rstrip('/')}" for p in KIWI_PRIVATE]
 
 
 def _own(path: str) -> bool:
@@ -178,8 +177,8 @@ class GitActivities:
         with _ScratchIndex() as env:
             if code == 0:
                 await _git_ok(root, "read-tree", head.strip(), env=env)
-            await _git_ok(root, "add", "-A", "--", ".", *EXCLUDE_PRIVATE, env=env)
-            for private in KIWI_PRIVATE:  # tracked in HEAD, perhaps; still not the checkpoint's business
+            await _git_ok(root, "add", "-A", "--", ".", env=env)
+            for private in KIWI_PRIVATE:  # added just now or tracked in HEAD; not the checkpoint's business
                 await _git(root, "rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", private, env=env)
             tree = (await _git_ok(root, "write-tree", env=env)).strip()
             parents = ["-p", head.strip()] if code == 0 else []

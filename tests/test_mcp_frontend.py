@@ -91,14 +91,19 @@ async def test_every_action_in_memory(runs, project, temporal_env):
         assert (await call("search", item_type="run", status="awaiting_agent"))["results"][0]["run_id"] == run_id
         assert (await call("search", item_type="knowledge", query="temporal workflow", source="local")
                 )["results"][0]["item_id"] == "kiwi-directives"
-        for action, extra in (("escalate", {"options": ["ship", "wait"]}), ("checkpoint", {})):
-            signalled = await call("help", action=action, run_id=run_id, reason=f"need {action}", **extra)
-            assert signalled["status"] == f"{action}_recorded"
+        escalated = await call("help", action="escalate", run_id=run_id, reason="need escalate",
+                               options=["ship", "wait"])
+        assert escalated["status"] == "escalated" and escalated["request_id"] in escalated["message"]
+        checkpoint = await call("help", action="checkpoint", run_id=run_id, reason="need checkpoint")
+        assert checkpoint["status"] == "checkpoint_recorded"
         session = await call("execute", item_type="tool", action="call", item_id="word_count",
                              parameters={"text": "one two"})
         assert session["status"] == "ok" and session["result"]["words"] == 2
         status = await call("execute", item_type="run", action="status", run_id=run_id)
         assert [h["kind"] for h in status["help"]] == ["escalate", "checkpoint"]
+        assert status["status"] == "awaiting_human"
+        assert [(d["request_id"], d["options"]) for d in status["decisions"]] == [
+            (escalated["request_id"], ["ship", "wait"])]
         assert (await call("execute", item_type="run", action="cancel", run_id=run_id))["status"] == "cancel_requested"
 
         async def cancelled():

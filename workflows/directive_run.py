@@ -594,7 +594,8 @@ class DirectiveRun:
                                          maximum_attempts=10)))
         try:
             await workflow.wait_condition(lambda: request.status != "pending" or bool(state.cancel_reason),
-                                          timeout=timedelta(seconds=timeout))
+                                          timeout=timedelta(seconds=timeout),
+                                          timeout_summary=f"approval {request.request_id} expires")
         except TimeoutError:
             request.status = "timed_out"
             request.reason = f"no decision within {timeout:g}s; a timeout denies"

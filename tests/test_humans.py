@@ -1,0 +1,275 @@
+"""Humans in the loop: approvals (signals and timers), escalations, git checkpoints and rollback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import threading
+import uuid
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from mcp.client import Client
+from temporalio.client import WorkflowFailureError, WorkflowUpdateStage
+
+from activities.audit import read_audit
+from kiwi.contracts import ApprovalDecision, HelpRequest
+from kiwi.errors import InputInvalid, KiwiError, RunStateConflict
+from kiwi.runs import RunClient
+from kiwi.store import ItemStore
+from mcp_frontend.server import build_server
+from tests.conftest import wait_for
+from tests.helpers import directive_md, write
+from workers.main import build_worker
+
+HARNESS = "approvals:\n  tools: [filesystem.delete, git.rollback]\n  timeout_seconds: 3600\n"
+GRANTS = ('<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
+          '<execute resource="tool" id="git.checkpoint"/><execute resource="tool" id="git.rollback"/>')
+
+
+def setup(project: Path, harness: str = HARNESS, body: str = '<step name="work"><action>Tidy notes.</action></step>',
+          extra_meta: str = "") -> None:
+    write(project / ".ai" / "config" / "agent_harness.yaml", harness)
+    write(project / ".ai" / "directives" / "tidy.md",
+          directive_md(body, name="tidy", permissions=GRANTS, extra_meta=extra_meta))
+    write(project / "notes" / "old.txt", "old")
+
+
+async def status_is(runs: RunClient, run_id: str, wanted: str):
+    status = await runs.status(run_id)
+    return status if status.status == wanted else None
+
+
+async def pending_approval(runs: RunClient, run_id: str):
+    status = await status_is(runs, run_id, "awaiting_approval")
+    return status and [a for a in status.approvals if a.status == "pending"]
+
+
+async def agent_waits(runs: RunClient, run_id: str):
+    return await status_is(runs, run_id, "awaiting_agent")
+
+
+async def test_an_approved_call_runs_and_the_decision_is_recorded(runs, project):
+    setup(project)
+    run_id = await runs.start("tidy", {}, client_name="agent-7")
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+    call = asyncio.create_task(runs.call_tool(run_id, "filesystem.delete", {"path": "notes/old.txt"},
+                                              client_name="agent-7"))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
+    assert request.tool == "filesystem.delete" and request.requested_by == "agent-7"
+    status = await runs.status(run_id)
+    assert f"kiwi approve {run_id} {request.request_id}" in status.waiting_for
+    assert (project / "notes" / "old.txt").exists()
+    with pytest.raises(KiwiError, match="cannot approve"):
+        await runs.decide_approval(run_id, request.request_id, True, by="agent-7")
+    await runs.decide_approval(run_id, request.request_id, True, by="alice", reason="old notes can go")
+    result = await asyncio.wait_for(call, timeout=30)
+    assert result.status == "ok" and not (project / "notes" / "old.txt").exists()
+    assert (await runs.status(run_id)).status == "awaiting_agent"
+    with pytest.raises(RunStateConflict, match="already approved"):
+        await runs.decide_approval(run_id, request.request_id, False, by="bob")
+    await runs.complete_step(run_id, "work", {})
+    await runs.handle(run_id).result()
+    decided = [r for r in read_audit(str(project), run_id) if r["event"] == "approval_decided"]
+    assert [(r["decision"], r["by"], r["reason"]) for r in decided] == [("approved", "alice", "old notes can go")]
+
+
+async def test_a_rejected_call_never_runs_and_a_changed_call_needs_its_own_approval(runs, project):
+    setup(project)
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+    first = asyncio.create_task(runs.call_tool(run_id, "filesystem.delete", {"path": "notes/old.txt"}))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the first request")
+    # An approver who saw other arguments: the run refuses that decision and keeps waiting.
+    await runs.handle(run_id).signal("decide_approval", ApprovalDecision(
+        request_id=request.request_id, approved=True, by="alice", args_hash="0" * 16))
+
+    async def refused():
+        return [r for r in read_audit(str(project), run_id) if r["event"] == "approval_decision_refused"]
+    (record,) = await wait_for(refused, what="the mismatched decision to be refused")
+    assert "changed call needs a new approval" in record["reason"]
+    assert (await runs.status(run_id)).approvals[0].status == "pending"
+    await runs.decide_approval(run_id, request.request_id, False, by="alice", reason="keep it")
+    rejected = await asyncio.wait_for(first, timeout=30)
+    assert rejected.status == "denied" and rejected.error_type == "ApprovalRejected" and "keep it" in rejected.reason
+    assert (project / "notes" / "old.txt").exists()
+    changed = asyncio.create_task(runs.call_tool(run_id, "filesystem.delete", {"path": "notes/other.txt"}))
+    second = await wait_for(lambda: pending_approval(runs, run_id), what="a new request for the changed call")
+    assert second[0].request_id != request.request_id and second[0].args_hash != request.args_hash
+    await runs.cancel(run_id)
+    assert (await asyncio.wait_for(changed, timeout=30)).error_type == "ApprovalCancelled"
+
+
+async def test_a_run_waiting_for_approval_survives_its_worker_and_is_approved_while_none_runs(temporal_env, project):
+    setup(project, body='<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/old.txt'
+                        '</param></tool_call></step>')
+    queue = f"kiwi-test-{uuid.uuid4().hex[:8]}"
+    runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
+    async with build_worker(temporal_env.client, queue):
+        run_id = await runs.start("tidy", {})
+        (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
+    # No worker now: the approval is a signal the server keeps (as `temporal workflow signal` would send it).
+    await runs.handle(run_id).signal("decide_approval", ApprovalDecision(
+        request_id=request.request_id, approved=True, by="alice"))
+    assert (project / "notes" / "old.txt").exists()
+    async with build_worker(temporal_env.client, queue):
+        result = await runs.handle(run_id).result()
+    assert result.status == "completed" and not (project / "notes" / "old.txt").exists()
+
+
+async def test_an_unanswered_approval_times_out_as_denied(time_skipping_env, project):
+    setup(project)
+    queue = f"kiwi-test-{uuid.uuid4().hex[:8]}"
+    runs = RunClient(time_skipping_env.client, ItemStore(project), task_queue=queue)
+    async with build_worker(time_skipping_env.client, queue):
+        run_id = await runs.start("tidy", {})
+        await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+        update = await runs.handle(run_id).start_update(
+            "call_tool", {"tool": "filesystem.delete", "arguments": {"path": "notes/old.txt"}},
+            id="the-call", wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+        await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
+        await time_skipping_env.sleep(timedelta(hours=1, minutes=1))  # the one-hour timeout, skipped
+        result = await update.result()
+        assert result["status"] == "denied" and result["error_type"] == "ApprovalTimedOut"
+        assert (await runs.status(run_id)).status == "awaiting_agent"
+        await runs.cancel(run_id)
+        await runs.handle(run_id).result()
+    assert (project / "notes" / "old.txt").exists()
+
+
+async def test_an_approval_timeout_fires_while_no_worker_runs(temporal_env, project):
+    setup(project, harness="approvals:\n  tools: [filesystem.delete]\n  timeout_seconds: 2\n",
+          body='<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/old.txt'
+               '</param></tool_call></step>')
+    queue = f"kiwi-test-{uuid.uuid4().hex[:8]}"
+    runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
+    async with build_worker(temporal_env.client, queue):
+        run_id = await runs.start("tidy", {})
+        (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
+
+    async def expired():
+        history = await runs.handle(run_id).fetch_history()
+        started = {e.event_id for e in history.events if e.HasField("timer_started_event_attributes") and
+                   f"approval {request.request_id} expires" in str(e.user_metadata)}
+        return any(e.HasField("timer_fired_event_attributes") and
+                   e.timer_fired_event_attributes.started_event_id in started for e in history.events)
+    await wait_for(expired, what="the approval timer to fire on the server, no worker up")
+    async with build_worker(temporal_env.client, queue):
+        with pytest.raises(WorkflowFailureError) as failed:
+            await runs.handle(run_id).result()
+    assert "ApprovalTimedOut" in str(failed.value.cause) or "timed out" in str(failed.value.cause)
+    assert (project / "notes" / "old.txt").exists()
+
+
+async def test_an_escalation_waits_for_a_human_decision_that_goes_back_to_the_agent(runs, project):
+    setup(project)
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+    await runs.help(run_id, HelpRequest(kind="escalate", reason="two ways to tidy", options=["archive", "delete"],
+                                        request_id="decision-x"))
+    held = await wait_for(lambda: status_is(runs, run_id, "awaiting_human"), what="the run to wait for a human")
+    assert f"kiwi decide {run_id} decision-x OPTION" in held.waiting_for
+    with pytest.raises(RunStateConflict):
+        await runs.call_tool(run_id, "filesystem.read", {"path": "notes/old.txt"})
+    with pytest.raises(InputInvalid, match="archive, delete"):
+        await runs.decide(run_id, "decision-x", "burn", by="bob")
+    await runs.decide(run_id, "decision-x", "archive", by="bob", note="keep history")
+    back = await wait_for(lambda: agent_waits(runs, run_id), what="the run to carry on")
+    assert [(d.answer, d.by, d.note) for d in back.decisions] == [("archive", "bob", "keep history")]
+    assert (await runs.call_tool(run_id, "filesystem.read", {"path": "notes/old.txt"})).status == "ok"
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout
+
+
+async def test_checkpoint_and_approved_rollback_on_a_real_repository(runs, project):
+    setup(project)
+    write(project / ".gitignore", "build/\n.ai/logs/\n.ai/.cache/\n")
+    git(project, "init", "-q", "-b", "main")
+    git(project, "-c", "user.email=t@example.com", "-c", "user.name=t", "add", ".")
+    git(project, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q", "-m", "base")
+    write(project / "notes" / "old.txt", "edited, not committed")
+    write(project / "notes" / "draft.txt", "untracked")
+    write(project / "build" / "out.bin", "ignored")
+    head, index_status = git(project, "rev-parse", "HEAD"), git(project, "status", "--porcelain")
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+    made = await runs.call_tool(run_id, "git.checkpoint", {"message": "before tidying"})
+    assert made.status == "ok" and made.result["available"], made
+    assert git(project, "rev-parse", "HEAD") == head and git(project, "status", "--porcelain") == index_status
+    assert "draft.txt" in git(project, "ls-tree", "-r", "--name-only", made.result["commit"])
+    assert "out.bin" not in git(project, "ls-tree", "-r", "--name-only", made.result["commit"])
+    write(project / "notes" / "old.txt", "ruined")
+    (project / "notes" / "draft.txt").unlink()
+    write(project / "notes" / "new.txt", "created after the checkpoint")
+    rollback = asyncio.create_task(runs.call_tool(run_id, "git.rollback", {"checkpoint": made.result["checkpoint"]}))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="rollback to ask for approval")
+    assert (project / "notes" / "new.txt").exists()
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    rolled = await asyncio.wait_for(rollback, timeout=30)
+    assert rolled.status == "ok" and rolled.result["removed"] == ["notes/new.txt"]
+    assert (project / "notes" / "old.txt").read_text() == "edited, not committed"
+    assert (project / "notes" / "draft.txt").read_text() == "untracked"
+    assert (project / "build" / "out.bin").read_text() == "ignored"
+    assert git(project, "rev-parse", "HEAD") == head and git(project, "status", "--porcelain") == index_status
+    assert [c["checkpoint"] for c in (await runs.status(run_id)).checkpoints] == [made.result["checkpoint"]]
+
+
+async def test_checkpoints_outside_git_are_unavailable_and_auto_mode_checkpoints_writes(runs, project):
+    setup(project, extra_meta='<git_checkpoint mode="auto"/>')
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+    outside = await runs.call_tool(run_id, "git.checkpoint", {})
+    assert outside.status == "ok" and outside.result["available"] is False
+    assert "not a git repository" in outside.result["reason"]
+    await runs.cancel(run_id)
+    git(project, "init", "-q", "-b", "main")
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+    wrote = await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.txt", "content": "a"})
+    assert wrote.status == "ok"
+    checkpoints = (await runs.status(run_id)).checkpoints
+    assert [c["why"] for c in checkpoints] == ["after filesystem.write"]
+    assert "notes/a.txt" in git(project, "ls-tree", "-r", "--name-only", checkpoints[0]["commit"])
+
+
+async def test_the_agent_cannot_approve_through_mcp_and_the_webhook_tells_approvers(runs, project, temporal_env):
+    received: list[dict] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the http.server API
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    hook = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    try:
+        setup(project, harness=HARNESS + f"  webhook: http://127.0.0.1:{hook.server_address[1]}/approvals\n")
+        server = build_server(temporal_env.client, project, task_queue=runs.task_queue, client_name="agent-9")
+        async with Client(server) as client:
+            started = (await client.call_tool("execute", {"item_type": "directive", "action": "run",
+                                                          "item_id": "tidy"})).structured_content
+            run_id = started["run_id"]
+            pending = (await client.call_tool("execute", {
+                "item_type": "tool", "action": "call", "run_id": run_id, "item_id": "filesystem.delete",
+                "parameters": {"path": "notes/old.txt"}, "wait_seconds": 0.5})).structured_content
+            assert pending["status"] == "pending" and "approve" in pending["reason"]
+            (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
+            attempt = await client.call_tool("execute", {"item_type": "run", "action": "approve", "run_id": run_id,
+                                                         "item_id": request.request_id})
+            assert attempt.is_error
+            assert (await runs.status(run_id)).approvals[0].status == "pending"
+            await wait_for(lambda: asyncio.sleep(0, received), what="the webhook POST")
+            assert received[0]["request_id"] == request.request_id and received[0]["tool"] == "filesystem.delete"
+            assert received[0]["approve"] == f"kiwi approve {run_id} {request.request_id}"
+            await runs.cancel(run_id)
+    finally:
+        hook.shutdown()
