@@ -212,6 +212,8 @@ async def _execute(runs: RunClient, root: Path, item_type: str, action: str, ite
         return {"run_id": new_id, "state": status.status, "current_step": status.current_step.model_dump()
                 if status.current_step else None, "declared_tools": directive.metadata.tools.model_dump(),
                 "tool_context": context, "permissions": directive.grants().summary(),
+                **({"deviation_rules": _deviation_guidance(directive.metadata.deviation_rules, new_id)}
+                   if directive.metadata.deviation_rules else {}),
                 "instructions": "Do the current step's action, making tool calls with execute(item_type='tool', "
                                 "action='call', run_id=...), then complete it with execute(item_type='run', "
                                 "action='complete_step', run_id=..., parameters={'step': ..., 'outputs': {...}})."}
@@ -244,6 +246,20 @@ async def _execute(runs: RunClient, root: Path, item_type: str, action: str, ite
         return (await runs.call_tool(run_id, item_id, parameters, client_name=client_name)).model_dump()
     raise KiwiError(f"action '{action}' does not apply to item_type '{item_type}'",
                     hint="directive: run, validate · run: status, complete_step, cancel · tool: call")
+
+
+DEVIATION_SIGNALS = {
+    "ask_first": "before doing this, ask: help(action='escalate', run_id='{run}', reason=..., options=[...]) and "
+                 "wait for the answer in the run's decisions",
+    "escalate": "when this happens, stop and help(action='escalate', run_id='{run}', reason=..., options=[...])",
+    "auto_fix": "fix this yourself and say so in the step's outputs",
+}
+
+
+def _deviation_guidance(rules: dict[str, str], run_id: str) -> list[dict[str, str]]:
+    """The directive's deviation rules, each with the help signal the agent should use for it."""
+    return [{"rule": kind, "when": text, "do": DEVIATION_SIGNALS.get(kind, "follow the directive's text").format(
+        run=run_id)} for kind, text in rules.items()]
 
 
 def _author(store: ItemStore, item_type: str, action: str, item_id: str, parameters: dict[str, Any]) -> dict:

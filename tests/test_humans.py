@@ -252,12 +252,16 @@ async def test_the_agent_cannot_approve_through_mcp_and_the_webhook_tells_approv
     hook = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
     threading.Thread(target=hook.serve_forever, daemon=True).start()
     try:
-        setup(project, harness=HARNESS + f"  webhook: http://127.0.0.1:{hook.server_address[1]}/approvals\n")
+        setup(project, harness=HARNESS + f"  webhook: http://127.0.0.1:{hook.server_address[1]}/approvals\n",
+              extra_meta="<deviation_rules><ask_first>deleting notes</ask_first></deviation_rules>")
         server = build_server(temporal_env.client, project, task_queue=runs.task_queue, client_name="agent-9")
         async with Client(server) as client:
             started = (await client.call_tool("execute", {"item_type": "directive", "action": "run",
                                                           "item_id": "tidy"})).structured_content
             run_id = started["run_id"]
+            (rule,) = started["deviation_rules"]
+            assert rule["rule"] == "ask_first" and "deleting notes" in rule["when"]
+            assert f"help(action='escalate', run_id='{run_id}'" in rule["do"]
             pending = (await client.call_tool("execute", {
                 "item_type": "tool", "action": "call", "run_id": run_id, "item_id": "filesystem.delete",
                 "parameters": {"path": "notes/old.txt"}, "wait_seconds": 0.5})).structured_content
