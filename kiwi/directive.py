@@ -29,6 +29,7 @@ _FENCE = re.compile(r"^ {0,3}(```+|~~~+)\s*([\w+-]*)\s*$")
 KNOWN_METADATA = {
     "description", "category", "author", "model", "permissions", "tools", "mcps", "deviation_rules",
     "context_budget", "relationships", "git_checkpoint", "parallel_capable", "subagent_strategy", "tags",
+    "approvals",
 }
 KNOWN_TOP = {"metadata", "inputs", "process", "outputs", "context"}
 
@@ -104,6 +105,8 @@ class Metadata(BaseModel):
     context_budget: dict[str, str] = Field(default_factory=dict)
     relationships: dict[str, list[str]] = Field(default_factory=dict)
     git_checkpoint: str = "explicit"
+    approvals: list[str] = Field(default_factory=list)
+    approval_timeout_seconds: float | None = None
     tags: list[str] = Field(default_factory=list)
     extra: dict[str, str] = Field(default_factory=dict)
 
@@ -370,6 +373,17 @@ def _metadata(element: Any, ctx: _Ctx) -> Metadata:
             if mode not in CHECKPOINT_MODES:
                 ctx.error(child, f"<git_checkpoint mode=\"{mode}\"> is unknown; expected one of {', '.join(CHECKPOINT_MODES)}")
             meta.git_checkpoint = mode
+        elif tag == "approvals":
+            # <approvals timeout="600"><tool>filesystem.delete</tool><tool>github.*</tool></approvals>
+            meta.approvals = [t for t in (sub.get("name") or _text(sub) for sub in _children(child)
+                                          if sub.tag == "tool") if t]
+            if child.get("timeout"):
+                try:
+                    meta.approval_timeout_seconds = float(child.get("timeout"))
+                except ValueError:
+                    ctx.error(child, f"<approvals timeout=\"{child.get('timeout')}\"> must be a number of seconds")
+            if not meta.approvals:
+                ctx.warn(child, "<approvals> names no <tool>; nothing will wait for approval")
         elif tag == "tags":
             meta.tags = [t.strip() for t in re.split(r"[,\n]", _text(child)) if t.strip()] or [
                 _text(t) for t in _children(child)]

@@ -7,7 +7,7 @@ import json
 import subprocess
 import threading
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -78,11 +78,14 @@ async def test_an_approved_call_runs_and_the_decision_is_recorded(runs, project)
 
 
 async def test_a_rejected_call_never_runs_and_a_changed_call_needs_its_own_approval(runs, project):
-    setup(project)
+    # The rule comes from the directive this time, not the harness.
+    setup(project, harness="approvals:\n  tools: []\n",
+          extra_meta='<approvals timeout="600"><tool>filesystem.del*</tool></approvals>')
     run_id = await runs.start("tidy", {})
     await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
     first = asyncio.create_task(runs.call_tool(run_id, "filesystem.delete", {"path": "notes/old.txt"}))
     (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the first request")
+    assert (datetime.fromisoformat(request.expires_at) - datetime.fromisoformat(request.requested_at)).seconds == 600
     # An approver who saw other arguments: the run refuses that decision and keeps waiting.
     await runs.handle(run_id).signal("decide_approval", ApprovalDecision(
         request_id=request.request_id, approved=True, by="alice", args_hash="0" * 16))

@@ -552,7 +552,7 @@ class DirectiveRun:
 
     # ------------------------------------------------------------------ humans in the loop
     def _approval_patterns(self) -> list[str]:
-        patterns = list(self.snap.limits.approval_tools)
+        patterns = [*self.snap.limits.approval_tools, *self.snap.directive.metadata.approvals]
         for server, info in self.snap.mcp_servers.items():
             patterns += [f"{server}.{t}" for t in info.require_approval]
         return patterns
@@ -564,7 +564,7 @@ class DirectiveRun:
                               client: str) -> ToolCallResult | None:
         """Wait, durably, for a human to approve this exact call; None means approved."""
         state, snap = self.state, self.snap
-        timeout = snap.limits.approval_timeout_seconds
+        timeout = snap.directive.metadata.approval_timeout_seconds or snap.limits.approval_timeout_seconds
         server = tool.partition(".")[0]
         if server in snap.mcp_servers and snap.mcp_servers[server].approval_timeout_seconds:
             timeout = snap.mcp_servers[server].approval_timeout_seconds or timeout
