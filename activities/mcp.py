@@ -59,7 +59,7 @@ class McpActivities:
                                   tool_hashes={t["name"]: schema_hash(t) for t in tools})
 
     async def call_tool(self, req: McpCallRequest) -> McpCallResult:
-        in_activity = activity.in_activity() and not activity.info().is_local
+        in_activity = not activity.info().is_local  # local activities cannot heartbeat
 
         last: list[dict[str, Any]] = []
 

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import getpass
 import json
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiwi.contracts import TERMINAL
 from kiwi.errors import InputInvalid, KiwiError
+
+if TYPE_CHECKING:
+    from kiwi.runs import RunClient
 
 
 def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
@@ -91,134 +97,111 @@ async def _watch(runs, run_id: str, as_json: bool, until_done: bool) -> Any:
         delay = min(delay * 1.5, 2.0)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    async def go() -> int:
-        runs = await _run_client(args)
-        run_id = await runs.start(args.name, _pairs(args.input, "input"), idempotency_key=args.idempotency_key,
-                                  deadline_seconds=args.deadline)
-        if not args.wait:
-            status = await runs.status(run_id)
-            if args.json:
-                print(status.model_dump_json(indent=2))
-            else:
-                print(f"started {run_id}")
-                _print_status(status)
-            return 0
-        status = await _watch(runs, run_id, args.json, until_done=False)
+def _with_runs(command: Callable[[argparse.Namespace, RunClient], Awaitable[int]]) -> Callable[
+        [argparse.Namespace], int]:
+    """A CLI command that steers runs: connect, hand it a RunClient, run it to its exit code."""
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        async def go() -> int:
+            return await command(args, await _run_client(args))
+        return asyncio.run(go())
+    return run
+
+
+@_with_runs
+async def cmd_run(args: argparse.Namespace, runs: RunClient) -> int:
+    run_id = await runs.start(args.name, _pairs(args.input, "input"), idempotency_key=args.idempotency_key,
+                              deadline_seconds=args.deadline)
+    if not args.wait:
+        status = await runs.status(run_id)
         if args.json:
             print(status.model_dump_json(indent=2))
-        return 0 if status.status in ("completed", "awaiting_agent") else 1
-
-    return asyncio.run(go())
-
-
-def cmd_runs(args: argparse.Namespace) -> int:
-    async def go() -> int:
-        runs = await _run_client(args)
-        rows = await runs.list_runs(status=args.status, directive=args.directive, limit=args.limit)
-        if args.json:
-            print(json.dumps(rows, indent=2))
-        elif not rows:
-            print("no runs" + (f" with status {args.status}" if args.status else ""))
-        for row in rows if not args.json else []:
-            print(f"{row['run_id']:<40} {row['status']:<15} {row['step'] or '':<20} {row['started']}")
-        return 0
-
-    return asyncio.run(go())
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    async def go() -> int:
-        runs = await _run_client(args)
-        if args.watch:
-            status = await _watch(runs, args.run, args.json, until_done=True)
         else:
-            status = await runs.status(args.run)
-            if not args.json:
-                _print_status(status)
-        if args.json:
-            print(status.model_dump_json(indent=2))
+            print(f"started {run_id}")
+            _print_status(status)
         return 0
-
-    return asyncio.run(go())
-
-
-def cmd_complete_step(args: argparse.Namespace) -> int:
-    async def go() -> int:
-        runs = await _run_client(args)
-        result = await runs.complete_step(args.run, args.step, _outputs(args.output))
-        print(result.model_dump_json(indent=2) if args.json else
-              f"step {result.step} completed; run is {result.status}"
-              + (f", next step {result.next_step}" if result.next_step else ""))
-        return 0
-
-    return asyncio.run(go())
+    status = await _watch(runs, run_id, args.json, until_done=False)
+    if args.json:
+        print(status.model_dump_json(indent=2))
+    return 0 if status.status in ("completed", "awaiting_agent") else 1
 
 
-def cmd_call(args: argparse.Namespace) -> int:
-    async def go() -> int:
-        runs = await _run_client(args)
-        try:
-            arguments = json.loads(args.arguments) if args.arguments else {}
-        except json.JSONDecodeError as exc:
-            raise InputInvalid(f"arguments are not JSON: {exc}", hint='e.g. \'{"path": "src/app.py"}\'') from None
-        if args.run:
-            result = await runs.call_tool(args.run, args.tool, arguments)
-        else:
-            result = await runs.session_call(args.client, args.tool, arguments)
-        print(result.model_dump_json(indent=2))
-        return 0 if result.status == "ok" else 1
-
-    return asyncio.run(go())
+@_with_runs
+async def cmd_runs(args: argparse.Namespace, runs: RunClient) -> int:
+    rows = await runs.list_runs(status=args.status, directive=args.directive, limit=args.limit)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no runs" + (f" with status {args.status}" if args.status else ""))
+    for row in rows if not args.json else []:
+        print(f"{row['run_id']:<40} {row['status']:<15} {row['step'] or '':<20} {row['started']}")
+    return 0
 
 
-def cmd_cancel(args: argparse.Namespace) -> int:
-    async def go() -> int:
-        runs = await _run_client(args)
-        await runs.cancel(args.run, args.reason)
-        print(f"cancel requested for {args.run}")
-        return 0
-
-    return asyncio.run(go())
-
-
-def cmd_resume(args: argparse.Namespace) -> int:
-    import getpass
-
-    async def go() -> int:
-        runs = await _run_client(args)
-        await runs.resume(args.run, args.reason, by=args.by or getpass.getuser())
-        print(f"resume sent to {args.run}")
-        return 0
-
-    return asyncio.run(go())
+@_with_runs
+async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
+    if args.watch:
+        status = await _watch(runs, args.run, args.json, until_done=True)
+    else:
+        status = await runs.status(args.run)
+        if not args.json:
+            _print_status(status)
+    if args.json:
+        print(status.model_dump_json(indent=2))
+    return 0
 
 
-def cmd_approve(args: argparse.Namespace) -> int:
-    import getpass
+@_with_runs
+async def cmd_complete_step(args: argparse.Namespace, runs: RunClient) -> int:
+    result = await runs.complete_step(args.run, args.step, _outputs(args.output))
+    print(result.model_dump_json(indent=2) if args.json else
+          f"step {result.step} completed; run is {result.status}"
+          + (f", next step {result.next_step}" if result.next_step else ""))
+    return 0
 
+
+@_with_runs
+async def cmd_call(args: argparse.Namespace, runs: RunClient) -> int:
+    try:
+        arguments = json.loads(args.arguments) if args.arguments else {}
+    except json.JSONDecodeError as exc:
+        raise InputInvalid(f"arguments are not JSON: {exc}", hint='e.g. \'{"path": "src/app.py"}\'') from None
+    if args.run:
+        result = await runs.call_tool(args.run, args.tool, arguments)
+    else:
+        result = await runs.session_call(args.client, args.tool, arguments)
+    print(result.model_dump_json(indent=2))
+    return 0 if result.status == "ok" else 1
+
+
+@_with_runs
+async def cmd_cancel(args: argparse.Namespace, runs: RunClient) -> int:
+    await runs.cancel(args.run, args.reason)
+    print(f"cancel requested for {args.run}")
+    return 0
+
+
+@_with_runs
+async def cmd_resume(args: argparse.Namespace, runs: RunClient) -> int:
+    await runs.resume(args.run, args.reason, by=args.by or getpass.getuser())
+    print(f"resume sent to {args.run}")
+    return 0
+
+
+@_with_runs
+async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
     approved = args.command == "approve"
-
-    async def go() -> int:
-        runs = await _run_client(args)
-        request = await runs.decide_approval(args.run, args.request, approved, by=args.by or getpass.getuser(),
-                                             reason=args.reason)
-        print(f"{'approved' if approved else 'rejected'} {request.request_id}: {request.summary}")
-        return 0
-
-    return asyncio.run(go())
+    request = await runs.decide_approval(args.run, args.request, approved, by=args.by or getpass.getuser(),
+                                         reason=args.reason)
+    print(f"{'approved' if approved else 'rejected'} {request.request_id}: {request.summary}")
+    return 0
 
 
-def cmd_decide(args: argparse.Namespace) -> int:
-    import getpass
-
-    async def go() -> int:
-        runs = await _run_client(args)
-        await runs.decide(args.run, args.request, args.option, by=args.by or getpass.getuser(), note=args.note)
-        print(f"answered {args.request}: {args.option}")
-        return 0
-
-    return asyncio.run(go())
+@_with_runs
+async def cmd_decide(args: argparse.Namespace, runs: RunClient) -> int:
+    await runs.decide(args.run, args.request, args.option, by=args.by or getpass.getuser(), note=args.note)
+    print(f"answered {args.request}: {args.option}")
+    return 0
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

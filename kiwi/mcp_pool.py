@@ -139,6 +139,8 @@ class McpPool:
         if cached is None or cached[0] != stamp:
             cached = (stamp, load_registry(Path(project_root), user))
             self._registries[project_root] = cached
+            for warning in cached[1].warnings:
+                logger.warning("%s", warning)
         return cached[1]
 
     def config(self, project_root: str, server: str) -> McpServerConfig:

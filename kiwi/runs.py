@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,13 @@ def session_mcps(registry: McpRegistry) -> ToolsDeclaration:
     return ToolsDeclaration(mcps=[McpDeclaration(name=name) for name in sorted(registry.servers)])
 
 
+@dataclass
+class StartedRun:
+    run_id: str
+    directive: Directive
+    context: ToolContext | None = None
+
+
 class RunClient:
     def __init__(self, client: Client, store: ItemStore, task_queue: str = TASK_QUEUE) -> None:
         self.client = client
@@ -118,6 +126,12 @@ class RunClient:
     async def start(self, name: str, inputs: dict[str, Any], *, idempotency_key: str | None = None,
                     client_name: str = "cli", deadline_seconds: float | None = None) -> str:
         """Start a run and return its id. The same idempotency key returns the existing run."""
+        return (await self.launch(name, inputs, idempotency_key=idempotency_key, client_name=client_name,
+                                  deadline_seconds=deadline_seconds)).run_id
+
+    async def launch(self, name: str, inputs: dict[str, Any], *, idempotency_key: str | None = None,
+                     client_name: str = "cli", deadline_seconds: float | None = None) -> StartedRun:
+        """Start a run; also return the directive it runs and, when it declares MCP servers, its tool context."""
         await self._check_search_attributes()
         short = (hashlib.sha256(f"{name}\0{idempotency_key}".encode()).hexdigest()[:10] if idempotency_key
                  else uuid.uuid4().hex[:10])
@@ -138,13 +152,14 @@ class RunClient:
             static_details=f"Inputs: {', '.join(f'{k}={v!r}' for k, v in snap.inputs.items()) or 'none'}\n\n"
                            f"Directive file: {snap.source_path}\n\nContent hash: {snap.content_hash}",
         )
+        context = None
         if directive.metadata.tools.mcps:
             context = await self.tool_context(handle.id)
             if context.status == "failed":
                 raise McpServerMissing(f"run {handle.id} failed at its start: {context.error}",
                                        hint="fix mcp_registry.yaml or the server, or mark the <mcp> "
                                             "required=\"false\" in the directive")
-        return handle.id
+        return StartedRun(run_id=handle.id, directive=directive, context=context)
 
     async def tool_context(self, run_id: str) -> ToolContext:
         """The MCP tool context a run fetched at its start; waits until it is ready."""

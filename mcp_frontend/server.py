@@ -200,15 +200,13 @@ async def _execute(runs: RunClient, root: Path, item_type: str, action: str, ite
                    parameters: dict[str, Any], run_id: str | None, idempotency_key: str | None,
                    client_name: str) -> dict[str, Any]:
     if item_type == "directive" and action == "run":
-        new_id = await runs.start(item_id, parameters, idempotency_key=idempotency_key, client_name=client_name)
+        started = await runs.launch(item_id, parameters, idempotency_key=idempotency_key, client_name=client_name)
+        new_id, directive = started.run_id, started.directive
         status = await _settled(runs, new_id)
-        directive, _, _ = runs.store.load_directive(item_id)
-        context = {}
-        if directive.metadata.tools.mcps:
-            fetched = await runs.tool_context(new_id)
-            context = {name: {"available": c.available, "required": c.required, "description": c.description,
-                              "tools": c.tools, **({"error": c.error} if c.error else {}),
-                              **({"hint": c.hint} if c.hint else {})} for name, c in fetched.mcps.items()}
+        context = {name: {"available": c.available, "required": c.required, "description": c.description,
+                          "tools": c.tools, **({"error": c.error} if c.error else {}),
+                          **({"hint": c.hint} if c.hint else {})}
+                   for name, c in (started.context.mcps if started.context else {}).items()}
         return {"run_id": new_id, "state": status.status, "current_step": status.current_step.model_dump()
                 if status.current_step else None, "declared_tools": directive.metadata.tools.model_dump(),
                 "tool_context": context, "permissions": directive.grants().summary(),

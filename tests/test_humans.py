@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 import threading
 import uuid
 from datetime import datetime, timedelta
@@ -65,7 +66,12 @@ async def test_an_approved_call_runs_and_the_decision_is_recorded(runs, project)
     assert (project / "notes" / "old.txt").exists()
     with pytest.raises(KiwiError, match="cannot approve"):
         await runs.decide_approval(run_id, request.request_id, True, by="agent-7")
-    await runs.decide_approval(run_id, request.request_id, True, by="alice", reason="old notes can go")
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kiwi", "approve", run_id, request.request_id, "--by", "alice",
+        "--reason", "old notes can go", "--address", runs.client.service_client.config.target_host,
+        "--task-queue", runs.task_queue, cwd=project, stdout=asyncio.subprocess.PIPE)
+    out, _ = await cli.communicate()
+    assert cli.returncode == 0 and f"approved {request.request_id}: filesystem.delete" in out.decode()
     result = await asyncio.wait_for(call, timeout=30)
     assert result.status == "ok" and not (project / "notes" / "old.txt").exists()
     assert (await runs.status(run_id)).status == "awaiting_agent"
@@ -274,7 +280,9 @@ async def test_the_agent_cannot_approve_through_mcp_and_the_webhook_tells_approv
                                                          "item_id": request.request_id})
             assert attempt.is_error
             assert (await runs.status(run_id)).approvals[0].status == "pending"
-            await wait_for(lambda: asyncio.sleep(0, received), what="the webhook POST")
+            async def posted():
+                return received
+            await wait_for(posted, what="the webhook POST")
             assert received[0]["request_id"] == request.request_id and received[0]["tool"] == "filesystem.delete"
             assert received[0]["approve"] == f"kiwi approve {run_id} {request.request_id}"
             await runs.cancel(run_id)

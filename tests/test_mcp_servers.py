@@ -213,12 +213,13 @@ def test_a_missing_secret_skips_the_server_and_bad_config_names_file_and_key(tmp
     assert "mcps.api.commnd: unknown key" in str(typo.value.problems[0])
 
 
-def _pids_with_env(marker: str) -> list[int]:
+def _pids(marker: str, where: str = "environ") -> list[int]:
+    """Processes whose /proc/PID/{where} (environ or cmdline) contains ``marker``."""
     pids = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                if marker.encode() in (proc / "environ").read_bytes():
+                if marker.encode() in (proc / where).read_bytes():
                     pids.append(int(proc.name))
             except OSError:
                 continue
@@ -244,12 +245,13 @@ mcps:
     created = await runs.call_tool(run_id, "memory.create_entities", {"entities": [
         {"name": "kiwi", "entityType": "bird", "observations": ["cannot fly"]}]})
     assert created.status == "ok"
-    pids = _pids_with_env(f"MEMORY_FILE_PATH={memory}")
+    pids = _pids(f"MEMORY_FILE_PATH={memory}")
     assert len(pids) == 1
     os.kill(pids[0], signal.SIGKILL)
     found = await runs.call_tool(run_id, "memory.open_nodes", {"names": ["kiwi"]})
     assert found.status == "ok" and "cannot fly" in text_of(found.result)
-    assert _pids_with_env(f"MEMORY_FILE_PATH={memory}") not in ([], pids)
+    restarted = _pids(f"MEMORY_FILE_PATH={memory}")
+    assert restarted and restarted != pids
 
 
 @pytest.fixture
@@ -323,7 +325,7 @@ mcps:
     first = await runs.call_tool(run_id, "bar.order", {"drink": "tea"})
     assert first.status == "ok" and first.warnings == []
     schema.write_text('["drink", "volume"]')
-    server = _cmdline_pids(str(schema))
+    server = _pids(str(schema), "cmdline")
     assert len(server) == 1
     os.kill(server[0], signal.SIGKILL)
     second = await runs.call_tool(run_id, "bar.order", {"drink": "tea", "volume": 250})
@@ -332,18 +334,6 @@ mcps:
     await runs.cancel(run_id)
     await runs.handle(run_id).result()
     assert [r["tool"] for r in read_audit(str(project), run_id) if r["event"] == "mcp_schema_changed"] == ["bar.order"]
-
-
-def _cmdline_pids(marker: str) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if marker.encode() in (proc / "cmdline").read_bytes():
-                    pids.append(int(proc.name))
-            except OSError:
-                continue
-    return pids
 
 
 async def test_cancelling_a_run_cancels_its_upstream_call(runs, project):

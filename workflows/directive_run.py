@@ -92,7 +92,6 @@ GIT_ACTIVITIES = {"git.status": GitActivities.git_status, "git.diff": GitActivit
 MUTATING_TOOLS = ("filesystem.write", "filesystem.create", "filesystem.delete", "filesystem.move", "shell.run")
 HELD = ("stuck", "awaiting_human")
 STUCK_ATTEMPTS_FOR_HUMAN = 3  # the seed: more than 3 failed attempts goes to a human
-NOT_YET_CALLABLE: tuple[str, ...] = ()
 # Upstream MCP servers: transport failures retry (the pool reconnects); refusals do not.
 MCP_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=300), backoff_coefficient=2.0,
                         maximum_interval=timedelta(seconds=10), maximum_attempts=6,
@@ -467,8 +466,8 @@ class DirectiveRun:
     def _admit(self, tool: str, args: dict[str, Any], seq: int) -> tuple[ToolCallResult | None, str]:
         """Tool lookup, permission, rate limit and loop checks; a result here means 'not executed'."""
         snap, state = self.snap, self.state
-        if not callable_tool(tool, snap.directive, frozenset(snap.local_tools)) or tool in NOT_YET_CALLABLE:
-            known = ", ".join(sorted([*(t for t in BUILTIN_TOOLS if t not in NOT_YET_CALLABLE), *snap.local_tools]))
+        if not callable_tool(tool, snap.directive, frozenset(snap.local_tools)):
+            known = ", ".join(sorted([*BUILTIN_TOOLS, *snap.local_tools]))
             return ToolCallResult(status="error", tool=tool, error_type="ToolNotFound", call_seq=seq,
                                   reason=f"no tool '{tool}' in this run",
                                   hint=f"tools this run can call: {known}"), ""
