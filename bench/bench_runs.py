@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from temporalio.client import Client  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
-from bench.common import pct, scratch_project, tuned_dev_server  # noqa: E402
+from bench.common import cpu_seconds, pct, scratch_project, tuned_dev_server  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md, write  # noqa: E402
@@ -66,8 +66,11 @@ async def main() -> None:
                         return await one(tag)
 
                 t0 = time.perf_counter()
+                cpu0 = cpu_seconds(), cpu_seconds(server.process.pid)
                 await asyncio.gather(*(limited(f"par{i}") for i in range(args.runs * 2)))
                 elapsed = time.perf_counter() - t0
+                python_cpu = cpu_seconds() - cpu0[0]
+                server_cpu = cpu_seconds(server.process.pid) - cpu0[1]
         finally:
             server.stop()
     print(f"3-step automatic directive, {args.runs} sequential runs "
@@ -76,6 +79,8 @@ async def main() -> None:
     print(f"start -> completed p99: {pct(latencies, .99):7.1f} ms")
     print(f"sustained, {args.concurrency} concurrent starters: {args.runs * 2 / elapsed:6.1f} runs/s   "
           "(target >= 20 runs/s)")
+    print(f"CPU per run in the sustained phase: Temporal server {server_cpu / args.runs / 2 * 1000:.0f} ms, "
+          f"client + worker (this process) {python_cpu / args.runs / 2 * 1000:.0f} ms")
 
 
 if __name__ == "__main__":

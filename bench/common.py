@@ -26,3 +26,12 @@ def tuned_dev_server(root: Path) -> DevServer:
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(len(values) * p))]
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU time a process has used so far (this process when ``pid`` is None)."""
+    if pid is None:
+        times = os.times()
+        return times.user + times.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

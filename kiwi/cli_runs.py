@@ -235,7 +235,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         print(f"kiwi worker: task queue '{args.task_queue}' on {client.service_client.config.target_host}",
               flush=True)
-        await run_worker(client, args.task_queue, stop)
+        await run_worker(client, args.task_queue, stop, sandboxed=args.sandboxed)
         return 0
 
     return asyncio.run(go())
@@ -266,7 +266,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 print(f"kiwi dev: Temporal UI at http://{server.ip}:{server.ui_port}", flush=True)
             # Search attributes: registered by start-dev's flags, or checked on a reused server.
             client = await connect(server.address, server.namespace)
-            tasks = [asyncio.create_task(run_worker(client, config["worker"]["task_queue"], stop))]
+            tasks = [asyncio.create_task(run_worker(client, config["worker"]["task_queue"], stop,
+                                                    sandboxed=bool(config["worker"].get("sandboxed"))))]
             print(f"kiwi dev: worker on task queue '{config['worker']['task_queue']}'", flush=True)
             mcp = config.get("mcp") or {}
             if mcp.get("http") and not args.no_mcp:
@@ -331,6 +332,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("worker", help="run a worker: DirectiveRun workflows and all activities")
     _connection(p)
+    p.add_argument("--sandboxed", action="store_true",
+                   help="run workflows in the Temporal Python sandbox (determinism checks; slower, see README)")
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("run", help="start a directive run")

@@ -28,7 +28,7 @@ DEFAULTS: dict[str, Any] = {
                  "db_file": ".kiwi/temporal.sqlite",
                  "sqlite_pragmas": {"journal_mode": "wal", "synchronous": "normal"},
                  "dynamic_config": {"history.transferProcessorMaxPollRPS": 1000}},
-    "worker": {"task_queue": "kiwi"},
+    "worker": {"task_queue": "kiwi", "sandboxed": False},
     "mcp": {"http": True, "host": "127.0.0.1", "port": 8765},
 }
 
@@ -69,6 +69,8 @@ def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
             if section not in config or not isinstance(values, dict):
                 raise KiwiError(f"{path}: unknown section '{section}' (known: {', '.join(config)})")
             config[section].update(values)
+        if not isinstance(config["worker"].get("sandboxed"), bool):
+            raise KiwiError(f"{path}: worker.sandboxed is {config['worker'].get('sandboxed')!r}; expected true or false")
         base = path.parent
     return config, base
 

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
+from kiwi import yamltext
 from kiwi.contracts import RunLimits
 from kiwi.errors import ItemInvalid, Problem
 from kiwi.policy import PermissionSet
@@ -24,7 +25,7 @@ class HarnessConfig(BaseModel):
 
 def _load(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yamltext.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise ItemInvalid([Problem(f"malformed YAML: {getattr(exc, 'problem', exc)}", str(path),

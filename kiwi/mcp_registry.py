@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
+from kiwi import yamltext
 from kiwi.errors import ItemInvalid, KiwiError, Problem
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -185,7 +186,7 @@ def load_registry(project_root: Path, user_space: Path) -> McpRegistry:
 
 def _read(path: Path) -> dict[str, McpServerConfig | None]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yamltext.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise ItemInvalid([Problem(f"malformed YAML: {getattr(exc, 'problem', exc)}", str(path),

@@ -9,6 +9,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
+from kiwi import yamltext
 from kiwi.errors import ItemInvalid, Problem
 from kiwi.signing import split_signature
 
@@ -84,7 +85,7 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
     _, body = split_signature(text)
     offset = 0 if body is text else 1
     try:
-        data = yaml.safe_load(body)
+        data = yamltext.safe_load(body)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 + offset if mark else 0

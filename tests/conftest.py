@@ -72,6 +72,6 @@ def project(tmp_path, monkeypatch):
 async def runs(temporal_env, project):
     """A RunClient plus a worker on a fresh task queue."""
     queue = f"kiwi-test-{uuid.uuid4().hex[:8]}"
-    worker = build_worker(temporal_env.client, queue)
+    worker = build_worker(temporal_env.client, queue, sandboxed=True)
     async with worker:
         yield RunClient(temporal_env.client, ItemStore(project), task_queue=queue)

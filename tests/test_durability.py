@@ -23,6 +23,7 @@ from kiwi.store import ItemStore
 from tests.conftest import wait_for
 from tests.helpers import directive_md, write
 from workers.main import WORKFLOWS, build_worker
+from workflows.directive_run import ALL_CHANGES
 
 HISTORIES = Path(__file__).parent / "histories"
 TICK = '''import pathlib
@@ -96,7 +97,7 @@ async def test_dev_server_killed_and_restarted_on_its_sqlite_file_keeps_waiting_
     try:
         client = await Client.connect(server.address, data_converter=pydantic_data_converter)
         runs = RunClient(client, ItemStore(project), task_queue=queue)
-        async with build_worker(client, queue):
+        async with build_worker(client, queue, sandboxed=True):
             run_id = await runs.start("ticker", {})
             await awaiting_step(runs, run_id, "review")
         os.killpg(server.process.pid, signal.SIGKILL)
@@ -104,7 +105,7 @@ async def test_dev_server_killed_and_restarted_on_its_sqlite_file_keeps_waiting_
         await server.start()
         client = await Client.connect(server.address, data_converter=pydantic_data_converter)
         runs = RunClient(client, ItemStore(project), task_queue=queue)
-        async with build_worker(client, queue):
+        async with build_worker(client, queue, sandboxed=True):
             await awaiting_step(runs, run_id, "review")
             await runs.complete_step(run_id, "review", {"ok": True})
             result = await runs.handle(run_id).result()
@@ -117,7 +118,7 @@ async def test_dev_server_killed_and_restarted_on_its_sqlite_file_keeps_waiting_
 async def test_a_three_day_deadline_times_out_in_milliseconds(time_skipping_env, project):
     queue = f"kiwi-ts-{uuid.uuid4().hex[:8]}"
     runs = RunClient(time_skipping_env.client, ItemStore(project), task_queue=queue)
-    async with build_worker(time_skipping_env.client, queue):
+    async with build_worker(time_skipping_env.client, queue, sandboxed=True):
         run_id = await runs.start("hello_kiwi", {"name": "Tess"}, deadline_seconds=3 * 24 * 3600)
         started = asyncio.get_running_loop().time()
         await awaiting_step(runs, run_id, "confirm")
@@ -144,7 +145,9 @@ def test_there_are_committed_histories():
 
 @pytest.mark.skipif(not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record")
 async def test_record_history(runs, project):
-    """Re-record tests/histories/hello_kiwi.json after an intended workflow change."""
+    """Record tests/histories/hello_kiwi-{ALL_CHANGES}.json after an intended workflow change.
+
+    Older recordings stay: they are what runs started by older code replay against."""
     run_id = await runs.start("hello_kiwi", {"name": "Replay"})
     await awaiting_step(runs, run_id, "confirm")
     await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})
@@ -154,8 +157,9 @@ async def test_record_history(runs, project):
     history = json.loads((await runs.handle(run_id).fetch_history()).to_json())
     # Payloads name the test's temporary folder; replace it so no machine path is committed.
     scrubbed = _scrub(history, str(project), "/project")
-    (HISTORIES / "hello_kiwi.json").write_text(json.dumps(scrubbed, indent=1))
-    assert str(project) not in (HISTORIES / "hello_kiwi.json").read_text()
+    target = HISTORIES / f"hello_kiwi-{ALL_CHANGES}.json"
+    target.write_text(json.dumps(scrubbed, indent=1))
+    assert str(project) not in target.read_text()
 
 
 def _scrub(node, old: str, new: str):

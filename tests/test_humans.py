@@ -117,14 +117,14 @@ async def test_a_run_waiting_for_approval_survives_its_worker_and_is_approved_wh
                         '</param></tool_call></step>')
     queue = f"kiwi-test-{uuid.uuid4().hex[:8]}"
     runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
-    async with build_worker(temporal_env.client, queue):
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
         run_id = await runs.start("tidy", {})
         (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
     # No worker now: the approval is a signal the server keeps (as `temporal workflow signal` would send it).
     await runs.handle(run_id).signal("decide_approval", ApprovalDecision(
         request_id=request.request_id, approved=True, by="alice"))
     assert (project / "notes" / "old.txt").exists()
-    async with build_worker(temporal_env.client, queue):
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
         result = await runs.handle(run_id).result()
     assert result.status == "completed" and not (project / "notes" / "old.txt").exists()
 
@@ -133,7 +133,7 @@ async def test_an_unanswered_approval_times_out_as_denied(time_skipping_env, pro
     setup(project)
     queue = f"kiwi-test-{uuid.uuid4().hex[:8]}"
     runs = RunClient(time_skipping_env.client, ItemStore(project), task_queue=queue)
-    async with build_worker(time_skipping_env.client, queue):
+    async with build_worker(time_skipping_env.client, queue, sandboxed=True):
         run_id = await runs.start("tidy", {})
         await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
         update = await runs.handle(run_id).start_update(
@@ -155,7 +155,7 @@ async def test_an_approval_timeout_fires_while_no_worker_runs(temporal_env, proj
                '</param></tool_call></step>')
     queue = f"kiwi-test-{uuid.uuid4().hex[:8]}"
     runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
-    async with build_worker(temporal_env.client, queue):
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
         run_id = await runs.start("tidy", {})
         (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
 
@@ -166,7 +166,7 @@ async def test_an_approval_timeout_fires_while_no_worker_runs(temporal_env, proj
         return any(e.HasField("timer_fired_event_attributes") and
                    e.timer_fired_event_attributes.started_event_id in started for e in history.events)
     await wait_for(expired, what="the approval timer to fire on the server, no worker up")
-    async with build_worker(temporal_env.client, queue):
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
         with pytest.raises(WorkflowFailureError) as failed:
             await runs.handle(run_id).result()
     assert "ApprovalTimedOut" in str(failed.value.cause) or "timed out" in str(failed.value.cause)

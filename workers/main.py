@@ -6,7 +6,8 @@ import asyncio
 from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
@@ -43,11 +44,17 @@ class KiwiWorker(Worker):
             await self.mcp_pool.close()
 
 
-def build_worker(client: Client, task_queue: str = TASK_QUEUE) -> KiwiWorker:
+def build_worker(client: Client, task_queue: str = TASK_QUEUE, *, sandboxed: bool = False) -> KiwiWorker:
     """A worker tuned so a dead worker's runs move to another within seconds.
 
     A short sticky schedule-to-start timeout sends a dead worker's workflow tasks back to the
     shared queue quickly instead of waiting on its sticky queue.
+
+    ``sandboxed`` runs workflows in the Python SDK's sandbox, which re-imports the workflow module
+    for every run and crosses into the sandbox (an ``exec``) for every payload it converts: about a
+    third of a short run's time and most of the time a new worker needs to take over waiting runs.
+    The workflow code here is Kiwi's own, not the user's, so the sandbox's determinism checks run
+    where that code changes: the test suite's workers and the history replays are sandboxed.
     """
     pool = McpPool()
     return KiwiWorker(
@@ -56,6 +63,7 @@ def build_worker(client: Client, task_queue: str = TASK_QUEUE) -> KiwiWorker:
         task_queue=task_queue,
         workflows=WORKFLOWS,
         activities=activities(pool),
+        workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
         # Waiting runs need no cache; a smaller cache bounds memory with many runs waiting.
         max_cached_workflows=300,
@@ -63,7 +71,8 @@ def build_worker(client: Client, task_queue: str = TASK_QUEUE) -> KiwiWorker:
     )
 
 
-async def run_worker(client: Client, task_queue: str = TASK_QUEUE, stop: asyncio.Event | None = None) -> None:
-    worker = build_worker(client, task_queue)
+async def run_worker(client: Client, task_queue: str = TASK_QUEUE, stop: asyncio.Event | None = None, *,
+                     sandboxed: bool = False) -> None:
+    worker = build_worker(client, task_queue, sandboxed=sandboxed)
     async with worker:
         await (stop.wait() if stop else asyncio.Event().wait())

@@ -97,6 +97,9 @@ MCP_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=300), backoff_co
                         maximum_interval=timedelta(seconds=10), maximum_attempts=6,
                         non_retryable_error_types=["ToolFailed", "ToolNotFound", "SecretMissing", "McpServerUnknown",
                                                    "McpError"])
+# One patch for every workflow change up to this point (see DirectiveRun.run); add new changes as
+# patches of their own, and fold them into a new ALL_CHANGES id when the previous one is retired.
+ALL_CHANGES = "kiwi-run-changes-2026-11"
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
 AUDIT_IDLE_FLUSH = timedelta(seconds=1)
@@ -135,6 +138,8 @@ class DirectiveRun:
         self.local_audit = False
         self.idle_flush = False
         self.human_loop = False
+        self.fs_local = False
+        self.lean = False
         self.background: list[Any] = []
 
     # ------------------------------------------------------------------ main loop
@@ -143,15 +148,24 @@ class DirectiveRun:
         state = self.state
         # Patches are checked once, in the run's first activation, so the marker always sits at
         # the same point of history (checking inside loops made replays diverge).
-        self.local_audit = workflow.patched("audit-local-activity")
-        self.idle_flush = workflow.patched("audit-idle-flush")
-        self.human_loop = workflow.patched("human-loop")
+        # Each recorded patch costs a history marker and a visibility write, so new runs record one
+        # marker for every change up to ALL_CHANGES; runs started before it replay their own patches.
+        # "lean-boundaries": step-boundary audit flushes overlap the next step, and search
+        # attributes are upserted only when they change.
+        mcp_context: bool | None = True
+        if workflow.patched(ALL_CHANGES):
+            self.local_audit = self.idle_flush = self.human_loop = self.fs_local = self.lean = True
+        else:
+            self.local_audit = workflow.patched("audit-local-activity")
+            self.idle_flush = workflow.patched("audit-idle-flush")
+            self.human_loop = workflow.patched("human-loop")
+            mcp_context = None  # decided below, where that patch has always been checked
         if not state.started_at:
             state.started_at = workflow.now().isoformat()
         directive = self.snap.directive
         self._publish()
         if not state.mcp_ready:
-            if directive.metadata.tools.mcps and workflow.patched("mcp-tool-context"):
+            if directive.metadata.tools.mcps and (mcp_context or workflow.patched("mcp-tool-context")):
                 await self._fetch_tool_context(directive.metadata.tools.mcps)
             state.mcp_ready = True
         try:
@@ -161,7 +175,11 @@ class DirectiveRun:
                 if state.status in TERMINAL:
                     break
                 state.step_index += 1
-                await self._flush_audit()
+                if self.lean:
+                    # The flush holds the audit lock; the final flush and continue-as-new wait for it.
+                    self.background.append(asyncio.ensure_future(self._flush_audit()))
+                else:
+                    await self._flush_audit()
                 if self._should_continue():
                     await self._continue_as_new()
             if state.status not in TERMINAL:
@@ -509,7 +527,12 @@ class DirectiveRun:
                                         content=content if isinstance(content, str) or content is None else
                                         str(content), encoding=args.get("encoding", "utf-8"),
                                         allowed=grants, denied=snap.grants.deny_fs)
-            value = await workflow.execute_activity_method(FS_ACTIVITIES[tool], request, **options)
+            if self.fs_local:
+                # A local activity: run by this worker inside the workflow task, no task-queue round
+                # trip and no activity events; same timeout, retry policy and at-least-once contract.
+                value = await workflow.execute_local_activity_method(FS_ACTIVITIES[tool], request, **options)
+            else:
+                value = await workflow.execute_activity_method(FS_ACTIVITIES[tool], request, **options)
         elif tool == "shell.run":
             argv = parse_command(args)
             assert isinstance(argv, list)
@@ -890,7 +913,11 @@ class DirectiveRun:
             if self.human_loop:
                 pending = ",".join(a.request_id for a in state.approvals if a.status == "pending")
                 updates.append(PENDING_APPROVAL_ATTR.value_set(pending))
-            workflow.upsert_search_attributes(updates)
+            if self.lean:
+                current = workflow.info().typed_search_attributes
+                updates = [u for u in updates if current.get(u.key) != u.value]
+            if updates:
+                workflow.upsert_search_attributes(updates)
         lines = [f"**{state.status}**" + (f" · step `{step}`" if step else ""),
                  f"{self.state.step_index}/{len(self.snap.directive.steps)} steps done · {state.call_seq} calls"]
         if state.status == "awaiting_agent":
