@@ -164,7 +164,34 @@ def cmd_sign(args: argparse.Namespace) -> int:
     return EXIT_INVALID if failed else EXIT_OK
 
 
+def _mcp_catalog(operation: Callable[[Any], Any]) -> Any:
+    """Run one catalog operation against the configured MCP servers, then stop the servers it started."""
+    import asyncio
+
+    from kiwi.mcp_catalog import McpCatalog
+
+    async def go() -> Any:
+        catalog = McpCatalog(find_project_root())
+        try:
+            return await operation(catalog)
+        finally:
+            await catalog.pool.close()
+
+    return asyncio.run(go())
+
+
 def cmd_search(args: argparse.Namespace) -> int:
+    if args.type == "mcp":
+        if args.category or args.source != "all":
+            raise KiwiError("--category and --source do not apply to --type mcp",
+                            hint="MCP tools come from the servers in mcp_registry.yaml (project over user)")
+        data = _mcp_catalog(lambda catalog: catalog.search(args.query, args.limit))
+        _emit({"query": args.query, **data}, args.json, lambda: (
+            print(f"no MCP tools match '{args.query}'") if not data["results"] else None,
+            [print(f"mcp  {r['item_id']:<40} {r['description'][:70]}") for r in data["results"]],
+            [print(f"unavailable: {name}: {why}", file=sys.stderr) for name, why in data["unavailable"].items()],
+        ))
+        return EXIT_OK
     store = ItemStore(find_project_root())
     results = store.search(args.query, item_type=args.type, category=args.category, source=args.source,
                            limit=args.limit)
@@ -181,6 +208,10 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from kiwi.directive import Directive
 
+    if args.type == "mcp":
+        data = _mcp_catalog(lambda catalog: catalog.load(args.id))
+        _emit(data, args.json, lambda: print(json.dumps(data.get("tool") or data, indent=2)))
+        return EXIT_OK
     store = ItemStore(find_project_root())
     types = [args.type] if args.type else list(ITEM_TYPES)
     last: KiwiError | None = None
@@ -241,9 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", metavar="PATH", help="item files or folders")
     p.set_defaults(func=cmd_sign)
 
-    p = sub.add_parser("search", help="relevance search over directives, tools and knowledge")
+    p = sub.add_parser("search", help="relevance search over directives, tools and knowledge (or MCP server tools)")
     p.add_argument("query", help="words to look for, e.g. 'deploy database'")
-    p.add_argument("--type", choices=ITEM_TYPES, help="only this item type")
+    p.add_argument("--type", choices=(*ITEM_TYPES, "mcp"),
+                   help="only this item type; mcp searches the tools of the servers in mcp_registry.yaml "
+                        "(starting them)")
     p.add_argument("--category", help="only this category (and its sub-categories)")
     p.add_argument("--source", choices=("all", "project", "user"), default="all", help="which space (default all)")
     p.add_argument("--limit", type=int, default=10, help="at most this many results (default 10)")
@@ -251,8 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("show", help="show one item by id (project space first)")
-    p.add_argument("id", help="directive name, tool_id or zettel_id")
-    p.add_argument("--type", choices=ITEM_TYPES, help="item type, when an id is used by several types")
+    p.add_argument("id", help="directive name, tool_id or zettel_id (with --type mcp: SERVER or SERVER.TOOL)")
+    p.add_argument("--type", choices=(*ITEM_TYPES, "mcp"),
+                   help="item type, when an id is used by several types; mcp shows an MCP server's tools or "
+                        "one tool's schema")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_show)
 

@@ -81,7 +81,7 @@ class McpConnection:
         c = self.config
         if c.type == "stdio":
             params = StdioServerParameters(command=c.command, args=c.args, env=c.env or None, cwd=c.cwd)
-            return stdio_client(params, errlog=sys.stderr)
+            return stdio_client(params, errlog=_errlog())
         if c.type == "sse":
             return sse_client(c.url, headers=c.headers or None)
         return streamable_http_client(c.url, http_client=create_mcp_http_client(headers=c.headers or None))
@@ -251,3 +251,14 @@ def _describe(exc: BaseException, server: str) -> str:
     if isinstance(exc, FileNotFoundError):
         return f"MCP server '{server}' could not start: {exc.filename or exc} not found"
     return f"MCP server '{server}' is unavailable: {type(exc).__name__}: {exc}"
+
+
+def _errlog() -> Any:
+    """Where stdio servers' stderr goes: this process's stderr, or the original one when sys.stderr was
+    replaced by something without a file descriptor (a test's capture, an embedding application)."""
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__
+

@@ -291,7 +291,9 @@ class RunClient:
                     return await handle.execute_update(name, arg, id=update_id, result_type=result_type)
                 update = await handle.start_update(name, arg, id=update_id, result_type=result_type,
                                                    wait_for_stage=WorkflowUpdateStage.ACCEPTED)
-                return await _wait(update.result(), wait_seconds, on_progress)
+                tool = getattr(arg, "tool", None)
+                return await _wait(update.result(), wait_seconds, on_progress,
+                                   lambda: self.upstream_progress(run_id, tool))
             except WorkflowUpdateFailedError as exc:
                 cause = exc.cause
                 kind = getattr(cause, "type", "") or ""
@@ -340,10 +342,36 @@ class RunClient:
         """The answer of an earlier call that came back ``pending``."""
         update = self.handle(run_id).get_update_handle(call_id, result_type=ToolCallResult)
         try:
-            result = await _wait(update.result(), wait_seconds, on_progress)
+            result = await _wait(update.result(), wait_seconds, on_progress, lambda: self.upstream_progress(run_id))
         except RPCError as exc:
             raise _translate(exc, run_id) from None
         return result if result is not None else _pending("", run_id, call_id, wait_seconds)
+
+    async def upstream_progress(self, run_id: str, tool: str | None = None) -> str:
+        """What an external MCP server last reported for a long call in this run ("" if nothing).
+
+        Long upstream calls are heartbeating activities whose heartbeat details carry the server's
+        progress notifications; ``tool`` narrows it to calls to that tool's server.
+        """
+        server = (tool or "").partition(".")[0]
+        try:
+            description = await self.handle(run_id).describe()
+        except RPCError:
+            return ""
+        for pending in description.raw_description.pending_activities:
+            kind = pending.activity_type.name
+            if not (kind.startswith("mcp.") and kind.endswith(".call_tool")) or \
+                    (server and kind != f"mcp.{server}.call_tool") or not pending.heartbeat_details.payloads:
+                continue
+            try:
+                detail = self.client.data_converter.payload_converter.from_payload(
+                    pending.heartbeat_details.payloads[0], dict)
+            except Exception:  # noqa: BLE001 - progress is a courtesy; a detail we cannot read is skipped
+                continue
+            total = detail.get("total")
+            done = f"{detail.get('progress', 0):g}" + (f"/{total:g}" if isinstance(total, int | float) else "")
+            return f"{kind.split('.')[1]}: {detail.get('message') or 'progress'} ({done})"
+        return ""
 
     async def list_runs(self, status: str | None = None, directive: str | None = None,
                         limit: int = 50) -> list[dict[str, Any]]:
@@ -367,11 +395,17 @@ class RunClient:
         return runs
 
 
-Progress = Callable[[float, float], Awaitable[None]]
+# (seconds waited, seconds the caller will wait, what the upstream server last reported or "")
+Progress = Callable[[float, float, str], Awaitable[None]]
 
 
-async def _wait(result: Awaitable[Any], wait_seconds: float, on_progress: Progress | None) -> Any:
-    """``result`` if it arrives within ``wait_seconds`` (reporting progress every second), else None."""
+async def _wait(result: Awaitable[Any], wait_seconds: float, on_progress: Progress | None,
+                upstream: Callable[[], Awaitable[str]] | None = None) -> Any:
+    """``result`` if it arrives within ``wait_seconds``, else None.
+
+    Every second, ``on_progress`` hears how long it has waited (always increasing, as MCP progress
+    must) and what an external MCP server working on the call last reported, if any.
+    """
     task = asyncio.ensure_future(result)
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -384,7 +418,7 @@ async def _wait(result: Awaitable[Any], wait_seconds: float, on_progress: Progre
         if done:
             return task.result()
         if on_progress is not None:
-            await on_progress(loop.time() - started, wait_seconds)
+            await on_progress(loop.time() - started, wait_seconds, await upstream() if upstream else "")
 
 
 def _pending(tool: str, run_id: str, call_id: str, wait_seconds: float) -> ToolCallResult:

@@ -140,9 +140,9 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
                                                                             "with a call id after this long"),
         ctx: Context | None = None,
     ) -> dict[str, Any]:
-        async def progress(elapsed: float, total: float) -> None:
+        async def progress(elapsed: float, total: float, upstream: str) -> None:
             if ctx is not None:
-                await ctx.report_progress(elapsed, total, f"waiting for {item_id or 'the call'}")
+                await ctx.report_progress(elapsed, total, upstream or f"waiting for {item_id or 'the call'}")
 
         try:
             if action == "poll":

@@ -363,6 +363,44 @@ mcps:
     assert (await runs.handle(run_id).result()).status == "cancelled"
 
 
+async def test_upstream_progress_reaches_the_agents_mcp_client(runs, project, temporal_env):
+    from mcp.client import Client
+
+    from mcp_frontend.server import build_server
+    from tests.test_mcp_frontend import data
+
+    registry(project, f"""\
+mcps:
+  everything:
+    command: node
+    args: ["{EVERYTHING}", "stdio"]
+    timeout: 120
+""")
+    mcp_directive(project, "slow", tools='<mcp name="everything" required="true"/>',
+                  permissions='<execute resource="mcp" name="everything" actions="*"/>',
+                  body='<step name="work"><action>Wait.</action></step>')
+    run_id = await runs.start("slow", {})
+    await wait_for(lambda: waiting(runs, run_id), what="the agent step")
+    messages: list[str] = []
+    values: list[float] = []
+
+    async def on_progress(value, total, message):
+        values.append(value)
+        messages.append(message or "")
+
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue, client_name="agent-1")
+    async with Client(server) as client:
+        answer = data(await client.call_tool("execute", {
+            "item_type": "mcp", "action": "call", "item_id": "everything.trigger-long-running-operation",
+            "run_id": run_id, "parameters": {"duration": 6, "steps": 6}, "wait_seconds": 60},
+            progress_callback=on_progress))
+    assert answer["status"] == "ok", answer
+    upstream = [m for m in messages if m.startswith("everything: ")]
+    assert upstream and all("/6)" in m for m in upstream), messages
+    assert values == sorted(values)  # MCP progress only ever increases
+    await runs.cancel(run_id)
+
+
 async def test_the_mcp_item_type_finds_loads_and_calls_through_the_front_end(runs, project, temporal_env):
     from mcp.client import Client
 
@@ -399,3 +437,27 @@ mcps:
         assert seed_form["status"] == "denied"
         missing = data(await client.call_tool("load", {"item_type": "mcp", "item_id": "nowhere"}))
         assert missing["error"] == "McpServerUnknown" and "mcp_registry.yaml" in missing["hint"]
+
+
+def test_kiwi_search_and_show_reach_the_configured_mcp_servers(project, capsys):
+    from kiwi.cli import main as kiwi
+
+    registry(project, f"""\
+mcps:
+  clock:
+    command: {sys.executable}
+    args: ["-m", "mcp_server_time", "--local-timezone", "UTC"]
+  broken:
+    command: {sys.executable}
+    args: ["-c", "raise SystemExit(3)"]
+""")
+    capsys.readouterr()
+    assert kiwi(["search", "convert timezones", "--type", "mcp", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert [r["item_id"] for r in found["results"]] == ["clock.convert_time"]
+    assert "broken" in found["unavailable"]
+    assert kiwi(["show", "clock.get_current_time", "--type", "mcp"]) == 0
+    assert '"timezone"' in capsys.readouterr().out
+    assert kiwi(["search", "time", "--type", "mcp", "--category", "x"]) != 0
+    assert "--category and --source do not apply to --type mcp" in capsys.readouterr().err
+

@@ -68,6 +68,8 @@ def build_worker(client: Client, task_queue: str = TASK_QUEUE, *, sandboxed: boo
         # Waiting runs need no cache; a smaller cache bounds memory with many runs waiting.
         max_cached_workflows=300,
         max_concurrent_activities=50,
+        # Heartbeats carry long upstream MCP calls' progress to the agent: send them within a second.
+        max_heartbeat_throttle_interval=timedelta(seconds=1),
     )
 
 
