@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
@@ -291,9 +292,8 @@ class RunClient:
                     return await handle.execute_update(name, arg, id=update_id, result_type=result_type)
                 update = await handle.start_update(name, arg, id=update_id, result_type=result_type,
                                                    wait_for_stage=WorkflowUpdateStage.ACCEPTED)
-                tool = getattr(arg, "tool", None)
                 return await _wait(update.result(), wait_seconds, on_progress,
-                                   lambda: self.upstream_progress(run_id, tool))
+                                   functools.partial(self.upstream_progress, run_id, getattr(arg, "tool", None)))
             except WorkflowUpdateFailedError as exc:
                 cause = exc.cause
                 kind = getattr(cause, "type", "") or ""
