@@ -25,7 +25,7 @@ from mcp.client.stdio import StdioServerParameters  # noqa: E402
 from temporalio.client import Client as TemporalClient  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
-from bench.common import pct, scratch_project, tuned_dev_server  # noqa: E402
+from bench.common import cpu_seconds, pct, scratch_project, tuned_dev_server  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
 from workers.main import build_worker  # noqa: E402
@@ -94,8 +94,16 @@ async def main() -> None:
                 async def proxied(i: int) -> None:
                     result = await runs.call_tool(run_id, "everything.echo", {"message": f"m{i}"})
                     assert result.status == "ok", result
+                async def refused(i: int) -> None:
+                    # The floor: the same update, refused by the policy before any activity runs.
+                    result = await runs.call_tool(run_id, "everything.nothing", {"message": f"m{i}"})
+                    assert result.error_type == "ToolNotFound", result
                 kiwi_ms = await sequential(args.calls, proxied)
+                floor_ms = await sequential(args.calls, refused)
+                cpu0 = cpu_seconds(), cpu_seconds(server.process.pid)
                 kiwi_rate = await concurrent(args.calls, args.callers, proxied)
+                cpu = [(cpu_seconds() - cpu0[0]) / args.calls * 1000,
+                       (cpu_seconds(server.process.pid) - cpu0[1]) / args.calls * 1000]
                 await runs.cancel(run_id)
             direct_params = StdioServerParameters(command="node", args=[str(EVERYTHING), "stdio"])
             async with Client(direct_params) as direct:
@@ -111,6 +119,10 @@ async def main() -> None:
           f"{kiwi_rate:6.0f} calls/s with {args.callers} callers")
     print(f"direct:                p50 {pct(direct_ms, .5):6.1f} ms  p99 {pct(direct_ms, .99):6.1f} ms  "
           f"{direct_rate:6.0f} calls/s with {args.callers} callers")
+    print(f"refused by policy, no activity (the update's floor): p50 {pct(floor_ms, .5):6.1f} ms  "
+          f"p99 {pct(floor_ms, .99):6.1f} ms")
+    print(f"CPU per proxied call with {args.callers} callers: Temporal server {cpu[1]:.1f} ms, "
+          f"client + worker + pool (this process) {cpu[0]:.1f} ms")
     print(f"ratio (p50): {pct(kiwi_ms, .5) / pct(direct_ms, .5):.1f}x   "
           f"throughput ratio: {direct_rate / kiwi_rate:.1f}x")
 

@@ -78,6 +78,8 @@ def _print_status(status: Any) -> None:
     for decision in status.decisions:
         print(f"  {decision.request_id} {decision.reason} [{', '.join(decision.options)}]: "
               + (f"{decision.answer} (by {decision.by})" if decision.answer else "open"))
+    for child in status.children:
+        print(f"  child {child.run_id} ({child.directive}): {child.status}" + (f": {child.error}" if child.error else ""))
     for checkpoint in status.checkpoints[-5:]:
         print(f"  checkpoint {checkpoint['checkpoint']} {checkpoint['commit'][:10]} ({checkpoint['why']})")
 

@@ -119,6 +119,7 @@ class ChildRecord(BaseModel):
     directive: str
     status: str = "running"
     narrowed: list[str] = Field(default_factory=list)
+    error: str = ""
 
 
 class StepRecord(BaseModel):

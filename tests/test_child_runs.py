@@ -76,6 +76,14 @@ async def test_escalation_can_be_configured_to_run_with_the_intersection(runs, p
     assert shell.status == "denied"
     inside = await runs.call_tool(child_id, "filesystem.write", {"path": "notes/b.txt", "content": "ok"})
     assert inside.status == "ok"
+    assert [(c.run_id, c.status) for c in (await runs.status(run_id)).children] == [(child_id, "running")]
+    await runs.complete_step(child_id, "finish", {"done": True})
+
+    async def child_done():
+        children = (await runs.status(run_id)).children
+        return children if children[0].status != "running" else None
+    children = await wait_for(child_done, what="the parent to see its child finish")
+    assert [(c.run_id, c.status) for c in children] == [(child_id, "completed")]
 
 
 async def _waiting(runs, run_id):

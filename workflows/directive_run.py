@@ -829,16 +829,29 @@ class DirectiveRun:
         state.children.append(record)
         self._audit({"event": "child_started", "child_run": child_id, "narrowed": excess})
         if origin == "agent":
-            # The agent steers the child by its run id; this call does not wait for it to finish.
+            # The agent steers the child by its run id; this call does not wait for it to finish,
+            # but the parent keeps watching it so its status shows how the child ended.
+            self.background.append(asyncio.ensure_future(self._watch_child(handle, record)))
             return {"run_id": child_id, "status": "started", "narrowed": excess}
+        result = await self._watch_child(handle, record)
+        if result is None:
+            raise CallRefused("error", f"child run {child_id} failed: {record.error}", error_type="ChildRunFailed")
+        return {"run_id": child_id, "status": result.status, "outputs": result.outputs}
+
+    async def _watch_child(self, handle: Any, record: ChildRecord) -> DirectiveRunResult | None:
+        """Wait for a child run and record how it ended (None if it failed)."""
         try:
             result = await handle
         except ChildWorkflowError as exc:
-            record.status = "failed"
-            raise CallRefused("error", f"child run {child_id} failed: {getattr(exc.cause, 'message', exc)}",
-                              error_type="ChildRunFailed") from None
+            cause = exc.cause
+            record.status = "cancelled" if "cancel" in type(cause).__name__.lower() else "failed"
+            record.error = getattr(cause, "message", "") or str(exc)
+            self._audit({"event": "child_finished", "child_run": record.run_id, "status": record.status,
+                         "error": record.error})
+            return None
         record.status = result.status
-        return {"run_id": child_id, "status": result.status, "outputs": result.outputs}
+        self._audit({"event": "child_finished", "child_run": record.run_id, "status": record.status})
+        return result
 
     # ------------------------------------------------------------------ audit
     def _audit(self, record: dict[str, Any]) -> None:
