@@ -31,6 +31,10 @@ from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md, write  # noqa: E402
 
 
+def phase(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
 async def main() -> None:
     import argparse
 
@@ -54,8 +58,10 @@ async def main() -> None:
         try:
             client = await Client.connect(server.address, data_converter=pydantic_data_converter)
             runs = RunClient(client, ItemStore(root))
+            phase(f"starting {args.runs} runs")
             ids = await gather_limited(args.concurrency, [runs.start("clean", {"n": str(n)})
                                                           for n in range(args.runs)])
+            phase("waiting until every run shows its approval request")
 
             async def pending(run_id: str) -> str:
                 while True:
@@ -66,6 +72,7 @@ async def main() -> None:
                     await asyncio.sleep(0.1)
             requests = await gather_limited(args.concurrency, [pending(r) for r in ids])
             memory = rss_mb(worker.pid)
+            phase("approving all of them")
             t0 = time.perf_counter()
             await gather_limited(args.concurrency, [
                 runs.handle(r).signal("decide_approval", ApprovalDecision(request_id=q, approved=True, by="bench"))
