@@ -46,13 +46,43 @@ def _any_glob(patterns: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(f"(?P<g{i}>{compile_glob(p).pattern})" for i, p in enumerate(patterns)), re.DOTALL)
 
 
+@lru_cache(maxsize=1024)
+def _by_first_segment(patterns: tuple[str, ...]) -> tuple[dict[str, tuple[int, ...]], tuple[int, ...]]:
+    """Pattern positions by their first segment when it is literal, and the positions of the others.
+
+    A pattern whose first segment is literal can only match paths that start with that segment, so
+    a path is tried against those and the wildcard-led ones only.
+    """
+    literal: dict[str, list[int]] = {}
+    wild: list[int] = []
+    for index, pattern in enumerate(patterns):
+        segments = [s for s in pattern.strip("/").split("/") if s not in ("", ".")]
+        first = segments[0] if segments else "**"
+        if "*" in first or "?" in first:
+            wild.append(index)
+        else:
+            literal.setdefault(first, []).append(index)
+    return {k: tuple(v) for k, v in literal.items()}, tuple(wild)
+
+
+@lru_cache(maxsize=8192)
+def _candidates(patterns: tuple[str, ...], first: str) -> tuple[re.Pattern[str] | None, tuple[int, ...]]:
+    literal, wild = _by_first_segment(patterns)
+    positions = tuple(sorted(literal.get(first, ()) + wild))
+    return (_any_glob(tuple(patterns[i] for i in positions)) if positions else None), positions
+
+
 def first_match(patterns: list[str] | tuple[str, ...], path: str) -> str | None:
-    """The first of ``patterns`` that matches ``path`` (one combined regex, cached), or None."""
+    """The first of ``patterns`` that matches ``path``, or None.
+
+    One combined regex (cached) of the patterns that can match a path with this first segment.
+    """
     if not patterns:
         return None
     key = tuple(patterns)
-    match = _any_glob(key).match(path)
-    return key[int(match.lastgroup[1:])] if match and match.lastgroup else None
+    regex, positions = _candidates(key, path.split("/", 1)[0])
+    match = regex.match(path) if regex is not None else None
+    return key[positions[int(match.lastgroup[1:])]] if match and match.lastgroup else None
 
 
 def glob_match(pattern: str, path: str) -> bool:

@@ -72,3 +72,17 @@ async def test_kiwi_dev_refuses_a_port_taken_by_something_else(project, tmp_path
     assert proc.returncode == 1
     assert f"port {port} on 127.0.0.1 is taken by something that is not a Temporal server".encode() in err
     assert b"Traceback" not in err
+
+
+def test_the_dev_config_refuses_a_sandbox_setting_that_is_not_true_or_false(tmp_path):
+    import pytest
+
+    from kiwi.devserver import load_dev_config
+    from kiwi.errors import KiwiError
+
+    config = tmp_path / "temporal-dev.yml"
+    config.write_text("worker:\n  sandboxed: yes please\n")
+    with pytest.raises(KiwiError, match="worker.sandboxed is 'yes please'; expected true or false"):
+        load_dev_config(config)
+    config.write_text("worker:\n  sandboxed: true\n")
+    assert load_dev_config(config)[0]["worker"] == {"task_queue": "kiwi", "sandboxed": True}

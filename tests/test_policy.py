@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiwi.globs import glob_covered, glob_match
+from kiwi.globs import first_match, glob_covered, glob_match
 from kiwi.policy import PermissionEntry, PermissionSet
 
 
@@ -115,6 +115,13 @@ PATHS = st.lists(st.sampled_from(["src", "a", "b", "x.py", "y.ts", "ab", "z"]), 
 def test_glob_covered_is_sound(inner, outer, path):
     if glob_covered(inner, outer) and glob_match(inner, path):
         assert glob_match(outer, path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PATTERNS | st.sampled_from(["/src/**", "./a/*.py", "."]), max_size=6), PATHS)
+def test_first_match_agrees_with_trying_every_pattern_in_order(patterns, path):
+    # first_match only tries patterns that can match the path's first segment; it must find the same one.
+    assert first_match(patterns, path) == next((p for p in patterns if glob_match(p, path)), None)
 
 
 @settings(max_examples=300, deadline=None)
