@@ -15,10 +15,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from temporalio.client import Client  # noqa: E402
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
 from activities.audit import read_audit  # noqa: E402
 from bench.common import scratch_project, tuned_dev_server  # noqa: E402
+from kiwi.converter import data_converter  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
 from workers.main import build_worker  # noqa: E402
@@ -37,7 +37,7 @@ async def main() -> None:
         server = tuned_dev_server(root)
         await server.start()
         try:
-            client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+            client = await Client.connect(server.address, data_converter=data_converter)
             runs = RunClient(client, ItemStore(root))
             async with build_worker(client):
                 run_id = await runs.start("hello_kiwi", {"name": "Long"})

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mcp.client import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
 from temporalio.client import Client as TemporalClient  # noqa: E402
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
 from bench.common import cpu_seconds, pct, scratch_project, tuned_dev_server  # noqa: E402
+from kiwi.converter import data_converter  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
 from workers.main import build_worker  # noqa: E402
@@ -86,7 +86,7 @@ async def main() -> None:
         server = tuned_dev_server(root)
         await server.start()
         try:
-            temporal = await TemporalClient.connect(server.address, data_converter=pydantic_data_converter)
+            temporal = await TemporalClient.connect(server.address, data_converter=data_converter)
             async with build_worker(temporal):
                 runs = RunClient(temporal, ItemStore(root))
                 run_id = await runs.start("echo_bench", {})

@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mcp.client import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
 from temporalio.client import Client as TemporalClient  # noqa: E402
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
 from bench.common import pct, scratch_project, tuned_dev_server  # noqa: E402
+from kiwi.converter import data_converter  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
 SERVER_FS = Path(__file__).resolve().parents[1] / "tests" / "npm" / "node_modules" / "@modelcontextprotocol" / \
@@ -58,7 +58,7 @@ async def main() -> None:
         server = tuned_dev_server(root)
         await server.start()
         try:
-            temporal = await TemporalClient.connect(server.address, data_converter=pydantic_data_converter)
+            temporal = await TemporalClient.connect(server.address, data_converter=data_converter)
             async with build_worker(temporal):
                 kiwi_mcp = StdioServerParameters(command=sys.executable, args=["-m", "kiwi", "mcp", "--address",
                                                                               server.address], cwd=str(root))

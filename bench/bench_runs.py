@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -19,9 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from temporalio.client import Client  # noqa: E402
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
+from bench.bench_waiting import start_worker  # noqa: E402
 from bench.common import cpu_seconds, pct, scratch_project, tuned_dev_server  # noqa: E402
+from kiwi.converter import data_converter  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md, write  # noqa: E402
@@ -36,6 +39,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--worker-process", action="store_true",
+                        help="run the worker as its own `kiwi worker` process, as deployed")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -46,9 +51,10 @@ async def main() -> None:
         server = tuned_dev_server(root)
         await server.start()
         try:
-            client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+            client = await Client.connect(server.address, data_converter=data_converter)
             runs = RunClient(client, ItemStore(root))
-            async with build_worker(client):
+            worker = await start_worker(server.address) if args.worker_process else None
+            async with (build_worker(client) if worker is None else contextlib.nullcontext()):
                 async def one(tag: str) -> float:
                     t0 = time.perf_counter()
                     run_id = await runs.start("three", {"tag": tag})
@@ -66,11 +72,15 @@ async def main() -> None:
                         return await one(tag)
 
                 t0 = time.perf_counter()
-                cpu0 = cpu_seconds(), cpu_seconds(server.process.pid)
+                cpu0 = cpu_seconds(), cpu_seconds(server.process.pid), cpu_seconds(worker.pid) if worker else 0
                 await asyncio.gather(*(limited(f"par{i}") for i in range(args.runs * 2)))
                 elapsed = time.perf_counter() - t0
-                python_cpu = cpu_seconds() - cpu0[0]
+                client_cpu = cpu_seconds() - cpu0[0]
+                worker_cpu = cpu_seconds(worker.pid) - cpu0[2] if worker else 0.0
                 server_cpu = cpu_seconds(server.process.pid) - cpu0[1]
+            if worker is not None:
+                os.killpg(worker.pid, signal.SIGTERM)
+                await worker.wait()
         finally:
             server.stop()
     print(f"3-step automatic directive, {args.runs} sequential runs "
@@ -79,8 +89,10 @@ async def main() -> None:
     print(f"start -> completed p99: {pct(latencies, .99):7.1f} ms")
     print(f"sustained, {args.concurrency} concurrent starters: {args.runs * 2 / elapsed:6.1f} runs/s   "
           "(target >= 20 runs/s)")
-    print(f"CPU per run in the sustained phase: Temporal server {server_cpu / args.runs / 2 * 1000:.0f} ms, "
-          f"client + worker (this process) {python_cpu / args.runs / 2 * 1000:.0f} ms")
+    per_run = 1000 / (args.runs * 2)
+    print(f"CPU per run in the sustained phase: Temporal server {server_cpu * per_run:.0f} ms, "
+          + (f"worker process {worker_cpu * per_run:.0f} ms, starters {client_cpu * per_run:.0f} ms" if args.worker_process
+             else f"starters + in-process worker {client_cpu * per_run:.0f} ms"))
 
 
 if __name__ == "__main__":

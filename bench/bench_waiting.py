@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from temporalio.client import Client  # noqa: E402
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
 from bench.common import cpu_seconds, scratch_project, tuned_dev_server  # noqa: E402
+from kiwi.converter import data_converter  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md, write  # noqa: E402
@@ -70,7 +70,7 @@ async def main() -> None:
         await server.start()
         worker = await start_worker(server.address)
         try:
-            client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+            client = await Client.connect(server.address, data_converter=data_converter)
             runs = RunClient(client, ItemStore(root))
             snapshot = runs.snapshot("wait", {}, "run-wait-x")
             assert snapshot.directive.steps[0].name == "decide"

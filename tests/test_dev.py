@@ -8,8 +8,8 @@ import signal
 import sys
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
+from kiwi.converter import data_converter
 from kiwi.devserver import free_port
 from kiwi.runs import RunClient
 from kiwi.store import ItemStore
@@ -42,7 +42,7 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path):
         assert f"Temporal UI at http://127.0.0.1:{ui}".encode() in out
         assert f"MCP front end at http://127.0.0.1:{mcp}/mcp".encode() in out
         assert (tmp_path / "state" / "temporal.sqlite").exists()
-        client = await Client.connect(f"127.0.0.1:{port}", data_converter=pydantic_data_converter)
+        client = await Client.connect(f"127.0.0.1:{port}", data_converter=data_converter)
         runs = RunClient(client, ItemStore(project))
         run_id = await runs.start("hello_kiwi", {"name": "Dev"})
         assert run_id.startswith("run-hello_kiwi-")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from kiwi.converter import data_converter
 from kiwi.devserver import DevServer, free_port
 from kiwi.runs import RunClient
 from kiwi.store import ItemStore
@@ -95,7 +95,7 @@ async def test_dev_server_killed_and_restarted_on_its_sqlite_file_keeps_waiting_
     await server.start()
     queue = "kiwi-restart"
     try:
-        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        client = await Client.connect(server.address, data_converter=data_converter)
         runs = RunClient(client, ItemStore(project), task_queue=queue)
         async with build_worker(client, queue, sandboxed=True):
             run_id = await runs.start("ticker", {})
@@ -103,7 +103,7 @@ async def test_dev_server_killed_and_restarted_on_its_sqlite_file_keeps_waiting_
         os.killpg(server.process.pid, signal.SIGKILL)
         server.process.wait()
         await server.start()
-        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        client = await Client.connect(server.address, data_converter=data_converter)
         runs = RunClient(client, ItemStore(project), task_queue=queue)
         async with build_worker(client, queue, sandboxed=True):
             await awaiting_step(runs, run_id, "review")
@@ -133,7 +133,7 @@ async def test_a_three_day_deadline_times_out_in_milliseconds(time_skipping_env,
 
 @pytest.mark.parametrize("history", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
 async def test_committed_histories_replay(history):
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=data_converter)
     from temporalio.client import WorkflowHistory
 
     await replayer.replay_workflow(WorkflowHistory.from_json(history.stem, json.loads(history.read_text())))

@@ -43,13 +43,13 @@ async def test_hello_kiwi_runs_auto_steps_then_waits_for_the_agent(runs, project
     events = [r["event"] for r in read_audit(str(project), run_id)]
     assert events.count("tool_call") == 3 and events[-1] == "run_finished"
     # The history this code just wrote replays on this code (what a new worker does after a crash).
-    from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.worker import Replayer
 
+    from kiwi.converter import data_converter
     from workers.main import WORKFLOWS
 
     history = await runs.handle(run_id).fetch_history()
-    await Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter).replay_workflow(history)
+    await Replayer(workflows=WORKFLOWS, data_converter=data_converter).replay_workflow(history)
     assert [r["seq"] for r in read_audit(str(project), run_id)] == list(range(1, len(events) + 1))
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
+
+from kiwi.converter import data_converter
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 
@@ -36,6 +37,6 @@ async def connect(address: str | None = None, namespace: str | None = None) -> C
         if config.get("target_host"):
             if namespace:
                 config["namespace"] = namespace
-            return await Client.connect(**config, data_converter=pydantic_data_converter)
+            return await Client.connect(**config, data_converter=data_converter)
     addr, ns = target(address, namespace)
-    return await Client.connect(addr, namespace=ns, data_converter=pydantic_data_converter)
+    return await Client.connect(addr, namespace=ns, data_converter=data_converter)
