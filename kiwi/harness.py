@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, Field
 
 from kiwi import yamltext
@@ -24,12 +23,7 @@ class HarnessConfig(BaseModel):
 
 
 def _load(path: Path) -> dict[str, Any]:
-    try:
-        data = yamltext.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ItemInvalid([Problem(f"malformed YAML: {getattr(exc, 'problem', exc)}", str(path),
-                                   mark.line + 1 if mark else 0, mark.column + 1 if mark else 0)]) from None
+    data = yamltext.read(path)
     if not isinstance(data, dict):
         raise ItemInvalid([Problem("agent_harness.yaml must be a YAML mapping", str(path), 1, 1)])
     return data

@@ -17,7 +17,6 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from kiwi import yamltext
@@ -185,12 +184,7 @@ def load_registry(project_root: Path, user_space: Path) -> McpRegistry:
 
 
 def _read(path: Path) -> dict[str, McpServerConfig | None]:
-    try:
-        data = yamltext.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ItemInvalid([Problem(f"malformed YAML: {getattr(exc, 'problem', exc)}", str(path),
-                                   mark.line + 1 if mark else 0, mark.column + 1 if mark else 0)]) from None
+    data = yamltext.read(path)
     if not isinstance(data, dict) or not isinstance(data.get("mcps", {}), dict):
         raise ItemInvalid([Problem("mcp_registry.yaml must be a mapping with an 'mcps:' mapping of servers by name",
                                    str(path), 1, 1)])

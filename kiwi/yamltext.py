@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import copy
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import yaml
+
+from kiwi.errors import ItemInvalid, Problem
 
 
 @lru_cache(maxsize=512)
@@ -22,3 +25,14 @@ def _parse(text: str) -> Any:
 def safe_load(text: str) -> Any:
     """``yaml.safe_load(text)``, cached; raises ``yaml.YAMLError`` as it does."""
     return copy.deepcopy(_parse(text))
+
+
+def read(path: Path) -> Any:
+    """A config file's YAML (``{}`` when empty), or ItemInvalid naming the file, line and column."""
+    try:
+        return safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ItemInvalid([Problem(f"malformed YAML: {getattr(exc, 'problem', exc)}", str(path),
+                                   mark.line + 1 if mark else 0, mark.column + 1 if mark else 0)]) from None
+

@@ -211,6 +211,12 @@ def test_a_missing_secret_skips_the_server_and_bad_config_names_file_and_key(tmp
     with pytest.raises(ItemInvalid) as typo:
         load_registry(tmp_path, tmp_path / "user")
     assert "mcps.api.commnd: unknown key" in str(typo.value.problems[0])
+    registry(tmp_path, "mcps:\n  api:\n    command: [node\n")
+    with pytest.raises(ItemInvalid) as malformed:
+        load_registry(tmp_path, tmp_path / "user")
+    problem = malformed.value.problems[0]
+    assert problem.message.startswith("malformed YAML") and problem.path.endswith("mcp_registry.yaml")
+    assert problem.line == 4
 
 
 def _pids(marker: str, where: str = "environ") -> list[int]:
