@@ -16,6 +16,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -171,35 +172,43 @@ class McpPool:
         if conn is not None:
             await conn.close()
 
-    async def list_tools(self, project_root: str, config: McpServerConfig, refresh: bool = False) -> list[dict]:
-        """Every tool the registry lets through, from cache when fresher than the server's TTL."""
-        key = self._key(project_root, config)
-        cached = self._schemas.get(key)
-        if cached and not refresh and time.monotonic() - cached[0] < config.schema_ttl_seconds:
-            return cached[1]
+    @contextlib.asynccontextmanager
+    async def _using(self, project_root: str, config: McpServerConfig, what: str,
+                     refused_type: str) -> AsyncIterator[McpConnection]:
+        """The server's connection for one request. An MCP error that will not heal is a refusal
+        (``refused_type``); anything else drops the connection, and the activity's retry reconnects."""
         conn = await self.connection(project_root, config)
-        tools: list[dict[str, Any]] = []
-        cursor: str | None = None
+        conn.busy += 1
         try:
-            conn.busy += 1
             assert conn.client is not None
-            for _ in range(100):
-                page = await conn.client.list_tools(cursor=cursor, cache_mode="refresh")
-                tools += [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in page.tools]
-                cursor = page.next_cursor
-                if not cursor:
-                    break
+            yield conn
         except MCPError as exc:
             if exc.code in PERMANENT_CODES:
-                raise McpRefused(f"MCP server '{config.name}' refused tools/list: {exc.message}", "McpError") from None
+                raise McpRefused(f"{what}: {exc.message}", refused_type) from None
             await self.drop(project_root, config)
-            raise McpUnavailable(f"MCP server '{config.name}' failed tools/list: {exc.message}") from None
+            raise McpUnavailable(f"{what}: {exc.message}") from None
         except Exception as exc:  # noqa: BLE001 - a broken transport surfaces as many exception types
             await self.drop(project_root, config)
             raise McpUnavailable(_describe(exc, config.name)) from None
         finally:
             conn.busy -= 1
             conn.last_used = time.monotonic()
+
+    async def list_tools(self, project_root: str, config: McpServerConfig, refresh: bool = False) -> list[dict]:
+        """Every tool the registry lets through, from cache when fresher than the server's TTL."""
+        key = self._key(project_root, config)
+        cached = self._schemas.get(key)
+        if cached and not refresh and time.monotonic() - cached[0] < config.schema_ttl_seconds:
+            return cached[1]
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        async with self._using(project_root, config, f"MCP server '{config.name}' tools/list", "McpError") as conn:
+            for _ in range(100):
+                page = await conn.client.list_tools(cursor=cursor, cache_mode="refresh")
+                tools += [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in page.tools]
+                cursor = page.next_cursor
+                if not cursor:
+                    break
         tools = [t for t in tools if not config.tools or t.get("name") in config.tools]
         self._schemas[key] = (time.monotonic(), tools)
         return tools
@@ -208,24 +217,8 @@ class McpPool:
                         progress: Any = None) -> tuple[dict[str, Any], McpConnection]:
         if config.tools and tool not in config.tools:
             raise McpRefused(f"MCP server '{config.name}' has no tool '{tool}' exposed to Kiwi", "ToolNotFound")
-        conn = await self.connection(project_root, config)
-        conn.busy += 1
-        try:
-            assert conn.client is not None
+        async with self._using(project_root, config, f"{config.name}.{tool}", "ToolFailed") as conn:
             result = await conn.client.call_tool(tool, arguments, progress_callback=progress)
-        except MCPError as exc:
-            if exc.code in PERMANENT_CODES:
-                raise McpRefused(f"{config.name}.{tool}: {exc.message}", "ToolFailed") from None
-            await self.drop(project_root, config)
-            raise McpUnavailable(f"{config.name}.{tool}: {exc.message}") from None
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a broken transport surfaces as many exception types
-            await self.drop(project_root, config)
-            raise McpUnavailable(_describe(exc, config.name)) from None
-        finally:
-            conn.busy -= 1
-            conn.last_used = time.monotonic()
         return result.model_dump(mode="json", by_alias=True, exclude_none=True), conn
 
     async def close(self) -> None:
