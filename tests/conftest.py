@@ -68,10 +68,14 @@ def project(tmp_path, monkeypatch):
     return tmp_path
 
 
+def run_client(client, project) -> RunClient:
+    """A RunClient on a task queue of its own; start its (sandboxed) worker with ``build_worker``."""
+    return RunClient(client, ItemStore(project), task_queue=f"kiwi-test-{uuid.uuid4().hex[:8]}")
+
+
 @pytest_asyncio.fixture
 async def runs(temporal_env, project):
     """A RunClient plus a worker on a fresh task queue."""
-    queue = f"kiwi-test-{uuid.uuid4().hex[:8]}"
-    worker = build_worker(temporal_env.client, queue, sandboxed=True)
-    async with worker:
-        yield RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
+    client = run_client(temporal_env.client, project)
+    async with build_worker(temporal_env.client, client.task_queue, sandboxed=True):
+        yield client

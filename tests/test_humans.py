@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import threading
-import uuid
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -20,9 +19,8 @@ from activities.audit import read_audit
 from kiwi.contracts import ApprovalDecision, HelpRequest
 from kiwi.errors import InputInvalid, KiwiError, RunStateConflict
 from kiwi.runs import RunClient
-from kiwi.store import ItemStore
 from mcp_frontend.server import build_server
-from tests.conftest import wait_for
+from tests.conftest import run_client, wait_for
 from tests.helpers import directive_md, write
 from workers.main import build_worker
 
@@ -115,25 +113,23 @@ async def test_a_rejected_call_never_runs_and_a_changed_call_needs_its_own_appro
 async def test_a_run_waiting_for_approval_survives_its_worker_and_is_approved_while_none_runs(temporal_env, project):
     setup(project, body='<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/old.txt'
                         '</param></tool_call></step>')
-    queue = f"kiwi-test-{uuid.uuid4().hex[:8]}"
-    runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
-    async with build_worker(temporal_env.client, queue, sandboxed=True):
+    runs = run_client(temporal_env.client, project)
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
         run_id = await runs.start("tidy", {})
         (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
     # No worker now: the approval is a signal the server keeps (as `temporal workflow signal` would send it).
     await runs.handle(run_id).signal("decide_approval", ApprovalDecision(
         request_id=request.request_id, approved=True, by="alice"))
     assert (project / "notes" / "old.txt").exists()
-    async with build_worker(temporal_env.client, queue, sandboxed=True):
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
         result = await runs.handle(run_id).result()
     assert result.status == "completed" and not (project / "notes" / "old.txt").exists()
 
 
 async def test_an_unanswered_approval_times_out_as_denied(time_skipping_env, project):
     setup(project)
-    queue = f"kiwi-test-{uuid.uuid4().hex[:8]}"
-    runs = RunClient(time_skipping_env.client, ItemStore(project), task_queue=queue)
-    async with build_worker(time_skipping_env.client, queue, sandboxed=True):
+    runs = run_client(time_skipping_env.client, project)
+    async with build_worker(time_skipping_env.client, runs.task_queue, sandboxed=True):
         run_id = await runs.start("tidy", {})
         await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
         update = await runs.handle(run_id).start_update(
@@ -153,9 +149,8 @@ async def test_an_approval_timeout_fires_while_no_worker_runs(temporal_env, proj
     setup(project, harness="approvals:\n  tools: [filesystem.delete]\n  timeout_seconds: 2\n",
           body='<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/old.txt'
                '</param></tool_call></step>')
-    queue = f"kiwi-test-{uuid.uuid4().hex[:8]}"
-    runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
-    async with build_worker(temporal_env.client, queue, sandboxed=True):
+    runs = run_client(temporal_env.client, project)
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
         run_id = await runs.start("tidy", {})
         (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
 
@@ -166,7 +161,7 @@ async def test_an_approval_timeout_fires_while_no_worker_runs(temporal_env, proj
         return any(e.HasField("timer_fired_event_attributes") and
                    e.timer_fired_event_attributes.started_event_id in started for e in history.events)
     await wait_for(expired, what="the approval timer to fire on the server, no worker up")
-    async with build_worker(temporal_env.client, queue, sandboxed=True):
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
         with pytest.raises(WorkflowFailureError) as failed:
             await runs.handle(run_id).result()
     assert "ApprovalTimedOut" in str(failed.value.cause) or "timed out" in str(failed.value.cause)

@@ -342,7 +342,9 @@ mcps:
     assert [r["tool"] for r in read_audit(str(project), run_id) if r["event"] == "mcp_schema_changed"] == ["bar.order"]
 
 
-async def test_cancelling_a_run_cancels_its_upstream_call(runs, project):
+async def slow_everything_run(runs, project) -> str:
+    """A run waiting for the agent, with server-everything declared with a timeout long enough
+    (over 60 s) that its calls are heartbeating activities carrying upstream progress."""
     registry(project, f"""\
 mcps:
   everything:
@@ -355,6 +357,11 @@ mcps:
                   body='<step name="work"><action>Wait.</action></step>')
     run_id = await runs.start("slow", {})
     await wait_for(lambda: waiting(runs, run_id), what="the agent step")
+    return run_id
+
+
+async def test_cancelling_a_run_cancels_its_upstream_call(runs, project):
+    run_id = await slow_everything_run(runs, project)
     call = asyncio.create_task(runs.call_tool(run_id, "everything.trigger-long-running-operation",
                                               {"duration": 60, "steps": 60}))
 
@@ -375,18 +382,7 @@ async def test_upstream_progress_reaches_the_agents_mcp_client(runs, project, te
     from mcp_frontend.server import build_server
     from tests.test_mcp_frontend import data
 
-    registry(project, f"""\
-mcps:
-  everything:
-    command: node
-    args: ["{EVERYTHING}", "stdio"]
-    timeout: 120
-""")
-    mcp_directive(project, "slow", tools='<mcp name="everything" required="true"/>',
-                  permissions='<execute resource="mcp" name="everything" actions="*"/>',
-                  body='<step name="work"><action>Wait.</action></step>')
-    run_id = await runs.start("slow", {})
-    await wait_for(lambda: waiting(runs, run_id), what="the agent step")
+    run_id = await slow_everything_run(runs, project)
     messages: list[str] = []
     values: list[float] = []
 
