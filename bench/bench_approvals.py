@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -22,8 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from temporalio.client import Client  # noqa: E402
 
-from bench.bench_waiting import gather_limited, rss_mb, start_worker  # noqa: E402
-from bench.common import scratch_project, tuned_dev_server  # noqa: E402
+from bench.common import (  # noqa: E402
+    gather_limited,
+    rss_mb,
+    scratch_project,
+    start_worker,
+    stop_worker,
+    tuned_dev_server,
+)
 from kiwi.contracts import ApprovalDecision  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
@@ -82,9 +87,7 @@ async def main() -> None:
             assert all(r.status == "completed" for r in results)
             assert not any((root / "notes").iterdir())
         finally:
-            if worker.returncode is None:
-                os.killpg(worker.pid, signal.SIGTERM)
-                await worker.wait()
+            await stop_worker(worker)
             server.stop()
     print(f"{args.runs} runs waiting for approval (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
     print(f"worker RSS with all {args.runs} waiting: {memory:.0f} MB")

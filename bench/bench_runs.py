@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -22,8 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from temporalio.client import Client  # noqa: E402
 
-from bench.bench_waiting import start_worker  # noqa: E402
-from bench.common import cpu_seconds, pct, scratch_project, tuned_dev_server  # noqa: E402
+from bench.common import (  # noqa: E402
+    cpu_seconds,
+    pct,
+    scratch_project,
+    start_worker,
+    stop_worker,
+    tuned_dev_server,
+)
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
@@ -79,8 +84,7 @@ async def main() -> None:
                 worker_cpu = cpu_seconds(worker.pid) - cpu0[2] if worker else 0.0
                 server_cpu = cpu_seconds(server.process.pid) - cpu0[1]
             if worker is not None:
-                os.killpg(worker.pid, signal.SIGTERM)
-                await worker.wait()
+                await stop_worker(worker)
         finally:
             server.stop()
     print(f"3-step automatic directive, {args.runs} sequential runs "

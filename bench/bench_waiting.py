@@ -23,35 +23,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from temporalio.client import Client  # noqa: E402
 
-from bench.common import cpu_seconds, scratch_project, tuned_dev_server  # noqa: E402
+from bench.common import (
+    cpu_seconds,
+    gather_limited,
+    rss_mb,
+    scratch_project,
+    start_worker,
+    stop_worker,
+    tuned_dev_server,  # noqa: E402
+)
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md, write  # noqa: E402
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-async def start_worker(address: str) -> asyncio.subprocess.Process:
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "kiwi", "worker", "--address", address,
-                                                stdout=asyncio.subprocess.PIPE, start_new_session=True)
-    await proc.stdout.readline()
-    return proc
-
-
-async def gather_limited(limit: int, jobs) -> list:
-    sem = asyncio.Semaphore(limit)
-
-    async def one(job):
-        async with sem:
-            return await job
-
-    return await asyncio.gather(*(one(j) for j in jobs))
 
 
 async def main() -> None:
@@ -83,8 +67,7 @@ async def main() -> None:
                     await asyncio.sleep(0.1)
             await gather_limited(args.concurrency, [waiting(r) for r in ids])
             memory = rss_mb(worker.pid)
-            os.killpg(worker.pid, signal.SIGKILL)
-            await worker.wait()
+            await stop_worker(worker, signal.SIGKILL)
             worker = await start_worker(server.address)
             t1 = time.perf_counter()
             cpu0 = cpu_seconds(), cpu_seconds(worker.pid), cpu_seconds(server.process.pid)
@@ -93,9 +76,7 @@ async def main() -> None:
             cpu = [cpu_seconds() - cpu0[0], cpu_seconds(worker.pid) - cpu0[1],
                    cpu_seconds(server.process.pid) - cpu0[2]]
         finally:
-            if worker.returncode is None:
-                os.killpg(worker.pid, signal.SIGTERM)
-                await worker.wait()
+            await stop_worker(worker)
             server.stop()
     print(f"{args.runs} runs (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
     print(f"started in {started:.1f} s ({args.runs / started:.0f} runs/s with {args.concurrency} concurrent starters)")

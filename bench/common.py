@@ -1,8 +1,11 @@
-"""What the benchmarks share: a scratch Kiwi project and the tuned dev server, and percentiles."""
+"""What the benchmarks share: a scratch project, the tuned dev server, worker processes, percentiles, CPU."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
+import sys
 from pathlib import Path
 
 from kiwi.cli import main as kiwi
@@ -35,3 +38,35 @@ def cpu_seconds(pid: int | None = None) -> float:
         return times.user + times.system
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def start_worker(address: str) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "kiwi", "worker", "--address", address,
+                                                stdout=asyncio.subprocess.PIPE, start_new_session=True)
+    await proc.stdout.readline()
+    return proc
+
+
+async def gather_limited(limit: int, jobs) -> list:
+    sem = asyncio.Semaphore(limit)
+
+    async def one(job):
+        async with sem:
+            return await job
+
+    return await asyncio.gather(*(one(j) for j in jobs))
+
+
+async def stop_worker(proc: asyncio.subprocess.Process, sig: int = signal.SIGTERM) -> None:
+    """Stop a worker started by :func:`start_worker` (SIGKILL to play a crash)."""
+    if proc.returncode is None:
+        os.killpg(proc.pid, sig)
+        await proc.wait()
+
