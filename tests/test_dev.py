@@ -7,10 +7,12 @@ import os
 import signal
 import sys
 
+import pytest
 from temporalio.client import Client
 
 from kiwi.converter import data_converter
-from kiwi.devserver import free_port
+from kiwi.devserver import free_port, load_dev_config
+from kiwi.errors import KiwiError
 from kiwi.runs import RunClient
 from kiwi.store import ItemStore
 from tests.conftest import wait_for
@@ -75,11 +77,6 @@ async def test_kiwi_dev_refuses_a_port_taken_by_something_else(project, tmp_path
 
 
 def test_the_dev_config_refuses_a_sandbox_setting_that_is_not_true_or_false(tmp_path):
-    import pytest
-
-    from kiwi.devserver import load_dev_config
-    from kiwi.errors import KiwiError
-
     config = tmp_path / "temporal-dev.yml"
     config.write_text("worker:\n  sandboxed: yes please\n")
     with pytest.raises(KiwiError, match="worker.sandboxed is 'yes please'; expected true or false"):

@@ -17,7 +17,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, ChildWorkflowError
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -844,7 +844,7 @@ class DirectiveRun:
             result = await handle
         except ChildWorkflowError as exc:
             cause = exc.cause
-            record.status = "cancelled" if "cancel" in type(cause).__name__.lower() else "failed"
+            record.status = "cancelled" if isinstance(cause, CancelledError) else "failed"
             record.error = getattr(cause, "message", "") or str(exc)
             self._audit({"event": "child_finished", "child_run": record.run_id, "status": record.status,
                          "error": record.error})
