@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from kiwi.contracts import McpCallRequest, McpCallResult, McpListToolsRequest, McpListToolsResult
 from kiwi.errors import KiwiError
-from kiwi.mcp_pool import McpPool, McpUnavailable, schema_hash, scrub
+from kiwi.mcp_pool import McpPool, McpUnavailable, scrub
 
 
 class McpActivities:
@@ -46,6 +46,7 @@ class McpActivities:
         try:
             config = self.pool.config(req.project_root, req.server)
             tools = await self.pool.list_tools(req.project_root, config, refresh=req.refresh)
+            hashes = await self.pool.tool_hashes(req.project_root, config)
         except McpUnavailable as exc:
             raise ApplicationError(str(exc), type="McpUnavailable") from None
         except KiwiError as exc:
@@ -56,7 +57,7 @@ class McpActivities:
             if missing:
                 activity.logger.warning("MCP server %s has no tool(s) %s", req.server, ", ".join(missing))
         return McpListToolsResult(server=req.server, tools=tools,
-                                  tool_hashes={t["name"]: schema_hash(t) for t in tools})
+                                  tool_hashes={t["name"]: hashes[t["name"]] for t in tools})
 
     async def call_tool(self, req: McpCallRequest) -> McpCallResult:
         in_activity = not activity.info().is_local  # local activities cannot heartbeat
@@ -83,11 +84,11 @@ class McpActivities:
         changed = ""
         if req.expected_hash:
             try:
-                tools = await self.pool.list_tools(req.project_root, config)
+                hashes: dict[str, str] | None = await self.pool.tool_hashes(req.project_root, config)
             except (McpUnavailable, KiwiError):
-                tools = None  # the call worked; a listing that fails now says nothing about the schema
-            now = next((schema_hash(t) for t in tools or [] if t.get("name") == req.tool), "")
-            if tools is not None and now != req.expected_hash:
+                hashes = None  # the call worked; a listing that fails now says nothing about the schema
+            now = (hashes or {}).get(req.tool, "")
+            if hashes is not None and now != req.expected_hash:
                 changed = (f"the schema of {req.server}.{req.tool} changed since this run started"
                            if now else f"{req.server}.{req.tool} is no longer listed by the server")
         result = scrub(result, conn.secrets)

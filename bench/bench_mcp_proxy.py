@@ -3,15 +3,18 @@
 Both sides use the same Python MCP client library against the same stdio server. The proxied
 call is ``RunClient.call_tool`` (a Workflow Update) -> policy, rate limit, loop check -> local
 activity ``mcp.everything.call_tool`` -> the worker's pooled connection -> audit. Sequential
-p50/p99, then 10 concurrent callers (calls/s).
+p50/p99, then 10 concurrent callers (calls/s). For scale it also prints the floor under every
+proxied call on the same server (bench/floor.py: a bare update, and one running a no-op local
+activity) and the same Kiwi update refused by policy before any activity runs.
 
-    .venv/bin/python bench/bench_mcp_proxy.py [--calls 300]
+    .venv/bin/python bench/bench_mcp_proxy.py [--calls 300] [--callers 10] [--worker-process]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -24,7 +27,15 @@ from mcp.client import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
 from temporalio.client import Client as TemporalClient  # noqa: E402
 
-from bench.common import cpu_seconds, pct, scratch_project, tuned_dev_server  # noqa: E402
+from bench.common import (  # noqa: E402
+    cpu_seconds,
+    pct,
+    scratch_project,
+    start_worker,
+    stop_worker,
+    tuned_dev_server,
+)
+from bench.floor import update_floor  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
@@ -72,6 +83,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--callers", type=int, default=10)
+    parser.add_argument("--worker-process", action="store_true",
+                        help="run the worker (and so the MCP pool) as its own `kiwi worker` process, as deployed")
     args = parser.parse_args()
     if not EVERYTHING.exists():
         raise SystemExit("run scripts/test once first: it installs tests/npm (server-everything)")
@@ -87,7 +100,9 @@ async def main() -> None:
         await server.start()
         try:
             temporal = await TemporalClient.connect(server.address, data_converter=data_converter)
-            async with build_worker(temporal):
+            floor = await update_floor(temporal, args.calls)
+            worker = await start_worker(server.address) if args.worker_process else None
+            async with (build_worker(temporal) if worker is None else contextlib.nullcontext()):
                 runs = RunClient(temporal, ItemStore(root))
                 run_id = await runs.start("echo_bench", {})
 
@@ -95,16 +110,18 @@ async def main() -> None:
                     result = await runs.call_tool(run_id, "everything.echo", {"message": f"m{i}"})
                     assert result.status == "ok", result
                 async def refused(i: int) -> None:
-                    # The floor: the same update, refused by the policy before any activity runs.
+                    # The same update, refused by the policy before any activity runs.
                     result = await runs.call_tool(run_id, "everything.nothing", {"message": f"m{i}"})
                     assert result.error_type == "ToolNotFound", result
                 kiwi_ms = await sequential(args.calls, proxied)
-                floor_ms = await sequential(args.calls, refused)
-                cpu0 = cpu_seconds(), cpu_seconds(server.process.pid)
+                refused_ms = await sequential(args.calls, refused)
+                pids = [os.getpid(), server.process.pid] + ([worker.pid] if worker else [])
+                cpu0 = [cpu_seconds(p) for p in pids]
                 kiwi_rate = await concurrent(args.calls, args.callers, proxied)
-                cpu = [(cpu_seconds() - cpu0[0]) / args.calls * 1000,
-                       (cpu_seconds(server.process.pid) - cpu0[1]) / args.calls * 1000]
+                cpu = [(cpu_seconds(p) - c) / args.calls * 1000 for p, c in zip(pids, cpu0, strict=True)]
                 await runs.cancel(run_id)
+            if worker is not None:
+                await stop_worker(worker)
             direct_params = StdioServerParameters(command="node", args=[str(EVERYTHING), "stdio"])
             async with Client(direct_params) as direct:
                 async def straight(i: int) -> None:
@@ -119,10 +136,13 @@ async def main() -> None:
           f"{kiwi_rate:6.0f} calls/s with {args.callers} callers")
     print(f"direct:                p50 {pct(direct_ms, .5):6.1f} ms  p99 {pct(direct_ms, .99):6.1f} ms  "
           f"{direct_rate:6.0f} calls/s with {args.callers} callers")
-    print(f"refused by policy, no activity (the update's floor): p50 {pct(floor_ms, .5):6.1f} ms  "
-          f"p99 {pct(floor_ms, .99):6.1f} ms")
-    print(f"CPU per proxied call with {args.callers} callers: Temporal server {cpu[1]:.1f} ms, "
-          f"client + worker + pool (this process) {cpu[0]:.1f} ms")
+    print(f"floor, bare update on the same server: p50 {pct(floor['plain'], .5):6.1f} ms; with a no-op local "
+          f"activity: p50 {pct(floor['local'], .5):6.1f} ms  p99 {pct(floor['local'], .99):6.1f} ms")
+    print(f"Kiwi's update refused by policy (no activity): p50 {pct(refused_ms, .5):6.1f} ms  "
+          f"p99 {pct(refused_ms, .99):6.1f} ms")
+    where = (f"worker + pool process {cpu[2]:.1f} ms, callers (this process) {cpu[0]:.1f} ms" if args.worker_process
+             else f"callers + worker + pool (this process) {cpu[0]:.1f} ms")
+    print(f"CPU per proxied call with {args.callers} callers: Temporal server {cpu[1]:.1f} ms, {where}")
     print(f"ratio (p50): {pct(kiwi_ms, .5) / pct(direct_ms, .5):.1f}x   "
           f"throughput ratio: {direct_rate / kiwi_rate:.1f}x")
 

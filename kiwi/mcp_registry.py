@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from kiwi import yamltext
 from kiwi.errors import ItemInvalid, KiwiError, Problem
@@ -64,6 +64,7 @@ class McpServerConfig(BaseModel):
     idle_timeout_seconds: float = Field(default=300.0, gt=0)
     schema_ttl_seconds: float = Field(default=3600.0, ge=0)
     source: str = ""
+    _fingerprint: str | None = PrivateAttr(default=None)
 
     def info(self) -> McpServerInfo:
         return McpServerInfo(name=self.name, description=self.description, tools=self.tools,
@@ -84,9 +85,15 @@ class McpServerConfig(BaseModel):
         return [n for n in self.variables() if n not in BUILTIN_VARIABLES and lookup_secret(n) is None]
 
     def fingerprint(self) -> str:
-        """Changes when the connection details change (placeholders, not their values)."""
-        data = self.model_dump(exclude={"description", "source", "require_approval", "approval_timeout_seconds"})
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        """Changes when the connection details change (placeholders, not their values).
+
+        Worked out once per entry: the pool keys every call by it, and entries are re-read, not
+        changed in place, when the registry file changes.
+        """
+        if self._fingerprint is None:
+            data = self.model_dump(exclude={"description", "source", "require_approval", "approval_timeout_seconds"})
+            self._fingerprint = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        return self._fingerprint
 
     def resolved(self, project_root: str) -> tuple[McpServerConfig, dict[str, str]]:
         """A copy with placeholders filled in, and the secret values used (to redact from results).
@@ -116,6 +123,7 @@ class McpServerConfig(BaseModel):
             "env": {k: fill(v) for k, v in self.env.items()}, "url": fill(self.url),
             "headers": {k: fill(v) for k, v in self.headers.items()},
             "cwd": fill(self.cwd) if self.cwd else None})
+        copy._fingerprint = None  # a resolved copy holds values, not placeholders
         return copy, secrets
 
 
