@@ -100,7 +100,7 @@ async def main() -> None:
         await server.start()
         try:
             temporal = await TemporalClient.connect(server.address, data_converter=data_converter)
-            floor = await update_floor(temporal, args.calls)
+            floor, floor_rate = await update_floor(temporal, args.calls, args.callers)
             worker = await start_worker(server.address) if args.worker_process else None
             async with (build_worker(temporal) if worker is None else contextlib.nullcontext()):
                 runs = RunClient(temporal, ItemStore(root))
@@ -137,7 +137,8 @@ async def main() -> None:
     print(f"direct:                p50 {pct(direct_ms, .5):6.1f} ms  p99 {pct(direct_ms, .99):6.1f} ms  "
           f"{direct_rate:6.0f} calls/s with {args.callers} callers")
     print(f"floor, bare update on the same server: p50 {pct(floor['plain'], .5):6.1f} ms; with a no-op local "
-          f"activity: p50 {pct(floor['local'], .5):6.1f} ms  p99 {pct(floor['local'], .99):6.1f} ms")
+          f"activity: p50 {pct(floor['local'], .5):6.1f} ms  p99 {pct(floor['local'], .99):6.1f} ms  "
+          f"{floor_rate:6.0f} updates/s with {args.callers} callers")
     print(f"Kiwi's update refused by policy (no activity): p50 {pct(refused_ms, .5):6.1f} ms  "
           f"p99 {pct(refused_ms, .99):6.1f} ms")
     where = (f"worker + pool process {cpu[2]:.1f} ms, callers (this process) {cpu[0]:.1f} ms" if args.worker_process

@@ -5,7 +5,8 @@
 Starts N runs of a one-step agent directive on a worker process, reads the worker's RSS once all
 wait, kills the worker with SIGKILL, starts a new one, completes every step, and reports how long
 after the new worker started all runs were done. Targets: RSS <= 250 MB at 1,000 runs; all done
-<= 10 s after the new worker starts.
+<= 10 s after the new worker starts. Then it does the same to as many bare workflows
+(bench/floor.py: an update that completes the workflow, nothing of Kiwi's) as the floor.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from bench.common import (
     stop_worker,
     tuned_dev_server,  # noqa: E402
 )
+from bench.floor import FloorWorkflow, start_floor_worker  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
+from kiwi.devserver import DevServer  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md, write  # noqa: E402
@@ -75,6 +78,7 @@ async def main() -> None:
             recovered = time.perf_counter() - t1
             cpu = [cpu_seconds() - cpu0[0], cpu_seconds(worker.pid) - cpu0[1],
                    cpu_seconds(server.process.pid) - cpu0[2]]
+            floor = await recovery_floor(client, server, args)
         finally:
             await stop_worker(worker)
             server.stop()
@@ -84,6 +88,28 @@ async def main() -> None:
     print(f"after kill -9 and a new worker, {args.agents} agents at a time completing steps: all {args.runs} "
           f"completed in {recovered:.1f} s   (target <= 10 s)")
     print(f"CPU in that phase: worker {cpu[1]:.1f} s, Temporal server {cpu[2]:.1f} s, agents (this process) {cpu[0]:.1f} s")
+    print(f"floor, {args.runs} bare workflows the same way (one update each completes it, nothing of Kiwi's): "
+          f"{floor[0]:.1f} s; CPU worker {floor[1]:.1f} s, Temporal server {floor[2]:.1f} s")
+
+
+async def recovery_floor(client: Client, server: DevServer, args: argparse.Namespace) -> tuple[float, float, float]:
+    """Seconds (and worker, server CPU seconds) for a new worker to finish ``args.runs`` bare waiting
+    workflows after kill -9 of the worker that had them cached."""
+    queue = "floor-recovery"
+    worker = await start_floor_worker(server.address, queue)
+    try:
+        handles = await gather_limited(args.concurrency, [client.start_workflow(
+            FloorWorkflow.run, id=f"floor-{i}", task_queue=queue) for i in range(args.runs)])
+        await gather_limited(args.concurrency, [h.query(FloorWorkflow.ready) for h in handles])
+        await stop_worker(worker, signal.SIGKILL)
+        worker = await start_floor_worker(server.address, queue)
+        t0 = time.perf_counter()
+        cpu0 = cpu_seconds(worker.pid), cpu_seconds(server.process.pid)
+        await gather_limited(args.agents, [h.execute_update(FloorWorkflow.finish, "ok") for h in handles])
+        return (time.perf_counter() - t0, cpu_seconds(worker.pid) - cpu0[0],
+                cpu_seconds(server.process.pid) - cpu0[1])
+    finally:
+        await stop_worker(worker)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,22 @@
-"""The Temporal floor under a Kiwi call: an update on a bare workflow, with and without a no-op local activity.
+"""The Temporal floor under Kiwi's figures: the same round trips on a bare workflow, with nothing of Kiwi's.
 
-Kiwi's proxied call is an update whose handler runs a local activity; these are the same two
-round trips with nothing of Kiwi's in them, measured on the same server, so a benchmark can say
-how much of its latency is Kiwi's and how much is the SDK's and the server's.
+Kiwi's proxied call is an update whose handler runs a local activity; ``update_floor`` times a
+bare update and one running a no-op local activity on the same server. Recovery after kill -9 is
+an update to each waiting run on a new worker; ``python -m bench.floor --address A --task-queue Q``
+is a worker process for :class:`FloorWorkflow` tuned like ``kiwi worker``, so a benchmark can do the
+same to bare workflows and say how much of its time is Kiwi's and how much the SDK's and server's.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import os
+import sys
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 from temporalio import activity, workflow
 from temporalio.client import Client
@@ -38,13 +45,24 @@ class FloorWorkflow:
     async def local(self, value: str) -> str:
         return await workflow.execute_local_activity(floor_noop, value, start_to_close_timeout=timedelta(seconds=10))
 
+    @workflow.update
+    async def finish(self, value: str) -> str:
+        """Like ``complete_step`` on a one-step run: answers, and the workflow completes."""
+        self.done = True
+        return value
+
+    @workflow.query
+    def ready(self) -> bool:
+        return True
+
     @workflow.signal
     def stop(self) -> None:
         self.done = True
 
 
-async def update_floor(client: Client, calls: int) -> dict[str, list[float]]:
-    """Sequential latencies (ms) of ``calls`` bare updates, "plain" and "local", on an in-process worker.
+async def update_floor(client: Client, calls: int, callers: int) -> tuple[dict[str, list[float]], float]:
+    """Sequential latencies (ms) of ``calls`` bare updates, "plain" and "local", on an in-process worker,
+    and the rate (updates/s) of "local" updates sent by ``callers`` concurrent callers.
 
     Each kind gets its own workflow, and at most 1,000 calls: Temporal allows 2,000 updates per run.
     """
@@ -59,6 +77,42 @@ async def update_floor(client: Client, calls: int) -> dict[str, list[float]]:
                 await handle.execute_update(name, f"m{i}")
                 if i >= 10:
                     values.append((time.perf_counter() - t0) * 1000)
+            if name == "local":
+                async def caller(count: int, handle=handle) -> None:
+                    for i in range(count):
+                        await handle.execute_update("local", f"c{i}")
+                share = min(calls, 900) // callers
+                t0 = time.perf_counter()
+                await asyncio.gather(*(caller(share) for _ in range(callers)))
+                rate = share * callers / (time.perf_counter() - t0)
             await handle.signal(FloorWorkflow.stop)
             await handle.result()
-    return samples
+    return samples, rate
+
+
+async def start_floor_worker(address: str, task_queue: str) -> asyncio.subprocess.Process:
+    """A worker process for :class:`FloorWorkflow` (stop it with ``bench.common.stop_worker``)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.floor", "--address", address,
+                                                "--task-queue", task_queue, stdout=asyncio.subprocess.PIPE,
+                                                start_new_session=True, env=env)
+    await proc.stdout.readline()
+    return proc
+
+
+async def _serve(address: str, task_queue: str) -> None:
+    client = await Client.connect(address)
+    # The same tuning as kiwi worker (workers/main.py build_worker).
+    async with Worker(client, task_queue=task_queue, workflows=[FloorWorkflow], activities=[floor_noop],
+                      workflow_runner=UnsandboxedWorkflowRunner(), max_cached_workflows=300,
+                      sticky_queue_schedule_to_start_timeout=timedelta(seconds=3)):
+        print("floor worker ready", flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="a worker process for bench.floor.FloorWorkflow")
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--task-queue", required=True)
+    options = parser.parse_args()
+    asyncio.run(_serve(options.address, options.task_queue))
