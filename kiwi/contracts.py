@@ -60,6 +60,8 @@ class RunLimits(BaseModel):
 
     rate_limits: dict[str, int] = Field(
         default_factory=lambda: {"filesystem.write": 100, "shell.run": 50, "mcp.*": 200})
+    # Limits over a sliding time window ("100/minute"): pattern -> [calls, window seconds].
+    rate_windows: dict[str, tuple[int, float]] = Field(default_factory=dict)
     blocked_commands: list[str] = Field(default_factory=lambda: ["sudo", "rm -rf"])
     loop_repeat_threshold: int = 3
     loop_max_warnings: int = 5
@@ -213,6 +215,8 @@ class RunState(BaseModel):
     approval_from: str = ""
     decisions: list[DecisionRequest] = Field(default_factory=list)
     checkpoints: list[dict[str, Any]] = Field(default_factory=list)
+    # Times (epoch seconds, workflow time) of the calls each windowed rate limit counted, in its window.
+    rate_times: dict[str, list[float]] = Field(default_factory=dict)
 
 
 class DirectiveRunInput(BaseModel):

@@ -36,6 +36,30 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+RATE_UNITS = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0}
+
+
+def set_rate(limits: RunLimits, pattern: str, value: Any, key: str) -> None:
+    """A rate limit for ``pattern``: a whole number counts calls per run, "N/minute" (second, hour,
+    day) counts calls in that sliding window of workflow time."""
+    text = str(value).strip()
+    count, _, unit = text.partition("/")
+    try:
+        calls = int(count)
+    except ValueError:
+        calls = -1
+    if calls < 0 or (unit and unit.strip().rstrip("s") not in RATE_UNITS) or isinstance(value, bool):
+        raise ValueError(f"{key} is '{value}'; expected a whole number of calls per run or N/second, N/minute, "
+                         "N/hour or N/day, e.g. 100/minute")
+    # One limit per pattern: a window replaces the pattern's per-run default, and the reverse.
+    if unit:
+        limits.rate_limits.pop(pattern, None)
+        limits.rate_windows[pattern] = (calls, RATE_UNITS[unit.strip().rstrip("s")])
+    else:
+        limits.rate_windows.pop(pattern, None)
+        limits.rate_limits[pattern] = calls
+
+
 def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
     data: dict[str, Any] = {}
     sources = []
@@ -46,7 +70,8 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
     limits = RunLimits()
     try:
         if isinstance(data.get("rate_limits"), dict):
-            limits.rate_limits = {**limits.rate_limits, **{str(k): int(v) for k, v in data["rate_limits"].items()}}
+            for pattern, value in data["rate_limits"].items():
+                set_rate(limits, str(pattern), value, f"rate_limits.{pattern}")
         loops = data.get("loop_detection") or {}
         limits.loop_repeat_threshold = int(loops.get("repeat_threshold", limits.loop_repeat_threshold))
         limits.loop_max_warnings = int(loops.get("max_warnings", limits.loop_max_warnings))
@@ -79,6 +104,14 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
         mcps = tools.get("mcps") or {}
         if not isinstance(mcps, dict):
             raise ValueError("internal_tools.mcps must map server names to {enabled, tools}")
+        for name, entry in mcps.items():
+            entry = entry or {}
+            if not isinstance(entry, dict):
+                raise ValueError(f"internal_tools.mcps.{name} must be a mapping (enabled, tools, rate_limit, "
+                                 "require_approval)")
+            if "rate_limit" in entry:
+                set_rate(limits, f"{name}.*", entry["rate_limit"], f"internal_tools.mcps.{name}.rate_limit")
+            limits.approval_tools += [f"{name}.{t}" for t in entry.get("require_approval") or []]
         base = PermissionSet(fs_read=[str(p) for p in fs.get("read", [])],
                              fs_write=[str(p) for p in fs.get("write", [])],
                              shell=[str(c) for c in shell.get("allowed_commands", [])],

@@ -4,13 +4,16 @@ each allowed twin still works."""
 from __future__ import annotations
 
 import subprocess
+from datetime import timedelta
 
 import pytest
 
 from activities.audit import read_audit
 from kiwi.errors import ItemInvalid
-from tests.conftest import wait_for
+from kiwi.harness import load_harness
+from tests.conftest import run_client, wait_for
 from tests.helpers import directive_md, write
+from workers.main import build_worker
 
 GUARDED = directive_md(
     '<step name="work"><action>Work inside src/*.ts and run git.</action></step>', name="guarded",
@@ -73,6 +76,46 @@ async def test_the_101st_write_is_rate_limited(runs, project):
     assert limited.status == "rate_limited" and "100" in limited.reason
     assert not (project / "out" / "100").exists() and len(list((project / "out").iterdir())) == 100
     assert (await runs.call_tool(run_id, "filesystem.read", {"path": "src/a"})).status == "error"
+
+
+def test_rate_limits_per_window_and_per_server_are_read_from_the_harness(project, tmp_path):
+    write(project / ".ai" / "config" / "agent_harness.yaml",
+          "rate_limits:\n  filesystem.write: 2/minute\n  shell.run: 7\n"
+          "internal_tools:\n  mcps:\n    supabase:\n      rate_limit: 100/minute\n"
+          "    github:\n      require_approval: [create_pull_request]\n")
+    limits = load_harness(project, tmp_path / "user").limits
+    assert limits.rate_windows == {"filesystem.write": (2, 60.0), "supabase.*": (100, 60.0)}
+    assert "filesystem.write" not in limits.rate_limits and limits.rate_limits["shell.run"] == 7
+    assert "github.create_pull_request" in limits.approval_tools
+    write(project / ".ai" / "config" / "agent_harness.yaml",
+          "internal_tools:\n  mcps:\n    supabase:\n      rate_limit: 100/fortnight\n")
+    with pytest.raises(ItemInvalid) as info:
+        load_harness(project, tmp_path / "user")
+    assert "internal_tools.mcps.supabase.rate_limit is '100/fortnight'" in str(info.value)
+    assert "100/minute" in str(info.value)
+
+
+async def test_a_per_minute_limit_refuses_until_the_window_moves_on(time_skipping_env, project):
+    write(project / ".ai" / "config" / "agent_harness.yaml", "rate_limits:\n  filesystem.write: 2/minute\n")
+    runs = run_client(time_skipping_env.client, project)
+    async with build_worker(time_skipping_env.client, runs.task_queue, sandboxed=True):
+        run_id = await runs.start("hello_kiwi", {"name": "Rita"})  # its first step writes notes/hello.md
+
+        async def confirm_waits():
+            status = await runs.status(run_id)
+            return status.status == "awaiting_agent" and status.current_step.name == "confirm"
+        await wait_for(confirm_waits, what="the confirm step")
+        write_note = {"path": "notes/extra.md", "content": "x"}
+        assert (await runs.call_tool(run_id, "filesystem.write", write_note)).status == "ok"
+        limited = await runs.call_tool(run_id, "filesystem.write", {"path": "notes/more.md", "content": "x"})
+        assert limited.status == "rate_limited" and limited.error_type == "RateLimited"
+        assert limited.reason == "rate limit for filesystem.write is 2 calls per 60s"
+        assert limited.hint.startswith("try again in ") and not (project / "notes" / "more.md").exists()
+        await time_skipping_env.sleep(timedelta(seconds=61))
+        again = await runs.call_tool(run_id, "filesystem.write", {"path": "notes/more.md", "content": "x"})
+        assert again.status == "ok" and (project / "notes" / "more.md").read_text() == "x"
+        await runs.cancel(run_id)
+        await runs.handle(run_id).result()
 
 
 async def test_a_directive_with_entity_expansion_never_starts(runs, project):

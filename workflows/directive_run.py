@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import math
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -503,8 +504,21 @@ class DirectiveRun:
                 return ToolCallResult(status="rate_limited", tool=tool, error_type="RateLimited", call_seq=seq,
                                       reason=f"rate limit for {pattern} is {snap.limits.rate_limits[pattern]} "
                                              "calls per run"), ""
+        windows = rate_patterns(tool, snap.limits.rate_windows, snap.local_tools) if snap.limits.rate_windows else []
+        now = workflow.now().timestamp()
+        for pattern in windows:
+            calls, seconds = snap.limits.rate_windows[pattern]
+            recent = [t for t in state.rate_times.get(pattern, []) if t > now - seconds]
+            state.rate_times[pattern] = recent
+            if len(recent) >= calls:
+                wait = math.ceil(recent[0] + seconds - now) if recent else seconds
+                return ToolCallResult(status="rate_limited", tool=tool, error_type="RateLimited", call_seq=seq,
+                                      reason=f"rate limit for {pattern} is {calls} calls per {seconds:g}s",
+                                      hint=f"try again in {wait:g}s"), ""
         for pattern in patterns:
             state.call_counts[pattern] = state.call_counts.get(pattern, 0) + 1
+        for pattern in windows:
+            state.rate_times[pattern].append(now)
         state.loop_hashes = (state.loop_hashes + [digest([tool, args])])[-LOOP_WINDOW:]
         warning = detect_loop(state.loop_hashes, snap.limits.loop_repeat_threshold)
         if warning:
