@@ -27,14 +27,7 @@ from mcp.client import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
 from temporalio.client import Client as TemporalClient  # noqa: E402
 
-from bench.common import (  # noqa: E402
-    cpu_seconds,
-    pct,
-    scratch_project,
-    start_worker,
-    stop_worker,
-    tuned_dev_server,
-)
+from bench import common  # noqa: E402
 from bench.floor import update_floor  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
@@ -90,18 +83,18 @@ async def main() -> None:
         raise SystemExit("run scripts/test once first: it installs tests/npm (server-everything)")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        scratch_project(root)
+        common.scratch_project(root)
         (root / ".ai" / "config" / "agent_harness.yaml").write_text(
             "rate_limits:\n  'mcp.*': 1000000\nruns:\n  audit_batch_size: 200\nloop_detection:\n  repeat_threshold: 100000\n  max_warnings: 100000\n")
         (root / ".ai" / "config" / "mcp_registry.yaml").write_text(
             f"mcps:\n  everything:\n    command: node\n    args: ['{EVERYTHING}', 'stdio']\n")
         (root / ".ai" / "directives" / "echo_bench.md").write_text(DIRECTIVE)
-        server = tuned_dev_server(root)
+        server = common.tuned_dev_server(root)
         await server.start()
         try:
             temporal = await TemporalClient.connect(server.address, data_converter=data_converter)
             floor, floor_rate = await update_floor(temporal, args.calls, args.callers)
-            worker = await start_worker(server.address) if args.worker_process else None
+            worker = await common.start_worker(server.address) if args.worker_process else None
             async with (build_worker(temporal) if worker is None else contextlib.nullcontext()):
                 runs = RunClient(temporal, ItemStore(root))
                 run_id = await runs.start("echo_bench", {})
@@ -116,12 +109,12 @@ async def main() -> None:
                 kiwi_ms = await sequential(args.calls, proxied)
                 refused_ms = await sequential(args.calls, refused)
                 pids = [os.getpid(), server.process.pid] + ([worker.pid] if worker else [])
-                cpu0 = [cpu_seconds(p) for p in pids]
+                cpu0 = [common.cpu_seconds(p) for p in pids]
                 kiwi_rate = await concurrent(args.calls, args.callers, proxied)
-                cpu = [(cpu_seconds(p) - c) / args.calls * 1000 for p, c in zip(pids, cpu0, strict=True)]
+                cpu = [(common.cpu_seconds(p) - c) / args.calls * 1000 for p, c in zip(pids, cpu0, strict=True)]
                 await runs.cancel(run_id)
             if worker is not None:
-                await stop_worker(worker)
+                await common.stop_worker(worker)
             direct_params = StdioServerParameters(command="node", args=[str(EVERYTHING), "stdio"])
             async with Client(direct_params) as direct:
                 async def straight(i: int) -> None:
@@ -132,19 +125,19 @@ async def main() -> None:
         finally:
             server.stop()
     print(f"{args.calls} echo calls over stdio (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
-    print(f"proxied through a run: p50 {pct(kiwi_ms, .5):6.1f} ms  p99 {pct(kiwi_ms, .99):6.1f} ms  "
+    print(f"proxied through a run: p50 {common.pct(kiwi_ms, .5):6.1f} ms  p99 {common.pct(kiwi_ms, .99):6.1f} ms  "
           f"{kiwi_rate:6.0f} calls/s with {args.callers} callers")
-    print(f"direct:                p50 {pct(direct_ms, .5):6.1f} ms  p99 {pct(direct_ms, .99):6.1f} ms  "
+    print(f"direct:                p50 {common.pct(direct_ms, .5):6.1f} ms  p99 {common.pct(direct_ms, .99):6.1f} ms  "
           f"{direct_rate:6.0f} calls/s with {args.callers} callers")
-    print(f"floor, bare update on the same server: p50 {pct(floor['plain'], .5):6.1f} ms; with a no-op local "
-          f"activity: p50 {pct(floor['local'], .5):6.1f} ms  p99 {pct(floor['local'], .99):6.1f} ms  "
+    print(f"floor, bare update on the same server: p50 {common.pct(floor['plain'], .5):6.1f} ms; with a no-op local "
+          f"activity: p50 {common.pct(floor['local'], .5):6.1f} ms  p99 {common.pct(floor['local'], .99):6.1f} ms  "
           f"{floor_rate:6.0f} updates/s with {args.callers} callers")
-    print(f"Kiwi's update refused by policy (no activity): p50 {pct(refused_ms, .5):6.1f} ms  "
-          f"p99 {pct(refused_ms, .99):6.1f} ms")
+    print(f"Kiwi's update refused by policy (no activity): p50 {common.pct(refused_ms, .5):6.1f} ms  "
+          f"p99 {common.pct(refused_ms, .99):6.1f} ms")
     where = (f"worker + pool process {cpu[2]:.1f} ms, callers (this process) {cpu[0]:.1f} ms" if args.worker_process
              else f"callers + worker + pool (this process) {cpu[0]:.1f} ms")
     print(f"CPU per proxied call with {args.callers} callers: Temporal server {cpu[1]:.1f} ms, {where}")
-    print(f"ratio (p50): {pct(kiwi_ms, .5) / pct(direct_ms, .5):.1f}x   "
+    print(f"ratio (p50): {common.pct(kiwi_ms, .5) / common.pct(direct_ms, .5):.1f}x   "
           f"throughput ratio: {direct_rate / kiwi_rate:.1f}x")
 
 

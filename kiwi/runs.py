@@ -61,6 +61,7 @@ from kiwi.directive import Directive, McpDeclaration, Metadata, Step, ToolsDecla
 from kiwi.errors import InputInvalid, KiwiError, McpServerMissing, RunFinished, RunNotFound, RunStateConflict
 from kiwi.harness import load_harness
 from kiwi.mcp_registry import McpRegistry, load_registry
+from kiwi.policy import BUILTIN_TOOLS
 from kiwi.signing import content_hash
 from kiwi.store import ItemStore
 from kiwi.templating import bind_inputs
@@ -353,6 +354,8 @@ class RunClient:
         Long upstream calls are heartbeating activities whose heartbeat details carry the server's
         progress notifications; ``tool`` narrows it to calls to that tool's server.
         """
+        if tool in BUILTIN_TOOLS:
+            return ""  # Kiwi's own tools talk to no upstream server: nothing to describe the run for
         server = (tool or "").partition(".")[0]
         try:
             description = await self.handle(run_id).describe()
