@@ -45,8 +45,7 @@ class McpActivities:
     async def list_tools(self, req: McpListToolsRequest) -> McpListToolsResult:
         try:
             config = self.pool.config(req.project_root, req.server)
-            tools = await self.pool.list_tools(req.project_root, config, refresh=req.refresh)
-            hashes = await self.pool.tool_hashes(req.project_root, config)
+            tools, hashes = await self.pool.listing(req.project_root, config, refresh=req.refresh)
         except McpUnavailable as exc:
             raise ApplicationError(str(exc), type="McpUnavailable") from None
         except KiwiError as exc:
@@ -84,7 +83,7 @@ class McpActivities:
         changed = ""
         if req.expected_hash:
             try:
-                hashes: dict[str, str] | None = await self.pool.tool_hashes(req.project_root, config)
+                hashes: dict[str, str] | None = (await self.pool.listing(req.project_root, config))[1]
             except (McpUnavailable, KiwiError):
                 hashes = None  # the call worked; a listing that fails now says nothing about the schema
             now = (hashes or {}).get(req.tool, "")

@@ -22,6 +22,8 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from workers.main import MAX_CACHED_WORKFLOWS, STICKY_SCHEDULE_TO_START
+
 
 @activity.defn
 async def floor_noop(value: str) -> str:
@@ -77,16 +79,17 @@ async def update_floor(client: Client, calls: int, callers: int) -> tuple[dict[s
                 await handle.execute_update(name, f"m{i}")
                 if i >= 10:
                     values.append((time.perf_counter() - t0) * 1000)
-            if name == "local":
-                async def caller(count: int, handle=handle) -> None:
-                    for i in range(count):
-                        await handle.execute_update("local", f"c{i}")
-                share = min(calls, 900) // callers
-                t0 = time.perf_counter()
-                await asyncio.gather(*(caller(share) for _ in range(callers)))
-                rate = share * callers / (time.perf_counter() - t0)
             await handle.signal(FloorWorkflow.stop)
-            await handle.result()
+        shared = await client.start_workflow(FloorWorkflow.run, id=f"{queue}-callers", task_queue=queue)
+
+        async def caller(count: int) -> None:
+            for i in range(count):
+                await shared.execute_update(FloorWorkflow.local, f"c{i}")
+        share = min(calls, 1000) // callers
+        t0 = time.perf_counter()
+        await asyncio.gather(*(caller(share) for _ in range(callers)))
+        rate = share * callers / (time.perf_counter() - t0)
+        await shared.signal(FloorWorkflow.stop)
     return samples, rate
 
 
@@ -102,10 +105,10 @@ async def start_floor_worker(address: str, task_queue: str) -> asyncio.subproces
 
 async def _serve(address: str, task_queue: str) -> None:
     client = await Client.connect(address)
-    # The same tuning as kiwi worker (workers/main.py build_worker).
+    # The same tuning as kiwi worker.
     async with Worker(client, task_queue=task_queue, workflows=[FloorWorkflow], activities=[floor_noop],
-                      workflow_runner=UnsandboxedWorkflowRunner(), max_cached_workflows=300,
-                      sticky_queue_schedule_to_start_timeout=timedelta(seconds=3)):
+                      workflow_runner=UnsandboxedWorkflowRunner(), max_cached_workflows=MAX_CACHED_WORKFLOWS,
+                      sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START):
         print("floor worker ready", flush=True)
         await asyncio.Event().wait()
 

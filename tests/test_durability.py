@@ -20,7 +20,7 @@ from kiwi.converter import data_converter
 from kiwi.devserver import DevServer, free_port
 from kiwi.runs import RunClient
 from kiwi.store import ItemStore
-from tests.conftest import wait_for
+from tests.conftest import awaiting_step
 from tests.helpers import directive_md, write
 from workers.main import WORKFLOWS, build_worker
 from workflows.directive_run import ALL_CHANGES
@@ -56,13 +56,6 @@ async def start_worker_process(address: str, queue: str) -> asyncio.subprocess.P
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert b"kiwi worker" in line, line
     return proc
-
-
-async def awaiting_step(runs: RunClient, run_id: str, step: str, timeout: float = 60):
-    async def probe():
-        status = await runs.status(run_id)
-        return status.status == "awaiting_agent" and status.current_step.name == step
-    await wait_for(probe, timeout=timeout, what=f"step {step} to wait for the agent")
 
 
 async def test_kill_9_worker_mid_run_new_worker_finishes_without_repeating_steps(temporal_env, project):

@@ -11,7 +11,7 @@ import pytest
 from activities.audit import read_audit
 from kiwi.errors import ItemInvalid
 from kiwi.harness import load_harness
-from tests.conftest import run_client, wait_for
+from tests.conftest import awaiting_step, run_client, wait_for
 from tests.helpers import directive_md, write
 from workers.main import build_worker
 
@@ -100,11 +100,7 @@ async def test_a_per_minute_limit_refuses_until_the_window_moves_on(time_skippin
     runs = run_client(time_skipping_env.client, project)
     async with build_worker(time_skipping_env.client, runs.task_queue, sandboxed=True):
         run_id = await runs.start("hello_kiwi", {"name": "Rita"})  # its first step writes notes/hello.md
-
-        async def confirm_waits():
-            status = await runs.status(run_id)
-            return status.status == "awaiting_agent" and status.current_step.name == "confirm"
-        await wait_for(confirm_waits, what="the confirm step")
+        await awaiting_step(runs, run_id, "confirm")
         write_note = {"path": "notes/extra.md", "content": "x"}
         assert (await runs.call_tool(run_id, "filesystem.write", write_note)).status == "ok"
         limited = await runs.call_tool(run_id, "filesystem.write", {"path": "notes/more.md", "content": "x"})

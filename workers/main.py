@@ -20,6 +20,9 @@ from kiwi.mcp_pool import McpPool
 from workflows.directive_run import DirectiveRun
 
 WORKFLOWS = [DirectiveRun]
+# A dead worker's cached runs move to another worker after this long (see build_worker).
+STICKY_SCHEDULE_TO_START = timedelta(seconds=3)
+MAX_CACHED_WORKFLOWS = 300
 
 
 def activities(pool: McpPool) -> list:
@@ -64,9 +67,9 @@ def build_worker(client: Client, task_queue: str = TASK_QUEUE, *, sandboxed: boo
         workflows=WORKFLOWS,
         activities=activities(pool),
         workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
+        sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
         # Waiting runs need no cache; a smaller cache bounds memory with many runs waiting.
-        max_cached_workflows=300,
+        max_cached_workflows=MAX_CACHED_WORKFLOWS,
         max_concurrent_activities=50,
         # Heartbeats carry long upstream MCP calls' progress to the agent: send them within a second.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
