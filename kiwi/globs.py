@@ -12,7 +12,12 @@ from functools import cache, lru_cache
 
 @lru_cache(maxsize=4096)
 def compile_glob(pattern: str) -> re.Pattern[str]:
-    """Compile a path glob to a regex over normalised relative POSIX paths."""
+    """Compile a path glob to a regex over normalised relative POSIX paths.
+
+    ``.`` is the project's root folder itself (listing it), not everything below it: that is ``**``.
+    """
+    if pattern.strip() in (".", "./"):
+        return re.compile(r"\.\Z")
     segments: list[str] = []
     for segment in pattern.strip("/").split("/"):
         # "**/**" means the same as "**"; collapsing keeps the regex simple.

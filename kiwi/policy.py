@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from kiwi.globs import first_match, glob_covered
+from kiwi.protected import granted as protected_granted
+from kiwi.protected import protected_root
 
 FILESYSTEM_TOOLS = (
     "filesystem.read",
@@ -171,7 +173,16 @@ class PermissionSet(BaseModel):
         denied = first_match(self.deny_fs, rel)
         if denied is not None:
             return Decision(allowed=False, reason=f"'{rel}' is explicitly denied by '{denied}'")
-        granted = first_match(grants, rel)
+        granted = protected_granted(grants, rel)
+        if granted is None and first_match(grants, rel) is not None:
+            root = protected_root(rel)
+            return Decision(
+                allowed=False,
+                reason=f"'{rel}' is in the protected place '{root}', which only a grant naming it reaches",
+                hint=f'add <{mode} resource="filesystem" path="{root}/**"/> to <permissions> if the directive '
+                     "really must touch it (a human signs that directive)",
+                checked_against=list(grants),
+            )
         if granted is not None:
             # model_construct: the hot path of every allowed call; the fields are known-good.
             return Decision.model_construct(allowed=True, reason="", hint="", checked_against=[granted])

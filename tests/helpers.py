@@ -5,7 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-COMPAT = Path(__file__).resolve().parents[1].parent / "shared" / "compat" / "kiwi-mcp"
+# Real files from the original Kiwi MCP project (MIT licence; see compat/kiwi-mcp/SOURCES.md).
+COMPAT = Path(__file__).resolve().parent / "compat" / "kiwi-mcp"
 
 
 def directive_md(body: str, name: str = "demo", version: str = "1.0.0", permissions: str = "",

@@ -1,0 +1,59 @@
+"""Protected paths: places no grant reaches unless it names them.
+
+``.git`` (at any depth: a nested ``.git`` file or folder points git at a config of its own),
+Kiwi's configuration, audit trail, cache, and the code of local tools. A file written there
+would change what a later tool executes (``.git/config``'s ``core.fsmonitor``, a hook, a
+tool's ``main.py``) or what the harness allows, so ``write **`` does not reach them; a grant
+whose literal part names the place does (``write .ai/tools/**``, ``read .git/**``).
+
+Pure (no I/O): the workflow and the activities use the same rule.
+"""
+
+from __future__ import annotations
+
+from kiwi.globs import first_match
+
+# Project-relative folders, as POSIX paths. ".git" is matched as a segment anywhere.
+PROTECTED_ROOTS = (".ai/config", ".ai/logs", ".ai/tools", ".ai/scripts", ".ai/.cache", ".kiwi")
+GIT_DIR = ".git"
+
+
+def protected_root(rel: str) -> str | None:
+    """The protected place ``rel`` (a normalised project-relative path) is in, or None."""
+    segments = [s for s in rel.split("/") if s not in ("", ".")]
+    for index, segment in enumerate(segments):
+        if segment == GIT_DIR:
+            return "/".join(segments[: index + 1])
+    for root in PROTECTED_ROOTS:
+        parts = root.split("/")
+        if segments[: len(parts)] == parts:
+            return root
+    return None
+
+
+def _literal_segments(pattern: str) -> list[str]:
+    literal = []
+    for segment in pattern.strip("/").split("/"):
+        if segment in ("", "."):
+            continue
+        if "*" in segment or "?" in segment:
+            break
+        literal.append(segment)
+    return literal
+
+
+def names(pattern: str, root: str) -> bool:
+    """Whether the grant ``pattern`` names the protected place ``root`` in its literal part."""
+    parts = root.split("/")
+    return _literal_segments(pattern)[: len(parts)] == parts
+
+
+def granted(patterns: list[str] | tuple[str, ...], rel: str) -> str | None:
+    """The first grant that covers ``rel``, protected places included; None if none does."""
+    match = first_match(patterns, rel)
+    if match is None:
+        return None
+    root = protected_root(rel)
+    if root is None or names(match, root):
+        return match
+    return first_match([p for p in patterns if names(p, root)], rel)
