@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -24,6 +25,33 @@ def _atomic_write(path: Path, text: str) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+_SAFE_PART = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def _inside(folder: Path, *parts: str, what: str) -> Path:
+    """``folder/parts...``, refused unless it stays inside ``folder`` with no symlink on the way.
+
+    Every value an agent gives that becomes a path (a category, an id) is checked: no absolute
+    paths, no '..', only plain names, and the real path (symlinks resolved) must be the lexical one.
+    """
+    segments: list[str] = []
+    for part in parts:
+        for segment in part.replace("\\", "/").split("/"):
+            if segment in ("", "."):
+                continue
+            if segment == ".." or not _SAFE_PART.match(segment) or part.startswith(("/", "~")):
+                raise InputInvalid(f"{what} '{part}' would leave the items folder {folder}",
+                                   hint="use plain names separated by '/', e.g. 'ops/deploy' (no '..', no absolute paths)")
+            segments.append(segment)
+    target = folder.joinpath(*segments)
+    # The space (.ai/ or ~/.ai) is where the user put it; the item folder in it must be a real folder.
+    base = folder.parent.resolve() / folder.name
+    if target.resolve() != base.joinpath(*segments):
+        raise InputInvalid(f"{what} '{'/'.join(parts)}' goes through a symlink out of {folder}",
+                           hint="items are written only into real folders under .ai/")
+    return target
 
 
 def _space(store: ItemStore, location: str) -> Path:
@@ -51,8 +79,8 @@ def save_directive(store: ItemStore, content: str, *, item_id: str = "", locatio
         raise InputInvalid(f"directive '{directive.name}' already exists at {current}", hint="use action 'update'")
     if not create and current is None:
         raise ItemNotFound(f"no directive '{directive.name}' in the {location} space", hint="use action 'create'")
-    category = directive.metadata.category.strip("/") or "."
-    path = current or _space(store, location) / "directives" / category / f"{directive.name}.md"
+    path = current or _inside(_space(store, location) / "directives", directive.metadata.category,
+                              f"{directive.name}.md", what="category")
     _atomic_write(path, content)
     return {"item_id": directive.name, "path": str(path), "status": "created" if create else "updated",
             "warnings": [str(w) for w in warnings]}
@@ -89,7 +117,8 @@ def save_knowledge(store: ItemStore, item_id: str, fields: dict[str, Any], *, lo
     entry = KnowledgeEntry(**{k: v for k, v in merged.items() if k in KnowledgeEntry.model_fields})
     text = render_knowledge(entry)
     parse_knowledge(text, f"{item_id}.md")  # what is written must load again
-    path = current or _space(store, location) / "knowledge" / (entry.category.strip("/") or ".") / f"{item_id}.md"
+    path = current or _inside(_space(store, location) / "knowledge", entry.category, f"{item_id}.md",
+                              what="category or id")
     _atomic_write(path, text)
     return {"item_id": item_id, "path": str(path), "status": "created" if create else "updated"}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kiwi.errors import ItemInvalid, KiwiError, Problem
-from kiwi.store import ITEM_TYPES, ItemStore, find_project_root, parse_item
+from kiwi.store import ITEM_TYPES, ItemStore, find_project_root, parse_item, user_space
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -77,7 +77,22 @@ def cmd_init(args: argparse.Namespace) -> int:
     copy(source, root / ".ai")
     for folder in ("directives", "tools", "knowledge", "config", "logs"):
         (root / ".ai" / folder).mkdir(parents=True, exist_ok=True)
-    _emit({"root": str(root), "written": written, "kept": skipped}, args.json, lambda: (
+    # The example directive's grants take effect only when a trusted key signed it: sign what
+    # init wrote with the user's key (made on first use), as the human who ran init.
+    from kiwi.cli_keys import ensure_key
+    from kiwi.signing import sign
+
+    signer, made = ensure_key()
+    signed = []
+    for rel in written:
+        if rel.startswith(".ai/directives/") and rel.endswith(".md"):
+            target = root / rel
+            target.write_text(sign(target.read_text(encoding="utf-8"), signer=signer), encoding="utf-8")
+            signed.append(rel)
+    _emit({"root": str(root), "written": written, "kept": skipped, "signed_by": signer if signed else "",
+           "key": made}, args.json, lambda: (
+        made and print(f"kiwi init: {made}"),
+        signed and print(f"kiwi init: signed {', '.join(signed)} with your key '{signer}'"),
         print(f"Kiwi project at {root}"),
         [print(f"  wrote {w}") for w in written],
         [print(f"  kept  {s} (already there)") for s in skipped],
@@ -89,7 +104,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def validate_file(path: Path, local_tools: frozenset[str] = frozenset()) -> dict[str, Any]:
     from kiwi.directive import Directive
-    from kiwi.signing import verify
+    from kiwi.keys import load_trusted
+    from kiwi.signing import check_trust, verify
 
     item_type = _item_type_of(path)
     if not path.exists():
@@ -100,7 +116,11 @@ def validate_file(path: Path, local_tools: frozenset[str] = frozenset()) -> dict
     if parsed is not None:
         try:
             status = verify(path.read_text(encoding="utf-8"))
+            if status.signer:
+                root = find_project_root(path.resolve().parent)
+                check_trust(status, load_trusted(root, user_space()).with_role("sign"))
             result["signature"] = status.describe()
+            result["trusted"] = status.trusted
             if status.state == "modified":
                 problems.append(Problem(status.describe(), str(path), 1, 1, "warning"))
         except UnicodeDecodeError:
@@ -144,8 +164,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
+    from kiwi.keys import default_key, load_private
     from kiwi.signing import sign
 
+    signer = default_key(args.key)
+    load_private(signer)  # a missing or unreadable key is an error before any file is touched
     failed = False
     for path in _expand(args.paths):
         result = validate_file(path)
@@ -159,8 +182,8 @@ def cmd_sign(args: argparse.Namespace) -> int:
             continue
         text = path.read_text(encoding="utf-8")
         style = "hash" if path.suffix in (".yaml", ".yml", ".py") else "html"
-        path.write_text(sign(text, comment=style), encoding="utf-8")
-        print(f"signed {path}")
+        path.write_text(sign(text, signer=signer, comment=style), encoding="utf-8")
+        print(f"signed {path} as {signer}")
     return EXIT_INVALID if failed else EXIT_OK
 
 
@@ -268,9 +291,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("sign", help="validate items and write a signature line (timestamp + SHA-256)")
+    p = sub.add_parser("sign", help="validate items and sign them with your key (so a directive's grants take effect)",
+                       description="Validate items, then write a first-line signature: timestamp, SHA-256 of the "
+                                   "content, your key's name and its Ed25519 signature. Only a directive signed "
+                                   "by a key in trusted_keys.yaml runs with its declared grants "
+                                   "(agent_harness.yaml `signatures`).")
     p.add_argument("paths", nargs="+", metavar="PATH", help="item files or folders")
+    p.add_argument("--key", help="which of your keys signs (default: your only key; see `kiwi keys list`)")
     p.set_defaults(func=cmd_sign)
+
+    from kiwi import cli_keys
+
+    cli_keys.add_commands(sub)
 
     p = sub.add_parser("search", help="relevance search over directives, tools and knowledge (or MCP server tools)")
     p.add_argument("query", help="words to look for, e.g. 'deploy database'")

@@ -192,9 +192,20 @@ async def cmd_resume(args: argparse.Namespace, runs: RunClient) -> int:
 
 @_with_runs
 async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
+    from kiwi.keys import default_key
+    from kiwi.runs import signed_decision
+
     approved = args.command == "approve"
-    request = await runs.decide_approval(args.run, args.request, approved, by=args.by or getpass.getuser(),
-                                         reason=args.reason)
+    if args.print_signal:
+        status = await runs.status(args.run)
+        request = next((a for a in status.approvals if a.request_id == args.request), None)
+        if request is None:
+            raise KiwiError(f"run {args.run} has no approval request '{args.request}'",
+                            hint=f"see `kiwi status {args.run}`")
+        decision = signed_decision(args.run, request, approved, default_key(args.by), args.reason)
+        print(decision.model_dump_json())
+        return 0
+    request = await runs.decide_approval(args.run, args.request, approved, by=args.by, reason=args.reason)
     print(f"{'approved' if approved else 'rejected'} {request.request_id}: {request.summary}")
     return 0
 
@@ -407,7 +418,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument("run", help="run id")
         p.add_argument("request", help="approval request id, e.g. approval-3")
         p.add_argument("--reason", default="", help="why (recorded in the run and its audit trail)")
-        p.add_argument("--by", help="who decided (default: your user name)")
+        p.add_argument("--as", "--by", dest="by", metavar="KEY",
+                       help="your approver key that signs the decision (default: your only key; see `kiwi keys`)")
+        p.add_argument("--print-signal", action="store_true",
+                       help="print the signed decide_approval signal as JSON instead of sending it (to send with "
+                            "`temporal workflow signal` or the Temporal UI)")
         _connection(p)
         p.set_defaults(func=cmd_approve)
 

@@ -7,7 +7,9 @@ be added (with defaults) without breaking running workflows; never rename or rem
 
 from __future__ import annotations
 
+import hashlib
 import re
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -38,8 +40,14 @@ def run_workflow_id(directive: str, short_id: str) -> str:
     return f"run-{directive}-{short_id}"
 
 
-def session_workflow_id(client: str) -> str:
-    return "session-" + re.sub(r"[^A-Za-z0-9_.-]", "-", client)[:80]
+def session_workflow_id(project_root: str | Path) -> str:
+    """``session-{project folder}-{hash}``: calls outside a run, one session (and rate budget) per project.
+
+    Every client of the project shares it, so naming a new client never starts a fresh budget.
+    """
+    root = str(project_root)
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", PurePosixPath(root.replace("\\", "/")).name or "project")[:60]
+    return f"session-{name}-{hashlib.sha256(root.encode()).hexdigest()[:8]}"
 
 
 # ---------------------------------------------------------------- run snapshot and state
@@ -73,6 +81,23 @@ class RunLimits(BaseModel):
     approval_tools: list[str] = Field(default_factory=lambda: ["git.rollback"])
     approval_timeout_seconds: float = 3600.0
     approval_webhook: str = ""
+    # Who may decide approvals: {name: "ed25519:PUBLIC KEY"} from trusted_keys.yaml (role approve).
+    # A decision counts only with that key's signature over the exact request (kiwi.keys).
+    approvers: dict[str, str] = Field(default_factory=dict)
+
+
+class RunTrust(BaseModel):
+    """Whether a run's directive was signed, by whom, and which grants it runs with."""
+
+    signature: Literal["unsigned", "valid", "modified", "none"] = "none"
+    signer: str = ""
+    trusted: bool = False
+    content_hash: str = ""
+    # The harness's `signatures` setting when the run started.
+    mode: Literal["require", "warn", "off"] = "require"
+    # declared: the directive's <permissions>; base: only what they share with the harness's base policy.
+    grants: Literal["declared", "base"] = "declared"
+    note: str = ""
 
 
 class RunSnapshot(BaseModel):
@@ -92,6 +117,7 @@ class RunSnapshot(BaseModel):
     # External MCP servers this run may call: names, filters and timeouts only, never how to connect.
     mcp_servers: dict[str, McpServerInfo] = Field(default_factory=dict)
     mcp_skipped: dict[str, str] = Field(default_factory=dict)
+    trust: RunTrust = Field(default_factory=RunTrust)
 
 
 class ToolCallResult(BaseModel):
@@ -122,6 +148,8 @@ class ChildRecord(BaseModel):
     status: str = "running"
     narrowed: list[str] = Field(default_factory=list)
     error: str = ""
+    # Calls of this run's per-run rate budget handed to the child; settled when the child ends.
+    reserved: dict[str, int] = Field(default_factory=dict)
 
 
 class StepRecord(BaseModel):
@@ -186,6 +214,15 @@ class DecisionRequest(BaseModel):
     note: str = ""
 
 
+class RefusedDecision(BaseModel):
+    """An approval decision the run did not accept (unknown request, wrong arguments, no approver's signature)."""
+
+    request_id: str
+    by: str = ""
+    reason: str = ""
+    at: str = ""
+
+
 class RunState(BaseModel):
     """Everything a run has decided so far; carried whole across continue-as-new."""
 
@@ -215,6 +252,7 @@ class RunState(BaseModel):
     approval_from: str = ""
     decisions: list[DecisionRequest] = Field(default_factory=list)
     checkpoints: list[dict[str, Any]] = Field(default_factory=list)
+    refused_decisions: list[RefusedDecision] = Field(default_factory=list)
     # Times (epoch seconds, workflow time) of the calls each windowed rate limit counted, in its window.
     rate_times: dict[str, list[float]] = Field(default_factory=dict)
 
@@ -230,6 +268,8 @@ class DirectiveRunResult(BaseModel):
     outputs: dict[str, dict[str, Any]] = Field(default_factory=dict)
     error: str = ""
     calls: int = 0
+    # Calls counted against each rate-limit pattern: a parent run settles its shared budget with them.
+    call_counts: dict[str, int] = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- updates, signals, queries
@@ -271,6 +311,9 @@ class ApprovalDecision(BaseModel):
     by: str = ""
     reason: str = ""
     args_hash: str = ""
+    # The approver's Ed25519 signature (kiwi.keys.approval_message) by the key named ``by``;
+    # `kiwi approve` makes it. Without a valid one the decision is refused and audited.
+    signature: str = ""
 
 
 class DecisionAnswer(BaseModel):
@@ -338,6 +381,8 @@ class RunStatus(BaseModel):
     approvals: list[ApprovalRequest] = Field(default_factory=list)
     decisions: list[DecisionRequest] = Field(default_factory=list)
     checkpoints: list[dict[str, Any]] = Field(default_factory=list)
+    trust: RunTrust = Field(default_factory=RunTrust)
+    refused_decisions: list[RefusedDecision] = Field(default_factory=list)
 
 
 # ---------------------------------------------------------------- activity inputs

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from kiwi.errors import ItemInvalid, Problem
-from kiwi.policy import BUILTIN_TOOLS, Decision, PermissionEntry, PermissionSet
+from kiwi.policy import BUILTIN_TOOLS, Decision, PermissionEntry, PermissionSet, entry_problems
 from kiwi.templating import placeholders
 
 MAX_FILE_BYTES = 1_000_000
@@ -346,16 +346,13 @@ def _metadata(element: Any, ctx: _Ctx) -> Metadata:
                     ctx.error(child, f"<model {attr}=\"{value}\"> is not a known tier; expected one of {', '.join(MODEL_TIERS)}")
         elif tag == "permissions":
             for perm in _children(element=child):
-                if perm.tag not in ("read", "write", "execute", "deny"):
-                    ctx.warn(perm, f"unknown permission <{perm.tag}> ignored (known: read, write, execute, deny)")
-                    continue
-                if not perm.get("resource"):
-                    ctx.error(perm, f"<{perm.tag}> needs a resource attribute (filesystem, tool, shell, kiwi-mcp, mcp)")
-                    continue
-                if perm.get("resource") == "filesystem" and perm.tag in ("read", "write") and not perm.get("path"):
-                    ctx.error(perm, f"<{perm.tag} resource=\"filesystem\"> needs a path glob, e.g. path=\"src/**\"")
-                    continue
-                meta.permissions.append(PermissionEntry(tag=perm.tag, attrs=dict(perm.attrib), line=ctx.at(perm)[0]))
+                # A grant Kiwi cannot read exactly is an error: never ignored, never "all".
+                entry = PermissionEntry(tag=perm.tag, attrs=dict(perm.attrib), line=ctx.at(perm)[0])
+                problems = entry_problems(entry)
+                for problem in problems:
+                    ctx.error(perm, problem)
+                if not problems:
+                    meta.permissions.append(entry)
         elif tag in ("tools", "mcps"):
             _tools_decl(child, meta.tools, ctx)
         elif tag in ("deviation_rules", "context_budget"):

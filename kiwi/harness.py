@@ -6,20 +6,22 @@ Project ``.ai/config/`` over user ``~/.ai/config/``: keys in the project file wi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kiwi import yamltext
 from kiwi.contracts import RunLimits
 from kiwi.errors import ItemInvalid, Problem
-from kiwi.policy import PermissionSet
+from kiwi.policy import PermissionSet, path_grant_problem
 
 
 class HarnessConfig(BaseModel):
     limits: RunLimits = Field(default_factory=RunLimits)
     base_policy: PermissionSet = Field(default_factory=PermissionSet)
     sources: list[str] = Field(default_factory=list)
+    # require: a directive's declared grants take effect only when a trusted key signed it.
+    signatures: Literal["require", "warn", "off"] = "require"
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -57,6 +59,83 @@ def set_rate(limits: RunLimits, pattern: str, value: Any, key: str) -> None:
         limits.rate_limits[pattern] = calls
 
 
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Loops(_Strict):
+    repeat_threshold: int | None = None
+    max_warnings: int | None = None
+
+
+class _Runs(_Strict):
+    continue_as_new_after_updates: int | None = None
+    audit_batch_size: int | None = None
+
+
+class _Children(_Strict):
+    on_escalation: Literal["deny", "intersect"] | None = None
+
+
+class _Approvals(_Strict):
+    tools: list[str] | None = None
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    # A call nobody approved never runs: deny is the only outcome of a timeout.
+    on_timeout: Literal["deny"] = "deny"
+    webhook: str | None = None
+
+
+class _Filesystem(_Strict):
+    read: list[str] = Field(default_factory=list)
+    write: list[str] = Field(default_factory=list)
+
+
+class _Shell(_Strict):
+    allowed_commands: list[str] = Field(default_factory=list)
+    blocked_commands: list[str] | None = None
+
+
+class _McpGrant(_Strict):
+    enabled: bool = True
+    tools: list[str] = Field(default_factory=lambda: ["*"])
+    rate_limit: int | str | None = None
+    require_approval: list[str] = Field(default_factory=list)
+
+
+class _InternalTools(_Strict):
+    filesystem: _Filesystem = Field(default_factory=_Filesystem)
+    shell: _Shell = Field(default_factory=_Shell)
+    tools: list[str] = Field(default_factory=list)
+    mcps: dict[str, _McpGrant | None] = Field(default_factory=dict)
+
+
+class HarnessFile(_Strict):
+    """``agent_harness.yaml`` as written: every key typed, unknown keys refused (a typo never means "all")."""
+
+    # The seed's harness names its mode; Kiwi always enforces (proxy), so only that value is accepted.
+    mode: Literal["proxy"] = "proxy"
+    signatures: Literal["require", "warn", "off"] = "require"
+    rate_limits: dict[str, int | str] | None = None
+    loop_detection: _Loops = Field(default_factory=_Loops)
+    runs: _Runs = Field(default_factory=_Runs)
+    child_runs: _Children = Field(default_factory=_Children)
+    approvals: _Approvals = Field(default_factory=_Approvals)
+    internal_tools: _InternalTools = Field(default_factory=_InternalTools)
+
+
+def _problem(exc: ValidationError, source: str) -> Problem:
+    first = exc.errors()[0]
+    key = ".".join(str(p) for p in first["loc"] if not str(p).startswith(("function-", "tagged-union")))
+    value = first.get("input")
+    shown = f" (got {value!r})" if not isinstance(value, dict) and value is not None else ""
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown key; see the README's harness settings for the keys Kiwi reads"
+    elif first["type"] == "list_type":
+        message = "expected a list, e.g. [\"notes/**\"]"
+    return Problem(f"agent_harness.yaml: {key}: {message}{shown}", source)
+
+
 def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
     data: dict[str, Any] = {}
     sources = []
@@ -64,57 +143,44 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
         if path.is_file():
             data = _merge(data, _load(path))
             sources.append(str(path))
+    source = sources[-1] if sources else ""
+    try:
+        parsed = HarnessFile.model_validate(data)
+    except ValidationError as exc:
+        raise ItemInvalid([_problem(exc, source)]) from None
     limits = RunLimits()
     try:
-        if isinstance(data.get("rate_limits"), dict):
-            for pattern, value in data["rate_limits"].items():
-                set_rate(limits, str(pattern), value, f"rate_limits.{pattern}")
-        loops = data.get("loop_detection") or {}
-        limits.loop_repeat_threshold = int(loops.get("repeat_threshold", limits.loop_repeat_threshold))
-        limits.loop_max_warnings = int(loops.get("max_warnings", limits.loop_max_warnings))
-        runs = data.get("runs") or {}
-        limits.max_updates_before_continue = int(runs.get("continue_as_new_after_updates",
-                                                          limits.max_updates_before_continue))
-        limits.audit_batch_size = int(runs.get("audit_batch_size", limits.audit_batch_size))
-        children = data.get("child_runs") or {}
-        escalation = str(children.get("on_escalation", limits.on_escalation))
-        if escalation not in ("deny", "intersect"):
-            raise ValueError(f"child_runs.on_escalation is '{escalation}'; expected deny or intersect")
-        limits.on_escalation = escalation  # type: ignore[assignment]
-        approvals = data.get("approvals") or {}
-        if not isinstance(approvals, dict):
-            raise ValueError("approvals must be a mapping (tools, timeout_seconds, on_timeout, webhook)")
-        if str(approvals.get("on_timeout", "deny")) != "deny":
-            raise ValueError(f"approvals.on_timeout is '{approvals['on_timeout']}'; only deny is supported "
-                             "(a call nobody approved never runs)")
-        if "tools" in approvals:
-            limits.approval_tools = [str(t) for t in approvals["tools"] or []]
-        limits.approval_timeout_seconds = float(approvals.get("timeout_seconds", limits.approval_timeout_seconds))
-        if limits.approval_timeout_seconds <= 0:
-            raise ValueError("approvals.timeout_seconds must be positive")
-        limits.approval_webhook = str(approvals.get("webhook") or "")
-        tools = data.get("internal_tools") or {}
-        shell = tools.get("shell") or {}
-        if "blocked_commands" in shell:
-            limits.blocked_commands = [str(c) for c in shell["blocked_commands"]]
-        fs = tools.get("filesystem") or {}
-        mcps = tools.get("mcps") or {}
-        if not isinstance(mcps, dict):
-            raise ValueError("internal_tools.mcps must map server names to {enabled, tools}")
+        for pattern, value in (parsed.rate_limits or {}).items():
+            set_rate(limits, str(pattern), value, f"rate_limits.{pattern}")
+        loops, runs = parsed.loop_detection, parsed.runs
+        limits.loop_repeat_threshold = loops.repeat_threshold or limits.loop_repeat_threshold
+        limits.loop_max_warnings = loops.max_warnings or limits.loop_max_warnings
+        limits.max_updates_before_continue = runs.continue_as_new_after_updates or limits.max_updates_before_continue
+        limits.audit_batch_size = runs.audit_batch_size or limits.audit_batch_size
+        limits.on_escalation = parsed.child_runs.on_escalation or limits.on_escalation
+        approvals = parsed.approvals
+        if approvals.tools is not None:
+            limits.approval_tools = list(approvals.tools)
+        limits.approval_timeout_seconds = approvals.timeout_seconds or limits.approval_timeout_seconds
+        limits.approval_webhook = approvals.webhook or ""
+        tools = parsed.internal_tools
+        if tools.shell.blocked_commands is not None:
+            limits.blocked_commands = list(tools.shell.blocked_commands)
+        mcps = {name: entry or _McpGrant() for name, entry in tools.mcps.items()}
         for name, entry in mcps.items():
-            entry = entry or {}
-            if not isinstance(entry, dict):
-                raise ValueError(f"internal_tools.mcps.{name} must be a mapping (enabled, tools, rate_limit, "
-                                 "require_approval)")
-            if "rate_limit" in entry:
-                set_rate(limits, f"{name}.*", entry["rate_limit"], f"internal_tools.mcps.{name}.rate_limit")
-            limits.approval_tools += [f"{name}.{t}" for t in entry.get("require_approval") or []]
-        base = PermissionSet(fs_read=[str(p) for p in fs.get("read", [])],
-                             fs_write=[str(p) for p in fs.get("write", [])],
-                             shell=[str(c) for c in shell.get("allowed_commands", [])],
-                             tools=[str(t) for t in tools.get("tools", [])],
-                             mcp={str(name): [str(t) for t in (entry or {}).get("tools", ["*"])]
-                                  for name, entry in mcps.items() if (entry or {}).get("enabled", True)})
+            if entry.rate_limit is not None:
+                set_rate(limits, f"{name}.*", entry.rate_limit, f"internal_tools.mcps.{name}.rate_limit")
+            limits.approval_tools += [f"{name}.{t}" for t in entry.require_approval]
+        for key, globs in (("read", tools.filesystem.read), ("write", tools.filesystem.write)):
+            for glob in globs:
+                problem = path_grant_problem(glob)
+                if problem:
+                    raise ValueError(f"internal_tools.filesystem.{key}: {problem}")
+        base = PermissionSet(fs_read=[*tools.filesystem.read, *tools.filesystem.write],
+                             fs_write=list(tools.filesystem.write),
+                             shell=list(tools.shell.allowed_commands),
+                             tools=list(tools.tools),
+                             mcp={name: list(entry.tools) for name, entry in mcps.items() if entry.enabled})
     except (TypeError, ValueError) as exc:
-        raise ItemInvalid([Problem(f"agent_harness.yaml: {exc}", sources[-1] if sources else "")]) from None
-    return HarnessConfig(limits=limits, base_policy=base, sources=sources)
+        raise ItemInvalid([Problem(f"agent_harness.yaml: {exc}", source)]) from None
+    return HarnessConfig(limits=limits, base_policy=base, sources=sources, signatures=parsed.signatures)

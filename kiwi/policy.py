@@ -57,6 +57,91 @@ def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+# Namespaces of Kiwi's own tools. An MCP grant never reaches a built-in tool id, even for a
+# server called "git" (its git.git_status is the server's; git.status is Kiwi's).
+BUILTIN_NAMESPACES = frozenset(t.partition(".")[0] for t in BUILTIN_TOOLS)
+# Attributes every grant may carry to explain itself; they grant nothing.
+_NOTES = {"resource", "description", "reason", "note"}
+# What each grant element reads. An attribute outside these is an error, never "all".
+GRANT_ATTRIBUTES: dict[tuple[str, str], set[str]] = {
+    ("read", "filesystem"): {"path"},
+    ("write", "filesystem"): {"path"},
+    ("deny", "filesystem"): {"path"},
+    ("execute", "tool"): {"id"},
+    ("deny", "tool"): {"id"},
+    ("execute", "shell"): {"commands", "action", "options"},
+    ("deny", "shell"): {"commands", "action"},
+    ("execute", "kiwi-mcp"): {"action", "actions"},
+    ("deny", "kiwi-mcp"): {"action", "actions"},
+    ("execute", "mcp"): {"name", "actions", "action", "tools"},
+    ("deny", "mcp"): {"name", "actions", "action", "tools"},
+    ("deny", "network"): {"action", "actions"},
+    # The seed's short form: the resource is the MCP server's name (resource="supabase").
+    ("execute", "*server*"): {"actions", "action", "tools"},
+    ("deny", "*server*"): {"actions", "action", "tools"},
+}
+
+
+def path_grant_problem(path: str) -> str:
+    """Why a filesystem grant's path cannot be used, or '' (grants are globs relative to the project)."""
+    text = path.strip()
+    if not text:
+        return "the path is empty; give a glob relative to the project root, e.g. \"src/**\" (\"**\" is everything)"
+    if text.startswith(("/", "~")) or (len(text) > 2 and text[1] == ":"):
+        return (f"'{path}' is absolute; grants are relative to the project root: \"**\" is the whole project, "
+                "\".\" its root folder alone")
+    if ".." in text.replace("\\", "/").split("/"):
+        return f"'{path}' leaves the project root ('..'); Kiwi grants nothing outside it"
+    return ""
+
+
+def _actions(attrs: dict[str, str]) -> str | None:
+    """An MCP grant's tools, from actions= (Kiwi), tools= (the seeds) or action=; None when none is given."""
+    named = [attrs[k] for k in ("actions", "tools", "action") if k in attrs]
+    return ",".join(named) if named else None
+
+
+def entry_problems(entry: PermissionEntry) -> list[str]:
+    """What is wrong with one grant element as written ([] when it means exactly what it says)."""
+    a = entry.attrs
+    resource = a.get("resource", "")
+    if entry.tag not in ("read", "write", "execute", "deny"):
+        return [f"unknown permission <{entry.tag}> (known: read, write, execute, deny)"]
+    if not resource:
+        return [f"<{entry.tag}> needs a resource attribute (filesystem, tool, shell, kiwi-mcp, mcp)"]
+    key = (entry.tag, resource)
+    if key not in GRANT_ATTRIBUTES:
+        if entry.tag in ("read", "write"):
+            return [f"<{entry.tag} resource=\"{resource}\"> is not a grant Kiwi knows; <{entry.tag}> takes "
+                    f"resource=\"filesystem\" with a path glob"]
+        if resource in ("filesystem", "tool", "shell", "network"):
+            return [f"<{entry.tag} resource=\"{resource}\"> is not a grant Kiwi knows"]
+        if resource in BUILTIN_NAMESPACES:
+            return [f"resource=\"{resource}\" is ambiguous: Kiwi's built-in {resource}.* tools are granted with "
+                    f"<execute resource=\"tool\" id=\"{resource}.NAME\"/>, an MCP server's tools with "
+                    f"<execute resource=\"mcp\" name=\"{resource}\" actions=\"...\"/>"]
+        key = (entry.tag, "*server*")
+    allowed = GRANT_ATTRIBUTES[key] | _NOTES
+    problems = [f"<{entry.tag} resource=\"{resource}\"> has no attribute '{name}'; it takes "
+                f"{', '.join(sorted(allowed - _NOTES))}" for name in a if name not in allowed]
+    if resource == "filesystem":
+        if "path" not in a:
+            problems.append(f"<{entry.tag} resource=\"filesystem\"> needs a path glob, e.g. path=\"src/**\"")
+        else:
+            problem = path_grant_problem(a["path"])
+            problems += [problem] if problem else []
+    elif resource == "tool" and not _split(a.get("id", "")):
+        problems.append(f"<{entry.tag} resource=\"tool\"> needs id=\"TOOL\" (one or more, comma-separated)")
+    elif resource == "shell" and entry.tag == "execute" and not _split(a.get("commands", a.get("action", ""))):
+        problems.append('<execute resource="shell"> needs commands="PROGRAM,..."')
+    elif resource == "mcp" and not a.get("name"):
+        problems.append(f"<{entry.tag} resource=\"mcp\"> needs name=\"SERVER\"")
+    if entry.tag == "execute" and key[1] in ("mcp", "*server*") and _actions(a) is None:
+        problems.append(f"<execute resource=\"{resource}\"> must name its tools: actions=\"TOOL,...\" "
+                        "(or actions=\"*\" for every tool of the server)")
+    return problems
+
+
 class PermissionSet(BaseModel):
     """Effective grants of a run. Absent means denied; explicit denials always win."""
 
@@ -94,7 +179,7 @@ class PermissionSet(BaseModel):
                 self.deny_network = True
             elif resource:
                 name = a.get("name", resource) if resource == "mcp" else resource
-                self.deny_mcp.setdefault(name, []).extend(_split(a.get("actions", a.get("action", "*"))))
+                self.deny_mcp.setdefault(name, []).extend(_split(_actions(a) or "*"))
             return
         if resource == "filesystem":
             target = self.fs_read if entry.tag == "read" else self.fs_write
@@ -116,8 +201,9 @@ class PermissionSet(BaseModel):
             return
         elif resource:
             name = a.get("name", "") if resource == "mcp" else resource
+            # A grant that names no tools grants none (validation reports it); never "all".
             if name:
-                self.mcp.setdefault(name, []).extend(_split(a.get("actions", a.get("action", "*"))))
+                self.mcp.setdefault(name, []).extend(_split(_actions(a) or ""))
 
     # ---- checks -------------------------------------------------------
     def check(self, tool: str, args: dict[str, Any], *, blocked_commands: list[str] | None = None) -> Decision:
@@ -137,7 +223,7 @@ class PermissionSet(BaseModel):
             return Decision(allowed=False, reason=f"'{tool}' is explicitly denied")
         if tool in self.tools or "*" in self.tools:
             return Decision(allowed=True, checked_against=[tool])
-        if action:
+        if action and tool not in BUILTIN_TOOLS:
             granted = self.mcp.get(server, [])
             if action in granted or "*" in granted:
                 return Decision(allowed=True, checked_against=[f"{server}:{','.join(granted)}"])

@@ -51,6 +51,7 @@ from kiwi.contracts import (
     ResumeRequest,
     RunSnapshot,
     RunStatus,
+    RunTrust,
     ToolCallResult,
     ToolContext,
     ToolContextRequest,
@@ -60,9 +61,10 @@ from kiwi.contracts import (
 from kiwi.directive import Directive, McpDeclaration, Metadata, Step, ToolsDeclaration
 from kiwi.errors import InputInvalid, KiwiError, McpServerMissing, RunFinished, RunNotFound, RunStateConflict
 from kiwi.harness import load_harness
+from kiwi.keys import approval_message, default_key, load_trusted, sign_bytes
 from kiwi.mcp_registry import McpRegistry, load_registry
-from kiwi.policy import BUILTIN_TOOLS
-from kiwi.signing import content_hash
+from kiwi.policy import BUILTIN_TOOLS, PermissionSet
+from kiwi.signing import check_trust, content_hash, verify
 from kiwi.store import ItemStore
 from kiwi.templating import bind_inputs
 
@@ -90,14 +92,55 @@ def build_snapshot(store: ItemStore, name: str, inputs: dict[str, Any], run_id: 
             raise InputInvalid(f"directive '{name}' step calls tool '{call.tool}', which is not a local tool",
                                hint="add it under .ai/tools/ or fix the tool id (run `kiwi search` to list tools)")
     harness = load_harness(store.project_root, store.user)
-    limits = harness.limits.model_copy(update={"deadline_seconds": deadline_seconds})
+    trusted = load_trusted(store.project_root, store.user)
+    limits = harness.limits.model_copy(update={"deadline_seconds": deadline_seconds,
+                                               "approvers": trusted.with_role("approve")})
     registry = load_registry(store.project_root, store.user)
     declared = {m.name for m in directive.metadata.tools.mcps}
-    return RunSnapshot(run_id=run_id, directive=directive, content_hash=content_hash(text), source_path=str(path),
-                       inputs=bound, grants=directive.grants(), project_root=str(store.project_root),
+    trust = directive_trust(text, harness.signatures, trusted.with_role("sign"))
+    grants = directive.grants() if trust.grants == "declared" else harness.base_policy.intersect(directive.grants())
+    return RunSnapshot(run_id=run_id, directive=directive, content_hash=trust.content_hash, source_path=str(path),
+                       inputs=bound, grants=grants, project_root=str(store.project_root),
                        client=client_name, local_tools=specs, limits=limits, search_attributes=search_attributes,
                        mcp_servers={n: c.info() for n, c in registry.servers.items() if n in declared},
-                       mcp_skipped={n: why for n, why in registry.skipped.items() if n in declared})
+                       mcp_skipped={n: why for n, why in registry.skipped.items() if n in declared}, trust=trust)
+
+
+def signed_decision(run_id: str, request: ApprovalRequest, approved: bool, by: str,
+                    reason: str = "") -> ApprovalDecision:
+    """The ``decide_approval`` signal for ``request``, signed with the private key ``by``."""
+    signature = sign_bytes(by, approval_message(run_id, request.request_id, request.args_hash, approved, by))
+    return ApprovalDecision(request_id=request.request_id, approved=approved, by=by, reason=reason,
+                            args_hash=request.args_hash, signature=signature)
+
+
+def directive_trust(text: str, mode: str, signers: dict[str, str]) -> RunTrust:
+    """Which grants a directive file runs with under the harness's ``signatures`` mode.
+
+    An agent can write a directive (``execute(directive, create)``, a file write) that grants
+    itself anything, so declared grants take effect only when a key the human trusts signed the
+    exact content. Otherwise the run gets what its declaration shares with the base policy: never
+    more than the agent could already do outside a run. ``warn`` lets an unsigned directive's
+    grants through with a warning; a directive modified after signing never gets them unless
+    signatures are ``off``.
+    """
+    status = check_trust(verify(text), signers)
+    trust = RunTrust(signature=status.state, signer=status.signer, trusted=status.trusted,
+                     content_hash=content_hash(text), mode=mode)  # type: ignore[arg-type]
+    if mode == "off" or status.trusted:
+        return trust
+    if status.state == "modified":
+        trust.grants = "base"
+        trust.note = ("modified after signing: runs with the base policy only; re-sign it with `kiwi sign` if the "
+                      "change is yours")
+    elif mode == "require":
+        trust.grants = "base"
+        who = f"signed by '{status.signer}', which is not a trusted key" if status.signer else (
+            "not signed by a trusted key")
+        trust.note = f"{who}: runs with the base policy only (signatures: require); a human signs it with `kiwi sign`"
+    else:
+        trust.note = "not signed by a trusted key: its declared grants apply because signatures is 'warn'"
+    return trust
 
 
 def session_mcps(registry: McpRegistry) -> ToolsDeclaration:
@@ -110,6 +153,9 @@ class StartedRun:
     run_id: str
     directive: Directive
     context: ToolContext | None = None
+    # The grants the run has (the declared ones only when a trusted key signed the directive).
+    grants: PermissionSet | None = None
+    trust: RunTrust | None = None
 
 
 class RunClient:
@@ -161,7 +207,7 @@ class RunClient:
                 raise McpServerMissing(f"run {handle.id} failed at its start: {context.error}",
                                        hint="fix mcp_registry.yaml or the server, or mark the <mcp> "
                                             "required=\"false\" in the directive")
-        return StartedRun(run_id=handle.id, directive=directive, context=context)
+        return StartedRun(run_id=handle.id, directive=directive, context=context, grants=snap.grants, trust=snap.trust)
 
     async def tool_context(self, run_id: str) -> ToolContext:
         """The MCP tool context a run fetched at its start; waits until it is ready."""
@@ -195,9 +241,11 @@ class RunClient:
                               steps=[Step(name="interactive", mode="agent",
                                           action="Calls made outside a directive run, checked against the "
                                                  "base policy of agent_harness.yaml.")])
-        return RunSnapshot(run_id=session_workflow_id(client_name), directive=directive, content_hash="",
+        approvers = load_trusted(self.store.project_root, self.store.user).with_role("approve")
+        return RunSnapshot(run_id=session_workflow_id(self.store.project_root), directive=directive, content_hash="",
                            grants=harness.base_policy, project_root=str(self.store.project_root), client=client_name,
-                           local_tools=local_tool_specs(self.store), limits=harness.limits,
+                           local_tools=local_tool_specs(self.store),
+                           limits=harness.limits.model_copy(update={"approvers": approvers}),
                            search_attributes=self._attributes_ready or False,
                            mcp_servers={n: c.info() for n, c in registry.servers.items()})
 
@@ -207,7 +255,8 @@ class RunClient:
         The session is started (snapshot, harness read) only when it is not running yet, so a
         busy session costs one Workflow Update per call, like a run.
         """
-        run_id = session_workflow_id(client_name)
+        # One session per project, whatever the client calls itself: a new client name is no new budget.
+        run_id = session_workflow_id(self.store.project_root)
         try:
             return await self.call_tool(run_id, tool, arguments, client_name=client_name)
         except (RunNotFound, RunFinished):
@@ -245,9 +294,14 @@ class RunClient:
     async def resume(self, run_id: str, reason: str = "", by: str = "") -> None:
         await self._signal(run_id, "resume", ResumeRequest(reason=reason, by=by))
 
-    async def decide_approval(self, run_id: str, request_id: str, approved: bool, *, by: str,
+    async def decide_approval(self, run_id: str, request_id: str, approved: bool, *, by: str | None = None,
                               reason: str = "") -> ApprovalRequest:
-        """Approve or reject a pending call; answers the request as the run recorded it."""
+        """Approve or reject a pending call, signed with the approver's key ``by`` (default: your only key).
+
+        Answers the request as the run recorded it. The run accepts the decision only when ``by`` is
+        a trusted approver and the signature covers this run, request, call hash and answer.
+        """
+        by = default_key(by)
         status = await self.status(run_id)
         request = next((a for a in status.approvals if a.request_id == request_id), None)
         if request is None:
@@ -258,8 +312,7 @@ class RunClient:
             raise RunStateConflict(f"{request_id} is already {request.status}")
         if by == request.requested_by:
             raise KiwiError(f"'{by}' made this call and cannot approve it", hint="another person must decide")
-        await self._signal(run_id, "decide_approval", ApprovalDecision(
-            request_id=request_id, approved=approved, by=by, reason=reason, args_hash=request.args_hash))
+        await self._signal(run_id, "decide_approval", signed_decision(run_id, request, approved, by, reason))
         return request
 
     async def decide(self, run_id: str, request_id: str, option: str, *, by: str, note: str = "") -> None:

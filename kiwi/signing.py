@@ -1,7 +1,11 @@
-"""Item signatures: a first-line comment with a UTC timestamp and the SHA-256 of the content.
+"""Item signatures: a first-line comment with a UTC timestamp, the SHA-256 of the content, and
+the signer's name and Ed25519 signature.
 
-Kiwi writes ``<!-- kiwi:signed:TIMESTAMP:SHA256 -->`` (``# kiwi:signed:...`` in YAML and Python
-files) and hashes everything after that first line. The legacy Kiwi MCP line
+Kiwi writes ``<!-- kiwi:signed:TIMESTAMP:SHA256:SIGNER:SIGNATURE -->`` (``# kiwi:signed:...`` in
+YAML and Python files) and hashes everything after that first line. A line without a signer
+(``kiwi:signed:TIMESTAMP:SHA256``, what Kiwi wrote before keys) only proves integrity: anyone,
+an agent included, can compute a hash, so it never makes a directive's grants take effect.
+Which signers are trusted is ``trusted_keys.yaml`` (see ``kiwi.keys``). The legacy Kiwi MCP line
 ``<!-- kiwi-mcp:validated:TIMESTAMP:HASH -->`` is recognised: its hash covered the directive's
 XML block, sometimes shortened to 12 hex digits.
 """
@@ -15,7 +19,8 @@ from datetime import UTC, datetime
 from typing import Literal
 
 _SIGNATURE = re.compile(
-    r"^(?:<!--|#)\s*(kiwi|kiwi-mcp):(signed|validated):(\S+):([^\s:]+?)\s*(?:-->)?\s*$"
+    r"^(?:<!--|#)\s*(kiwi|kiwi-mcp):(signed|validated):(\S+?):([0-9a-fA-F]{12,64})"
+    r"(?::([A-Za-z0-9_.-]{1,64}):([A-Za-z0-9_-]+))?\s*(?:-->)?\s*$"
 )
 _XML_BLOCK = re.compile(r"```xml\n(.*?)\n```", re.DOTALL)
 
@@ -27,13 +32,19 @@ class SignatureStatus:
     legacy: bool = False
     expected: str = ""
     actual: str = ""
+    signer: str = ""
+    signature: str = ""
+    # Set by ``check_trust``: the signer's key is trusted for signing and the signature verifies.
+    trusted: bool = False
 
     def describe(self) -> str:
         if self.state == "unsigned":
             return "unsigned"
         label = "legacy kiwi-mcp signature" if self.legacy else "signature"
         if self.state == "valid":
-            return f"{label} valid (signed {self.timestamp})"
+            who = f" by {self.signer}" if self.signer else " (no signer: integrity only)"
+            trust = (", trusted" if self.trusted else ", NOT by a trusted key") if self.signer else ""
+            return f"{label} valid (signed {self.timestamp}{who}{trust})"
         return f"modified after signing: {label} from {self.timestamp} does not match the content (re-sign with `kiwi sign`)"
 
 
@@ -56,7 +67,7 @@ def verify(text: str) -> SignatureStatus:
         return SignatureStatus("unsigned")
     m = _SIGNATURE.match(line.strip())
     assert m is not None
-    tool, _, timestamp, digest = m.groups()
+    tool, _, timestamp, digest, signer, signature = m.groups()
     legacy = tool == "kiwi-mcp"
     digest = digest.lower()
     if legacy:
@@ -69,13 +80,27 @@ def verify(text: str) -> SignatureStatus:
     else:
         actual = hashlib.sha256(body.encode()).hexdigest()
         ok = actual == digest
-    return SignatureStatus("valid" if ok else "modified", timestamp, legacy, digest, actual)
+    return SignatureStatus("valid" if ok else "modified", timestamp, legacy, digest, actual, signer or "",
+                           signature or "")
 
 
-def sign(text: str, *, comment: Literal["html", "hash"] = "html", now: datetime | None = None) -> str:
-    """Return ``text`` with a fresh Kiwi signature as its first line (any old one replaced)."""
+def check_trust(status: SignatureStatus, signers: dict[str, str]) -> SignatureStatus:
+    """``status`` with ``trusted`` set: valid content, a named signer in ``signers``, and its signature."""
+    from kiwi.keys import item_message, verify_bytes
+
+    key = signers.get(status.signer)
+    status.trusted = bool(status.state == "valid" and key and status.signature and verify_bytes(
+        key, item_message(status.actual, status.timestamp, status.signer), status.signature))
+    return status
+
+
+def sign(text: str, *, signer: str, comment: Literal["html", "hash"] = "html", now: datetime | None = None) -> str:
+    """Return ``text`` with a fresh Kiwi signature by the key ``signer`` as its first line (any old one replaced)."""
+    from kiwi.keys import item_message, sign_bytes
+
     _, body = split_signature(text)
     stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-    line = f"<!-- kiwi:signed:{stamp}:{digest} -->" if comment == "html" else f"# kiwi:signed:{stamp}:{digest}"
+    mark = f"kiwi:signed:{stamp}:{digest}:{signer}:{sign_bytes(signer, item_message(digest, stamp, signer))}"
+    line = f"<!-- {mark} -->" if comment == "html" else f"# {mark}"
     return f"{line}\n{body}"

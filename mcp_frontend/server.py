@@ -209,7 +209,8 @@ async def _execute(runs: RunClient, root: Path, item_type: str, action: str, ite
                    for name, c in (started.context.mcps if started.context else {}).items()}
         return {"run_id": new_id, "state": status.status, "current_step": status.current_step.model_dump()
                 if status.current_step else None, "declared_tools": directive.metadata.tools.model_dump(),
-                "tool_context": context, "permissions": directive.grants().summary(),
+                "tool_context": context, "permissions": (started.grants or directive.grants()).summary(),
+                "trust": started.trust.model_dump() if started.trust else None,
                 **({"deviation_rules": _deviation_guidance(directive.metadata.deviation_rules, new_id)}
                    if directive.metadata.deviation_rules else {}),
                 "instructions": "Do the current step's action, making tool calls with execute(item_type='tool', "

@@ -5,8 +5,9 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _isolated_user_space(tmp_path_factory, monkeypatch):
-    """Every test gets an empty user space so ~/.ai on the machine never leaks in."""
+    """Every test gets an empty user space and key folder, so ~/.ai and the machine's keys never leak in."""
     monkeypatch.setenv("AI_USER_SPACE", str(tmp_path_factory.mktemp("user-space")))
+    monkeypatch.setenv("KIWI_KEYS_DIR", str(tmp_path_factory.mktemp("keys")))
 
 
 import asyncio  # noqa: E402

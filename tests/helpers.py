@@ -46,3 +46,26 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def signed(text: str) -> str:
+    """``text`` signed by the test's own key (made and trusted on first use, as `kiwi init` does)."""
+    from kiwi.cli_keys import ensure_key
+    from kiwi.signing import sign
+
+    return sign(text, signer=ensure_key()[0])
+
+
+def write_directive(path: Path, text: str) -> Path:
+    """Write a directive as a human would after `kiwi sign`: its grants take effect."""
+    return write(path, signed(text))
+
+
+def approver(name: str) -> str:
+    """A person who may approve calls: a key of their own, trusted for approving in the user space."""
+    from kiwi.keys import create_key, trust_key
+    from kiwi.store import user_space
+
+    _, public = create_key(name)
+    trust_key(user_space(), name, public, ["approve"])
+    return name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from activities.audit import read_audit
 from tests.conftest import wait_for
-from tests.helpers import directive_md, write
+from tests.helpers import directive_md, write, write_directive
 
 WRITE = '<step name="{name}"><tool_call tool="filesystem.write"><param name="path">{path}</param>' \
         '<param name="content">{content}</param></tool_call></step>'
@@ -12,16 +12,16 @@ WRITE = '<step name="{name}"><tool_call tool="filesystem.write"><param name="pat
 
 def setup(project, parent_body: str) -> None:
     ai = project / ".ai" / "directives"
-    write(ai / "writer.md", directive_md(
+    write_directive(ai / "writer.md", directive_md(
         WRITE.format(name="write", path="notes/{who}.txt", content="by {who}"), name="writer",
         permissions='<write resource="filesystem" path="notes/**"/>',
         inputs='<input name="who" type="string" required="true"/>'))
-    write(ai / "greedy.md", directive_md(
+    write_directive(ai / "greedy.md", directive_md(
         WRITE.format(name="write", path="notes/greedy.txt", content="greedy") +
         '<step name="finish"><action>Try things, then finish.</action></step>', name="greedy",
         permissions='<write resource="filesystem" path="notes/**"/><write resource="filesystem" path="src/**"/>'
                     '<execute resource="shell" commands="npm"/>'))
-    write(ai / "parent.md", directive_md(
+    write_directive(ai / "parent.md", directive_md(
         parent_body, name="parent",
         permissions='<write resource="filesystem" path="notes/**"/><execute resource="tool" id="directive.run"/>'))
 
@@ -29,7 +29,7 @@ def setup(project, parent_body: str) -> None:
 async def test_a_step_runs_a_child_and_gets_its_outputs(runs, project):
     setup(project, '<step name="delegate"><tool_call tool="directive.run"><param name="directive">writer</param>'
                    '<param name="inputs">{"who": "kid"}</param></tool_call></step>')
-    write(project / ".ai" / "directives" / "parent.md", (project / ".ai" / "directives" / "parent.md").read_text()
+    write_directive(project / ".ai" / "directives" / "parent.md", (project / ".ai" / "directives" / "parent.md").read_text()
           .replace('<param name="inputs">{"who": "kid"}</param>', '<param name="inputs">{child_inputs}</param>')
           .replace("<inputs>\n", '<inputs>\n<input name="child_inputs" type="object" required="true"/>\n'))
     run_id = await runs.start("parent", {"child_inputs": {"who": "kid"}})

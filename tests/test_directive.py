@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -129,13 +131,46 @@ def test_a_50_mb_file_is_refused_quickly():
 
 
 def test_sign_then_verify_and_detect_modification():
+    from kiwi.cli_keys import ensure_key
+    from kiwi.keys import load_trusted
+    from kiwi.signing import check_trust
+    from kiwi.store import user_space
+
     text = directive_md(WRITE_STEP, permissions=PERMS, inputs=INPUTS)
-    signed = sign(text)
+    signer = ensure_key()[0]
+    signed = sign(text, signer=signer)
     assert signed.splitlines()[0].startswith("<!-- kiwi:signed:")
-    assert verify(signed).state == "valid"
+    trusted = load_trusted(Path("."), user_space()).with_role("sign")
+    status = check_trust(verify(signed), trusted)
+    assert (status.state, status.signer, status.trusted) == ("valid", signer, True)
     assert content_hash(signed) == content_hash(text)
-    assert verify(signed.replace("hello", "goodbye")).state == "modified"
+    modified = check_trust(verify(signed.replace("hello", "goodbye")), trusted)
+    assert (modified.state, modified.trusted) == ("modified", False)
     parse_directive(signed, "signed.md")
+
+
+def test_a_signature_is_only_trusted_from_a_trusted_key_and_cannot_be_forged_by_hashing():
+    """An agent can compute a SHA-256 and even make a key of its own; neither makes it a trusted signer."""
+    import hashlib
+
+    from kiwi.cli_keys import ensure_key
+    from kiwi.keys import create_key, load_trusted
+    from kiwi.signing import check_trust
+    from kiwi.store import user_space
+
+    ensure_key()
+    trusted = load_trusted(Path("."), user_space()).with_role("sign")
+    body = directive_md(WRITE_STEP, permissions=PERMS, inputs=INPUTS)
+    digest = hashlib.sha256(body.encode()).hexdigest()
+    hashed_only = f"<!-- kiwi:signed:2026-11-22T00:00:00Z:{digest} -->\n{body}"
+    assert check_trust(verify(hashed_only), trusted).trusted is False
+    create_key("mallory")  # a key of its own, never added to trusted_keys.yaml
+    by_mallory = sign(body, signer="mallory")
+    assert check_trust(verify(by_mallory), trusted).trusted is False
+    # Claiming a trusted name with mallory's signature does not verify either.
+    owner = next(iter(trusted))
+    forged = by_mallory.replace(":mallory:", f":{owner}:", 1)
+    assert check_trust(verify(forged), trusted).trusted is False
 
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)

@@ -21,7 +21,7 @@ from kiwi.devserver import DevServer, free_port
 from kiwi.runs import RunClient
 from kiwi.store import ItemStore
 from tests.conftest import awaiting_step
-from tests.helpers import directive_md, write
+from tests.helpers import directive_md, write, write_directive
 from workers.main import WORKFLOWS, build_worker
 from workflows.directive_run import ALL_CHANGES
 
@@ -45,7 +45,7 @@ def tick_project(project: Path) -> None:
     <step name="first"><tool_call tool="tick"><param name="label">first</param></tool_call></step>
     <step name="review"><action>Look at ticks.log and say ok.</action></step>
     <step name="second"><tool_call tool="tick"><param name="label">second</param></tool_call></step>"""
-    write(project / ".ai" / "directives" / "ticker.md", directive_md(
+    write_directive(project / ".ai" / "directives" / "ticker.md", directive_md(
         body, name="ticker", permissions='<execute resource="tool" id="tick"/>'))
 
 

@@ -12,7 +12,7 @@ from activities.audit import read_audit
 from kiwi.errors import ItemInvalid
 from kiwi.harness import load_harness
 from tests.conftest import awaiting_step, run_client, wait_for
-from tests.helpers import directive_md, write
+from tests.helpers import directive_md, write, write_directive
 from workers.main import build_worker
 
 GUARDED = directive_md(
@@ -22,7 +22,7 @@ GUARDED = directive_md(
 
 
 async def start(runs, project):
-    write(project / ".ai" / "directives" / "guarded.md", GUARDED)
+    write_directive(project / ".ai" / "directives" / "guarded.md", GUARDED)
     (project / "src" / "a").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     run_id = await runs.start("guarded", {})

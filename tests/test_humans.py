@@ -18,10 +18,10 @@ from temporalio.client import WorkflowFailureError, WorkflowUpdateStage
 from activities.audit import read_audit
 from kiwi.contracts import ApprovalDecision, HelpRequest
 from kiwi.errors import InputInvalid, KiwiError, RunStateConflict
-from kiwi.runs import RunClient
+from kiwi.runs import RunClient, signed_decision
 from mcp_frontend.server import build_server
 from tests.conftest import run_client, wait_for
-from tests.helpers import directive_md, write
+from tests.helpers import approver, directive_md, write, write_directive
 from workers.main import build_worker
 
 HARNESS = "approvals:\n  tools: [filesystem.delete, git.rollback]\n  timeout_seconds: 3600\n"
@@ -32,7 +32,9 @@ GRANTS = ('<read resource="filesystem" path="**"/><write resource="filesystem" p
 def setup(project: Path, harness: str = HARNESS, body: str = '<step name="work"><action>Tidy notes.</action></step>',
           extra_meta: str = "") -> None:
     write(project / ".ai" / "config" / "agent_harness.yaml", harness)
-    write(project / ".ai" / "directives" / "tidy.md",
+    for name in ("alice", "bob"):
+        approver(name)
+    write_directive(project / ".ai" / "directives" / "tidy.md",
           directive_md(body, name="tidy", permissions=GRANTS, extra_meta=extra_meta))
     write(project / "notes" / "old.txt", "old")
 
@@ -118,8 +120,7 @@ async def test_a_run_waiting_for_approval_survives_its_worker_and_is_approved_wh
         run_id = await runs.start("tidy", {})
         (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
     # No worker now: the approval is a signal the server keeps (as `temporal workflow signal` would send it).
-    await runs.handle(run_id).signal("decide_approval", ApprovalDecision(
-        request_id=request.request_id, approved=True, by="alice"))
+    await runs.handle(run_id).signal("decide_approval", signed_decision(run_id, request, True, "alice"))
     assert (project / "notes" / "old.txt").exists()
     async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
         result = await runs.handle(run_id).result()

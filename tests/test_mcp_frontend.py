@@ -12,6 +12,8 @@ import httpx
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
+from kiwi.cli import main as kiwi_main
+from kiwi.cli_keys import ensure_key
 from kiwi.devserver import free_port
 from mcp_frontend.server import build_server
 from tests.conftest import wait_for
@@ -194,8 +196,19 @@ async def test_authoring_directives_and_knowledge_writes_only_valid_items(runs, 
         updated = await execute(item_type="directive", action="update", item_id="made",
                                 parameters={"content": good.replace(">made<", ">made twice<")})
         assert updated["status"] == "updated"
+        # Written by the agent, so nobody trusted signed it: it runs with the base policy only,
+        # which grants no writes, and says so.
         started = await execute(item_type="directive", action="run", item_id="made")
-        assert started["state"] == "completed"
+        assert started["state"] == "failed" and started["trust"]["grants"] == "base"
+        assert "not signed by a trusted key" in started["trust"]["note"] and started["permissions"] == {
+            "fs_read": ["notes/**"]}
+        assert not (project / "notes" / "made.txt").exists()
+        # A human reads it and signs it: now its own grants apply.
+        made = next((project / ".ai" / "directives").rglob("made.md"))
+        signer = ensure_key()[0]  # this test's user space is its own: trust a key there
+        assert kiwi_main(["sign", "--key", signer, str(made)]) == 0
+        started = await execute(item_type="directive", action="run", item_id="made")
+        assert started["state"] == "completed" and started["trust"]["trusted"] is True
         assert (project / "notes" / "made.txt").read_text() == "made twice"
         refused = await execute(item_type="directive", action="delete", item_id="made")
         assert refused["error"] == "InputInvalid" and "confirm=true" in refused["message"]
@@ -225,7 +238,7 @@ async def test_authoring_directives_and_knowledge_writes_only_valid_items(runs, 
 
 
 async def test_a_slow_call_answers_pending_with_progress_and_can_be_polled(runs, project, temporal_env):
-    from tests.helpers import write
+    from tests.helpers import write, write_directive
 
     write(project / ".ai" / "tools" / "gate" / "tool.yaml",
           "tool_id: gate\ntool_type: python\nexecutor:\n  entrypoint: main.py\n")
@@ -240,7 +253,7 @@ async def test_a_slow_call_answers_pending_with_progress_and_can_be_polled(runs,
         progress.append(value)
 
     async with Client(server) as client:
-        write(project / ".ai" / "directives" / "gated.md", (project / ".ai" / "directives" / "hello_kiwi.md")
+        write_directive(project / ".ai" / "directives" / "gated.md", (project / ".ai" / "directives" / "hello_kiwi.md")
               .read_text().replace('name="hello_kiwi"', 'name="gated"')
               .replace('<execute resource="tool" id="word_count" />',
                        '<execute resource="tool" id="word_count" /><execute resource="tool" id="gate" />'))

@@ -19,11 +19,12 @@ import httpx
 import pytest
 
 from activities.audit import read_audit
+from kiwi.contracts import session_workflow_id
 from kiwi.devserver import free_port
 from kiwi.errors import ItemInvalid, McpServerMissing
 from kiwi.mcp_registry import load_registry
 from tests.conftest import wait_for
-from tests.helpers import directive_md, write
+from tests.helpers import directive_md, write, write_directive
 
 NPM = Path(__file__).parent / "npm" / "node_modules" / "@modelcontextprotocol"
 EVERYTHING = NPM / "server-everything" / "dist" / "index.js"
@@ -41,7 +42,7 @@ def py(*args: str) -> str:
 
 
 def mcp_directive(project: Path, name: str, body: str, tools: str, permissions: str, inputs: str = "") -> None:
-    write(project / ".ai" / "directives" / f"{name}.md",
+    write_directive(project / ".ai" / "directives" / f"{name}.md",
           directive_md(body, name=name, tools=f"<tools>{tools}</tools>", permissions=permissions, inputs=inputs))
 
 
@@ -428,8 +429,8 @@ mcps:
         assert denied["status"] == "denied" and 'name="clock"' in denied["hint"]
         write(project / ".ai" / "config" / "agent_harness.yaml",
               "internal_tools:\n  mcps:\n    clock:\n      tools: [get_current_time]\n")
-        await runs.cancel("session-agent-1")
-        await runs.handle("session-agent-1").result()
+        await runs.cancel(session_workflow_id(project))
+        await runs.handle(session_workflow_id(project)).result()
         allowed = data(await client.call_tool("execute", call))
         assert allowed["status"] == "ok" and json.loads(allowed["result"]["content"][0]["text"])["timezone"] == "UTC"
         seed_form = data(await client.call_tool("execute", {"item_type": "mcp", "action": "call", "item_id": "clock",

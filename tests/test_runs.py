@@ -9,9 +9,10 @@ import sys
 import pytest
 
 from activities.audit import read_audit
+from kiwi.contracts import session_workflow_id
 from kiwi.errors import InputInvalid, ItemNotFound, RunStateConflict
 from tests.conftest import wait_for
-from tests.helpers import directive_md, write
+from tests.helpers import directive_md, write, write_directive
 
 
 async def awaiting(runs, run_id, step):
@@ -125,7 +126,7 @@ async def test_conditions_templating_and_step_outputs(runs, project):
         <param name="path">notes/short.txt</param><param name="content">short</param>
       </tool_call>
     </step>"""
-    write(project / ".ai" / "directives" / "cond.md", directive_md(
+    write_directive(project / ".ai" / "directives" / "cond.md", directive_md(
         body, name="cond", permissions='<write resource="filesystem" path="notes/**"/>'
                                        '<execute resource="tool" id="word_count"/>',
         inputs='<input name="text" type="string" required="true"/><input name="force" type="boolean" default="false"/>'))
@@ -213,13 +214,28 @@ async def test_calls_outside_a_run_go_through_the_session_and_base_policy(runs, 
     assert counted.status == "ok" and counted.result["words"] == 3
     blocked = await runs.session_call("alice", "shell.run", {"command": "sudo ls"})
     assert blocked.status == "denied" and "blocked" in blocked.reason
-    status = await runs.status("session-alice")
+    session = session_workflow_id(project)
+    status = await runs.status(session)
     assert status.calls == 4 and status.status == "awaiting_agent"
 
     async def audited():
-        found = [r["decision"] for r in read_audit(str(project), "session-alice") if r["event"] == "tool_call"]
+        found = [(r["decision"], r["client"]) for r in read_audit(str(project), session) if r["event"] == "tool_call"]
         return found if len(found) == 4 else None
-    assert await wait_for(audited, what="session audit records") == ["allowed", "denied", "allowed", "denied"]
+    assert [d for d, _ in await wait_for(audited, what="session audit records")] == [
+        "allowed", "denied", "allowed", "denied"]
+
+
+async def test_a_new_client_name_does_not_reset_the_sessions_rate_budget(runs, project):
+    """The attack: exhaust the base policy's budget, then call again under another --client name."""
+    write(project / ".ai" / "config" / "agent_harness.yaml",
+          "internal_tools:\n  filesystem:\n    read: ['**']\nrate_limits:\n  filesystem.read: 2\n")
+    (project / "readme.txt").write_text("hi")
+    for client in ("alice", "alice"):
+        assert (await runs.session_call(client, "filesystem.read", {"path": "readme.txt"})).status == "ok"
+    again = await runs.session_call("mallory-new-name", "filesystem.read", {"path": "readme.txt"})
+    assert again.status == "rate_limited" and "filesystem.read" in again.reason
+    status = await runs.status(session_workflow_id(project))
+    assert [c.status for c in status.last_calls] == ["ok", "ok", "rate_limited"]
 
 
 async def test_loop_warnings_stop_the_run_as_stuck_until_a_human_resumes_it(runs, project):

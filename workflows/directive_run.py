@@ -58,8 +58,10 @@ with workflow.unsafe.imports_passed_through():
         McpListToolsRequest,
         McpListToolsResult,
         McpServerContext,
+        RefusedDecision,
         ResolveDirectiveRequest,
         ResumeRequest,
+        RunSnapshot,
         RunState,
         RunStatus,
         StepRecord,
@@ -72,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from kiwi.directive import McpDeclaration, Step, callable_tool, plan_step
     from kiwi.guards import detect_loop, digest, rate_patterns, redact, summarise_call, summarise_result
+    from kiwi.keys import approval_message, verify_bytes
     from kiwi.policy import BUILTIN_TOOLS, FILESYSTEM_TOOLS, parse_command
     from kiwi.templating import TemplateError, render
 
@@ -101,6 +104,9 @@ MCP_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=300), backoff_co
 # One patch for every workflow change up to this point (see DirectiveRun.run); add new changes as
 # patches of their own, and fold them into a new ALL_CHANGES id when the previous one is retired.
 ALL_CHANGES = "kiwi-run-changes-2026-11"
+# Escapes closed: approval decisions need an approver's signature, help(checkpoint) needs the
+# git.checkpoint grant, child runs inherit approval rules and share the parent's rate budget.
+HARDENED = "kiwi-escapes-closed-2026-11"
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
 AUDIT_IDLE_FLUSH = timedelta(seconds=1)
@@ -141,6 +147,7 @@ class DirectiveRun:
         self.human_loop = False
         self.fs_local = False
         self.lean = False
+        self.hardened = False
         self.background: list[Any] = []
 
     # ------------------------------------------------------------------ main loop
@@ -161,8 +168,13 @@ class DirectiveRun:
             self.idle_flush = workflow.patched("audit-idle-flush")
             self.human_loop = workflow.patched("human-loop")
             mcp_context = None  # decided below, where that patch has always been checked
+        self.hardened = workflow.patched(HARDENED)
         if not state.started_at:
             state.started_at = workflow.now().isoformat()
+            trust = self.snap.trust
+            self._audit({"event": "run_started", "signature": trust.signature, "signer": trust.signer,
+                         "trusted": trust.trusted, "content_hash": self.snap.content_hash,
+                         "grants_from": trust.grants, "note": trust.note, "grants": self.snap.grants.summary()})
         directive = self.snap.directive
         self._publish()
         if not state.mcp_ready:
@@ -367,7 +379,13 @@ class DirectiveRun:
             self._hold("awaiting_human", f"escalation {request_id}: {request.reason}")
         if self.human_loop and request.kind == "checkpoint" and \
                 self.snap.directive.metadata.git_checkpoint != "disabled":
-            self.background.append(asyncio.ensure_future(self._checkpoint(request.reason or "the agent asked")))
+            decision = self.snap.grants.check_tool_id("git.checkpoint")
+            if self.hardened and not decision.allowed:
+                # A checkpoint runs git in the project: the same grant as the git.checkpoint tool.
+                self._audit({"event": "help_checkpoint_denied", "decision": "denied", "reason": decision.reason,
+                             "hint": decision.hint})
+            else:
+                self.background.append(asyncio.ensure_future(self._checkpoint(request.reason or "the agent asked")))
         self._publish()
 
     @workflow.signal
@@ -419,7 +437,8 @@ class DirectiveRun:
                          waiting_for=waiting, last_calls=self.state.recent_calls[-10:], help=self.state.help,
                          calls=self.state.call_seq, error=self.state.error, continued=self.state.continued,
                          children=self.state.children, approvals=self.state.approvals[-20:],
-                         decisions=self.state.decisions[-20:], checkpoints=self.state.checkpoints[-20:])
+                         decisions=self.state.decisions[-20:], checkpoints=self.state.checkpoints[-20:],
+                         trust=self.snap.trust, refused_decisions=self.state.refused_decisions)
 
     # ------------------------------------------------------------------ the call path
     async def _call(self, tool: str, args: dict[str, Any], *, origin: str, step: str | None = None,
@@ -678,9 +697,14 @@ class DirectiveRun:
             refused = "the decision names other arguments than the pending call; a changed call needs a new approval"
         elif decision.by and decision.by == request.requested_by:
             refused = f"'{decision.by}' made the call and cannot approve it"
+        elif self.hardened:
+            refused = self._approver_problem(decision, request)
         if refused:
             self._audit({"event": "approval_decision_refused", "request_id": decision.request_id, "by": decision.by,
                          "reason": refused})
+            self.state.refused_decisions = [*self.state.refused_decisions, RefusedDecision(
+                request_id=decision.request_id, by=decision.by, reason=refused,
+                at=workflow.now().isoformat())][-20:]
             return
         assert request is not None
         request.status = "approved" if decision.approved else "rejected"
@@ -688,6 +712,25 @@ class DirectiveRun:
         request.reason = decision.reason
         self._audit({"event": "approval_decided", "request_id": request.request_id, "tool": request.tool,
                      "decision": request.status, "by": request.decided_by, "reason": decision.reason})
+
+    def _approver_problem(self, decision: ApprovalDecision, request: ApprovalRequest) -> str:
+        """Why a decision does not come from a trusted approver ('' when it does).
+
+        The caller of a run (an agent, a tool it runs) can send a signal, but cannot sign one: the
+        approvers' private keys never reach the worker or its tools.
+        """
+        approvers = self.snap.limits.approvers
+        if not approvers:
+            return "no approvers are configured (trusted_keys.yaml role approve): create one with `kiwi keys init`"
+        key = approvers.get(decision.by)
+        if key is None:
+            return f"'{decision.by or 'nobody'}' is not a trusted approver (approvers: {', '.join(sorted(approvers))})"
+        message = approval_message(self.snap.run_id, request.request_id, request.args_hash, decision.approved,
+                                   decision.by)
+        if not decision.signature or not verify_bytes(key, message, decision.signature):
+            return (f"the decision is not signed by {decision.by}'s key for this exact call; approve with "
+                    f"`kiwi approve {self.snap.run_id} {request.request_id} --as {decision.by}`")
+        return ""
 
     @workflow.signal
     def decide(self, answer: DecisionAnswer) -> None:
@@ -835,11 +878,17 @@ class DirectiveRun:
                                   hint="grant it in the parent's <permissions>, narrow the child's, or set "
                                        "child_runs.on_escalation: intersect in agent_harness.yaml")
         child = child.model_copy(update={"grants": snap.grants.intersect(child.grants)})
+        reserved: dict[str, int] = {}
+        child_state = None
+        if self.hardened:
+            child, reserved = self._inherit(child)
+            # The child's windows start with this run's recent calls: a child is no fresh window.
+            child_state = RunState(rate_times={p: list(t) for p, t in state.rate_times.items()})
         handle = await workflow.start_child_workflow(
-            DirectiveRun.run, DirectiveRunInput(snapshot=child), id=child_id, task_queue=workflow.info().task_queue,
-            parent_close_policy=ParentClosePolicy.ABANDON,
+            DirectiveRun.run, DirectiveRunInput(snapshot=child, state=child_state), id=child_id,
+            task_queue=workflow.info().task_queue, parent_close_policy=ParentClosePolicy.ABANDON,
             static_summary=f"child of {snap.run_id}: {name} v{child.directive.version}")
-        record = ChildRecord(run_id=child_id, directive=name, narrowed=excess)
+        record = ChildRecord(run_id=child_id, directive=name, narrowed=excess, reserved=reserved)
         state.children.append(record)
         self._audit({"event": "child_started", "child_run": child_id, "narrowed": excess})
         if origin == "agent":
@@ -852,6 +901,32 @@ class DirectiveRun:
             raise CallRefused("error", f"child run {child_id} failed: {record.error}", error_type="ChildRunFailed")
         return {"run_id": child_id, "status": result.status, "outputs": result.outputs}
 
+    def _inherit(self, child: RunSnapshot) -> tuple[RunSnapshot, dict[str, int]]:
+        """A child run under this run's rules: its approval rules and approvers, and a share of its budget.
+
+        The child may use what is left of each per-run rate limit; those calls are held back here
+        until the child ends (``_settle``), so parent and child together stay within the limit.
+        """
+        limits, state = self.snap.limits, self.state
+        reserved = {p: max(0, n - state.call_counts.get(p, 0)) for p, n in limits.rate_limits.items()}
+        rates = {**child.limits.rate_limits,
+                 **{p: min(child.limits.rate_limits.get(p, left), left) for p, left in reserved.items()}}
+        windows = {**child.limits.rate_windows, **limits.rate_windows}
+        approvals = list(dict.fromkeys([*self._approval_patterns(), *child.limits.approval_tools]))
+        for pattern, left in reserved.items():
+            state.call_counts[pattern] = state.call_counts.get(pattern, 0) + left
+        return child.model_copy(update={"limits": child.limits.model_copy(update={
+            "rate_limits": rates, "rate_windows": windows, "approval_tools": approvals,
+            "approvers": limits.approvers, "blocked_commands": list(dict.fromkeys(
+                [*limits.blocked_commands, *child.limits.blocked_commands]))})}), reserved
+
+    def _settle(self, record: ChildRecord, used: dict[str, int] | None) -> None:
+        """Give back what a finished child did not use of the budget held for it (nothing if unknown)."""
+        for pattern, held in record.reserved.items():
+            unused = held - min(held, (used or {}).get(pattern, held))
+            self.state.call_counts[pattern] = max(0, self.state.call_counts.get(pattern, 0) - unused)
+        record.reserved = {}
+
     async def _watch_child(self, handle: Any, record: ChildRecord) -> DirectiveRunResult | None:
         """Wait for a child run and record how it ended (None if it failed)."""
         try:
@@ -862,8 +937,10 @@ class DirectiveRun:
             record.error = getattr(cause, "message", "") or str(exc)
             self._audit({"event": "child_finished", "child_run": record.run_id, "status": record.status,
                          "error": record.error})
+            self._settle(record, None)
             return None
         record.status = result.status
+        self._settle(record, result.call_counts)
         self._audit({"event": "child_finished", "child_run": record.run_id, "status": record.status})
         return result
 
@@ -962,7 +1039,8 @@ class DirectiveRun:
     def _result(self) -> DirectiveRunResult:
         return DirectiveRunResult(run_id=self.snap.run_id, status=self.state.status,
                                   outputs={n: r.outputs for n, r in self.state.steps.items()},
-                                  error=self.state.error, calls=self.state.call_seq)
+                                  error=self.state.error, calls=self.state.call_seq,
+                                  call_counts=dict(self.state.call_counts))
 
 
 def failure_of(exc: BaseException) -> tuple[str, str]:

@@ -1,0 +1,188 @@
+"""Human identities: Ed25519 keys that sign items and approval decisions.
+
+A person's private key lives outside every project and outside the user space
+(``$KIWI_KEYS_DIR``, default ``~/.config/kiwi/keys/NAME.key``, mode 0600), where no tool
+Kiwi runs for an agent can read it. Which keys Kiwi trusts, and for what, is
+``trusted_keys.yaml`` in ``.ai/config/`` (project, a protected place) and ``~/.ai/config/``
+(user)::
+
+    keys:
+      alice: {public_key: "ed25519:BASE64", roles: [sign, approve]}
+
+Public keys are no secret: they travel in a run's snapshot, and the workflow verifies
+approval decisions with them (pure computation, so deterministic).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kiwi import yamltext
+from kiwi.errors import InputInvalid, ItemInvalid, Problem
+
+Role = Literal["sign", "approve"]
+NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+PREFIX = "ed25519:"
+TRUSTED_FILE = "trusted_keys.yaml"
+
+
+class TrustedKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    public_key: str
+    roles: list[Role] = Field(default_factory=lambda: ["sign", "approve"])
+
+
+class TrustedKeys(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    keys: dict[str, TrustedKey] = Field(default_factory=dict)
+
+    def with_role(self, role: Role) -> dict[str, str]:
+        """``{name: public key}`` of the keys trusted for ``role``."""
+        return {name: key.public_key for name, key in self.keys.items() if role in key.roles}
+
+
+def keys_dir() -> Path:
+    return Path(os.environ.get("KIWI_KEYS_DIR") or Path.home() / ".config" / "kiwi" / "keys")
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def public_key_text(key: Ed25519PrivateKey) -> str:
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return PREFIX + _b64(raw)
+
+
+def check_name(name: str) -> str:
+    if not NAME.match(name):
+        raise InputInvalid(f"key name '{name}' is not usable", hint="use letters, digits, '.', '_' or '-' (at most 64)")
+    return name
+
+
+def create_key(name: str) -> tuple[Path, str]:
+    """Make ``NAME.key`` in the keys folder (never overwriting one); return its path and public key."""
+    path = keys_dir() / f"{check_name(name)}.key"
+    if path.exists():
+        raise InputInvalid(f"a key named '{name}' already exists at {path}", hint="pick another --name")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = Ed25519PrivateKey.generate()
+    raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                            serialization.NoEncryption())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(_b64(raw) + "\n")
+    return path, public_key_text(key)
+
+
+def load_private(name: str) -> Ed25519PrivateKey:
+    path = keys_dir() / f"{check_name(name)}.key"
+    try:
+        raw = _unb64(path.read_text().strip())
+        return Ed25519PrivateKey.from_private_bytes(raw)
+    except FileNotFoundError:
+        raise InputInvalid(f"no signing key '{name}' at {path}",
+                           hint="create one with `kiwi keys init --name NAME`") from None
+    except ValueError as exc:
+        raise InputInvalid(f"{path} is not a Kiwi key: {exc}") from None
+
+
+def own_keys() -> list[str]:
+    folder = keys_dir()
+    return sorted(p.stem for p in folder.glob("*.key")) if folder.is_dir() else []
+
+
+def default_key(requested: str | None = None) -> str:
+    """The key to sign with: the one named, else the only one there is."""
+    if requested:
+        return check_name(requested)
+    names = own_keys()
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise InputInvalid(f"you have no signing key (looked in {keys_dir()})",
+                           hint="create one with `kiwi keys init`; it is trusted for signing and approving")
+    raise InputInvalid(f"you have several keys ({', '.join(names)})", hint="choose one with --key NAME")
+
+
+def sign_bytes(name: str, message: bytes) -> str:
+    return _b64(load_private(name).sign(message))
+
+
+def verify_bytes(public_key: str, message: bytes, signature: str) -> bool:
+    """True when ``signature`` is ``public_key``'s over ``message``. Pure: usable in workflow code."""
+    if not public_key.startswith(PREFIX):
+        return False
+    try:
+        Ed25519PublicKey.from_public_bytes(_unb64(public_key[len(PREFIX):])).verify(_unb64(signature), message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def approval_message(run_id: str, request_id: str, args_hash: str, approved: bool, by: str) -> bytes:
+    """What an approver signs: the run, the request, the exact call (its hash) and the answer."""
+    return json.dumps({"kind": "kiwi-approval-v1", "run_id": run_id, "request_id": request_id,
+                       "args_hash": args_hash, "approved": approved, "by": by}, sort_keys=True).encode()
+
+
+def item_message(content_sha256: str, timestamp: str, signer: str) -> bytes:
+    return f"kiwi-item-v1\n{content_sha256}\n{timestamp}\n{signer}".encode()
+
+
+# ---------------------------------------------------------------- trusted keys
+
+
+def trusted_paths(project_root: Path, user_space: Path) -> list[Path]:
+    return [user_space / "config" / TRUSTED_FILE, project_root / ".ai" / "config" / TRUSTED_FILE]
+
+
+def load_trusted(project_root: Path, user_space: Path) -> TrustedKeys:
+    """The user's trusted keys, then the project's (a project entry replaces the user's of the same name)."""
+    merged: dict[str, TrustedKey] = {}
+    for path in trusted_paths(project_root, user_space):
+        if not path.is_file():
+            continue
+        data: Any = yamltext.read(path) or {}
+        try:
+            merged.update(TrustedKeys.model_validate(data).keys)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ItemInvalid([Problem(f"{TRUSTED_FILE}: {where}: {first['msg']}", str(path))]) from None
+    for name, key in merged.items():
+        if not NAME.match(name) or not key.public_key.startswith(PREFIX):
+            raise ItemInvalid([Problem(f"{TRUSTED_FILE}: keys.{name}: expected a name of letters/digits and a "
+                                       f"public key 'ed25519:...' (from `kiwi keys init`)", "")])
+    return TrustedKeys(keys=merged)
+
+
+def trust_key(user_space: Path, name: str, public_key: str, roles: list[Role]) -> Path:
+    """Add (or replace) ``name`` in the user's trusted_keys.yaml."""
+    path = user_space / "config" / TRUSTED_FILE
+    data: Any = yamltext.read(path) if path.is_file() else {}
+    current = TrustedKeys.model_validate(data or {})
+    current.keys[name] = TrustedKey(public_key=public_key, roles=roles)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["# Keys Kiwi trusts: `sign` (items whose grants take effect) and `approve` (approval decisions).",
+             "# Written by `kiwi keys init`; edit by hand to revoke (remove) or narrow roles.", "keys:"]
+    for key_name, key in sorted(current.keys.items()):
+        lines.append(f"  {key_name}: {{public_key: \"{key.public_key}\", roles: [{', '.join(key.roles)}]}}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
