@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import getpass
 import json
 import signal
 import sys
@@ -185,7 +184,7 @@ async def cmd_cancel(args: argparse.Namespace, runs: RunClient) -> int:
 
 @_with_runs
 async def cmd_resume(args: argparse.Namespace, runs: RunClient) -> int:
-    await runs.resume(args.run, args.reason, by=args.by or getpass.getuser())
+    await runs.resume(args.run, args.reason, by=args.by)
     print(f"resume sent to {args.run}")
     return 0
 
@@ -212,7 +211,7 @@ async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
 
 @_with_runs
 async def cmd_decide(args: argparse.Namespace, runs: RunClient) -> int:
-    await runs.decide(args.run, args.request, args.option, by=args.by or getpass.getuser(), note=args.note)
+    await runs.decide(args.run, args.request, args.option, by=args.by, note=args.note)
     print(f"answered {args.request}: {args.option}")
     return 0
 
@@ -409,7 +408,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("resume", help="let a run that stopped as stuck or awaiting_human carry on")
     p.add_argument("run", help="run id")
     p.add_argument("--reason", default="", help="why (recorded in the audit trail)")
-    p.add_argument("--by", help="who decided (default: your user name)")
+    p.add_argument("--as", "--by", dest="by", metavar="KEY",
+                   help="your approver key that signs it (default: your only key; see `kiwi keys`)")
     _connection(p)
     p.set_defaults(func=cmd_resume)
 
@@ -431,7 +431,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("request", help="escalation id, e.g. decision-1")
     p.add_argument("option", help="the chosen option")
     p.add_argument("--note", default="", help="a note for the agent")
-    p.add_argument("--by", help="who decided (default: your user name)")
+    p.add_argument("--as", "--by", dest="by", metavar="KEY",
+                   help="your approver key that signs the answer (default: your only key; see `kiwi keys`)")
     _connection(p)
     p.set_defaults(func=cmd_decide)
 

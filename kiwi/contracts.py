@@ -323,6 +323,8 @@ class DecisionAnswer(BaseModel):
     option: str
     by: str = ""
     note: str = ""
+    # Signature by the approver key ``by`` over kiwi.keys.human_message("decide", ...).
+    signature: str = ""
 
 
 class ResumeRequest(BaseModel):
@@ -330,6 +332,8 @@ class ResumeRequest(BaseModel):
 
     reason: str = ""
     by: str = ""
+    # Signature by the approver key ``by`` over kiwi.keys.human_message("resume", run, hold reason).
+    signature: str = ""
 
 
 class CancelRequest(BaseModel):
@@ -383,6 +387,7 @@ class RunStatus(BaseModel):
     checkpoints: list[dict[str, Any]] = Field(default_factory=list)
     trust: RunTrust = Field(default_factory=RunTrust)
     refused_decisions: list[RefusedDecision] = Field(default_factory=list)
+    hold_reason: str = ""
 
 
 # ---------------------------------------------------------------- activity inputs

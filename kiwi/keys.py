@@ -142,6 +142,13 @@ def approval_message(run_id: str, request_id: str, args_hash: str, approved: boo
                        "args_hash": args_hash, "approved": approved, "by": by}, sort_keys=True).encode()
 
 
+def human_message(kind: str, run_id: str, subject: str, answer: str, by: str) -> bytes:
+    """What a human signs to steer a held run: ``resume`` (subject: the hold's reason) or ``decide``
+    (subject: the escalation's request id, answer: the option)."""
+    return json.dumps({"kind": f"kiwi-{kind}-v1", "run_id": run_id, "subject": subject, "answer": answer,
+                       "by": by}, sort_keys=True).encode()
+
+
 def item_message(content_sha256: str, timestamp: str, signer: str) -> bytes:
     return f"kiwi-item-v1\n{content_sha256}\n{timestamp}\n{signer}".encode()
 

@@ -61,7 +61,7 @@ from kiwi.contracts import (
 from kiwi.directive import Directive, McpDeclaration, Metadata, Step, ToolsDeclaration
 from kiwi.errors import InputInvalid, KiwiError, McpServerMissing, RunFinished, RunNotFound, RunStateConflict
 from kiwi.harness import load_harness
-from kiwi.keys import approval_message, default_key, load_trusted, sign_bytes
+from kiwi.keys import approval_message, default_key, human_message, load_trusted, sign_bytes
 from kiwi.mcp_registry import McpRegistry, load_registry
 from kiwi.policy import BUILTIN_TOOLS, PermissionSet
 from kiwi.signing import check_trust, content_hash, verify
@@ -291,8 +291,12 @@ class RunClient:
     async def help(self, run_id: str, request: HelpRequest) -> None:
         await self._signal(run_id, "help", request)
 
-    async def resume(self, run_id: str, reason: str = "", by: str = "") -> None:
-        await self._signal(run_id, "resume", ResumeRequest(reason=reason, by=by))
+    async def resume(self, run_id: str, reason: str = "", by: str | None = None) -> None:
+        """Let a held run carry on, signed with the approver key ``by`` (default: your only key)."""
+        by = default_key(by)
+        status = await self.status(run_id)
+        signature = sign_bytes(by, human_message("resume", run_id, status.hold_reason, "", by))
+        await self._signal(run_id, "resume", ResumeRequest(reason=reason, by=by, signature=signature))
 
     async def decide_approval(self, run_id: str, request_id: str, approved: bool, *, by: str | None = None,
                               reason: str = "") -> ApprovalRequest:
@@ -315,7 +319,10 @@ class RunClient:
         await self._signal(run_id, "decide_approval", signed_decision(run_id, request, approved, by, reason))
         return request
 
-    async def decide(self, run_id: str, request_id: str, option: str, *, by: str, note: str = "") -> None:
+    async def decide(self, run_id: str, request_id: str, option: str, *, by: str | None = None,
+                     note: str = "") -> None:
+        """Answer an escalation, signed with the approver key ``by`` (default: your only key)."""
+        by = default_key(by)
         status = await self.status(run_id)
         request = next((d for d in status.decisions if d.request_id == request_id), None)
         if request is None:
@@ -324,7 +331,9 @@ class RunClient:
             raise RunStateConflict(f"{request_id} was already answered: {request.answer}")
         if request.options and option not in request.options:
             raise InputInvalid(f"'{option}' is not an option of {request_id}; options: {', '.join(request.options)}")
-        await self._signal(run_id, "decide", DecisionAnswer(request_id=request_id, option=option, by=by, note=note))
+        signature = sign_bytes(by, human_message("decide", run_id, request_id, option, by))
+        await self._signal(run_id, "decide", DecisionAnswer(request_id=request_id, option=option, by=by, note=note,
+                                                            signature=signature))
 
     async def cancel(self, run_id: str, reason: str = "cancelled by request") -> None:
         await self._signal(run_id, "cancel", CancelRequest(reason=reason))

@@ -9,10 +9,10 @@ import sys
 import pytest
 
 from activities.audit import read_audit
-from kiwi.contracts import session_workflow_id
+from kiwi.contracts import ResumeRequest, session_workflow_id
 from kiwi.errors import InputInvalid, ItemNotFound, RunStateConflict
 from tests.conftest import wait_for
-from tests.helpers import directive_md, write, write_directive
+from tests.helpers import approver, directive_md, write, write_directive
 
 
 async def awaiting(runs, run_id, step):
@@ -241,6 +241,7 @@ async def test_a_new_client_name_does_not_reset_the_sessions_rate_budget(runs, p
 async def test_loop_warnings_stop_the_run_as_stuck_until_a_human_resumes_it(runs, project):
     write(project / ".ai" / "config" / "agent_harness.yaml",
           "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 2\n")
+    approver("ops")
     run_id = await runs.start("hello_kiwi", {"name": "Lo"})
     await awaiting(runs, run_id, "confirm")
     same = {"path": "notes/hello.md"}
@@ -254,6 +255,11 @@ async def test_loop_warnings_stop_the_run_as_stuck_until_a_human_resumes_it(runs
         await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})
     with pytest.raises(RunStateConflict, match="must resume it"):
         await runs.complete_step(run_id, "confirm", {})
+    # The agent (or a tool it runs) sending the resume signal itself: refused, recorded, still stuck.
+    await runs.handle(run_id).signal("resume", ResumeRequest(reason="I am fine", by="ops"))
+    refused = await wait_for(lambda: _refused(runs, run_id), what="the unsigned resume to be refused")
+    assert refused[0].by == "ops" and "not signed by ops's key" in refused[0].reason
+    assert (await runs.status(run_id)).status == "stuck"
     await runs.resume(run_id, "looked at it", by="ops")
     await wait_for(lambda: _status_is(runs, run_id, "awaiting_agent"), what="resume")
     assert (await runs.call_tool(run_id, "filesystem.list", {"path": "notes"})).status == "ok"
@@ -277,3 +283,7 @@ async def test_an_agent_stuck_too_often_goes_to_a_human(runs, project):
 async def _held(runs, run_id):
     status = await runs.status(run_id)
     return status if status.status == "awaiting_human" else None
+
+
+async def _refused(runs, run_id):
+    return (await runs.status(run_id)).refused_decisions

@@ -74,7 +74,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from kiwi.directive import McpDeclaration, Step, callable_tool, plan_step
     from kiwi.guards import detect_loop, digest, rate_patterns, redact, summarise_call, summarise_result
-    from kiwi.keys import approval_message, verify_bytes
+    from kiwi.keys import approval_message, human_message, verify_bytes
     from kiwi.policy import BUILTIN_TOOLS, FILESYSTEM_TOOLS, parse_command
     from kiwi.templating import TemplateError, render
 
@@ -393,6 +393,15 @@ class DirectiveRun:
         """A human lets a held run (stuck, awaiting_human) carry on; loop warnings start again from zero."""
         if self.state.status not in HELD:
             return
+        if self.hardened:
+            refused = self._human_problem(request.by, request.signature, human_message(
+                "resume", self.snap.run_id, self.state.hold_reason, "", request.by), "kiwi resume")
+            if refused:
+                self._refuse_decision("resume_refused", "resume", request.by, refused)
+                return
+        self._release(request)
+
+    def _release(self, request: ResumeRequest) -> None:
         self._audit({"event": "resumed", "from": self.state.status, "reason": request.reason, "by": request.by})
         self.state.status = self.state.held_from or "running"  # type: ignore[assignment]
         self.state.held_from = self.state.hold_reason = ""
@@ -438,7 +447,8 @@ class DirectiveRun:
                          calls=self.state.call_seq, error=self.state.error, continued=self.state.continued,
                          children=self.state.children, approvals=self.state.approvals[-20:],
                          decisions=self.state.decisions[-20:], checkpoints=self.state.checkpoints[-20:],
-                         trust=self.snap.trust, refused_decisions=self.state.refused_decisions)
+                         trust=self.snap.trust, refused_decisions=self.state.refused_decisions,
+                         hold_reason=self.state.hold_reason)
 
     # ------------------------------------------------------------------ the call path
     async def _call(self, tool: str, args: dict[str, Any], *, origin: str, step: str | None = None,
@@ -698,13 +708,11 @@ class DirectiveRun:
         elif decision.by and decision.by == request.requested_by:
             refused = f"'{decision.by}' made the call and cannot approve it"
         elif self.hardened:
-            refused = self._approver_problem(decision, request)
+            refused = self._human_problem(decision.by, decision.signature, approval_message(
+                self.snap.run_id, request.request_id, request.args_hash, decision.approved, decision.by),
+                f"kiwi approve {self.snap.run_id} {request.request_id}")
         if refused:
-            self._audit({"event": "approval_decision_refused", "request_id": decision.request_id, "by": decision.by,
-                         "reason": refused})
-            self.state.refused_decisions = [*self.state.refused_decisions, RefusedDecision(
-                request_id=decision.request_id, by=decision.by, reason=refused,
-                at=workflow.now().isoformat())][-20:]
+            self._refuse_decision("approval_decision_refused", decision.request_id, decision.by, refused)
             return
         assert request is not None
         request.status = "approved" if decision.approved else "rejected"
@@ -713,8 +721,8 @@ class DirectiveRun:
         self._audit({"event": "approval_decided", "request_id": request.request_id, "tool": request.tool,
                      "decision": request.status, "by": request.decided_by, "reason": decision.reason})
 
-    def _approver_problem(self, decision: ApprovalDecision, request: ApprovalRequest) -> str:
-        """Why a decision does not come from a trusted approver ('' when it does).
+    def _human_problem(self, by: str, signature: str, message: bytes, command: str) -> str:
+        """Why a human's decision does not come from a trusted approver ('' when it does).
 
         The caller of a run (an agent, a tool it runs) can send a signal, but cannot sign one: the
         approvers' private keys never reach the worker or its tools.
@@ -722,31 +730,38 @@ class DirectiveRun:
         approvers = self.snap.limits.approvers
         if not approvers:
             return "no approvers are configured (trusted_keys.yaml role approve): create one with `kiwi keys init`"
-        key = approvers.get(decision.by)
+        key = approvers.get(by)
         if key is None:
-            return f"'{decision.by or 'nobody'}' is not a trusted approver (approvers: {', '.join(sorted(approvers))})"
-        message = approval_message(self.snap.run_id, request.request_id, request.args_hash, decision.approved,
-                                   decision.by)
-        if not decision.signature or not verify_bytes(key, message, decision.signature):
-            return (f"the decision is not signed by {decision.by}'s key for this exact call; approve with "
-                    f"`kiwi approve {self.snap.run_id} {request.request_id} --as {decision.by}`")
+            return f"'{by or 'nobody'}' is not a trusted approver (approvers: {', '.join(sorted(approvers))})"
+        if not signature or not verify_bytes(key, message, signature):
+            return f"not signed by {by}'s key for exactly this decision; send it with `{command} --as {by}`"
         return ""
+
+    def _refuse_decision(self, event: str, subject: str, by: str, reason: str) -> None:
+        """Every refused human decision is in the audit trail, and (in hardened runs) in the run's status."""
+        self._audit({"event": event, "request_id": subject, "by": by, "reason": reason})
+        if self.hardened:
+            self.state.refused_decisions = [*self.state.refused_decisions, RefusedDecision(
+                request_id=subject, by=by, reason=reason, at=workflow.now().isoformat())][-20:]
 
     @workflow.signal
     def decide(self, answer: DecisionAnswer) -> None:
         """A human answers an escalation (``kiwi decide RUN REQUEST OPTION``); the run carries on."""
         request = next((d for d in self.state.decisions if d.request_id == answer.request_id), None)
-        if request is None or request.answer or (request.options and answer.option not in request.options):
+        signer = self._human_problem(answer.by, answer.signature, human_message(
+            "decide", self.snap.run_id, answer.request_id, answer.option, answer.by), "kiwi decide") \
+            if self.hardened else ""
+        if request is None or request.answer or (request.options and answer.option not in request.options) or signer:
             why = ("no such escalation" if request is None else "already answered" if request.answer else
-                   f"'{answer.option}' is not one of {', '.join(request.options)}")
-            self._audit({"event": "decision_refused", "request_id": answer.request_id, "by": answer.by,
-                         "reason": why})
+                   f"'{answer.option}' is not one of {', '.join(request.options)}" if request.options and
+                   answer.option not in request.options else signer)
+            self._refuse_decision("decision_refused", answer.request_id, answer.by, why)
             return
         request.answer, request.by, request.note = answer.option, answer.by or "unknown", answer.note
         self._audit({"event": "decided", "request_id": request.request_id, "option": answer.option, "by": request.by})
         if self.state.status == "awaiting_human" and not any(not d.answer for d in self.state.decisions):
-            self.resume(ResumeRequest(reason=f"escalation {request.request_id} answered: {answer.option}",
-                                      by=request.by))
+            self._release(ResumeRequest(reason=f"escalation {request.request_id} answered: {answer.option}",
+                                        by=request.by))
 
     # ------------------------------------------------------------------ external MCP servers
     def _mcp_declaration(self, tool: str) -> McpDeclaration | None:
