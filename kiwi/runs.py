@@ -61,7 +61,7 @@ from kiwi.contracts import (
 from kiwi.directive import Directive, McpDeclaration, Metadata, Step, ToolsDeclaration
 from kiwi.errors import InputInvalid, KiwiError, McpServerMissing, RunFinished, RunNotFound, RunStateConflict
 from kiwi.harness import load_harness
-from kiwi.keys import approval_message, default_key, human_message, load_trusted, sign_bytes
+from kiwi.keys import approval_message, default_key, human_message, load_private, load_trusted, sign_bytes
 from kiwi.mcp_registry import McpRegistry, load_registry
 from kiwi.policy import BUILTIN_TOOLS, PermissionSet
 from kiwi.signing import check_trust, content_hash, verify
@@ -294,6 +294,7 @@ class RunClient:
     async def resume(self, run_id: str, reason: str = "", by: str | None = None) -> None:
         """Let a held run carry on, signed with the approver key ``by`` (default: your only key)."""
         by = default_key(by)
+        load_private(by)
         status = await self.status(run_id)
         signature = sign_bytes(by, human_message("resume", run_id, status.hold_reason, "", by))
         await self._signal(run_id, "resume", ResumeRequest(reason=reason, by=by, signature=signature))
@@ -306,6 +307,7 @@ class RunClient:
         a trusted approver and the signature covers this run, request, call hash and answer.
         """
         by = default_key(by)
+        load_private(by)  # no key, no decision: say so before asking the run anything
         status = await self.status(run_id)
         request = next((a for a in status.approvals if a.request_id == request_id), None)
         if request is None:
@@ -323,6 +325,7 @@ class RunClient:
                      note: str = "") -> None:
         """Answer an escalation, signed with the approver key ``by`` (default: your only key)."""
         by = default_key(by)
+        load_private(by)
         status = await self.status(run_id)
         request = next((d for d in status.decisions if d.request_id == request_id), None)
         if request is None:

@@ -22,7 +22,7 @@ from kiwi.runs import RunClient
 from kiwi.store import ItemStore
 from tests.conftest import awaiting_step
 from tests.helpers import directive_md, write, write_directive
-from workers.main import WORKFLOWS, build_worker
+from workers.main import SANDBOX, WORKFLOWS, build_worker
 from workflows.directive_run import ALL_CHANGES
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -126,7 +126,7 @@ async def test_a_three_day_deadline_times_out_in_milliseconds(time_skipping_env,
 
 @pytest.mark.parametrize("history", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
 async def test_committed_histories_replay(history):
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=data_converter)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX)
     from temporalio.client import WorkflowHistory
 
     await replayer.replay_workflow(WorkflowHistory.from_json(history.stem, json.loads(history.read_text())))

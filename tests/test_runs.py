@@ -47,10 +47,10 @@ async def test_hello_kiwi_runs_auto_steps_then_waits_for_the_agent(runs, project
     from temporalio.worker import Replayer
 
     from kiwi.converter import data_converter
-    from workers.main import WORKFLOWS
+    from workers.main import SANDBOX, WORKFLOWS
 
     history = await runs.handle(run_id).fetch_history()
-    await Replayer(workflows=WORKFLOWS, data_converter=data_converter).replay_workflow(history)
+    await Replayer(workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX).replay_workflow(history)
     assert [r["seq"] for r in read_audit(str(project), run_id)] == list(range(1, len(events) + 1))
 
 

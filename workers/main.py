@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
@@ -47,6 +47,12 @@ class KiwiWorker(Worker):
             await self.mcp_pool.close()
 
 
+# The workflow verifies approvers' Ed25519 signatures (pure computation). cryptography's Rust
+# extension can be loaded once per process, so the sandbox must pass it through, not re-import it.
+SANDBOX = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules("cryptography", "_cffi_backend"))
+
+
 def build_worker(client: Client, task_queue: str = TASK_QUEUE, *, sandboxed: bool = False) -> KiwiWorker:
     """A worker tuned so a dead worker's runs move to another within seconds.
 
@@ -66,7 +72,7 @@ def build_worker(client: Client, task_queue: str = TASK_QUEUE, *, sandboxed: boo
         task_queue=task_queue,
         workflows=WORKFLOWS,
         activities=activities(pool),
-        workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
+        workflow_runner=SANDBOX if sandboxed else UnsandboxedWorkflowRunner(),
         sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
         # Waiting runs need no cache; a smaller cache bounds memory with many runs waiting.
         max_cached_workflows=MAX_CACHED_WORKFLOWS,
