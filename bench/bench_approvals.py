@@ -29,11 +29,12 @@ from bench.common import (  # noqa: E402
     stop_worker,
     tuned_dev_server,
 )
-from kiwi.contracts import ApprovalDecision  # noqa: E402
+from kiwi.cli_keys import ensure_key  # noqa: E402
+from kiwi.contracts import ApprovalRequest  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
-from kiwi.runs import RunClient  # noqa: E402
+from kiwi.runs import RunClient, signed_decision  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
-from tests.helpers import directive_md, write  # noqa: E402
+from tests.helpers import directive_md, write, write_directive  # noqa: E402
 
 
 def phase(text: str) -> None:
@@ -51,7 +52,7 @@ async def main() -> None:
         root = Path(tmp)
         scratch_project(root)
         write(root / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [filesystem.delete]\n")
-        write(root / ".ai" / "directives" / "clean.md", directive_md(
+        write_directive(root / ".ai" / "directives" / "clean.md", directive_md(
             '<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/{n}.txt</param>'
             '</tool_call></step>', name="clean", permissions='<write resource="filesystem" path="notes/**"/>',
             inputs='<input name="n" type="string" required="true"/>'))
@@ -68,10 +69,10 @@ async def main() -> None:
                                                           for n in range(args.runs)])
             phase("waiting until every run shows its approval request")
 
-            async def pending(run_id: str) -> str:
+            async def pending(run_id: str) -> ApprovalRequest:
                 while True:
                     status = await runs.status(run_id)
-                    waiting = [a.request_id for a in status.approvals if a.status == "pending"]
+                    waiting = [a for a in status.approvals if a.status == "pending"]
                     if waiting:
                         return waiting[0]
                     await asyncio.sleep(0.1)
@@ -79,8 +80,9 @@ async def main() -> None:
             memory = rss_mb(worker.pid)
             phase("approving all of them")
             t0 = time.perf_counter()
+            approver = ensure_key()[0]  # made by `kiwi init`, trusted to sign and approve
             await gather_limited(args.concurrency, [
-                runs.handle(r).signal("decide_approval", ApprovalDecision(request_id=q, approved=True, by="bench"))
+                runs.handle(r).signal("decide_approval", signed_decision(r, q, True, approver))
                 for r, q in zip(ids, requests, strict=True)])
             results = await gather_limited(args.concurrency, [runs.handle(r).result() for r in ids])
             finished = time.perf_counter() - t0

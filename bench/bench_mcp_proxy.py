@@ -32,6 +32,7 @@ from bench.floor import update_floor  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
+from tests.helpers import write_directive  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
 EVERYTHING = Path(__file__).resolve().parents[1] / "tests" / "npm" / "node_modules" / "@modelcontextprotocol" / \
@@ -88,7 +89,7 @@ async def main() -> None:
             "rate_limits:\n  'mcp.*': 1000000\nruns:\n  audit_batch_size: 200\nloop_detection:\n  repeat_threshold: 100000\n  max_warnings: 100000\n")
         (root / ".ai" / "config" / "mcp_registry.yaml").write_text(
             f"mcps:\n  everything:\n    command: node\n    args: ['{EVERYTHING}', 'stdio']\n")
-        (root / ".ai" / "directives" / "echo_bench.md").write_text(DIRECTIVE)
+        write_directive(root / ".ai" / "directives" / "echo_bench.md", DIRECTIVE)
         server = common.tuned_dev_server(root)
         await server.start()
         try:

@@ -32,7 +32,7 @@ from bench.common import (  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
-from tests.helpers import directive_md, write  # noqa: E402
+from tests.helpers import directive_md, write_directive  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
 STEPS = "\n".join(f'<step name="w{i}"><tool_call tool="filesystem.write"><param name="path">out/{{tag}}-{i}.txt</param>'
@@ -50,7 +50,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         scratch_project(root)
-        write(root / ".ai" / "directives" / "three.md", directive_md(
+        write_directive(root / ".ai" / "directives" / "three.md", directive_md(
             STEPS, name="three", permissions='<write resource="filesystem" path="out/**"/>',
             inputs='<input name="tag" type="string" required="true"/>'))
         server = tuned_dev_server(root)

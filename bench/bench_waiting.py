@@ -38,7 +38,7 @@ from kiwi.converter import data_converter  # noqa: E402
 from kiwi.devserver import DevServer  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.store import ItemStore  # noqa: E402
-from tests.helpers import directive_md, write  # noqa: E402
+from tests.helpers import directive_md, write_directive  # noqa: E402
 
 
 async def main() -> None:
@@ -51,7 +51,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         scratch_project(root)
-        write(root / ".ai" / "directives" / "wait.md", directive_md(
+        write_directive(root / ".ai" / "directives" / "wait.md", directive_md(
             '<step name="decide"><action>Decide.</action></step>', name="wait"))
         server = tuned_dev_server(root)
         await server.start()

@@ -13,8 +13,13 @@ from kiwi.devserver import DEFAULTS, DevServer, free_port
 
 
 def scratch_project(root: Path) -> None:
-    """`kiwi init` in ``root`` (made the current folder), with an empty user space beside it."""
+    """`kiwi init` in ``root`` (made the current folder), with an empty user space and key folder beside it.
+
+    init makes a signing key there and signs the example; benches sign their own directives with
+    ``tests.helpers.write_directive`` so the runs have their declared grants.
+    """
     os.environ["AI_USER_SPACE"] = str(root / "user")
+    os.environ["KIWI_KEYS_DIR"] = str(root / "keys")
     os.chdir(root)
     kiwi(["init", "--json"])
 
