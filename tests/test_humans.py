@@ -64,7 +64,7 @@ async def test_an_approved_call_runs_and_the_decision_is_recorded(runs, project)
     status = await runs.status(run_id)
     assert f"kiwi approve {run_id} {request.request_id}" in status.waiting_for
     assert (project / "notes" / "old.txt").exists()
-    with pytest.raises(KiwiError, match="cannot approve"):
+    with pytest.raises(KiwiError, match="no signing key 'agent-7'"):
         await runs.decide_approval(run_id, request.request_id, True, by="agent-7")
     cli = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "kiwi", "approve", run_id, request.request_id, "--by", "alice",

@@ -147,7 +147,9 @@ class DirectiveRun:
         self.human_loop = False
         self.fs_local = False
         self.lean = False
-        self.hardened = False
+        # Checked here, not in run(): signals that arrive with the first task are handled before
+        # run() starts, and must already be held to the hardened rules.
+        self.hardened = workflow.patched(HARDENED)
         self.background: list[Any] = []
 
     # ------------------------------------------------------------------ main loop
@@ -168,7 +170,6 @@ class DirectiveRun:
             self.idle_flush = workflow.patched("audit-idle-flush")
             self.human_loop = workflow.patched("human-loop")
             mcp_context = None  # decided below, where that patch has always been checked
-        self.hardened = workflow.patched(HARDENED)
         if not state.started_at:
             state.started_at = workflow.now().isoformat()
             trust = self.snap.trust
