@@ -250,7 +250,10 @@ async def test_loop_warnings_stop_the_run_as_stuck_until_a_human_resumes_it(runs
     status = await runs.status(run_id)
     assert status.status == "stuck" and "kiwi resume" in status.waiting_for
     assert status.continued == 0  # waking to flush the audit must not continue-as-new
-    assert [r["run_id"] for r in await runs.list_runs(status="stuck")] == [run_id]
+
+    async def listed():  # the visibility store catches up with the search attribute a moment later
+        return [r["run_id"] for r in await runs.list_runs(status="stuck")] == [run_id]
+    await wait_for(listed, what="the stuck run in `kiwi runs --status stuck`")
     with pytest.raises(RunStateConflict, match="must resume it"):
         await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})
     with pytest.raises(RunStateConflict, match="must resume it"):
@@ -277,7 +280,10 @@ async def test_an_agent_stuck_too_often_goes_to_a_human(runs, project):
     status = await wait_for(lambda: _held(runs, run_id), what="awaiting_human")
     assert "5 attempts: still failing" in status.waiting_for
     assert [h.kind for h in status.help] == ["stuck", "stuck"]
-    assert run_id in [r["run_id"] for r in await runs.list_runs(status="awaiting_human")]
+
+    async def listed():  # the visibility store catches up with the search attribute a moment later
+        return run_id in [r["run_id"] for r in await runs.list_runs(status="awaiting_human")]
+    await wait_for(listed, what="the held run in `kiwi runs --status awaiting_human`")
 
 
 async def _held(runs, run_id):
