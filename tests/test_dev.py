@@ -52,8 +52,12 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path):
         async def waiting():
             return (await runs.status(run_id)).status == "awaiting_agent"
         await wait_for(waiting, timeout=60, what="the run to wait for the agent")
-        listed = await runs.list_runs(status="awaiting_agent")
-        assert [r["run_id"] for r in listed] == [run_id] and listed[0]["step"] == "confirm"
+
+        async def listed_waiting():  # the visibility store catches up a moment after the run's own state
+            listed = await runs.list_runs(status="awaiting_agent")
+            return listed if [r["run_id"] for r in listed] == [run_id] else None
+        listed = await wait_for(listed_waiting, timeout=60, what="the run listed as awaiting_agent")
+        assert listed[0]["step"] == "confirm"
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         rest = await asyncio.wait_for(proc.stdout.read(), 60)
