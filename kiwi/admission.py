@@ -1,0 +1,93 @@
+"""Admission of one tool call: lookup, permission, rate limit, loop detection.
+
+Pure and deterministic: the ``DirectiveRun`` workflow calls :func:`admit` with its snapshot, its
+state and ``workflow.now()``, and records the outcome in history; tests call it directly. A refusal
+means the call is not executed; an admitted call has been counted (rate limits, loop hashes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kiwi.contracts import RunSnapshot, RunState, ToolCallResult
+from kiwi.directive import callable_tool
+from kiwi.guards import detect_loop, digest, rate_patterns
+from kiwi.policy import BUILTIN_TOOLS
+
+# How many recent call (and result) hashes loop detection looks back over.
+LOOP_WINDOW = 10
+
+
+@dataclass
+class Admission:
+    """``refusal`` is set when the call must not run; ``warning`` is a loop warning for an admitted call."""
+
+    refusal: ToolCallResult | None = None
+    warning: str = ""
+
+
+def admit(tool: str, args: dict[str, Any], seq: int, *, snap: RunSnapshot, state: RunState,
+          now: float) -> Admission:
+    """Decide whether call ``seq`` may run; ``now`` is workflow time in epoch seconds.
+
+    Order: the tool must exist in this run (built-in, local, or offered by a declared MCP server),
+    the grants must allow it, every rate limit must have room; then it is counted and checked for
+    loops. Only an admitted call changes ``state``.
+    """
+    refusal = lookup(tool, seq, snap, state)
+    if refusal is not None:
+        return Admission(refusal)
+    decision = snap.grants.check(tool, args, blocked_commands=snap.limits.blocked_commands)
+    if not decision.allowed:
+        return Admission(ToolCallResult(status="denied", tool=tool, reason=decision.reason, hint=decision.hint,
+                                        error_type="PermissionDenied", call_seq=seq))
+    limits = snap.limits
+    patterns = rate_patterns(tool, limits.rate_limits, snap.local_tools)
+    for pattern in patterns:
+        if state.call_counts.get(pattern, 0) + 1 > limits.rate_limits[pattern]:
+            return Admission(ToolCallResult(status="rate_limited", tool=tool, error_type="RateLimited", call_seq=seq,
+                                            reason=f"rate limit for {pattern} is {limits.rate_limits[pattern]} "
+                                                   "calls per run"))
+    windows = rate_patterns(tool, limits.rate_windows, snap.local_tools) if limits.rate_windows else []
+    for pattern in windows:
+        calls, seconds = limits.rate_windows[pattern]
+        recent = [t for t in state.rate_times.get(pattern, []) if t > now - seconds]
+        state.rate_times[pattern] = recent
+        if len(recent) >= calls:
+            wait = math.ceil(recent[0] + seconds - now) if recent else seconds
+            return Admission(ToolCallResult(status="rate_limited", tool=tool, error_type="RateLimited", call_seq=seq,
+                                            reason=f"rate limit for {pattern} is {calls} calls per {seconds:g}s",
+                                            hint=f"try again in {wait:g}s"))
+    for pattern in patterns:
+        state.call_counts[pattern] = state.call_counts.get(pattern, 0) + 1
+    for pattern in windows:
+        state.rate_times[pattern].append(now)
+    state.loop_hashes = (state.loop_hashes + [digest([tool, args])])[-LOOP_WINDOW:]
+    warning = detect_loop(state.loop_hashes, limits.loop_repeat_threshold)
+    if warning:
+        state.loop_warnings += 1
+    return Admission(warning=warning)
+
+
+def lookup(tool: str, seq: int, snap: RunSnapshot, state: RunState) -> ToolCallResult | None:
+    """A ``ToolNotFound``/``McpUnavailable`` error when this run has no such tool, else None."""
+    if not callable_tool(tool, snap.directive, frozenset(snap.local_tools)):
+        known = ", ".join(sorted([*BUILTIN_TOOLS, *snap.local_tools]))
+        return ToolCallResult(status="error", tool=tool, error_type="ToolNotFound", call_seq=seq,
+                              reason=f"no tool '{tool}' in this run", hint=f"tools this run can call: {known}")
+    server, _, name = tool.partition(".")
+    context = state.mcp_context.get(server)
+    if context is None or not name:
+        return None
+    if not context.available:
+        return ToolCallResult(status="error", tool=tool, error_type="McpUnavailable", call_seq=seq,
+                              reason=f"MCP server '{server}' is unavailable in this run: {context.error}",
+                              hint=context.hint)
+    if name not in context.tool_hashes:
+        offered = ", ".join(sorted(context.tool_hashes)) or "none"
+        return ToolCallResult(status="error", tool=tool, error_type="ToolNotFound", call_seq=seq,
+                              reason=f"MCP server '{server}' offers no tool '{name}' to this run",
+                              hint=f"tools of {server} this run can call: {offered}")
+    return None
