@@ -1,12 +1,30 @@
-"""``filesystem.*`` activities. The workflow already checked the path lexically; here it is
-resolved on disk (symlinks included) and must still be inside the project and its grant."""
+"""``filesystem.*`` activities: every path is walked from the project root's folder, one name at a time.
+
+The workflow checked the path lexically. Here it is checked again (same rule: ``kiwi.protected.granted``
+and explicit denials) and then reached by an openat-style walk: the project root is opened as a folder,
+and each component is opened relative to its parent's descriptor with ``O_NOFOLLOW``. Every operation
+(open, stat, mkdir, rename, unlink, listing) is then made relative to the last folder's descriptor, so
+swapping a file or folder for a symlink between the check and the use changes nothing: the walk holds
+the real folders, and a link met anywhere is refused, never followed.
+
+Symlink policy: the file tools follow no symlink, wherever it points (inside the project or out). A
+path through a link is PermissionDenied; reading, writing, moving or creating over a link is refused;
+deleting a link removes the link itself; listing shows a link as ``symlink`` with no size and no target.
+
+``..`` is resolved lexically, as the workflow does (``a/../b`` is ``b``): with no link ever followed,
+the lexical path is the real one, so the path that was checked is the path that is touched.
+POSIX only (``dir_fd``, ``O_NOFOLLOW``, ``O_DIRECTORY``).
+"""
 
 from __future__ import annotations
 
 import base64
+import errno
 import os
-import shutil
-import tempfile
+import secrets
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -14,25 +32,242 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from kiwi.contracts import FilesystemRequest
-from kiwi.globs import glob_match
+from kiwi.globs import first_match, glob_match
+from kiwi.policy import normalise_path
+from kiwi.protected import granted, protected_root
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+# O_NONBLOCK: opening a FIFO someone planted must not hang the worker; regular files ignore it.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+# Errors an O_NOFOLLOW open gives for a link (Linux: ELOOP; FreeBSD: EMLINK) or a non-folder.
+_LINK_OR_NOT_DIR = (errno.ELOOP, errno.EMLINK, errno.ENOTDIR)
+LIST_LIMIT = 1000
+
+
+def _denied(message: str) -> ApplicationError:
+    return ApplicationError(message, type="PermissionDenied", non_retryable=True)
+
+
+def _error(message: str, kind: str) -> ApplicationError:
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
+class Missing(ApplicationError):
+    """FileNotFound: ``raw`` (or a folder on its way) does not exist."""
+
+    def __init__(self, raw: str) -> None:
+        super().__init__(f"'{raw}' does not exist", type="FileNotFound", non_retryable=True)
+
+
+def _missing(raw: str) -> Missing:
+    return Missing(raw)
+
+
+def _link_refused(raw: str, rel: str) -> ApplicationError:
+    return _denied(f"'{raw}': '{rel}' is a symbolic link; Kiwi's file tools never follow links (one could lead "
+                   "outside the project root or out of the grant)")
+
+
+def relative(raw: str) -> str:
+    """``raw`` as a normalised project-relative path (the workflow's rule), or PermissionDenied."""
+    rel = normalise_path(raw)
+    if not isinstance(rel, str):
+        raise _denied(rel.reason)
+    return rel
+
+
+def covered(allowed: list[str], denied: list[str], rel: str) -> bool:
+    """The workflow's rule: not explicitly denied, and granted (protected places only by a grant naming them)."""
+    return first_match(denied, rel) is None and granted(allowed, rel) is not None
+
+
+def _require_covered(allowed: list[str], denied: list[str], rel: str, raw: str) -> None:
+    hit = first_match(denied, rel)
+    if hit is not None:
+        raise _denied(f"'{raw}' is '{rel}', which is explicitly denied by '{hit}'")
+    if granted(allowed, rel) is None:
+        root = protected_root(rel)
+        where = f" (in the protected place '{root}', which only a grant naming it reaches)" if root else ""
+        raise _denied(f"'{raw}' is '{rel}', which its grant does not cover{where}")
+
+
+def _join(rel: str, name: str) -> str:
+    return name if rel == "." else f"{rel}/{name}"
+
+
+def _open_root(root: str) -> int:
+    # The project root itself is the human's choice (it may sit behind a link, e.g. /tmp on macOS).
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    except OSError as exc:
+        raise _error(f"the project root '{root}' cannot be opened: {exc.strerror}", "FileNotFound") from exc
+
+
+def _lstat(parent: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def open_dir(parent: int, name: str, raw: str, rel: str, create: bool = False) -> int:
+    """The folder ``name`` in ``parent``, opened without following a link (made first when ``create``)."""
+    for _ in range(3):
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                raise _missing(raw) from None
+            # Made meanwhile, or a link planted meanwhile: the next open says which.
+            with suppress(FileExistsError):
+                os.mkdir(name, 0o777, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno not in _LINK_OR_NOT_DIR:
+                raise
+            info = _lstat(parent, name)
+            if info is not None and stat.S_ISLNK(info.st_mode):
+                raise _link_refused(raw, rel) from None
+            if info is None:
+                continue
+            raise _error(f"'{raw}': '{rel}' is a file, not a folder", "NotADirectory") from None
+    raise _error(f"'{raw}': '{rel}' kept changing while it was opened", "FileNotFound")
+
+
+@contextmanager
+def walk(root: str, rel: str, raw: str, create: bool = False, whole: bool = False) -> Iterator[tuple[int, str]]:
+    """``(folder fd, last name)`` for ``rel``: every folder on the way opened from the root without links.
+
+    With ``whole`` the last component is opened too (a folder) and the name is ``"."``.
+    Descriptors are closed on exit.
+    """
+    parts = [] if rel == "." else rel.split("/")
+    steps = parts if whole else parts[:-1]
+    fd = _open_root(root)
+    try:
+        for index, name in enumerate(steps):
+            try:
+                child = open_dir(fd, name, raw, "/".join(parts[: index + 1]), create=create)
+            except OSError as exc:  # e.g. the folder we hold was removed meanwhile
+                raise _os_error(exc, raw) from None
+            os.close(fd)
+            fd = child
+        yield fd, ("." if whole or not parts else parts[-1])
+    finally:
+        os.close(fd)
 
 
 def confine(root: str, raw: str, allowed: list[str], denied: list[str]) -> Path:
-    """The real path of ``raw`` under ``root``, or PermissionDenied (non-retryable)."""
-    base = Path(root).resolve()
-    target = (base / raw).resolve()
-    if target != base and base not in target.parents:
-        raise ApplicationError(f"'{raw}' resolves outside the project root (symlink or '..')",
-                               type="PermissionDenied", non_retryable=True)
-    rel = "." if target == base else target.relative_to(base).as_posix()
+    """The path of ``raw`` under ``root``, or PermissionDenied (non-retryable).
+
+    ``allowed``/``denied`` are globs as written. Every existing component is checked to be a real
+    folder or file, not a link; a caller that then uses the path by name should prefer ``walk``.
+    """
+    rel = relative(raw)
     if any(glob_match(p, rel) for p in denied) or not any(glob_match(p, rel) for p in allowed):
-        raise ApplicationError(f"'{raw}' resolves to '{rel}', which its grant does not cover",
-                               type="PermissionDenied", non_retryable=True)
-    return target
+        raise _denied(f"'{raw}' is '{rel}', which its grant does not cover")
+    parts = [] if rel == "." else rel.split("/")
+    fd = _open_root(root)
+    try:
+        for index, name in enumerate(parts):
+            sofar = "/".join(parts[: index + 1])
+            info = _lstat(fd, name)
+            if info is None:
+                break
+            if stat.S_ISLNK(info.st_mode):
+                raise _link_refused(raw, sofar)
+            if index == len(parts) - 1 or not stat.S_ISDIR(info.st_mode):
+                break
+            child = open_dir(fd, name, raw, sofar)
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
+    return Path(root).resolve() / rel
 
 
-def _missing(path: Path, raw: str) -> ApplicationError:
-    return ApplicationError(f"'{raw}' does not exist", type="FileNotFound", non_retryable=True)
+def _check_tree(folder: int, rel: str, allowed: list[str], denied: list[str], raw: str,
+                moved_to: str | None = None, source: str = "") -> None:
+    """Everything below ``rel`` must be covered too (and, for a move, its new path): deleting or moving
+    ``.ai`` would otherwise take the protected ``.ai/logs`` with it."""
+    with os.scandir(folder) as entries:
+        found = list(entries)
+    for entry in found:
+        child = _join(rel, entry.name)
+        targets = [child] if moved_to is None else [child, moved_to + child[len(source):]]
+        for target in targets:
+            if not covered(allowed, denied, target):
+                root = protected_root(target)
+                why = f"the protected place '{root}', which only a grant naming it reaches" if root else \
+                    "not covered by its grant"
+                raise _denied(f"'{raw}' holds '{child}'" + (f" (it would become '{target}')" if target != child
+                                                             else "") + f": {why}")
+        if entry.is_dir(follow_symlinks=False):
+            inner = open_dir(folder, entry.name, raw, child)
+            try:
+                _check_tree(inner, child, allowed, denied, raw, moved_to, source)
+            finally:
+                os.close(inner)
+
+
+def _remove_contents(folder: int, raw: str, rel: str) -> None:
+    """Empty the folder open at ``folder`` through descriptors; links inside are removed, never followed."""
+    with os.scandir(folder) as entries:
+        found = list(entries)
+    for entry in found:
+        if entry.is_dir(follow_symlinks=False):
+            try:
+                inner = os.open(entry.name, _DIR_FLAGS, dir_fd=folder)
+            except OSError as exc:
+                if exc.errno not in _LINK_OR_NOT_DIR:
+                    raise
+                os.unlink(entry.name, dir_fd=folder)  # swapped for a link or a file meanwhile: follow nothing
+                continue
+            try:
+                _remove_contents(inner, raw, _join(rel, entry.name))
+            finally:
+                os.close(inner)
+            os.rmdir(entry.name, dir_fd=folder)
+        else:
+            os.unlink(entry.name, dir_fd=folder)
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    chunks, left = [], limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _write_atomic(parent: int, name: str, data: bytes, mode: int | None) -> None:
+    """A temp file made with O_EXCL|O_NOFOLLOW in ``parent``, then renamed over ``name`` (same folder fd)."""
+    tmp = f".kiwi-{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o666, dir_fd=parent)
+    try:
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=parent)
+        raise
+
+
+def _os_error(exc: OSError, raw: str) -> ApplicationError:
+    kinds = {errno.ENOENT: "FileNotFound", errno.EISDIR: "IsADirectory", errno.ENOTDIR: "NotADirectory",
+             errno.ENOTEMPTY: "FileExists", errno.EEXIST: "FileExists", errno.EACCES: "PermissionDenied",
+             errno.EPERM: "PermissionDenied", errno.EINVAL: "InputInvalid"}
+    return _error(f"'{raw}': {exc.strerror}", kinds.get(exc.errno or 0, "FilesystemError"))
 
 
 class FilesystemActivities:
@@ -40,11 +275,27 @@ class FilesystemActivities:
 
     @activity.defn(name="read_file")
     async def read_file(self, req: FilesystemRequest) -> dict[str, Any]:
-        path = confine(req.project_root, req.path, req.allowed, req.denied)
-        if not path.is_file():
-            raise _missing(path, req.path)
-        size = path.stat().st_size
-        data = path.read_bytes()[: req.max_bytes]
+        rel = relative(req.path)
+        _require_covered(req.allowed, req.denied, rel, req.path)
+        with walk(req.project_root, rel, req.path) as (parent, name):
+            try:
+                fd = os.open(name, _READ_FLAGS, dir_fd=parent)
+            except FileNotFoundError:
+                raise _missing(req.path) from None
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EMLINK):
+                    raise _link_refused(req.path, rel) from None
+                raise _os_error(exc, req.path) from None
+            try:
+                info = os.fstat(fd)
+                if stat.S_ISDIR(info.st_mode):
+                    raise _error(f"'{req.path}' is a folder; use filesystem.list", "IsADirectory")
+                if not stat.S_ISREG(info.st_mode):
+                    raise _error(f"'{req.path}' is not a regular file", "FileNotFound")
+                data = _read_all(fd, req.max_bytes)
+            finally:
+                os.close(fd)
+        size = info.st_size
         try:
             return {"path": req.path, "content": data.decode("utf-8"), "size": size, "truncated": size > req.max_bytes}
         except UnicodeDecodeError:
@@ -53,60 +304,137 @@ class FilesystemActivities:
 
     @activity.defn(name="write_file")
     async def write_file(self, req: FilesystemRequest) -> dict[str, Any]:
-        path = confine(req.project_root, req.path, req.allowed, req.denied)
-        if path.is_dir():
-            raise ApplicationError(f"'{req.path}' is a folder", type="IsADirectory", non_retryable=True)
+        rel = relative(req.path)
+        _require_covered(req.allowed, req.denied, rel, req.path)
+        if rel == ".":
+            raise _error("'.' is the project's root folder, not a file", "IsADirectory")
         content = req.content or ""
         data = base64.b64decode(content) if req.encoding == "base64" else content.encode("utf-8")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kiwi-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with walk(req.project_root, rel, req.path, create=True) as (parent, name):
+            info = _lstat(parent, name)
+            if info is not None and stat.S_ISLNK(info.st_mode):
+                raise _link_refused(req.path, rel)
+            if info is not None and stat.S_ISDIR(info.st_mode):
+                raise _error(f"'{req.path}' is a folder", "IsADirectory")
+            mode = stat.S_IMODE(info.st_mode) if info is not None and stat.S_ISREG(info.st_mode) else None
+            try:
+                # A link or folder swapped in after the lstat is replaced (a link) or refused by rename
+                # (a folder): the rename is relative to the folder we hold and follows nothing.
+                _write_atomic(parent, name, data, mode)
+            except OSError as exc:
+                raise _os_error(exc, req.path) from None
         return {"path": req.path, "bytes": len(data)}
 
     @activity.defn(name="list_directory")
     async def list_directory(self, req: FilesystemRequest) -> dict[str, Any]:
-        path = confine(req.project_root, req.path, req.allowed, req.denied)
-        if not path.is_dir():
-            raise _missing(path, req.path)
-        entries = []
-        for child in sorted(path.iterdir(), key=lambda p: p.name)[:1000]:
-            entries.append({"name": child.name, "type": "dir" if child.is_dir() else "file",
-                            "size": child.stat().st_size if child.is_file() else None})
-        return {"path": req.path, "entries": entries}
+        """Entries of a folder. Links are ``symlink`` (no size, no target); an entry the read grant does not
+        cover is listed by name only (type and size null); nothing is stat'ed through a link."""
+        rel = relative(req.path)
+        _require_covered(req.allowed, req.denied, rel, req.path)
+        with walk(req.project_root, rel, req.path, whole=True) as (folder, _):
+            with os.scandir(folder) as scan:
+                found = sorted(scan, key=lambda e: e.name)
+            entries = []
+            for entry in found[:LIST_LIMIT]:
+                if entry.is_symlink():
+                    entries.append({"name": entry.name, "type": "symlink", "size": None})
+                    continue
+                if not covered(req.allowed, req.denied, _join(rel, entry.name)):
+                    entries.append({"name": entry.name, "type": None, "size": None})
+                    continue
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                kind = ("dir" if stat.S_ISDIR(info.st_mode) else "file" if stat.S_ISREG(info.st_mode)
+                        else "symlink" if stat.S_ISLNK(info.st_mode) else "other")
+                entries.append({"name": entry.name, "type": kind,
+                                "size": info.st_size if kind == "file" else None})
+        result: dict[str, Any] = {"path": req.path, "entries": entries}
+        if len(found) > LIST_LIMIT:
+            result["truncated"] = True
+        return result
 
     @activity.defn(name="create_directory")
     async def create_directory(self, req: FilesystemRequest) -> dict[str, Any]:
-        path = confine(req.project_root, req.path, req.allowed, req.denied)
-        path.mkdir(parents=True, exist_ok=True)
+        rel = relative(req.path)
+        _require_covered(req.allowed, req.denied, rel, req.path)
+        with walk(req.project_root, rel, req.path, create=True, whole=True):
+            pass
         return {"path": req.path, "created": True}
 
     @activity.defn(name="delete_path")
     async def delete_path(self, req: FilesystemRequest) -> dict[str, Any]:
-        path = confine(req.project_root, req.path, req.allowed, req.denied)
-        if path == Path(req.project_root).resolve():
-            raise ApplicationError("refusing to delete the project root", type="PermissionDenied", non_retryable=True)
-        if not path.exists():
+        rel = relative(req.path)
+        if rel == ".":
+            raise _denied("refusing to delete the project root")
+        _require_covered(req.allowed, req.denied, rel, req.path)
+        try:
+            with walk(req.project_root, rel, req.path) as (parent, name):
+                info = _lstat(parent, name)
+                if info is None:
+                    return {"path": req.path, "deleted": False}
+                if stat.S_ISDIR(info.st_mode):
+                    # Checked and emptied through one descriptor, so what was checked is what goes.
+                    folder = open_dir(parent, name, req.path, rel)
+                    try:
+                        _check_tree(folder, rel, req.allowed, req.denied, req.path)
+                        _remove_contents(folder, req.path, rel)
+                    finally:
+                        os.close(folder)
+                    os.rmdir(name, dir_fd=parent)
+                else:
+                    # A file or a link: unlink removes the entry itself and follows nothing.
+                    os.unlink(name, dir_fd=parent)
+        except (Missing, FileNotFoundError):
             return {"path": req.path, "deleted": False}
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+        except OSError as exc:
+            raise _os_error(exc, req.path) from None
         return {"path": req.path, "deleted": True}
 
     @activity.defn(name="move_path")
     async def move_path(self, req: FilesystemRequest) -> dict[str, Any]:
-        source = confine(req.project_root, req.path, req.allowed, req.denied)
-        destination = confine(req.project_root, req.destination, req.allowed, req.denied)
-        if not source.exists():
-            if destination.exists():
-                return {"source": req.path, "destination": req.destination, "moved": False}
-            raise _missing(source, req.path)
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(source, destination)
-        return {"source": req.path, "destination": req.destination, "moved": True}
+        source, destination = relative(req.path), relative(req.destination)
+        for rel, raw in ((source, req.path), (destination, req.destination)):
+            if rel == ".":
+                raise _denied("the project root cannot be moved or replaced")
+            _require_covered(req.allowed, req.denied, rel, raw)
+        if destination == source or destination.startswith(source + "/"):
+            raise _error(f"cannot move '{req.path}' into itself ('{req.destination}')", "InputInvalid")
+        result = {"source": req.path, "destination": req.destination}
+        try:
+            with walk(req.project_root, source, req.path) as (src_parent, src_name):
+                info = _lstat(src_parent, src_name)
+                if info is None:
+                    if self._exists(req.project_root, destination, req.destination):
+                        return {**result, "moved": False}
+                    raise _missing(req.path)
+                if stat.S_ISLNK(info.st_mode):
+                    raise _link_refused(req.path, source)
+                if stat.S_ISDIR(info.st_mode):
+                    folder = open_dir(src_parent, src_name, req.path, source)
+                    try:
+                        _check_tree(folder, source, req.allowed, req.denied, req.path, destination, source)
+                    finally:
+                        os.close(folder)
+                with walk(req.project_root, destination, req.destination, create=True) as (dst_parent, dst_name):
+                    there = _lstat(dst_parent, dst_name)
+                    if there is not None and stat.S_ISLNK(there.st_mode):
+                        raise _link_refused(req.destination, destination)
+                    os.rename(src_name, dst_name, src_dir_fd=src_parent, dst_dir_fd=dst_parent)
+        except Missing:
+            if self._exists(req.project_root, destination, req.destination):
+                return {**result, "moved": False}
+            raise
+        except OSError as exc:
+            raise _os_error(exc, req.path) from None
+        return {**result, "moved": True}
+
+    @staticmethod
+    def _exists(root: str, rel: str, raw: str) -> bool:
+        """Whether ``rel`` exists (a retried move finds its source gone and its destination there)."""
+        try:
+            with walk(root, rel, raw) as (parent, name):
+                return _lstat(parent, name) is not None
+        except ApplicationError:
+            return False

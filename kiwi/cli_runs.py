@@ -217,21 +217,28 @@ async def cmd_decide(args: argparse.Namespace, runs: RunClient) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from activities.audit import read_audit
+    """Print a run's audit trail; a file or line that cannot be read is named on stderr (exit 1)."""
+    from activities.audit import read_audit_trail
     from kiwi.store import find_project_root
 
-    records = read_audit(str(find_project_root()), args.run)
-    if not records:
+    trail = read_audit_trail(str(find_project_root()), args.run)
+    if not trail.records and not trail.problems:
         raise KiwiError(f"no audit records for run '{args.run}' under .ai/logs/audit/",
                         hint="run ids look like run-hello_kiwi-1a2b3c4d5e; list them with `kiwi runs`")
     if args.json:
-        print(json.dumps(records, indent=2))
-        return 0
-    for r in records:
-        what = r.get("tool") or r.get("step") or ""
-        detail = r.get("reason") or r.get("result") or r.get("status") or ""
-        decision = r.get("decision", "")
-        print(f"{r['seq']:>4} {r['time'][:23]} {r['event']:<15} {decision:<12} {what:<22} {str(detail)[:80]}")
+        print(json.dumps(trail.records, indent=2))
+    else:
+        for r in trail.records:
+            what = r.get("tool") or r.get("step") or ""
+            detail = r.get("reason") or r.get("result") or r.get("status") or ""
+            decision = r.get("decision", "")
+            print(f"{r['seq']:>4} {str(r.get('time', ''))[:23]} {str(r.get('event', '')):<15} {decision:<12} "
+                  f"{what:<22} {str(detail)[:80]}")
+    for problem in trail.problems:
+        print(f"kiwi: {problem}", file=sys.stderr)
+    if trail.problems:
+        print(f"kiwi: printed the {len(trail.records)} records that could be read", file=sys.stderr)
+        return 1
     return 0
 
 
