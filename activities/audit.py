@@ -101,7 +101,7 @@ def _seqs(lines: list[bytes]) -> list[int]:
     for line in lines:
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         seq = record.get("seq") if isinstance(record, dict) else None
         if isinstance(seq, int) and not isinstance(seq, bool):
@@ -220,8 +220,8 @@ def _parse(data: bytes, where: str, trail: AuditTrail) -> None:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except ValueError as exc:
+            record = json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError) as exc:
             trail.problems.append(f"{where} line {number} could not be read ({_why(exc)})")
             continue
         if not isinstance(record, dict) or not isinstance(record.get("seq"), int) or isinstance(record["seq"], bool):
@@ -230,9 +230,11 @@ def _parse(data: bytes, where: str, trail: AuditTrail) -> None:
         trail.records.append(record)
 
 
-def _why(exc: ValueError) -> str:
+def _why(exc: ValueError | RecursionError) -> str:
     if isinstance(exc, json.JSONDecodeError):
         return f"not JSON: {exc.msg} at column {exc.colno}"
+    if isinstance(exc, RecursionError):
+        return "not an audit record: nested too deeply"
     return "not UTF-8 text"
 
 

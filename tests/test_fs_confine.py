@@ -432,3 +432,73 @@ async def test_a_symlink_swapped_in_never_lets_a_write_move_or_delete_land_outsi
         read = await attempt(FS.read_file(request(project, path)))
         assert isinstance(read, ApplicationError) or SECRET not in read["content"]
     assert snapshot(outside) == before
+
+
+# ------------------------------------------------------------------ the audit trail
+
+
+def audit_batch(project: Path, seqs, run_id: str = "run-demo-1"):
+    from kiwi.contracts import AuditBatch
+
+    return AuditBatch(project_root=str(project), run_id=run_id, records=[
+        {"seq": s, "time": "2025-01-02T03:04:05", "event": "tool_call", "tool": "filesystem.read"} for s in seqs])
+
+
+@pytest.mark.parametrize("planted", [".ai/logs", ".ai/logs/audit", ".ai/logs/audit/2025-01-02",
+                                     ".ai/logs/audit/2025-01-02/run-demo-1.jsonl"])
+async def test_a_symlink_planted_in_the_audit_folder_never_redirects_records(tmp_path, planted):
+    from activities.audit import AuditActivities, read_audit_trail
+
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    (project / planted).parent.mkdir(parents=True)
+    outside.mkdir()
+    (project / planted).symlink_to(outside / "x" if planted.endswith(".jsonl") else outside)
+    with pytest.raises(ApplicationError) as info:
+        await AuditActivities().write_audit_records(audit_batch(project, [1, 2]))
+    # Retryable: the workflow keeps the records until a human removes the link.
+    assert info.value.type == "AuditPathUnsafe" and not info.value.non_retryable
+    assert planted in str(info.value) and "symbolic link" in str(info.value)
+    assert list(outside.iterdir()) == []
+    trail = read_audit_trail(str(project), "run-demo-1")
+    assert trail.records == [] and any("symbolic link" in p for p in trail.problems)
+    (project / planted).unlink()
+    assert await AuditActivities().write_audit_records(audit_batch(project, [1, 2])) == 2
+
+
+async def test_a_corrupt_audit_line_loses_no_record_and_kiwi_audit_names_it(project, capsys):
+    from activities.audit import AuditActivities, audit_path, read_audit
+    from kiwi.cli import main as kiwi_main
+
+    writer = AuditActivities()
+    assert await writer.write_audit_records(audit_batch(project, [1, 2, 3])) == 3
+    path = audit_path(str(project), "run-demo-1", "2025-01-02")
+    with path.open("ab") as handle:
+        handle.write(b'{"seq": 4, "time": "2025-01-02T03:0')  # a torn write: the worker died mid-line
+    # The retried flush finds record 3 as the last good one and writes 4 and 5 on lines of their own.
+    assert await writer.write_audit_records(audit_batch(project, [4, 5])) == 2
+    assert await writer.write_audit_records(audit_batch(project, [4, 5])) == 0  # and only once
+    with path.open("ab") as handle:
+        handle.write(b'\xff\xfe garbage\n{"seq": Infinity}\n["seq", 99]\n')
+    assert await writer.write_audit_records(audit_batch(project, [6])) == 1
+    assert [r["seq"] for r in read_audit(str(project), "run-demo-1")] == [1, 2, 3, 4, 5, 6]
+
+    assert kiwi_main(["audit", "run-demo-1"]) == 1
+    out, err = capsys.readouterr()
+    assert [line.split()[0] for line in out.splitlines()] == ["1", "2", "3", "4", "5", "6"]
+    where = ".ai/logs/audit/2025-01-02/run-demo-1.jsonl"
+    assert f"{where} line 4 could not be read (not JSON" in err
+    assert f"{where} line 7 could not be read (not UTF-8 text)" in err
+    assert f"{where} line 8 could not be read (not an audit record" in err
+    assert f"{where} line 9 could not be read (not an audit record" in err
+    assert "printed the 6 records that could be read" in err and "Traceback" not in out + err
+
+
+async def test_a_tail_of_garbage_does_not_make_the_writer_forget_what_it_wrote(tmp_path):
+    from activities.audit import AuditActivities, audit_path, read_audit
+
+    writer = AuditActivities()
+    await writer.write_audit_records(audit_batch(tmp_path, range(1, 4)))
+    with audit_path(str(tmp_path), "run-demo-1", "2025-01-02").open("ab") as handle:
+        handle.write(b"x" * 70_000 + b"\n")
+    assert await writer.write_audit_records(audit_batch(tmp_path, [2, 3, 4])) == 1
+    assert [r["seq"] for r in read_audit(str(tmp_path), "run-demo-1")] == [1, 2, 3, 4]
