@@ -566,7 +566,7 @@ class DirectiveRun:
             read_only = tool in ("filesystem.read", "filesystem.list")
             grants = snap.grants.fs_read if read_only else snap.grants.fs_write
             content = args.get("content")
-            request = FilesystemRequest(project_root=root, path=str(args.get("path") or args.get("source") or ""),
+            request = FilesystemRequest(project_root=root, path=str(args.get("source" if tool == "filesystem.move" else "path") or ""),
                                         destination=str(args.get("destination", "")),
                                         content=content if isinstance(content, str) or content is None else
                                         str(content), encoding=args.get("encoding", "utf-8"),
