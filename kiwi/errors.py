@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from temporalio.exceptions import ApplicationError
+
 
 @dataclass
 class Problem:
@@ -99,3 +101,111 @@ class McpServerMissing(KiwiError):
     """A run needs an external MCP server that is not configured or does not answer."""
 
     type = "McpServerMissing"
+
+
+class Failure(KiwiError):
+    """An error raised in an activity or the workflow's call path, carried by Temporal as an ApplicationError.
+
+    Its ``type`` is the class name, so code that retries, translates or tests a failure names the
+    class (``non_retryable(ToolFailed, ...)``, ``failure_type is ToolFailed.type``), never a string
+    that could drift from it.
+    """
+
+    retryable: bool = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.type = cls.__name__
+
+    @classmethod
+    def error(cls, message: str, *details: object, retryable: bool | None = None) -> ApplicationError:
+        """The ``ApplicationError`` to raise for this failure."""
+        again = cls.retryable if retryable is None else retryable
+        return ApplicationError(message, *details, type=cls.type, non_retryable=not again)
+
+
+def non_retryable(*kinds: type[Failure]) -> list[str]:
+    """``RetryPolicy.non_retryable_error_types`` from failure classes."""
+    return [kind.type for kind in kinds]
+
+
+class PermissionDenied(Failure):
+    """The policy, or the activity's own re-check, refused the call."""
+
+
+class FileNotFound(Failure):
+    pass
+
+
+class IsADirectory(Failure):
+    pass
+
+
+class ToolNotFound(Failure):
+    pass
+
+
+class ToolFailed(Failure):
+    """The tool ran and reported failure (exit code, ``isError``, invalid output)."""
+
+
+class ToolTimeout(Failure):
+    pass
+
+
+class ToolTypeUnsupported(Failure):
+    pass
+
+
+class CommandNotFound(Failure):
+    pass
+
+
+class GitUnavailable(Failure):
+    pass
+
+
+class GitFailed(Failure):
+    pass
+
+
+class CheckpointNotFound(Failure):
+    pass
+
+
+class SecretMissing(Failure):
+    pass
+
+
+class McpServerUnknown(Failure):
+    pass
+
+
+class McpError(Failure):
+    """The upstream MCP server answered a request with a JSON-RPC error."""
+
+
+class McpUnavailable(Failure):
+    pass
+
+
+class StepFailed(Failure):
+    pass
+
+
+class RunTimedOut(Failure):
+    pass
+
+
+class RunContinuing(Failure):
+    """The run is continuing-as-new; the client sends the update again to the new run."""
+
+    retryable = True
+
+
+class ChildRunFailed(Failure):
+    pass
+
+
+class Cancelled(Failure):
+    pass
