@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -15,6 +16,9 @@ from temporalio.exceptions import ApplicationError
 from activities.filesystem import confine
 from activities.process import run_process
 from kiwi.contracts import CommandRequest, GitRequest, LocalToolRequest
+from kiwi.globs import first_match
+from kiwi.protected import granted as protected_granted
+from kiwi.shellpolicy import FIND_GRANTABLE, PathArgument, ShellVerdict, path_arguments, program_name
 
 # Runs a Python tool: main(**params) when the entrypoint defines main, else the file as a
 # script with the parameters as JSON on stdin. The result is one JSON document on stdout.
@@ -46,12 +50,126 @@ def _parse_output(stdout: str) -> Any:
         return text
 
 
+def _denied(message: str) -> ApplicationError:
+    return ApplicationError(message, type="PermissionDenied", non_retryable=True)
+
+
+def _real_relative(root: str, rel: str) -> str | None:
+    """``rel`` with every symlink resolved, relative to the real project root; None if it leaves it.
+
+    A path that does not exist yet is resolved through its nearest existing folder.
+    """
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(real_root, rel))
+    if real != real_root and not real.startswith(real_root + os.sep):
+        return None
+    return os.path.relpath(real, real_root).replace(os.sep, "/")
+
+
+def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
+    """The workflow checked the arguments lexically; here each is checked again with symlinks resolved,
+    so a link in the project pointing at /etc (or at a file the grant does not cover) is refused."""
+    for path in paths:
+        real = _real_relative(req.project_root, path.rel)
+        what = "the command's cwd" if path is paths[0] else f"'{path.raw}'"
+        if real is None:
+            raise _denied(f"{what} resolves (through a symbolic link) to a place outside the project")
+        if real == path.rel or not (req.read_grants or req.write_grants):
+            continue
+        grants = req.read_grants if path.mode == "read" else req.write_grants
+        denied = first_match(req.deny_fs, real)
+        if denied is not None or protected_granted(grants, real) is None:
+            raise _denied(f"{what} resolves (through a symbolic link) to '{real}', which this run may not "
+                          f"{path.mode}" + (f" (denied by '{denied}')" if denied else ""))
+
+
+# Repository settings that run a program and have no value that turns them off from the command line
+# ("diff.x.command=" makes every diff fail instead): shell.run refuses git in such a repository. Filter
+# drivers can be turned off ("filter.x.clean=" and required=false), so Kiwi does that for every git call.
+_UNSAFE_GIT_KEY = re.compile(r"^(diff\.external|diff\..+\.(command|textconv)|merge\..+\.driver|"
+                             r"includeif\..*onbranch:.*\.path|core\.worktree)$", re.IGNORECASE)
+_FILTER_KEY = re.compile(r"^filter\.(.+)\.(clean|smudge|process|required)$", re.IGNORECASE)
+
+
+async def git_repository_settings(root: str, cwd: str | None = None) -> tuple[list[tuple[str, str]], list[str]]:
+    """What the repository's own configuration (includes too) asks git to run: the overrides that turn
+    its filter drivers off, and the keys that cannot be turned off."""
+    result = await run_process(["git", "config", "--list", "--includes", "-z"], cwd=cwd or root, timeout=30,
+                               max_output=2_000_000, env={"GIT_CEILING_DIRECTORIES": os.path.dirname(
+                                   os.path.realpath(root))} if cwd else None)
+    if result.exit_code != 0:
+        return [], []
+    overrides: list[tuple[str, str]] = []
+    unsafe: list[str] = []
+    for entry in result.stdout.split("\0"):
+        key = entry.partition("\n")[0]
+        if not key:
+            continue
+        found = _FILTER_KEY.match(key)
+        if found:
+            name = found.group(1)
+            for var, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")):
+                pair = (f"filter.{name}.{var}", value)
+                if pair not in overrides:
+                    overrides.append(pair)
+        elif _UNSAFE_GIT_KEY.match(key) and key not in unsafe:
+            unsafe.append(key)
+    return overrides, unsafe
+
+
+async def git_identity(root: str) -> dict[str, str]:
+    """The user's name and email from their own git config files, as environment variables, when the
+    repository sets none: children read no global config (GIT_CONFIG_GLOBAL=/dev/null), but a commit
+    should still carry the user's identity. Reading a value runs nothing."""
+    async def get(key: str, *where: str) -> str:
+        result = await run_process(["git", "config", *where, "--get", key], cwd=root, timeout=30, max_output=10_000)
+        return result.stdout.strip() if result.exit_code == 0 else ""
+
+    if await get("user.name") and await get("user.email"):
+        return {}
+    home = os.path.expanduser("~")
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    for path in (os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config")):
+        if os.path.isfile(path):
+            name, email = await get("user.name", "--file", path), await get("user.email", "--file", path)
+            if name and email:
+                return {"GIT_AUTHOR_NAME": name, "GIT_COMMITTER_NAME": name, "GIT_AUTHOR_EMAIL": email,
+                        "GIT_COMMITTER_EMAIL": email}
+    return {}
+
+
+async def _check_git_repository(req: CommandRequest, cwd: str, env: dict[str, str]) -> list[tuple[str, str]]:
+    """shell.run's git stays in the project's own repository and runs nothing the repository configures."""
+    result = await run_process(["git", "rev-parse", "--absolute-git-dir", "--show-toplevel"], cwd=cwd,
+                               timeout=30, max_output=100_000, env=env)
+    if result.exit_code == 0:
+        for line in result.stdout.splitlines():
+            if _real_relative(req.project_root, line) is None:
+                raise _denied(f"git here uses '{line}', outside the project (a .git file or core.worktree "
+                              "points there)")
+    overrides, unsafe = await git_repository_settings(req.project_root, cwd)
+    if unsafe:
+        raise _denied(f"the repository's configuration sets {', '.join(unsafe)}, which makes git run a program; "
+                      "Kiwi runs no shell git command in it until a human removes it from .git/config")
+    return overrides
+
+
 class CommandActivities:
     @activity.defn(name="run_command")
     async def run_command(self, req: CommandRequest) -> dict[str, Any]:
         cwd = confine(req.project_root, req.cwd or ".", ["**"], [])
+        paths = path_arguments(req.argv, cwd=req.cwd or ".", options_granted={"*": FIND_GRANTABLE})
+        if isinstance(paths, ShellVerdict):
+            raise _denied(paths.reason)
+        recheck_paths(req, paths)
+        # git looks for a repository no higher than the project's own folder.
+        env = {**req.env, "GIT_CEILING_DIRECTORIES": os.path.dirname(os.path.realpath(req.project_root))}
+        git_config: list[tuple[str, str]] = []
+        if program_name(req.argv[0]) == "git":
+            git_config = await _check_git_repository(req, str(cwd), env)
+            env = {**await git_identity(str(cwd)), **env}
         result = await run_process(req.argv, cwd=str(cwd), timeout=req.timeout_seconds,
-                                   max_output=req.max_output_bytes, stdin=req.stdin, env=req.env)
+                                   max_output=req.max_output_bytes, stdin=req.stdin, env=env, git_config=git_config)
         return {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
                 "truncated": result.truncated}
 
@@ -85,7 +203,11 @@ class CommandActivities:
 
 
 async def _git(root: str, *args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    result = await run_process(["git", *args], cwd=root, timeout=timeout, max_output=10_000_000, env=env)
+    """Kiwi's own git: hardened like every child (``run_process``), and the repository's filter drivers
+    off, so a planted ``.git/config`` or ``.gitattributes`` runs nothing during a checkpoint."""
+    overrides, _ = await git_repository_settings(root)
+    result = await run_process(["git", *args], cwd=root, timeout=timeout, max_output=10_000_000, env=env,
+                               git_config=overrides)
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -142,7 +264,7 @@ class GitActivities:
     @activity.defn(name="git_diff")
     async def git_diff(self, req: GitRequest) -> dict[str, Any]:
         await _require_repo(req.project_root)
-        _, out, _ = await _git(req.project_root, "diff", "--", *req.paths)
+        _, out, _ = await _git(req.project_root, "diff", "--no-ext-diff", "--no-textconv", "--", *req.paths)
         return {"diff": out}
 
     @activity.defn(name="git_commit")
@@ -153,7 +275,8 @@ class GitActivities:
         code, _, err = await _git(req.project_root, "add", "--", *(req.paths or ["."]))
         if code != 0:
             raise ApplicationError(f"git add failed: {err.strip()}", type="GitFailed", non_retryable=True)
-        code, out, err = await _git(req.project_root, "commit", "-m", req.message or "kiwi commit")
+        code, out, err = await _git(req.project_root, "commit", "-m", req.message or "kiwi commit",
+                                    env=await git_identity(req.project_root))
         if code != 0 and "nothing to commit" in (out + err):
             return {"committed": False, "reason": "nothing to commit"}
         if code != 0:
@@ -209,8 +332,10 @@ class GitActivities:
                if _own(p)}
         with _ScratchIndex() as env:
             await _git_ok(root, "read-tree", commit, env=env)
+            overrides, _ = await git_repository_settings(root)
             result = await run_process(["git", "checkout-index", "-f", "--stdin"], cwd=root, timeout=120,
-                                       max_output=1_000_000, stdin="\n".join(sorted(kept)) + "\n", env=env)
+                                       max_output=1_000_000, stdin="\n".join(sorted(kept)) + "\n", env=env,
+                                       git_config=overrides)
             if result.exit_code != 0:
                 raise ApplicationError(f"git checkout-index failed: {result.stderr.strip()}", type="GitFailed",
                                        non_retryable=True)

@@ -14,6 +14,36 @@ from temporalio.exceptions import ApplicationError
 
 HEARTBEAT_SECONDS = 2.0
 
+# What a child inherits from the worker; the rest (API keys, KIWI_*, TEMPORAL_*, GIT_*) stays behind.
+INHERITED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "HOME", "USER", "LOGNAME")
+# git, whoever runs it (an agent's shell.run or Kiwi's own checkpoint): no system or global config, no
+# prompts, no pager, and settings a repository's own .git/config cannot override (command-line
+# precedence) that would otherwise make git run a program. Each was checked with git 2.39;
+# "diff.external=" is not here because an empty value makes every "git diff" fail ("external diff
+# died"): shell.run refuses repositories that configure an external diff (see activities/commands.py).
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
+           "GIT_PAGER": "cat", "PAGER": "cat", "GIT_EDITOR": "false", "GIT_SEQUENCE_EDITOR": "false"}
+GIT_FORCED_CONFIG = (
+    ("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false"), ("safe.bareRepository", "explicit"),
+    ("core.pager", "cat"), ("core.editor", "false"), ("sequence.editor", "false"), ("core.sshCommand", "false"),
+    ("protocol.allow", "never"), ("credential.helper", ""), ("uploadpack.packObjectsHook", ""),
+    ("gpg.program", "false"), ("core.askPass", ""),
+)
+
+
+def child_env(extra: dict[str, str] | None = None, git_config: list[tuple[str, str]] | None = None) -> dict[str, str]:
+    """The environment of a child: the allow-listed part of the worker's, what the caller passes, and
+    git's hardening last, so neither the caller nor the worker can switch it off."""
+    env = {k: v for k, v in os.environ.items() if k in INHERITED_ENV or k.startswith("LC_")}
+    env.update({k: v for k, v in (extra or {}).items() if not k.startswith("GIT_CONFIG")})
+    env.update(GIT_ENV)
+    pairs = [*GIT_FORCED_CONFIG, *(git_config or [])]
+    env["GIT_CONFIG_COUNT"] = str(len(pairs))
+    for index, (key, value) in enumerate(pairs):
+        env[f"GIT_CONFIG_KEY_{index}"] = key
+        env[f"GIT_CONFIG_VALUE_{index}"] = value
+    return env
+
 
 @dataclass
 class ProcessResult:
@@ -29,11 +59,13 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
 
 
 async def run_process(argv: list[str], *, cwd: str, timeout: float, max_output: int, stdin: str = "",
-                      env: dict[str, str] | None = None) -> ProcessResult:
+                      env: dict[str, str] | None = None,
+                      git_config: list[tuple[str, str]] | None = None) -> ProcessResult:
+    """Run ``argv`` in ``cwd`` with a scrubbed environment (``child_env``) plus ``env``."""
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True, env={**os.environ, **(env or {})})
+            stderr=asyncio.subprocess.PIPE, start_new_session=True, env=child_env(env, git_config))
     except FileNotFoundError:
         raise ApplicationError(f"command not found: {argv[0]}", type="CommandNotFound", non_retryable=True) from None
     except PermissionError:

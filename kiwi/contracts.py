@@ -412,6 +412,9 @@ class CommandRequest(BaseModel):
     max_output_bytes: int = 200_000
     stdin: str = ""
     env: dict[str, str] = Field(default_factory=dict)
+    read_grants: list[str] = []
+    write_grants: list[str] = []
+    deny_fs: list[str] = []
 
 
 class LocalToolRequest(BaseModel):

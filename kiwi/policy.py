@@ -282,24 +282,20 @@ class PermissionSet(BaseModel):
         )
 
     def check_shell(self, args: dict[str, Any], blocked_commands: list[str]) -> Decision:
+        """A ``shell.run`` call: the program, its options and every path it names (``kiwi.shellpolicy``)."""
+        from kiwi.shellpolicy import check_argv  # pure; imported here so the two modules stay acyclic
+
         argv = parse_command(args)
         if isinstance(argv, Decision):
             return argv
-        name = argv[0]
-        for blocked in blocked_commands:
-            tokens = blocked.split()
-            if tokens and argv[: len(tokens)] == tokens or (len(tokens) == 1 and name == tokens[0]):
-                return Decision(allowed=False, reason=f"'{blocked}' is blocked by the harness policy")
-        if name in self.deny_shell or "*" in self.deny_shell:
-            return Decision(allowed=False, reason=f"shell command '{name}' is explicitly denied")
-        if name in self.shell or "*" in self.shell:
-            return Decision(allowed=True, checked_against=list(self.shell))
-        return Decision(
-            allowed=False,
-            reason=f"shell command '{name}' is not in the allowlist",
-            hint=f'add <execute resource="shell" commands="{name}"/> to <permissions>',
-            checked_against=list(self.shell),
-        )
+        cwd = args.get("cwd", ".")
+        if not isinstance(cwd, str) or not cwd.strip():
+            return Decision(allowed=False, reason="'cwd' must be a path relative to the project root")
+        verdict = check_argv(argv, allowed=self.shell, denied=self.deny_shell, blocked=blocked_commands,
+                             read_grants=self.fs_read, write_grants=self.fs_write, deny_fs=self.deny_fs, cwd=cwd,
+                             options_granted=getattr(self, "shell_options", None))
+        return Decision(allowed=verdict.allowed, reason=verdict.reason, hint=verdict.hint,
+                        checked_against=list(verdict.checked_against))
 
     # ---- composition --------------------------------------------------
     def intersect(self, child: PermissionSet) -> PermissionSet:

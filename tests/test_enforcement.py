@@ -18,7 +18,9 @@ from workers.main import build_worker
 GUARDED = directive_md(
     '<step name="work"><action>Work inside src/*.ts and run git.</action></step>', name="guarded",
     permissions='<read resource="filesystem" path="src/**"/><write resource="filesystem" path="src/*.ts"/>'
-                '<write resource="filesystem" path="out/**"/><execute resource="shell" commands="git,echo"/>')
+                '<write resource="filesystem" path="out/**"/><execute resource="shell" commands="git,echo"/>'
+                # git reads every file of the repository, and a command runs in a folder it may read.
+                '<read resource="filesystem" path="**"/>')
 
 
 async def start(runs, project):

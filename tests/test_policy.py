@@ -70,7 +70,9 @@ def test_filesystem_reads(args, allowed, reason):
     ],
 )
 def test_shell_commands(command, allowed, reason):
-    g = grants(("execute", {"resource": "shell", "commands": "git,sudo"}))
+    # git reads the whole repository, so it needs read on the whole project (kiwi.shellpolicy).
+    g = grants(("execute", {"resource": "shell", "commands": "git,sudo"}),
+               ("read", {"resource": "filesystem", "path": "**"}))
     decision = g.check("shell.run", {"command": command}, blocked_commands=["sudo", "rm -rf"])
     assert decision.allowed is allowed, decision
     assert reason in decision.reason

@@ -581,7 +581,9 @@ class DirectiveRun:
             argv = parse_command(args)
             assert isinstance(argv, list)
             request = CommandRequest(project_root=root, argv=argv, cwd=str(args.get("cwd", ".")),
-                                     timeout_seconds=float(args.get("timeout", 120)))
+                                     timeout_seconds=float(args.get("timeout", 120)),
+                                     read_grants=snap.grants.fs_read, write_grants=snap.grants.fs_write,
+                                     deny_fs=snap.grants.deny_fs)
             value = await workflow.execute_activity_method(
                 CommandActivities.run_command, request, heartbeat_timeout=timedelta(seconds=10),
                 **{**options, "start_to_close_timeout": timedelta(seconds=request.timeout_seconds + 30)})

@@ -1,0 +1,155 @@
+"""Attacks through shell.run and git against a real Temporal server and worker: the agent tries to turn an
+allowed program into another one, read outside the project, dodge a blocked command, or make git run
+what a planted .git/config says. Each is denied (or runs nothing), and the audit trail says why."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from activities.audit import read_audit
+from tests.conftest import wait_for
+from tests.helpers import directive_md, write, write_directive
+
+SHELL = ("git,find,ls,cat,rm,printenv")
+
+
+def shell_directive(commands: str = SHELL) -> str:
+    return directive_md(
+        '<step name="work"><action>Work with the shell.</action></step>', name="sheller",
+        permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="**"/>'
+                    f'<execute resource="shell" commands="{commands}"/>'
+                    '<execute resource="tool" id="git.status,git.checkpoint,git.commit,git.diff"/>')
+
+
+async def start(runs, project: Path, commands: str = SHELL) -> str:
+    write_directive(project / ".ai" / "directives" / "sheller.md", shell_directive(commands))
+    if not (project / ".git").exists():
+        subprocess.run(["git", "init", "-q", str(project)], check=True)
+    run_id = await runs.start("sheller", {})
+
+    async def waiting():
+        return (await runs.status(run_id)).status == "awaiting_agent"
+    await wait_for(waiting, what="sheller to wait for the agent")
+    return run_id
+
+
+async def audited_denial(project: Path, run_id: str, reason: str) -> dict:
+    async def found():
+        records = [r for r in read_audit(str(project), run_id)
+                   if r["event"] == "tool_call" and r["decision"] == "denied" and r.get("reason") == reason]
+        return records[0] if records else None
+    return await wait_for(found, what=f"the denial '{reason}' in the audit trail")
+
+
+def pwned(*places: Path) -> list[Path]:
+    return [p for place in places for p in place.rglob("PWNED*")]
+
+
+@pytest.mark.parametrize(("commands", "args", "named"), [
+    (SHELL, {"argv": ["git", "-c", "alias.x=!touch PWNED", "x"]}, "'-c'"),
+    (SHELL, {"argv": ["find", ".", "-exec", "touch", "PWNED", ";"]}, "'-exec'"),
+    (SHELL, {"command": "ls /etc"}, "'/etc'"),
+    (SHELL, {"command": "git diff --no-index /etc/passwd /dev/null"}, "'/etc/passwd'"),
+    (SHELL, {"command": "git -C /tmp status"}, "'-C'"),
+    (SHELL, {"command": "rm -fr important"}, "blocked by the harness policy ('rm -rf')"),
+    (SHELL, {"command": "rm --recursive --force important"}, "blocked by the harness policy ('rm -rf')"),
+    ("env,touch", {"command": "env touch PWNED"}, "'env'"),
+    ("*", {"argv": ["python3", "-c", "open('PWNED', 'w')"]}, "'python3'"),
+    ("*", {"argv": ["bash", "-c", "touch PWNED"]}, "'bash'"),
+    (SHELL, {"command": "cat ../../../../../etc/passwd"}, "leaves the project root"),
+    (SHELL, {"command": "ls", "cwd": "/etc"}, "absolute path"),
+])
+async def test_an_allowed_program_cannot_run_another_or_read_outside(runs, project, commands, args, named):
+    (project / "important").mkdir()
+    (project / "important" / "keep.txt").write_text("keep")
+    run_id = await start(runs, project, commands)
+    result = await runs.call_tool(run_id, "shell.run", args)
+    assert result.status == "denied", result
+    assert named in result.reason, result.reason
+    assert result.result is None
+    assert not pwned(project, project.parent) and (project / "important" / "keep.txt").read_text() == "keep"
+    await audited_denial(project, run_id, result.reason)
+
+
+async def test_a_symlink_in_the_project_does_not_lead_cat_out_of_it(runs, project):
+    (project / "notes").mkdir(exist_ok=True)
+    (project / "notes" / "etc").symlink_to("/etc")
+    run_id = await start(runs, project)
+    result = await runs.call_tool(run_id, "shell.run", {"command": "cat notes/etc/passwd"})
+    assert result.status == "denied" and "outside the project" in result.reason, result
+    assert "root:" not in str(result.result)
+    listing = await runs.call_tool(run_id, "shell.run", {"command": "ls", "cwd": "notes/etc"})
+    assert listing.status == "denied", listing
+    await audited_denial(project, run_id, result.reason)
+
+
+async def test_a_worker_secret_is_not_in_a_commands_environment(runs, project, monkeypatch):
+    monkeypatch.setenv("KIWI_TEST_SECRET", "hunter2-kiwi")
+    monkeypatch.setenv("TEMPORAL_TEST_TOKEN", "hunter3-temporal")
+    run_id = await start(runs, project)
+    result = await runs.call_tool(run_id, "shell.run", {"command": "printenv"})
+    assert result.status == "ok", result
+    shown = result.result["stdout"]
+    assert "hunter2-kiwi" not in shown and "KIWI_TEST_SECRET" not in shown and "hunter3-temporal" not in shown
+    assert "GIT_CONFIG_NOSYSTEM=1" in shown and "PATH=" in shown
+
+
+def plant_malicious_git_config(project: Path, marks: Path) -> None:
+    """The repository came this way: every setting that would make git run a program."""
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    hook = f"#!/bin/sh\ntouch {marks}/PWNED_hook_$(basename $0)\n"
+    for place in (project / ".git" / "hooks", project / "evilhooks"):
+        for name in ("pre-commit", "post-commit", "post-checkout", "commit-msg"):
+            write(place / name, hook).chmod(0o755)
+    write(project / ".gitattributes", "* filter=evil\n")
+    with (project / ".git" / "config").open("a") as config:
+        config.write(f"[core]\n\tfsmonitor = touch {marks}/PWNED_fsmonitor\n\thooksPath = evilhooks\n"
+                     f"\tpager = touch {marks}/PWNED_pager\n\teditor = touch {marks}/PWNED_editor\n"
+                     f"[alias]\n\tst = !touch {marks}/PWNED_alias\n"
+                     f"[filter \"evil\"]\n\tclean = touch {marks}/PWNED_clean\n\tsmudge = touch {marks}/PWNED_smudge\n"
+                     f"\trequired = true\n"
+                     f"[gpg]\n\tprogram = touch {marks}/PWNED_gpg\n[commit]\n\tgpgSign = false\n"
+                     "[user]\n\tname = Repo Owner\n\temail = owner@example.com\n")
+
+
+async def test_a_planted_git_config_runs_nothing_through_shell_git_or_kiwis_git_tools(runs, project, tmp_path_factory):
+    marks = tmp_path_factory.mktemp("marks")
+    plant_malicious_git_config(project, marks)
+    (project / "notes").mkdir(exist_ok=True)
+    (project / "notes" / "a.md").write_text("a")
+    run_id = await start(runs, project)
+    status = await runs.call_tool(run_id, "shell.run", {"command": "git status --porcelain"})
+    assert status.status == "ok" and "notes/" in status.result["stdout"], status
+    alias = await runs.call_tool(run_id, "shell.run", {"command": "git st"})
+    assert alias.status == "denied" and "'git st'" in alias.reason
+    added = await runs.call_tool(run_id, "shell.run", {"command": "git add notes/a.md"})
+    assert added.status == "ok" and added.result["exit_code"] == 0, added
+    assert (await runs.call_tool(run_id, "git.status", {})).status == "ok"
+    checkpoint = await runs.call_tool(run_id, "git.checkpoint", {"message": "before"})
+    assert checkpoint.status == "ok" and checkpoint.result["available"], checkpoint
+    committed = await runs.call_tool(run_id, "git.commit", {"message": "m"})
+    assert committed.status == "ok" and committed.result["committed"], committed
+    signed = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "commit", "-S", "--allow-empty", "-m", "s"]})
+    assert signed.status == "ok" and signed.result["exit_code"] != 0, signed  # gpg.program is "false"
+    switched = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "checkout", "-b", "other"]})
+    assert switched.status == "ok" and switched.result["exit_code"] == 0, switched
+    assert list(marks.iterdir()) == [] and not pwned(project)
+
+
+async def test_shell_git_is_refused_in_a_repository_whose_config_runs_a_diff_program(runs, project, tmp_path_factory):
+    marks = tmp_path_factory.mktemp("marks")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    write(project / ".gitattributes", "*.md diff=evil\n")
+    with (project / ".git" / "config").open("a") as config:
+        config.write(f"[diff \"evil\"]\n\ttextconv = touch {marks}/PWNED_textconv\n"
+                     f"[diff]\n\texternal = touch {marks}/PWNED_external\n")
+    run_id = await start(runs, project)
+    result = await runs.call_tool(run_id, "shell.run", {"command": "git diff"})
+    assert result.status == "denied" and "diff.external" in result.reason and "diff.evil.textconv" in result.reason
+    own = await runs.call_tool(run_id, "git.diff", {})
+    assert own.status == "ok", own
+    assert list(marks.iterdir()) == []
+    await audited_denial(project, run_id, result.reason)

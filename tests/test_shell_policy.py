@@ -1,0 +1,289 @@
+"""The shell grant, decided in pure code (kiwi.shellpolicy): an allowed program cannot be turned into
+another one, reach outside the grants through its arguments, or dodge a blocked command by spelling."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from activities.process import GIT_FORCED_CONFIG, child_env
+from kiwi.globs import first_match
+from kiwi.policy import PermissionEntry, PermissionSet
+from kiwi.protected import granted
+from kiwi.shellpolicy import (
+    GIT_REFUSED_OPTIONS,
+    GIT_SUBCOMMANDS,
+    REFUSED_PROGRAMS,
+    blocked_by,
+    check_argv,
+    path_arguments,
+)
+
+EVERYTHING = {"read_grants": ["**"], "write_grants": ["**"]}
+
+
+def check(argv, *, allowed=("*",), blocked=("sudo", "rm -rf"), **grants):
+    return check_argv(argv, allowed=list(allowed), blocked=list(blocked), **{**EVERYTHING, **grants})
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["git", "-c", "alias.x=!touch PWNED", "x"], "'-c'"),
+    (["git", "-calias.x=!touch PWNED", "x"], "'-c'"),
+    (["git", "-C", "/tmp", "status"], "'-C'"),
+    (["git", "--git-dir=/tmp/x/.git", "status"], "--git-dir"),
+    (["git", "--exec-path=/tmp", "status"], "--exec-path"),
+    (["git", "x"], "'git x'"),
+    (["git", "config", "core.fsmonitor", "touch PWNED"], "'git config'"),
+    (["git", "push"], "'git push'"),
+    (["git", "rebase", "-x", "touch PWNED", "HEAD~1"], "'git rebase'"),
+    (["git", "diff", "--ext-diff"], "'--ext-diff'"),
+    (["git", "diff", "--ext"], "'--ext-diff'"),
+    (["git", "grep", "-O", "x"], "'-O'"),
+    (["git", "grep", "--open-files-in-pager=touch PWNED", "x"], "--open-files-in-pager"),
+    (["git", "init", "--template=evil"], "'--template'"),
+    (["git", "status", "--help"], "'--help'"),
+    (["git", "add", "-p"], "git add -p"),
+    (["git", "diff", "--no-index", "/etc/passwd", "/dev/null"], "'/etc/passwd'"),
+    (["git", "log", "--output=/tmp/out"], "'/tmp/out'"),
+    (["git", "add", ".git/config"], "'.git'"),
+    (["find", ".", "-exec", "touch", "PWNED", ";"], "'-exec'"),
+    (["find", ".", "-name", "x", "-execdir", "sh", "{}", "+"], "'-execdir'"),
+    (["find", ".", "-okdir", "rm", "{}", ";"], "'-okdir'"),
+    (["find", "src", "-delete"], "'-delete'"),
+    (["find", ".", "-fprint", "out.txt"], "'-fprint'"),
+    (["find", "-L", "."], "'-L'"),
+    (["rg", "--pre=touch", "x"], "'--pre'"),
+    (["rg", "--pre-glob", "*", "x"], "'--pre-glob'"),
+    (["rg", "-z", "x"], "'-z'"),
+    (["rg", "-iz", "x"], "'-z'"),
+    (["sort", "--compress-program=sh", "x"], "'--compress-program'"),
+    (["sort", "--compress-prog=sh", "x"], "'--compress-program'"),
+    (["tar", "--to-command=sh", "-xf", "a.tar"], "'--to-command'"),
+    (["tar", "-I", "sh", "-cf", "a.tar", "src"], "'-I'"),
+    (["tar", "--checkpoint-action=exec=sh", "-cf", "a.tar", "src"], "'--checkpoint-action'"),
+    (["tar", "-F", "x.sh", "-cf", "a.tar", "src"], "'-F'"),
+    (["tar", "-xf", "a.tar"], "'.git'"),
+    (["zip", "-TT", "touch PWNED", "-T", "a.zip", "x"], "'-TT'"),
+    (["zip", "--unzip-command", "sh", "a.zip", "x"], "'--unzip-command'"),
+    (["ls", "/etc"], "'/etc'"),
+    (["ls", "~"], "'~'"),
+    (["cat", "src/../../x"], "'src/../../x'"),
+    (["cp", "src/a", "/tmp/b"], "'/tmp/b'"),
+    (["ln", "-s", "/etc/passwd", "x"], "'/etc/passwd'"),
+    (["touch", ".ai/logs/x"], "'.ai/logs'"),
+    (["rm", "-r", "."], "'.git'"),
+    (["dd", "if=/etc/passwd", "of=x"], "'/etc/passwd'"),
+    (["frob", "--config=/etc/shadow"], "'/etc/shadow'"),
+    (["env", "touch", "PWNED"], "'env'"),
+    (["python3.11", "-c", "print(1)"], "'python3.11'"),
+    (["bash", "-c", "id"], "'bash'"),
+    (["xargs", "touch"], "'xargs'"),
+    (["awk", "BEGIN{system(\"id\")}"], "'awk'"),
+    (["npm", "test"], "'npm'"),
+    (["ssh", "host"], "'ssh'"),
+    (["vim", "-c", ":!id"], "'vim'"),
+])
+def test_each_way_to_run_or_reach_something_else_is_refused_by_name(argv, named):
+    decision = check(argv)
+    assert not decision.allowed, argv
+    assert named in decision.reason, decision.reason
+    assert decision.hint or "blocked" in decision.reason or "leaves" in decision.reason
+
+
+@pytest.mark.parametrize("argv", [
+    ["git", "status"], ["git", "log", "-p", "HEAD~1"], ["git", "diff", "HEAD~1", "--", "src"],
+    ["git", "show", "HEAD:src/a.py"], ["git", "--no-pager", "log", "-n", "3"], ["git", "commit", "-am", "msg"],
+    ["git", "add", "src/a.py"], ["git", "blame", "-L", "1,2", "src/a.py"], ["git", "grep", "-e", "x"],
+    ["find", ".", "-name", "*.py", "-type", "f"], ["find", "src", "-newer", "src/a.py"],
+    ["ls", "-la", "src"], ["cat", "src/a.py"], ["head", "-n", "5", "src/a.py"], ["grep", "-rn", "a/b", "src"],
+    ["rg", "--files"], ["rg", "-e", "x", "src"], ["sort", "-o", "out/s.txt", "src/a.py"],
+    ["tar", "-czf", "out/a.tgz", "src"], ["cp", "-r", "src", "out/copy"], ["rm", "-r", "out/copy"],
+    ["echo", "/etc/passwd"], ["printenv"], ["mkdir", "-p", "out/x"], ["ln", "-s", "../src/a.py", "out/link"],
+])
+def test_ordinary_uses_stay_allowed(argv):
+    decision = check(argv)
+    assert decision.allowed, decision
+
+
+def test_the_cwd_must_be_a_folder_the_run_reads_inside_the_project():
+    assert not check(["ls"], read_grants=["src/**"]).allowed
+    assert check(["ls"], read_grants=["src/**"], cwd="src").allowed
+    outside = check(["ls"], cwd="../other")
+    assert not outside.allowed and "leaves the project" in outside.reason
+    assert "cwd" in check(["ls"], read_grants=["src/**"]).reason
+
+
+def test_paths_resolve_against_the_cwd_and_grants_decide_read_and_write():
+    assert check(["cat", "a.py"], read_grants=["src/**"], cwd="src").allowed
+    assert not check(["cat", "../b.py"], read_grants=["src/**"], cwd="src").allowed
+    assert not check(["rm", "src/a.py"], read_grants=["**"], write_grants=["out/**"]).allowed
+    assert check(["rm", "out/a.py"], read_grants=["**"], write_grants=["out/**"]).allowed
+    copied = check(["cp", "src/a.py", "src/b.py"], read_grants=["**"], write_grants=["out/**"])
+    assert not copied.allowed and "write not allowed on 'src/b.py'" in copied.reason
+    denied = check(["cat", "src/secret.txt"], deny_fs=["src/secret.txt"])
+    assert not denied.allowed and "explicitly denied" in denied.reason
+
+
+def test_a_symbolic_link_target_is_checked_from_the_links_folder():
+    # From the cwd "../../x" stays inside (a/b/../../x is x), from the link's folder it leaves.
+    assert not check(["ln", "-s", "../../x", "../../link"], cwd="a/b").allowed
+
+
+def test_git_needs_read_on_the_whole_project_because_it_prints_any_file():
+    narrow = check(["git", "status"], read_grants=["src/**"])
+    assert not narrow.allowed and 'path="**"' in narrow.hint
+    denied = check(["git", "status"], deny_fs=["secrets/**"])
+    assert not denied.allowed and "secrets/**" in denied.reason
+
+
+def test_grantable_options_need_the_grant_that_names_them():
+    assert not check(["find", "out", "-delete"]).allowed
+    assert check(["find", "out", "-delete"], options_granted={"find": ["-delete"]}).allowed
+    assert not check(["find", "out", "-delete"], options_granted={"tar": ["-delete"]}).allowed
+    assert not check(["find", "out", "-delete"], options_granted={"find": ["-delete"]}, write_grants=[]).allowed
+
+
+def test_the_permission_set_uses_the_shell_policy():
+    grants = PermissionSet.from_entries([
+        PermissionEntry(tag="execute", attrs={"resource": "shell", "commands": "git,ls,rm"}),
+        PermissionEntry(tag="read", attrs={"resource": "filesystem", "path": "**"}),
+        PermissionEntry(tag="write", attrs={"resource": "filesystem", "path": "out/**"})])
+    assert grants.check("shell.run", {"command": "ls src"}).allowed
+    assert not grants.check("shell.run", {"command": "ls /etc"}).allowed
+    assert not grants.check("shell.run", {"argv": ["ls", "src"], "cwd": "/tmp"}).allowed
+    assert not grants.check("shell.run", {"command": "git -c alias.x=!id x"}).allowed
+    blocked = grants.check("shell.run", {"command": "rm -fr out"}, blocked_commands=["rm -rf"])
+    assert not blocked.allowed and "blocked by the harness policy ('rm -rf')" in blocked.reason
+    assert not grants.check("shell.run", {"command": "ls; id"}).allowed
+
+
+def test_blocked_patterns_match_argv_not_text():
+    for argv in (["rm", "-fr", "x"], ["rm", "-r", "-f", "x"], ["rm", "--recursive", "--force", "x"],
+                 ["rm", "-Rf", "x"], ["rm", "-f", "x", "-r"], ["rm", "--rec", "--forc", "x"], ["rm", "-rfv", "x"]):
+        assert blocked_by("rm -rf", argv), argv
+    assert not blocked_by("rm -rf", ["rm", "-r", "x"]) and not blocked_by("rm -rf", ["rm", "--", "-rf"])
+    assert blocked_by("git push --force", ["git", "push", "-f", "origin"])
+    assert not blocked_by("git push --force", ["git", "status", "-f"])
+    assert blocked_by("sudo", ["sudo", "ls"])
+
+
+# ------------------------------------------------------------------------------------------- properties
+
+PATHS = st.sampled_from(["src/a.py", "src", "out/x", "./src/a.py", "../x", "/etc/passwd", "~/x", "src/../../x",
+                         "a/../src/a.py", ".git/config", ".ai/logs/x", ".", "..", "notes/n.md", "out/../src/b",
+                         "x=/etc/passwd", "~root"])
+OPTIONS = st.sampled_from(["-r", "-f", "-l", "-a", "-v", "--force", "--", "-n"])
+PROGRAMS = st.sampled_from(["cat", "ls", "rm", "touch", "mkdir", "wc", "tee", "cp", "mv", "frob", "stat", "du"])
+GLOBS = st.lists(st.sampled_from(["**", "src/**", "out/**", "notes/*", ".", "src/*.py", ".git/**"]), max_size=3)
+WRITERS = {"rm", "touch", "mkdir", "tee", "mv"}
+
+
+@settings(max_examples=400, deadline=None)
+@given(program=PROGRAMS, words=st.lists(st.one_of(PATHS, OPTIONS), max_size=6), read=GLOBS, write=GLOBS,
+       deny=st.lists(st.sampled_from(["src/a.py", "notes/**", "out/x"]), max_size=1),
+       cwd=st.sampled_from([".", "src", "out"]))
+def test_an_allowed_command_names_only_granted_paths_inside_the_project(program, words, read, write, deny, cwd):
+    argv = [program, *words]
+    decision = check_argv(argv, allowed=["*"], read_grants=read + write, write_grants=write, deny_fs=deny, cwd=cwd)
+    if not decision.allowed:
+        return
+    assert granted(read + write, cwd) is not None
+    ended = False
+    for word in words:
+        ended = ended or word == "--"
+        if word == "--" or (word.startswith("-") and not ended):
+            continue
+        value = word.partition("=")[2] if program == "frob" and "=" in word else word
+        if program == "frob" and not ("/" in value or value in (".", "..") or value.startswith("~")):
+            continue
+        assert not value.startswith(("/", "~")), argv
+        rel = posixpath.normpath(posixpath.join(cwd, value))
+        assert rel != ".." and not rel.startswith("../"), argv
+        grants = write if program in WRITERS else read + write
+        assert granted(grants, rel) is not None or (program == "cp" and granted(write, rel)), argv
+        assert first_match(deny, rel) is None, argv
+
+
+RM_FLAGS = st.lists(st.sampled_from(["-r", "-R", "-f", "--recursive", "--force", "-rf", "-fr", "-Rf", "-fR",
+                                     "-v", "-i", "-d", "--verbose", "-rv", "-fv", "--rec", "--for"]), max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(flags=RM_FLAGS, target=st.sampled_from(["x", "out/x", "."]), shuffle=st.randoms(use_true_random=False))
+def test_every_spelling_of_rm_with_r_and_f_is_blocked_by_rm_rf(flags, target, shuffle):
+    argv = ["rm", *flags, target]
+    shuffle.shuffle(argv[1:])
+    letters = "".join(f.lstrip("-") if not f.startswith("--") else {"--recursive": "r", "--force": "f", "--rec": "r",
+                                                                     "--for": "f"}.get(f, "") for f in flags)
+    has_r = "r" in letters or "R" in letters
+    decision = check(["rm", *flags, target])
+    if has_r and "f" in letters:
+        assert not decision.allowed and "blocked by the harness policy" in decision.reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(program=st.sampled_from(sorted(REFUSED_PROGRAMS)), version=st.sampled_from(["", "3", "3.11", "-5.2", "18"]),
+       words=st.lists(st.sampled_from(["-c", "x", "src/a", "--", "-e", "id", "."]), max_size=4))
+def test_no_argv_makes_a_refused_program_allowed(program, version, words):
+    decision = check([program + version, *words])
+    assert not decision.allowed
+    if not (version and program[-1].isdigit()):
+        assert "is refused" in decision.reason or "blocked by the harness" in decision.reason
+
+
+BENIGN_GIT = st.lists(st.sampled_from(["HEAD", "src/a.py", "-q", "--stat", "main", "HEAD~1", "--cached"]), max_size=4)
+
+
+@settings(max_examples=400, deadline=None)
+@given(sub=st.sampled_from(sorted(GIT_SUBCOMMANDS)), before=BENIGN_GIT, after=BENIGN_GIT,
+       bad=st.sampled_from(sorted(GIT_REFUSED_OPTIONS)), value=st.sampled_from(["", "=x", "=touch PWNED"]),
+       tail=st.lists(st.sampled_from(["src/a.py", "src"]), max_size=2))
+def test_git_with_a_refused_option_anywhere_before_the_double_dash_is_refused(sub, before, after, bad, value, tail):
+    option = bad + (value if bad.startswith("--") else "")
+    argv = ["git", sub, *before, option, *after, "--", *tail]
+    decision = check(argv)
+    assert not decision.allowed and bad in decision.reason, (argv, decision)
+
+
+@settings(max_examples=100, deadline=None)
+@given(option=st.sampled_from(["-c", "-C", "--git-dir=x", "--work-tree=x", "--exec-path=x", "-p", "--paginate",
+                               "--namespace=x", "--config-env=a=b"]), sub=st.sampled_from(sorted(GIT_SUBCOMMANDS)))
+def test_git_options_that_repoint_or_reconfigure_git_are_refused_before_the_subcommand(option, sub):
+    assert not check(["git", option, "core.pager=x", sub]).allowed
+
+
+def test_path_arguments_give_the_worker_what_to_recheck():
+    paths = path_arguments(["cp", "src/a", "out/b"], cwd="src")
+    assert [(p.rel, p.mode) for p in paths] == [("src", "read"), ("src/src/a", "read"), ("src/out/b", "write")]
+
+
+# ------------------------------------------------------------------------------------ the environment
+
+
+def test_children_get_an_allow_listed_environment_and_git_hardening(monkeypatch):
+    monkeypatch.setenv("KIWI_TEST_SECRET", "s3cret")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    monkeypatch.setenv("GIT_DIR", "/tmp/elsewhere")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    env = child_env({"GIT_CONFIG_COUNT": "0", "MINE": "1"})
+    assert "KIWI_TEST_SECRET" not in env and "OPENAI_API_KEY" not in env and "GIT_DIR" not in env
+    assert env["MINE"] == "1" and env["LC_ALL"] == "C.UTF-8" and env["PATH"] == os.environ["PATH"]
+    assert env["GIT_CONFIG_NOSYSTEM"] == "1" and env["GIT_CONFIG_GLOBAL"] == "/dev/null"
+    assert int(env["GIT_CONFIG_COUNT"]) == len(GIT_FORCED_CONFIG)
+
+
+def test_each_forced_git_setting_wins_over_the_repositorys_own_config(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    for key, _ in GIT_FORCED_CONFIG:
+        subprocess.run(["git", "config", "--local", key, "touch PWNED"], cwd=tmp_path, check=True)
+    for key, value in GIT_FORCED_CONFIG:
+        shown = subprocess.run(["git", "config", "--get", key], cwd=tmp_path, env=child_env(), capture_output=True,
+                               text=True)
+        assert shown.stdout.rstrip("\n") == value, key
+    status = subprocess.run(["git", "status"], cwd=tmp_path, env=child_env(), capture_output=True, text=True)
+    assert status.returncode == 0 and not (tmp_path / "PWNED").exists()
