@@ -61,6 +61,8 @@ class LocalToolSpec(BaseModel):
     entrypoint: str
     mutates_state: bool = False
     timeout_seconds: float = 300.0
+    # The JSON Schema of the tool's parameters (its manifest's), which types a step's <param> text.
+    input_schema: dict[str, Any] = Field(default_factory=dict)
 
 
 class RunLimits(BaseModel):

@@ -77,7 +77,8 @@ def local_tool_specs(store: ItemStore) -> dict[str, LocalToolSpec]:
             entry = Path(manifest.path) if manifest.legacy else Path(manifest.path).parent / manifest.entrypoint
             specs[tool_id] = LocalToolSpec(tool_id=tool_id, tool_type=manifest.tool_type, entrypoint=str(entry),
                                            mutates_state=manifest.mutates_state,
-                                           timeout_seconds=float(manifest.executor.get("timeout", 300)))
+                                           timeout_seconds=float(manifest.executor.get("timeout", 300)),
+                                           input_schema=manifest.json_schema())
     return specs
 
 

@@ -25,10 +25,11 @@ from kiwi.authoring import copy_to_project as copy_to_project_
 from kiwi.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.contracts import HelpRequest
 from kiwi.directive import Directive
-from kiwi.errors import ItemInvalid, KiwiError
+from kiwi.errors import InputInvalid, ItemInvalid, KiwiError
 from kiwi.mcp_catalog import McpCatalog
 from kiwi.runs import RunClient
 from kiwi.store import ItemStore, find_project_root
+from kiwi.toolargs import check_arguments
 
 INSTRUCTIONS = """Kiwi runs directives (reusable workflow specs) durably on Temporal.
 Typical flow: search(item_type="directive", query=...) → load(...) to read its steps and inputs →
@@ -153,6 +154,11 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
             if item_type == "mcp" and action == "call":
                 item_id = catalog.tool_id(item_id, parameters)
                 item_type = "tool"
+            if action == "call":
+                # Checked here too: arguments over Temporal's payload limit could never reach the run.
+                problem = check_arguments(item_id, parameters)
+                if problem is not None:
+                    raise InputInvalid(problem.reason, hint=problem.hint)
             if item_type == "tool" and action == "call" and run_id:
                 return (await shared.call_tool_waiting(run_id, item_id, parameters, client_name=client_name,
                                                        wait_seconds=wait_seconds, on_progress=progress)).model_dump()

@@ -77,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
     from kiwi.keys import approval_message, human_message, verify_bytes
     from kiwi.policy import BUILTIN_TOOLS, FILESYSTEM_TOOLS, parse_command
     from kiwi.templating import TemplateError, render
+    from kiwi.toolargs import BUILTIN_SCHEMAS, ArgumentError, check_arguments, coerce_step_arguments
 
 RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), backoff_coefficient=2.0,
                     maximum_interval=timedelta(seconds=10), maximum_attempts=5,
@@ -107,6 +108,9 @@ ALL_CHANGES = "kiwi-run-changes-2026-11"
 # Escapes closed: approval decisions need an approver's signature, help(checkpoint) needs the
 # git.checkpoint grant, child runs inherit approval rules and share the parent's rate budget.
 HARDENED = "kiwi-escapes-closed-2026-11"
+# Tool arguments are checked before anything is scheduled (a wrong one is InputInvalid, never a
+# failed workflow task), and a step's literal <param> text is typed by the tool's input schema.
+CHECKED_ARGUMENTS = "kiwi-checked-arguments-2026-11"
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
 AUDIT_IDLE_FLUSH = timedelta(seconds=1)
@@ -201,9 +205,11 @@ class DirectiveRun:
         except StepFailed as exc:
             state.status = "failed"
             state.error = exc.message
+            self._fail_current_step()
         except TemplateError as exc:
             state.status = "failed"
             state.error = str(exc)
+            self._fail_current_step()
         self._audit({"event": "run_finished", "status": state.status, "error": state.error})
         self._publish()
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -240,6 +246,12 @@ class DirectiveRun:
                         state.status = "cancelled"
                         return
                     args = render(call.params, self._context())
+                    if workflow.patched(CHECKED_ARGUMENTS):
+                        try:
+                            args = coerce_step_arguments(call.tool, call.params, args, self._input_schema(call.tool))
+                        except ArgumentError as exc:
+                            raise StepFailed(f"step '{step.name}': {exc.reason} ({exc.hint})", type="StepFailed",
+                                             non_retryable=True) from None
                     result = await self._call(call.tool, args, origin="step", step=step.name)
                     if result.status != "ok":
                         raise StepFailed(f"step '{step.name}': {call.tool} {result.status}: {result.reason}",
@@ -525,6 +537,11 @@ class DirectiveRun:
             return refusal, ""
         decision = snap.grants.check(tool, args, blocked_commands=snap.limits.blocked_commands)
         if not decision.allowed:
+        if workflow.patched(CHECKED_ARGUMENTS):
+            problem = check_arguments(tool, args)
+            if problem is not None:
+                return ToolCallResult(status="error", tool=tool, error_type="InputInvalid", call_seq=seq,
+                                      reason=problem.reason, hint=problem.hint), ""
             return ToolCallResult(status="denied", tool=tool, reason=decision.reason, hint=decision.hint,
                                   error_type="PermissionDenied", call_seq=seq), ""
         patterns = rate_patterns(tool, snap.limits.rate_limits, snap.local_tools)
@@ -558,6 +575,29 @@ class DirectiveRun:
     async def _execute(self, tool: str, args: dict[str, Any], origin: str = "step",
                        warnings: list[str] | None = None) -> Any:
         snap = self.snap
+    def _input_schema(self, tool: str) -> dict[str, Any] | None:
+        """The JSON Schema of ``tool``'s input: a built-in's, a local tool's manifest, an MCP tool's as listed
+        when the run started (None when unknown)."""
+        if tool in BUILTIN_SCHEMAS:
+            return BUILTIN_SCHEMAS[tool]
+        if tool in self.snap.local_tools:
+            return self.snap.local_tools[tool].input_schema or None
+        declared = self._mcp_declaration(tool)
+        context = self.state.mcp_context.get(declared.name) if declared is not None else None
+        if declared is None or context is None:
+            return None
+        name = f"{declared.name}.{tool.partition('.')[2]}"
+        listed = next((t for t in context.tools if t.get("name") == name), None)
+        schema = listed.get("inputSchema") if listed else None
+        return schema if isinstance(schema, dict) else None
+
+    def _fail_current_step(self) -> None:
+        """The step a failed run stopped at shows ``failed``, not ``running``."""
+        record = self.state.steps.get(self._current_step_name() or "")
+        if record is not None and record.status not in ("completed", "skipped"):
+            record.status = "failed"
+            record.finished_at = workflow.now().isoformat()
+
         root = snap.project_root
         summary = summarise_call(tool, args)
         options: dict[str, Any] = {"start_to_close_timeout": timedelta(seconds=60), "retry_policy": RETRY,

@@ -1,0 +1,293 @@
+"""Tool arguments: the built-ins' schemas, checks of what an agent sends, and step parameters typed.
+
+Pure, and imported by the workflow: nothing here does I/O, and nothing raises on any input but
+:class:`ArgumentError`, so a wrong argument from an (untrusted) agent is a typed ``InputInvalid``
+answer, never a failed workflow task.
+
+- :func:`check_arguments` checks a call's arguments before anything is scheduled: the size of the
+  whole argument object (every tool) and, for Kiwi's built-ins (``filesystem.*``, ``shell.run``,
+  ``git.*``, ``directive.run``), each argument's type and range against :data:`BUILTIN_SCHEMAS`.
+- :func:`coerce_step_arguments` types the literal text of a step's ``<param>`` values by the JSON
+  Schema the tool declares (an MCP tool's ``inputSchema``, a local tool's manifest, a built-in's
+  schema here). A parameter that is exactly one placeholder keeps the type of its value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+# Text a filesystem.write may carry: what the filesystem activities read and write at most, and
+# far enough under Temporal's 2 MB payload limit that a call's update, activity input and audit
+# record all fit.
+MAX_CONTENT_BYTES = 1_000_000
+# The JSON of one call's arguments, for every tool (the update that carries them and the activity
+# input are Temporal payloads: 2 MB at most, warnings from 512 KB).
+MAX_ARGUMENTS_BYTES = 1_500_000
+MAX_SHELL_TIMEOUT = 3600.0
+
+_STRING = {"type": "string"}
+_PATHS = {"type": "array", "items": {"type": "string"}, "description": "paths relative to the project root"}
+_ENCODING = {"type": "string", "enum": ["utf-8", "base64"]}
+
+
+def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(required)}
+
+
+BUILTIN_SCHEMAS: dict[str, dict[str, Any]] = {
+    "filesystem.read": _object({"path": _STRING, "encoding": _ENCODING}, ("path",)),
+    "filesystem.write": _object({"path": _STRING, "encoding": _ENCODING,
+                                 "content": {"type": ["string", "number", "boolean"],
+                                             "maxBytes": MAX_CONTENT_BYTES}}, ("path",)),
+    "filesystem.list": _object({"path": _STRING, "encoding": _ENCODING}),
+    "filesystem.create": _object({"path": _STRING, "encoding": _ENCODING}, ("path",)),
+    "filesystem.delete": _object({"path": _STRING, "encoding": _ENCODING}, ("path",)),
+    "filesystem.move": _object({"source": _STRING, "destination": _STRING, "path": _STRING,
+                                "encoding": _ENCODING}, ("source", "destination")),
+    "shell.run": _object({"command": _STRING, "argv": {"type": "array", "items": _STRING}, "cwd": _STRING,
+                          "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_SHELL_TIMEOUT,
+                                      "numericText": True}}),
+    "git.status": _object({"paths": _PATHS, "message": _STRING}),
+    "git.diff": _object({"paths": _PATHS, "message": _STRING}),
+    "git.commit": _object({"paths": _PATHS, "message": _STRING}),
+    "git.checkpoint": _object({"message": _STRING, "reason": _STRING}),
+    "git.rollback": _object({"checkpoint": _STRING}),
+    "directive.run": _object({"directive": _STRING, "name": _STRING, "inputs": {"type": "object"}}),
+}
+_HINTS = {
+    "filesystem.read": '{"path": "notes/a.md"}',
+    "filesystem.write": '{"path": "notes/a.md", "content": "text", "encoding": "utf-8"}',
+    "filesystem.list": '{"path": "notes"}',
+    "filesystem.create": '{"path": "notes/new-folder"}',
+    "filesystem.delete": '{"path": "notes/old.md"}',
+    "filesystem.move": '{"source": "notes/a.md", "destination": "notes/b.md"}',
+    "shell.run": '{"command": "pytest -q", "cwd": ".", "timeout": 120}',
+    "git.commit": '{"message": "what changed", "paths": ["src/app.py"]}',
+    "git.checkpoint": '{"message": "before the refactor"}',
+    "git.rollback": '{"checkpoint": "RUN/1"}',
+    "directive.run": '{"directive": "NAME", "inputs": {"key": "value"}}',
+}
+_TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "true or false",
+               "array": "a JSON array", "object": "a JSON object", "null": "null"}
+_INTEGER = re.compile(r"[+-]?\d+")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w-]*(?:\.[\w-]+)*)\}")  # the same rule as kiwi.templating
+
+
+class ArgumentError(ValueError):
+    """An argument that does not fit its tool: ``reason`` names it and what is wrong, ``hint`` what to send."""
+
+    def __init__(self, reason: str, hint: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.hint = hint
+
+
+def check_arguments(tool: str, args: Any) -> ArgumentError | None:
+    """What is wrong with ``args`` for ``tool`` (None when nothing is). Never raises."""
+    example = _HINTS.get(tool, "")
+    hint = f"send e.g. {example}" if example else ""
+    if not isinstance(args, dict):
+        return ArgumentError(f"{tool}: arguments must be a JSON object, got {_kind(args)}",
+                             hint or 'send an object, e.g. {"name": "value"}')
+    problem = _builtin_problem(tool, args, hint) if tool in BUILTIN_SCHEMAS else None
+    if problem is not None:
+        return problem
+    try:
+        size = len(json.dumps(args, ensure_ascii=False, default=str).encode("utf-8"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        return ArgumentError(f"{tool}: arguments cannot be read as JSON: {exc}", hint)
+    if size > MAX_ARGUMENTS_BYTES:
+        return ArgumentError(f"{tool}: arguments are {size:,} bytes, over the limit of {MAX_ARGUMENTS_BYTES:,}",
+                             "send less per call (split the content over several calls or files)")
+    return None
+
+
+def _builtin_problem(tool: str, args: dict[str, Any], hint: str) -> ArgumentError | None:
+    schema = BUILTIN_SCHEMAS[tool]
+    properties = schema["properties"]
+    for name in schema.get("required", []):
+        if args.get(name) is None:
+            return ArgumentError(f"{tool}: argument '{name}' is required", hint)
+    if tool == "shell.run" and args.get("command") is None and args.get("argv") is None:
+        return ArgumentError("shell.run: 'command' (a string) or 'argv' (a list of strings) is required", hint)
+    if tool == "directive.run" and not isinstance(args.get("directive") or args.get("name"), str):
+        return ArgumentError("directive.run: argument 'directive' (the directive's name) is required", hint)
+    for name, spec in properties.items():
+        if name in args and args[name] is not None:
+            problem = _problem(args[name], spec)
+            if problem:
+                return ArgumentError(f"{tool}: argument '{name}' {problem}", hint)
+    return None
+
+
+def _problem(value: Any, spec: dict[str, Any]) -> str:
+    """Why ``value`` does not fit ``spec`` (a JSON Schema subset), or ''."""
+    types = _types(spec)
+    if types and not any(_is(value, t, spec) for t in types):
+        return f"must be {' or '.join(_TYPE_NAMES.get(t, t) for t in types)}, got {_kind(value)}"
+    if "enum" in spec and value not in spec["enum"]:
+        return f"must be one of {', '.join(json.dumps(v) for v in spec['enum'])}, got {json.dumps(value, default=str)}"
+    if isinstance(value, list) and isinstance(spec.get("items"), dict):
+        for index, item in enumerate(value):
+            problem = _problem(item, spec["items"])
+            if problem:
+                return f"item {index} {problem}"
+    if "maxBytes" in spec:
+        size = len(str(value).encode("utf-8"))
+        if size > spec["maxBytes"]:
+            return f"is {size:,} bytes, over the limit of {spec['maxBytes']:,} bytes per call"
+    if "number" in types and not isinstance(value, bool):
+        number = _number(value)
+        if number is not None:
+            if not math.isfinite(number):
+                return f"must be a finite number, got {value!r}"
+            low, high = spec.get("exclusiveMinimum"), spec.get("maximum")
+            if low is not None and number <= low:
+                return f"must be more than {low:g}, got {number:g}"
+            if high is not None and number > high:
+                return f"must be at most {high:g}, got {number:g}"
+    return ""
+
+
+def _is(value: Any, kind: str, spec: dict[str, Any]) -> bool:
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        if isinstance(value, bool):
+            return False
+        return isinstance(value, (int, float)) or (bool(spec.get("numericText")) and _number(value) is not None)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "array":
+        return isinstance(value, list)
+    if kind == "object":
+        return isinstance(value, dict)
+    if kind == "null":
+        return value is None
+    return True
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _types(spec: Any) -> list[str]:
+    """The JSON types ``spec`` allows ([] = any): ``type`` as a name or list, or the branches of anyOf/oneOf."""
+    if not isinstance(spec, dict):
+        return []
+    kind = spec.get("type")
+    if isinstance(kind, str):
+        return [kind]
+    if isinstance(kind, list):
+        return [k for k in kind if isinstance(k, str)]
+    branches = spec.get("anyOf") or spec.get("oneOf")
+    if isinstance(branches, list):
+        found: list[str] = []
+        for branch in branches:
+            sub = _types(branch)
+            if not sub:
+                return []
+            found += [k for k in sub if k not in found]
+        return found
+    return []
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:40] + "…"
+        return f"the text {shown!r}"
+    if isinstance(value, bool):
+        return json.dumps(value)
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    return {list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def coerce_value(text: str, spec: Any) -> Any:
+    """``text`` as the type ``spec`` declares; raises ValueError saying what was expected.
+
+    Text stays text when the schema allows a string (or says nothing). Otherwise: integers,
+    numbers, ``true``/``false``, ``null``, and a JSON array or object written as text.
+    """
+    types = _types(spec)
+    if not types or "string" in types:
+        if isinstance(spec, dict) and "enum" in spec and types == ["string"] and text not in spec["enum"]:
+            raise ValueError(f"must be one of {', '.join(json.dumps(v) for v in spec['enum'])}, got {text!r}")
+        return text
+    stripped = text.strip()
+    for kind in types:
+        if kind == "integer" and _INTEGER.fullmatch(stripped):
+            return int(stripped)
+        if kind == "number":
+            number = _number(stripped)
+            if number is not None and math.isfinite(number):
+                return int(stripped) if _INTEGER.fullmatch(stripped) else number
+        if kind == "boolean" and stripped.lower() in ("true", "false"):
+            return stripped.lower() == "true"
+        if kind == "null" and stripped == "null":
+            return None
+        if kind in ("array", "object"):
+            try:
+                parsed = json.loads(stripped)
+            except (json.JSONDecodeError, RecursionError):
+                continue
+            if isinstance(parsed, list if kind == "array" else dict):
+                return parsed
+    expected = " or ".join(_TYPE_NAMES.get(k, k) for k in types)
+    return _raise(f"must be {expected}, got {_kind(text)}")
+
+
+def _raise(message: str) -> Any:
+    raise ValueError(message)
+
+
+def coerce_step_arguments(tool: str, raw: dict[str, Any], rendered: dict[str, Any],
+                          schema: dict[str, Any] | None) -> dict[str, Any]:
+    """A step's rendered ``<param>`` values typed by ``schema`` (the tool's JSON Schema for its input).
+
+    ``raw`` is the step's text before templating: a parameter that was exactly one placeholder
+    keeps its value's type. Raises :class:`ArgumentError` naming the first parameter that does not fit.
+    """
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return rendered
+    typed = dict(rendered)
+    for name, value in rendered.items():
+        before = raw.get(name)
+        if not isinstance(value, str) or (isinstance(before, str) and _PLACEHOLDER.fullmatch(before)):
+            continue
+        spec = properties.get(name)
+        if spec is None:
+            continue
+        try:
+            typed[name] = coerce_value(value, spec)
+        except ValueError as exc:
+            raise ArgumentError(f"{tool}: parameter '{name}' {exc}",
+                                f"write <param name=\"{name}\"> as {_describe(spec)}") from None
+    return typed
+
+
+def _describe(spec: Any) -> str:
+    types = _types(spec)
+    examples = {"integer": "a whole number, e.g. 3", "number": "a number, e.g. 2.5", "boolean": "true or false",
+                "array": 'a JSON array, e.g. ["a", "b"]', "object": 'a JSON object, e.g. {"key": "value"}',
+                "null": "null", "string": "text"}
+    if isinstance(spec, dict) and "enum" in spec:
+        return "one of " + ", ".join(json.dumps(v) for v in spec["enum"])
+    return " or ".join(examples.get(t, t) for t in types) or "text"
