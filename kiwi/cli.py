@@ -137,13 +137,17 @@ def validate_file(path: Path, local_tools: frozenset[str] = frozenset()) -> dict
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    missing = [raw for raw in args.paths if not Path(raw).exists()]
+    if missing:
+        raise KiwiError(f"no such file or folder: {', '.join(missing)}",
+                        hint="give item files or folders that exist, e.g. `kiwi validate .ai`")
     files = _expand(args.paths)
     if not files:
         print("kiwi validate: no item files found in " + ", ".join(args.paths), file=sys.stderr)
         return EXIT_INVALID
     store = ItemStore(find_project_root(files[0].resolve().parent))
     local = frozenset(store.local_tools())
-    results = [validate_file(f, local) for f in files]
+    results = [_validate_readable(f, local) for f in files]
     ok = all(r["valid"] for r in results)
     for r in results:
         problems = r.pop("_problems")
@@ -161,6 +165,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"valid": ok, "items": results}, indent=2))
     return EXIT_OK if ok else EXIT_INVALID
+
+
+def _validate_readable(path: Path, local: frozenset[str]) -> dict[str, Any]:
+    """:func:`validate_file`, with a file that cannot be read (a folder, no permission) reported as invalid."""
+    try:
+        return validate_file(path, local)
+    except OSError as exc:
+        problem = Problem(f"cannot read the file: {exc.strerror or exc}", str(path))
+        return {"path": str(path), "item_type": "unknown", "valid": False, "problems": [problem.as_dict()],
+                "_problems": [problem]}
 
 
 def cmd_sign(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import functools
 import json
+import math
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -109,8 +110,18 @@ def _with_runs(command: Callable[[argparse.Namespace, RunClient], Awaitable[int]
     return run
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """Start a directive run; the arguments are checked before Temporal is asked anything."""
+    deadline = args.deadline
+    if deadline is not None and not (math.isfinite(deadline) and deadline > 0):
+        raise InputInvalid(f"--deadline must be a positive number of seconds, got {deadline:g}",
+                           hint="e.g. --deadline 3600 (an hour), or leave it out for no deadline")
+    _pairs(args.input, "input")
+    return _start_run(args)
+
+
 @_with_runs
-async def cmd_run(args: argparse.Namespace, runs: RunClient) -> int:
+async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
     run_id = await runs.start(args.name, _pairs(args.input, "input"), idempotency_key=args.idempotency_key,
                               deadline_seconds=args.deadline)
     if not args.wait:
@@ -161,12 +172,36 @@ async def cmd_complete_step(args: argparse.Namespace, runs: RunClient) -> int:
     return 0
 
 
-@_with_runs
-async def cmd_call(args: argparse.Namespace, runs: RunClient) -> int:
+def cmd_call(args: argparse.Namespace) -> int:
+    """Make one tool call; the arguments are checked before Temporal is asked anything."""
+    args.arguments = _call_arguments(args.tool, args.arguments)
+    return _make_call(args)
+
+
+def _call_arguments(tool: str, text: str | None) -> dict[str, Any]:
+    """``kiwi call``'s arguments: a JSON object that fits the tool (raises InputInvalid saying what to send)."""
+    from kiwi.toolargs import check_arguments
+
+    example = 'e.g. kiwi call filesystem.read \'{"path": "notes/hello.md"}\' (a JSON object, in single quotes)'
     try:
-        arguments = json.loads(args.arguments) if args.arguments else {}
+        arguments = json.loads(text) if text else {}
     except json.JSONDecodeError as exc:
-        raise InputInvalid(f"arguments are not JSON: {exc}", hint='e.g. \'{"path": "src/app.py"}\'') from None
+        raise InputInvalid(f"arguments are not JSON: {exc.msg} at column {exc.colno}", hint=example) from None
+    except RecursionError:
+        raise InputInvalid("arguments are nested too deeply to read", hint=example) from None
+    if not isinstance(arguments, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(arguments), "a number")
+        raise InputInvalid(f"arguments must be a JSON object of named arguments, got {kind}: {text}", hint=example)
+    problem = check_arguments(tool, arguments)
+    if problem is not None:
+        raise InputInvalid(problem.reason, hint=problem.hint)
+    return arguments
+
+
+@_with_runs
+async def _make_call(args: argparse.Namespace, runs: RunClient) -> int:
+    arguments = args.arguments
     if args.run:
         result = await runs.call_tool(args.run, args.tool, arguments)
     else:

@@ -225,3 +225,81 @@ async def test_a_failed_call_fails_its_step_visibly(runs, project):
     status = await runs.status(run_id)
     assert status.status == "failed" and "filesystem.read error" in status.error
     assert [(s.name, s.status) for s in status.steps] == [("read", "failed"), ("after", "pending")]
+
+
+# ---------------------------------------------------------------- config files
+BOMB = "\n".join(["a: &a [\"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\"]"] + [
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]) + "\n"
+
+
+@pytest.mark.parametrize("where", [".ai/config/agent_harness.yaml", ".ai/config/mcp_registry.yaml",
+                                   ".ai/tools/bomb/tool.yaml"])
+def test_a_yaml_alias_bomb_in_any_config_file_is_refused_fast_naming_the_file(tmp_path, monkeypatch, capsys,
+                                                                              where):
+    from kiwi.harness import load_harness
+    from kiwi.mcp_registry import load_registry
+
+    monkeypatch.chdir(tmp_path)
+    assert kiwi_main(["init"]) == 0
+    text = BOMB if not where.endswith("tool.yaml") else "tool_id: bomb\ntool_type: python\n" + BOMB
+    write(tmp_path / where, text)
+    capsys.readouterr()
+    started = time.monotonic()
+    if where.endswith("tool.yaml"):
+        assert kiwi_main(["validate", str(tmp_path / where)]) == 1
+        shown = "".join(capsys.readouterr())
+    else:
+        with pytest.raises(ItemInvalid) as refused:
+            (load_harness if "harness" in where else load_registry)(tmp_path, tmp_path / "user")
+        shown = str(refused.value.problems[0])
+    assert time.monotonic() - started < 5
+    assert where.rsplit("/", 1)[-1] in shown and "aliases are expanded" in shown and "Traceback" not in shown
+
+
+def test_yaml_limits_refuse_the_bomb_but_read_ordinary_aliases(tmp_path):
+    from kiwi import yamltext
+
+    started = time.monotonic()
+    with pytest.raises(ItemInvalid) as refused:
+        yamltext.read(write(tmp_path / "bomb.yaml", BOMB))
+    assert time.monotonic() - started < 2
+    problem = refused.value.problems[0]
+    assert problem.path.endswith("bomb.yaml") and "aliases are expanded" in problem.message
+    with pytest.raises(ItemInvalid) as big:
+        yamltext.read(write(tmp_path / "big.yaml", "k: " + "x" * 1_100_000))
+    assert "over the limit" in big.value.problems[0].message
+    with pytest.raises(ItemInvalid) as recursive:
+        yamltext.read(write(tmp_path / "loop.yaml", "a: &a [1, *a]\n"))
+    assert "recursive" in recursive.value.problems[0].message
+    shared = yamltext.read(write(tmp_path / "ok.yaml", "base: &base {timeout: 5}\none: *base\ntwo: *base\n"))
+    assert shared == {"base": {"timeout": 5}, "one": {"timeout": 5}, "two": {"timeout": 5}}
+
+
+# ---------------------------------------------------------------- the command line
+@pytest.mark.parametrize(("argv", "says", "fix"), [
+    (["call", "filesystem.read", "[1,2]"], "arguments must be a JSON object of named arguments, got an array",
+     "kiwi call filesystem.read '{\"path\""),
+    (["call", "filesystem.read", "{bad"], "arguments are not JSON", "a JSON object"),
+    (["call", "shell.run", '{"command": "ls", "timeout": "abc"}'], "shell.run: argument 'timeout' must be a number",
+     '"timeout": 120'),
+    (["validate", "/nonexistent"], "no such file or folder: /nonexistent", "kiwi validate .ai"),
+    (["run", "hello_kiwi", "--deadline", "-5"], "--deadline must be a positive number of seconds, got -5",
+     "--deadline 3600"),
+    (["run", "hello_kiwi", "--input", "oops"], "input 'oops' is not KEY=VALUE", "--input name="),
+])
+def test_cli_mistakes_are_one_clear_error_and_a_non_zero_exit(project, capsys, argv, says, fix):
+    # An address nobody listens on: each mistake is caught before Temporal is asked anything.
+    code = kiwi_main([*argv, *(["--address", "127.0.0.1:9"] if argv[0] in ("call", "run") else [])])
+    out = capsys.readouterr()
+    assert code == 1 and out.out == ""
+    assert out.err.startswith(f"kiwi: {says}") and fix in out.err, out.err
+    assert "Traceback" not in out.err and "cannot reach Temporal" not in out.err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
+def test_cli_validate_reports_an_unreadable_item_instead_of_failing(project, capsys):
+    locked = project / ".ai" / "directives" / "hello_kiwi.md"
+    locked.chmod(0)
+    assert kiwi_main(["validate", str(locked)]) == 1
+    out = capsys.readouterr()
+    assert "FAIL" in out.out and "cannot read the file" in out.out
