@@ -535,13 +535,13 @@ class DirectiveRun:
         refusal = self._mcp_refusal(tool, seq)
         if refusal is not None:
             return refusal, ""
-        decision = snap.grants.check(tool, args, blocked_commands=snap.limits.blocked_commands)
-        if not decision.allowed:
         if workflow.patched(CHECKED_ARGUMENTS):
             problem = check_arguments(tool, args)
             if problem is not None:
                 return ToolCallResult(status="error", tool=tool, error_type="InputInvalid", call_seq=seq,
                                       reason=problem.reason, hint=problem.hint), ""
+        decision = snap.grants.check(tool, args, blocked_commands=snap.limits.blocked_commands)
+        if not decision.allowed:
             return ToolCallResult(status="denied", tool=tool, reason=decision.reason, hint=decision.hint,
                                   error_type="PermissionDenied", call_seq=seq), ""
         patterns = rate_patterns(tool, snap.limits.rate_limits, snap.local_tools)
@@ -572,9 +572,6 @@ class DirectiveRun:
             state.loop_warnings += 1
         return None, warning
 
-    async def _execute(self, tool: str, args: dict[str, Any], origin: str = "step",
-                       warnings: list[str] | None = None) -> Any:
-        snap = self.snap
     def _input_schema(self, tool: str) -> dict[str, Any] | None:
         """The JSON Schema of ``tool``'s input: a built-in's, a local tool's manifest, an MCP tool's as listed
         when the run started (None when unknown)."""
@@ -598,6 +595,9 @@ class DirectiveRun:
             record.status = "failed"
             record.finished_at = workflow.now().isoformat()
 
+    async def _execute(self, tool: str, args: dict[str, Any], origin: str = "step",
+                       warnings: list[str] | None = None) -> Any:
+        snap = self.snap
         root = snap.project_root
         summary = summarise_call(tool, args)
         options: dict[str, Any] = {"start_to_close_timeout": timedelta(seconds=60), "retry_policy": RETRY,
