@@ -81,9 +81,10 @@ async def main() -> None:
             phase("approving all of them")
             t0 = time.perf_counter()
             approver = ensure_key()[0]  # made by `kiwi init`, trusted to sign and approve
-            await gather_limited(args.concurrency, [
-                runs.handle(r).signal("decide_approval", signed_decision(r, q, True, approver))
-                for r, q in zip(ids, requests, strict=True)])
+            async def approve(run_id: str, request: ApprovalRequest) -> None:
+                decision = signed_decision(run_id, await runs.execution(run_id), request, True, approver)
+                await runs.handle(run_id).signal("decide_approval", decision)
+            await gather_limited(args.concurrency, [approve(r, q) for r, q in zip(ids, requests, strict=True)])
             results = await gather_limited(args.concurrency, [runs.handle(r).result() for r in ids])
             finished = time.perf_counter() - t0
             assert all(r.status == "completed" for r in results)

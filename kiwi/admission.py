@@ -53,6 +53,7 @@ def admit(tool: str, args: dict[str, Any], seq: int, *, snap: RunSnapshot, state
     windows = rate_patterns(tool, limits.rate_windows, snap.local_tools) if limits.rate_windows else []
     for pattern in windows:
         calls, seconds = limits.rate_windows[pattern]
+        calls -= state.window_reserved.get(pattern, 0)  # handed to running child runs
         recent = [t for t in state.rate_times.get(pattern, []) if t > now - seconds]
         state.rate_times[pattern] = recent
         if len(recent) >= calls:

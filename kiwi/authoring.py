@@ -88,15 +88,16 @@ def save_directive(store: ItemStore, content: str, *, item_id: str = "", locatio
 
 def delete_item(store: ItemStore, item_type: str, item_id: str, *, location: str = "project",
                 confirm: bool = False) -> dict[str, Any]:
+    if item_type not in ("directive", "knowledge"):
+        # A tool is code in a protected place (.ai/tools): only a human removes it.
+        raise InputInvalid(f"{item_type}s cannot be deleted through Kiwi", hint=f"a human removes the {item_type}'s "
+                           "folder by hand")
     if not confirm:
         raise InputInvalid(f"deleting {item_type} '{item_id}' needs confirm=true", hint="pass parameters.confirm=true")
     path = _existing(store, item_type, item_id, location)
     if path is None:
         raise ItemNotFound(f"no {item_type} '{item_id}' in the {location} space")
-    if item_type == "tool" and path.name == "tool.yaml":
-        shutil.rmtree(path.parent)
-    else:
-        path.unlink()
+    path.unlink()
     return {"item_id": item_id, "path": str(path), "status": "deleted"}
 
 

@@ -87,7 +87,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     for rel in written:
         if rel.startswith(".ai/directives/") and rel.endswith(".md"):
             target = root / rel
-            target.write_text(sign(target.read_text(encoding="utf-8"), signer=signer), encoding="utf-8")
+            target.write_text(sign(target.read_text(encoding="utf-8"), signer=signer, kind="directive"),
+                              encoding="utf-8")
             signed.append(rel)
     _emit({"root": str(root), "written": written, "kept": skipped, "signed_by": signer if signed else "",
            "key": made}, args.json, lambda: (
@@ -118,7 +119,7 @@ def validate_file(path: Path, local_tools: frozenset[str] = frozenset()) -> dict
             status = verify(path.read_text(encoding="utf-8"))
             if status.signer:
                 root = find_project_root(path.resolve().parent)
-                check_trust(status, load_trusted(root, user_space()).with_role("sign"))
+                check_trust(status, load_trusted(root, user_space()).with_role("sign"), item_type)
             result["signature"] = status.describe()
             result["trusted"] = status.trusted
             if status.state == "modified":
@@ -196,7 +197,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
             continue
         text = path.read_text(encoding="utf-8")
         style = "hash" if path.suffix in (".yaml", ".yml", ".py") else "html"
-        path.write_text(sign(text, signer=signer, comment=style), encoding="utf-8")
+        path.write_text(sign(text, signer=signer, kind=result["item_type"], comment=style), encoding="utf-8")
         print(f"signed {path} as {signer}")
     return EXIT_INVALID if failed else EXIT_OK
 

@@ -236,7 +236,7 @@ async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
         if request is None:
             raise KiwiError(f"run {args.run} has no approval request '{args.request}'",
                             hint=f"see `kiwi status {args.run}`")
-        decision = signed_decision(args.run, request, approved, default_key(args.by), args.reason)
+        decision = signed_decision(args.run, status.execution, request, approved, default_key(args.by), args.reason)
         print(decision.model_dump_json())
         return 0
     request = await runs.decide_approval(args.run, args.request, approved, by=args.by, reason=args.reason)

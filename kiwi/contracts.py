@@ -152,6 +152,8 @@ class ChildRecord(BaseModel):
     error: str = ""
     # Calls of this run's per-run rate budget handed to the child; settled when the child ends.
     reserved: dict[str, int] = Field(default_factory=dict)
+    # Calls per window of this run's windowed limits handed to the child while it runs.
+    reserved_windows: dict[str, int] = Field(default_factory=dict)
 
 
 class StepRecord(BaseModel):
@@ -255,6 +257,10 @@ class RunState(BaseModel):
     decisions: list[DecisionRequest] = Field(default_factory=list)
     checkpoints: list[dict[str, Any]] = Field(default_factory=list)
     refused_decisions: list[RefusedDecision] = Field(default_factory=list)
+    # Holds so far (stuck, awaiting_human): a resume is signed for one hold, never the next.
+    holds: int = 0
+    # Windowed-limit calls handed to running child runs, per pattern: this run may use the rest.
+    window_reserved: dict[str, int] = Field(default_factory=dict)
     # Times (epoch seconds, workflow time) of the calls each windowed rate limit counted, in its window.
     rate_times: dict[str, list[float]] = Field(default_factory=dict)
 
@@ -270,8 +276,10 @@ class DirectiveRunResult(BaseModel):
     outputs: dict[str, dict[str, Any]] = Field(default_factory=dict)
     error: str = ""
     calls: int = 0
-    # Calls counted against each rate-limit pattern: a parent run settles its shared budget with them.
+    # Calls counted against each rate-limit pattern: a parent run settles its shared budget with them,
+    # and a project's next session starts from them (with the windows' recent call times).
     call_counts: dict[str, int] = Field(default_factory=dict)
+    rate_times: dict[str, list[float]] = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- updates, signals, queries
@@ -390,6 +398,9 @@ class RunStatus(BaseModel):
     trust: RunTrust = Field(default_factory=RunTrust)
     refused_decisions: list[RefusedDecision] = Field(default_factory=list)
     hold_reason: str = ""
+    # What a human's signature names: this execution of the run (its first run id) and the current hold.
+    execution: str = ""
+    hold_id: str = ""
 
 
 # ---------------------------------------------------------------- activity inputs

@@ -136,21 +136,26 @@ def verify_bytes(public_key: str, message: bytes, signature: str) -> bool:
     return True
 
 
-def approval_message(run_id: str, request_id: str, args_hash: str, approved: bool, by: str) -> bytes:
-    """What an approver signs: the run, the request, the exact call (its hash) and the answer."""
-    return json.dumps({"kind": "kiwi-approval-v1", "run_id": run_id, "request_id": request_id,
-                       "args_hash": args_hash, "approved": approved, "by": by}, sort_keys=True).encode()
+def approval_message(run_id: str, execution: str, request_id: str, args_hash: str, approved: bool,
+                     by: str) -> bytes:
+    """What an approver signs: the run and its execution (a workflow id can be reused by a new execution,
+    whose request ids start again), the request, the exact call (its hash) and the answer."""
+    return json.dumps({"kind": "kiwi-approval-v2", "run_id": run_id, "execution": execution,
+                       "request_id": request_id, "args_hash": args_hash, "approved": approved, "by": by},
+                      sort_keys=True).encode()
 
 
-def human_message(kind: str, run_id: str, subject: str, answer: str, by: str) -> bytes:
-    """What a human signs to steer a held run: ``resume`` (subject: the hold's reason) or ``decide``
-    (subject: the escalation's request id, answer: the option)."""
-    return json.dumps({"kind": f"kiwi-{kind}-v1", "run_id": run_id, "subject": subject, "answer": answer,
-                       "by": by}, sort_keys=True).encode()
+def human_message(kind: str, run_id: str, execution: str, subject: str, answer: str, by: str) -> bytes:
+    """What a human signs to steer a held run: ``resume`` (subject: the hold's id, new for every hold) or
+    ``decide`` (subject: the escalation's request id, answer: the option), in this execution of the run."""
+    return json.dumps({"kind": f"kiwi-{kind}-v2", "run_id": run_id, "execution": execution, "subject": subject,
+                       "answer": answer, "by": by}, sort_keys=True).encode()
 
 
-def item_message(content_sha256: str, timestamp: str, signer: str) -> bytes:
-    return f"kiwi-item-v1\n{content_sha256}\n{timestamp}\n{signer}".encode()
+def item_message(kind: str, content_sha256: str, timestamp: str, signer: str) -> bytes:
+    """What signing an item covers: its kind (a signed tool manifest is no signed directive), the SHA-256
+    of everything after the signature line, the time and the signer."""
+    return f"kiwi-item-v2\n{kind}\n{content_sha256}\n{timestamp}\n{signer}".encode()
 
 
 # ---------------------------------------------------------------- trusted keys

@@ -22,6 +22,7 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateStage,
@@ -50,6 +51,7 @@ from kiwi.contracts import (
     LocalToolSpec,
     ResumeRequest,
     RunSnapshot,
+    RunState,
     RunStatus,
     RunTrust,
     ToolCallResult,
@@ -107,10 +109,11 @@ def build_snapshot(store: ItemStore, name: str, inputs: dict[str, Any], run_id: 
                        mcp_skipped={n: why for n, why in registry.skipped.items() if n in declared}, trust=trust)
 
 
-def signed_decision(run_id: str, request: ApprovalRequest, approved: bool, by: str,
+def signed_decision(run_id: str, execution: str, request: ApprovalRequest, approved: bool, by: str,
                     reason: str = "") -> ApprovalDecision:
-    """The ``decide_approval`` signal for ``request``, signed with the private key ``by``."""
-    signature = sign_bytes(by, approval_message(run_id, request.request_id, request.args_hash, approved, by))
+    """The ``decide_approval`` signal for ``request`` in that execution of the run, signed with the key ``by``."""
+    signature = sign_bytes(by, approval_message(run_id, execution, request.request_id, request.args_hash,
+                                                approved, by))
     return ApprovalDecision(request_id=request.request_id, approved=approved, by=by, reason=reason,
                             args_hash=request.args_hash, signature=signature)
 
@@ -125,7 +128,7 @@ def directive_trust(text: str, mode: str, signers: dict[str, str]) -> RunTrust:
     grants through with a warning; a directive modified after signing never gets them unless
     signatures are ``off``.
     """
-    status = check_trust(verify(text), signers)
+    status = check_trust(verify(text), signers, "directive")
     trust = RunTrust(signature=status.state, signer=status.signer, trusted=status.trusted,
                      content_hash=content_hash(text), mode=mode)  # type: ignore[arg-type]
     if mode == "off" or status.trusted:
@@ -265,10 +268,30 @@ class RunClient:
         await self._check_search_attributes()
         snap = self.session_snapshot(client_name)
         await self.client.start_workflow(
-            "DirectiveRun", DirectiveRunInput(snapshot=snap), id=snap.run_id, task_queue=self.task_queue,
+            "DirectiveRun", DirectiveRunInput(snapshot=snap, state=await self._session_carry(run_id)),
+            id=snap.run_id, task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"session of {client_name}: calls outside a directive run")
         return await self.call_tool(snap.run_id, tool, arguments, client_name=client_name)
+
+    async def execution(self, run_id: str) -> str:
+        """The run's execution (its first run id): what a human's signature names, read without a worker."""
+        try:
+            description = await self.handle(run_id).describe()
+        except RPCError as exc:
+            raise _translate(exc, run_id) from None
+        return description.raw_description.workflow_execution_info.first_run_id
+
+    async def _session_carry(self, run_id: str) -> RunState | None:
+        """What a project's new session starts from: the budget its last session ended with.
+
+        Completing or cancelling the session must not be a way to a fresh budget.
+        """
+        try:
+            last = await self.handle(run_id).result(follow_runs=False)
+        except (RPCError, WorkflowFailureError):
+            return None  # none yet, or it failed or was terminated: nothing to carry
+        return RunState(call_counts=last.call_counts, rate_times=last.rate_times, call_seq=last.calls)
 
     # ---------------------------------------------------------------- steer
     def handle(self, run_id: str) -> WorkflowHandle:
@@ -297,7 +320,7 @@ class RunClient:
         by = default_key(by)
         load_private(by)
         status = await self.status(run_id)
-        signature = sign_bytes(by, human_message("resume", run_id, status.hold_reason, "", by))
+        signature = sign_bytes(by, human_message("resume", run_id, status.execution, status.hold_id, "", by))
         await self._signal(run_id, "resume", ResumeRequest(reason=reason, by=by, signature=signature))
 
     async def decide_approval(self, run_id: str, request_id: str, approved: bool, *, by: str | None = None,
@@ -319,7 +342,8 @@ class RunClient:
             raise RunStateConflict(f"{request_id} is already {request.status}")
         if by == request.requested_by:
             raise KiwiError(f"'{by}' made this call and cannot approve it", hint="another person must decide")
-        await self._signal(run_id, "decide_approval", signed_decision(run_id, request, approved, by, reason))
+        await self._signal(run_id, "decide_approval",
+                           signed_decision(run_id, status.execution, request, approved, by, reason))
         return request
 
     async def decide(self, run_id: str, request_id: str, option: str, *, by: str | None = None,
@@ -335,7 +359,7 @@ class RunClient:
             raise RunStateConflict(f"{request_id} was already answered: {request.answer}")
         if request.options and option not in request.options:
             raise InputInvalid(f"'{option}' is not an option of {request_id}; options: {', '.join(request.options)}")
-        signature = sign_bytes(by, human_message("decide", run_id, request_id, option, by))
+        signature = sign_bytes(by, human_message("decide", run_id, status.execution, request_id, option, by))
         await self._signal(run_id, "decide", DecisionAnswer(request_id=request_id, option=option, by=by, note=note,
                                                             signature=signature))
 

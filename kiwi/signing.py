@@ -84,23 +84,31 @@ def verify(text: str) -> SignatureStatus:
                            signature or "")
 
 
-def check_trust(status: SignatureStatus, signers: dict[str, str]) -> SignatureStatus:
-    """``status`` with ``trusted`` set: valid content, a named signer in ``signers``, and its signature."""
+def check_trust(status: SignatureStatus, signers: dict[str, str], kind: str) -> SignatureStatus:
+    """``status`` with ``trusted`` set: valid content, a named signer in ``signers``, and its signature
+    over this ``kind`` of item and its whole body.
+
+    A legacy kiwi-mcp line is never trusted: its hash covers only the first XML block a regex finds,
+    which need not be the block Kiwi parses.
+    """
     from kiwi.keys import item_message, verify_bytes
 
     key = signers.get(status.signer)
-    status.trusted = bool(status.state == "valid" and key and status.signature and verify_bytes(
-        key, item_message(status.actual, status.timestamp, status.signer), status.signature))
+    status.trusted = bool(status.state == "valid" and not status.legacy and key and status.signature and
+                          verify_bytes(key, item_message(kind, status.actual, status.timestamp, status.signer),
+                                       status.signature))
     return status
 
 
-def sign(text: str, *, signer: str, comment: Literal["html", "hash"] = "html", now: datetime | None = None) -> str:
-    """Return ``text`` with a fresh Kiwi signature by the key ``signer`` as its first line (any old one replaced)."""
+def sign(text: str, *, signer: str, kind: str, comment: Literal["html", "hash"] = "html",
+         now: datetime | None = None) -> str:
+    """Return ``text`` (an item of ``kind``: directive, tool, knowledge) with a fresh Kiwi signature by the key
+    ``signer`` as its first line (any old one replaced)."""
     from kiwi.keys import item_message, sign_bytes
 
     _, body = split_signature(text)
     stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-    mark = f"kiwi:signed:{stamp}:{digest}:{signer}:{sign_bytes(signer, item_message(digest, stamp, signer))}"
+    mark = f"kiwi:signed:{stamp}:{digest}:{signer}:{sign_bytes(signer, item_message(kind, digest, stamp, signer))}"
     line = f"<!-- {mark} -->" if comment == "html" else f"# {mark}"
     return f"{line}\n{body}"

@@ -53,7 +53,7 @@ def signed(text: str) -> str:
     from kiwi.cli_keys import ensure_key
     from kiwi.signing import sign
 
-    return sign(text, signer=ensure_key()[0])
+    return sign(text, signer=ensure_key()[0], kind="directive")
 
 
 def write_directive(path: Path, text: str) -> Path:

@@ -138,13 +138,13 @@ def test_sign_then_verify_and_detect_modification():
 
     text = directive_md(WRITE_STEP, permissions=PERMS, inputs=INPUTS)
     signer = ensure_key()[0]
-    signed = sign(text, signer=signer)
+    signed = sign(text, signer=signer, kind="directive")
     assert signed.splitlines()[0].startswith("<!-- kiwi:signed:")
     trusted = load_trusted(Path("."), user_space()).with_role("sign")
-    status = check_trust(verify(signed), trusted)
+    status = check_trust(verify(signed), trusted, "directive")
     assert (status.state, status.signer, status.trusted) == ("valid", signer, True)
     assert content_hash(signed) == content_hash(text)
-    modified = check_trust(verify(signed.replace("hello", "goodbye")), trusted)
+    modified = check_trust(verify(signed.replace("hello", "goodbye")), trusted, "directive")
     assert (modified.state, modified.trusted) == ("modified", False)
     parse_directive(signed, "signed.md")
 
@@ -163,14 +163,14 @@ def test_a_signature_is_only_trusted_from_a_trusted_key_and_cannot_be_forged_by_
     body = directive_md(WRITE_STEP, permissions=PERMS, inputs=INPUTS)
     digest = hashlib.sha256(body.encode()).hexdigest()
     hashed_only = f"<!-- kiwi:signed:2026-11-22T00:00:00Z:{digest} -->\n{body}"
-    assert check_trust(verify(hashed_only), trusted).trusted is False
+    assert check_trust(verify(hashed_only), trusted, "directive").trusted is False
     create_key("mallory")  # a key of its own, never added to trusted_keys.yaml
-    by_mallory = sign(body, signer="mallory")
-    assert check_trust(verify(by_mallory), trusted).trusted is False
+    by_mallory = sign(body, signer="mallory", kind="directive")
+    assert check_trust(verify(by_mallory), trusted, "directive").trusted is False
     # Claiming a trusted name with mallory's signature does not verify either.
     owner = next(iter(trusted))
     forged = by_mallory.replace(":mallory:", f":{owner}:", 1)
-    assert check_trust(verify(forged), trusted).trusted is False
+    assert check_trust(verify(forged), trusted, "directive").trusted is False
 
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)

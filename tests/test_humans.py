@@ -120,7 +120,8 @@ async def test_a_run_waiting_for_approval_survives_its_worker_and_is_approved_wh
         run_id = await runs.start("tidy", {})
         (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
     # No worker now: the approval is a signal the server keeps (as `temporal workflow signal` would send it).
-    await runs.handle(run_id).signal("decide_approval", signed_decision(run_id, request, True, "alice"))
+    decision = signed_decision(run_id, await runs.execution(run_id), request, True, "alice")
+    await runs.handle(run_id).signal("decide_approval", decision)
     assert (project / "notes" / "old.txt").exists()
     async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
         result = await runs.handle(run_id).result()

@@ -408,7 +408,7 @@ class DirectiveRun:
             return
         if self.hardened:
             refused = self._human_problem(request.by, request.signature, human_message(
-                "resume", self.snap.run_id, self.state.hold_reason, "", request.by), "kiwi resume")
+                "resume", self.snap.run_id, self._execution(), self._hold_id(), "", request.by), "kiwi resume")
             if refused:
                 self._refuse_decision("resume_refused", "resume", request.by, refused)
                 return
@@ -425,6 +425,7 @@ class DirectiveRun:
         if self.state.status in TERMINAL or self.state.status in HELD:
             return
         self.state.held_from = self.state.status
+        self.state.holds += 1
         self.state.status = status  # type: ignore[assignment]
         self.state.hold_reason = reason
         self._audit({"event": "held", "status": status, "reason": reason})
@@ -461,7 +462,8 @@ class DirectiveRun:
                          children=self.state.children, approvals=self.state.approvals[-20:],
                          decisions=self.state.decisions[-20:], checkpoints=self.state.checkpoints[-20:],
                          trust=self.snap.trust, refused_decisions=self.state.refused_decisions,
-                         hold_reason=self.state.hold_reason)
+                         hold_reason=self.state.hold_reason, execution=self._execution(),
+                         hold_id=self._hold_id() if self.state.status in HELD else "")
 
     # ------------------------------------------------------------------ the call path
     async def _call(self, tool: str, args: dict[str, Any], *, origin: str, step: str | None = None,
@@ -555,6 +557,7 @@ class DirectiveRun:
         now = workflow.now().timestamp()
         for pattern in windows:
             calls, seconds = snap.limits.rate_windows[pattern]
+            calls -= state.window_reserved.get(pattern, 0)  # handed to running child runs
             recent = [t for t in state.rate_times.get(pattern, []) if t > now - seconds]
             state.rate_times[pattern] = recent
             if len(recent) >= calls:
@@ -752,7 +755,8 @@ class DirectiveRun:
             refused = f"'{decision.by}' made the call and cannot approve it"
         elif self.hardened:
             refused = self._human_problem(decision.by, decision.signature, approval_message(
-                self.snap.run_id, request.request_id, request.args_hash, decision.approved, decision.by),
+                self.snap.run_id, self._execution(), request.request_id, request.args_hash, decision.approved,
+                decision.by),
                 f"kiwi approve {self.snap.run_id} {request.request_id}")
         if refused:
             self._refuse_decision("approval_decision_refused", decision.request_id, decision.by, refused)
@@ -780,6 +784,13 @@ class DirectiveRun:
             return f"not signed by {by}'s key for exactly this decision; send it with `{command} --as {by}`"
         return ""
 
+    def _execution(self) -> str:
+        """This execution of the run: its first run id, kept across continue-as-new, new when the id is reused."""
+        return workflow.info().first_execution_run_id
+
+    def _hold_id(self) -> str:
+        return f"hold-{self.state.holds}"
+
     def _refuse_decision(self, event: str, subject: str, by: str, reason: str) -> None:
         """Every refused human decision is in the audit trail, and (in hardened runs) in the run's status."""
         self._audit({"event": event, "request_id": subject, "by": by, "reason": reason})
@@ -792,7 +803,8 @@ class DirectiveRun:
         """A human answers an escalation (``kiwi decide RUN REQUEST OPTION``); the run carries on."""
         request = next((d for d in self.state.decisions if d.request_id == answer.request_id), None)
         signer = self._human_problem(answer.by, answer.signature, human_message(
-            "decide", self.snap.run_id, answer.request_id, answer.option, answer.by), "kiwi decide") \
+            "decide", self.snap.run_id, self._execution(), answer.request_id, answer.option, answer.by),
+            "kiwi decide") \
             if self.hardened else ""
         if request is None or request.answer or (request.options and answer.option not in request.options) or signer:
             why = ("no such escalation" if request is None else "already answered" if request.answer else
@@ -937,16 +949,15 @@ class DirectiveRun:
                                        "child_runs.on_escalation: intersect in agent_harness.yaml")
         child = child.model_copy(update={"grants": snap.grants.intersect(child.grants)})
         reserved: dict[str, int] = {}
-        child_state = None
+        windows: dict[str, int] = {}
         if self.hardened:
-            child, reserved = self._inherit(child)
-            # The child's windows start with this run's recent calls: a child is no fresh window.
-            child_state = RunState(rate_times={p: list(t) for p, t in state.rate_times.items()})
+            child, reserved, windows = self._inherit(child)
         handle = await workflow.start_child_workflow(
-            DirectiveRun.run, DirectiveRunInput(snapshot=child, state=child_state), id=child_id,
+            DirectiveRun.run, DirectiveRunInput(snapshot=child), id=child_id,
             task_queue=workflow.info().task_queue, parent_close_policy=ParentClosePolicy.ABANDON,
             static_summary=f"child of {snap.run_id}: {name} v{child.directive.version}")
-        record = ChildRecord(run_id=child_id, directive=name, narrowed=excess, reserved=reserved)
+        record = ChildRecord(run_id=child_id, directive=name, narrowed=excess, reserved=reserved,
+                             reserved_windows=windows)
         state.children.append(record)
         self._audit({"event": "child_started", "child_run": child_id, "narrowed": excess})
         if origin == "agent":
@@ -959,31 +970,42 @@ class DirectiveRun:
             raise CallRefused("error", f"child run {child_id} failed: {record.error}", error_type="ChildRunFailed")
         return {"run_id": child_id, "status": result.status, "outputs": result.outputs}
 
-    def _inherit(self, child: RunSnapshot) -> tuple[RunSnapshot, dict[str, int]]:
+    def _inherit(self, child: RunSnapshot) -> tuple[RunSnapshot, dict[str, int], dict[str, int]]:
         """A child run under this run's rules: its approval rules and approvers, and a share of its budget.
 
-        The child may use what is left of each per-run rate limit; those calls are held back here
-        until the child ends (``_settle``), so parent and child together stay within the limit.
+        The child may use what is left of each per-run rate limit, and of each window what this run
+        has not used of it lately; both are held back here until the child ends (``_settle``), so
+        parent and children together, however many run at once, stay within every limit.
         """
         limits, state = self.snap.limits, self.state
         reserved = {p: max(0, n - state.call_counts.get(p, 0)) for p, n in limits.rate_limits.items()}
         rates = {**child.limits.rate_limits,
                  **{p: min(child.limits.rate_limits.get(p, left), left) for p, left in reserved.items()}}
-        windows = {**child.limits.rate_windows, **limits.rate_windows}
+        now = workflow.now().timestamp()
+        free = {p: max(0, calls - state.window_reserved.get(p, 0)
+                       - sum(1 for t in state.rate_times.get(p, []) if t > now - seconds))
+                for p, (calls, seconds) in limits.rate_windows.items()}
+        windows = {**child.limits.rate_windows,
+                   **{p: (free[p], seconds) for p, (_, seconds) in limits.rate_windows.items()}}
         approvals = list(dict.fromkeys([*self._approval_patterns(), *child.limits.approval_tools]))
         for pattern, left in reserved.items():
             state.call_counts[pattern] = state.call_counts.get(pattern, 0) + left
+        for pattern, slots in free.items():
+            state.window_reserved[pattern] = state.window_reserved.get(pattern, 0) + slots
         return child.model_copy(update={"limits": child.limits.model_copy(update={
             "rate_limits": rates, "rate_windows": windows, "approval_tools": approvals,
             "approvers": limits.approvers, "blocked_commands": list(dict.fromkeys(
-                [*limits.blocked_commands, *child.limits.blocked_commands]))})}), reserved
+                [*limits.blocked_commands, *child.limits.blocked_commands]))})}), reserved, free
 
     def _settle(self, record: ChildRecord, used: dict[str, int] | None) -> None:
         """Give back what a finished child did not use of the budget held for it (nothing if unknown)."""
         for pattern, held in record.reserved.items():
             unused = held - min(held, (used or {}).get(pattern, held))
             self.state.call_counts[pattern] = max(0, self.state.call_counts.get(pattern, 0) - unused)
+        for pattern, slots in record.reserved_windows.items():
+            self.state.window_reserved[pattern] = max(0, self.state.window_reserved.get(pattern, 0) - slots)
         record.reserved = {}
+        record.reserved_windows = {}
 
     async def _watch_child(self, handle: Any, record: ChildRecord) -> DirectiveRunResult | None:
         """Wait for a child run and record how it ended (None if it failed)."""
@@ -1098,7 +1120,7 @@ class DirectiveRun:
         return DirectiveRunResult(run_id=self.snap.run_id, status=self.state.status,
                                   outputs={n: r.outputs for n, r in self.state.steps.items()},
                                   error=self.state.error, calls=self.state.call_seq,
-                                  call_counts=dict(self.state.call_counts))
+                                  call_counts=dict(self.state.call_counts), rate_times=self.state.rate_times)
 
 
 def failure_of(exc: BaseException) -> tuple[str, str]:
