@@ -136,7 +136,7 @@ def entry_problems(entry: PermissionEntry) -> list[str]:
         problems.append('<execute resource="shell"> needs commands="PROGRAM,..."')
     elif resource == "mcp" and not a.get("name"):
         problems.append(f"<{entry.tag} resource=\"mcp\"> needs name=\"SERVER\"")
-    if entry.tag == "execute" and key[1] in ("mcp", "*server*") and _actions(a) is None:
+    if entry.tag == "execute" and key[1] in ("mcp", "*server*") and not _split(_actions(a) or ""):
         problems.append(f"<execute resource=\"{resource}\"> must name its tools: actions=\"TOOL,...\" "
                         "(or actions=\"*\" for every tool of the server)")
     return problems

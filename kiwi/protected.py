@@ -18,16 +18,23 @@ PROTECTED_ROOTS = (".ai/config", ".ai/logs", ".ai/tools", ".ai/scripts", ".ai/.c
 GIT_DIR = ".git"
 
 
+def _fold(segment: str) -> str:
+    """A name as a case-insensitive filesystem (macOS, Windows) may see it: ``.GIT``, ``.git.`` and ``.git ``
+    are ``.git`` there, so they are protected everywhere."""
+    return segment.casefold().rstrip(" .") or segment
+
+
 def protected_root(rel: str) -> str | None:
     """The protected place ``rel`` (a normalised project-relative path) is in, or None."""
     segments = [s for s in rel.split("/") if s not in ("", ".")]
-    for index, segment in enumerate(segments):
+    folded = [_fold(s) for s in segments]
+    for index, segment in enumerate(folded):
         if segment == GIT_DIR:
             return "/".join(segments[: index + 1])
     for root in PROTECTED_ROOTS:
         parts = root.split("/")
-        if segments[: len(parts)] == parts:
-            return root
+        if folded[: len(parts)] == [_fold(p) for p in parts]:
+            return "/".join(segments[: len(parts)])
     return None
 
 
@@ -44,8 +51,8 @@ def _literal_segments(pattern: str) -> list[str]:
 
 def names(pattern: str, root: str) -> bool:
     """Whether the grant ``pattern`` names the protected place ``root`` in its literal part."""
-    parts = root.split("/")
-    return _literal_segments(pattern)[: len(parts)] == parts
+    parts = [_fold(p) for p in root.split("/")]
+    return [_fold(s) for s in _literal_segments(pattern)[: len(parts)]] == parts
 
 
 def granted(patterns: list[str] | tuple[str, ...], rel: str) -> str | None:

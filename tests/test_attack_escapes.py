@@ -501,3 +501,17 @@ def test_signing_needs_a_key_and_an_unknown_key_is_a_clear_error(project, capsys
         sign_bytes("nobody", b"x")
     assert kiwi_main(["sign", "--key", "nobody", str(project / ".ai" / "directives" / "hello_kiwi.md")]) == 1
     assert "no signing key 'nobody'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", [".GIT/config", ".git./hooks/x", ".ai/TOOLS/x/main.py", "sub/.Git/config",
+                                  ".ai/./tools/x", "x/../.ai/config/agent_harness.yaml"])
+def test_protected_places_in_any_spelling_a_filesystem_may_fold_are_not_reached_by_a_wildcard(path):
+    """On a case-insensitive filesystem .GIT is .git; so it is protected everywhere."""
+    grants = PermissionSet.from_entries([_grant("write", resource="filesystem", path="**")])
+    decision = grants.check_path("write", path)
+    assert not decision.allowed and "protected place" in decision.reason
+
+
+def test_an_mcp_grant_with_an_empty_tool_list_is_an_error():
+    assert any("must name its tools" in p for p in entry_problems(_grant("execute", resource="mcp", name="git",
+                                                                           actions="")))
