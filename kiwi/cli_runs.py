@@ -347,23 +347,24 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from mcp_frontend.server import build_server, serve_http
+    from mcp_frontend.server import serve_http, serve_stdio
     from workers.connect import connect
 
     async def go() -> int:
+        if not args.http:
+            # Up without Temporal: items are served at once, run actions connect when asked.
+            await serve_stdio(task_queue=args.task_queue, address=args.address, namespace=args.namespace)
+            return 0
         try:
             client = await connect(args.address, args.namespace)
         except RuntimeError as exc:
             raise KiwiError(f"cannot reach Temporal: {exc}", hint="start it with `kiwi dev`") from None
-        if args.http:
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
-            print(f"kiwi mcp: streamable HTTP at http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
-            await serve_http(client, args.host, args.port, stop, args.task_queue)
-        else:
-            await build_server(client, task_queue=args.task_queue).run_stdio_async()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"kiwi mcp: streamable HTTP at http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
+        await serve_http(client, args.host, args.port, stop, args.task_queue)
         return 0
 
     return asyncio.run(go())

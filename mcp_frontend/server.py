@@ -16,9 +16,13 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
+import mcp.types as mcp_types
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import Field
+from pydantic import Field, ValidationError
 from temporalio.client import Client
 
 from kiwi.authoring import copy_to_project as copy_to_project_
@@ -53,13 +57,61 @@ def error(item_type: str, action: str, item_id: str, exc: BaseException) -> dict
             "hint": hint}
 
 
-def build_server(client: Client, project_root: Path | None = None, task_queue: str = "kiwi",
-                 client_name: str = "mcp") -> MCPServer:
+class TemporalUnavailable(KiwiError):
+    """Temporal cannot be reached; run actions wait for it, items (search, load, help) do not."""
+
+    type = "TemporalUnavailable"
+
+
+class TemporalLink:
+    """The front end's way to Temporal, made on first need and again after a failed attempt.
+
+    ``kiwi mcp`` starts without Temporal, so an agent can search, load and read help from the
+    local items while Temporal is down. A run action connects (once, with a timeout; never a retry
+    loop) and, if Temporal is still not there, answers with an error naming its address.
+    """
+
+    def __init__(self, store: ItemStore, task_queue: str, client: Client | None = None,
+                 address: str | None = None, namespace: str | None = None) -> None:
+        self.store = store
+        self.task_queue = task_queue
+        self.address = address
+        self.namespace = namespace
+        self._runs = RunClient(client, store, task_queue=task_queue) if client is not None else None
+        self._lock = asyncio.Lock()
+
+    async def runs(self) -> RunClient:
+        if self._runs is not None:
+            return self._runs
+        from workers.connect import connect, target
+
+        async with self._lock:
+            if self._runs is None:
+                where = target(self.address, self.namespace)[0]
+                try:
+                    client = await asyncio.wait_for(connect(self.address, self.namespace), timeout=CONNECT_TIMEOUT)
+                except (RuntimeError, OSError, TimeoutError):
+                    raise TemporalUnavailable(
+                        f"Temporal is not reachable at {where}, so runs cannot start or be steered now",
+                        hint="start it with `kiwi dev` (or point KIWI_TEMPORAL_ADDRESS / --address at a running "
+                             "server) and try again; search, load and help work meanwhile") from None
+                self._runs = RunClient(client, self.store, task_queue=self.task_queue)
+        return self._runs
+
+
+CONNECT_TIMEOUT = 10.0
+
+
+def build_server(client: Client | None, project_root: Path | None = None, task_queue: str = "kiwi",
+                 client_name: str = "mcp", *, address: str | None = None,
+                 namespace: str | None = None) -> MCPServer:
+    """The four tools. With ``client`` None, Temporal is reached on the first run action (``address``)."""
     root = project_root or find_project_root()
 
-    # One client and store for the server's life: the store re-scans changed files on every query,
+    # One store and client for the server's life: the store re-scans changed files on every query,
     # and the client remembers whether the search attributes are registered.
-    shared = RunClient(client, ItemStore(root), task_queue=task_queue)
+    store = ItemStore(root)
+    link = TemporalLink(store, task_queue, client, address=address, namespace=namespace)
     catalog = McpCatalog(root)
 
     server = MCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0")
@@ -77,11 +129,11 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
     ) -> dict[str, Any]:
         try:
             if item_type == "run":
-                rows = await shared.list_runs(status=status, directive=query or None, limit=limit)
+                rows = await (await link.runs()).list_runs(status=status, directive=query or None, limit=limit)
                 return {"results": rows}
             if item_type == "mcp":
                 return await catalog.search(query, limit=limit)
-            found = shared.store.search(query, item_type=item_type,
+            found = store.search(query, item_type=item_type,
                                            source="project" if source == "local" else source, limit=limit)
             return {"results": [r.as_dict() for r in found]}
         except KiwiError as exc:
@@ -101,7 +153,6 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
         try:
             if item_type == "mcp":
                 return await catalog.load(item_id)
-            store = shared.store
             if copy_to_project:
                 copy_to_project_(store, item_type, item_id)
                 store.refresh()
@@ -149,7 +200,7 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
             if action == "poll":
                 if not run_id:
                     raise KiwiError("poll needs run_id and item_id (the call_id of a pending call)")
-                return (await shared.poll_call(run_id, item_id, wait_seconds=wait_seconds,
+                return (await (await link.runs()).poll_call(run_id, item_id, wait_seconds=wait_seconds,
                                                on_progress=progress)).model_dump()
             if item_type == "mcp" and action == "call":
                 item_id = catalog.tool_id(item_id, parameters)
@@ -160,9 +211,9 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
                 if problem is not None:
                     raise InputInvalid(problem.reason, hint=problem.hint)
             if item_type == "tool" and action == "call" and run_id:
-                return (await shared.call_tool_waiting(run_id, item_id, parameters, client_name=client_name,
+                return (await (await link.runs()).call_tool_waiting(run_id, item_id, parameters, client_name=client_name,
                                                        wait_seconds=wait_seconds, on_progress=progress)).model_dump()
-            return await _execute(shared, root, item_type, action, item_id, parameters, run_id, idempotency_key,
+            return await _execute(link, root, item_type, action, item_id, parameters, run_id, idempotency_key,
                                   client_name)
         except KiwiError as exc:
             return error(item_type, action, item_id or run_id or "", exc)
@@ -180,12 +231,12 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
         options: list[str] = Field(default_factory=list, description="choices for a human (escalate)"),
     ) -> dict[str, Any]:
         if action == "guidance":
-            return {"help": _guidance(topic, shared.store)}
+            return {"help": _guidance(topic, store)}
         if not run_id:
             return error("run", action, "", KiwiError("a help signal needs run_id", hint="pass the run's id"))
         request_id = f"decision-{uuid.uuid4().hex[:8]}" if action == "escalate" else ""
         try:
-            await shared.help(run_id, HelpRequest(kind=action, reason=reason, attempts=attempts, options=options,
+            await (await link.runs()).help(run_id, HelpRequest(kind=action, reason=reason, attempts=attempts, options=options,
                                                   request_id=request_id))
         except KiwiError as exc:
             return error("run", action, run_id, exc)
@@ -202,9 +253,19 @@ def build_server(client: Client, project_root: Path | None = None, task_queue: s
     return server
 
 
-async def _execute(runs: RunClient, root: Path, item_type: str, action: str, item_id: str,
+async def _execute(link: TemporalLink, root: Path, item_type: str, action: str, item_id: str,
                    parameters: dict[str, Any], run_id: str | None, idempotency_key: str | None,
                    client_name: str) -> dict[str, Any]:
+    if item_type in ("directive", "knowledge", "tool") and action in ("create", "update", "delete", "link"):
+        return _author(link.store, item_type, action, item_id, parameters)
+    if item_type == "directive" and action == "validate":
+        from kiwi.cli import validate_file
+
+        record = link.store.find("directive", item_id)
+        result = validate_file(Path(record.path), frozenset(link.store.local_tools()))
+        result.pop("_problems", None)
+        return result
+    runs = await link.runs()
     if item_type == "directive" and action == "run":
         started = await runs.launch(item_id, parameters, idempotency_key=idempotency_key, client_name=client_name)
         new_id, directive = started.run_id, started.directive
@@ -222,15 +283,6 @@ async def _execute(runs: RunClient, root: Path, item_type: str, action: str, ite
                 "instructions": "Do the current step's action, making tool calls with execute(item_type='tool', "
                                 "action='call', run_id=...), then complete it with execute(item_type='run', "
                                 "action='complete_step', run_id=..., parameters={'step': ..., 'outputs': {...}})."}
-    if item_type in ("directive", "knowledge", "tool") and action in ("create", "update", "delete", "link"):
-        return _author(runs.store, item_type, action, item_id, parameters)
-    if item_type == "directive" and action == "validate":
-        from kiwi.cli import validate_file
-
-        record = runs.store.find("directive", item_id)
-        result = validate_file(Path(record.path), frozenset(runs.store.local_tools()))
-        result.pop("_problems", None)
-        return result
     target = run_id or item_id
     if item_type == "run" and action == "status":
         return (await runs.status(target)).model_dump()
@@ -355,6 +407,44 @@ def http_app(server: MCPServer, host: str, port: int) -> Any:
         allowed_origins=[f"http://{h}:{port}" for h in hosts])
     app = server.streamable_http_app(transport_security=security, host=host)
     return BearerToken(app, token) if token else app
+
+
+async def serve_stdio(project_root: Path | None = None, task_queue: str = "kiwi", *, address: str | None = None,
+                      namespace: str | None = None, client: Client | None = None) -> None:
+    """``kiwi mcp``: the front end on stdin/stdout, up whether or not Temporal is (see :class:`TemporalLink`).
+
+    A line that is not JSON, or not a JSON-RPC message, gets a JSON-RPC error with id null
+    (-32700 parse error, -32600 invalid request) instead of the SDK's silence.
+    """
+    server = build_server(client, project_root, task_queue=task_queue, address=address, namespace=namespace)
+    lowlevel = server._lowlevel_server  # noqa: SLF001 - run() over our own streams; the SDK offers no hook
+    async with stdio_server() as (read_stream, write_stream):
+        checked_send, checked_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+        async def answer_malformed() -> None:
+            async with checked_send:
+                async for item in read_stream:
+                    if isinstance(item, Exception):
+                        await write_stream.send(SessionMessage(malformed_reply(item)))
+                    else:
+                        await checked_send.send(item)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(answer_malformed)
+            await lowlevel.run(checked_receive, write_stream, lowlevel.create_initialization_options())
+            group.cancel_scope.cancel()
+
+
+def malformed_reply(exc: Exception) -> mcp_types.JSONRPCError:
+    """The JSON-RPC error for a line the transport could not read as a message."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    if any(e.get("type") == "json_invalid" for e in errors) or not errors:
+        error = mcp_types.ErrorData(code=mcp_types.PARSE_ERROR, message="Parse error: the line is not JSON; send "
+                                    "one JSON-RPC 2.0 message per line")
+    else:
+        error = mcp_types.ErrorData(code=mcp_types.INVALID_REQUEST, message="Invalid Request: not a JSON-RPC 2.0 "
+                                    'message (expected {"jsonrpc": "2.0", "method": ..., "id": ...})')
+    return mcp_types.JSONRPCError(jsonrpc="2.0", id=None, error=error)
 
 
 async def serve_http(client: Client, host: str, port: int, stop: asyncio.Event | None = None,
