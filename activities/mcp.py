@@ -3,7 +3,8 @@
 One dynamic definition serves every server under its own name, ``mcp.{server}.list_tools`` and
 ``mcp.{server}.call_tool``, so the Temporal UI shows which server a run talked to. Transport
 failures are retryable (the pool reconnects on the next attempt); refusals are not. Secret
-values are scrubbed from every result before it is returned into workflow history.
+values are scrubbed from everything that leaves here: results, tool listings (descriptions and
+schemas), error messages and progress messages.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from kiwi.contracts import McpCallRequest, McpCallResult, McpListToolsRequest, McpListToolsResult
 from kiwi.errors import KiwiError
-from kiwi.mcp_pool import McpPool, McpUnavailable, scrub
+from kiwi.mcp_pool import McpPool, McpUnavailable, scrub, scrub_text
 
 
 class McpActivities:
@@ -36,10 +37,15 @@ class McpActivities:
         if prefix != "mcp" or not server:
             raise ApplicationError(f"no activity '{name}' on this worker", type="ActivityNotFound",
                                    non_retryable=True)
-        if operation == "list_tools":
-            return await self.list_tools(converter.from_payload(args[0].payload, McpListToolsRequest))
-        if operation == "call_tool":
-            return await self.call_tool(converter.from_payload(args[0].payload, McpCallRequest))
+        try:
+            if operation == "list_tools":
+                return await self.list_tools(converter.from_payload(args[0].payload, McpListToolsRequest))
+            if operation == "call_tool":
+                return await self.call_tool(converter.from_payload(args[0].payload, McpCallRequest))
+        except (ApplicationError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the activity's top level: no exception text leaves unscrubbed
+            raise ApplicationError(scrub_text(f"{type(exc).__name__}: {exc}"), type="McpUnavailable") from None
         raise ApplicationError(f"no MCP operation '{operation}'", type="ActivityNotFound", non_retryable=True)
 
     async def list_tools(self, req: McpListToolsRequest) -> McpListToolsResult:
@@ -47,16 +53,16 @@ class McpActivities:
             config = self.pool.config(req.project_root, req.server)
             tools, hashes = await self.pool.listing(req.project_root, config, refresh=req.refresh)
         except McpUnavailable as exc:
-            raise ApplicationError(str(exc), type="McpUnavailable") from None
+            raise ApplicationError(scrub_text(str(exc)), type="McpUnavailable") from None
         except KiwiError as exc:
-            raise ApplicationError(exc.message, type=exc.type, non_retryable=True) from None
+            raise ApplicationError(scrub_text(exc.message), type=exc.type, non_retryable=True) from None
         if req.tools:
             missing = [t for t in req.tools if t not in {x.get("name") for x in tools}]
             tools = [t for t in tools if t.get("name") in req.tools]
             if missing:
                 activity.logger.warning("MCP server %s has no tool(s) %s", req.server, ", ".join(missing))
         return McpListToolsResult(server=req.server, tools=tools,
-                                  tool_hashes={t["name"]: hashes[t["name"]] for t in tools})
+                                  tool_hashes={t["name"]: hashes.get(t["name"], "") for t in tools})
 
     async def call_tool(self, req: McpCallRequest) -> McpCallResult:
         in_activity = not activity.info().is_local  # local activities cannot heartbeat
@@ -65,7 +71,7 @@ class McpActivities:
 
         async def progress(value: float, total: float | None, message: str | None) -> None:
             # Heartbeat details are how the front end reads an upstream call's progress.
-            last[:] = [{"progress": value, "total": total, "message": message}]
+            last[:] = [{"progress": value, "total": total, "message": scrub_text(message) if message else message}]
             if in_activity:
                 activity.heartbeat(*last)
 
@@ -74,9 +80,9 @@ class McpActivities:
             config = self.pool.config(req.project_root, req.server)
             result, conn = await self.pool.call_tool(req.project_root, config, req.tool, req.arguments, progress)
         except McpUnavailable as exc:
-            raise ApplicationError(str(exc), type="McpUnavailable") from None
+            raise ApplicationError(scrub_text(str(exc)), type="McpUnavailable") from None
         except KiwiError as exc:
-            raise ApplicationError(exc.message, type=exc.type, non_retryable=True) from None
+            raise ApplicationError(scrub_text(exc.message), type=exc.type, non_retryable=True) from None
         finally:
             if beat is not None:
                 beat.cancel()
@@ -90,7 +96,7 @@ class McpActivities:
             if hashes is not None and now != req.expected_hash:
                 changed = (f"the schema of {req.server}.{req.tool} changed since this run started"
                            if now else f"{req.server}.{req.tool} is no longer listed by the server")
-        result = scrub(result, conn.secrets)
+        result = scrub(scrub(result, conn.secrets))
         is_error = bool(result.get("isError"))
         text = " ".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
         return McpCallResult(result=result, is_error=is_error, error_text=text[:2000] if is_error else "",

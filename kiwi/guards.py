@@ -9,8 +9,26 @@ from typing import Any
 
 from kiwi.policy import BUILTIN_TOOLS
 
-_SECRET_KEY = re.compile(r"(token|secret|password|passwd|api[_-]?key|authorization|credential|private[_-]?key)", re.I)
+# Argument keys whose values are credentials. Anywhere in the key: these words are never an
+# ordinary name ("max_tokens" is redacted too: better a hidden number than a leaked token).
+_SECRET_KEY = re.compile(r"(token|secret|password|passwd|passphrase|api[_-]?key|authori[sz]ation|credential|"
+                         r"private[_-]?key|access[_-]?key|bearer|cookie)", re.I)
+# Only as a whole word of the key (split at _ - . and camelCase): "pwd", "auth" ("auth_header", not
+# "author"), and a bare "session" (a session cookie's value; "session_id" names a session, it is kept).
+_SECRET_WORDS = {"pwd", "auth", "pin", "otp"}
+_SECRET_KEYS = {"session", "sessionkey", "session_key", "jwt"}
+_WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+# Values that carry their own scheme: "Bearer abc", "Basic dXNlcjpwYXNz".
+_SECRET_VALUE = re.compile(r"^\s*(bearer|basic|token)\s+\S{8,}", re.I)
 REDACTED = "[redacted]"
+
+
+def is_secret_key(key: Any) -> bool:
+    """Whether an argument named ``key`` holds a credential (its value is redacted in audit and history)."""
+    text = str(key)
+    if _SECRET_KEY.search(text) or text.lower() in _SECRET_KEYS:
+        return True
+    return any(word.lower() in _SECRET_WORDS for word in _WORDS.findall(text))
 
 
 def digest(value: Any) -> str:
@@ -48,9 +66,11 @@ def detect_loop(hashes: list[str], threshold: int) -> str:
 def redact(value: Any) -> Any:
     """A copy of call arguments safe for history-visible logs and the audit trail."""
     if isinstance(value, dict):
-        return {k: REDACTED if _SECRET_KEY.search(str(k)) else redact(v) for k, v in value.items()}
+        return {k: REDACTED if is_secret_key(k) else redact(v) for k, v in value.items()}
     if isinstance(value, list):
         return [redact(v) for v in value]
+    if isinstance(value, str) and _SECRET_VALUE.match(value):
+        return REDACTED
     if isinstance(value, str) and len(value) > 2000:
         return value[:2000] + f"… ({len(value)} chars)"
     return value

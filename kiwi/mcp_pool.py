@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -126,6 +127,8 @@ class McpPool:
 
     def __init__(self, user: Path | None = None) -> None:
         self.user = user
+        # The pool is where secrets are resolved: from here on this process's logs never show them.
+        install_log_scrubber()
         self._connections: dict[str, McpConnection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._schemas: dict[str, tuple[float, list[dict[str, Any]], dict[str, str]]] = {}
@@ -162,6 +165,7 @@ class McpPool:
             if conn is not None and not conn.broken:
                 return conn
             resolved, secrets = config.resolved(project_root)
+            remember_secrets(secrets)
             conn = McpConnection(resolved, secrets, lambda: self._schemas.pop(key, None))
             await conn.open()
             self._connections[key] = conn
@@ -184,9 +188,9 @@ class McpPool:
             yield conn
         except MCPError as exc:
             if exc.code in PERMANENT_CODES:
-                raise McpRefused(f"{what}: {exc.message}", refused_type) from None
+                raise McpRefused(scrub_text(f"{what}: {exc.message}"), refused_type) from None
             await self.drop(project_root, config)
-            raise McpUnavailable(f"{what}: {exc.message}") from None
+            raise McpUnavailable(scrub_text(f"{what}: {exc.message}")) from None
         except Exception as exc:  # noqa: BLE001 - a broken transport surfaces as many exception types
             await self.drop(project_root, config)
             raise McpUnavailable(_describe(exc, config.name)) from None
@@ -214,7 +218,8 @@ class McpPool:
                 cursor = page.next_cursor
                 if not cursor:
                     break
-        tools = [t for t in tools if not config.tools or t.get("name") in config.tools]
+        # A server may put what it was started with (a token, a URL) into descriptions and schemas.
+        tools = scrub([t for t in tools if not config.tools or t.get("name") in config.tools])
         hashes = {t["name"]: schema_hash(t) for t in tools if "name" in t}
         self._schemas[key] = (time.monotonic(), tools, hashes)
         return tools, hashes
@@ -233,8 +238,13 @@ class McpPool:
         self._connections.clear()
 
 
-def scrub(value: Any, secrets: dict[str, str]) -> Any:
-    """``value`` with every secret's text replaced by ``[secret NAME]``."""
+def scrub(value: Any, secrets: dict[str, str] | None = None) -> Any:
+    """``value`` with every secret's text replaced by ``[secret NAME]``.
+
+    ``secrets`` defaults to every value this process has resolved for an MCP server (see
+    :func:`remember_secrets`), so error texts and logs are scrubbed even before a connection exists.
+    """
+    secrets = KNOWN_SECRETS if secrets is None else secrets
     if not secrets:
         return value
     text = json.dumps(value)
@@ -244,12 +254,70 @@ def scrub(value: Any, secrets: dict[str, str]) -> Any:
     return json.loads(text)
 
 
+# Every ${NAME} value resolved in this process, by name: what scrub() and the log filter hide.
+KNOWN_SECRETS: dict[str, str] = {}
+# Query values that are credentials whatever their source (a URL in a log line or an error).
+_CREDENTIAL_QUERY = re.compile(r"(?i)([?&;](?:api[_-]?key|apikey|access[_-]?token|token|password|passwd|secret|"
+                               r"auth|key|sig|signature)=)[^&#\s'\"]+")
+
+
+def remember_secrets(secrets: dict[str, str]) -> None:
+    """Add resolved secret values to what this process scrubs from results, errors and logs."""
+    KNOWN_SECRETS.update({k: v for k, v in secrets.items() if len(v) >= 4})
+
+
+def scrub_text(text: str) -> str:
+    """``text`` without known secret values and without credential query values (``?api_key=...``)."""
+    for name, secret in sorted(KNOWN_SECRETS.items(), key=lambda kv: -len(kv[1])):
+        text = text.replace(secret, f"[secret {name}]")
+    return _CREDENTIAL_QUERY.sub(r"\1[redacted]", text)
+
+
+class SecretLogFilter(logging.Filter):
+    """Scrubs every log record of known secret values and credential query values, in place.
+
+    Installed by :func:`install_log_scrubber` as part of the process's log-record factory, so every
+    logger (Kiwi's, Temporal's activity and worker loggers, httpx, the MCP SDK) and every handler
+    sees the scrubbed text, including the traceback of ``logger.exception``.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a record whose args do not format is left for logging to report
+            return True
+        record.msg, record.args = scrub_text(message), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = scrub_text(logging.Formatter().formatException(record.exc_info))
+        elif record.exc_text:
+            record.exc_text = scrub_text(record.exc_text)
+        return True
+
+
+_SCRUBBER = SecretLogFilter()
+
+
+def install_log_scrubber() -> None:
+    """Scrub every log record this process creates from now on (idempotent)."""
+    factory = logging.getLogRecordFactory()
+    if getattr(factory, "kiwi_scrubs", False):
+        return
+
+    def scrubbed(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        _SCRUBBER.filter(record)
+        return record
+
+    scrubbed.kiwi_scrubs = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(scrubbed)
+
+
 def _describe(exc: BaseException, server: str) -> str:
     if isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     if isinstance(exc, FileNotFoundError):
-        return f"MCP server '{server}' could not start: {exc.filename or exc} not found"
-    return f"MCP server '{server}' is unavailable: {type(exc).__name__}: {exc}"
+        return scrub_text(f"MCP server '{server}' could not start: {exc.filename or exc} not found")
+    return scrub_text(f"MCP server '{server}' is unavailable: {type(exc).__name__}: {exc}")
 
 
 def _errlog() -> Any:

@@ -1,0 +1,128 @@
+"""Secrets never leave the worker: ${VAR} values of MCP servers are scrubbed from everything a run
+records or shows (results, errors, tool descriptions and schemas, audit, history, worker logs), and
+secret-looking argument keys are redacted in audit and history."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import uuid
+
+import pytest
+
+from activities.audit import read_audit
+from kiwi.guards import REDACTED, is_secret_key, redact
+from kiwi.mcp_pool import install_log_scrubber, remember_secrets
+from tests.conftest import awaiting_step
+from tests.helpers import directive_md, write, write_directive
+
+# An upstream server that puts what it was started with everywhere it can: descriptions, schema
+# defaults, JSON-RPC error messages and tool errors.
+LEAKY_SERVER = '''
+import os
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+
+TOKEN = os.environ["UPSTREAM_TOKEN"]
+server = MCPServer(name="leaky")
+
+@server.tool(description=f"Says who it is; authenticated with {TOKEN}")
+def whoami(note: str = TOKEN) -> str:
+    return f"token {TOKEN}, note {note}"
+
+@server.tool(description="Refuses every request")
+def refuse() -> str:
+    raise MCPError(code=-32602, message=f"bad params for token {TOKEN}")
+
+@server.tool(description="Fails")
+def explode() -> str:
+    raise RuntimeError(f"exploded holding {TOKEN}")
+
+server.run("stdio")
+'''
+
+
+@pytest.mark.parametrize(("key", "secret"), [
+    ("password", True), ("db_passwd", True), ("pwd", True), ("api_key", True), ("apiKey", True),
+    ("x-api-key", True), ("access_key", True), ("AWS_SECRET_ACCESS_KEY", True), ("client_secret", True),
+    ("auth", True), ("auth_header", True), ("Authorization", True), ("bearer", True), ("cookie", True),
+    ("Set-Cookie", True), ("session", True), ("refresh_token", True), ("private_key", True),
+    ("credentials", True), ("passphrase", True),
+    ("path", False), ("author", False), ("authority", False), ("session_id", False), ("sessionId", False),
+    ("private", False), ("signature", False), ("key", False), ("topic", False), ("content", False),
+    ("description", False), ("keyword", False),
+])
+def test_secret_looking_keys_are_redacted_and_ordinary_ones_kept(key, secret):
+    assert is_secret_key(key) is secret
+    assert (redact({key: "v"})[key] == REDACTED) is secret
+
+
+def test_values_with_an_auth_scheme_are_redacted_wherever_they_are():
+    assert redact({"headers": ["Bearer abcdefgh12345"], "note": "bearer of news"}) == {
+        "headers": [REDACTED], "note": "bearer of news"}
+
+
+def test_worker_logs_never_show_known_secrets_or_credential_query_values(caplog):
+    install_log_scrubber()
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    remember_secrets({"KIWI_LOG_SECRET": secret})
+    log = logging.getLogger("kiwi.mcp_pool")
+    with caplog.at_level(logging.INFO):
+        log.warning("connect to https://api.example.com/mcp?api_key=%s&x=1 failed", "AKIA-unknown-value")
+        log.info("env has %s", secret)
+        try:
+            raise RuntimeError(f"failed with {secret}")
+        except RuntimeError:
+            log.exception("call failed")
+    assert "AKIA-unknown-value" not in caplog.text and "api_key=[redacted]&x=1" in caplog.text
+    assert secret not in caplog.text and "[secret KIWI_LOG_SECRET]" in caplog.text
+    assert "failed with [secret KIWI_LOG_SECRET]" in caplog.text  # the traceback too
+
+
+async def test_a_secret_appears_nowhere_a_run_records_or_shows(runs, project, monkeypatch, caplog):
+    secret = f"tok-{uuid.uuid4().hex}"
+    monkeypatch.setenv("KIWI_TEST_SECRET", secret)
+    script = write(project / "leaky_server.py", LEAKY_SERVER)
+    write(project / ".ai" / "config" / "mcp_registry.yaml", f"""\
+mcps:
+  leaky:
+    command: {sys.executable}
+    args: ["{script}"]
+    env:
+      UPSTREAM_TOKEN: ${{KIWI_TEST_SECRET}}
+  broken:
+    command: /nonexistent/${{KIWI_TEST_SECRET}}/server
+""")
+    write_directive(project / ".ai" / "directives" / "peek.md", directive_md(
+        '<step name="work"><action>Look around.</action></step>', name="peek",
+        tools='<tools><mcp name="leaky" required="true"/><mcp name="broken"/></tools>',
+        permissions='<execute resource="mcp" name="leaky" actions="*"/>'
+                    '<execute resource="mcp" name="broken" actions="*"/>'))
+    caplog.set_level(logging.INFO)
+    run_id = await runs.start("peek", {})
+    context = await runs.tool_context(run_id)
+    await awaiting_step(runs, run_id, "work")
+    shown = json.dumps(context.model_dump())
+    assert "authenticated with [secret KIWI_TEST_SECRET]" in shown  # descriptions and schema defaults
+    assert not context.mcps["broken"].available and "[secret KIWI_TEST_SECRET]" in context.mcps["broken"].error
+    calls = {tool: await runs.call_tool(run_id, tool, {}) for tool in (
+        "leaky.whoami", "leaky.refuse", "leaky.explode", "broken.anything")}
+    assert calls["leaky.whoami"].status == "ok"
+    assert calls["leaky.refuse"].status == "error" and "bad params for token [secret" in calls["leaky.refuse"].reason
+    assert calls["leaky.explode"].status == "error" and calls["leaky.explode"].error_type == "ToolFailed"
+    assert calls["broken.anything"].error_type == "McpUnavailable"
+    status = await runs.status(run_id)
+    await runs.cancel(run_id, "done")
+    history = await runs.handle(run_id).fetch_history()
+    recorded = {
+        "results": json.dumps([c.model_dump() for c in calls.values()]),
+        "tool context": shown,
+        "status": status.model_dump_json(),
+        "audit": json.dumps(read_audit(str(project), run_id)),
+        "history": "\n".join(str(event) for event in history.events),
+        "worker logs": caplog.text,
+    }
+    for where, text in recorded.items():
+        assert secret not in text, f"the secret leaked into the {where}"
+    assert "[secret KIWI_TEST_SECRET]" in recorded["history"]
