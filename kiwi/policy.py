@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from kiwi.globs import first_match, glob_covered
 from kiwi.protected import granted as protected_granted
 from kiwi.protected import protected_root
+from kiwi.shellpolicy import check_argv
 
 FILESYSTEM_TOOLS = (
     "filesystem.read",
@@ -149,6 +150,8 @@ class PermissionSet(BaseModel):
     fs_write: list[str] = Field(default_factory=list)
     tools: list[str] = Field(default_factory=list)
     shell: list[str] = Field(default_factory=list)
+    # Options a shell grant allows that Kiwi otherwise refuses (find -delete), per program ("*": any).
+    shell_options: dict[str, list[str]] = Field(default_factory=dict)
     kiwi_actions: list[str] = Field(default_factory=list)
     mcp: dict[str, list[str]] = Field(default_factory=dict)
     deny_fs: list[str] = Field(default_factory=list)
@@ -194,7 +197,10 @@ class PermissionSet(BaseModel):
         if resource == "tool":
             self.tools.extend(_split(a.get("id", "")))
         elif resource == "shell":
-            self.shell.extend(_split(a.get("commands", a.get("action", ""))))
+            programs = _split(a.get("commands", a.get("action", "")))
+            self.shell.extend(programs)
+            for program in programs if a.get("options") else ():
+                self.shell_options.setdefault(program, []).extend(_split(a["options"]))
         elif resource == "kiwi-mcp":
             self.kiwi_actions.extend(_split(a.get("action", "")))
         elif resource == "network":
@@ -283,8 +289,6 @@ class PermissionSet(BaseModel):
 
     def check_shell(self, args: dict[str, Any], blocked_commands: list[str]) -> Decision:
         """A ``shell.run`` call: the program, its options and every path it names (``kiwi.shellpolicy``)."""
-        from kiwi.shellpolicy import check_argv  # pure; imported here so the two modules stay acyclic
-
         argv = parse_command(args)
         if isinstance(argv, Decision):
             return argv
@@ -293,7 +297,7 @@ class PermissionSet(BaseModel):
             return Decision(allowed=False, reason="'cwd' must be a path relative to the project root")
         verdict = check_argv(argv, allowed=self.shell, denied=self.deny_shell, blocked=blocked_commands,
                              read_grants=self.fs_read, write_grants=self.fs_write, deny_fs=self.deny_fs, cwd=cwd,
-                             options_granted=getattr(self, "shell_options", None))
+                             options_granted=self.shell_options)
         return Decision(allowed=verdict.allowed, reason=verdict.reason, hint=verdict.hint,
                         checked_against=list(verdict.checked_against))
 
@@ -326,6 +330,8 @@ class PermissionSet(BaseModel):
             fs_write=paths(self.fs_write, child.fs_write),
             tools=names(self.tools, child.tools),
             shell=names(self.shell, child.shell),
+            shell_options={program: kept for program, options in child.shell_options.items()
+                           if (kept := [o for o in options if o in self._options_of(program)])},
             kiwi_actions=names(self.kiwi_actions, child.kiwi_actions),
             mcp=mcp,
             deny_fs=self.deny_fs + child.deny_fs,
@@ -344,11 +350,16 @@ class PermissionSet(BaseModel):
         excess = [f"read {p}" for p in self.fs_read if not any(glob_covered(p, q) for q in parent.fs_read)]
         excess += [f"write {p}" for p in self.fs_write if not any(glob_covered(p, q) for q in parent.fs_write)]
         excess += [f"tool {t}" for t in over(self.tools, parent.tools)]
+        excess += [f"shell option {program} {o}" for program, options in self.shell_options.items()
+                   for o in options if o not in parent._options_of(program)]
         excess += [f"shell {c}" for c in over(self.shell, parent.shell)]
         excess += [f"kiwi-mcp {a}" for a in over(self.kiwi_actions, parent.kiwi_actions)]
         for server, actions in self.mcp.items():
             excess += [f"mcp {server}.{a}" for a in over(actions, parent.mcp.get(server, []))]
         return excess
+
+    def _options_of(self, program: str) -> list[str]:
+        return [*self.shell_options.get(program, []), *self.shell_options.get("*", [])]
 
     def summary(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v}

@@ -153,3 +153,24 @@ async def test_shell_git_is_refused_in_a_repository_whose_config_runs_a_diff_pro
     assert own.status == "ok", own
     assert list(marks.iterdir()) == []
     await audited_denial(project, run_id, result.reason)
+
+
+async def test_find_delete_runs_only_where_the_grant_names_the_option(runs, project):
+    write(project / "tmp" / "scratch.txt", "x")
+    run_id = await start(runs, project, commands="find")
+    denied = await runs.call_tool(run_id, "shell.run", {"argv": ["find", "tmp", "-delete"]})
+    assert denied.status == "denied" and "'-delete'" in denied.reason and 'options="-delete"' in denied.hint
+    assert (project / "tmp" / "scratch.txt").exists()
+    await audited_denial(project, run_id, denied.reason)
+    write_directive(project / ".ai" / "directives" / "sweeper.md", directive_md(
+        '<step name="work"><action>Sweep.</action></step>', name="sweeper",
+        permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="tmp/**"/>'
+                    '<execute resource="shell" commands="find" options="-delete"/>'))
+    sweeper = await runs.start("sweeper", {})
+
+    async def waiting():
+        return (await runs.status(sweeper)).status == "awaiting_agent"
+    await wait_for(waiting, what="sweeper to wait for the agent")
+    allowed = await runs.call_tool(sweeper, "shell.run", {"argv": ["find", "tmp", "-name", "*.txt", "-delete"]})
+    assert allowed.status == "ok" and allowed.result["exit_code"] == 0
+    assert not (project / "tmp" / "scratch.txt").exists()
