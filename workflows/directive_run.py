@@ -106,11 +106,10 @@ MCP_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=300), backoff_co
 # patches of their own, and fold them into a new ALL_CHANGES id when the previous one is retired.
 ALL_CHANGES = "kiwi-run-changes-2026-11"
 # Escapes closed: approval decisions need an approver's signature, help(checkpoint) needs the
-# git.checkpoint grant, child runs inherit approval rules and share the parent's rate budget.
+# git.checkpoint grant, child runs inherit approval rules and share the parent's rate budget, tool
+# arguments are checked before anything is scheduled (a wrong one is InputInvalid, never a failed
+# workflow task), and a step's literal <param> text is typed by the tool's input schema.
 HARDENED = "kiwi-escapes-closed-2026-11"
-# Tool arguments are checked before anything is scheduled (a wrong one is InputInvalid, never a
-# failed workflow task), and a step's literal <param> text is typed by the tool's input schema.
-CHECKED_ARGUMENTS = "kiwi-checked-arguments-2026-11"
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
 AUDIT_IDLE_FLUSH = timedelta(seconds=1)
@@ -246,7 +245,7 @@ class DirectiveRun:
                         state.status = "cancelled"
                         return
                     args = render(call.params, self._context())
-                    if workflow.patched(CHECKED_ARGUMENTS):
+                    if self.hardened:
                         try:
                             args = coerce_step_arguments(call.tool, call.params, args, self._input_schema(call.tool))
                         except ArgumentError as exc:
@@ -537,7 +536,7 @@ class DirectiveRun:
         refusal = self._mcp_refusal(tool, seq)
         if refusal is not None:
             return refusal, ""
-        if workflow.patched(CHECKED_ARGUMENTS):
+        if self.hardened:
             problem = check_arguments(tool, args)
             if problem is not None:
                 return ToolCallResult(status="error", tool=tool, error_type="InputInvalid", call_seq=seq,
