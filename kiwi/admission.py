@@ -15,6 +15,7 @@ from kiwi.contracts import RunSnapshot, RunState, ToolCallResult
 from kiwi.directive import callable_tool
 from kiwi.guards import detect_loop, digest, rate_patterns
 from kiwi.policy import BUILTIN_TOOLS
+from kiwi.toolargs import check_arguments
 
 # How many recent call (and result) hashes loop detection looks back over.
 LOOP_WINDOW = 10
@@ -28,17 +29,22 @@ class Admission:
     warning: str = ""
 
 
-def admit(tool: str, args: dict[str, Any], seq: int, *, snap: RunSnapshot, state: RunState,
-          now: float) -> Admission:
+def admit(tool: str, args: dict[str, Any], seq: int, *, snap: RunSnapshot, state: RunState, now: float,
+          check_args: bool = True) -> Admission:
     """Decide whether call ``seq`` may run; ``now`` is workflow time in epoch seconds.
 
     Order: the tool must exist in this run (built-in, local, or offered by a declared MCP server),
+    its arguments must fit it (``check_args``; runs started before that check replay without it),
     the grants must allow it, every rate limit must have room; then it is counted and checked for
     loops. Only an admitted call changes ``state``.
     """
     refusal = lookup(tool, seq, snap, state)
     if refusal is not None:
         return Admission(refusal)
+    problem = check_arguments(tool, args) if check_args else None
+    if problem is not None:
+        return Admission(ToolCallResult(status="error", tool=tool, error_type="InputInvalid", call_seq=seq,
+                                        reason=problem.reason, hint=problem.hint))
     decision = snap.grants.check(tool, args, blocked_commands=snap.limits.blocked_commands)
     if not decision.allowed:
         return Admission(ToolCallResult(status="denied", tool=tool, reason=decision.reason, hint=decision.hint,

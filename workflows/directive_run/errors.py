@@ -1,0 +1,37 @@
+"""Exceptions the call path raises inside the workflow, and reading an activity's failure."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from kiwi.contracts import (
+        McpCallResult,
+    )
+
+class StepFailed(ApplicationError):
+    pass
+
+
+class ToolReportedError(Exception):
+    """The upstream tool answered with ``isError``: the call ran, and its content says why it failed."""
+
+    def __init__(self, outcome: McpCallResult) -> None:
+        super().__init__(outcome.error_text)
+        self.outcome = outcome
+
+
+class CallRefused(Exception):
+    """A call the workflow decided against after looking closer (e.g. a child run's escalation)."""
+
+    def __init__(self, status: str, reason: str, hint: str = "", error_type: str = "PermissionDenied") -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.hint, self.error_type = status, reason, hint, error_type
+
+
+def failure_of(exc: BaseException) -> tuple[str, str]:
+    """``(type, message)`` of an activity's failure, wrapped in an ActivityError or not."""
+    cause = exc.cause if isinstance(exc, ActivityError) and exc.cause is not None else exc
+    kind = getattr(cause, "type", None) or "ActivityFailed"
+    return kind, getattr(cause, "message", None) or str(cause)

@@ -1,0 +1,48 @@
+"""Retry policies, timeouts, patch ids and the activity tables of DirectiveRun."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.commands import GitActivities
+    from activities.filesystem import FilesystemActivities
+    from kiwi.admission import LOOP_WINDOW  # noqa: F401 - re-exported for the call path
+
+RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), backoff_coefficient=2.0,
+                    maximum_interval=timedelta(seconds=10), maximum_attempts=5,
+                    non_retryable_error_types=["PermissionDenied", "FileNotFound", "ToolNotFound", "ToolFailed",
+                                               "ToolTimeout", "GitUnavailable", "CommandNotFound"])
+FS_ACTIVITIES = {
+    "filesystem.read": FilesystemActivities.read_file,
+    "filesystem.write": FilesystemActivities.write_file,
+    "filesystem.list": FilesystemActivities.list_directory,
+    "filesystem.create": FilesystemActivities.create_directory,
+    "filesystem.delete": FilesystemActivities.delete_path,
+    "filesystem.move": FilesystemActivities.move_path,
+}
+GIT_ACTIVITIES = {"git.status": GitActivities.git_status, "git.diff": GitActivities.git_diff,
+                  "git.commit": GitActivities.git_commit}
+# Tools that change the project's files: <git_checkpoint mode="auto"> checkpoints after each.
+MUTATING_TOOLS = ("filesystem.write", "filesystem.create", "filesystem.delete", "filesystem.move", "shell.run")
+HELD = ("stuck", "awaiting_human")
+STUCK_ATTEMPTS_FOR_HUMAN = 3  # the seed: more than 3 failed attempts goes to a human
+# Upstream MCP servers: transport failures retry (the pool reconnects); refusals do not.
+MCP_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=300), backoff_coefficient=2.0,
+                        maximum_interval=timedelta(seconds=10), maximum_attempts=6,
+                        non_retryable_error_types=["ToolFailed", "ToolNotFound", "SecretMissing", "McpServerUnknown",
+                                                   "McpError"])
+# One patch for every workflow change up to this point (see DirectiveRun.run); add new changes as
+# patches of their own, and fold them into a new ALL_CHANGES id when the previous one is retired.
+ALL_CHANGES = "kiwi-run-changes-2026-11"
+# Escapes closed: approval decisions need an approver's signature, help(checkpoint) needs the
+# git.checkpoint grant, child runs inherit approval rules and share the parent's rate budget, tool
+# arguments are checked before anything is scheduled (a wrong one is InputInvalid, never a failed
+# workflow task), and a step's literal <param> text is typed by the tool's input schema.
+HARDENED = "kiwi-escapes-closed-2026-11"
+MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
+RECENT_CALLS = 20
+AUDIT_IDLE_FLUSH = timedelta(seconds=1)

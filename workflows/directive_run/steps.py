@@ -1,0 +1,153 @@
+"""Steps in order: automatic ones run their calls, agent ones wait for complete_step."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from kiwi.conditions import parse_condition
+    from kiwi.contracts import (
+        DirectiveRunInput,
+        StepRecord,
+    )
+    from kiwi.directive import Step, plan_step
+    from kiwi.guards import redact
+    from kiwi.templating import render
+    from kiwi.toolargs import ArgumentError, coerce_step_arguments
+
+from workflows.directive_run.errors import (
+    StepFailed,
+)
+from workflows.directive_run.options import (
+    AUDIT_IDLE_FLUSH,
+    HELD,
+)
+
+if TYPE_CHECKING:
+    from workflows.directive_run.workflow import DirectiveRun
+
+
+class StepsMixin:
+    """Steps in order: automatic ones run their calls, agent ones wait for complete_step."""
+
+    async def _run_step(self: DirectiveRun, step: Step) -> None:
+        state = self.state
+        record = state.steps.get(step.name) or StepRecord(name=step.name)
+        state.steps[step.name] = record
+        if record.status in ("completed", "skipped"):
+            return
+        context = self._context()
+        if step.condition and record.status == "pending" and not parse_condition(step.condition).evaluate(context):
+            record.status = "skipped"
+            record.reason = f"condition false: {step.condition}"
+            self.audit.record({"event": "step_skipped", "step": step.name, "reason": record.reason})
+            return
+        plan = plan_step(step, self.snap.directive, frozenset(self.snap.local_tools))
+        record.mode = plan.mode
+        record.reason = plan.reason
+        if record.status == "pending":
+            record.status = "running"
+            record.started_at = workflow.now().isoformat()
+            self._publish()
+            if plan.mode == "auto" or plan.prerun:
+                for call in step.tool_calls:
+                    await workflow.wait_condition(lambda: state.status not in HELD or bool(state.cancel_reason))
+                    if state.cancel_reason:
+                        state.status = "cancelled"
+                        return
+                    args = render(call.params, self._context())
+                    if self.hardened:
+                        try:
+                            args = coerce_step_arguments(call.tool, call.params, args, self._input_schema(call.tool))
+                        except ArgumentError as exc:
+                            raise StepFailed(f"step '{step.name}': {exc.reason} ({exc.hint})", type="StepFailed",
+                                             non_retryable=True) from None
+                    result = await self._call(call.tool, args, origin="step", step=step.name)
+                    if result.status != "ok":
+                        raise StepFailed(f"step '{step.name}': {call.tool} {result.status}: {result.reason}",
+                                         type="StepFailed", non_retryable=True)
+                    record.prerun_results.append(result.result)
+        if plan.mode == "auto":
+            results = record.prerun_results
+            record.outputs = {"result": results[-1] if results else None, "results": results}
+            self._finish_step(record)
+            return
+        record.status = "awaiting_agent"
+        if state.status not in HELD:
+            state.status = "awaiting_agent"
+        self._publish()
+        while True:
+            timeout = self._remaining()
+            idle_flush = self.idle_flush
+            if state.audit_pending and idle_flush:
+                # Calls made while the step waits reach the audit file within seconds, not only
+                # at the next step boundary.
+                timeout = min(timeout, AUDIT_IDLE_FLUSH) if timeout else AUDIT_IDLE_FLUSH
+            try:
+                armed = bool(state.audit_pending) or not idle_flush
+                await workflow.wait_condition(
+                    lambda armed=armed: record.status != "awaiting_agent" or bool(state.cancel_reason)
+                    or self._should_continue() or (bool(state.audit_pending) and not armed),
+                    timeout=timeout)
+            except TimeoutError:
+                if self._remaining() is None or self._remaining() > timedelta(milliseconds=1):
+                    await self.audit.flush()
+                    continue
+                state.status = "timed_out"
+                state.error = f"run deadline of {self.snap.limits.deadline_seconds:g}s passed while step " \
+                              f"'{step.name}' waited for the agent"
+                return
+            if state.cancel_reason:
+                state.status = "cancelled"
+                return
+            if record.status != "awaiting_agent":
+                state.status = "running"
+                return
+            if self._should_continue():
+                await self._continue_as_new()
+
+    def _finish_step(self: DirectiveRun, record: StepRecord) -> None:
+        record.status = "completed"
+        record.finished_at = workflow.now().isoformat()
+        self.audit.record({"event": "step_completed", "step": record.name, "mode": record.mode,
+                     "outputs": redact(record.outputs)})
+
+    # ------------------------------------------------------------------ helpers
+    def _context(self: DirectiveRun) -> dict[str, Any]:
+        return {"inputs": self.snap.inputs,
+                "steps": {name: {"outputs": rec.outputs, "status": rec.status}
+                          for name, rec in self.state.steps.items()}}
+
+    def _current_step_name(self: DirectiveRun) -> str | None:
+        steps = self.snap.directive.steps
+        return steps[self.state.step_index].name if self.state.step_index < len(steps) else None
+
+    def _remaining(self: DirectiveRun) -> timedelta | None:
+        deadline = self.snap.limits.deadline_seconds
+        if not deadline:
+            return None
+        elapsed = workflow.now() - datetime.fromisoformat(self.state.started_at)
+        return max(timedelta(seconds=deadline) - elapsed, timedelta(milliseconds=1))
+
+    def _should_continue(self: DirectiveRun) -> bool:
+        return self.updates >= self.snap.limits.max_updates_before_continue or \
+            workflow.info().is_continue_as_new_suggested()
+
+    async def _continue_as_new(self: DirectiveRun) -> None:
+        # Refuse new updates (callers resend them to the new run), finish the ones in flight,
+        # and write their audit records, so nothing is lost across the boundary.
+        self.draining = True
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.audit.flush()
+        self.state.continued += 1
+        workflow.continue_as_new(DirectiveRunInput(snapshot=self.snap, state=self.state))
+
+    def _fail_current_step(self: DirectiveRun) -> None:
+        """The step a failed run stopped at shows ``failed``, not ``running``."""
+        record = self.state.steps.get(self._current_step_name() or "")
+        if record is not None and record.status not in ("completed", "skipped"):
+            record.status = "failed"
+            record.finished_at = workflow.now().isoformat()

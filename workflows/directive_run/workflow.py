@@ -1,0 +1,234 @@
+"""``DirectiveRun``: one directive run as one Temporal workflow.
+
+Steps run in order. A step whose calls are bound runs them as activities; a step that needs
+the agent waits (``awaiting_agent``) until ``complete_step`` arrives. Every tool call, from a
+step or from the agent (the ``call_tool`` update), goes through the same path here: tool
+lookup, permission check, rate limit, loop detection, activity, audit. Decisions are made in
+this deterministic code and recorded in history; side effects happen only in activities."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from kiwi.conditions import ConditionError
+    from kiwi.contracts import (
+        TERMINAL,
+        ApprovalDecision,
+        CallToolRequest,
+        CancelRequest,
+        CompleteStepRequest,
+        CompleteStepResult,
+        DecisionAnswer,
+        DirectiveRunInput,
+        DirectiveRunResult,
+        HelpRequest,
+        ResumeRequest,
+        RunState,
+        RunStatus,
+        StepRecord,
+        ToolCallResult,
+        ToolContext,
+        ToolContextRequest,
+    )
+    from kiwi.templating import TemplateError
+
+from workflows.directive_run.audit_trail import AuditTrail
+from workflows.directive_run.calls import CallsMixin
+from workflows.directive_run.children import ChildrenMixin
+from workflows.directive_run.errors import (
+    StepFailed,
+)
+from workflows.directive_run.humans import HumansMixin
+from workflows.directive_run.options import (
+    ALL_CHANGES,
+    HARDENED,
+)
+from workflows.directive_run.steps import StepsMixin
+from workflows.directive_run.upstream import UpstreamMixin
+from workflows.directive_run.view import ViewMixin
+
+
+@workflow.defn(name="DirectiveRun", failure_exception_types=[TemplateError, ConditionError])
+class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenMixin, ViewMixin):
+    @workflow.init
+    def __init__(self, input: DirectiveRunInput) -> None:
+        self.snap = input.snapshot
+        self.state = input.state or RunState()
+        self.updates = 0
+        self.audit = AuditTrail(self.state, self.snap)
+        self.draining = False
+        self.idle_flush = False
+        self.human_loop = False
+        self.fs_local = False
+        self.lean = False
+        # Checked here, not in run(): signals that arrive with the first task are handled before
+        # run() starts, and must already be held to the hardened rules.
+        self.hardened = workflow.patched(HARDENED)
+        self.background: list[Any] = []
+
+    # ------------------------------------------------------------------ main loop
+    @workflow.run
+    async def run(self, input: DirectiveRunInput) -> DirectiveRunResult:
+        state = self.state
+        # Patches are checked once, in the run's first activation, so the marker always sits at
+        # the same point of history (checking inside loops made replays diverge).
+        # Each recorded patch costs a history marker and a visibility write, so new runs record one
+        # marker for every change up to ALL_CHANGES; runs started before it replay their own patches.
+        # "lean-boundaries": step-boundary audit flushes overlap the next step, and search
+        # attributes are upserted only when they change.
+        mcp_context: bool | None = True
+        if workflow.patched(ALL_CHANGES):
+            self.audit.local = self.idle_flush = self.human_loop = self.fs_local = self.lean = True
+        else:
+            self.audit.local = workflow.patched("audit-local-activity")
+            self.idle_flush = workflow.patched("audit-idle-flush")
+            self.human_loop = workflow.patched("human-loop")
+            mcp_context = None  # decided below, where that patch has always been checked
+        if not state.started_at:
+            state.started_at = workflow.now().isoformat()
+            trust = self.snap.trust
+            self.audit.record({"event": "run_started", "signature": trust.signature, "signer": trust.signer,
+                         "trusted": trust.trusted, "content_hash": self.snap.content_hash,
+                         "grants_from": trust.grants, "note": trust.note, "grants": self.snap.grants.summary()})
+        directive = self.snap.directive
+        self._publish()
+        if not state.mcp_ready:
+            if directive.metadata.tools.mcps and (mcp_context or workflow.patched("mcp-tool-context")):
+                await self._fetch_tool_context(directive.metadata.tools.mcps)
+            state.mcp_ready = True
+        try:
+            while state.step_index < len(directive.steps) and state.status not in TERMINAL:
+                step = directive.steps[state.step_index]
+                await self._run_step(step)
+                if state.status in TERMINAL:
+                    break
+                state.step_index += 1
+                if self.lean:
+                    # The flush holds the audit lock; the final flush and continue-as-new wait for it.
+                    self.background.append(asyncio.ensure_future(self.audit.flush()))
+                else:
+                    await self.audit.flush()
+                if self._should_continue():
+                    await self._continue_as_new()
+            if state.status not in TERMINAL:
+                state.status = "completed"
+        except StepFailed as exc:
+            state.status = "failed"
+            state.error = exc.message
+            self._fail_current_step()
+        except TemplateError as exc:
+            state.status = "failed"
+            state.error = str(exc)
+            self._fail_current_step()
+        self.audit.record({"event": "run_finished", "status": state.status, "error": state.error})
+        self._publish()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.audit.flush()
+        if state.status == "failed":
+            raise ApplicationError(state.error, type="StepFailed", non_retryable=True)
+        if state.status == "timed_out":
+            raise ApplicationError(state.error, type="RunTimedOut", non_retryable=True)
+        return self._result()
+
+    # ------------------------------------------------------------------ handlers
+    @workflow.update
+    async def call_tool(self, request: CallToolRequest) -> ToolCallResult:
+        """Make one tool call through the run's policy (the agent's path to every tool)."""
+        self.updates += 1
+        # A caller that lost the answer while the run continued-as-new sends the same update id
+        # again; answer it from the carried state instead of calling the tool twice.
+        update_id = workflow.current_update_info().id if workflow.current_update_info() else ""
+        if update_id in self.state.recent_updates:
+            return self.state.recent_updates[update_id]
+        result = await self._call(request.tool, request.arguments, origin="agent", client=request.client)
+        if update_id:
+            recent = {**self.state.recent_updates, update_id: result}
+            self.state.recent_updates = dict(list(recent.items())[-50:])
+        return result
+
+    @call_tool.validator
+    def _validate_call_tool(self, request: CallToolRequest) -> None:
+        if self.draining:
+            raise ApplicationError("run is continuing as new; send the call again", type="RunContinuing")
+        if self.state.status in TERMINAL:
+            raise ApplicationError(f"run {self.snap.run_id} has finished ({self.state.status}); start a new run",
+                                   type="RunFinished")
+        self._refuse_if_held()
+        if not request.tool:
+            raise ApplicationError("'tool' is required, e.g. filesystem.read", type="InputInvalid")
+
+    @workflow.update
+    async def complete_step(self, request: CompleteStepRequest) -> CompleteStepResult:
+        """The agent finished the current step; ``outputs`` become ``{steps.NAME.outputs.KEY}``."""
+        self.updates += 1
+        record = self.state.steps[request.step]
+        record.outputs = {**({"prerun_results": record.prerun_results} if record.prerun_results else {}),
+                          **request.outputs}
+        self._finish_step(record)
+        index = next(i for i, s in enumerate(self.snap.directive.steps) if s.name == request.step)
+        last = len(self.snap.directive.steps) - 1
+        await workflow.wait_condition(lambda: self.state.status in TERMINAL or (
+            self.state.step_index > index and index < last))
+        next_step = self._current_step_name()
+        return CompleteStepResult(step=request.step, status=self.state.status, next_step=next_step)
+
+    @complete_step.validator
+    def _validate_complete_step(self, request: CompleteStepRequest) -> None:
+        if self.draining:
+            raise ApplicationError("run is continuing as new; send the call again", type="RunContinuing")
+        record = self.state.steps.get(request.step)
+        if self.state.status in TERMINAL:
+            raise ApplicationError(f"run {self.snap.run_id} has finished ({self.state.status})",
+                                   type="RunFinished")
+        self._refuse_if_held()
+        if record is None or record.status != "awaiting_agent":
+            current = self._current_step_name()
+            waiting = current if current and self.state.steps.get(current, StepRecord(name="")).status == \
+                "awaiting_agent" else None
+            raise ApplicationError(
+                f"step '{request.step}' is not waiting for the agent"
+                + (f"; step '{waiting}' is" if waiting else "; no step is waiting now"),
+                type="RunStateConflict")
+
+    @workflow.update
+    async def tool_context(self, request: ToolContextRequest) -> ToolContext:
+        """The declared MCP servers' tools as fetched when the run started (waits until fetched)."""
+        if request.wait:
+            await workflow.wait_condition(lambda: self.state.mcp_ready)
+        return ToolContext(run_id=self.snap.run_id, status=self.state.status, mcps=self.state.mcp_context,
+                           error=self.state.error)
+
+    @workflow.signal
+    def cancel(self, request: CancelRequest) -> None:
+        if self.state.status not in TERMINAL:
+            self.state.cancel_reason = request.reason or "cancelled"
+            self.audit.record({"event": "cancel_requested", "reason": self.state.cancel_reason})
+
+    @workflow.signal
+    def help(self, request: HelpRequest) -> None:
+        """Agent control signals: stuck, escalate, checkpoint. Recorded and shown in the status."""
+        self._on_help(request)
+
+    @workflow.signal
+    def resume(self, request: ResumeRequest) -> None:
+        """A human lets a held run (stuck, awaiting_human) carry on; loop warnings start again from zero."""
+        self._on_resume(request)
+
+    @workflow.query
+    def status(self) -> RunStatus:
+        return self._status_view()
+
+    @workflow.signal
+    def decide_approval(self, decision: ApprovalDecision) -> None:
+        """A human approves or rejects a pending call (``kiwi approve`` / ``kiwi reject``, or the Temporal UI)."""
+        self._on_decide_approval(decision)
+
+    @workflow.signal
+    def decide(self, answer: DecisionAnswer) -> None:
+        """A human answers an escalation (``kiwi decide RUN REQUEST OPTION``); the run carries on."""
+        self._on_decide(answer)
