@@ -6,9 +6,9 @@ from typing import Any
 
 import httpx
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from kiwi.contracts import WebhookRequest
+from kiwi.errors import WebhookFailed, WebhookRefused, WebhookUnreachable
 
 
 class ApprovalActivities:
@@ -18,11 +18,9 @@ class ApprovalActivities:
             try:
                 response = await client.post(req.url, json=req.payload)
             except httpx.TransportError as exc:
-                raise ApplicationError(f"approval webhook unreachable: {type(exc).__name__}",
-                                       type="WebhookUnreachable") from None
+                raise WebhookUnreachable.error(f"approval webhook unreachable: {type(exc).__name__}") from None
         if response.status_code >= 500:
-            raise ApplicationError(f"approval webhook answered {response.status_code}", type="WebhookFailed")
+            raise WebhookFailed.error(f"approval webhook answered {response.status_code}")
         if response.status_code >= 400:
-            raise ApplicationError(f"approval webhook refused the notice ({response.status_code})",
-                                   type="WebhookRefused", non_retryable=True)
+            raise WebhookRefused.error(f"approval webhook refused the notice ({response.status_code})")
         return {"status": response.status_code}

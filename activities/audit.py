@@ -25,6 +25,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from kiwi import errors
 from kiwi.contracts import AuditBatch
 
 AUDIT_FOLDERS = (".ai", "logs", "audit")
@@ -41,7 +42,7 @@ class AuditPathUnsafe(ApplicationError):
     """A link (or a non-folder) stands where an audit folder or file should be."""
 
     def __init__(self, message: str, non_retryable: bool = False) -> None:
-        super().__init__(message, type="AuditPathUnsafe", non_retryable=non_retryable)
+        super().__init__(message, type=errors.AuditPathUnsafe.type, non_retryable=non_retryable)
 
 
 def _name(value: str, what: str) -> str:

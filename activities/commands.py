@@ -16,6 +16,15 @@ from temporalio.exceptions import ApplicationError
 from activities.filesystem import confine
 from activities.process import run_process
 from kiwi.contracts import CommandRequest, GitRequest, LocalToolRequest
+from kiwi.errors import (
+    CheckpointNotFound,
+    GitFailed,
+    GitUnavailable,
+    PermissionDenied,
+    ToolFailed,
+    ToolNotFound,
+    ToolTypeUnsupported,
+)
 from kiwi.globs import first_match
 from kiwi.protected import granted as protected_granted
 from kiwi.shellpolicy import FIND_GRANTABLE, PathArgument, ShellVerdict, path_arguments, program_name
@@ -51,7 +60,7 @@ def _parse_output(stdout: str) -> Any:
 
 
 def _denied(message: str) -> ApplicationError:
-    return ApplicationError(message, type="PermissionDenied", non_retryable=True)
+    return PermissionDenied.error(message)
 
 
 def _real_relative(root: str, rel: str) -> str | None:
@@ -178,8 +187,7 @@ class CommandActivities:
         tool = req.tool
         entry = Path(tool.entrypoint)
         if not entry.is_file():
-            raise ApplicationError(f"tool '{tool.tool_id}': entrypoint {entry.name} is missing",
-                                   type="ToolNotFound", non_retryable=True)
+            raise ToolNotFound.error(f"tool '{tool.tool_id}': entrypoint {entry.name} is missing")
         if tool.tool_type == "python":
             argv = [sys.executable, "-c", _PYTHON_RUNNER, str(entry)]
             env = {}
@@ -187,19 +195,16 @@ class CommandActivities:
             argv = ["bash", str(entry), *[str(v) for v in req.params.values()]]
             env = {f"KIWI_PARAM_{k.upper()}": v if isinstance(v, str) else json.dumps(v) for k, v in req.params.items()}
         else:
-            raise ApplicationError(f"tool '{tool.tool_id}' has type {tool.tool_type}, which this worker cannot run yet",
-                                   type="ToolTypeUnsupported", non_retryable=True)
+            raise ToolTypeUnsupported.error(f"tool '{tool.tool_id}' has type {tool.tool_type}, which this worker cannot run yet")
         result = await run_process(argv, cwd=req.project_root, timeout=tool.timeout_seconds,
                                    max_output=req.max_output_bytes, stdin=json.dumps(req.params), env=env)
         if result.exit_code != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
-            raise ApplicationError(f"tool '{tool.tool_id}' exited with {result.exit_code}: " + " | ".join(tail),
-                                   type="ToolFailed", non_retryable=True)
+            raise ToolFailed.error(f"tool '{tool.tool_id}' exited with {result.exit_code}: " + " | ".join(tail))
         try:
             return _parse_output(result.stdout)
         except json.JSONDecodeError as exc:
-            raise ApplicationError(f"tool '{tool.tool_id}' printed invalid JSON: {exc}", type="ToolFailed",
-                                   non_retryable=True) from None
+            raise ToolFailed.error(f"tool '{tool.tool_id}' printed invalid JSON: {exc}") from None
 
 
 async def _git(root: str, *args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -214,8 +219,7 @@ async def _git(root: str, *args: str, timeout: float = 60.0, env: dict[str, str]
 async def _git_ok(root: str, *args: str, env: dict[str, str] | None = None) -> str:
     code, out, err = await _git(root, *args, env=env)
     if code != 0:
-        raise ApplicationError(f"git {args[0]} failed: {err.strip() or out.strip()}", type="GitFailed",
-                               non_retryable=True)
+        raise GitFailed.error(f"git {args[0]} failed: {err.strip() or out.strip()}")
     return out
 
 
@@ -249,8 +253,7 @@ class _ScratchIndex:
 async def _require_repo(root: str) -> None:
     code, _, _ = await _git(root, "rev-parse", "--is-inside-work-tree")
     if code != 0:
-        raise ApplicationError("not a git repository: git tools are unavailable here", type="GitUnavailable",
-                               non_retryable=True)
+        raise GitUnavailable.error("not a git repository: git tools are unavailable here")
 
 
 class GitActivities:
@@ -274,14 +277,13 @@ class GitActivities:
             confine(req.project_root, path, ["**"], [])
         code, _, err = await _git(req.project_root, "add", "--", *(req.paths or ["."]))
         if code != 0:
-            raise ApplicationError(f"git add failed: {err.strip()}", type="GitFailed", non_retryable=True)
+            raise GitFailed.error(f"git add failed: {err.strip()}")
         code, out, err = await _git(req.project_root, "commit", "-m", req.message or "kiwi commit",
                                     env=await git_identity(req.project_root))
         if code != 0 and "nothing to commit" in (out + err):
             return {"committed": False, "reason": "nothing to commit"}
         if code != 0:
-            raise ApplicationError(f"git commit failed: {err.strip() or out.strip()}", type="GitFailed",
-                                   non_retryable=True)
+            raise GitFailed.error(f"git commit failed: {err.strip() or out.strip()}")
         _, sha, _ = await _git(req.project_root, "rev-parse", "HEAD")
         return {"committed": True, "sha": sha.strip()}
 
@@ -323,8 +325,8 @@ class GitActivities:
         name = req.checkpoint if req.checkpoint.startswith("refs/") else f"{CHECKPOINT_REFS}/{req.checkpoint}"
         code, commit, _ = await _git(root, "rev-parse", "--verify", "-q", f"{name}^{{commit}}")
         if not req.checkpoint or code != 0:
-            raise ApplicationError(f"no checkpoint '{req.checkpoint}'", {"hint": "the run's status lists its "
-                                   "checkpoints"}, type="CheckpointNotFound", non_retryable=True)
+            raise CheckpointNotFound.error(f"no checkpoint '{req.checkpoint}'", {"hint": "the run's status lists its "
+                                   "checkpoints"})
         commit = commit.strip()
         kept = {p for p in (await _git_ok(root, "ls-tree", "-r", "--name-only", commit, "--", ".")).splitlines()
                 if _own(p)}
@@ -337,8 +339,7 @@ class GitActivities:
                                        max_output=1_000_000, stdin="\n".join(sorted(kept)) + "\n", env=env,
                                        git_config=overrides)
             if result.exit_code != 0:
-                raise ApplicationError(f"git checkout-index failed: {result.stderr.strip()}", type="GitFailed",
-                                       non_retryable=True)
+                raise GitFailed.error(f"git checkout-index failed: {result.stderr.strip()}")
         removed = []
         for path in sorted(now - kept):
             confine(root, str(Path(path).parent), ["**"], [])

@@ -22,7 +22,7 @@ class DirectiveActivities:
             return build_snapshot(store, req.directive, req.inputs, req.run_id, client_name=req.client,
                                   search_attributes=req.search_attributes)
         except ItemInvalid as exc:
-            raise ApplicationError(str(exc), type="ItemInvalid", non_retryable=True) from None
+            raise ItemInvalid.error(str(exc)) from None
         except KiwiError as exc:
             raise ApplicationError(exc.message + (f" ({exc.hint})" if exc.hint else ""), type=exc.type,
                                    non_retryable=True) from None

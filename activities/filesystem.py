@@ -32,6 +32,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from kiwi.contracts import FilesystemRequest
+from kiwi.errors import FileNotFound, PermissionDenied
 from kiwi.globs import first_match, glob_match
 from kiwi.policy import normalise_path
 from kiwi.protected import granted, protected_root
@@ -46,7 +47,7 @@ LIST_LIMIT = 1000
 
 
 def _denied(message: str) -> ApplicationError:
-    return ApplicationError(message, type="PermissionDenied", non_retryable=True)
+    return PermissionDenied.error(message)
 
 
 def _error(message: str, kind: str) -> ApplicationError:
@@ -57,7 +58,7 @@ class Missing(ApplicationError):
     """FileNotFound: ``raw`` (or a folder on its way) does not exist."""
 
     def __init__(self, raw: str) -> None:
-        super().__init__(f"'{raw}' does not exist", type="FileNotFound", non_retryable=True)
+        super().__init__(f"'{raw}' does not exist", type=FileNotFound.type, non_retryable=True)
 
 
 def _missing(raw: str) -> Missing:

@@ -17,8 +17,9 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from kiwi import errors
 from kiwi.contracts import McpCallRequest, McpCallResult, McpListToolsRequest, McpListToolsResult
-from kiwi.errors import KiwiError
+from kiwi.errors import ActivityNotFound, KiwiError
 from kiwi.mcp_pool import McpPool, McpUnavailable, scrub, scrub_text
 
 
@@ -35,8 +36,7 @@ class McpActivities:
         server, _, operation = rest.rpartition(".")
         converter = activity.payload_converter()
         if prefix != "mcp" or not server:
-            raise ApplicationError(f"no activity '{name}' on this worker", type="ActivityNotFound",
-                                   non_retryable=True)
+            raise ActivityNotFound.error(f"no activity '{name}' on this worker")
         try:
             if operation == "list_tools":
                 return await self.list_tools(converter.from_payload(args[0].payload, McpListToolsRequest))
@@ -45,15 +45,15 @@ class McpActivities:
         except (ApplicationError, asyncio.CancelledError):
             raise
         except Exception as exc:  # noqa: BLE001 - the activity's top level: no exception text leaves unscrubbed
-            raise ApplicationError(scrub_text(f"{type(exc).__name__}: {exc}"), type="McpUnavailable") from None
-        raise ApplicationError(f"no MCP operation '{operation}'", type="ActivityNotFound", non_retryable=True)
+            raise errors.McpUnavailable.error(scrub_text(f"{type(exc).__name__}: {exc}")) from None
+        raise ActivityNotFound.error(f"no MCP operation '{operation}'")
 
     async def list_tools(self, req: McpListToolsRequest) -> McpListToolsResult:
         try:
             config = self.pool.config(req.project_root, req.server)
             tools, hashes = await self.pool.listing(req.project_root, config, refresh=req.refresh)
         except McpUnavailable as exc:
-            raise ApplicationError(scrub_text(str(exc)), type="McpUnavailable") from None
+            raise errors.McpUnavailable.error(scrub_text(str(exc))) from None
         except KiwiError as exc:
             raise ApplicationError(scrub_text(exc.message), type=exc.type, non_retryable=True) from None
         if req.tools:
@@ -80,7 +80,7 @@ class McpActivities:
             config = self.pool.config(req.project_root, req.server)
             result, conn = await self.pool.call_tool(req.project_root, config, req.tool, req.arguments, progress)
         except McpUnavailable as exc:
-            raise ApplicationError(scrub_text(str(exc)), type="McpUnavailable") from None
+            raise errors.McpUnavailable.error(scrub_text(str(exc))) from None
         except KiwiError as exc:
             raise ApplicationError(scrub_text(exc.message), type=exc.type, non_retryable=True) from None
         finally:

@@ -10,7 +10,8 @@ import signal
 from dataclasses import dataclass
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+
+from kiwi.errors import CommandNotFound, ToolTimeout
 
 HEARTBEAT_SECONDS = 2.0
 
@@ -67,9 +68,9 @@ async def run_process(argv: list[str], *, cwd: str, timeout: float, max_output: 
             *argv, cwd=cwd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, start_new_session=True, env=child_env(env, git_config))
     except FileNotFoundError:
-        raise ApplicationError(f"command not found: {argv[0]}", type="CommandNotFound", non_retryable=True) from None
+        raise CommandNotFound.error(f"command not found: {argv[0]}") from None
     except PermissionError:
-        raise ApplicationError(f"not executable: {argv[0]}", type="CommandNotFound", non_retryable=True) from None
+        raise CommandNotFound.error(f"not executable: {argv[0]}") from None
     communicate = asyncio.ensure_future(proc.communicate(stdin.encode()))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -79,8 +80,7 @@ async def run_process(argv: list[str], *, cwd: str, timeout: float, max_output: 
             if remaining <= 0:
                 _kill_group(proc)
                 await asyncio.shield(communicate)
-                raise ApplicationError(f"{argv[0]} timed out after {timeout:g}s", type="ToolTimeout",
-                                       non_retryable=True)
+                raise ToolTimeout.error(f"{argv[0]} timed out after {timeout:g}s")
             done, _ = await asyncio.wait({communicate}, timeout=min(HEARTBEAT_SECONDS, remaining))
             if done:
                 break

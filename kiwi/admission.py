@@ -13,6 +13,7 @@ from typing import Any
 
 from kiwi.contracts import RunSnapshot, RunState, ToolCallResult
 from kiwi.directive import callable_tool
+from kiwi.errors import InputInvalid, McpUnavailable, PermissionDenied, RateLimited, ToolNotFound
 from kiwi.guards import detect_loop, digest, rate_patterns
 from kiwi.policy import BUILTIN_TOOLS
 from kiwi.toolargs import check_arguments
@@ -43,17 +44,17 @@ def admit(tool: str, args: dict[str, Any], seq: int, *, snap: RunSnapshot, state
         return Admission(refusal)
     problem = check_arguments(tool, args) if check_args else None
     if problem is not None:
-        return Admission(ToolCallResult(status="error", tool=tool, error_type="InputInvalid", call_seq=seq,
+        return Admission(ToolCallResult(status="error", tool=tool, error_type=InputInvalid.type, call_seq=seq,
                                         reason=problem.reason, hint=problem.hint))
     decision = snap.grants.check(tool, args, blocked_commands=snap.limits.blocked_commands)
     if not decision.allowed:
         return Admission(ToolCallResult(status="denied", tool=tool, reason=decision.reason, hint=decision.hint,
-                                        error_type="PermissionDenied", call_seq=seq))
+                                        error_type=PermissionDenied.type, call_seq=seq))
     limits = snap.limits
     patterns = rate_patterns(tool, limits.rate_limits, snap.local_tools)
     for pattern in patterns:
         if state.call_counts.get(pattern, 0) + 1 > limits.rate_limits[pattern]:
-            return Admission(ToolCallResult(status="rate_limited", tool=tool, error_type="RateLimited", call_seq=seq,
+            return Admission(ToolCallResult(status="rate_limited", tool=tool, error_type=RateLimited.type, call_seq=seq,
                                             reason=f"rate limit for {pattern} is {limits.rate_limits[pattern]} "
                                                    "calls per run"))
     windows = rate_patterns(tool, limits.rate_windows, snap.local_tools) if limits.rate_windows else []
@@ -64,7 +65,7 @@ def admit(tool: str, args: dict[str, Any], seq: int, *, snap: RunSnapshot, state
         state.rate_times[pattern] = recent
         if len(recent) >= calls:
             wait = math.ceil(recent[0] + seconds - now) if recent else seconds
-            return Admission(ToolCallResult(status="rate_limited", tool=tool, error_type="RateLimited", call_seq=seq,
+            return Admission(ToolCallResult(status="rate_limited", tool=tool, error_type=RateLimited.type, call_seq=seq,
                                             reason=f"rate limit for {pattern} is {calls} calls per {seconds:g}s",
                                             hint=f"try again in {wait:g}s"))
     for pattern in patterns:
@@ -82,19 +83,19 @@ def lookup(tool: str, seq: int, snap: RunSnapshot, state: RunState) -> ToolCallR
     """A ``ToolNotFound``/``McpUnavailable`` error when this run has no such tool, else None."""
     if not callable_tool(tool, snap.directive, frozenset(snap.local_tools)):
         known = ", ".join(sorted([*BUILTIN_TOOLS, *snap.local_tools]))
-        return ToolCallResult(status="error", tool=tool, error_type="ToolNotFound", call_seq=seq,
+        return ToolCallResult(status="error", tool=tool, error_type=ToolNotFound.type, call_seq=seq,
                               reason=f"no tool '{tool}' in this run", hint=f"tools this run can call: {known}")
     server, _, name = tool.partition(".")
     context = state.mcp_context.get(server)
     if context is None or not name:
         return None
     if not context.available:
-        return ToolCallResult(status="error", tool=tool, error_type="McpUnavailable", call_seq=seq,
+        return ToolCallResult(status="error", tool=tool, error_type=McpUnavailable.type, call_seq=seq,
                               reason=f"MCP server '{server}' is unavailable in this run: {context.error}",
                               hint=context.hint)
     if name not in context.tool_hashes:
         offered = ", ".join(sorted(context.tool_hashes)) or "none"
-        return ToolCallResult(status="error", tool=tool, error_type="ToolNotFound", call_seq=seq,
+        return ToolCallResult(status="error", tool=tool, error_type=ToolNotFound.type, call_seq=seq,
                               reason=f"MCP server '{server}' offers no tool '{name}' to this run",
                               hint=f"tools of {server} this run can call: {offered}")
     return None

@@ -43,20 +43,36 @@ class Problem:
 
 
 class KiwiError(Exception):
-    """Base of Kiwi's domain errors; ``type`` is the stable machine-readable kind."""
+    """Base of Kiwi's errors; ``type`` is the stable machine-readable kind: the class name.
+
+    Code that retries, translates or tests an error names the class (``non_retryable(ToolFailed, ...)``,
+    ``kind == ToolFailed.type``), never a string that could drift from it. Raised in an activity or
+    the workflow, an error travels as the ``ApplicationError`` that ``error()`` makes.
+    """
 
     type = "KiwiError"
+    # Whether Temporal may retry an activity that failed with it (a transport failure: yes).
+    retryable: bool = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.type = cls.__name__
 
     def __init__(self, message: str, *, hint: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
 
+    @classmethod
+    def error(cls, message: str, *details: object, retryable: bool | None = None) -> ApplicationError:
+        """The ``ApplicationError`` to raise for this kind of failure."""
+        again = cls.retryable if retryable is None else retryable
+        return ApplicationError(message, *details, type=cls.type, non_retryable=not again)
+
 
 class ItemInvalid(KiwiError):
     """An item failed to parse or validate; ``problems`` says where and why."""
 
-    type = "ItemInvalid"
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
@@ -65,25 +81,24 @@ class ItemInvalid(KiwiError):
 
 
 class ItemNotFound(KiwiError):
-    type = "ItemNotFound"
+    pass
 
 
 class InputInvalid(KiwiError):
-    type = "InputInvalid"
+    pass
 
 
 class RunNotFound(KiwiError):
-    type = "RunNotFound"
+    pass
 
 
 class RunStateConflict(KiwiError):
-    type = "RunStateConflict"
+    pass
 
 
 class RunFinished(RunStateConflict):
     """The run has completed, failed, timed out or been cancelled; it takes no more calls."""
 
-    type = "RunFinished"
 
 
 def display_path(path: Path | str, root: Path | None = None) -> str:
@@ -100,31 +115,13 @@ def display_path(path: Path | str, root: Path | None = None) -> str:
 class McpServerMissing(KiwiError):
     """A run needs an external MCP server that is not configured or does not answer."""
 
-    type = "McpServerMissing"
 
 
 class Failure(KiwiError):
-    """An error raised in an activity or the workflow's call path, carried by Temporal as an ApplicationError.
-
-    Its ``type`` is the class name, so code that retries, translates or tests a failure names the
-    class (``non_retryable(ToolFailed, ...)``, ``failure_type is ToolFailed.type``), never a string
-    that could drift from it.
-    """
-
-    retryable: bool = False
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.type = cls.__name__
-
-    @classmethod
-    def error(cls, message: str, *details: object, retryable: bool | None = None) -> ApplicationError:
-        """The ``ApplicationError`` to raise for this failure."""
-        again = cls.retryable if retryable is None else retryable
-        return ApplicationError(message, *details, type=cls.type, non_retryable=not again)
+    """An error raised in an activity or the workflow's call path (carried by Temporal)."""
 
 
-def non_retryable(*kinds: type[Failure]) -> list[str]:
+def non_retryable(*kinds: type[KiwiError]) -> list[str]:
     """``RetryPolicy.non_retryable_error_types`` from failure classes."""
     return [kind.type for kind in kinds]
 
@@ -186,6 +183,26 @@ class McpError(Failure):
 
 
 class McpUnavailable(Failure):
+    """The upstream MCP server could not be reached; the pool reconnects on the next attempt."""
+
+    retryable = True
+
+
+class ActivityNotFound(Failure):
+    pass
+
+
+class WebhookUnreachable(Failure):
+    retryable = True
+
+
+class WebhookFailed(Failure):
+    """The approval webhook answered 5xx: retried."""
+
+    retryable = True
+
+
+class WebhookRefused(Failure):
     pass
 
 
@@ -209,3 +226,25 @@ class ChildRunFailed(Failure):
 
 class Cancelled(Failure):
     pass
+
+
+class RateLimited(Failure):
+    pass
+
+
+class ApprovalRejected(Failure):
+    pass
+
+
+class ApprovalTimedOut(Failure):
+    pass
+
+
+class ApprovalCancelled(Failure):
+    pass
+
+
+class AuditPathUnsafe(Failure):
+    """A link was planted where the audit trail is written; the records wait in the run until it is gone."""
+
+    retryable = True

@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
         LocalToolRequest,
         ToolCallResult,
     )
+    from kiwi.errors import ToolFailed, ToolNotFound
     from kiwi.guards import digest, redact, summarise_call, summarise_result
     from kiwi.policy import FILESYSTEM_TOOLS, parse_command
     from kiwi.toolargs import BUILTIN_SCHEMAS
@@ -69,7 +70,7 @@ class CallsMixin:
             except ToolReportedError as exc:
                 result = ToolCallResult(status="error", tool=tool, result=exc.outcome.result, call_seq=seq,
                                         reason=exc.outcome.error_text or "the tool reported an error",
-                                        error_type="ToolFailed", warnings=warnings)
+                                        error_type=ToolFailed.type, warnings=warnings)
             except CallRefused as exc:
                 result = ToolCallResult(status=exc.status, tool=tool, reason=exc.reason, hint=exc.hint,  # type: ignore[arg-type]
                                         error_type=exc.error_type, call_seq=seq)
@@ -172,7 +173,7 @@ class CallsMixin:
                 **{**options, "summary": f"tool {tool}",
                    "start_to_close_timeout": timedelta(seconds=spec.timeout_seconds + 30)})
         else:
-            raise ApplicationError(f"no executor for '{tool}' in this run", type="ToolNotFound", non_retryable=True)
+            raise ToolNotFound.error(f"no executor for '{tool}' in this run")
         return value
 
     async def _checkpoint(self: DirectiveRun, why: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
         RunSnapshot,
         run_workflow_id,
     )
+    from kiwi.errors import ChildRunFailed, InputInvalid
 
 from workflows.directive_run.errors import (
     CallRefused,
@@ -42,7 +43,7 @@ class ChildrenMixin:
         inputs = args.get("inputs") or {}
         if not isinstance(name, str) or not name or not isinstance(inputs, dict):
             raise CallRefused("error", "directive.run needs 'directive' (a name) and optional 'inputs' (an object)",
-                              error_type="InputInvalid")
+                              error_type=InputInvalid.type)
         child_id = run_workflow_id(name, f"{snap.run_id.rsplit('-', 1)[-1]}c{state.call_seq}")
         try:
             child = await workflow.execute_activity_method(
@@ -82,7 +83,7 @@ class ChildrenMixin:
             return {"run_id": child_id, "status": "started", "narrowed": excess}
         result = await self._watch_child(handle, record)
         if result is None:
-            raise CallRefused("error", f"child run {child_id} failed: {record.error}", error_type="ChildRunFailed")
+            raise CallRefused("error", f"child run {child_id} failed: {record.error}", error_type=ChildRunFailed.type)
         return {"run_id": child_id, "status": result.status, "outputs": result.outputs}
 
     def _inherit(self: DirectiveRun, child: RunSnapshot) -> tuple[RunSnapshot, dict[str, int], dict[str, int]]:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from kiwi.contracts import (
         McpCallResult,
     )
 
-class StepFailed(ApplicationError):
-    pass
+class StepAborted(Exception):
+    """A step cannot go on (a call it needs was refused or failed); the run fails with ``message``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class ToolReportedError(Exception):

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.approvals import ApprovalActivities
@@ -26,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
         WebhookRequest,
     )
+    from kiwi.errors import ApprovalCancelled, ApprovalRejected, ApprovalTimedOut, RunStateConflict
     from kiwi.guards import digest, redact, summarise_call
     from kiwi.keys import approval_message, human_message, verify_bytes
 
@@ -98,7 +98,8 @@ class HumansMixin:
         self._publish()
         if request.status == "approved":
             return None
-        kinds = {"rejected": "ApprovalRejected", "timed_out": "ApprovalTimedOut", "cancelled": "ApprovalCancelled"}
+        kinds = {"rejected": ApprovalRejected.type, "timed_out": ApprovalTimedOut.type,
+                 "cancelled": ApprovalCancelled.type}
         return ToolCallResult(status="denied", tool=tool, call_seq=seq, error_type=kinds[request.status],
                               reason=f"approval {request.request_id} {request.status.replace('_', ' ')}"
                                      + (f" by {request.decided_by}" if request.decided_by else "")
@@ -146,9 +147,8 @@ class HumansMixin:
 
     def _refuse_if_held(self: DirectiveRun) -> None:
         if self.state.status in HELD:
-            raise ApplicationError(
-                f"run {self.snap.run_id} is {self.state.status} ({self.state.hold_reason}); a human must resume it "
-                f"with `kiwi resume {self.snap.run_id}`", type="RunStateConflict")
+            raise RunStateConflict.error(f"run {self.snap.run_id} is {self.state.status} ({self.state.hold_reason}); a human must resume it "
+                f"with `kiwi resume {self.snap.run_id}`")
 
     def _execution(self: DirectiveRun) -> str:
         """This execution of the run: its first run id, kept across continue-as-new, new when the id is reused."""

@@ -11,11 +11,24 @@ with workflow.unsafe.imports_passed_through():
     from activities.commands import GitActivities
     from activities.filesystem import FilesystemActivities
     from kiwi.admission import LOOP_WINDOW  # noqa: F401 - re-exported for the call path
+    from kiwi.errors import (
+        CommandNotFound,
+        FileNotFound,
+        GitUnavailable,
+        McpError,
+        McpServerUnknown,
+        PermissionDenied,
+        SecretMissing,
+        ToolFailed,
+        ToolNotFound,
+        ToolTimeout,
+        non_retryable,
+    )
 
 RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), backoff_coefficient=2.0,
                     maximum_interval=timedelta(seconds=10), maximum_attempts=5,
-                    non_retryable_error_types=["PermissionDenied", "FileNotFound", "ToolNotFound", "ToolFailed",
-                                               "ToolTimeout", "GitUnavailable", "CommandNotFound"])
+                    non_retryable_error_types=non_retryable(PermissionDenied, FileNotFound, ToolNotFound, ToolFailed,
+                                                            ToolTimeout, GitUnavailable, CommandNotFound))
 FS_ACTIVITIES = {
     "filesystem.read": FilesystemActivities.read_file,
     "filesystem.write": FilesystemActivities.write_file,
@@ -33,8 +46,8 @@ STUCK_ATTEMPTS_FOR_HUMAN = 3  # the seed: more than 3 failed attempts goes to a 
 # Upstream MCP servers: transport failures retry (the pool reconnects); refusals do not.
 MCP_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=300), backoff_coefficient=2.0,
                         maximum_interval=timedelta(seconds=10), maximum_attempts=6,
-                        non_retryable_error_types=["ToolFailed", "ToolNotFound", "SecretMissing", "McpServerUnknown",
-                                                   "McpError"])
+                        non_retryable_error_types=non_retryable(ToolFailed, ToolNotFound, SecretMissing, McpServerUnknown,
+                                                                McpError))
 # One patch for every workflow change up to this point (see DirectiveRun.run); add new changes as
 # patches of their own, and fold them into a new ALL_CHANGES id when the previous one is retired.
 ALL_CHANGES = "kiwi-run-changes-2026-11"

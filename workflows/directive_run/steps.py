@@ -19,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from kiwi.toolargs import ArgumentError, coerce_step_arguments
 
 from workflows.directive_run.errors import (
-    StepFailed,
+    StepAborted,
 )
 from workflows.directive_run.options import (
     AUDIT_IDLE_FLUSH,
@@ -63,12 +63,10 @@ class StepsMixin:
                         try:
                             args = coerce_step_arguments(call.tool, call.params, args, self._input_schema(call.tool))
                         except ArgumentError as exc:
-                            raise StepFailed(f"step '{step.name}': {exc.reason} ({exc.hint})", type="StepFailed",
-                                             non_retryable=True) from None
+                            raise StepAborted(f"step '{step.name}': {exc.reason} ({exc.hint})") from None
                     result = await self._call(call.tool, args, origin="step", step=step.name)
                     if result.status != "ok":
-                        raise StepFailed(f"step '{step.name}': {call.tool} {result.status}: {result.reason}",
-                                         type="StepFailed", non_retryable=True)
+                        raise StepAborted(f"step '{step.name}': {call.tool} {result.status}: {result.reason}")
                     record.prerun_results.append(result.result)
         if plan.mode == "auto":
             results = record.prerun_results

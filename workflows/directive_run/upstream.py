@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         McpServerContext,
     )
     from kiwi.directive import McpDeclaration
+    from kiwi.errors import Cancelled
 
 from workflows.directive_run.errors import (
     CallRefused,
@@ -117,7 +118,7 @@ class UpstreamMixin:
             handle.cancel()
             with contextlib.suppress(ActivityError):
                 await handle
-            raise CallRefused("error", f"{tool} was cancelled with the run", error_type="Cancelled")
+            raise CallRefused("error", f"{tool} was cancelled with the run", error_type=Cancelled.type)
         outcome = await handle
         if outcome.schema_changed:
             warnings.append(outcome.schema_changed)

@@ -12,7 +12,6 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from kiwi.conditions import ConditionError
@@ -35,14 +34,20 @@ with workflow.unsafe.imports_passed_through():
         ToolContext,
         ToolContextRequest,
     )
+    from kiwi.errors import (
+        InputInvalid,
+        RunContinuing,
+        RunFinished,
+        RunStateConflict,
+        RunTimedOut,
+        StepFailed,
+    )
     from kiwi.templating import TemplateError
 
 from workflows.directive_run.audit_trail import AuditTrail
 from workflows.directive_run.calls import CallsMixin
 from workflows.directive_run.children import ChildrenMixin
-from workflows.directive_run.errors import (
-    StepFailed,
-)
+from workflows.directive_run.errors import StepAborted
 from workflows.directive_run.humans import HumansMixin
 from workflows.directive_run.options import (
     ALL_CHANGES,
@@ -117,7 +122,7 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
                     await self._continue_as_new()
             if state.status not in TERMINAL:
                 state.status = "completed"
-        except StepFailed as exc:
+        except StepAborted as exc:
             state.status = "failed"
             state.error = exc.message
             self._fail_current_step()
@@ -130,9 +135,9 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
         await workflow.wait_condition(workflow.all_handlers_finished)
         await self.audit.flush()
         if state.status == "failed":
-            raise ApplicationError(state.error, type="StepFailed", non_retryable=True)
+            raise StepFailed.error(state.error)
         if state.status == "timed_out":
-            raise ApplicationError(state.error, type="RunTimedOut", non_retryable=True)
+            raise RunTimedOut.error(state.error)
         return self._result()
 
     # ------------------------------------------------------------------ handlers
@@ -154,13 +159,12 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
     @call_tool.validator
     def _validate_call_tool(self, request: CallToolRequest) -> None:
         if self.draining:
-            raise ApplicationError("run is continuing as new; send the call again", type="RunContinuing")
+            raise RunContinuing.error("run is continuing as new; send the call again")
         if self.state.status in TERMINAL:
-            raise ApplicationError(f"run {self.snap.run_id} has finished ({self.state.status}); start a new run",
-                                   type="RunFinished")
+            raise RunFinished.error(f"run {self.snap.run_id} has finished ({self.state.status}); start a new run")
         self._refuse_if_held()
         if not request.tool:
-            raise ApplicationError("'tool' is required, e.g. filesystem.read", type="InputInvalid")
+            raise InputInvalid.error("'tool' is required, e.g. filesystem.read")
 
     @workflow.update
     async def complete_step(self, request: CompleteStepRequest) -> CompleteStepResult:
@@ -180,20 +184,17 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
     @complete_step.validator
     def _validate_complete_step(self, request: CompleteStepRequest) -> None:
         if self.draining:
-            raise ApplicationError("run is continuing as new; send the call again", type="RunContinuing")
+            raise RunContinuing.error("run is continuing as new; send the call again")
         record = self.state.steps.get(request.step)
         if self.state.status in TERMINAL:
-            raise ApplicationError(f"run {self.snap.run_id} has finished ({self.state.status})",
-                                   type="RunFinished")
+            raise RunFinished.error(f"run {self.snap.run_id} has finished ({self.state.status})")
         self._refuse_if_held()
         if record is None or record.status != "awaiting_agent":
             current = self._current_step_name()
             waiting = current if current and self.state.steps.get(current, StepRecord(name="")).status == \
                 "awaiting_agent" else None
-            raise ApplicationError(
-                f"step '{request.step}' is not waiting for the agent"
-                + (f"; step '{waiting}' is" if waiting else "; no step is waiting now"),
-                type="RunStateConflict")
+            raise RunStateConflict.error(f"step '{request.step}' is not waiting for the agent"
+                + (f"; step '{waiting}' is" if waiting else "; no step is waiting now"))
 
     @workflow.update
     async def tool_context(self, request: ToolContextRequest) -> ToolContext:
