@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from kiwi.errors import ToolFailed, ToolNotFound
     from kiwi.guards import digest, redact, summarise_call, summarise_result
-    from kiwi.policy import FILESYSTEM_TOOLS, parse_command
+    from kiwi.policy import FILESYSTEM_TOOLS, Decision, parse_command
     from kiwi.toolargs import BUILTIN_SCHEMAS
 
 from workflows.directive_run.errors import (
@@ -137,7 +137,8 @@ class CallsMixin:
                 value = await workflow.execute_activity_method(FS_ACTIVITIES[tool], request, **options)
         elif tool == "shell.run":
             argv = parse_command(args)
-            assert isinstance(argv, list)
+            if isinstance(argv, Decision):  # admission refused these already; never a failed workflow task
+                raise CallRefused("denied", argv.reason, argv.hint)
             request = CommandRequest(project_root=root, argv=argv, cwd=str(args.get("cwd", ".")),
                                      timeout_seconds=float(args.get("timeout", 120)),
                                      read_grants=snap.grants.fs_read, write_grants=snap.grants.fs_write,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +78,7 @@ class ChildrenMixin:
         if origin == "agent":
             # The agent steers the child by its run id; this call does not wait for it to finish,
             # but the parent keeps watching it so its status shows how the child ended.
-            self.background.append(asyncio.ensure_future(self._watch_child(handle, record)))
+            self._spawn(self._watch_child(handle, record), f"watch child run {child_id}", wait=False)
             return {"run_id": child_id, "status": "started", "narrowed": excess}
         result = await self._watch_child(handle, record)
         if result is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -78,11 +77,11 @@ class HumansMixin:
                                                      "expires_at"}),
                        "approve": f"kiwi approve {snap.run_id} {request.request_id}",
                        "reject": f"kiwi reject {snap.run_id} {request.request_id}"}
-            self.background.append(workflow.start_activity_method(
+            self._spawn(workflow.start_activity_method(
                 ApprovalActivities.notify_approvers, WebhookRequest(url=snap.limits.approval_webhook, payload=payload),
                 start_to_close_timeout=timedelta(seconds=30), summary=f"notify approvers of {request.request_id}",
                 retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1),
-                                         maximum_attempts=10)))
+                                         maximum_attempts=10)), f"notify approvers of {request.request_id}")
         try:
             await workflow.wait_condition(lambda: request.status != "pending" or bool(state.cancel_reason),
                                           timeout=timedelta(seconds=timeout),
@@ -177,7 +176,7 @@ class HumansMixin:
                 self.audit.record({"event": "help_checkpoint_denied", "decision": "denied", "reason": decision.reason,
                              "hint": decision.hint})
             else:
-                self.background.append(asyncio.ensure_future(self._checkpoint(request.reason or "the agent asked")))
+                self._spawn(self._checkpoint(request.reason or "the agent asked"), "checkpoint the agent asked for")
         self._publish()
 
     def _on_resume(self: DirectiveRun, request: ResumeRequest) -> None:
@@ -207,10 +206,9 @@ class HumansMixin:
                 self.snap.run_id, self._execution(), request.request_id, request.args_hash, decision.approved,
                 decision.by),
                 f"kiwi approve {self.snap.run_id} {request.request_id}")
-        if refused:
+        if refused or request is None:
             self._refuse_decision("approval_decision_refused", decision.request_id, decision.by, refused)
             return
-        assert request is not None
         request.status = "approved" if decision.approved else "rejected"
         request.decided_by = decision.by or "unknown"
         request.reason = decision.reason

@@ -9,9 +9,11 @@ this deterministic code and recorded in history; side effects happen only in act
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from kiwi.conditions import ConditionError
@@ -74,7 +76,19 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
         # Checked here, not in run(): signals that arrive with the first task are handled before
         # run() starts, and must already be held to the hardened rules.
         self.hardened = workflow.patched(HARDENED)
-        self.background: list[Any] = []
+        # Work the run starts and does not wait for at once (audit flushes, checkpoints, notices,
+        # watching children): owned here, failures audited, awaited before the run ends.
+        self.background: list[tuple[asyncio.Future[Any], bool]] = []
+
+    def _spawn(self, work: Awaitable[Any], what: str, *, wait: bool = True) -> None:
+        """Start ``work`` without waiting for it; a failure is audited, not lost. ``wait``: the run awaits it
+        before it ends (not for children, which outlive their parent)."""
+        async def owned() -> None:
+            try:
+                await work
+            except (ActivityError, ApplicationError, ChildWorkflowError) as exc:
+                self.audit.record({"event": "background_failed", "what": what, "error": str(exc.cause or exc)})
+        self.background.append((asyncio.ensure_future(owned()), wait))
 
     # ------------------------------------------------------------------ main loop
     @workflow.run
@@ -115,7 +129,7 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
                 state.step_index += 1
                 if self.lean:
                     # The flush holds the audit lock; the final flush and continue-as-new wait for it.
-                    self.background.append(asyncio.ensure_future(self.audit.flush()))
+                    self._spawn(self.audit.flush(), "audit flush")
                 else:
                     await self.audit.flush()
                 if self._should_continue():
@@ -133,6 +147,8 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
         self.audit.record({"event": "run_finished", "status": state.status, "error": state.error})
         self._publish()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if self.hardened:
+            await asyncio.gather(*(task for task, wait in self.background if wait and not task.done()))
         await self.audit.flush()
         if state.status == "failed":
             raise StepFailed.error(state.error)
