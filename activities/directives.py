@@ -10,7 +10,7 @@ from temporalio.exceptions import ApplicationError
 
 from kiwi.contracts import ResolveDirectiveRequest, RunSnapshot
 from kiwi.errors import ItemInvalid, KiwiError
-from kiwi.runs import build_snapshot
+from kiwi.snapshot import build_snapshot
 from kiwi.store import ItemStore
 
 

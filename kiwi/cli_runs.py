@@ -42,9 +42,9 @@ def _outputs(values: list[str] | None) -> dict[str, Any]:
 
 
 async def _run_client(args: argparse.Namespace):
+    from kiwi.connect import connect
     from kiwi.runs import RunClient
     from kiwi.store import ItemStore, find_project_root
-    from workers.connect import connect
 
     try:
         client = await connect(getattr(args, "address", None), getattr(args, "namespace", None))
@@ -227,7 +227,7 @@ async def cmd_resume(args: argparse.Namespace, runs: RunClient) -> int:
 @_with_runs
 async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
     from kiwi.keys import default_key
-    from kiwi.runs import signed_decision
+    from kiwi.snapshot import signed_decision
 
     approved = args.command == "approve"
     if args.print_signal:
@@ -278,7 +278,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from workers.connect import connect
+    from kiwi.connect import connect
     from workers.main import run_worker
 
     async def go() -> int:
@@ -296,8 +296,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    from kiwi.connect import connect
     from kiwi.devserver import DevServer, load_dev_config
-    from workers.connect import connect
     from workers.main import run_worker
 
     config, base = load_dev_config(Path(args.config) if args.config else None)
@@ -347,8 +347,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
+    from kiwi.connect import connect
     from mcp_frontend.server import serve_http, serve_stdio
-    from workers.connect import connect
 
     async def go() -> int:
         if not args.http:

@@ -14,7 +14,6 @@ import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -38,7 +37,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from kiwi.contracts import (
     SEARCH_ATTRIBUTES,
     TASK_QUEUE,
-    ApprovalDecision,
     ApprovalRequest,
     CallToolRequest,
     CancelRequest,
@@ -48,7 +46,6 @@ from kiwi.contracts import (
     DirectiveRunInput,
     DirectiveRunResult,
     HelpRequest,
-    LocalToolSpec,
     ResumeRequest,
     RunSnapshot,
     RunState,
@@ -60,96 +57,13 @@ from kiwi.contracts import (
     run_workflow_id,
     session_workflow_id,
 )
-from kiwi.directive import Directive, McpDeclaration, Metadata, Step, ToolsDeclaration
+from kiwi.directive import Directive
 from kiwi.errors import InputInvalid, KiwiError, McpServerMissing, RunFinished, RunNotFound, RunStateConflict
-from kiwi.harness import load_harness
-from kiwi.keys import approval_message, default_key, human_message, load_private, load_trusted, sign_bytes
-from kiwi.mcp_registry import McpRegistry, load_registry
+from kiwi.keys import default_key, human_message, load_private, sign_bytes
 from kiwi.policy import BUILTIN_TOOLS, PermissionSet
-from kiwi.signing import check_trust, content_hash, verify
+from kiwi.snapshot import build_session_snapshot, build_snapshot, signed_decision
 from kiwi.store import ItemStore
-from kiwi.templating import bind_inputs
-
-
-def local_tool_specs(store: ItemStore) -> dict[str, LocalToolSpec]:
-    """What a run needs to call each local python/bash tool, fixed when the run starts."""
-    specs = {}
-    for tool_id, manifest in store.local_tools().items():
-        if manifest.tool_type in ("python", "bash") and manifest.entrypoint:
-            entry = Path(manifest.path) if manifest.legacy else Path(manifest.path).parent / manifest.entrypoint
-            specs[tool_id] = LocalToolSpec(tool_id=tool_id, tool_type=manifest.tool_type, entrypoint=str(entry),
-                                           mutates_state=manifest.mutates_state,
-                                           timeout_seconds=float(manifest.executor.get("timeout", 300)),
-                                           input_schema=manifest.json_schema())
-    return specs
-
-
-def build_snapshot(store: ItemStore, name: str, inputs: dict[str, Any], run_id: str, *, client_name: str = "cli",
-                   deadline_seconds: float | None = None, search_attributes: bool = False) -> RunSnapshot:
-    """Resolve, validate and bind a directive into a run's fixed input (raises typed Kiwi errors)."""
-    directive, text, path = store.load_directive(name)
-    bound = bind_inputs(directive, inputs)
-    specs = local_tool_specs(store)
-    for call in (c for s in directive.steps for c in s.tool_calls):
-        if "." not in call.tool and call.tool not in specs:
-            raise InputInvalid(f"directive '{name}' step calls tool '{call.tool}', which is not a local tool",
-                               hint="add it under .ai/tools/ or fix the tool id (run `kiwi search` to list tools)")
-    harness = load_harness(store.project_root, store.user)
-    trusted = load_trusted(store.project_root, store.user)
-    limits = harness.limits.model_copy(update={"deadline_seconds": deadline_seconds,
-                                               "approvers": trusted.with_role("approve")})
-    registry = load_registry(store.project_root, store.user)
-    declared = {m.name for m in directive.metadata.tools.mcps}
-    trust = directive_trust(text, harness.signatures, trusted.with_role("sign"))
-    grants = directive.grants() if trust.grants == "declared" else harness.base_policy.intersect(directive.grants())
-    return RunSnapshot(run_id=run_id, directive=directive, content_hash=trust.content_hash, source_path=str(path),
-                       inputs=bound, grants=grants, project_root=str(store.project_root),
-                       client=client_name, local_tools=specs, limits=limits, search_attributes=search_attributes,
-                       mcp_servers={n: c.info() for n, c in registry.servers.items() if n in declared},
-                       mcp_skipped={n: why for n, why in registry.skipped.items() if n in declared}, trust=trust)
-
-
-def signed_decision(run_id: str, execution: str, request: ApprovalRequest, approved: bool, by: str,
-                    reason: str = "") -> ApprovalDecision:
-    """The ``decide_approval`` signal for ``request`` in that execution of the run, signed with the key ``by``."""
-    signature = sign_bytes(by, approval_message(run_id, execution, request.request_id, request.args_hash,
-                                                approved, by))
-    return ApprovalDecision(request_id=request.request_id, approved=approved, by=by, reason=reason,
-                            args_hash=request.args_hash, signature=signature)
-
-
-def directive_trust(text: str, mode: str, signers: dict[str, str]) -> RunTrust:
-    """Which grants a directive file runs with under the harness's ``signatures`` mode.
-
-    An agent can write a directive (``execute(directive, create)``, a file write) that grants
-    itself anything, so declared grants take effect only when a key the human trusts signed the
-    exact content. Otherwise the run gets what its declaration shares with the base policy: never
-    more than the agent could already do outside a run. ``warn`` lets an unsigned directive's
-    grants through with a warning; a directive modified after signing never gets them unless
-    signatures are ``off``.
-    """
-    status = check_trust(verify(text), signers, "directive")
-    trust = RunTrust(signature=status.state, signer=status.signer, trusted=status.trusted,
-                     content_hash=content_hash(text), mode=mode)  # type: ignore[arg-type]
-    if mode == "off" or status.trusted:
-        return trust
-    if status.state == "modified":
-        trust.grants = "base"
-        trust.note = ("modified after signing: runs with the base policy only; re-sign it with `kiwi sign` if the "
-                      "change is yours")
-    elif mode == "require":
-        trust.grants = "base"
-        who = f"signed by '{status.signer}', which is not a trusted key" if status.signer else (
-            "not signed by a trusted key")
-        trust.note = f"{who}: runs with the base policy only (signatures: require); a human signs it with `kiwi sign`"
-    else:
-        trust.note = "not signed by a trusted key: its declared grants apply because signatures is 'warn'"
-    return trust
-
-
-def session_mcps(registry: McpRegistry) -> ToolsDeclaration:
-    """A session may reach every configured server; the base policy decides which tools it may call."""
-    return ToolsDeclaration(mcps=[McpDeclaration(name=name) for name in sorted(registry.servers)])
+from workflows.directive_run import DirectiveRun
 
 
 @dataclass
@@ -195,7 +109,7 @@ class RunClient:
             attributes = TypedSearchAttributes([SearchAttributePair(SEARCH_ATTRIBUTES[0], directive.name),
                                                 SearchAttributePair(SEARCH_ATTRIBUTES[1], "running")])
         handle = await self.client.start_workflow(
-            "DirectiveRun", DirectiveRunInput(snapshot=snap), id=run_id, task_queue=self.task_queue,
+            DirectiveRun.run, DirectiveRunInput(snapshot=snap), id=run_id, task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE if idempotency_key
             else WorkflowIDReusePolicy.ALLOW_DUPLICATE,
@@ -216,7 +130,7 @@ class RunClient:
     async def tool_context(self, run_id: str) -> ToolContext:
         """The MCP tool context a run fetched at its start; waits until it is ready."""
         try:
-            return await self._update(run_id, "tool_context", ToolContextRequest(), ToolContext, None)
+            return await self._update(run_id, DirectiveRun.tool_context, ToolContextRequest(), None)
         except (RunFinished, RunNotFound):
             # The run ended before the question arrived (a required server was missing, say);
             # Temporal answers an update to a closed run as "not found".
@@ -236,22 +150,8 @@ class RunClient:
         return self._attributes_ready
 
     def session_snapshot(self, client_name: str) -> RunSnapshot:
-        """A per-client session: the harness's base policy, one step that waits forever."""
-        harness = load_harness(self.store.project_root, self.store.user)
-        registry = load_registry(self.store.project_root, self.store.user)
-        directive = Directive(name="session", version="1.0.0",
-                              metadata=Metadata(description=f"interactive calls of {client_name} outside a run",
-                                                tools=session_mcps(registry)),
-                              steps=[Step(name="interactive", mode="agent",
-                                          action="Calls made outside a directive run, checked against the "
-                                                 "base policy of agent_harness.yaml.")])
-        approvers = load_trusted(self.store.project_root, self.store.user).with_role("approve")
-        return RunSnapshot(run_id=session_workflow_id(self.store.project_root), directive=directive, content_hash="",
-                           grants=harness.base_policy, project_root=str(self.store.project_root), client=client_name,
-                           local_tools=local_tool_specs(self.store),
-                           limits=harness.limits.model_copy(update={"approvers": approvers}),
-                           search_attributes=self._attributes_ready or False,
-                           mcp_servers={n: c.info() for n, c in registry.servers.items()})
+        """A project's session: the harness's base policy, one step that waits forever."""
+        return build_session_snapshot(self.store, client_name, search_attributes=self._attributes_ready or False)
 
     async def session_call(self, client_name: str, tool: str, arguments: dict[str, Any]) -> ToolCallResult:
         """A tool call outside any directive run: through the client's session workflow and base policy.
@@ -268,7 +168,7 @@ class RunClient:
         await self._check_search_attributes()
         snap = self.session_snapshot(client_name)
         await self.client.start_workflow(
-            "DirectiveRun", DirectiveRunInput(snapshot=snap, state=await self._session_carry(run_id)),
+            DirectiveRun.run, DirectiveRunInput(snapshot=snap, state=await self._session_carry(run_id)),
             id=snap.run_id, task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"session of {client_name}: calls outside a directive run")
@@ -299,21 +199,21 @@ class RunClient:
 
     async def status(self, run_id: str) -> RunStatus:
         try:
-            return await self.handle(run_id).query("status", result_type=RunStatus)
+            return await self.handle(run_id).query(DirectiveRun.status)
         except RPCError as exc:
             raise _translate(exc, run_id) from None
 
     async def call_tool(self, run_id: str, tool: str, arguments: dict[str, Any], client_name: str = "cli",
                         update_id: str | None = None) -> ToolCallResult:
-        return await self._update(run_id, "call_tool", CallToolRequest(tool=tool, arguments=arguments,
-                                                                       client=client_name), ToolCallResult, update_id)
+        request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
+        return await self._update(run_id, DirectiveRun.call_tool, request, update_id)
 
     async def complete_step(self, run_id: str, step: str, outputs: dict[str, Any]) -> CompleteStepResult:
-        return await self._update(run_id, "complete_step", CompleteStepRequest(step=step, outputs=outputs),
-                                  CompleteStepResult, None)
+        return await self._update(run_id, DirectiveRun.complete_step, CompleteStepRequest(step=step, outputs=outputs),
+                                  None)
 
     async def help(self, run_id: str, request: HelpRequest) -> None:
-        await self._signal(run_id, "help", request)
+        await self._signal(run_id, DirectiveRun.help, request)
 
     async def resume(self, run_id: str, reason: str = "", by: str | None = None) -> None:
         """Let a held run carry on, signed with the approver key ``by`` (default: your only key)."""
@@ -321,7 +221,7 @@ class RunClient:
         load_private(by)
         status = await self.status(run_id)
         signature = sign_bytes(by, human_message("resume", run_id, status.execution, status.hold_id, "", by))
-        await self._signal(run_id, "resume", ResumeRequest(reason=reason, by=by, signature=signature))
+        await self._signal(run_id, DirectiveRun.resume, ResumeRequest(reason=reason, by=by, signature=signature))
 
     async def decide_approval(self, run_id: str, request_id: str, approved: bool, *, by: str | None = None,
                               reason: str = "") -> ApprovalRequest:
@@ -342,7 +242,7 @@ class RunClient:
             raise RunStateConflict(f"{request_id} is already {request.status}")
         if by == request.requested_by:
             raise KiwiError(f"'{by}' made this call and cannot approve it", hint="another person must decide")
-        await self._signal(run_id, "decide_approval",
+        await self._signal(run_id, DirectiveRun.decide_approval,
                            signed_decision(run_id, status.execution, request, approved, by, reason))
         return request
 
@@ -360,19 +260,19 @@ class RunClient:
         if request.options and option not in request.options:
             raise InputInvalid(f"'{option}' is not an option of {request_id}; options: {', '.join(request.options)}")
         signature = sign_bytes(by, human_message("decide", run_id, status.execution, request_id, option, by))
-        await self._signal(run_id, "decide", DecisionAnswer(request_id=request_id, option=option, by=by, note=note,
+        await self._signal(run_id, DirectiveRun.decide, DecisionAnswer(request_id=request_id, option=option, by=by, note=note,
                                                             signature=signature))
 
     async def cancel(self, run_id: str, reason: str = "cancelled by request") -> None:
-        await self._signal(run_id, "cancel", CancelRequest(reason=reason))
+        await self._signal(run_id, DirectiveRun.cancel, CancelRequest(reason=reason))
 
-    async def _signal(self, run_id: str, name: str, arg: Any) -> None:
+    async def _signal(self, run_id: str, signal: Callable[..., Any], arg: Any) -> None:
         try:
-            await self.handle(run_id).signal(name, arg)
+            await self.handle(run_id).signal(signal, arg)
         except RPCError as exc:
             raise _translate(exc, run_id) from None
 
-    async def _update(self, run_id: str, name: str, arg: Any, result_type: type, update_id: str | None,
+    async def _update(self, run_id: str, update: Callable[..., Any], arg: Any, update_id: str | None,
                       wait_seconds: float | None = None, on_progress: Progress | None = None) -> Any:
         """Send an update; with ``wait_seconds``, answer ``None`` if it has not finished by then."""
         handle = self.handle(run_id)
@@ -380,10 +280,10 @@ class RunClient:
         for attempt in range(20):
             try:
                 if wait_seconds is None:
-                    return await handle.execute_update(name, arg, id=update_id, result_type=result_type)
-                update = await handle.start_update(name, arg, id=update_id, result_type=result_type,
-                                                   wait_for_stage=WorkflowUpdateStage.ACCEPTED)
-                return await _wait(update.result(), wait_seconds, on_progress,
+                    return await handle.execute_update(update, arg, id=update_id)
+                started = await handle.start_update(update, arg, id=update_id,
+                                                    wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+                return await _wait(started.result(), wait_seconds, on_progress,
                                    functools.partial(self.upstream_progress, run_id, getattr(arg, "tool", None)))
             except WorkflowUpdateFailedError as exc:
                 cause = exc.cause
@@ -415,9 +315,8 @@ class RunClient:
                                 wait_seconds: float, on_progress: Progress | None = None) -> ToolCallResult:
         """A tool call that answers ``pending`` (with a call id to poll) if it takes longer than ``wait_seconds``."""
         call_id = uuid.uuid4().hex
-        result = await self._update(run_id, "call_tool", CallToolRequest(tool=tool, arguments=arguments,
-                                                                        client=client_name),
-                                    ToolCallResult, call_id, wait_seconds, on_progress)
+        request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
+        result = await self._update(run_id, DirectiveRun.call_tool, request, call_id, wait_seconds, on_progress)
         if result is not None:
             return result
         pending = _pending(tool, run_id, call_id, wait_seconds)

@@ -20,8 +20,8 @@ import anyio
 import mcp.types as mcp_types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.stdio import stdio_server
-from mcp.shared.message import SessionMessage
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.message import SessionMessage
 from pydantic import Field, ValidationError
 from temporalio.client import Client
 
@@ -83,7 +83,7 @@ class TemporalLink:
     async def runs(self) -> RunClient:
         if self._runs is not None:
             return self._runs
-        from workers.connect import connect, target
+        from kiwi.connect import connect, target
 
         async with self._lock:
             if self._runs is None:
@@ -259,7 +259,7 @@ async def _execute(link: TemporalLink, root: Path, item_type: str, action: str, 
     if item_type in ("directive", "knowledge", "tool") and action in ("create", "update", "delete", "link"):
         return _author(link.store, item_type, action, item_id, parameters)
     if item_type == "directive" and action == "validate":
-        from kiwi.cli import validate_file
+        from kiwi.validation import validate_file
 
         record = link.store.find("directive", item_id)
         result = validate_file(Path(record.path), frozenset(link.store.local_tools()))

@@ -24,7 +24,7 @@ from kiwi.errors import InputInvalid, ItemInvalid
 from kiwi.harness import load_harness
 from kiwi.keys import create_key, sign_bytes
 from kiwi.policy import PermissionEntry, PermissionSet, entry_problems
-from kiwi.runs import signed_decision
+from kiwi.snapshot import signed_decision
 from mcp_frontend.server import build_server
 from tests.conftest import wait_for
 from tests.helpers import approver, directive_md, write, write_directive

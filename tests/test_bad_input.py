@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,9 +13,9 @@ from mcp.client import Client
 
 from kiwi.cli import main as kiwi_main
 from kiwi.errors import ItemInvalid
-from mcp_frontend.server import build_server
 from kiwi.toolargs import MAX_CONTENT_BYTES, ArgumentError, check_arguments, coerce_step_arguments
-from tests.conftest import awaiting_step, wait_for
+from mcp_frontend.server import build_server
+from tests.conftest import awaiting_step
 from tests.helpers import directive_md, write, write_directive
 
 NPM = Path(__file__).parent / "npm" / "node_modules" / "@modelcontextprotocol"

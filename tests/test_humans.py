@@ -18,7 +18,8 @@ from temporalio.client import WorkflowFailureError, WorkflowUpdateStage
 from activities.audit import read_audit
 from kiwi.contracts import ApprovalDecision, HelpRequest
 from kiwi.errors import InputInvalid, KiwiError, RunStateConflict
-from kiwi.runs import RunClient, signed_decision
+from kiwi.runs import RunClient
+from kiwi.snapshot import signed_decision
 from mcp_frontend.server import build_server
 from tests.conftest import run_client, wait_for
 from tests.helpers import approver, directive_md, write, write_directive

@@ -1,0 +1,88 @@
+"""Layers point one way. Read every module's imports (top-level and inside functions) and check them.
+
+    kiwi (domain) <- workflows <- workers
+         ^   ^          ^
+         |   activities |
+         |              |
+    kiwi.runs (client) -+-> mcp_frontend, kiwi.cli (the command line may use everything)
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = ("kiwi.cli", "kiwi.cli_runs", "kiwi.cli_keys", "kiwi.__main__")
+CLIENT = ("kiwi.runs", "kiwi.connect")
+
+
+def layer(module: str) -> str:
+    if module in CLI:
+        return "cli"
+    if module in CLIENT:
+        return "client"
+    return module.split(".")[0] if module.split(".")[0] != "kiwi" else "domain"
+
+
+# What each layer may not import.
+FORBIDDEN = {
+    "domain": {"workflows", "activities", "workers", "mcp_frontend", "client", "cli"},
+    "activities": {"workflows", "workers", "mcp_frontend", "client", "cli"},
+    "workflows": {"workers", "mcp_frontend", "client", "cli"},
+    "client": {"activities", "workers", "mcp_frontend", "cli"},
+    "mcp_frontend": {"activities", "workers", "cli"},
+    "workers": {"mcp_frontend", "client", "cli"},
+    "cli": set(),
+}
+
+
+def modules() -> list[tuple[str, Path]]:
+    found = []
+    for package in ("kiwi", "workflows", "activities", "workers", "mcp_frontend"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "scaffold" in path.parts:
+                continue
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found.append((name, path))
+    return found
+
+
+def imported(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+OWN = ("kiwi", "workflows", "activities", "workers", "mcp_frontend")
+
+
+@pytest.mark.parametrize(("module", "path"), modules(), ids=[m for m, _ in modules()])
+def test_a_module_imports_only_from_the_layers_below_it(module, path):
+    mine = layer(module)
+    wrong = sorted(name for name in imported(path)
+                   if name.split(".")[0] in OWN and _known(name) and layer(_known(name)) in FORBIDDEN[mine])
+    assert not wrong, f"{module} ({mine}) imports {wrong}"
+
+
+def _known(name: str) -> str:
+    """The module an imported name belongs to ('kiwi.cli.main' -> 'kiwi.cli')."""
+    known = {m for m, _ in modules()}
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def test_the_layer_rules_see_the_modules_they_speak_of():
+    names = {m for m, _ in modules()}
+    assert {"kiwi.policy", "kiwi.runs", "kiwi.cli", "workflows.directive_run.workflow", "activities.filesystem",
+            "mcp_frontend.server", "workers.main"} <= names
+    assert layer("kiwi.admission") == "domain" and layer("kiwi.cli_runs") == "cli"
