@@ -10,10 +10,6 @@ def _isolated_user_space(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("KIWI_KEYS_DIR", str(tmp_path_factory.mktemp("keys")))
 
 
-import asyncio  # noqa: E402
-import uuid  # noqa: E402
-from collections.abc import Awaitable, Callable  # noqa: E402
-from typing import Any  # noqa: E402
 
 import pytest_asyncio  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
@@ -22,32 +18,8 @@ from kiwi.cli import main as kiwi_main  # noqa: E402
 from kiwi.contracts import SEARCH_ATTRIBUTES  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.devserver import temporal_binary, test_server_binary  # noqa: E402
-from kiwi.runs import RunClient  # noqa: E402
-from kiwi.store import ItemStore  # noqa: E402
+from tests.helpers import run_client  # noqa: E402
 from workers.main import build_worker  # noqa: E402
-
-
-async def wait_for(probe: Callable[[], Awaitable[Any]], *, timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    delay = 0.02
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
-
-
-async def awaiting_step(runs: RunClient, run_id: str, step: str, timeout: float = 60):
-    """Wait until ``run_id`` waits for the agent at ``step``."""
-    async def probe():
-        status = await runs.status(run_id)
-        return status.status == "awaiting_agent" and status.current_step.name == step
-    await wait_for(probe, timeout=timeout, what=f"step {step} to wait for the agent")
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -75,11 +47,6 @@ def project(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert kiwi_main(["init"]) == 0
     return tmp_path
-
-
-def run_client(client, project) -> RunClient:
-    """A RunClient on a task queue of its own; start its (sandboxed) worker with ``build_worker``."""
-    return RunClient(client, ItemStore(project), task_queue=f"kiwi-test-{uuid.uuid4().hex[:8]}")
 
 
 @pytest_asyncio.fixture

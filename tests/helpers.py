@@ -1,9 +1,23 @@
-"""Builders shared by tests: directive text and project folders."""
+"""What the tests share: directive text and project folders, waiting on a condition, a run client on a
+task queue of its own, the symlink swapper of the race tests, reading an MCP tool answer."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import random
 import textwrap
+import threading
+import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
+
+from kiwi.runs import RunClient
+from kiwi.store import ItemStore
 
 # Real files from the original Kiwi MCP project (MIT licence; see compat/kiwi-mcp/SOURCES.md).
 COMPAT = Path(__file__).resolve().parent / "compat" / "kiwi-mcp"
@@ -69,3 +83,123 @@ def approver(name: str) -> str:
     _, public = create_key(name)
     trust_key(user_space(), name, public, ["approve"])
     return name
+
+
+async def wait_for(probe: Callable[[], Awaitable[Any]], *, timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = 0.02
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+async def awaiting_step(runs: RunClient, run_id: str, step: str, timeout: float = 60):
+    """Wait until ``run_id`` waits for the agent at ``step``."""
+    async def probe():
+        status = await runs.status(run_id)
+        return status.status == "awaiting_agent" and status.current_step.name == step
+    await wait_for(probe, timeout=timeout, what=f"step {step} to wait for the agent")
+
+
+def run_client(client, project) -> RunClient:
+    """A RunClient on a task queue of its own; start its (sandboxed) worker with ``build_worker``."""
+    return RunClient(client, ItemStore(project), task_queue=f"kiwi-test-{uuid.uuid4().hex[:8]}")
+
+
+SECRET = "TOP SECRET outside the project"
+
+
+def snapshot(folder: Path) -> dict[str, bytes | str]:
+    """Every name below ``folder`` with its content (links by target), to prove nothing changed."""
+    out: dict[str, bytes | str] = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        out[rel] = f"-> {os.readlink(path)}" if path.is_symlink() else path.read_bytes() if path.is_file() else "dir"
+    return out
+
+
+def _exchange_function():
+    """``renameat2(RENAME_EXCHANGE)`` where libc has it: swaps two names atomically, the attacker's best tool."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+
+    def exchange(a: Path, b: Path) -> None:
+        if renameat2(-100, os.fsencode(a), -100, os.fsencode(b), 2) != 0:  # AT_FDCWD, RENAME_EXCHANGE
+            raise OSError(ctypes.get_errno(), "renameat2")
+    return exchange
+
+EXCHANGE = _exchange_function()
+
+
+class Swapper(threading.Thread):
+    """Keeps turning ``project/victim`` into a symlink to ``outside`` (or ``outside/secret``) and back.
+
+    With ``renameat2`` the two names are exchanged atomically (``victim`` is always one or the other);
+    elsewhere by four renames."""
+
+    def __init__(self, project: Path, outside: Path, kind: str) -> None:
+        super().__init__(daemon=True)
+        self.victim, self.real, self.link = project / "victim", project / "victim.real", project / "victim.link"
+        self.kind, self.stop, self.swaps, self.jitter = kind, threading.Event(), 0, random.Random()
+        self.target = outside if kind == "dir" else outside / "secret"
+        self.link.symlink_to(self.target, target_is_directory=kind == "dir")
+        self.heal()
+
+    def heal(self) -> None:
+        """Put a real victim and the link back if a call removed or moved them."""
+        for spare in (self.victim, self.link):
+            if not spare.is_symlink() and not spare.exists() and not self.real.exists():
+                if self.kind == "dir":
+                    spare.mkdir(exist_ok=True)
+                    (spare / "secret").write_text("inside")
+                else:
+                    spare.write_text("inside")
+        for name in (self.victim, self.link):
+            if name.is_dir() and not name.is_symlink() and not (name / "secret").exists():
+                (name / "secret").write_text("inside")
+        if not self.victim.is_symlink() and not self.link.is_symlink() and not self.link.exists():
+            self.link.symlink_to(self.target, target_is_directory=self.kind == "dir")
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                if EXCHANGE is not None:
+                    EXCHANGE(self.victim, self.link)
+                else:
+                    for src, dst in ((self.victim, self.real), (self.link, self.victim),
+                                     (self.victim, self.link), (self.real, self.victim)):
+                        os.rename(src, dst)
+            except OSError:
+                pass
+            self.swaps += 1
+            for _ in range(self.jitter.randrange(3)):
+                os.stat(self.link.parent)  # a random pause, so the swaps do not fall into step with the calls
+            if self.swaps % 8 == 0:
+                with contextlib.suppress(OSError):
+                    self.heal()
+
+    def __enter__(self) -> Swapper:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.join()
+
+
+def data(result) -> dict:
+    assert not result.is_error, result
+    if result.structured_content is not None:
+        return result.structured_content
+    return json.loads(result.content[0].text)

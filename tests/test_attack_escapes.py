@@ -26,19 +26,12 @@ from kiwi.keys import create_key, sign_bytes
 from kiwi.policy import PermissionEntry, PermissionSet, entry_problems
 from kiwi.snapshot import signed_decision
 from mcp_frontend.server import build_server
-from tests.conftest import wait_for
-from tests.helpers import approver, directive_md, write, write_directive
+from tests.helpers import approver, data, directive_md, wait_for, write, write_directive
 
 GREEDY = directive_md(
     '<step name="take"><tool_call tool="filesystem.write"><param name="path">owned.txt</param>'
     '<param name="content">pwned</param></tool_call></step>', name="greedy",
     permissions='<write resource="filesystem" path="**"/><execute resource="shell" commands="*"/>')
-
-
-def data(result) -> dict:
-    import json
-
-    return json.loads(result.content[0].text)
 
 
 async def finished(runs, run_id: str):

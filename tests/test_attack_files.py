@@ -9,9 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from activities.audit import read_audit
-from tests.conftest import wait_for
-from tests.helpers import directive_md, write_directive
-from tests.test_fs_confine import SECRET, Swapper, snapshot
+from tests.helpers import SECRET, Swapper, directive_md, snapshot, wait_for, write_directive
 
 EVERYTHING = directive_md(
     '<step name="work"><action>Edit whatever the task needs.</action></step>', name="everything",

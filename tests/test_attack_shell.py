@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from activities.audit import read_audit
-from tests.conftest import wait_for
-from tests.helpers import directive_md, write, write_directive
+from tests.helpers import directive_md, wait_for, write, write_directive
 
 SHELL = ("git,find,ls,cat,rm,printenv")
 

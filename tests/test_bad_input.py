@@ -15,8 +15,7 @@ from kiwi.cli import main as kiwi_main
 from kiwi.errors import ItemInvalid
 from kiwi.toolargs import MAX_CONTENT_BYTES, ArgumentError, check_arguments, coerce_step_arguments
 from mcp_frontend.server import build_server
-from tests.conftest import awaiting_step
-from tests.helpers import directive_md, write, write_directive
+from tests.helpers import awaiting_step, directive_md, write, write_directive
 
 NPM = Path(__file__).parent / "npm" / "node_modules" / "@modelcontextprotocol"
 EVERYTHING = NPM / "server-everything" / "dist" / "index.js"

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from activities.audit import read_audit
-from tests.conftest import wait_for
-from tests.helpers import directive_md, write, write_directive
+from tests.helpers import directive_md, wait_for, write, write_directive
 
 WRITE = '<step name="{name}"><tool_call tool="filesystem.write"><param name="path">{path}</param>' \
         '<param name="content">{content}</param></tool_call></step>'

@@ -15,7 +15,7 @@ from kiwi.devserver import free_port, load_dev_config
 from kiwi.errors import KiwiError
 from kiwi.runs import RunClient
 from kiwi.store import ItemStore
-from tests.conftest import wait_for
+from tests.helpers import wait_for
 
 
 async def read_until(stream, marker: bytes, timeout: float = 90) -> bytes:

@@ -20,8 +20,7 @@ from kiwi.converter import data_converter
 from kiwi.devserver import DevServer, free_port
 from kiwi.runs import RunClient
 from kiwi.store import ItemStore
-from tests.conftest import awaiting_step
-from tests.helpers import directive_md, write, write_directive
+from tests.helpers import awaiting_step, directive_md, write, write_directive
 from workers.main import SANDBOX, WORKFLOWS, build_worker
 from workflows.directive_run import ALL_CHANGES
 

@@ -11,8 +11,7 @@ import pytest
 from activities.audit import read_audit
 from kiwi.errors import ItemInvalid
 from kiwi.harness import load_harness
-from tests.conftest import awaiting_step, run_client, wait_for
-from tests.helpers import directive_md, write, write_directive
+from tests.helpers import awaiting_step, directive_md, run_client, wait_for, write, write_directive
 from workers.main import build_worker
 
 GUARDED = directive_md(

@@ -8,12 +8,8 @@ nothing outside changes. Bounded iterations, no timing asserts."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import os
-import random
 import stat
-import threading
 from pathlib import Path
 
 import pytest
@@ -23,23 +19,14 @@ from temporalio.exceptions import ApplicationError
 
 from activities.filesystem import FilesystemActivities, confine
 from kiwi.contracts import FilesystemRequest
+from tests.helpers import SECRET, Swapper, snapshot
 
 FS = FilesystemActivities()
-SECRET = "TOP SECRET outside the project"
 TRIES = 300
 
 
 def request(project: Path, path: str, allowed=("**",), denied=(), **extra) -> FilesystemRequest:
     return FilesystemRequest(project_root=str(project), path=path, allowed=list(allowed), denied=list(denied), **extra)
-
-
-def snapshot(folder: Path) -> dict[str, bytes | str]:
-    """Every name below ``folder`` with its content (links by target), to prove nothing changed."""
-    out: dict[str, bytes | str] = {}
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder).as_posix()
-        out[rel] = f"-> {os.readlink(path)}" if path.is_symlink() else path.read_bytes() if path.is_file() else "dir"
-    return out
 
 
 def make_tree(base: Path) -> tuple[Path, Path]:
@@ -288,80 +275,6 @@ def _covered(grants: list[str], rel: str) -> bool:
 
 
 # ------------------------------------------------------------------ races: the attack
-
-
-def _exchange_function():
-    """``renameat2(RENAME_EXCHANGE)`` where libc has it: swaps two names atomically, the attacker's best tool."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return None
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-
-    def exchange(a: Path, b: Path) -> None:
-        if renameat2(-100, os.fsencode(a), -100, os.fsencode(b), 2) != 0:  # AT_FDCWD, RENAME_EXCHANGE
-            raise OSError(ctypes.get_errno(), "renameat2")
-    return exchange
-
-
-EXCHANGE = _exchange_function()
-
-
-class Swapper(threading.Thread):
-    """Keeps turning ``project/victim`` into a symlink to ``outside`` (or ``outside/secret``) and back.
-
-    With ``renameat2`` the two names are exchanged atomically (``victim`` is always one or the other);
-    elsewhere by four renames."""
-
-    def __init__(self, project: Path, outside: Path, kind: str) -> None:
-        super().__init__(daemon=True)
-        self.victim, self.real, self.link = project / "victim", project / "victim.real", project / "victim.link"
-        self.kind, self.stop, self.swaps, self.jitter = kind, threading.Event(), 0, random.Random()
-        self.target = outside if kind == "dir" else outside / "secret"
-        self.link.symlink_to(self.target, target_is_directory=kind == "dir")
-        self.heal()
-
-    def heal(self) -> None:
-        """Put a real victim and the link back if a call removed or moved them."""
-        for spare in (self.victim, self.link):
-            if not spare.is_symlink() and not spare.exists() and not self.real.exists():
-                if self.kind == "dir":
-                    spare.mkdir(exist_ok=True)
-                    (spare / "secret").write_text("inside")
-                else:
-                    spare.write_text("inside")
-        for name in (self.victim, self.link):
-            if name.is_dir() and not name.is_symlink() and not (name / "secret").exists():
-                (name / "secret").write_text("inside")
-        if not self.victim.is_symlink() and not self.link.is_symlink() and not self.link.exists():
-            self.link.symlink_to(self.target, target_is_directory=self.kind == "dir")
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                if EXCHANGE is not None:
-                    EXCHANGE(self.victim, self.link)
-                else:
-                    for src, dst in ((self.victim, self.real), (self.link, self.victim),
-                                     (self.victim, self.link), (self.real, self.victim)):
-                        os.rename(src, dst)
-            except OSError:
-                pass
-            self.swaps += 1
-            for _ in range(self.jitter.randrange(3)):
-                os.stat(self.link.parent)  # a random pause, so the swaps do not fall into step with the calls
-            if self.swaps % 8 == 0:
-                with contextlib.suppress(OSError):
-                    self.heal()
-
-    def __enter__(self) -> Swapper:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.join()
 
 
 @pytest.fixture

@@ -21,8 +21,7 @@ from kiwi.errors import InputInvalid, KiwiError, RunStateConflict
 from kiwi.runs import RunClient
 from kiwi.snapshot import signed_decision
 from mcp_frontend.server import build_server
-from tests.conftest import run_client, wait_for
-from tests.helpers import approver, directive_md, write, write_directive
+from tests.helpers import approver, directive_md, run_client, wait_for, write, write_directive
 from workers.main import build_worker
 
 HARNESS = "approvals:\n  tools: [filesystem.delete, git.rollback]\n  timeout_seconds: 3600\n"

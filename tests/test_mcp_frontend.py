@@ -16,14 +16,7 @@ from kiwi.cli import main as kiwi_main
 from kiwi.cli_keys import ensure_key
 from kiwi.devserver import free_port
 from mcp_frontend.server import build_server
-from tests.conftest import wait_for
-
-
-def data(result) -> dict:
-    assert not result.is_error, result
-    if result.structured_content is not None:
-        return result.structured_content
-    return json.loads(result.content[0].text)
+from tests.helpers import data, wait_for
 
 
 async def agent_session(client: Client) -> str:

@@ -23,8 +23,7 @@ from kiwi.contracts import session_workflow_id
 from kiwi.devserver import free_port
 from kiwi.errors import ItemInvalid, McpServerMissing
 from kiwi.mcp_registry import load_registry
-from tests.conftest import wait_for
-from tests.helpers import directive_md, write, write_directive
+from tests.helpers import directive_md, wait_for, write, write_directive
 
 NPM = Path(__file__).parent / "npm" / "node_modules" / "@modelcontextprotocol"
 EVERYTHING = NPM / "server-everything" / "dist" / "index.js"
@@ -381,7 +380,7 @@ async def test_upstream_progress_reaches_the_agents_mcp_client(runs, project, te
     from mcp.client import Client
 
     from mcp_frontend.server import build_server
-    from tests.test_mcp_frontend import data
+    from tests.helpers import data
 
     run_id = await slow_everything_run(runs, project)
     messages: list[str] = []
@@ -408,7 +407,7 @@ async def test_the_mcp_item_type_finds_loads_and_calls_through_the_front_end(run
     from mcp.client import Client
 
     from mcp_frontend.server import build_server
-    from tests.test_mcp_frontend import data
+    from tests.helpers import data
 
     registry(project, f"""\
 mcps:

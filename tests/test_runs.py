@@ -11,8 +11,7 @@ import pytest
 from activities.audit import read_audit
 from kiwi.contracts import ResumeRequest, session_workflow_id
 from kiwi.errors import InputInvalid, ItemNotFound, RunStateConflict
-from tests.conftest import wait_for
-from tests.helpers import approver, directive_md, write, write_directive
+from tests.helpers import approver, directive_md, wait_for, write, write_directive
 
 
 async def awaiting(runs, run_id, step):

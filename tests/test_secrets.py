@@ -14,8 +14,7 @@ import pytest
 from activities.audit import read_audit
 from kiwi.guards import REDACTED, is_secret_key, redact
 from kiwi.mcp_pool import install_log_scrubber, remember_secrets
-from tests.conftest import awaiting_step
-from tests.helpers import directive_md, write, write_directive
+from tests.helpers import awaiting_step, directive_md, write, write_directive
 
 # An upstream server that puts what it was started with everywhere it can: descriptions, schema
 # defaults, JSON-RPC error messages and tool errors.
