@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.filesystem import confine
 from activities.process import run_process
-from kiwi.contracts import CommandRequest, GitRequest, LocalToolRequest
+from kiwi.contracts import CheckpointResult, CommandRequest, GitRequest, LocalToolRequest
 from kiwi.errors import (
     CheckpointNotFound,
     GitFailed,
@@ -288,7 +288,7 @@ class GitActivities:
         return {"committed": True, "sha": sha.strip()}
 
     @activity.defn(name="git_checkpoint")
-    async def git_checkpoint(self, req: GitRequest) -> dict[str, Any]:
+    async def git_checkpoint(self, req: GitRequest) -> CheckpointResult:
         """Snapshot the project's files (tracked and untracked, not ignored) into a Kiwi ref.
 
         The user's branch, index and files are left as they are.
@@ -296,8 +296,8 @@ class GitActivities:
         root = req.project_root
         code, _, _ = await _git(root, "rev-parse", "--is-inside-work-tree")
         if code != 0:
-            return {"available": False, "reason": "checkpoints unavailable: the project is not a git repository",
-                    "hint": "run `git init` in the project to enable checkpoints"}
+            return CheckpointResult(available=False, reason="checkpoints unavailable: the project is not a git "
+                                    "repository", hint="run `git init` in the project to enable checkpoints")
         code, head, _ = await _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
         with _ScratchIndex() as env:
             if code == 0:
@@ -313,7 +313,7 @@ class GitActivities:
         await _git_ok(root, "update-ref", ref, commit)
         files = [p for p in (await _git_ok(root, "ls-tree", "-r", "--name-only", commit, "--", ".")).splitlines()
                  if _own(p)]
-        return {"available": True, "checkpoint": req.checkpoint, "ref": ref, "commit": commit, "files": len(files)}
+        return CheckpointResult(available=True, checkpoint=req.checkpoint, ref=ref, commit=commit, files=len(files))
 
     @activity.defn(name="git_rollback")
     async def git_rollback(self, req: GitRequest) -> dict[str, Any]:

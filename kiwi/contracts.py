@@ -430,6 +430,22 @@ class CommandRequest(BaseModel):
     deny_fs: list[str] = []
 
 
+class CheckpointResult(BaseModel):
+    """``git_checkpoint``: a snapshot of the project's files under ``refs/kiwi/checkpoints/``, or why not."""
+
+    available: bool
+    reason: str = ""
+    hint: str = ""
+    checkpoint: str = ""
+    ref: str = ""
+    commit: str = ""
+    files: int = 0
+
+    def shown(self) -> dict[str, Any]:
+        """As the agent and the audit trail see it: only the fields that say something."""
+        return self.model_dump(exclude_defaults=True) | {"available": self.available}
+
+
 class LocalToolRequest(BaseModel):
     project_root: str
     tool: LocalToolSpec

@@ -185,12 +185,12 @@ class CallsMixin:
             GitRequest(project_root=self.snap.project_root, run_id=self.snap.run_id, checkpoint=label,
                        message=f"kiwi checkpoint {label}: {why}"),
             start_to_close_timeout=timedelta(seconds=120), retry_policy=RETRY, summary=f"git checkpoint: {why}"[:100])
-        if value.get("available"):
+        if value.available:
             self.state.checkpoints = [*self.state.checkpoints,
-                                      {"checkpoint": label, "commit": value["commit"], "why": why,
+                                      {"checkpoint": label, "commit": value.commit, "why": why,
                                        "at": workflow.now().isoformat()}][-100:]
-        self.audit.record({"event": "checkpoint", "why": why, **value})
-        return value
+        self.audit.record({"event": "checkpoint", "why": why, **value.shown()})
+        return value.shown()
 
     def _input_schema(self: DirectiveRun, tool: str) -> dict[str, Any] | None:
         """The JSON Schema of ``tool``'s input: a built-in's, a local tool's manifest, an MCP tool's as listed
