@@ -20,6 +20,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from kiwi import yamltext
 from kiwi.contracts import SEARCH_ATTRIBUTES
 from kiwi.errors import KiwiError
 
@@ -62,7 +63,7 @@ def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
         if not path.is_file():
             raise KiwiError(f"{path}: no such file", hint="pass --config PATH to a temporal-dev.yml")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = yamltext.safe_load(path.read_text()) or {}
         except yaml.YAMLError as exc:
             raise KiwiError(f"{path}: malformed YAML: {exc}") from None
         for section, values in data.items():

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
+from kiwi import yamltext
 from kiwi.errors import ItemInvalid, Problem
 from kiwi.signing import split_signature
 
@@ -41,7 +42,7 @@ def parse_knowledge(text: str, path: str = "") -> tuple[KnowledgeEntry, list[Pro
     except StopIteration:
         raise ItemInvalid([Problem("front matter is not closed by a '---' line", path, 1 + offset, 1)]) from None
     try:
-        meta = yaml.safe_load("\n".join(lines[1:end])) or {}
+        meta = yamltext.safe_load("\n".join(lines[1:end])) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise ItemInvalid([Problem(f"malformed front matter: {getattr(exc, 'problem', exc)}", path,

@@ -63,6 +63,7 @@ from kiwi.keys import default_key, human_message, load_private, sign_bytes
 from kiwi.policy import BUILTIN_TOOLS, PermissionSet
 from kiwi.snapshot import build_session_snapshot, build_snapshot, signed_decision
 from kiwi.store import ItemStore
+from kiwi.toolargs import check_arguments
 from workflows.directive_run import DirectiveRun
 
 
@@ -205,6 +206,8 @@ class RunClient:
 
     async def call_tool(self, run_id: str, tool: str, arguments: dict[str, Any], client_name: str = "cli",
                         update_id: str | None = None) -> ToolCallResult:
+        if (refused := _unsendable(tool, arguments)) is not None:
+            return refused
         request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
         return await self._update(run_id, DirectiveRun.call_tool, request, update_id)
 
@@ -314,6 +317,8 @@ class RunClient:
     async def call_tool_waiting(self, run_id: str, tool: str, arguments: dict[str, Any], *, client_name: str,
                                 wait_seconds: float, on_progress: Progress | None = None) -> ToolCallResult:
         """A tool call that answers ``pending`` (with a call id to poll) if it takes longer than ``wait_seconds``."""
+        if (refused := _unsendable(tool, arguments)) is not None:
+            return refused
         call_id = uuid.uuid4().hex
         request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
         result = await self._update(run_id, DirectiveRun.call_tool, request, call_id, wait_seconds, on_progress)
@@ -419,6 +424,16 @@ def _pending(tool: str, run_id: str, call_id: str, wait_seconds: float) -> ToolC
         reason=f"still running after {wait_seconds:g}s; it goes on in the run",
         hint=f"poll with execute(item_type='run', action='poll', run_id='{run_id}', item_id='{call_id}'), "
              "or watch the run's status")
+
+
+def _unsendable(tool: str, arguments: Any) -> ToolCallResult | None:
+    """Arguments the workflow could not even be asked about (over Temporal's payload limit, not an object):
+    answered here, since an update that large would leave the run retrying it."""
+    problem = check_arguments(tool, arguments)
+    if problem is None:
+        return None
+    return ToolCallResult(status="error", tool=tool, error_type=InputInvalid.type, reason=problem.reason,
+                          hint=problem.hint)
 
 
 def _quote(value: str) -> str:

@@ -158,6 +158,14 @@ async def test_three_megabytes_of_content_is_refused_with_the_limit_before_it_re
     assert (await runs.status(run_id)).status == "awaiting_agent"
 
 
+async def test_the_run_client_answers_an_oversized_call_itself_and_the_run_carries_on(runs, project):
+    """A caller using RunClient directly: an update this large would leave the run retrying it."""
+    run_id = await _workbench(runs, project)
+    big = await runs.call_tool(run_id, "word_count", {"text": "x " * 1_000_000})
+    assert big.status == "error" and big.error_type == "InputInvalid" and "1,500,000" in big.reason
+    assert (await runs.call_tool(run_id, "word_count", {"text": "a b"})).result["words"] == 2
+
+
 async def test_step_parameters_are_typed_for_local_mcp_and_built_in_tools(runs, project):
     write(project / ".ai" / "tools" / "show_types" / "tool.yaml", TYPES_TOOL)
     write(project / ".ai" / "tools" / "show_types" / "main.py", TYPES_MAIN)
