@@ -63,7 +63,7 @@ from kiwi.keys import default_key, human_message, load_private, sign_bytes
 from kiwi.policy import BUILTIN_TOOLS, PermissionSet
 from kiwi.snapshot import build_session_snapshot, build_snapshot, signed_decision
 from kiwi.store import ItemStore
-from kiwi.toolargs import check_arguments
+from kiwi.toolargs import unsendable
 from workflows.directive_run import DirectiveRun
 
 
@@ -429,7 +429,7 @@ def _pending(tool: str, run_id: str, call_id: str, wait_seconds: float) -> ToolC
 def _unsendable(tool: str, arguments: Any) -> ToolCallResult | None:
     """Arguments the workflow could not even be asked about (over Temporal's payload limit, not an object):
     answered here, since an update that large would leave the run retrying it."""
-    problem = check_arguments(tool, arguments)
+    problem = unsendable(tool, arguments)  # the run refuses (and audits) every other wrong argument itself
     if problem is None:
         return None
     return ToolCallResult(status="error", tool=tool, error_type=InputInvalid.type, reason=problem.reason,

@@ -93,14 +93,21 @@ def check_arguments(tool: str, args: Any) -> ArgumentError | None:
         return ArgumentError(f"{tool}: arguments must be a JSON object, got {_kind(args)}",
                              hint or 'send an object, e.g. {"name": "value"}')
     problem = _builtin_problem(tool, args, hint) if tool in BUILTIN_SCHEMAS else None
-    if problem is not None:
-        return problem
+    return problem or unsendable(tool, args)
+
+
+def unsendable(tool: str, args: Any) -> ArgumentError | None:
+    """Arguments no run can even be asked about: not an object, not JSON, or over the payload limit."""
+    if not isinstance(args, dict):
+        return check_arguments(tool, args)
+    hint = f"send e.g. {_HINTS[tool]}" if tool in _HINTS else ""
     try:
         size = len(json.dumps(args, ensure_ascii=False, default=str).encode("utf-8"))
     except (TypeError, ValueError, RecursionError) as exc:
         return ArgumentError(f"{tool}: arguments cannot be read as JSON: {exc}", hint)
     if size > MAX_ARGUMENTS_BYTES:
-        return ArgumentError(f"{tool}: arguments are {size:,} bytes, over the limit of {MAX_ARGUMENTS_BYTES:,}",
+        specific = _builtin_problem(tool, args, hint) if tool in BUILTIN_SCHEMAS else None
+        return specific or ArgumentError(f"{tool}: arguments are {size:,} bytes, over the limit of {MAX_ARGUMENTS_BYTES:,}",
                              "send less per call (split the content over several calls or files)")
     return None
 
