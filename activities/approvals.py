@@ -18,7 +18,9 @@ class ApprovalActivities:
             try:
                 response = await client.post(req.url, json=req.payload)
             except httpx.TransportError as exc:
-                raise WebhookUnreachable.error(f"approval webhook unreachable: {type(exc).__name__}") from None
+                raise WebhookUnreachable.error(
+                    f"approval webhook unreachable: {type(exc).__name__}"
+                ) from None
         if response.status_code >= 500:
             raise WebhookFailed.error(f"approval webhook answered {response.status_code}")
         if response.status_code >= 400:

@@ -53,8 +53,10 @@ def _name(value: str, what: str) -> str:
 
 def _refusal(where: str, exc: OSError) -> AuditPathUnsafe:
     if exc.errno in (errno.ELOOP, errno.EMLINK):
-        return AuditPathUnsafe(f"'{where}' is a symbolic link; the audit trail never follows links (remove it; "
-                               "the run keeps its records until it can write them)")
+        return AuditPathUnsafe(
+            f"'{where}' is a symbolic link; the audit trail never follows links (remove it; "
+            "the run keeps its records until it can write them)"
+        )
     return AuditPathUnsafe(f"'{where}' cannot be opened as an audit folder or file: {exc.strerror}")
 
 
@@ -137,8 +139,12 @@ class AuditActivities:
             assert folder is not None
             where = f".ai/logs/audit/{day}/{file_name}"
             try:
-                fd = os.open(file_name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                             | _CLOEXEC, 0o644, dir_fd=folder)
+                fd = os.open(
+                    file_name,
+                    os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC,
+                    0o644,
+                    dir_fd=folder,
+                )
             except OSError as exc:
                 raise _refusal(where, exc) from None
             finally:
@@ -156,7 +162,7 @@ class AuditActivities:
                     text = b"\n" + text  # a torn last line: the new records start on a line of their own
                 view = memoryview(text)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 written += len(fresh)
             finally:
                 os.close(fd)
@@ -225,7 +231,11 @@ def _parse(data: bytes, where: str, trail: AuditTrail) -> None:
         except (ValueError, RecursionError) as exc:
             trail.problems.append(f"{where} line {number} could not be read ({_why(exc)})")
             continue
-        if not isinstance(record, dict) or not isinstance(record.get("seq"), int) or isinstance(record["seq"], bool):
+        if (
+            not isinstance(record, dict)
+            or not isinstance(record.get("seq"), int)
+            or isinstance(record["seq"], bool)
+        ):
             trail.problems.append(f"{where} line {number} could not be read (not an audit record: no 'seq')")
             continue
         trail.records.append(record)

@@ -51,7 +51,7 @@ else:
 def _parse_output(stdout: str) -> Any:
     marker = stdout.rfind("\n__KIWI_RESULT__")
     if marker >= 0:
-        return json.loads(stdout[marker + len("\n__KIWI_RESULT__"):])
+        return json.loads(stdout[marker + len("\n__KIWI_RESULT__") :])
     text = stdout.strip()
     try:
         return json.loads(text)
@@ -88,24 +88,35 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
         grants = req.read_grants if path.mode == "read" else req.write_grants
         denied = first_match(req.deny_fs, real)
         if denied is not None or protected_granted(grants, real) is None:
-            raise _denied(f"{what} resolves (through a symbolic link) to '{real}', which this run may not "
-                          f"{path.mode}" + (f" (denied by '{denied}')" if denied else ""))
+            raise _denied(
+                f"{what} resolves (through a symbolic link) to '{real}', which this run may not "
+                f"{path.mode}" + (f" (denied by '{denied}')" if denied else "")
+            )
 
 
 # Repository settings that run a program and have no value that turns them off from the command line
 # ("diff.x.command=" makes every diff fail instead): shell.run refuses git in such a repository. Filter
 # drivers can be turned off ("filter.x.clean=" and required=false), so Kiwi does that for every git call.
-_UNSAFE_GIT_KEY = re.compile(r"^(diff\.external|diff\..+\.(command|textconv)|merge\..+\.driver|"
-                             r"includeif\..*onbranch:.*\.path|core\.worktree)$", re.IGNORECASE)
+_UNSAFE_GIT_KEY = re.compile(
+    r"^(diff\.external|diff\..+\.(command|textconv)|merge\..+\.driver|"
+    r"includeif\..*onbranch:.*\.path|core\.worktree)$",
+    re.IGNORECASE,
+)
 _FILTER_KEY = re.compile(r"^filter\.(.+)\.(clean|smudge|process|required)$", re.IGNORECASE)
 
 
-async def git_repository_settings(root: str, cwd: str | None = None) -> tuple[list[tuple[str, str]], list[str]]:
+async def git_repository_settings(
+    root: str, cwd: str | None = None
+) -> tuple[list[tuple[str, str]], list[str]]:
     """What the repository's own configuration (includes too) asks git to run: the overrides that turn
     its filter drivers off, and the keys that cannot be turned off."""
-    result = await run_process(["git", "config", "--list", "--includes", "-z"], cwd=cwd or root, timeout=30,
-                               max_output=2_000_000, env={"GIT_CEILING_DIRECTORIES": os.path.dirname(
-                                   os.path.realpath(root))} if cwd else None)
+    result = await run_process(
+        ["git", "config", "--list", "--includes", "-z"],
+        cwd=cwd or root,
+        timeout=30,
+        max_output=2_000_000,
+        env={"GIT_CEILING_DIRECTORIES": os.path.dirname(os.path.realpath(root))} if cwd else None,
+    )
     if result.exit_code != 0:
         return [], []
     overrides: list[tuple[str, str]] = []
@@ -130,8 +141,11 @@ async def git_identity(root: str) -> dict[str, str]:
     """The user's name and email from their own git config files, as environment variables, when the
     repository sets none: children read no global config (GIT_CONFIG_GLOBAL=/dev/null), but a commit
     should still carry the user's identity. Reading a value runs nothing."""
+
     async def get(key: str, *where: str) -> str:
-        result = await run_process(["git", "config", *where, "--get", key], cwd=root, timeout=30, max_output=10_000)
+        result = await run_process(
+            ["git", "config", *where, "--get", key], cwd=root, timeout=30, max_output=10_000
+        )
         return result.stdout.strip() if result.exit_code == 0 else ""
 
     if await get("user.name") and await get("user.email"):
@@ -142,24 +156,36 @@ async def git_identity(root: str) -> dict[str, str]:
         if os.path.isfile(path):
             name, email = await get("user.name", "--file", path), await get("user.email", "--file", path)
             if name and email:
-                return {"GIT_AUTHOR_NAME": name, "GIT_COMMITTER_NAME": name, "GIT_AUTHOR_EMAIL": email,
-                        "GIT_COMMITTER_EMAIL": email}
+                return {
+                    "GIT_AUTHOR_NAME": name,
+                    "GIT_COMMITTER_NAME": name,
+                    "GIT_AUTHOR_EMAIL": email,
+                    "GIT_COMMITTER_EMAIL": email,
+                }
     return {}
 
 
 async def _check_git_repository(req: CommandRequest, cwd: str, env: dict[str, str]) -> list[tuple[str, str]]:
     """shell.run's git stays in the project's own repository and runs nothing the repository configures."""
-    result = await run_process(["git", "rev-parse", "--absolute-git-dir", "--show-toplevel"], cwd=cwd,
-                               timeout=30, max_output=100_000, env=env)
+    result = await run_process(
+        ["git", "rev-parse", "--absolute-git-dir", "--show-toplevel"],
+        cwd=cwd,
+        timeout=30,
+        max_output=100_000,
+        env=env,
+    )
     if result.exit_code == 0:
         for line in result.stdout.splitlines():
             if _real_relative(req.project_root, line) is None:
-                raise _denied(f"git here uses '{line}', outside the project (a .git file or core.worktree "
-                              "points there)")
+                raise _denied(
+                    f"git here uses '{line}', outside the project (a .git file or core.worktree points there)"
+                )
     overrides, unsafe = await git_repository_settings(req.project_root, cwd)
     if unsafe:
-        raise _denied(f"the repository's configuration sets {', '.join(unsafe)}, which makes git run a program; "
-                      "Kiwi runs no shell git command in it until a human removes it from .git/config")
+        raise _denied(
+            f"the repository's configuration sets {', '.join(unsafe)}, which makes git run a program; "
+            "Kiwi runs no shell git command in it until a human removes it from .git/config"
+        )
     return overrides
 
 
@@ -177,10 +203,21 @@ class CommandActivities:
         if program_name(req.argv[0]) == "git":
             git_config = await _check_git_repository(req, str(cwd), env)
             env = {**await git_identity(str(cwd)), **env}
-        result = await run_process(req.argv, cwd=str(cwd), timeout=req.timeout_seconds,
-                                   max_output=req.max_output_bytes, stdin=req.stdin, env=env, git_config=git_config)
-        return {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
-                "truncated": result.truncated}
+        result = await run_process(
+            req.argv,
+            cwd=str(cwd),
+            timeout=req.timeout_seconds,
+            max_output=req.max_output_bytes,
+            stdin=req.stdin,
+            env=env,
+            git_config=git_config,
+        )
+        return {
+            "exit_code": result.exit_code,
+            "stdout": result.stdout,
+            "stderr": result.stderr,
+            "truncated": result.truncated,
+        }
 
     @activity.defn(name="run_local_tool")
     async def run_local_tool(self, req: LocalToolRequest) -> Any:
@@ -193,26 +230,42 @@ class CommandActivities:
             env = {}
         elif tool.tool_type == "bash":
             argv = ["bash", str(entry), *[str(v) for v in req.params.values()]]
-            env = {f"KIWI_PARAM_{k.upper()}": v if isinstance(v, str) else json.dumps(v) for k, v in req.params.items()}
+            env = {
+                f"KIWI_PARAM_{k.upper()}": v if isinstance(v, str) else json.dumps(v)
+                for k, v in req.params.items()
+            }
         else:
-            raise ToolTypeUnsupported.error(f"tool '{tool.tool_id}' has type {tool.tool_type}, which this worker cannot run yet")
-        result = await run_process(argv, cwd=req.project_root, timeout=tool.timeout_seconds,
-                                   max_output=req.max_output_bytes, stdin=json.dumps(req.params), env=env)
+            raise ToolTypeUnsupported.error(
+                f"tool '{tool.tool_id}' has type {tool.tool_type}, which this worker cannot run yet"
+            )
+        result = await run_process(
+            argv,
+            cwd=req.project_root,
+            timeout=tool.timeout_seconds,
+            max_output=req.max_output_bytes,
+            stdin=json.dumps(req.params),
+            env=env,
+        )
         if result.exit_code != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
-            raise ToolFailed.error(f"tool '{tool.tool_id}' exited with {result.exit_code}: " + " | ".join(tail))
+            raise ToolFailed.error(
+                f"tool '{tool.tool_id}' exited with {result.exit_code}: " + " | ".join(tail)
+            )
         try:
             return _parse_output(result.stdout)
         except json.JSONDecodeError as exc:
             raise ToolFailed.error(f"tool '{tool.tool_id}' printed invalid JSON: {exc}") from None
 
 
-async def _git(root: str, *args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+async def _git(
+    root: str, *args: str, timeout: float = 60.0, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     """Kiwi's own git: hardened like every child (``run_process``), and the repository's filter drivers
     off, so a planted ``.git/config`` or ``.gitattributes`` runs nothing during a checkpoint."""
     overrides, _ = await git_repository_settings(root)
-    result = await run_process(["git", *args], cwd=root, timeout=timeout, max_output=10_000_000, env=env,
-                               git_config=overrides)
+    result = await run_process(
+        ["git", *args], cwd=root, timeout=timeout, max_output=10_000_000, env=env, git_config=overrides
+    )
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -230,9 +283,15 @@ KIWI_PRIVATE = (".ai/logs/", ".ai/.cache/")
 
 def _own(path: str) -> bool:
     return not path.startswith(KIWI_PRIVATE)
+
+
 # Checkpoint commits are Kiwi's, so they work without a configured git identity.
-KIWI_IDENTITY = {"GIT_AUTHOR_NAME": "Kiwi", "GIT_AUTHOR_EMAIL": "kiwi@localhost", "GIT_COMMITTER_NAME": "Kiwi",
-                 "GIT_COMMITTER_EMAIL": "kiwi@localhost"}
+KIWI_IDENTITY = {
+    "GIT_AUTHOR_NAME": "Kiwi",
+    "GIT_AUTHOR_EMAIL": "kiwi@localhost",
+    "GIT_COMMITTER_NAME": "Kiwi",
+    "GIT_COMMITTER_EMAIL": "kiwi@localhost",
+}
 
 
 class _ScratchIndex:
@@ -278,8 +337,13 @@ class GitActivities:
         code, _, err = await _git(req.project_root, "add", "--", *(req.paths or ["."]))
         if code != 0:
             raise GitFailed.error(f"git add failed: {err.strip()}")
-        code, out, err = await _git(req.project_root, "commit", "-m", req.message or "kiwi commit",
-                                    env=await git_identity(req.project_root))
+        code, out, err = await _git(
+            req.project_root,
+            "commit",
+            "-m",
+            req.message or "kiwi commit",
+            env=await git_identity(req.project_root),
+        )
         if code != 0 and "nothing to commit" in (out + err):
             return {"committed": False, "reason": "nothing to commit"}
         if code != 0:
@@ -296,8 +360,11 @@ class GitActivities:
         root = req.project_root
         code, _, _ = await _git(root, "rev-parse", "--is-inside-work-tree")
         if code != 0:
-            return CheckpointResult(available=False, reason="checkpoints unavailable: the project is not a git "
-                                    "repository", hint="run `git init` in the project to enable checkpoints")
+            return CheckpointResult(
+                available=False,
+                reason="checkpoints unavailable: the project is not a git repository",
+                hint="run `git init` in the project to enable checkpoints",
+            )
         code, head, _ = await _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
         with _ScratchIndex() as env:
             if code == 0:
@@ -311,9 +378,14 @@ class GitActivities:
             commit = (await _git_ok(root, "commit-tree", tree, *parents, "-m", message, env=env)).strip()
         ref = f"{CHECKPOINT_REFS}/{req.checkpoint}"
         await _git_ok(root, "update-ref", ref, commit)
-        files = [p for p in (await _git_ok(root, "ls-tree", "-r", "--name-only", commit, "--", ".")).splitlines()
-                 if _own(p)]
-        return CheckpointResult(available=True, checkpoint=req.checkpoint, ref=ref, commit=commit, files=len(files))
+        files = [
+            p
+            for p in (await _git_ok(root, "ls-tree", "-r", "--name-only", commit, "--", ".")).splitlines()
+            if _own(p)
+        ]
+        return CheckpointResult(
+            available=True, checkpoint=req.checkpoint, ref=ref, commit=commit, files=len(files)
+        )
 
     @activity.defn(name="git_rollback")
     async def git_rollback(self, req: GitRequest) -> dict[str, Any]:
@@ -321,23 +393,41 @@ class GitActivities:
         root = req.project_root
         code, _, _ = await _git(root, "rev-parse", "--is-inside-work-tree")
         if code != 0:
-            return {"available": False, "reason": "checkpoints unavailable: the project is not a git repository"}
+            return {
+                "available": False,
+                "reason": "checkpoints unavailable: the project is not a git repository",
+            }
         name = req.checkpoint if req.checkpoint.startswith("refs/") else f"{CHECKPOINT_REFS}/{req.checkpoint}"
         code, commit, _ = await _git(root, "rev-parse", "--verify", "-q", f"{name}^{{commit}}")
         if not req.checkpoint or code != 0:
-            raise CheckpointNotFound.error(f"no checkpoint '{req.checkpoint}'", {"hint": "the run's status lists its "
-                                   "checkpoints"})
+            raise CheckpointNotFound.error(
+                f"no checkpoint '{req.checkpoint}'", {"hint": "the run's status lists its checkpoints"}
+            )
         commit = commit.strip()
-        kept = {p for p in (await _git_ok(root, "ls-tree", "-r", "--name-only", commit, "--", ".")).splitlines()
-                if _own(p)}
-        now = {p for p in (await _git_ok(root, "ls-files", "-c", "-o", "--exclude-standard", "--", ".")).splitlines()
-               if _own(p)}
+        kept = {
+            p
+            for p in (await _git_ok(root, "ls-tree", "-r", "--name-only", commit, "--", ".")).splitlines()
+            if _own(p)
+        }
+        now = {
+            p
+            for p in (
+                await _git_ok(root, "ls-files", "-c", "-o", "--exclude-standard", "--", ".")
+            ).splitlines()
+            if _own(p)
+        }
         with _ScratchIndex() as env:
             await _git_ok(root, "read-tree", commit, env=env)
             overrides, _ = await git_repository_settings(root)
-            result = await run_process(["git", "checkout-index", "-f", "--stdin"], cwd=root, timeout=120,
-                                       max_output=1_000_000, stdin="\n".join(sorted(kept)) + "\n", env=env,
-                                       git_config=overrides)
+            result = await run_process(
+                ["git", "checkout-index", "-f", "--stdin"],
+                cwd=root,
+                timeout=120,
+                max_output=1_000_000,
+                stdin="\n".join(sorted(kept)) + "\n",
+                env=env,
+                git_config=overrides,
+            )
             if result.exit_code != 0:
                 raise GitFailed.error(f"git checkout-index failed: {result.stderr.strip()}")
         removed = []
@@ -347,5 +437,10 @@ class GitActivities:
             if target.is_file() or target.is_symlink():
                 target.unlink()
                 removed.append(path)
-        return {"available": True, "checkpoint": req.checkpoint, "commit": commit, "restored": len(kept),
-                "removed": removed}
+        return {
+            "available": True,
+            "checkpoint": req.checkpoint,
+            "commit": commit,
+            "restored": len(kept),
+            "removed": removed,
+        }

@@ -19,12 +19,19 @@ class DirectiveActivities:
     async def resolve_directive(self, req: ResolveDirectiveRequest) -> RunSnapshot:
         store = ItemStore(Path(req.project_root))
         try:
-            return build_snapshot(store, req.directive, req.inputs, req.run_id, client_name=req.client,
-                                  search_attributes=req.search_attributes)
+            return build_snapshot(
+                store,
+                req.directive,
+                req.inputs,
+                req.run_id,
+                client_name=req.client,
+                search_attributes=req.search_attributes,
+            )
         except ItemInvalid as exc:
             raise ItemInvalid.error(str(exc)) from None
         except KiwiError as exc:
-            raise ApplicationError(exc.message + (f" ({exc.hint})" if exc.hint else ""), type=exc.type,
-                                   non_retryable=True) from None
+            raise ApplicationError(
+                exc.message + (f" ({exc.hint})" if exc.hint else ""), type=exc.type, non_retryable=True
+            ) from None
         finally:
             store.close()

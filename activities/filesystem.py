@@ -66,8 +66,10 @@ def _missing(raw: str) -> Missing:
 
 
 def _link_refused(raw: str, rel: str) -> ApplicationError:
-    return _denied(f"'{raw}': '{rel}' is a symbolic link; Kiwi's file tools never follow links (one could lead "
-                   "outside the project root or out of the grant)")
+    return _denied(
+        f"'{raw}': '{rel}' is a symbolic link; Kiwi's file tools never follow links (one could lead "
+        "outside the project root or out of the grant)"
+    )
 
 
 def relative(raw: str) -> str:
@@ -136,7 +138,9 @@ def open_dir(parent: int, name: str, raw: str, rel: str, create: bool = False) -
 
 
 @contextmanager
-def walk(root: str, rel: str, raw: str, create: bool = False, whole: bool = False) -> Iterator[tuple[int, str]]:
+def walk(
+    root: str, rel: str, raw: str, create: bool = False, whole: bool = False
+) -> Iterator[tuple[int, str]]:
     """``(folder fd, last name)`` for ``rel``: every folder on the way opened from the root without links.
 
     With ``whole`` the last component is opened too (a folder) and the name is ``"."``.
@@ -187,22 +191,35 @@ def confine(root: str, raw: str, allowed: list[str], denied: list[str]) -> Path:
     return Path(root).resolve() / rel
 
 
-def _check_tree(folder: int, rel: str, allowed: list[str], denied: list[str], raw: str,
-                moved_to: str | None = None, source: str = "") -> None:
+def _check_tree(
+    folder: int,
+    rel: str,
+    allowed: list[str],
+    denied: list[str],
+    raw: str,
+    moved_to: str | None = None,
+    source: str = "",
+) -> None:
     """Everything below ``rel`` must be covered too (and, for a move, its new path): deleting or moving
     ``.ai`` would otherwise take the protected ``.ai/logs`` with it."""
     with os.scandir(folder) as entries:
         found = list(entries)
     for entry in found:
         child = _join(rel, entry.name)
-        targets = [child] if moved_to is None else [child, moved_to + child[len(source):]]
+        targets = [child] if moved_to is None else [child, moved_to + child[len(source) :]]
         for target in targets:
             if not covered(allowed, denied, target):
                 root = protected_root(target)
-                why = f"the protected place '{root}', which only a grant naming it reaches" if root else \
-                    "not covered by its grant"
-                raise _denied(f"'{raw}' holds '{child}'" + (f" (it would become '{target}')" if target != child
-                                                             else "") + f": {why}")
+                why = (
+                    f"the protected place '{root}', which only a grant naming it reaches"
+                    if root
+                    else "not covered by its grant"
+                )
+                raise _denied(
+                    f"'{raw}' holds '{child}'"
+                    + (f" (it would become '{target}')" if target != child else "")
+                    + f": {why}"
+                )
         if entry.is_dir(follow_symlinks=False):
             inner = open_dir(folder, entry.name, raw, child)
             try:
@@ -254,7 +271,7 @@ def _write_atomic(parent: int, name: str, data: bytes, mode: int | None) -> None
                 os.fchmod(fd, mode)
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
@@ -265,9 +282,16 @@ def _write_atomic(parent: int, name: str, data: bytes, mode: int | None) -> None
 
 
 def _os_error(exc: OSError, raw: str) -> ApplicationError:
-    kinds = {errno.ENOENT: "FileNotFound", errno.EISDIR: "IsADirectory", errno.ENOTDIR: "NotADirectory",
-             errno.ENOTEMPTY: "FileExists", errno.EEXIST: "FileExists", errno.EACCES: "PermissionDenied",
-             errno.EPERM: "PermissionDenied", errno.EINVAL: "InputInvalid"}
+    kinds = {
+        errno.ENOENT: "FileNotFound",
+        errno.EISDIR: "IsADirectory",
+        errno.ENOTDIR: "NotADirectory",
+        errno.ENOTEMPTY: "FileExists",
+        errno.EEXIST: "FileExists",
+        errno.EACCES: "PermissionDenied",
+        errno.EPERM: "PermissionDenied",
+        errno.EINVAL: "InputInvalid",
+    }
     return _error(f"'{raw}': {exc.strerror}", kinds.get(exc.errno or 0, "FilesystemError"))
 
 
@@ -298,10 +322,20 @@ class FilesystemActivities:
                 os.close(fd)
         size = info.st_size
         try:
-            return {"path": req.path, "content": data.decode("utf-8"), "size": size, "truncated": size > req.max_bytes}
+            return {
+                "path": req.path,
+                "content": data.decode("utf-8"),
+                "size": size,
+                "truncated": size > req.max_bytes,
+            }
         except UnicodeDecodeError:
-            return {"path": req.path, "content": base64.b64encode(data).decode(), "encoding": "base64", "size": size,
-                    "truncated": size > req.max_bytes}
+            return {
+                "path": req.path,
+                "content": base64.b64encode(data).decode(),
+                "encoding": "base64",
+                "size": size,
+                "truncated": size > req.max_bytes,
+            }
 
     @activity.defn(name="write_file")
     async def write_file(self, req: FilesystemRequest) -> dict[str, Any]:
@@ -347,10 +381,18 @@ class FilesystemActivities:
                     info = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                kind = ("dir" if stat.S_ISDIR(info.st_mode) else "file" if stat.S_ISREG(info.st_mode)
-                        else "symlink" if stat.S_ISLNK(info.st_mode) else "other")
-                entries.append({"name": entry.name, "type": kind,
-                                "size": info.st_size if kind == "file" else None})
+                kind = (
+                    "dir"
+                    if stat.S_ISDIR(info.st_mode)
+                    else "file"
+                    if stat.S_ISREG(info.st_mode)
+                    else "symlink"
+                    if stat.S_ISLNK(info.st_mode)
+                    else "other"
+                )
+                entries.append(
+                    {"name": entry.name, "type": kind, "size": info.st_size if kind == "file" else None}
+                )
         result: dict[str, Any] = {"path": req.path, "entries": entries}
         if len(found) > LIST_LIMIT:
             result["truncated"] = True
@@ -418,7 +460,10 @@ class FilesystemActivities:
                         _check_tree(folder, source, req.allowed, req.denied, req.path, destination, source)
                     finally:
                         os.close(folder)
-                with walk(req.project_root, destination, req.destination, create=True) as (dst_parent, dst_name):
+                with walk(req.project_root, destination, req.destination, create=True) as (
+                    dst_parent,
+                    dst_name,
+                ):
                     there = _lstat(dst_parent, dst_name)
                     if there is not None and stat.S_ISLNK(there.st_mode):
                         raise _link_refused(req.destination, destination)

@@ -61,8 +61,9 @@ class McpActivities:
             tools = [t for t in tools if t.get("name") in req.tools]
             if missing:
                 activity.logger.warning("MCP server %s has no tool(s) %s", req.server, ", ".join(missing))
-        return McpListToolsResult(server=req.server, tools=tools,
-                                  tool_hashes={t["name"]: hashes.get(t["name"], "") for t in tools})
+        return McpListToolsResult(
+            server=req.server, tools=tools, tool_hashes={t["name"]: hashes.get(t["name"], "") for t in tools}
+        )
 
     async def call_tool(self, req: McpCallRequest) -> McpCallResult:
         in_activity = not activity.info().is_local  # local activities cannot heartbeat
@@ -71,14 +72,18 @@ class McpActivities:
 
         async def progress(value: float, total: float | None, message: str | None) -> None:
             # Heartbeat details are how the front end reads an upstream call's progress.
-            last[:] = [{"progress": value, "total": total, "message": scrub_text(message) if message else message}]
+            last[:] = [
+                {"progress": value, "total": total, "message": scrub_text(message) if message else message}
+            ]
             if in_activity:
                 activity.heartbeat(*last)
 
         beat = asyncio.create_task(_heartbeat(last)) if in_activity else None
         try:
             config = self.pool.config(req.project_root, req.server)
-            result, conn = await self.pool.call_tool(req.project_root, config, req.tool, req.arguments, progress)
+            result, conn = await self.pool.call_tool(
+                req.project_root, config, req.tool, req.arguments, progress
+            )
         except McpUnavailable as exc:
             raise errors.McpUnavailable.error(scrub_text(str(exc))) from None
         except KiwiError as exc:
@@ -94,13 +99,20 @@ class McpActivities:
                 hashes = None  # the call worked; a listing that fails now says nothing about the schema
             now = (hashes or {}).get(req.tool, "")
             if hashes is not None and now != req.expected_hash:
-                changed = (f"the schema of {req.server}.{req.tool} changed since this run started"
-                           if now else f"{req.server}.{req.tool} is no longer listed by the server")
+                changed = (
+                    f"the schema of {req.server}.{req.tool} changed since this run started"
+                    if now
+                    else f"{req.server}.{req.tool} is no longer listed by the server"
+                )
         result = scrub(scrub(result, conn.secrets))
         is_error = bool(result.get("isError"))
         text = " ".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
-        return McpCallResult(result=result, is_error=is_error, error_text=text[:2000] if is_error else "",
-                             schema_changed=changed)
+        return McpCallResult(
+            result=result,
+            is_error=is_error,
+            error_text=text[:2000] if is_error else "",
+            schema_changed=changed,
+        )
 
 
 async def _heartbeat(last: list[dict[str, Any]]) -> None:

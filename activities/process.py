@@ -22,17 +22,34 @@ INHERITED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "HOME", "US
 # precedence) that would otherwise make git run a program. Each was checked with git 2.39;
 # "diff.external=" is not here because an empty value makes every "git diff" fail ("external diff
 # died"): shell.run refuses repositories that configure an external diff (see activities/commands.py).
-GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
-           "GIT_PAGER": "cat", "PAGER": "cat", "GIT_EDITOR": "false", "GIT_SEQUENCE_EDITOR": "false"}
+GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_PAGER": "cat",
+    "PAGER": "cat",
+    "GIT_EDITOR": "false",
+    "GIT_SEQUENCE_EDITOR": "false",
+}
 GIT_FORCED_CONFIG = (
-    ("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false"), ("safe.bareRepository", "explicit"),
-    ("core.pager", "cat"), ("core.editor", "false"), ("sequence.editor", "false"), ("core.sshCommand", "false"),
-    ("protocol.allow", "never"), ("credential.helper", ""), ("uploadpack.packObjectsHook", ""),
-    ("gpg.program", "false"), ("core.askPass", ""),
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("safe.bareRepository", "explicit"),
+    ("core.pager", "cat"),
+    ("core.editor", "false"),
+    ("sequence.editor", "false"),
+    ("core.sshCommand", "false"),
+    ("protocol.allow", "never"),
+    ("credential.helper", ""),
+    ("uploadpack.packObjectsHook", ""),
+    ("gpg.program", "false"),
+    ("core.askPass", ""),
 )
 
 
-def child_env(extra: dict[str, str] | None = None, git_config: list[tuple[str, str]] | None = None) -> dict[str, str]:
+def child_env(
+    extra: dict[str, str] | None = None, git_config: list[tuple[str, str]] | None = None
+) -> dict[str, str]:
     """The environment of a child: the allow-listed part of the worker's, what the caller passes, and
     git's hardening last, so neither the caller nor the worker can switch it off."""
     env = {k: v for k, v in os.environ.items() if k in INHERITED_ENV or k.startswith("LC_")}
@@ -59,14 +76,27 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-async def run_process(argv: list[str], *, cwd: str, timeout: float, max_output: int, stdin: str = "",
-                      env: dict[str, str] | None = None,
-                      git_config: list[tuple[str, str]] | None = None) -> ProcessResult:
+async def run_process(
+    argv: list[str],
+    *,
+    cwd: str,
+    timeout: float,
+    max_output: int,
+    stdin: str = "",
+    env: dict[str, str] | None = None,
+    git_config: list[tuple[str, str]] | None = None,
+) -> ProcessResult:
     """Run ``argv`` in ``cwd`` with a scrubbed environment (``child_env``) plus ``env``."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=cwd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True, env=child_env(env, git_config))
+            *argv,
+            cwd=cwd,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            env=child_env(env, git_config),
+        )
     except FileNotFoundError:
         raise CommandNotFound.error(f"command not found: {argv[0]}") from None
     except PermissionError:
@@ -91,6 +121,9 @@ async def run_process(argv: list[str], *, cwd: str, timeout: float, max_output: 
         raise
     stdout, stderr = communicate.result()
     truncated = len(stdout) > max_output or len(stderr) > max_output
-    return ProcessResult(proc.returncode if proc.returncode is not None else -1,
-                         stdout[:max_output].decode("utf-8", "replace"), stderr[:max_output].decode("utf-8", "replace"),
-                         truncated)
+    return ProcessResult(
+        proc.returncode if proc.returncode is not None else -1,
+        stdout[:max_output].decode("utf-8", "replace"),
+        stderr[:max_output].decode("utf-8", "replace"),
+        truncated,
+    )

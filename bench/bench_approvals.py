@@ -53,10 +53,16 @@ async def main() -> None:
         root = Path(tmp)
         scratch_project(root)
         write(root / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [filesystem.delete]\n")
-        write_directive(root / ".ai" / "directives" / "clean.md", directive_md(
-            '<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/{n}.txt</param>'
-            '</tool_call></step>', name="clean", permissions='<write resource="filesystem" path="notes/**"/>',
-            inputs='<input name="n" type="string" required="true"/>'))
+        write_directive(
+            root / ".ai" / "directives" / "clean.md",
+            directive_md(
+                '<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/{n}.txt</param>'
+                "</tool_call></step>",
+                name="clean",
+                permissions='<write resource="filesystem" path="notes/**"/>',
+                inputs='<input name="n" type="string" required="true"/>',
+            ),
+        )
         for n in range(args.runs):
             write(root / "notes" / f"{n}.txt", "x")
         server = tuned_dev_server(root)
@@ -66,8 +72,9 @@ async def main() -> None:
             client = await Client.connect(server.address, data_converter=data_converter)
             runs = RunClient(client, ItemStore(root))
             phase(f"starting {args.runs} runs")
-            ids = await gather_limited(args.concurrency, [runs.start("clean", {"n": str(n)})
-                                                          for n in range(args.runs)])
+            ids = await gather_limited(
+                args.concurrency, [runs.start("clean", {"n": str(n)}) for n in range(args.runs)]
+            )
             phase("waiting until every run shows its approval request")
 
             async def pending(run_id: str) -> ApprovalRequest:
@@ -77,15 +84,20 @@ async def main() -> None:
                     if waiting:
                         return waiting[0]
                     await asyncio.sleep(0.1)
+
             requests = await gather_limited(args.concurrency, [pending(r) for r in ids])
             memory = rss_mb(worker.pid)
             phase("approving all of them")
             t0 = time.perf_counter()
             approver = ensure_key()[0]  # made by `kiwi init`, trusted to sign and approve
+
             async def approve(run_id: str, request: ApprovalRequest) -> None:
                 decision = signed_decision(run_id, await runs.execution(run_id), request, True, approver)
                 await runs.handle(run_id).signal("decide_approval", decision)
-            await gather_limited(args.concurrency, [approve(r, q) for r, q in zip(ids, requests, strict=True)])
+
+            await gather_limited(
+                args.concurrency, [approve(r, q) for r, q in zip(ids, requests, strict=True)]
+            )
             results = await gather_limited(args.concurrency, [runs.handle(r).result() for r in ids])
             finished = time.perf_counter() - t0
             assert all(r.status == "completed" for r in results)
@@ -93,7 +105,9 @@ async def main() -> None:
         finally:
             await stop_worker(worker)
             server.stop()
-    print(f"{args.runs} runs waiting for approval (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
+    print(
+        f"{args.runs} runs waiting for approval (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)"
+    )
     print(f"worker RSS with all {args.runs} waiting: {memory:.0f} MB")
     print(f"approving all {args.runs} -> all completed: {finished:.1f} s ({args.runs / finished:.0f} runs/s)")
 

@@ -1,6 +1,6 @@
 """A run with thousands of tool calls: it continues-as-new under the hood and callers never notice.
 
-    .venv/bin/python bench/bench_long_run.py [--calls 3000]
+.venv/bin/python bench/bench_long_run.py [--calls 3000]
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ async def main() -> None:
         scratch_project(root)
         (root / ".ai" / "config" / "agent_harness.yaml").write_text(
             "rate_limits:\n  filesystem.write: 100000\nloop_detection:\n  repeat_threshold: 1000000\n"
-            "  max_warnings: 1000000\n")
+            "  max_warnings: 1000000\n"
+        )
         server = tuned_dev_server(root)
         await server.start()
         try:
@@ -45,8 +46,9 @@ async def main() -> None:
                     await asyncio.sleep(0.05)
                 t0 = time.perf_counter()
                 for i in range(args.calls):
-                    result = await runs.call_tool(run_id, "filesystem.write",
-                                                  {"path": f"notes/{i % 50}.txt", "content": str(i)})
+                    result = await runs.call_tool(
+                        run_id, "filesystem.write", {"path": f"notes/{i % 50}.txt", "content": str(i)}
+                    )
                     assert result.status == "ok", result
                 elapsed = time.perf_counter() - t0
                 status = await runs.status(run_id)
@@ -57,10 +59,14 @@ async def main() -> None:
             server.stop()
     calls = sum(1 for r in records if r["event"] == "tool_call")
     gapless = [r["seq"] for r in records] == list(range(1, len(records) + 1))
-    print(f"{args.calls} agent calls in one run: {elapsed:.1f} s ({args.calls / elapsed:.0f} calls/s), "
-          f"continued-as-new {status.continued} times")
-    print(f"run {result.status}; calls counted {result.calls}; audit records for calls {calls}; "
-          f"sequence gapless: {gapless}")
+    print(
+        f"{args.calls} agent calls in one run: {elapsed:.1f} s ({args.calls / elapsed:.0f} calls/s), "
+        f"continued-as-new {status.continued} times"
+    )
+    print(
+        f"run {result.status}; calls counted {result.calls}; audit records for calls {calls}; "
+        f"sequence gapless: {gapless}"
+    )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,16 @@ from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import write_directive  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
-EVERYTHING = Path(__file__).resolve().parents[1] / "tests" / "npm" / "node_modules" / "@modelcontextprotocol" / \
-    "server-everything" / "dist" / "index.js"
+EVERYTHING = (
+    Path(__file__).resolve().parents[1]
+    / "tests"
+    / "npm"
+    / "node_modules"
+    / "@modelcontextprotocol"
+    / "server-everything"
+    / "dist"
+    / "index.js"
+)
 DIRECTIVE = """# echo bench
 
 ```xml
@@ -65,9 +73,11 @@ async def sequential(calls: int, fn) -> list[float]:
 
 async def concurrent(calls: int, callers: int, fn) -> float:
     """Calls per second with ``callers`` callers sharing ``calls`` calls."""
+
     async def caller(offset: int) -> None:
         for i in range(offset, calls, callers):
             await fn(i)
+
     t0 = time.perf_counter()
     await asyncio.gather(*(caller(c) for c in range(callers)))
     return calls / (time.perf_counter() - t0)
@@ -77,8 +87,11 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--callers", type=int, default=10)
-    parser.add_argument("--worker-process", action="store_true",
-                        help="run the worker (and so the MCP pool) as its own `kiwi worker` process, as deployed")
+    parser.add_argument(
+        "--worker-process",
+        action="store_true",
+        help="run the worker (and so the MCP pool) as its own `kiwi worker` process, as deployed",
+    )
     args = parser.parse_args()
     if not EVERYTHING.exists():
         raise SystemExit("run scripts/test once first: it installs tests/npm (server-everything)")
@@ -86,9 +99,11 @@ async def main() -> None:
         root = Path(tmp)
         common.scratch_project(root)
         (root / ".ai" / "config" / "agent_harness.yaml").write_text(
-            "rate_limits:\n  'mcp.*': 1000000\nruns:\n  audit_batch_size: 200\nloop_detection:\n  repeat_threshold: 100000\n  max_warnings: 100000\n")
+            "rate_limits:\n  'mcp.*': 1000000\nruns:\n  audit_batch_size: 200\nloop_detection:\n  repeat_threshold: 100000\n  max_warnings: 100000\n"
+        )
         (root / ".ai" / "config" / "mcp_registry.yaml").write_text(
-            f"mcps:\n  everything:\n    command: node\n    args: ['{EVERYTHING}', 'stdio']\n")
+            f"mcps:\n  everything:\n    command: node\n    args: ['{EVERYTHING}', 'stdio']\n"
+        )
         write_directive(root / ".ai" / "directives" / "echo_bench.md", DIRECTIVE)
         server = common.tuned_dev_server(root)
         await server.start()
@@ -96,50 +111,71 @@ async def main() -> None:
             temporal = await TemporalClient.connect(server.address, data_converter=data_converter)
             floor, floor_rate = await update_floor(temporal, args.calls, args.callers)
             worker = await common.start_worker(server.address) if args.worker_process else None
-            async with (build_worker(temporal) if worker is None else contextlib.nullcontext()):
+            async with build_worker(temporal) if worker is None else contextlib.nullcontext():
                 runs = RunClient(temporal, ItemStore(root))
                 run_id = await runs.start("echo_bench", {})
 
                 async def proxied(i: int) -> None:
                     result = await runs.call_tool(run_id, "everything.echo", {"message": f"m{i}"})
                     assert result.status == "ok", result
+
                 async def refused(i: int) -> None:
                     # The same update, refused by the policy before any activity runs.
                     result = await runs.call_tool(run_id, "everything.nothing", {"message": f"m{i}"})
                     assert result.error_type == "ToolNotFound", result
+
                 kiwi_ms = await sequential(args.calls, proxied)
                 refused_ms = await sequential(args.calls, refused)
                 pids = [os.getpid(), server.process.pid] + ([worker.pid] if worker else [])
                 cpu0 = [common.cpu_seconds(p) for p in pids]
                 kiwi_rate = await concurrent(args.calls, args.callers, proxied)
-                cpu = [(common.cpu_seconds(p) - c) / args.calls * 1000 for p, c in zip(pids, cpu0, strict=True)]
+                cpu = [
+                    (common.cpu_seconds(p) - c) / args.calls * 1000 for p, c in zip(pids, cpu0, strict=True)
+                ]
                 await runs.cancel(run_id)
             if worker is not None:
                 await common.stop_worker(worker)
             direct_params = StdioServerParameters(command="node", args=[str(EVERYTHING), "stdio"])
             async with Client(direct_params) as direct:
+
                 async def straight(i: int) -> None:
                     result = await direct.call_tool("echo", {"message": f"m{i}"})
                     assert not result.is_error
+
                 direct_ms = await sequential(args.calls, straight)
                 direct_rate = await concurrent(args.calls, args.callers, straight)
         finally:
             server.stop()
-    print(f"{args.calls} echo calls over stdio (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
-    print(f"proxied through a run: p50 {common.pct(kiwi_ms, .5):6.1f} ms  p99 {common.pct(kiwi_ms, .99):6.1f} ms  "
-          f"{kiwi_rate:6.0f} calls/s with {args.callers} callers")
-    print(f"direct:                p50 {common.pct(direct_ms, .5):6.1f} ms  p99 {common.pct(direct_ms, .99):6.1f} ms  "
-          f"{direct_rate:6.0f} calls/s with {args.callers} callers")
-    print(f"floor, bare update on the same server: p50 {common.pct(floor['plain'], .5):6.1f} ms; with a no-op local "
-          f"activity: p50 {common.pct(floor['local'], .5):6.1f} ms  p99 {common.pct(floor['local'], .99):6.1f} ms  "
-          f"{floor_rate:6.0f} updates/s with {args.callers} callers")
-    print(f"Kiwi's update refused by policy (no activity): p50 {common.pct(refused_ms, .5):6.1f} ms  "
-          f"p99 {common.pct(refused_ms, .99):6.1f} ms")
-    where = (f"worker + pool process {cpu[2]:.1f} ms, callers (this process) {cpu[0]:.1f} ms" if args.worker_process
-             else f"callers + worker + pool (this process) {cpu[0]:.1f} ms")
+    print(
+        f"{args.calls} echo calls over stdio (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)"
+    )
+    print(
+        f"proxied through a run: p50 {common.pct(kiwi_ms, 0.5):6.1f} ms  p99 {common.pct(kiwi_ms, 0.99):6.1f} ms  "
+        f"{kiwi_rate:6.0f} calls/s with {args.callers} callers"
+    )
+    print(
+        f"direct:                p50 {common.pct(direct_ms, 0.5):6.1f} ms  p99 {common.pct(direct_ms, 0.99):6.1f} ms  "
+        f"{direct_rate:6.0f} calls/s with {args.callers} callers"
+    )
+    print(
+        f"floor, bare update on the same server: p50 {common.pct(floor['plain'], 0.5):6.1f} ms; with a no-op local "
+        f"activity: p50 {common.pct(floor['local'], 0.5):6.1f} ms  p99 {common.pct(floor['local'], 0.99):6.1f} ms  "
+        f"{floor_rate:6.0f} updates/s with {args.callers} callers"
+    )
+    print(
+        f"Kiwi's update refused by policy (no activity): p50 {common.pct(refused_ms, 0.5):6.1f} ms  "
+        f"p99 {common.pct(refused_ms, 0.99):6.1f} ms"
+    )
+    where = (
+        f"worker + pool process {cpu[2]:.1f} ms, callers (this process) {cpu[0]:.1f} ms"
+        if args.worker_process
+        else f"callers + worker + pool (this process) {cpu[0]:.1f} ms"
+    )
     print(f"CPU per proxied call with {args.callers} callers: Temporal server {cpu[1]:.1f} ms, {where}")
-    print(f"ratio (p50): {common.pct(kiwi_ms, .5) / common.pct(direct_ms, .5):.1f}x   "
-          f"throughput ratio: {direct_rate / kiwi_rate:.1f}x")
+    print(
+        f"ratio (p50): {common.pct(kiwi_ms, 0.5) / common.pct(direct_ms, 0.5):.1f}x   "
+        f"throughput ratio: {direct_rate / kiwi_rate:.1f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -25,9 +25,16 @@ from bench.common import pct, scratch_project, tuned_dev_server  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
-SERVER_FS = Path(__file__).resolve().parents[1] / "tests" / "npm" / "node_modules" / "@modelcontextprotocol" / \
-    "server-filesystem" / "dist" / "index.js"
-
+SERVER_FS = (
+    Path(__file__).resolve().parents[1]
+    / "tests"
+    / "npm"
+    / "node_modules"
+    / "@modelcontextprotocol"
+    / "server-filesystem"
+    / "dist"
+    / "index.js"
+)
 
 
 async def timed(calls: int, fn) -> list[float]:
@@ -52,7 +59,8 @@ async def main() -> None:
         scratch_project(root)
         # The benchmark repeats one call on purpose; loop detection would (rightly) stop it.
         (root / ".ai" / "config" / "agent_harness.yaml").write_text(
-            "loop_detection:\n  repeat_threshold: 1000000\n  max_warnings: 1000000\n")
+            "loop_detection:\n  repeat_threshold: 1000000\n  max_warnings: 1000000\n"
+        )
         (root / "notes").mkdir()
         (root / "notes" / "hello.md").write_text("Hello from a file.\n" * 20)
         server = tuned_dev_server(root)
@@ -60,19 +68,36 @@ async def main() -> None:
         try:
             temporal = await TemporalClient.connect(server.address, data_converter=data_converter)
             async with build_worker(temporal):
-                kiwi_mcp = StdioServerParameters(command=sys.executable, args=["-m", "kiwi", "mcp", "--address",
-                                                                              server.address], cwd=str(root))
+                kiwi_mcp = StdioServerParameters(
+                    command=sys.executable,
+                    args=["-m", "kiwi", "mcp", "--address", server.address],
+                    cwd=str(root),
+                )
                 async with Client(kiwi_mcp) as client:
-                    started = await client.call_tool("execute", {"item_type": "directive", "action": "run",
-                                                                 "item_id": "hello_kiwi",
-                                                                 "parameters": {"name": "Bench"}})
+                    started = await client.call_tool(
+                        "execute",
+                        {
+                            "item_type": "directive",
+                            "action": "run",
+                            "item_id": "hello_kiwi",
+                            "parameters": {"name": "Bench"},
+                        },
+                    )
                     run_id = started.structured_content["run_id"]
 
                     async def proxied() -> None:
-                        result = await client.call_tool("execute", {
-                            "item_type": "tool", "action": "call", "run_id": run_id, "item_id": "filesystem.read",
-                            "parameters": {"path": "notes/hello.md"}})
+                        result = await client.call_tool(
+                            "execute",
+                            {
+                                "item_type": "tool",
+                                "action": "call",
+                                "run_id": run_id,
+                                "item_id": "filesystem.read",
+                                "parameters": {"path": "notes/hello.md"},
+                            },
+                        )
                         assert result.structured_content.get("status") == "ok", result.structured_content
+
                     kiwi_ms = await timed(args.calls, proxied)
             direct_params = StdioServerParameters(command="node", args=[str(SERVER_FS), str(root)])
             async with Client(direct_params) as direct:
@@ -82,15 +107,22 @@ async def main() -> None:
                 async def straight() -> None:
                     result = await direct.call_tool(name, {"path": str(root / "notes" / "hello.md")})
                     assert not result.is_error
+
                 direct_ms = await timed(args.calls, straight)
         finally:
             server.stop()
-    print(f"{args.calls} sequential reads over stdio (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
-    print(f"Kiwi execute -> run policy -> filesystem.read activity: p50 {pct(kiwi_ms, .5):6.1f} ms  "
-          f"p99 {pct(kiwi_ms, .99):6.1f} ms")
-    print(f"server-filesystem {name} directly:               p50 {pct(direct_ms, .5):6.1f} ms  "
-          f"p99 {pct(direct_ms, .99):6.1f} ms")
-    print(f"ratio (p50): {pct(kiwi_ms, .5) / pct(direct_ms, .5):.1f}x")
+    print(
+        f"{args.calls} sequential reads over stdio (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)"
+    )
+    print(
+        f"Kiwi execute -> run policy -> filesystem.read activity: p50 {pct(kiwi_ms, 0.5):6.1f} ms  "
+        f"p99 {pct(kiwi_ms, 0.99):6.1f} ms"
+    )
+    print(
+        f"server-filesystem {name} directly:               p50 {pct(direct_ms, 0.5):6.1f} ms  "
+        f"p99 {pct(direct_ms, 0.99):6.1f} ms"
+    )
+    print(f"ratio (p50): {pct(kiwi_ms, 0.5) / pct(direct_ms, 0.5):.1f}x")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Policy benchmark: one permission check against 100 grants, and the whole pure policy path.
 
-    .venv/bin/python bench/bench_policy.py
+.venv/bin/python bench/bench_policy.py
 """
 
 from __future__ import annotations
@@ -27,9 +27,14 @@ def timed(fn, n: int = 20000) -> tuple[float, float]:
 
 
 def main() -> None:
-    grants = PermissionSet(fs_read=[f"pkg{i}/src/**/*.py" for i in range(50)] + [f"docs{i}/*.md" for i in range(49)]
-                           + ["app/**"], fs_write=[f"out{i}/**" for i in range(100)],
-                           tools=[f"tool_{i}" for i in range(100)], shell=["git", "npm", "pytest"])
+    grants = PermissionSet(
+        fs_read=[f"pkg{i}/src/**/*.py" for i in range(50)]
+        + [f"docs{i}/*.md" for i in range(49)]
+        + ["app/**"],
+        fs_write=[f"out{i}/**" for i in range(100)],
+        tools=[f"tool_{i}" for i in range(100)],
+        shell=["git", "npm", "pytest"],
+    )
     args = {"path": "app/models/user.py"}
     check = timed(lambda: grants.check("filesystem.read", args))
     limits = {"filesystem.write": 100, "shell.run": 50, "mcp.*": 200}
@@ -39,13 +44,21 @@ def main() -> None:
         grants.check("filesystem.read", args)
         rate_patterns("filesystem.read", limits, {})
         detect_loop(hashes + [digest(["filesystem.read", args])], 3)
-        {"tool": "filesystem.read", "arguments": redact(args), "summary": summarise_call("filesystem.read", args)}
+        {
+            "tool": "filesystem.read",
+            "arguments": redact(args),
+            "summary": summarise_call("filesystem.read", args),
+        }
 
     path = timed(whole)
     print(f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
-    print(f"permission check, 100 grants: p50 {check[0]:6.1f} us  p99 {check[1]:6.1f} us   (target p50 <= 20 us)")
-    print(f"whole policy path (check, rate, loop, audit record): p50 {path[0]:6.1f} us  p99 {path[1]:6.1f} us"
-          "   (target <= 1 ms)")
+    print(
+        f"permission check, 100 grants: p50 {check[0]:6.1f} us  p99 {check[1]:6.1f} us   (target p50 <= 20 us)"
+    )
+    print(
+        f"whole policy path (check, rate, loop, audit record): p50 {path[0]:6.1f} us  p99 {path[1]:6.1f} us"
+        "   (target <= 1 ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -45,14 +45,20 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=25, help="concurrent starters")
-    parser.add_argument("--agents", type=int, default=200,
-                        help="agents completing their steps at the same time after the crash")
+    parser.add_argument(
+        "--agents",
+        type=int,
+        default=200,
+        help="agents completing their steps at the same time after the crash",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         scratch_project(root)
-        write_directive(root / ".ai" / "directives" / "wait.md", directive_md(
-            '<step name="decide"><action>Decide.</action></step>', name="wait"))
+        write_directive(
+            root / ".ai" / "directives" / "wait.md",
+            directive_md('<step name="decide"><action>Decide.</action></step>', name="wait"),
+        )
         server = tuned_dev_server(root)
         await server.start()
         worker = await start_worker(server.address)
@@ -68,6 +74,7 @@ async def main() -> None:
             async def waiting(run_id: str) -> None:
                 while (await runs.status(run_id)).status != "awaiting_agent":
                     await asyncio.sleep(0.1)
+
             await gather_limited(args.concurrency, [waiting(r) for r in ids])
             memory = rss_mb(worker.pid)
             await stop_worker(worker, signal.SIGKILL)
@@ -76,38 +83,61 @@ async def main() -> None:
             cpu0 = cpu_seconds(), cpu_seconds(worker.pid), cpu_seconds(server.process.pid)
             await gather_limited(args.agents, [runs.complete_step(r, "decide", {"ok": True}) for r in ids])
             recovered = time.perf_counter() - t1
-            cpu = [cpu_seconds() - cpu0[0], cpu_seconds(worker.pid) - cpu0[1],
-                   cpu_seconds(server.process.pid) - cpu0[2]]
+            cpu = [
+                cpu_seconds() - cpu0[0],
+                cpu_seconds(worker.pid) - cpu0[1],
+                cpu_seconds(server.process.pid) - cpu0[2],
+            ]
             floor = await recovery_floor(client, server, args)
         finally:
             await stop_worker(worker)
             server.stop()
     print(f"{args.runs} runs (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
-    print(f"started in {started:.1f} s ({args.runs / started:.0f} runs/s with {args.concurrency} concurrent starters)")
-    print(f"worker RSS with all {args.runs} waiting for the agent: {memory:.0f} MB   (target <= 250 MB at 1,000)")
-    print(f"after kill -9 and a new worker, {args.agents} agents at a time completing steps: all {args.runs} "
-          f"completed in {recovered:.1f} s   (target <= 10 s)")
-    print(f"CPU in that phase: worker {cpu[1]:.1f} s, Temporal server {cpu[2]:.1f} s, agents (this process) {cpu[0]:.1f} s")
-    print(f"floor, {args.runs} bare workflows the same way (one update each completes it, nothing of Kiwi's): "
-          f"{floor[0]:.1f} s; CPU worker {floor[1]:.1f} s, Temporal server {floor[2]:.1f} s")
+    print(
+        f"started in {started:.1f} s ({args.runs / started:.0f} runs/s with {args.concurrency} concurrent starters)"
+    )
+    print(
+        f"worker RSS with all {args.runs} waiting for the agent: {memory:.0f} MB   (target <= 250 MB at 1,000)"
+    )
+    print(
+        f"after kill -9 and a new worker, {args.agents} agents at a time completing steps: all {args.runs} "
+        f"completed in {recovered:.1f} s   (target <= 10 s)"
+    )
+    print(
+        f"CPU in that phase: worker {cpu[1]:.1f} s, Temporal server {cpu[2]:.1f} s, agents (this process) {cpu[0]:.1f} s"
+    )
+    print(
+        f"floor, {args.runs} bare workflows the same way (one update each completes it, nothing of Kiwi's): "
+        f"{floor[0]:.1f} s; CPU worker {floor[1]:.1f} s, Temporal server {floor[2]:.1f} s"
+    )
 
 
-async def recovery_floor(client: Client, server: DevServer, args: argparse.Namespace) -> tuple[float, float, float]:
+async def recovery_floor(
+    client: Client, server: DevServer, args: argparse.Namespace
+) -> tuple[float, float, float]:
     """Seconds (and worker, server CPU seconds) for a new worker to finish ``args.runs`` bare waiting
     workflows after kill -9 of the worker that had them cached."""
     queue = "floor-recovery"
     worker = await start_floor_worker(server.address, queue)
     try:
-        handles = await gather_limited(args.concurrency, [client.start_workflow(
-            FloorWorkflow.run, id=f"floor-{i}", task_queue=queue) for i in range(args.runs)])
+        handles = await gather_limited(
+            args.concurrency,
+            [
+                client.start_workflow(FloorWorkflow.run, id=f"floor-{i}", task_queue=queue)
+                for i in range(args.runs)
+            ],
+        )
         await gather_limited(args.concurrency, [h.query(FloorWorkflow.ready) for h in handles])
         await stop_worker(worker, signal.SIGKILL)
         worker = await start_floor_worker(server.address, queue)
         t0 = time.perf_counter()
         cpu0 = cpu_seconds(worker.pid), cpu_seconds(server.process.pid)
         await gather_limited(args.agents, [h.execute_update(FloorWorkflow.finish, "ok") for h in handles])
-        return (time.perf_counter() - t0, cpu_seconds(worker.pid) - cpu0[0],
-                cpu_seconds(server.process.pid) - cpu0[1])
+        return (
+            time.perf_counter() - t0,
+            cpu_seconds(worker.pid) - cpu0[0],
+            cpu_seconds(server.process.pid) - cpu0[1],
+        )
     finally:
         await stop_worker(worker)
 

@@ -27,8 +27,14 @@ def scratch_project(root: Path) -> None:
 def tuned_dev_server(root: Path) -> DevServer:
     """The dev server with `kiwi dev`'s default tuning, on free loopback ports, state in ``root``."""
     t = DEFAULTS["temporal"]
-    return DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=root / "temporal.sqlite",
-                     pragmas=t["sqlite_pragmas"], dynamic_config=t["dynamic_config"])
+    return DevServer(
+        ip="127.0.0.1",
+        port=free_port(),
+        ui_port=free_port(),
+        db_file=root / "temporal.sqlite",
+        pragmas=t["sqlite_pragmas"],
+        dynamic_config=t["dynamic_config"],
+    )
 
 
 def pct(values: list[float], p: float) -> float:
@@ -53,8 +59,16 @@ def rss_mb(pid: int) -> float:
 
 
 async def start_worker(address: str) -> asyncio.subprocess.Process:
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "kiwi", "worker", "--address", address,
-                                                stdout=asyncio.subprocess.PIPE, start_new_session=True)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "worker",
+        "--address",
+        address,
+        stdout=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
     await proc.stdout.readline()
     return proc
 
@@ -74,4 +88,3 @@ async def stop_worker(proc: asyncio.subprocess.Process, sig: int = signal.SIGTER
     if proc.returncode is None:
         os.killpg(proc.pid, sig)
         await proc.wait()
-

@@ -45,7 +45,9 @@ class FloorWorkflow:
 
     @workflow.update
     async def local(self, value: str) -> str:
-        return await workflow.execute_local_activity(floor_noop, value, start_to_close_timeout=timedelta(seconds=10))
+        return await workflow.execute_local_activity(
+            floor_noop, value, start_to_close_timeout=timedelta(seconds=10)
+        )
 
     @workflow.update
     async def finish(self, value: str) -> str:
@@ -70,8 +72,13 @@ async def update_floor(client: Client, calls: int, callers: int) -> tuple[dict[s
     """
     queue = f"floor-{uuid.uuid4().hex[:8]}"
     samples: dict[str, list[float]] = {"plain": [], "local": []}
-    async with Worker(client, task_queue=queue, workflows=[FloorWorkflow], activities=[floor_noop],
-                      workflow_runner=UnsandboxedWorkflowRunner()):
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[FloorWorkflow],
+        activities=[floor_noop],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
         for name, values in samples.items():
             handle = await client.start_workflow(FloorWorkflow.run, id=f"{queue}-{name}", task_queue=queue)
             for i in range(10 + min(calls, 1000)):
@@ -85,6 +92,7 @@ async def update_floor(client: Client, calls: int, callers: int) -> tuple[dict[s
         async def caller(count: int) -> None:
             for i in range(count):
                 await shared.execute_update(FloorWorkflow.local, f"c{i}")
+
         share = min(calls, 1000) // callers
         t0 = time.perf_counter()
         await asyncio.gather(*(caller(share) for _ in range(callers)))
@@ -96,9 +104,18 @@ async def update_floor(client: Client, calls: int, callers: int) -> tuple[dict[s
 async def start_floor_worker(address: str, task_queue: str) -> asyncio.subprocess.Process:
     """A worker process for :class:`FloorWorkflow` (stop it with ``bench.common.stop_worker``)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.floor", "--address", address,
-                                                "--task-queue", task_queue, stdout=asyncio.subprocess.PIPE,
-                                                start_new_session=True, env=env)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.floor",
+        "--address",
+        address,
+        "--task-queue",
+        task_queue,
+        stdout=asyncio.subprocess.PIPE,
+        start_new_session=True,
+        env=env,
+    )
     await proc.stdout.readline()
     return proc
 
@@ -106,9 +123,15 @@ async def start_floor_worker(address: str, task_queue: str) -> asyncio.subproces
 async def _serve(address: str, task_queue: str) -> None:
     client = await Client.connect(address)
     # The same tuning as kiwi worker.
-    async with Worker(client, task_queue=task_queue, workflows=[FloorWorkflow], activities=[floor_noop],
-                      workflow_runner=UnsandboxedWorkflowRunner(), max_cached_workflows=MAX_CACHED_WORKFLOWS,
-                      sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START):
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[FloorWorkflow],
+        activities=[floor_noop],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+        max_cached_workflows=MAX_CACHED_WORKFLOWS,
+        sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
+    ):
         print("floor worker ready", flush=True)
         await asyncio.Event().wait()
 

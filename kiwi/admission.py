@@ -30,8 +30,16 @@ class Admission:
     warning: str = ""
 
 
-def admit(tool: str, args: dict[str, Any], seq: int, *, snap: RunSnapshot, state: RunState, now: float,
-          check_args: bool = True) -> Admission:
+def admit(
+    tool: str,
+    args: dict[str, Any],
+    seq: int,
+    *,
+    snap: RunSnapshot,
+    state: RunState,
+    now: float,
+    check_args: bool = True,
+) -> Admission:
     """Decide whether call ``seq`` may run; ``now`` is workflow time in epoch seconds.
 
     Order: the tool must exist in this run (built-in, local, or offered by a declared MCP server),
@@ -44,19 +52,41 @@ def admit(tool: str, args: dict[str, Any], seq: int, *, snap: RunSnapshot, state
         return Admission(refusal)
     problem = check_arguments(tool, args) if check_args else None
     if problem is not None:
-        return Admission(ToolCallResult(status="error", tool=tool, error_type=InputInvalid.type, call_seq=seq,
-                                        reason=problem.reason, hint=problem.hint))
+        return Admission(
+            ToolCallResult(
+                status="error",
+                tool=tool,
+                error_type=InputInvalid.type,
+                call_seq=seq,
+                reason=problem.reason,
+                hint=problem.hint,
+            )
+        )
     decision = snap.grants.check(tool, args, blocked_commands=snap.limits.blocked_commands)
     if not decision.allowed:
-        return Admission(ToolCallResult(status="denied", tool=tool, reason=decision.reason, hint=decision.hint,
-                                        error_type=PermissionDenied.type, call_seq=seq))
+        return Admission(
+            ToolCallResult(
+                status="denied",
+                tool=tool,
+                reason=decision.reason,
+                hint=decision.hint,
+                error_type=PermissionDenied.type,
+                call_seq=seq,
+            )
+        )
     limits = snap.limits
     patterns = rate_patterns(tool, limits.rate_limits, snap.local_tools)
     for pattern in patterns:
         if state.call_counts.get(pattern, 0) + 1 > limits.rate_limits[pattern]:
-            return Admission(ToolCallResult(status="rate_limited", tool=tool, error_type=RateLimited.type, call_seq=seq,
-                                            reason=f"rate limit for {pattern} is {limits.rate_limits[pattern]} "
-                                                   "calls per run"))
+            return Admission(
+                ToolCallResult(
+                    status="rate_limited",
+                    tool=tool,
+                    error_type=RateLimited.type,
+                    call_seq=seq,
+                    reason=f"rate limit for {pattern} is {limits.rate_limits[pattern]} calls per run",
+                )
+            )
     windows = rate_patterns(tool, limits.rate_windows, snap.local_tools) if limits.rate_windows else []
     for pattern in windows:
         calls, seconds = limits.rate_windows[pattern]
@@ -65,9 +95,16 @@ def admit(tool: str, args: dict[str, Any], seq: int, *, snap: RunSnapshot, state
         state.rate_times[pattern] = recent
         if len(recent) >= calls:
             wait = math.ceil(recent[0] + seconds - now) if recent else seconds
-            return Admission(ToolCallResult(status="rate_limited", tool=tool, error_type=RateLimited.type, call_seq=seq,
-                                            reason=f"rate limit for {pattern} is {calls} calls per {seconds:g}s",
-                                            hint=f"try again in {wait:g}s"))
+            return Admission(
+                ToolCallResult(
+                    status="rate_limited",
+                    tool=tool,
+                    error_type=RateLimited.type,
+                    call_seq=seq,
+                    reason=f"rate limit for {pattern} is {calls} calls per {seconds:g}s",
+                    hint=f"try again in {wait:g}s",
+                )
+            )
     for pattern in patterns:
         state.call_counts[pattern] = state.call_counts.get(pattern, 0) + 1
     for pattern in windows:
@@ -83,19 +120,35 @@ def lookup(tool: str, seq: int, snap: RunSnapshot, state: RunState) -> ToolCallR
     """A ``ToolNotFound``/``McpUnavailable`` error when this run has no such tool, else None."""
     if not callable_tool(tool, snap.directive, frozenset(snap.local_tools)):
         known = ", ".join(sorted([*BUILTIN_TOOLS, *snap.local_tools]))
-        return ToolCallResult(status="error", tool=tool, error_type=ToolNotFound.type, call_seq=seq,
-                              reason=f"no tool '{tool}' in this run", hint=f"tools this run can call: {known}")
+        return ToolCallResult(
+            status="error",
+            tool=tool,
+            error_type=ToolNotFound.type,
+            call_seq=seq,
+            reason=f"no tool '{tool}' in this run",
+            hint=f"tools this run can call: {known}",
+        )
     server, _, name = tool.partition(".")
     context = state.mcp_context.get(server)
     if context is None or not name:
         return None
     if not context.available:
-        return ToolCallResult(status="error", tool=tool, error_type=McpUnavailable.type, call_seq=seq,
-                              reason=f"MCP server '{server}' is unavailable in this run: {context.error}",
-                              hint=context.hint)
+        return ToolCallResult(
+            status="error",
+            tool=tool,
+            error_type=McpUnavailable.type,
+            call_seq=seq,
+            reason=f"MCP server '{server}' is unavailable in this run: {context.error}",
+            hint=context.hint,
+        )
     if name not in context.tool_hashes:
         offered = ", ".join(sorted(context.tool_hashes)) or "none"
-        return ToolCallResult(status="error", tool=tool, error_type=ToolNotFound.type, call_seq=seq,
-                              reason=f"MCP server '{server}' offers no tool '{name}' to this run",
-                              hint=f"tools of {server} this run can call: {offered}")
+        return ToolCallResult(
+            status="error",
+            tool=tool,
+            error_type=ToolNotFound.type,
+            call_seq=seq,
+            reason=f"MCP server '{server}' offers no tool '{name}' to this run",
+            hint=f"tools of {server} this run can call: {offered}",
+        )
     return None

@@ -42,15 +42,19 @@ def _inside(folder: Path, *parts: str, what: str) -> Path:
             if segment in ("", "."):
                 continue
             if segment == ".." or not _SAFE_PART.match(segment) or part.startswith(("/", "~")):
-                raise InputInvalid(f"{what} '{part}' would leave the items folder {folder}",
-                                   hint="use plain names separated by '/', e.g. 'ops/deploy' (no '..', no absolute paths)")
+                raise InputInvalid(
+                    f"{what} '{part}' would leave the items folder {folder}",
+                    hint="use plain names separated by '/', e.g. 'ops/deploy' (no '..', no absolute paths)",
+                )
             segments.append(segment)
     target = folder.joinpath(*segments)
     # The space (.ai/ or ~/.ai) is where the user put it; the item folder in it must be a real folder.
     base = folder.parent.resolve() / folder.name
     if target.resolve() != base.joinpath(*segments):
-        raise InputInvalid(f"{what} '{'/'.join(parts)}' goes through a symlink out of {folder}",
-                           hint="items are written only into real folders under .ai/")
+        raise InputInvalid(
+            f"{what} '{'/'.join(parts)}' goes through a symlink out of {folder}",
+            hint="items are written only into real folders under .ai/",
+        )
     return target
 
 
@@ -67,33 +71,53 @@ def _existing(store: ItemStore, item_type: str, item_id: str, location: str) -> 
         return None
 
 
-def save_directive(store: ItemStore, content: str, *, item_id: str = "", location: str = "project",
-                   create: bool = True) -> dict[str, Any]:
+def save_directive(
+    store: ItemStore, content: str, *, item_id: str = "", location: str = "project", create: bool = True
+) -> dict[str, Any]:
     """Validate ``content`` (a whole directive file) and write it; create refuses to overwrite, update needs one."""
     directive, warnings = parse_directive(content, f"{item_id or 'new'}.md")
     if item_id and directive.name != item_id:
-        raise InputInvalid(f"the content defines directive '{directive.name}', not '{item_id}'",
-                           hint="make <directive name> match item_id")
+        raise InputInvalid(
+            f"the content defines directive '{directive.name}', not '{item_id}'",
+            hint="make <directive name> match item_id",
+        )
     current = _existing(store, "directive", directive.name, location)
     if create and current is not None:
-        raise InputInvalid(f"directive '{directive.name}' already exists at {current}", hint="use action 'update'")
+        raise InputInvalid(
+            f"directive '{directive.name}' already exists at {current}", hint="use action 'update'"
+        )
     if not create and current is None:
-        raise ItemNotFound(f"no directive '{directive.name}' in the {location} space", hint="use action 'create'")
-    path = current or _inside(_space(store, location) / "directives", directive.metadata.category,
-                              f"{directive.name}.md", what="category")
+        raise ItemNotFound(
+            f"no directive '{directive.name}' in the {location} space", hint="use action 'create'"
+        )
+    path = current or _inside(
+        _space(store, location) / "directives",
+        directive.metadata.category,
+        f"{directive.name}.md",
+        what="category",
+    )
     _atomic_write(path, content)
-    return {"item_id": directive.name, "path": str(path), "status": "created" if create else "updated",
-            "warnings": [str(w) for w in warnings]}
+    return {
+        "item_id": directive.name,
+        "path": str(path),
+        "status": "created" if create else "updated",
+        "warnings": [str(w) for w in warnings],
+    }
 
 
-def delete_item(store: ItemStore, item_type: str, item_id: str, *, location: str = "project",
-                confirm: bool = False) -> dict[str, Any]:
+def delete_item(
+    store: ItemStore, item_type: str, item_id: str, *, location: str = "project", confirm: bool = False
+) -> dict[str, Any]:
     if item_type not in ("directive", "knowledge"):
         # A tool is code in a protected place (.ai/tools): only a human removes it.
-        raise InputInvalid(f"{item_type}s cannot be deleted through Kiwi", hint=f"a human removes the {item_type}'s "
-                           "folder by hand")
+        raise InputInvalid(
+            f"{item_type}s cannot be deleted through Kiwi",
+            hint=f"a human removes the {item_type}'s folder by hand",
+        )
     if not confirm:
-        raise InputInvalid(f"deleting {item_type} '{item_id}' needs confirm=true", hint="pass parameters.confirm=true")
+        raise InputInvalid(
+            f"deleting {item_type} '{item_id}' needs confirm=true", hint="pass parameters.confirm=true"
+        )
     path = _existing(store, item_type, item_id, location)
     if path is None:
         raise ItemNotFound(f"no {item_type} '{item_id}' in the {location} space")
@@ -101,14 +125,17 @@ def delete_item(store: ItemStore, item_type: str, item_id: str, *, location: str
     return {"item_id": item_id, "path": str(path), "status": "deleted"}
 
 
-def save_knowledge(store: ItemStore, item_id: str, fields: dict[str, Any], *, location: str = "project",
-                   create: bool = True) -> dict[str, Any]:
+def save_knowledge(
+    store: ItemStore, item_id: str, fields: dict[str, Any], *, location: str = "project", create: bool = True
+) -> dict[str, Any]:
     current = _existing(store, "knowledge", item_id, location)
     if create and current is not None:
         raise InputInvalid(f"knowledge '{item_id}' already exists at {current}", hint="use action 'update'")
     if not create and current is None:
         raise ItemNotFound(f"no knowledge '{item_id}' in the {location} space", hint="use action 'create'")
-    base = parse_knowledge(current.read_text(encoding="utf-8"), str(current))[0].model_dump() if current else {}
+    base = (
+        parse_knowledge(current.read_text(encoding="utf-8"), str(current))[0].model_dump() if current else {}
+    )
     merged = {**base, **{k: v for k, v in fields.items() if k != "content"}, "zettel_id": item_id}
     if "content" in fields:
         merged["body"] = fields["content"]
@@ -118,14 +145,16 @@ def save_knowledge(store: ItemStore, item_id: str, fields: dict[str, Any], *, lo
     entry = KnowledgeEntry(**{k: v for k, v in merged.items() if k in KnowledgeEntry.model_fields})
     text = render_knowledge(entry)
     parse_knowledge(text, f"{item_id}.md")  # what is written must load again
-    path = current or _inside(_space(store, location) / "knowledge", entry.category, f"{item_id}.md",
-                              what="category or id")
+    path = current or _inside(
+        _space(store, location) / "knowledge", entry.category, f"{item_id}.md", what="category or id"
+    )
     _atomic_write(path, text)
     return {"item_id": item_id, "path": str(path), "status": "created" if create else "updated"}
 
 
-def link_knowledge(store: ItemStore, item_id: str, to: str, relation: str = "references",
-                   location: str = "project") -> dict[str, Any]:
+def link_knowledge(
+    store: ItemStore, item_id: str, to: str, relation: str = "references", location: str = "project"
+) -> dict[str, Any]:
     if relation not in LINK_KEYS:
         raise InputInvalid(f"relation '{relation}' is unknown", hint=f"use one of: {', '.join(LINK_KEYS)}")
     store.find("knowledge", to)
@@ -148,12 +177,16 @@ def copy_to_project(store: ItemStore, item_type: str, item_id: str) -> dict[str,
     if item_type == "tool" and source.name == "tool.yaml":
         target = store.spaces["project"] / source.parent.relative_to(user_base)
         if target.exists():
-            raise InputInvalid(f"{target} already exists in the project", hint="delete it first or edit it there")
+            raise InputInvalid(
+                f"{target} already exists in the project", hint="delete it first or edit it there"
+            )
         shutil.copytree(source.parent, target)
     else:
         target = store.spaces["project"] / source.relative_to(user_base)
         if target.exists():
-            raise InputInvalid(f"{target} already exists in the project", hint="delete it first or edit it there")
+            raise InputInvalid(
+                f"{target} already exists in the project", hint="delete it first or edit it there"
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
     return {"item_id": item_id, "path": str(target), "status": "copied"}

@@ -24,8 +24,6 @@ def _emit(data: Any, as_json: bool, text: Callable[[], None]) -> None:
         text()
 
 
-
-
 _ITEM_FOLDERS = {"directives", "tools", "knowledge", "scripts"}
 
 
@@ -34,9 +32,14 @@ def _expand(paths: list[str]) -> list[Path]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            out += sorted(q for q in p.rglob("*") if q.is_file() and q.suffix in (".md", ".yaml", ".yml")
-                          and _ITEM_FOLDERS & set(q.relative_to(p).parts[:-1]) | _ITEM_FOLDERS & {p.name}
-                          and ".cache" not in q.parts)
+            out += sorted(
+                q
+                for q in p.rglob("*")
+                if q.is_file()
+                and q.suffix in (".md", ".yaml", ".yml")
+                and _ITEM_FOLDERS & set(q.relative_to(p).parts[:-1]) | _ITEM_FOLDERS & {p.name}
+                and ".cache" not in q.parts
+            )
         else:
             out.append(p)
     return out
@@ -76,29 +79,41 @@ def cmd_init(args: argparse.Namespace) -> int:
     for rel in written:
         if rel.startswith(".ai/directives/") and rel.endswith(".md"):
             target = root / rel
-            target.write_text(sign(target.read_text(encoding="utf-8"), signer=signer, kind="directive"),
-                              encoding="utf-8")
+            target.write_text(
+                sign(target.read_text(encoding="utf-8"), signer=signer, kind="directive"), encoding="utf-8"
+            )
             signed.append(rel)
-    _emit({"root": str(root), "written": written, "kept": skipped, "signed_by": signer if signed else "",
-           "key": made}, args.json, lambda: (
-        made and print(f"kiwi init: {made}"),
-        signed and print(f"kiwi init: signed {', '.join(signed)} with your key '{signer}'"),
-        print(f"Kiwi project at {root}"),
-        [print(f"  wrote {w}") for w in written],
-        [print(f"  kept  {s} (already there)") for s in skipped],
-        print("Next: `kiwi validate .ai` and `kiwi search hello`; with `kiwi dev` running, "
-              "`kiwi run hello_kiwi --input name=you`."),
-    ))
+    _emit(
+        {
+            "root": str(root),
+            "written": written,
+            "kept": skipped,
+            "signed_by": signer if signed else "",
+            "key": made,
+        },
+        args.json,
+        lambda: (
+            made and print(f"kiwi init: {made}"),
+            signed and print(f"kiwi init: signed {', '.join(signed)} with your key '{signer}'"),
+            print(f"Kiwi project at {root}"),
+            [print(f"  wrote {w}") for w in written],
+            [print(f"  kept  {s} (already there)") for s in skipped],
+            print(
+                "Next: `kiwi validate .ai` and `kiwi search hello`; with `kiwi dev` running, "
+                "`kiwi run hello_kiwi --input name=you`."
+            ),
+        ),
+    )
     return EXIT_OK
-
-
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     missing = [raw for raw in args.paths if not Path(raw).exists()]
     if missing:
-        raise KiwiError(f"no such file or folder: {', '.join(missing)}",
-                        hint="give item files or folders that exist, e.g. `kiwi validate .ai`")
+        raise KiwiError(
+            f"no such file or folder: {', '.join(missing)}",
+            hint="give item files or folders that exist, e.g. `kiwi validate .ai`",
+        )
     files = _expand(args.paths)
     if not files:
         print("kiwi validate: no item files found in " + ", ".join(args.paths), file=sys.stderr)
@@ -131,8 +146,13 @@ def _validate_readable(path: Path, local: frozenset[str]) -> dict[str, Any]:
         return validate_file(path, local)
     except OSError as exc:
         problem = Problem(f"cannot read the file: {exc.strerror or exc}", str(path))
-        return {"path": str(path), "item_type": "unknown", "valid": False, "problems": [problem.as_dict()],
-                "_problems": [problem]}
+        return {
+            "path": str(path),
+            "item_type": "unknown",
+            "valid": False,
+            "problems": [problem.as_dict()],
+            "_problems": [problem],
+        }
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
@@ -178,25 +198,43 @@ def _mcp_catalog(operation: Callable[[Any], Any]) -> Any:
 def cmd_search(args: argparse.Namespace) -> int:
     if args.type == "mcp":
         if args.category or args.source != "all":
-            raise KiwiError("--category and --source do not apply to --type mcp",
-                            hint="MCP tools come from the servers in mcp_registry.yaml (project over user)")
+            raise KiwiError(
+                "--category and --source do not apply to --type mcp",
+                hint="MCP tools come from the servers in mcp_registry.yaml (project over user)",
+            )
         data = _mcp_catalog(lambda catalog: catalog.search(args.query, args.limit))
-        _emit({"query": args.query, **data}, args.json, lambda: (
-            print(f"no MCP tools match '{args.query}'") if not data["results"] else None,
-            [print(f"mcp  {r['item_id']:<40} {r['description'][:70]}") for r in data["results"]],
-            [print(f"unavailable: {name}: {why}", file=sys.stderr) for name, why in data["unavailable"].items()],
-        ))
+        _emit(
+            {"query": args.query, **data},
+            args.json,
+            lambda: (
+                print(f"no MCP tools match '{args.query}'") if not data["results"] else None,
+                [print(f"mcp  {r['item_id']:<40} {r['description'][:70]}") for r in data["results"]],
+                [
+                    print(f"unavailable: {name}: {why}", file=sys.stderr)
+                    for name, why in data["unavailable"].items()
+                ],
+            ),
+        )
         return EXIT_OK
     store = ItemStore(find_project_root())
-    results = store.search(args.query, item_type=args.type, category=args.category, source=args.source,
-                           limit=args.limit)
-    _emit({"query": args.query, "results": [r.as_dict() for r in results]}, args.json, lambda: (
-        print(f"no items match '{args.query}'") if not results else None,
-        [print(f"{r.score:6.2f}  {r.item_type:<9} {r.item_id:<28} [{r.source}] {r.description[:70]}"
-               + (f"\n        {r.snippet}" if r.snippet else "")
-               + (f"\n        also: {'; '.join(r.shadows)}" if r.shadows else ""))
-         for r in results],
-    ))
+    results = store.search(
+        args.query, item_type=args.type, category=args.category, source=args.source, limit=args.limit
+    )
+    _emit(
+        {"query": args.query, "results": [r.as_dict() for r in results]},
+        args.json,
+        lambda: (
+            print(f"no items match '{args.query}'") if not results else None,
+            [
+                print(
+                    f"{r.score:6.2f}  {r.item_type:<9} {r.item_id:<28} [{r.source}] {r.description[:70]}"
+                    + (f"\n        {r.snippet}" if r.snippet else "")
+                    + (f"\n        also: {'; '.join(r.shadows)}" if r.shadows else "")
+                )
+                for r in results
+            ],
+        ),
+    )
     return EXIT_OK
 
 
@@ -217,9 +255,12 @@ def cmd_show(args: argparse.Namespace) -> int:
             last = exc
             continue
         parsed = item.parsed
-        data = {"item_type": item_type, **item.record.as_dict(),
-                "parsed": parsed.model_dump() if parsed is not None else None,
-                "problems": [p.as_dict() for p in item.problems]}
+        data = {
+            "item_type": item_type,
+            **item.record.as_dict(),
+            "parsed": parsed.model_dump() if parsed is not None else None,
+            "problems": [p.as_dict() for p in item.problems],
+        }
         if isinstance(parsed, Directive):
             data["steps_plan"] = [p.model_dump() for p in parsed.plan(frozenset(store.local_tools()))]
         if args.json:
@@ -233,7 +274,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             if isinstance(parsed, Directive):
                 print(f"  version {parsed.version}: {parsed.metadata.description}")
                 for spec in parsed.inputs:
-                    print(f"  input {spec.name} ({spec.type}{', required' if spec.required else ''}) {spec.description}")
+                    print(
+                        f"  input {spec.name} ({spec.type}{', required' if spec.required else ''}) {spec.description}"
+                    )
                 for plan in data["steps_plan"]:
                     print(f"  step {plan['step']}: {plan['mode']} ({plan['reason']})")
             else:
@@ -263,11 +306,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("sign", help="validate items and sign them with your key (so a directive's grants take effect)",
-                       description="Validate items, then write a first-line signature: timestamp, SHA-256 of the "
-                                   "content, your key's name and its Ed25519 signature. Only a directive signed "
-                                   "by a key in trusted_keys.yaml runs with its declared grants "
-                                   "(agent_harness.yaml `signatures`).")
+    p = sub.add_parser(
+        "sign",
+        help="validate items and sign them with your key (so a directive's grants take effect)",
+        description="Validate items, then write a first-line signature: timestamp, SHA-256 of the "
+        "content, your key's name and its Ed25519 signature. Only a directive signed "
+        "by a key in trusted_keys.yaml runs with its declared grants "
+        "(agent_harness.yaml `signatures`).",
+    )
     p.add_argument("paths", nargs="+", metavar="PATH", help="item files or folders")
     p.add_argument("--key", help="which of your keys signs (default: your only key; see `kiwi keys list`)")
     p.set_defaults(func=cmd_sign)
@@ -276,22 +322,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_keys.add_commands(sub)
 
-    p = sub.add_parser("search", help="relevance search over directives, tools and knowledge (or MCP server tools)")
+    p = sub.add_parser(
+        "search", help="relevance search over directives, tools and knowledge (or MCP server tools)"
+    )
     p.add_argument("query", help="words to look for, e.g. 'deploy database'")
-    p.add_argument("--type", choices=(*ITEM_TYPES, "mcp"),
-                   help="only this item type; mcp searches the tools of the servers in mcp_registry.yaml "
-                        "(starting them)")
+    p.add_argument(
+        "--type",
+        choices=(*ITEM_TYPES, "mcp"),
+        help="only this item type; mcp searches the tools of the servers in mcp_registry.yaml "
+        "(starting them)",
+    )
     p.add_argument("--category", help="only this category (and its sub-categories)")
-    p.add_argument("--source", choices=("all", "project", "user"), default="all", help="which space (default all)")
+    p.add_argument(
+        "--source", choices=("all", "project", "user"), default="all", help="which space (default all)"
+    )
     p.add_argument("--limit", type=int, default=10, help="at most this many results (default 10)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("show", help="show one item by id (project space first)")
     p.add_argument("id", help="directive name, tool_id or zettel_id (with --type mcp: SERVER or SERVER.TOOL)")
-    p.add_argument("--type", choices=(*ITEM_TYPES, "mcp"),
-                   help="item type, when an id is used by several types; mcp shows an MCP server's tools or "
-                        "one tool's schema")
+    p.add_argument(
+        "--type",
+        choices=(*ITEM_TYPES, "mcp"),
+        help="item type, when an id is used by several types; mcp shows an MCP server's tools or "
+        "one tool's schema",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_show)
 
@@ -320,7 +376,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INVALID
     except KeyboardInterrupt:
         return 130
-
 
 
 def run() -> None:

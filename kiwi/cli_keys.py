@@ -44,30 +44,41 @@ def cmd_keys(args: argparse.Namespace) -> int:
         print(f"public key: {public}")
         return 0
     trusted = load_trusted(find_project_root(), user_space())
-    rows = [{"name": name, "roles": key.roles, "public_key": key.public_key, "yours": name in own_keys()}
-            for name, key in sorted(trusted.keys.items())]
+    rows = [
+        {"name": name, "roles": key.roles, "public_key": key.public_key, "yours": name in own_keys()}
+        for name, key in sorted(trusted.keys.items())
+    ]
     mine = [n for n in own_keys() if n not in trusted.keys]
     if args.json:
-        print(json.dumps({"trusted": rows, "untrusted_own_keys": mine, "keys_dir": str(keys_dir())}, indent=2))
+        print(
+            json.dumps({"trusted": rows, "untrusted_own_keys": mine, "keys_dir": str(keys_dir())}, indent=2)
+        )
         return 0
     if not rows:
         print("no trusted keys; create yours with `kiwi keys init`", file=sys.stderr)
     for row in rows:
-        print(f"{row['name']:<20} {','.join(row['roles']):<14} {'yours ' if row['yours'] else ''}{row['public_key']}")
+        print(
+            f"{row['name']:<20} {','.join(row['roles']):<14} {'yours ' if row['yours'] else ''}{row['public_key']}"
+        )
     for name in mine:
         print(f"{name:<20} (your key, not trusted here: add it to trusted_keys.yaml)")
     return 0
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("keys", help="your signing/approving keys and the keys Kiwi trusts",
-                       description="Ed25519 keys of the humans who sign items (so a directive's grants take "
-                                   "effect) and approve calls. Private keys live in $KIWI_KEYS_DIR (default "
-                                   "~/.config/kiwi/keys), out of reach of every tool Kiwi runs; trusted public "
-                                   "keys are listed in trusted_keys.yaml (~/.ai/config, .ai/config).")
+    p = sub.add_parser(
+        "keys",
+        help="your signing/approving keys and the keys Kiwi trusts",
+        description="Ed25519 keys of the humans who sign items (so a directive's grants take "
+        "effect) and approve calls. Private keys live in $KIWI_KEYS_DIR (default "
+        "~/.config/kiwi/keys), out of reach of every tool Kiwi runs; trusted public "
+        "keys are listed in trusted_keys.yaml (~/.ai/config, .ai/config).",
+    )
     keys_sub = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     q = keys_sub.add_parser("init", help="create a key and trust it in ~/.ai/config/trusted_keys.yaml")
-    q.add_argument("--name", help="the key's name, shown as the signer and approver (default: your user name)")
+    q.add_argument(
+        "--name", help="the key's name, shown as the signer and approver (default: your user name)"
+    )
     q.add_argument("--roles", help="comma-separated: sign, approve (default: both)")
     q.set_defaults(func=cmd_keys)
     q = keys_sub.add_parser("list", help="list trusted keys and your own")

@@ -49,8 +49,10 @@ async def _run_client(args: argparse.Namespace):
     try:
         client = await connect(getattr(args, "address", None), getattr(args, "namespace", None))
     except RuntimeError as exc:
-        raise KiwiError(f"cannot reach Temporal: {exc}",
-                        hint="start it with `kiwi dev` (or set KIWI_TEMPORAL_ADDRESS / --address)") from None
+        raise KiwiError(
+            f"cannot reach Temporal: {exc}",
+            hint="start it with `kiwi dev` (or set KIWI_TEMPORAL_ADDRESS / --address)",
+        ) from None
     return RunClient(client, ItemStore(find_project_root()), task_queue=args.task_queue)
 
 
@@ -62,7 +64,8 @@ def _print_status(status: Any) -> None:
         print(f"  waiting for {status.waiting_for}")
     for step in status.steps:
         marker = {"completed": "✓", "skipped": "-", "awaiting_agent": "…", "running": ">", "failed": "✗"}.get(
-            step.status, " ")
+            step.status, " "
+        )
         print(f"  {marker} {step.name:<24} {step.status:<15} {step.mode}")
         if step.status == "awaiting_agent" and step.action:
             for line in step.action.splitlines():
@@ -72,14 +75,26 @@ def _print_status(status: Any) -> None:
     for signal_ in status.help:
         print(f"  help {signal_.kind}: {signal_.reason}")
     for approval in status.approvals:
-        print(f"  {approval.request_id} {approval.summary} by {approval.requested_by}: {approval.status}"
-              + (f" (until {approval.expires_at})" if approval.status == "pending" else
-                 f" by {approval.decided_by}" if approval.decided_by else ""))
+        print(
+            f"  {approval.request_id} {approval.summary} by {approval.requested_by}: {approval.status}"
+            + (
+                f" (until {approval.expires_at})"
+                if approval.status == "pending"
+                else f" by {approval.decided_by}"
+                if approval.decided_by
+                else ""
+            )
+        )
     for decision in status.decisions:
-        print(f"  {decision.request_id} {decision.reason} [{', '.join(decision.options)}]: "
-              + (f"{decision.answer} (by {decision.by})" if decision.answer else "open"))
+        print(
+            f"  {decision.request_id} {decision.reason} [{', '.join(decision.options)}]: "
+            + (f"{decision.answer} (by {decision.by})" if decision.answer else "open")
+        )
     for child in status.children:
-        print(f"  child {child.run_id} ({child.directive}): {child.status}" + (f": {child.error}" if child.error else ""))
+        print(
+            f"  child {child.run_id} ({child.directive}): {child.status}"
+            + (f": {child.error}" if child.error else "")
+        )
     for checkpoint in status.checkpoints[-5:]:
         print(f"  checkpoint {checkpoint['checkpoint']} {checkpoint['commit'][:10]} ({checkpoint['why']})")
 
@@ -99,14 +114,18 @@ async def _watch(runs, run_id: str, as_json: bool, until_done: bool) -> Any:
         delay = min(delay * 1.5, 2.0)
 
 
-def _with_runs(command: Callable[[argparse.Namespace, RunClient], Awaitable[int]]) -> Callable[
-        [argparse.Namespace], int]:
+def _with_runs(
+    command: Callable[[argparse.Namespace, RunClient], Awaitable[int]],
+) -> Callable[[argparse.Namespace], int]:
     """A CLI command that steers runs: connect, hand it a RunClient, run it to its exit code."""
+
     @functools.wraps(command)
     def run(args: argparse.Namespace) -> int:
         async def go() -> int:
             return await command(args, await _run_client(args))
+
         return asyncio.run(go())
+
     return run
 
 
@@ -114,16 +133,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Start a directive run; the arguments are checked before Temporal is asked anything."""
     deadline = args.deadline
     if deadline is not None and not (math.isfinite(deadline) and deadline > 0):
-        raise InputInvalid(f"--deadline must be a positive number of seconds, got {deadline:g}",
-                           hint="e.g. --deadline 3600 (an hour), or leave it out for no deadline")
+        raise InputInvalid(
+            f"--deadline must be a positive number of seconds, got {deadline:g}",
+            hint="e.g. --deadline 3600 (an hour), or leave it out for no deadline",
+        )
     _pairs(args.input, "input")
     return _start_run(args)
 
 
 @_with_runs
 async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
-    run_id = await runs.start(args.name, _pairs(args.input, "input"), idempotency_key=args.idempotency_key,
-                              deadline_seconds=args.deadline)
+    run_id = await runs.start(
+        args.name,
+        _pairs(args.input, "input"),
+        idempotency_key=args.idempotency_key,
+        deadline_seconds=args.deadline,
+    )
     if not args.wait:
         status = await runs.status(run_id)
         if args.json:
@@ -166,9 +191,12 @@ async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
 @_with_runs
 async def cmd_complete_step(args: argparse.Namespace, runs: RunClient) -> int:
     result = await runs.complete_step(args.run, args.step, _outputs(args.output))
-    print(result.model_dump_json(indent=2) if args.json else
-          f"step {result.step} completed; run is {result.status}"
-          + (f", next step {result.next_step}" if result.next_step else ""))
+    print(
+        result.model_dump_json(indent=2)
+        if args.json
+        else f"step {result.step} completed; run is {result.status}"
+        + (f", next step {result.next_step}" if result.next_step else "")
+    )
     return 0
 
 
@@ -182,7 +210,9 @@ def _call_arguments(tool: str, text: str | None) -> dict[str, Any]:
     """``kiwi call``'s arguments: a JSON object that fits the tool (raises InputInvalid saying what to send)."""
     from kiwi.toolargs import check_arguments
 
-    example = 'e.g. kiwi call filesystem.read \'{"path": "notes/hello.md"}\' (a JSON object, in single quotes)'
+    example = (
+        'e.g. kiwi call filesystem.read \'{"path": "notes/hello.md"}\' (a JSON object, in single quotes)'
+    )
     try:
         arguments = json.loads(text) if text else {}
     except json.JSONDecodeError as exc:
@@ -191,8 +221,11 @@ def _call_arguments(tool: str, text: str | None) -> dict[str, Any]:
         raise InputInvalid("arguments are nested too deeply to read", hint=example) from None
     if not isinstance(arguments, dict):
         kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-            type(arguments), "a number")
-        raise InputInvalid(f"arguments must be a JSON object of named arguments, got {kind}: {text}", hint=example)
+            type(arguments), "a number"
+        )
+        raise InputInvalid(
+            f"arguments must be a JSON object of named arguments, got {kind}: {text}", hint=example
+        )
     problem = check_arguments(tool, arguments)
     if problem is not None:
         raise InputInvalid(problem.reason, hint=problem.hint)
@@ -234,9 +267,13 @@ async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
         status = await runs.status(args.run)
         request = next((a for a in status.approvals if a.request_id == args.request), None)
         if request is None:
-            raise KiwiError(f"run {args.run} has no approval request '{args.request}'",
-                            hint=f"see `kiwi status {args.run}`")
-        decision = signed_decision(args.run, status.execution, request, approved, default_key(args.by), args.reason)
+            raise KiwiError(
+                f"run {args.run} has no approval request '{args.request}'",
+                hint=f"see `kiwi status {args.run}`",
+            )
+        decision = signed_decision(
+            args.run, status.execution, request, approved, default_key(args.by), args.reason
+        )
         print(decision.model_dump_json())
         return 0
     request = await runs.decide_approval(args.run, args.request, approved, by=args.by, reason=args.reason)
@@ -258,8 +295,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     trail = read_audit_trail(str(find_project_root()), args.run)
     if not trail.records and not trail.problems:
-        raise KiwiError(f"no audit records for run '{args.run}' under .ai/logs/audit/",
-                        hint="run ids look like run-hello_kiwi-1a2b3c4d5e; list them with `kiwi runs`")
+        raise KiwiError(
+            f"no audit records for run '{args.run}' under .ai/logs/audit/",
+            hint="run ids look like run-hello_kiwi-1a2b3c4d5e; list them with `kiwi runs`",
+        )
     if args.json:
         print(json.dumps(trail.records, indent=2))
     else:
@@ -267,8 +306,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
             what = r.get("tool") or r.get("step") or ""
             detail = r.get("reason") or r.get("result") or r.get("status") or ""
             decision = r.get("decision", "")
-            print(f"{r['seq']:>4} {str(r.get('time', ''))[:23]} {str(r.get('event', '')):<15} {decision:<12} "
-                  f"{what:<22} {str(detail)[:80]}")
+            print(
+                f"{r['seq']:>4} {str(r.get('time', ''))[:23]} {str(r.get('event', '')):<15} {decision:<12} "
+                f"{what:<22} {str(detail)[:80]}"
+            )
     for problem in trail.problems:
         print(f"kiwi: {problem}", file=sys.stderr)
     if trail.problems:
@@ -287,8 +328,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        print(f"kiwi worker: task queue '{args.task_queue}' on {client.service_client.config.target_host}",
-              flush=True)
+        print(
+            f"kiwi worker: task queue '{args.task_queue}' on {client.service_client.config.target_host}",
+            flush=True,
+        )
         await run_worker(client, args.task_queue, stop, sandboxed=args.sandboxed)
         return 0
 
@@ -302,9 +345,15 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
     config, base = load_dev_config(Path(args.config) if args.config else None)
     t = config["temporal"]
-    server = DevServer(ip=t["ip"], port=int(args.port or t["port"]), ui_port=int(t["ui_port"]),
-                       namespace=t["namespace"], db_file=(base / t["db_file"]) if t.get("db_file") else None,
-                       pragmas=t.get("sqlite_pragmas") or {}, dynamic_config=t.get("dynamic_config") or {})
+    server = DevServer(
+        ip=t["ip"],
+        port=int(args.port or t["port"]),
+        ui_port=int(t["ui_port"]),
+        namespace=t["namespace"],
+        db_file=(base / t["db_file"]) if t.get("db_file") else None,
+        pragmas=t.get("sqlite_pragmas") or {},
+        dynamic_config=t.get("dynamic_config") or {},
+    )
 
     async def go() -> int:
         stop = asyncio.Event()
@@ -314,14 +363,27 @@ def cmd_dev(args: argparse.Namespace) -> int:
         await server.start(log=None if not args.verbose else sys.stderr)
         try:
             if server.reused:
-                print(f"kiwi dev: reusing the Temporal server already listening on {server.address}", flush=True)
+                print(
+                    f"kiwi dev: reusing the Temporal server already listening on {server.address}", flush=True
+                )
             else:
-                print(f"kiwi dev: Temporal dev server on {server.address} (state in {server.db_file})", flush=True)
+                print(
+                    f"kiwi dev: Temporal dev server on {server.address} (state in {server.db_file})",
+                    flush=True,
+                )
                 print(f"kiwi dev: Temporal UI at http://{server.ip}:{server.ui_port}", flush=True)
             # Search attributes: registered by start-dev's flags, or checked on a reused server.
             client = await connect(server.address, server.namespace)
-            tasks = [asyncio.create_task(run_worker(client, config["worker"]["task_queue"], stop,
-                                                    sandboxed=bool(config["worker"].get("sandboxed"))))]
+            tasks = [
+                asyncio.create_task(
+                    run_worker(
+                        client,
+                        config["worker"]["task_queue"],
+                        stop,
+                        sandboxed=bool(config["worker"].get("sandboxed")),
+                    )
+                )
+            ]
             print(f"kiwi dev: worker on task queue '{config['worker']['task_queue']}'", flush=True)
             mcp = config.get("mcp") or {}
             if mcp.get("http") and not args.no_mcp:
@@ -330,8 +392,13 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 except ImportError:
                     serve_http = None
                 if serve_http is not None:
-                    tasks.append(asyncio.create_task(serve_http(client, mcp["host"], int(mcp["port"]), stop,
-                                                                config["worker"]["task_queue"])))
+                    tasks.append(
+                        asyncio.create_task(
+                            serve_http(
+                                client, mcp["host"], int(mcp["port"]), stop, config["worker"]["task_queue"]
+                            )
+                        )
+                    )
                     print(f"kiwi dev: MCP front end at http://{mcp['host']}:{mcp['port']}/mcp", flush=True)
             print("kiwi dev: ready; Ctrl-C stops everything", flush=True)
             await stop.wait()
@@ -371,15 +438,20 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def _connection(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--address", help="Temporal address (default: KIWI_TEMPORAL_ADDRESS, TEMPORAL_ADDRESS, "
-                                          "a temporal.toml profile, or 127.0.0.1:7233)")
+    parser.add_argument(
+        "--address",
+        help="Temporal address (default: KIWI_TEMPORAL_ADDRESS, TEMPORAL_ADDRESS, "
+        "a temporal.toml profile, or 127.0.0.1:7233)",
+    )
     parser.add_argument("--namespace", help="Temporal namespace (default: default)")
     parser.add_argument("--task-queue", default="kiwi", help="task queue of the Kiwi workers (default: kiwi)")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dev", help="start the embedded stack: Temporal dev server + worker + MCP front end")
-    p.add_argument("--config", help="temporal-dev.yml to read (default: ./temporal-dev.yml, else built-in defaults)")
+    p.add_argument(
+        "--config", help="temporal-dev.yml to read (default: ./temporal-dev.yml, else built-in defaults)"
+    )
     p.add_argument("--port", type=int, help="Temporal gRPC port (overrides the config)")
     p.add_argument("--no-mcp", action="store_true", help="do not start the MCP HTTP front end")
     p.add_argument("--verbose", action="store_true", help="show the Temporal server's own log")
@@ -387,16 +459,23 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("worker", help="run a worker: DirectiveRun workflows and all activities")
     _connection(p)
-    p.add_argument("--sandboxed", action="store_true",
-                   help="run workflows in the Temporal Python sandbox (determinism checks; slower, see README)")
+    p.add_argument(
+        "--sandboxed",
+        action="store_true",
+        help="run workflows in the Temporal Python sandbox (determinism checks; slower, see README)",
+    )
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("run", help="start a directive run")
     p.add_argument("name", help="directive name")
     p.add_argument("--input", "-i", action="append", metavar="KEY=VALUE", help="an input (repeatable)")
-    p.add_argument("--idempotency-key", help="the same key returns the existing run instead of starting another")
+    p.add_argument(
+        "--idempotency-key", help="the same key returns the existing run instead of starting another"
+    )
     p.add_argument("--deadline", type=float, metavar="SECONDS", help="time the run out after this long")
-    p.add_argument("--wait", action="store_true", help="follow the run until it finishes or waits for the agent")
+    p.add_argument(
+        "--wait", action="store_true", help="follow the run until it finishes or waits for the agent"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     _connection(p)
     p.set_defaults(func=cmd_run)
@@ -419,17 +498,26 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("complete-step", help="complete the step a run waits on, with outputs")
     p.add_argument("run", help="run id")
     p.add_argument("step", help="step name")
-    p.add_argument("--output", "-o", action="append", metavar="KEY=VALUE",
-                   help="an output (repeatable; JSON values such as true or 3 are parsed)")
+    p.add_argument(
+        "--output",
+        "-o",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an output (repeatable; JSON values such as true or 3 are parsed)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     _connection(p)
     p.set_defaults(func=cmd_complete_step)
 
-    p = sub.add_parser("call", help="make a tool call through a run's policy, or the base policy outside runs")
+    p = sub.add_parser(
+        "call", help="make a tool call through a run's policy, or the base policy outside runs"
+    )
     p.add_argument("tool", help="tool id, e.g. filesystem.read or word_count")
     p.add_argument("arguments", nargs="?", help="arguments as a JSON object")
-    p.add_argument("--run", help="the run whose grants apply (default: your session, with the base policy of "
-                                 "agent_harness.yaml)")
+    p.add_argument(
+        "--run",
+        help="the run whose grants apply (default: your session, with the base policy of agent_harness.yaml)",
+    )
     p.add_argument("--client", default="cli", help="session name for calls outside a run (default: cli)")
     _connection(p)
     p.set_defaults(func=cmd_call)
@@ -442,8 +530,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("mcp", help="serve the MCP front end (search, load, execute, help) on stdio or HTTP")
     p.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio")
-    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1; any other needs "
-                                                       "KIWI_MCP_TOKEN)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="HTTP bind address (default 127.0.0.1; any other needs KIWI_MCP_TOKEN)",
+    )
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     _connection(p)
     p.set_defaults(func=cmd_mcp)
@@ -451,8 +542,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("resume", help="let a run that stopped as stuck or awaiting_human carry on")
     p.add_argument("run", help="run id")
     p.add_argument("--reason", default="", help="why (recorded in the audit trail)")
-    p.add_argument("--as", "--by", dest="by", metavar="KEY",
-                   help="your approver key that signs it (default: your only key; see `kiwi keys`)")
+    p.add_argument(
+        "--as",
+        "--by",
+        dest="by",
+        metavar="KEY",
+        help="your approver key that signs it (default: your only key; see `kiwi keys`)",
+    )
     _connection(p)
     p.set_defaults(func=cmd_resume)
 
@@ -461,11 +557,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument("run", help="run id")
         p.add_argument("request", help="approval request id, e.g. approval-3")
         p.add_argument("--reason", default="", help="why (recorded in the run and its audit trail)")
-        p.add_argument("--as", "--by", dest="by", metavar="KEY",
-                       help="your approver key that signs the decision (default: your only key; see `kiwi keys`)")
-        p.add_argument("--print-signal", action="store_true",
-                       help="print the signed decide_approval signal as JSON instead of sending it (to send with "
-                            "`temporal workflow signal` or the Temporal UI)")
+        p.add_argument(
+            "--as",
+            "--by",
+            dest="by",
+            metavar="KEY",
+            help="your approver key that signs the decision (default: your only key; see `kiwi keys`)",
+        )
+        p.add_argument(
+            "--print-signal",
+            action="store_true",
+            help="print the signed decide_approval signal as JSON instead of sending it (to send with "
+            "`temporal workflow signal` or the Temporal UI)",
+        )
         _connection(p)
         p.set_defaults(func=cmd_approve)
 
@@ -474,8 +578,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("request", help="escalation id, e.g. decision-1")
     p.add_argument("option", help="the chosen option")
     p.add_argument("--note", default="", help="a note for the agent")
-    p.add_argument("--as", "--by", dest="by", metavar="KEY",
-                   help="your approver key that signs the answer (default: your only key; see `kiwi keys`)")
+    p.add_argument(
+        "--as",
+        "--by",
+        dest="by",
+        metavar="KEY",
+        help="your approver key that signs the answer (default: your only key; see `kiwi keys`)",
+    )
     _connection(p)
     p.set_defaults(func=cmd_decide)
 

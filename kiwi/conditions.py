@@ -69,8 +69,25 @@ def parse_condition(source: str) -> Condition:
     except SyntaxError as exc:
         raise ConditionError(f"cannot parse {source!r}: {exc.msg}") from None
     for node in ast.walk(tree):
-        if isinstance(node, (ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.Compare, ast.Name,
-                             ast.Attribute, ast.Constant, ast.Load, ast.List, ast.Tuple, *_COMPARE)):
+        if isinstance(
+            node,
+            (
+                ast.BoolOp,
+                ast.And,
+                ast.Or,
+                ast.UnaryOp,
+                ast.Not,
+                ast.USub,
+                ast.Compare,
+                ast.Name,
+                ast.Attribute,
+                ast.Constant,
+                ast.Load,
+                ast.List,
+                ast.Tuple,
+                *_COMPARE,
+            ),
+        ):
             continue
         raise ConditionError(
             f"{type(node).__name__} is not allowed in a condition; use names, literals, comparisons, "

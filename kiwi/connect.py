@@ -13,10 +13,18 @@ DEFAULT_ADDRESS = "127.0.0.1:7233"
 
 def target(address: str | None = None, namespace: str | None = None) -> tuple[str, str]:
     """Address and namespace: explicit values, then KIWI_TEMPORAL_* / TEMPORAL_* env vars, then defaults."""
-    address = address or os.environ.get("KIWI_TEMPORAL_ADDRESS") or os.environ.get("TEMPORAL_ADDRESS") \
+    address = (
+        address
+        or os.environ.get("KIWI_TEMPORAL_ADDRESS")
+        or os.environ.get("TEMPORAL_ADDRESS")
         or DEFAULT_ADDRESS
-    namespace = namespace or os.environ.get("KIWI_TEMPORAL_NAMESPACE") or os.environ.get("TEMPORAL_NAMESPACE") \
+    )
+    namespace = (
+        namespace
+        or os.environ.get("KIWI_TEMPORAL_NAMESPACE")
+        or os.environ.get("TEMPORAL_NAMESPACE")
         or "default"
+    )
     return address, namespace
 
 

@@ -28,7 +28,14 @@ PENDING_APPROVAL_ATTR = SearchAttributeKey.for_keyword("KiwiPendingApproval")
 SEARCH_ATTRIBUTES = (DIRECTIVE_ATTR, STATUS_ATTR, STEP_ATTR, PENDING_APPROVAL_ATTR)
 
 RunStatusName = Literal[
-    "running", "awaiting_agent", "awaiting_approval", "awaiting_human", "stuck", "completed", "failed", "cancelled",
+    "running",
+    "awaiting_agent",
+    "awaiting_approval",
+    "awaiting_human",
+    "stuck",
+    "completed",
+    "failed",
+    "cancelled",
     "timed_out",
 ]
 TERMINAL = ("completed", "failed", "cancelled", "timed_out")
@@ -69,7 +76,8 @@ class RunLimits(BaseModel):
     """Harness settings that apply to one run (from ``agent_harness.yaml``)."""
 
     rate_limits: dict[str, int] = Field(
-        default_factory=lambda: {"filesystem.write": 100, "shell.run": 50, "mcp.*": 200})
+        default_factory=lambda: {"filesystem.write": 100, "shell.run": 50, "mcp.*": 200}
+    )
     # Limits over a sliding time window ("100/minute"): pattern -> [calls, window seconds].
     rate_windows: dict[str, tuple[int, float]] = Field(default_factory=dict)
     blocked_commands: list[str] = Field(default_factory=lambda: ["sudo", "rm -rf"])

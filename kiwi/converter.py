@@ -24,9 +24,13 @@ class KiwiPayloadConverter(PydanticPayloadConverter):
     """``PydanticPayloadConverter`` built around the process's one pydantic JSON converter."""
 
     def __init__(self) -> None:
-        CompositePayloadConverter.__init__(self, *(
-            _JSON if isinstance(c, JSONPlainPayloadConverter) else c
-            for c in DefaultPayloadConverter.default_encoding_payload_converters))
+        CompositePayloadConverter.__init__(
+            self,
+            *(
+                _JSON if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            ),
+        )
 
 
 data_converter = DataConverter(payload_converter_class=KiwiPayloadConverter)

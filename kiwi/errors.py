@@ -73,7 +73,6 @@ class KiwiError(Exception):
 class ItemInvalid(KiwiError):
     """An item failed to parse or validate; ``problems`` says where and why."""
 
-
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
         errors = [p for p in problems if p.severity == "error"]
@@ -100,7 +99,6 @@ class RunFinished(RunStateConflict):
     """The run has completed, failed, timed out or been cancelled; it takes no more calls."""
 
 
-
 def display_path(path: Path | str, root: Path | None = None) -> str:
     """A path as a user should see it: relative to ``root`` when inside it."""
     p = Path(path)
@@ -114,7 +112,6 @@ def display_path(path: Path | str, root: Path | None = None) -> str:
 
 class McpServerMissing(KiwiError):
     """A run needs an external MCP server that is not configured or does not answer."""
-
 
 
 class Failure(KiwiError):

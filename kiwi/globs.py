@@ -48,7 +48,9 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
 
 @lru_cache(maxsize=1024)
 def _any_glob(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    return re.compile("|".join(f"(?P<g{i}>{compile_glob(p).pattern})" for i, p in enumerate(patterns)), re.DOTALL)
+    return re.compile(
+        "|".join(f"(?P<g{i}>{compile_glob(p).pattern})" for i, p in enumerate(patterns)), re.DOTALL
+    )
 
 
 @lru_cache(maxsize=1024)

@@ -11,8 +11,11 @@ from kiwi.policy import BUILTIN_TOOLS
 
 # Argument keys whose values are credentials. Anywhere in the key: these words are never an
 # ordinary name ("max_tokens" is redacted too: better a hidden number than a leaked token).
-_SECRET_KEY = re.compile(r"(token|secret|password|passwd|passphrase|api[_-]?key|authori[sz]ation|credential|"
-                         r"private[_-]?key|access[_-]?key|bearer|cookie)", re.I)
+_SECRET_KEY = re.compile(
+    r"(token|secret|password|passwd|passphrase|api[_-]?key|authori[sz]ation|credential|"
+    r"private[_-]?key|access[_-]?key|bearer|cookie)",
+    re.I,
+)
 # Only as a whole word of the key (split at _ - . and camelCase): "pwd", "auth" ("auth_header", not
 # "author"), and a bare "session" (a session cookie's value; "session_id" names a session, it is kept).
 _SECRET_WORDS = {"pwd", "auth", "pin", "otp"}
@@ -56,9 +59,16 @@ def rate_patterns(tool: str, limits: dict[str, int], local_tools: Any) -> list[s
 def detect_loop(hashes: list[str], threshold: int) -> str:
     """A warning when the latest calls repeat (same call N times, or A-B-A-B); else ''."""
     if threshold > 1 and len(hashes) >= threshold and len(set(hashes[-threshold:])) == 1:
-        return (f"the same call was made {threshold} times in a row; if you are stuck, "
-                "use help(action='stuck', reason=...)")
-    if len(hashes) >= 4 and hashes[-1] == hashes[-3] and hashes[-2] == hashes[-4] and hashes[-1] != hashes[-2]:
+        return (
+            f"the same call was made {threshold} times in a row; if you are stuck, "
+            "use help(action='stuck', reason=...)"
+        )
+    if (
+        len(hashes) >= 4
+        and hashes[-1] == hashes[-3]
+        and hashes[-2] == hashes[-4]
+        and hashes[-1] != hashes[-2]
+    ):
         return "calls alternate between two states (A-B-A-B); if you are stuck, use help(action='stuck', reason=...)"
     return ""
 
@@ -83,7 +93,11 @@ def summarise_call(tool: str, args: dict[str, Any]) -> str:
         if args.get("destination"):
             detail += f" -> {args['destination']}"
     elif tool == "shell.run":
-        detail = args["command"] if isinstance(args.get("command"), str) else " ".join(map(str, args.get("argv", [])))
+        detail = (
+            args["command"]
+            if isinstance(args.get("command"), str)
+            else " ".join(map(str, args.get("argv", [])))
+        )
     else:
         detail = ""
     return f"{tool} {detail}".strip()[:200]

@@ -34,7 +34,9 @@ def _load(path: Path) -> dict[str, Any]:
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
     return out
 
 
@@ -48,8 +50,10 @@ def set_rate(limits: RunLimits, pattern: str, value: Any, key: str) -> None:
     unit = unit.strip().rstrip("s")
     calls = int(count) if count.strip().isdigit() else -1
     if calls < 0 or (unit and unit not in RATE_UNITS):
-        raise ValueError(f"{key} is '{value}'; expected a whole number of calls per run or N/second, N/minute, "
-                         "N/hour or N/day, e.g. 100/minute")
+        raise ValueError(
+            f"{key} is '{value}'; expected a whole number of calls per run or N/second, N/minute, "
+            "N/hour or N/day, e.g. 100/minute"
+        )
     # One limit per pattern: a window replaces the pattern's per-run default, and the reverse.
     if unit:
         limits.rate_limits.pop(pattern, None)
@@ -132,14 +136,17 @@ def _problem(exc: ValidationError, source: str) -> Problem:
     if first["type"] == "extra_forbidden":
         message = "unknown key; see the README's harness settings for the keys Kiwi reads"
     elif first["type"] == "list_type":
-        message = "expected a list, e.g. [\"notes/**\"]"
+        message = 'expected a list, e.g. ["notes/**"]'
     return Problem(f"agent_harness.yaml: {key}: {message}{shown}", source)
 
 
 def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
     data: dict[str, Any] = {}
     sources = []
-    for path in (user_space / "config" / "agent_harness.yaml", project_root / ".ai" / "config" / "agent_harness.yaml"):
+    for path in (
+        user_space / "config" / "agent_harness.yaml",
+        project_root / ".ai" / "config" / "agent_harness.yaml",
+    ):
         if path.is_file():
             data = _merge(data, _load(path))
             sources.append(str(path))
@@ -155,7 +162,9 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
         loops, runs = parsed.loop_detection, parsed.runs
         limits.loop_repeat_threshold = loops.repeat_threshold or limits.loop_repeat_threshold
         limits.loop_max_warnings = loops.max_warnings or limits.loop_max_warnings
-        limits.max_updates_before_continue = runs.continue_as_new_after_updates or limits.max_updates_before_continue
+        limits.max_updates_before_continue = (
+            runs.continue_as_new_after_updates or limits.max_updates_before_continue
+        )
         limits.audit_batch_size = runs.audit_batch_size or limits.audit_batch_size
         limits.on_escalation = parsed.child_runs.on_escalation or limits.on_escalation
         approvals = parsed.approvals
@@ -176,11 +185,13 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
                 problem = path_grant_problem(glob)
                 if problem:
                     raise ValueError(f"internal_tools.filesystem.{key}: {problem}")
-        base = PermissionSet(fs_read=[*tools.filesystem.read, *tools.filesystem.write],
-                             fs_write=list(tools.filesystem.write),
-                             shell=list(tools.shell.allowed_commands),
-                             tools=list(tools.tools),
-                             mcp={name: list(entry.tools) for name, entry in mcps.items() if entry.enabled})
+        base = PermissionSet(
+            fs_read=[*tools.filesystem.read, *tools.filesystem.write],
+            fs_write=list(tools.filesystem.write),
+            shell=list(tools.shell.allowed_commands),
+            tools=list(tools.tools),
+            mcp={name: list(entry.tools) for name, entry in mcps.items() if entry.enabled},
+        )
     except (TypeError, ValueError) as exc:
         raise ItemInvalid([Problem(f"agent_harness.yaml: {exc}", source)]) from None
     return HarnessConfig(limits=limits, base_policy=base, sources=sources, signatures=parsed.signatures)

@@ -72,7 +72,9 @@ def public_key_text(key: Ed25519PrivateKey) -> str:
 
 def check_name(name: str) -> str:
     if not NAME.match(name):
-        raise InputInvalid(f"key name '{name}' is not usable", hint="use letters, digits, '.', '_' or '-' (at most 64)")
+        raise InputInvalid(
+            f"key name '{name}' is not usable", hint="use letters, digits, '.', '_' or '-' (at most 64)"
+        )
     return name
 
 
@@ -83,8 +85,9 @@ def create_key(name: str) -> tuple[Path, str]:
         raise InputInvalid(f"a key named '{name}' already exists at {path}", hint="pick another --name")
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = Ed25519PrivateKey.generate()
-    raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                            serialization.NoEncryption())
+    raw = key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(_b64(raw) + "\n")
@@ -97,8 +100,9 @@ def load_private(name: str) -> Ed25519PrivateKey:
         raw = _unb64(path.read_text().strip())
         return Ed25519PrivateKey.from_private_bytes(raw)
     except FileNotFoundError:
-        raise InputInvalid(f"no signing key '{name}' at {path}",
-                           hint="create one with `kiwi keys init --name NAME`") from None
+        raise InputInvalid(
+            f"no signing key '{name}' at {path}", hint="create one with `kiwi keys init --name NAME`"
+        ) from None
     except ValueError as exc:
         raise InputInvalid(f"{path} is not a Kiwi key: {exc}") from None
 
@@ -116,8 +120,10 @@ def default_key(requested: str | None = None) -> str:
     if len(names) == 1:
         return names[0]
     if not names:
-        raise InputInvalid(f"you have no signing key (looked in {keys_dir()})",
-                           hint="create one with `kiwi keys init`; it is trusted for signing and approving")
+        raise InputInvalid(
+            f"you have no signing key (looked in {keys_dir()})",
+            hint="create one with `kiwi keys init`; it is trusted for signing and approving",
+        )
     raise InputInvalid(f"you have several keys ({', '.join(names)})", hint="choose one with --key NAME")
 
 
@@ -130,26 +136,47 @@ def verify_bytes(public_key: str, message: bytes, signature: str) -> bool:
     if not public_key.startswith(PREFIX):
         return False
     try:
-        Ed25519PublicKey.from_public_bytes(_unb64(public_key[len(PREFIX):])).verify(_unb64(signature), message)
+        Ed25519PublicKey.from_public_bytes(_unb64(public_key[len(PREFIX) :])).verify(
+            _unb64(signature), message
+        )
     except (InvalidSignature, ValueError):
         return False
     return True
 
 
-def approval_message(run_id: str, execution: str, request_id: str, args_hash: str, approved: bool,
-                     by: str) -> bytes:
+def approval_message(
+    run_id: str, execution: str, request_id: str, args_hash: str, approved: bool, by: str
+) -> bytes:
     """What an approver signs: the run and its execution (a workflow id can be reused by a new execution,
     whose request ids start again), the request, the exact call (its hash) and the answer."""
-    return json.dumps({"kind": "kiwi-approval-v2", "run_id": run_id, "execution": execution,
-                       "request_id": request_id, "args_hash": args_hash, "approved": approved, "by": by},
-                      sort_keys=True).encode()
+    return json.dumps(
+        {
+            "kind": "kiwi-approval-v2",
+            "run_id": run_id,
+            "execution": execution,
+            "request_id": request_id,
+            "args_hash": args_hash,
+            "approved": approved,
+            "by": by,
+        },
+        sort_keys=True,
+    ).encode()
 
 
 def human_message(kind: str, run_id: str, execution: str, subject: str, answer: str, by: str) -> bytes:
     """What a human signs to steer a held run: ``resume`` (subject: the hold's id, new for every hold) or
     ``decide`` (subject: the escalation's request id, answer: the option), in this execution of the run."""
-    return json.dumps({"kind": f"kiwi-{kind}-v2", "run_id": run_id, "execution": execution, "subject": subject,
-                       "answer": answer, "by": by}, sort_keys=True).encode()
+    return json.dumps(
+        {
+            "kind": f"kiwi-{kind}-v2",
+            "run_id": run_id,
+            "execution": execution,
+            "subject": subject,
+            "answer": answer,
+            "by": by,
+        },
+        sort_keys=True,
+    ).encode()
 
 
 def item_message(kind: str, content_sha256: str, timestamp: str, signer: str) -> bytes:
@@ -180,8 +207,15 @@ def load_trusted(project_root: Path, user_space: Path) -> TrustedKeys:
             raise ItemInvalid([Problem(f"{TRUSTED_FILE}: {where}: {first['msg']}", str(path))]) from None
     for name, key in merged.items():
         if not NAME.match(name) or not key.public_key.startswith(PREFIX):
-            raise ItemInvalid([Problem(f"{TRUSTED_FILE}: keys.{name}: expected a name of letters/digits and a "
-                                       f"public key 'ed25519:...' (from `kiwi keys init`)", "")])
+            raise ItemInvalid(
+                [
+                    Problem(
+                        f"{TRUSTED_FILE}: keys.{name}: expected a name of letters/digits and a "
+                        f"public key 'ed25519:...' (from `kiwi keys init`)",
+                        "",
+                    )
+                ]
+            )
     return TrustedKeys(keys=merged)
 
 
@@ -192,9 +226,12 @@ def trust_key(user_space: Path, name: str, public_key: str, roles: list[Role]) -
     current = TrustedKeys.model_validate(data or {})
     current.keys[name] = TrustedKey(public_key=public_key, roles=roles)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = ["# Keys Kiwi trusts: `sign` (items whose grants take effect) and `approve` (approval decisions).",
-             "# Written by `kiwi keys init`; edit by hand to revoke (remove) or narrow roles.", "keys:"]
+    lines = [
+        "# Keys Kiwi trusts: `sign` (items whose grants take effect) and `approve` (approval decisions).",
+        "# Written by `kiwi keys init`; edit by hand to revoke (remove) or narrow roles.",
+        "keys:",
+    ]
     for key_name, key in sorted(current.keys.items()):
-        lines.append(f"  {key_name}: {{public_key: \"{key.public_key}\", roles: [{', '.join(key.roles)}]}}")
+        lines.append(f'  {key_name}: {{public_key: "{key.public_key}", roles: [{", ".join(key.roles)}]}}')
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

@@ -41,8 +41,15 @@ class McpCatalog:
             for tool in tools:
                 text = f"{name} {tool['name']} {tool.get('description', '')} {config.description}".lower()
                 if all(w in text for w in words):
-                    results.append({"item_type": "mcp", "item_id": f"{name}.{tool['name']}", "server": name,
-                                    "tool": tool["name"], "description": tool.get("description", "")})
+                    results.append(
+                        {
+                            "item_type": "mcp",
+                            "item_id": f"{name}.{tool['name']}",
+                            "server": name,
+                            "tool": tool["name"],
+                            "description": tool.get("description", ""),
+                        }
+                    )
         return {"results": results[:limit], "unavailable": unavailable}
 
     async def load(self, item_id: str) -> dict[str, Any]:
@@ -55,11 +62,19 @@ class McpCatalog:
         if tool:
             found = next((t for t in tools if t["name"] == tool), None)
             if found is None:
-                raise KiwiError(f"MCP server '{server}' offers no tool '{tool}'",
-                                hint=f"its tools: {', '.join(t['name'] for t in tools) or 'none'}")
+                raise KiwiError(
+                    f"MCP server '{server}' offers no tool '{tool}'",
+                    hint=f"its tools: {', '.join(t['name'] for t in tools) or 'none'}",
+                )
             return {"item_type": "mcp", "item_id": item_id, "server": server, "tool": found}
-        return {"item_type": "mcp", "item_id": server, "server": server, "description": config.description,
-                "transport": config.type, "tools": [{**t, "name": f"{server}.{t['name']}"} for t in tools]}
+        return {
+            "item_type": "mcp",
+            "item_id": server,
+            "server": server,
+            "description": config.description,
+            "transport": config.type,
+            "tools": [{**t, "name": f"{server}.{t['name']}"} for t in tools],
+        }
 
     @staticmethod
     def tool_id(item_id: str, parameters: dict[str, Any]) -> str:
@@ -68,6 +83,8 @@ class McpCatalog:
             return item_id
         tool = parameters.pop("tool", None)
         if not item_id or not isinstance(tool, str) or not tool:
-            raise KiwiError("execute(item_type='mcp', action='call') needs item_id='SERVER.TOOL' "
-                            "(or item_id='SERVER' with parameters.tool)")
+            raise KiwiError(
+                "execute(item_type='mcp', action='call') needs item_id='SERVER.TOOL' "
+                "(or item_id='SERVER' with parameters.tool)"
+            )
         return f"{item_id}.{tool}"

@@ -76,8 +76,10 @@ class McpConnection:
             await asyncio.wait_for(asyncio.shield(self._ready), timeout=self.config.connect_timeout_seconds)
         except TimeoutError:
             await self.close()
-            raise McpUnavailable(f"no answer from MCP server '{self.config.name}' within "
-                                 f"{self.config.connect_timeout_seconds:g}s") from None
+            raise McpUnavailable(
+                f"no answer from MCP server '{self.config.name}' within "
+                f"{self.config.connect_timeout_seconds:g}s"
+            ) from None
 
     def _transport(self) -> Any:
         c = self.config
@@ -94,14 +96,23 @@ class McpConnection:
                 self._on_change()
 
         try:
-            async with Client(self._transport(), message_handler=on_message,
-                              read_timeout_seconds=self.config.timeout_seconds, cache=None) as client:
+            async with Client(
+                self._transport(),
+                message_handler=on_message,
+                read_timeout_seconds=self.config.timeout_seconds,
+                cache=None,
+            ) as client:
                 self.client = client
                 self._ready.set_result(None)
                 while not self._closing.is_set():
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._closing.wait(), timeout=min(self.config.idle_timeout_seconds, 5))
-                    if self.busy == 0 and time.monotonic() - self.last_used >= self.config.idle_timeout_seconds:
+                        await asyncio.wait_for(
+                            self._closing.wait(), timeout=min(self.config.idle_timeout_seconds, 5)
+                        )
+                    if (
+                        self.busy == 0
+                        and time.monotonic() - self.last_used >= self.config.idle_timeout_seconds
+                    ):
                         break
         except BaseException as exc:  # noqa: BLE001 - whatever ends the transport ends this connection
             if not self._ready.done():
@@ -177,8 +188,9 @@ class McpPool:
             await conn.close()
 
     @contextlib.asynccontextmanager
-    async def _using(self, project_root: str, config: McpServerConfig, what: str,
-                     refused_type: str) -> AsyncIterator[McpConnection]:
+    async def _using(
+        self, project_root: str, config: McpServerConfig, what: str, refused_type: str
+    ) -> AsyncIterator[McpConnection]:
         """The server's connection for one request. An MCP error that will not heal is a refusal
         (``refused_type``); anything else drops the connection, and the activity's retry reconnects."""
         conn = await self.connection(project_root, config)
@@ -198,12 +210,15 @@ class McpPool:
             conn.busy -= 1
             conn.last_used = time.monotonic()
 
-    async def list_tools(self, project_root: str, config: McpServerConfig, refresh: bool = False) -> list[dict]:
+    async def list_tools(
+        self, project_root: str, config: McpServerConfig, refresh: bool = False
+    ) -> list[dict]:
         """Every tool the registry lets through, from cache when fresher than the server's TTL."""
         return (await self.listing(project_root, config, refresh))[0]
 
-    async def listing(self, project_root: str, config: McpServerConfig,
-                      refresh: bool = False) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    async def listing(
+        self, project_root: str, config: McpServerConfig, refresh: bool = False
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """:meth:`list_tools` and the :func:`schema_hash` of each tool by name, worked out once per listing."""
         key = self._key(project_root, config)
         cached = self._schemas.get(key)
@@ -211,7 +226,9 @@ class McpPool:
             return cached[1], cached[2]
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
-        async with self._using(project_root, config, f"MCP server '{config.name}' tools/list", "McpError") as conn:
+        async with self._using(
+            project_root, config, f"MCP server '{config.name}' tools/list", "McpError"
+        ) as conn:
             for _ in range(100):
                 page = await conn.client.list_tools(cursor=cursor, cache_mode="refresh")
                 tools += [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in page.tools]
@@ -224,10 +241,18 @@ class McpPool:
         self._schemas[key] = (time.monotonic(), tools, hashes)
         return tools, hashes
 
-    async def call_tool(self, project_root: str, config: McpServerConfig, tool: str, arguments: dict[str, Any],
-                        progress: Any = None) -> tuple[dict[str, Any], McpConnection]:
+    async def call_tool(
+        self,
+        project_root: str,
+        config: McpServerConfig,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: Any = None,
+    ) -> tuple[dict[str, Any], McpConnection]:
         if config.tools and tool not in config.tools:
-            raise McpRefused(f"MCP server '{config.name}' has no tool '{tool}' exposed to Kiwi", "ToolNotFound")
+            raise McpRefused(
+                f"MCP server '{config.name}' has no tool '{tool}' exposed to Kiwi", "ToolNotFound"
+            )
         async with self._using(project_root, config, f"{config.name}.{tool}", "ToolFailed") as conn:
             result = await conn.client.call_tool(tool, arguments, progress_callback=progress)
         return result.model_dump(mode="json", by_alias=True, exclude_none=True), conn
@@ -257,8 +282,10 @@ def scrub(value: Any, secrets: dict[str, str] | None = None) -> Any:
 # Every ${NAME} value resolved in this process, by name: what scrub() and the log filter hide.
 KNOWN_SECRETS: dict[str, str] = {}
 # Query values that are credentials whatever their source (a URL in a log line or an error).
-_CREDENTIAL_QUERY = re.compile(r"(?i)([?&;](?:api[_-]?key|apikey|access[_-]?token|token|password|passwd|secret|"
-                               r"auth|key|sig|signature)=)[^&#\s'\"]+")
+_CREDENTIAL_QUERY = re.compile(
+    r"(?i)([?&;](?:api[_-]?key|apikey|access[_-]?token|token|password|passwd|secret|"
+    r"auth|key|sig|signature)=)[^&#\s'\"]+"
+)
 
 
 def remember_secrets(secrets: dict[str, str]) -> None:
@@ -328,4 +355,3 @@ def _errlog() -> Any:
         return sys.stderr
     except (AttributeError, OSError, ValueError):
         return sys.__stderr__
-

@@ -24,9 +24,25 @@ from kiwi.errors import ItemInvalid, KiwiError, Problem
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 BUILTIN_VARIABLES = ("PROJECT_PATH", "HOME")  # not secrets: filled in from where the run works
-KNOWN_KEYS = ("type", "command", "args", "env", "cwd", "url", "headers", "description", "tools", "allowed_paths",
-              "require_approval", "approval_timeout", "timeout", "connect_timeout", "idle_timeout", "schema_ttl",
-              "enabled")
+KNOWN_KEYS = (
+    "type",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "description",
+    "tools",
+    "allowed_paths",
+    "require_approval",
+    "approval_timeout",
+    "timeout",
+    "connect_timeout",
+    "idle_timeout",
+    "schema_ttl",
+    "enabled",
+)
 
 
 class McpServerInfo(BaseModel):
@@ -67,14 +83,25 @@ class McpServerConfig(BaseModel):
     _fingerprint: str | None = PrivateAttr(default=None)
 
     def info(self) -> McpServerInfo:
-        return McpServerInfo(name=self.name, description=self.description, tools=self.tools,
-                             require_approval=self.require_approval,
-                             approval_timeout_seconds=self.approval_timeout_seconds,
-                             timeout_seconds=self.timeout_seconds)
+        return McpServerInfo(
+            name=self.name,
+            description=self.description,
+            tools=self.tools,
+            require_approval=self.require_approval,
+            approval_timeout_seconds=self.approval_timeout_seconds,
+            timeout_seconds=self.timeout_seconds,
+        )
 
     def variables(self) -> list[str]:
         """Every ``${NAME}`` the entry uses, in order of first use."""
-        texts = [self.command, *self.args, *self.env.values(), self.url, *self.headers.values(), self.cwd or ""]
+        texts = [
+            self.command,
+            *self.args,
+            *self.env.values(),
+            self.url,
+            *self.headers.values(),
+            self.cwd or "",
+        ]
         seen: dict[str, None] = {}
         for text in texts:
             for name in PLACEHOLDER.findall(text):
@@ -91,7 +118,9 @@ class McpServerConfig(BaseModel):
         changed in place, when the registry file changes.
         """
         if self._fingerprint is None:
-            data = self.model_dump(exclude={"description", "source", "require_approval", "approval_timeout_seconds"})
+            data = self.model_dump(
+                exclude={"description", "source", "require_approval", "approval_timeout_seconds"}
+            )
             self._fingerprint = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
         return self._fingerprint
 
@@ -110,19 +139,27 @@ class McpServerConfig(BaseModel):
                     return builtins[name]
                 value = lookup_secret(name)
                 if value is None:
-                    raise SecretMissing(f"MCP server '{self.name}' needs ${{{name}}}, which is not set",
-                                        hint=f"export {name}=... in the worker's environment (or store it in the "
-                                             f"OS keyring under service 'kiwi'), then retry")
+                    raise SecretMissing(
+                        f"MCP server '{self.name}' needs ${{{name}}}, which is not set",
+                        hint=f"export {name}=... in the worker's environment (or store it in the "
+                        f"OS keyring under service 'kiwi'), then retry",
+                    )
                 if value:
                     secrets[name] = value
                 return value
+
             return PLACEHOLDER.sub(one, text)
 
-        copy = self.model_copy(update={
-            "command": fill(self.command), "args": [fill(a) for a in self.args],
-            "env": {k: fill(v) for k, v in self.env.items()}, "url": fill(self.url),
-            "headers": {k: fill(v) for k, v in self.headers.items()},
-            "cwd": fill(self.cwd) if self.cwd else None})
+        copy = self.model_copy(
+            update={
+                "command": fill(self.command),
+                "args": [fill(a) for a in self.args],
+                "env": {k: fill(v) for k, v in self.env.items()},
+                "url": fill(self.url),
+                "headers": {k: fill(v) for k, v in self.headers.items()},
+                "cwd": fill(self.cwd) if self.cwd else None,
+            }
+        )
         copy._fingerprint = None  # a resolved copy holds values, not placeholders
         return copy, secrets
 
@@ -146,8 +183,10 @@ class McpRegistry(BaseModel):
         if name in self.skipped:
             raise KiwiError(f"MCP server '{name}' is configured but skipped: {self.skipped[name]}")
         known = ", ".join(sorted(self.servers)) or "none"
-        raise KiwiError(f"no MCP server '{name}' in mcp_registry.yaml (configured: {known})",
-                        hint="add it under mcps: in .ai/config/mcp_registry.yaml")
+        raise KiwiError(
+            f"no MCP server '{name}' in mcp_registry.yaml (configured: {known})",
+            hint="add it under mcps: in .ai/config/mcp_registry.yaml",
+        )
 
 
 def lookup_secret(name: str) -> str | None:
@@ -165,7 +204,10 @@ def lookup_secret(name: str) -> str | None:
 
 
 def registry_paths(project_root: Path, user_space: Path) -> list[Path]:
-    return [user_space / "config" / "mcp_registry.yaml", project_root / ".ai" / "config" / "mcp_registry.yaml"]
+    return [
+        user_space / "config" / "mcp_registry.yaml",
+        project_root / ".ai" / "config" / "mcp_registry.yaml",
+    ]
 
 
 def load_registry(project_root: Path, user_space: Path) -> McpRegistry:
@@ -187,15 +229,24 @@ def load_registry(project_root: Path, user_space: Path) -> McpRegistry:
         if missing:
             registry.servers.pop(name)
             registry.skipped[name] = f"${{{missing[0]}}} is not set in the environment" + (
-                f" (nor {', '.join('$' + m for m in missing[1:])})" if len(missing) > 1 else "")
+                f" (nor {', '.join('$' + m for m in missing[1:])})" if len(missing) > 1 else ""
+            )
     return registry
 
 
 def _read(path: Path) -> dict[str, McpServerConfig | None]:
     data = yamltext.read(path)
     if not isinstance(data, dict) or not isinstance(data.get("mcps", {}), dict):
-        raise ItemInvalid([Problem("mcp_registry.yaml must be a mapping with an 'mcps:' mapping of servers by name",
-                                   str(path), 1, 1)])
+        raise ItemInvalid(
+            [
+                Problem(
+                    "mcp_registry.yaml must be a mapping with an 'mcps:' mapping of servers by name",
+                    str(path),
+                    1,
+                    1,
+                )
+            ]
+        )
     out = {}
     for name, entry in (data.get("mcps") or {}).items():
         out[str(name)] = _entry(str(name), entry, path)
@@ -207,7 +258,9 @@ def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
         return ItemInvalid([Problem(f"mcps.{name}{'.' + key if key else ''}: {message}", str(path))])
 
     if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
-        raise bad("", "server names may use letters, digits, '_' and '-' only (tools are called as NAME.TOOL)")
+        raise bad(
+            "", "server names may use letters, digits, '_' and '-' only (tools are called as NAME.TOOL)"
+        )
     if not isinstance(entry, dict):
         raise bad("", "each server is a mapping (type, command, args, env or url, headers, ...)")
     unknown = [k for k in entry if k not in KNOWN_KEYS]
@@ -215,11 +268,27 @@ def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
         raise bad(str(unknown[0]), f"unknown key; known keys: {', '.join(KNOWN_KEYS)}")
     if entry.get("enabled") is False:
         return None
-    fields: dict[str, Any] = {k: v for k, v in entry.items() if k not in (
-        "allowed_paths", "timeout", "connect_timeout", "idle_timeout", "schema_ttl", "approval_timeout", "enabled")}
-    for key, field in (("timeout", "timeout_seconds"), ("connect_timeout", "connect_timeout_seconds"),
-                       ("idle_timeout", "idle_timeout_seconds"), ("schema_ttl", "schema_ttl_seconds"),
-                       ("approval_timeout", "approval_timeout_seconds")):
+    fields: dict[str, Any] = {
+        k: v
+        for k, v in entry.items()
+        if k
+        not in (
+            "allowed_paths",
+            "timeout",
+            "connect_timeout",
+            "idle_timeout",
+            "schema_ttl",
+            "approval_timeout",
+            "enabled",
+        )
+    }
+    for key, field in (
+        ("timeout", "timeout_seconds"),
+        ("connect_timeout", "connect_timeout_seconds"),
+        ("idle_timeout", "idle_timeout_seconds"),
+        ("schema_ttl", "schema_ttl_seconds"),
+        ("approval_timeout", "approval_timeout_seconds"),
+    ):
         if key in entry:
             fields[field] = entry[key]
     if "allowed_paths" in entry:

@@ -87,10 +87,14 @@ def path_grant_problem(path: str) -> str:
     """Why a filesystem grant's path cannot be used, or '' (grants are globs relative to the project)."""
     text = path.strip()
     if not text:
-        return "the path is empty; give a glob relative to the project root, e.g. \"src/**\" (\"**\" is everything)"
+        return (
+            'the path is empty; give a glob relative to the project root, e.g. "src/**" ("**" is everything)'
+        )
     if text.startswith(("/", "~")) or (len(text) > 2 and text[1] == ":"):
-        return (f"'{path}' is absolute; grants are relative to the project root: \"**\" is the whole project, "
-                "\".\" its root folder alone")
+        return (
+            f"'{path}' is absolute; grants are relative to the project root: \"**\" is the whole project, "
+            '"." its root folder alone'
+        )
     if ".." in text.replace("\\", "/").split("/"):
         return f"'{path}' leaves the project root ('..'); Kiwi grants nothing outside it"
     return ""
@@ -113,33 +117,45 @@ def entry_problems(entry: PermissionEntry) -> list[str]:
     key = (entry.tag, resource)
     if key not in GRANT_ATTRIBUTES:
         if entry.tag in ("read", "write"):
-            return [f"<{entry.tag} resource=\"{resource}\"> is not a grant Kiwi knows; <{entry.tag}> takes "
-                    f"resource=\"filesystem\" with a path glob"]
+            return [
+                f'<{entry.tag} resource="{resource}"> is not a grant Kiwi knows; <{entry.tag}> takes '
+                f'resource="filesystem" with a path glob'
+            ]
         if resource in ("filesystem", "tool", "shell", "network"):
-            return [f"<{entry.tag} resource=\"{resource}\"> is not a grant Kiwi knows"]
+            return [f'<{entry.tag} resource="{resource}"> is not a grant Kiwi knows']
         if resource in BUILTIN_NAMESPACES:
-            return [f"resource=\"{resource}\" is ambiguous: Kiwi's built-in {resource}.* tools are granted with "
-                    f"<execute resource=\"tool\" id=\"{resource}.NAME\"/>, an MCP server's tools with "
-                    f"<execute resource=\"mcp\" name=\"{resource}\" actions=\"...\"/>"]
+            return [
+                f'resource="{resource}" is ambiguous: Kiwi\'s built-in {resource}.* tools are granted with '
+                f'<execute resource="tool" id="{resource}.NAME"/>, an MCP server\'s tools with '
+                f'<execute resource="mcp" name="{resource}" actions="..."/>'
+            ]
         key = (entry.tag, "*server*")
     allowed = GRANT_ATTRIBUTES[key] | _NOTES
-    problems = [f"<{entry.tag} resource=\"{resource}\"> has no attribute '{name}'; it takes "
-                f"{', '.join(sorted(allowed - _NOTES))}" for name in a if name not in allowed]
+    problems = [
+        f"<{entry.tag} resource=\"{resource}\"> has no attribute '{name}'; it takes "
+        f"{', '.join(sorted(allowed - _NOTES))}"
+        for name in a
+        if name not in allowed
+    ]
     if resource == "filesystem":
         if "path" not in a:
-            problems.append(f"<{entry.tag} resource=\"filesystem\"> needs a path glob, e.g. path=\"src/**\"")
+            problems.append(f'<{entry.tag} resource="filesystem"> needs a path glob, e.g. path="src/**"')
         else:
             problem = path_grant_problem(a["path"])
             problems += [problem] if problem else []
     elif resource == "tool" and not _split(a.get("id", "")):
-        problems.append(f"<{entry.tag} resource=\"tool\"> needs id=\"TOOL\" (one or more, comma-separated)")
-    elif resource == "shell" and entry.tag == "execute" and not _split(a.get("commands", a.get("action", ""))):
+        problems.append(f'<{entry.tag} resource="tool"> needs id="TOOL" (one or more, comma-separated)')
+    elif (
+        resource == "shell" and entry.tag == "execute" and not _split(a.get("commands", a.get("action", "")))
+    ):
         problems.append('<execute resource="shell"> needs commands="PROGRAM,..."')
     elif resource == "mcp" and not a.get("name"):
-        problems.append(f"<{entry.tag} resource=\"mcp\"> needs name=\"SERVER\"")
+        problems.append(f'<{entry.tag} resource="mcp"> needs name="SERVER"')
     if entry.tag == "execute" and key[1] in ("mcp", "*server*") and not _split(_actions(a) or ""):
-        problems.append(f"<execute resource=\"{resource}\"> must name its tools: actions=\"TOOL,...\" "
-                        "(or actions=\"*\" for every tool of the server)")
+        problems.append(
+            f'<execute resource="{resource}"> must name its tools: actions="TOOL,..." '
+            '(or actions="*" for every tool of the server)'
+        )
     return problems
 
 
@@ -212,7 +228,9 @@ class PermissionSet(BaseModel):
                 self.mcp.setdefault(name, []).extend(_split(_actions(a) or ""))
 
     # ---- checks -------------------------------------------------------
-    def check(self, tool: str, args: dict[str, Any], *, blocked_commands: list[str] | None = None) -> Decision:
+    def check(
+        self, tool: str, args: dict[str, Any], *, blocked_commands: list[str] | None = None
+    ) -> Decision:
         """Decide one call. ``args`` are the call's arguments as the caller sent them."""
         if tool in FILESYSTEM_TOOLS:
             return self._check_filesystem(tool, args)
@@ -272,7 +290,7 @@ class PermissionSet(BaseModel):
                 allowed=False,
                 reason=f"'{rel}' is in the protected place '{root}', which only a grant naming it reaches",
                 hint=f'add <{mode} resource="filesystem" path="{root}/**"/> to <permissions> if the directive '
-                     "really must touch it (a human signs that directive)",
+                "really must touch it (a human signs that directive)",
                 checked_against=list(grants),
             )
         if granted is not None:
@@ -295,11 +313,23 @@ class PermissionSet(BaseModel):
         cwd = args.get("cwd", ".")
         if not isinstance(cwd, str) or not cwd.strip():
             return Decision(allowed=False, reason="'cwd' must be a path relative to the project root")
-        verdict = check_argv(argv, allowed=self.shell, denied=self.deny_shell, blocked=blocked_commands,
-                             read_grants=self.fs_read, write_grants=self.fs_write, deny_fs=self.deny_fs, cwd=cwd,
-                             options_granted=self.shell_options)
-        return Decision(allowed=verdict.allowed, reason=verdict.reason, hint=verdict.hint,
-                        checked_against=list(verdict.checked_against))
+        verdict = check_argv(
+            argv,
+            allowed=self.shell,
+            denied=self.deny_shell,
+            blocked=blocked_commands,
+            read_grants=self.fs_read,
+            write_grants=self.fs_write,
+            deny_fs=self.deny_fs,
+            cwd=cwd,
+            options_granted=self.shell_options,
+        )
+        return Decision(
+            allowed=verdict.allowed,
+            reason=verdict.reason,
+            hint=verdict.hint,
+            checked_against=list(verdict.checked_against),
+        )
 
     # ---- composition --------------------------------------------------
     def intersect(self, child: PermissionSet) -> PermissionSet:
@@ -330,8 +360,11 @@ class PermissionSet(BaseModel):
             fs_write=paths(self.fs_write, child.fs_write),
             tools=names(self.tools, child.tools),
             shell=names(self.shell, child.shell),
-            shell_options={program: kept for program, options in child.shell_options.items()
-                           if (kept := [o for o in options if o in self._options_of(program)])},
+            shell_options={
+                program: kept
+                for program, options in child.shell_options.items()
+                if (kept := [o for o in options if o in self._options_of(program)])
+            },
             kiwi_actions=names(self.kiwi_actions, child.kiwi_actions),
             mcp=mcp,
             deny_fs=self.deny_fs + child.deny_fs,
@@ -348,10 +381,16 @@ class PermissionSet(BaseModel):
             return [n for n in mine if "*" not in theirs and n not in theirs]
 
         excess = [f"read {p}" for p in self.fs_read if not any(glob_covered(p, q) for q in parent.fs_read)]
-        excess += [f"write {p}" for p in self.fs_write if not any(glob_covered(p, q) for q in parent.fs_write)]
+        excess += [
+            f"write {p}" for p in self.fs_write if not any(glob_covered(p, q) for q in parent.fs_write)
+        ]
         excess += [f"tool {t}" for t in over(self.tools, parent.tools)]
-        excess += [f"shell option {program} {o}" for program, options in self.shell_options.items()
-                   for o in options if o not in parent._options_of(program)]
+        excess += [
+            f"shell option {program} {o}"
+            for program, options in self.shell_options.items()
+            for o in options
+            if o not in parent._options_of(program)
+        ]
         excess += [f"shell {c}" for c in over(self.shell, parent.shell)]
         excess += [f"kiwi-mcp {a}" for a in over(self.kiwi_actions, parent.kiwi_actions)]
         for server, actions in self.mcp.items():

@@ -85,48 +85,97 @@ class RunClient:
         self._attributes_ready: bool | None = None
 
     # ---------------------------------------------------------------- start
-    def snapshot(self, name: str, inputs: dict[str, Any], run_id: str, client_name: str = "cli",
-                 deadline_seconds: float | None = None) -> RunSnapshot:
-        return build_snapshot(self.store, name, inputs, run_id, client_name=client_name,
-                              deadline_seconds=deadline_seconds, search_attributes=self._attributes_ready or False)
+    def snapshot(
+        self,
+        name: str,
+        inputs: dict[str, Any],
+        run_id: str,
+        client_name: str = "cli",
+        deadline_seconds: float | None = None,
+    ) -> RunSnapshot:
+        return build_snapshot(
+            self.store,
+            name,
+            inputs,
+            run_id,
+            client_name=client_name,
+            deadline_seconds=deadline_seconds,
+            search_attributes=self._attributes_ready or False,
+        )
 
-    async def start(self, name: str, inputs: dict[str, Any], *, idempotency_key: str | None = None,
-                    client_name: str = "cli", deadline_seconds: float | None = None) -> str:
+    async def start(
+        self,
+        name: str,
+        inputs: dict[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        client_name: str = "cli",
+        deadline_seconds: float | None = None,
+    ) -> str:
         """Start a run and return its id. The same idempotency key returns the existing run."""
-        return (await self.launch(name, inputs, idempotency_key=idempotency_key, client_name=client_name,
-                                  deadline_seconds=deadline_seconds)).run_id
+        return (
+            await self.launch(
+                name,
+                inputs,
+                idempotency_key=idempotency_key,
+                client_name=client_name,
+                deadline_seconds=deadline_seconds,
+            )
+        ).run_id
 
-    async def launch(self, name: str, inputs: dict[str, Any], *, idempotency_key: str | None = None,
-                     client_name: str = "cli", deadline_seconds: float | None = None) -> StartedRun:
+    async def launch(
+        self,
+        name: str,
+        inputs: dict[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        client_name: str = "cli",
+        deadline_seconds: float | None = None,
+    ) -> StartedRun:
         """Start a run; also return the directive it runs and, when it declares MCP servers, its tool context."""
         await self._check_search_attributes()
-        short = (hashlib.sha256(f"{name}\0{idempotency_key}".encode()).hexdigest()[:10] if idempotency_key
-                 else uuid.uuid4().hex[:10])
+        short = (
+            hashlib.sha256(f"{name}\0{idempotency_key}".encode()).hexdigest()[:10]
+            if idempotency_key
+            else uuid.uuid4().hex[:10]
+        )
         run_id = run_workflow_id(name, short)
         snap = self.snapshot(name, inputs, run_id, client_name, deadline_seconds)
         directive = snap.directive
         attributes = None
         if snap.search_attributes:
-            attributes = TypedSearchAttributes([SearchAttributePair(SEARCH_ATTRIBUTES[0], directive.name),
-                                                SearchAttributePair(SEARCH_ATTRIBUTES[1], "running")])
+            attributes = TypedSearchAttributes(
+                [
+                    SearchAttributePair(SEARCH_ATTRIBUTES[0], directive.name),
+                    SearchAttributePair(SEARCH_ATTRIBUTES[1], "running"),
+                ]
+            )
         handle = await self.client.start_workflow(
-            DirectiveRun.run, DirectiveRunInput(snapshot=snap), id=run_id, task_queue=self.task_queue,
+            DirectiveRun.run,
+            DirectiveRunInput(snapshot=snap),
+            id=run_id,
+            task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE if idempotency_key
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE
+            if idempotency_key
             else WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             search_attributes=attributes,
             static_summary=f"{directive.name} v{directive.version}: {directive.metadata.description}"[:200],
             static_details=f"Inputs: {', '.join(f'{k}={v!r}' for k, v in snap.inputs.items()) or 'none'}\n\n"
-                           f"Directive file: {snap.source_path}\n\nContent hash: {snap.content_hash}",
+            f"Directive file: {snap.source_path}\n\nContent hash: {snap.content_hash}",
         )
         context = None
         if directive.metadata.tools.mcps:
             context = await self.tool_context(handle.id)
             if context.status == "failed":
-                raise McpServerMissing(f"run {handle.id} failed at its start: {context.error}",
-                                       hint="fix mcp_registry.yaml or the server, or mark the <mcp> "
-                                            "required=\"false\" in the directive")
-        return StartedRun(run_id=handle.id, directive=directive, context=context, grants=snap.grants, trust=snap.trust)
+                raise McpServerMissing(
+                    f"run {handle.id} failed at its start: {context.error}",
+                    hint="fix mcp_registry.yaml or the server, or mark the <mcp> "
+                    'required="false" in the directive',
+                )
+        return StartedRun(
+            run_id=handle.id, directive=directive, context=context, grants=snap.grants, trust=snap.trust
+        )
 
     async def tool_context(self, run_id: str) -> ToolContext:
         """The MCP tool context a run fetched at its start; waits until it is ready."""
@@ -142,17 +191,22 @@ class RunClient:
         if self._attributes_ready is None:
             try:
                 response = await self.client.operator_service.list_search_attributes(
-                    ListSearchAttributesRequest(namespace=self.client.namespace))
+                    ListSearchAttributesRequest(namespace=self.client.namespace)
+                )
                 registered = response.custom_attributes
                 self._attributes_ready = all(
-                    registered.get(a.name) == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for a in SEARCH_ATTRIBUTES)
+                    registered.get(a.name) == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+                    for a in SEARCH_ATTRIBUTES
+                )
             except RPCError:
                 self._attributes_ready = False
         return self._attributes_ready
 
     def session_snapshot(self, client_name: str) -> RunSnapshot:
         """A project's session: the harness's base policy, one step that waits forever."""
-        return build_session_snapshot(self.store, client_name, search_attributes=self._attributes_ready or False)
+        return build_session_snapshot(
+            self.store, client_name, search_attributes=self._attributes_ready or False
+        )
 
     async def session_call(self, client_name: str, tool: str, arguments: dict[str, Any]) -> ToolCallResult:
         """A tool call outside any directive run: through the client's session workflow and base policy.
@@ -169,10 +223,13 @@ class RunClient:
         await self._check_search_attributes()
         snap = self.session_snapshot(client_name)
         await self.client.start_workflow(
-            DirectiveRun.run, DirectiveRunInput(snapshot=snap, state=await self._session_carry(run_id)),
-            id=snap.run_id, task_queue=self.task_queue,
+            DirectiveRun.run,
+            DirectiveRunInput(snapshot=snap, state=await self._session_carry(run_id)),
+            id=snap.run_id,
+            task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            static_summary=f"session of {client_name}: calls outside a directive run")
+            static_summary=f"session of {client_name}: calls outside a directive run",
+        )
         return await self.call_tool(snap.run_id, tool, arguments, client_name=client_name)
 
     async def execution(self, run_id: str) -> str:
@@ -204,16 +261,23 @@ class RunClient:
         except RPCError as exc:
             raise _translate(exc, run_id) from None
 
-    async def call_tool(self, run_id: str, tool: str, arguments: dict[str, Any], client_name: str = "cli",
-                        update_id: str | None = None) -> ToolCallResult:
+    async def call_tool(
+        self,
+        run_id: str,
+        tool: str,
+        arguments: dict[str, Any],
+        client_name: str = "cli",
+        update_id: str | None = None,
+    ) -> ToolCallResult:
         if (refused := _unsendable(tool, arguments)) is not None:
             return refused
         request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
         return await self._update(run_id, DirectiveRun.call_tool, request, update_id)
 
     async def complete_step(self, run_id: str, step: str, outputs: dict[str, Any]) -> CompleteStepResult:
-        return await self._update(run_id, DirectiveRun.complete_step, CompleteStepRequest(step=step, outputs=outputs),
-                                  None)
+        return await self._update(
+            run_id, DirectiveRun.complete_step, CompleteStepRequest(step=step, outputs=outputs), None
+        )
 
     async def help(self, run_id: str, request: HelpRequest) -> None:
         await self._signal(run_id, DirectiveRun.help, request)
@@ -224,10 +288,13 @@ class RunClient:
         load_private(by)
         status = await self.status(run_id)
         signature = sign_bytes(by, human_message("resume", run_id, status.execution, status.hold_id, "", by))
-        await self._signal(run_id, DirectiveRun.resume, ResumeRequest(reason=reason, by=by, signature=signature))
+        await self._signal(
+            run_id, DirectiveRun.resume, ResumeRequest(reason=reason, by=by, signature=signature)
+        )
 
-    async def decide_approval(self, run_id: str, request_id: str, approved: bool, *, by: str | None = None,
-                              reason: str = "") -> ApprovalRequest:
+    async def decide_approval(
+        self, run_id: str, request_id: str, approved: bool, *, by: str | None = None, reason: str = ""
+    ) -> ApprovalRequest:
         """Approve or reject a pending call, signed with the approver's key ``by`` (default: your only key).
 
         Answers the request as the run recorded it. The run accepts the decision only when ``by`` is
@@ -239,32 +306,45 @@ class RunClient:
         request = next((a for a in status.approvals if a.request_id == request_id), None)
         if request is None:
             pending = ", ".join(a.request_id for a in status.approvals if a.status == "pending") or "none"
-            raise KiwiError(f"run {run_id} has no approval request '{request_id}' (pending: {pending})",
-                            hint=f"see `kiwi status {run_id}`")
+            raise KiwiError(
+                f"run {run_id} has no approval request '{request_id}' (pending: {pending})",
+                hint=f"see `kiwi status {run_id}`",
+            )
         if request.status != "pending":
             raise RunStateConflict(f"{request_id} is already {request.status}")
         if by == request.requested_by:
             raise KiwiError(f"'{by}' made this call and cannot approve it", hint="another person must decide")
-        await self._signal(run_id, DirectiveRun.decide_approval,
-                           signed_decision(run_id, status.execution, request, approved, by, reason))
+        await self._signal(
+            run_id,
+            DirectiveRun.decide_approval,
+            signed_decision(run_id, status.execution, request, approved, by, reason),
+        )
         return request
 
-    async def decide(self, run_id: str, request_id: str, option: str, *, by: str | None = None,
-                     note: str = "") -> None:
+    async def decide(
+        self, run_id: str, request_id: str, option: str, *, by: str | None = None, note: str = ""
+    ) -> None:
         """Answer an escalation, signed with the approver key ``by`` (default: your only key)."""
         by = default_key(by)
         load_private(by)
         status = await self.status(run_id)
         request = next((d for d in status.decisions if d.request_id == request_id), None)
         if request is None:
-            raise KiwiError(f"run {run_id} has no escalation '{request_id}'", hint=f"see `kiwi status {run_id}`")
+            raise KiwiError(
+                f"run {run_id} has no escalation '{request_id}'", hint=f"see `kiwi status {run_id}`"
+            )
         if request.answer:
             raise RunStateConflict(f"{request_id} was already answered: {request.answer}")
         if request.options and option not in request.options:
-            raise InputInvalid(f"'{option}' is not an option of {request_id}; options: {', '.join(request.options)}")
+            raise InputInvalid(
+                f"'{option}' is not an option of {request_id}; options: {', '.join(request.options)}"
+            )
         signature = sign_bytes(by, human_message("decide", run_id, status.execution, request_id, option, by))
-        await self._signal(run_id, DirectiveRun.decide, DecisionAnswer(request_id=request_id, option=option, by=by, note=note,
-                                                            signature=signature))
+        await self._signal(
+            run_id,
+            DirectiveRun.decide,
+            DecisionAnswer(request_id=request_id, option=option, by=by, note=note, signature=signature),
+        )
 
     async def cancel(self, run_id: str, reason: str = "cancelled by request") -> None:
         await self._signal(run_id, DirectiveRun.cancel, CancelRequest(reason=reason))
@@ -275,8 +355,15 @@ class RunClient:
         except RPCError as exc:
             raise _translate(exc, run_id) from None
 
-    async def _update(self, run_id: str, update: Callable[..., Any], arg: Any, update_id: str | None,
-                      wait_seconds: float | None = None, on_progress: Progress | None = None) -> Any:
+    async def _update(
+        self,
+        run_id: str,
+        update: Callable[..., Any],
+        arg: Any,
+        update_id: str | None,
+        wait_seconds: float | None = None,
+        on_progress: Progress | None = None,
+    ) -> Any:
         """Send an update; with ``wait_seconds``, answer ``None`` if it has not finished by then."""
         handle = self.handle(run_id)
         update_id = update_id or uuid.uuid4().hex
@@ -284,10 +371,15 @@ class RunClient:
             try:
                 if wait_seconds is None:
                     return await handle.execute_update(update, arg, id=update_id)
-                started = await handle.start_update(update, arg, id=update_id,
-                                                    wait_for_stage=WorkflowUpdateStage.ACCEPTED)
-                return await _wait(started.result(), wait_seconds, on_progress,
-                                   functools.partial(self.upstream_progress, run_id, getattr(arg, "tool", None)))
+                started = await handle.start_update(
+                    update, arg, id=update_id, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+                )
+                return await _wait(
+                    started.result(),
+                    wait_seconds,
+                    on_progress,
+                    functools.partial(self.upstream_progress, run_id, getattr(arg, "tool", None)),
+                )
             except WorkflowUpdateFailedError as exc:
                 cause = exc.cause
                 kind = getattr(cause, "type", "") or ""
@@ -314,30 +406,47 @@ class RunClient:
                 raise _translate(exc, run_id) from None
         raise RunStateConflict(f"run {run_id} kept continuing while the call was sent; try again")
 
-    async def call_tool_waiting(self, run_id: str, tool: str, arguments: dict[str, Any], *, client_name: str,
-                                wait_seconds: float, on_progress: Progress | None = None) -> ToolCallResult:
+    async def call_tool_waiting(
+        self,
+        run_id: str,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        client_name: str,
+        wait_seconds: float,
+        on_progress: Progress | None = None,
+    ) -> ToolCallResult:
         """A tool call that answers ``pending`` (with a call id to poll) if it takes longer than ``wait_seconds``."""
         if (refused := _unsendable(tool, arguments)) is not None:
             return refused
         call_id = uuid.uuid4().hex
         request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
-        result = await self._update(run_id, DirectiveRun.call_tool, request, call_id, wait_seconds, on_progress)
+        result = await self._update(
+            run_id, DirectiveRun.call_tool, request, call_id, wait_seconds, on_progress
+        )
         if result is not None:
             return result
         pending = _pending(tool, run_id, call_id, wait_seconds)
         with contextlib.suppress(KiwiError):
-            waiting = [a for a in (await self.status(run_id)).approvals if a.status == "pending" and a.tool == tool]
+            waiting = [
+                a for a in (await self.status(run_id)).approvals if a.status == "pending" and a.tool == tool
+            ]
             if waiting:
-                pending.reason = (f"waits for a human to approve it ({waiting[-1].request_id}, until "
-                                  f"{waiting[-1].expires_at}); it runs only if approved")
+                pending.reason = (
+                    f"waits for a human to approve it ({waiting[-1].request_id}, until "
+                    f"{waiting[-1].expires_at}); it runs only if approved"
+                )
         return pending
 
-    async def poll_call(self, run_id: str, call_id: str, *, wait_seconds: float,
-                        on_progress: Progress | None = None) -> ToolCallResult:
+    async def poll_call(
+        self, run_id: str, call_id: str, *, wait_seconds: float, on_progress: Progress | None = None
+    ) -> ToolCallResult:
         """The answer of an earlier call that came back ``pending``."""
         update = self.handle(run_id).get_update_handle(call_id, result_type=ToolCallResult)
         try:
-            result = await _wait(update.result(), wait_seconds, on_progress, lambda: self.upstream_progress(run_id))
+            result = await _wait(
+                update.result(), wait_seconds, on_progress, lambda: self.upstream_progress(run_id)
+            )
         except RPCError as exc:
             raise _translate(exc, run_id) from None
         return result if result is not None else _pending("", run_id, call_id, wait_seconds)
@@ -357,21 +466,28 @@ class RunClient:
             return ""
         for pending in description.raw_description.pending_activities:
             kind = pending.activity_type.name
-            if not (kind.startswith("mcp.") and kind.endswith(".call_tool")) or \
-                    (server and kind != f"mcp.{server}.call_tool") or not pending.heartbeat_details.payloads:
+            if (
+                not (kind.startswith("mcp.") and kind.endswith(".call_tool"))
+                or (server and kind != f"mcp.{server}.call_tool")
+                or not pending.heartbeat_details.payloads
+            ):
                 continue
             try:
                 detail = self.client.data_converter.payload_converter.from_payload(
-                    pending.heartbeat_details.payloads[0], dict)
+                    pending.heartbeat_details.payloads[0], dict
+                )
             except Exception:  # noqa: BLE001 - progress is a courtesy; a detail we cannot read is skipped
                 continue
             total = detail.get("total")
-            done = f"{detail.get('progress', 0):g}" + (f"/{total:g}" if isinstance(total, int | float) else "")
+            done = f"{detail.get('progress', 0):g}" + (
+                f"/{total:g}" if isinstance(total, int | float) else ""
+            )
             return f"{kind.split('.')[1]}: {detail.get('message') or 'progress'} ({done})"
         return ""
 
-    async def list_runs(self, status: str | None = None, directive: str | None = None,
-                        limit: int = 50) -> list[dict[str, Any]]:
+    async def list_runs(
+        self, status: str | None = None, directive: str | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
         clauses = ["WorkflowType = 'DirectiveRun'", f"TaskQueue = '{_quote(self.task_queue)}'"]
         if await self._check_search_attributes():
             if status:
@@ -382,11 +498,17 @@ class RunClient:
         async for execution in self.client.list_workflows(" AND ".join(clauses), limit=limit):
             attrs = execution.typed_search_attributes
             run_status = attrs.get(SEARCH_ATTRIBUTES[1]) if self._attributes_ready else None
-            runs.append({"run_id": execution.id, "directive": attrs.get(SEARCH_ATTRIBUTES[0]) if
-                         self._attributes_ready else execution.id.split("-")[1],
-                         "status": run_status or execution.status.name.lower() if execution.status else "",
-                         "step": attrs.get(SEARCH_ATTRIBUTES[2]) if self._attributes_ready else "",
-                         "started": execution.start_time.isoformat() if execution.start_time else ""})
+            runs.append(
+                {
+                    "run_id": execution.id,
+                    "directive": attrs.get(SEARCH_ATTRIBUTES[0])
+                    if self._attributes_ready
+                    else execution.id.split("-")[1],
+                    "status": run_status or execution.status.name.lower() if execution.status else "",
+                    "step": attrs.get(SEARCH_ATTRIBUTES[2]) if self._attributes_ready else "",
+                    "started": execution.start_time.isoformat() if execution.start_time else "",
+                }
+            )
         if status and not self._attributes_ready:
             runs = [r for r in runs if r["status"] == status]
         return runs
@@ -396,8 +518,12 @@ class RunClient:
 Progress = Callable[[float, float, str], Awaitable[None]]
 
 
-async def _wait(result: Awaitable[Any], wait_seconds: float, on_progress: Progress | None,
-                upstream: Callable[[], Awaitable[str]] | None = None) -> Any:
+async def _wait(
+    result: Awaitable[Any],
+    wait_seconds: float,
+    on_progress: Progress | None,
+    upstream: Callable[[], Awaitable[str]] | None = None,
+) -> Any:
     """``result`` if it arrives within ``wait_seconds``, else None.
 
     Every second, ``on_progress`` hears how long it has waited (always increasing, as MCP progress
@@ -420,10 +546,13 @@ async def _wait(result: Awaitable[Any], wait_seconds: float, on_progress: Progre
 
 def _pending(tool: str, run_id: str, call_id: str, wait_seconds: float) -> ToolCallResult:
     return ToolCallResult(
-        status="pending", tool=tool, result={"call_id": call_id, "run_id": run_id},
+        status="pending",
+        tool=tool,
+        result={"call_id": call_id, "run_id": run_id},
         reason=f"still running after {wait_seconds:g}s; it goes on in the run",
         hint=f"poll with execute(item_type='run', action='poll', run_id='{run_id}', item_id='{call_id}'), "
-             "or watch the run's status")
+        "or watch the run's status",
+    )
 
 
 def _unsendable(tool: str, arguments: Any) -> ToolCallResult | None:
@@ -432,8 +561,9 @@ def _unsendable(tool: str, arguments: Any) -> ToolCallResult | None:
     problem = unsendable(tool, arguments)  # the run refuses (and audits) every other wrong argument itself
     if problem is None:
         return None
-    return ToolCallResult(status="error", tool=tool, error_type=InputInvalid.type, reason=problem.reason,
-                          hint=problem.hint)
+    return ToolCallResult(
+        status="error", tool=tool, error_type=InputInvalid.type, reason=problem.reason, hint=problem.hint
+    )
 
 
 def _quote(value: str) -> str:

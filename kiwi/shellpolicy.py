@@ -33,14 +33,20 @@ from kiwi.protected import granted as protected_granted
 # ---------------------------------------------------------------- programs that run other programs
 
 _SHELLS = "sh bash dash zsh ksh mksh fish csh tcsh ash busybox toybox"
-_LAUNCHERS = ("env xargs nice nohup timeout watch setsid stdbuf time ionice taskset flock chroot sudo su doas "
-              "strace ltrace script parallel expect kiwi temporal exec command builtin eval nsenter unshare "
-              "systemd-run runuser pkexec at batch crontab gdb docker podman firejail bwrap capsh xdg-open "
-              "git-shell")
-_INTERPRETERS = ("python pypy perl ruby node nodejs deno bun php lua luajit awk gawk mawk nawk sed tclsh wish R "
-                 "Rscript julia java jshell groovy scala osascript")
+_LAUNCHERS = (
+    "env xargs nice nohup timeout watch setsid stdbuf time ionice taskset flock chroot sudo su doas "
+    "strace ltrace script parallel expect kiwi temporal exec command builtin eval nsenter unshare "
+    "systemd-run runuser pkexec at batch crontab gdb docker podman firejail bwrap capsh xdg-open "
+    "git-shell"
+)
+_INTERPRETERS = (
+    "python pypy perl ruby node nodejs deno bun php lua luajit awk gawk mawk nawk sed tclsh wish R "
+    "Rscript julia java jshell groovy scala osascript"
+)
 _EDITORS = "vi vim nvim view ex emacs nano pico less more most man info ed"
-_BUILDERS = "make gmake cmake ninja npm npx pnpm yarn pip pipx uv uvx poetry cargo rustc go gcc cc clang mvn gradle"
+_BUILDERS = (
+    "make gmake cmake ninja npm npx pnpm yarn pip pipx uv uvx poetry cargo rustc go gcc cc clang mvn gradle"
+)
 _REMOTE = "ssh scp sftp rsync nc ncat netcat socat telnet ftp"
 REFUSED_PROGRAMS: dict[str, str] = {  # lower-case names; program_name lower-cases too
     **{p: "is a shell" for p in _SHELLS.split()},
@@ -99,8 +105,10 @@ def _no(reason: str, hint: str = "", against: Iterable[str] = ()) -> ShellVerdic
     return ShellVerdict(False, reason, hint, tuple(against))
 
 
-_LOCAL_HINT = ("use a local tool (.ai/tools, granted with <execute resource=\"tool\"/>) or a Kiwi built-in "
-               "(filesystem.*, git.*) instead")
+_LOCAL_HINT = (
+    'use a local tool (.ai/tools, granted with <execute resource="tool"/>) or a Kiwi built-in '
+    "(filesystem.*, git.*) instead"
+)
 
 
 # ---------------------------------------------------------------- program specs
@@ -125,133 +133,415 @@ class Spec:
 
 _FOLLOW = "follows symbolic links out of the project"
 SPECS: dict[str, Spec] = {
-    "rm": Spec(operands="write", aliases={"-R": "-r", "--recursive": "-r", "--force": "-f", "--dir": "-d",
-                                          "--interactive": "-i", "--verbose": "-v", "-I": "-i"},
-               flags=frozenset({"--recursive", "--force", "--dir", "--verbose", "--one-file-system",
-                                "--preserve-root", "--no-preserve-root", "--interactive"})),
+    "rm": Spec(
+        operands="write",
+        aliases={
+            "-R": "-r",
+            "--recursive": "-r",
+            "--force": "-f",
+            "--dir": "-d",
+            "--interactive": "-i",
+            "--verbose": "-v",
+            "-I": "-i",
+        },
+        flags=frozenset(
+            {
+                "--recursive",
+                "--force",
+                "--dir",
+                "--verbose",
+                "--one-file-system",
+                "--preserve-root",
+                "--no-preserve-root",
+                "--interactive",
+            }
+        ),
+    ),
     "rmdir": Spec(operands="write"),
     "mkdir": Spec(values={"-m": "value", "--mode": "value", "--context": "value"}, operands="write"),
-    "touch": Spec(values={"-r": "read", "--reference": "read", "-d": "value", "--date": "value", "-t": "value"},
-                  operands="write"),
+    "touch": Spec(
+        values={"-r": "read", "--reference": "read", "-d": "value", "--date": "value", "-t": "value"},
+        operands="write",
+    ),
     "tee": Spec(operands="write"),
-    "truncate": Spec(values={"-s": "value", "--size": "value", "-r": "read", "--reference": "read"},
-                     operands="write"),
-    "cp": Spec(values={"-t": "write", "--target-directory": "write", "-S": "value", "--suffix": "value"},
-               forbidden={"-L": _FOLLOW, "--dereference": _FOLLOW},
-               aliases={"-R": "-r", "--recursive": "-r", "--force": "-f"}, operands="copy"),
-    "mv": Spec(values={"-t": "write", "--target-directory": "write", "-S": "value", "--suffix": "value"},
-               aliases={"--force": "-f"}, operands="write"),
-    "ln": Spec(values={"-t": "write", "--target-directory": "write", "-S": "value", "--suffix": "value"},
-               aliases={"--force": "-f", "--symbolic": "-s"}, operands="link"),
+    "truncate": Spec(
+        values={"-s": "value", "--size": "value", "-r": "read", "--reference": "read"}, operands="write"
+    ),
+    "cp": Spec(
+        values={"-t": "write", "--target-directory": "write", "-S": "value", "--suffix": "value"},
+        forbidden={"-L": _FOLLOW, "--dereference": _FOLLOW},
+        aliases={"-R": "-r", "--recursive": "-r", "--force": "-f"},
+        operands="copy",
+    ),
+    "mv": Spec(
+        values={"-t": "write", "--target-directory": "write", "-S": "value", "--suffix": "value"},
+        aliases={"--force": "-f"},
+        operands="write",
+    ),
+    "ln": Spec(
+        values={"-t": "write", "--target-directory": "write", "-S": "value", "--suffix": "value"},
+        aliases={"--force": "-f", "--symbolic": "-s"},
+        operands="link",
+    ),
     "chmod": Spec(values={"--reference": "read"}, aliases={"-R": "-r", "--recursive": "-r"}, operands="mode"),
-    "ls": Spec(values={"-I": "value", "--ignore": "value", "-w": "value", "--width": "value", "-T": "value",
-                       "--tabsize": "value", "--hide": "value", "--sort": "value", "--format": "value",
-                       "--time": "value", "--time-style": "value", "--color": "value", "--block-size": "value",
-                       "--quoting-style": "value", "--indicator-style": "value"},
-               forbidden={"-L": _FOLLOW, "--dereference": _FOLLOW}),
-    "cat": Spec(), "wc": Spec(), "nl": Spec(), "stat": Spec(values={"-c": "value", "--format": "value",
-                                                                  "--printf": "value"}),
+    "ls": Spec(
+        values={
+            "-I": "value",
+            "--ignore": "value",
+            "-w": "value",
+            "--width": "value",
+            "-T": "value",
+            "--tabsize": "value",
+            "--hide": "value",
+            "--sort": "value",
+            "--format": "value",
+            "--time": "value",
+            "--time-style": "value",
+            "--color": "value",
+            "--block-size": "value",
+            "--quoting-style": "value",
+            "--indicator-style": "value",
+        },
+        forbidden={"-L": _FOLLOW, "--dereference": _FOLLOW},
+    ),
+    "cat": Spec(),
+    "wc": Spec(),
+    "nl": Spec(),
+    "stat": Spec(values={"-c": "value", "--format": "value", "--printf": "value"}),
     "file": Spec(values={"-m": "read", "--magic-file": "read", "-f": "read", "--files-from": "read"}),
     "head": Spec(values={"-n": "value", "--lines": "value", "-c": "value", "--bytes": "value"}),
-    "tail": Spec(values={"-n": "value", "--lines": "value", "-c": "value", "--bytes": "value", "-s": "value",
-                         "--sleep-interval": "value", "--pid": "value"}),
-    "du": Spec(values={"-d": "value", "--max-depth": "value", "-B": "value", "--block-size": "value",
-                       "-t": "value", "--threshold": "value", "--exclude": "value", "-X": "read",
-                       "--exclude-from": "read", "--files0-from": "read", "--time-style": "value"},
-               forbidden={"-L": _FOLLOW, "--dereference": _FOLLOW}),
-    "tree": Spec(values={"-L": "value", "-P": "value", "-I": "value", "-o": "write", "--charset": "value",
-                         "--filelimit": "value", "--timefmt": "value"},
-                 forbidden={"-l": _FOLLOW, "-R": "runs tree again in every folder"}),
-    "sort": Spec(values={"-o": "write", "--output": "write", "-T": "write", "--temporary-directory": "write",
-                         "--files0-from": "read", "--random-source": "read", "-k": "value", "--key": "value",
-                         "-t": "value", "--field-separator": "value", "-S": "value", "--buffer-size": "value",
-                         "--parallel": "value", "--batch-size": "value", "--sort": "value"},
-                 forbidden={"--compress-program": "runs the program it names"}),
-    "uniq": Spec(values={"-f": "value", "--skip-fields": "value", "-s": "value", "--skip-chars": "value",
-                         "-w": "value", "--check-chars": "value", "--group": "value",
-                         "--all-repeated": "value"}, operands="in-out"),
-    "cut": Spec(values={"-b": "value", "-c": "value", "-f": "value", "-d": "value", "--delimiter": "value",
-                        "--fields": "value", "--bytes": "value", "--characters": "value",
-                        "--output-delimiter": "value"}),
-    "diff": Spec(values={"-U": "value", "--unified": "value", "-C": "value", "--context": "value",
-                         "-x": "value", "--exclude": "value", "-X": "read", "--exclude-from": "read",
-                         "-I": "value", "--ignore-matching-lines": "value", "-W": "value", "--width": "value",
-                         "--from-file": "read", "--to-file": "read", "-S": "value", "--starting-file": "value",
-                         "--label": "value", "-F": "value", "--show-function-line": "value",
-                         "--palette": "value", "--color": "value", "--tabsize": "value",
-                         "--line-format": "value", "--horizon-lines": "value"},
-                 forbidden={"-r": "compares folders through symbolic links out of the project",
-                            "--recursive": "compares folders through symbolic links out of the project"}),
+    "tail": Spec(
+        values={
+            "-n": "value",
+            "--lines": "value",
+            "-c": "value",
+            "--bytes": "value",
+            "-s": "value",
+            "--sleep-interval": "value",
+            "--pid": "value",
+        }
+    ),
+    "du": Spec(
+        values={
+            "-d": "value",
+            "--max-depth": "value",
+            "-B": "value",
+            "--block-size": "value",
+            "-t": "value",
+            "--threshold": "value",
+            "--exclude": "value",
+            "-X": "read",
+            "--exclude-from": "read",
+            "--files0-from": "read",
+            "--time-style": "value",
+        },
+        forbidden={"-L": _FOLLOW, "--dereference": _FOLLOW},
+    ),
+    "tree": Spec(
+        values={
+            "-L": "value",
+            "-P": "value",
+            "-I": "value",
+            "-o": "write",
+            "--charset": "value",
+            "--filelimit": "value",
+            "--timefmt": "value",
+        },
+        forbidden={"-l": _FOLLOW, "-R": "runs tree again in every folder"},
+    ),
+    "sort": Spec(
+        values={
+            "-o": "write",
+            "--output": "write",
+            "-T": "write",
+            "--temporary-directory": "write",
+            "--files0-from": "read",
+            "--random-source": "read",
+            "-k": "value",
+            "--key": "value",
+            "-t": "value",
+            "--field-separator": "value",
+            "-S": "value",
+            "--buffer-size": "value",
+            "--parallel": "value",
+            "--batch-size": "value",
+            "--sort": "value",
+        },
+        forbidden={"--compress-program": "runs the program it names"},
+    ),
+    "uniq": Spec(
+        values={
+            "-f": "value",
+            "--skip-fields": "value",
+            "-s": "value",
+            "--skip-chars": "value",
+            "-w": "value",
+            "--check-chars": "value",
+            "--group": "value",
+            "--all-repeated": "value",
+        },
+        operands="in-out",
+    ),
+    "cut": Spec(
+        values={
+            "-b": "value",
+            "-c": "value",
+            "-f": "value",
+            "-d": "value",
+            "--delimiter": "value",
+            "--fields": "value",
+            "--bytes": "value",
+            "--characters": "value",
+            "--output-delimiter": "value",
+        }
+    ),
+    "diff": Spec(
+        values={
+            "-U": "value",
+            "--unified": "value",
+            "-C": "value",
+            "--context": "value",
+            "-x": "value",
+            "--exclude": "value",
+            "-X": "read",
+            "--exclude-from": "read",
+            "-I": "value",
+            "--ignore-matching-lines": "value",
+            "-W": "value",
+            "--width": "value",
+            "--from-file": "read",
+            "--to-file": "read",
+            "-S": "value",
+            "--starting-file": "value",
+            "--label": "value",
+            "-F": "value",
+            "--show-function-line": "value",
+            "--palette": "value",
+            "--color": "value",
+            "--tabsize": "value",
+            "--line-format": "value",
+            "--horizon-lines": "value",
+        },
+        forbidden={
+            "-r": "compares folders through symbolic links out of the project",
+            "--recursive": "compares folders through symbolic links out of the project",
+        },
+    ),
     "cmp": Spec(values={"-i": "value", "--ignore-initial": "value", "-n": "value", "--bytes": "value"}),
     "comm": Spec(values={"--output-delimiter": "value"}),
-    "md5sum": Spec(), "sha1sum": Spec(), "sha256sum": Spec(), "sha512sum": Spec(), "b2sum": Spec(),
-    "readlink": Spec(), "realpath": Spec(values={"--relative-to": "read", "--relative-base": "read"}),
-    "echo": Spec(operands="none"), "printf": Spec(operands="none"), "printenv": Spec(operands="none"),
-    "pwd": Spec(operands="none"), "true": Spec(operands="none"), "false": Spec(operands="none"),
+    "md5sum": Spec(),
+    "sha1sum": Spec(),
+    "sha256sum": Spec(),
+    "sha512sum": Spec(),
+    "b2sum": Spec(),
+    "readlink": Spec(),
+    "realpath": Spec(values={"--relative-to": "read", "--relative-base": "read"}),
+    "echo": Spec(operands="none"),
+    "printf": Spec(operands="none"),
+    "printenv": Spec(operands="none"),
+    "pwd": Spec(operands="none"),
+    "true": Spec(operands="none"),
+    "false": Spec(operands="none"),
     "basename": Spec(operands="none", values={"-s": "value", "--suffix": "value"}),
-    "dirname": Spec(operands="none"), "date": Spec(operands="none", values={"-d": "value", "--date": "value",
-                                                                              "-f": "read", "--file": "read",
-                                                                              "-r": "read", "--reference": "read",
-                                                                              "-I": "value", "--iso-8601": "value"},
-                                                     forbidden={"-s": "sets the clock", "--set": "sets the clock"}),
-    "seq": Spec(operands="none", values={"-f": "value", "--format": "value", "-s": "value",
-                                         "--separator": "value"}),
-    "tr": Spec(operands="none"), "yes": Spec(operands="none"), "whoami": Spec(operands="none"),
-    "uname": Spec(operands="none"), "id": Spec(operands="none"),
-    "grep": Spec(values={"-e": "value", "--regexp": "value", "-f": "read", "--file": "read", "-m": "value",
-                         "--max-count": "value", "-A": "value", "-B": "value", "-C": "value",
-                         "--after-context": "value", "--before-context": "value", "--context": "value",
-                         "--include": "value", "--exclude": "value", "--exclude-dir": "value",
-                         "--exclude-from": "read", "-d": "value", "--directories": "value", "-D": "value",
-                         "--devices": "value", "--label": "value", "--color": "value", "--colour": "value",
-                         "--binary-files": "value", "--group-separator": "value"},
-                 forbidden={"-R": _FOLLOW, "--dereference-recursive": _FOLLOW}, operands="pattern"),
-    "rg": Spec(values={"-e": "value", "--regexp": "value", "-f": "read", "--file": "read", "-g": "value",
-                       "--glob": "value", "--iglob": "value", "-t": "value", "--type": "value", "-T": "value",
-                       "--type-not": "value", "--type-add": "value", "--type-clear": "value", "-m": "value",
-                       "--max-count": "value", "-A": "value", "-B": "value", "-C": "value",
-                       "--after-context": "value", "--before-context": "value", "--context": "value",
-                       "-M": "value", "--max-columns": "value", "-j": "value", "--threads": "value",
-                       "-d": "value", "--max-depth": "value", "-E": "value", "--encoding": "value",
-                       "--color": "value", "--colors": "value", "-r": "value", "--replace": "value",
-                       "--ignore-file": "read", "--max-filesize": "value", "--sort": "value",
-                       "--sortr": "value", "-V": "value", "--path-separator": "value",
-                       "--context-separator": "value", "--field-match-separator": "value",
-                       "--field-context-separator": "value", "--engine": "value", "--dfa-size-limit": "value",
-                       "--regex-size-limit": "value"},
-               forbidden={"--pre": "runs the program it names on every file",
-                          "--pre-glob": "chooses files for --pre, which runs a program",
-                          "-z": "runs decompression programs", "--search-zip": "runs decompression programs",
-                          "-L": _FOLLOW, "--follow": _FOLLOW},
-               flags=frozenset({"--files", "--hidden", "--no-ignore", "--fixed-strings", "--count"}),
-               operands="pattern"),
-    "tar": Spec(values={"-f": "archive", "--file": "archive", "-C": "cwd", "--directory": "cwd",
-                        "-T": "read", "--files-from": "read", "-X": "read", "--exclude-from": "read",
-                        "--exclude": "value", "-b": "value", "--blocking-factor": "value", "--format": "value",
-                        "-H": "value", "--owner": "value", "--group": "value", "--mode": "value",
-                        "--mtime": "value", "--transform": "value", "--xform": "value",
-                        "--strip-components": "value", "-N": "value", "--newer": "value"},
-                forbidden={"--to-command": "runs the program it names for every file",
-                           "--use-compress-program": "runs the program it names",
-                           "-I": "runs the program it names",
-                           "--checkpoint-action": "can run a command at every checkpoint",
-                           "--info-script": "runs the script it names", "--new-volume-script": "runs the script it "
-                                                                                              "names",
-                           "-F": "runs the script it names", "--rsh-command": "runs the program it names",
-                           "--rmt-command": "runs the program it names", "-h": _FOLLOW, "--dereference": _FOLLOW,
-                           "--absolute-names": "writes and reads absolute paths", "-P": "writes and reads absolute "
-                                                                                         "paths"},
-                flags=frozenset({"--create", "--extract", "--get", "--list", "--append", "--update",
-                                 "--concatenate", "--catenate", "--diff", "--compare", "--delete", "--gzip",
-                                 "--bzip2", "--xz", "--zstd", "--verbose", "--to-stdout"}),
-                operands="tar"),
-    "zip": Spec(values={"-b": "write", "--temp-path": "write", "-x": "value", "--exclude": "value", "-i": "value",
-                        "--include": "value", "-n": "value", "--suffixes": "value", "-P": "value",
-                        "--password": "value", "-Z": "value", "--compression-method": "value", "-t": "value",
-                        "-tt": "value"},
-                forbidden={"-TT": "runs the program it names to test the archive",
-                           "--unzip-command": "runs the program it names to test the archive"},
-                operands="zip"),
+    "dirname": Spec(operands="none"),
+    "date": Spec(
+        operands="none",
+        values={
+            "-d": "value",
+            "--date": "value",
+            "-f": "read",
+            "--file": "read",
+            "-r": "read",
+            "--reference": "read",
+            "-I": "value",
+            "--iso-8601": "value",
+        },
+        forbidden={"-s": "sets the clock", "--set": "sets the clock"},
+    ),
+    "seq": Spec(
+        operands="none", values={"-f": "value", "--format": "value", "-s": "value", "--separator": "value"}
+    ),
+    "tr": Spec(operands="none"),
+    "yes": Spec(operands="none"),
+    "whoami": Spec(operands="none"),
+    "uname": Spec(operands="none"),
+    "id": Spec(operands="none"),
+    "grep": Spec(
+        values={
+            "-e": "value",
+            "--regexp": "value",
+            "-f": "read",
+            "--file": "read",
+            "-m": "value",
+            "--max-count": "value",
+            "-A": "value",
+            "-B": "value",
+            "-C": "value",
+            "--after-context": "value",
+            "--before-context": "value",
+            "--context": "value",
+            "--include": "value",
+            "--exclude": "value",
+            "--exclude-dir": "value",
+            "--exclude-from": "read",
+            "-d": "value",
+            "--directories": "value",
+            "-D": "value",
+            "--devices": "value",
+            "--label": "value",
+            "--color": "value",
+            "--colour": "value",
+            "--binary-files": "value",
+            "--group-separator": "value",
+        },
+        forbidden={"-R": _FOLLOW, "--dereference-recursive": _FOLLOW},
+        operands="pattern",
+    ),
+    "rg": Spec(
+        values={
+            "-e": "value",
+            "--regexp": "value",
+            "-f": "read",
+            "--file": "read",
+            "-g": "value",
+            "--glob": "value",
+            "--iglob": "value",
+            "-t": "value",
+            "--type": "value",
+            "-T": "value",
+            "--type-not": "value",
+            "--type-add": "value",
+            "--type-clear": "value",
+            "-m": "value",
+            "--max-count": "value",
+            "-A": "value",
+            "-B": "value",
+            "-C": "value",
+            "--after-context": "value",
+            "--before-context": "value",
+            "--context": "value",
+            "-M": "value",
+            "--max-columns": "value",
+            "-j": "value",
+            "--threads": "value",
+            "-d": "value",
+            "--max-depth": "value",
+            "-E": "value",
+            "--encoding": "value",
+            "--color": "value",
+            "--colors": "value",
+            "-r": "value",
+            "--replace": "value",
+            "--ignore-file": "read",
+            "--max-filesize": "value",
+            "--sort": "value",
+            "--sortr": "value",
+            "-V": "value",
+            "--path-separator": "value",
+            "--context-separator": "value",
+            "--field-match-separator": "value",
+            "--field-context-separator": "value",
+            "--engine": "value",
+            "--dfa-size-limit": "value",
+            "--regex-size-limit": "value",
+        },
+        forbidden={
+            "--pre": "runs the program it names on every file",
+            "--pre-glob": "chooses files for --pre, which runs a program",
+            "-z": "runs decompression programs",
+            "--search-zip": "runs decompression programs",
+            "-L": _FOLLOW,
+            "--follow": _FOLLOW,
+        },
+        flags=frozenset({"--files", "--hidden", "--no-ignore", "--fixed-strings", "--count"}),
+        operands="pattern",
+    ),
+    "tar": Spec(
+        values={
+            "-f": "archive",
+            "--file": "archive",
+            "-C": "cwd",
+            "--directory": "cwd",
+            "-T": "read",
+            "--files-from": "read",
+            "-X": "read",
+            "--exclude-from": "read",
+            "--exclude": "value",
+            "-b": "value",
+            "--blocking-factor": "value",
+            "--format": "value",
+            "-H": "value",
+            "--owner": "value",
+            "--group": "value",
+            "--mode": "value",
+            "--mtime": "value",
+            "--transform": "value",
+            "--xform": "value",
+            "--strip-components": "value",
+            "-N": "value",
+            "--newer": "value",
+        },
+        forbidden={
+            "--to-command": "runs the program it names for every file",
+            "--use-compress-program": "runs the program it names",
+            "-I": "runs the program it names",
+            "--checkpoint-action": "can run a command at every checkpoint",
+            "--info-script": "runs the script it names",
+            "--new-volume-script": "runs the script it names",
+            "-F": "runs the script it names",
+            "--rsh-command": "runs the program it names",
+            "--rmt-command": "runs the program it names",
+            "-h": _FOLLOW,
+            "--dereference": _FOLLOW,
+            "--absolute-names": "writes and reads absolute paths",
+            "-P": "writes and reads absolute paths",
+        },
+        flags=frozenset(
+            {
+                "--create",
+                "--extract",
+                "--get",
+                "--list",
+                "--append",
+                "--update",
+                "--concatenate",
+                "--catenate",
+                "--diff",
+                "--compare",
+                "--delete",
+                "--gzip",
+                "--bzip2",
+                "--xz",
+                "--zstd",
+                "--verbose",
+                "--to-stdout",
+            }
+        ),
+        operands="tar",
+    ),
+    "zip": Spec(
+        values={
+            "-b": "write",
+            "--temp-path": "write",
+            "-x": "value",
+            "--exclude": "value",
+            "-i": "value",
+            "--include": "value",
+            "-n": "value",
+            "--suffixes": "value",
+            "-P": "value",
+            "--password": "value",
+            "-Z": "value",
+            "--compression-method": "value",
+            "-t": "value",
+            "-tt": "value",
+        },
+        forbidden={
+            "-TT": "runs the program it names to test the archive",
+            "--unzip-command": "runs the program it names to test the archive",
+        },
+        operands="zip",
+    ),
     "unzip": Spec(values={"-d": "extract", "-x": "value", "-P": "value"}, operands="unzip"),
     "find": Spec(operands="find"),
     "git": Spec(operands="git"),
@@ -263,8 +553,11 @@ SPECS: dict[str, Spec] = {
 
 def _resolve_long(name: str, spec: Spec) -> str:
     """``--to-comm`` is ``--to-command`` (GNU getopt and git take unique abbreviations)."""
-    known = {k for k in (*spec.values, *spec.forbidden, *spec.granted, *spec.aliases, *spec.flags)
-             if k.startswith("--")}
+    known = {
+        k
+        for k in (*spec.values, *spec.forbidden, *spec.granted, *spec.aliases, *spec.flags)
+        if k.startswith("--")
+    }
     if name in known:
         return name
     matches = sorted(k for k in known if k.startswith(name) and len(name) > 2)
@@ -323,7 +616,7 @@ def _parse(args: Sequence[str], spec: Spec, allow_grant: set[str]) -> _Parsed | 
                 out.options.append(canonical)
                 kind = spec.values.get(opt)
                 if kind:
-                    rest = "".join(c[1:] for c in chars[index + 1:])
+                    rest = "".join(c[1:] for c in chars[index + 1 :])
                     if rest:
                         value = rest
                     elif i < len(args):
@@ -344,12 +637,17 @@ def _is_number(arg: str) -> bool:
 
 def _option_problem(name: str, spec: Spec, allow_grant: set[str], arg: str) -> ShellVerdict | None:
     if name in spec.forbidden:
-        return _no(f"option '{name}'{'' if arg.startswith(name) else f' (in {arg!r})'} is refused: it "
-                   f"{spec.forbidden[name]}", "run the program without it, or use a Kiwi built-in for the step")
+        return _no(
+            f"option '{name}'{'' if arg.startswith(name) else f' (in {arg!r})'} is refused: it "
+            f"{spec.forbidden[name]}",
+            "run the program without it, or use a Kiwi built-in for the step",
+        )
     if name in spec.granted and name not in allow_grant:
-        return _no(f"option '{name}' is refused unless the shell grant names it",
-                   f'add options="{name}" to the <execute resource="shell"/> grant that names this program '
-                   "(a human signs that directive)")
+        return _no(
+            f"option '{name}' is refused unless the shell grant names it",
+            f'add options="{name}" to the <execute resource="shell"/> grant that names this program '
+            "(a human signs that directive)",
+        )
     return None
 
 
@@ -362,11 +660,15 @@ def lexical_path(cwd: str, raw: str) -> str | ShellVerdict:
         return _no("an argument contains a NUL byte")
     text = raw.replace("\\", "/")
     if text.startswith("~"):
-        return _no(f"'{raw}' names a home folder; paths must stay inside the project",
-                   "give the path relative to the project root")
+        return _no(
+            f"'{raw}' names a home folder; paths must stay inside the project",
+            "give the path relative to the project root",
+        )
     if text.startswith("/") or re.match(r"^[A-Za-z]:/", text):
-        return _no(f"'{raw}' is an absolute path; paths must be relative to the project root",
-                   "give the path relative to the project root, e.g. 'src/app.py'")
+        return _no(
+            f"'{raw}' is an absolute path; paths must be relative to the project root",
+            "give the path relative to the project root, e.g. 'src/app.py'",
+        )
     rel = posixpath.normpath(posixpath.join(cwd, text))
     if rel == ".." or rel.startswith("../"):
         return _no(f"'{raw}' leaves the project root", "give a path inside the project")
@@ -393,20 +695,30 @@ def _check_path(p: PathArgument, g: _Grants) -> ShellVerdict | None:
     if match is None:
         root = protected_root(p.rel)
         if root is not None and first_match(list(patterns), p.rel) is not None:
-            return _no(f"'{p.raw}' is in the protected place '{root}', which only a grant naming it reaches",
-                       f'add <{p.mode} resource="filesystem" path="{root}/**"/> to <permissions> if the '
-                       "directive really must touch it (a human signs that directive)", patterns)
+            return _no(
+                f"'{p.raw}' is in the protected place '{root}', which only a grant naming it reaches",
+                f'add <{p.mode} resource="filesystem" path="{root}/**"/> to <permissions> if the '
+                "directive really must touch it (a human signs that directive)",
+                patterns,
+            )
         parent = posixpath.dirname(p.rel) or "."
         suggestion = f"{parent}/**" if parent != "." else p.rel
-        return _no(f"{p.mode} not allowed on '{p.rel}' (argument '{p.raw}')",
-                   f'add <{p.mode} resource="filesystem" path="{suggestion}"/> to <permissions>', patterns)
+        return _no(
+            f"{p.mode} not allowed on '{p.rel}' (argument '{p.raw}')",
+            f'add <{p.mode} resource="filesystem" path="{suggestion}"/> to <permissions>',
+            patterns,
+        )
     if p.tree and p.mode == "write":
         for root in (GIT_DIR, *PROTECTED_ROOTS):
             if p.rel == "." or root.startswith(p.rel + "/"):
                 inside = posixpath.join(root, "x") if p.rel == "." else root + "/x"
                 if protected_granted(list(patterns), inside) is None:
-                    return _no(f"'{p.raw}' contains the protected place '{root}', which only a grant naming "
-                               "it reaches", f"name a folder that does not contain '{root}'", patterns)
+                    return _no(
+                        f"'{p.raw}' contains the protected place '{root}', which only a grant naming "
+                        "it reaches",
+                        f"name a folder that does not contain '{root}'",
+                        patterns,
+                    )
     return None
 
 
@@ -443,8 +755,10 @@ def _operands(name: str, spec: Spec, parsed: _Parsed, cwd: str) -> list[tuple[st
             if "-s" in parsed.options:
                 base = posixpath.dirname(link.replace("\\", "/"))
                 # A symbolic link's target is relative to the link's folder, not to the cwd.
-                return found + [(s if s.startswith(("/", "~")) or not base else posixpath.join(base, s), "read",
-                                 False) for s in sources]
+                return found + [
+                    (s if s.startswith(("/", "~")) or not base else posixpath.join(base, s), "read", False)
+                    for s in sources
+                ]
         return found + [(o, "read", False) for o in sources]
     if how == "mode":
         reference = any(o == "--reference" for o in parsed.options)
@@ -453,15 +767,18 @@ def _operands(name: str, spec: Spec, parsed: _Parsed, cwd: str) -> list[tuple[st
         return found + [(o, "read", False) for o in ops[:1]] + [(o, "write", False) for o in ops[1:2]]
     if how == "pattern":
         patterned = any(o in ("-e", "--regexp", "-f", "--file") for o in parsed.options) or (
-            "--files" in parsed.options or "--type-list" in parsed.options)
+            "--files" in parsed.options or "--type-list" in parsed.options
+        )
         paths = ops if patterned else ops[1:]
         return found + [(o, "read", False) for o in paths]
     if how == "tar":
         return _tar(parsed, found, cwd)
     if how == "zip":
         if ("-r" in parsed.options or "-R" in parsed.options) and "-y" not in parsed.options:
-            return _no("zip -r follows symbolic links out of the project",
-                       "add -y (store links as links), e.g. zip -r -y out.zip src")
+            return _no(
+                "zip -r follows symbolic links out of the project",
+                "add -y (store links as links), e.g. zip -r -y out.zip src",
+            )
         return found + [(o, "write", False) for o in ops[:1]] + [(o, "read", False) for o in ops[1:]]
     if how == "unzip":
         into = [v for _, k, v in parsed.values if k == "extract"] or ["."]
@@ -480,8 +797,21 @@ def _tar(parsed: _Parsed, found: list[tuple[str, str, bool]], cwd: str) -> list[
         opts |= {f"-{c}" for c in letters}
         if "f" in letters and ops:
             parsed.values.append(("-f", "archive", ops.pop(0)))
-    creating = bool(opts & {"-c", "--create", "-r", "--append", "-u", "--update", "-A", "--concatenate",
-                            "--catenate", "--delete"})
+    creating = bool(
+        opts
+        & {
+            "-c",
+            "--create",
+            "-r",
+            "--append",
+            "-u",
+            "--update",
+            "-A",
+            "--concatenate",
+            "--catenate",
+            "--delete",
+        }
+    )
     extracting = bool(opts & {"-x", "--extract", "--get"}) and not (opts & {"-O", "--to-stdout"})
     where = cwd
     for _, kind, value in parsed.values:
@@ -496,10 +826,43 @@ def _tar(parsed: _Parsed, found: list[tuple[str, str, bool]], cwd: str) -> list[
 
 
 # find: tests and actions taking one argument; which of them name files.
-_FIND_ARG = {"-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex", "-iregex", "-lname",
-             "-ilname", "-type", "-xtype", "-size", "-perm", "-user", "-group", "-uid", "-gid", "-mtime", "-atime",
-             "-ctime", "-mmin", "-amin", "-cmin", "-maxdepth", "-mindepth", "-links", "-inum", "-printf",
-             "-fstype", "-used", "-context", "-regextype", "-D", "-newermm"}
+_FIND_ARG = {
+    "-name",
+    "-iname",
+    "-path",
+    "-ipath",
+    "-wholename",
+    "-iwholename",
+    "-regex",
+    "-iregex",
+    "-lname",
+    "-ilname",
+    "-type",
+    "-xtype",
+    "-size",
+    "-perm",
+    "-user",
+    "-group",
+    "-uid",
+    "-gid",
+    "-mtime",
+    "-atime",
+    "-ctime",
+    "-mmin",
+    "-amin",
+    "-cmin",
+    "-maxdepth",
+    "-mindepth",
+    "-links",
+    "-inum",
+    "-printf",
+    "-fstype",
+    "-used",
+    "-context",
+    "-regextype",
+    "-D",
+    "-newermm",
+}
 _FIND_FILE = {"-newer", "-anewer", "-cnewer", "-samefile", "-files0-from"}
 _FIND_RUN = {"-exec", "-execdir", "-ok", "-okdir"}
 _FIND_WRITE = {"-fprint": 1, "-fprint0": 1, "-fls": 1, "-fprintf": 2}
@@ -509,8 +872,11 @@ FIND_GRANTABLE = ("-delete", *_FIND_WRITE)
 def _find(args: Sequence[str], allow: set[str]) -> list[tuple[str, str, bool]] | ShellVerdict:
     i = 0
     found: list[tuple[str, str, bool]] = []
-    while i < len(args) and args[i] in ("-H", "-P", "-L", "-D") or (
-            i < len(args) and re.fullmatch(r"-O\d", args[i])):
+    while (
+        i < len(args)
+        and args[i] in ("-H", "-P", "-L", "-D")
+        or (i < len(args) and re.fullmatch(r"-O\d", args[i]))
+    ):
         if args[i] in ("-L",):
             return _no(f"option '-L' is refused: it {_FOLLOW}", "run find without -L")
         i += 2 if args[i] == "-D" else 1
@@ -524,15 +890,19 @@ def _find(args: Sequence[str], allow: set[str]) -> list[tuple[str, str, bool]] |
         token = args[i]
         i += 1
         if token in _FIND_RUN:
-            return _no(f"find's '{token}' is refused: it runs a program on every file it finds",
-                       "list the files with find, then act on them with Kiwi's filesystem tools")
+            return _no(
+                f"find's '{token}' is refused: it runs a program on every file it finds",
+                "list the files with find, then act on them with Kiwi's filesystem tools",
+            )
         if token == "-follow":
             return _no(f"find's '-follow' is refused: it {_FOLLOW}", "run find without -follow")
         if token == "-delete" or token in _FIND_WRITE:
             if token not in allow:
-                return _no(f"find's '{token}' is refused unless the shell grant names it",
-                           f'add options="{token}" to the <execute resource="shell" commands="find"/> grant '
-                           "(a human signs that directive)")
+                return _no(
+                    f"find's '{token}' is refused unless the shell grant names it",
+                    f'add options="{token}" to the <execute resource="shell" commands="find"/> grant '
+                    "(a human signs that directive)",
+                )
             if token == "-delete":
                 deleting = True
             else:
@@ -553,95 +923,369 @@ def _find(args: Sequence[str], allow: set[str]) -> list[tuple[str, str, bool]] |
 # ---------------------------------------------------------------- git
 
 GIT_SUBCOMMANDS = frozenset(
-    ["status", "diff", "log", "show", "add", "commit", "rm", "mv", "restore", "checkout", "switch", "branch", "tag", "stash", "reset", "rev-parse", "ls-files", "ls-tree", "blame", "annotate", "grep", "init", "merge", "shortlog", "describe", "cat-file", "rev-list", "show-ref", "for-each-ref", "merge-base", "name-rev", "diff-tree", "diff-files", "diff-index", "cherry-pick", "revert", "whatchanged", "count-objects", "check-ignore", "check-attr", "cherry", "range-diff", "reflog", "version"])
+    [
+        "status",
+        "diff",
+        "log",
+        "show",
+        "add",
+        "commit",
+        "rm",
+        "mv",
+        "restore",
+        "checkout",
+        "switch",
+        "branch",
+        "tag",
+        "stash",
+        "reset",
+        "rev-parse",
+        "ls-files",
+        "ls-tree",
+        "blame",
+        "annotate",
+        "grep",
+        "init",
+        "merge",
+        "shortlog",
+        "describe",
+        "cat-file",
+        "rev-list",
+        "show-ref",
+        "for-each-ref",
+        "merge-base",
+        "name-rev",
+        "diff-tree",
+        "diff-files",
+        "diff-index",
+        "cherry-pick",
+        "revert",
+        "whatchanged",
+        "count-objects",
+        "check-ignore",
+        "check-attr",
+        "cherry",
+        "range-diff",
+        "reflog",
+        "version",
+    ]
+)
 GIT_REFUSED_SUBCOMMANDS = {
-    **{c: "runs programs from configuration or the command line" for c in
-       ("config", "filter-branch", "submodule", "bisect", "difftool", "mergetool", "rebase", "am", "help",
-        "instaweb", "web--browse", "send-email", "daemon", "worktree", "maintenance", "gc", "repack",
-        "credential", "fsmonitor--daemon", "var", "apply", "format-patch", "notes", "clean", "sparse-checkout")},
-    **{c: "talks to other repositories over the network" for c in
-       ("fetch", "pull", "push", "clone", "remote", "archive", "ls-remote", "bundle", "request-pull",
-        "upload-pack", "receive-pack", "upload-archive", "http-backend", "shell")},
-    **{c: "writes git's object store or refs directly" for c in
-       ("hash-object", "update-index", "update-ref", "commit-tree", "read-tree", "checkout-index", "write-tree",
-        "symbolic-ref", "mktree", "mktag", "fast-import", "replace", "prune", "fsck", "unpack-objects",
-        "index-pack", "pack-objects", "merge-file", "merge-index", "merge-tree")},
+    **{
+        c: "runs programs from configuration or the command line"
+        for c in (
+            "config",
+            "filter-branch",
+            "submodule",
+            "bisect",
+            "difftool",
+            "mergetool",
+            "rebase",
+            "am",
+            "help",
+            "instaweb",
+            "web--browse",
+            "send-email",
+            "daemon",
+            "worktree",
+            "maintenance",
+            "gc",
+            "repack",
+            "credential",
+            "fsmonitor--daemon",
+            "var",
+            "apply",
+            "format-patch",
+            "notes",
+            "clean",
+            "sparse-checkout",
+        )
+    },
+    **{
+        c: "talks to other repositories over the network"
+        for c in (
+            "fetch",
+            "pull",
+            "push",
+            "clone",
+            "remote",
+            "archive",
+            "ls-remote",
+            "bundle",
+            "request-pull",
+            "upload-pack",
+            "receive-pack",
+            "upload-archive",
+            "http-backend",
+            "shell",
+        )
+    },
+    **{
+        c: "writes git's object store or refs directly"
+        for c in (
+            "hash-object",
+            "update-index",
+            "update-ref",
+            "commit-tree",
+            "read-tree",
+            "checkout-index",
+            "write-tree",
+            "symbolic-ref",
+            "mktree",
+            "mktag",
+            "fast-import",
+            "replace",
+            "prune",
+            "fsck",
+            "unpack-objects",
+            "index-pack",
+            "pack-objects",
+            "merge-file",
+            "merge-index",
+            "merge-tree",
+        )
+    },
 }
 # Options refused before the subcommand (they point git somewhere else or make it run something).
 _GIT_GLOBAL_REFUSED = {
     "-c": "sets configuration, which can make git run any program (alias.x=!cmd, core.fsmonitor)",
     "--config-env": "sets configuration, which can make git run any program",
     "--exec-path": "changes where git finds the programs it runs",
-    "-C": "runs git in another folder", "--git-dir": "points git at another repository",
-    "--work-tree": "points git at another folder", "--namespace": "changes the refs git sees",
-    "-p": "starts a pager", "--paginate": "starts a pager", "--bare": "treats the folder as a bare repository",
-    "--super-prefix": "is internal to git", "--list-cmds": "is internal to git", "--html-path": "is not needed",
-    "--man-path": "is not needed", "--info-path": "is not needed", "--help": "starts a manual viewer",
+    "-C": "runs git in another folder",
+    "--git-dir": "points git at another repository",
+    "--work-tree": "points git at another folder",
+    "--namespace": "changes the refs git sees",
+    "-p": "starts a pager",
+    "--paginate": "starts a pager",
+    "--bare": "treats the folder as a bare repository",
+    "--super-prefix": "is internal to git",
+    "--list-cmds": "is internal to git",
+    "--html-path": "is not needed",
+    "--man-path": "is not needed",
+    "--info-path": "is not needed",
+    "--help": "starts a manual viewer",
     "-h": "starts a manual viewer",
 }
-_GIT_GLOBAL_OK = {"--no-pager", "-P", "--no-replace-objects", "--literal-pathspecs", "--glob-pathspecs",
-                  "--noglob-pathspecs", "--icase-pathspecs", "--no-optional-locks", "--version"}
+_GIT_GLOBAL_OK = {
+    "--no-pager",
+    "-P",
+    "--no-replace-objects",
+    "--literal-pathspecs",
+    "--glob-pathspecs",
+    "--noglob-pathspecs",
+    "--icase-pathspecs",
+    "--no-optional-locks",
+    "--version",
+}
 # Refused anywhere before "--", whatever the subcommand.
 GIT_REFUSED_OPTIONS = {
-    "--upload-pack": "runs the program it names", "--receive-pack": "runs the program it names",
-    "--exec": "runs the program it names", "-x": "runs a command (rebase) or is not needed here",
+    "--upload-pack": "runs the program it names",
+    "--receive-pack": "runs the program it names",
+    "--exec": "runs the program it names",
+    "-x": "runs a command (rebase) or is not needed here",
     "--ext-diff": "runs the external diff program from configuration",
-    "-O": "opens files in a pager (git grep) or reads an order file", "--open-files-in-pager": "starts a pager",
-    "--template": "copies hooks from the folder it names", "--config-env": "sets configuration",
-    "--exec-path": "changes where git finds the programs it runs", "--git-dir": "points git at another repository",
-    "--work-tree": "points git at another folder", "--namespace": "changes the refs git sees",
-    "--paginate": "starts a pager", "--help": "starts a manual viewer",
-    "--separate-git-dir": "puts the repository somewhere else", "--interactive": "starts an editor",
-    "--edit": "starts an editor", "--patch": "starts an interactive session that runs diff filters",
-    "--upload-archive": "runs the program it names", "--remote": "talks to another repository",
+    "-O": "opens files in a pager (git grep) or reads an order file",
+    "--open-files-in-pager": "starts a pager",
+    "--template": "copies hooks from the folder it names",
+    "--config-env": "sets configuration",
+    "--exec-path": "changes where git finds the programs it runs",
+    "--git-dir": "points git at another repository",
+    "--work-tree": "points git at another folder",
+    "--namespace": "changes the refs git sees",
+    "--paginate": "starts a pager",
+    "--help": "starts a manual viewer",
+    "--separate-git-dir": "puts the repository somewhere else",
+    "--interactive": "starts an editor",
+    "--edit": "starts an editor",
+    "--patch": "starts an interactive session that runs diff filters",
+    "--upload-archive": "runs the program it names",
+    "--remote": "talks to another repository",
 }
 # Per subcommand: options whose value follows as the next argument, and what the value is.
 _GIT_VALUES: dict[str, dict[str, str]] = {
-    "*": {"--output": "write", "--pathspec-from-file": "read", "-n": "value", "--max-count": "value",
-          "--author": "value", "--committer": "value", "--grep": "value", "--since": "value", "--until": "value",
-          "--after": "value", "--before": "value", "-S": "value", "-G": "value", "-L": "value",
-          "--format": "value", "--pretty": "value", "--date": "value", "--skip": "value", "--diff-filter": "value",
-          "--src-prefix": "value", "--dst-prefix": "value", "--line-prefix": "value", "--encoding": "value"},
-    "commit": {"-m": "value", "--message": "value", "-F": "read", "--file": "read", "-C": "value",
-               "-c": "value", "--reuse-message": "value", "--reedit-message": "value", "-t": "read",
-               "--fixup": "value", "--squash": "value", "--trailer": "value", "--cleanup": "value",
-               "-u": "value", "--untracked-files": "value", "--author": "value", "--date": "value"},
-    "tag": {"-m": "value", "--message": "value", "-F": "read", "--file": "read", "-u": "value",
-            "--local-user": "value", "--contains": "value", "--points-at": "value", "--sort": "value",
-            "--format": "value", "--merged": "value", "--no-merged": "value", "--cleanup": "value"},
-    "branch": {"--contains": "value", "--merged": "value", "--no-merged": "value", "--sort": "value",
-               "--format": "value", "--set-upstream-to": "value", "-u": "value", "--points-at": "value"},
-    "blame": {"-L": "value", "-S": "read", "--contents": "read", "--ignore-revs-file": "read",
-              "--ignore-rev": "value"},
-    "grep": {"-e": "value", "-f": "read", "-m": "value", "--max-count": "value", "-A": "value", "-B": "value",
-             "-C": "value", "--after-context": "value", "--before-context": "value", "--context": "value",
-             "--max-depth": "value", "--threads": "value"},
+    "*": {
+        "--output": "write",
+        "--pathspec-from-file": "read",
+        "-n": "value",
+        "--max-count": "value",
+        "--author": "value",
+        "--committer": "value",
+        "--grep": "value",
+        "--since": "value",
+        "--until": "value",
+        "--after": "value",
+        "--before": "value",
+        "-S": "value",
+        "-G": "value",
+        "-L": "value",
+        "--format": "value",
+        "--pretty": "value",
+        "--date": "value",
+        "--skip": "value",
+        "--diff-filter": "value",
+        "--src-prefix": "value",
+        "--dst-prefix": "value",
+        "--line-prefix": "value",
+        "--encoding": "value",
+    },
+    "commit": {
+        "-m": "value",
+        "--message": "value",
+        "-F": "read",
+        "--file": "read",
+        "-C": "value",
+        "-c": "value",
+        "--reuse-message": "value",
+        "--reedit-message": "value",
+        "-t": "read",
+        "--fixup": "value",
+        "--squash": "value",
+        "--trailer": "value",
+        "--cleanup": "value",
+        "-u": "value",
+        "--untracked-files": "value",
+        "--author": "value",
+        "--date": "value",
+    },
+    "tag": {
+        "-m": "value",
+        "--message": "value",
+        "-F": "read",
+        "--file": "read",
+        "-u": "value",
+        "--local-user": "value",
+        "--contains": "value",
+        "--points-at": "value",
+        "--sort": "value",
+        "--format": "value",
+        "--merged": "value",
+        "--no-merged": "value",
+        "--cleanup": "value",
+    },
+    "branch": {
+        "--contains": "value",
+        "--merged": "value",
+        "--no-merged": "value",
+        "--sort": "value",
+        "--format": "value",
+        "--set-upstream-to": "value",
+        "-u": "value",
+        "--points-at": "value",
+    },
+    "blame": {
+        "-L": "value",
+        "-S": "read",
+        "--contents": "read",
+        "--ignore-revs-file": "read",
+        "--ignore-rev": "value",
+    },
+    "grep": {
+        "-e": "value",
+        "-f": "read",
+        "-m": "value",
+        "--max-count": "value",
+        "-A": "value",
+        "-B": "value",
+        "-C": "value",
+        "--after-context": "value",
+        "--before-context": "value",
+        "--context": "value",
+        "--max-depth": "value",
+        "--threads": "value",
+    },
     "stash": {"-m": "value", "--message": "value"},
-    "merge": {"-m": "value", "-F": "read", "--file": "read", "-s": "value", "--strategy": "value",
-              "-X": "value", "--strategy-option": "value"},
+    "merge": {
+        "-m": "value",
+        "-F": "read",
+        "--file": "read",
+        "-s": "value",
+        "--strategy": "value",
+        "-X": "value",
+        "--strategy-option": "value",
+    },
     "restore": {"-s": "value", "--source": "value"},
     "checkout": {"-b": "value", "-B": "value", "--orphan": "value", "--conflict": "value"},
-    "switch": {"-c": "value", "-C": "value", "--create": "value", "--force-create": "value", "--orphan": "value",
-               "--conflict": "value"},
-    "cherry-pick": {"-m": "value", "--mainline": "value", "-s": "value", "--strategy": "value",
-                    "-X": "value", "--strategy-option": "value"},
+    "switch": {
+        "-c": "value",
+        "-C": "value",
+        "--create": "value",
+        "--force-create": "value",
+        "--orphan": "value",
+        "--conflict": "value",
+    },
+    "cherry-pick": {
+        "-m": "value",
+        "--mainline": "value",
+        "-s": "value",
+        "--strategy": "value",
+        "-X": "value",
+        "--strategy-option": "value",
+    },
     "revert": {"-m": "value", "--mainline": "value", "-s": "value", "--strategy": "value"},
     "init": {"-b": "value", "--initial-branch": "value", "--shared": "value", "--object-format": "value"},
-    "cat-file": {}, "rev-parse": {}, "ls-files": {"--exclude": "value", "-X": "read",
-                                                   "--exclude-from": "read", "--exclude-per-directory": "value"},
-    "shortlog": {"-w": "value", "--group": "value"}, "describe": {"--match": "value", "--exclude": "value",
-                                                                    "--candidates": "value", "--dirty": "value",
-                                                                    "--broken": "value", "--abbrev": "value"},
+    "cat-file": {},
+    "rev-parse": {},
+    "ls-files": {
+        "--exclude": "value",
+        "-X": "read",
+        "--exclude-from": "read",
+        "--exclude-per-directory": "value",
+    },
+    "shortlog": {"-w": "value", "--group": "value"},
+    "describe": {
+        "--match": "value",
+        "--exclude": "value",
+        "--candidates": "value",
+        "--dirty": "value",
+        "--broken": "value",
+        "--abbrev": "value",
+    },
 }
 # Subcommands whose paths (operands) are written; those that rewrite the work tree need write on ".".
 _GIT_WRITE_PATHS = {"add", "rm", "mv", "restore", "checkout", "init"}
 _GIT_TREE_WRITERS = {"switch", "stash", "merge", "cherry-pick", "revert"}
-_GIT_REVISION_FIRST = {"log", "show", "diff", "blame", "grep", "shortlog", "describe", "cat-file", "rev-parse",
-                       "rev-list", "ls-tree", "diff-tree", "diff-index", "merge-base", "name-rev", "branch",
-                       "tag", "reset", "checkout", "switch", "merge", "cherry-pick", "revert", "reflog",
-                       "whatchanged", "cherry", "range-diff", "restore", "stash", "show-ref", "for-each-ref",
-                       "annotate", "diff-files", "status", "ls-files", "check-ignore", "check-attr",
-                       "count-objects", "version", "commit"}
+_GIT_REVISION_FIRST = {
+    "log",
+    "show",
+    "diff",
+    "blame",
+    "grep",
+    "shortlog",
+    "describe",
+    "cat-file",
+    "rev-parse",
+    "rev-list",
+    "ls-tree",
+    "diff-tree",
+    "diff-index",
+    "merge-base",
+    "name-rev",
+    "branch",
+    "tag",
+    "reset",
+    "checkout",
+    "switch",
+    "merge",
+    "cherry-pick",
+    "revert",
+    "reflog",
+    "whatchanged",
+    "cherry",
+    "range-diff",
+    "restore",
+    "stash",
+    "show-ref",
+    "for-each-ref",
+    "annotate",
+    "diff-files",
+    "status",
+    "ls-files",
+    "check-ignore",
+    "check-attr",
+    "count-objects",
+    "version",
+    "commit",
+}
 
 
 def _git_option(token: str, values: Mapping[str, str]) -> tuple[str, str]:
@@ -661,26 +1305,38 @@ def _git(args: Sequence[str]) -> list[tuple[str, str, bool]] | ShellVerdict:
     while i < len(args) and args[i].startswith("-"):
         token = args[i]
         name = token.partition("=")[0]
-        if name in _GIT_GLOBAL_REFUSED or name.startswith("-c") and not name.startswith("--") or (
-                name.startswith("-C") and not name.startswith("--")):
+        if (
+            name in _GIT_GLOBAL_REFUSED
+            or name.startswith("-c")
+            and not name.startswith("--")
+            or (name.startswith("-C") and not name.startswith("--"))
+        ):
             key = name if name in _GIT_GLOBAL_REFUSED else name[:2]
-            return _no(f"git option '{key}' is refused: it {_GIT_GLOBAL_REFUSED[key]}",
-                       "run git without it; the repository is the project's own, in the command's cwd")
+            return _no(
+                f"git option '{key}' is refused: it {_GIT_GLOBAL_REFUSED[key]}",
+                "run git without it; the repository is the project's own, in the command's cwd",
+            )
         if name not in _GIT_GLOBAL_OK:
-            return _no(f"git option '{name}' before the subcommand is not one Kiwi allows",
-                       f"allowed there: {', '.join(sorted(_GIT_GLOBAL_OK))}")
+            return _no(
+                f"git option '{name}' before the subcommand is not one Kiwi allows",
+                f"allowed there: {', '.join(sorted(_GIT_GLOBAL_OK))}",
+            )
         i += 1
     if i >= len(args):
         return []
     sub = args[i]
     if sub in GIT_REFUSED_SUBCOMMANDS:
-        return _no(f"'git {sub}' is refused: it {GIT_REFUSED_SUBCOMMANDS[sub]}",
-                   "use the git.status/diff/commit/checkpoint/rollback tools or an allowed subcommand: "
-                   + ", ".join(sorted(GIT_SUBCOMMANDS)))
+        return _no(
+            f"'git {sub}' is refused: it {GIT_REFUSED_SUBCOMMANDS[sub]}",
+            "use the git.status/diff/commit/checkpoint/rollback tools or an allowed subcommand: "
+            + ", ".join(sorted(GIT_SUBCOMMANDS)),
+        )
     if sub not in GIT_SUBCOMMANDS:
-        return _no(f"'git {sub}' is not a subcommand Kiwi allows (aliases and other programs are refused)",
-                   "allowed: " + ", ".join(sorted(GIT_SUBCOMMANDS)))
-    rest = list(args[i + 1:])
+        return _no(
+            f"'git {sub}' is not a subcommand Kiwi allows (aliases and other programs are refused)",
+            "allowed: " + ", ".join(sorted(GIT_SUBCOMMANDS)),
+        )
+    rest = list(args[i + 1 :])
     values = {**_GIT_VALUES["*"], **_GIT_VALUES.get(sub, {})}
     found: list[tuple[str, str, bool]] = []
     before: list[str] = []
@@ -696,7 +1352,9 @@ def _git(args: Sequence[str]) -> list[tuple[str, str, bool]] | ShellVerdict:
         if token.startswith("--"):
             name, value = _git_option(token, values)
             if name in GIT_REFUSED_OPTIONS:
-                return _no(f"git option '{name}' is refused: it {GIT_REFUSED_OPTIONS[name]}", "run git without it")
+                return _no(
+                    f"git option '{name}' is refused: it {GIT_REFUSED_OPTIONS[name]}", "run git without it"
+                )
             opts.append(name)
             kind = values.get(name)
             if kind and "=" not in token:
@@ -713,14 +1371,18 @@ def _git(args: Sequence[str]) -> list[tuple[str, str, bool]] | ShellVerdict:
             for index, char in enumerate(token[1:], start=1):
                 opt = f"-{char}"
                 if opt in GIT_REFUSED_OPTIONS:
-                    return _no(f"git option '{opt}' is refused: it {GIT_REFUSED_OPTIONS[opt]}", "run git without it")
+                    return _no(
+                        f"git option '{opt}' is refused: it {GIT_REFUSED_OPTIONS[opt]}", "run git without it"
+                    )
                 if sub == "add" and opt in ("-p", "-i", "-e"):
-                    return _no(f"'git add {opt}' is refused: it starts an interactive session or an editor",
-                               "stage paths with git add PATH")
+                    return _no(
+                        f"'git add {opt}' is refused: it starts an interactive session or an editor",
+                        "stage paths with git add PATH",
+                    )
                 opts.append(opt)
                 kind = values.get(opt)
                 if kind:
-                    value = token[index + 1:]
+                    value = token[index + 1 :]
                     if not value:
                         if j >= len(rest):
                             return _no(f"git option '{opt}' needs a value")
@@ -733,9 +1395,12 @@ def _git(args: Sequence[str]) -> list[tuple[str, str, bool]] | ShellVerdict:
         before.append(token)
     no_index = "--no-index" in opts
     writes = sub in _GIT_WRITE_PATHS
-    tree_writer = sub in _GIT_TREE_WRITERS or (sub == "reset" and any(
-        o in opts for o in ("--hard", "--merge", "--keep"))) or (sub == "checkout" and after is None) or (
-        sub == "add" and not before and not after)
+    tree_writer = (
+        sub in _GIT_TREE_WRITERS
+        or (sub == "reset" and any(o in opts for o in ("--hard", "--merge", "--keep")))
+        or (sub == "checkout" and after is None)
+        or (sub == "add" and not before and not after)
+    )
     if tree_writer:
         found.append((".", "write", False))
     mode = "write" if writes else "read"
@@ -760,20 +1425,33 @@ def _git(args: Sequence[str]) -> list[tuple[str, str, bool]] | ShellVerdict:
 def git_reads_everything(g: _Grants) -> ShellVerdict | None:
     """git can print any file of the repository (``git show HEAD:secret``), so it needs read on all of it."""
     if not any(glob_covered("**", p) for p in g.read):
-        return _no("git reads every file of the repository (git show, log -p, grep), and this run may not read "
-                   "all of the project", 'add <read resource="filesystem" path="**"/>, or use the git.* tools',
-                   g.read)
+        return _no(
+            "git reads every file of the repository (git show, log -p, grep), and this run may not read "
+            "all of the project",
+            'add <read resource="filesystem" path="**"/>, or use the git.* tools',
+            g.read,
+        )
     if g.deny:
-        return _no(f"git reads every file of the repository, and this run denies '{g.deny[0]}'",
-                   "use the git.* tools, or drop the denial", g.deny)
+        return _no(
+            f"git reads every file of the repository, and this run denies '{g.deny[0]}'",
+            "use the git.* tools, or drop the denial",
+            g.deny,
+        )
     return None
 
 
 # ---------------------------------------------------------------- blocked commands
 
 _SHORT_ALIASES: dict[str, dict[str, str]] = {
-    "*": {"--recursive": "-r", "-R": "-r", "--force": "-f", "--verbose": "-v", "--interactive": "-i",
-          "--dir": "-d", "--no-preserve-root": "--no-preserve-root"},
+    "*": {
+        "--recursive": "-r",
+        "-R": "-r",
+        "--force": "-f",
+        "--verbose": "-v",
+        "--interactive": "-i",
+        "--dir": "-d",
+        "--no-preserve-root": "--no-preserve-root",
+    },
     "git": {"--force": "-f", "--force-with-lease": "-f", "--delete": "-d", "--all": "--all", "-D": "-D"},
 }
 
@@ -787,7 +1465,7 @@ def _normal_options(program: str, words: Sequence[str]) -> tuple[set[str], list[
     operands: list[str] = []
     for index, word in enumerate(words):
         if word == "--":
-            operands.extend(words[index + 1:])
+            operands.extend(words[index + 1 :])
             break
         if word.startswith("--"):
             name = word.partition("=")[0]
@@ -823,7 +1501,9 @@ def blocked_by(pattern: str, argv: Sequence[str]) -> bool:
 # ---------------------------------------------------------------- the check
 
 
-def _options_for(program: str, options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None) -> set[str]:
+def _options_for(
+    program: str, options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None
+) -> set[str]:
     if not options_granted:
         return set()
     if isinstance(options_granted, Mapping):
@@ -831,8 +1511,12 @@ def _options_for(program: str, options_granted: Mapping[str, Iterable[str]] | It
     return set(options_granted)
 
 
-def path_arguments(argv: Sequence[str], *, cwd: str = ".", options_granted: Mapping[str, Iterable[str]] |
-                   Iterable[str] | None = None) -> list[PathArgument] | ShellVerdict:
+def path_arguments(
+    argv: Sequence[str],
+    *,
+    cwd: str = ".",
+    options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None = None,
+) -> list[PathArgument] | ShellVerdict:
     """The paths ``argv`` names (project-relative), or why its program or options are refused.
 
     Used by ``check_argv`` and by the worker, which re-checks them on disk with symlinks resolved.
@@ -842,7 +1526,9 @@ def path_arguments(argv: Sequence[str], *, cwd: str = ".", options_granted: Mapp
     why = refused_program(argv[0])
     if why:
         given = posixpath.basename(argv[0])
-        return _no(f"'{given}' is refused: it {why}, so a grant for it would grant every program", _LOCAL_HINT)
+        return _no(
+            f"'{given}' is refused: it {why}, so a grant for it would grant every program", _LOCAL_HINT
+        )
     base = lexical_path(".", cwd or ".")
     if isinstance(base, ShellVerdict):
         return _no(f"cwd {base.reason}", base.hint)
@@ -885,10 +1571,18 @@ def _unknown(args: Sequence[str]) -> list[tuple[str, str, bool]]:
     return found
 
 
-def check_argv(argv: Sequence[str], *, allowed: Sequence[str], denied: Sequence[str] = (),
-               blocked: Sequence[str] = (), read_grants: Sequence[str] = (), write_grants: Sequence[str] = (),
-               deny_fs: Sequence[str] = (), cwd: str = ".",
-               options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None = None) -> ShellVerdict:
+def check_argv(
+    argv: Sequence[str],
+    *,
+    allowed: Sequence[str],
+    denied: Sequence[str] = (),
+    blocked: Sequence[str] = (),
+    read_grants: Sequence[str] = (),
+    write_grants: Sequence[str] = (),
+    deny_fs: Sequence[str] = (),
+    cwd: str = ".",
+    options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None = None,
+) -> ShellVerdict:
     """Decide one ``shell.run`` argv against the run's grants (see the module docstring)."""
     if not argv:
         return _no("empty command")
@@ -896,15 +1590,26 @@ def check_argv(argv: Sequence[str], *, allowed: Sequence[str], denied: Sequence[
     name = program_name(argv[0])
     for pattern in blocked:
         if blocked_by(pattern, argv):
-            return _no(f"'{' '.join(argv)}' is blocked by the harness policy ('{pattern}')",
-                       "shell.blocked_commands in agent_harness.yaml refuses it in every run")
+            return _no(
+                f"'{' '.join(argv)}' is blocked by the harness policy ('{pattern}')",
+                "shell.blocked_commands in agent_harness.yaml refuses it in every run",
+            )
     for entry in denied:
-        if entry == "*" or program_name(entry) == name and " " not in entry.strip() or (
-                " " in entry.strip() and blocked_by(entry, argv)):
-            return _no(f"shell command '{program}' is explicitly denied" + (f" ('{entry}')" if entry != name else ""))
+        if (
+            entry == "*"
+            or program_name(entry) == name
+            and " " not in entry.strip()
+            or (" " in entry.strip() and blocked_by(entry, argv))
+        ):
+            return _no(
+                f"shell command '{program}' is explicitly denied" + (f" ('{entry}')" if entry != name else "")
+            )
     if not any(a == "*" or a == program or a == argv[0] for a in allowed):
-        return _no(f"shell command '{program}' is not in the allowlist",
-                   f'add <execute resource="shell" commands="{program}"/> to <permissions>', allowed)
+        return _no(
+            f"shell command '{program}' is not in the allowlist",
+            f'add <execute resource="shell" commands="{program}"/> to <permissions>',
+            allowed,
+        )
     g = _Grants(tuple(read_grants), tuple(write_grants), tuple(deny_fs))
     if name == "git":
         problem = git_reads_everything(g)
@@ -917,7 +1622,10 @@ def check_argv(argv: Sequence[str], *, allowed: Sequence[str], denied: Sequence[
         problem = _check_path(p, g)
         if problem:
             if p is paths[0]:
-                return _no(f"the command's cwd '{p.rel}' may not be read by this run", problem.hint,
-                           problem.checked_against)
+                return _no(
+                    f"the command's cwd '{p.rel}' may not be read by this run",
+                    problem.hint,
+                    problem.checked_against,
+                )
             return problem
     return ShellVerdict(True, checked_against=tuple(allowed))

@@ -80,8 +80,9 @@ def verify(text: str) -> SignatureStatus:
     else:
         actual = hashlib.sha256(body.encode()).hexdigest()
         ok = actual == digest
-    return SignatureStatus("valid" if ok else "modified", timestamp, legacy, digest, actual, signer or "",
-                           signature or "")
+    return SignatureStatus(
+        "valid" if ok else "modified", timestamp, legacy, digest, actual, signer or "", signature or ""
+    )
 
 
 def check_trust(status: SignatureStatus, signers: dict[str, str], kind: str) -> SignatureStatus:
@@ -94,14 +95,26 @@ def check_trust(status: SignatureStatus, signers: dict[str, str], kind: str) -> 
     from kiwi.keys import item_message, verify_bytes
 
     key = signers.get(status.signer)
-    status.trusted = bool(status.state == "valid" and not status.legacy and key and status.signature and
-                          verify_bytes(key, item_message(kind, status.actual, status.timestamp, status.signer),
-                                       status.signature))
+    status.trusted = bool(
+        status.state == "valid"
+        and not status.legacy
+        and key
+        and status.signature
+        and verify_bytes(
+            key, item_message(kind, status.actual, status.timestamp, status.signer), status.signature
+        )
+    )
     return status
 
 
-def sign(text: str, *, signer: str, kind: str, comment: Literal["html", "hash"] = "html",
-         now: datetime | None = None) -> str:
+def sign(
+    text: str,
+    *,
+    signer: str,
+    kind: str,
+    comment: Literal["html", "hash"] = "html",
+    now: datetime | None = None,
+) -> str:
     """Return ``text`` (an item of ``kind``: directive, tool, knowledge) with a fresh Kiwi signature by the key
     ``signer`` as its first line (any old one replaced)."""
     from kiwi.keys import item_message, sign_bytes

@@ -32,46 +32,86 @@ def local_tool_specs(store: ItemStore) -> dict[str, LocalToolSpec]:
     specs = {}
     for tool_id, manifest in store.local_tools().items():
         if manifest.tool_type in ("python", "bash") and manifest.entrypoint:
-            entry = Path(manifest.path) if manifest.legacy else Path(manifest.path).parent / manifest.entrypoint
-            specs[tool_id] = LocalToolSpec(tool_id=tool_id, tool_type=manifest.tool_type, entrypoint=str(entry),
-                                           mutates_state=manifest.mutates_state,
-                                           timeout_seconds=float(manifest.executor.get("timeout", 300)),
-                                           input_schema=manifest.json_schema())
+            entry = (
+                Path(manifest.path) if manifest.legacy else Path(manifest.path).parent / manifest.entrypoint
+            )
+            specs[tool_id] = LocalToolSpec(
+                tool_id=tool_id,
+                tool_type=manifest.tool_type,
+                entrypoint=str(entry),
+                mutates_state=manifest.mutates_state,
+                timeout_seconds=float(manifest.executor.get("timeout", 300)),
+                input_schema=manifest.json_schema(),
+            )
     return specs
 
 
-def build_snapshot(store: ItemStore, name: str, inputs: dict[str, Any], run_id: str, *, client_name: str = "cli",
-                   deadline_seconds: float | None = None, search_attributes: bool = False) -> RunSnapshot:
+def build_snapshot(
+    store: ItemStore,
+    name: str,
+    inputs: dict[str, Any],
+    run_id: str,
+    *,
+    client_name: str = "cli",
+    deadline_seconds: float | None = None,
+    search_attributes: bool = False,
+) -> RunSnapshot:
     """Resolve, validate and bind a directive into a run's fixed input (raises typed Kiwi errors)."""
     directive, text, path = store.load_directive(name)
     bound = bind_inputs(directive, inputs)
     specs = local_tool_specs(store)
     for call in (c for s in directive.steps for c in s.tool_calls):
         if "." not in call.tool and call.tool not in specs:
-            raise InputInvalid(f"directive '{name}' step calls tool '{call.tool}', which is not a local tool",
-                               hint="add it under .ai/tools/ or fix the tool id (run `kiwi search` to list tools)")
+            raise InputInvalid(
+                f"directive '{name}' step calls tool '{call.tool}', which is not a local tool",
+                hint="add it under .ai/tools/ or fix the tool id (run `kiwi search` to list tools)",
+            )
     harness = load_harness(store.project_root, store.user)
     trusted = load_trusted(store.project_root, store.user)
-    limits = harness.limits.model_copy(update={"deadline_seconds": deadline_seconds,
-                                               "approvers": trusted.with_role("approve")})
+    limits = harness.limits.model_copy(
+        update={"deadline_seconds": deadline_seconds, "approvers": trusted.with_role("approve")}
+    )
     registry = load_registry(store.project_root, store.user)
     declared = {m.name for m in directive.metadata.tools.mcps}
     trust = directive_trust(text, harness.signatures, trusted.with_role("sign"))
-    grants = directive.grants() if trust.grants == "declared" else harness.base_policy.intersect(directive.grants())
-    return RunSnapshot(run_id=run_id, directive=directive, content_hash=trust.content_hash, source_path=str(path),
-                       inputs=bound, grants=grants, project_root=str(store.project_root),
-                       client=client_name, local_tools=specs, limits=limits, search_attributes=search_attributes,
-                       mcp_servers={n: c.info() for n, c in registry.servers.items() if n in declared},
-                       mcp_skipped={n: why for n, why in registry.skipped.items() if n in declared}, trust=trust)
+    grants = (
+        directive.grants()
+        if trust.grants == "declared"
+        else harness.base_policy.intersect(directive.grants())
+    )
+    return RunSnapshot(
+        run_id=run_id,
+        directive=directive,
+        content_hash=trust.content_hash,
+        source_path=str(path),
+        inputs=bound,
+        grants=grants,
+        project_root=str(store.project_root),
+        client=client_name,
+        local_tools=specs,
+        limits=limits,
+        search_attributes=search_attributes,
+        mcp_servers={n: c.info() for n, c in registry.servers.items() if n in declared},
+        mcp_skipped={n: why for n, why in registry.skipped.items() if n in declared},
+        trust=trust,
+    )
 
 
-def signed_decision(run_id: str, execution: str, request: ApprovalRequest, approved: bool, by: str,
-                    reason: str = "") -> ApprovalDecision:
+def signed_decision(
+    run_id: str, execution: str, request: ApprovalRequest, approved: bool, by: str, reason: str = ""
+) -> ApprovalDecision:
     """The ``decide_approval`` signal for ``request`` in that execution of the run, signed with the key ``by``."""
-    signature = sign_bytes(by, approval_message(run_id, execution, request.request_id, request.args_hash,
-                                                approved, by))
-    return ApprovalDecision(request_id=request.request_id, approved=approved, by=by, reason=reason,
-                            args_hash=request.args_hash, signature=signature)
+    signature = sign_bytes(
+        by, approval_message(run_id, execution, request.request_id, request.args_hash, approved, by)
+    )
+    return ApprovalDecision(
+        request_id=request.request_id,
+        approved=approved,
+        by=by,
+        reason=reason,
+        args_hash=request.args_hash,
+        signature=signature,
+    )
 
 
 def directive_trust(text: str, mode: str, signers: dict[str, str]) -> RunTrust:
@@ -85,19 +125,31 @@ def directive_trust(text: str, mode: str, signers: dict[str, str]) -> RunTrust:
     signatures are ``off``.
     """
     status = check_trust(verify(text), signers, "directive")
-    trust = RunTrust(signature=status.state, signer=status.signer, trusted=status.trusted,
-                     content_hash=content_hash(text), mode=mode)  # type: ignore[arg-type]
+    trust = RunTrust(
+        signature=status.state,
+        signer=status.signer,
+        trusted=status.trusted,
+        content_hash=content_hash(text),
+        mode=mode,
+    )  # type: ignore[arg-type]
     if mode == "off" or status.trusted:
         return trust
     if status.state == "modified":
         trust.grants = "base"
-        trust.note = ("modified after signing: runs with the base policy only; re-sign it with `kiwi sign` if the "
-                      "change is yours")
+        trust.note = (
+            "modified after signing: runs with the base policy only; re-sign it with `kiwi sign` if the "
+            "change is yours"
+        )
     elif mode == "require":
         trust.grants = "base"
-        who = f"signed by '{status.signer}', which is not a trusted key" if status.signer else (
-            "not signed by a trusted key")
-        trust.note = f"{who}: runs with the base policy only (signatures: require); a human signs it with `kiwi sign`"
+        who = (
+            f"signed by '{status.signer}', which is not a trusted key"
+            if status.signer
+            else ("not signed by a trusted key")
+        )
+        trust.note = (
+            f"{who}: runs with the base policy only (signatures: require); a human signs it with `kiwi sign`"
+        )
     else:
         trust.note = "not signed by a trusted key: its declared grants apply because signatures is 'warn'"
     return trust
@@ -108,20 +160,37 @@ def session_mcps(registry: McpRegistry) -> ToolsDeclaration:
     return ToolsDeclaration(mcps=[McpDeclaration(name=name) for name in sorted(registry.servers)])
 
 
-def build_session_snapshot(store: ItemStore, client_name: str, *, search_attributes: bool = False) -> RunSnapshot:
+def build_session_snapshot(
+    store: ItemStore, client_name: str, *, search_attributes: bool = False
+) -> RunSnapshot:
     """A project's session: the harness's base policy, one step that waits forever."""
     harness = load_harness(store.project_root, store.user)
     registry = load_registry(store.project_root, store.user)
-    directive = Directive(name="session", version="1.0.0",
-                          metadata=Metadata(description=f"interactive calls of {client_name} outside a run",
-                                            tools=session_mcps(registry)),
-                          steps=[Step(name="interactive", mode="agent",
-                                      action="Calls made outside a directive run, checked against the "
-                                             "base policy of agent_harness.yaml.")])
+    directive = Directive(
+        name="session",
+        version="1.0.0",
+        metadata=Metadata(
+            description=f"interactive calls of {client_name} outside a run", tools=session_mcps(registry)
+        ),
+        steps=[
+            Step(
+                name="interactive",
+                mode="agent",
+                action="Calls made outside a directive run, checked against the "
+                "base policy of agent_harness.yaml.",
+            )
+        ],
+    )
     approvers = load_trusted(store.project_root, store.user).with_role("approve")
-    return RunSnapshot(run_id=session_workflow_id(store.project_root), directive=directive, content_hash="",
-                       grants=harness.base_policy, project_root=str(store.project_root), client=client_name,
-                       local_tools=local_tool_specs(store),
-                       limits=harness.limits.model_copy(update={"approvers": approvers}),
-                       search_attributes=search_attributes,
-                       mcp_servers={n: c.info() for n, c in registry.servers.items()})
+    return RunSnapshot(
+        run_id=session_workflow_id(store.project_root),
+        directive=directive,
+        content_hash="",
+        grants=harness.base_policy,
+        project_root=str(store.project_root),
+        client=client_name,
+        local_tools=local_tool_specs(store),
+        limits=harness.limits.model_copy(update={"approvers": approvers}),
+        search_attributes=search_attributes,
+        mcp_servers={n: c.info() for n, c in registry.servers.items()},
+    )

@@ -80,13 +80,19 @@ def parse_item(item_type: ItemType, path: Path, text: str | None = None) -> tupl
     try:
         if text is None:
             if path.stat().st_size > MAX_ITEM_BYTES:
-                return None, [Problem(f"file is {path.stat().st_size:,} bytes; items are limited to "
-                                      f"{MAX_ITEM_BYTES:,}", shown)]
+                return None, [
+                    Problem(
+                        f"file is {path.stat().st_size:,} bytes; items are limited to {MAX_ITEM_BYTES:,}",
+                        shown,
+                    )
+                ]
             raw = path.read_bytes()
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                return None, [Problem(f"not UTF-8 text (byte {exc.start}); items are UTF-8 text files", shown)]
+                return None, [
+                    Problem(f"not UTF-8 text (byte {exc.start}); items are UTF-8 text files", shown)
+                ]
         if item_type == "directive":
             return parse_directive_lenient(text, shown)
         if item_type == "tool":
@@ -104,17 +110,42 @@ def _describe(item_type: ItemType, parsed: Any, path: Path) -> dict[str, Any]:
     if isinstance(parsed, Directive):
         m = parsed.metadata
         steps = " ".join(f"{s.name} {s.description} {s.action}" for s in parsed.steps)
-        return {"item_id": parsed.name, "name": parsed.name, "description": m.description, "category": m.category,
-                "tags": m.tags, "content": steps}
+        return {
+            "item_id": parsed.name,
+            "name": parsed.name,
+            "description": m.description,
+            "category": m.category,
+            "tags": m.tags,
+            "content": steps,
+        }
     if isinstance(parsed, ToolManifest):
         params = " ".join(f"{p.name} {p.description}" for p in parsed.parameters)
-        return {"item_id": parsed.tool_id, "name": parsed.tool_id, "description": parsed.description,
-                "category": parsed.category, "tags": parsed.tags, "content": params}
+        return {
+            "item_id": parsed.tool_id,
+            "name": parsed.tool_id,
+            "description": parsed.description,
+            "category": parsed.category,
+            "tags": parsed.tags,
+            "content": params,
+        }
     if isinstance(parsed, KnowledgeEntry):
-        return {"item_id": parsed.zettel_id, "name": parsed.title, "description": parsed.title,
-                "category": parsed.category, "tags": parsed.tags, "content": parsed.body}
+        return {
+            "item_id": parsed.zettel_id,
+            "name": parsed.title,
+            "description": parsed.title,
+            "category": parsed.category,
+            "tags": parsed.tags,
+            "content": parsed.body,
+        }
     stem = path.stem if path.name != "tool.yaml" else path.parent.name
-    return {"item_id": stem.split(".")[0], "name": stem, "description": "", "category": "", "tags": [], "content": ""}
+    return {
+        "item_id": stem.split(".")[0],
+        "name": stem,
+        "description": "",
+        "category": "",
+        "tags": [],
+        "content": "",
+    }
 
 
 def _iter_files(base: Path, item_type: ItemType) -> Iterator[Path]:
@@ -134,7 +165,12 @@ def _iter_files(base: Path, item_type: ItemType) -> Iterator[Path]:
                 if entry.name.startswith("."):
                     continue
                 if entry.is_dir(follow_symlinks=False):
-                    if folder != "scripts" and entry.name not in ("node_modules", "__pycache__", ".venv", "lib"):
+                    if folder != "scripts" and entry.name not in (
+                        "node_modules",
+                        "__pycache__",
+                        ".venv",
+                        "lib",
+                    ):
                         stack.append(Path(entry.path))
                     continue
                 if _wanted(item_type, folder, entry.name):
@@ -152,8 +188,9 @@ def _wanted(item_type: ItemType, folder: str, name: str) -> bool:
 class ItemStore:
     """Items of one project and its user space, with a persistent, incrementally updated index."""
 
-    def __init__(self, project_root: Path | None = None, user: Path | None = None,
-                 index_path: Path | None = None) -> None:
+    def __init__(
+        self, project_root: Path | None = None, user: Path | None = None, index_path: Path | None = None
+    ) -> None:
         self.project_root = (project_root or find_project_root()).resolve()
         self.user = (user or user_space()).expanduser()
         self.spaces: dict[str, Path] = {"project": self.project_root / ".ai", "user": self.user}
@@ -224,39 +261,78 @@ class ItemStore:
                 counts["removed"] += 1
         return counts
 
-    def _index_one(self, db: sqlite3.Connection, source: str, item_type: ItemType, path: Path,
-                   st: os.stat_result) -> None:
+    def _index_one(
+        self, db: sqlite3.Connection, source: str, item_type: ItemType, path: Path, st: os.stat_result
+    ) -> None:
         parsed, problems = parse_item(item_type, path)
-        if item_type == "knowledge" and parsed is None and path.suffix == ".md" and "zettel_id" not in _head(path):
+        if (
+            item_type == "knowledge"
+            and parsed is None
+            and path.suffix == ".md"
+            and "zettel_id" not in _head(path)
+        ):
             return
         info = _describe(item_type, parsed, path)
         errors = [str(p) for p in problems if p.severity == "error"]
         valid = parsed is not None and not errors
         row = db.execute("SELECT rowid FROM items WHERE path=?", (str(path),)).fetchone()
-        values = (str(path), item_type, info["item_id"], source, st.st_mtime_ns, st.st_size, info["name"],
-                  info["description"], info["category"], json.dumps(info["tags"]), int(valid),
-                  json.dumps([str(p) for p in problems]))
+        values = (
+            str(path),
+            item_type,
+            info["item_id"],
+            source,
+            st.st_mtime_ns,
+            st.st_size,
+            info["name"],
+            info["description"],
+            info["category"],
+            json.dumps(info["tags"]),
+            int(valid),
+            json.dumps([str(p) for p in problems]),
+        )
         if row:
-            db.execute("""UPDATE items SET path=?, item_type=?, item_id=?, source=?, mtime_ns=?, size=?, name=?,
-                          description=?, category=?, tags=?, valid=?, problems=? WHERE rowid=?""", (*values, row[0]))
+            db.execute(
+                """UPDATE items SET path=?, item_type=?, item_id=?, source=?, mtime_ns=?, size=?, name=?,
+                          description=?, category=?, tags=?, valid=?, problems=? WHERE rowid=?""",
+                (*values, row[0]),
+            )
             db.execute("DELETE FROM items_fts WHERE rowid=?", (row[0],))
             rowid = row[0]
         else:
-            rowid = db.execute("""INSERT INTO items (path, item_type, item_id, source, mtime_ns, size, name,
+            rowid = db.execute(
+                """INSERT INTO items (path, item_type, item_id, source, mtime_ns, size, name,
                                   description, category, tags, valid, problems) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)""",
-                               values).lastrowid
-        db.execute("INSERT INTO items_fts (rowid, name, description, category, tags, content) VALUES (?,?,?,?,?,?)",
-                   (rowid, info["name"].replace("_", " ") + " " + info["item_id"], info["description"],
-                    info["category"].replace("/", " "), " ".join(info["tags"]), info["content"]))
+                values,
+            ).lastrowid
+        db.execute(
+            "INSERT INTO items_fts (rowid, name, description, category, tags, content) VALUES (?,?,?,?,?,?)",
+            (
+                rowid,
+                info["name"].replace("_", " ") + " " + info["item_id"],
+                info["description"],
+                info["category"].replace("/", " "),
+                " ".join(info["tags"]),
+                info["content"],
+            ),
+        )
 
     # ---- queries --------------------------------------------------------
     def _record(self, row: sqlite3.Row | tuple) -> ItemRecord:
         (path, item_type, item_id, source, name, description, category, tags, valid, problems, *rest) = row
-        return ItemRecord(item_type=item_type, item_id=item_id, source=source, path=path, name=name or "",
-                          description=description or "", category=category or "", tags=json.loads(tags or "[]"),
-                          valid=bool(valid), problems=json.loads(problems or "[]"),
-                          score=float(-rest[0]) if rest and rest[0] is not None else 0.0,
-                          snippet=rest[1] if len(rest) > 1 else "")
+        return ItemRecord(
+            item_type=item_type,
+            item_id=item_id,
+            source=source,
+            path=path,
+            name=name or "",
+            description=description or "",
+            category=category or "",
+            tags=json.loads(tags or "[]"),
+            valid=bool(valid),
+            problems=json.loads(problems or "[]"),
+            score=float(-rest[0]) if rest and rest[0] is not None else 0.0,
+            snippet=rest[1] if len(rest) > 1 else "",
+        )
 
     _COLUMNS = "i.path, i.item_type, i.item_id, i.source, i.name, i.description, i.category, i.tags, i.valid, i.problems"
 
@@ -268,10 +344,20 @@ class ItemStore:
         if item_type:
             sql += " WHERE i.item_type=?"
             args = (item_type,)
-        return [self._record(r) for r in self._connect().execute(sql + " ORDER BY i.item_type, i.item_id", args)]
+        return [
+            self._record(r) for r in self._connect().execute(sql + " ORDER BY i.item_type, i.item_id", args)
+        ]
 
-    def search(self, query: str, *, item_type: ItemType | None = None, category: str | None = None,
-               source: str = "all", limit: int = 10, refresh: bool = True) -> list[ItemRecord]:
+    def search(
+        self,
+        query: str,
+        *,
+        item_type: ItemType | None = None,
+        category: str | None = None,
+        source: str = "all",
+        limit: int = 10,
+        refresh: bool = True,
+    ) -> list[ItemRecord]:
         """Multi-term BM25 search over name, description, category, tags and content."""
         if refresh:
             self.refresh()
@@ -283,11 +369,14 @@ class ItemStore:
             results = self._match(" OR ".join(f'"{t}"*' for t in terms), item_type, category, source, limit)
         return results
 
-    def _match(self, fts_query: str, item_type: str | None, category: str | None, source: str,
-               limit: int) -> list[ItemRecord]:
-        sql = (f"SELECT {self._COLUMNS}, bm25(items_fts, 10.0, 5.0, 3.0, 3.0, 1.0) AS rank, "
-               "snippet(items_fts, 4, '[', ']', '…', 12) FROM items_fts JOIN items i ON i.rowid = items_fts.rowid "
-               "WHERE items_fts MATCH ?")
+    def _match(
+        self, fts_query: str, item_type: str | None, category: str | None, source: str, limit: int
+    ) -> list[ItemRecord]:
+        sql = (
+            f"SELECT {self._COLUMNS}, bm25(items_fts, 10.0, 5.0, 3.0, 3.0, 1.0) AS rank, "
+            "snippet(items_fts, 4, '[', ']', '…', 12) FROM items_fts JOIN items i ON i.rowid = items_fts.rowid "
+            "WHERE items_fts MATCH ?"
+        )
         args: list[Any] = [fts_query]
         if item_type:
             sql += " AND i.item_type = ?"
@@ -304,27 +393,47 @@ class ItemStore:
         if records:
             # One query for every record's other copies (the same id in another file or space).
             marks = ",".join("?" * len(records))
-            rows = self._connect().execute(
-                f"SELECT item_type, item_id, source, path FROM items WHERE item_id IN ({marks})",
-                [r.item_id for r in records]).fetchall()
+            rows = (
+                self._connect()
+                .execute(
+                    f"SELECT item_type, item_id, source, path FROM items WHERE item_id IN ({marks})",
+                    [r.item_id for r in records],
+                )
+                .fetchall()
+            )
             for record in records:
-                record.shadows = [f"{src}: {path}" for kind, item_id, src, path in rows
-                                  if kind == record.item_type and item_id == record.item_id and path != record.path]
+                record.shadows = [
+                    f"{src}: {path}"
+                    for kind, item_id, src, path in rows
+                    if kind == record.item_type and item_id == record.item_id and path != record.path
+                ]
         return records
 
-    def find(self, item_type: ItemType, item_id: str, *, source: str = "all", refresh: bool = True) -> ItemRecord:
+    def find(
+        self, item_type: ItemType, item_id: str, *, source: str = "all", refresh: bool = True
+    ) -> ItemRecord:
         """Locate one item, project space first; the same id elsewhere is reported in ``shadows``."""
         if refresh:
             self.refresh()
-        rows = [self._record(r) for r in self._connect().execute(
-            f"SELECT {self._COLUMNS} FROM items i WHERE i.item_type=? AND i.item_id=?", (item_type, item_id))]
+        rows = [
+            self._record(r)
+            for r in self._connect().execute(
+                f"SELECT {self._COLUMNS} FROM items i WHERE i.item_type=? AND i.item_id=?",
+                (item_type, item_id),
+            )
+        ]
         if source in SOURCES:
             rows = [r for r in rows if r.source == source]
         if not rows:
             similar = [r.item_id for r in self.search(item_id, item_type=item_type, limit=3, refresh=False)]
-            hint = f"did you mean: {', '.join(similar)}?" if similar else f"run `kiwi search` to list {item_type}s"
-            raise ItemNotFound(f"no {item_type} '{item_id}' in {', '.join(str(p) for p in self.spaces.values())}",
-                               hint=hint)
+            hint = (
+                f"did you mean: {', '.join(similar)}?"
+                if similar
+                else f"run `kiwi search` to list {item_type}s"
+            )
+            raise ItemNotFound(
+                f"no {item_type} '{item_id}' in {', '.join(str(p) for p in self.spaces.values())}", hint=hint
+            )
         rows.sort(key=lambda r: (SOURCES.index(r.source), r.path))
         chosen = rows[0]
         chosen.shadows = [f"{r.source}: {r.path}" for r in rows[1:]]

@@ -115,7 +115,9 @@ def coerce_input(kind: str, value: Any) -> Any:
                 else:
                     raise ValueError(f"expected a JSON object, got {value!r}") from None
         if not isinstance(value, expected):
-            raise ValueError(f"expected {'a JSON array' if kind == 'array' else 'a JSON object'}, got {value!r}")
+            raise ValueError(
+                f"expected {'a JSON array' if kind == 'array' else 'a JSON object'}, got {value!r}"
+            )
         return value
     raise ValueError(f"unknown type {kind!r}")
 

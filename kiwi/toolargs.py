@@ -39,17 +39,34 @@ def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[
 
 BUILTIN_SCHEMAS: dict[str, dict[str, Any]] = {
     "filesystem.read": _object({"path": _STRING, "encoding": _ENCODING}, ("path",)),
-    "filesystem.write": _object({"path": _STRING, "encoding": _ENCODING,
-                                 "content": {"type": ["string", "number", "boolean"],
-                                             "maxBytes": MAX_CONTENT_BYTES}}, ("path",)),
+    "filesystem.write": _object(
+        {
+            "path": _STRING,
+            "encoding": _ENCODING,
+            "content": {"type": ["string", "number", "boolean"], "maxBytes": MAX_CONTENT_BYTES},
+        },
+        ("path",),
+    ),
     "filesystem.list": _object({"path": _STRING, "encoding": _ENCODING}),
     "filesystem.create": _object({"path": _STRING, "encoding": _ENCODING}, ("path",)),
     "filesystem.delete": _object({"path": _STRING, "encoding": _ENCODING}, ("path",)),
-    "filesystem.move": _object({"source": _STRING, "destination": _STRING, "path": _STRING,
-                                "encoding": _ENCODING}, ("source", "destination")),
-    "shell.run": _object({"command": _STRING, "argv": {"type": "array", "items": _STRING}, "cwd": _STRING,
-                          "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_SHELL_TIMEOUT,
-                                      "numericText": True}}),
+    "filesystem.move": _object(
+        {"source": _STRING, "destination": _STRING, "path": _STRING, "encoding": _ENCODING},
+        ("source", "destination"),
+    ),
+    "shell.run": _object(
+        {
+            "command": _STRING,
+            "argv": {"type": "array", "items": _STRING},
+            "cwd": _STRING,
+            "timeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": MAX_SHELL_TIMEOUT,
+                "numericText": True,
+            },
+        }
+    ),
     "git.status": _object({"paths": _PATHS, "message": _STRING}),
     "git.diff": _object({"paths": _PATHS, "message": _STRING}),
     "git.commit": _object({"paths": _PATHS, "message": _STRING}),
@@ -70,8 +87,15 @@ _HINTS = {
     "git.rollback": '{"checkpoint": "RUN/1"}',
     "directive.run": '{"directive": "NAME", "inputs": {"key": "value"}}',
 }
-_TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "true or false",
-               "array": "a JSON array", "object": "a JSON object", "null": "null"}
+_TYPE_NAMES = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "array": "a JSON array",
+    "object": "a JSON object",
+    "null": "null",
+}
 _INTEGER = re.compile(r"[+-]?\d+")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w-]*(?:\.[\w-]+)*)\}")  # the same rule as kiwi.templating
 
@@ -90,8 +114,10 @@ def check_arguments(tool: str, args: Any) -> ArgumentError | None:
     example = _HINTS.get(tool, "")
     hint = f"send e.g. {example}" if example else ""
     if not isinstance(args, dict):
-        return ArgumentError(f"{tool}: arguments must be a JSON object, got {_kind(args)}",
-                             hint or 'send an object, e.g. {"name": "value"}')
+        return ArgumentError(
+            f"{tool}: arguments must be a JSON object, got {_kind(args)}",
+            hint or 'send an object, e.g. {"name": "value"}',
+        )
     problem = _builtin_problem(tool, args, hint) if tool in BUILTIN_SCHEMAS else None
     return problem or unsendable(tool, args)
 
@@ -107,8 +133,10 @@ def unsendable(tool: str, args: Any) -> ArgumentError | None:
         return ArgumentError(f"{tool}: arguments cannot be read as JSON: {exc}", hint)
     if size > MAX_ARGUMENTS_BYTES:
         specific = _builtin_problem(tool, args, hint) if tool in BUILTIN_SCHEMAS else None
-        return specific or ArgumentError(f"{tool}: arguments are {size:,} bytes, over the limit of {MAX_ARGUMENTS_BYTES:,}",
-                             "send less per call (split the content over several calls or files)")
+        return specific or ArgumentError(
+            f"{tool}: arguments are {size:,} bytes, over the limit of {MAX_ARGUMENTS_BYTES:,}",
+            "send less per call (split the content over several calls or files)",
+        )
     return None
 
 
@@ -119,7 +147,9 @@ def _builtin_problem(tool: str, args: dict[str, Any], hint: str) -> ArgumentErro
         if args.get(name) is None:
             return ArgumentError(f"{tool}: argument '{name}' is required", hint)
     if tool == "shell.run" and args.get("command") is None and args.get("argv") is None:
-        return ArgumentError("shell.run: 'command' (a string) or 'argv' (a list of strings) is required", hint)
+        return ArgumentError(
+            "shell.run: 'command' (a string) or 'argv' (a list of strings) is required", hint
+        )
     if tool == "directive.run" and not isinstance(args.get("directive") or args.get("name"), str):
         return ArgumentError("directive.run: argument 'directive' (the directive's name) is required", hint)
     for name, spec in properties.items():
@@ -167,7 +197,9 @@ def _is(value: Any, kind: str, spec: dict[str, Any]) -> bool:
     if kind == "number":
         if isinstance(value, bool):
             return False
-        return isinstance(value, (int, float)) or (bool(spec.get("numericText")) and _number(value) is not None)
+        return isinstance(value, (int, float)) or (
+            bool(spec.get("numericText")) and _number(value) is not None
+        )
     if kind == "boolean":
         return isinstance(value, bool)
     if kind == "array":
@@ -264,8 +296,9 @@ def _raise(message: str) -> Any:
     raise ValueError(message)
 
 
-def coerce_step_arguments(tool: str, raw: dict[str, Any], rendered: dict[str, Any],
-                          schema: dict[str, Any] | None) -> dict[str, Any]:
+def coerce_step_arguments(
+    tool: str, raw: dict[str, Any], rendered: dict[str, Any], schema: dict[str, Any] | None
+) -> dict[str, Any]:
     """A step's rendered ``<param>`` values typed by ``schema`` (the tool's JSON Schema for its input).
 
     ``raw`` is the step's text before templating: a parameter that was exactly one placeholder
@@ -285,16 +318,23 @@ def coerce_step_arguments(tool: str, raw: dict[str, Any], rendered: dict[str, An
         try:
             typed[name] = coerce_value(value, spec)
         except ValueError as exc:
-            raise ArgumentError(f"{tool}: parameter '{name}' {exc}",
-                                f"write <param name=\"{name}\"> as {_describe(spec)}") from None
+            raise ArgumentError(
+                f"{tool}: parameter '{name}' {exc}", f'write <param name="{name}"> as {_describe(spec)}'
+            ) from None
     return typed
 
 
 def _describe(spec: Any) -> str:
     types = _types(spec)
-    examples = {"integer": "a whole number, e.g. 3", "number": "a number, e.g. 2.5", "boolean": "true or false",
-                "array": 'a JSON array, e.g. ["a", "b"]', "object": 'a JSON object, e.g. {"key": "value"}',
-                "null": "null", "string": "text"}
+    examples = {
+        "integer": "a whole number, e.g. 3",
+        "number": "a number, e.g. 2.5",
+        "boolean": "true or false",
+        "array": 'a JSON array, e.g. ["a", "b"]',
+        "object": 'a JSON object, e.g. {"key": "value"}',
+        "null": "null",
+        "string": "text",
+    }
     if isinstance(spec, dict) and "enum" in spec:
         return "one of " + ", ".join(json.dumps(v) for v in spec["enum"])
     return " or ".join(examples.get(t, t) for t in types) or "text"

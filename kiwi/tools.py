@@ -15,9 +15,20 @@ from kiwi.signing import split_signature
 
 TOOL_TYPES = ("python", "bash", "api", "docker", "mcp")
 _LEGACY_TYPES = {"mcp_tool": "mcp", "script": "python", "http": "api"}
-_PARAM_TYPES = {"string": "string", "str": "string", "integer": "integer", "int": "integer", "number": "number",
-                "float": "number", "boolean": "boolean", "bool": "boolean", "array": "array", "list": "array",
-                "object": "object", "dict": "object"}
+_PARAM_TYPES = {
+    "string": "string",
+    "str": "string",
+    "integer": "integer",
+    "int": "integer",
+    "number": "number",
+    "float": "number",
+    "boolean": "boolean",
+    "bool": "boolean",
+    "array": "array",
+    "list": "array",
+    "object": "object",
+    "dict": "object",
+}
 MAX_MANIFEST_BYTES = 256_000
 
 
@@ -90,19 +101,34 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 + offset if mark else 0
         column = mark.column + 1 if mark else 0
-        raise ItemInvalid([Problem(f"malformed YAML: {getattr(exc, 'problem', exc)}", path, line, column)]) from None
+        raise ItemInvalid(
+            [Problem(f"malformed YAML: {getattr(exc, 'problem', exc)}", path, line, column)]
+        ) from None
     if not isinstance(data, dict):
-        raise ItemInvalid([Problem("a tool manifest is a YAML mapping with tool_id, tool_type, executor, ...", path, 1, 1)])
+        raise ItemInvalid(
+            [Problem("a tool manifest is a YAML mapping with tool_id, tool_type, executor, ...", path, 1, 1)]
+        )
     if not data.get("tool_id"):
         raise ItemInvalid([Problem("manifest needs tool_id (e.g. tool_id: word_count)", path, 1, 1)])
     kind = data.get("tool_type") or (data.get("executor") or {}).get("type")
     if kind in _LEGACY_TYPES:
-        problems.append(Problem(f"tool_type '{kind}' is the legacy name of '{_LEGACY_TYPES[kind]}'", path, 1, 1,
-                                "warning"))
+        problems.append(
+            Problem(
+                f"tool_type '{kind}' is the legacy name of '{_LEGACY_TYPES[kind]}'", path, 1, 1, "warning"
+            )
+        )
         kind = _LEGACY_TYPES[kind]
     if kind not in TOOL_TYPES:
-        raise ItemInvalid([Problem(f"tool_type '{kind}' is unknown; expected one of {', '.join(TOOL_TYPES)}", path,
-                                   _line_of(body, "tool_type", offset), 1)])
+        raise ItemInvalid(
+            [
+                Problem(
+                    f"tool_type '{kind}' is unknown; expected one of {', '.join(TOOL_TYPES)}",
+                    path,
+                    _line_of(body, "tool_type", offset),
+                    1,
+                )
+            ]
+        )
     data["tool_type"] = kind
     if kind == "mcp" and not data.get("executor"):
         data["executor"] = {"type": "mcp", **(data.get("config") or {})}
@@ -116,8 +142,11 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
     extra = {k: v for k, v in data.items() if k not in known}
     for key in extra:
         if key not in ("executor_id", "env_requirements", "created_at", "updated_at"):
-            problems.append(Problem(f"unknown key '{key}' kept in metadata", path, _line_of(body, key, offset), 1,
-                                    "warning"))
+            problems.append(
+                Problem(
+                    f"unknown key '{key}' kept in metadata", path, _line_of(body, key, offset), 1, "warning"
+                )
+            )
     data = {k: v for k, v in data.items() if k in known}
     data.setdefault("metadata", {})
     if isinstance(data["metadata"], dict):
@@ -131,11 +160,25 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
     except ValidationError as exc:
         first = exc.errors()[0]
         key = str(first["loc"][0]) if first["loc"] else ""
-        raise ItemInvalid([Problem(f"'{'.'.join(map(str, first['loc']))}': {first['msg']}", path,
-                                   _line_of(body, key, offset), 1)]) from None
+        raise ItemInvalid(
+            [
+                Problem(
+                    f"'{'.'.join(map(str, first['loc']))}': {first['msg']}",
+                    path,
+                    _line_of(body, key, offset),
+                    1,
+                )
+            ]
+        ) from None
     if kind in ("python", "bash") and not manifest.entrypoint:
-        problems.append(Problem(f"{kind} tool needs executor.entrypoint (e.g. main.py)", path,
-                                _line_of(body, "executor", offset), 1))
+        problems.append(
+            Problem(
+                f"{kind} tool needs executor.entrypoint (e.g. main.py)",
+                path,
+                _line_of(body, "executor", offset),
+                1,
+            )
+        )
     if problems and any(p.severity == "error" for p in problems):
         raise ItemInvalid(problems)
     return manifest, problems
@@ -154,7 +197,9 @@ def legacy_script_manifest(path: Path) -> ToolManifest:
     try:
         module = ast.parse(text)
     except SyntaxError as exc:
-        raise ItemInvalid([Problem(f"Python syntax error: {exc.msg}", str(path), exc.lineno or 0, exc.offset or 0)]) from None
+        raise ItemInvalid(
+            [Problem(f"Python syntax error: {exc.msg}", str(path), exc.lineno or 0, exc.offset or 0)]
+        ) from None
     params: list[ToolParameter] = []
     version = "0.0.0"
     for node in module.body:
@@ -163,13 +208,29 @@ def legacy_script_manifest(path: Path) -> ToolManifest:
             defaults = [None] * (len(args) - len(node.args.defaults)) + list(node.args.defaults)
             for arg, default in zip(args, defaults, strict=True):
                 annotation = ast.unparse(arg.annotation) if arg.annotation else "str"
-                params.append(ToolParameter(
-                    name=arg.arg, type=_PARAM_TYPES.get(annotation, "string"), required=default is None,
-                    default=ast.literal_eval(default) if isinstance(default, ast.Constant) else None))
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-                and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)):
+                params.append(
+                    ToolParameter(
+                        name=arg.arg,
+                        type=_PARAM_TYPES.get(annotation, "string"),
+                        required=default is None,
+                        default=ast.literal_eval(default) if isinstance(default, ast.Constant) else None,
+                    )
+                )
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)
+        ):
             version = str(node.value.value)
     doc = ast.get_docstring(module) or ""
-    return ToolManifest(tool_id=path.stem, tool_type="python", version=version, category="scripts",
-                        description=doc.strip().splitlines()[0] if doc.strip() else "", parameters=params,
-                        executor={"type": "python", "entrypoint": path.name}, legacy=True, path=str(path))
+    return ToolManifest(
+        tool_id=path.stem,
+        tool_type="python",
+        version=version,
+        category="scripts",
+        description=doc.strip().splitlines()[0] if doc.strip() else "",
+        parameters=params,
+        executor={"type": "python", "entrypoint": path.name},
+        legacy=True,
+        path=str(path),
+    )

@@ -31,8 +31,12 @@ def validate_file(path: Path, local_tools: frozenset[str] = frozenset()) -> dict
     """Parse and check one item file; its problems, signature (and whether a trusted key made it), step plan."""
     item_type = item_type_of(path)
     if not path.exists():
-        return {"path": str(path), "item_type": item_type, "valid": False,
-                "problems": [Problem("no such file", str(path)).as_dict()]}
+        return {
+            "path": str(path),
+            "item_type": item_type,
+            "valid": False,
+            "problems": [Problem("no such file", str(path)).as_dict()],
+        }
     parsed, problems = parse_item(item_type, path)  # type: ignore[arg-type]
     result: dict[str, Any] = {"path": str(path), "item_type": item_type}
     if parsed is not None:

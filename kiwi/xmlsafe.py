@@ -57,7 +57,7 @@ def parse_xml(text: str) -> etree._Element:
     try:
         root = etree.fromstring(data, parser=_parser())
     except etree.XMLSyntaxError as exc:
-        line, column = (exc.position if exc.position else (0, 0))
+        line, column = exc.position if exc.position else (0, 0)
         message = exc.msg or str(exc)
         message = re.sub(r",? line \d+, column \d+", "", message)
         raise XmlRefused(f"malformed XML: {message}", line, column + 1 if column else 0) from None

@@ -49,8 +49,10 @@ class _BoundedLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_YAML_ALIASES:
-                raise YamlTooLarge(f"more than {MAX_YAML_ALIASES} aliases (*name); a config file needs few, and "
-                                   "an alias bomb needs many")
+                raise YamlTooLarge(
+                    f"more than {MAX_YAML_ALIASES} aliases (*name); a config file needs few, and "
+                    "an alias bomb needs many"
+                )
         else:
             self._nodes += 1
             if self._nodes > MAX_YAML_NODES:
@@ -84,8 +86,9 @@ def _expanded_size(root: yaml.Node) -> int:
         for child in children:
             total += size(child)
             if total > MAX_YAML_NODES:
-                raise YamlTooLarge(f"more than {MAX_YAML_NODES:,} values once its aliases are expanded "
-                                   "(an alias bomb?)")
+                raise YamlTooLarge(
+                    f"more than {MAX_YAML_NODES:,} values once its aliases are expanded (an alias bomb?)"
+                )
         active.discard(key)
         sizes[key] = total
         return total
@@ -96,7 +99,9 @@ def _expanded_size(root: yaml.Node) -> int:
 @lru_cache(maxsize=512)
 def _parse(text: str) -> Any:
     if len(text) > MAX_YAML_BYTES:
-        raise YamlTooLarge(f"{len(text):,} characters, over the limit of {MAX_YAML_BYTES:,} for a config file")
+        raise YamlTooLarge(
+            f"{len(text):,} characters, over the limit of {MAX_YAML_BYTES:,} for a config file"
+        )
     loader = _BoundedLoader(text)
     try:
         node = loader.get_single_node()
@@ -120,12 +125,26 @@ def read(path: Path) -> Any:
     except OSError:
         size = 0
     if size > MAX_YAML_BYTES:
-        raise ItemInvalid([Problem(f"file is {size:,} bytes, over the limit of {MAX_YAML_BYTES:,} for a config "
-                                   "file", str(path))])
+        raise ItemInvalid(
+            [
+                Problem(
+                    f"file is {size:,} bytes, over the limit of {MAX_YAML_BYTES:,} for a config file",
+                    str(path),
+                )
+            ]
+        )
     try:
         return safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         what = "refused YAML" if isinstance(exc, YamlTooLarge) else "malformed YAML"
-        raise ItemInvalid([Problem(f"{what}: {getattr(exc, 'problem', exc)}", str(path),
-                                   mark.line + 1 if mark else 0, mark.column + 1 if mark else 0)]) from None
+        raise ItemInvalid(
+            [
+                Problem(
+                    f"{what}: {getattr(exc, 'problem', exc)}",
+                    str(path),
+                    mark.line + 1 if mark else 0,
+                    mark.column + 1 if mark else 0,
+                )
+            ]
+        ) from None

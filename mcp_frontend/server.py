@@ -53,8 +53,14 @@ def error(item_type: str, action: str, item_id: str, exc: BaseException) -> dict
     hint = getattr(exc, "hint", "") or ""
     if isinstance(exc, ItemInvalid):
         hint = hint or "fix the problems listed, then validate again"
-    return {"error": kind, "item_type": item_type, "action": action, "item_id": item_id, "message": message,
-            "hint": hint}
+    return {
+        "error": kind,
+        "item_type": item_type,
+        "action": action,
+        "item_id": item_id,
+        "message": message,
+        "hint": hint,
+    }
 
 
 class TemporalUnavailable(KiwiError):
@@ -71,8 +77,14 @@ class TemporalLink:
     loop) and, if Temporal is still not there, answers with an error naming its address.
     """
 
-    def __init__(self, store: ItemStore, task_queue: str, client: Client | None = None,
-                 address: str | None = None, namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        store: ItemStore,
+        task_queue: str,
+        client: Client | None = None,
+        address: str | None = None,
+        namespace: str | None = None,
+    ) -> None:
         self.store = store
         self.task_queue = task_queue
         self.address = address
@@ -89,12 +101,15 @@ class TemporalLink:
             if self._runs is None:
                 where = target(self.address, self.namespace)[0]
                 try:
-                    client = await asyncio.wait_for(connect(self.address, self.namespace), timeout=CONNECT_TIMEOUT)
+                    client = await asyncio.wait_for(
+                        connect(self.address, self.namespace), timeout=CONNECT_TIMEOUT
+                    )
                 except (RuntimeError, OSError, TimeoutError):
                     raise TemporalUnavailable(
                         f"Temporal is not reachable at {where}, so runs cannot start or be steered now",
                         hint="start it with `kiwi dev` (or point KIWI_TEMPORAL_ADDRESS / --address at a running "
-                             "server) and try again; search, load and help work meanwhile") from None
+                        "server) and try again; search, load and help work meanwhile",
+                    ) from None
                 self._runs = RunClient(client, self.store, task_queue=self.task_queue)
         return self._runs
 
@@ -102,9 +117,15 @@ class TemporalLink:
 CONNECT_TIMEOUT = 10.0
 
 
-def build_server(client: Client | None, project_root: Path | None = None, task_queue: str = "kiwi",
-                 client_name: str = "mcp", *, address: str | None = None,
-                 namespace: str | None = None) -> MCPServer:
+def build_server(
+    client: Client | None,
+    project_root: Path | None = None,
+    task_queue: str = "kiwi",
+    client_name: str = "mcp",
+    *,
+    address: str | None = None,
+    namespace: str | None = None,
+) -> MCPServer:
     """The four tools. With ``client`` None, Temporal is reached on the first run action (``address``)."""
     root = project_root or find_project_root()
 
@@ -116,39 +137,51 @@ def build_server(client: Client | None, project_root: Path | None = None, task_q
 
     server = MCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0")
 
-    @server.tool(description="Find directives, tools, knowledge (multi-term relevance search) or runs. "
-                             "Example: search(item_type='directive', query='deploy database').")
+    @server.tool(
+        description="Find directives, tools, knowledge (multi-term relevance search) or runs. "
+        "Example: search(item_type='directive', query='deploy database')."
+    )
     async def search(
-        item_type: ItemKind = Field(description="what to search: directive, tool, knowledge, run, or mcp (tools of "
-                                                "the external MCP servers in mcp_registry.yaml)"),
+        item_type: ItemKind = Field(
+            description="what to search: directive, tool, knowledge, run, or mcp (tools of "
+            "the external MCP servers in mcp_registry.yaml)"
+        ),
         query: str = Field(default="", description="words to look for; for runs, an optional directive name"),
         source: Literal["all", "project", "local", "user"] = Field(
-            default="all", description="which item space ('local' is the project, as in Kiwi MCP)"),
+            default="all", description="which item space ('local' is the project, as in Kiwi MCP)"
+        ),
         status: str | None = Field(default=None, description="runs only: e.g. awaiting_agent, completed"),
         limit: int = Field(default=10, ge=1, le=100, description="at most this many results"),
     ) -> dict[str, Any]:
         try:
             if item_type == "run":
-                rows = await (await link.runs()).list_runs(status=status, directive=query or None, limit=limit)
+                rows = await (await link.runs()).list_runs(
+                    status=status, directive=query or None, limit=limit
+                )
                 return {"results": rows}
             if item_type == "mcp":
                 return await catalog.search(query, limit=limit)
-            found = store.search(query, item_type=item_type,
-                                           source="project" if source == "local" else source, limit=limit)
+            found = store.search(
+                query, item_type=item_type, source="project" if source == "local" else source, limit=limit
+            )
             return {"results": [r.as_dict() for r in found]}
         except KiwiError as exc:
             return error(item_type, "search", query, exc)
 
-    @server.tool(description="Load one item: its content and parsed form. For a directive: inputs, permissions, "
-                             "steps and which steps run by themselves. Example: load(item_type='directive', "
-                             "item_id='hello_kiwi').")
+    @server.tool(
+        description="Load one item: its content and parsed form. For a directive: inputs, permissions, "
+        "steps and which steps run by themselves. Example: load(item_type='directive', "
+        "item_id='hello_kiwi')."
+    )
     async def load(
         item_type: Literal["directive", "tool", "knowledge", "mcp"] = Field(description="item type"),
-        item_id: str = Field(description="directive name, tool_id, zettel_id, or for mcp a server name or "
-                                         "SERVER.TOOL"),
+        item_id: str = Field(
+            description="directive name, tool_id, zettel_id, or for mcp a server name or SERVER.TOOL"
+        ),
         source: Literal["all", "project", "user"] = Field(default="all", description="which item space"),
-        copy_to_project: bool = Field(default=False, description="copy the item from the user space into the "
-                                                                  "project first"),
+        copy_to_project: bool = Field(
+            default=False, description="copy the item from the user space into the project first"
+        ),
     ) -> dict[str, Any]:
         try:
             if item_type == "mcp":
@@ -157,39 +190,67 @@ def build_server(client: Client | None, project_root: Path | None = None, task_q
                 copy_to_project_(store, item_type, item_id)
                 store.refresh()
             item = store.load(item_type, item_id, source=source)
-            data: dict[str, Any] = {"item_type": item_type, "item_id": item.record.item_id,
-                                    "source": item.record.source, "path": item.record.path, "content": item.text,
-                                    "problems": [str(p) for p in item.problems], "also_in": item.record.shadows}
+            data: dict[str, Any] = {
+                "item_type": item_type,
+                "item_id": item.record.item_id,
+                "source": item.record.source,
+                "path": item.record.path,
+                "content": item.text,
+                "problems": [str(p) for p in item.problems],
+                "also_in": item.record.shadows,
+            }
             if item.parsed is not None:
                 data["parsed"] = item.parsed.model_dump()
             if isinstance(item.parsed, Directive):
-                data["steps_plan"] = [p.model_dump() for p in item.parsed.plan(frozenset(store.local_tools()))]
+                data["steps_plan"] = [
+                    p.model_dump() for p in item.parsed.plan(frozenset(store.local_tools()))
+                ]
             return data
         except KiwiError as exc:
             return error(item_type, "load", item_id, exc)
 
-    @server.tool(description=(
-        "Act on an item or a run. directive: run (parameters = inputs; returns run_id, state and the current "
-"step's instructions), validate, create and update (parameters={'content': the whole Markdown file}; "
-        "only valid directives are written), delete (parameters={'confirm': true}). knowledge: create, update "
-        "(parameters={'title', 'entry_type', 'category', 'tags', 'content'}), delete, link (parameters={'to': ID, "
-        "'relation': 'references'}). run: status, complete_step (parameters={'step': NAME, 'outputs': {...}}), "
-        "cancel, poll (item_id = the call_id of a call that answered 'pending'). tool: call (item_id = tool id such as filesystem.read, a local tool, or SERVER.TOOL of an external MCP server; parameters = its "
-        "arguments; with run_id the run's grants apply, without it the base policy of agent_harness.yaml). mcp: call "
-        "(item_id = SERVER.TOOL, the same as a tool call). Example: execute(item_type='tool', action='call', run_id='run-x-1', "
-        "item_id='filesystem.read', parameters={'path': 'notes/hello.md'})."))
+    @server.tool(
+        description=(
+            "Act on an item or a run. directive: run (parameters = inputs; returns run_id, state and the current "
+            "step's instructions), validate, create and update (parameters={'content': the whole Markdown file}; "
+            "only valid directives are written), delete (parameters={'confirm': true}). knowledge: create, update "
+            "(parameters={'title', 'entry_type', 'category', 'tags', 'content'}), delete, link (parameters={'to': ID, "
+            "'relation': 'references'}). run: status, complete_step (parameters={'step': NAME, 'outputs': {...}}), "
+            "cancel, poll (item_id = the call_id of a call that answered 'pending'). tool: call (item_id = tool id such as filesystem.read, a local tool, or SERVER.TOOL of an external MCP server; parameters = its "
+            "arguments; with run_id the run's grants apply, without it the base policy of agent_harness.yaml). mcp: call "
+            "(item_id = SERVER.TOOL, the same as a tool call). Example: execute(item_type='tool', action='call', run_id='run-x-1', "
+            "item_id='filesystem.read', parameters={'path': 'notes/hello.md'})."
+        )
+    )
     async def execute(
         item_type: Literal["directive", "knowledge", "run", "tool", "mcp"] = Field(
-            description="directive, knowledge, run, tool, or mcp (call = a tool of an external MCP server)"),
-        action: Literal["run", "validate", "create", "update", "delete", "link", "status", "complete_step",
-                        "cancel", "poll", "call"] = Field(description="what to do"),
+            description="directive, knowledge, run, tool, or mcp (call = a tool of an external MCP server)"
+        ),
+        action: Literal[
+            "run",
+            "validate",
+            "create",
+            "update",
+            "delete",
+            "link",
+            "status",
+            "complete_step",
+            "cancel",
+            "poll",
+            "call",
+        ] = Field(description="what to do"),
         item_id: str = Field(default="", description="directive name, run id, or tool id"),
         parameters: dict[str, Any] = Field(default_factory=dict, description="inputs, outputs or arguments"),
         run_id: str | None = Field(default=None, description="the run a tool call or run action applies to"),
-        idempotency_key: str | None = Field(default=None, description="directive run: the same key returns "
-                                                                       "the existing run"),
-        wait_seconds: float = Field(default=20.0, ge=0, le=300, description="tool call / poll: answer 'pending' "
-                                                                            "with a call id after this long"),
+        idempotency_key: str | None = Field(
+            default=None, description="directive run: the same key returns the existing run"
+        ),
+        wait_seconds: float = Field(
+            default=20.0,
+            ge=0,
+            le=300,
+            description="tool call / poll: answer 'pending' with a call id after this long",
+        ),
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         async def progress(elapsed: float, total: float, upstream: str) -> None:
@@ -200,8 +261,11 @@ def build_server(client: Client | None, project_root: Path | None = None, task_q
             if action == "poll":
                 if not run_id:
                     raise KiwiError("poll needs run_id and item_id (the call_id of a pending call)")
-                return (await (await link.runs()).poll_call(run_id, item_id, wait_seconds=wait_seconds,
-                                               on_progress=progress)).model_dump()
+                return (
+                    await (await link.runs()).poll_call(
+                        run_id, item_id, wait_seconds=wait_seconds, on_progress=progress
+                    )
+                ).model_dump()
             if item_type == "mcp" and action == "call":
                 item_id = catalog.tool_id(item_id, parameters)
                 item_type = "tool"
@@ -211,17 +275,30 @@ def build_server(client: Client | None, project_root: Path | None = None, task_q
                 if problem is not None:
                     raise InputInvalid(problem.reason, hint=problem.hint)
             if item_type == "tool" and action == "call" and run_id:
-                return (await (await link.runs()).call_tool_waiting(run_id, item_id, parameters, client_name=client_name,
-                                                       wait_seconds=wait_seconds, on_progress=progress)).model_dump()
-            return await _execute(link, root, item_type, action, item_id, parameters, run_id, idempotency_key,
-                                  client_name)
+                return (
+                    await (await link.runs()).call_tool_waiting(
+                        run_id,
+                        item_id,
+                        parameters,
+                        client_name=client_name,
+                        wait_seconds=wait_seconds,
+                        on_progress=progress,
+                    )
+                ).model_dump()
+            return await _execute(
+                link, root, item_type, action, item_id, parameters, run_id, idempotency_key, client_name
+            )
         except KiwiError as exc:
             return error(item_type, action, item_id or run_id or "", exc)
 
-    @server.tool(name="help", description=(
-        "Guidance, or a signal to the humans running a run: stuck (reason, attempts), escalate (reason, options), "
-        "checkpoint (reason). Example: help(action='stuck', run_id='run-x-1', reason='tests keep failing', "
-        "attempts=4)."))
+    @server.tool(
+        name="help",
+        description=(
+            "Guidance, or a signal to the humans running a run: stuck (reason, attempts), escalate (reason, options), "
+            "checkpoint (reason). Example: help(action='stuck', run_id='run-x-1', reason='tests keep failing', "
+            "attempts=4)."
+        ),
+    )
     async def help_(
         action: Literal["guidance", "stuck", "escalate", "checkpoint"] = Field(default="guidance"),
         topic: str = Field(default="", description="guidance topic: directives, runs, tools, permissions"),
@@ -236,26 +313,48 @@ def build_server(client: Client | None, project_root: Path | None = None, task_q
             return error("run", action, "", KiwiError("a help signal needs run_id", hint="pass the run's id"))
         request_id = f"decision-{uuid.uuid4().hex[:8]}" if action == "escalate" else ""
         try:
-            await (await link.runs()).help(run_id, HelpRequest(kind=action, reason=reason, attempts=attempts, options=options,
-                                                  request_id=request_id))
+            await (await link.runs()).help(
+                run_id,
+                HelpRequest(
+                    kind=action, reason=reason, attempts=attempts, options=options, request_id=request_id
+                ),
+            )
         except KiwiError as exc:
             return error("run", action, run_id, exc)
         if action == "escalate":
-            return {"status": "escalated", "run_id": run_id, "request_id": request_id,
-                    "message": "the run waits (awaiting_human) until a human answers with `kiwi decide "
-                               f"{run_id} {request_id} OPTION`; poll execute(item_type='run', action='status') and "
-                               "read 'decisions' for the answer"}
-        return {"status": f"{action}_recorded", "run_id": run_id,
-                "message": "recorded in the run's state and audit trail; operators see it in `kiwi status`"
-                           + ("; a git checkpoint is taken when the project is a git repository"
-                              if action == "checkpoint" else "")}
+            return {
+                "status": "escalated",
+                "run_id": run_id,
+                "request_id": request_id,
+                "message": "the run waits (awaiting_human) until a human answers with `kiwi decide "
+                f"{run_id} {request_id} OPTION`; poll execute(item_type='run', action='status') and "
+                "read 'decisions' for the answer",
+            }
+        return {
+            "status": f"{action}_recorded",
+            "run_id": run_id,
+            "message": "recorded in the run's state and audit trail; operators see it in `kiwi status`"
+            + (
+                "; a git checkpoint is taken when the project is a git repository"
+                if action == "checkpoint"
+                else ""
+            ),
+        }
 
     return server
 
 
-async def _execute(link: TemporalLink, root: Path, item_type: str, action: str, item_id: str,
-                   parameters: dict[str, Any], run_id: str | None, idempotency_key: str | None,
-                   client_name: str) -> dict[str, Any]:
+async def _execute(
+    link: TemporalLink,
+    root: Path,
+    item_type: str,
+    action: str,
+    item_id: str,
+    parameters: dict[str, Any],
+    run_id: str | None,
+    idempotency_key: str | None,
+    client_name: str,
+) -> dict[str, Any]:
     if item_type in ("directive", "knowledge", "tool") and action in ("create", "update", "delete", "link"):
         return _author(link.store, item_type, action, item_id, parameters)
     if item_type == "directive" and action == "validate":
@@ -267,33 +366,55 @@ async def _execute(link: TemporalLink, root: Path, item_type: str, action: str, 
         return result
     runs = await link.runs()
     if item_type == "directive" and action == "run":
-        started = await runs.launch(item_id, parameters, idempotency_key=idempotency_key, client_name=client_name)
+        started = await runs.launch(
+            item_id, parameters, idempotency_key=idempotency_key, client_name=client_name
+        )
         new_id, directive = started.run_id, started.directive
         status = await _settled(runs, new_id)
-        context = {name: {"available": c.available, "required": c.required, "description": c.description,
-                          "tools": c.tools, **({"error": c.error} if c.error else {}),
-                          **({"hint": c.hint} if c.hint else {})}
-                   for name, c in (started.context.mcps if started.context else {}).items()}
-        return {"run_id": new_id, "state": status.status, "current_step": status.current_step.model_dump()
-                if status.current_step else None, "declared_tools": directive.metadata.tools.model_dump(),
-                "tool_context": context, "permissions": (started.grants or directive.grants()).summary(),
-                "trust": started.trust.model_dump() if started.trust else None,
-                **({"deviation_rules": _deviation_guidance(directive.metadata.deviation_rules, new_id)}
-                   if directive.metadata.deviation_rules else {}),
-                "instructions": "Do the current step's action, making tool calls with execute(item_type='tool', "
-                                "action='call', run_id=...), then complete it with execute(item_type='run', "
-                                "action='complete_step', run_id=..., parameters={'step': ..., 'outputs': {...}})."}
+        context = {
+            name: {
+                "available": c.available,
+                "required": c.required,
+                "description": c.description,
+                "tools": c.tools,
+                **({"error": c.error} if c.error else {}),
+                **({"hint": c.hint} if c.hint else {}),
+            }
+            for name, c in (started.context.mcps if started.context else {}).items()
+        }
+        return {
+            "run_id": new_id,
+            "state": status.status,
+            "current_step": status.current_step.model_dump() if status.current_step else None,
+            "declared_tools": directive.metadata.tools.model_dump(),
+            "tool_context": context,
+            "permissions": (started.grants or directive.grants()).summary(),
+            "trust": started.trust.model_dump() if started.trust else None,
+            **(
+                {"deviation_rules": _deviation_guidance(directive.metadata.deviation_rules, new_id)}
+                if directive.metadata.deviation_rules
+                else {}
+            ),
+            "instructions": "Do the current step's action, making tool calls with execute(item_type='tool', "
+            "action='call', run_id=...), then complete it with execute(item_type='run', "
+            "action='complete_step', run_id=..., parameters={'step': ..., 'outputs': {...}}).",
+        }
     target = run_id or item_id
     if item_type == "run" and action == "status":
         return (await runs.status(target)).model_dump()
     if item_type == "run" and action == "complete_step":
         step = parameters.get("step")
         if not step:
-            raise KiwiError("complete_step needs parameters.step", hint="parameters={'step': NAME, 'outputs': {}}")
+            raise KiwiError(
+                "complete_step needs parameters.step", hint="parameters={'step': NAME, 'outputs': {}}"
+            )
         result = await runs.complete_step(target, step, parameters.get("outputs") or {})
         status = await _settled(runs, target)
-        return {**result.model_dump(), "state": status.status,
-                "current_step": status.current_step.model_dump() if status.current_step else None}
+        return {
+            **result.model_dump(),
+            "state": status.status,
+            "current_step": status.current_step.model_dump() if status.current_step else None,
+        }
     if item_type == "run" and action == "cancel":
         await runs.cancel(target, str(parameters.get("reason", "cancelled by the agent")))
         return {"run_id": target, "status": "cancel_requested"}
@@ -301,13 +422,15 @@ async def _execute(link: TemporalLink, root: Path, item_type: str, action: str, 
         if not run_id:
             return (await runs.session_call(client_name, item_id, parameters)).model_dump()
         return (await runs.call_tool(run_id, item_id, parameters, client_name=client_name)).model_dump()
-    raise KiwiError(f"action '{action}' does not apply to item_type '{item_type}'",
-                    hint="directive: run, validate · run: status, complete_step, cancel · tool: call")
+    raise KiwiError(
+        f"action '{action}' does not apply to item_type '{item_type}'",
+        hint="directive: run, validate · run: status, complete_step, cancel · tool: call",
+    )
 
 
 DEVIATION_SIGNALS = {
     "ask_first": "before doing this, ask: help(action='escalate', run_id='{run}', reason=..., options=[...]) and "
-                 "wait for the answer in the run's decisions",
+    "wait for the answer in the run's decisions",
     "escalate": "when this happens, stop and help(action='escalate', run_id='{run}', reason=..., options=[...])",
     "auto_fix": "fix this yourself and say so in the step's outputs",
 }
@@ -315,27 +438,42 @@ DEVIATION_SIGNALS = {
 
 def _deviation_guidance(rules: dict[str, str], run_id: str) -> list[dict[str, str]]:
     """The directive's deviation rules, each with the help signal the agent should use for it."""
-    return [{"rule": kind, "when": text, "do": DEVIATION_SIGNALS.get(kind, "follow the directive's text").format(
-        run=run_id)} for kind, text in rules.items()]
+    return [
+        {
+            "rule": kind,
+            "when": text,
+            "do": DEVIATION_SIGNALS.get(kind, "follow the directive's text").format(run=run_id),
+        }
+        for kind, text in rules.items()
+    ]
 
 
 def _author(store: ItemStore, item_type: str, action: str, item_id: str, parameters: dict[str, Any]) -> dict:
     location = str(parameters.get("location", "project"))
     if action == "delete":
-        return delete_item(store, item_type, item_id, location=location, confirm=parameters.get("confirm") is True)
+        return delete_item(
+            store, item_type, item_id, location=location, confirm=parameters.get("confirm") is True
+        )
     if item_type == "directive" and action in ("create", "update"):
         content = parameters.get("content")
         if not isinstance(content, str) or not content.strip():
-            raise KiwiError("directive create/update needs parameters.content: the whole Markdown file with its "
-                            "```xml block")
+            raise KiwiError(
+                "directive create/update needs parameters.content: the whole Markdown file with its "
+                "```xml block"
+            )
         return save_directive(store, content, item_id=item_id, location=location, create=action == "create")
     if item_type == "knowledge" and action in ("create", "update"):
         if not item_id:
             raise KiwiError("knowledge create/update needs item_id (the zettel_id)")
         return save_knowledge(store, item_id, parameters, location=location, create=action == "create")
     if item_type == "knowledge" and action == "link":
-        return link_knowledge(store, item_id, str(parameters.get("to", "")),
-                              str(parameters.get("relation", "references")), location)
+        return link_knowledge(
+            store,
+            item_id,
+            str(parameters.get("to", "")),
+            str(parameters.get("relation", "references")),
+            location,
+        )
     raise KiwiError(f"action '{action}' does not apply to item_type '{item_type}'")
 
 
@@ -357,14 +495,19 @@ def _guidance(topic: str, store: ItemStore) -> str:
     tools = store.local_tools()
     text = {
         "permissions": "Calls are checked against the directive's <permissions>: filesystem read/write globs "
-                       "('*' stays in one folder, '**' crosses folders), tool ids, shell command allowlists, MCP "
-                       "tool allowlists. Denials come back with a hint naming the grant that would allow them.",
+        "('*' stays in one folder, '**' crosses folders), tool ids, shell command allowlists, MCP "
+        "tool allowlists. Denials come back with a hint naming the grant that would allow them.",
         "tools": "Built-in tools: filesystem.read/write/list/create/delete/move (path relative to the project), "
-                 "shell.run (command or argv; no shell syntax), git.status/diff/commit. Local tools and their "
-                 "parameter schemas:\n" + ("\n".join(f"- {t}: {json.dumps(m.json_schema())}"
-                                                     for t, m in sorted(tools.items())) or "none"),
+        "shell.run (command or argv; no shell syntax), git.status/diff/commit. Local tools and their "
+        "parameter schemas:\n"
+        + ("\n".join(f"- {t}: {json.dumps(m.json_schema())}" for t, m in sorted(tools.items())) or "none"),
     }.get(topic, "")
-    return (text + "\n\n" if text else "") + INSTRUCTIONS + "\n\nDirectives here: " + (", ".join(directives) or "none")
+    return (
+        (text + "\n\n" if text else "")
+        + INSTRUCTIONS
+        + "\n\nDirectives here: "
+        + (", ".join(directives) or "none")
+    )
 
 
 def _is_loopback(host: str) -> bool:
@@ -388,9 +531,16 @@ class BearerToken:
             headers = dict(scope.get("headers") or [])
             given = headers.get(b"authorization", b"")
             if not hmac.compare_digest(given, b"Bearer " + self.token):
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
-                await send({"type": "http.response.body", "body": b'{"error": "missing or wrong bearer token"}'})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                    }
+                )
+                await send(
+                    {"type": "http.response.body", "body": b'{"error": "missing or wrong bearer token"}'}
+                )
                 return
         await self.app(scope, receive, send)
 
@@ -398,19 +548,28 @@ class BearerToken:
 def http_app(server: MCPServer, host: str, port: int) -> Any:
     token = os.environ.get("KIWI_MCP_TOKEN", "")
     if not _is_loopback(host) and not token:
-        raise KiwiError(f"refusing to serve MCP on {host} without a token",
-                        hint="set KIWI_MCP_TOKEN, or bind to 127.0.0.1")
+        raise KiwiError(
+            f"refusing to serve MCP on {host} without a token",
+            hint="set KIWI_MCP_TOKEN, or bind to 127.0.0.1",
+        )
     hosts = ["127.0.0.1", "localhost", "[::1]"] if _is_loopback(host) else [host]
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=[f"{h}:{port}" for h in hosts] + hosts,
-        allowed_origins=[f"http://{h}:{port}" for h in hosts])
+        allowed_origins=[f"http://{h}:{port}" for h in hosts],
+    )
     app = server.streamable_http_app(transport_security=security, host=host)
     return BearerToken(app, token) if token else app
 
 
-async def serve_stdio(project_root: Path | None = None, task_queue: str = "kiwi", *, address: str | None = None,
-                      namespace: str | None = None, client: Client | None = None) -> None:
+async def serve_stdio(
+    project_root: Path | None = None,
+    task_queue: str = "kiwi",
+    *,
+    address: str | None = None,
+    namespace: str | None = None,
+    client: Client | None = None,
+) -> None:
     """``kiwi mcp``: the front end on stdin/stdout, up whether or not Temporal is (see :class:`TemporalLink`).
 
     A line that is not JSON, or not a JSON-RPC message, gets a JSON-RPC error with id null
@@ -439,16 +598,22 @@ def malformed_reply(exc: Exception) -> mcp_types.JSONRPCError:
     """The JSON-RPC error for a line the transport could not read as a message."""
     errors = exc.errors() if isinstance(exc, ValidationError) else []
     if any(e.get("type") == "json_invalid" for e in errors) or not errors:
-        error = mcp_types.ErrorData(code=mcp_types.PARSE_ERROR, message="Parse error: the line is not JSON; send "
-                                    "one JSON-RPC 2.0 message per line")
+        error = mcp_types.ErrorData(
+            code=mcp_types.PARSE_ERROR,
+            message="Parse error: the line is not JSON; send one JSON-RPC 2.0 message per line",
+        )
     else:
-        error = mcp_types.ErrorData(code=mcp_types.INVALID_REQUEST, message="Invalid Request: not a JSON-RPC 2.0 "
-                                    'message (expected {"jsonrpc": "2.0", "method": ..., "id": ...})')
+        error = mcp_types.ErrorData(
+            code=mcp_types.INVALID_REQUEST,
+            message="Invalid Request: not a JSON-RPC 2.0 "
+            'message (expected {"jsonrpc": "2.0", "method": ..., "id": ...})',
+        )
     return mcp_types.JSONRPCError(jsonrpc="2.0", id=None, error=error)
 
 
-async def serve_http(client: Client, host: str, port: int, stop: asyncio.Event | None = None,
-                     task_queue: str = "kiwi") -> None:
+async def serve_http(
+    client: Client, host: str, port: int, stop: asyncio.Event | None = None, task_queue: str = "kiwi"
+) -> None:
     import uvicorn
 
     app = http_app(build_server(client, task_queue=task_queue), host, port)

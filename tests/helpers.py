@@ -23,8 +23,15 @@ from kiwi.store import ItemStore
 COMPAT = Path(__file__).resolve().parent / "compat" / "kiwi-mcp"
 
 
-def directive_md(body: str, name: str = "demo", version: str = "1.0.0", permissions: str = "",
-                 inputs: str = "", tools: str = "", extra_meta: str = "") -> str:
+def directive_md(
+    body: str,
+    name: str = "demo",
+    version: str = "1.0.0",
+    permissions: str = "",
+    inputs: str = "",
+    tools: str = "",
+    extra_meta: str = "",
+) -> str:
     """A directive file: Markdown around one ```xml block; ``body`` is the <process> content."""
     return textwrap.dedent("""\
         # {name}
@@ -52,8 +59,15 @@ def directive_md(body: str, name: str = "demo", version: str = "1.0.0", permissi
           </process>
         </directive>
         ```
-        """).format(name=name, version=version, permissions=permissions, inputs=inputs, tools=tools,
-                    extra_meta=extra_meta, body=body)
+        """).format(
+        name=name,
+        version=version,
+        permissions=permissions,
+        inputs=inputs,
+        tools=tools,
+        extra_meta=extra_meta,
+        body=body,
+    )
 
 
 def write(path: Path, text: str) -> Path:
@@ -85,7 +99,9 @@ def approver(name: str) -> str:
     return name
 
 
-async def wait_for(probe: Callable[[], Awaitable[Any]], *, timeout: float = 30.0, what: str = "condition") -> Any:
+async def wait_for(
+    probe: Callable[[], Awaitable[Any]], *, timeout: float = 30.0, what: str = "condition"
+) -> Any:
     """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -102,9 +118,11 @@ async def wait_for(probe: Callable[[], Awaitable[Any]], *, timeout: float = 30.0
 
 async def awaiting_step(runs: RunClient, run_id: str, step: str, timeout: float = 60):
     """Wait until ``run_id`` waits for the agent at ``step``."""
+
     async def probe():
         status = await runs.status(run_id)
         return status.status == "awaiting_agent" and status.current_step.name == step
+
     await wait_for(probe, timeout=timeout, what=f"step {step} to wait for the agent")
 
 
@@ -121,7 +139,9 @@ def snapshot(folder: Path) -> dict[str, bytes | str]:
     out: dict[str, bytes | str] = {}
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder).as_posix()
-        out[rel] = f"-> {os.readlink(path)}" if path.is_symlink() else path.read_bytes() if path.is_file() else "dir"
+        out[rel] = (
+            f"-> {os.readlink(path)}" if path.is_symlink() else path.read_bytes() if path.is_file() else "dir"
+        )
     return out
 
 
@@ -137,7 +157,9 @@ def _exchange_function():
     def exchange(a: Path, b: Path) -> None:
         if renameat2(-100, os.fsencode(a), -100, os.fsencode(b), 2) != 0:  # AT_FDCWD, RENAME_EXCHANGE
             raise OSError(ctypes.get_errno(), "renameat2")
+
     return exchange
+
 
 EXCHANGE = _exchange_function()
 
@@ -150,7 +172,11 @@ class Swapper(threading.Thread):
 
     def __init__(self, project: Path, outside: Path, kind: str) -> None:
         super().__init__(daemon=True)
-        self.victim, self.real, self.link = project / "victim", project / "victim.real", project / "victim.link"
+        self.victim, self.real, self.link = (
+            project / "victim",
+            project / "victim.real",
+            project / "victim.link",
+        )
         self.kind, self.stop, self.swaps, self.jitter = kind, threading.Event(), 0, random.Random()
         self.target = outside if kind == "dir" else outside / "secret"
         self.link.symlink_to(self.target, target_is_directory=kind == "dir")
@@ -177,8 +203,12 @@ class Swapper(threading.Thread):
                 if EXCHANGE is not None:
                     EXCHANGE(self.victim, self.link)
                 else:
-                    for src, dst in ((self.victim, self.real), (self.link, self.victim),
-                                     (self.victim, self.link), (self.real, self.victim)):
+                    for src, dst in (
+                        (self.victim, self.real),
+                        (self.link, self.victim),
+                        (self.victim, self.link),
+                        (self.real, self.victim),
+                    ):
                         os.rename(src, dst)
             except OSError:
                 pass

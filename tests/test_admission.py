@@ -12,16 +12,27 @@ from kiwi.contracts import McpServerContext, RunLimits, RunSnapshot, RunState
 from kiwi.directive import parse_directive
 from tests.helpers import directive_md
 
-DIRECTIVE, _ = parse_directive(directive_md(
-    '<step name="work"><action>Work.</action></step>', name="work",
-    permissions='<read resource="filesystem" path="notes/**"/><write resource="filesystem" path="notes/**"/>'
-                '<execute resource="mcp" name="clock" actions="now"/>',
-    tools='<tools><mcp name="clock"/></tools>'), "work.md")
+DIRECTIVE, _ = parse_directive(
+    directive_md(
+        '<step name="work"><action>Work.</action></step>',
+        name="work",
+        permissions='<read resource="filesystem" path="notes/**"/><write resource="filesystem" path="notes/**"/>'
+        '<execute resource="mcp" name="clock" actions="now"/>',
+        tools='<tools><mcp name="clock"/></tools>',
+    ),
+    "work.md",
+)
 
 
 def snapshot(**limits) -> RunSnapshot:
-    return RunSnapshot(run_id="run-work-1", directive=DIRECTIVE, content_hash="", grants=DIRECTIVE.grants(),
-                       project_root="/project", limits=RunLimits(**limits))
+    return RunSnapshot(
+        run_id="run-work-1",
+        directive=DIRECTIVE,
+        content_hash="",
+        grants=DIRECTIVE.grants(),
+        project_root="/project",
+        limits=RunLimits(**limits),
+    )
 
 
 def test_a_tool_the_run_does_not_have_is_not_found_with_the_tools_it_has():
@@ -30,17 +41,25 @@ def test_a_tool_the_run_does_not_have_is_not_found_with_the_tools_it_has():
 
 
 def test_a_call_outside_the_grants_is_denied_with_the_grant_to_add():
-    outcome = admit("filesystem.write", {"path": "src/a.py", "content": ""}, 1, snap=snapshot(), state=RunState(),
-                    now=0)
+    outcome = admit(
+        "filesystem.write", {"path": "src/a.py", "content": ""}, 1, snap=snapshot(), state=RunState(), now=0
+    )
     assert outcome.refusal.status == "denied"
     assert outcome.refusal.hint == 'add <write resource="filesystem" path="src/**"/> to <permissions>'
 
 
 def test_a_per_run_limit_counts_admitted_calls_only():
     snap, state = snapshot(rate_limits={"filesystem.write": 2}), RunState()
-    results = [admit("filesystem.write", {"path": f"notes/{i}", "content": ""}, i, snap=snap, state=state, now=i)
-               for i in range(4)]
-    assert [r.refusal.status if r.refusal else "ok" for r in results] == ["ok", "ok", "rate_limited", "rate_limited"]
+    results = [
+        admit("filesystem.write", {"path": f"notes/{i}", "content": ""}, i, snap=snap, state=state, now=i)
+        for i in range(4)
+    ]
+    assert [r.refusal.status if r.refusal else "ok" for r in results] == [
+        "ok",
+        "ok",
+        "rate_limited",
+        "rate_limited",
+    ]
     assert state.call_counts == {"filesystem.write": 2}
     assert results[2].refusal.reason == "rate limit for filesystem.write is 2 calls per run"
 
@@ -50,6 +69,7 @@ def test_a_window_refuses_with_how_long_to_wait_and_opens_again():
 
     def read(now: float):
         return admit("filesystem.read", {"path": "notes/a"}, 1, snap=snap, state=state, now=now).refusal
+
     assert read(100) is None and read(101) is None
     refused = read(110)
     assert refused.status == "rate_limited" and refused.hint == "try again in 50s"
@@ -58,8 +78,10 @@ def test_a_window_refuses_with_how_long_to_wait_and_opens_again():
 
 def test_the_same_call_three_times_warns_of_a_loop():
     snap, state = snapshot(), RunState()
-    warnings = [admit("filesystem.read", {"path": "notes/a"}, i, snap=snap, state=state, now=i).warning
-                for i in range(3)]
+    warnings = [
+        admit("filesystem.read", {"path": "notes/a"}, i, snap=snap, state=state, now=i).warning
+        for i in range(3)
+    ]
     assert warnings[:2] == ["", ""] and "3 times in a row" in warnings[2] and state.loop_warnings == 1
 
 
@@ -74,10 +96,13 @@ def test_an_unavailable_or_hidden_mcp_tool_is_an_error_naming_what_there_is():
 
 
 @settings(max_examples=200, deadline=None)
-@given(tool=st.sampled_from(["filesystem.read", "filesystem.write", "filesystem.delete", "shell.run", "clock.now",
-                             "nope"]),
-       path=st.sampled_from(["notes/a", "src/b", "../x", "/etc/passwd", ".git/config", ""]),
-       used=st.integers(min_value=0, max_value=3))
+@given(
+    tool=st.sampled_from(
+        ["filesystem.read", "filesystem.write", "filesystem.delete", "shell.run", "clock.now", "nope"]
+    ),
+    path=st.sampled_from(["notes/a", "src/b", "../x", "/etc/passwd", ".git/config", ""]),
+    used=st.integers(min_value=0, max_value=3),
+)
 def test_a_refused_call_changes_nothing_in_the_runs_state(tool, path, used):
     snap = snapshot(rate_limits={"filesystem.write": 2, "filesystem.read": 2})
     state = RunState(call_counts={"filesystem.write": used, "filesystem.read": used})

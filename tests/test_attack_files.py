@@ -12,8 +12,10 @@ from activities.audit import read_audit
 from tests.helpers import SECRET, Swapper, directive_md, snapshot, wait_for, write_directive
 
 EVERYTHING = directive_md(
-    '<step name="work"><action>Edit whatever the task needs.</action></step>', name="everything",
-    permissions='<write resource="filesystem" path="**"/>')
+    '<step name="work"><action>Edit whatever the task needs.</action></step>',
+    name="everything",
+    permissions='<write resource="filesystem" path="**"/>',
+)
 
 
 async def start(runs, project: Path) -> str:
@@ -23,6 +25,7 @@ async def start(runs, project: Path) -> str:
 
     async def waiting():
         return (await runs.status(run_id)).status == "awaiting_agent"
+
     await wait_for(waiting, what="the run to wait for the agent")
     return run_id
 
@@ -32,7 +35,9 @@ def project_files(project: Path) -> dict:
     return {k: v for k, v in snapshot(project).items() if not k.startswith(".ai/logs")}
 
 
-async def test_write_everything_cannot_touch_protected_places_or_follow_links(runs, project, tmp_path_factory):
+async def test_write_everything_cannot_touch_protected_places_or_follow_links(
+    runs, project, tmp_path_factory
+):
     outside = tmp_path_factory.mktemp("outside")
     (outside / "secret").write_text(SECRET)
     run_id = await start(runs, project)
@@ -65,16 +70,21 @@ async def test_write_everything_cannot_touch_protected_places_or_follow_links(ru
     assert project_files(project) == before and snapshot(outside) == outside_before
 
     # The allowed twin still works.
-    assert (await runs.call_tool(run_id, "filesystem.write", {"path": "notes/ok.md", "content": "ok"})).status == "ok"
+    assert (
+        await runs.call_tool(run_id, "filesystem.write", {"path": "notes/ok.md", "content": "ok"})
+    ).status == "ok"
     await runs.cancel(run_id)
 
     async def audited():
         calls = [r for r in read_audit(str(project), run_id) if r["event"] == "tool_call"]
         return calls if len(calls) == len(attacks) + 2 else None
+
     calls = await wait_for(audited, what="the calls in the audit trail")
     assert [c["decision"] for c in calls[: len(attacks)]] == ["denied"] * len(attacks)
-    assert all("protected place" in c["reason"] or "symbolic link" in c["reason"] for c in calls[: len(attacks)])
-    assert [c["decision"] for c in calls[len(attacks):]] == ["allowed", "allowed"]
+    assert all(
+        "protected place" in c["reason"] or "symbolic link" in c["reason"] for c in calls[: len(attacks)]
+    )
+    assert [c["decision"] for c in calls[len(attacks) :]] == ["allowed", "allowed"]
 
 
 async def test_a_symlink_swapped_in_while_the_agent_calls_gets_nothing_out(runs, project, tmp_path_factory):
@@ -87,8 +97,11 @@ async def test_a_symlink_swapped_in_while_the_agent_calls_gets_nothing_out(runs,
         for i in range(40):
             results.append(await runs.call_tool(run_id, "filesystem.read", {"path": "victim/secret"}))
             results.append(await runs.call_tool(run_id, "filesystem.list", {"path": "victim"}))
-            results.append(await runs.call_tool(run_id, "filesystem.write",
-                                                {"path": "victim/secret", "content": f"agent {i}"}))
+            results.append(
+                await runs.call_tool(
+                    run_id, "filesystem.write", {"path": "victim/secret", "content": f"agent {i}"}
+                )
+            )
             assert snapshot(outside) == outside_before
     assert swapper.swaps > 0
     for result in results:

@@ -12,15 +12,17 @@ import pytest
 from activities.audit import read_audit
 from tests.helpers import directive_md, wait_for, write, write_directive
 
-SHELL = ("git,find,ls,cat,rm,printenv")
+SHELL = "git,find,ls,cat,rm,printenv"
 
 
 def shell_directive(commands: str = SHELL) -> str:
     return directive_md(
-        '<step name="work"><action>Work with the shell.</action></step>', name="sheller",
+        '<step name="work"><action>Work with the shell.</action></step>',
+        name="sheller",
         permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="**"/>'
-                    f'<execute resource="shell" commands="{commands}"/>'
-                    '<execute resource="tool" id="git.status,git.checkpoint,git.commit,git.diff"/>')
+        f'<execute resource="shell" commands="{commands}"/>'
+        '<execute resource="tool" id="git.status,git.checkpoint,git.commit,git.diff"/>',
+    )
 
 
 async def start(runs, project: Path, commands: str = SHELL) -> str:
@@ -31,15 +33,20 @@ async def start(runs, project: Path, commands: str = SHELL) -> str:
 
     async def waiting():
         return (await runs.status(run_id)).status == "awaiting_agent"
+
     await wait_for(waiting, what="sheller to wait for the agent")
     return run_id
 
 
 async def audited_denial(project: Path, run_id: str, reason: str) -> dict:
     async def found():
-        records = [r for r in read_audit(str(project), run_id)
-                   if r["event"] == "tool_call" and r["decision"] == "denied" and r.get("reason") == reason]
+        records = [
+            r
+            for r in read_audit(str(project), run_id)
+            if r["event"] == "tool_call" and r["decision"] == "denied" and r.get("reason") == reason
+        ]
         return records[0] if records else None
+
     return await wait_for(found, what=f"the denial '{reason}' in the audit trail")
 
 
@@ -47,20 +54,23 @@ def pwned(*places: Path) -> list[Path]:
     return [p for place in places for p in place.rglob("PWNED*")]
 
 
-@pytest.mark.parametrize(("commands", "args", "named"), [
-    (SHELL, {"argv": ["git", "-c", "alias.x=!touch PWNED", "x"]}, "'-c'"),
-    (SHELL, {"argv": ["find", ".", "-exec", "touch", "PWNED", ";"]}, "'-exec'"),
-    (SHELL, {"command": "ls /etc"}, "'/etc'"),
-    (SHELL, {"command": "git diff --no-index /etc/passwd /dev/null"}, "'/etc/passwd'"),
-    (SHELL, {"command": "git -C /tmp status"}, "'-C'"),
-    (SHELL, {"command": "rm -fr important"}, "blocked by the harness policy ('rm -rf')"),
-    (SHELL, {"command": "rm --recursive --force important"}, "blocked by the harness policy ('rm -rf')"),
-    ("env,touch", {"command": "env touch PWNED"}, "'env'"),
-    ("*", {"argv": ["python3", "-c", "open('PWNED', 'w')"]}, "'python3'"),
-    ("*", {"argv": ["bash", "-c", "touch PWNED"]}, "'bash'"),
-    (SHELL, {"command": "cat ../../../../../etc/passwd"}, "leaves the project root"),
-    (SHELL, {"command": "ls", "cwd": "/etc"}, "absolute path"),
-])
+@pytest.mark.parametrize(
+    ("commands", "args", "named"),
+    [
+        (SHELL, {"argv": ["git", "-c", "alias.x=!touch PWNED", "x"]}, "'-c'"),
+        (SHELL, {"argv": ["find", ".", "-exec", "touch", "PWNED", ";"]}, "'-exec'"),
+        (SHELL, {"command": "ls /etc"}, "'/etc'"),
+        (SHELL, {"command": "git diff --no-index /etc/passwd /dev/null"}, "'/etc/passwd'"),
+        (SHELL, {"command": "git -C /tmp status"}, "'-C'"),
+        (SHELL, {"command": "rm -fr important"}, "blocked by the harness policy ('rm -rf')"),
+        (SHELL, {"command": "rm --recursive --force important"}, "blocked by the harness policy ('rm -rf')"),
+        ("env,touch", {"command": "env touch PWNED"}, "'env'"),
+        ("*", {"argv": ["python3", "-c", "open('PWNED', 'w')"]}, "'python3'"),
+        ("*", {"argv": ["bash", "-c", "touch PWNED"]}, "'bash'"),
+        (SHELL, {"command": "cat ../../../../../etc/passwd"}, "leaves the project root"),
+        (SHELL, {"command": "ls", "cwd": "/etc"}, "absolute path"),
+    ],
+)
 async def test_an_allowed_program_cannot_run_another_or_read_outside(runs, project, commands, args, named):
     (project / "important").mkdir()
     (project / "important" / "keep.txt").write_text("keep")
@@ -105,16 +115,20 @@ def plant_malicious_git_config(project: Path, marks: Path) -> None:
             write(place / name, hook).chmod(0o755)
     write(project / ".gitattributes", "* filter=evil\n")
     with (project / ".git" / "config").open("a") as config:
-        config.write(f"[core]\n\tfsmonitor = touch {marks}/PWNED_fsmonitor\n\thooksPath = evilhooks\n"
-                     f"\tpager = touch {marks}/PWNED_pager\n\teditor = touch {marks}/PWNED_editor\n"
-                     f"[alias]\n\tst = !touch {marks}/PWNED_alias\n"
-                     f"[filter \"evil\"]\n\tclean = touch {marks}/PWNED_clean\n\tsmudge = touch {marks}/PWNED_smudge\n"
-                     f"\trequired = true\n"
-                     f"[gpg]\n\tprogram = touch {marks}/PWNED_gpg\n[commit]\n\tgpgSign = false\n"
-                     "[user]\n\tname = Repo Owner\n\temail = owner@example.com\n")
+        config.write(
+            f"[core]\n\tfsmonitor = touch {marks}/PWNED_fsmonitor\n\thooksPath = evilhooks\n"
+            f"\tpager = touch {marks}/PWNED_pager\n\teditor = touch {marks}/PWNED_editor\n"
+            f"[alias]\n\tst = !touch {marks}/PWNED_alias\n"
+            f'[filter "evil"]\n\tclean = touch {marks}/PWNED_clean\n\tsmudge = touch {marks}/PWNED_smudge\n'
+            f"\trequired = true\n"
+            f"[gpg]\n\tprogram = touch {marks}/PWNED_gpg\n[commit]\n\tgpgSign = false\n"
+            "[user]\n\tname = Repo Owner\n\temail = owner@example.com\n"
+        )
 
 
-async def test_a_planted_git_config_runs_nothing_through_shell_git_or_kiwis_git_tools(runs, project, tmp_path_factory):
+async def test_a_planted_git_config_runs_nothing_through_shell_git_or_kiwis_git_tools(
+    runs, project, tmp_path_factory
+):
     marks = tmp_path_factory.mktemp("marks")
     plant_malicious_git_config(project, marks)
     (project / "notes").mkdir(exist_ok=True)
@@ -131,23 +145,33 @@ async def test_a_planted_git_config_runs_nothing_through_shell_git_or_kiwis_git_
     assert checkpoint.status == "ok" and checkpoint.result["available"], checkpoint
     committed = await runs.call_tool(run_id, "git.commit", {"message": "m"})
     assert committed.status == "ok" and committed.result["committed"], committed
-    signed = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "commit", "-S", "--allow-empty", "-m", "s"]})
+    signed = await runs.call_tool(
+        run_id, "shell.run", {"argv": ["git", "commit", "-S", "--allow-empty", "-m", "s"]}
+    )
     assert signed.status == "ok" and signed.result["exit_code"] != 0, signed  # gpg.program is "false"
     switched = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "checkout", "-b", "other"]})
     assert switched.status == "ok" and switched.result["exit_code"] == 0, switched
     assert list(marks.iterdir()) == [] and not pwned(project)
 
 
-async def test_shell_git_is_refused_in_a_repository_whose_config_runs_a_diff_program(runs, project, tmp_path_factory):
+async def test_shell_git_is_refused_in_a_repository_whose_config_runs_a_diff_program(
+    runs, project, tmp_path_factory
+):
     marks = tmp_path_factory.mktemp("marks")
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     write(project / ".gitattributes", "*.md diff=evil\n")
     with (project / ".git" / "config").open("a") as config:
-        config.write(f"[diff \"evil\"]\n\ttextconv = touch {marks}/PWNED_textconv\n"
-                     f"[diff]\n\texternal = touch {marks}/PWNED_external\n")
+        config.write(
+            f'[diff "evil"]\n\ttextconv = touch {marks}/PWNED_textconv\n'
+            f"[diff]\n\texternal = touch {marks}/PWNED_external\n"
+        )
     run_id = await start(runs, project)
     result = await runs.call_tool(run_id, "shell.run", {"command": "git diff"})
-    assert result.status == "denied" and "diff.external" in result.reason and "diff.evil.textconv" in result.reason
+    assert (
+        result.status == "denied"
+        and "diff.external" in result.reason
+        and "diff.evil.textconv" in result.reason
+    )
     own = await runs.call_tool(run_id, "git.diff", {})
     assert own.status == "ok", own
     assert list(marks.iterdir()) == []
@@ -161,15 +185,23 @@ async def test_find_delete_runs_only_where_the_grant_names_the_option(runs, proj
     assert denied.status == "denied" and "'-delete'" in denied.reason and 'options="-delete"' in denied.hint
     assert (project / "tmp" / "scratch.txt").exists()
     await audited_denial(project, run_id, denied.reason)
-    write_directive(project / ".ai" / "directives" / "sweeper.md", directive_md(
-        '<step name="work"><action>Sweep.</action></step>', name="sweeper",
-        permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="tmp/**"/>'
-                    '<execute resource="shell" commands="find" options="-delete"/>'))
+    write_directive(
+        project / ".ai" / "directives" / "sweeper.md",
+        directive_md(
+            '<step name="work"><action>Sweep.</action></step>',
+            name="sweeper",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="tmp/**"/>'
+            '<execute resource="shell" commands="find" options="-delete"/>',
+        ),
+    )
     sweeper = await runs.start("sweeper", {})
 
     async def waiting():
         return (await runs.status(sweeper)).status == "awaiting_agent"
+
     await wait_for(waiting, what="sweeper to wait for the agent")
-    allowed = await runs.call_tool(sweeper, "shell.run", {"argv": ["find", "tmp", "-name", "*.txt", "-delete"]})
+    allowed = await runs.call_tool(
+        sweeper, "shell.run", {"argv": ["find", "tmp", "-name", "*.txt", "-delete"]}
+    )
     assert allowed.status == "ok" and allowed.result["exit_code"] == 0
     assert not (project / "tmp" / "scratch.txt").exists()

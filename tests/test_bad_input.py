@@ -21,10 +21,12 @@ NPM = Path(__file__).parent / "npm" / "node_modules" / "@modelcontextprotocol"
 EVERYTHING = NPM / "server-everything" / "dist" / "index.js"
 
 WORKBENCH = directive_md(
-    '<step name="work"><action>Work.</action></step>', name="workbench",
+    '<step name="work"><action>Work.</action></step>',
+    name="workbench",
     permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
-                '<execute resource="shell" commands="echo"/><execute resource="tool" id="git.commit"/>'
-                '<execute resource="tool" id="directive.run"/>')
+    '<execute resource="shell" commands="echo"/><execute resource="tool" id="git.commit"/>'
+    '<execute resource="tool" id="directive.run"/>',
+)
 
 TYPES_TOOL = """\
 tool_id: show_types
@@ -45,56 +47,98 @@ def main(**params):
 
 
 # ---------------------------------------------------------------- the pure rules
-@pytest.mark.parametrize(("tool", "args", "names"), [
-    ("shell.run", {"command": "echo hi", "timeout": "abc"}, "'timeout' must be a number"),
-    ("shell.run", {"command": "echo hi", "timeout": float("inf")}, "'timeout' must be a finite number"),
-    ("shell.run", {"command": "echo hi", "timeout": -1}, "'timeout' must be more than 0"),
-    ("shell.run", {"command": "echo hi", "timeout": 10**9}, "'timeout' must be at most 3600"),
-    ("shell.run", {"argv": "echo hi"}, "'argv' must be a JSON array"),
-    ("shell.run", {"argv": ["echo", 3]}, "'argv' item 1 must be a string"),
-    ("shell.run", {}, "'command' (a string) or 'argv'"),
-    ("filesystem.write", {"path": "notes/a", "content": "x", "encoding": "latin-1"},
-     "'encoding' must be one of \"utf-8\", \"base64\""),
-    ("filesystem.write", {"path": "notes/a", "content": "x" * (MAX_CONTENT_BYTES + 1)},
-     "'content' is 1,000,001 bytes, over the limit"),
-    ("filesystem.write", {"path": "notes/a", "content": {"a": 1}}, "'content' must be a string"),
-    ("filesystem.read", {"path": ["a"]}, "'path' must be a string"),
-    ("filesystem.read", {}, "'path' is required"),
-    ("filesystem.move", {"source": "a"}, "'destination' is required"),
-    ("git.commit", {"message": "m", "paths": "src/app.py"}, "'paths' must be a JSON array"),
-    ("directive.run", {"directive": "child", "inputs": "x=1"}, "'inputs' must be a JSON object"),
-    ("directive.run", {"inputs": {}}, "'directive' (the directive's name) is required"),
-    ("files.read_text_file", {"path": "x" * 1_600_000}, "over the limit of 1,500,000"),
-])
+@pytest.mark.parametrize(
+    ("tool", "args", "names"),
+    [
+        ("shell.run", {"command": "echo hi", "timeout": "abc"}, "'timeout' must be a number"),
+        ("shell.run", {"command": "echo hi", "timeout": float("inf")}, "'timeout' must be a finite number"),
+        ("shell.run", {"command": "echo hi", "timeout": -1}, "'timeout' must be more than 0"),
+        ("shell.run", {"command": "echo hi", "timeout": 10**9}, "'timeout' must be at most 3600"),
+        ("shell.run", {"argv": "echo hi"}, "'argv' must be a JSON array"),
+        ("shell.run", {"argv": ["echo", 3]}, "'argv' item 1 must be a string"),
+        ("shell.run", {}, "'command' (a string) or 'argv'"),
+        (
+            "filesystem.write",
+            {"path": "notes/a", "content": "x", "encoding": "latin-1"},
+            '\'encoding\' must be one of "utf-8", "base64"',
+        ),
+        (
+            "filesystem.write",
+            {"path": "notes/a", "content": "x" * (MAX_CONTENT_BYTES + 1)},
+            "'content' is 1,000,001 bytes, over the limit",
+        ),
+        ("filesystem.write", {"path": "notes/a", "content": {"a": 1}}, "'content' must be a string"),
+        ("filesystem.read", {"path": ["a"]}, "'path' must be a string"),
+        ("filesystem.read", {}, "'path' is required"),
+        ("filesystem.move", {"source": "a"}, "'destination' is required"),
+        ("git.commit", {"message": "m", "paths": "src/app.py"}, "'paths' must be a JSON array"),
+        ("directive.run", {"directive": "child", "inputs": "x=1"}, "'inputs' must be a JSON object"),
+        ("directive.run", {"inputs": {}}, "'directive' (the directive's name) is required"),
+        ("files.read_text_file", {"path": "x" * 1_600_000}, "over the limit of 1,500,000"),
+    ],
+)
 def test_wrong_arguments_name_the_argument_and_what_to_send(tool, args, names):
     problem = check_arguments(tool, args)
     assert problem is not None and names in problem.reason, problem
     assert tool in problem.reason and (problem.hint or tool.startswith("files."))
 
 
-@pytest.mark.parametrize(("tool", "args"), [
-    ("shell.run", {"command": "echo hi", "timeout": "30"}),
-    ("shell.run", {"argv": ["echo", "hi"], "timeout": 2.5, "cwd": "."}),
-    ("filesystem.write", {"path": "notes/a", "content": "x" * MAX_CONTENT_BYTES, "encoding": "utf-8"}),
-    ("filesystem.list", {}),
-    ("git.commit", {"message": "m", "paths": ["a"], "extra": "ignored"}),
-    ("files.anything", {"nested": {"deep": [1, 2, None]}}),
-])
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("shell.run", {"command": "echo hi", "timeout": "30"}),
+        ("shell.run", {"argv": ["echo", "hi"], "timeout": 2.5, "cwd": "."}),
+        ("filesystem.write", {"path": "notes/a", "content": "x" * MAX_CONTENT_BYTES, "encoding": "utf-8"}),
+        ("filesystem.list", {}),
+        ("git.commit", {"message": "m", "paths": ["a"], "extra": "ignored"}),
+        ("files.anything", {"nested": {"deep": [1, 2, None]}}),
+    ],
+)
 def test_right_arguments_pass(tool, args):
     assert check_arguments(tool, args) is None
 
 
 def test_step_text_is_typed_by_the_schema_and_a_lone_placeholder_keeps_its_type():
-    schema = {"type": "object", "properties": {
-        "n": {"type": "integer"}, "x": {"type": "number"}, "on": {"type": "boolean"}, "list": {"type": "array"},
-        "obj": {"type": "object"}, "text": {"type": "string"}, "maybe": {"type": ["integer", "null"]},
-        "either": {"anyOf": [{"type": "number"}, {"type": "string"}]}, "kept": {"type": "integer"}}}
-    raw = {"n": "3", "x": "2.5", "on": "false", "list": '["a", 1]', "obj": '{"k": [1]}', "text": "42",
-           "maybe": "null", "either": "7", "kept": "{inputs.k}", "undeclared": "5"}
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer"},
+            "x": {"type": "number"},
+            "on": {"type": "boolean"},
+            "list": {"type": "array"},
+            "obj": {"type": "object"},
+            "text": {"type": "string"},
+            "maybe": {"type": ["integer", "null"]},
+            "either": {"anyOf": [{"type": "number"}, {"type": "string"}]},
+            "kept": {"type": "integer"},
+        },
+    }
+    raw = {
+        "n": "3",
+        "x": "2.5",
+        "on": "false",
+        "list": '["a", 1]',
+        "obj": '{"k": [1]}',
+        "text": "42",
+        "maybe": "null",
+        "either": "7",
+        "kept": "{inputs.k}",
+        "undeclared": "5",
+    }
     rendered = {**raw, "kept": "9"}
     typed = coerce_step_arguments("t", raw, rendered, schema)
-    assert typed == {"n": 3, "x": 2.5, "on": False, "list": ["a", 1], "obj": {"k": [1]}, "text": "42",
-                     "maybe": None, "either": "7", "kept": "9", "undeclared": "5"}
+    assert typed == {
+        "n": 3,
+        "x": 2.5,
+        "on": False,
+        "list": ["a", 1],
+        "obj": {"k": [1]},
+        "text": "42",
+        "maybe": None,
+        "either": "7",
+        "kept": "9",
+        "undeclared": "5",
+    }
     assert coerce_step_arguments("t", raw, rendered, None) == rendered
     with pytest.raises(ArgumentError) as bad:
         coerce_step_arguments("t", {"n": "three"}, {"n": "three"}, schema)
@@ -113,15 +157,24 @@ async def _workbench(runs, project) -> str:
     return run_id
 
 
-@pytest.mark.parametrize(("tool", "args", "names"), [
-    ("shell.run", {"command": "echo hi", "timeout": "abc"}, "argument 'timeout'"),
-    ("shell.run", {"command": "echo hi", "timeout": 1e308}, "argument 'timeout'"),
-    ("filesystem.write", {"path": "notes/a.txt", "content": "x", "encoding": "latin-1"}, "argument 'encoding'"),
-    ("filesystem.write", {"path": "notes/a.txt", "content": "é" * 1_000_000}, "argument 'content'"),
-    ("git.commit", {"message": "m", "paths": 3}, "argument 'paths'"),
-    ("directive.run", {"directive": "workbench", "inputs": []}, "argument 'inputs'"),
-])
-async def test_a_wrong_argument_is_an_input_error_at_once_and_the_run_carries_on(runs, project, tool, args, names):
+@pytest.mark.parametrize(
+    ("tool", "args", "names"),
+    [
+        ("shell.run", {"command": "echo hi", "timeout": "abc"}, "argument 'timeout'"),
+        ("shell.run", {"command": "echo hi", "timeout": 1e308}, "argument 'timeout'"),
+        (
+            "filesystem.write",
+            {"path": "notes/a.txt", "content": "x", "encoding": "latin-1"},
+            "argument 'encoding'",
+        ),
+        ("filesystem.write", {"path": "notes/a.txt", "content": "é" * 1_000_000}, "argument 'content'"),
+        ("git.commit", {"message": "m", "paths": 3}, "argument 'paths'"),
+        ("directive.run", {"directive": "workbench", "inputs": []}, "argument 'inputs'"),
+    ],
+)
+async def test_a_wrong_argument_is_an_input_error_at_once_and_the_run_carries_on(
+    runs, project, tool, args, names
+):
     run_id = await _workbench(runs, project)
     result = await asyncio.wait_for(runs.call_tool(run_id, tool, args), timeout=20)
     assert result.status == "error" and result.error_type == "InputInvalid", result
@@ -135,25 +188,46 @@ async def test_a_wrong_argument_is_an_input_error_at_once_and_the_run_carries_on
     assert [c.status for c in status.last_calls] == (["ok"] if unsendable(tool, args) else ["error", "ok"])
 
 
-async def test_three_megabytes_of_content_is_refused_with_the_limit_before_it_reaches_the_run(runs, project,
-                                                                                              temporal_env):
+async def test_three_megabytes_of_content_is_refused_with_the_limit_before_it_reaches_the_run(
+    runs, project, temporal_env
+):
     run_id = await _workbench(runs, project)
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with Client(server) as client:
+
         async def execute(**arguments):
             result = await asyncio.wait_for(client.call_tool("execute", arguments), timeout=20)
             return result.structured_content or json.loads(result.content[0].text)
 
-        big = await execute(item_type="tool", action="call", run_id=run_id, item_id="filesystem.write",
-                            parameters={"path": "notes/big.txt", "content": "x" * 3_000_000})
-        assert big["error"] == "InputInvalid" and "argument 'content' is 3,000,000 bytes" in big["message"], big
-        huge = await execute(item_type="tool", action="call", run_id=run_id, item_id="word_count",
-                             parameters={"text": "x " * 1_000_000})
+        big = await execute(
+            item_type="tool",
+            action="call",
+            run_id=run_id,
+            item_id="filesystem.write",
+            parameters={"path": "notes/big.txt", "content": "x" * 3_000_000},
+        )
+        assert big["error"] == "InputInvalid" and "argument 'content' is 3,000,000 bytes" in big["message"], (
+            big
+        )
+        huge = await execute(
+            item_type="tool",
+            action="call",
+            run_id=run_id,
+            item_id="word_count",
+            parameters={"text": "x " * 1_000_000},
+        )
         assert huge["error"] == "InputInvalid" and "over the limit of 1,500,000" in huge["message"]
-        fine = await execute(item_type="tool", action="call", run_id=run_id, item_id="filesystem.write",
-                             parameters={"path": "notes/ok.txt", "content": "small"})
+        fine = await execute(
+            item_type="tool",
+            action="call",
+            run_id=run_id,
+            item_id="filesystem.write",
+            parameters={"path": "notes/ok.txt", "content": "small"},
+        )
         assert fine["status"] == "ok", fine
-    assert not (project / "notes" / "big.txt").exists() and (project / "notes" / "ok.txt").read_text() == "small"
+    assert (
+        not (project / "notes" / "big.txt").exists() and (project / "notes" / "ok.txt").read_text() == "small"
+    )
     assert (await runs.status(run_id)).status == "awaiting_agent"
 
 
@@ -169,47 +243,75 @@ async def test_the_run_client_answers_an_oversized_call_itself_and_the_run_carri
 async def test_step_parameters_are_typed_for_local_mcp_and_built_in_tools(runs, project):
     write(project / ".ai" / "tools" / "show_types" / "tool.yaml", TYPES_TOOL)
     write(project / ".ai" / "tools" / "show_types" / "main.py", TYPES_MAIN)
-    write(project / ".ai" / "config" / "mcp_registry.yaml",
-          f'mcps:\n  everything:\n    command: node\n    args: ["{EVERYTHING}", "stdio"]\n')
-    write_directive(project / ".ai" / "directives" / "typed.md", directive_md(
-        '<step name="local"><tool_call tool="show_types"><param name="count">3</param>'
-        '<param name="ratio">0.5</param><param name="loud">true</param><param name="items">["a", "b"]</param>'
-        '<param name="options">{"deep": {"n": 1}}</param><param name="label">{inputs.label}</param>'
-        '</tool_call></step>'
-        '<step name="upstream"><tool_call tool="everything.get-sum"><param name="a">2</param>'
-        '<param name="b">{inputs.b}</param></tool_call></step>'
-        '<step name="builtin"><tool_call tool="shell.run"><param name="argv">["echo", "typed"]</param>'
-        '<param name="timeout">30</param></tool_call></step>',
-        name="typed", tools='<tools><mcp name="everything" required="true"/></tools>',
-        inputs='<input name="label" type="string" required="true"/><input name="b" type="integer" required="true"/>',
-        permissions='<execute resource="tool" id="show_types"/><execute resource="mcp" name="everything" '
-                    'actions="get-sum"/><execute resource="shell" commands="echo"/>'
-                    '<read resource="filesystem" path="**"/>'))
+    write(
+        project / ".ai" / "config" / "mcp_registry.yaml",
+        f'mcps:\n  everything:\n    command: node\n    args: ["{EVERYTHING}", "stdio"]\n',
+    )
+    write_directive(
+        project / ".ai" / "directives" / "typed.md",
+        directive_md(
+            '<step name="local"><tool_call tool="show_types"><param name="count">3</param>'
+            '<param name="ratio">0.5</param><param name="loud">true</param><param name="items">["a", "b"]</param>'
+            '<param name="options">{"deep": {"n": 1}}</param><param name="label">{inputs.label}</param>'
+            "</tool_call></step>"
+            '<step name="upstream"><tool_call tool="everything.get-sum"><param name="a">2</param>'
+            '<param name="b">{inputs.b}</param></tool_call></step>'
+            '<step name="builtin"><tool_call tool="shell.run"><param name="argv">["echo", "typed"]</param>'
+            '<param name="timeout">30</param></tool_call></step>',
+            name="typed",
+            tools='<tools><mcp name="everything" required="true"/></tools>',
+            inputs='<input name="label" type="string" required="true"/><input name="b" type="integer" required="true"/>',
+            permissions='<execute resource="tool" id="show_types"/><execute resource="mcp" name="everything" '
+            'actions="get-sum"/><execute resource="shell" commands="echo"/>'
+            '<read resource="filesystem" path="**"/>',
+        ),
+    )
     run_id = await runs.start("typed", {"label": "007", "b": "40"})
     result = await runs.handle(run_id).result()
     assert result.status == "completed", result.error
     assert result.outputs["local"]["result"] == {
-        "count": ["int", 3], "ratio": ["float", 0.5], "loud": ["bool", True], "items": ["list", ["a", "b"]],
-        "options": ["dict", {"deep": {"n": 1}}], "label": ["str", "007"]}
+        "count": ["int", 3],
+        "ratio": ["float", 0.5],
+        "loud": ["bool", True],
+        "items": ["list", ["a", "b"]],
+        "options": ["dict", {"deep": {"n": 1}}],
+        "label": ["str", "007"],
+    }
     assert "42" in result.outputs["upstream"]["result"]["content"][0]["text"]
     assert result.outputs["builtin"]["result"]["stdout"].strip() == "typed"
 
 
-@pytest.mark.parametrize(("param", "names"), [
-    ('<tool_call tool="show_types"><param name="count">many</param></tool_call>',
-     "show_types: parameter 'count' must be an integer, got the text 'many'"),
-    ('<tool_call tool="shell.run"><param name="command">echo hi</param><param name="timeout">abc</param>'
-     '</tool_call>', "shell.run: parameter 'timeout' must be a number"),
-    ('<tool_call tool="filesystem.write"><param name="path">notes/x</param><param name="encoding">latin-1'
-     '</param></tool_call>', "filesystem.write: parameter 'encoding' must be one of"),
-])
+@pytest.mark.parametrize(
+    ("param", "names"),
+    [
+        (
+            '<tool_call tool="show_types"><param name="count">many</param></tool_call>',
+            "show_types: parameter 'count' must be an integer, got the text 'many'",
+        ),
+        (
+            '<tool_call tool="shell.run"><param name="command">echo hi</param><param name="timeout">abc</param>'
+            "</tool_call>",
+            "shell.run: parameter 'timeout' must be a number",
+        ),
+        (
+            '<tool_call tool="filesystem.write"><param name="path">notes/x</param><param name="encoding">latin-1'
+            "</param></tool_call>",
+            "filesystem.write: parameter 'encoding' must be one of",
+        ),
+    ],
+)
 async def test_a_step_parameter_that_does_not_fit_fails_the_step_before_the_call(runs, project, param, names):
     write(project / ".ai" / "tools" / "show_types" / "tool.yaml", TYPES_TOOL)
     write(project / ".ai" / "tools" / "show_types" / "main.py", TYPES_MAIN)
-    write_directive(project / ".ai" / "directives" / "untyped.md", directive_md(
-        f'<step name="call">{param}</step>', name="untyped",
-        permissions='<execute resource="tool" id="show_types"/><execute resource="shell" commands="echo"/>'
-                    '<write resource="filesystem" path="notes/**"/>'))
+    write_directive(
+        project / ".ai" / "directives" / "untyped.md",
+        directive_md(
+            f'<step name="call">{param}</step>',
+            name="untyped",
+            permissions='<execute resource="tool" id="show_types"/><execute resource="shell" commands="echo"/>'
+            '<write resource="filesystem" path="notes/**"/>',
+        ),
+    )
     run_id = await runs.start("untyped", {})
     with pytest.raises(Exception):  # noqa: B017 - the run fails; its status says why
         await runs.handle(run_id).result()
@@ -220,10 +322,15 @@ async def test_a_step_parameter_that_does_not_fit_fails_the_step_before_the_call
 
 
 async def test_a_failed_call_fails_its_step_visibly(runs, project):
-    write_directive(project / ".ai" / "directives" / "reads.md", directive_md(
-        '<step name="read"><tool_call tool="filesystem.read"><param name="path">notes/missing.md</param>'
-        '</tool_call></step><step name="after"><action>x</action></step>', name="reads",
-        permissions='<read resource="filesystem" path="notes/**"/>'))
+    write_directive(
+        project / ".ai" / "directives" / "reads.md",
+        directive_md(
+            '<step name="read"><tool_call tool="filesystem.read"><param name="path">notes/missing.md</param>'
+            '</tool_call></step><step name="after"><action>x</action></step>',
+            name="reads",
+            permissions='<read resource="filesystem" path="notes/**"/>',
+        ),
+    )
     run_id = await runs.start("reads", {})
     with pytest.raises(Exception):  # noqa: B017
         await runs.handle(run_id).result()
@@ -233,14 +340,21 @@ async def test_a_failed_call_fails_its_step_visibly(runs, project):
 
 
 # ---------------------------------------------------------------- config files
-BOMB = "\n".join(["a: &a [\"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\"]"] + [
-    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]) + "\n"
+BOMB = (
+    "\n".join(
+        ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+        + [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]
+    )
+    + "\n"
+)
 
 
-@pytest.mark.parametrize("where", [".ai/config/agent_harness.yaml", ".ai/config/mcp_registry.yaml",
-                                   ".ai/tools/bomb/tool.yaml"])
-def test_a_yaml_alias_bomb_in_any_config_file_is_refused_fast_naming_the_file(tmp_path, monkeypatch, capsys,
-                                                                              where):
+@pytest.mark.parametrize(
+    "where", [".ai/config/agent_harness.yaml", ".ai/config/mcp_registry.yaml", ".ai/tools/bomb/tool.yaml"]
+)
+def test_a_yaml_alias_bomb_in_any_config_file_is_refused_fast_naming_the_file(
+    tmp_path, monkeypatch, capsys, where
+):
     from kiwi.harness import load_harness
     from kiwi.mcp_registry import load_registry
 
@@ -281,17 +395,29 @@ def test_yaml_limits_refuse_the_bomb_but_read_ordinary_aliases(tmp_path):
 
 
 # ---------------------------------------------------------------- the command line
-@pytest.mark.parametrize(("argv", "says", "fix"), [
-    (["call", "filesystem.read", "[1,2]"], "arguments must be a JSON object of named arguments, got an array",
-     "kiwi call filesystem.read '{\"path\""),
-    (["call", "filesystem.read", "{bad"], "arguments are not JSON", "a JSON object"),
-    (["call", "shell.run", '{"command": "ls", "timeout": "abc"}'], "shell.run: argument 'timeout' must be a number",
-     '"timeout": 120'),
-    (["validate", "/nonexistent"], "no such file or folder: /nonexistent", "kiwi validate .ai"),
-    (["run", "hello_kiwi", "--deadline", "-5"], "--deadline must be a positive number of seconds, got -5",
-     "--deadline 3600"),
-    (["run", "hello_kiwi", "--input", "oops"], "input 'oops' is not KEY=VALUE", "--input name="),
-])
+@pytest.mark.parametrize(
+    ("argv", "says", "fix"),
+    [
+        (
+            ["call", "filesystem.read", "[1,2]"],
+            "arguments must be a JSON object of named arguments, got an array",
+            'kiwi call filesystem.read \'{"path"',
+        ),
+        (["call", "filesystem.read", "{bad"], "arguments are not JSON", "a JSON object"),
+        (
+            ["call", "shell.run", '{"command": "ls", "timeout": "abc"}'],
+            "shell.run: argument 'timeout' must be a number",
+            '"timeout": 120',
+        ),
+        (["validate", "/nonexistent"], "no such file or folder: /nonexistent", "kiwi validate .ai"),
+        (
+            ["run", "hello_kiwi", "--deadline", "-5"],
+            "--deadline must be a positive number of seconds, got -5",
+            "--deadline 3600",
+        ),
+        (["run", "hello_kiwi", "--input", "oops"], "input 'oops' is not KEY=VALUE", "--input name="),
+    ],
+)
 def test_cli_mistakes_are_one_clear_error_and_a_non_zero_exit(project, capsys, argv, says, fix):
     # An address nobody listens on: each mistake is caught before Temporal is asked anything.
     code = kiwi_main([*argv, *(["--address", "127.0.0.1:9"] if argv[0] in ("call", "run") else [])])

@@ -5,32 +5,56 @@ from __future__ import annotations
 from activities.audit import read_audit
 from tests.helpers import directive_md, wait_for, write, write_directive
 
-WRITE = '<step name="{name}"><tool_call tool="filesystem.write"><param name="path">{path}</param>' \
-        '<param name="content">{content}</param></tool_call></step>'
+WRITE = (
+    '<step name="{name}"><tool_call tool="filesystem.write"><param name="path">{path}</param>'
+    '<param name="content">{content}</param></tool_call></step>'
+)
 
 
 def setup(project, parent_body: str) -> None:
     ai = project / ".ai" / "directives"
-    write_directive(ai / "writer.md", directive_md(
-        WRITE.format(name="write", path="notes/{who}.txt", content="by {who}"), name="writer",
-        permissions='<write resource="filesystem" path="notes/**"/>',
-        inputs='<input name="who" type="string" required="true"/>'))
-    write_directive(ai / "greedy.md", directive_md(
-        WRITE.format(name="write", path="notes/greedy.txt", content="greedy") +
-        '<step name="finish"><action>Try things, then finish.</action></step>', name="greedy",
-        permissions='<write resource="filesystem" path="notes/**"/><write resource="filesystem" path="src/**"/>'
-                    '<execute resource="shell" commands="npm"/>'))
-    write_directive(ai / "parent.md", directive_md(
-        parent_body, name="parent",
-        permissions='<write resource="filesystem" path="notes/**"/><execute resource="tool" id="directive.run"/>'))
+    write_directive(
+        ai / "writer.md",
+        directive_md(
+            WRITE.format(name="write", path="notes/{who}.txt", content="by {who}"),
+            name="writer",
+            permissions='<write resource="filesystem" path="notes/**"/>',
+            inputs='<input name="who" type="string" required="true"/>',
+        ),
+    )
+    write_directive(
+        ai / "greedy.md",
+        directive_md(
+            WRITE.format(name="write", path="notes/greedy.txt", content="greedy")
+            + '<step name="finish"><action>Try things, then finish.</action></step>',
+            name="greedy",
+            permissions='<write resource="filesystem" path="notes/**"/><write resource="filesystem" path="src/**"/>'
+            '<execute resource="shell" commands="npm"/>',
+        ),
+    )
+    write_directive(
+        ai / "parent.md",
+        directive_md(
+            parent_body,
+            name="parent",
+            permissions='<write resource="filesystem" path="notes/**"/><execute resource="tool" id="directive.run"/>',
+        ),
+    )
 
 
 async def test_a_step_runs_a_child_and_gets_its_outputs(runs, project):
-    setup(project, '<step name="delegate"><tool_call tool="directive.run"><param name="directive">writer</param>'
-                   '<param name="inputs">{"who": "kid"}</param></tool_call></step>')
-    write_directive(project / ".ai" / "directives" / "parent.md", (project / ".ai" / "directives" / "parent.md").read_text()
-          .replace('<param name="inputs">{"who": "kid"}</param>', '<param name="inputs">{child_inputs}</param>')
-          .replace("<inputs>\n", '<inputs>\n<input name="child_inputs" type="object" required="true"/>\n'))
+    setup(
+        project,
+        '<step name="delegate"><tool_call tool="directive.run"><param name="directive">writer</param>'
+        '<param name="inputs">{"who": "kid"}</param></tool_call></step>',
+    )
+    write_directive(
+        project / ".ai" / "directives" / "parent.md",
+        (project / ".ai" / "directives" / "parent.md")
+        .read_text()
+        .replace('<param name="inputs">{"who": "kid"}</param>', '<param name="inputs">{child_inputs}</param>')
+        .replace("<inputs>\n", '<inputs>\n<input name="child_inputs" type="object" required="true"/>\n'),
+    )
     run_id = await runs.start("parent", {"child_inputs": {"who": "kid"}})
     result = await runs.handle(run_id).result()
     assert result.status == "completed"
@@ -55,6 +79,7 @@ async def test_a_child_asking_for_more_than_its_parent_is_denied_and_recorded(ru
 
     async def recorded():
         return [r for r in read_audit(str(project), run_id) if r["event"] == "escalation_attempt"]
+
     attempt = (await wait_for(recorded, what="escalation audit record"))[0]
     assert attempt["outcome"] == "denied" and "write src/**" in attempt["excess"]
 
@@ -65,7 +90,11 @@ async def test_escalation_can_be_configured_to_run_with_the_intersection(runs, p
     run_id = await runs.start("parent", {})
     await wait_for(lambda: _waiting(runs, run_id), what="parent to wait")
     started = await runs.call_tool(run_id, "directive.run", {"directive": "greedy"})
-    assert started.status == "ok" and set(started.result["narrowed"]) == {"read src/**", "write src/**", "shell npm"}
+    assert started.status == "ok" and set(started.result["narrowed"]) == {
+        "read src/**",
+        "write src/**",
+        "shell npm",
+    }
     child_id = started.result["run_id"]
     await wait_for(lambda: _waiting(runs, child_id), what="child to wait")
     assert (project / "notes" / "greedy.txt").read_text() == "greedy"
@@ -81,6 +110,7 @@ async def test_escalation_can_be_configured_to_run_with_the_intersection(runs, p
     async def child_done():
         children = (await runs.status(run_id)).children
         return children if children[0].status != "running" else None
+
     children = await wait_for(child_done, what="the parent to see its child finish")
     assert [(c.run_id, c.status) for c in children] == [(child_id, "completed")]
 

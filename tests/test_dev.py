@@ -20,25 +20,38 @@ from tests.helpers import wait_for
 
 async def read_until(stream, marker: bytes, timeout: float = 90) -> bytes:
     seen = b""
+
     async def go():
         nonlocal seen
         while marker not in seen:
             line = await stream.readline()
             if not line:
-                raise AssertionError(f"kiwi dev exited before printing {marker!r}; output so far:\n{seen.decode()}")
+                raise AssertionError(
+                    f"kiwi dev exited before printing {marker!r}; output so far:\n{seen.decode()}"
+                )
             seen += line
         return seen
+
     return await asyncio.wait_for(go(), timeout)
 
 
 async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path):
     port, ui, mcp = free_port(), free_port(), free_port()
     config = tmp_path / "dev.yml"
-    config.write_text(f"temporal:\n  port: {port}\n  ui_port: {ui}\n  db_file: state/temporal.sqlite\n"
-                      f"mcp:\n  port: {mcp}\n")
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "kiwi", "dev", "--config", str(config),
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                                                start_new_session=True)
+    config.write_text(
+        f"temporal:\n  port: {port}\n  ui_port: {ui}\n  db_file: state/temporal.sqlite\nmcp:\n  port: {mcp}\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "dev",
+        "--config",
+        str(config),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         out = await read_until(proc.stdout, b"ready")
         assert f"Temporal UI at http://127.0.0.1:{ui}".encode() in out
@@ -49,13 +62,16 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path):
         run_id = await runs.start("hello_kiwi", {"name": "Dev"})
         assert run_id.startswith("run-hello_kiwi-")
         assert await runs._check_search_attributes() is True
+
         async def waiting():
             return (await runs.status(run_id)).status == "awaiting_agent"
+
         await wait_for(waiting, timeout=60, what="the run to wait for the agent")
 
         async def listed_waiting():  # the visibility store catches up a moment after the run's own state
             listed = await runs.list_runs(status="awaiting_agent")
             return listed if [r["run_id"] for r in listed] == [run_id] else None
+
         listed = await wait_for(listed_waiting, timeout=60, what="the run listed as awaiting_agent")
         assert listed[0]["step"] == "confirm"
     finally:
@@ -70,8 +86,16 @@ async def test_kiwi_dev_refuses_a_port_taken_by_something_else(project, tmp_path
     port = blocker.sockets[0].getsockname()[1]
     try:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "kiwi", "dev", "--port", str(port), "--no-mcp",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "kiwi",
+            "dev",
+            "--port",
+            str(port),
+            "--no-mcp",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         _, err = await asyncio.wait_for(proc.communicate(), 60)
     finally:
         blocker.close()

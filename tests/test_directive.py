@@ -21,7 +21,9 @@ WRITE_STEP = """
       </tool_call>
     </step>"""
 PERMS = '<write resource="filesystem" path="out/**" />'
-INPUTS = '<input name="target" type="string" required="true"/>\n<input name="who" type="string" default="world"/>'
+INPUTS = (
+    '<input name="target" type="string" required="true"/>\n<input name="who" type="string" default="world"/>'
+)
 
 
 def errors(text: str, path: str = "d.md") -> list[str]:
@@ -46,16 +48,22 @@ def test_real_signed_compat_directive_loads_with_its_steps_and_grants():
 
 
 def test_seed_forms_tool_calls_mcps_and_plan():
-    body = WRITE_STEP + """
+    body = (
+        WRITE_STEP
+        + """
     <step name="list" condition="inputs.target != 'skip'">
       <tool_calls>
         <call mcp="fs" tool="list_directory"><param name="path">{steps.write.outputs.path}</param></call>
       </tool_calls>
     </step>
     <step name="think"><action>Look at {target} and decide.</action></step>"""
-    text = directive_md(body, permissions=PERMS + '\n<execute resource="mcp" name="fs" actions="list_directory"/>',
-                        inputs=INPUTS, tools='<mcps><mcp name="fs" required="true"><tools><tool>list_directory</tool>'
-                                             '</tools></mcp></mcps>')
+    )
+    text = directive_md(
+        body,
+        permissions=PERMS + '\n<execute resource="mcp" name="fs" actions="list_directory"/>',
+        inputs=INPUTS,
+        tools='<mcps><mcp name="fs" required="true"><tools><tool>list_directory</tool></tools></mcp></mcps>',
+    )
     directive, _ = parse_directive(text, "d.md")
     assert directive.steps[1].tool_calls[0].tool == "fs.list_directory"
     assert directive.metadata.tools.mcps[0].required is True
@@ -67,20 +75,31 @@ def test_seed_forms_tool_calls_mcps_and_plan():
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [
-        (lambda t: t.replace('<step name="write">', "<step>"), "d.md:{line}:{col}: <step> needs a name attribute"),
+        (
+            lambda t: t.replace('<step name="write">', "<step>"),
+            "d.md:{line}:{col}: <step> needs a name attribute",
+        ),
         (lambda t: t.replace('name="demo"', 'name="Demo-X"'), "must be snake_case"),
         (lambda t: t.replace('version="1.0.0"', 'version="1.0"'), "is not semver"),
         (lambda t: t.replace('tier="fast"', 'tier="galaxy"'), "is not a known tier"),
         (lambda t: t.replace('type="string" required', 'type="strng" required'), 'has type "strng"'),
         (lambda t: t.replace("{who}", "{nobody}"), "{{nobody}} is not a declared input"),
-        (lambda t: t.replace("</process>", '<step name="write"><action>x</action></step></process>'),
-         'step name "write" is used twice'),
+        (
+            lambda t: t.replace("</process>", '<step name="write"><action>x</action></step></process>'),
+            'step name "write" is used twice',
+        ),
         (lambda t: t.replace(PERMS, ""), "does not grant"),
     ],
 )
 def test_validation_errors_name_the_problem_and_place(mutate, expected):
-    text = mutate(directive_md(WRITE_STEP, permissions=PERMS, inputs=INPUTS,
-                               tools="<tools><tool name=\"filesystem.write\"/></tools>"))
+    text = mutate(
+        directive_md(
+            WRITE_STEP,
+            permissions=PERMS,
+            inputs=INPUTS,
+            tools='<tools><tool name="filesystem.write"/></tools>',
+        )
+    )
     lines = text.splitlines()
     line = next((i for i, ln in enumerate(lines, 1) if "<step>" in ln), 0)
     col = lines[line - 1].index("<step>") + 1 if line else 0
@@ -89,7 +108,9 @@ def test_validation_errors_name_the_problem_and_place(mutate, expected):
 
 
 def test_unknown_elements_are_kept_as_warnings():
-    text = directive_md(WRITE_STEP, permissions=PERMS, inputs=INPUTS, extra_meta="<future_thing a='1'>x</future_thing>")
+    text = directive_md(
+        WRITE_STEP, permissions=PERMS, inputs=INPUTS, extra_meta="<future_thing a='1'>x</future_thing>"
+    )
     directive, problems = parse_directive(text, "d.md")
     assert "future_thing" in directive.metadata.extra
     assert [p.severity for p in problems] == ["warning"] and "future_thing" in problems[0].message
@@ -101,10 +122,16 @@ def test_unknown_elements_are_kept_as_warnings():
         ("# no block here\n", "no ```xml block"),
         (directive_md("") + "\n" + directive_md(""), "2 ```xml blocks hold a <directive>"),
         ("```xml\n<directive name='a' version='1.0.0'><metadata></directive>\n```\n", "malformed XML"),
-        ("```xml\n<!DOCTYPE d [<!ENTITY a 'aaaa'><!ENTITY b '&a;&a;&a;&a;'>]>\n<directive name='x' version='1.0.0'>"
-         "<metadata><description>&b;</description></metadata></directive>\n```\n", "DTDs and entity declarations"),
-        ("```xml\n<!DOCTYPE d [<!ENTITY x SYSTEM 'file:///etc/passwd'>]><directive name='x' version='1.0.0'>&x;"
-         "</directive>\n```\n", "not allowed"),
+        (
+            "```xml\n<!DOCTYPE d [<!ENTITY a 'aaaa'><!ENTITY b '&a;&a;&a;&a;'>]>\n<directive name='x' version='1.0.0'>"
+            "<metadata><description>&b;</description></metadata></directive>\n```\n",
+            "DTDs and entity declarations",
+        ),
+        (
+            "```xml\n<!DOCTYPE d [<!ENTITY x SYSTEM 'file:///etc/passwd'>]><directive name='x' version='1.0.0'>&x;"
+            "</directive>\n```\n",
+            "not allowed",
+        ),
         ("```xml\n<process name='x'/>\n```\n<directive", "no ```xml block"),
         ("```xml\n<plan><directive name='a' version='1.0.0'/></plan>\n```\n", "root element is <plan>"),
         ("a\x00b", "NUL bytes"),
@@ -176,7 +203,11 @@ def test_a_signature_is_only_trusted_from_a_trusted_key_and_cannot_be_forged_by_
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.text(max_size=400))
 def test_parser_never_crashes_on_arbitrary_text(junk):
-    for text in (junk, f"```xml\n{junk}\n```\n", f"```xml\n<directive name='a' version='1.0.0'>{junk}</directive>\n```"):
+    for text in (
+        junk,
+        f"```xml\n{junk}\n```\n",
+        f"```xml\n<directive name='a' version='1.0.0'>{junk}</directive>\n```",
+    ):
         try:
             parse_directive(text, "fuzz.md")
         except ItemInvalid as exc:

@@ -25,33 +25,47 @@ from workers.main import SANDBOX, WORKFLOWS, build_worker
 from workflows.directive_run import ALL_CHANGES
 
 HISTORIES = Path(__file__).parent / "histories"
-TICK = '''import pathlib
+TICK = """import pathlib
 
 
 def main(label: str) -> dict:
     with pathlib.Path("ticks.log").open("a") as handle:
         handle.write(label + "\\n")
     return {"ticked": label}
-'''
+"""
 
 
 def tick_project(project: Path) -> None:
-    write(project / ".ai" / "tools" / "tick" / "tool.yaml",
-          "tool_id: tick\ntool_type: python\nexecutor:\n  entrypoint: main.py\nparameters:\n"
-          "  - name: label\n    type: string\n    required: true\nmutates_state: true\n")
+    write(
+        project / ".ai" / "tools" / "tick" / "tool.yaml",
+        "tool_id: tick\ntool_type: python\nexecutor:\n  entrypoint: main.py\nparameters:\n"
+        "  - name: label\n    type: string\n    required: true\nmutates_state: true\n",
+    )
     write(project / ".ai" / "tools" / "tick" / "main.py", TICK)
     body = """
     <step name="first"><tool_call tool="tick"><param name="label">first</param></tool_call></step>
     <step name="review"><action>Look at ticks.log and say ok.</action></step>
     <step name="second"><tool_call tool="tick"><param name="label">second</param></tool_call></step>"""
-    write_directive(project / ".ai" / "directives" / "ticker.md", directive_md(
-        body, name="ticker", permissions='<execute resource="tool" id="tick"/>'))
+    write_directive(
+        project / ".ai" / "directives" / "ticker.md",
+        directive_md(body, name="ticker", permissions='<execute resource="tool" id="tick"/>'),
+    )
 
 
 async def start_worker_process(address: str, queue: str) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "kiwi", "worker", "--address", address, "--task-queue", queue,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        sys.executable,
+        "-m",
+        "kiwi",
+        "worker",
+        "--address",
+        address,
+        "--task-queue",
+        queue,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert b"kiwi worker" in line, line
     return proc
@@ -82,8 +96,13 @@ async def test_kill_9_worker_mid_run_new_worker_finishes_without_repeating_steps
 
 async def test_dev_server_killed_and_restarted_on_its_sqlite_file_keeps_waiting_runs(project, tmp_path):
     tick_project(project)
-    server = DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=tmp_path / "state.sqlite",
-                       pragmas={"journal_mode": "wal", "synchronous": "normal"})
+    server = DevServer(
+        ip="127.0.0.1",
+        port=free_port(),
+        ui_port=free_port(),
+        db_file=tmp_path / "state.sqlite",
+        pragmas={"journal_mode": "wal", "synchronous": "normal"},
+    )
     await server.start()
     queue = "kiwi-restart"
     try:
@@ -132,10 +151,14 @@ async def test_committed_histories_replay(history):
 
 
 def test_there_are_committed_histories():
-    assert len(list(HISTORIES.glob("*.json"))) >= 1, "record one with: KIWI_RECORD_HISTORY=1 scripts/test -k record"
+    assert len(list(HISTORIES.glob("*.json"))) >= 1, (
+        "record one with: KIWI_RECORD_HISTORY=1 scripts/test -k record"
+    )
 
 
-@pytest.mark.skipif(not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record")
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
 async def test_record_history(runs, project):
     """Record tests/histories/hello_kiwi-{ALL_CHANGES}.json after an intended workflow change.
 

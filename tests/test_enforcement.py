@@ -15,11 +15,13 @@ from tests.helpers import awaiting_step, directive_md, run_client, wait_for, wri
 from workers.main import build_worker
 
 GUARDED = directive_md(
-    '<step name="work"><action>Work inside src/*.ts and run git.</action></step>', name="guarded",
+    '<step name="work"><action>Work inside src/*.ts and run git.</action></step>',
+    name="guarded",
     permissions='<read resource="filesystem" path="src/**"/><write resource="filesystem" path="src/*.ts"/>'
-                '<write resource="filesystem" path="out/**"/><execute resource="shell" commands="git,echo"/>'
-                # git reads every file of the repository, and a command runs in a folder it may read.
-                '<read resource="filesystem" path="**"/>')
+    '<write resource="filesystem" path="out/**"/><execute resource="shell" commands="git,echo"/>'
+    # git reads every file of the repository, and a command runs in a folder it may read.
+    '<read resource="filesystem" path="**"/>',
+)
 
 
 async def start(runs, project):
@@ -30,22 +32,33 @@ async def start(runs, project):
 
     async def waiting():
         return (await runs.status(run_id)).status == "awaiting_agent"
+
     await wait_for(waiting, what="guarded to wait")
     return run_id
 
 
-@pytest.mark.parametrize(("attack", "twin"), [
-    (("filesystem.write", {"path": "src/a/b.ts", "content": "x"}), ("filesystem.write", {"path": "src/b.ts",
-                                                                                          "content": "x"})),
-    (("filesystem.write", {"path": "src/../../x.ts", "content": "x"}), ("filesystem.write", {"path": "src/./c.ts",
-                                                                                              "content": "x"})),
-    (("shell.run", {"command": "git status; rm -rf /"}), ("shell.run", {"command": "git status"})),
-    (("shell.run", {"command": "echo $(id)"}), ("shell.run", {"command": "echo id"})),
-    (("shell.run", {"command": "echo `id`"}), ("shell.run", {"command": "echo 'id'"})),
-    (("shell.run", {"command": "git init && git status"}), ("shell.run", {"argv": ["git", "status"]})),
-    (("shell.run", {"command": "echo hi > out/x"}), ("shell.run", {"argv": ["echo", "hi", ">", "out/x"]})),
-    (("shell.run", {"command": "ls"}), ("shell.run", {"command": "echo ls"})),
-])
+@pytest.mark.parametrize(
+    ("attack", "twin"),
+    [
+        (
+            ("filesystem.write", {"path": "src/a/b.ts", "content": "x"}),
+            ("filesystem.write", {"path": "src/b.ts", "content": "x"}),
+        ),
+        (
+            ("filesystem.write", {"path": "src/../../x.ts", "content": "x"}),
+            ("filesystem.write", {"path": "src/./c.ts", "content": "x"}),
+        ),
+        (("shell.run", {"command": "git status; rm -rf /"}), ("shell.run", {"command": "git status"})),
+        (("shell.run", {"command": "echo $(id)"}), ("shell.run", {"command": "echo id"})),
+        (("shell.run", {"command": "echo `id`"}), ("shell.run", {"command": "echo 'id'"})),
+        (("shell.run", {"command": "git init && git status"}), ("shell.run", {"argv": ["git", "status"]})),
+        (
+            ("shell.run", {"command": "echo hi > out/x"}),
+            ("shell.run", {"argv": ["echo", "hi", ">", "out/x"]}),
+        ),
+        (("shell.run", {"command": "ls"}), ("shell.run", {"command": "echo ls"})),
+    ],
+)
 async def test_attacks_are_denied_and_audited_and_their_twins_work(runs, project, attack, twin):
     run_id = await start(runs, project)
     tool, args = attack
@@ -64,6 +77,7 @@ async def test_attacks_are_denied_and_audited_and_their_twins_work(runs, project
     async def audited():
         calls = [r for r in read_audit(str(project), run_id) if r["event"] == "tool_call"]
         return calls if len(calls) == 2 else None
+
     calls = await wait_for(audited, what="audit records")
     assert [c["decision"] for c in calls] == ["denied", "allowed"]
     assert calls[0]["reason"] == denied.reason
@@ -72,7 +86,9 @@ async def test_attacks_are_denied_and_audited_and_their_twins_work(runs, project
 async def test_the_101st_write_is_rate_limited(runs, project):
     run_id = await start(runs, project)
     for i in range(100):
-        assert (await runs.call_tool(run_id, "filesystem.write", {"path": f"out/{i}", "content": "x"})).status == "ok"
+        assert (
+            await runs.call_tool(run_id, "filesystem.write", {"path": f"out/{i}", "content": "x"})
+        ).status == "ok"
     limited = await runs.call_tool(run_id, "filesystem.write", {"path": "out/100", "content": "x"})
     assert limited.status == "rate_limited" and "100" in limited.reason
     assert not (project / "out" / "100").exists() and len(list((project / "out").iterdir())) == 100
@@ -80,16 +96,20 @@ async def test_the_101st_write_is_rate_limited(runs, project):
 
 
 def test_rate_limits_per_window_and_per_server_are_read_from_the_harness(project, tmp_path):
-    write(project / ".ai" / "config" / "agent_harness.yaml",
-          "rate_limits:\n  filesystem.write: 2/minute\n  shell.run: 7\n"
-          "internal_tools:\n  mcps:\n    supabase:\n      rate_limit: 100/minute\n"
-          "    github:\n      require_approval: [create_pull_request]\n")
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "rate_limits:\n  filesystem.write: 2/minute\n  shell.run: 7\n"
+        "internal_tools:\n  mcps:\n    supabase:\n      rate_limit: 100/minute\n"
+        "    github:\n      require_approval: [create_pull_request]\n",
+    )
     limits = load_harness(project, tmp_path / "user").limits
     assert limits.rate_windows == {"filesystem.write": (2, 60.0), "supabase.*": (100, 60.0)}
     assert "filesystem.write" not in limits.rate_limits and limits.rate_limits["shell.run"] == 7
     assert "github.create_pull_request" in limits.approval_tools
-    write(project / ".ai" / "config" / "agent_harness.yaml",
-          "internal_tools:\n  mcps:\n    supabase:\n      rate_limit: 100/fortnight\n")
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "internal_tools:\n  mcps:\n    supabase:\n      rate_limit: 100/fortnight\n",
+    )
     with pytest.raises(ItemInvalid) as info:
         load_harness(project, tmp_path / "user")
     assert "internal_tools.mcps.supabase.rate_limit is '100/fortnight'" in str(info.value)
@@ -116,9 +136,11 @@ async def test_a_per_minute_limit_refuses_until_the_window_moves_on(time_skippin
 
 
 async def test_a_directive_with_entity_expansion_never_starts(runs, project):
-    bomb = ("```xml\n<!DOCTYPE d [<!ENTITY a 'aaaaaaaaaa'><!ENTITY b '&a;&a;&a;&a;&a;&a;&a;&a;'>]>\n"
-            "<directive name='bomb' version='1.0.0'><metadata><description>&b;</description></metadata>"
-            "<process><step name='s'><action>x</action></step></process></directive>\n```\n")
+    bomb = (
+        "```xml\n<!DOCTYPE d [<!ENTITY a 'aaaaaaaaaa'><!ENTITY b '&a;&a;&a;&a;&a;&a;&a;&a;'>]>\n"
+        "<directive name='bomb' version='1.0.0'><metadata><description>&b;</description></metadata>"
+        "<process><step name='s'><action>x</action></step></process></directive>\n```\n"
+    )
     write(project / ".ai" / "directives" / "bomb.md", bomb)
     with pytest.raises(ItemInvalid, match="DTDs and entity declarations are not allowed"):
         await runs.start("bomb", {})

@@ -26,7 +26,9 @@ TRIES = 300
 
 
 def request(project: Path, path: str, allowed=("**",), denied=(), **extra) -> FilesystemRequest:
-    return FilesystemRequest(project_root=str(project), path=path, allowed=list(allowed), denied=list(denied), **extra)
+    return FilesystemRequest(
+        project_root=str(project), path=path, allowed=list(allowed), denied=list(denied), **extra
+    )
 
 
 def make_tree(base: Path) -> tuple[Path, Path]:
@@ -81,7 +83,9 @@ async def test_listing_shows_links_as_links_and_names_only_what_the_grant_does_n
     project, _ = tree
     (project / ".git").mkdir()
     (project / "private.txt").write_text("1234567")
-    listing = await FS.list_directory(request(project, ".", allowed=[".", "a/**", "b", "link_in", "link_out"]))
+    listing = await FS.list_directory(
+        request(project, ".", allowed=[".", "a/**", "b", "link_in", "link_out"])
+    )
     entries = {e["name"]: e for e in listing["entries"]}
     assert entries["link_out"] == {"name": "link_out", "type": "symlink", "size": None}
     assert entries["link_in"] == {"name": "link_in", "type": "symlink", "size": None}
@@ -108,9 +112,19 @@ async def test_reading_a_fifo_or_a_folder_is_an_error_and_does_not_hang(tree):
 # ------------------------------------------------------------------ grants: the workflow's rule
 
 
-@pytest.mark.parametrize("path", [".git/config", "src/.git/config", ".ai/config/agent_harness.yaml",
-                                  ".ai/logs/audit/2025-01-01/run-x.jsonl", ".ai/tools/x/main.py",
-                                  ".ai/scripts/x.py", ".ai/.cache/x", ".kiwi/x"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".git/config",
+        "src/.git/config",
+        ".ai/config/agent_harness.yaml",
+        ".ai/logs/audit/2025-01-01/run-x.jsonl",
+        ".ai/tools/x/main.py",
+        ".ai/scripts/x.py",
+        ".ai/.cache/x",
+        ".kiwi/x",
+    ],
+)
 async def test_write_everything_does_not_reach_protected_places(tree, path):
     project, _ = tree
     before = snapshot(project)
@@ -255,7 +269,9 @@ def test_a_path_resolves_inside_the_project_and_its_grant_or_not_at_all(fixed_tr
     listing = call(FS.list_directory(request(project, path, allowed=grants)))
     if listing is not None:
         real = project / rel
-        assert real.is_dir() and not any(p.is_symlink() for p in [real, *real.parents]) and _covered(grants, rel)
+        assert (
+            real.is_dir() and not any(p.is_symlink() for p in [real, *real.parents]) and _covered(grants, rel)
+        )
         assert sorted(e["name"] for e in listing["entries"]) == sorted(os.listdir(real))
     before_out = snapshot(outside)
     wpath = "w" if rel == "." else path + "/w"
@@ -328,11 +344,16 @@ async def test_a_symlink_swapped_in_never_lets_a_write_move_or_delete_land_outsi
     with Swapper(project, outside, kind) as swapper:
         for i in range(TRIES):
             await attempt(FS.write_file(request(project, path, content=f"written {i}")))
-            await attempt(FS.write_file(request(project, f"{path}.new" if kind == "file" else "victim/new",
-                                                content="new")))
+            await attempt(
+                FS.write_file(
+                    request(project, f"{path}.new" if kind == "file" else "victim/new", content="new")
+                )
+            )
             await attempt(FS.move_path(request(project, path, destination="stash/secret")))
             await attempt(FS.move_path(request(project, "stash/secret", destination=path)))
-            await attempt(FS.create_directory(request(project, "victim/made" if kind == "dir" else "victim.d")))
+            await attempt(
+                FS.create_directory(request(project, "victim/made" if kind == "dir" else "victim.d"))
+            )
             if i % 3 == 0:
                 await attempt(FS.delete_path(request(project, path)))
             if i % 7 == 0:
@@ -353,12 +374,20 @@ async def test_a_symlink_swapped_in_never_lets_a_write_move_or_delete_land_outsi
 def audit_batch(project: Path, seqs, run_id: str = "run-demo-1"):
     from kiwi.contracts import AuditBatch
 
-    return AuditBatch(project_root=str(project), run_id=run_id, records=[
-        {"seq": s, "time": "2025-01-02T03:04:05", "event": "tool_call", "tool": "filesystem.read"} for s in seqs])
+    return AuditBatch(
+        project_root=str(project),
+        run_id=run_id,
+        records=[
+            {"seq": s, "time": "2025-01-02T03:04:05", "event": "tool_call", "tool": "filesystem.read"}
+            for s in seqs
+        ],
+    )
 
 
-@pytest.mark.parametrize("planted", [".ai/logs", ".ai/logs/audit", ".ai/logs/audit/2025-01-02",
-                                     ".ai/logs/audit/2025-01-02/run-demo-1.jsonl"])
+@pytest.mark.parametrize(
+    "planted",
+    [".ai/logs", ".ai/logs/audit", ".ai/logs/audit/2025-01-02", ".ai/logs/audit/2025-01-02/run-demo-1.jsonl"],
+)
 async def test_a_symlink_planted_in_the_audit_folder_never_redirects_records(tmp_path, planted):
     from activities.audit import AuditActivities, read_audit_trail
 

@@ -25,17 +25,25 @@ from tests.helpers import approver, directive_md, run_client, wait_for, write, w
 from workers.main import build_worker
 
 HARNESS = "approvals:\n  tools: [filesystem.delete, git.rollback]\n  timeout_seconds: 3600\n"
-GRANTS = ('<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
-          '<execute resource="tool" id="git.checkpoint"/><execute resource="tool" id="git.rollback"/>')
+GRANTS = (
+    '<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
+    '<execute resource="tool" id="git.checkpoint"/><execute resource="tool" id="git.rollback"/>'
+)
 
 
-def setup(project: Path, harness: str = HARNESS, body: str = '<step name="work"><action>Tidy notes.</action></step>',
-          extra_meta: str = "") -> None:
+def setup(
+    project: Path,
+    harness: str = HARNESS,
+    body: str = '<step name="work"><action>Tidy notes.</action></step>',
+    extra_meta: str = "",
+) -> None:
     write(project / ".ai" / "config" / "agent_harness.yaml", harness)
     for name in ("alice", "bob"):
         approver(name)
-    write_directive(project / ".ai" / "directives" / "tidy.md",
-          directive_md(body, name="tidy", permissions=GRANTS, extra_meta=extra_meta))
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md(body, name="tidy", permissions=GRANTS, extra_meta=extra_meta),
+    )
     write(project / "notes" / "old.txt", "old")
 
 
@@ -57,8 +65,9 @@ async def test_an_approved_call_runs_and_the_decision_is_recorded(runs, project)
     setup(project)
     run_id = await runs.start("tidy", {}, client_name="agent-7")
     await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
-    call = asyncio.create_task(runs.call_tool(run_id, "filesystem.delete", {"path": "notes/old.txt"},
-                                              client_name="agent-7"))
+    call = asyncio.create_task(
+        runs.call_tool(run_id, "filesystem.delete", {"path": "notes/old.txt"}, client_name="agent-7")
+    )
     (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
     assert request.tool == "filesystem.delete" and request.requested_by == "agent-7"
     status = await runs.status(run_id)
@@ -67,9 +76,23 @@ async def test_an_approved_call_runs_and_the_decision_is_recorded(runs, project)
     with pytest.raises(KiwiError, match="no signing key 'agent-7'"):
         await runs.decide_approval(run_id, request.request_id, True, by="agent-7")
     cli = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "kiwi", "approve", run_id, request.request_id, "--by", "alice",
-        "--reason", "old notes can go", "--address", runs.client.service_client.config.target_host,
-        "--task-queue", runs.task_queue, cwd=project, stdout=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "kiwi",
+        "approve",
+        run_id,
+        request.request_id,
+        "--by",
+        "alice",
+        "--reason",
+        "old notes can go",
+        "--address",
+        runs.client.service_client.config.target_host,
+        "--task-queue",
+        runs.task_queue,
+        cwd=project,
+        stdout=asyncio.subprocess.PIPE,
+    )
     out, _ = await cli.communicate()
     assert cli.returncode == 0 and f"approved {request.request_id}: filesystem.delete" in out.decode()
     result = await asyncio.wait_for(call, timeout=30)
@@ -80,30 +103,44 @@ async def test_an_approved_call_runs_and_the_decision_is_recorded(runs, project)
     await runs.complete_step(run_id, "work", {})
     await runs.handle(run_id).result()
     decided = [r for r in read_audit(str(project), run_id) if r["event"] == "approval_decided"]
-    assert [(r["decision"], r["by"], r["reason"]) for r in decided] == [("approved", "alice", "old notes can go")]
+    assert [(r["decision"], r["by"], r["reason"]) for r in decided] == [
+        ("approved", "alice", "old notes can go")
+    ]
 
 
 async def test_a_rejected_call_never_runs_and_a_changed_call_needs_its_own_approval(runs, project):
     # The rule comes from the directive this time, not the harness.
-    setup(project, harness="approvals:\n  tools: []\n",
-          extra_meta='<approvals timeout="600"><tool>filesystem.del*</tool></approvals>')
+    setup(
+        project,
+        harness="approvals:\n  tools: []\n",
+        extra_meta='<approvals timeout="600"><tool>filesystem.del*</tool></approvals>',
+    )
     run_id = await runs.start("tidy", {})
     await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
     first = asyncio.create_task(runs.call_tool(run_id, "filesystem.delete", {"path": "notes/old.txt"}))
     (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the first request")
-    assert (datetime.fromisoformat(request.expires_at) - datetime.fromisoformat(request.requested_at)).seconds == 600
+    assert (
+        datetime.fromisoformat(request.expires_at) - datetime.fromisoformat(request.requested_at)
+    ).seconds == 600
     # An approver who saw other arguments: the run refuses that decision and keeps waiting.
-    await runs.handle(run_id).signal("decide_approval", ApprovalDecision(
-        request_id=request.request_id, approved=True, by="alice", args_hash="0" * 16))
+    await runs.handle(run_id).signal(
+        "decide_approval",
+        ApprovalDecision(request_id=request.request_id, approved=True, by="alice", args_hash="0" * 16),
+    )
 
     async def refused():
         return [r for r in read_audit(str(project), run_id) if r["event"] == "approval_decision_refused"]
+
     (record,) = await wait_for(refused, what="the mismatched decision to be refused")
     assert "changed call needs a new approval" in record["reason"]
     assert (await runs.status(run_id)).approvals[0].status == "pending"
     await runs.decide_approval(run_id, request.request_id, False, by="alice", reason="keep it")
     rejected = await asyncio.wait_for(first, timeout=30)
-    assert rejected.status == "denied" and rejected.error_type == "ApprovalRejected" and "keep it" in rejected.reason
+    assert (
+        rejected.status == "denied"
+        and rejected.error_type == "ApprovalRejected"
+        and "keep it" in rejected.reason
+    )
     assert (project / "notes" / "old.txt").exists()
     changed = asyncio.create_task(runs.call_tool(run_id, "filesystem.delete", {"path": "notes/other.txt"}))
     second = await wait_for(lambda: pending_approval(runs, run_id), what="a new request for the changed call")
@@ -112,9 +149,14 @@ async def test_a_rejected_call_never_runs_and_a_changed_call_needs_its_own_appro
     assert (await asyncio.wait_for(changed, timeout=30)).error_type == "ApprovalCancelled"
 
 
-async def test_a_run_waiting_for_approval_survives_its_worker_and_is_approved_while_none_runs(temporal_env, project):
-    setup(project, body='<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/old.txt'
-                        '</param></tool_call></step>')
+async def test_a_run_waiting_for_approval_survives_its_worker_and_is_approved_while_none_runs(
+    temporal_env, project
+):
+    setup(
+        project,
+        body='<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/old.txt'
+        "</param></tool_call></step>",
+    )
     runs = run_client(temporal_env.client, project)
     async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
         run_id = await runs.start("tidy", {})
@@ -135,8 +177,11 @@ async def test_an_unanswered_approval_times_out_as_denied(time_skipping_env, pro
         run_id = await runs.start("tidy", {})
         await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
         update = await runs.handle(run_id).start_update(
-            "call_tool", {"tool": "filesystem.delete", "arguments": {"path": "notes/old.txt"}},
-            id="the-call", wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+            "call_tool",
+            {"tool": "filesystem.delete", "arguments": {"path": "notes/old.txt"}},
+            id="the-call",
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+        )
         await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
         await time_skipping_env.sleep(timedelta(hours=1, minutes=1))  # the one-hour timeout, skipped
         result = await update.result()
@@ -148,9 +193,12 @@ async def test_an_unanswered_approval_times_out_as_denied(time_skipping_env, pro
 
 
 async def test_an_approval_timeout_fires_while_no_worker_runs(temporal_env, project):
-    setup(project, harness="approvals:\n  tools: [filesystem.delete]\n  timeout_seconds: 2\n",
-          body='<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/old.txt'
-               '</param></tool_call></step>')
+    setup(
+        project,
+        harness="approvals:\n  tools: [filesystem.delete]\n  timeout_seconds: 2\n",
+        body='<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/old.txt'
+        "</param></tool_call></step>",
+    )
     runs = run_client(temporal_env.client, project)
     async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
         run_id = await runs.start("tidy", {})
@@ -158,10 +206,18 @@ async def test_an_approval_timeout_fires_while_no_worker_runs(temporal_env, proj
 
     async def expired():
         history = await runs.handle(run_id).fetch_history()
-        started = {e.event_id for e in history.events if e.HasField("timer_started_event_attributes") and
-                   f"approval {request.request_id} expires" in str(e.user_metadata)}
-        return any(e.HasField("timer_fired_event_attributes") and
-                   e.timer_fired_event_attributes.started_event_id in started for e in history.events)
+        started = {
+            e.event_id
+            for e in history.events
+            if e.HasField("timer_started_event_attributes")
+            and f"approval {request.request_id} expires" in str(e.user_metadata)
+        }
+        return any(
+            e.HasField("timer_fired_event_attributes")
+            and e.timer_fired_event_attributes.started_event_id in started
+            for e in history.events
+        )
+
     await wait_for(expired, what="the approval timer to fire on the server, no worker up")
     async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
         with pytest.raises(WorkflowFailureError) as failed:
@@ -174,9 +230,15 @@ async def test_an_escalation_waits_for_a_human_decision_that_goes_back_to_the_ag
     setup(project)
     run_id = await runs.start("tidy", {})
     await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
-    await runs.help(run_id, HelpRequest(kind="escalate", reason="two ways to tidy", options=["archive", "delete"],
-                                        request_id="decision-x"))
-    held = await wait_for(lambda: status_is(runs, run_id, "awaiting_human"), what="the run to wait for a human")
+    await runs.help(
+        run_id,
+        HelpRequest(
+            kind="escalate", reason="two ways to tidy", options=["archive", "delete"], request_id="decision-x"
+        ),
+    )
+    held = await wait_for(
+        lambda: status_is(runs, run_id, "awaiting_human"), what="the run to wait for a human"
+    )
     assert f"kiwi decide {run_id} decision-x OPTION" in held.waiting_for
     with pytest.raises(RunStateConflict):
         await runs.call_tool(run_id, "filesystem.read", {"path": "notes/old.txt"})
@@ -212,7 +274,9 @@ async def test_checkpoint_and_approved_rollback_on_a_real_repository(runs, proje
     write(project / "notes" / "old.txt", "ruined")
     (project / "notes" / "draft.txt").unlink()
     write(project / "notes" / "new.txt", "created after the checkpoint")
-    rollback = asyncio.create_task(runs.call_tool(run_id, "git.rollback", {"checkpoint": made.result["checkpoint"]}))
+    rollback = asyncio.create_task(
+        runs.call_tool(run_id, "git.rollback", {"checkpoint": made.result["checkpoint"]})
+    )
     (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="rollback to ask for approval")
     assert (project / "notes" / "new.txt").exists()
     await runs.decide_approval(run_id, request.request_id, True, by="alice")
@@ -243,7 +307,9 @@ async def test_checkpoints_outside_git_are_unavailable_and_auto_mode_checkpoints
     assert "notes/a.txt" in git(project, "ls-tree", "-r", "--name-only", checkpoints[0]["commit"])
 
 
-async def test_the_agent_cannot_approve_through_mcp_and_the_webhook_tells_approvers(runs, project, temporal_env):
+async def test_the_agent_cannot_approve_through_mcp_and_the_webhook_tells_approvers(
+    runs, project, temporal_env
+):
     received: list[dict] = []
 
     class Hook(BaseHTTPRequestHandler):
@@ -258,29 +324,51 @@ async def test_the_agent_cannot_approve_through_mcp_and_the_webhook_tells_approv
     hook = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
     threading.Thread(target=hook.serve_forever, daemon=True).start()
     try:
-        setup(project, harness=HARNESS + f"  webhook: http://127.0.0.1:{hook.server_address[1]}/approvals\n",
-              extra_meta="<deviation_rules><ask_first>deleting notes</ask_first></deviation_rules>")
+        setup(
+            project,
+            harness=HARNESS + f"  webhook: http://127.0.0.1:{hook.server_address[1]}/approvals\n",
+            extra_meta="<deviation_rules><ask_first>deleting notes</ask_first></deviation_rules>",
+        )
         server = build_server(temporal_env.client, project, task_queue=runs.task_queue, client_name="agent-9")
         async with Client(server) as client:
-            started = (await client.call_tool("execute", {"item_type": "directive", "action": "run",
-                                                          "item_id": "tidy"})).structured_content
+            started = (
+                await client.call_tool(
+                    "execute", {"item_type": "directive", "action": "run", "item_id": "tidy"}
+                )
+            ).structured_content
             run_id = started["run_id"]
             (rule,) = started["deviation_rules"]
             assert rule["rule"] == "ask_first" and "deleting notes" in rule["when"]
             assert f"help(action='escalate', run_id='{run_id}'" in rule["do"]
-            pending = (await client.call_tool("execute", {
-                "item_type": "tool", "action": "call", "run_id": run_id, "item_id": "filesystem.delete",
-                "parameters": {"path": "notes/old.txt"}, "wait_seconds": 0.5})).structured_content
+            pending = (
+                await client.call_tool(
+                    "execute",
+                    {
+                        "item_type": "tool",
+                        "action": "call",
+                        "run_id": run_id,
+                        "item_id": "filesystem.delete",
+                        "parameters": {"path": "notes/old.txt"},
+                        "wait_seconds": 0.5,
+                    },
+                )
+            ).structured_content
             assert pending["status"] == "pending" and "approve" in pending["reason"]
             (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
-            attempt = await client.call_tool("execute", {"item_type": "run", "action": "approve", "run_id": run_id,
-                                                         "item_id": request.request_id})
+            attempt = await client.call_tool(
+                "execute",
+                {"item_type": "run", "action": "approve", "run_id": run_id, "item_id": request.request_id},
+            )
             assert attempt.is_error
             assert (await runs.status(run_id)).approvals[0].status == "pending"
+
             async def posted():
                 return received
+
             await wait_for(posted, what="the webhook POST")
-            assert received[0]["request_id"] == request.request_id and received[0]["tool"] == "filesystem.delete"
+            assert (
+                received[0]["request_id"] == request.request_id and received[0]["tool"] == "filesystem.delete"
+            )
             assert received[0]["approve"] == f"kiwi approve {run_id} {request.request_id}"
             await runs.cancel(run_id)
     finally:

@@ -1,10 +1,10 @@
 """Layers point one way. Read every module's imports (top-level and inside functions) and check them.
 
-    kiwi (domain) <- workflows <- workers
-         ^   ^          ^
-         |   activities |
-         |              |
-    kiwi.runs (client) -+-> mcp_frontend, kiwi.cli (the command line may use everything)
+kiwi (domain) <- workflows <- workers
+     ^   ^          ^
+     |   activities |
+     |              |
+kiwi.runs (client) -+-> mcp_frontend, kiwi.cli (the command line may use everything)
 """
 
 from __future__ import annotations
@@ -68,8 +68,11 @@ OWN = ("kiwi", "workflows", "activities", "workers", "mcp_frontend")
 @pytest.mark.parametrize(("module", "path"), modules(), ids=[m for m, _ in modules()])
 def test_a_module_imports_only_from_the_layers_below_it(module, path):
     mine = layer(module)
-    wrong = sorted(name for name in imported(path)
-                   if name.split(".")[0] in OWN and _known(name) and layer(_known(name)) in FORBIDDEN[mine])
+    wrong = sorted(
+        name
+        for name in imported(path)
+        if name.split(".")[0] in OWN and _known(name) and layer(_known(name)) in FORBIDDEN[mine]
+    )
     assert not wrong, f"{module} ({mine}) imports {wrong}"
 
 
@@ -83,6 +86,13 @@ def _known(name: str) -> str:
 
 def test_the_layer_rules_see_the_modules_they_speak_of():
     names = {m for m, _ in modules()}
-    assert {"kiwi.policy", "kiwi.runs", "kiwi.cli", "workflows.directive_run.workflow", "activities.filesystem",
-            "mcp_frontend.server", "workers.main"} <= names
+    assert {
+        "kiwi.policy",
+        "kiwi.runs",
+        "kiwi.cli",
+        "workflows.directive_run.workflow",
+        "activities.filesystem",
+        "mcp_frontend.server",
+        "workers.main",
+    } <= names
     assert layer("kiwi.admission") == "domain" and layer("kiwi.cli_runs") == "cli"

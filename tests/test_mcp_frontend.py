@@ -27,21 +27,57 @@ async def agent_session(client: Client) -> str:
     assert found["results"][0]["item_id"] == "hello_kiwi"
     loaded = data(await client.call_tool("load", {"item_type": "directive", "item_id": "hello_kiwi"}))
     assert [p["mode"] for p in loaded["steps_plan"]] == ["auto", "auto", "agent"]
-    started = data(await client.call_tool("execute", {"item_type": "directive", "action": "run",
-                                                      "item_id": "hello_kiwi", "parameters": {"name": "Mo"}}))
+    started = data(
+        await client.call_tool(
+            "execute",
+            {
+                "item_type": "directive",
+                "action": "run",
+                "item_id": "hello_kiwi",
+                "parameters": {"name": "Mo"},
+            },
+        )
+    )
     run_id = started["run_id"]
     assert started["state"] == "awaiting_agent" and started["current_step"]["name"] == "confirm"
-    read = data(await client.call_tool("execute", {"item_type": "tool", "action": "call", "run_id": run_id,
-                                                   "item_id": "filesystem.read",
-                                                   "parameters": {"path": "notes/hello.md"}}))
+    read = data(
+        await client.call_tool(
+            "execute",
+            {
+                "item_type": "tool",
+                "action": "call",
+                "run_id": run_id,
+                "item_id": "filesystem.read",
+                "parameters": {"path": "notes/hello.md"},
+            },
+        )
+    )
     assert read.get("status") == "ok", read
     assert "Hello, Mo" in read["result"]["content"]
-    denied = data(await client.call_tool("execute", {"item_type": "tool", "action": "call", "run_id": run_id,
-                                                     "item_id": "filesystem.write",
-                                                     "parameters": {"path": "../escape.txt", "content": "x"}}))
+    denied = data(
+        await client.call_tool(
+            "execute",
+            {
+                "item_type": "tool",
+                "action": "call",
+                "run_id": run_id,
+                "item_id": "filesystem.write",
+                "parameters": {"path": "../escape.txt", "content": "x"},
+            },
+        )
+    )
     assert denied["status"] == "denied"
-    done = data(await client.call_tool("execute", {"item_type": "run", "action": "complete_step", "run_id": run_id,
-                                                   "parameters": {"step": "confirm", "outputs": {"confirmed": True}}}))
+    done = data(
+        await client.call_tool(
+            "execute",
+            {
+                "item_type": "run",
+                "action": "complete_step",
+                "run_id": run_id,
+                "parameters": {"step": "confirm", "outputs": {"confirmed": True}},
+            },
+        )
+    )
     assert done["state"] == "completed"
     return run_id
 
@@ -49,22 +85,32 @@ async def agent_session(client: Client) -> str:
 def kiwi_mcp_stdio(temporal_env, runs, project) -> StdioServerParameters:
     """`kiwi mcp` as an MCP client config would start it, against the test's Temporal and queue."""
     address = temporal_env.client.service_client.config.target_host
-    return StdioServerParameters(command=sys.executable, args=["-m", "kiwi", "mcp", "--address", address,
-                                                               "--task-queue", runs.task_queue],
-                                 cwd=str(project), env={**os.environ})
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "kiwi", "mcp", "--address", address, "--task-queue", runs.task_queue],
+        cwd=str(project),
+        env={**os.environ},
+    )
 
 
 async def test_in_memory_agent_flow_and_error_shape(runs, project, temporal_env):
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with Client(server) as client:
         await agent_session(client)
-        missing = data(await client.call_tool("execute", {"item_type": "directive", "action": "run",
-                                                          "item_id": "nope"}))
+        missing = data(
+            await client.call_tool("execute", {"item_type": "directive", "action": "run", "item_id": "nope"})
+        )
         assert missing["error"] == "ItemNotFound" and missing["item_id"] == "nope" and missing["hint"]
-        bad = data(await client.call_tool("execute", {"item_type": "directive", "action": "run",
-                                                      "item_id": "hello_kiwi", "parameters": {}}))
+        bad = data(
+            await client.call_tool(
+                "execute",
+                {"item_type": "directive", "action": "run", "item_id": "hello_kiwi", "parameters": {}},
+            )
+        )
         assert bad["error"] == "InputInvalid" and "required input 'name'" in bad["message"]
-        signal_ = data(await client.call_tool("help", {"action": "stuck", "run_id": "run-none-x", "reason": "r"}))
+        signal_ = data(
+            await client.call_tool("help", {"action": "stuck", "run_id": "run-none-x", "reason": "r"})
+        )
         assert signal_["error"] == "RunNotFound"
         guidance = data(await client.call_tool("help", {"topic": "tools"}))
         assert "word_count" in guidance["help"]
@@ -73,36 +119,62 @@ async def test_in_memory_agent_flow_and_error_shape(runs, project, temporal_env)
 async def test_every_action_in_memory(runs, project, temporal_env):
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with Client(server) as client:
+
         async def call(tool, **arguments):
             return data(await client.call_tool(tool, arguments))
 
         valid = await call("execute", item_type="directive", action="validate", item_id="hello_kiwi")
         assert valid["valid"] is True and [s["mode"] for s in valid["steps"]] == ["auto", "auto", "agent"]
-        run_id = (await call("execute", item_type="directive", action="run", item_id="hello_kiwi",
-                             parameters={"name": "Al"}, idempotency_key="k1"))["run_id"]
-        again = await call("execute", item_type="directive", action="run", item_id="hello_kiwi",
-                           parameters={"name": "Al"}, idempotency_key="k1")
+        run_id = (
+            await call(
+                "execute",
+                item_type="directive",
+                action="run",
+                item_id="hello_kiwi",
+                parameters={"name": "Al"},
+                idempotency_key="k1",
+            )
+        )["run_id"]
+        again = await call(
+            "execute",
+            item_type="directive",
+            action="run",
+            item_id="hello_kiwi",
+            parameters={"name": "Al"},
+            idempotency_key="k1",
+        )
         assert again["run_id"] == run_id
-        assert (await call("search", item_type="run", status="awaiting_agent"))["results"][0]["run_id"] == run_id
-        assert (await call("search", item_type="knowledge", query="temporal workflow", source="local")
-                )["results"][0]["item_id"] == "kiwi-directives"
-        escalated = await call("help", action="escalate", run_id=run_id, reason="need escalate",
-                               options=["ship", "wait"])
+        assert (await call("search", item_type="run", status="awaiting_agent"))["results"][0][
+            "run_id"
+        ] == run_id
+        assert (await call("search", item_type="knowledge", query="temporal workflow", source="local"))[
+            "results"
+        ][0]["item_id"] == "kiwi-directives"
+        escalated = await call(
+            "help", action="escalate", run_id=run_id, reason="need escalate", options=["ship", "wait"]
+        )
         assert escalated["status"] == "escalated" and escalated["request_id"] in escalated["message"]
         checkpoint = await call("help", action="checkpoint", run_id=run_id, reason="need checkpoint")
         assert checkpoint["status"] == "checkpoint_recorded"
-        session = await call("execute", item_type="tool", action="call", item_id="word_count",
-                             parameters={"text": "one two"})
+        session = await call(
+            "execute", item_type="tool", action="call", item_id="word_count", parameters={"text": "one two"}
+        )
         assert session["status"] == "ok" and session["result"]["words"] == 2
         status = await call("execute", item_type="run", action="status", run_id=run_id)
         assert [h["kind"] for h in status["help"]] == ["escalate", "checkpoint"]
         assert status["status"] == "awaiting_human"
         assert [(d["request_id"], d["options"]) for d in status["decisions"]] == [
-            (escalated["request_id"], ["ship", "wait"])]
-        assert (await call("execute", item_type="run", action="cancel", run_id=run_id))["status"] == "cancel_requested"
+            (escalated["request_id"], ["ship", "wait"])
+        ]
+        assert (await call("execute", item_type="run", action="cancel", run_id=run_id))[
+            "status"
+        ] == "cancel_requested"
 
         async def cancelled():
-            return (await call("execute", item_type="run", action="status", run_id=run_id))["status"] == "cancelled"
+            return (await call("execute", item_type="run", action="status", run_id=run_id))[
+                "status"
+            ] == "cancelled"
+
         await wait_for(cancelled, what="cancel")
         wrong = await call("execute", item_type="run", action="create", item_id="x")
         assert wrong["error"] == "KiwiError" and "does not apply" in wrong["message"]
@@ -122,25 +194,51 @@ async def test_http_refuses_foreign_origin_and_missing_token(runs, project, temp
     port = free_port()
     env = {**os.environ, "KIWI_MCP_TOKEN": "s3cret"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "kiwi", "mcp", "--http", "--port", str(port), "--address", address,
-        "--task-queue", runs.task_queue, cwd=str(project), env=env, start_new_session=True,
-        stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "kiwi",
+        "mcp",
+        "--http",
+        "--port",
+        str(port),
+        "--address",
+        address,
+        "--task-queue",
+        runs.task_queue,
+        cwd=str(project),
+        env=env,
+        start_new_session=True,
+        stderr=asyncio.subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}/mcp"
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
     try:
         async with httpx.AsyncClient(timeout=10) as http:
+
             async def up():
                 try:
                     return (await http.post(url, json=init, headers=headers)).status_code
                 except httpx.TransportError:
                     return None
+
             assert await wait_for(up, what="MCP HTTP server") == 401
             ok = await http.post(url, json=init, headers={**headers, "authorization": "Bearer s3cret"})
             assert ok.status_code == 200
-            foreign = await http.post(url, json=init, headers={**headers, "authorization": "Bearer s3cret",
-                                                              "origin": "http://evil.example"})
+            foreign = await http.post(
+                url,
+                json=init,
+                headers={**headers, "authorization": "Bearer s3cret", "origin": "http://evil.example"},
+            )
             assert foreign.status_code == 403
             wrong = await http.post(url, json=init, headers={**headers, "authorization": "Bearer nope"})
             assert wrong.status_code == 401
@@ -149,52 +247,92 @@ async def test_http_refuses_foreign_origin_and_missing_token(runs, project, temp
         await proc.wait()
 
 
-async def test_front_end_restarted_mid_run_the_agent_carries_on_with_the_same_run(runs, project, temporal_env):
+async def test_front_end_restarted_mid_run_the_agent_carries_on_with_the_same_run(
+    runs, project, temporal_env
+):
     params = kiwi_mcp_stdio(temporal_env, runs, project)
     async with Client(params) as first:
-        started = data(await first.call_tool("execute", {"item_type": "directive", "action": "run",
-                                                         "item_id": "hello_kiwi", "parameters": {"name": "Re"}}))
+        started = data(
+            await first.call_tool(
+                "execute",
+                {
+                    "item_type": "directive",
+                    "action": "run",
+                    "item_id": "hello_kiwi",
+                    "parameters": {"name": "Re"},
+                },
+            )
+        )
     run_id = started["run_id"]
     # The first front-end process has exited; a new one knows nothing but the run id.
     async with Client(params) as second:
-        status = data(await second.call_tool("execute", {"item_type": "run", "action": "status", "run_id": run_id}))
+        status = data(
+            await second.call_tool("execute", {"item_type": "run", "action": "status", "run_id": run_id})
+        )
         assert status["status"] == "awaiting_agent" and status["current_step"]["name"] == "confirm"
-        done = data(await second.call_tool("execute", {"item_type": "run", "action": "complete_step",
-                                                       "run_id": run_id, "parameters": {"step": "confirm"}}))
+        done = data(
+            await second.call_tool(
+                "execute",
+                {
+                    "item_type": "run",
+                    "action": "complete_step",
+                    "run_id": run_id,
+                    "parameters": {"step": "confirm"},
+                },
+            )
+        )
         assert done["state"] == "completed"
 
 
-async def test_authoring_directives_and_knowledge_writes_only_valid_items(runs, project, temporal_env,
-                                                                           monkeypatch, tmp_path_factory):
+async def test_authoring_directives_and_knowledge_writes_only_valid_items(
+    runs, project, temporal_env, monkeypatch, tmp_path_factory
+):
     from tests.helpers import directive_md, write
 
     user = tmp_path_factory.mktemp("user-ai")
     monkeypatch.setenv("AI_USER_SPACE", str(user))
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
-    good = directive_md('<step name="w"><tool_call tool="filesystem.write"><param name="path">notes/made.txt</param>'
-                        '<param name="content">made</param></tool_call></step>', name="made",
-                        permissions='<write resource="filesystem" path="notes/**"/>')
+    good = directive_md(
+        '<step name="w"><tool_call tool="filesystem.write"><param name="path">notes/made.txt</param>'
+        '<param name="content">made</param></tool_call></step>',
+        name="made",
+        permissions='<write resource="filesystem" path="notes/**"/>',
+    )
     async with Client(server) as client:
+
         async def execute(**arguments):
             return data(await client.call_tool("execute", arguments))
 
-        bad = await execute(item_type="directive", action="create", item_id="made",
-                            parameters={"content": good.replace('name="w"', "")})
+        bad = await execute(
+            item_type="directive",
+            action="create",
+            item_id="made",
+            parameters={"content": good.replace('name="w"', "")},
+        )
         assert bad["error"] == "ItemInvalid" and "<step> needs a name attribute" in bad["message"]
         assert not list((project / ".ai" / "directives").rglob("made.md"))
-        created = await execute(item_type="directive", action="create", item_id="made", parameters={"content": good})
+        created = await execute(
+            item_type="directive", action="create", item_id="made", parameters={"content": good}
+        )
         assert created["status"] == "created" and created["path"].endswith("tests/made.md")
-        again = await execute(item_type="directive", action="create", item_id="made", parameters={"content": good})
+        again = await execute(
+            item_type="directive", action="create", item_id="made", parameters={"content": good}
+        )
         assert again["error"] == "InputInvalid" and "already exists" in again["message"]
-        updated = await execute(item_type="directive", action="update", item_id="made",
-                                parameters={"content": good.replace(">made<", ">made twice<")})
+        updated = await execute(
+            item_type="directive",
+            action="update",
+            item_id="made",
+            parameters={"content": good.replace(">made<", ">made twice<")},
+        )
         assert updated["status"] == "updated"
         # Written by the agent, so nobody trusted signed it: it runs with the base policy only,
         # which grants no writes, and says so.
         started = await execute(item_type="directive", action="run", item_id="made")
         assert started["state"] == "failed" and started["trust"]["grants"] == "base"
         assert "not signed by a trusted key" in started["trust"]["note"] and started["permissions"] == {
-            "fs_read": ["notes/**"]}
+            "fs_read": ["notes/**"]
+        }
         assert not (project / "notes" / "made.txt").exists()
         # A human reads it and signs it: now its own grants apply.
         made = next((project / ".ai" / "directives").rglob("made.md"))
@@ -205,27 +343,48 @@ async def test_authoring_directives_and_knowledge_writes_only_valid_items(runs, 
         assert (project / "notes" / "made.txt").read_text() == "made twice"
         refused = await execute(item_type="directive", action="delete", item_id="made")
         assert refused["error"] == "InputInvalid" and "confirm=true" in refused["message"]
-        assert (await execute(item_type="directive", action="delete", item_id="made",
-                              parameters={"confirm": True}))["status"] == "deleted"
+        assert (
+            await execute(
+                item_type="directive", action="delete", item_id="made", parameters={"confirm": True}
+            )
+        )["status"] == "deleted"
         assert not list((project / ".ai" / "directives").rglob("made.md"))
 
-        note = await execute(item_type="knowledge", action="create", item_id="retry-policy",
-                             parameters={"title": "Retry policies", "entry_type": "pattern", "tags": ["temporal"],
-                                         "content": "Back off exponentially."})
+        note = await execute(
+            item_type="knowledge",
+            action="create",
+            item_id="retry-policy",
+            parameters={
+                "title": "Retry policies",
+                "entry_type": "pattern",
+                "tags": ["temporal"],
+                "content": "Back off exponentially.",
+            },
+        )
         assert note["status"] == "created"
-        await execute(item_type="knowledge", action="update", item_id="retry-policy",
-                      parameters={"content": "Back off exponentially, with a cap."})
-        linked = await execute(item_type="knowledge", action="link", item_id="retry-policy",
-                               parameters={"to": "kiwi-directives"})
+        await execute(
+            item_type="knowledge",
+            action="update",
+            item_id="retry-policy",
+            parameters={"content": "Back off exponentially, with a cap."},
+        )
+        linked = await execute(
+            item_type="knowledge", action="link", item_id="retry-policy", parameters={"to": "kiwi-directives"}
+        )
         assert linked["links"] == {"references": ["kiwi-directives"]}
         loaded = data(await client.call_tool("load", {"item_type": "knowledge", "item_id": "retry-policy"}))
         assert loaded["parsed"]["body"] == "Back off exponentially, with a cap."
         assert loaded["parsed"]["tags"] == ["temporal"]
 
-        write(user / "knowledge" / "shared" / "from-user.md",
-              "---\nzettel_id: from-user\ntitle: From the user space\n---\nbody\n")
-        copied = data(await client.call_tool("load", {"item_type": "knowledge", "item_id": "from-user",
-                                                      "copy_to_project": True}))
+        write(
+            user / "knowledge" / "shared" / "from-user.md",
+            "---\nzettel_id: from-user\ntitle: From the user space\n---\nbody\n",
+        )
+        copied = data(
+            await client.call_tool(
+                "load", {"item_type": "knowledge", "item_id": "from-user", "copy_to_project": True}
+            )
+        )
         assert copied["source"] == "project"
         assert (project / ".ai" / "knowledge" / "shared" / "from-user.md").exists()
 
@@ -233,12 +392,16 @@ async def test_authoring_directives_and_knowledge_writes_only_valid_items(runs, 
 async def test_a_slow_call_answers_pending_with_progress_and_can_be_polled(runs, project, temporal_env):
     from tests.helpers import write, write_directive
 
-    write(project / ".ai" / "tools" / "gate" / "tool.yaml",
-          "tool_id: gate\ntool_type: python\nexecutor:\n  entrypoint: main.py\n")
+    write(
+        project / ".ai" / "tools" / "gate" / "tool.yaml",
+        "tool_id: gate\ntool_type: python\nexecutor:\n  entrypoint: main.py\n",
+    )
     # The tool blocks until the test opens the gate (a file), like a long build or a slow upstream.
-    write(project / ".ai" / "tools" / "gate" / "main.py",
-          "import pathlib, time\n\n\ndef main():\n    while not pathlib.Path('gate.open').exists():\n"
-          "        time.sleep(0.05)\n    return {'passed': True}\n")
+    write(
+        project / ".ai" / "tools" / "gate" / "main.py",
+        "import pathlib, time\n\n\ndef main():\n    while not pathlib.Path('gate.open').exists():\n"
+        "        time.sleep(0.05)\n    return {'passed': True}\n",
+    )
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     progress: list[float] = []
 
@@ -246,21 +409,56 @@ async def test_a_slow_call_answers_pending_with_progress_and_can_be_polled(runs,
         progress.append(value)
 
     async with Client(server) as client:
-        write_directive(project / ".ai" / "directives" / "gated.md", (project / ".ai" / "directives" / "hello_kiwi.md")
-              .read_text().replace('name="hello_kiwi"', 'name="gated"')
-              .replace('<execute resource="tool" id="word_count" />',
-                       '<execute resource="tool" id="word_count" /><execute resource="tool" id="gate" />'))
-        run_id = data(await client.call_tool("execute", {"item_type": "directive", "action": "run",
-                                                         "item_id": "gated", "parameters": {"name": "Pat"}}))["run_id"]
-        pending = data(await client.call_tool("execute", {"item_type": "tool", "action": "call", "item_id": "gate",
-                                                          "run_id": run_id, "wait_seconds": 2.5},
-                                              progress_callback=on_progress))
+        write_directive(
+            project / ".ai" / "directives" / "gated.md",
+            (project / ".ai" / "directives" / "hello_kiwi.md")
+            .read_text()
+            .replace('name="hello_kiwi"', 'name="gated"')
+            .replace(
+                '<execute resource="tool" id="word_count" />',
+                '<execute resource="tool" id="word_count" /><execute resource="tool" id="gate" />',
+            ),
+        )
+        run_id = data(
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "directive",
+                    "action": "run",
+                    "item_id": "gated",
+                    "parameters": {"name": "Pat"},
+                },
+            )
+        )["run_id"]
+        pending = data(
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "tool",
+                    "action": "call",
+                    "item_id": "gate",
+                    "run_id": run_id,
+                    "wait_seconds": 2.5,
+                },
+                progress_callback=on_progress,
+            )
+        )
         assert pending["status"] == "pending" and "poll" in pending["hint"]
         assert len(progress) >= 1
         call_id = pending["result"]["call_id"]
         (project / "gate.open").write_text("")
-        done = data(await client.call_tool("execute", {"item_type": "run", "action": "poll", "run_id": run_id,
-                                                       "item_id": call_id, "wait_seconds": 30}))
+        done = data(
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "run",
+                    "action": "poll",
+                    "run_id": run_id,
+                    "item_id": call_id,
+                    "wait_seconds": 30,
+                },
+            )
+        )
         assert done["status"] == "ok" and done["result"] == {"passed": True}
 
 
@@ -270,8 +468,14 @@ INSPECTOR = NPM / "@modelcontextprotocol" / "inspector-cli" / "build" / "index.j
 
 async def inspector(*argv: str, cwd) -> dict:
     """The MCP Inspector CLI (npm @modelcontextprotocol/inspector-cli 0.15), a third-party MCP client."""
-    proc = await asyncio.create_subprocess_exec("node", str(INSPECTOR), *argv, cwd=str(cwd),
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(INSPECTOR),
+        *argv,
+        cwd=str(cwd),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, err.decode()
     return json.loads(out)
@@ -285,14 +489,29 @@ async def test_the_mcp_inspector_lists_and_calls_kiwi_over_stdio_and_http(runs, 
     assert sorted(t["name"] for t in listed["tools"]) == ["execute", "help", "load", "search"]
     execute = next(t for t in listed["tools"] if t["name"] == "execute")
     assert "directive" in execute["inputSchema"]["properties"]["item_type"]["enum"]
-    called = await inspector(*stdio, "--method", "tools/call", "--tool-name", "search", "--tool-arg",
-                             "item_type=directive", "query=greeting", cwd=project)
+    called = await inspector(
+        *stdio,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "search",
+        "--tool-arg",
+        "item_type=directive",
+        "query=greeting",
+        cwd=project,
+    )
     assert "hello_kiwi" in json.dumps(called)
 
     port = free_port()
     server = await asyncio.create_subprocess_exec(
-        *stdio, "--http", "--port", str(port), cwd=str(project), start_new_session=True,
-        stderr=asyncio.subprocess.PIPE)
+        *stdio,
+        "--http",
+        "--port",
+        str(port),
+        cwd=str(project),
+        start_new_session=True,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         await asyncio.wait_for(server.stderr.readline(), 60)
         url = f"http://127.0.0.1:{port}/mcp"
@@ -302,10 +521,22 @@ async def test_the_mcp_inspector_lists_and_calls_kiwi_over_stdio_and_http(runs, 
                 return await inspector(url, "--transport", "http", "--method", "tools/list", cwd=project)
             except AssertionError:
                 return None
+
         over_http = await wait_for(listed_over_http, what="the inspector over HTTP")
         assert len(over_http["tools"]) == 4
-        called = await inspector(url, "--transport", "http", "--method", "tools/call", "--tool-name", "search",
-                                 "--tool-arg", "item_type=tool", "query=words", cwd=project)
+        called = await inspector(
+            url,
+            "--transport",
+            "http",
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "search",
+            "--tool-arg",
+            "item_type=tool",
+            "query=words",
+            cwd=project,
+        )
         assert "word_count" in json.dumps(called)
         # And the whole agent flow with the MCP SDK's own client over streamable HTTP.
         async with Client(url) as client:

@@ -20,7 +20,11 @@ from workers.main import build_worker
 
 def data(result) -> dict:
     assert not result.is_error, result
-    return result.structured_content if result.structured_content is not None else json.loads(result.content[0].text)
+    return (
+        result.structured_content
+        if result.structured_content is not None
+        else json.loads(result.content[0].text)
+    )
 
 
 async def _line(stream: asyncio.StreamReader) -> dict:
@@ -30,9 +34,17 @@ async def _line(stream: asyncio.StreamReader) -> dict:
 async def test_garbage_on_stdin_gets_json_rpc_errors_and_the_session_goes_on(project):
     # Nothing listens on this port: the front end must still start and answer.
     env = {**os.environ, "KIWI_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"}
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "kiwi", "mcp", cwd=str(project), env=env,
-                                                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "mcp",
+        cwd=str(project),
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     try:
         proc.stdin.write(b"this is not json {\n")
         parse = await _line(proc.stdout)
@@ -40,9 +52,21 @@ async def test_garbage_on_stdin_gets_json_rpc_errors_and_the_session_goes_on(pro
         proc.stdin.write(b'{"hello": "world"}\n')
         invalid = await _line(proc.stdout)
         assert invalid["id"] is None and invalid["error"]["code"] == -32600
-        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}}).encode() + b"\n")
+        proc.stdin.write(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "1"},
+                    },
+                }
+            ).encode()
+            + b"\n"
+        )
         initialized = await _line(proc.stdout)
         assert initialized["id"] == 1 and initialized["result"]["serverInfo"]["name"] == "kiwi"
     finally:
@@ -54,9 +78,14 @@ async def test_without_temporal_items_are_served_and_runs_start_once_temporal_is
     port = free_port()
     address = f"127.0.0.1:{port}"
     queue = f"kiwi-offline-{uuid.uuid4().hex[:8]}"
-    params = StdioServerParameters(command=sys.executable, args=["-m", "kiwi", "mcp", "--task-queue", queue],
-                                   cwd=str(project), env={**os.environ, "KIWI_TEMPORAL_ADDRESS": address})
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "kiwi", "mcp", "--task-queue", queue],
+        cwd=str(project),
+        env={**os.environ, "KIWI_TEMPORAL_ADDRESS": address},
+    )
     async with Client(params) as client:
+
         async def call(tool, **arguments):
             return data(await client.call_tool(tool, arguments))
 
@@ -65,20 +94,30 @@ async def test_without_temporal_items_are_served_and_runs_start_once_temporal_is
         loaded = await call("load", item_type="directive", item_id="hello_kiwi")
         assert [p["mode"] for p in loaded["steps_plan"]] == ["auto", "auto", "agent"]
         assert "word_count" in (await call("help", topic="tools"))["help"]
-        refused = await call("execute", item_type="directive", action="run", item_id="hello_kiwi",
-                             parameters={"name": "Ada"})
+        refused = await call(
+            "execute", item_type="directive", action="run", item_id="hello_kiwi", parameters={"name": "Ada"}
+        )
         assert refused["error"] == "TemporalUnavailable"
         assert address in refused["message"] and "kiwi dev" in refused["hint"]
         status = await call("execute", item_type="run", action="status", run_id="run-hello_kiwi-x")
         assert status["error"] == "TemporalUnavailable"
 
         env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=temporal_binary(), data_converter=data_converter, ip="127.0.0.1", port=port,
-            search_attributes=list(SEARCH_ATTRIBUTES))
+            dev_server_existing_path=temporal_binary(),
+            data_converter=data_converter,
+            ip="127.0.0.1",
+            port=port,
+            search_attributes=list(SEARCH_ATTRIBUTES),
+        )
         try:
             async with build_worker(env.client, queue, sandboxed=True):
-                started = await call("execute", item_type="directive", action="run", item_id="hello_kiwi",
-                                     parameters={"name": "Ada"})
+                started = await call(
+                    "execute",
+                    item_type="directive",
+                    action="run",
+                    item_id="hello_kiwi",
+                    parameters={"name": "Ada"},
+                )
                 assert started["state"] == "awaiting_agent" and started["current_step"]["name"] == "confirm"
                 shown = await call("execute", item_type="run", action="status", run_id=started["run_id"])
                 assert shown["status"] == "awaiting_agent"

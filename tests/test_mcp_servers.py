@@ -40,15 +40,24 @@ def py(*args: str) -> str:
     return json.dumps([*args])
 
 
-def mcp_directive(project: Path, name: str, body: str, tools: str, permissions: str, inputs: str = "") -> None:
-    write_directive(project / ".ai" / "directives" / f"{name}.md",
-          directive_md(body, name=name, tools=f"<tools>{tools}</tools>", permissions=permissions, inputs=inputs))
+def mcp_directive(
+    project: Path, name: str, body: str, tools: str, permissions: str, inputs: str = ""
+) -> None:
+    write_directive(
+        project / ".ai" / "directives" / f"{name}.md",
+        directive_md(
+            body, name=name, tools=f"<tools>{tools}</tools>", permissions=permissions, inputs=inputs
+        ),
+    )
 
 
 def git_repo(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
-    for argv in (["git", "init", "-q", "-b", "main"], ["git", "config", "user.email", "t@example.com"],
-                 ["git", "config", "user.name", "t"]):
+    for argv in (
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "config", "user.email", "t@example.com"],
+        ["git", "config", "user.name", "t"],
+    ):
         subprocess.run(argv, cwd=path, check=True)
     (path / "tracked.txt").write_text("one\n")
     subprocess.run(["git", "add", "."], cwd=path, check=True)
@@ -68,7 +77,9 @@ def text_of(result: dict) -> str:
 
 async def test_a_directive_declaring_two_servers_runs_end_to_end(runs, project):
     repo = git_repo(project / "repo")
-    registry(project, f"""\
+    registry(
+        project,
+        f"""\
 mcps:
   git:
     command: {sys.executable}
@@ -78,27 +89,39 @@ mcps:
     command: {sys.executable}
     args: ["-m", "mcp_server_time", "--local-timezone", "UTC"]
     description: Time and time zones
-""")
-    mcp_directive(project, "report", tools='<mcp name="git" required="true"><tool>git_status</tool></mcp>'
-                                           '<mcp name="clock" required="true"/>',
-                  permissions='<execute resource="mcp" name="git" actions="git_status"/>'
-                              '<execute resource="mcp" name="clock" actions="*"/>',
-                  inputs='<input name="repo" type="string" required="true"/>',
-                  body='<step name="look"><tool_call tool="git.git_status"><param name="repo_path">{inputs.repo}'
-                       '</param></tool_call><tool_call tool="clock.get_current_time"><param name="timezone">'
-                       'Europe/Paris</param></tool_call></step>'
-                       '<step name="write_up"><action>Summarise.</action></step>')
+""",
+    )
+    mcp_directive(
+        project,
+        "report",
+        tools='<mcp name="git" required="true"><tool>git_status</tool></mcp>'
+        '<mcp name="clock" required="true"/>',
+        permissions='<execute resource="mcp" name="git" actions="git_status"/>'
+        '<execute resource="mcp" name="clock" actions="*"/>',
+        inputs='<input name="repo" type="string" required="true"/>',
+        body='<step name="look"><tool_call tool="git.git_status"><param name="repo_path">{inputs.repo}'
+        '</param></tool_call><tool_call tool="clock.get_current_time"><param name="timezone">'
+        "Europe/Paris</param></tool_call></step>"
+        '<step name="write_up"><action>Summarise.</action></step>',
+    )
     run_id = await runs.start("report", {"repo": str(repo)})
     context = await runs.tool_context(run_id)
-    assert context.mcps["git"].available and [t["name"] for t in context.mcps["git"].tools] == ["git.git_status"]
+    assert context.mcps["git"].available and [t["name"] for t in context.mcps["git"].tools] == [
+        "git.git_status"
+    ]
     assert "inputSchema" in context.mcps["git"].tools[0]
-    assert {"clock.get_current_time", "clock.convert_time"} <= {t["name"] for t in context.mcps["clock"].tools}
+    assert {"clock.get_current_time", "clock.convert_time"} <= {
+        t["name"] for t in context.mcps["clock"].tools
+    }
     status = await wait_for(lambda: waiting(runs, run_id), what="the agent step")
     git_result, clock_result = status.steps[0].outputs["results"]
     assert "tracked.txt" in text_of(git_result) and "modified" in text_of(git_result).lower()
     assert json.loads(text_of(clock_result))["timezone"] == "Europe/Paris"
-    by_agent = await runs.call_tool(run_id, "clock.convert_time", {
-        "source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"})
+    by_agent = await runs.call_tool(
+        run_id,
+        "clock.convert_time",
+        {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"},
+    )
     assert by_agent.status == "ok" and "21:00" in text_of(by_agent.result)
     await runs.complete_step(run_id, "write_up", {"summary": "done"})
     assert (await runs.handle(run_id).result()).status == "completed"
@@ -109,26 +132,36 @@ mcps:
 async def test_a_tool_outside_the_filters_is_invisible_and_refused(runs, project):
     (project / "notes").mkdir()
     (project / "notes" / "a.txt").write_text("alpha")
-    registry(project, f"""\
+    registry(
+        project,
+        f"""\
 mcps:
   files:
     command: node
     args: ["{FILESYSTEM}", "{project}"]
     tools: [read_text_file, list_directory, write_file]
-""")
-    mcp_directive(project, "reader", tools='<mcp name="files"><tool>read_text_file</tool><tool>list_directory</tool>'
-                                           '</mcp>',
-                  permissions='<execute resource="mcp" name="files" actions="*"/>',
-                  body='<step name="work"><action>Read notes.</action></step>')
+""",
+    )
+    mcp_directive(
+        project,
+        "reader",
+        tools='<mcp name="files"><tool>read_text_file</tool><tool>list_directory</tool></mcp>',
+        permissions='<execute resource="mcp" name="files" actions="*"/>',
+        body='<step name="work"><action>Read notes.</action></step>',
+    )
     run_id = await runs.start("reader", {})
     context = await runs.tool_context(run_id)
-    assert sorted(t["name"] for t in context.mcps["files"].tools) == ["files.list_directory", "files.read_text_file"]
+    assert sorted(t["name"] for t in context.mcps["files"].tools) == [
+        "files.list_directory",
+        "files.read_text_file",
+    ]
     await wait_for(lambda: waiting(runs, run_id), what="the agent step")
     read = await runs.call_tool(run_id, "files.read_text_file", {"path": str(project / "notes" / "a.txt")})
     assert read.status == "ok" and text_of(read.result) == "alpha"
     # Exposed by the registry but not declared by the directive:
-    write_ = await runs.call_tool(run_id, "files.write_file", {"path": str(project / "notes" / "b.txt"),
-                                                                "content": "x"})
+    write_ = await runs.call_tool(
+        run_id, "files.write_file", {"path": str(project / "notes" / "b.txt"), "content": "x"}
+    )
     assert write_.status == "error" and write_.error_type == "ToolNotFound"
     # Hidden by the registry's filter, although the server has it:
     moved = await runs.call_tool(run_id, "files.move_file", {"source": "a", "destination": "b"})
@@ -137,27 +170,38 @@ mcps:
 
 
 async def test_a_required_server_missing_fails_the_start_and_an_optional_one_is_reported(runs, project):
-    registry(project, f"""\
+    registry(
+        project,
+        f"""\
 mcps:
   clock:
     command: {sys.executable}
     args: ["-m", "mcp_server_time"]
   broken:
     command: {project / "no-such-server"}
-""")
-    mcp_directive(project, "needs_ghost", tools='<mcp name="ghost" required="true"/>',
-                  permissions='<execute resource="mcp" name="ghost" actions="*"/>',
-                  body='<step name="work"><action>Work.</action></step>')
+""",
+    )
+    mcp_directive(
+        project,
+        "needs_ghost",
+        tools='<mcp name="ghost" required="true"/>',
+        permissions='<execute resource="mcp" name="ghost" actions="*"/>',
+        body='<step name="work"><action>Work.</action></step>',
+    )
     with pytest.raises(McpServerMissing) as refused:
         await runs.start("needs_ghost", {})
     assert "ghost" in refused.value.message and "mcp_registry.yaml" in refused.value.message
     run_id = refused.value.message.split()[1]
     assert (await runs.status(run_id)).status == "failed"
 
-    mcp_directive(project, "optional", tools='<mcp name="broken"/><mcp name="clock"/>',
-                  permissions='<execute resource="mcp" name="broken" actions="*"/>'
-                              '<execute resource="mcp" name="clock" actions="*"/>',
-                  body='<step name="work"><action>Work.</action></step>')
+    mcp_directive(
+        project,
+        "optional",
+        tools='<mcp name="broken"/><mcp name="clock"/>',
+        permissions='<execute resource="mcp" name="broken" actions="*"/>'
+        '<execute resource="mcp" name="clock" actions="*"/>',
+        body='<step name="work"><action>Work.</action></step>',
+    )
     run_id = await runs.start("optional", {})
     context = await runs.tool_context(run_id)
     assert context.mcps["clock"].available
@@ -167,20 +211,29 @@ mcps:
     assert call.status == "error" and call.error_type == "McpUnavailable"
 
 
-async def test_secrets_are_resolved_in_the_worker_and_never_reach_history(runs, project, monkeypatch, temporal_env):
+async def test_secrets_are_resolved_in_the_worker_and_never_reach_history(
+    runs, project, monkeypatch, temporal_env
+):
     token = f"tok-{uuid.uuid4().hex}"
     monkeypatch.setenv("KIWI_TEST_TOKEN", token)
-    registry(project, f"""\
+    registry(
+        project,
+        f"""\
 mcps:
   everything:
     command: node
     args: ["{EVERYTHING}", "stdio"]
     env:
       UPSTREAM_TOKEN: ${{KIWI_TEST_TOKEN}}
-""")
-    mcp_directive(project, "peek", tools='<mcp name="everything" required="true"/>',
-                  permissions='<execute resource="mcp" name="everything" actions="*"/>',
-                  body='<step name="env"><tool_call tool="everything.get-env"/></step>')
+""",
+    )
+    mcp_directive(
+        project,
+        "peek",
+        tools='<mcp name="everything" required="true"/>',
+        permissions='<execute resource="mcp" name="everything" actions="*"/>',
+        body='<step name="env"><tool_call tool="everything.get-env"/></step>',
+    )
     run_id = await runs.start("peek", {})
     result = await runs.handle(run_id).result()
     shown = text_of(result.outputs["env"]["result"])
@@ -196,9 +249,12 @@ mcps:
 
 def test_a_missing_secret_skips_the_server_and_bad_config_names_file_and_key(tmp_path, monkeypatch):
     monkeypatch.delenv("KIWI_ABSENT_TOKEN", raising=False)
-    registry(tmp_path, "mcps:\n  api:\n    type: streamable-http\n    url: https://example.invalid/mcp\n"
-                       "    headers:\n      Authorization: Bearer ${KIWI_ABSENT_TOKEN}\n"
-                       "  ok:\n    command: node\n")
+    registry(
+        tmp_path,
+        "mcps:\n  api:\n    type: streamable-http\n    url: https://example.invalid/mcp\n"
+        "    headers:\n      Authorization: Bearer ${KIWI_ABSENT_TOKEN}\n"
+        "  ok:\n    command: node\n",
+    )
     loaded = load_registry(tmp_path, tmp_path / "user")
     assert list(loaded.servers) == ["ok"]
     assert loaded.warnings == ["MCP server 'api' skipped: ${KIWI_ABSENT_TOKEN} is not set in the environment"]
@@ -206,7 +262,8 @@ def test_a_missing_secret_skips_the_server_and_bad_config_names_file_and_key(tmp
     with pytest.raises(ItemInvalid) as bad:
         load_registry(tmp_path, tmp_path / "user")
     assert "mcps.api.timeout_seconds" in str(bad.value.problems[0]) and "mcp_registry.yaml" in str(
-        bad.value.problems[0])
+        bad.value.problems[0]
+    )
     registry(tmp_path, "mcps:\n  api:\n    commnd: node\n")
     with pytest.raises(ItemInvalid) as typo:
         load_registry(tmp_path, tmp_path / "user")
@@ -235,21 +292,31 @@ def _pids(marker: str, where: str = "environ") -> list[int]:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the server process through /proc")
 async def test_a_killed_upstream_server_comes_back_and_the_run_continues(runs, project):
     memory = project / "memory.jsonl"
-    registry(project, f"""\
+    registry(
+        project,
+        f"""\
 mcps:
   memory:
     command: node
     args: ["{MEMORY}"]
     env:
       MEMORY_FILE_PATH: "{memory}"
-""")
-    mcp_directive(project, "remember", tools='<mcp name="memory" required="true"/>',
-                  permissions='<execute resource="mcp" name="memory" actions="*"/>',
-                  body='<step name="work"><action>Remember things.</action></step>')
+""",
+    )
+    mcp_directive(
+        project,
+        "remember",
+        tools='<mcp name="memory" required="true"/>',
+        permissions='<execute resource="mcp" name="memory" actions="*"/>',
+        body='<step name="work"><action>Remember things.</action></step>',
+    )
     run_id = await runs.start("remember", {})
     await wait_for(lambda: waiting(runs, run_id), what="the agent step")
-    created = await runs.call_tool(run_id, "memory.create_entities", {"entities": [
-        {"name": "kiwi", "entityType": "bird", "observations": ["cannot fly"]}]})
+    created = await runs.call_tool(
+        run_id,
+        "memory.create_entities",
+        {"entities": [{"name": "kiwi", "entityType": "bird", "observations": ["cannot fly"]}]},
+    )
     assert created.status == "ok"
     pids = _pids(f"MEMORY_FILE_PATH={memory}")
     assert len(pids) == 1
@@ -268,9 +335,14 @@ async def everything_http(tmp_path):
 
     async def start() -> str:
         log = open(tmp_path / f"everything-{len(procs)}.log", "w")  # noqa: SIM115 - closed with the process
-        procs.append(subprocess.Popen(["node", "--require", str(SERVERS / "loopback.cjs"), str(EVERYTHING),
-                                       "streamableHttp"], env={**os.environ, "PORT": str(port)},
-                                      stdout=log, stderr=log))
+        procs.append(
+            subprocess.Popen(
+                ["node", "--require", str(SERVERS / "loopback.cjs"), str(EVERYTHING), "streamableHttp"],
+                env={**os.environ, "PORT": str(port)},
+                stdout=log,
+                stderr=log,
+            )
+        )
 
         async def up():
             try:
@@ -279,6 +351,7 @@ async def everything_http(tmp_path):
                 return True
             except httpx.TransportError:
                 return False
+
         await wait_for(up, what="server-everything over HTTP")
         return f"http://127.0.0.1:{port}/mcp"
 
@@ -296,10 +369,13 @@ async def test_a_server_over_streamable_http_is_proxied_and_reconnected(runs, pr
     start, stop = everything_http
     url = await start()
     registry(project, f"mcps:\n  everything:\n    type: streamable-http\n    url: {url}\n")
-    mcp_directive(project, "echoer", tools='<mcp name="everything" required="true"><tool>echo</tool>'
-                                           '<tool>get-tiny-image</tool></mcp>',
-                  permissions='<execute resource="mcp" name="everything" actions="echo,get-tiny-image"/>',
-                  body='<step name="work"><action>Echo.</action></step>')
+    mcp_directive(
+        project,
+        "echoer",
+        tools='<mcp name="everything" required="true"><tool>echo</tool><tool>get-tiny-image</tool></mcp>',
+        permissions='<execute resource="mcp" name="everything" actions="echo,get-tiny-image"/>',
+        body='<step name="work"><action>Echo.</action></step>',
+    )
     run_id = await runs.start("echoer", {})
     await wait_for(lambda: waiting(runs, run_id), what="the agent step")
     echoed = await runs.call_tool(run_id, "everything.echo", {"message": "over http"})
@@ -316,16 +392,23 @@ async def test_a_server_over_streamable_http_is_proxied_and_reconnected(runs, pr
 async def test_a_schema_change_during_a_run_is_reported(runs, project):
     schema = project / "schema.json"
     schema.write_text('["drink"]')
-    registry(project, f"""\
+    registry(
+        project,
+        f"""\
 mcps:
   bar:
     command: {sys.executable}
-    args: ["{SERVERS / 'versioned_server.py'}", "{schema}"]
+    args: ["{SERVERS / "versioned_server.py"}", "{schema}"]
     schema_ttl: 0
-""")
-    mcp_directive(project, "barkeep", tools='<mcp name="bar" required="true"/>',
-                  permissions='<execute resource="mcp" name="bar" actions="order"/>',
-                  body='<step name="work"><action>Order.</action></step>')
+""",
+    )
+    mcp_directive(
+        project,
+        "barkeep",
+        tools='<mcp name="bar" required="true"/>',
+        permissions='<execute resource="mcp" name="bar" actions="order"/>',
+        body='<step name="work"><action>Order.</action></step>',
+    )
     run_id = await runs.start("barkeep", {})
     await wait_for(lambda: waiting(runs, run_id), what="the agent step")
     first = await runs.call_tool(run_id, "bar.order", {"drink": "tea"})
@@ -339,22 +422,31 @@ mcps:
     assert any("schema of bar.order changed" in w for w in second.warnings)
     await runs.cancel(run_id)
     await runs.handle(run_id).result()
-    assert [r["tool"] for r in read_audit(str(project), run_id) if r["event"] == "mcp_schema_changed"] == ["bar.order"]
+    assert [r["tool"] for r in read_audit(str(project), run_id) if r["event"] == "mcp_schema_changed"] == [
+        "bar.order"
+    ]
 
 
 async def slow_everything_run(runs, project) -> str:
     """A run waiting for the agent, with server-everything declared with a timeout long enough
     (over 60 s) that its calls are heartbeating activities carrying upstream progress."""
-    registry(project, f"""\
+    registry(
+        project,
+        f"""\
 mcps:
   everything:
     command: node
     args: ["{EVERYTHING}", "stdio"]
     timeout: 120
-""")
-    mcp_directive(project, "slow", tools='<mcp name="everything" required="true"/>',
-                  permissions='<execute resource="mcp" name="everything" actions="*"/>',
-                  body='<step name="work"><action>Wait.</action></step>')
+""",
+    )
+    mcp_directive(
+        project,
+        "slow",
+        tools='<mcp name="everything" required="true"/>',
+        permissions='<execute resource="mcp" name="everything" actions="*"/>',
+        body='<step name="work"><action>Wait.</action></step>',
+    )
     run_id = await runs.start("slow", {})
     await wait_for(lambda: waiting(runs, run_id), what="the agent step")
     return run_id
@@ -362,13 +454,15 @@ mcps:
 
 async def test_cancelling_a_run_cancels_its_upstream_call(runs, project):
     run_id = await slow_everything_run(runs, project)
-    call = asyncio.create_task(runs.call_tool(run_id, "everything.trigger-long-running-operation",
-                                              {"duration": 60, "steps": 60}))
+    call = asyncio.create_task(
+        runs.call_tool(run_id, "everything.trigger-long-running-operation", {"duration": 60, "steps": 60})
+    )
 
     async def progressing():
         description = await runs.handle(run_id).describe()
         pending = description.raw_description.pending_activities
         return pending and pending[0].heartbeat_details.payloads
+
     await wait_for(progressing, what="upstream progress in the activity's heartbeat")
     await runs.cancel(run_id, "enough")
     result = await asyncio.wait_for(call, timeout=30)
@@ -392,10 +486,20 @@ async def test_upstream_progress_reaches_the_agents_mcp_client(runs, project, te
 
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue, client_name="agent-1")
     async with Client(server) as client:
-        answer = data(await client.call_tool("execute", {
-            "item_type": "mcp", "action": "call", "item_id": "everything.trigger-long-running-operation",
-            "run_id": run_id, "parameters": {"duration": 6, "steps": 6}, "wait_seconds": 60},
-            progress_callback=on_progress))
+        answer = data(
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "mcp",
+                    "action": "call",
+                    "item_id": "everything.trigger-long-running-operation",
+                    "run_id": run_id,
+                    "parameters": {"duration": 6, "steps": 6},
+                    "wait_seconds": 60,
+                },
+                progress_callback=on_progress,
+            )
+        )
     assert answer["status"] == "ok", answer
     upstream = [m for m in messages if m.startswith("everything: ")]
     assert upstream and all("/6)" in m for m in upstream), messages
@@ -409,33 +513,59 @@ async def test_the_mcp_item_type_finds_loads_and_calls_through_the_front_end(run
     from mcp_frontend.server import build_server
     from tests.helpers import data
 
-    registry(project, f"""\
+    registry(
+        project,
+        f"""\
 mcps:
   clock:
     command: {sys.executable}
     args: ["-m", "mcp_server_time", "--local-timezone", "UTC"]
     description: Time and time zones
-""")
+""",
+    )
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue, client_name="agent-1")
     async with Client(server) as client:
         found = data(await client.call_tool("search", {"item_type": "mcp", "query": "convert timezones"}))
         assert [r["item_id"] for r in found["results"]] == ["clock.convert_time"]
-        loaded = data(await client.call_tool("load", {"item_type": "mcp", "item_id": "clock.get_current_time"}))
+        loaded = data(
+            await client.call_tool("load", {"item_type": "mcp", "item_id": "clock.get_current_time"})
+        )
         assert "timezone" in loaded["tool"]["inputSchema"]["properties"]
-        call = {"item_type": "mcp", "action": "call", "item_id": "clock.get_current_time",
-                "parameters": {"timezone": "UTC"}}
+        call = {
+            "item_type": "mcp",
+            "action": "call",
+            "item_id": "clock.get_current_time",
+            "parameters": {"timezone": "UTC"},
+        }
         denied = data(await client.call_tool("execute", call))
         assert denied["status"] == "denied" and 'name="clock"' in denied["hint"]
-        write(project / ".ai" / "config" / "agent_harness.yaml",
-              "internal_tools:\n  mcps:\n    clock:\n      tools: [get_current_time]\n")
+        write(
+            project / ".ai" / "config" / "agent_harness.yaml",
+            "internal_tools:\n  mcps:\n    clock:\n      tools: [get_current_time]\n",
+        )
         await runs.cancel(session_workflow_id(project))
         await runs.handle(session_workflow_id(project)).result()
         allowed = data(await client.call_tool("execute", call))
-        assert allowed["status"] == "ok" and json.loads(allowed["result"]["content"][0]["text"])["timezone"] == "UTC"
-        seed_form = data(await client.call_tool("execute", {"item_type": "mcp", "action": "call", "item_id": "clock",
-                                                            "parameters": {"tool": "convert_time",
-                                                                           "source_timezone": "UTC", "time": "10:00",
-                                                                           "target_timezone": "UTC"}}))
+        assert (
+            allowed["status"] == "ok"
+            and json.loads(allowed["result"]["content"][0]["text"])["timezone"] == "UTC"
+        )
+        seed_form = data(
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "mcp",
+                    "action": "call",
+                    "item_id": "clock",
+                    "parameters": {
+                        "tool": "convert_time",
+                        "source_timezone": "UTC",
+                        "time": "10:00",
+                        "target_timezone": "UTC",
+                    },
+                },
+            )
+        )
         assert seed_form["status"] == "denied"
         missing = data(await client.call_tool("load", {"item_type": "mcp", "item_id": "nowhere"}))
         assert missing["error"] == "McpServerUnknown" and "mcp_registry.yaml" in missing["hint"]
@@ -444,7 +574,9 @@ mcps:
 def test_kiwi_search_and_show_reach_the_configured_mcp_servers(project, capsys):
     from kiwi.cli import main as kiwi
 
-    registry(project, f"""\
+    registry(
+        project,
+        f"""\
 mcps:
   clock:
     command: {sys.executable}
@@ -452,7 +584,8 @@ mcps:
   broken:
     command: {sys.executable}
     args: ["-c", "raise SystemExit(3)"]
-""")
+""",
+    )
     capsys.readouterr()
     assert kiwi(["search", "convert timezones", "--type", "mcp", "--json"]) == 0
     found = json.loads(capsys.readouterr().out)
@@ -462,4 +595,3 @@ mcps:
     assert '"timezone"' in capsys.readouterr().out
     assert kiwi(["search", "time", "--type", "mcp", "--category", "x"]) != 0
     assert "--category and --source do not apply to --type mcp" in capsys.readouterr().err
-

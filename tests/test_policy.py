@@ -71,17 +71,21 @@ def test_filesystem_reads(args, allowed, reason):
 )
 def test_shell_commands(command, allowed, reason):
     # git reads the whole repository, so it needs read on the whole project (kiwi.shellpolicy).
-    g = grants(("execute", {"resource": "shell", "commands": "git,sudo"}),
-               ("read", {"resource": "filesystem", "path": "**"}))
+    g = grants(
+        ("execute", {"resource": "shell", "commands": "git,sudo"}),
+        ("read", {"resource": "filesystem", "path": "**"}),
+    )
     decision = g.check("shell.run", {"command": command}, blocked_commands=["sudo", "rm -rf"])
     assert decision.allowed is allowed, decision
     assert reason in decision.reason
 
 
 def test_mcp_tool_allowlists_both_syntaxes_and_denials_win():
-    g = grants(("execute", {"resource": "mcp", "name": "supabase", "actions": "query,list"}),
-               ("execute", {"resource": "github", "action": "*"}),
-               ("deny", {"resource": "github", "action": "delete_repo"}))
+    g = grants(
+        ("execute", {"resource": "mcp", "name": "supabase", "actions": "query,list"}),
+        ("execute", {"resource": "github", "action": "*"}),
+        ("deny", {"resource": "github", "action": "delete_repo"}),
+    )
     assert g.check("supabase.query", {}).allowed
     assert not g.check("supabase.drop", {}).allowed
     assert g.check("github.create_pull_request", {}).allowed
@@ -91,12 +95,16 @@ def test_mcp_tool_allowlists_both_syntaxes_and_denials_win():
 
 
 def test_child_exceeding_parent_is_reported_and_intersection_narrows():
-    parent = grants(("read", {"resource": "filesystem", "path": "src/**"}),
-                    ("write", {"resource": "filesystem", "path": "tests/**"}),
-                    ("execute", {"resource": "shell", "commands": "git"}))
-    child = grants(("read", {"resource": "filesystem", "path": "**/*"}),
-                   ("write", {"resource": "filesystem", "path": "src/**"}),
-                   ("execute", {"resource": "shell", "commands": "git,npm"}))
+    parent = grants(
+        ("read", {"resource": "filesystem", "path": "src/**"}),
+        ("write", {"resource": "filesystem", "path": "tests/**"}),
+        ("execute", {"resource": "shell", "commands": "git"}),
+    )
+    child = grants(
+        ("read", {"resource": "filesystem", "path": "**/*"}),
+        ("write", {"resource": "filesystem", "path": "src/**"}),
+        ("execute", {"resource": "shell", "commands": "git,npm"}),
+    )
     assert child.exceeds(parent) == ["read **/*", "write src/**", "shell npm"]
     effective = parent.intersect(child)
     assert effective.check("filesystem.read", {"path": "src/a.py"}).allowed
@@ -109,7 +117,9 @@ def test_child_exceeding_parent_is_reported_and_intersection_narrows():
 
 SEGMENTS = st.sampled_from(["src", "a", "b", "x.py", "y.ts", "*", "**", "*.py", "a*", "?"])
 PATTERNS = st.lists(SEGMENTS, min_size=1, max_size=4).map("/".join)
-PATHS = st.lists(st.sampled_from(["src", "a", "b", "x.py", "y.ts", "ab", "z"]), min_size=1, max_size=5).map("/".join)
+PATHS = st.lists(st.sampled_from(["src", "a", "b", "x.py", "y.ts", "ab", "z"]), min_size=1, max_size=5).map(
+    "/".join
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -127,15 +137,22 @@ def test_first_match_agrees_with_trying_every_pattern_in_order(patterns, path):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(PATTERNS, max_size=3), st.lists(PATTERNS, max_size=3), PATHS,
-       st.lists(st.sampled_from(["git", "npm", "ls", "*"]), max_size=3),
-       st.lists(st.sampled_from(["git", "npm", "ls", "*"]), max_size=3), st.sampled_from(["git", "npm", "ls"]))
+@given(
+    st.lists(PATTERNS, max_size=3),
+    st.lists(PATTERNS, max_size=3),
+    PATHS,
+    st.lists(st.sampled_from(["git", "npm", "ls", "*"]), max_size=3),
+    st.lists(st.sampled_from(["git", "npm", "ls", "*"]), max_size=3),
+    st.sampled_from(["git", "npm", "ls"]),
+)
 def test_intersection_never_grants_more_than_either_side(p_read, c_read, path, p_shell, c_shell, command):
     parent = PermissionSet(fs_read=p_read, shell=p_shell)
     child = PermissionSet(fs_read=c_read, shell=c_shell)
     both = parent.intersect(child)
-    for mode_check in (lambda g: g.check_path("read", path).allowed,
-                       lambda g: g.check_shell({"argv": [command]}, []).allowed):
+    for mode_check in (
+        lambda g: g.check_path("read", path).allowed,
+        lambda g: g.check_shell({"argv": [command]}, []).allowed,
+    ):
         if mode_check(both):
             assert mode_check(parent) and mode_check(child)
     if not child.exceeds(parent):

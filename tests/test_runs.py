@@ -18,8 +18,12 @@ async def awaiting(runs, run_id, step):
     async def probe():
         status = await runs.status(run_id)
         assert status.status not in ("failed", "timed_out"), status.error
-        return status if status.current_step and status.current_step.name == step and \
-            status.status == "awaiting_agent" else None
+        return (
+            status
+            if status.current_step and status.current_step.name == step and status.status == "awaiting_agent"
+            else None
+        )
+
     return await wait_for(probe, what=f"{run_id} to wait on {step}")
 
 
@@ -49,7 +53,9 @@ async def test_hello_kiwi_runs_auto_steps_then_waits_for_the_agent(runs, project
     from workers.main import SANDBOX, WORKFLOWS
 
     history = await runs.handle(run_id).fetch_history()
-    await Replayer(workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX).replay_workflow(history)
+    await Replayer(
+        workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX
+    ).replay_workflow(history)
     assert [r["seq"] for r in read_audit(str(project), run_id)] == list(range(1, len(events) + 1))
 
 
@@ -76,7 +82,9 @@ async def test_denied_calls_are_refused_audited_and_nothing_happens(runs, projec
     assert missing.status == "error" and missing.error_type == "ToolNotFound"
     await runs.cancel(run_id, "test over")
     await wait_for(lambda: _status_is(runs, run_id, "cancelled"), what="cancel")
-    audit = [r for r in read_audit(str(project), run_id) if r["event"] == "tool_call" and r["origin"] == "agent"]
+    audit = [
+        r for r in read_audit(str(project), run_id) if r["event"] == "tool_call" and r["origin"] == "agent"
+    ]
     assert [r["decision"] for r in audit] == ["denied"] * len(cases) + ["error"]
     assert audit[2]["hint"] == 'add <read resource="filesystem" path="secret.txt"/> to <permissions>'
 
@@ -125,28 +133,41 @@ async def test_conditions_templating_and_step_outputs(runs, project):
         <param name="path">notes/short.txt</param><param name="content">short</param>
       </tool_call>
     </step>"""
-    write_directive(project / ".ai" / "directives" / "cond.md", directive_md(
-        body, name="cond", permissions='<write resource="filesystem" path="notes/**"/>'
-                                       '<execute resource="tool" id="word_count"/>',
-        inputs='<input name="text" type="string" required="true"/><input name="force" type="boolean" default="false"/>'))
+    write_directive(
+        project / ".ai" / "directives" / "cond.md",
+        directive_md(
+            body,
+            name="cond",
+            permissions='<write resource="filesystem" path="notes/**"/>'
+            '<execute resource="tool" id="word_count"/>',
+            inputs='<input name="text" type="string" required="true"/><input name="force" type="boolean" default="false"/>',
+        ),
+    )
     run_id = await runs.start("cond", {"text": "one two three four five"})
     result = await runs.handle(run_id).result()
     assert result.status == "completed"
     assert (project / "notes" / "long.txt").read_text() == "5 words"
     assert not (project / "notes" / "short.txt").exists()
     status = await runs.status(run_id)
-    assert {s.name: s.status for s in status.steps} == {"probe": "completed", "long_only": "completed",
-                                                       "short_only": "skipped"}
+    assert {s.name: s.status for s in status.steps} == {
+        "probe": "completed",
+        "long_only": "completed",
+        "short_only": "skipped",
+    }
 
 
 async def test_rate_limit_and_loop_warnings(runs, project):
-    write(project / ".ai" / "config" / "agent_harness.yaml", "rate_limits:\n  filesystem.write: 3\n"
-          "loop_detection:\n  repeat_threshold: 3\n  max_warnings: 100\n")
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "rate_limits:\n  filesystem.write: 3\nloop_detection:\n  repeat_threshold: 3\n  max_warnings: 100\n",
+    )
     run_id = await runs.start("hello_kiwi", {"name": "Ed"})
     await awaiting(runs, run_id, "confirm")
     # write_greeting already used one of the three writes.
-    results = [await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/{i}.txt", "content": "x"})
-               for i in range(3)]
+    results = [
+        await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/{i}.txt", "content": "x"})
+        for i in range(3)
+    ]
     assert [r.status for r in results] == ["ok", "ok", "rate_limited"]
     assert not (project / "notes" / "2.txt").exists()
     repeated = [await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"}) for _ in range(3)]
@@ -155,13 +176,17 @@ async def test_rate_limit_and_loop_warnings(runs, project):
 
 
 async def test_long_runs_continue_as_new_and_callers_never_notice(runs, project):
-    write(project / ".ai" / "config" / "agent_harness.yaml",
-          "runs:\n  continue_as_new_after_updates: 15\nloop_detection:\n  repeat_threshold: 1000\n"
-          "rate_limits:\n  filesystem.write: 1000\n")
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "runs:\n  continue_as_new_after_updates: 15\nloop_detection:\n  repeat_threshold: 1000\n"
+        "rate_limits:\n  filesystem.write: 1000\n",
+    )
     run_id = await runs.start("hello_kiwi", {"name": "Flo"})
     await awaiting(runs, run_id, "confirm")
     for i in range(50):
-        result = await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/n{i}.txt", "content": str(i)})
+        result = await runs.call_tool(
+            run_id, "filesystem.write", {"path": f"notes/n{i}.txt", "content": str(i)}
+        )
         assert result.status == "ok", result
     status = await runs.status(run_id)
     assert status.continued >= 2 and status.calls == 52
@@ -175,8 +200,9 @@ async def test_long_runs_continue_as_new_and_callers_never_notice(runs, project)
 
 async def kiwi_cli(*argv: str) -> tuple[int, str, str]:
     """Run the real `kiwi` command line in a child process."""
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "kiwi", *argv, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kiwi", *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     out, err = await proc.communicate()
     return proc.returncode, out.decode(), err.decode()
 
@@ -218,16 +244,27 @@ async def test_calls_outside_a_run_go_through_the_session_and_base_policy(runs, 
     assert status.calls == 4 and status.status == "awaiting_agent"
 
     async def audited():
-        found = [(r["decision"], r["client"]) for r in read_audit(str(project), session) if r["event"] == "tool_call"]
+        found = [
+            (r["decision"], r["client"])
+            for r in read_audit(str(project), session)
+            if r["event"] == "tool_call"
+        ]
         return found if len(found) == 4 else None
+
     assert [d for d, _ in await wait_for(audited, what="session audit records")] == [
-        "allowed", "denied", "allowed", "denied"]
+        "allowed",
+        "denied",
+        "allowed",
+        "denied",
+    ]
 
 
 async def test_a_new_client_name_does_not_reset_the_sessions_rate_budget(runs, project):
     """The attack: exhaust the base policy's budget, then call again under another --client name."""
-    write(project / ".ai" / "config" / "agent_harness.yaml",
-          "internal_tools:\n  filesystem:\n    read: ['**']\nrate_limits:\n  filesystem.read: 2\n")
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "internal_tools:\n  filesystem:\n    read: ['**']\nrate_limits:\n  filesystem.read: 2\n",
+    )
     (project / "readme.txt").write_text("hi")
     for client in ("alice", "alice"):
         assert (await runs.session_call(client, "filesystem.read", {"path": "readme.txt"})).status == "ok"
@@ -238,8 +275,10 @@ async def test_a_new_client_name_does_not_reset_the_sessions_rate_budget(runs, p
 
 
 async def test_loop_warnings_stop_the_run_as_stuck_until_a_human_resumes_it(runs, project):
-    write(project / ".ai" / "config" / "agent_harness.yaml",
-          "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 2\n")
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 2\n",
+    )
     approver("ops")
     run_id = await runs.start("hello_kiwi", {"name": "Lo"})
     await awaiting(runs, run_id, "confirm")
@@ -252,6 +291,7 @@ async def test_loop_warnings_stop_the_run_as_stuck_until_a_human_resumes_it(runs
 
     async def listed():  # the visibility store catches up with the search attribute a moment later
         return [r["run_id"] for r in await runs.list_runs(status="stuck")] == [run_id]
+
     await wait_for(listed, what="the stuck run in `kiwi runs --status stuck`")
     with pytest.raises(RunStateConflict, match="must resume it"):
         await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})
@@ -282,6 +322,7 @@ async def test_an_agent_stuck_too_often_goes_to_a_human(runs, project):
 
     async def listed():  # the visibility store catches up with the search attribute a moment later
         return run_id in [r["run_id"] for r in await runs.list_runs(status="awaiting_human")]
+
     await wait_for(listed, what="the held run in `kiwi runs --status awaiting_human`")
 
 

@@ -18,7 +18,7 @@ from tests.helpers import awaiting_step, directive_md, write, write_directive
 
 # An upstream server that puts what it was started with everywhere it can: descriptions, schema
 # defaults, JSON-RPC error messages and tool errors.
-LEAKY_SERVER = '''
+LEAKY_SERVER = """
 import os
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
@@ -39,19 +39,46 @@ def explode() -> str:
     raise RuntimeError(f"exploded holding {TOKEN}")
 
 server.run("stdio")
-'''
+"""
 
 
-@pytest.mark.parametrize(("key", "secret"), [
-    ("password", True), ("db_passwd", True), ("pwd", True), ("api_key", True), ("apiKey", True),
-    ("x-api-key", True), ("access_key", True), ("AWS_SECRET_ACCESS_KEY", True), ("client_secret", True),
-    ("auth", True), ("auth_header", True), ("Authorization", True), ("bearer", True), ("cookie", True),
-    ("Set-Cookie", True), ("session", True), ("refresh_token", True), ("private_key", True),
-    ("credentials", True), ("passphrase", True),
-    ("path", False), ("author", False), ("authority", False), ("session_id", False), ("sessionId", False),
-    ("private", False), ("signature", False), ("key", False), ("topic", False), ("content", False),
-    ("description", False), ("keyword", False),
-])
+@pytest.mark.parametrize(
+    ("key", "secret"),
+    [
+        ("password", True),
+        ("db_passwd", True),
+        ("pwd", True),
+        ("api_key", True),
+        ("apiKey", True),
+        ("x-api-key", True),
+        ("access_key", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("client_secret", True),
+        ("auth", True),
+        ("auth_header", True),
+        ("Authorization", True),
+        ("bearer", True),
+        ("cookie", True),
+        ("Set-Cookie", True),
+        ("session", True),
+        ("refresh_token", True),
+        ("private_key", True),
+        ("credentials", True),
+        ("passphrase", True),
+        ("path", False),
+        ("author", False),
+        ("authority", False),
+        ("session_id", False),
+        ("sessionId", False),
+        ("private", False),
+        ("signature", False),
+        ("key", False),
+        ("topic", False),
+        ("content", False),
+        ("description", False),
+        ("keyword", False),
+    ],
+)
 def test_secret_looking_keys_are_redacted_and_ordinary_ones_kept(key, secret):
     assert is_secret_key(key) is secret
     assert (redact({key: "v"})[key] == REDACTED) is secret
@@ -59,7 +86,9 @@ def test_secret_looking_keys_are_redacted_and_ordinary_ones_kept(key, secret):
 
 def test_values_with_an_auth_scheme_are_redacted_wherever_they_are():
     assert redact({"headers": ["Bearer abcdefgh12345"], "note": "bearer of news"}) == {
-        "headers": [REDACTED], "note": "bearer of news"}
+        "headers": [REDACTED],
+        "note": "bearer of news",
+    }
 
 
 def test_worker_logs_never_show_known_secrets_or_credential_query_values(caplog):
@@ -83,7 +112,9 @@ async def test_a_secret_appears_nowhere_a_run_records_or_shows(runs, project, mo
     secret = f"tok-{uuid.uuid4().hex}"
     monkeypatch.setenv("KIWI_TEST_SECRET", secret)
     script = write(project / "leaky_server.py", LEAKY_SERVER)
-    write(project / ".ai" / "config" / "mcp_registry.yaml", f"""\
+    write(
+        project / ".ai" / "config" / "mcp_registry.yaml",
+        f"""\
 mcps:
   leaky:
     command: {sys.executable}
@@ -92,23 +123,36 @@ mcps:
       UPSTREAM_TOKEN: ${{KIWI_TEST_SECRET}}
   broken:
     command: /nonexistent/${{KIWI_TEST_SECRET}}/server
-""")
-    write_directive(project / ".ai" / "directives" / "peek.md", directive_md(
-        '<step name="work"><action>Look around.</action></step>', name="peek",
-        tools='<tools><mcp name="leaky" required="true"/><mcp name="broken"/></tools>',
-        permissions='<execute resource="mcp" name="leaky" actions="*"/>'
-                    '<execute resource="mcp" name="broken" actions="*"/>'))
+""",
+    )
+    write_directive(
+        project / ".ai" / "directives" / "peek.md",
+        directive_md(
+            '<step name="work"><action>Look around.</action></step>',
+            name="peek",
+            tools='<tools><mcp name="leaky" required="true"/><mcp name="broken"/></tools>',
+            permissions='<execute resource="mcp" name="leaky" actions="*"/>'
+            '<execute resource="mcp" name="broken" actions="*"/>',
+        ),
+    )
     caplog.set_level(logging.INFO)
     run_id = await runs.start("peek", {})
     context = await runs.tool_context(run_id)
     await awaiting_step(runs, run_id, "work")
     shown = json.dumps(context.model_dump())
     assert "authenticated with [secret KIWI_TEST_SECRET]" in shown  # descriptions and schema defaults
-    assert not context.mcps["broken"].available and "[secret KIWI_TEST_SECRET]" in context.mcps["broken"].error
-    calls = {tool: await runs.call_tool(run_id, tool, {}) for tool in (
-        "leaky.whoami", "leaky.refuse", "leaky.explode", "broken.anything")}
+    assert (
+        not context.mcps["broken"].available and "[secret KIWI_TEST_SECRET]" in context.mcps["broken"].error
+    )
+    calls = {
+        tool: await runs.call_tool(run_id, tool, {})
+        for tool in ("leaky.whoami", "leaky.refuse", "leaky.explode", "broken.anything")
+    }
     assert calls["leaky.whoami"].status == "ok"
-    assert calls["leaky.refuse"].status == "error" and "bad params for token [secret" in calls["leaky.refuse"].reason
+    assert (
+        calls["leaky.refuse"].status == "error"
+        and "bad params for token [secret" in calls["leaky.refuse"].reason
+    )
     assert calls["leaky.explode"].status == "error" and calls["leaky.explode"].error_type == "ToolFailed"
     assert calls["broken.anything"].error_type == "McpUnavailable"
     status = await runs.status(run_id)

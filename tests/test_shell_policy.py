@@ -31,63 +31,66 @@ def check(argv, *, allowed=("*",), blocked=("sudo", "rm -rf"), **grants):
     return check_argv(argv, allowed=list(allowed), blocked=list(blocked), **{**EVERYTHING, **grants})
 
 
-@pytest.mark.parametrize(("argv", "named"), [
-    (["git", "-c", "alias.x=!touch PWNED", "x"], "'-c'"),
-    (["git", "-calias.x=!touch PWNED", "x"], "'-c'"),
-    (["git", "-C", "/tmp", "status"], "'-C'"),
-    (["git", "--git-dir=/tmp/x/.git", "status"], "--git-dir"),
-    (["git", "--exec-path=/tmp", "status"], "--exec-path"),
-    (["git", "x"], "'git x'"),
-    (["git", "config", "core.fsmonitor", "touch PWNED"], "'git config'"),
-    (["git", "push"], "'git push'"),
-    (["git", "rebase", "-x", "touch PWNED", "HEAD~1"], "'git rebase'"),
-    (["git", "diff", "--ext-diff"], "'--ext-diff'"),
-    (["git", "diff", "--ext"], "'--ext-diff'"),
-    (["git", "grep", "-O", "x"], "'-O'"),
-    (["git", "grep", "--open-files-in-pager=touch PWNED", "x"], "--open-files-in-pager"),
-    (["git", "init", "--template=evil"], "'--template'"),
-    (["git", "status", "--help"], "'--help'"),
-    (["git", "add", "-p"], "git add -p"),
-    (["git", "diff", "--no-index", "/etc/passwd", "/dev/null"], "'/etc/passwd'"),
-    (["git", "log", "--output=/tmp/out"], "'/tmp/out'"),
-    (["git", "add", ".git/config"], "'.git'"),
-    (["find", ".", "-exec", "touch", "PWNED", ";"], "'-exec'"),
-    (["find", ".", "-name", "x", "-execdir", "sh", "{}", "+"], "'-execdir'"),
-    (["find", ".", "-okdir", "rm", "{}", ";"], "'-okdir'"),
-    (["find", "src", "-delete"], "'-delete'"),
-    (["find", ".", "-fprint", "out.txt"], "'-fprint'"),
-    (["find", "-L", "."], "'-L'"),
-    (["rg", "--pre=touch", "x"], "'--pre'"),
-    (["rg", "--pre-glob", "*", "x"], "'--pre-glob'"),
-    (["rg", "-z", "x"], "'-z'"),
-    (["rg", "-iz", "x"], "'-z'"),
-    (["sort", "--compress-program=sh", "x"], "'--compress-program'"),
-    (["sort", "--compress-prog=sh", "x"], "'--compress-program'"),
-    (["tar", "--to-command=sh", "-xf", "a.tar"], "'--to-command'"),
-    (["tar", "-I", "sh", "-cf", "a.tar", "src"], "'-I'"),
-    (["tar", "--checkpoint-action=exec=sh", "-cf", "a.tar", "src"], "'--checkpoint-action'"),
-    (["tar", "-F", "x.sh", "-cf", "a.tar", "src"], "'-F'"),
-    (["tar", "-xf", "a.tar"], "'.git'"),
-    (["zip", "-TT", "touch PWNED", "-T", "a.zip", "x"], "'-TT'"),
-    (["zip", "--unzip-command", "sh", "a.zip", "x"], "'--unzip-command'"),
-    (["ls", "/etc"], "'/etc'"),
-    (["ls", "~"], "'~'"),
-    (["cat", "src/../../x"], "'src/../../x'"),
-    (["cp", "src/a", "/tmp/b"], "'/tmp/b'"),
-    (["ln", "-s", "/etc/passwd", "x"], "'/etc/passwd'"),
-    (["touch", ".ai/logs/x"], "'.ai/logs'"),
-    (["rm", "-r", "."], "'.git'"),
-    (["dd", "if=/etc/passwd", "of=x"], "'/etc/passwd'"),
-    (["frob", "--config=/etc/shadow"], "'/etc/shadow'"),
-    (["env", "touch", "PWNED"], "'env'"),
-    (["python3.11", "-c", "print(1)"], "'python3.11'"),
-    (["bash", "-c", "id"], "'bash'"),
-    (["xargs", "touch"], "'xargs'"),
-    (["awk", "BEGIN{system(\"id\")}"], "'awk'"),
-    (["npm", "test"], "'npm'"),
-    (["ssh", "host"], "'ssh'"),
-    (["vim", "-c", ":!id"], "'vim'"),
-])
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["git", "-c", "alias.x=!touch PWNED", "x"], "'-c'"),
+        (["git", "-calias.x=!touch PWNED", "x"], "'-c'"),
+        (["git", "-C", "/tmp", "status"], "'-C'"),
+        (["git", "--git-dir=/tmp/x/.git", "status"], "--git-dir"),
+        (["git", "--exec-path=/tmp", "status"], "--exec-path"),
+        (["git", "x"], "'git x'"),
+        (["git", "config", "core.fsmonitor", "touch PWNED"], "'git config'"),
+        (["git", "push"], "'git push'"),
+        (["git", "rebase", "-x", "touch PWNED", "HEAD~1"], "'git rebase'"),
+        (["git", "diff", "--ext-diff"], "'--ext-diff'"),
+        (["git", "diff", "--ext"], "'--ext-diff'"),
+        (["git", "grep", "-O", "x"], "'-O'"),
+        (["git", "grep", "--open-files-in-pager=touch PWNED", "x"], "--open-files-in-pager"),
+        (["git", "init", "--template=evil"], "'--template'"),
+        (["git", "status", "--help"], "'--help'"),
+        (["git", "add", "-p"], "git add -p"),
+        (["git", "diff", "--no-index", "/etc/passwd", "/dev/null"], "'/etc/passwd'"),
+        (["git", "log", "--output=/tmp/out"], "'/tmp/out'"),
+        (["git", "add", ".git/config"], "'.git'"),
+        (["find", ".", "-exec", "touch", "PWNED", ";"], "'-exec'"),
+        (["find", ".", "-name", "x", "-execdir", "sh", "{}", "+"], "'-execdir'"),
+        (["find", ".", "-okdir", "rm", "{}", ";"], "'-okdir'"),
+        (["find", "src", "-delete"], "'-delete'"),
+        (["find", ".", "-fprint", "out.txt"], "'-fprint'"),
+        (["find", "-L", "."], "'-L'"),
+        (["rg", "--pre=touch", "x"], "'--pre'"),
+        (["rg", "--pre-glob", "*", "x"], "'--pre-glob'"),
+        (["rg", "-z", "x"], "'-z'"),
+        (["rg", "-iz", "x"], "'-z'"),
+        (["sort", "--compress-program=sh", "x"], "'--compress-program'"),
+        (["sort", "--compress-prog=sh", "x"], "'--compress-program'"),
+        (["tar", "--to-command=sh", "-xf", "a.tar"], "'--to-command'"),
+        (["tar", "-I", "sh", "-cf", "a.tar", "src"], "'-I'"),
+        (["tar", "--checkpoint-action=exec=sh", "-cf", "a.tar", "src"], "'--checkpoint-action'"),
+        (["tar", "-F", "x.sh", "-cf", "a.tar", "src"], "'-F'"),
+        (["tar", "-xf", "a.tar"], "'.git'"),
+        (["zip", "-TT", "touch PWNED", "-T", "a.zip", "x"], "'-TT'"),
+        (["zip", "--unzip-command", "sh", "a.zip", "x"], "'--unzip-command'"),
+        (["ls", "/etc"], "'/etc'"),
+        (["ls", "~"], "'~'"),
+        (["cat", "src/../../x"], "'src/../../x'"),
+        (["cp", "src/a", "/tmp/b"], "'/tmp/b'"),
+        (["ln", "-s", "/etc/passwd", "x"], "'/etc/passwd'"),
+        (["touch", ".ai/logs/x"], "'.ai/logs'"),
+        (["rm", "-r", "."], "'.git'"),
+        (["dd", "if=/etc/passwd", "of=x"], "'/etc/passwd'"),
+        (["frob", "--config=/etc/shadow"], "'/etc/shadow'"),
+        (["env", "touch", "PWNED"], "'env'"),
+        (["python3.11", "-c", "print(1)"], "'python3.11'"),
+        (["bash", "-c", "id"], "'bash'"),
+        (["xargs", "touch"], "'xargs'"),
+        (["awk", 'BEGIN{system("id")}'], "'awk'"),
+        (["npm", "test"], "'npm'"),
+        (["ssh", "host"], "'ssh'"),
+        (["vim", "-c", ":!id"], "'vim'"),
+    ],
+)
 def test_each_way_to_run_or_reach_something_else_is_refused_by_name(argv, named):
     decision = check(argv)
     assert not decision.allowed, argv
@@ -95,16 +98,36 @@ def test_each_way_to_run_or_reach_something_else_is_refused_by_name(argv, named)
     assert decision.hint or "blocked" in decision.reason or "leaves" in decision.reason
 
 
-@pytest.mark.parametrize("argv", [
-    ["git", "status"], ["git", "log", "-p", "HEAD~1"], ["git", "diff", "HEAD~1", "--", "src"],
-    ["git", "show", "HEAD:src/a.py"], ["git", "--no-pager", "log", "-n", "3"], ["git", "commit", "-am", "msg"],
-    ["git", "add", "src/a.py"], ["git", "blame", "-L", "1,2", "src/a.py"], ["git", "grep", "-e", "x"],
-    ["find", ".", "-name", "*.py", "-type", "f"], ["find", "src", "-newer", "src/a.py"],
-    ["ls", "-la", "src"], ["cat", "src/a.py"], ["head", "-n", "5", "src/a.py"], ["grep", "-rn", "a/b", "src"],
-    ["rg", "--files"], ["rg", "-e", "x", "src"], ["sort", "-o", "out/s.txt", "src/a.py"],
-    ["tar", "-czf", "out/a.tgz", "src"], ["cp", "-r", "src", "out/copy"], ["rm", "-r", "out/copy"],
-    ["echo", "/etc/passwd"], ["printenv"], ["mkdir", "-p", "out/x"], ["ln", "-s", "../src/a.py", "out/link"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["git", "status"],
+        ["git", "log", "-p", "HEAD~1"],
+        ["git", "diff", "HEAD~1", "--", "src"],
+        ["git", "show", "HEAD:src/a.py"],
+        ["git", "--no-pager", "log", "-n", "3"],
+        ["git", "commit", "-am", "msg"],
+        ["git", "add", "src/a.py"],
+        ["git", "blame", "-L", "1,2", "src/a.py"],
+        ["git", "grep", "-e", "x"],
+        ["find", ".", "-name", "*.py", "-type", "f"],
+        ["find", "src", "-newer", "src/a.py"],
+        ["ls", "-la", "src"],
+        ["cat", "src/a.py"],
+        ["head", "-n", "5", "src/a.py"],
+        ["grep", "-rn", "a/b", "src"],
+        ["rg", "--files"],
+        ["rg", "-e", "x", "src"],
+        ["sort", "-o", "out/s.txt", "src/a.py"],
+        ["tar", "-czf", "out/a.tgz", "src"],
+        ["cp", "-r", "src", "out/copy"],
+        ["rm", "-r", "out/copy"],
+        ["echo", "/etc/passwd"],
+        ["printenv"],
+        ["mkdir", "-p", "out/x"],
+        ["ln", "-s", "../src/a.py", "out/link"],
+    ],
+)
 def test_ordinary_uses_stay_allowed(argv):
     decision = check(argv)
     assert decision.allowed, decision
@@ -145,14 +168,19 @@ def test_grantable_options_need_the_grant_that_names_them():
     assert not check(["find", "out", "-delete"]).allowed
     assert check(["find", "out", "-delete"], options_granted={"find": ["-delete"]}).allowed
     assert not check(["find", "out", "-delete"], options_granted={"tar": ["-delete"]}).allowed
-    assert not check(["find", "out", "-delete"], options_granted={"find": ["-delete"]}, write_grants=[]).allowed
+    assert not check(
+        ["find", "out", "-delete"], options_granted={"find": ["-delete"]}, write_grants=[]
+    ).allowed
 
 
 def test_the_permission_set_uses_the_shell_policy():
-    grants = PermissionSet.from_entries([
-        PermissionEntry(tag="execute", attrs={"resource": "shell", "commands": "git,ls,rm"}),
-        PermissionEntry(tag="read", attrs={"resource": "filesystem", "path": "**"}),
-        PermissionEntry(tag="write", attrs={"resource": "filesystem", "path": "out/**"})])
+    grants = PermissionSet.from_entries(
+        [
+            PermissionEntry(tag="execute", attrs={"resource": "shell", "commands": "git,ls,rm"}),
+            PermissionEntry(tag="read", attrs={"resource": "filesystem", "path": "**"}),
+            PermissionEntry(tag="write", attrs={"resource": "filesystem", "path": "out/**"}),
+        ]
+    )
     assert grants.check("shell.run", {"command": "ls src"}).allowed
     assert not grants.check("shell.run", {"command": "ls /etc"}).allowed
     assert not grants.check("shell.run", {"argv": ["ls", "src"], "cwd": "/tmp"}).allowed
@@ -163,8 +191,15 @@ def test_the_permission_set_uses_the_shell_policy():
 
 
 def test_blocked_patterns_match_argv_not_text():
-    for argv in (["rm", "-fr", "x"], ["rm", "-r", "-f", "x"], ["rm", "--recursive", "--force", "x"],
-                 ["rm", "-Rf", "x"], ["rm", "-f", "x", "-r"], ["rm", "--rec", "--forc", "x"], ["rm", "-rfv", "x"]):
+    for argv in (
+        ["rm", "-fr", "x"],
+        ["rm", "-r", "-f", "x"],
+        ["rm", "--recursive", "--force", "x"],
+        ["rm", "-Rf", "x"],
+        ["rm", "-f", "x", "-r"],
+        ["rm", "--rec", "--forc", "x"],
+        ["rm", "-rfv", "x"],
+    ):
         assert blocked_by("rm -rf", argv), argv
     assert not blocked_by("rm -rf", ["rm", "-r", "x"]) and not blocked_by("rm -rf", ["rm", "--", "-rf"])
     assert blocked_by("git push --force", ["git", "push", "-f", "origin"])
@@ -174,22 +209,53 @@ def test_blocked_patterns_match_argv_not_text():
 
 # ------------------------------------------------------------------------------------------- properties
 
-PATHS = st.sampled_from(["src/a.py", "src", "out/x", "./src/a.py", "../x", "/etc/passwd", "~/x", "src/../../x",
-                         "a/../src/a.py", ".git/config", ".ai/logs/x", ".", "..", "notes/n.md", "out/../src/b",
-                         "x=/etc/passwd", "~root"])
+PATHS = st.sampled_from(
+    [
+        "src/a.py",
+        "src",
+        "out/x",
+        "./src/a.py",
+        "../x",
+        "/etc/passwd",
+        "~/x",
+        "src/../../x",
+        "a/../src/a.py",
+        ".git/config",
+        ".ai/logs/x",
+        ".",
+        "..",
+        "notes/n.md",
+        "out/../src/b",
+        "x=/etc/passwd",
+        "~root",
+    ]
+)
 OPTIONS = st.sampled_from(["-r", "-f", "-l", "-a", "-v", "--force", "--", "-n"])
-PROGRAMS = st.sampled_from(["cat", "ls", "rm", "touch", "mkdir", "wc", "tee", "cp", "mv", "frob", "stat", "du"])
-GLOBS = st.lists(st.sampled_from(["**", "src/**", "out/**", "notes/*", ".", "src/*.py", ".git/**"]), max_size=3)
+PROGRAMS = st.sampled_from(
+    ["cat", "ls", "rm", "touch", "mkdir", "wc", "tee", "cp", "mv", "frob", "stat", "du"]
+)
+GLOBS = st.lists(
+    st.sampled_from(["**", "src/**", "out/**", "notes/*", ".", "src/*.py", ".git/**"]), max_size=3
+)
 WRITERS = {"rm", "touch", "mkdir", "tee", "mv"}
 
 
 @settings(max_examples=400, deadline=None)
-@given(program=PROGRAMS, words=st.lists(st.one_of(PATHS, OPTIONS), max_size=6), read=GLOBS, write=GLOBS,
-       deny=st.lists(st.sampled_from(["src/a.py", "notes/**", "out/x"]), max_size=1),
-       cwd=st.sampled_from([".", "src", "out"]))
-def test_an_allowed_command_names_only_granted_paths_inside_the_project(program, words, read, write, deny, cwd):
+@given(
+    program=PROGRAMS,
+    words=st.lists(st.one_of(PATHS, OPTIONS), max_size=6),
+    read=GLOBS,
+    write=GLOBS,
+    deny=st.lists(st.sampled_from(["src/a.py", "notes/**", "out/x"]), max_size=1),
+    cwd=st.sampled_from([".", "src", "out"]),
+)
+def test_an_allowed_command_names_only_granted_paths_inside_the_project(
+    program, words, read, write, deny, cwd
+):
     argv = [program, *words]
-    decision = check_argv(argv, allowed=["*"], read_grants=read + write, write_grants=write, deny_fs=deny, cwd=cwd)
+    decision = check_argv(
+        argv, allowed=["*"], read_grants=read + write, write_grants=write, deny_fs=deny, cwd=cwd
+    )
     if not decision.allowed:
         return
     assert granted(read + write, cwd) is not None
@@ -212,8 +278,30 @@ def test_an_allowed_command_names_only_granted_paths_inside_the_project(program,
         assert first_match(deny, rel) is None, argv
 
 
-RM_FLAGS = st.lists(st.sampled_from(["-r", "-R", "-f", "--recursive", "--force", "-rf", "-fr", "-Rf", "-fR",
-                                     "-v", "-i", "-d", "--verbose", "-rv", "-fv", "--rec", "--for"]), max_size=5)
+RM_FLAGS = st.lists(
+    st.sampled_from(
+        [
+            "-r",
+            "-R",
+            "-f",
+            "--recursive",
+            "--force",
+            "-rf",
+            "-fr",
+            "-Rf",
+            "-fR",
+            "-v",
+            "-i",
+            "-d",
+            "--verbose",
+            "-rv",
+            "-fv",
+            "--rec",
+            "--for",
+        ]
+    ),
+    max_size=5,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -221,8 +309,12 @@ RM_FLAGS = st.lists(st.sampled_from(["-r", "-R", "-f", "--recursive", "--force",
 def test_every_spelling_of_rm_with_r_and_f_is_blocked_by_rm_rf(flags, target, shuffle):
     argv = ["rm", *flags, target]
     shuffle.shuffle(argv[1:])
-    letters = "".join(f.lstrip("-") if not f.startswith("--") else {"--recursive": "r", "--force": "f", "--rec": "r",
-                                                                     "--for": "f"}.get(f, "") for f in flags)
+    letters = "".join(
+        f.lstrip("-")
+        if not f.startswith("--")
+        else {"--recursive": "r", "--force": "f", "--rec": "r", "--for": "f"}.get(f, "")
+        for f in flags
+    )
     has_r = "r" in letters or "R" in letters
     decision = check(["rm", *flags, target])
     if has_r and "f" in letters:
@@ -230,8 +322,11 @@ def test_every_spelling_of_rm_with_r_and_f_is_blocked_by_rm_rf(flags, target, sh
 
 
 @settings(max_examples=300, deadline=None)
-@given(program=st.sampled_from(sorted(REFUSED_PROGRAMS)), version=st.sampled_from(["", "3", "3.11", "-5.2", "18"]),
-       words=st.lists(st.sampled_from(["-c", "x", "src/a", "--", "-e", "id", "."]), max_size=4))
+@given(
+    program=st.sampled_from(sorted(REFUSED_PROGRAMS)),
+    version=st.sampled_from(["", "3", "3.11", "-5.2", "18"]),
+    words=st.lists(st.sampled_from(["-c", "x", "src/a", "--", "-e", "id", "."]), max_size=4),
+)
 def test_no_argv_makes_a_refused_program_allowed(program, version, words):
     decision = check([program + version, *words])
     assert not decision.allowed
@@ -239,14 +334,23 @@ def test_no_argv_makes_a_refused_program_allowed(program, version, words):
         assert "is refused" in decision.reason or "blocked by the harness" in decision.reason
 
 
-BENIGN_GIT = st.lists(st.sampled_from(["HEAD", "src/a.py", "-q", "--stat", "main", "HEAD~1", "--cached"]), max_size=4)
+BENIGN_GIT = st.lists(
+    st.sampled_from(["HEAD", "src/a.py", "-q", "--stat", "main", "HEAD~1", "--cached"]), max_size=4
+)
 
 
 @settings(max_examples=400, deadline=None)
-@given(sub=st.sampled_from(sorted(GIT_SUBCOMMANDS)), before=BENIGN_GIT, after=BENIGN_GIT,
-       bad=st.sampled_from(sorted(GIT_REFUSED_OPTIONS)), value=st.sampled_from(["", "=x", "=touch PWNED"]),
-       tail=st.lists(st.sampled_from(["src/a.py", "src"]), max_size=2))
-def test_git_with_a_refused_option_anywhere_before_the_double_dash_is_refused(sub, before, after, bad, value, tail):
+@given(
+    sub=st.sampled_from(sorted(GIT_SUBCOMMANDS)),
+    before=BENIGN_GIT,
+    after=BENIGN_GIT,
+    bad=st.sampled_from(sorted(GIT_REFUSED_OPTIONS)),
+    value=st.sampled_from(["", "=x", "=touch PWNED"]),
+    tail=st.lists(st.sampled_from(["src/a.py", "src"]), max_size=2),
+)
+def test_git_with_a_refused_option_anywhere_before_the_double_dash_is_refused(
+    sub, before, after, bad, value, tail
+):
     option = bad + (value if bad.startswith("--") else "")
     argv = ["git", sub, *before, option, *after, "--", *tail]
     decision = check(argv)
@@ -254,15 +358,33 @@ def test_git_with_a_refused_option_anywhere_before_the_double_dash_is_refused(su
 
 
 @settings(max_examples=100, deadline=None)
-@given(option=st.sampled_from(["-c", "-C", "--git-dir=x", "--work-tree=x", "--exec-path=x", "-p", "--paginate",
-                               "--namespace=x", "--config-env=a=b"]), sub=st.sampled_from(sorted(GIT_SUBCOMMANDS)))
+@given(
+    option=st.sampled_from(
+        [
+            "-c",
+            "-C",
+            "--git-dir=x",
+            "--work-tree=x",
+            "--exec-path=x",
+            "-p",
+            "--paginate",
+            "--namespace=x",
+            "--config-env=a=b",
+        ]
+    ),
+    sub=st.sampled_from(sorted(GIT_SUBCOMMANDS)),
+)
 def test_git_options_that_repoint_or_reconfigure_git_are_refused_before_the_subcommand(option, sub):
     assert not check(["git", option, "core.pager=x", sub]).allowed
 
 
 def test_path_arguments_give_the_worker_what_to_recheck():
     paths = path_arguments(["cp", "src/a", "out/b"], cwd="src")
-    assert [(p.rel, p.mode) for p in paths] == [("src", "read"), ("src/src/a", "read"), ("src/out/b", "write")]
+    assert [(p.rel, p.mode) for p in paths] == [
+        ("src", "read"),
+        ("src/src/a", "read"),
+        ("src/out/b", "write"),
+    ]
 
 
 # ------------------------------------------------------------------------------------ the environment
@@ -285,8 +407,9 @@ def test_each_forced_git_setting_wins_over_the_repositorys_own_config(tmp_path):
     for key, _ in GIT_FORCED_CONFIG:
         subprocess.run(["git", "config", "--local", key, "touch PWNED"], cwd=tmp_path, check=True)
     for key, value in GIT_FORCED_CONFIG:
-        shown = subprocess.run(["git", "config", "--get", key], cwd=tmp_path, env=child_env(), capture_output=True,
-                               text=True)
+        shown = subprocess.run(
+            ["git", "config", "--get", key], cwd=tmp_path, env=child_env(), capture_output=True, text=True
+        )
         assert shown.stdout.rstrip("\n") == value, key
     status = subprocess.run(["git", "status"], cwd=tmp_path, env=child_env(), capture_output=True, text=True)
     assert status.returncode == 0 and not (tmp_path / "PWNED").exists()

@@ -25,8 +25,11 @@ def project(tmp_path, monkeypatch):
 
 
 def make_directive(root: Path, name: str, description: str, category: str = "tests") -> Path:
-    text = directive_md('<step name="s"><action>x</action></step>', name=name).replace(
-        f"Demo directive {name}", description).replace("<category>tests", f"<category>{category}")
+    text = (
+        directive_md('<step name="s"><action>x</action></step>', name=name)
+        .replace(f"Demo directive {name}", description)
+        .replace("<category>tests", f"<category>{category}")
+    )
     return write(root / "directives" / category / f"{name}.md", text)
 
 
@@ -40,7 +43,10 @@ def test_search_ranks_by_relevance_and_filters(project):
     assert [r.item_id for r in results][:1] == ["deploy_database"]
     assert all(r.item_type == "directive" for r in store.search("deploy", item_type="directive"))
     assert [r.item_id for r in store.search("deploy", category="maintenance")] == []
-    assert {r.item_id for r in store.search("deploy", category="deployment")} == {"deploy_database", "deploy_docs"}
+    assert {r.item_id for r in store.search("deploy", category="deployment")} == {
+        "deploy_database",
+        "deploy_docs",
+    }
     words = store.search("words", item_type="tool")
     assert words and words[0].item_id == "word_count" and words[0].snippet
 
@@ -83,7 +89,10 @@ def test_compat_items_load_through_the_store(project):
     shutil.copy(COMPAT / "directives" / "agent.AGENTS.md", ai / "directives" / "agent.AGENTS.md")
     for name in ("001-email-deliverability.from-API.md", "quality-curve.from-GSD_MIGRATION_PLAN.md"):
         shutil.copy(COMPAT / "knowledge" / name, ai / "knowledge" / name)
-    shutil.copy(COMPAT / "tools" / "context7_resolve_library.from-MCP_DISCOVERY_WORKFLOW.yaml", ai / "tools" / "c7.yaml")
+    shutil.copy(
+        COMPAT / "tools" / "context7_resolve_library.from-MCP_DISCOVERY_WORKFLOW.yaml",
+        ai / "tools" / "c7.yaml",
+    )
     store = ItemStore(project)
     assert store.load_directive("agent")[0].version == "1.1.0"
     assert store.load("knowledge", "quality-curve").parsed.category == "patterns/context-engineering"
@@ -96,8 +105,10 @@ def test_cli_validate_exit_codes_and_json(project, capsys):
     assert kiwi(["validate", ".ai"]) == 0
     out = capsys.readouterr().out
     assert "step write_greeting: runs by itself" in out and "step confirm: waits for the agent" in out
-    bad = write(project / ".ai" / "directives" / "bad.md", directive_md(
-        '<step name="a"/><step name="a"/>', name="bad"))
+    bad = write(
+        project / ".ai" / "directives" / "bad.md",
+        directive_md('<step name="a"/><step name="a"/>', name="bad"),
+    )
     assert kiwi(["validate", str(bad), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["valid"] is False
@@ -131,6 +142,8 @@ def test_cli_search_and_show(project, capsys):
 
 
 def test_console_script_help_lists_every_command():
-    out = subprocess.run([sys.executable, "-m", "kiwi", "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "kiwi", "--help"], capture_output=True, text=True, check=True
+    ).stdout
     for command in ("init", "validate", "sign", "search", "show"):
         assert command in out

@@ -27,10 +27,25 @@ MAX_CACHED_WORKFLOWS = 300
 
 def activities(pool: McpPool) -> list:
     fs, commands, git, audit = FilesystemActivities(), CommandActivities(), GitActivities(), AuditActivities()
-    return [fs.read_file, fs.write_file, fs.list_directory, fs.create_directory, fs.delete_path, fs.move_path,
-            commands.run_command, commands.run_local_tool, git.git_status, git.git_diff, git.git_commit,
-            git.git_checkpoint, git.git_rollback, audit.write_audit_records, DirectiveActivities().resolve_directive,
-            McpActivities(pool).mcp_operation, ApprovalActivities().notify_approvers]
+    return [
+        fs.read_file,
+        fs.write_file,
+        fs.list_directory,
+        fs.create_directory,
+        fs.delete_path,
+        fs.move_path,
+        commands.run_command,
+        commands.run_local_tool,
+        git.git_status,
+        git.git_diff,
+        git.git_commit,
+        git.git_checkpoint,
+        git.git_rollback,
+        audit.write_audit_records,
+        DirectiveActivities().resolve_directive,
+        McpActivities(pool).mcp_operation,
+        ApprovalActivities().notify_approvers,
+    ]
 
 
 class KiwiWorker(Worker):
@@ -50,7 +65,8 @@ class KiwiWorker(Worker):
 # The workflow verifies approvers' Ed25519 signatures (pure computation). cryptography's Rust
 # extension can be loaded once per process, so the sandbox must pass it through, not re-import it.
 SANDBOX = SandboxedWorkflowRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_modules("cryptography", "_cffi_backend"))
+    restrictions=SandboxRestrictions.default.with_passthrough_modules("cryptography", "_cffi_backend")
+)
 
 
 def build_worker(client: Client, task_queue: str = TASK_QUEUE, *, sandboxed: bool = False) -> KiwiWorker:
@@ -82,8 +98,13 @@ def build_worker(client: Client, task_queue: str = TASK_QUEUE, *, sandboxed: boo
     )
 
 
-async def run_worker(client: Client, task_queue: str = TASK_QUEUE, stop: asyncio.Event | None = None, *,
-                     sandboxed: bool = False) -> None:
+async def run_worker(
+    client: Client,
+    task_queue: str = TASK_QUEUE,
+    stop: asyncio.Event | None = None,
+    *,
+    sandboxed: bool = False,
+) -> None:
     worker = build_worker(client, task_queue, sandboxed=sandboxed)
     async with worker:
         await (stop.wait() if stop else asyncio.Event().wait())

@@ -14,12 +14,15 @@ fields = json.loads(schema_file.read_text())
 server = MCPServer(name="versioned")
 
 if "volume" in fields:
+
     @server.tool(description="Order a drink")
     def order(drink: str, volume: int) -> str:
         return f"{volume} ml of {drink}"
 else:
+
     @server.tool(description="Order a drink")
     def order(drink: str) -> str:
         return f"one {drink}"
+
 
 server.run("stdio")

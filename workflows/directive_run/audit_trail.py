@@ -32,9 +32,16 @@ class AuditTrail:
 
     def record(self, record: dict[str, Any]) -> None:
         self.state.audit_seq += 1
-        self.state.audit_pending.append({
-            "seq": self.state.audit_seq, "time": workflow.now().isoformat(), "run_id": self.snap.run_id,
-            "workflow_run_id": workflow.info().run_id, "directive": self.snap.directive.name, **record})
+        self.state.audit_pending.append(
+            {
+                "seq": self.state.audit_seq,
+                "time": workflow.now().isoformat(),
+                "run_id": self.snap.run_id,
+                "workflow_run_id": workflow.info().run_id,
+                "directive": self.snap.directive.name,
+                **record,
+            }
+        )
 
     @property
     def pending(self) -> int:
@@ -48,12 +55,18 @@ class AuditTrail:
             # A local activity: the audit file is written by the worker running this workflow,
             # without a round trip through the task queue. Retries are idempotent (sequence numbers).
             request = AuditBatch(project_root=self.snap.project_root, run_id=self.snap.run_id, records=batch)
-            options: dict[str, Any] = {"start_to_close_timeout": timedelta(seconds=30),
-                                       "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
-                                       "summary": f"audit {len(batch)} records"}
+            options: dict[str, Any] = {
+                "start_to_close_timeout": timedelta(seconds=30),
+                "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
+                "summary": f"audit {len(batch)} records",
+            }
             if self.local:
-                await workflow.execute_local_activity_method(AuditActivities.write_audit_records, request, **options)
+                await workflow.execute_local_activity_method(
+                    AuditActivities.write_audit_records, request, **options
+                )
             else:
-                await workflow.execute_activity_method(AuditActivities.write_audit_records, request, **options)
+                await workflow.execute_activity_method(
+                    AuditActivities.write_audit_records, request, **options
+                )
             flushed = {r["seq"] for r in batch}
             self.state.audit_pending = [r for r in self.state.audit_pending if r["seq"] not in flushed]

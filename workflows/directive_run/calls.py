@@ -46,8 +46,15 @@ class CallsMixin:
     """The call path: lookup, policy, rate and loop checks (kiwi.admission), approval, activity, audit."""
 
     # ------------------------------------------------------------------ the call path
-    async def _call(self: DirectiveRun, tool: str, args: dict[str, Any], *, origin: str, step: str | None = None,
-                    client: str = "") -> ToolCallResult:
+    async def _call(
+        self: DirectiveRun,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        origin: str,
+        step: str | None = None,
+        client: str = "",
+    ) -> ToolCallResult:
         state, snap = self.state, self.snap
         state.call_seq += 1
         seq = state.call_seq
@@ -68,37 +75,89 @@ class CallsMixin:
                 value = await self._execute(tool, args, origin, warnings)
                 result = ToolCallResult(status="ok", tool=tool, result=value, call_seq=seq, warnings=warnings)
             except ToolReportedError as exc:
-                result = ToolCallResult(status="error", tool=tool, result=exc.outcome.result, call_seq=seq,
-                                        reason=exc.outcome.error_text or "the tool reported an error",
-                                        error_type=ToolFailed.type, warnings=warnings)
+                result = ToolCallResult(
+                    status="error",
+                    tool=tool,
+                    result=exc.outcome.result,
+                    call_seq=seq,
+                    reason=exc.outcome.error_text or "the tool reported an error",
+                    error_type=ToolFailed.type,
+                    warnings=warnings,
+                )
             except CallRefused as exc:
-                result = ToolCallResult(status=exc.status, tool=tool, reason=exc.reason, hint=exc.hint,  # type: ignore[arg-type]
-                                        error_type=exc.error_type, call_seq=seq)
+                result = ToolCallResult(
+                    status=exc.status,
+                    tool=tool,
+                    reason=exc.reason,
+                    hint=exc.hint,  # type: ignore[arg-type]
+                    error_type=exc.error_type,
+                    call_seq=seq,
+                )
             except (ActivityError, ApplicationError) as exc:
                 kind, message = failure_of(exc)
-                result = ToolCallResult(status="denied" if kind == "PermissionDenied" else "error", tool=tool,
-                                        reason=message, error_type=kind, call_seq=seq)
+                result = ToolCallResult(
+                    status="denied" if kind == "PermissionDenied" else "error",
+                    tool=tool,
+                    reason=message,
+                    error_type=kind,
+                    call_seq=seq,
+                )
             if result.status == "ok":
                 result_hash = digest(result.result)
                 state.result_hashes = (state.result_hashes + [result_hash])[-LOOP_WINDOW:]
-                same = state.result_hashes[-snap.limits.loop_repeat_threshold:]
-                if (len(same) == snap.limits.loop_repeat_threshold and len(set(same)) == 1
-                        and len(set(state.loop_hashes[-snap.limits.loop_repeat_threshold:])) > 1):
-                    result.warnings.append("the same result came back several times in a row; you may be looping")
+                same = state.result_hashes[-snap.limits.loop_repeat_threshold :]
+                if (
+                    len(same) == snap.limits.loop_repeat_threshold
+                    and len(set(same)) == 1
+                    and len(set(state.loop_hashes[-snap.limits.loop_repeat_threshold :])) > 1
+                ):
+                    result.warnings.append(
+                        "the same result came back several times in a row; you may be looping"
+                    )
                     state.loop_warnings += 1
-        if result.status == "ok" and self.human_loop and snap.directive.metadata.git_checkpoint == "auto" and (
-                tool in MUTATING_TOOLS or (tool in snap.local_tools and snap.local_tools[tool].mutates_state)):
+        if (
+            result.status == "ok"
+            and self.human_loop
+            and snap.directive.metadata.git_checkpoint == "auto"
+            and (
+                tool in MUTATING_TOOLS or (tool in snap.local_tools and snap.local_tools[tool].mutates_state)
+            )
+        ):
             await self._checkpoint(f"after {tool}")
-        state.recent_calls = (state.recent_calls + [CallRecord(
-            seq=seq, tool=tool, status=result.status, origin=origin, step=step, reason=result.reason,
-            summary=summarise_call(tool, args), at=started.isoformat())])[-RECENT_CALLS:]
-        self.audit.record({"event": "tool_call", "call_seq": seq, "origin": origin, "step": step,
-                     "client": client or snap.client, "tool": tool, "arguments": redact(args),
-                     "decision": "allowed" if result.status == "ok" or (
-                         result.status == "error" and result.error_type != "ToolNotFound") else result.status,
-                     "reason": result.reason, "hint": result.hint, "error_type": result.error_type,
-                     "result": summarise_result(result.result) if result.status == "ok" else "",
-                     "duration_ms": int((workflow.now() - started).total_seconds() * 1000)})
+        state.recent_calls = (
+            state.recent_calls
+            + [
+                CallRecord(
+                    seq=seq,
+                    tool=tool,
+                    status=result.status,
+                    origin=origin,
+                    step=step,
+                    reason=result.reason,
+                    summary=summarise_call(tool, args),
+                    at=started.isoformat(),
+                )
+            ]
+        )[-RECENT_CALLS:]
+        self.audit.record(
+            {
+                "event": "tool_call",
+                "call_seq": seq,
+                "origin": origin,
+                "step": step,
+                "client": client or snap.client,
+                "tool": tool,
+                "arguments": redact(args),
+                "decision": "allowed"
+                if result.status == "ok" or (result.status == "error" and result.error_type != "ToolNotFound")
+                else result.status,
+                "reason": result.reason,
+                "hint": result.hint,
+                "error_type": result.error_type,
+                "result": summarise_result(result.result) if result.status == "ok" else "",
+                "duration_ms": int((workflow.now() - started).total_seconds() * 1000),
+            }
+        )
         if state.loop_warnings >= snap.limits.loop_max_warnings:
             self._hold("stuck", f"{state.loop_warnings} loop warnings")
             self._publish()
@@ -106,29 +165,50 @@ class CallsMixin:
             await self.audit.flush()
         return result
 
-    def _admit(self: DirectiveRun, tool: str, args: dict[str, Any], seq: int) -> tuple[ToolCallResult | None, str]:
+    def _admit(
+        self: DirectiveRun, tool: str, args: dict[str, Any], seq: int
+    ) -> tuple[ToolCallResult | None, str]:
         """Lookup, arguments, permission, rate limit and loop checks (``kiwi.admission``); a result means
         'not executed'."""
-        outcome = admit(tool, args, seq, snap=self.snap, state=self.state, now=workflow.now().timestamp(),
-                        check_args=self.hardened)
+        outcome = admit(
+            tool,
+            args,
+            seq,
+            snap=self.snap,
+            state=self.state,
+            now=workflow.now().timestamp(),
+            check_args=self.hardened,
+        )
         return outcome.refusal, outcome.warning
 
-    async def _execute(self: DirectiveRun, tool: str, args: dict[str, Any], origin: str = "step",
-                       warnings: list[str] | None = None) -> Any:
+    async def _execute(
+        self: DirectiveRun,
+        tool: str,
+        args: dict[str, Any],
+        origin: str = "step",
+        warnings: list[str] | None = None,
+    ) -> Any:
         snap = self.snap
         root = snap.project_root
         summary = summarise_call(tool, args)
-        options: dict[str, Any] = {"start_to_close_timeout": timedelta(seconds=60), "retry_policy": RETRY,
-                                   "summary": summary}
+        options: dict[str, Any] = {
+            "start_to_close_timeout": timedelta(seconds=60),
+            "retry_policy": RETRY,
+            "summary": summary,
+        }
         if tool in FILESYSTEM_TOOLS:
             read_only = tool in ("filesystem.read", "filesystem.list")
             grants = snap.grants.fs_read if read_only else snap.grants.fs_write
             content = args.get("content")
-            request = FilesystemRequest(project_root=root, path=str(args.get("source" if tool == "filesystem.move" else "path") or ""),
-                                        destination=str(args.get("destination", "")),
-                                        content=content if isinstance(content, str) or content is None else
-                                        str(content), encoding=args.get("encoding", "utf-8"),
-                                        allowed=grants, denied=snap.grants.deny_fs)
+            request = FilesystemRequest(
+                project_root=root,
+                path=str(args.get("source" if tool == "filesystem.move" else "path") or ""),
+                destination=str(args.get("destination", "")),
+                content=content if isinstance(content, str) or content is None else str(content),
+                encoding=args.get("encoding", "utf-8"),
+                allowed=grants,
+                denied=snap.grants.deny_fs,
+            )
             if self.fs_local:
                 # A local activity: run by this worker inside the workflow task, no task-queue round
                 # trip and no activity events; same timeout, retry policy and at-least-once contract.
@@ -139,28 +219,46 @@ class CallsMixin:
             argv = parse_command(args)
             if isinstance(argv, Decision):  # admission refused these already; never a failed workflow task
                 raise CallRefused("denied", argv.reason, argv.hint)
-            request = CommandRequest(project_root=root, argv=argv, cwd=str(args.get("cwd", ".")),
-                                     timeout_seconds=float(args.get("timeout", 120)),
-                                     read_grants=snap.grants.fs_read, write_grants=snap.grants.fs_write,
-                                     deny_fs=snap.grants.deny_fs)
+            request = CommandRequest(
+                project_root=root,
+                argv=argv,
+                cwd=str(args.get("cwd", ".")),
+                timeout_seconds=float(args.get("timeout", 120)),
+                read_grants=snap.grants.fs_read,
+                write_grants=snap.grants.fs_write,
+                deny_fs=snap.grants.deny_fs,
+            )
             value = await workflow.execute_activity_method(
-                CommandActivities.run_command, request, heartbeat_timeout=timedelta(seconds=10),
-                **{**options, "start_to_close_timeout": timedelta(seconds=request.timeout_seconds + 30)})
+                CommandActivities.run_command,
+                request,
+                heartbeat_timeout=timedelta(seconds=10),
+                **{**options, "start_to_close_timeout": timedelta(seconds=request.timeout_seconds + 30)},
+            )
         elif tool == "git.checkpoint":
             if snap.directive.metadata.git_checkpoint == "disabled":
-                raise CallRefused("denied", "git checkpoints are disabled for this directive",
-                                  hint='<git_checkpoint mode="disabled"> is set in the directive')
+                raise CallRefused(
+                    "denied",
+                    "git checkpoints are disabled for this directive",
+                    hint='<git_checkpoint mode="disabled"> is set in the directive',
+                )
             value = await self._checkpoint(str(args.get("message") or args.get("reason") or "requested"))
         elif tool == "git.rollback":
-            checkpoint = str(args.get("checkpoint") or (self.state.checkpoints[-1]["checkpoint"]
-                                                         if self.state.checkpoints else ""))
+            checkpoint = str(
+                args.get("checkpoint")
+                or (self.state.checkpoints[-1]["checkpoint"] if self.state.checkpoints else "")
+            )
             value = await workflow.execute_activity_method(
-                GitActivities.git_rollback, GitRequest(project_root=root, run_id=snap.run_id, checkpoint=checkpoint),
-                **{**options, "summary": f"git rollback to {checkpoint}"})
+                GitActivities.git_rollback,
+                GitRequest(project_root=root, run_id=snap.run_id, checkpoint=checkpoint),
+                **{**options, "summary": f"git rollback to {checkpoint}"},
+            )
             self.audit.record({"event": "rolled_back", "checkpoint": checkpoint})
         elif tool in GIT_ACTIVITIES:
-            request = GitRequest(project_root=root, message=str(args.get("message", "")),
-                                 paths=[str(p) for p in args.get("paths", [])])
+            request = GitRequest(
+                project_root=root,
+                message=str(args.get("message", "")),
+                paths=[str(p) for p in args.get("paths", [])],
+            )
             value = await workflow.execute_activity_method(GIT_ACTIVITIES[tool], request, **options)
         elif tool == "directive.run":
             value = await self._run_child(args, origin)
@@ -169,10 +267,15 @@ class CallsMixin:
         elif tool in snap.local_tools:
             spec = snap.local_tools[tool]
             value = await workflow.execute_activity_method(
-                CommandActivities.run_local_tool, LocalToolRequest(project_root=root, tool=spec, params=args),
+                CommandActivities.run_local_tool,
+                LocalToolRequest(project_root=root, tool=spec, params=args),
                 heartbeat_timeout=timedelta(seconds=10),
-                **{**options, "summary": f"tool {tool}",
-                   "start_to_close_timeout": timedelta(seconds=spec.timeout_seconds + 30)})
+                **{
+                    **options,
+                    "summary": f"tool {tool}",
+                    "start_to_close_timeout": timedelta(seconds=spec.timeout_seconds + 30),
+                },
+            )
         else:
             raise ToolNotFound.error(f"no executor for '{tool}' in this run")
         return value
@@ -182,13 +285,21 @@ class CallsMixin:
         label = f"{self.snap.run_id}/{len(self.state.checkpoints) + 1}"
         value = await workflow.execute_activity_method(
             GitActivities.git_checkpoint,
-            GitRequest(project_root=self.snap.project_root, run_id=self.snap.run_id, checkpoint=label,
-                       message=f"kiwi checkpoint {label}: {why}"),
-            start_to_close_timeout=timedelta(seconds=120), retry_policy=RETRY, summary=f"git checkpoint: {why}"[:100])
+            GitRequest(
+                project_root=self.snap.project_root,
+                run_id=self.snap.run_id,
+                checkpoint=label,
+                message=f"kiwi checkpoint {label}: {why}",
+            ),
+            start_to_close_timeout=timedelta(seconds=120),
+            retry_policy=RETRY,
+            summary=f"git checkpoint: {why}"[:100],
+        )
         if value.available:
-            self.state.checkpoints = [*self.state.checkpoints,
-                                      {"checkpoint": label, "commit": value.commit, "why": why,
-                                       "at": workflow.now().isoformat()}][-100:]
+            self.state.checkpoints = [
+                *self.state.checkpoints,
+                {"checkpoint": label, "commit": value.commit, "why": why, "at": workflow.now().isoformat()},
+            ][-100:]
         self.audit.record({"event": "checkpoint", "why": why, **value.shown()})
         return value.shown()
 

@@ -41,38 +41,66 @@ class ChildrenMixin:
         name = args.get("directive") or args.get("name")
         inputs = args.get("inputs") or {}
         if not isinstance(name, str) or not name or not isinstance(inputs, dict):
-            raise CallRefused("error", "directive.run needs 'directive' (a name) and optional 'inputs' (an object)",
-                              error_type=InputInvalid.type)
+            raise CallRefused(
+                "error",
+                "directive.run needs 'directive' (a name) and optional 'inputs' (an object)",
+                error_type=InputInvalid.type,
+            )
         child_id = run_workflow_id(name, f"{snap.run_id.rsplit('-', 1)[-1]}c{state.call_seq}")
         try:
             child = await workflow.execute_activity_method(
                 DirectiveActivities.resolve_directive,
-                ResolveDirectiveRequest(project_root=snap.project_root, directive=name, inputs=inputs, run_id=child_id,
-                                        client=snap.client, search_attributes=snap.search_attributes),
-                start_to_close_timeout=timedelta(seconds=30), retry_policy=RETRY, summary=f"resolve directive {name}")
+                ResolveDirectiveRequest(
+                    project_root=snap.project_root,
+                    directive=name,
+                    inputs=inputs,
+                    run_id=child_id,
+                    client=snap.client,
+                    search_attributes=snap.search_attributes,
+                ),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RETRY,
+                summary=f"resolve directive {name}",
+            )
         except ActivityError as exc:
-            raise CallRefused("error", getattr(exc.cause, "message", str(exc)),
-                              error_type=getattr(exc.cause, "type", "") or "ItemInvalid") from None
+            raise CallRefused(
+                "error",
+                getattr(exc.cause, "message", str(exc)),
+                error_type=getattr(exc.cause, "type", "") or "ItemInvalid",
+            ) from None
         excess = child.grants.exceeds(snap.grants)
         if excess:
-            self.audit.record({"event": "escalation_attempt", "child_directive": name, "excess": excess,
-                         "outcome": "denied" if snap.limits.on_escalation == "deny" else "narrowed"})
+            self.audit.record(
+                {
+                    "event": "escalation_attempt",
+                    "child_directive": name,
+                    "excess": excess,
+                    "outcome": "denied" if snap.limits.on_escalation == "deny" else "narrowed",
+                }
+            )
             if snap.limits.on_escalation == "deny":
-                raise CallRefused("denied", f"child directive '{name}' declares more than this run grants: "
-                                            + ", ".join(excess),
-                                  hint="grant it in the parent's <permissions>, narrow the child's, or set "
-                                       "child_runs.on_escalation: intersect in agent_harness.yaml")
+                raise CallRefused(
+                    "denied",
+                    f"child directive '{name}' declares more than this run grants: " + ", ".join(excess),
+                    hint="grant it in the parent's <permissions>, narrow the child's, or set "
+                    "child_runs.on_escalation: intersect in agent_harness.yaml",
+                )
         child = child.model_copy(update={"grants": snap.grants.intersect(child.grants)})
         reserved: dict[str, int] = {}
         windows: dict[str, int] = {}
         if self.hardened:
             child, reserved, windows = self._inherit(child)
         handle = await workflow.start_child_workflow(
-            type(self).run, DirectiveRunInput(snapshot=child), id=child_id,
-            task_queue=workflow.info().task_queue, parent_close_policy=ParentClosePolicy.ABANDON,
-            static_summary=f"child of {snap.run_id}: {name} v{child.directive.version}")
-        record = ChildRecord(run_id=child_id, directive=name, narrowed=excess, reserved=reserved,
-                             reserved_windows=windows)
+            type(self).run,
+            DirectiveRunInput(snapshot=child),
+            id=child_id,
+            task_queue=workflow.info().task_queue,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            static_summary=f"child of {snap.run_id}: {name} v{child.directive.version}",
+        )
+        record = ChildRecord(
+            run_id=child_id, directive=name, narrowed=excess, reserved=reserved, reserved_windows=windows
+        )
         state.children.append(record)
         self.audit.record({"event": "child_started", "child_run": child_id, "narrowed": excess})
         if origin == "agent":
@@ -82,10 +110,14 @@ class ChildrenMixin:
             return {"run_id": child_id, "status": "started", "narrowed": excess}
         result = await self._watch_child(handle, record)
         if result is None:
-            raise CallRefused("error", f"child run {child_id} failed: {record.error}", error_type=ChildRunFailed.type)
+            raise CallRefused(
+                "error", f"child run {child_id} failed: {record.error}", error_type=ChildRunFailed.type
+            )
         return {"run_id": child_id, "status": result.status, "outputs": result.outputs}
 
-    def _inherit(self: DirectiveRun, child: RunSnapshot) -> tuple[RunSnapshot, dict[str, int], dict[str, int]]:
+    def _inherit(
+        self: DirectiveRun, child: RunSnapshot
+    ) -> tuple[RunSnapshot, dict[str, int], dict[str, int]]:
         """A child run under this run's rules: its approval rules and approvers, and a share of its budget.
 
         The child may use what is left of each per-run rate limit, and of each window what this run
@@ -94,23 +126,48 @@ class ChildrenMixin:
         """
         limits, state = self.snap.limits, self.state
         reserved = {p: max(0, n - state.call_counts.get(p, 0)) for p, n in limits.rate_limits.items()}
-        rates = {**child.limits.rate_limits,
-                 **{p: min(child.limits.rate_limits.get(p, left), left) for p, left in reserved.items()}}
+        rates = {
+            **child.limits.rate_limits,
+            **{p: min(child.limits.rate_limits.get(p, left), left) for p, left in reserved.items()},
+        }
         now = workflow.now().timestamp()
-        free = {p: max(0, calls - state.window_reserved.get(p, 0)
-                       - sum(1 for t in state.rate_times.get(p, []) if t > now - seconds))
-                for p, (calls, seconds) in limits.rate_windows.items()}
-        windows = {**child.limits.rate_windows,
-                   **{p: (free[p], seconds) for p, (_, seconds) in limits.rate_windows.items()}}
+        free = {
+            p: max(
+                0,
+                calls
+                - state.window_reserved.get(p, 0)
+                - sum(1 for t in state.rate_times.get(p, []) if t > now - seconds),
+            )
+            for p, (calls, seconds) in limits.rate_windows.items()
+        }
+        windows = {
+            **child.limits.rate_windows,
+            **{p: (free[p], seconds) for p, (_, seconds) in limits.rate_windows.items()},
+        }
         approvals = list(dict.fromkeys([*self._approval_patterns(), *child.limits.approval_tools]))
         for pattern, left in reserved.items():
             state.call_counts[pattern] = state.call_counts.get(pattern, 0) + left
         for pattern, slots in free.items():
             state.window_reserved[pattern] = state.window_reserved.get(pattern, 0) + slots
-        return child.model_copy(update={"limits": child.limits.model_copy(update={
-            "rate_limits": rates, "rate_windows": windows, "approval_tools": approvals,
-            "approvers": limits.approvers, "blocked_commands": list(dict.fromkeys(
-                [*limits.blocked_commands, *child.limits.blocked_commands]))})}), reserved, free
+        return (
+            child.model_copy(
+                update={
+                    "limits": child.limits.model_copy(
+                        update={
+                            "rate_limits": rates,
+                            "rate_windows": windows,
+                            "approval_tools": approvals,
+                            "approvers": limits.approvers,
+                            "blocked_commands": list(
+                                dict.fromkeys([*limits.blocked_commands, *child.limits.blocked_commands])
+                            ),
+                        }
+                    )
+                }
+            ),
+            reserved,
+            free,
+        )
 
     def _settle(self: DirectiveRun, record: ChildRecord, used: dict[str, int] | None) -> None:
         """Give back what a finished child did not use of the budget held for it (nothing if unknown)."""
@@ -130,8 +187,14 @@ class ChildrenMixin:
             cause = exc.cause
             record.status = "cancelled" if isinstance(cause, CancelledError) else "failed"
             record.error = getattr(cause, "message", "") or str(exc)
-            self.audit.record({"event": "child_finished", "child_run": record.run_id, "status": record.status,
-                         "error": record.error})
+            self.audit.record(
+                {
+                    "event": "child_finished",
+                    "child_run": record.run_id,
+                    "status": record.status,
+                    "error": record.error,
+                }
+            )
             self._settle(record, None)
             return None
         record.status = result.status

@@ -10,6 +10,7 @@ with workflow.unsafe.imports_passed_through():
         McpCallResult,
     )
 
+
 class StepAborted(Exception):
     """A step cannot go on (a call it needs was refused or failed); the run fails with ``message``."""
 
@@ -29,7 +30,9 @@ class ToolReportedError(Exception):
 class CallRefused(Exception):
     """A call the workflow decided against after looking closer (e.g. a child run's escalation)."""
 
-    def __init__(self, status: str, reason: str, hint: str = "", error_type: str = "PermissionDenied") -> None:
+    def __init__(
+        self, status: str, reason: str, hint: str = "", error_type: str = "PermissionDenied"
+    ) -> None:
         super().__init__(reason)
         self.status, self.reason, self.hint, self.error_type = status, reason, hint, error_type
 

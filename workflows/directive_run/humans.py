@@ -50,8 +50,15 @@ class HumansMixin:
     def _needs_approval(self: DirectiveRun, tool: str) -> bool:
         return any(fnmatch.fnmatchcase(tool, p) for p in self._approval_patterns())
 
-    async def _await_approval(self: DirectiveRun, tool: str, args: dict[str, Any], seq: int, origin: str, step: str | None,
-                              client: str) -> ToolCallResult | None:
+    async def _await_approval(
+        self: DirectiveRun,
+        tool: str,
+        args: dict[str, Any],
+        seq: int,
+        origin: str,
+        step: str | None,
+        client: str,
+    ) -> ToolCallResult | None:
         """Wait, durably, for a human to approve this exact call; None means approved."""
         state, snap = self.state, self.snap
         timeout = snap.directive.metadata.approval_timeout_seconds or snap.limits.approval_timeout_seconds
@@ -59,33 +66,64 @@ class HumansMixin:
         if server in snap.mcp_servers and snap.mcp_servers[server].approval_timeout_seconds:
             timeout = snap.mcp_servers[server].approval_timeout_seconds or timeout
         now = workflow.now()
-        request = ApprovalRequest(request_id=f"approval-{seq}", tool=tool, args_hash=digest([tool, args]),
-                                  summary=summarise_call(tool, args), requested_by=client, origin=origin, step=step,
-                                  requested_at=now.isoformat(),
-                                  expires_at=(now + timedelta(seconds=timeout)).isoformat())
+        request = ApprovalRequest(
+            request_id=f"approval-{seq}",
+            tool=tool,
+            args_hash=digest([tool, args]),
+            summary=summarise_call(tool, args),
+            requested_by=client,
+            origin=origin,
+            step=step,
+            requested_at=now.isoformat(),
+            expires_at=(now + timedelta(seconds=timeout)).isoformat(),
+        )
         state.approvals = [*state.approvals, request][-50:]
         if state.status != "awaiting_approval" and state.status not in TERMINAL:
             state.approval_from = state.status
             state.status = "awaiting_approval"
-        self.audit.record({"event": "approval_requested", "request_id": request.request_id, "tool": tool,
-                     "arguments": redact(args), "args_hash": request.args_hash, "requested_by": client,
-                     "expires_at": request.expires_at})
+        self.audit.record(
+            {
+                "event": "approval_requested",
+                "request_id": request.request_id,
+                "tool": tool,
+                "arguments": redact(args),
+                "args_hash": request.args_hash,
+                "requested_by": client,
+                "expires_at": request.expires_at,
+            }
+        )
         self._publish()
         if snap.limits.approval_webhook:
-            payload = {"event": "approval_requested", "run_id": snap.run_id, "directive": snap.directive.name,
-                       **request.model_dump(include={"request_id", "tool", "summary", "args_hash", "requested_by",
-                                                     "expires_at"}),
-                       "approve": f"kiwi approve {snap.run_id} {request.request_id}",
-                       "reject": f"kiwi reject {snap.run_id} {request.request_id}"}
-            self._spawn(workflow.start_activity_method(
-                ApprovalActivities.notify_approvers, WebhookRequest(url=snap.limits.approval_webhook, payload=payload),
-                start_to_close_timeout=timedelta(seconds=30), summary=f"notify approvers of {request.request_id}",
-                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1),
-                                         maximum_attempts=10)), f"notify approvers of {request.request_id}")
+            payload = {
+                "event": "approval_requested",
+                "run_id": snap.run_id,
+                "directive": snap.directive.name,
+                **request.model_dump(
+                    include={"request_id", "tool", "summary", "args_hash", "requested_by", "expires_at"}
+                ),
+                "approve": f"kiwi approve {snap.run_id} {request.request_id}",
+                "reject": f"kiwi reject {snap.run_id} {request.request_id}",
+            }
+            self._spawn(
+                workflow.start_activity_method(
+                    ApprovalActivities.notify_approvers,
+                    WebhookRequest(url=snap.limits.approval_webhook, payload=payload),
+                    start_to_close_timeout=timedelta(seconds=30),
+                    summary=f"notify approvers of {request.request_id}",
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(seconds=1),
+                        maximum_interval=timedelta(minutes=1),
+                        maximum_attempts=10,
+                    ),
+                ),
+                f"notify approvers of {request.request_id}",
+            )
         try:
-            await workflow.wait_condition(lambda: request.status != "pending" or bool(state.cancel_reason),
-                                          timeout=timedelta(seconds=timeout),
-                                          timeout_summary=f"approval {request.request_id} expires")
+            await workflow.wait_condition(
+                lambda: request.status != "pending" or bool(state.cancel_reason),
+                timeout=timedelta(seconds=timeout),
+                timeout_summary=f"approval {request.request_id} expires",
+            )
         except TimeoutError:
             request.status = "timed_out"
             request.reason = f"no decision within {timeout:g}s; a timeout denies"
@@ -97,13 +135,21 @@ class HumansMixin:
         self._publish()
         if request.status == "approved":
             return None
-        kinds = {"rejected": ApprovalRejected.type, "timed_out": ApprovalTimedOut.type,
-                 "cancelled": ApprovalCancelled.type}
-        return ToolCallResult(status="denied", tool=tool, call_seq=seq, error_type=kinds[request.status],
-                              reason=f"approval {request.request_id} {request.status.replace('_', ' ')}"
-                                     + (f" by {request.decided_by}" if request.decided_by else "")
-                                     + (f": {request.reason}" if request.reason else ""),
-                              hint="a changed call needs a new approval" if request.status == "rejected" else "")
+        kinds = {
+            "rejected": ApprovalRejected.type,
+            "timed_out": ApprovalTimedOut.type,
+            "cancelled": ApprovalCancelled.type,
+        }
+        return ToolCallResult(
+            status="denied",
+            tool=tool,
+            call_seq=seq,
+            error_type=kinds[request.status],
+            reason=f"approval {request.request_id} {request.status.replace('_', ' ')}"
+            + (f" by {request.decided_by}" if request.decided_by else "")
+            + (f": {request.reason}" if request.reason else ""),
+            hint="a changed call needs a new approval" if request.status == "rejected" else "",
+        )
 
     def _human_problem(self: DirectiveRun, by: str, signature: str, message: bytes, command: str) -> str:
         """Why a human's decision does not come from a trusted approver ('' when it does).
@@ -125,8 +171,10 @@ class HumansMixin:
         """Every refused human decision is in the audit trail, and (in hardened runs) in the run's status."""
         self.audit.record({"event": event, "request_id": subject, "by": by, "reason": reason})
         if self.hardened:
-            self.state.refused_decisions = [*self.state.refused_decisions, RefusedDecision(
-                request_id=subject, by=by, reason=reason, at=workflow.now().isoformat())][-20:]
+            self.state.refused_decisions = [
+                *self.state.refused_decisions,
+                RefusedDecision(request_id=subject, by=by, reason=reason, at=workflow.now().isoformat()),
+            ][-20:]
 
     def _hold(self: DirectiveRun, status: str, reason: str) -> None:
         if self.state.status in TERMINAL or self.state.status in HELD:
@@ -138,7 +186,9 @@ class HumansMixin:
         self.audit.record({"event": "held", "status": status, "reason": reason})
 
     def _release(self: DirectiveRun, request: ResumeRequest) -> None:
-        self.audit.record({"event": "resumed", "from": self.state.status, "reason": request.reason, "by": request.by})
+        self.audit.record(
+            {"event": "resumed", "from": self.state.status, "reason": request.reason, "by": request.by}
+        )
         self.state.status = self.state.held_from or "running"  # type: ignore[assignment]
         self.state.held_from = self.state.hold_reason = ""
         self.state.loop_warnings = 0
@@ -146,8 +196,10 @@ class HumansMixin:
 
     def _refuse_if_held(self: DirectiveRun) -> None:
         if self.state.status in HELD:
-            raise RunStateConflict.error(f"run {self.snap.run_id} is {self.state.status} ({self.state.hold_reason}); a human must resume it "
-                f"with `kiwi resume {self.snap.run_id}`")
+            raise RunStateConflict.error(
+                f"run {self.snap.run_id} is {self.state.status} ({self.state.hold_reason}); a human must resume it "
+                f"with `kiwi resume {self.snap.run_id}`"
+            )
 
     def _execution(self: DirectiveRun) -> str:
         """This execution of the run: its first run id, kept across continue-as-new, new when the id is reused."""
@@ -157,34 +209,66 @@ class HumansMixin:
         return f"hold-{self.state.holds}"
 
     def _on_help(self: DirectiveRun, request: HelpRequest) -> None:
-        self.state.help.append(HelpRecord(kind=request.kind, reason=request.reason, attempts=request.attempts,
-                                          options=request.options, at=workflow.now().isoformat()))
-        self.audit.record({"event": f"help_{request.kind}", "reason": request.reason, "attempts": request.attempts})
+        self.state.help.append(
+            HelpRecord(
+                kind=request.kind,
+                reason=request.reason,
+                attempts=request.attempts,
+                options=request.options,
+                at=workflow.now().isoformat(),
+            )
+        )
+        self.audit.record(
+            {"event": f"help_{request.kind}", "reason": request.reason, "attempts": request.attempts}
+        )
         if request.kind == "stuck" and request.attempts > STUCK_ATTEMPTS_FOR_HUMAN:
-            self._hold("awaiting_human", f"the agent is stuck after {request.attempts} attempts: {request.reason}")
+            self._hold(
+                "awaiting_human", f"the agent is stuck after {request.attempts} attempts: {request.reason}"
+            )
         if self.human_loop and request.kind == "escalate":
             request_id = request.request_id or f"decision-{len(self.state.decisions) + 1}"
-            self.state.decisions = [*self.state.decisions, DecisionRequest(
-                request_id=request_id, reason=request.reason, options=request.options,
-                asked_at=workflow.now().isoformat())][-50:]
+            self.state.decisions = [
+                *self.state.decisions,
+                DecisionRequest(
+                    request_id=request_id,
+                    reason=request.reason,
+                    options=request.options,
+                    asked_at=workflow.now().isoformat(),
+                ),
+            ][-50:]
             self._hold("awaiting_human", f"escalation {request_id}: {request.reason}")
-        if self.human_loop and request.kind == "checkpoint" and \
-                self.snap.directive.metadata.git_checkpoint != "disabled":
+        if (
+            self.human_loop
+            and request.kind == "checkpoint"
+            and self.snap.directive.metadata.git_checkpoint != "disabled"
+        ):
             decision = self.snap.grants.check_tool_id("git.checkpoint")
             if self.hardened and not decision.allowed:
                 # A checkpoint runs git in the project: the same grant as the git.checkpoint tool.
-                self.audit.record({"event": "help_checkpoint_denied", "decision": "denied", "reason": decision.reason,
-                             "hint": decision.hint})
+                self.audit.record(
+                    {
+                        "event": "help_checkpoint_denied",
+                        "decision": "denied",
+                        "reason": decision.reason,
+                        "hint": decision.hint,
+                    }
+                )
             else:
-                self._spawn(self._checkpoint(request.reason or "the agent asked"), "checkpoint the agent asked for")
+                self._spawn(
+                    self._checkpoint(request.reason or "the agent asked"), "checkpoint the agent asked for"
+                )
         self._publish()
 
     def _on_resume(self: DirectiveRun, request: ResumeRequest) -> None:
         if self.state.status not in HELD:
             return
         if self.hardened:
-            refused = self._human_problem(request.by, request.signature, human_message(
-                "resume", self.snap.run_id, self._execution(), self._hold_id(), "", request.by), "kiwi resume")
+            refused = self._human_problem(
+                request.by,
+                request.signature,
+                human_message("resume", self.snap.run_id, self._execution(), self._hold_id(), "", request.by),
+                "kiwi resume",
+            )
             if refused:
                 self._refuse_decision("resume_refused", "resume", request.by, refused)
                 return
@@ -202,33 +286,74 @@ class HumansMixin:
         elif decision.by and decision.by == request.requested_by:
             refused = f"'{decision.by}' made the call and cannot approve it"
         elif self.hardened:
-            refused = self._human_problem(decision.by, decision.signature, approval_message(
-                self.snap.run_id, self._execution(), request.request_id, request.args_hash, decision.approved,
-                decision.by),
-                f"kiwi approve {self.snap.run_id} {request.request_id}")
+            refused = self._human_problem(
+                decision.by,
+                decision.signature,
+                approval_message(
+                    self.snap.run_id,
+                    self._execution(),
+                    request.request_id,
+                    request.args_hash,
+                    decision.approved,
+                    decision.by,
+                ),
+                f"kiwi approve {self.snap.run_id} {request.request_id}",
+            )
         if refused or request is None:
             self._refuse_decision("approval_decision_refused", decision.request_id, decision.by, refused)
             return
         request.status = "approved" if decision.approved else "rejected"
         request.decided_by = decision.by or "unknown"
         request.reason = decision.reason
-        self.audit.record({"event": "approval_decided", "request_id": request.request_id, "tool": request.tool,
-                     "decision": request.status, "by": request.decided_by, "reason": decision.reason})
+        self.audit.record(
+            {
+                "event": "approval_decided",
+                "request_id": request.request_id,
+                "tool": request.tool,
+                "decision": request.status,
+                "by": request.decided_by,
+                "reason": decision.reason,
+            }
+        )
 
     def _on_decide(self: DirectiveRun, answer: DecisionAnswer) -> None:
         request = next((d for d in self.state.decisions if d.request_id == answer.request_id), None)
-        signer = self._human_problem(answer.by, answer.signature, human_message(
-            "decide", self.snap.run_id, self._execution(), answer.request_id, answer.option, answer.by),
-            "kiwi decide") \
-            if self.hardened else ""
-        if request is None or request.answer or (request.options and answer.option not in request.options) or signer:
-            why = ("no such escalation" if request is None else "already answered" if request.answer else
-                   f"'{answer.option}' is not one of {', '.join(request.options)}" if request.options and
-                   answer.option not in request.options else signer)
+        signer = (
+            self._human_problem(
+                answer.by,
+                answer.signature,
+                human_message(
+                    "decide", self.snap.run_id, self._execution(), answer.request_id, answer.option, answer.by
+                ),
+                "kiwi decide",
+            )
+            if self.hardened
+            else ""
+        )
+        if (
+            request is None
+            or request.answer
+            or (request.options and answer.option not in request.options)
+            or signer
+        ):
+            why = (
+                "no such escalation"
+                if request is None
+                else "already answered"
+                if request.answer
+                else f"'{answer.option}' is not one of {', '.join(request.options)}"
+                if request.options and answer.option not in request.options
+                else signer
+            )
             self._refuse_decision("decision_refused", answer.request_id, answer.by, why)
             return
         request.answer, request.by, request.note = answer.option, answer.by or "unknown", answer.note
-        self.audit.record({"event": "decided", "request_id": request.request_id, "option": answer.option, "by": request.by})
+        self.audit.record(
+            {"event": "decided", "request_id": request.request_id, "option": answer.option, "by": request.by}
+        )
         if self.state.status == "awaiting_human" and not any(not d.answer for d in self.state.decisions):
-            self._release(ResumeRequest(reason=f"escalation {request.request_id} answered: {answer.option}",
-                                        by=request.by))
+            self._release(
+                ResumeRequest(
+                    reason=f"escalation {request.request_id} answered: {answer.option}", by=request.by
+                )
+            )

@@ -25,10 +25,15 @@ with workflow.unsafe.imports_passed_through():
         non_retryable,
     )
 
-RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), backoff_coefficient=2.0,
-                    maximum_interval=timedelta(seconds=10), maximum_attempts=5,
-                    non_retryable_error_types=non_retryable(PermissionDenied, FileNotFound, ToolNotFound, ToolFailed,
-                                                            ToolTimeout, GitUnavailable, CommandNotFound))
+RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=5,
+    non_retryable_error_types=non_retryable(
+        PermissionDenied, FileNotFound, ToolNotFound, ToolFailed, ToolTimeout, GitUnavailable, CommandNotFound
+    ),
+)
 FS_ACTIVITIES = {
     "filesystem.read": FilesystemActivities.read_file,
     "filesystem.write": FilesystemActivities.write_file,
@@ -37,17 +42,31 @@ FS_ACTIVITIES = {
     "filesystem.delete": FilesystemActivities.delete_path,
     "filesystem.move": FilesystemActivities.move_path,
 }
-GIT_ACTIVITIES = {"git.status": GitActivities.git_status, "git.diff": GitActivities.git_diff,
-                  "git.commit": GitActivities.git_commit}
+GIT_ACTIVITIES = {
+    "git.status": GitActivities.git_status,
+    "git.diff": GitActivities.git_diff,
+    "git.commit": GitActivities.git_commit,
+}
 # Tools that change the project's files: <git_checkpoint mode="auto"> checkpoints after each.
-MUTATING_TOOLS = ("filesystem.write", "filesystem.create", "filesystem.delete", "filesystem.move", "shell.run")
+MUTATING_TOOLS = (
+    "filesystem.write",
+    "filesystem.create",
+    "filesystem.delete",
+    "filesystem.move",
+    "shell.run",
+)
 HELD = ("stuck", "awaiting_human")
 STUCK_ATTEMPTS_FOR_HUMAN = 3  # the seed: more than 3 failed attempts goes to a human
 # Upstream MCP servers: transport failures retry (the pool reconnects); refusals do not.
-MCP_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=300), backoff_coefficient=2.0,
-                        maximum_interval=timedelta(seconds=10), maximum_attempts=6,
-                        non_retryable_error_types=non_retryable(ToolFailed, ToolNotFound, SecretMissing, McpServerUnknown,
-                                                                McpError))
+MCP_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=300),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=6,
+    non_retryable_error_types=non_retryable(
+        ToolFailed, ToolNotFound, SecretMissing, McpServerUnknown, McpError
+    ),
+)
 # One patch for every workflow change up to this point (see DirectiveRun.run); add new changes as
 # patches of their own, and fold them into a new ALL_CHANGES id when the previous one is retired.
 ALL_CHANGES = "kiwi-run-changes-2026-11"

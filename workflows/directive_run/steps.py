@@ -40,7 +40,11 @@ class StepsMixin:
         if record.status in ("completed", "skipped"):
             return
         context = self._context()
-        if step.condition and record.status == "pending" and not parse_condition(step.condition).evaluate(context):
+        if (
+            step.condition
+            and record.status == "pending"
+            and not parse_condition(step.condition).evaluate(context)
+        ):
             record.status = "skipped"
             record.reason = f"condition false: {step.condition}"
             self.audit.record({"event": "step_skipped", "step": step.name, "reason": record.reason})
@@ -54,14 +58,18 @@ class StepsMixin:
             self._publish()
             if plan.mode == "auto" or plan.prerun:
                 for call in step.tool_calls:
-                    await workflow.wait_condition(lambda: state.status not in HELD or bool(state.cancel_reason))
+                    await workflow.wait_condition(
+                        lambda: state.status not in HELD or bool(state.cancel_reason)
+                    )
                     if state.cancel_reason:
                         state.status = "cancelled"
                         return
                     args = render(call.params, self._context())
                     if self.hardened:
                         try:
-                            args = coerce_step_arguments(call.tool, call.params, args, self._input_schema(call.tool))
+                            args = coerce_step_arguments(
+                                call.tool, call.params, args, self._input_schema(call.tool)
+                            )
                         except ArgumentError as exc:
                             raise StepAborted(f"step '{step.name}': {exc.reason} ({exc.hint})") from None
                     result = await self._call(call.tool, args, origin="step", step=step.name)
@@ -87,16 +95,23 @@ class StepsMixin:
             try:
                 armed = bool(state.audit_pending) or not idle_flush
                 await workflow.wait_condition(
-                    lambda armed=armed: record.status != "awaiting_agent" or bool(state.cancel_reason)
-                    or self._should_continue() or (bool(state.audit_pending) and not armed),
-                    timeout=timeout)
+                    lambda armed=armed: (
+                        record.status != "awaiting_agent"
+                        or bool(state.cancel_reason)
+                        or self._should_continue()
+                        or (bool(state.audit_pending) and not armed)
+                    ),
+                    timeout=timeout,
+                )
             except TimeoutError:
                 if self._remaining() is None or self._remaining() > timedelta(milliseconds=1):
                     await self.audit.flush()
                     continue
                 state.status = "timed_out"
-                state.error = f"run deadline of {self.snap.limits.deadline_seconds:g}s passed while step " \
-                              f"'{step.name}' waited for the agent"
+                state.error = (
+                    f"run deadline of {self.snap.limits.deadline_seconds:g}s passed while step "
+                    f"'{step.name}' waited for the agent"
+                )
                 return
             if state.cancel_reason:
                 state.status = "cancelled"
@@ -110,14 +125,23 @@ class StepsMixin:
     def _finish_step(self: DirectiveRun, record: StepRecord) -> None:
         record.status = "completed"
         record.finished_at = workflow.now().isoformat()
-        self.audit.record({"event": "step_completed", "step": record.name, "mode": record.mode,
-                     "outputs": redact(record.outputs)})
+        self.audit.record(
+            {
+                "event": "step_completed",
+                "step": record.name,
+                "mode": record.mode,
+                "outputs": redact(record.outputs),
+            }
+        )
 
     # ------------------------------------------------------------------ helpers
     def _context(self: DirectiveRun) -> dict[str, Any]:
-        return {"inputs": self.snap.inputs,
-                "steps": {name: {"outputs": rec.outputs, "status": rec.status}
-                          for name, rec in self.state.steps.items()}}
+        return {
+            "inputs": self.snap.inputs,
+            "steps": {
+                name: {"outputs": rec.outputs, "status": rec.status} for name, rec in self.state.steps.items()
+            },
+        }
 
     def _current_step_name(self: DirectiveRun) -> str | None:
         steps = self.snap.directive.steps
@@ -131,8 +155,10 @@ class StepsMixin:
         return max(timedelta(seconds=deadline) - elapsed, timedelta(milliseconds=1))
 
     def _should_continue(self: DirectiveRun) -> bool:
-        return self.updates >= self.snap.limits.max_updates_before_continue or \
-            workflow.info().is_continue_as_new_suggested()
+        return (
+            self.updates >= self.snap.limits.max_updates_before_continue
+            or workflow.info().is_continue_as_new_suggested()
+        )
 
     async def _continue_as_new(self: DirectiveRun) -> None:
         # Refuse new updates (callers resend them to the new run), finish the ones in flight,

@@ -30,6 +30,7 @@ def render_safe(text: str, context: dict[str, Any]) -> str:
         return text
     return rendered if isinstance(rendered, str) else text
 
+
 if TYPE_CHECKING:
     from workflows.directive_run.workflow import DirectiveRun
 
@@ -40,18 +41,28 @@ class ViewMixin:
     def _view(self: DirectiveRun, step: Step) -> StepView:
         record = self.state.steps.get(step.name) or StepRecord(name=step.name)
         plan = plan_step(step, self.snap.directive, frozenset(self.snap.local_tools))
-        return StepView(name=step.name, status=record.status, mode=plan.mode, reason=plan.reason,
-                        description=step.description, action=render_safe(step.action, self._context()),
-                        tools=[c.tool for c in step.tool_calls], outputs=record.outputs,
-                        prerun_results=record.prerun_results)
+        return StepView(
+            name=step.name,
+            status=record.status,
+            mode=plan.mode,
+            reason=plan.reason,
+            description=step.description,
+            action=render_safe(step.action, self._context()),
+            tools=[c.tool for c in step.tool_calls],
+            outputs=record.outputs,
+            prerun_results=record.prerun_results,
+        )
 
     def _publish(self: DirectiveRun) -> None:
         """Keep search attributes and current details up to date for the Temporal UI."""
         state = self.state
         step = self._current_step_name() or ""
         if self.snap.search_attributes:
-            updates = [DIRECTIVE_ATTR.value_set(self.snap.directive.name), STATUS_ATTR.value_set(state.status),
-                       STEP_ATTR.value_set(step)]
+            updates = [
+                DIRECTIVE_ATTR.value_set(self.snap.directive.name),
+                STATUS_ATTR.value_set(state.status),
+                STEP_ATTR.value_set(step),
+            ]
             if self.human_loop:
                 pending = ",".join(a.request_id for a in state.approvals if a.status == "pending")
                 updates.append(PENDING_APPROVAL_ATTR.value_set(pending))
@@ -60,13 +71,17 @@ class ViewMixin:
                 updates = [u for u in updates if current.get(u.key) != u.value]
             if updates:
                 workflow.upsert_search_attributes(updates)
-        lines = [f"**{state.status}**" + (f" · step `{step}`" if step else ""),
-                 f"{self.state.step_index}/{len(self.snap.directive.steps)} steps done · {state.call_seq} calls"]
+        lines = [
+            f"**{state.status}**" + (f" · step `{step}`" if step else ""),
+            f"{self.state.step_index}/{len(self.snap.directive.steps)} steps done · {state.call_seq} calls",
+        ]
         if state.status == "awaiting_agent":
             lines.append(f"Waiting for the agent to complete step `{step}`")
         for approval in (a for a in state.approvals if a.status == "pending"):
-            lines.append(f"Waiting for approval `{approval.request_id}` of {approval.summary} (until "
-                         f"{approval.expires_at}): `kiwi approve {self.snap.run_id} {approval.request_id}`")
+            lines.append(
+                f"Waiting for approval `{approval.request_id}` of {approval.summary} (until "
+                f"{approval.expires_at}): `kiwi approve {self.snap.run_id} {approval.request_id}`"
+            )
         if state.recent_calls:
             last = state.recent_calls[-1]
             lines.append(f"Last call: {last.summary} → {last.status}")
@@ -75,10 +90,15 @@ class ViewMixin:
         workflow.set_current_details("\n\n".join(lines))
 
     def _result(self: DirectiveRun) -> DirectiveRunResult:
-        return DirectiveRunResult(run_id=self.snap.run_id, status=self.state.status,
-                                  outputs={n: r.outputs for n, r in self.state.steps.items()},
-                                  error=self.state.error, calls=self.state.call_seq,
-                                  call_counts=dict(self.state.call_counts), rate_times=self.state.rate_times)
+        return DirectiveRunResult(
+            run_id=self.snap.run_id,
+            status=self.state.status,
+            outputs={n: r.outputs for n, r in self.state.steps.items()},
+            error=self.state.error,
+            calls=self.state.call_seq,
+            call_counts=dict(self.state.call_counts),
+            rate_times=self.state.rate_times,
+        )
 
     def _status_view(self: DirectiveRun) -> RunStatus:
         directive = self.snap.directive
@@ -90,20 +110,40 @@ class ViewMixin:
             waiting = f"the agent to complete step '{current.name}'"
         elif self.state.status in HELD:
             open_ = [d for d in self.state.decisions if not d.answer]
-            waiting = (f"a human to answer escalation {open_[-1].request_id} ({open_[-1].reason}): kiwi decide "
-                       f"{self.snap.run_id} {open_[-1].request_id} OPTION" if open_ and self.state.status ==
-                       "awaiting_human" else
-                       f"a human to resume the run ({self.state.hold_reason}): kiwi resume {self.snap.run_id}")
+            waiting = (
+                f"a human to answer escalation {open_[-1].request_id} ({open_[-1].reason}): kiwi decide "
+                f"{self.snap.run_id} {open_[-1].request_id} OPTION"
+                if open_ and self.state.status == "awaiting_human"
+                else f"a human to resume the run ({self.state.hold_reason}): kiwi resume {self.snap.run_id}"
+            )
         elif self.state.status == "awaiting_approval":
             pending = [a for a in self.state.approvals if a.status == "pending"]
-            waiting = "; ".join(f"approval of {a.summary} until {a.expires_at}: kiwi approve {self.snap.run_id} "
-                                f"{a.request_id}" for a in pending)
-        return RunStatus(run_id=self.snap.run_id, directive=directive.name, version=directive.version,
-                         status=self.state.status, current_step=current, steps=views, inputs=self.snap.inputs,
-                         waiting_for=waiting, last_calls=self.state.recent_calls[-10:], help=self.state.help,
-                         calls=self.state.call_seq, error=self.state.error, continued=self.state.continued,
-                         children=self.state.children, approvals=self.state.approvals[-20:],
-                         decisions=self.state.decisions[-20:], checkpoints=self.state.checkpoints[-20:],
-                         trust=self.snap.trust, refused_decisions=self.state.refused_decisions,
-                         hold_reason=self.state.hold_reason, execution=self._execution(),
-                         hold_id=self._hold_id() if self.state.status in HELD else "")
+            waiting = "; ".join(
+                f"approval of {a.summary} until {a.expires_at}: kiwi approve {self.snap.run_id} "
+                f"{a.request_id}"
+                for a in pending
+            )
+        return RunStatus(
+            run_id=self.snap.run_id,
+            directive=directive.name,
+            version=directive.version,
+            status=self.state.status,
+            current_step=current,
+            steps=views,
+            inputs=self.snap.inputs,
+            waiting_for=waiting,
+            last_calls=self.state.recent_calls[-10:],
+            help=self.state.help,
+            calls=self.state.call_seq,
+            error=self.state.error,
+            continued=self.state.continued,
+            children=self.state.children,
+            approvals=self.state.approvals[-20:],
+            decisions=self.state.decisions[-20:],
+            checkpoints=self.state.checkpoints[-20:],
+            trust=self.snap.trust,
+            refused_decisions=self.state.refused_decisions,
+            hold_reason=self.state.hold_reason,
+            execution=self._execution(),
+            hold_id=self._hold_id() if self.state.status in HELD else "",
+        )

@@ -83,11 +83,15 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
     def _spawn(self, work: Awaitable[Any], what: str, *, wait: bool = True) -> None:
         """Start ``work`` without waiting for it; a failure is audited, not lost. ``wait``: the run awaits it
         before it ends (not for children, which outlive their parent)."""
+
         async def owned() -> None:
             try:
                 await work
             except (ActivityError, ApplicationError, ChildWorkflowError) as exc:
-                self.audit.record({"event": "background_failed", "what": what, "error": str(exc.cause or exc)})
+                self.audit.record(
+                    {"event": "background_failed", "what": what, "error": str(exc.cause or exc)}
+                )
+
         self.background.append((asyncio.ensure_future(owned()), wait))
 
     # ------------------------------------------------------------------ main loop
@@ -111,9 +115,18 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
         if not state.started_at:
             state.started_at = workflow.now().isoformat()
             trust = self.snap.trust
-            self.audit.record({"event": "run_started", "signature": trust.signature, "signer": trust.signer,
-                         "trusted": trust.trusted, "content_hash": self.snap.content_hash,
-                         "grants_from": trust.grants, "note": trust.note, "grants": self.snap.grants.summary()})
+            self.audit.record(
+                {
+                    "event": "run_started",
+                    "signature": trust.signature,
+                    "signer": trust.signer,
+                    "trusted": trust.trusted,
+                    "content_hash": self.snap.content_hash,
+                    "grants_from": trust.grants,
+                    "note": trust.note,
+                    "grants": self.snap.grants.summary(),
+                }
+            )
         directive = self.snap.directive
         self._publish()
         if not state.mcp_ready:
@@ -177,7 +190,9 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
         if self.draining:
             raise RunContinuing.error("run is continuing as new; send the call again")
         if self.state.status in TERMINAL:
-            raise RunFinished.error(f"run {self.snap.run_id} has finished ({self.state.status}); start a new run")
+            raise RunFinished.error(
+                f"run {self.snap.run_id} has finished ({self.state.status}); start a new run"
+            )
         self._refuse_if_held()
         if not request.tool:
             raise InputInvalid.error("'tool' is required, e.g. filesystem.read")
@@ -187,13 +202,16 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
         """The agent finished the current step; ``outputs`` become ``{steps.NAME.outputs.KEY}``."""
         self.updates += 1
         record = self.state.steps[request.step]
-        record.outputs = {**({"prerun_results": record.prerun_results} if record.prerun_results else {}),
-                          **request.outputs}
+        record.outputs = {
+            **({"prerun_results": record.prerun_results} if record.prerun_results else {}),
+            **request.outputs,
+        }
         self._finish_step(record)
         index = next(i for i, s in enumerate(self.snap.directive.steps) if s.name == request.step)
         last = len(self.snap.directive.steps) - 1
-        await workflow.wait_condition(lambda: self.state.status in TERMINAL or (
-            self.state.step_index > index and index < last))
+        await workflow.wait_condition(
+            lambda: self.state.status in TERMINAL or (self.state.step_index > index and index < last)
+        )
         next_step = self._current_step_name()
         return CompleteStepResult(step=request.step, status=self.state.status, next_step=next_step)
 
@@ -207,18 +225,27 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
         self._refuse_if_held()
         if record is None or record.status != "awaiting_agent":
             current = self._current_step_name()
-            waiting = current if current and self.state.steps.get(current, StepRecord(name="")).status == \
-                "awaiting_agent" else None
-            raise RunStateConflict.error(f"step '{request.step}' is not waiting for the agent"
-                + (f"; step '{waiting}' is" if waiting else "; no step is waiting now"))
+            waiting = (
+                current
+                if current and self.state.steps.get(current, StepRecord(name="")).status == "awaiting_agent"
+                else None
+            )
+            raise RunStateConflict.error(
+                f"step '{request.step}' is not waiting for the agent"
+                + (f"; step '{waiting}' is" if waiting else "; no step is waiting now")
+            )
 
     @workflow.update
     async def tool_context(self, request: ToolContextRequest) -> ToolContext:
         """The declared MCP servers' tools as fetched when the run started (waits until fetched)."""
         if request.wait:
             await workflow.wait_condition(lambda: self.state.mcp_ready)
-        return ToolContext(run_id=self.snap.run_id, status=self.state.status, mcps=self.state.mcp_context,
-                           error=self.state.error)
+        return ToolContext(
+            run_id=self.snap.run_id,
+            status=self.state.status,
+            mcps=self.state.mcp_context,
+            error=self.state.error,
+        )
 
     @workflow.signal
     def cancel(self, request: CancelRequest) -> None:
