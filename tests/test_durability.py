@@ -16,13 +16,14 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Replayer
 
+from kiwi.contracts import HelpRequest
 from kiwi.converter import data_converter
 from kiwi.devserver import DevServer, free_port
 from kiwi.runs import RunClient
 from kiwi.store import ItemStore
 from tests.helpers import awaiting_step, directive_md, write, write_directive
 from workers.main import SANDBOX, WORKFLOWS, build_worker
-from workflows.directive_run import ALL_CHANGES
+from workflows.directive_run import HARDENED
 
 HISTORIES = Path(__file__).parent / "histories"
 TICK = """import pathlib
@@ -160,19 +161,23 @@ def test_there_are_committed_histories():
     not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
 )
 async def test_record_history(runs, project):
-    """Record tests/histories/hello_kiwi-{ALL_CHANGES}.json after an intended workflow change.
+    """Record tests/histories/hello_kiwi-{newest patch id}.json after an intended workflow change.
 
     Older recordings stay: they are what runs started by older code replay against."""
     run_id = await runs.start("hello_kiwi", {"name": "Replay"})
     await awaiting_step(runs, run_id, "confirm")
     await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})
     await runs.call_tool(run_id, "filesystem.read", {"path": "../nope"})
+    await runs.call_tool(
+        run_id, "shell.run", {"command": "ls", "timeout": "abc"}
+    )  # refused before scheduling
+    await runs.help(run_id, HelpRequest(kind="checkpoint", reason="not granted"))  # denied: no git.checkpoint
     await runs.complete_step(run_id, "confirm", {"confirmed": True})
     await runs.handle(run_id).result()
     history = json.loads((await runs.handle(run_id).fetch_history()).to_json())
     # Payloads name the test's temporary folder; replace it so no machine path is committed.
     scrubbed = _scrub(history, str(project), "/project")
-    target = HISTORIES / f"hello_kiwi-{ALL_CHANGES}.json"
+    target = HISTORIES / f"hello_kiwi-{HARDENED}.json"
     target.write_text(json.dumps(scrubbed, indent=1))
     assert str(project) not in target.read_text()
 
