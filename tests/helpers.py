@@ -233,3 +233,16 @@ def data(result) -> dict:
     if result.structured_content is not None:
         return result.structured_content
     return json.loads(result.content[0].text)
+
+
+async def execute(client: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Kiwi's MCP ``execute`` tool called as an agent calls it; its answer as JSON."""
+    return data(await client.call_tool("execute", arguments))
+
+
+async def waits_for_agent(runs: RunClient, run_id: str) -> bool:
+    return (await runs.status(run_id)).status == "awaiting_agent"
+
+
+async def pending_approvals(runs: RunClient, run_id: str) -> list[Any]:
+    return [a for a in (await runs.status(run_id)).approvals if a.status == "pending"]

@@ -26,7 +26,16 @@ from kiwi.keys import create_key, sign_bytes
 from kiwi.policy import PermissionEntry, PermissionSet, entry_problems
 from kiwi.snapshot import signed_decision
 from mcp_frontend.server import build_server
-from tests.helpers import approver, data, directive_md, wait_for, write, write_directive
+from tests.helpers import (
+    approver,
+    directive_md,
+    execute,
+    pending_approvals,
+    wait_for,
+    waits_for_agent,
+    write,
+    write_directive,
+)
 
 GREEDY = directive_md(
     '<step name="take"><tool_call tool="filesystem.write"><param name="path">owned.txt</param>'
@@ -59,23 +68,17 @@ async def test_a_directive_the_agent_creates_over_mcp_runs_without_the_grants_it
 ):
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with Client(server) as client:
-        created = data(
-            await client.call_tool(
-                "execute",
-                {
-                    "item_type": "directive",
-                    "action": "create",
-                    "item_id": "greedy",
-                    "parameters": {"content": GREEDY},
-                },
-            )
+        created = await execute(
+            client,
+            {
+                "item_type": "directive",
+                "action": "create",
+                "item_id": "greedy",
+                "parameters": {"content": GREEDY},
+            },
         )
         assert created["status"] == "created"
-        started = data(
-            await client.call_tool(
-                "execute", {"item_type": "directive", "action": "run", "item_id": "greedy"}
-            )
-        )
+        started = await execute(client, {"item_type": "directive", "action": "run", "item_id": "greedy"})
     assert started["state"] == "failed"
     assert started["trust"]["signature"] == "unsigned" and started["trust"]["grants"] == "base"
     assert not (project / "owned.txt").exists()
@@ -135,34 +138,26 @@ async def test_a_humans_signature_cannot_be_transplanted_onto_a_directive(runs, 
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with Client(server) as client:
         for content in (legacy + evil, as_new):
-            data(
-                await client.call_tool(
-                    "execute",
-                    {
-                        "item_type": "directive",
-                        "action": "delete",
-                        "item_id": "evil",
-                        "parameters": {"confirm": True},
-                    },
-                )
+            await execute(
+                client,
+                {
+                    "item_type": "directive",
+                    "action": "delete",
+                    "item_id": "evil",
+                    "parameters": {"confirm": True},
+                },
             )
-            created = data(
-                await client.call_tool(
-                    "execute",
-                    {
-                        "item_type": "directive",
-                        "action": "create",
-                        "item_id": "evil",
-                        "parameters": {"content": content},
-                    },
-                )
+            created = await execute(
+                client,
+                {
+                    "item_type": "directive",
+                    "action": "create",
+                    "item_id": "evil",
+                    "parameters": {"content": content},
+                },
             )
             assert created["status"] == "created", created
-            started = data(
-                await client.call_tool(
-                    "execute", {"item_type": "directive", "action": "run", "item_id": "evil"}
-                )
-            )
+            started = await execute(client, {"item_type": "directive", "action": "run", "item_id": "evil"})
             assert started["trust"]["trusted"] is False and started["trust"]["grants"] == "base"
             assert started["state"] == "failed"
     assert "pwned" not in (project / ".ai" / "tools" / "text" / "word_count" / "main.py").read_text()
@@ -173,28 +168,24 @@ async def test_authoring_cannot_write_outside_the_items_folder(runs, project, te
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     content = GREEDY.replace("<category>tests</category>", f"<category>{category}</category>")
     async with Client(server) as client:
-        refused = data(
-            await client.call_tool(
-                "execute",
-                {
-                    "item_type": "directive",
-                    "action": "create",
-                    "item_id": "greedy",
-                    "parameters": {"content": content},
-                },
-            )
+        refused = await execute(
+            client,
+            {
+                "item_type": "directive",
+                "action": "create",
+                "item_id": "greedy",
+                "parameters": {"content": content},
+            },
         )
         assert refused["error"] == "InputInvalid" and "would leave the items folder" in refused["message"]
-        note = data(
-            await client.call_tool(
-                "execute",
-                {
-                    "item_type": "knowledge",
-                    "action": "create",
-                    "item_id": "../../../escaped-note",
-                    "parameters": {"title": "x", "content": "y"},
-                },
-            )
+        note = await execute(
+            client,
+            {
+                "item_type": "knowledge",
+                "action": "create",
+                "item_id": "../../../escaped-note",
+                "parameters": {"title": "x", "content": "y"},
+            },
         )
         assert note["error"] in ("InputInvalid", "ItemInvalid")
     import os
@@ -214,16 +205,14 @@ async def test_authoring_refuses_a_category_folder_that_is_a_symlink_out_of_the_
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     content = GREEDY.replace("<category>tests</category>", "<category>linked</category>")
     async with Client(server) as client:
-        refused = data(
-            await client.call_tool(
-                "execute",
-                {
-                    "item_type": "directive",
-                    "action": "create",
-                    "item_id": "greedy",
-                    "parameters": {"content": content},
-                },
-            )
+        refused = await execute(
+            client,
+            {
+                "item_type": "directive",
+                "action": "create",
+                "item_id": "greedy",
+                "parameters": {"content": content},
+            },
         )
     assert refused["error"] == "InputInvalid" and "symlink" in refused["message"]
     assert list(outside.iterdir()) == []
@@ -234,16 +223,14 @@ async def test_an_agent_cannot_delete_a_tool_through_authoring(runs, project, te
     write(tool / "NOTES.md", "a human's file beside the tool")
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with Client(server) as client:
-        refused = data(
-            await client.call_tool(
-                "execute",
-                {
-                    "item_type": "tool",
-                    "action": "delete",
-                    "item_id": "word_count",
-                    "parameters": {"confirm": True},
-                },
-            )
+        refused = await execute(
+            client,
+            {
+                "item_type": "tool",
+                "action": "delete",
+                "item_id": "word_count",
+                "parameters": {"confirm": True},
+            },
         )
     assert refused["error"] == "InputInvalid" and "cannot be deleted through Kiwi" in refused["message"]
     assert (tool / "tool.yaml").exists() and (tool / "NOTES.md").exists()
@@ -259,22 +246,17 @@ TIDY = directive_md(
 )
 
 
-async def pending(runs, run_id):
-    status = await runs.status(run_id)
-    return [a for a in status.approvals if a.status == "pending"]
-
-
 async def test_the_agent_cannot_approve_its_own_call_by_sending_the_signal(runs, project):
     write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [filesystem.delete]\n")
     approver("alice")
     write_directive(project / ".ai" / "directives" / "tidy.md", TIDY)
     write(project / "notes" / "keep.txt", "precious")
     run_id = await runs.start("tidy", {}, client_name="agent")
-    await wait_for(lambda: _waits(runs, run_id), what="the agent step")
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="the agent step")
     call = asyncio.create_task(
         runs.call_tool(run_id, "filesystem.delete", {"path": "notes/keep.txt"}, client_name="agent")
     )
-    (request,) = await wait_for(lambda: pending(runs, run_id), what="the approval request")
+    (request,) = await wait_for(lambda: pending_approvals(runs, run_id), what="the approval request")
     handle = runs.handle(run_id)
     # 1. What a tool process can send: the signal naming a real approver, with no signature.
     await handle.signal(
@@ -316,9 +298,9 @@ async def test_kiwi_approve_without_the_approvers_key_cannot_decide(runs, projec
     write_directive(project / ".ai" / "directives" / "tidy.md", TIDY)
     write(project / "notes" / "keep.txt", "precious")
     run_id = await runs.start("tidy", {})
-    await wait_for(lambda: _waits(runs, run_id), what="the agent step")
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="the agent step")
     call = asyncio.create_task(runs.call_tool(run_id, "filesystem.delete", {"path": "notes/keep.txt"}))
-    (request,) = await wait_for(lambda: pending(runs, run_id), what="the approval request")
+    (request,) = await wait_for(lambda: pending_approvals(runs, run_id), what="the approval request")
     env_keys = project / "no-keys-here"
     cli = await asyncio.create_subprocess_exec(
         *_kiwi(),
@@ -357,10 +339,6 @@ def _env() -> dict[str, str]:
     return dict(os.environ)
 
 
-async def _waits(runs, run_id):
-    return (await runs.status(run_id)).status == "awaiting_agent"
-
-
 async def test_a_signed_resume_cannot_be_replayed_for_a_later_hold(runs, project):
     """Review finding: with read access to history, the agent replays the human's resume of an earlier hold."""
     from kiwi.contracts import HelpRequest, ResumeRequest
@@ -369,7 +347,7 @@ async def test_a_signed_resume_cannot_be_replayed_for_a_later_hold(runs, project
     approver("ops")
     write_directive(project / ".ai" / "directives" / "tidy.md", TIDY)
     run_id = await runs.start("tidy", {})
-    await wait_for(lambda: _waits(runs, run_id), what="the agent step")
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="the agent step")
 
     async def held():
         status = await runs.status(run_id)
@@ -385,7 +363,7 @@ async def test_a_signed_resume_cannot_be_replayed_for_a_later_hold(runs, project
         ),
     )
     await runs.handle(run_id).signal("resume", captured)
-    await wait_for(lambda: _waits(runs, run_id), what="the human's resume")
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="the human's resume")
     await runs.help(run_id, HelpRequest(kind="stuck", reason="tests fail", attempts=4))
     second = await wait_for(held, what="the second hold")
     assert second.hold_id != first.hold_id
@@ -448,11 +426,11 @@ async def test_a_child_run_asks_for_approval_where_its_parent_must(runs, project
     )
     write(project / "notes" / "keep.txt", "precious")
     run_id = await runs.start("tidy", {})
-    await wait_for(lambda: _waits(runs, run_id), what="the agent step")
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="the agent step")
     started = await runs.call_tool(run_id, "directive.run", {"directive": "cleaner"})
     assert started.status == "ok"
     child = started.result["run_id"]
-    (request,) = await wait_for(lambda: pending(runs, child), what="the child's approval request")
+    (request,) = await wait_for(lambda: pending_approvals(runs, child), what="the child's approval request")
     assert request.tool == "filesystem.delete" and (project / "notes" / "keep.txt").exists()
     await runs.decide_approval(child, request.request_id, False, by="alice", reason="no")
     with pytest.raises(WorkflowFailureError):
@@ -478,7 +456,7 @@ async def test_a_child_run_shares_its_parents_rate_budget(runs, project):
     )
     write_directive(ai / "tidy.md", TIDY)
     run_id = await runs.start("tidy", {})
-    await wait_for(lambda: _waits(runs, run_id), what="the agent step")
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="the agent step")
     for i in range(2):
         assert (
             await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/p{i}.txt", "content": "x"})
@@ -517,13 +495,13 @@ async def test_children_running_at_once_share_a_windowed_limit(runs, project):
     )
     write_directive(ai / "tidy.md", TIDY)
     run_id = await runs.start("tidy", {})
-    await wait_for(lambda: _waits(runs, run_id), what="the agent step")
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="the agent step")
     kids = [
         (await runs.call_tool(run_id, "directive.run", {"directive": "kid"})).result["run_id"]
         for _ in range(3)
     ]
     for kid in kids:
-        await wait_for(lambda kid=kid: _waits(runs, kid), what=f"{kid} to wait for the agent")
+        await wait_for(lambda kid=kid: waits_for_agent(runs, kid), what=f"{kid} to wait for the agent")
     outcomes = [
         (await runs.call_tool(who, "filesystem.write", {"path": f"notes/{i}-{n}.txt", "content": "x"})).status
         for i, who in enumerate([*kids, run_id])
@@ -540,7 +518,7 @@ async def test_help_checkpoint_without_the_git_grant_is_denied_and_runs_no_git(r
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     write_directive(project / ".ai" / "directives" / "tidy.md", TIDY)
     run_id = await runs.start("tidy", {})
-    await wait_for(lambda: _waits(runs, run_id), what="the agent step")
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="the agent step")
     from kiwi.contracts import HelpRequest
 
     await runs.help(run_id, HelpRequest(kind="checkpoint", reason="save me"))
@@ -622,7 +600,7 @@ async def test_an_mcp_grant_named_git_cannot_commit_in_a_real_run(runs, project)
         ),
     )
     run_id = await runs.start("sly", {})
-    await wait_for(lambda: _waits(runs, run_id), what="the agent step")
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="the agent step")
     denied = await runs.call_tool(run_id, "git.commit", {"message": "sneaky"})
     assert denied.status == "denied" and 'id="git.commit"' in denied.hint
     log = subprocess.run(["git", "log", "--oneline"], cwd=project, capture_output=True, text=True)
