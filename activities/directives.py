@@ -10,8 +10,8 @@ from temporalio.exceptions import ApplicationError
 
 from kiwi.contracts import ResolveDirectiveRequest, RunSnapshot
 from kiwi.errors import ItemInvalid, KiwiError
+from kiwi.items.store import ItemStore
 from kiwi.snapshot import build_snapshot
-from kiwi.store import ItemStore
 
 
 class DirectiveActivities:

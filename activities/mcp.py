@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from kiwi import errors
 from kiwi.contracts import McpCallRequest, McpCallResult, McpListToolsRequest, McpListToolsResult
 from kiwi.errors import ActivityNotFound, KiwiError
-from kiwi.mcp_pool import McpPool, McpUnavailable, scrub, scrub_text
+from kiwi.upstream.pool import McpPool, McpUnavailable, scrub, scrub_text
 
 
 class McpActivities:

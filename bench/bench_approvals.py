@@ -29,12 +29,12 @@ from bench.common import (  # noqa: E402
     stop_worker,
     tuned_dev_server,
 )
-from kiwi.cli_keys import ensure_key  # noqa: E402
+from kiwi.cli.keys import ensure_key  # noqa: E402
 from kiwi.contracts import ApprovalRequest  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
+from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient
 from kiwi.snapshot import signed_decision  # noqa: E402
-from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md, write, write_directive  # noqa: E402
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import pct  # noqa: E402
-from kiwi.directive import parse_directive  # noqa: E402
-from kiwi.store import ItemStore  # noqa: E402
+from kiwi.items.directive import parse_directive  # noqa: E402
+from kiwi.items.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md  # noqa: E402
 
 WORDS = [

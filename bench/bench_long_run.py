@@ -19,8 +19,8 @@ from temporalio.client import Client  # noqa: E402
 from activities.audit import read_audit  # noqa: E402
 from bench.common import scratch_project, tuned_dev_server  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
+from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
-from kiwi.store import ItemStore  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
 

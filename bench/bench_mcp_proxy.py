@@ -30,8 +30,8 @@ from temporalio.client import Client as TemporalClient  # noqa: E402
 from bench import common  # noqa: E402
 from bench.floor import update_floor  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
+from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
-from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import write_directive  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 

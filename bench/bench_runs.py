@@ -30,8 +30,8 @@ from bench.common import (  # noqa: E402
     tuned_dev_server,
 )
 from kiwi.converter import data_converter  # noqa: E402
+from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
-from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md, write_directive  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 

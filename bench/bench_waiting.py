@@ -36,8 +36,8 @@ from bench.common import (
 from bench.floor import FloorWorkflow, start_floor_worker  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.devserver import DevServer  # noqa: E402
+from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
-from kiwi.store import ItemStore  # noqa: E402
 from tests.helpers import directive_md, write_directive  # noqa: E402
 
 

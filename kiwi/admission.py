@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kiwi.contracts import RunSnapshot, RunState, ToolCallResult
-from kiwi.directive import callable_tool
 from kiwi.errors import InputInvalid, McpUnavailable, PermissionDenied, RateLimited, ToolNotFound
 from kiwi.guards import detect_loop, digest, rate_patterns
+from kiwi.items.directive import callable_tool
 from kiwi.policy import BUILTIN_TOOLS
 from kiwi.toolargs import check_arguments
 

@@ -15,9 +15,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from temporalio.common import SearchAttributeKey
 
-from kiwi.directive import Directive
-from kiwi.mcp_registry import McpServerInfo
+from kiwi.items.directive import Directive
 from kiwi.policy import PermissionSet
+from kiwi.upstream.registry import McpServerInfo
 
 TASK_QUEUE = "kiwi"
 

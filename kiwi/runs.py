@@ -57,12 +57,12 @@ from kiwi.contracts import (
     run_workflow_id,
     session_workflow_id,
 )
-from kiwi.directive import Directive
 from kiwi.errors import InputInvalid, KiwiError, McpServerMissing, RunFinished, RunNotFound, RunStateConflict
+from kiwi.items.directive import Directive
+from kiwi.items.store import ItemStore
 from kiwi.keys import default_key, human_message, load_private, sign_bytes
 from kiwi.policy import BUILTIN_TOOLS, PermissionSet
 from kiwi.snapshot import build_session_snapshot, build_snapshot, signed_decision
-from kiwi.store import ItemStore
 from kiwi.toolargs import unsendable
 from workflows.directive_run import DirectiveRun
 

@@ -17,14 +17,14 @@ from kiwi.contracts import (
     RunTrust,
     session_workflow_id,
 )
-from kiwi.directive import Directive, McpDeclaration, Metadata, Step, ToolsDeclaration
 from kiwi.errors import InputInvalid
 from kiwi.harness import load_harness
+from kiwi.items.directive import Directive, McpDeclaration, Metadata, Step, ToolsDeclaration
+from kiwi.items.store import ItemStore
 from kiwi.keys import approval_message, load_trusted, sign_bytes
-from kiwi.mcp_registry import McpRegistry, load_registry
 from kiwi.signing import check_trust, content_hash, verify
-from kiwi.store import ItemStore
 from kiwi.templating import bind_inputs
+from kiwi.upstream.registry import McpRegistry, load_registry
 
 
 def local_tool_specs(store: ItemStore) -> dict[str, LocalToolSpec]:

@@ -25,15 +25,15 @@ from mcp.shared.message import SessionMessage
 from pydantic import Field, ValidationError
 from temporalio.client import Client
 
-from kiwi.authoring import copy_to_project as copy_to_project_
-from kiwi.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.contracts import HelpRequest
-from kiwi.directive import Directive
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError
-from kiwi.mcp_catalog import McpCatalog
+from kiwi.items.authoring import copy_to_project as copy_to_project_
+from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
+from kiwi.items.directive import Directive
+from kiwi.items.store import ItemStore, find_project_root
 from kiwi.runs import RunClient
-from kiwi.store import ItemStore, find_project_root
 from kiwi.toolargs import check_arguments
+from kiwi.upstream.catalog import McpCatalog
 
 INSTRUCTIONS = """Kiwi runs directives (reusable workflow specs) durably on Temporal.
 Typical flow: search(item_type="directive", query=...) → load(...) to read its steps and inputs →
@@ -358,7 +358,7 @@ async def _execute(
     if item_type in ("directive", "knowledge", "tool") and action in ("create", "update", "delete", "link"):
         return _author(link.store, item_type, action, item_id, parameters)
     if item_type == "directive" and action == "validate":
-        from kiwi.validation import validate_file
+        from kiwi.items.validation import validate_file
 
         record = link.store.find("directive", item_id)
         result = validate_file(Path(record.path), frozenset(link.store.local_tools()))

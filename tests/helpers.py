@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
-from kiwi.store import ItemStore
 
 # Real files from the original Kiwi MCP project (MIT licence; see compat/kiwi-mcp/SOURCES.md).
 COMPAT = Path(__file__).resolve().parent / "compat" / "kiwi-mcp"
@@ -78,7 +78,7 @@ def write(path: Path, text: str) -> Path:
 
 def signed(text: str) -> str:
     """``text`` signed by the test's own key (made and trusted on first use, as `kiwi init` does)."""
-    from kiwi.cli_keys import ensure_key
+    from kiwi.cli.keys import ensure_key
     from kiwi.signing import sign
 
     return sign(text, signer=ensure_key()[0], kind="directive")
@@ -91,8 +91,8 @@ def write_directive(path: Path, text: str) -> Path:
 
 def approver(name: str) -> str:
     """A person who may approve calls: a key of their own, trusted for approving in the user space."""
+    from kiwi.items.store import user_space
     from kiwi.keys import create_key, trust_key
-    from kiwi.store import user_space
 
     _, public = create_key(name)
     trust_key(user_space(), name, public, ["approve"])

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from kiwi.admission import admit
 from kiwi.contracts import McpServerContext, RunLimits, RunSnapshot, RunState
-from kiwi.directive import parse_directive
+from kiwi.items.directive import parse_directive
 from tests.helpers import directive_md
 
 DIRECTIVE, _ = parse_directive(

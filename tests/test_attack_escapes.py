@@ -19,9 +19,9 @@ from temporalio.client import WorkflowFailureError
 from activities.audit import read_audit
 from kiwi.cli import main as kiwi_main
 from kiwi.contracts import ApprovalDecision
-from kiwi.directive import parse_directive
 from kiwi.errors import InputInvalid, ItemInvalid
 from kiwi.harness import load_harness
+from kiwi.items.directive import parse_directive
 from kiwi.keys import create_key, sign_bytes
 from kiwi.policy import PermissionEntry, PermissionSet, entry_problems
 from kiwi.snapshot import signed_decision

@@ -356,7 +356,7 @@ def test_a_yaml_alias_bomb_in_any_config_file_is_refused_fast_naming_the_file(
     tmp_path, monkeypatch, capsys, where
 ):
     from kiwi.harness import load_harness
-    from kiwi.mcp_registry import load_registry
+    from kiwi.upstream.registry import load_registry
 
     monkeypatch.chdir(tmp_path)
     assert kiwi_main(["init"]) == 0

@@ -13,8 +13,8 @@ from temporalio.client import Client
 from kiwi.converter import data_converter
 from kiwi.devserver import free_port, load_dev_config
 from kiwi.errors import KiwiError
+from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
-from kiwi.store import ItemStore
 from tests.helpers import wait_for
 
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kiwi.directive import parse_directive, parse_directive_lenient
 from kiwi.errors import ItemInvalid
+from kiwi.items.directive import parse_directive, parse_directive_lenient
 from kiwi.signing import content_hash, sign, verify
 from tests.helpers import COMPAT, directive_md
 
@@ -158,10 +158,10 @@ def test_a_50_mb_file_is_refused_quickly():
 
 
 def test_sign_then_verify_and_detect_modification():
-    from kiwi.cli_keys import ensure_key
+    from kiwi.cli.keys import ensure_key
+    from kiwi.items.store import user_space
     from kiwi.keys import load_trusted
     from kiwi.signing import check_trust
-    from kiwi.store import user_space
 
     text = directive_md(WRITE_STEP, permissions=PERMS, inputs=INPUTS)
     signer = ensure_key()[0]
@@ -180,10 +180,10 @@ def test_a_signature_is_only_trusted_from_a_trusted_key_and_cannot_be_forged_by_
     """An agent can compute a SHA-256 and even make a key of its own; neither makes it a trusted signer."""
     import hashlib
 
-    from kiwi.cli_keys import ensure_key
+    from kiwi.cli.keys import ensure_key
+    from kiwi.items.store import user_space
     from kiwi.keys import create_key, load_trusted
     from kiwi.signing import check_trust
-    from kiwi.store import user_space
 
     ensure_key()
     trusted = load_trusted(Path("."), user_space()).with_role("sign")

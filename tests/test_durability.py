@@ -19,8 +19,8 @@ from temporalio.worker import Replayer
 from kiwi.contracts import HelpRequest
 from kiwi.converter import data_converter
 from kiwi.devserver import DevServer, free_port
+from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
-from kiwi.store import ItemStore
 from tests.helpers import awaiting_step, directive_md, write, write_directive
 from workers.main import SANDBOX, WORKFLOWS, build_worker
 from workflows.directive_run import HARDENED

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = ("kiwi.cli", "kiwi.cli_runs", "kiwi.cli_keys", "kiwi.__main__")
+CLI = ("kiwi.cli", "kiwi.cli.runs", "kiwi.cli.keys", "kiwi.__main__")
 CLIENT = ("kiwi.runs", "kiwi.connect")
 
 
@@ -95,4 +95,4 @@ def test_the_layer_rules_see_the_modules_they_speak_of():
         "mcp_frontend.server",
         "workers.main",
     } <= names
-    assert layer("kiwi.admission") == "domain" and layer("kiwi.cli_runs") == "cli"
+    assert layer("kiwi.admission") == "domain" and layer("kiwi.cli.runs") == "cli"

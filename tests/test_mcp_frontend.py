@@ -13,7 +13,7 @@ from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
 from kiwi.cli import main as kiwi_main
-from kiwi.cli_keys import ensure_key
+from kiwi.cli.keys import ensure_key
 from kiwi.devserver import free_port
 from mcp_frontend.server import build_server
 from tests.helpers import data, wait_for

@@ -22,7 +22,7 @@ from activities.audit import read_audit
 from kiwi.contracts import session_workflow_id
 from kiwi.devserver import free_port
 from kiwi.errors import ItemInvalid, McpServerMissing
-from kiwi.mcp_registry import load_registry
+from kiwi.upstream.registry import load_registry
 from tests.helpers import directive_md, wait_for, write, write_directive
 
 NPM = Path(__file__).parent / "npm" / "node_modules" / "@modelcontextprotocol"

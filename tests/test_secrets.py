@@ -13,7 +13,7 @@ import pytest
 
 from activities.audit import read_audit
 from kiwi.guards import REDACTED, is_secret_key, redact
-from kiwi.mcp_pool import install_log_scrubber, remember_secrets
+from kiwi.upstream.pool import install_log_scrubber, remember_secrets
 from tests.helpers import awaiting_step, directive_md, write, write_directive
 
 # An upstream server that puts what it was started with everywhere it can: descriptions, schema
@@ -95,7 +95,7 @@ def test_worker_logs_never_show_known_secrets_or_credential_query_values(caplog)
     install_log_scrubber()
     secret = f"s3cr3t-{uuid.uuid4().hex}"
     remember_secrets({"KIWI_LOG_SECRET": secret})
-    log = logging.getLogger("kiwi.mcp_pool")
+    log = logging.getLogger("kiwi.upstream.pool")
     with caplog.at_level(logging.INFO):
         log.warning("connect to https://api.example.com/mcp?api_key=%s&x=1 failed", "AKIA-unknown-value")
         log.info("env has %s", secret)

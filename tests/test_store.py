@@ -13,7 +13,7 @@ import pytest
 
 from kiwi.cli import main as kiwi
 from kiwi.errors import ItemNotFound
-from kiwi.store import ItemStore
+from kiwi.items.store import ItemStore
 from tests.helpers import COMPAT, directive_md, write
 
 

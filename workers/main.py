@@ -16,7 +16,7 @@ from activities.directives import DirectiveActivities
 from activities.filesystem import FilesystemActivities
 from activities.mcp import McpActivities
 from kiwi.contracts import TASK_QUEUE
-from kiwi.mcp_pool import McpPool
+from kiwi.upstream.pool import McpPool
 from workflows.directive_run import DirectiveRun
 
 WORKFLOWS = [DirectiveRun]

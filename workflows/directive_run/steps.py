@@ -13,8 +13,8 @@ with workflow.unsafe.imports_passed_through():
         DirectiveRunInput,
         StepRecord,
     )
-    from kiwi.directive import Step, plan_step
     from kiwi.guards import redact
+    from kiwi.items.directive import Step, plan_step
     from kiwi.templating import render
     from kiwi.toolargs import ArgumentError, coerce_step_arguments
 

@@ -21,8 +21,8 @@ with workflow.unsafe.imports_passed_through():
         McpListToolsResult,
         McpServerContext,
     )
-    from kiwi.directive import McpDeclaration
     from kiwi.errors import Cancelled
+    from kiwi.items.directive import McpDeclaration
 
 from workflows.directive_run.errors import (
     CallRefused,

@@ -17,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
         StepRecord,
         StepView,
     )
-    from kiwi.directive import Step, plan_step
+    from kiwi.items.directive import Step, plan_step
     from kiwi.templating import TemplateError, render
 
 from workflows.directive_run.options import HELD

@@ -305,7 +305,7 @@ def parse_directive(text: str, path: str = "") -> tuple[Directive, list[Problem]
 
 def parse_directive_lenient(text: str, path: str = "") -> tuple[Directive | None, list[Problem]]:
     """Parse and validate, returning every problem instead of raising on validation errors."""
-    from kiwi.xmlsafe import XmlRefused, parse_xml
+    from kiwi.items.xmlsafe import XmlRefused, parse_xml
 
     if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
         return None, [

@@ -43,8 +43,8 @@ def _outputs(values: list[str] | None) -> dict[str, Any]:
 
 async def _run_client(args: argparse.Namespace):
     from kiwi.connect import connect
+    from kiwi.items.store import ItemStore, find_project_root
     from kiwi.runs import RunClient
-    from kiwi.store import ItemStore, find_project_root
 
     try:
         client = await connect(getattr(args, "address", None), getattr(args, "namespace", None))
@@ -291,7 +291,7 @@ async def cmd_decide(args: argparse.Namespace, runs: RunClient) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     """Print a run's audit trail; a file or line that cannot be read is named on stderr (exit 1)."""
     from activities.audit import read_audit_trail
-    from kiwi.store import find_project_root
+    from kiwi.items.store import find_project_root
 
     trail = read_audit_trail(str(find_project_root()), args.run)
     if not trail.records and not trail.problems:

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kiwi.directive import Directive, parse_directive_lenient
 from kiwi.errors import ItemInvalid, ItemNotFound, Problem
-from kiwi.knowledge import KnowledgeEntry, parse_knowledge
-from kiwi.tools import ToolManifest, legacy_script_manifest, parse_manifest
+from kiwi.items.directive import Directive, parse_directive_lenient
+from kiwi.items.knowledge import KnowledgeEntry, parse_knowledge
+from kiwi.items.tools import ToolManifest, legacy_script_manifest, parse_manifest
 
 ItemType = Literal["directive", "tool", "knowledge"]
 ITEM_TYPES: tuple[ItemType, ...] = ("directive", "tool", "knowledge")

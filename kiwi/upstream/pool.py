@@ -30,8 +30,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from kiwi.errors import KiwiError
-from kiwi.mcp_registry import McpRegistry, McpServerConfig, load_registry, registry_paths
-from kiwi.store import user_space
+from kiwi.items.store import user_space
+from kiwi.upstream.registry import McpRegistry, McpServerConfig, load_registry, registry_paths
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import json
 import re
 import sys
 
+from kiwi.items.store import find_project_root, user_space
 from kiwi.keys import create_key, keys_dir, load_trusted, own_keys, trust_key
-from kiwi.store import find_project_root, user_space
 
 
 def default_name() -> str:

@@ -9,10 +9,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kiwi.directive import parse_directive
 from kiwi.errors import InputInvalid, ItemNotFound
-from kiwi.knowledge import LINK_KEYS, KnowledgeEntry, parse_knowledge, render_knowledge
-from kiwi.store import ItemStore
+from kiwi.items.directive import parse_directive
+from kiwi.items.knowledge import LINK_KEYS, KnowledgeEntry, parse_knowledge, render_knowledge
+from kiwi.items.store import ItemStore
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from kiwi.errors import ItemInvalid, KiwiError, Problem
-from kiwi.store import ITEM_TYPES, ItemStore, find_project_root
-from kiwi.validation import validate_file
+from kiwi.items.store import ITEM_TYPES, ItemStore, find_project_root
+from kiwi.items.validation import validate_file
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -71,7 +71,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         (root / ".ai" / folder).mkdir(parents=True, exist_ok=True)
     # The example directive's grants take effect only when a trusted key signed it: sign what
     # init wrote with the user's key (made on first use), as the human who ran init.
-    from kiwi.cli_keys import ensure_key
+    from kiwi.cli.keys import ensure_key
     from kiwi.signing import sign
 
     signer, made = ensure_key()
@@ -183,7 +183,7 @@ def _mcp_catalog(operation: Callable[[Any], Any]) -> Any:
     """Run one catalog operation against the configured MCP servers, then stop the servers it started."""
     import asyncio
 
-    from kiwi.mcp_catalog import McpCatalog
+    from kiwi.upstream.catalog import McpCatalog
 
     async def go() -> Any:
         catalog = McpCatalog(find_project_root())
@@ -239,7 +239,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from kiwi.directive import Directive
+    from kiwi.items.directive import Directive
 
     if args.type == "mcp":
         data = _mcp_catalog(lambda catalog: catalog.load(args.id))
@@ -318,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="which of your keys signs (default: your only key; see `kiwi keys list`)")
     p.set_defaults(func=cmd_sign)
 
-    from kiwi import cli_keys
+    from kiwi.cli import keys as cli_keys
 
     cli_keys.add_commands(sub)
 
@@ -351,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_show)
 
-    from kiwi import cli_runs
+    from kiwi.cli import runs as cli_runs
 
     cli_runs.add_commands(sub)
     return parser

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kiwi.directive import Directive
 from kiwi.errors import Problem
+from kiwi.items.directive import Directive
+from kiwi.items.store import find_project_root, parse_item, user_space
 from kiwi.keys import load_trusted
 from kiwi.signing import check_trust, verify
-from kiwi.store import find_project_root, parse_item, user_space
 
 
 def item_type_of(path: Path) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kiwi.errors import KiwiError
-from kiwi.mcp_pool import McpPool, McpUnavailable
+from kiwi.upstream.pool import McpPool, McpUnavailable
 
 
 class McpCatalog:

@@ -1,0 +1,1 @@
+"""Upstream MCP servers: their configuration, the worker's connection pool, search over their tools."""
