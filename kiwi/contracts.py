@@ -17,7 +17,6 @@ from temporalio.common import SearchAttributeKey
 
 from kiwi.items.directive import Directive
 from kiwi.policy import PermissionSet
-from kiwi.upstream.registry import McpServerInfo
 
 TASK_QUEUE = "kiwi"
 
@@ -58,6 +57,21 @@ def session_workflow_id(project_root: str | Path) -> str:
 
 
 # ---------------------------------------------------------------- run snapshot and state
+
+
+class McpServerInfo(BaseModel):
+    """What a run may know about a server: no command, URL, environment or headers."""
+
+    name: str
+    description: str = ""
+    tools: list[str] = Field(default_factory=list)
+    require_approval: list[str] = Field(default_factory=list)
+    approval_timeout_seconds: float | None = None
+    timeout_seconds: float = 60.0
+
+    def exposes(self, tool: str) -> bool:
+        """Whether the registry's tool filter lets ``tool`` be seen and called."""
+        return not self.tools or tool in self.tools
 
 
 class LocalToolSpec(BaseModel):

@@ -57,7 +57,15 @@ from kiwi.contracts import (
     run_workflow_id,
     session_workflow_id,
 )
-from kiwi.errors import InputInvalid, KiwiError, McpServerMissing, RunFinished, RunNotFound, RunStateConflict
+from kiwi.errors import (
+    InputInvalid,
+    KiwiError,
+    McpServerMissing,
+    RunContinuing,
+    RunFinished,
+    RunNotFound,
+    RunStateConflict,
+)
 from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore
 from kiwi.keys import default_key, human_message, load_private, sign_bytes
@@ -384,26 +392,30 @@ class RunClient:
                 cause = exc.cause
                 kind = getattr(cause, "type", "") or ""
                 message = getattr(cause, "message", "") or str(cause)
-                if kind == "RunContinuing":
+                if kind == RunContinuing.type:
                     await asyncio.sleep(0.05 * (attempt + 1))
                     continue
-                if kind == "RunFinished":
+                if kind == RunFinished.type:
                     raise RunFinished(message) from None
-                if kind == "RunStateConflict":
+                if kind == RunStateConflict.type:
                     raise RunStateConflict(message) from None
-                if kind == "InputInvalid":
+                if kind == InputInvalid.type:
                     raise InputInvalid(message) from None
                 raise KiwiError(message) from None
             except RPCError as exc:
                 # The run continued-as-new between our send and its acceptance: send it again
                 # to the new run. The workflow de-duplicates by update id, so nothing runs twice.
-                if exc.status == RPCStatusCode.NOT_FOUND and "completed" in (exc.message or "").lower():
+                # Which it was is asked of Temporal (describe), never read from the error's text.
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise _translate(exc, run_id) from None
+                try:
                     description = await handle.describe()
-                    if description.status != WorkflowExecutionStatus.RUNNING:
-                        name_ = description.status.name.lower() if description.status else "closed"
-                        raise RunFinished(f"run {run_id} has finished ({name_}); start a new run") from None
-                    continue
-                raise _translate(exc, run_id) from None
+                except RPCError:
+                    raise _translate(exc, run_id) from None
+                if description.status != WorkflowExecutionStatus.RUNNING:
+                    name_ = description.status.name.lower() if description.status else "closed"
+                    raise RunFinished(f"run {run_id} has finished ({name_}); start a new run") from None
+                continue
         raise RunStateConflict(f"run {run_id} kept continuing while the call was sent; try again")
 
     async def call_tool_waiting(

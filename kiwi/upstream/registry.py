@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from kiwi import yamltext
+from kiwi.contracts import McpServerInfo
 from kiwi.errors import ItemInvalid, KiwiError, Problem
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -43,21 +44,6 @@ KNOWN_KEYS = (
     "schema_ttl",
     "enabled",
 )
-
-
-class McpServerInfo(BaseModel):
-    """What a run may know about a server: no command, URL, environment or headers."""
-
-    name: str
-    description: str = ""
-    tools: list[str] = Field(default_factory=list)
-    require_approval: list[str] = Field(default_factory=list)
-    approval_timeout_seconds: float | None = None
-    timeout_seconds: float = 60.0
-
-    def exposes(self, tool: str) -> bool:
-        """Whether the registry's tool filter lets ``tool`` be seen and called."""
-        return not self.tools or tool in self.tools
 
 
 class McpServerConfig(BaseModel):

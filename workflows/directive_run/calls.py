@@ -19,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
         LocalToolRequest,
         ToolCallResult,
     )
-    from kiwi.errors import ToolFailed, ToolNotFound
+    from kiwi.errors import PermissionDenied, ToolFailed, ToolNotFound
     from kiwi.guards import digest, redact, summarise_call, summarise_result
     from kiwi.policy import FILESYSTEM_TOOLS, Decision, parse_command
     from kiwi.toolargs import BUILTIN_SCHEMAS
@@ -96,7 +96,7 @@ class CallsMixin:
             except (ActivityError, ApplicationError) as exc:
                 kind, message = failure_of(exc)
                 result = ToolCallResult(
-                    status="denied" if kind == "PermissionDenied" else "error",
+                    status="denied" if kind == PermissionDenied.type else "error",
                     tool=tool,
                     reason=message,
                     error_type=kind,
