@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from activities.audit import read_audit
-from tests.helpers import directive_md, wait_for, write, write_directive
+from tests.helpers import directive_md, wait_for, waits_for_agent, write, write_directive
 
 SHELL = "git,find,ls,cat,rm,printenv"
 
@@ -205,3 +205,39 @@ async def test_find_delete_runs_only_where_the_grant_names_the_option(runs, proj
     )
     assert allowed.status == "ok" and allowed.result["exit_code"] == 0
     assert not (project / "tmp" / "scratch.txt").exists()
+
+
+async def test_a_bare_repository_written_into_a_plain_project_runs_nothing(runs, project, tmp_path_factory):
+    """Found by review: in a project that is no git repository, the agent writes HEAD, objects/, refs/ and a
+    config with core.fsmonitor at the root; git then took the root for a bare repository and ran it."""
+    marks = tmp_path_factory.mktemp("marks")
+    write_directive(
+        project / ".ai" / "directives" / "writer.md",
+        directive_md(
+            '<step name="work"><action>Write.</action></step>',
+            name="writer",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="**"/>'
+            '<execute resource="shell" commands="git"/><execute resource="tool" id="git.status,git.checkpoint"/>',
+        ),
+    )
+    run_id = await runs.start("writer", {})
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="writer to wait for the agent")
+    planted = {
+        "HEAD": "ref: refs/heads/main\n",
+        "objects/.keep": "",
+        "refs/heads/.keep": "",
+        "config": f'[core]\n\tworktree = .\n\tfsmonitor = "touch {marks}/PWNED_fsmonitor"\n'
+        f'\thooksPath = hooks\n[alias]\n\tst = "!touch {marks}/PWNED_alias"\n',
+        "hooks/post-checkout": f"#!/bin/sh\ntouch {marks}/PWNED_hook\n",
+    }
+    for path, content in planted.items():
+        written = await runs.call_tool(run_id, "filesystem.write", {"path": path, "content": content})
+        assert written.status == "ok", written
+    for tool, args in (
+        ("git.status", {}),
+        ("git.checkpoint", {"message": "x"}),
+        ("shell.run", {"command": "git status"}),
+        ("shell.run", {"command": "git log"}),
+    ):
+        await runs.call_tool(run_id, tool, args)
+    assert list(marks.iterdir()) == [] and not pwned(project)
