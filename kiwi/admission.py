@@ -78,14 +78,8 @@ def admit(
     patterns = rate_patterns(tool, limits.rate_limits, snap.local_tools)
     for pattern in patterns:
         if state.call_counts.get(pattern, 0) + 1 > limits.rate_limits[pattern]:
-            return Admission(
-                ToolCallResult(
-                    status="rate_limited",
-                    tool=tool,
-                    error_type=RateLimited.type,
-                    call_seq=seq,
-                    reason=f"rate limit for {pattern} is {limits.rate_limits[pattern]} calls per run",
-                )
+            return _rate_limited(
+                tool, seq, f"rate limit for {pattern} is {limits.rate_limits[pattern]} calls per run"
             )
     windows = rate_patterns(tool, limits.rate_windows, snap.local_tools) if limits.rate_windows else []
     for pattern in windows:
@@ -95,15 +89,11 @@ def admit(
         state.rate_times[pattern] = recent
         if len(recent) >= calls:
             wait = math.ceil(recent[0] + seconds - now) if recent else seconds
-            return Admission(
-                ToolCallResult(
-                    status="rate_limited",
-                    tool=tool,
-                    error_type=RateLimited.type,
-                    call_seq=seq,
-                    reason=f"rate limit for {pattern} is {calls} calls per {seconds:g}s",
-                    hint=f"try again in {wait:g}s",
-                )
+            return _rate_limited(
+                tool,
+                seq,
+                f"rate limit for {pattern} is {calls} calls per {seconds:g}s",
+                f"try again in {wait:g}s",
             )
     for pattern in patterns:
         state.call_counts[pattern] = state.call_counts.get(pattern, 0) + 1
@@ -114,6 +104,19 @@ def admit(
     if warning:
         state.loop_warnings += 1
     return Admission(warning=warning)
+
+
+def _rate_limited(tool: str, seq: int, reason: str, hint: str = "") -> Admission:
+    return Admission(
+        ToolCallResult(
+            status="rate_limited",
+            tool=tool,
+            error_type=RateLimited.type,
+            call_seq=seq,
+            reason=reason,
+            hint=hint,
+        )
+    )
 
 
 def lookup(tool: str, seq: int, snap: RunSnapshot, state: RunState) -> ToolCallResult | None:
