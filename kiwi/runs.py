@@ -23,6 +23,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowHistoryEventFilterType,
     WorkflowUpdateFailedError,
     WorkflowUpdateStage,
 )
@@ -375,7 +376,7 @@ class RunClient:
         """Send an update; with ``wait_seconds``, answer ``None`` if it has not finished by then."""
         handle = self.handle(run_id)
         update_id = update_id or uuid.uuid4().hex
-        for attempt in range(20):
+        for _attempt in range(20):
             try:
                 if wait_seconds is None:
                     return await handle.execute_update(update, arg, id=update_id)
@@ -393,7 +394,7 @@ class RunClient:
                 kind = getattr(cause, "type", "") or ""
                 message = getattr(cause, "message", "") or str(cause)
                 if kind == RunContinuing.type:
-                    await asyncio.sleep(0.05 * (attempt + 1))
+                    await self._await_successor(run_id)
                     continue
                 if kind == RunFinished.type:
                     raise RunFinished(message) from None
@@ -417,6 +418,24 @@ class RunClient:
                     raise RunFinished(f"run {run_id} has finished ({name_}); start a new run") from None
                 continue
         raise RunStateConflict(f"run {run_id} kept continuing while the call was sent; try again")
+
+    async def _await_successor(self, run_id: str, deadline: float = 30.0) -> None:
+        """Wait until the execution that refused us as 'continuing' has closed, so the next send reaches
+        its successor at once (a long poll on its close event, not a sleep-and-retry loop)."""
+        try:
+            described = await self.handle(run_id).describe()
+        except RPCError:
+            return
+        if described.status != WorkflowExecutionStatus.RUNNING:
+            return  # already closed: the latest execution is the successor
+        draining = self.client.get_workflow_handle(run_id, run_id=described.run_id)
+        with contextlib.suppress(RPCError, TimeoutError):
+            async with asyncio.timeout(deadline):
+                async for _ in draining.fetch_history_events(
+                    wait_new_event=True,
+                    event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT,
+                ):
+                    break
 
     async def call_tool_waiting(
         self,
