@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -30,13 +31,28 @@ DEFAULTS: dict[str, Any] = {
         "port": 7233,
         "ui_port": 8233,
         "namespace": "default",
-        "db_file": ".kiwi/temporal.sqlite",
+        # Relative to the config file; without one, the user's data folder (kiwi.connect.data_dir()).
+        "db_file": None,
         "sqlite_pragmas": {"journal_mode": "wal", "synchronous": "normal"},
-        "dynamic_config": {"history.transferProcessorMaxPollRPS": 1000},
+        "dynamic_config": {
+            "history.transferProcessorMaxPollRPS": 1000,
+            "history.transferProcessorMaxPollHostRPS": 0,
+        },
     },
     "worker": {"task_queue": "kiwi", "sandboxed": False},
     "mcp": {"http": True, "host": "127.0.0.1", "port": 8765},
 }
+
+
+def data_dir() -> Path:
+    """Where the user's local Temporal keeps its state: one per user, whatever the working folder.
+
+    ``KIWI_HOME``, else ``$XDG_DATA_HOME/kiwi``, else ``~/.local/share/kiwi``.
+    """
+    if os.environ.get("KIWI_HOME"):
+        return Path(os.environ["KIWI_HOME"]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base).expanduser() / "kiwi"
 
 
 def _wheel_binary(name: str, package: str) -> str:

@@ -95,6 +95,10 @@ class RunStateConflict(KiwiError):
     pass
 
 
+class RunInOtherProject(KiwiError):
+    """The run belongs to another project than the one this client serves."""
+
+
 class RunFinished(RunStateConflict):
     """The run has completed, failed, timed out or been cancelled; it takes no more calls."""
 

@@ -294,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kiwi",
         description="Kiwi: durable directive workflows for AI agents, on Temporal, reached over MCP.",
     )
+    parser.add_argument("--version", action="version", version=f"kiwi {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("init", help="scaffold .ai/ with example directives, tools, knowledge and config")
@@ -354,7 +355,37 @@ def build_parser() -> argparse.ArgumentParser:
     from kiwi.cli import runs as cli_runs
 
     cli_runs.add_commands(sub)
+
+    from kiwi.cli import doctor as cli_doctor
+
+    cli_doctor.add_commands(sub)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kiwi-runtime")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _choose_project(args: argparse.Namespace) -> None:
+    """``--project PATH`` (or ``KIWI_PROJECT``) names the project every part of this command serves."""
+    import os
+
+    raw = getattr(args, "project", None) or os.environ.get("KIWI_PROJECT")
+    if not raw:
+        return
+    where = Path(raw).expanduser().resolve()
+    if not where.is_dir():
+        source = "--project" if getattr(args, "project", None) else "KIWI_PROJECT"
+        raise KiwiError(
+            f"{source} {raw}: no such folder",
+            hint="give the project folder (the one holding .ai/; `kiwi init PATH` makes one)",
+        )
+    os.environ["KIWI_PROJECT"] = str(where)  # read by find_project_root, here and in what we start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        _choose_project(args)
         return int(args.func(args) or 0)
     except ItemInvalid as exc:
         for p in exc.problems:
@@ -375,7 +407,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"hint: {exc.hint}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
+        watching = getattr(args, "watching", None)
+        if watching:
+            print(
+                f"\nkiwi: stopped watching {watching}; the run goes on (see `kiwi status {watching}`, "
+                f"stop it with `kiwi cancel {watching}`)",
+                file=sys.stderr,
+            )
+        else:
+            print("\nkiwi: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`kiwi runs | head`): nothing more to say, and nobody to say it to.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except FileNotFoundError as exc:
+        print(f"kiwi: no such file or folder: {exc.filename or exc}", file=sys.stderr)
+        return EXIT_INVALID
 
 
 def run() -> None:
