@@ -9,19 +9,24 @@ from temporalio.client import Client
 from kiwi.converter import data_converter
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
-DEFAULT_UI_PORT = 8233
 
 
 def ui_url(run_id: str = "", address: str | None = None, namespace: str | None = None) -> str:
-    """The Temporal UI address of a run: ``KIWI_TEMPORAL_UI``, else the dev server's UI next to a local
-    server on the default port ("" when the server is elsewhere and no UI address is known)."""
+    """The Temporal UI address of a run: ``KIWI_TEMPORAL_UI``, else the UI of ``kiwi dev``'s server when
+    that is the server in use ("" when the server is elsewhere and no UI address is known)."""
+    from kiwi.devserver import load_dev_config
+    from kiwi.errors import KiwiError
+
     addr, ns = target(address, namespace)
     base = os.environ.get("KIWI_TEMPORAL_UI", "").rstrip("/")
     if not base:
-        host, _, port = addr.rpartition(":")
-        if host not in ("127.0.0.1", "localhost") or port != DEFAULT_ADDRESS.rpartition(":")[2]:
+        try:
+            dev = load_dev_config(None)[0]["temporal"]
+        except KiwiError:
             return ""
-        base = f"http://{host}:{DEFAULT_UI_PORT}"
+        if addr not in (f"{dev['ip']}:{dev['port']}", f"localhost:{dev['port']}"):
+            return ""
+        base = f"http://{dev['ip']}:{dev['ui_port']}"
     return f"{base}/namespaces/{ns}/workflows/{run_id}" if run_id else base
 
 

@@ -113,6 +113,21 @@ class DevServer:
     process: subprocess.Popen | None = None
     reused: bool = False
 
+    @classmethod
+    def from_config(cls, config: dict[str, Any], base: Path, port: int | None = None) -> DevServer:
+        """The server a ``temporal-dev.yml`` describes; its database is the user's own unless the
+        file names one (relative to the file), never chosen by the working folder."""
+        t = config["temporal"]
+        return cls(
+            ip=t["ip"],
+            port=int(port or t["port"]),
+            ui_port=int(t["ui_port"]),
+            namespace=t["namespace"],
+            db_file=(base / t["db_file"]) if t.get("db_file") else data_dir() / "temporal.sqlite",
+            pragmas=t.get("sqlite_pragmas") or {},
+            dynamic_config=t.get("dynamic_config") or {},
+        )
+
     @property
     def address(self) -> str:
         return f"{self.ip}:{self.port}"

@@ -389,12 +389,13 @@ def _choose_project(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USAGE
+    args = argparse.Namespace()
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_USAGE
         _choose_project(args)
         return int(args.func(args) or 0)
     except ItemInvalid as exc:
@@ -418,15 +419,19 @@ def main(argv: list[str] | None = None) -> int:
             print("\nkiwi: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # The reader went away (`kiwi runs | head`): nothing more to say, and nobody to say it to.
-        import os
-
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _quiet_stdout()
         return 141
     except FileNotFoundError as exc:
         print(f"kiwi: no such file or folder: {exc.filename or exc}", file=sys.stderr)
         return EXIT_INVALID
+
+
+def _quiet_stdout() -> None:
+    """The reader went away (`kiwi runs | head`): nothing more to say, and nobody to say it to."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def run() -> None:
@@ -439,6 +444,10 @@ def run() -> None:
     import os
 
     code = main()
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+        code = code or 141
     sys.stderr.flush()
     os._exit(code)

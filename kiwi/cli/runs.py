@@ -83,6 +83,8 @@ def _print_status(status: Any) -> None:
             for line in step.action.splitlines():
                 print(f"      {line}")
         for key, value in step.outputs.items():
+            if key == "results" and value == [step.outputs.get("result")]:
+                continue  # one call: the same value as result
             shown = json.dumps(value, default=str)
             print(f"      {key} = {shown if len(shown) <= 100 else shown[:97] + '...'}")
     for call in status.last_calls[-5:]:
@@ -441,21 +443,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     from kiwi.connect import connect
-    from kiwi.devserver import DevServer, data_dir, load_dev_config
+    from kiwi.devserver import DevServer, load_dev_config
     from kiwi.items.store import find_project_root
     from workers.main import run_worker
 
     config, base = load_dev_config(Path(args.config) if args.config else None)
-    t = config["temporal"]
-    server = DevServer(
-        ip=t["ip"],
-        port=int(args.port or t["port"]),
-        ui_port=int(t["ui_port"]),
-        namespace=t["namespace"],
-        db_file=(base / t["db_file"]) if t.get("db_file") else data_dir() / "temporal.sqlite",
-        pragmas=t.get("sqlite_pragmas") or {},
-        dynamic_config=t.get("dynamic_config") or {},
-    )
+    server = DevServer.from_config(config, base, args.port)
 
     async def go() -> int:
         stop = asyncio.Event()

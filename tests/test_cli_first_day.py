@@ -1,0 +1,301 @@
+"""The command line as a new user meets it: live progress on waits, retried activities in `kiwi status`,
+pending approvals across runs, messages that say what a run is, and the small things (--version, --json,
+completion, doctor, colour only on a terminal, no tracebacks)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pty
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from temporalio import activity
+
+from activities.commands import CommandActivities
+from kiwi.contracts import LocalToolRequest
+from kiwi.upstream.pool import McpPool
+from tests.helpers import approver, awaiting_step, directive_md, wait_for, write, write_directive
+from workers.main import SANDBOX, WORKFLOWS, KiwiWorker, activities
+
+RUN_ID = re.compile(r"run-[a-z_]+-[0-9a-f]{10}")
+
+
+async def kiwi_cli(*argv: str, cwd: Path | None = None, env: dict[str, str] | None = None):
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        *argv,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    return proc.returncode, out.decode(), err.decode()
+
+
+def connection(runs) -> list[str]:
+    return ["--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue]
+
+
+def approval_directive(project: Path) -> None:
+    """A directive whose automatic step deletes a file: a call that waits for a human's approval."""
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [filesystem.delete]\n")
+    approver("alice")
+    write(project / "notes" / "old.txt", "old")
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md(
+            '<step name="clean"><tool_call tool="filesystem.delete">'
+            '<param name="path">notes/old.txt</param></tool_call></step>',
+            name="tidy",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>',
+        ),
+    )
+
+
+async def test_a_wait_on_an_approval_shows_progress_and_ctrl_c_stops_watching_not_the_run(runs, project):
+    approval_directive(project)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "run",
+        "tidy",
+        "--wait",
+        *connection(runs),
+        env={**os.environ, "KIWI_PROGRESS_SECONDS": "1", "NO_COLOR": "1"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    seen = ""
+
+    async def read_until(marker: str) -> None:
+        nonlocal seen
+        while marker not in seen:
+            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            assert line, f"kiwi run exited before printing {marker!r}:\n{seen}"
+            seen += line.decode()
+
+    await read_until("still awaiting_approval")  # nothing changed for a second: a progress line
+    run_id = RUN_ID.search(seen).group(0)
+    await read_until(f"kiwi approve {run_id} approval-1")  # what answers it
+    assert "waiting for approval approval-1 of filesystem.delete notes/old.txt" in seen
+    assert "until " in seen and "asked " in seen
+    proc.send_signal(signal.SIGINT)
+    rest, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 130
+    assert f"stopped watching {run_id}; the run goes on" in err.decode() and "Traceback" not in err.decode()
+    assert (await runs.status(run_id)).status == "awaiting_approval"  # the run did not stop
+
+    # The pending approval, listed across runs, as text and JSON.
+    code, out, _ = await kiwi_cli("approvals", *connection(runs))
+    assert code == 0 and f"{run_id} approval-1: filesystem.delete notes/old.txt" in out
+    assert f"kiwi approve {run_id} approval-1" in out
+    code, out, _ = await kiwi_cli("approvals", "--json", *connection(runs))
+    (pending,) = json.loads(out)
+    assert pending["run_id"] == run_id and pending["request_id"] == "approval-1" and pending["args_hash"]
+    assert pending["project"] == str(project)
+
+    code, out, err = await kiwi_cli(
+        "approve", run_id, "approval-1", "--by", "alice", "--json", *connection(runs)
+    )
+    assert code == 0, err
+    decided = json.loads(out)
+    assert decided["approved"] is True and decided["request_id"] == "approval-1"
+    await wait_for(lambda: _status(runs, run_id, "completed"), what="the approved run to finish")
+    assert not (project / "notes" / "old.txt").exists()
+    code, out, _ = await kiwi_cli("approvals", *connection(runs))
+    assert code == 0 and "no pending approvals" in out
+
+
+async def _status(runs, run_id, wanted):
+    return (await runs.status(run_id)).status == wanted
+
+
+async def test_kiwi_status_shows_an_activity_retried_after_a_failure(temporal_env, project):
+    """A stand-in for the local-tool activity fails its first attempt (a worker lost mid-call); the
+    second attempt runs until released. `kiwi status` shows attempt 2 and why the first one failed."""
+    from kiwi.items.store import ItemStore
+    from kiwi.runs import RunClient
+
+    release = asyncio.Event()
+
+    @activity.defn(name="run_local_tool")
+    async def run_local_tool(req: LocalToolRequest) -> dict:
+        if activity.info().attempt == 1:
+            raise RuntimeError("the worker running word_count went away")
+        while not release.is_set():
+            activity.heartbeat()
+            await asyncio.sleep(0.2)
+        return {"words": 6, "lines": 1}
+
+    pool = McpPool()
+    kept = [a for a in activities(pool) if a != CommandActivities.run_local_tool]
+    kept = [a for a in kept if getattr(a, "__name__", "") != "run_local_tool"]
+    runs = RunClient(
+        temporal_env.client, ItemStore(project), task_queue="kiwi-test-retry-" + os.urandom(4).hex()
+    )
+    worker = KiwiWorker(
+        temporal_env.client,
+        mcp_pool=pool,
+        task_queue=runs.task_queue,
+        workflows=WORKFLOWS,
+        activities=[*kept, run_local_tool],
+        workflow_runner=SANDBOX,
+    )
+    async with worker:
+        run_id = await runs.start("hello_kiwi", {"name": "Ada"})
+
+        async def retried():
+            return [a for a in await runs.activities(run_id) if a["attempt"] == 2]
+
+        await wait_for(retried, what="the second attempt of the tool")
+        code, out, err = await kiwi_cli("status", run_id, *connection(runs))
+        assert code == 0, err
+        assert re.search(r"activity run_local_tool (scheduled|started), retried: attempt 2", out)
+        assert "last failure: the worker running word_count went away" in out
+        code, out, _ = await kiwi_cli("status", run_id, "--json", *connection(runs))
+        (active,) = json.loads(out)["activities"]
+        assert active["attempt"] == 2 and active["activity"] == "run_local_tool"
+        release.set()
+        await awaiting_step(runs, run_id, "confirm")
+
+
+async def test_resume_on_a_finished_run_and_audit_on_a_new_run_say_what_the_run_is(runs, project):
+    run_id = await runs.start("hello_kiwi", {"name": "Ada"})
+    await awaiting_step(runs, run_id, "confirm")
+    approver("ops")
+    code, _, err = await kiwi_cli("resume", run_id, "--by", "ops", *connection(runs))
+    assert code == 1 and f"run {run_id} is awaiting_agent, not stopped" in err
+    await runs.complete_step(run_id, "confirm", {"confirmed": True})
+    await runs.handle(run_id).result()
+    code, _, err = await kiwi_cli("resume", run_id, "--by", "ops", *connection(runs))
+    assert code == 1 and "no run" not in err
+    assert f"run {run_id} has finished (completed); there is nothing to resume" in err
+    code, _, err = await kiwi_cli("cancel", run_id, *connection(runs))
+    assert code == 1 and f"run {run_id} has finished (completed)" in err
+
+    # A run Temporal knows whose trail is not written yet is no typo. (Its records are removed here
+    # to stand for the moment before the first flush.)
+    other = await runs.start("hello_kiwi", {"name": "Bo"})
+    await awaiting_step(runs, other, "confirm")
+    for path in (project / ".ai" / "logs" / "audit").rglob(f"{other}.jsonl"):
+        path.unlink()
+    code, _, err = await kiwi_cli("audit", other, *connection(runs))
+    assert code == 1 and f"run {other} is awaiting_agent and has written no audit records yet" in err
+    assert "typo" not in err and "run ids look like" not in err
+    code, _, err = await kiwi_cli("audit", "run-nothing-0000000000", *connection(runs))
+    assert code == 1 and "run ids look like" in err
+
+
+async def test_runs_has_a_header_and_readable_times_and_status_shows_outputs_and_the_ui(runs, project):
+    run_id = await runs.start("hello_kiwi", {"name": "Ada"})
+    await awaiting_step(runs, run_id, "confirm")
+
+    async def listed():
+        code, out, _ = await kiwi_cli("runs", *connection(runs))
+        return out if run_id in out else None
+
+    out = await wait_for(listed, what="the run in `kiwi runs`")
+    header, row = out.splitlines()[:2]
+    assert header.split() == ["RUN", "STATUS", "STEP", "STARTED"]
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(\d+s ago\)", row)
+    code, out, _ = await kiwi_cli(
+        "status", run_id, *connection(runs), env={"KIWI_TEMPORAL_UI": "http://ui.example:8080"}
+    )
+    assert 'result = {"words": 6, "lines": 1}' in out  # count_words' output
+    assert f"Temporal UI: http://ui.example:8080/namespaces/default/workflows/{run_id}" in out
+    assert f"kiwi complete-step {run_id} confirm" in out
+
+
+def test_version_completion_and_json_everywhere():
+    out = subprocess.run([sys.executable, "-m", "kiwi", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and re.fullmatch(r"kiwi \d+\.\d+\.\d+\n", out.stdout)
+    from kiwi.cli import build_parser
+    from kiwi.cli.doctor import _words
+
+    _, commands = _words(build_parser())
+    for name in ("run", "runs", "status", "call", "complete-step", "approve", "reject", "decide", "resume",
+                 "cancel", "audit", "approvals", "doctor", "validate", "search", "show", "init"):  # fmt: skip
+        assert "--json" in commands[name], name
+    script = subprocess.run(
+        [sys.executable, "-m", "kiwi", "completion", "bash"], capture_output=True, text=True
+    ).stdout
+    # Complete `kiwi sta` and `kiwi status --wa` in a real bash with the script loaded.
+    probe = (
+        script
+        + '\nCOMP_WORDS=(kiwi sta); COMP_CWORD=1; _kiwi; echo "${COMPREPLY[@]}"'
+        + '\nCOMP_WORDS=(kiwi status --wa); COMP_CWORD=2; _kiwi; echo "${COMPREPLY[@]}"'
+    )
+    lines = subprocess.run(["bash", "-c", probe], capture_output=True, text=True).stdout.splitlines()
+    assert lines == ["status", "--watch"]
+    zsh = subprocess.run([sys.executable, "-m", "kiwi", "completion", "zsh"], capture_output=True, text=True)
+    assert "bashcompinit" in zsh.stdout and "complete -o filenames -F _kiwi kiwi" in zsh.stdout
+
+
+async def test_doctor_names_each_problem_with_its_fix(runs, project):
+    code, out, err = await kiwi_cli("doctor", "--no-mcp", "--json", *connection(runs))
+    report = json.loads(out)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["temporal"]["ok"] and checks["search attributes"]["ok"] and checks["python"]["ok"]
+    assert checks["agent_harness.yaml"]["ok"] and checks["project"]["ok"]
+    write(project / ".ai" / "config" / "agent_harness.yaml", "rate_limits:\n  filesystem.write: lots\n")
+    code, out, _ = await kiwi_cli("doctor", "--no-mcp", "--address", "127.0.0.1:1", cwd=project)
+    assert code == 1
+    assert (
+        "FAIL temporal: no Temporal server answers at 127.0.0.1:1" in out
+        and "fix: start one with `kiwi dev`" in out
+    )
+    assert "FAIL agent_harness.yaml:" in out and "filesystem.write" in out
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(project):
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+
+    def doctor(extra: dict[str, str], terminal: bool) -> str:
+        argv = [sys.executable, "-m", "kiwi", "doctor", "--no-mcp", "--address", "127.0.0.1:1"]
+        if not terminal:
+            return subprocess.run(argv, capture_output=True, text=True, env={**env, **extra}).stdout
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen(argv, stdout=follower, stderr=subprocess.DEVNULL, env={**env, **extra})
+        os.close(follower)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal closed with the process
+                break
+            if not chunk:
+                break
+            seen += chunk
+        proc.wait()
+        os.close(leader)
+        return seen.decode()
+
+    assert "\033[" in doctor({}, terminal=True)
+    assert "\033[" not in doctor({"NO_COLOR": "1"}, terminal=True)
+    assert "\033[" not in doctor({}, terminal=False)
+
+
+def test_no_traceback_when_the_reader_goes_away_or_a_file_is_missing(project):
+    read, write_end = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    proc = subprocess.run(
+        [sys.executable, "-m", "kiwi", "completion", "bash"],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(write_end)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "kiwi", "sign", "missing.md"], capture_output=True, text=True, cwd=project
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "missing.md" in proc.stderr
