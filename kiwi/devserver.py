@@ -80,6 +80,8 @@ def test_server_binary() -> str:
 def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
     config = {k: dict(v) for k, v in DEFAULTS.items()}
     base = Path.cwd()
+    if path is None and os.environ.get("KIWI_DEV_CONFIG"):
+        path = Path(os.environ["KIWI_DEV_CONFIG"]).expanduser()
     if path is None and (Path.cwd() / "temporal-dev.yml").is_file():
         path = Path.cwd() / "temporal-dev.yml"
     if path is not None:

@@ -568,7 +568,9 @@ def _connection(parser: argparse.ArgumentParser, scope: bool = True) -> None:
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dev", help="start the embedded stack: Temporal dev server + worker + MCP front end")
     p.add_argument(
-        "--config", help="temporal-dev.yml to read (default: ./temporal-dev.yml, else built-in defaults)"
+        "--config",
+        help="temporal-dev.yml to read (default: KIWI_DEV_CONFIG, else ./temporal-dev.yml, else built-in "
+        "defaults)",
     )
     p.add_argument("--port", type=int, help="Temporal gRPC port (overrides the config)")
     p.add_argument("--no-mcp", action="store_true", help="do not start the MCP HTTP front end")
