@@ -114,7 +114,12 @@ class RunClient:
                 description = await self.handle(run_id).describe()
             except RPCError:
                 return ""  # no such run (yet): the operation itself says so
-            self._projects[run_id] = description.typed_search_attributes.get(PROJECT_ATTR) or ""
+            owner = description.typed_search_attributes.get(PROJECT_ATTR) or ""
+            info = description.raw_description.workflow_execution_info
+            if not owner and info.HasField("parent_execution"):
+                # A child run (directive.run) belongs to its parent's project.
+                owner = await self.project_of(info.parent_execution.workflow_id)
+            self._projects[run_id] = owner
         return self._projects[run_id]
 
     async def check_project(self, run_id: str) -> None:

@@ -136,3 +136,65 @@ async def test_listing_as_json_names_each_runs_project(runs, project):
 
     (row,) = await wait_for(listed, what="the run in `kiwi runs --json`")
     assert row["project"] == str(project) and row["status"] == "awaiting_agent"
+
+
+async def test_a_child_run_belongs_to_its_parents_project(runs, project, other_project):
+    from tests.test_child_runs import setup
+
+    setup(
+        project,
+        '<step name="delegate"><tool_call tool="directive.run"><param name="directive">writer</param>'
+        '<param name="inputs">{"who": "kid"}</param></tool_call></step>'
+        '<step name="after"><action>Look at the child.</action></step>',
+    )
+    run_id = await runs.start("parent", {})
+    await awaiting_step(runs, run_id, "after")
+    child = (await runs.status(run_id)).children[0].run_id
+    assert await runs.project_of(child) == str(project)
+    elsewhere = run_client(runs.client, other_project)
+    elsewhere.task_queue = runs.task_queue
+    with pytest.raises(RunInOtherProject, match=f"belongs to the project {project}"):
+        await elsewhere.status(child)
+    assert (await runs.status(child)).status == "completed"
+
+
+async def test_kiwi_mcp_serves_the_project_it_is_given_and_refuses_other_projects_runs(
+    runs, project, other_project, temporal_env
+):
+    """`kiwi mcp --project` started from another folder: its runs are that project's, and a run of
+    another project is refused with an answer naming that project."""
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    theirs = run_client(runs.client, other_project)
+    theirs.task_queue = runs.task_queue
+    foreign = await theirs.start("hello_kiwi", {"name": "Xi"})
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "kiwi", "mcp", "--project", str(project), *_connection(runs)],
+        cwd=str(other_project),
+        env={**os.environ},
+    )
+    async with Client(params) as client:
+        started = await client.call_tool(
+            "execute",
+            {
+                "item_type": "directive",
+                "action": "run",
+                "item_id": "hello_kiwi",
+                "parameters": {"name": "Mo"},
+            },
+        )
+        run_id = json.loads(started.content[0].text)["run_id"]
+        refused = await client.call_tool(
+            "execute", {"item_type": "run", "action": "status", "run_id": foreign}
+        )
+        answer = refused.content[0].text
+    assert await runs.project_of(run_id) == str(project)
+    await awaiting_step(runs, run_id, "confirm")
+    assert (project / "notes" / "hello.md").read_text() == "Hello, Mo! Kiwi wrote this file."
+    assert f"belongs to the project {other_project}" in answer and f"--project {other_project}" in answer
+
+
+def _connection(runs) -> list[str]:
+    return ["--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue]
