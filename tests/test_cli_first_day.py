@@ -299,3 +299,36 @@ def test_no_traceback_when_the_reader_goes_away_or_a_file_is_missing(project):
         [sys.executable, "-m", "kiwi", "sign", "missing.md"], capture_output=True, text=True, cwd=project
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "missing.md" in proc.stderr
+
+
+async def test_an_agent_reading_a_missing_file_puts_no_traceback_in_the_workers_console(
+    temporal_env, project
+):
+    from kiwi.items.store import ItemStore
+    from kiwi.runs import RunClient
+
+    runs = RunClient(
+        temporal_env.client, ItemStore(project), task_queue="kiwi-test-quiet-" + os.urandom(4).hex()
+    )
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "worker",
+        *connection(runs),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        await asyncio.wait_for(worker.stdout.readline(), 60)  # "kiwi worker: task queue ..."
+        run_id = await runs.start("hello_kiwi", {"name": "Ada"})
+        await awaiting_step(runs, run_id, "confirm")
+        result = await runs.call_tool(run_id, "filesystem.read", {"path": "notes/missing.md"})
+        assert result.status == "error" and result.error_type == "FileNotFound"
+        denied = await runs.call_tool(run_id, "filesystem.read", {"path": "../outside.md"})
+        assert denied.status == "denied"
+    finally:
+        os.killpg(worker.pid, signal.SIGINT)
+        _, err = await asyncio.wait_for(worker.communicate(), 60)
+    assert "Traceback" not in err.decode() and "Completing activity as failed" not in err.decode()
