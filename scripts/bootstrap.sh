@@ -3,7 +3,6 @@
 # (KIWI_EXTRAS, comma-separated) the install lacks. An install with more extras serves a caller that
 # needs fewer, so switching between scripts/dev and scripts/test installs nothing.
 set -euo pipefail
-KIWI_CALLER_DIR=${KIWI_CALLER_DIR:-$PWD}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

@@ -332,3 +332,17 @@ async def test_an_agent_reading_a_missing_file_puts_no_traceback_in_the_workers_
         os.killpg(worker.pid, signal.SIGINT)
         _, err = await asyncio.wait_for(worker.communicate(), 60)
     assert "Traceback" not in err.decode() and "Completing activity as failed" not in err.decode()
+
+
+def test_scripts_dev_after_scripts_test_installs_nothing_and_prints_the_kiwi_command(tmp_path):
+    """scripts/test installed Kiwi with its test extras; scripts/dev needs fewer, so it installs nothing,
+    says where `kiwi` is and how to put it on the PATH, and runs `kiwi dev` in the folder it came from."""
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        ["bash", str(repo / "scripts" / "dev"), "--help"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "installing" not in proc.stderr
+    assert f"the command is {repo}/.venv/bin/kiwi" in proc.stderr
+    assert f'export PATH="{repo}/.venv/bin:$PATH"' in proc.stderr
+    assert "usage: kiwi dev" in proc.stdout and "--project PATH" in proc.stdout
