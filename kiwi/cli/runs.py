@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import functools
 import json
 import math
@@ -17,7 +18,7 @@ from temporalio.service import RPCError
 
 from kiwi.cli import progress
 from kiwi.contracts import TERMINAL
-from kiwi.errors import InputInvalid, KiwiError
+from kiwi.errors import InputInvalid, KiwiError, RunInOtherProject
 
 if TYPE_CHECKING:
     from kiwi.runs import RunClient
@@ -364,14 +365,19 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from kiwi.items.store import find_project_root
 
     root = str(find_project_root())
-    owner, state = _run_in_temporal(args)
-    if owner and owner != root and not args.all_projects:
-        raise KiwiError(
-            f"run {args.run} belongs to the project {owner}, not to {root}; its audit trail is in "
-            f"{owner}/.ai/logs/audit/",
-            hint=f"run the command from {owner}, or pass --project {owner} (or --all-projects)",
-        )
-    trail = read_audit_trail(owner or root, args.run)
+    trail = read_audit_trail(root, args.run)
+    state = ""
+    if not trail.records and not trail.problems:
+        # Not in this project's trail: ask Temporal whose run it is and what it is doing.
+        owner, state = _run_in_temporal(args)
+        if owner and owner != root and not args.all_projects:
+            raise RunInOtherProject(
+                f"run {args.run} belongs to the project {owner}, not to {root}; its audit trail is in "
+                f"{owner}/.ai/logs/audit/",
+                hint=f"run the command from {owner}, or pass --project {owner} (or --all-projects)",
+            )
+        if owner and owner != root:
+            trail = read_audit_trail(owner, args.run)
     if not trail.records and not trail.problems:
         if state:
             raise KiwiError(
@@ -418,7 +424,13 @@ def _run_in_temporal(args: argparse.Namespace) -> tuple[str, str]:
         state = attrs.get(STATUS_ATTR) or closed
         return attrs.get(PROJECT_ATTR) or "", state
 
-    return asyncio.run(go())
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(go())
+    # Called from inside an event loop (a program embedding main()): ask from a thread of its own.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, go()).result()
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
