@@ -223,7 +223,7 @@ def test_version_completion_and_json_everywhere():
 
     _, commands = _words(build_parser())
     for name in ("run", "runs", "status", "call", "complete-step", "approve", "reject", "decide", "resume",
-                 "cancel", "audit", "approvals", "doctor", "validate", "search", "show", "init"):  # fmt: skip
+                 "cancel", "audit", "approvals", "doctor", "validate", "search", "show", "init", "sign"):  # fmt: skip
         assert "--json" in commands[name], name
     script = subprocess.run(
         [sys.executable, "-m", "kiwi", "completion", "bash"], capture_output=True, text=True

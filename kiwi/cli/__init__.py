@@ -162,20 +162,26 @@ def cmd_sign(args: argparse.Namespace) -> int:
     signer = default_key(args.key)
     load_private(signer)  # a missing or unreadable key is an error before any file is touched
     failed = False
+    report: list[dict[str, Any]] = []
     for path in _expand(args.paths):
         result = validate_file(path)
         problems = result.pop("_problems")
         if not result["valid"]:
             failed = True
+            errors = [p for p in problems if p.severity == "error"]
+            report.append({"path": str(path), "signed": False, "problems": [str(p) for p in errors]})
             print(f"not signed: {path}", file=sys.stderr)
-            for p in problems:
-                if p.severity == "error":
-                    print(f"  {p}", file=sys.stderr)
+            for p in errors:
+                print(f"  {p}", file=sys.stderr)
             continue
         text = path.read_text(encoding="utf-8")
         style = "hash" if path.suffix in (".yaml", ".yml", ".py") else "html"
         path.write_text(sign(text, signer=signer, kind=result["item_type"], comment=style), encoding="utf-8")
-        print(f"signed {path} as {signer}")
+        report.append({"path": str(path), "signed": True, "signer": signer})
+        if not args.json:
+            print(f"signed {path} as {signer}")
+    if args.json:
+        print(json.dumps({"signed": not failed, "items": report}, indent=2))
     return EXIT_INVALID if failed else EXIT_OK
 
 
@@ -317,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="item files or folders")
     p.add_argument("--key", help="which of your keys signs (default: your only key; see `kiwi keys list`)")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_sign)
 
     from kiwi.cli import keys as cli_keys

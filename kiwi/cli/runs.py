@@ -1,4 +1,6 @@
-"""``kiwi`` subcommands that talk to Temporal: dev, worker, run, runs, status, complete-step, cancel, audit."""
+"""``kiwi`` subcommands that talk to Temporal: dev, worker, mcp, run, runs, status, call, complete-step,
+cancel, resume, approve, reject, decide, approvals, audit. Each serves one project (``--project``,
+``KIWI_PROJECT``, or the folder's) unless ``--all-projects``."""
 
 from __future__ import annotations
 
