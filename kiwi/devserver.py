@@ -162,7 +162,7 @@ class DevServer:
 
     async def start(self, timeout: float = 60.0, log: Any = None) -> None:
         """Start the server, or reuse a Temporal server already on the port."""
-        if _port_open(self.ip, self.port):
+        if port_open(self.ip, self.port):
             try:
                 client = await asyncio.wait_for(Client.connect(self.address, namespace=self.namespace), 5)
                 await ensure_search_attributes(client)
@@ -189,7 +189,7 @@ class DevServer:
                     f"the Temporal dev server exited with code {self.process.returncode}",
                     hint="run the command in `kiwi dev --verbose` to see its output",
                 )
-            if _port_open(self.ip, self.port):
+            if port_open(self.ip, self.port):
                 with contextlib.suppress(RPCError, RuntimeError):
                     client = await Client.connect(self.address, namespace=self.namespace)
                     await client.workflow_service.get_system_info(GetSystemInfoRequest())
@@ -208,7 +208,7 @@ class DevServer:
                 self.process.wait()
 
 
-def _port_open(ip: str, port: int) -> bool:
+def port_open(ip: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((ip, port)) == 0

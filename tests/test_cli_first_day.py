@@ -346,3 +346,19 @@ def test_scripts_dev_after_scripts_test_installs_nothing_and_prints_the_kiwi_com
     assert f"the command is {repo}/.venv/bin/kiwi" in proc.stderr
     assert f'export PATH="{repo}/.venv/bin:$PATH"' in proc.stderr
     assert "usage: kiwi dev" in proc.stdout and "--project PATH" in proc.stdout
+
+
+async def test_kiwi_dev_says_when_its_mcp_port_is_taken(temporal_env, project, tmp_path):
+    from kiwi.devserver import free_port
+
+    blocker = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    taken = blocker.sockets[0].getsockname()[1]
+    host, port = temporal_env.client.service_client.config.target_host.rsplit(":", 1)
+    settings = tmp_path / "dev.yml"
+    settings.write_text(f"temporal:\n  port: {port}\n  ui_port: {free_port()}\nmcp:\n  port: {taken}\n")
+    try:
+        code, _, err = await kiwi_cli("dev", cwd=project, env={"KIWI_DEV_CONFIG": str(settings)})
+    finally:
+        blocker.close()
+    assert code == 1 and f"the MCP port 127.0.0.1:{taken} is in use" in err and "--no-mcp" in err
+    assert "Traceback" not in err

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import json
 import shutil
-import socket
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,7 +86,7 @@ async def _temporal(address: str | None, namespace: str | None) -> list[Check]:
 
 
 def _ports(temporal_ok: bool) -> list[Check]:
-    from kiwi.devserver import load_dev_config
+    from kiwi.devserver import load_dev_config, port_open
 
     try:
         config, _ = load_dev_config(None)
@@ -100,7 +99,7 @@ def _ports(temporal_ok: bool) -> list[Check]:
         ("Temporal UI", t["ip"], t["ui_port"]),
         ("MCP HTTP", mcp["host"], mcp["port"]),
     ):
-        busy = _port_busy(host, int(port))
+        busy = port_open(host, int(port))
         if not busy:
             checks.append(Check(f"port {port}", True, f"{what} port {host}:{port} is free for `kiwi dev`"))
         elif what == "Temporal gRPC" and temporal_ok:
@@ -118,12 +117,6 @@ def _ports(temporal_ok: bool) -> list[Check]:
                 )
             )
     return checks
-
-
-def _port_busy(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
 
 
 def _configs(root: Path) -> list[Check]:

@@ -457,7 +457,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     from kiwi.connect import connect
-    from kiwi.devserver import DevServer, load_dev_config
+    from kiwi.devserver import DevServer, load_dev_config, port_open
     from kiwi.items.store import find_project_root
     from workers.main import run_worker
 
@@ -469,6 +469,18 @@ def cmd_dev(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        mcp_settings = config.get("mcp") or {}
+        if (
+            mcp_settings.get("http")
+            and not args.no_mcp
+            and port_open(mcp_settings["host"], int(mcp_settings["port"]))
+        ):
+            raise KiwiError(
+                f"the MCP port {mcp_settings['host']}:{mcp_settings['port']} is in use (another `kiwi dev`, "
+                "perhaps one scripts/dev started for another folder)",
+                hint="stop it (Ctrl-C where it runs), or start this one with --no-mcp, or set mcp.port in "
+                "temporal-dev.yml",
+            )
         await server.start(log=None if not args.verbose else sys.stderr)
         try:
             if server.reused:
