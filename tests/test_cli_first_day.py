@@ -362,3 +362,22 @@ async def test_kiwi_dev_says_when_its_mcp_port_is_taken(temporal_env, project, t
         blocker.close()
     assert code == 1 and f"the MCP port 127.0.0.1:{taken} is in use" in err and "--no-mcp" in err
     assert "Traceback" not in err
+
+
+async def test_doctor_starts_each_configured_mcp_server(project):
+    write(
+        project / ".ai" / "config" / "mcp_registry.yaml",
+        f"""\
+mcps:
+  clock:
+    command: {sys.executable}
+    args: ["-m", "mcp_server_time", "--local-timezone", "UTC"]
+  broken:
+    command: /nonexistent/mcp-server
+""",
+    )
+    code, out, _ = await kiwi_cli("doctor", "--json", "--address", "127.0.0.1:1", cwd=project)
+    checks = {c["name"]: c for c in json.loads(out)["checks"]}
+    assert checks["mcp clock"]["ok"] and "tools" in checks["mcp clock"]["detail"]
+    assert not checks["mcp broken"]["ok"] and "mcp_registry.yaml" in checks["mcp broken"]["hint"]
+    assert code == 1
