@@ -625,13 +625,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--deadline", type=float, metavar="SECONDS", help="time the run out after this long")
     p.add_argument(
-        "--wait", action="store_true", help="follow the run until it finishes or waits for the agent"
+        "--wait",
+        action="store_true",
+        help="follow the run until it finishes or waits for the agent, printing progress (Ctrl-C stops "
+        "watching, not the run)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     _connection(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("runs", help="list runs (from Temporal visibility)")
+    p = sub.add_parser(
+        "runs", help="list this project's runs (--all-projects: every project's), from Temporal visibility"
+    )
     p.add_argument("--status", help="only runs in this state (e.g. awaiting_agent, completed)")
     p.add_argument("--directive", help="only runs of this directive")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
@@ -639,9 +644,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     _connection(p)
     p.set_defaults(func=cmd_runs)
 
-    p = sub.add_parser("status", help="show a run: state, steps, what it waits for, last calls")
+    p = sub.add_parser(
+        "status",
+        help="show a run: state, steps and their outputs, what it waits for and the command that answers "
+        "it, last calls, activity attempts, its Temporal UI address",
+    )
     p.add_argument("run", help="run id (run-DIRECTIVE-SHORTID)")
-    p.add_argument("--watch", action="store_true", help="follow until the run finishes")
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="follow until the run finishes, printing progress (Ctrl-C stops watching, not the run)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     _connection(p)
     p.set_defaults(func=cmd_status)
