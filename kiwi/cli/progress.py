@@ -139,8 +139,6 @@ async def watch(runs: Any, run_id: str, *, as_json: bool, until_done: bool, show
         if key != last:
             if not as_json:
                 show(status)
-                for line in answers(status):
-                    print(f"  waiting for {line}", flush=True)
             last, since = key, datetime.now(UTC)
             next_note = loop.time() + progress_every()
         elif not as_json and loop.time() >= next_note:

@@ -75,8 +75,9 @@ def _print_status(status: Any) -> None:
     print(f"{status.run_id}  {status.directive} v{status.version}  {progress.state(status.status)}")
     if status.error:
         print(f"  error: {status.error}")
-    if status.waiting_for:
-        print(f"  waiting for {status.waiting_for}")
+    # What it waits for, each with its deadline and the command that answers it (else the run's own words).
+    for line in progress.answers(status) or ([status.waiting_for] if status.waiting_for else []):
+        print(f"  waiting for {line}")
     for step in status.steps:
         marker = {"completed": "✓", "skipped": "-", "awaiting_agent": "…", "running": ">", "failed": "✗"}.get(
             step.status, " "
@@ -237,8 +238,6 @@ async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
         return 0
     if not args.watch:
         _print_status(status)
-        for line in progress.answers(status):
-            print(f"  waiting for {line}")
     for activity in activities:
         print(f"  {progress.activity_line(activity)}")
     if link:
