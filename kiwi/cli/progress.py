@@ -45,6 +45,11 @@ def state(text: str) -> str:
     return paint(text, _STATE_COLOURS.get(text, ""))
 
 
+def state_of_call(status: str) -> str:
+    """A call's outcome (ok, denied, error, ...), coloured on a terminal."""
+    return paint(status, "green" if status == "ok" else "yellow" if status == "pending" else "red")
+
+
 def parse_time(value: str) -> datetime | None:
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))

@@ -296,7 +296,19 @@ async def _make_call(args: argparse.Namespace, runs: RunClient) -> int:
         result = await runs.call_tool(args.run, args.tool, arguments)
     else:
         result = await runs.session_call(args.client, args.tool, arguments)
-    print(result.model_dump_json(indent=2))  # JSON either way: a call's result is data
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        seq = f" (call #{result.call_seq})" if result.call_seq else ""
+        kind = f" {result.error_type}" if result.error_type else ""
+        print(f"{progress.state_of_call(result.status)}{kind}: {result.tool}{seq}")
+        if result.result is not None:
+            print(json.dumps(result.result, indent=2, default=str))
+        for label, text in (("reason", result.reason), ("hint", result.hint)):
+            if text:
+                print(f"{label}: {text}")
+        for warning in result.warnings:
+            print(f"warning: {warning}")
     return 0 if result.status == "ok" else 1
 
 
@@ -682,7 +694,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="the run whose grants apply (default: your session, with the base policy of agent_harness.yaml)",
     )
     p.add_argument("--client", default="cli", help="session name for calls outside a run (default: cli)")
-    p.add_argument("--json", action="store_true", help="print JSON (the result is always JSON)")
+    p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     _connection(p)
     p.set_defaults(func=cmd_call)
 
