@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kiwi.contracts import TERMINAL, RunStatus
+from kiwi.errors import KiwiError, RunInOtherProject, RunNotFound
 
 # ---------------------------------------------------------------- colour and times
 
@@ -134,7 +135,17 @@ async def watch(runs: Any, run_id: str, *, as_json: bool, until_done: bool, show
     next_note = loop.time() + progress_every()
     delay = 0.2
     while True:
-        status = await runs.status(run_id)
+        try:
+            status = await runs.status(run_id)
+        except (RunNotFound, RunInOtherProject):
+            raise
+        except KiwiError as exc:
+            # No worker answers the status query (all stopped, say): the run waits on; so do we.
+            if not as_json and loop.time() >= next_note:
+                print(f"{run_id}: cannot read its status now ({exc.message}); still watching", flush=True)
+                next_note = loop.time() + progress_every()
+            await asyncio.sleep(2.0)
+            continue
         key = (
             status.status,
             status.current_step.name if status.current_step else None,
