@@ -381,3 +381,17 @@ mcps:
     assert checks["mcp clock"]["ok"] and "tools" in checks["mcp clock"]["detail"]
     assert not checks["mcp broken"]["ok"] and "mcp_registry.yaml" in checks["mcp broken"]["hint"]
     assert code == 1
+
+
+async def test_status_without_any_worker_says_so_instead_of_hanging(temporal_env, project):
+    from kiwi.items.store import ItemStore
+    from kiwi.runs import RunClient
+
+    runs = RunClient(
+        temporal_env.client, ItemStore(project), task_queue="kiwi-test-noworker-" + os.urandom(4).hex()
+    )
+    run_id = await runs.start("hello_kiwi", {"name": "Ada"})
+    code, _, err = await kiwi_cli("status", run_id, *connection(runs), env={"KIWI_STATUS_SECONDS": "1"})
+    assert code == 1 and f"no worker answered {run_id}'s status within 1s" in err
+    assert f"`kiwi worker` on task queue '{runs.task_queue}'" in err and "Traceback" not in err
+    await runs.handle(run_id).terminate("test over")

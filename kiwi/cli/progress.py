@@ -136,13 +136,15 @@ async def watch(runs: Any, run_id: str, *, as_json: bool, until_done: bool, show
     delay = 0.2
     while True:
         try:
-            status = await runs.status(run_id)
+            status = await read_status(runs, run_id)
         except (RunNotFound, RunInOtherProject):
             raise
         except KiwiError as exc:
             # No worker answers the status query (all stopped, say): the run waits on; so do we.
             if not as_json and loop.time() >= next_note:
-                print(f"{run_id}: cannot read its status now ({exc.message}); still watching", flush=True)
+                print(f"{datetime.now().astimezone():%H:%M:%S} {exc.message}; still watching", flush=True)
+                if exc.hint:
+                    print(f"  {exc.hint}", flush=True)
                 next_note = loop.time() + progress_every()
             await asyncio.sleep(2.0)
             continue
@@ -165,6 +167,25 @@ async def watch(runs: Any, run_id: str, *, as_json: bool, until_done: bool, show
         sys.stdout.flush()
         await asyncio.sleep(delay)
         delay = min(delay * 1.5, 2.0)
+
+
+async def read_status(runs: Any, run_id: str) -> RunStatus:
+    """The run's status query, or an error saying no worker answered it (the run itself waits on).
+
+    A worker answers the query; with none running, Temporal holds it. ``KIWI_STATUS_SECONDS``
+    (default 10) bounds the wait.
+    """
+    try:
+        limit = max(0.1, float(os.environ.get("KIWI_STATUS_SECONDS", "10")))
+    except ValueError:
+        limit = 10.0
+    try:
+        return await asyncio.wait_for(runs.status(run_id), limit)
+    except TimeoutError:
+        raise KiwiError(
+            f"no worker answered {run_id}'s status within {limit:g}s (the run waits on without one)",
+            hint=f"start `kiwi dev` or `kiwi worker` on task queue '{runs.task_queue}'",
+        ) from None
 
 
 async def _note(runs: Any, status: RunStatus, since: datetime) -> None:

@@ -163,7 +163,7 @@ async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
         deadline_seconds=args.deadline,
     )
     if not args.wait:
-        status = await runs.status(run_id)
+        status = await progress.read_status(runs, run_id)
         if args.json:
             print(status.model_dump_json(indent=2))
         else:
@@ -230,7 +230,7 @@ async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
     if args.watch:
         status = await _watch(runs, args.run, args.json, until_done=True, args=args)
     else:
-        status = await runs.status(args.run)
+        status = await progress.read_status(runs, args.run)
     activities = [] if status.status in TERMINAL else await runs.activities(args.run)
     link = ui_url(args.run, args.address, args.namespace)
     if args.json:
