@@ -52,6 +52,7 @@ def _temporal_binary() -> Check:
 
 async def _temporal(address: str | None, namespace: str | None) -> list[Check]:
     from kiwi.connect import connect, target
+    from kiwi.contracts import SEARCH_ATTRIBUTES
     from kiwi.runs import RunClient
 
     where, ns = target(address, namespace)
@@ -77,7 +78,7 @@ async def _temporal(address: str | None, namespace: str | None) -> list[Check]:
         Check(
             "search attributes",
             ready,
-            "KiwiDirective, KiwiStatus, KiwiStep, KiwiPendingApproval, KiwiProject registered"
+            ", ".join(a.name for a in SEARCH_ATTRIBUTES) + " registered"
             if ready
             else "Kiwi's search attributes are not all registered (runs cannot be listed by project)",
             "" if ready else "start the server with `kiwi dev` once: it registers them on a server it reuses",
