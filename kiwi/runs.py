@@ -585,8 +585,18 @@ class RunClient:
             if directive:
                 clauses.append(f"KiwiDirective = '{_quote(directive)}'")
             if not self.all_projects:
-                clauses.append(f"KiwiProject = '{_quote(self.project)}'")
-        return await self._listed(" AND ".join(clauses), limit, status)
+                # Child runs carry no KiwiProject of their own: they are their parent's (checked below).
+                clauses.append(
+                    f"(KiwiProject = '{_quote(self.project)}' OR "
+                    "(KiwiProject IS NULL AND ParentWorkflowId IS NOT NULL))"
+                )
+        rows = await self._listed(" AND ".join(clauses), limit, status)
+        if self.all_projects:
+            return rows
+        for row in rows:
+            if not row["project"]:
+                row["project"] = await self.project_of(row["run_id"])
+        return [r for r in rows if r["project"] == self.project or not self._attributes_ready]
 
     async def pending_approvals(self, limit: int = 200) -> list[dict[str, Any]]:
         """Every pending approval request of this project's running runs (or every project's)."""
@@ -603,9 +613,15 @@ class RunClient:
                 hint="start the server with `kiwi dev` (it registers them)",
             )
         if not self.all_projects:
-            clauses.append(f"KiwiProject = '{_quote(self.project)}'")
+            clauses.append(
+                f"(KiwiProject = '{_quote(self.project)}' OR "
+                "(KiwiProject IS NULL AND ParentWorkflowId IS NOT NULL))"
+            )
         pending = []
         for row in await self._listed(" AND ".join(clauses), limit, None):
+            row["project"] = row["project"] or await self.project_of(row["run_id"])
+            if not self.all_projects and row["project"] != self.project:
+                continue
             try:
                 status = await self.status(row["run_id"])
             except KiwiError:

@@ -157,6 +157,12 @@ async def test_a_child_run_belongs_to_its_parents_project(runs, project, other_p
         await elsewhere.status(child)
     assert (await runs.status(child)).status == "completed"
 
+    async def listed():  # the child is listed with its parent's project, and not in the other one
+        return {r["run_id"]: r["project"] for r in await runs.list_runs()}.get(child) == str(project)
+
+    await wait_for(listed, what="the child run in its parent's project's list")
+    assert child not in [r["run_id"] for r in await elsewhere.list_runs()]
+
 
 async def test_kiwi_mcp_serves_the_project_it_is_given_and_refuses_other_projects_runs(
     runs, project, other_project, temporal_env
