@@ -585,11 +585,7 @@ class RunClient:
             if directive:
                 clauses.append(f"KiwiDirective = '{_quote(directive)}'")
             if not self.all_projects:
-                # Child runs carry no KiwiProject of their own: they are their parent's (checked below).
-                clauses.append(
-                    f"(KiwiProject = '{_quote(self.project)}' OR "
-                    "(KiwiProject IS NULL AND ParentWorkflowId IS NOT NULL))"
-                )
+                clauses.append(self._project_clause())
         rows = await self._listed(" AND ".join(clauses), limit, status)
         if self.all_projects:
             return rows
@@ -613,10 +609,7 @@ class RunClient:
                 hint="start the server with `kiwi dev` (it registers them)",
             )
         if not self.all_projects:
-            clauses.append(
-                f"(KiwiProject = '{_quote(self.project)}' OR "
-                "(KiwiProject IS NULL AND ParentWorkflowId IS NOT NULL))"
-            )
+            clauses.append(self._project_clause())
         pending = []
         for row in await self._listed(" AND ".join(clauses), limit, None):
             row["project"] = row["project"] or await self.project_of(row["run_id"])
@@ -637,6 +630,11 @@ class RunClient:
                 if a.status == "pending"
             ]
         return pending
+
+    def _project_clause(self) -> str:
+        """This project's runs, and child runs, which carry no KiwiProject: they are their parent's
+        (the caller keeps those whose parent is this project's)."""
+        return f"(KiwiProject = '{_quote(self.project)}' OR (KiwiProject IS NULL AND ParentWorkflowId IS NOT NULL))"
 
     async def _listed(self, query: str, limit: int, status: str | None) -> list[dict[str, Any]]:
         runs = []
