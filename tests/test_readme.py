@@ -88,8 +88,8 @@ async def test_the_readme_walkthrough_works_verbatim_from_a_fresh_project(tempor
                 run_id = RUN_ID.search(out.decode()).group(0)
     finally:
         if dev is not None and dev.returncode is None:
-            os.killpg(dev.pid, signal.SIGINT)
-            await asyncio.wait_for(dev.communicate(), 60)
+            os.killpg(dev.pid, signal.SIGINT)  # Ctrl-C
+            outputs["dev stop"] = (await asyncio.wait_for(dev.communicate(), 60))[0].decode()
 
     # What the user sees at each step, as the README's comments promise.
     assert "signed .ai/directives/hello_kiwi.md" in outputs["init"]
@@ -101,7 +101,8 @@ async def test_the_readme_walkthrough_works_verbatim_from_a_fresh_project(tempor
     assert "completed" in outputs["status"] and "confirmed = true" in outputs["status"]
     assert "run_finished" in outputs["audit"]
     assert (folder / "notes" / "hello.md").read_text() == "Hello, Ada! Kiwi wrote this file."
-    assert dev.returncode == 0
+    assert dev.returncode == 0 and "kiwi dev: stopped" in outputs["dev stop"]
+    assert "Traceback" not in outputs["dev stop"], outputs["dev stop"]
 
 
 async def _read_until(proc, marker: str) -> str:

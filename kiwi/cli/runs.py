@@ -542,7 +542,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
                     )
             print("kiwi dev: ready; Ctrl-C stops everything", flush=True)
             await stop.wait()
-            for task in tasks:
+            # The worker and the front end stop themselves on `stop`; cancelling them at once would
+            # cut the HTTP server's shutdown short (a traceback on every Ctrl-C).
+            _, late = await asyncio.wait(tasks, timeout=15)
+            for task in late:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
