@@ -151,12 +151,28 @@ async def test_kiwi_status_shows_an_activity_retried_after_a_failure(temporal_en
         workflow_runner=SANDBOX,
     )
     async with worker:
-        run_id = await runs.start("hello_kiwi", {"name": "Ada"})
-
-        async def retried():
-            return [a for a in await runs.activities(run_id) if a["attempt"] == 2]
-
-        await wait_for(retried, what="the second attempt of the tool")
+        # `kiwi run --wait` follows the run through the long step, printing its activity's attempts.
+        follow = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "kiwi",
+            "run",
+            "hello_kiwi",
+            "--input",
+            "name=Ada",
+            "--wait",
+            *connection(runs),
+            env={**os.environ, "KIWI_PROGRESS_SECONDS": "1", "NO_COLOR": "1"},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        seen = ""
+        while "retried: attempt 2" not in seen:
+            line = await asyncio.wait_for(follow.stdout.readline(), 60)
+            assert line, f"kiwi run exited early:\n{seen}"
+            seen += line.decode()
+        run_id = RUN_ID.search(seen).group(0)
+        assert re.search(r"still running at step count_words \(for \d+s, since", seen)
         code, out, err = await kiwi_cli("status", run_id, *connection(runs))
         assert code == 0, err
         assert re.search(r"activity run_local_tool (scheduled|started), retried: attempt 2", out)
@@ -165,7 +181,8 @@ async def test_kiwi_status_shows_an_activity_retried_after_a_failure(temporal_en
         (active,) = json.loads(out)["activities"]
         assert active["attempt"] == 2 and active["activity"] == "run_local_tool"
         release.set()
-        await awaiting_step(runs, run_id, "confirm")
+        rest, _ = await asyncio.wait_for(follow.communicate(), 60)
+        assert follow.returncode == 0 and "awaiting_agent" in rest.decode()
 
 
 async def test_resume_on_a_finished_run_and_audit_on_a_new_run_say_what_the_run_is(runs, project):
