@@ -15,9 +15,9 @@ have_hash="" have_extras=""
 if [ -f "$stamp" ]; then
   read -r have_hash have_extras < "$stamp" || true
 fi
-# The extras to install: what the caller needs plus, when nothing else changed, what is there already.
-extras=${KIWI_EXTRAS:-}
-[ "$have_hash" = "$want_hash" ] && extras="$extras,$have_extras"
+# The extras to install: what the caller needs plus what is there already (a reinstall after a change
+# to pyproject.toml keeps the test tools scripts/test installed, so scripts/test does not install again).
+extras="${KIWI_EXTRAS:-},$have_extras"
 extras=$(printf '%s' "$extras" | tr ',' '\n' | sed '/^$/d' | sort -u | paste -sd, -)
 missing=0
 for extra in $(printf '%s' "${KIWI_EXTRAS:-}" | tr ',' ' '); do

@@ -412,3 +412,35 @@ async def test_status_without_any_worker_says_so_instead_of_hanging(temporal_env
     assert code == 1 and f"no worker answered {run_id}'s status within 1s" in err
     assert f"`kiwi worker` on task queue '{runs.task_queue}'" in err and "Traceback" not in err
     await runs.handle(run_id).terminate("test over")
+
+
+def test_bootstrap_installs_only_when_the_caller_needs_more(tmp_path):
+    """scripts/bootstrap.sh's stamp: a dev install after a test install installs nothing; a test install
+    after a dev install adds the test extras; a changed pyproject reinstalls what was there."""
+    repo = Path(__file__).resolve().parents[1]
+    fake = tmp_path / "checkout"
+    (fake / "scripts").mkdir(parents=True)
+    (fake / "scripts" / "bootstrap.sh").write_text((repo / "scripts" / "bootstrap.sh").read_text())
+    (fake / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (fake / "constraints.txt").write_text("")
+    python = fake / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    # A stand-in for the venv's python that records each pip command instead of installing.
+    python.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/pip.log\n')
+    python.chmod(0o755)
+
+    def bootstrap(extras: str) -> list[str]:
+        log = tmp_path / "pip.log"
+        log.unlink(missing_ok=True)
+        subprocess.run(
+            ["bash", "-c", f'KIWI_EXTRAS="{extras}" source scripts/bootstrap.sh'], cwd=fake, check=True
+        )
+        return [line for line in log.read_text().splitlines() if " -e " in line] if log.exists() else []
+
+    assert bootstrap("") == ["-m pip install --quiet --disable-pip-version-check -c constraints.txt -e ."]
+    assert bootstrap("") == []
+    assert [line.split()[-1] for line in bootstrap("test")] == [".[test]"]
+    assert bootstrap("") == []  # scripts/dev after scripts/test: the install has what dev needs
+    assert bootstrap("test") == []
+    (fake / "pyproject.toml").write_text("[project]\nname = 'x'\nversion = '2'\n")
+    assert [line.split()[-1] for line in bootstrap("")] == [".[test]"]  # keeps the extras it had
