@@ -20,7 +20,7 @@ CLIENT = ("kiwi.runs", "kiwi.connect")
 
 
 def layer(module: str) -> str:
-    if module in CLI:
+    if module in CLI or module.startswith("kiwi.cli."):
         return "cli"
     if module in CLIENT:
         return "client"
