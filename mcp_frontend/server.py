@@ -46,7 +46,20 @@ Use help(action="stuck"|"escalate"|"checkpoint", run_id=...) when you need a hum
 ItemKind = Literal["directive", "tool", "knowledge", "run", "mcp"]
 
 
-def error(item_type: str, action: str, item_id: str, exc: BaseException) -> dict[str, Any]:
+def error(item_type: str, action: str, item_id: str, exc: BaseException) -> Any:
+    """A tool error (``isError: true``) carrying the seeds' shape as structured content and as JSON text.
+
+    The shape is built from the error's type, never from its text.
+    """
+    shape = error_shape(item_type, action, item_id, exc)
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=json.dumps(shape, indent=2))],
+        structured_content=shape,
+        is_error=True,
+    )
+
+
+def error_shape(item_type: str, action: str, item_id: str, exc: BaseException) -> dict[str, Any]:
     """The seeds' error shape, built from the error's type, never from its text."""
     kind = getattr(exc, "type", None) or type(exc).__name__
     message = getattr(exc, "message", None) or str(exc)

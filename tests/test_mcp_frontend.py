@@ -97,9 +97,11 @@ async def test_in_memory_agent_flow_and_error_shape(runs, project, temporal_env)
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with Client(server) as client:
         await agent_session(client)
-        missing = data(
-            await client.call_tool("execute", {"item_type": "directive", "action": "run", "item_id": "nope"})
+        answer = await client.call_tool(
+            "execute", {"item_type": "directive", "action": "run", "item_id": "nope"}
         )
+        assert answer.is_error, "an error must come back with isError: true"
+        missing = data(answer)
         assert missing["error"] == "ItemNotFound" and missing["item_id"] == "nope" and missing["hint"]
         bad = data(
             await client.call_tool(
