@@ -19,6 +19,7 @@ from typing import Any, Literal
 import anyio
 import mcp.types as mcp_types
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
@@ -74,6 +75,37 @@ def error_shape(item_type: str, action: str, item_id: str, exc: BaseException) -
         "message": message,
         "hint": hint,
     }
+
+
+def argument_problems(exc: ValidationError) -> tuple[str, str]:
+    """What is wrong with a tool call's arguments, in words (allowed values named), and the fix."""
+    lines = []
+    for err in exc.errors():
+        field = ".".join(str(part) for part in err["loc"]) or "arguments"
+        expected = (err.get("ctx") or {}).get("expected")
+        if err["type"] == "literal_error" and expected:
+            lines.append(f"'{field}' must be one of {expected}")
+        elif err["type"] == "missing":
+            lines.append(f"'{field}' is required")
+        else:
+            lines.append(f"'{field}': {err['msg']}")
+    return "; ".join(lines), "call again with the arguments corrected (the tool's inputSchema lists them)"
+
+
+class KiwiMCPServer(MCPServer):
+    """MCPServer whose argument errors carry the seeds' error shape and name allowed values (no links)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            message, hint = argument_problems(exc.__cause__)
+            item_type = arguments.get("item_type") if isinstance(arguments.get("item_type"), str) else ""
+            action = arguments.get("action") if isinstance(arguments.get("action"), str) else ""
+            item_id = arguments.get("item_id") if isinstance(arguments.get("item_id"), str) else ""
+            return error(item_type, action or name, item_id, InputInvalid(message, hint=hint))
 
 
 class TemporalUnavailable(KiwiError):
@@ -148,7 +180,7 @@ def build_server(
     link = TemporalLink(store, task_queue, client, address=address, namespace=namespace)
     catalog = McpCatalog(root)
 
-    server = MCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0")
+    server = KiwiMCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0")
 
     @server.tool(
         description="Find directives, tools, knowledge (multi-term relevance search) or runs. "

@@ -546,3 +546,18 @@ async def test_the_mcp_inspector_lists_and_calls_kiwi_over_stdio_and_http(runs, 
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         await server.wait()
+
+
+async def test_a_mistyped_item_type_names_the_allowed_values(project, temporal_env):
+    server = build_server(temporal_env.client, project)
+    async with Client(server) as client:
+        answer = await client.call_tool(
+            "execute", {"item_type": "directives", "action": "run", "item_id": "x"}
+        )
+        assert answer.is_error
+        wrong = data(answer)
+        assert wrong["error"] == "InputInvalid" and wrong["action"] == "run"
+        assert (
+            "'item_type' must be one of 'directive', 'knowledge', 'run', 'tool' or 'mcp'" in wrong["message"]
+        )
+        assert "pydantic" not in json.dumps(wrong)
