@@ -26,7 +26,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import Field, ValidationError
 from temporalio.client import Client
 
-from kiwi.contracts import HelpRequest
+from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
@@ -374,6 +374,15 @@ def build_server(
                 "message": "the run waits (awaiting_human) until a human answers with `kiwi decide "
                 f"{run_id} {request_id} OPTION`; poll execute(item_type='run', action='status') and "
                 "read 'decisions' for the answer",
+            }
+        if action == "stuck" and attempts > STUCK_ATTEMPTS_FOR_HUMAN:
+            return {
+                "status": "awaiting_human",
+                "run_id": run_id,
+                "message": f"more than {STUCK_ATTEMPTS_FOR_HUMAN} failed attempts: the run now waits for a human "
+                f"(awaiting_human) and your tool calls are held. A human resumes it with `kiwi resume {run_id}` "
+                "(or cancels it); poll execute(item_type='run', action='status', run_id=...) to see when it "
+                "moves on.",
             }
         return {
             "status": f"{action}_recorded",

@@ -561,3 +561,30 @@ async def test_a_mistyped_item_type_names_the_allowed_values(project, temporal_e
             "'item_type' must be one of 'directive', 'knowledge', 'run', 'tool' or 'mcp'" in wrong["message"]
         )
         assert "pydantic" not in json.dumps(wrong)
+
+
+async def test_stuck_past_the_limit_says_the_run_waits_for_a_human(runs, project, temporal_env):
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        run = {
+            "item_type": "directive",
+            "action": "run",
+            "item_id": "hello_kiwi",
+            "parameters": {"name": "Mo"},
+        }
+        run_id = data(await client.call_tool("execute", run))["run_id"]
+        stuck = data(
+            await client.call_tool(
+                "help", {"action": "stuck", "run_id": run_id, "reason": "tests keep failing", "attempts": 4}
+            )
+        )
+        assert stuck["status"] == "awaiting_human" and "waits for a human" in stuck["message"]
+        assert f"kiwi resume {run_id}" in stuck["message"]
+
+        async def held() -> bool:
+            status = data(
+                await client.call_tool("execute", {"item_type": "run", "action": "status", "run_id": run_id})
+            )
+            return status["status"] == "awaiting_human"
+
+        await wait_for(held, timeout=20)
