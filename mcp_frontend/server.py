@@ -183,8 +183,11 @@ def build_server(
     server = KiwiMCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0")
 
     @server.tool(
+        annotations=mcp_types.ToolAnnotations(
+            read_only_hint=True, idempotent_hint=True, open_world_hint=False
+        ),
         description="Find directives, tools, knowledge (multi-term relevance search) or runs. "
-        "Example: search(item_type='directive', query='deploy database')."
+        "Example: search(item_type='directive', query='deploy database').",
     )
     async def search(
         item_type: ItemKind = Field(
@@ -214,9 +217,13 @@ def build_server(
             return error(item_type, "search", query, exc)
 
     @server.tool(
+        # copy_to_project writes a file, so load is not read-only; it never deletes or overwrites.
+        annotations=mcp_types.ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True
+        ),
         description="Load one item: its content and parsed form. For a directive: inputs, permissions, "
         "steps and which steps run by themselves. Example: load(item_type='directive', "
-        "item_id='hello_kiwi')."
+        "item_id='hello_kiwi').",
     )
     async def load(
         item_type: Literal["directive", "tool", "knowledge", "mcp"] = Field(description="item type"),
@@ -255,6 +262,10 @@ def build_server(
             return error(item_type, "load", item_id, exc)
 
     @server.tool(
+        # delete, update and cancel destroy; a tool call may reach an external MCP server.
+        annotations=mcp_types.ToolAnnotations(
+            read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
+        ),
         description=(
             "Act on an item or a run. directive: run (parameters = inputs; returns run_id, state and the current "
             "step's instructions), validate, create and update (parameters={'content': the whole Markdown file}; "
@@ -265,7 +276,7 @@ def build_server(
             "arguments; with run_id the run's grants apply, without it the base policy of agent_harness.yaml). mcp: call "
             "(item_id = SERVER.TOOL, the same as a tool call). Example: execute(item_type='tool', action='call', run_id='run-x-1', "
             "item_id='filesystem.read', parameters={'path': 'notes/hello.md'})."
-        )
+        ),
     )
     async def execute(
         item_type: Literal["directive", "knowledge", "run", "tool", "mcp"] = Field(
@@ -338,6 +349,9 @@ def build_server(
 
     @server.tool(
         name="help",
+        annotations=mcp_types.ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False
+        ),
         description=(
             "Guidance, or a signal to the humans running a run: stuck (reason, attempts), escalate (reason, options), "
             "checkpoint (reason). Example: help(action='stuck', run_id='run-x-1', reason='tests keep failing', "

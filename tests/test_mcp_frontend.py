@@ -21,8 +21,13 @@ from tests.helpers import data, wait_for
 
 async def agent_session(client: Client) -> str:
     """What an agent does: find, load, run, call through the run, complete the step, see it done."""
-    tools = {t.name for t in (await client.list_tools()).tools}
-    assert tools == {"search", "load", "execute", "help"}
+    listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(listed) == {"search", "load", "execute", "help"}
+    assert listed["search"].annotations.read_only_hint is True
+    assert (
+        listed["execute"].annotations.destructive_hint is True
+        and not listed["execute"].annotations.read_only_hint
+    )
     found = data(await client.call_tool("search", {"item_type": "directive", "query": "greeting"}))
     assert found["results"][0]["item_id"] == "hello_kiwi"
     loaded = data(await client.call_tool("load", {"item_type": "directive", "item_id": "hello_kiwi"}))
