@@ -412,6 +412,17 @@ def build_server(
     return server
 
 
+def outside_run_hint(answer: dict[str, Any]) -> dict[str, Any]:
+    """Outside a run the grants are agent_harness.yaml's base policy, so a denial's fix is there, not <permissions>."""
+    if answer.get("status") == "denied" and "<permissions>" in answer.get("hint", ""):
+        answer["hint"] = (
+            "outside a run the base policy applies: a human adds the grant under internal_tools in "
+            ".ai/config/agent_harness.yaml; or run a directive that grants it "
+            "(execute(item_type='directive', action='run', ...)) and call with its run_id"
+        )
+    return answer
+
+
 async def _execute(
     link: TemporalLink,
     root: Path,
@@ -488,7 +499,7 @@ async def _execute(
         return {"run_id": target, "status": "cancel_requested"}
     if item_type == "tool" and action == "call":
         if not run_id:
-            return (await runs.session_call(client_name, item_id, parameters)).model_dump()
+            return outside_run_hint((await runs.session_call(client_name, item_id, parameters)).model_dump())
         return (await runs.call_tool(run_id, item_id, parameters, client_name=client_name)).model_dump()
     raise KiwiError(
         f"action '{action}' does not apply to item_type '{item_type}'",

@@ -167,6 +167,15 @@ async def test_every_action_in_memory(runs, project, temporal_env):
             "execute", item_type="tool", action="call", item_id="word_count", parameters={"text": "one two"}
         )
         assert session["status"] == "ok" and session["result"]["words"] == 2
+        refused = await call(
+            "execute",
+            item_type="tool",
+            action="call",
+            item_id="filesystem.write",
+            parameters={"path": "notes/x.md", "content": "x"},
+        )
+        assert refused["status"] == "denied" and "agent_harness.yaml" in refused["hint"], refused
+        assert "<permissions>" not in refused["hint"]
         status = await call("execute", item_type="run", action="status", run_id=run_id)
         assert [h["kind"] for h in status["help"]] == ["escalate", "checkpoint"]
         assert status["status"] == "awaiting_human"
