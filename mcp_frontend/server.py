@@ -311,7 +311,7 @@ def build_server(
     ) -> dict[str, Any]:
         async def progress(elapsed: float, total: float, upstream: str) -> None:
             if ctx is not None:
-                await ctx.report_progress(elapsed, total, upstream or f"waiting for {item_id or 'the call'}")
+                await ctx.report_progress(elapsed, total, progress_message(item_id, upstream))
 
         try:
             if action == "poll":
@@ -410,6 +410,16 @@ def build_server(
         }
 
     return server
+
+
+def progress_message(tool: str, upstream: str) -> str:
+    """A pending call's progress line, always naming the tool (the upstream server's words follow)."""
+    name = tool or "the call"
+    return (
+        f"{name}: {upstream}"
+        if upstream and not upstream.startswith(name)
+        else upstream or f"waiting for {name}"
+    )
 
 
 def outside_run_hint(answer: dict[str, Any]) -> dict[str, Any]:

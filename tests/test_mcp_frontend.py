@@ -420,9 +420,11 @@ async def test_a_slow_call_answers_pending_with_progress_and_can_be_polled(runs,
     )
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     progress: list[float] = []
+    messages: list[str] = []
 
     async def on_progress(value, total, message):
         progress.append(value)
+        messages.append(message or "")
 
     async with Client(server) as client:
         write_directive(
@@ -461,6 +463,7 @@ async def test_a_slow_call_answers_pending_with_progress_and_can_be_polled(runs,
         )
         assert pending["status"] == "pending" and "poll" in pending["hint"]
         assert len(progress) >= 1
+        assert all("gate" in m for m in messages), messages  # the progress line names the tool
         call_id = pending["result"]["call_id"]
         (project / "gate.open").write_text("")
         done = data(
