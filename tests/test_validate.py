@@ -62,3 +62,37 @@ def test_a_granted_call_validates(project, capsys):
         ),
     )
     assert kiwi(["validate", str(path)]) == 0, capsys.readouterr().out
+
+
+async def test_validate_and_the_run_refuse_the_same_call(runs, project, temporal_env):
+    """The same directive: `kiwi validate` names the grant, and the real run refuses the call."""
+    from mcp.client import Client
+
+    from mcp_frontend.server import build_server
+    from tests.helpers import data, wait_for
+
+    write(
+        project / ".ai" / "directives" / "sorter.md",
+        directive_md(SORT, name="sorter", permissions='<read resource="filesystem" path="**"/>'),
+    )
+    assert kiwi(["validate", ".ai/directives/sorter.md"]) == 1
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        started = data(
+            await client.call_tool(
+                "execute", {"item_type": "directive", "action": "run", "item_id": "sorter"}
+            )
+        )
+        run_id = started["run_id"]
+
+        async def refused():
+            status = await runs.status(run_id)
+            text = json.dumps(status.model_dump(mode="json"))
+            return (
+                text
+                if "shell" in text and ("denied" in text or "not granted" in text or "not allowed" in text)
+                else None
+            )
+
+        text = await wait_for(refused, timeout=30, what="the run's refusal of shell.run")
+        assert "sort" in text
