@@ -326,6 +326,10 @@ class CompleteStepResult(BaseModel):
     next_step: str | None = None
 
 
+# The seed: a help(stuck) with more than this many failed attempts puts the run in awaiting_human.
+STUCK_ATTEMPTS_FOR_HUMAN = 3
+
+
 class HelpRequest(BaseModel):
     kind: Literal["stuck", "escalate", "checkpoint"]
     reason: str = ""

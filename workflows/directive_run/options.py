@@ -56,7 +56,8 @@ MUTATING_TOOLS = (
     "shell.run",
 )
 HELD = ("stuck", "awaiting_human")
-STUCK_ATTEMPTS_FOR_HUMAN = 3  # the seed: more than 3 failed attempts goes to a human
+from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN  # noqa: E402,F401  (the seed: more than 3 goes to a human)
+
 # Upstream MCP servers: transport failures retry (the pool reconnects); refusals do not.
 MCP_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=300),
