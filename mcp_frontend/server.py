@@ -28,10 +28,12 @@ from temporalio.client import Client
 
 from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError
+from kiwi.guards import is_external_mcp
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore, find_project_root
+from kiwi.policy import FILESYSTEM_TOOLS
 from kiwi.runs import RunClient
 from kiwi.toolargs import check_arguments
 from kiwi.upstream.catalog import McpCatalog
@@ -422,12 +424,25 @@ def progress_message(tool: str, upstream: str) -> str:
     )
 
 
-def outside_run_hint(answer: dict[str, Any]) -> dict[str, Any]:
+def base_policy_grant(tool: str, local_tools: Any) -> str:
+    """The agent_harness.yaml line (flow style) that grants ``tool`` in the base policy."""
+    if tool in FILESYSTEM_TOOLS:
+        kind = "read" if tool in ("filesystem.read", "filesystem.list") else "write"
+        return f'internal_tools: {{filesystem: {{{kind}: ["PATH/**"]}}}}'
+    if tool == "shell.run":
+        return "internal_tools: {shell: {allowed_commands: [PROGRAM]}}"
+    if is_external_mcp(tool, local_tools):
+        server, name = tool.split(".", 1)
+        return f"internal_tools: {{mcps: {{{server}: {{tools: [{name}]}}}}}}"
+    return f"internal_tools: {{tools: [{tool}]}}"
+
+
+def outside_run_hint(answer: dict[str, Any], tool: str, local_tools: Any) -> dict[str, Any]:
     """Outside a run the grants are agent_harness.yaml's base policy, so a denial's fix is there, not <permissions>."""
     if answer.get("status") == "denied" and "<permissions>" in answer.get("hint", ""):
         answer["hint"] = (
-            "outside a run the base policy applies: a human adds the grant under internal_tools in "
-            ".ai/config/agent_harness.yaml; or run a directive that grants it "
+            f"outside a run the base policy applies: a human adds `{base_policy_grant(tool, local_tools)}` "
+            "to .ai/config/agent_harness.yaml; or run a directive that grants it "
             "(execute(item_type='directive', action='run', ...)) and call with its run_id"
         )
     return answer
@@ -509,7 +524,8 @@ async def _execute(
         return {"run_id": target, "status": "cancel_requested"}
     if item_type == "tool" and action == "call":
         if not run_id:
-            return outside_run_hint((await runs.session_call(client_name, item_id, parameters)).model_dump())
+            answer = (await runs.session_call(client_name, item_id, parameters)).model_dump()
+            return outside_run_hint(answer, item_id, link.store.local_tools())
         return (await runs.call_tool(run_id, item_id, parameters, client_name=client_name)).model_dump()
     raise KiwiError(
         f"action '{action}' does not apply to item_type '{item_type}'",
