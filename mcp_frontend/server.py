@@ -34,6 +34,7 @@ from kiwi.items.store import ItemStore, find_project_root
 from kiwi.runs import RunClient
 from kiwi.toolargs import check_arguments
 from kiwi.upstream.catalog import McpCatalog
+from mcp_frontend.capabilities import BeyondTools
 
 INSTRUCTIONS = """Kiwi runs directives (reusable workflow specs) durably on Temporal.
 Typical flow: search(item_type="directive", query=...) → load(...) to read its steps and inputs →
@@ -135,7 +136,9 @@ def build_server(
     link = TemporalLink(store, task_queue, client, address=address, namespace=namespace)
     catalog = McpCatalog(root)
 
-    server = MCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0")
+    beyond = BeyondTools(link, store)  # resources, prompts, tasks: mcp_frontend/capabilities.py
+    server = MCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0", **beyond.server_options())
+    beyond.attach(server)
 
     @server.tool(
         description="Find directives, tools, knowledge (multi-term relevance search) or runs. "

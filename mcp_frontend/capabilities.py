@@ -1,0 +1,40 @@
+"""What Kiwi's MCP server offers beyond its four tools, plugged in by ``build_server`` in two lines.
+
+Resources (runs, audit trails, directives, knowledge) with run watches for subscribers
+(``resources.py``), directives as prompts (``prompts.py``), and durable MCP Tasks backed by the
+runs in Temporal (``tasks.py``). None of it holds run state: a restarted front end, or another one,
+answers the same.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.subscriptions import InMemorySubscriptionBus
+
+from kiwi.items.store import ItemStore
+from mcp_frontend.prompts import DirectivePrompts
+from mcp_frontend.resources import ItemListing, RunWatches, register_resources
+
+if TYPE_CHECKING:
+    from mcp_frontend.server import TemporalLink
+
+
+class BeyondTools:
+    """``MCPServer(..., **beyond.server_options())``, then ``beyond.attach(server)``."""
+
+    def __init__(self, link: TemporalLink, store: ItemStore) -> None:
+        self.link = link
+        self.store = store
+        self.bus = InMemorySubscriptionBus()
+        self.watches = RunWatches(link, self.bus)
+        self.prompts = DirectivePrompts(store)
+        self.listing = ItemListing(store)
+
+    def server_options(self) -> dict[str, Any]:
+        return {"subscriptions": self.bus, "middleware": [self.listing, self.prompts, self.watches]}
+
+    def attach(self, server: MCPServer) -> None:
+        register_resources(server, self.link, self.store)
+        self.prompts.server = server
