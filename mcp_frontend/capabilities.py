@@ -16,6 +16,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus
 from kiwi.items.store import ItemStore
 from mcp_frontend.prompts import DirectivePrompts
 from mcp_frontend.resources import ItemListing, RunWatches, register_resources
+from mcp_frontend.tasks import KiwiTasks
 
 if TYPE_CHECKING:
     from mcp_frontend.server import TemporalLink
@@ -24,16 +25,21 @@ if TYPE_CHECKING:
 class BeyondTools:
     """``MCPServer(..., **beyond.server_options())``, then ``beyond.attach(server)``."""
 
-    def __init__(self, link: TemporalLink, store: ItemStore) -> None:
+    def __init__(self, link: TemporalLink, store: ItemStore, client_name: str) -> None:
         self.link = link
         self.store = store
         self.bus = InMemorySubscriptionBus()
         self.watches = RunWatches(link, self.bus)
         self.prompts = DirectivePrompts(store)
         self.listing = ItemListing(store)
+        self.tasks = KiwiTasks(link, client_name)
 
     def server_options(self) -> dict[str, Any]:
-        return {"subscriptions": self.bus, "middleware": [self.listing, self.prompts, self.watches]}
+        return {
+            "subscriptions": self.bus,
+            "middleware": [self.listing, self.prompts, self.watches],
+            "extensions": [self.tasks],
+        }
 
     def attach(self, server: MCPServer) -> None:
         register_resources(server, self.link, self.store)

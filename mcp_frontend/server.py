@@ -136,7 +136,7 @@ def build_server(
     link = TemporalLink(store, task_queue, client, address=address, namespace=namespace)
     catalog = McpCatalog(root)
 
-    beyond = BeyondTools(link, store)  # resources, prompts, tasks: mcp_frontend/capabilities.py
+    beyond = BeyondTools(link, store, client_name)  # resources, prompts, tasks: mcp_frontend/capabilities.py
     server = MCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0", **beyond.server_options())
     beyond.attach(server)
 
