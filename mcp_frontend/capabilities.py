@@ -1,8 +1,8 @@
 """What Kiwi's MCP server offers beyond its four tools, plugged in by ``build_server`` in two lines.
 
 Resources (runs, audit trails, directives, knowledge) with run watches for subscribers
-(``resources.py``), directives as prompts (``prompts.py``), and durable MCP Tasks backed by the
-runs in Temporal (``tasks.py``). None of it holds run state: a restarted front end, or another one,
+(``resources.py``), directives as prompts (``prompts.py``), durable MCP Tasks backed by the
+runs in Temporal (``tasks.py``), and escalations answered through input rounds (``input_rounds.py``). None of it holds run state: a restarted front end, or another one,
 answers the same.
 """
 
@@ -14,12 +14,15 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from kiwi.items.store import ItemStore
+from mcp_frontend.input_rounds import Escalations, request_state_security
 from mcp_frontend.prompts import DirectivePrompts
 from mcp_frontend.resources import ItemListing, RunWatches, register_resources
 from mcp_frontend.tasks import KiwiTasks
 
 if TYPE_CHECKING:
     from mcp_frontend.server import TemporalLink
+
+SERVER_NAME = "kiwi"  # the audience sealed into requestState: what MCPServer(name=...) says
 
 
 class BeyondTools:
@@ -33,12 +36,14 @@ class BeyondTools:
         self.prompts = DirectivePrompts(store)
         self.listing = ItemListing(store)
         self.tasks = KiwiTasks(link, client_name)
+        self.escalations = Escalations(link, store)
 
     def server_options(self) -> dict[str, Any]:
         return {
             "subscriptions": self.bus,
-            "middleware": [self.listing, self.prompts, self.watches],
+            "middleware": [self.listing, self.prompts, self.watches, self.escalations],
             "extensions": [self.tasks],
+            "request_state_security": request_state_security(SERVER_NAME),
         }
 
     def attach(self, server: MCPServer) -> None:

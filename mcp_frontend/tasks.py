@@ -89,7 +89,6 @@ class KiwiTasks(Extension):
     def __init__(self, link: TemporalLink, client_name: str) -> None:
         self.link = link
         self.client_name = client_name
-        self.input_rounds: Any = None  # mcp_frontend.input_rounds.Escalations, when attached
 
     def methods(self) -> list[MethodBinding]:
         versions = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -154,10 +153,10 @@ class KiwiTasks(Extension):
 
     async def update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
         require_client_extension(ctx, TASKS)
-        kind, run_id, _ = parse_task_id(params.task_id)
+        _, run_id, _ = parse_task_id(params.task_id)
         await self._described(run_id)  # an unknown task is an error, as the spec asks
-        if self.input_rounds is not None and kind == "run":
-            await self.input_rounds.answer_from_task(ctx, run_id, params.input_responses)
+        # Kiwi's tasks never ask for input (a run task ends when the run needs its agent, before any
+        # escalation; approvals are never asked of a client), so no response is outstanding to apply.
         return {"resultType": "complete"}
 
     async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
@@ -204,10 +203,6 @@ class KiwiTasks(Extension):
             return {**task, "status": "completed", "result": _tool_result(run_answer(status))}
         if status.status == "cancelled":
             return {**task, "status": "cancelled", "statusMessage": status.error or "the run was cancelled"}
-        if self.input_rounds is not None:
-            requests = await self.input_rounds.task_requests(status)
-            if requests:
-                return {**task, "status": "input_required", "inputRequests": requests}
         waiting = status.status == "awaiting_approval" or bool(status.waiting_for)
         return {
             **task,
