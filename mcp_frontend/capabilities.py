@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp_types import SubscribeRequestParams, UnsubscribeRequestParams
 
 from kiwi.items.store import ItemStore
 from mcp_frontend.input_rounds import Escalations, request_state_security
@@ -49,3 +50,9 @@ class BeyondTools:
     def attach(self, server: MCPServer) -> None:
         register_resources(server, self.link, self.store)
         self.prompts.server = server
+        # 2025-era resources/subscribe: MCPServer has no decorator for it, the low-level server has.
+        lowlevel = server._lowlevel_server  # noqa: SLF001
+        lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, self.watches.subscribe)
+        lowlevel.add_request_handler(
+            "resources/unsubscribe", UnsubscribeRequestParams, self.watches.unsubscribe
+        )

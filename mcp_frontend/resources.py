@@ -7,8 +7,9 @@
 Directives and knowledge are listed by ``resources/list`` as they are on disk at the moment of the
 request (a new file is listed at once); runs are reached through the templates.
 
-A client that subscribes to a run's URI (``subscriptions/listen`` with ``resourceSubscriptions``)
-hears ``notifications/resources/updated`` when the run changes: while at least one stream of this
+A client that subscribes to a run's URI (``subscriptions/listen`` with ``resourceSubscriptions``, or
+``resources/subscribe`` on 2025 protocol versions) hears ``notifications/resources/updated`` when the
+run changes: while at least one stream of this
 front end names a run, one watcher asks Temporal for the run's status, every 0.2 s after a change and
 backing off to every 2 s while nothing changes, and stops when the last stream ends or the run has
 ended. The watcher lives in the listen request itself, so a stateless HTTP front end serves it too.
@@ -23,10 +24,12 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.server.subscriptions import ResourceUpdated, SubscriptionBus
+from mcp_types import EmptyResult, SubscribeRequestParams, UnsubscribeRequestParams
 
 from kiwi.contracts import TERMINAL
 from kiwi.errors import ItemNotFound, KiwiError, RunNotFound
@@ -155,6 +158,8 @@ class RunWatches:
 
     One watcher per run however many streams name it (counted), publishing ``ResourceUpdated``
     for the run's status and audit URIs on the server's subscription bus when the status changes.
+    Clients of 2025 protocol versions subscribe with ``resources/subscribe`` instead, and hear
+    ``notifications/resources/updated`` on their session from the same watchers.
     """
 
     def __init__(self, link: TemporalLink, bus: SubscriptionBus) -> None:
@@ -162,6 +167,7 @@ class RunWatches:
         self.bus = bus
         self._counts: dict[str, int] = {}
         self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._legacy: dict[tuple[Any, str], Any] = {}  # (connection, URI) -> a session of that connection
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method != "subscriptions/listen":
@@ -175,19 +181,47 @@ class RunWatches:
     @contextlib.asynccontextmanager
     async def watching(self, run_ids: list[str]) -> AsyncIterator[None]:
         for run_id in run_ids:
-            self._counts[run_id] = self._counts.get(run_id, 0) + 1
-            if run_id not in self._watchers or self._watchers[run_id].done():
-                self._watchers[run_id] = asyncio.create_task(self._watch(run_id), name=f"watch {run_id}")
+            self._acquire(run_id)
         try:
             yield
         finally:
             for run_id in run_ids:
-                self._counts[run_id] -= 1
-                if self._counts[run_id] == 0:
-                    del self._counts[run_id]
-                    watcher = self._watchers.pop(run_id, None)
-                    if watcher is not None:
-                        watcher.cancel()
+                self._release(run_id)
+
+    def _acquire(self, run_id: str) -> None:
+        self._counts[run_id] = self._counts.get(run_id, 0) + 1
+        if run_id not in self._watchers or self._watchers[run_id].done():
+            self._watchers[run_id] = asyncio.create_task(self._watch(run_id), name=f"watch {run_id}")
+
+    def _release(self, run_id: str) -> None:
+        self._counts[run_id] -= 1
+        if self._counts[run_id] == 0:
+            del self._counts[run_id]
+            watcher = self._watchers.pop(run_id, None)
+            if watcher is not None:
+                watcher.cancel()
+
+    # 2025-era clients: resources/subscribe and resources/unsubscribe on their session.
+    async def subscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
+    ) -> EmptyResult:
+        key = (_connection(ctx), str(params.uri))
+        if key not in self._legacy:
+            # Any session object of the connection sends on its standalone stream, after this request too.
+            self._legacy[key] = ctx.session
+            if run_id := _run_of(key[1]):
+                self._acquire(run_id)
+        return EmptyResult()
+
+    async def unsubscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams
+    ) -> EmptyResult:
+        self._forget((_connection(ctx), str(params.uri)))
+        return EmptyResult()
+
+    def _forget(self, key: tuple[Any, str]) -> None:
+        if self._legacy.pop(key, None) is not None and (run_id := _run_of(key[1])):
+            self._release(run_id)
 
     async def _watch(self, run_id: str) -> None:
         last: str | None = None
@@ -215,8 +249,27 @@ class RunWatches:
             await asyncio.sleep(delay)
 
     async def _publish(self, run_id: str) -> None:
-        for uri in (run_uri(run_id), audit_uri(run_id)):
+        uris = (run_uri(run_id), audit_uri(run_id))
+        for uri in uris:
             await self.bus.publish(ResourceUpdated(uri=uri))
+        for key, session in [(k, v) for k, v in self._legacy.items() if k[1] in uris]:
+            try:
+                await session.send_resource_updated(key[1])
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                self._forget(key)  # that client has gone without unsubscribing
+
+
+def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
+    """The client connection a request came on: what a 2025-era subscription belongs to."""
+    return ctx.session._connection  # noqa: SLF001 - ServerSession is per request; no public accessor
+
+
+def _run_of(uri: str) -> str:
+    """The run a status or audit URI names ('' for any other URI)."""
+    if not uri.startswith(RUNS_PREFIX):
+        return ""
+    run_id = uri[len(RUNS_PREFIX) :].removesuffix("/audit")
+    return run_id if run_id and "/" not in run_id else ""
 
 
 def _watched_runs(params: Any) -> list[str]:
@@ -225,9 +278,7 @@ def _watched_runs(params: Any) -> list[str]:
     uris = notifications.get("resourceSubscriptions") if isinstance(notifications, Mapping) else None
     found: list[str] = []
     for uri in uris or []:
-        if not isinstance(uri, str) or not uri.startswith(RUNS_PREFIX):
-            continue
-        run_id = uri[len(RUNS_PREFIX) :].removesuffix("/audit")
-        if run_id and "/" not in run_id and run_id not in found:
+        run_id = _run_of(uri) if isinstance(uri, str) else ""
+        if run_id and run_id not in found:
             found.append(run_id)
     return found

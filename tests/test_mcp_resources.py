@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from mcp.client import Client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
 from kiwi.devserver import free_port
@@ -192,6 +192,24 @@ async def test_subscriptions_over_streamable_http_with_the_kiwi_mcp_command(runs
 
             heard = await watch_until_completed(client, run_id, finish)
             assert heard
+            # A 2025-era client subscribes with resources/subscribe and hears it on its session.
+            updates: list[str] = []
+
+            async def on_message(message):
+                uri = getattr(getattr(message, "params", None), "uri", None)
+                if getattr(message, "method", "") == "notifications/resources/updated":
+                    updates.append(str(uri))
+
+            async with Client(url, mode="legacy", message_handler=on_message) as legacy:
+                second = await start_hello(legacy, "Legacy")
+                with pytest.warns(MCPDeprecationWarning):
+                    await legacy.subscribe_resource(f"kiwi://runs/{second}")
+                await runs.complete_step(second, "confirm", {"confirmed": True})
+
+                async def heard_legacy():
+                    return f"kiwi://runs/{second}" in updates
+
+                await wait_for(heard_legacy, what="a 2025-era subscriber to hear the run change")
             prompts = [p.name for p in (await client.list_prompts()).prompts]
             assert "hello_kiwi" in prompts
             assert data(await client.call_tool("search", {"item_type": "directive", "query": "greeting"}))
