@@ -107,16 +107,14 @@ class KiwiTasks(Extension):
             return await call_next(ctx)
         item_type, action = arguments.get("item_type"), arguments.get("action")
         if item_type == "directive" and action == "run":
-            return await self._start_run(arguments, ctx, call_next)
+            return await self._start_run(arguments)
         if item_type in ("tool", "mcp") and action == "call" and arguments.get("run_id"):
             # The handler is called with these very params: a shorter wait, then a task.
             arguments.setdefault("wait_seconds", TASK_CALL_WAIT)
             return _call_as_task(await call_next(ctx))
         return await call_next(ctx)
 
-    async def _start_run(
-        self, arguments: dict[str, Any], ctx: ServerRequestContext[Any, Any], call_next: CallNext
-    ) -> HandlerResult:
+    async def _start_run(self, arguments: dict[str, Any]) -> HandlerResult:
         parameters = arguments.get("parameters") or {}
         key = arguments.get("idempotency_key")
         try:
@@ -127,9 +125,11 @@ class KiwiTasks(Extension):
                 idempotency_key=key if isinstance(key, str) else None,
                 client_name=self.client_name,
             )
-        except KiwiError:
-            # The tool's own path answers the same mistake in the seeds' error shape; nothing started.
-            return await call_next(ctx)
+        except KiwiError as exc:
+            # Answered as the tool answers it, in the seeds' error shape; never started a second time.
+            from mcp_frontend.server import error
+
+            return _tool_result(error("directive", "run", str(arguments.get("item_id") or ""), exc))
         # start_workflow returned: the run is durable in Temporal, so tasks/get resolves now. The seed
         # asks nothing of the run itself, so it answers at once even with every worker busy or down.
         now = _iso(None)
@@ -270,6 +270,7 @@ def _step_name(status: RunStatus) -> str:
 def _tool_result(answer: dict[str, Any]) -> dict[str, Any]:
     """A ``CallToolResult`` on the wire, as the tool itself would have answered."""
     return {
+        "resultType": "complete",
         "content": [{"type": "text", "text": json.dumps(answer, default=str)}],
         "structuredContent": answer,
         "isError": False,

@@ -302,6 +302,10 @@ async def test_clients_without_the_extension_get_no_task_and_cannot_ask_for_one(
         answer = await execute(plain, {**RUN_GATED, "parameters": {}})
         assert answer["state"] == "running" and answer["run_id"].startswith("run-gated_build-")
         handle = await start_task(tasking, RUN_GATED)
+        missing = await tasking.session.call_tool(
+            "execute", {"item_type": "directive", "action": "run", "item_id": "nope"}, allow_claimed=True
+        )
+        assert missing.structured_content["error"] == "ItemNotFound"  # a mistake is an answer, not a task
         with pytest.raises(MCPError) as refused:
             await get_task(plain.session, handle.task_id)
         assert refused.value.error.code == -32021

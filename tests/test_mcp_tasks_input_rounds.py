@@ -3,15 +3,21 @@ whose elicitation callback plays the user, against the real stack."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 from mcp.client import Client
 from mcp_types import ElicitResult, InputRequiredResult
 
+from kiwi.devserver import free_port
 from kiwi.errors import ItemInvalid
 from kiwi.harness import load_harness
 from kiwi.items.store import user_space
+from mcp_frontend.input_rounds import REQUEST_KEY
 from mcp_frontend.server import build_server
 from tests.helpers import approver, data, execute
+from tests.test_mcp_tasks import kiwi_mcp_http
 
 OPT_IN = "\ninput_rounds:\n  escalations: true\n  sign_as: desk\n"
 ESCALATE = {"action": "escalate", "reason": "the migration drops a column", "options": ["ship", "wait"]}
@@ -134,3 +140,34 @@ def test_the_harness_key_is_checked(project):
     harness.write_text(base + "\ninput_rounds:\n  approvals: true\n  sign_as: desk\n")
     with pytest.raises(ItemInvalid, match="input_rounds.approvals"):
         load_harness(project, user_space())
+
+
+async def test_a_restarted_kiwi_mcp_process_takes_the_retry(runs, project, temporal_env):
+    opt_in(project)
+    port = free_port()
+
+    async def never(context, params):
+        raise AssertionError("this client drives the round itself")
+
+    async with kiwi_mcp_http(temporal_env, runs, project, port) as (url, proc):
+        async with Client(url, elicitation_callback=never) as client:
+            run_id = await start_hello(client)
+            arguments = {**ESCALATE, "run_id": run_id}
+            question = await client.session.call_tool("help", arguments, allow_input_required=True)
+            assert isinstance(question, InputRequiredResult)
+        os.killpg(proc.pid, signal.SIGKILL)  # the front end that asked dies
+        await proc.wait()
+
+    async with (
+        kiwi_mcp_http(temporal_env, runs, project, port) as (url, _),
+        Client(url, elicitation_callback=never) as client,
+    ):
+        retried = await client.session.call_tool(
+            "help",
+            arguments,
+            input_responses={REQUEST_KEY: ElicitResult(action="accept", content={"option": "ship"})},
+            request_state=question.request_state,
+        )
+        assert data(retried)["status"] == "decided"
+    decision = (await runs.status(run_id)).decisions[0]
+    assert (decision.answer, decision.by) == ("ship", "desk")
