@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from kiwi.contracts import FilesystemRequest
 from kiwi.errors import FileNotFound, PermissionDenied
@@ -51,14 +51,19 @@ def _denied(message: str) -> ApplicationError:
 
 
 def _error(message: str, kind: str) -> ApplicationError:
-    return ApplicationError(message, type=kind, non_retryable=True)
+    return ApplicationError(message, type=kind, non_retryable=True, category=ApplicationErrorCategory.BENIGN)
 
 
 class Missing(ApplicationError):
     """FileNotFound: ``raw`` (or a folder on its way) does not exist."""
 
     def __init__(self, raw: str) -> None:
-        super().__init__(f"'{raw}' does not exist", type=FileNotFound.type, non_retryable=True)
+        super().__init__(
+            f"'{raw}' does not exist",
+            type=FileNotFound.type,
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,  # an answer to the agent, not a fault to log
+        )
 
 
 def _missing(raw: str) -> Missing:

@@ -109,7 +109,12 @@ async def main() -> None:
         await server.start()
         try:
             temporal = await TemporalClient.connect(server.address, data_converter=data_converter)
-            floor, floor_rate = await update_floor(temporal, args.calls, args.callers)
+            direct_params = StdioServerParameters(command="node", args=[str(EVERYTHING), "stdio"])
+            async with Client(direct_params) as bare_session:
+                floor, floor_rates = await update_floor(
+                    temporal, args.calls, args.callers, upstream=bare_session
+                )
+            floor_rate, bare_rate = floor_rates["local"], floor_rates["upstream"]
             worker = await common.start_worker(server.address) if args.worker_process else None
             async with build_worker(temporal) if worker is None else contextlib.nullcontext():
                 runs = RunClient(temporal, ItemStore(root))
@@ -135,7 +140,6 @@ async def main() -> None:
                 await runs.cancel(run_id)
             if worker is not None:
                 await common.stop_worker(worker)
-            direct_params = StdioServerParameters(command="node", args=[str(EVERYTHING), "stdio"])
             async with Client(direct_params) as direct:
 
                 async def straight(i: int) -> None:
@@ -163,6 +167,10 @@ async def main() -> None:
         f"{floor_rate:6.0f} updates/s with {args.callers} callers"
     )
     print(
+        f"bare workflow making the same upstream call (update + local activity + MCP echo, no Kiwi): "
+        f"p50 {common.pct(floor['upstream'], 0.5):6.1f} ms  {bare_rate:6.0f} calls/s with {args.callers} callers"
+    )
+    print(
         f"Kiwi's update refused by policy (no activity): p50 {common.pct(refused_ms, 0.5):6.1f} ms  "
         f"p99 {common.pct(refused_ms, 0.99):6.1f} ms"
     )
@@ -172,6 +180,17 @@ async def main() -> None:
         else f"callers + worker + pool (this process) {cpu[0]:.1f} ms"
     )
     print(f"CPU per proxied call with {args.callers} callers: Temporal server {cpu[1]:.1f} ms, {where}")
+    local = common.pct(floor["local"], 0.5)
+    print(
+        f"#20 ratios to the floor: proxied p50 {common.pct(kiwi_ms, 0.5) / local:.2f}x the no-op local-activity "
+        f"update (target <= 1.15x); throughput {kiwi_rate / floor_rate:.2f}x its updates/s (target >= 0.8x); "
+        f"refused p50 {common.pct(refused_ms, 0.5) / common.pct(floor['plain'], 0.5):.2f}x a bare update "
+        f"(target <= 1.1x)"
+    )
+    print(
+        f"Kiwi's own share: proxied p50 {common.pct(kiwi_ms, 0.5) / common.pct(floor['upstream'], 0.5):.2f}x and "
+        f"throughput {kiwi_rate / bare_rate:.2f}x the bare workflow making the same upstream call"
+    )
     print(
         f"ratio (p50): {common.pct(kiwi_ms, 0.5) / common.pct(direct_ms, 0.5):.1f}x   "
         f"throughput ratio: {direct_rate / kiwi_rate:.1f}x"

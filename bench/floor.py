@@ -30,6 +30,18 @@ async def floor_noop(value: str) -> str:
     return value
 
 
+class UpstreamFloor:
+    """The same upstream call Kiwi proxies, from a bare workflow: one MCP client session, no Kiwi."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+
+    @activity.defn(name="floor_upstream")
+    async def call(self, value: str) -> dict:
+        result = await self.session.call_tool("echo", {"message": value})
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
 @workflow.defn
 class FloorWorkflow:
     def __init__(self) -> None:
@@ -50,6 +62,13 @@ class FloorWorkflow:
         )
 
     @workflow.update
+    async def upstream(self, value: str) -> dict:
+        """The update Kiwi's proxied call is, minus Kiwi: a local activity making the MCP call."""
+        return await workflow.execute_local_activity(
+            "floor_upstream", value, start_to_close_timeout=timedelta(seconds=10), result_type=dict
+        )
+
+    @workflow.update
     async def finish(self, value: str) -> str:
         """Like ``complete_step`` on a one-step run: answers, and the workflow completes."""
         self.done = True
@@ -64,19 +83,28 @@ class FloorWorkflow:
         self.done = True
 
 
-async def update_floor(client: Client, calls: int, callers: int) -> tuple[dict[str, list[float]], float]:
+async def update_floor(
+    client: Client, calls: int, callers: int, upstream=None
+) -> tuple[dict[str, list[float]], float | dict[str, float]]:
     """Sequential latencies (ms) of ``calls`` bare updates, "plain" and "local", on an in-process worker,
     and the rate (updates/s) of "local" updates sent by ``callers`` concurrent callers.
 
-    Each kind gets its own workflow, and at most 1,000 calls: Temporal allows 2,000 updates per run.
+    With ``upstream`` (an open MCP client session to server-everything), also "upstream": the update
+    running a local activity that makes the same ``echo`` call Kiwi proxies; the rate is then a dict
+    by kind ("local", "upstream"). Each kind gets its own workflow, and at most 1,000 calls: Temporal
+    allows 2,000 updates per run.
     """
     queue = f"floor-{uuid.uuid4().hex[:8]}"
     samples: dict[str, list[float]] = {"plain": [], "local": []}
+    activities = [floor_noop]
+    if upstream is not None:
+        samples["upstream"] = []
+        activities.append(UpstreamFloor(upstream).call)
     async with Worker(
         client,
         task_queue=queue,
         workflows=[FloorWorkflow],
-        activities=[floor_noop],
+        activities=activities,
         workflow_runner=UnsandboxedWorkflowRunner(),
     ):
         for name, values in samples.items():
@@ -87,18 +115,22 @@ async def update_floor(client: Client, calls: int, callers: int) -> tuple[dict[s
                 if i >= 10:
                     values.append((time.perf_counter() - t0) * 1000)
             await handle.signal(FloorWorkflow.stop)
-        shared = await client.start_workflow(FloorWorkflow.run, id=f"{queue}-callers", task_queue=queue)
+        rates: dict[str, float] = {}
+        for kind in ["local"] + (["upstream"] if upstream is not None else []):
+            shared = await client.start_workflow(
+                FloorWorkflow.run, id=f"{queue}-callers-{kind}", task_queue=queue
+            )
 
-        async def caller(count: int) -> None:
-            for i in range(count):
-                await shared.execute_update(FloorWorkflow.local, f"c{i}")
+            async def caller(count: int, kind: str = kind, shared=shared) -> None:
+                for i in range(count):
+                    await shared.execute_update(kind, f"c{i}")
 
-        share = min(calls, 1000) // callers
-        t0 = time.perf_counter()
-        await asyncio.gather(*(caller(share) for _ in range(callers)))
-        rate = share * callers / (time.perf_counter() - t0)
-        await shared.signal(FloorWorkflow.stop)
-    return samples, rate
+            share = min(calls, 1000) // callers
+            t0 = time.perf_counter()
+            await asyncio.gather(*(caller(share) for _ in range(callers)))
+            rates[kind] = share * callers / (time.perf_counter() - t0)
+            await shared.signal(FloorWorkflow.stop)
+    return samples, (rates if upstream is not None else rates["local"])
 
 
 async def start_floor_worker(address: str, task_queue: str) -> asyncio.subprocess.Process:

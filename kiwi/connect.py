@@ -11,6 +11,25 @@ from kiwi.converter import data_converter
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 
 
+def ui_url(run_id: str = "", address: str | None = None, namespace: str | None = None) -> str:
+    """The Temporal UI address of a run: ``KIWI_TEMPORAL_UI``, else the UI of ``kiwi dev``'s server when
+    that is the server in use ("" when the server is elsewhere and no UI address is known)."""
+    from kiwi.devserver import load_dev_config
+    from kiwi.errors import KiwiError
+
+    addr, ns = target(address, namespace)
+    base = os.environ.get("KIWI_TEMPORAL_UI", "").rstrip("/")
+    if not base:
+        try:
+            dev = load_dev_config(None)[0]["temporal"]
+        except KiwiError:
+            return ""
+        if addr not in (f"{dev['ip']}:{dev['port']}", f"localhost:{dev['port']}"):
+            return ""
+        base = f"http://{dev['ip']}:{dev['ui_port']}"
+    return f"{base}/namespaces/{ns}/workflows/{run_id}" if run_id else base
+
+
 def target(address: str | None = None, namespace: str | None = None) -> tuple[str, str]:
     """Address and namespace: explicit values, then KIWI_TEMPORAL_* / TEMPORAL_* env vars, then defaults."""
     address = (

@@ -24,7 +24,9 @@ DIRECTIVE_ATTR = SearchAttributeKey.for_keyword("KiwiDirective")
 STATUS_ATTR = SearchAttributeKey.for_keyword("KiwiStatus")
 STEP_ATTR = SearchAttributeKey.for_keyword("KiwiStep")
 PENDING_APPROVAL_ATTR = SearchAttributeKey.for_keyword("KiwiPendingApproval")
-SEARCH_ATTRIBUTES = (DIRECTIVE_ATTR, STATUS_ATTR, STEP_ATTR, PENDING_APPROVAL_ATTR)
+# The project folder a run belongs to: set by the client when it starts the run, never changed.
+PROJECT_ATTR = SearchAttributeKey.for_keyword("KiwiProject")
+SEARCH_ATTRIBUTES = (DIRECTIVE_ATTR, STATUS_ATTR, STEP_ATTR, PENDING_APPROVAL_ATTR, PROJECT_ATTR)
 
 RunStatusName = Literal[
     "running",
@@ -322,6 +324,10 @@ class CompleteStepResult(BaseModel):
     step: str
     status: RunStatusName
     next_step: str | None = None
+
+
+# The seed: a help(stuck) with more than this many failed attempts puts the run in awaiting_human.
+STUCK_ATTEMPTS_FOR_HUMAN = 3
 
 
 class HelpRequest(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -30,13 +31,28 @@ DEFAULTS: dict[str, Any] = {
         "port": 7233,
         "ui_port": 8233,
         "namespace": "default",
-        "db_file": ".kiwi/temporal.sqlite",
+        # Relative to the config file; without one, the user's data folder (kiwi.connect.data_dir()).
+        "db_file": None,
         "sqlite_pragmas": {"journal_mode": "wal", "synchronous": "normal"},
-        "dynamic_config": {"history.transferProcessorMaxPollRPS": 1000},
+        "dynamic_config": {
+            "history.transferProcessorMaxPollRPS": 1000,
+            "history.transferProcessorMaxPollHostRPS": 0,
+        },
     },
     "worker": {"task_queue": "kiwi", "sandboxed": False},
     "mcp": {"http": True, "host": "127.0.0.1", "port": 8765},
 }
+
+
+def data_dir() -> Path:
+    """Where the user's local Temporal keeps its state: one per user, whatever the working folder.
+
+    ``KIWI_HOME``, else ``$XDG_DATA_HOME/kiwi``, else ``~/.local/share/kiwi``.
+    """
+    if os.environ.get("KIWI_HOME"):
+        return Path(os.environ["KIWI_HOME"]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base).expanduser() / "kiwi"
 
 
 def _wheel_binary(name: str, package: str) -> str:
@@ -64,6 +80,8 @@ def test_server_binary() -> str:
 def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
     config = {k: dict(v) for k, v in DEFAULTS.items()}
     base = Path.cwd()
+    if path is None and os.environ.get("KIWI_DEV_CONFIG"):
+        path = Path(os.environ["KIWI_DEV_CONFIG"]).expanduser()
     if path is None and (Path.cwd() / "temporal-dev.yml").is_file():
         path = Path.cwd() / "temporal-dev.yml"
     if path is not None:
@@ -97,6 +115,21 @@ class DevServer:
     process: subprocess.Popen | None = None
     reused: bool = False
 
+    @classmethod
+    def from_config(cls, config: dict[str, Any], base: Path, port: int | None = None) -> DevServer:
+        """The server a ``temporal-dev.yml`` describes; its database is the user's own unless the
+        file names one (relative to the file), never chosen by the working folder."""
+        t = config["temporal"]
+        return cls(
+            ip=t["ip"],
+            port=int(port or t["port"]),
+            ui_port=int(t["ui_port"]),
+            namespace=t["namespace"],
+            db_file=(base / t["db_file"]) if t.get("db_file") else data_dir() / "temporal.sqlite",
+            pragmas=t.get("sqlite_pragmas") or {},
+            dynamic_config=t.get("dynamic_config") or {},
+        )
+
     @property
     def address(self) -> str:
         return f"{self.ip}:{self.port}"
@@ -129,7 +162,7 @@ class DevServer:
 
     async def start(self, timeout: float = 60.0, log: Any = None) -> None:
         """Start the server, or reuse a Temporal server already on the port."""
-        if _port_open(self.ip, self.port):
+        if port_open(self.ip, self.port):
             try:
                 client = await asyncio.wait_for(Client.connect(self.address, namespace=self.namespace), 5)
                 await ensure_search_attributes(client)
@@ -156,7 +189,7 @@ class DevServer:
                     f"the Temporal dev server exited with code {self.process.returncode}",
                     hint="run the command in `kiwi dev --verbose` to see its output",
                 )
-            if _port_open(self.ip, self.port):
+            if port_open(self.ip, self.port):
                 with contextlib.suppress(RPCError, RuntimeError):
                     client = await Client.connect(self.address, namespace=self.namespace)
                     await client.workflow_service.get_system_info(GetSystemInfoRequest())
@@ -175,7 +208,7 @@ class DevServer:
                 self.process.wait()
 
 
-def _port_open(ip: str, port: int) -> bool:
+def port_open(ip: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((ip, port)) == 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 
 @dataclass
@@ -67,7 +67,15 @@ class KiwiError(Exception):
     def error(cls, message: str, *details: object, retryable: bool | None = None) -> ApplicationError:
         """The ``ApplicationError`` to raise for this kind of failure."""
         again = cls.retryable if retryable is None else retryable
-        return ApplicationError(message, *details, type=cls.type, non_retryable=not again)
+        # A failure that is not retried is an answer (no such file, denied, the tool said no), not a
+        # fault: BENIGN keeps the worker from logging a stack trace for every one an agent causes.
+        return ApplicationError(
+            message,
+            *details,
+            type=cls.type,
+            non_retryable=not again,
+            category=ApplicationErrorCategory.UNSPECIFIED if again else ApplicationErrorCategory.BENIGN,
+        )
 
 
 class ItemInvalid(KiwiError):
@@ -93,6 +101,10 @@ class RunNotFound(KiwiError):
 
 class RunStateConflict(KiwiError):
     pass
+
+
+class RunInOtherProject(KiwiError):
+    """The run belongs to another project than the one this client serves."""
 
 
 class RunFinished(RunStateConflict):

@@ -7,6 +7,7 @@ filesystem activities re-check the real path against the same grants before touc
 
 from __future__ import annotations
 
+import difflib
 import posixpath
 import re
 import shlex
@@ -106,6 +107,12 @@ def _actions(attrs: dict[str, str]) -> str | None:
     return ",".join(named) if named else None
 
 
+def _near(word: str, known: set[str]) -> str:
+    """The known spelling closest to a mistyped one ('' when none is close)."""
+    match = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.75)
+    return match[0] if match else ""
+
+
 def entry_problems(entry: PermissionEntry) -> list[str]:
     """What is wrong with one grant element as written ([] when it means exactly what it says)."""
     a = entry.attrs
@@ -129,11 +136,22 @@ def entry_problems(entry: PermissionEntry) -> list[str]:
                 f'<execute resource="tool" id="{resource}.NAME"/>, an MCP server\'s tools with '
                 f'<execute resource="mcp" name="{resource}" actions="..."/>'
             ]
+        near = _near(resource, {r for (t, r) in GRANT_ATTRIBUTES if t == entry.tag and r != "*server*"})
+        if near:
+            # resource="shel": a typo of a known resource, not an MCP server called "shel".
+            return [
+                f'<{entry.tag} resource="{resource}"> is not a resource Kiwi knows; did you mean "{near}"?'
+            ]
         key = (entry.tag, "*server*")
     allowed = GRANT_ATTRIBUTES[key] | _NOTES
     problems = [
-        f"<{entry.tag} resource=\"{resource}\"> has no attribute '{name}'; it takes "
-        f"{', '.join(sorted(allowed - _NOTES))}"
+        f"<{entry.tag} resource=\"{resource}\"> has no attribute '{name}'"
+        + (
+            f'; did you mean {_near(name, allowed - _NOTES)}="{a[name]}"?'
+            if _near(name, allowed - _NOTES)
+            else ""
+        )
+        + f"; it takes {', '.join(sorted(allowed - _NOTES))}"
         for name in a
         if name not in allowed
     ]

@@ -23,6 +23,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowHistoryEventFilterType,
     WorkflowUpdateFailedError,
     WorkflowUpdateStage,
 )
@@ -35,8 +36,11 @@ from temporalio.common import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from kiwi.contracts import (
+    PENDING_APPROVAL_ATTR,
+    PROJECT_ATTR,
     SEARCH_ATTRIBUTES,
     TASK_QUEUE,
+    TERMINAL,
     ApprovalRequest,
     CallToolRequest,
     CancelRequest,
@@ -63,6 +67,7 @@ from kiwi.errors import (
     McpServerMissing,
     RunContinuing,
     RunFinished,
+    RunInOtherProject,
     RunNotFound,
     RunStateConflict,
 )
@@ -86,11 +91,48 @@ class StartedRun:
 
 
 class RunClient:
-    def __init__(self, client: Client, store: ItemStore, task_queue: str = TASK_QUEUE) -> None:
+    """Starts and steers the runs of one project (``store.project_root``).
+
+    Runs are tagged with their project (the ``KiwiProject`` search attribute) when they start; the
+    client lists and acts only on its own project's runs, unless ``all_projects``.
+    """
+
+    def __init__(
+        self, client: Client, store: ItemStore, task_queue: str = TASK_QUEUE, *, all_projects: bool = False
+    ) -> None:
         self.client = client
         self.store = store
         self.task_queue = task_queue
+        self.all_projects = all_projects
+        self.project = str(store.project_root)
         self._attributes_ready: bool | None = None
+        self._projects: dict[str, str] = {}  # run id -> its project, as recorded at its start
+
+    async def project_of(self, run_id: str) -> str:
+        """The project a run belongs to ("" for a run started without one, e.g. before projects existed)."""
+        if run_id not in self._projects:
+            try:
+                description = await self.handle(run_id).describe()
+            except RPCError:
+                return ""  # no such run (yet): the operation itself says so
+            owner = description.typed_search_attributes.get(PROJECT_ATTR) or ""
+            info = description.raw_description.workflow_execution_info
+            if not owner and info.HasField("parent_execution"):
+                # A child run (directive.run) belongs to its parent's project.
+                owner = await self.project_of(info.parent_execution.workflow_id)
+            self._projects[run_id] = owner
+        return self._projects[run_id]
+
+    async def check_project(self, run_id: str) -> None:
+        """Refuse to act on another project's run (unless this client serves all projects)."""
+        if self.all_projects:
+            return
+        owner = await self.project_of(run_id)
+        if owner and owner != self.project:
+            raise RunInOtherProject(
+                f"run {run_id} belongs to the project {owner}, not to {self.project}",
+                hint=f"run the command from {owner}, or pass --project {owner} (or --all-projects)",
+            )
 
     # ---------------------------------------------------------------- start
     def snapshot(
@@ -156,6 +198,7 @@ class RunClient:
                 [
                     SearchAttributePair(SEARCH_ATTRIBUTES[0], directive.name),
                     SearchAttributePair(SEARCH_ATTRIBUTES[1], "running"),
+                    SearchAttributePair(PROJECT_ATTR, self.project),
                 ]
             )
         handle = await self.client.start_workflow(
@@ -181,6 +224,8 @@ class RunClient:
                     hint="fix mcp_registry.yaml or the server, or mark the <mcp> "
                     'required="false" in the directive',
                 )
+        if snap.search_attributes:
+            self._projects[handle.id] = self.project
         return StartedRun(
             run_id=handle.id, directive=directive, context=context, grants=snap.grants, trust=snap.trust
         )
@@ -236,6 +281,9 @@ class RunClient:
             id=snap.run_id,
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            search_attributes=TypedSearchAttributes([SearchAttributePair(PROJECT_ATTR, self.project)])
+            if snap.search_attributes
+            else None,
             static_summary=f"session of {client_name}: calls outside a directive run",
         )
         return await self.call_tool(snap.run_id, tool, arguments, client_name=client_name)
@@ -264,6 +312,7 @@ class RunClient:
         return self.client.get_workflow_handle(run_id, result_type=DirectiveRunResult)
 
     async def status(self, run_id: str) -> RunStatus:
+        await self.check_project(run_id)
         try:
             return await self.handle(run_id).query(DirectiveRun.status)
         except RPCError as exc:
@@ -295,6 +344,17 @@ class RunClient:
         by = default_key(by)
         load_private(by)
         status = await self.status(run_id)
+        if status.status in TERMINAL:
+            raise RunFinished(
+                f"run {run_id} has finished ({status.status}); there is nothing to resume",
+                hint=f"see `kiwi status {run_id}`; start a new run to go on",
+            )
+        if status.status not in ("stuck", "awaiting_human"):
+            raise RunStateConflict(
+                f"run {run_id} is {status.status}, not stopped; resume lets a stuck or awaiting_human run "
+                "carry on",
+                hint=f"see `kiwi status {run_id}`",
+            )
         signature = sign_bytes(by, human_message("resume", run_id, status.execution, status.hold_id, "", by))
         await self._signal(
             run_id, DirectiveRun.resume, ResumeRequest(reason=reason, by=by, signature=signature)
@@ -358,10 +418,26 @@ class RunClient:
         await self._signal(run_id, DirectiveRun.cancel, CancelRequest(reason=reason))
 
     async def _signal(self, run_id: str, signal: Callable[..., Any], arg: Any) -> None:
+        await self.check_project(run_id)
         try:
             await self.handle(run_id).signal(signal, arg)
         except RPCError as exc:
-            raise _translate(exc, run_id) from None
+            raise await self._closed_or_missing(exc, run_id) from None
+
+    async def _closed_or_missing(self, exc: RPCError, run_id: str) -> KiwiError:
+        """A signal to a closed run is "not found" to Temporal: say it has finished, and how."""
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            try:
+                description = await self.handle(run_id).describe()
+            except RPCError:
+                return _translate(exc, run_id)
+            if description.status != WorkflowExecutionStatus.RUNNING:
+                how = description.status.name.lower() if description.status else "closed"
+                return RunFinished(
+                    f"run {run_id} has finished ({how}); it takes no more signals",
+                    hint=f"see `kiwi status {run_id}` and `kiwi audit {run_id}`; start a new run to go on",
+                )
+        return _translate(exc, run_id)
 
     async def _update(
         self,
@@ -373,9 +449,10 @@ class RunClient:
         on_progress: Progress | None = None,
     ) -> Any:
         """Send an update; with ``wait_seconds``, answer ``None`` if it has not finished by then."""
+        await self.check_project(run_id)
         handle = self.handle(run_id)
         update_id = update_id or uuid.uuid4().hex
-        for attempt in range(20):
+        for _attempt in range(20):
             try:
                 if wait_seconds is None:
                     return await handle.execute_update(update, arg, id=update_id)
@@ -393,7 +470,7 @@ class RunClient:
                 kind = getattr(cause, "type", "") or ""
                 message = getattr(cause, "message", "") or str(cause)
                 if kind == RunContinuing.type:
-                    await asyncio.sleep(0.05 * (attempt + 1))
+                    await self._await_successor(run_id)
                     continue
                 if kind == RunFinished.type:
                     raise RunFinished(message) from None
@@ -417,6 +494,24 @@ class RunClient:
                     raise RunFinished(f"run {run_id} has finished ({name_}); start a new run") from None
                 continue
         raise RunStateConflict(f"run {run_id} kept continuing while the call was sent; try again")
+
+    async def _await_successor(self, run_id: str, deadline: float = 30.0) -> None:
+        """Wait until the execution that refused us as 'continuing' has closed, so the next send reaches
+        its successor at once (a long poll on its close event, not a sleep-and-retry loop)."""
+        try:
+            described = await self.handle(run_id).describe()
+        except RPCError:
+            return
+        if described.status != WorkflowExecutionStatus.RUNNING:
+            return  # already closed: the latest execution is the successor
+        draining = self.client.get_workflow_handle(run_id, run_id=described.run_id)
+        with contextlib.suppress(RPCError, TimeoutError):
+            async with asyncio.timeout(deadline):
+                async for _ in draining.fetch_history_events(
+                    wait_new_event=True,
+                    event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT,
+                ):
+                    break
 
     async def call_tool_waiting(
         self,
@@ -454,6 +549,7 @@ class RunClient:
         self, run_id: str, call_id: str, *, wait_seconds: float, on_progress: Progress | None = None
     ) -> ToolCallResult:
         """The answer of an earlier call that came back ``pending``."""
+        await self.check_project(run_id)
         update = self.handle(run_id).get_update_handle(call_id, result_type=ToolCallResult)
         try:
             result = await _wait(
@@ -500,14 +596,68 @@ class RunClient:
     async def list_runs(
         self, status: str | None = None, directive: str | None = None, limit: int = 50
     ) -> list[dict[str, Any]]:
+        """This project's runs (every project's with ``all_projects``), newest first."""
         clauses = ["WorkflowType = 'DirectiveRun'", f"TaskQueue = '{_quote(self.task_queue)}'"]
         if await self._check_search_attributes():
             if status:
                 clauses.append(f"KiwiStatus = '{_quote(status)}'")
             if directive:
                 clauses.append(f"KiwiDirective = '{_quote(directive)}'")
+            if not self.all_projects:
+                clauses.append(self._project_clause())
+        rows = await self._listed(" AND ".join(clauses), limit, status)
+        if self.all_projects:
+            return rows
+        for row in rows:
+            if not row["project"]:
+                row["project"] = await self.project_of(row["run_id"])
+        return [r for r in rows if r["project"] == self.project or not self._attributes_ready]
+
+    async def pending_approvals(self, limit: int = 200) -> list[dict[str, Any]]:
+        """Every pending approval request of this project's running runs (or every project's)."""
+        clauses = [
+            "WorkflowType = 'DirectiveRun'",
+            f"TaskQueue = '{_quote(self.task_queue)}'",
+            "ExecutionStatus = 'Running'",
+            "KiwiPendingApproval IS NOT NULL",
+            "KiwiPendingApproval != ''",
+        ]
+        if not await self._check_search_attributes():
+            raise KiwiError(
+                "the search attributes Kiwi needs are not registered on this Temporal server",
+                hint="start the server with `kiwi dev` (it registers them)",
+            )
+        if not self.all_projects:
+            clauses.append(self._project_clause())
+        pending = []
+        for row in await self._listed(" AND ".join(clauses), limit, None):
+            row["project"] = row["project"] or await self.project_of(row["run_id"])
+            if not self.all_projects and row["project"] != self.project:
+                continue
+            try:
+                status = await self.status(row["run_id"])
+            except KiwiError:
+                continue  # finished since it was listed, or no worker to answer: nothing to decide now
+            pending += [
+                {
+                    "run_id": row["run_id"],
+                    "directive": row["directive"],
+                    "project": row["project"],
+                    **a.model_dump(mode="json"),
+                }
+                for a in status.approvals
+                if a.status == "pending"
+            ]
+        return pending
+
+    def _project_clause(self) -> str:
+        """This project's runs, and child runs, which carry no KiwiProject: they are their parent's
+        (the caller keeps those whose parent is this project's)."""
+        return f"(KiwiProject = '{_quote(self.project)}' OR (KiwiProject IS NULL AND ParentWorkflowId IS NOT NULL))"
+
+    async def _listed(self, query: str, limit: int, status: str | None) -> list[dict[str, Any]]:
         runs = []
-        async for execution in self.client.list_workflows(" AND ".join(clauses), limit=limit):
+        async for execution in self.client.list_workflows(query, limit=limit):
             attrs = execution.typed_search_attributes
             run_status = attrs.get(SEARCH_ATTRIBUTES[1]) if self._attributes_ready else None
             runs.append(
@@ -519,11 +669,38 @@ class RunClient:
                     "status": run_status or execution.status.name.lower() if execution.status else "",
                     "step": attrs.get(SEARCH_ATTRIBUTES[2]) if self._attributes_ready else "",
                     "started": execution.start_time.isoformat() if execution.start_time else "",
+                    "closed": execution.close_time.isoformat() if execution.close_time else "",
+                    "project": attrs.get(PROJECT_ATTR) or "",
+                    "pending_approval": attrs.get(PENDING_APPROVAL_ATTR) or "",
                 }
             )
         if status and not self._attributes_ready:
             runs = [r for r in runs if r["status"] == status]
         return runs
+
+    async def activities(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's activities in flight, with their attempt (2 and up: retried, e.g. after a crash)."""
+        await self.check_project(run_id)
+        try:
+            description = await self.handle(run_id).describe()
+        except RPCError as exc:
+            raise _translate(exc, run_id) from None
+        out = []
+        for pending in description.raw_description.pending_activities:
+            failure = pending.last_failure.message if pending.HasField("last_failure") else ""
+            out.append(
+                {
+                    "activity": pending.activity_type.name,
+                    "attempt": pending.attempt,
+                    "state": _PENDING_STATES.get(int(pending.state), "unknown"),
+                    "last_failure": failure,
+                    "last_worker": pending.last_worker_identity,
+                }
+            )
+        return out
+
+
+_PENDING_STATES = {1: "scheduled", 2: "started", 3: "cancel requested", 4: "paused", 5: "pause requested"}
 
 
 # (seconds waited, seconds the caller will wait, what the upstream server last reported or "")

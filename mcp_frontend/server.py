@@ -19,13 +19,14 @@ from typing import Any, Literal
 import anyio
 import mcp.types as mcp_types
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
 from pydantic import Field, ValidationError
 from temporalio.client import Client
 
-from kiwi.contracts import HelpRequest
+from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
@@ -47,7 +48,20 @@ Use help(action="stuck"|"escalate"|"checkpoint", run_id=...) when you need a hum
 ItemKind = Literal["directive", "tool", "knowledge", "run", "mcp"]
 
 
-def error(item_type: str, action: str, item_id: str, exc: BaseException) -> dict[str, Any]:
+def error(item_type: str, action: str, item_id: str, exc: BaseException) -> Any:
+    """A tool error (``isError: true``) carrying the seeds' shape as structured content and as JSON text.
+
+    The shape is built from the error's type, never from its text.
+    """
+    shape = error_shape(item_type, action, item_id, exc)
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=json.dumps(shape, indent=2))],
+        structured_content=shape,
+        is_error=True,
+    )
+
+
+def error_shape(item_type: str, action: str, item_id: str, exc: BaseException) -> dict[str, Any]:
     """The seeds' error shape, built from the error's type, never from its text."""
     kind = getattr(exc, "type", None) or type(exc).__name__
     message = getattr(exc, "message", None) or str(exc)
@@ -62,6 +76,37 @@ def error(item_type: str, action: str, item_id: str, exc: BaseException) -> dict
         "message": message,
         "hint": hint,
     }
+
+
+def argument_problems(exc: ValidationError) -> tuple[str, str]:
+    """What is wrong with a tool call's arguments, in words (allowed values named), and the fix."""
+    lines = []
+    for err in exc.errors():
+        field = ".".join(str(part) for part in err["loc"]) or "arguments"
+        expected = (err.get("ctx") or {}).get("expected")
+        if err["type"] == "literal_error" and expected:
+            lines.append(f"'{field}' must be one of {expected}")
+        elif err["type"] == "missing":
+            lines.append(f"'{field}' is required")
+        else:
+            lines.append(f"'{field}': {err['msg']}")
+    return "; ".join(lines), "call again with the arguments corrected (the tool's inputSchema lists them)"
+
+
+class KiwiMCPServer(MCPServer):
+    """MCPServer whose argument errors carry the seeds' error shape and name allowed values (no links)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            message, hint = argument_problems(exc.__cause__)
+            item_type = arguments.get("item_type") if isinstance(arguments.get("item_type"), str) else ""
+            action = arguments.get("action") if isinstance(arguments.get("action"), str) else ""
+            item_id = arguments.get("item_id") if isinstance(arguments.get("item_id"), str) else ""
+            return error(item_type, action or name, item_id, InputInvalid(message, hint=hint))
 
 
 class TemporalUnavailable(KiwiError):
@@ -137,12 +182,15 @@ def build_server(
     catalog = McpCatalog(root)
 
     beyond = BeyondTools(link, store, client_name)  # resources, prompts, tasks: mcp_frontend/capabilities.py
-    server = MCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0", **beyond.server_options())
+    server = KiwiMCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0", **beyond.server_options())
     beyond.attach(server)
 
     @server.tool(
+        annotations=mcp_types.ToolAnnotations(
+            read_only_hint=True, idempotent_hint=True, open_world_hint=False
+        ),
         description="Find directives, tools, knowledge (multi-term relevance search) or runs. "
-        "Example: search(item_type='directive', query='deploy database')."
+        "Example: search(item_type='directive', query='deploy database').",
     )
     async def search(
         item_type: ItemKind = Field(
@@ -172,9 +220,13 @@ def build_server(
             return error(item_type, "search", query, exc)
 
     @server.tool(
+        # copy_to_project writes a file, so load is not read-only; it never deletes or overwrites.
+        annotations=mcp_types.ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True
+        ),
         description="Load one item: its content and parsed form. For a directive: inputs, permissions, "
         "steps and which steps run by themselves. Example: load(item_type='directive', "
-        "item_id='hello_kiwi')."
+        "item_id='hello_kiwi').",
     )
     async def load(
         item_type: Literal["directive", "tool", "knowledge", "mcp"] = Field(description="item type"),
@@ -213,6 +265,10 @@ def build_server(
             return error(item_type, "load", item_id, exc)
 
     @server.tool(
+        # delete, update and cancel destroy; a tool call may reach an external MCP server.
+        annotations=mcp_types.ToolAnnotations(
+            read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
+        ),
         description=(
             "Act on an item or a run. directive: run (parameters = inputs; returns run_id, state and the current "
             "step's instructions), validate, create and update (parameters={'content': the whole Markdown file}; "
@@ -223,7 +279,7 @@ def build_server(
             "arguments; with run_id the run's grants apply, without it the base policy of agent_harness.yaml). mcp: call "
             "(item_id = SERVER.TOOL, the same as a tool call). Example: execute(item_type='tool', action='call', run_id='run-x-1', "
             "item_id='filesystem.read', parameters={'path': 'notes/hello.md'})."
-        )
+        ),
     )
     async def execute(
         item_type: Literal["directive", "knowledge", "run", "tool", "mcp"] = Field(
@@ -258,7 +314,7 @@ def build_server(
     ) -> dict[str, Any]:
         async def progress(elapsed: float, total: float, upstream: str) -> None:
             if ctx is not None:
-                await ctx.report_progress(elapsed, total, upstream or f"waiting for {item_id or 'the call'}")
+                await ctx.report_progress(elapsed, total, progress_message(item_id, upstream))
 
         try:
             if action == "poll":
@@ -296,6 +352,9 @@ def build_server(
 
     @server.tool(
         name="help",
+        annotations=mcp_types.ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False
+        ),
         description=(
             "Guidance, or a signal to the humans running a run: stuck (reason, attempts), escalate (reason, options), "
             "checkpoint (reason). Example: help(action='stuck', run_id='run-x-1', reason='tests keep failing', "
@@ -333,6 +392,15 @@ def build_server(
                 f"{run_id} {request_id} OPTION`; poll execute(item_type='run', action='status') and "
                 "read 'decisions' for the answer",
             }
+        if action == "stuck" and attempts > STUCK_ATTEMPTS_FOR_HUMAN:
+            return {
+                "status": "awaiting_human",
+                "run_id": run_id,
+                "message": f"more than {STUCK_ATTEMPTS_FOR_HUMAN} failed attempts: the run now waits for a human "
+                f"(awaiting_human) and your tool calls are held. A human resumes it with `kiwi resume {run_id}` "
+                "(or cancels it); poll execute(item_type='run', action='status', run_id=...) to see when it "
+                "moves on.",
+            }
         return {
             "status": f"{action}_recorded",
             "run_id": run_id,
@@ -345,6 +413,27 @@ def build_server(
         }
 
     return server
+
+
+def progress_message(tool: str, upstream: str) -> str:
+    """A pending call's progress line, always naming the tool (the upstream server's words follow)."""
+    name = tool or "the call"
+    return (
+        f"{name}: {upstream}"
+        if upstream and not upstream.startswith(name)
+        else upstream or f"waiting for {name}"
+    )
+
+
+def outside_run_hint(answer: dict[str, Any]) -> dict[str, Any]:
+    """Outside a run the grants are agent_harness.yaml's base policy, so a denial's fix is there, not <permissions>."""
+    if answer.get("status") == "denied" and "<permissions>" in answer.get("hint", ""):
+        answer["hint"] = (
+            "outside a run the base policy applies: a human adds the grant under internal_tools in "
+            ".ai/config/agent_harness.yaml; or run a directive that grants it "
+            "(execute(item_type='directive', action='run', ...)) and call with its run_id"
+        )
+    return answer
 
 
 async def _execute(
@@ -423,7 +512,7 @@ async def _execute(
         return {"run_id": target, "status": "cancel_requested"}
     if item_type == "tool" and action == "call":
         if not run_id:
-            return (await runs.session_call(client_name, item_id, parameters)).model_dump()
+            return outside_run_hint((await runs.session_call(client_name, item_id, parameters)).model_dump())
         return (await runs.call_tool(run_id, item_id, parameters, client_name=client_name)).model_dump()
     raise KiwiError(
         f"action '{action}' does not apply to item_type '{item_type}'",

@@ -1,5 +1,7 @@
 # Sourced by scripts/dev and scripts/test: create .venv and install Kiwi into it when
-# pyproject.toml or constraints.txt changed since the last install.
+# pyproject.toml or constraints.txt changed since the last install, or when the caller needs extras
+# (KIWI_EXTRAS, comma-separated) the install lacks. An install with more extras serves a caller that
+# needs fewer, so switching between scripts/dev and scripts/test installs nothing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${PYTHON:-python3}
@@ -8,10 +10,25 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.kiwi-installed
-want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1) ${KIWI_EXTRAS:-}"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+want_hash=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+have_hash="" have_extras=""
+if [ -f "$stamp" ]; then
+  read -r have_hash have_extras < "$stamp" || true
+fi
+# The extras to install: what the caller needs plus what is there already (a reinstall after a change
+# to pyproject.toml keeps the test tools scripts/test installed, so scripts/test does not install again).
+extras="${KIWI_EXTRAS:-},$have_extras"
+extras=$(printf '%s' "$extras" | tr ',' '\n' | sed '/^$/d' | sort -u | paste -sd, -)
+missing=0
+for extra in $(printf '%s' "${KIWI_EXTRAS:-}" | tr ',' ' '); do
+  case ",$have_extras," in *",$extra,"*) ;; *) missing=1 ;; esac
+done
+if [ "$have_hash" != "$want_hash" ] || [ "$missing" = 1 ]; then
   echo "kiwi: installing dependencies into .venv" >&2
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".${KIWI_EXTRAS:+[$KIWI_EXTRAS]}"
-  echo "$want" > "$stamp"
+  # PYTHONWARNINGS: the build backend's deprecation and editable-install notices are about
+  # packaging internals, not anything a user of Kiwi can act on.
+  PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+  PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+    -c constraints.txt -e ".${extras:+[$extras]}"
+  echo "$want_hash $extras" > "$stamp"
 fi

@@ -8,6 +8,8 @@ def _isolated_user_space(tmp_path_factory, monkeypatch):
     """Every test gets an empty user space and key folder, so ~/.ai and the machine's keys never leak in."""
     monkeypatch.setenv("AI_USER_SPACE", str(tmp_path_factory.mktemp("user-space")))
     monkeypatch.setenv("KIWI_KEYS_DIR", str(tmp_path_factory.mktemp("keys")))
+    monkeypatch.setenv("KIWI_HOME", str(tmp_path_factory.mktemp("kiwi-home")))
+    monkeypatch.delenv("KIWI_PROJECT", raising=False)
 
 
 import pytest_asyncio  # noqa: E402

@@ -229,10 +229,15 @@ class Swapper(threading.Thread):
 
 
 def data(result) -> dict:
-    assert not result.is_error, result
-    if result.structured_content is not None:
-        return result.structured_content
-    return json.loads(result.content[0].text)
+    """A tool's answer as JSON; an error answer (isError) must carry the seeds' error shape."""
+    answer = (
+        result.structured_content
+        if result.structured_content is not None
+        else json.loads(result.content[0].text)
+    )
+    if result.is_error:
+        assert {"error", "item_type", "action", "item_id", "message", "hint"} <= set(answer), result
+    return answer
 
 
 async def execute(client: Any, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ CLIENT = ("kiwi.runs", "kiwi.connect")
 
 
 def layer(module: str) -> str:
-    if module in CLI:
+    if module in CLI or module.startswith("kiwi.cli."):
         return "cli"
     if module in CLIENT:
         return "client"
@@ -96,3 +96,43 @@ def test_the_layer_rules_see_the_modules_they_speak_of():
         "workers.main",
     } <= names
     assert layer("kiwi.admission") == "domain" and layer("kiwi.cli.runs") == "cli"
+
+
+def _unpassed_imports(path: Path) -> list[str]:
+    """Top-level imports of kiwi/activities outside ``workflow.unsafe.imports_passed_through()``."""
+    found = []
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        found += [
+            f"line {node.lineno}: {name}" for name in names if name.split(".")[0] in ("kiwi", "activities")
+        ]
+    return found
+
+
+WORKFLOW_MODULES = [(m, p) for m, p in modules() if m.startswith("workflows.")]
+
+
+@pytest.mark.parametrize(("module", "path"), WORKFLOW_MODULES, ids=[m for m, _ in WORKFLOW_MODULES])
+def test_workflow_code_takes_kiwi_modules_through_the_sandbox_pass_through(module, path):
+    """An import outside the pass-through re-imports the module inside the sandbox: its pydantic classes
+    then differ from the passed-through ones and a child run's input fails validation on every workflow
+    task, so the run hangs instead of failing (how a merge once stalled CI)."""
+    assert not _unpassed_imports(path), (
+        f"{module} imports outside imports_passed_through(): {_unpassed_imports(path)}"
+    )
+
+
+def test_the_sandbox_import_check_sees_an_import_outside_the_pass_through(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from temporalio import workflow\nwith workflow.unsafe.imports_passed_through():\n"
+        "    from kiwi.errors import InputInvalid\nfrom kiwi.contracts import RunSnapshot\n",
+        encoding="utf-8",
+    )
+    assert _unpassed_imports(bad) == ["line 4: kiwi.contracts"]
+    assert len(WORKFLOW_MODULES) >= 10

@@ -21,8 +21,13 @@ from tests.helpers import data, wait_for
 
 async def agent_session(client: Client) -> str:
     """What an agent does: find, load, run, call through the run, complete the step, see it done."""
-    tools = {t.name for t in (await client.list_tools()).tools}
-    assert tools == {"search", "load", "execute", "help"}
+    listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(listed) == {"search", "load", "execute", "help"}
+    assert listed["search"].annotations.read_only_hint is True
+    assert (
+        listed["execute"].annotations.destructive_hint is True
+        and not listed["execute"].annotations.read_only_hint
+    )
     found = data(await client.call_tool("search", {"item_type": "directive", "query": "greeting"}))
     assert found["results"][0]["item_id"] == "hello_kiwi"
     loaded = data(await client.call_tool("load", {"item_type": "directive", "item_id": "hello_kiwi"}))
@@ -97,9 +102,11 @@ async def test_in_memory_agent_flow_and_error_shape(runs, project, temporal_env)
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with Client(server) as client:
         await agent_session(client)
-        missing = data(
-            await client.call_tool("execute", {"item_type": "directive", "action": "run", "item_id": "nope"})
+        answer = await client.call_tool(
+            "execute", {"item_type": "directive", "action": "run", "item_id": "nope"}
         )
+        assert answer.is_error, "an error must come back with isError: true"
+        missing = data(answer)
         assert missing["error"] == "ItemNotFound" and missing["item_id"] == "nope" and missing["hint"]
         bad = data(
             await client.call_tool(
@@ -160,6 +167,15 @@ async def test_every_action_in_memory(runs, project, temporal_env):
             "execute", item_type="tool", action="call", item_id="word_count", parameters={"text": "one two"}
         )
         assert session["status"] == "ok" and session["result"]["words"] == 2
+        refused = await call(
+            "execute",
+            item_type="tool",
+            action="call",
+            item_id="filesystem.write",
+            parameters={"path": "notes/x.md", "content": "x"},
+        )
+        assert refused["status"] == "denied" and "agent_harness.yaml" in refused["hint"], refused
+        assert "<permissions>" not in refused["hint"]
         status = await call("execute", item_type="run", action="status", run_id=run_id)
         assert [h["kind"] for h in status["help"]] == ["escalate", "checkpoint"]
         assert status["status"] == "awaiting_human"
@@ -404,9 +420,11 @@ async def test_a_slow_call_answers_pending_with_progress_and_can_be_polled(runs,
     )
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     progress: list[float] = []
+    messages: list[str] = []
 
     async def on_progress(value, total, message):
         progress.append(value)
+        messages.append(message or "")
 
     async with Client(server) as client:
         write_directive(
@@ -445,6 +463,7 @@ async def test_a_slow_call_answers_pending_with_progress_and_can_be_polled(runs,
         )
         assert pending["status"] == "pending" and "poll" in pending["hint"]
         assert len(progress) >= 1
+        assert all("gate" in m for m in messages), messages  # the progress line names the tool
         call_id = pending["result"]["call_id"]
         (project / "gate.open").write_text("")
         done = data(
@@ -544,3 +563,45 @@ async def test_the_mcp_inspector_lists_and_calls_kiwi_over_stdio_and_http(runs, 
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         await server.wait()
+
+
+async def test_a_mistyped_item_type_names_the_allowed_values(project, temporal_env):
+    server = build_server(temporal_env.client, project)
+    async with Client(server) as client:
+        answer = await client.call_tool(
+            "execute", {"item_type": "directives", "action": "run", "item_id": "x"}
+        )
+        assert answer.is_error
+        wrong = data(answer)
+        assert wrong["error"] == "InputInvalid" and wrong["action"] == "run"
+        assert (
+            "'item_type' must be one of 'directive', 'knowledge', 'run', 'tool' or 'mcp'" in wrong["message"]
+        )
+        assert "pydantic" not in json.dumps(wrong)
+
+
+async def test_stuck_past_the_limit_says_the_run_waits_for_a_human(runs, project, temporal_env):
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        run = {
+            "item_type": "directive",
+            "action": "run",
+            "item_id": "hello_kiwi",
+            "parameters": {"name": "Mo"},
+        }
+        run_id = data(await client.call_tool("execute", run))["run_id"]
+        stuck = data(
+            await client.call_tool(
+                "help", {"action": "stuck", "run_id": run_id, "reason": "tests keep failing", "attempts": 4}
+            )
+        )
+        assert stuck["status"] == "awaiting_human" and "waits for a human" in stuck["message"]
+        assert f"kiwi resume {run_id}" in stuck["message"]
+
+        async def held() -> bool:
+            status = data(
+                await client.call_tool("execute", {"item_type": "run", "action": "status", "run_id": run_id})
+            )
+            return status["status"] == "awaiting_human"
+
+        await wait_for(held, timeout=20)

@@ -15,16 +15,8 @@ from temporalio.testing import WorkflowEnvironment
 from kiwi.contracts import SEARCH_ATTRIBUTES
 from kiwi.converter import data_converter
 from kiwi.devserver import free_port, temporal_binary
+from tests.helpers import data
 from workers.main import build_worker
-
-
-def data(result) -> dict:
-    assert not result.is_error, result
-    return (
-        result.structured_content
-        if result.structured_content is not None
-        else json.loads(result.content[0].text)
-    )
 
 
 async def _line(stream: asyncio.StreamReader) -> dict:

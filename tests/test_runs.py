@@ -175,6 +175,73 @@ async def test_rate_limit_and_loop_warnings(runs, project):
     assert not repeated[0].warnings
 
 
+async def test_concurrent_callers_across_continue_as_new_each_call_runs_once(runs, project):
+    # Callers that meet the draining run (RunContinuing) wait for its successor and send again; the
+    # run de-duplicates by update id, so every call lands exactly once, none lost, none doubled.
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "runs:\n  continue_as_new_after_updates: 10\nloop_detection:\n  repeat_threshold: 1000\n"
+        "rate_limits:\n  filesystem.write: 1000\n",
+    )
+    run_id = await runs.start("hello_kiwi", {"name": "Flo"})
+    await awaiting(runs, run_id, "confirm")
+
+    async def caller(c: int) -> list[str]:
+        statuses = []
+        for i in range(4):
+            result = await runs.call_tool(
+                run_id, "filesystem.write", {"path": f"notes/c{c}-{i}.txt", "content": f"{c}-{i}"}
+            )
+            statuses.append(result.status)
+        return statuses
+
+    outcomes = await asyncio.gather(*(caller(c) for c in range(24)))
+    assert all(s == "ok" for statuses in outcomes for s in statuses), outcomes
+    status = await runs.status(run_id)
+    assert status.continued >= 2
+    assert status.calls == 2 + 24 * 4  # hello_kiwi's own write + read, then each agent call once
+    written = sorted(p.name for p in (project / "notes").glob("c*.txt"))
+    assert written == sorted(f"c{c}-{i}.txt" for c in range(24) for i in range(4))
+
+
+async def test_a_call_sent_while_the_run_drains_for_continue_as_new_lands_once_in_the_successor(
+    runs, project
+):
+    # A call waiting for approval keeps the run draining (it continues-as-new only when every handler
+    # has finished); a call sent meanwhile is refused as 'continuing', waits for the successor run and
+    # is sent again there: it runs once, after the approved call, in the new execution.
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "runs:\n  continue_as_new_after_updates: 2\napprovals:\n  tools: [filesystem.delete]\n",
+    )
+    approver("alice")
+    grants = '<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md('<step name="work"><action>Tidy.</action></step>', name="tidy", permissions=grants),
+    )
+    write(project / "notes" / "old.txt", "old")
+    run_id = await runs.start("tidy", {})
+    await awaiting(runs, run_id, "work")
+    delete = asyncio.create_task(runs.call_tool(run_id, "filesystem.delete", {"path": "notes/old.txt"}))
+
+    async def pending():
+        return [a for a in (await runs.status(run_id)).approvals if a.status == "pending"] or None
+
+    (request,) = await wait_for(pending, what="the approval request")
+    first = await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.txt", "content": "a"})
+    assert first.status == "ok"  # the second update: the run now drains, waiting on the delete
+    late = asyncio.create_task(
+        runs.call_tool(run_id, "filesystem.write", {"path": "notes/b.txt", "content": "b"})
+    )
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    assert (await delete).status == "ok"
+    assert (await late).status == "ok"
+    status = await runs.status(run_id)
+    assert status.continued >= 1 and status.calls == 3
+    assert (project / "notes" / "b.txt").read_text() == "b" and not (project / "notes" / "old.txt").exists()
+
+
 async def test_long_runs_continue_as_new_and_callers_never_notice(runs, project):
     write(
         project / ".ai" / "config" / "agent_harness.yaml",

@@ -162,20 +162,26 @@ def cmd_sign(args: argparse.Namespace) -> int:
     signer = default_key(args.key)
     load_private(signer)  # a missing or unreadable key is an error before any file is touched
     failed = False
+    report: list[dict[str, Any]] = []
     for path in _expand(args.paths):
         result = validate_file(path)
         problems = result.pop("_problems")
         if not result["valid"]:
             failed = True
+            errors = [p for p in problems if p.severity == "error"]
+            report.append({"path": str(path), "signed": False, "problems": [str(p) for p in errors]})
             print(f"not signed: {path}", file=sys.stderr)
-            for p in problems:
-                if p.severity == "error":
-                    print(f"  {p}", file=sys.stderr)
+            for p in errors:
+                print(f"  {p}", file=sys.stderr)
             continue
         text = path.read_text(encoding="utf-8")
         style = "hash" if path.suffix in (".yaml", ".yml", ".py") else "html"
         path.write_text(sign(text, signer=signer, kind=result["item_type"], comment=style), encoding="utf-8")
-        print(f"signed {path} as {signer}")
+        report.append({"path": str(path), "signed": True, "signer": signer})
+        if not args.json:
+            print(f"signed {path} as {signer}")
+    if args.json:
+        print(json.dumps({"signed": not failed, "items": report}, indent=2))
     return EXIT_INVALID if failed else EXIT_OK
 
 
@@ -294,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kiwi",
         description="Kiwi: durable directive workflows for AI agents, on Temporal, reached over MCP.",
     )
+    parser.add_argument("--version", action="version", version=f"kiwi {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("init", help="scaffold .ai/ with example directives, tools, knowledge and config")
@@ -316,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="item files or folders")
     p.add_argument("--key", help="which of your keys signs (default: your only key; see `kiwi keys list`)")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_sign)
 
     from kiwi.cli import keys as cli_keys
@@ -354,16 +362,48 @@ def build_parser() -> argparse.ArgumentParser:
     from kiwi.cli import runs as cli_runs
 
     cli_runs.add_commands(sub)
+
+    from kiwi.cli import doctor as cli_doctor
+
+    cli_doctor.add_commands(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USAGE
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
+        return version("kiwi-runtime")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _choose_project(args: argparse.Namespace) -> None:
+    """``--project PATH`` (or ``KIWI_PROJECT``) names the project every part of this command serves."""
+    import os
+
+    raw = getattr(args, "project", None) or os.environ.get("KIWI_PROJECT")
+    if not raw:
+        return
+    where = Path(raw).expanduser().resolve()
+    if not where.is_dir():
+        source = "--project" if getattr(args, "project", None) else "KIWI_PROJECT"
+        raise KiwiError(
+            f"{source} {raw}: no such folder",
+            hint="give the project folder (the one holding .ai/; `kiwi init PATH` makes one)",
+        )
+    os.environ["KIWI_PROJECT"] = str(where)  # read by find_project_root, here and in what we start
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argparse.Namespace()
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_USAGE
+        _choose_project(args)
         return int(args.func(args) or 0)
     except ItemInvalid as exc:
         for p in exc.problems:
@@ -375,7 +415,30 @@ def main(argv: list[str] | None = None) -> int:
             print(f"hint: {exc.hint}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
+        watching = getattr(args, "watching", None)
+        if watching:
+            print(
+                f"\nkiwi: stopped watching {watching}; the run goes on (see `kiwi status {watching}`, "
+                f"stop it with `kiwi cancel {watching}`)",
+                file=sys.stderr,
+            )
+        else:
+            print("\nkiwi: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141
+    except FileNotFoundError as exc:
+        print(f"kiwi: no such file or folder: {exc.filename or exc}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+def _quiet_stdout() -> None:
+    """The reader went away (`kiwi runs | head`): nothing more to say, and nobody to say it to."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def run() -> None:
@@ -388,6 +451,10 @@ def run() -> None:
     import os
 
     code = main()
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+        code = code or 141
     sys.stderr.flush()
     os._exit(code)

@@ -39,6 +39,10 @@ def cmd_keys(args: argparse.Namespace) -> int:
         path, public = create_key(name)
         roles = args.roles.split(",") if args.roles else ["sign", "approve"]
         trusted = trust_key(user_space(), name, public, roles)  # type: ignore[arg-type]
+        if getattr(args, "json", False):
+            data = {"name": name, "path": str(path), "roles": roles, "trusted_in": str(trusted)}
+            print(json.dumps({**data, "public_key": public}, indent=2))
+            return 0
         print(f"created key '{name}': {path} (private: keep it to yourself; mode 0600)")
         print(f"trusted it for {', '.join(roles)} in {trusted}")
         print(f"public key: {public}")
@@ -80,6 +84,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--name", help="the key's name, shown as the signer and approver (default: your user name)"
     )
     q.add_argument("--roles", help="comma-separated: sign, approve (default: both)")
+    q.add_argument("--json", action="store_true", help="print JSON")
     q.set_defaults(func=cmd_keys)
     q = keys_sub.add_parser("list", help="list trusted keys and your own")
     q.add_argument("--json", action="store_true", help="print JSON")

@@ -1,9 +1,12 @@
-"""``kiwi`` subcommands that talk to Temporal: dev, worker, run, runs, status, complete-step, cancel, audit."""
+"""``kiwi`` subcommands that talk to Temporal: dev, worker, mcp, run, runs, status, call, complete-step,
+cancel, resume, approve, reject, decide, approvals, audit. Each serves one project (``--project``,
+``KIWI_PROJECT``, or the folder's) unless ``--all-projects``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import functools
 import json
 import math
@@ -13,8 +16,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from temporalio.service import RPCError
+
+from kiwi.cli import progress
 from kiwi.contracts import TERMINAL
-from kiwi.errors import InputInvalid, KiwiError
+from kiwi.errors import InputInvalid, KiwiError, RunInOtherProject
 
 if TYPE_CHECKING:
     from kiwi.runs import RunClient
@@ -53,15 +59,25 @@ async def _run_client(args: argparse.Namespace):
             f"cannot reach Temporal: {exc}",
             hint="start it with `kiwi dev` (or set KIWI_TEMPORAL_ADDRESS / --address)",
         ) from None
-    return RunClient(client, ItemStore(find_project_root()), task_queue=args.task_queue)
+    return RunClient(
+        client,
+        ItemStore(find_project_root()),
+        task_queue=args.task_queue,
+        all_projects=bool(getattr(args, "all_projects", False)),
+    )
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
 
 
 def _print_status(status: Any) -> None:
-    print(f"{status.run_id}  {status.directive} v{status.version}  {status.status}")
+    print(f"{status.run_id}  {status.directive} v{status.version}  {progress.state(status.status)}")
     if status.error:
         print(f"  error: {status.error}")
-    if status.waiting_for:
-        print(f"  waiting for {status.waiting_for}")
+    # What it waits for, each with its deadline and the command that answers it (else the run's own words).
+    for line in progress.answers(status) or ([status.waiting_for] if status.waiting_for else []):
+        print(f"  waiting for {line}")
     for step in status.steps:
         marker = {"completed": "✓", "skipped": "-", "awaiting_agent": "…", "running": ">", "failed": "✗"}.get(
             step.status, " "
@@ -70,6 +86,11 @@ def _print_status(status: Any) -> None:
         if step.status == "awaiting_agent" and step.action:
             for line in step.action.splitlines():
                 print(f"      {line}")
+        for key, value in step.outputs.items():
+            if key == "results" and value == [step.outputs.get("result")]:
+                continue  # one call: the same value as result
+            shown = json.dumps(value, default=str)
+            print(f"      {key} = {shown if len(shown) <= 100 else shown[:97] + '...'}")
     for call in status.last_calls[-5:]:
         print(f"  call #{call.seq} {call.summary} → {call.status}{': ' + call.reason if call.reason else ''}")
     for signal_ in status.help:
@@ -99,19 +120,11 @@ def _print_status(status: Any) -> None:
         print(f"  checkpoint {checkpoint['checkpoint']} {checkpoint['commit'][:10]} ({checkpoint['why']})")
 
 
-async def _watch(runs, run_id: str, as_json: bool, until_done: bool) -> Any:
-    last = None
-    delay = 0.2
-    while True:
-        status = await runs.status(run_id)
-        key = (status.status, status.current_step.name if status.current_step else None, status.calls)
-        if key != last and not as_json:
-            _print_status(status)
-            last = key
-        if status.status in TERMINAL or (not until_done and status.status == "awaiting_agent"):
-            return status
-        await asyncio.sleep(delay)
-        delay = min(delay * 1.5, 2.0)
+async def _watch(runs, run_id: str, as_json: bool, until_done: bool, args: Any = None) -> Any:
+    """Follow a run (see kiwi.cli.progress); Ctrl-C stops the watching, never the run."""
+    if args is not None:
+        args.watching = run_id  # main() tells the user the run goes on
+    return await progress.watch(runs, run_id, as_json=as_json, until_done=until_done, show=_print_status)
 
 
 def _with_runs(
@@ -150,14 +163,18 @@ async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
         deadline_seconds=args.deadline,
     )
     if not args.wait:
-        status = await runs.status(run_id)
+        status = await progress.read_status(runs, run_id)
         if args.json:
             print(status.model_dump_json(indent=2))
         else:
             print(f"started {run_id}")
             _print_status(status)
         return 0
-    status = await _watch(runs, run_id, args.json, until_done=False)
+    if not args.json:
+        print(
+            f"started {run_id}; following it until it finishes or waits for the agent (Ctrl-C stops watching)"
+        )
+    status = await _watch(runs, run_id, args.json, until_done=False, args=args)
     if args.json:
         print(status.model_dump_json(indent=2))
     return 0 if status.status in ("completed", "awaiting_agent") else 1
@@ -168,23 +185,63 @@ async def cmd_runs(args: argparse.Namespace, runs: RunClient) -> int:
     rows = await runs.list_runs(status=args.status, directive=args.directive, limit=args.limit)
     if args.json:
         print(json.dumps(rows, indent=2))
-    elif not rows:
-        print("no runs" + (f" with status {args.status}" if args.status else ""))
-    for row in rows if not args.json else []:
-        print(f"{row['run_id']:<40} {row['status']:<15} {row['step'] or '':<20} {row['started']}")
+        return 0
+    where = "in any project" if runs.all_projects else f"in {runs.project}"
+    if not rows:
+        print("no runs" + (f" with status {args.status}" if args.status else "") + f" {where}")
+        if not runs.all_projects:
+            print("(runs of other projects: `kiwi runs --all-projects`)")
+        return 0
+    header = f"{'RUN':<40} {'STATUS':<17} {'STEP':<20} STARTED"
+    print(header + ("  PROJECT" if runs.all_projects else ""))
+    for row in rows:
+        started = progress.readable_time(row["started"])
+        state = progress.state(row["status"]) + " " * max(0, 17 - len(row["status"]))
+        line = f"{row['run_id']:<40} {state} {row['step'] or '':<20} {started}"
+        print(line + (f"  {row['project'] or '-'}" if runs.all_projects else ""))
+    return 0
+
+
+@_with_runs
+async def cmd_approvals(args: argparse.Namespace, runs: RunClient) -> int:
+    pending = await runs.pending_approvals()
+    if args.json:
+        _print_json(pending)
+        return 0
+    if not pending:
+        print("no pending approvals" + ("" if runs.all_projects else f" in {runs.project}"))
+        return 0
+    for a in pending:
+        print(f"{a['run_id']} {a['request_id']}: {a['summary'] or a['tool']} (by {a['requested_by']})")
+        print(
+            f"  asked {progress.readable_time(a['requested_at'])}, until {progress.readable_time(a['expires_at'])}"
+        )
+        print(f"  args_hash {a['args_hash']}")
+        print(
+            f"  kiwi approve {a['run_id']} {a['request_id']}  |  kiwi reject {a['run_id']} {a['request_id']}"
+        )
     return 0
 
 
 @_with_runs
 async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
+    from kiwi.connect import ui_url
+
     if args.watch:
-        status = await _watch(runs, args.run, args.json, until_done=True)
+        status = await _watch(runs, args.run, args.json, until_done=True, args=args)
     else:
-        status = await runs.status(args.run)
-        if not args.json:
-            _print_status(status)
+        status = await progress.read_status(runs, args.run)
+    activities = [] if status.status in TERMINAL else await runs.activities(args.run)
+    link = ui_url(args.run, args.address, args.namespace)
     if args.json:
-        print(status.model_dump_json(indent=2))
+        _print_json({**status.model_dump(mode="json"), "activities": activities, "ui": link})
+        return 0
+    if not args.watch:
+        _print_status(status)
+    for activity in activities:
+        print(f"  {progress.activity_line(activity)}")
+    if link:
+        print(f"  Temporal UI: {link}")
     return 0
 
 
@@ -239,21 +296,40 @@ async def _make_call(args: argparse.Namespace, runs: RunClient) -> int:
         result = await runs.call_tool(args.run, args.tool, arguments)
     else:
         result = await runs.session_call(args.client, args.tool, arguments)
-    print(result.model_dump_json(indent=2))
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        seq = f" (call #{result.call_seq})" if result.call_seq else ""
+        kind = f" {result.error_type}" if result.error_type else ""
+        print(f"{progress.state_of_call(result.status)}{kind}: {result.tool}{seq}")
+        if result.result is not None:
+            print(json.dumps(result.result, indent=2, default=str))
+        for label, text in (("reason", result.reason), ("hint", result.hint)):
+            if text:
+                print(f"{label}: {text}")
+        for warning in result.warnings:
+            print(f"warning: {warning}")
     return 0 if result.status == "ok" else 1
 
 
 @_with_runs
 async def cmd_cancel(args: argparse.Namespace, runs: RunClient) -> int:
     await runs.cancel(args.run, args.reason)
-    print(f"cancel requested for {args.run}")
+    _emit_done(args, {"run_id": args.run, "cancel_requested": True}, f"cancel requested for {args.run}")
     return 0
+
+
+def _emit_done(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+    if getattr(args, "json", False):
+        _print_json(data)
+    else:
+        print(text)
 
 
 @_with_runs
 async def cmd_resume(args: argparse.Namespace, runs: RunClient) -> int:
     await runs.resume(args.run, args.reason, by=args.by)
-    print(f"resume sent to {args.run}")
+    _emit_done(args, {"run_id": args.run, "resumed": True, "by": args.by or ""}, f"resume sent to {args.run}")
     return 0
 
 
@@ -277,14 +353,22 @@ async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
         print(decision.model_dump_json())
         return 0
     request = await runs.decide_approval(args.run, args.request, approved, by=args.by, reason=args.reason)
-    print(f"{'approved' if approved else 'rejected'} {request.request_id}: {request.summary}")
+    _emit_done(
+        args,
+        {"run_id": args.run, "approved": approved, **request.model_dump(mode="json")},
+        f"{'approved' if approved else 'rejected'} {request.request_id}: {request.summary}",
+    )
     return 0
 
 
 @_with_runs
 async def cmd_decide(args: argparse.Namespace, runs: RunClient) -> int:
     await runs.decide(args.run, args.request, args.option, by=args.by, note=args.note)
-    print(f"answered {args.request}: {args.option}")
+    _emit_done(
+        args,
+        {"run_id": args.run, "request_id": args.request, "option": args.option},
+        f"answered {args.request}: {args.option}",
+    )
     return 0
 
 
@@ -293,8 +377,27 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from activities.audit import read_audit_trail
     from kiwi.items.store import find_project_root
 
-    trail = read_audit_trail(str(find_project_root()), args.run)
+    root = str(find_project_root())
+    trail = read_audit_trail(root, args.run)
+    state = ""
     if not trail.records and not trail.problems:
+        # Not in this project's trail: ask Temporal whose run it is and what it is doing.
+        owner, state = _run_in_temporal(args)
+        if owner and owner != root and not args.all_projects:
+            raise RunInOtherProject(
+                f"run {args.run} belongs to the project {owner}, not to {root}; its audit trail is in "
+                f"{owner}/.ai/logs/audit/",
+                hint=f"run the command from {owner}, or pass --project {owner} (or --all-projects)",
+            )
+        if owner and owner != root:
+            trail = read_audit_trail(owner, args.run)
+    if not trail.records and not trail.problems:
+        if state:
+            raise KiwiError(
+                f"run {args.run} is {state} and has written no audit records yet",
+                hint="records are written at each step boundary and within a second while a step waits; "
+                f"try again in a moment, and see `kiwi status {args.run}`",
+            )
         raise KiwiError(
             f"no audit records for run '{args.run}' under .ai/logs/audit/",
             hint="run ids look like run-hello_kiwi-1a2b3c4d5e; list them with `kiwi runs`",
@@ -316,6 +419,31 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"kiwi: printed the {len(trail.records)} records that could be read", file=sys.stderr)
         return 1
     return 0
+
+
+def _run_in_temporal(args: argparse.Namespace) -> tuple[str, str]:
+    """(the run's project, its state) as Temporal knows them; ("", "") when it cannot tell."""
+    from kiwi.connect import connect
+    from kiwi.contracts import PROJECT_ATTR, STATUS_ATTR
+
+    async def go() -> tuple[str, str]:
+        try:
+            client = await asyncio.wait_for(connect(args.address, args.namespace), 5)
+            description = await asyncio.wait_for(client.get_workflow_handle(args.run).describe(), 5)
+        except (RuntimeError, OSError, TimeoutError, RPCError):
+            return "", ""
+        attrs = description.typed_search_attributes
+        closed = description.status.name.lower() if description.status else ""
+        state = attrs.get(STATUS_ATTR) or closed
+        return attrs.get(PROJECT_ATTR) or "", state
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(go())
+    # Called from inside an event loop (a program embedding main()): ask from a thread of its own.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, go()).result()
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -340,26 +468,30 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     from kiwi.connect import connect
-    from kiwi.devserver import DevServer, load_dev_config
+    from kiwi.devserver import DevServer, load_dev_config, port_open
+    from kiwi.items.store import find_project_root
     from workers.main import run_worker
 
     config, base = load_dev_config(Path(args.config) if args.config else None)
-    t = config["temporal"]
-    server = DevServer(
-        ip=t["ip"],
-        port=int(args.port or t["port"]),
-        ui_port=int(t["ui_port"]),
-        namespace=t["namespace"],
-        db_file=(base / t["db_file"]) if t.get("db_file") else None,
-        pragmas=t.get("sqlite_pragmas") or {},
-        dynamic_config=t.get("dynamic_config") or {},
-    )
+    server = DevServer.from_config(config, base, args.port)
 
     async def go() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        mcp_settings = config.get("mcp") or {}
+        if (
+            mcp_settings.get("http")
+            and not args.no_mcp
+            and port_open(mcp_settings["host"], int(mcp_settings["port"]))
+        ):
+            raise KiwiError(
+                f"the MCP port {mcp_settings['host']}:{mcp_settings['port']} is in use (another `kiwi dev`, "
+                "perhaps one scripts/dev started for another folder)",
+                hint="stop it (Ctrl-C where it runs), or start this one with --no-mcp, or set mcp.port in "
+                "temporal-dev.yml",
+            )
         await server.start(log=None if not args.verbose else sys.stderr)
         try:
             if server.reused:
@@ -384,7 +516,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
                     )
                 )
             ]
-            print(f"kiwi dev: worker on task queue '{config['worker']['task_queue']}'", flush=True)
+            print(
+                f"kiwi dev: worker on task queue '{config['worker']['task_queue']}' (runs of any project, "
+                "each against its own project folder)",
+                flush=True,
+            )
             mcp = config.get("mcp") or {}
             if mcp.get("http") and not args.no_mcp:
                 try:
@@ -399,10 +535,17 @@ def cmd_dev(args: argparse.Namespace) -> int:
                             )
                         )
                     )
-                    print(f"kiwi dev: MCP front end at http://{mcp['host']}:{mcp['port']}/mcp", flush=True)
+                    print(
+                        f"kiwi dev: MCP front end at http://{mcp['host']}:{mcp['port']}/mcp for the project "
+                        f"{find_project_root()}",
+                        flush=True,
+                    )
             print("kiwi dev: ready; Ctrl-C stops everything", flush=True)
             await stop.wait()
-            for task in tasks:
+            # The worker and the front end stop themselves on `stop`; cancelling them at once would
+            # cut the HTTP server's shutdown short (a traceback on every Ctrl-C).
+            _, late = await asyncio.wait(tasks, timeout=15)
+            for task in late:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
@@ -437,7 +580,22 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
-def _connection(parser: argparse.ArgumentParser) -> None:
+def _project(parser: argparse.ArgumentParser, scope: bool = True) -> None:
+    parser.add_argument(
+        "--project",
+        metavar="PATH",
+        help="the project folder (default: KIWI_PROJECT, else the nearest folder above holding .ai/)",
+    )
+    if scope:
+        parser.add_argument(
+            "--all-projects",
+            action="store_true",
+            help="list and act on runs of every project, not only this one's",
+        )
+
+
+def _connection(parser: argparse.ArgumentParser, scope: bool = True) -> None:
+    _project(parser, scope)
     parser.add_argument(
         "--address",
         help="Temporal address (default: KIWI_TEMPORAL_ADDRESS, TEMPORAL_ADDRESS, "
@@ -450,15 +608,22 @@ def _connection(parser: argparse.ArgumentParser) -> None:
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dev", help="start the embedded stack: Temporal dev server + worker + MCP front end")
     p.add_argument(
-        "--config", help="temporal-dev.yml to read (default: ./temporal-dev.yml, else built-in defaults)"
+        "--config",
+        help="temporal-dev.yml to read (default: KIWI_DEV_CONFIG, else ./temporal-dev.yml, else built-in "
+        "defaults)",
     )
     p.add_argument("--port", type=int, help="Temporal gRPC port (overrides the config)")
     p.add_argument("--no-mcp", action="store_true", help="do not start the MCP HTTP front end")
     p.add_argument("--verbose", action="store_true", help="show the Temporal server's own log")
+    _project(p, scope=False)
     p.set_defaults(func=cmd_dev)
 
-    p = sub.add_parser("worker", help="run a worker: DirectiveRun workflows and all activities")
-    _connection(p)
+    p = sub.add_parser(
+        "worker",
+        help="run a worker: DirectiveRun workflows and all activities (for runs of any project; each "
+        "run's activities work in its own project folder)",
+    )
+    _connection(p, scope=False)
     p.add_argument(
         "--sandboxed",
         action="store_true",
@@ -474,13 +639,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--deadline", type=float, metavar="SECONDS", help="time the run out after this long")
     p.add_argument(
-        "--wait", action="store_true", help="follow the run until it finishes or waits for the agent"
+        "--wait",
+        action="store_true",
+        help="follow the run until it finishes or waits for the agent, printing progress (Ctrl-C stops "
+        "watching, not the run)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     _connection(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("runs", help="list runs (from Temporal visibility)")
+    p = sub.add_parser(
+        "runs", help="list this project's runs (--all-projects: every project's), from Temporal visibility"
+    )
     p.add_argument("--status", help="only runs in this state (e.g. awaiting_agent, completed)")
     p.add_argument("--directive", help="only runs of this directive")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
@@ -488,9 +658,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     _connection(p)
     p.set_defaults(func=cmd_runs)
 
-    p = sub.add_parser("status", help="show a run: state, steps, what it waits for, last calls")
+    p = sub.add_parser(
+        "status",
+        help="show a run: state, steps and their outputs, what it waits for and the command that answers "
+        "it, last calls, activity attempts, its Temporal UI address",
+    )
     p.add_argument("run", help="run id (run-DIRECTIVE-SHORTID)")
-    p.add_argument("--watch", action="store_true", help="follow until the run finishes")
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="follow until the run finishes, printing progress (Ctrl-C stops watching, not the run)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     _connection(p)
     p.set_defaults(func=cmd_status)
@@ -519,12 +697,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="the run whose grants apply (default: your session, with the base policy of agent_harness.yaml)",
     )
     p.add_argument("--client", default="cli", help="session name for calls outside a run (default: cli)")
+    p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     _connection(p)
     p.set_defaults(func=cmd_call)
 
     p = sub.add_parser("cancel", help="cancel a run")
     p.add_argument("run", help="run id")
     p.add_argument("--reason", default="cancelled from the CLI", help="why (recorded in the audit trail)")
+    p.add_argument("--json", action="store_true", help="print JSON")
     _connection(p)
     p.set_defaults(func=cmd_cancel)
 
@@ -536,7 +716,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="HTTP bind address (default 127.0.0.1; any other needs KIWI_MCP_TOKEN)",
     )
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
-    _connection(p)
+    _connection(p, scope=False)
     p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("resume", help="let a run that stopped as stuck or awaiting_human carry on")
@@ -550,6 +730,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="your approver key that signs it (default: your only key; see `kiwi keys`)",
     )
     _connection(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_resume)
 
     for name, verb in (("approve", "approve"), ("reject", "reject")):
@@ -570,6 +751,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
             help="print the signed decide_approval signal as JSON instead of sending it (to send with "
             "`temporal workflow signal` or the Temporal UI)",
         )
+        p.add_argument("--json", action="store_true", help="print JSON")
         _connection(p)
         p.set_defaults(func=cmd_approve)
 
@@ -585,10 +767,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         metavar="KEY",
         help="your approver key that signs the answer (default: your only key; see `kiwi keys`)",
     )
+    p.add_argument("--json", action="store_true", help="print JSON")
     _connection(p)
     p.set_defaults(func=cmd_decide)
 
     p = sub.add_parser("audit", help="print a run's audit trail (.ai/logs/audit)")
     p.add_argument("run", help="run id")
     p.add_argument("--json", action="store_true", help="print JSON")
+    _connection(p)
     p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("approvals", help="list the approval requests waiting for a human, across runs")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _connection(p)
+    p.set_defaults(func=cmd_approvals)

@@ -34,7 +34,12 @@ def user_space() -> Path:
 
 
 def find_project_root(start: Path | None = None) -> Path:
-    """The nearest folder at or above ``start`` holding ``.ai/``; else ``start`` itself."""
+    """The nearest folder at or above ``start`` holding ``.ai/``; else ``start`` itself.
+
+    With no ``start``, ``KIWI_PROJECT`` (set by ``--project``) names the project when it is set.
+    """
+    if start is None and os.environ.get("KIWI_PROJECT"):
+        return Path(os.environ["KIWI_PROJECT"]).expanduser().resolve()
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
         if (candidate / ".ai").is_dir() and candidate != Path.home():

@@ -9,6 +9,7 @@ from kiwi.errors import Problem
 from kiwi.items.directive import Directive
 from kiwi.items.store import find_project_root, parse_item, user_space
 from kiwi.keys import load_trusted
+from kiwi.policy import Decision
 from kiwi.signing import check_trust, verify
 
 
@@ -25,6 +26,54 @@ def item_type_of(path: Path) -> str:
     if head.lstrip().startswith("---") and "zettel_id" in head:
         return "knowledge"
     return "directive"
+
+
+def ungranted_calls(directive: Directive, path: str = "") -> list[Problem]:
+    """Bound calls the directive's own <permissions> refuse: the run's check (PermissionSet.check) on each.
+
+    The run never grants more than the directive does, so a refusal here is a refusal in the run. A call
+    whose arguments hold {templates} is checked as far as its literal part reaches (the tool, the program).
+    """
+    grants = directive.grants()
+    problems: list[Problem] = []
+    for step in directive.steps:
+        for call in step.tool_calls:
+            args = dict(call.params)
+            templated = any("{" in str(v) for v in args.values())
+            if templated and call.tool.startswith("filesystem."):
+                mode = "read" if call.tool in ("filesystem.read", "filesystem.list") else "write"
+                granted = grants.fs_read if mode == "read" else grants.fs_write
+                decision = Decision(
+                    allowed=bool(granted),
+                    reason=f"{call.tool} needs a {mode} grant and <permissions> has none",
+                    hint=f'add <{mode} resource="filesystem" path="..."/> to <permissions>',
+                )
+            elif templated and call.tool == "shell.run":
+                command = str(args.get("command", args.get("argv", ""))).split()
+                program = command[0] if command and "{" not in command[0] else ""
+                decision = (
+                    grants.check_shell({"argv": [program]}, [])
+                    if program
+                    else Decision(
+                        allowed=bool(grants.shell),
+                        reason="shell.run needs a shell grant and <permissions> has none",
+                        hint='add <execute resource="shell" commands="PROGRAM"/> to <permissions>',
+                    )
+                )
+            else:
+                decision = grants.check(call.tool, args)
+            if not decision.allowed:
+                hint = f"; {decision.hint}" if decision.hint else ""
+                problems.append(
+                    Problem(
+                        f'step "{step.name}" calls {call.tool}, which the run would refuse: '
+                        f"{decision.reason}{hint}",
+                        path,
+                        call.line,
+                        1,
+                    )
+                )
+    return problems
 
 
 def validate_file(path: Path, local_tools: frozenset[str] = frozenset()) -> dict[str, Any]:
@@ -54,6 +103,7 @@ def validate_file(path: Path, local_tools: frozenset[str] = frozenset()) -> dict
     if isinstance(parsed, Directive):
         result["item_id"] = parsed.name
         result["steps"] = [p.model_dump() for p in parsed.plan(local_tools)]
+        problems += ungranted_calls(parsed, str(path))
     elif parsed is not None:
         result["item_id"] = getattr(parsed, "tool_id", None) or getattr(parsed, "zettel_id", None)
     result["valid"] = parsed is not None and not any(p.severity == "error" for p in problems)

@@ -11,6 +11,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.commands import GitActivities
     from activities.filesystem import FilesystemActivities
     from kiwi.admission import LOOP_WINDOW  # noqa: F401 - re-exported for the call path
+    from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN  # noqa: F401 - the seed: more than 3 goes to a human
     from kiwi.errors import (
         CommandNotFound,
         FileNotFound,
@@ -56,7 +57,6 @@ MUTATING_TOOLS = (
     "shell.run",
 )
 HELD = ("stuck", "awaiting_human")
-STUCK_ATTEMPTS_FOR_HUMAN = 3  # the seed: more than 3 failed attempts goes to a human
 # Upstream MCP servers: transport failures retry (the pool reconnects); refusals do not.
 MCP_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=300),

@@ -1,0 +1,298 @@
+"""``kiwi doctor`` (is everything Kiwi needs here, each problem with its fix) and ``kiwi completion``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kiwi.errors import KiwiError
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    hint: str = ""
+    warning: bool = False  # a problem only for some uses (no node: no npm MCP servers)
+
+
+def _python() -> Check:
+    version = ".".join(map(str, sys.version_info[:3]))
+    ok = sys.version_info >= (3, 11)
+    return Check("python", ok, f"Python {version} at {sys.executable}", "" if ok else "install Python 3.11")
+
+
+def _node() -> Check:
+    node, npx = shutil.which("node"), shutil.which("npx")
+    if node and npx:
+        return Check("node", True, f"node at {node}, npx at {npx}")
+    return Check(
+        "node",
+        False,
+        "node/npx not on PATH: MCP servers started with npx (mcp_registry.yaml) cannot start",
+        "install Node.js (it brings npm and npx), or use only servers started otherwise",
+        warning=True,
+    )
+
+
+def _temporal_binary() -> Check:
+    from kiwi.devserver import temporal_binary
+
+    try:
+        return Check("temporal binary", True, temporal_binary())
+    except KiwiError as exc:
+        return Check("temporal binary", False, exc.message, exc.hint)
+
+
+async def _temporal(address: str | None, namespace: str | None) -> list[Check]:
+    from kiwi.connect import connect, target
+    from kiwi.contracts import SEARCH_ATTRIBUTES
+    from kiwi.runs import RunClient
+
+    where, ns = target(address, namespace)
+    try:
+        client = await asyncio.wait_for(connect(address, namespace), 5)
+        from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+
+        await asyncio.wait_for(client.workflow_service.get_system_info(GetSystemInfoRequest()), 5)
+    except (RuntimeError, OSError, TimeoutError) as exc:
+        return [
+            Check(
+                "temporal",
+                False,
+                f"no Temporal server answers at {where}: {str(exc).splitlines()[0] if str(exc) else 'timeout'}",
+                "start one with `kiwi dev` (or point --address / KIWI_TEMPORAL_ADDRESS at yours)",
+            )
+        ]
+    from kiwi.items.store import ItemStore, find_project_root
+
+    ready = await RunClient(client, ItemStore(find_project_root()))._check_search_attributes()
+    return [
+        Check("temporal", True, f"Temporal answers at {where} (namespace {ns})"),
+        Check(
+            "search attributes",
+            ready,
+            ", ".join(a.name for a in SEARCH_ATTRIBUTES) + " registered"
+            if ready
+            else "Kiwi's search attributes are not all registered (runs cannot be listed by project)",
+            "" if ready else "start the server with `kiwi dev` once: it registers them on a server it reuses",
+        ),
+    ]
+
+
+def _ports(temporal_ok: bool) -> list[Check]:
+    from kiwi.devserver import load_dev_config, port_open
+
+    try:
+        config, _ = load_dev_config(None)
+    except KiwiError as exc:
+        return [Check("temporal-dev.yml", False, exc.message, exc.hint)]
+    checks = []
+    t, mcp = config["temporal"], config["mcp"]
+    for what, host, port in (
+        ("Temporal gRPC", t["ip"], t["port"]),
+        ("Temporal UI", t["ip"], t["ui_port"]),
+        ("MCP HTTP", mcp["host"], mcp["port"]),
+    ):
+        busy = port_open(host, int(port))
+        if not busy:
+            checks.append(Check(f"port {port}", True, f"{what} port {host}:{port} is free for `kiwi dev`"))
+        elif what == "Temporal gRPC" and temporal_ok:
+            checks.append(
+                Check(f"port {port}", True, f"{what} port {host}:{port}: a Temporal server (reused)")
+            )
+        else:
+            checks.append(
+                Check(
+                    f"port {port}",
+                    False,
+                    f"{what} port {host}:{port} is in use (by `kiwi dev` already running, or another program)",
+                    "if it is not Kiwi, stop that program or set another port in temporal-dev.yml",
+                    warning=True,
+                )
+            )
+    return checks
+
+
+def _configs(root: Path) -> list[Check]:
+    from kiwi.harness import load_harness
+    from kiwi.items.store import user_space
+    from kiwi.keys import load_trusted
+    from kiwi.upstream.registry import load_registry
+
+    checks = [
+        Check(
+            "project",
+            (root / ".ai").is_dir(),
+            f"project {root}" + ("" if (root / ".ai").is_dir() else " has no .ai/ folder"),
+            "" if (root / ".ai").is_dir() else "make one with `kiwi init`, or pass --project PATH",
+        )
+    ]
+    for name, load in (
+        ("agent_harness.yaml", load_harness),
+        ("mcp_registry.yaml", load_registry),
+        ("trusted_keys.yaml", load_trusted),
+    ):
+        try:
+            load(root, user_space())
+        except KiwiError as exc:
+            problems = getattr(exc, "problems", None)
+            detail = "; ".join(str(p) for p in problems) if problems else exc.message
+            checks.append(Check(name, False, detail, exc.hint or f"fix {name} as the message says"))
+        else:
+            checks.append(Check(name, True, "valid (project over user space)"))
+    return checks
+
+
+async def _mcp_servers(root: Path) -> list[Check]:
+    from kiwi.upstream.catalog import McpCatalog
+    from kiwi.upstream.registry import load_registry
+
+    try:
+        registry = load_registry(root, _user_space())
+    except KiwiError:
+        return []  # reported by the config check
+    catalog = McpCatalog(root)
+    checks = []
+    try:
+        for name, why in registry.skipped.items():
+            checks.append(
+                Check(f"mcp {name}", False, f"skipped: {why}", "see mcp_registry.yaml", warning=True)
+            )
+        for name in sorted(registry.servers):
+            try:
+                tools = await asyncio.wait_for(catalog._tools(name), 60)  # noqa: SLF001 - the same start a run makes
+            except (KiwiError, TimeoutError) as exc:
+                message = exc.message if isinstance(exc, KiwiError) else "did not answer within 60s"
+                checks.append(
+                    Check(f"mcp {name}", False, message, f"check the '{name}' entry of mcp_registry.yaml")
+                )
+            else:
+                checks.append(Check(f"mcp {name}", True, f"starts; {len(tools)} tools"))
+    finally:
+        await catalog.pool.close()
+    return checks
+
+
+def _user_space() -> Path:
+    from kiwi.items.store import user_space
+
+    return user_space()
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from kiwi.cli.progress import paint
+    from kiwi.items.store import find_project_root
+
+    root = find_project_root()
+
+    async def go() -> list[Check]:
+        checks = [_python(), _node(), _temporal_binary()]
+        temporal = await _temporal(args.address, args.namespace)
+        checks += temporal
+        checks += _ports(temporal[0].ok)
+        checks += _configs(root)
+        if not args.no_mcp:
+            checks += await _mcp_servers(root)
+        return checks
+
+    checks = asyncio.run(go())
+    failed = [c for c in checks if not c.ok and not c.warning]
+    if args.json:
+        print(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]}, indent=2))
+    else:
+        for c in checks:
+            mark = (
+                paint("ok  ", "green")
+                if c.ok
+                else paint("warn", "yellow")
+                if c.warning
+                else paint("FAIL", "red")
+            )
+            print(f"{mark} {c.name}: {c.detail}")
+            if c.hint and not c.ok:
+                print(f"     fix: {c.hint}")
+        print("all good" if not failed else f"{len(failed)} problem(s) above")
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------- completion
+
+
+def _words(parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, list[str]]]:
+    """The subcommands and each one's options, read from the parser (so completion cannot drift)."""
+    commands: dict[str, list[str]] = {}
+    for action in parser._actions:  # noqa: SLF001 - argparse offers no public walk of its parsers
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for name, sub in action.choices.items():
+                commands[name] = sorted(o for a in sub._actions for o in a.option_strings)  # noqa: SLF001
+    top = sorted(o for a in parser._actions for o in a.option_strings)  # noqa: SLF001
+    return top, commands
+
+
+def completion_script(shell: str, parser: argparse.ArgumentParser) -> str:
+    top, commands = _words(parser)
+    names = " ".join(sorted(commands))
+    cases = "\n".join(
+        f'        {name}) opts="{" ".join(opts)}" ;;' for name, opts in sorted(commands.items())
+    )
+    bash = f"""# kiwi completion for bash: eval "$(kiwi completion bash)" (or save it under bash-completion's folder)
+_kiwi() {{
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" cmd="" i opts=""
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${{COMP_WORDS[i]}}" in -*) ;; *) cmd="${{COMP_WORDS[i]}}"; break ;; esac
+    done
+    if [ -z "$cmd" ]; then
+        COMPREPLY=($(compgen -W "{names} {" ".join(top)}" -- "$cur"))
+        return
+    fi
+    case "$cmd" in
+{cases}
+    esac
+    if [[ "$cur" == -* ]]; then
+        COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+    else
+        COMPREPLY=($(compgen -f -- "$cur"))
+    fi
+}}
+complete -o filenames -F _kiwi kiwi
+"""
+    if shell == "bash":
+        return bash
+    # zsh runs the bash function through its bashcompinit layer.
+    return (
+        '# kiwi completion for zsh: eval "$(kiwi completion zsh)"\nautoload -U +X bashcompinit && bashcompinit\n'
+        + bash
+    )
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from kiwi.cli import build_parser
+
+    print(completion_script(args.shell, build_parser()), end="")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    from kiwi.cli.runs import _connection
+
+    p = sub.add_parser(
+        "doctor",
+        help="check what Kiwi needs: Python, node, Temporal reachable, ports, config files, MCP servers",
+    )
+    p.add_argument(
+        "--no-mcp", action="store_true", help="do not start the configured MCP servers to check them"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _connection(p, scope=False)
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("completion", help='print a shell completion script: eval "$(kiwi completion bash)"')
+    p.add_argument("shell", choices=("bash", "zsh"), help="your shell")
+    p.set_defaults(func=cmd_completion)

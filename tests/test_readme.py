@@ -1,0 +1,114 @@
+"""The README's first-project walkthrough, run line by line through the real `kiwi` command (on the PATH,
+as set-up leaves it) from a fresh, empty folder, against a real Temporal server.
+
+The lines are read from the README, so the test fails when the README drifts from what works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+from kiwi.devserver import free_port
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+MARKER = "<!-- walkthrough: tests/test_readme.py runs the lines of the next code block -->"
+RUN_ID = re.compile(r"run-hello_kiwi-[0-9a-f]{10}")
+
+
+def walkthrough() -> list[str]:
+    """The lines of the code block after the README's walkthrough marker."""
+    text = README.read_text(encoding="utf-8")
+    assert MARKER in text, "the README lost its walkthrough marker"
+    block = text.split(MARKER, 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_the_walkthrough_uses_the_kiwi_command_on_the_path():
+    lines = walkthrough()
+    assert [shlex.split(line, comments=True)[:2] for line in lines][:2] == [["kiwi", "init"], ["kiwi", "dev"]]
+    assert all(shlex.split(line, comments=True)[0] == "kiwi" for line in lines)
+    assert not any(".venv" in line for line in lines)
+
+
+async def test_the_readme_walkthrough_works_verbatim_from_a_fresh_project(temporal_env, tmp_path):
+    folder = tmp_path / "my-project"
+    folder.mkdir()
+    # The user's environment after set-up: `kiwi` on the PATH, and a Temporal server that `kiwi dev`
+    # reuses (the test session's). The MCP port is a free one so parallel sessions do not collide.
+    address = temporal_env.client.service_client.config.target_host
+    host, port = address.rsplit(":", 1)
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "NO_COLOR": "1"}
+    env["KIWI_TEMPORAL_ADDRESS"] = address
+    env.pop("KIWI_PROJECT", None)
+    settings = folder.parent / "dev-settings.yml"
+    settings.write_text(
+        f"temporal:\n  ip: {host}\n  port: {port}\n  ui_port: {free_port()}\nmcp:\n  port: {free_port()}\n"
+    )
+    env["KIWI_DEV_CONFIG"] = str(settings)
+
+    outputs: dict[str, str] = {}
+    dev = None
+    run_id = ""
+    try:
+        for line in walkthrough():
+            argv = shlex.split(line, comments=True)
+            if run_id:
+                argv = [run_id if a == "RUN_ID" else a for a in argv]
+            assert "RUN_ID" not in argv, f"{line}: no run id printed before it"
+            if argv[:2] == ["kiwi", "dev"]:
+                dev = await asyncio.create_subprocess_exec(
+                    *argv,
+                    cwd=folder,
+                    env=env,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                outputs["dev"] = await _read_until(dev, "kiwi dev: ready")
+                continue
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=folder,
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            out, err = await asyncio.wait_for(proc.communicate(), 120)
+            assert proc.returncode == 0, f"`{line}` exited {proc.returncode}:\n{out.decode()}\n{err.decode()}"
+            assert "Traceback" not in err.decode()
+            outputs[argv[1]] = out.decode()
+            if argv[1] == "run":
+                run_id = RUN_ID.search(out.decode()).group(0)
+    finally:
+        if dev is not None and dev.returncode is None:
+            os.killpg(dev.pid, signal.SIGINT)  # Ctrl-C
+            outputs["dev stop"] = (await asyncio.wait_for(dev.communicate(), 60))[0].decode()
+
+    # What the user sees at each step, as the README's comments promise.
+    assert "signed .ai/directives/hello_kiwi.md" in outputs["init"]
+    assert "MCP front end at http://127.0.0.1:" in outputs["dev"] and str(folder) in outputs["dev"]
+    assert "awaiting_agent" in outputs["run"] and "… confirm" in outputs["run"]
+    assert run_id in outputs["runs"]
+    assert "Hello, Ada! Kiwi wrote this file." in outputs["call"]
+    assert "run is completed" in outputs["complete-step"]
+    assert "completed" in outputs["status"] and "confirmed = true" in outputs["status"]
+    assert "run_finished" in outputs["audit"]
+    assert (folder / "notes" / "hello.md").read_text() == "Hello, Ada! Kiwi wrote this file."
+    assert dev.returncode == 0 and "kiwi dev: stopped" in outputs["dev stop"]
+    assert "Traceback" not in outputs["dev stop"], outputs["dev stop"]
+
+
+async def _read_until(proc, marker: str) -> str:
+    seen = ""
+    while marker not in seen:
+        line = await asyncio.wait_for(proc.stdout.readline(), 90)
+        assert line, f"kiwi dev exited before printing {marker!r}:\n{seen}"
+        seen += line.decode()
+    return seen

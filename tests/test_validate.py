@@ -1,0 +1,98 @@
+"""`kiwi validate` catches what the run would refuse, and names the spelling or grant that fixes it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kiwi.cli import main as kiwi
+from tests.helpers import directive_md, write
+
+SORT = '<step name="sorted"><tool_call tool="shell.run"><param name="command">sort notes.txt</param></tool_call></step>'
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert kiwi(["init"]) == 0
+    return tmp_path
+
+
+def problems(project, capsys, name: str, body: str, permissions: str) -> list[str]:
+    path = write(
+        project / ".ai" / "directives" / f"{name}.md", directive_md(body, name=name, permissions=permissions)
+    )
+    assert kiwi(["validate", str(path), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    return [p["message"] for p in report["items"][0]["problems"] if p["severity"] == "error"]
+
+
+def test_a_step_calling_shell_without_a_shell_grant_is_an_error_naming_the_grant(project, capsys):
+    found = problems(project, capsys, "nogrant", SORT, '<read resource="filesystem" path="**"/>')
+    assert any(
+        'step "sorted" calls shell.run' in m and '<execute resource="shell" commands="sort"/>' in m
+        for m in found
+    ), found
+
+
+def test_a_misspelt_attribute_names_the_right_one(project, capsys):
+    found = problems(
+        project,
+        capsys,
+        "typo",
+        SORT,
+        '<read resource="filesystem" path="**"/><execute resource="shell" command="sort"/>',
+    )
+    assert any("has no attribute 'command'; did you mean commands=\"sort\"?" in m for m in found), found
+
+
+def test_a_misspelt_resource_names_the_right_one(project, capsys):
+    found = problems(project, capsys, "badres", SORT, '<execute resource="shel" commands="sort"/>')
+    assert any('resource="shel"' in m and 'did you mean "shell"?' in m for m in found), found
+
+
+def test_a_granted_call_validates(project, capsys):
+    path = write(
+        project / ".ai" / "directives" / "fine.md",
+        directive_md(
+            SORT,
+            name="fine",
+            permissions='<read resource="filesystem" path="**"/><execute resource="shell" commands="sort"/>',
+        ),
+    )
+    assert kiwi(["validate", str(path)]) == 0, capsys.readouterr().out
+
+
+async def test_validate_and_the_run_refuse_the_same_call(runs, project, temporal_env):
+    """The same directive: `kiwi validate` names the grant, and the real run refuses the call."""
+    from mcp.client import Client
+
+    from mcp_frontend.server import build_server
+    from tests.helpers import data, wait_for
+
+    write(
+        project / ".ai" / "directives" / "sorter.md",
+        directive_md(SORT, name="sorter", permissions='<read resource="filesystem" path="**"/>'),
+    )
+    assert kiwi(["validate", ".ai/directives/sorter.md"]) == 1
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        started = data(
+            await client.call_tool(
+                "execute", {"item_type": "directive", "action": "run", "item_id": "sorter"}
+            )
+        )
+        run_id = started["run_id"]
+
+        async def refused():
+            status = await runs.status(run_id)
+            text = json.dumps(status.model_dump(mode="json"))
+            return (
+                text
+                if "shell" in text and ("denied" in text or "not granted" in text or "not allowed" in text)
+                else None
+            )
+
+        text = await wait_for(refused, timeout=30, what="the run's refusal of shell.run")
+        assert "sort" in text
