@@ -16,12 +16,30 @@ from kiwi.errors import ItemInvalid, Problem
 from kiwi.policy import PermissionSet, path_grant_problem
 
 
+class InputRounds(BaseModel):
+    """``input_rounds``: which human decisions the MCP front end may ask through the client's user.
+
+    An MCP input round (SEP-2322) lets a client that can ask its user answer a run's escalation
+    without `kiwi decide`. The answer is signed with the approver key ``sign_as`` (the front end
+    signs; the client never holds a key), so it is trusted only as far as the operator trusts the
+    client's user: off by default. Approvals never go through input rounds (see the README).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    escalations: bool = False
+    sign_as: str = ""
+    # A call's approval must come from an approver the agent cannot be; a client's user may be the agent.
+    approvals: Literal[False] = False
+
+
 class HarnessConfig(BaseModel):
     limits: RunLimits = Field(default_factory=RunLimits)
     base_policy: PermissionSet = Field(default_factory=PermissionSet)
     sources: list[str] = Field(default_factory=list)
     # require: a directive's declared grants take effect only when a trusted key signed it.
     signatures: Literal["require", "warn", "off"] = "require"
+    input_rounds: InputRounds = Field(default_factory=InputRounds)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -125,6 +143,7 @@ class HarnessFile(_Strict):
     child_runs: _Children = Field(default_factory=_Children)
     approvals: _Approvals = Field(default_factory=_Approvals)
     internal_tools: _InternalTools = Field(default_factory=_InternalTools)
+    input_rounds: InputRounds = Field(default_factory=InputRounds)
 
 
 def _problem(exc: ValidationError, source: str) -> Problem:
@@ -194,4 +213,20 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
         )
     except (TypeError, ValueError) as exc:
         raise ItemInvalid([Problem(f"agent_harness.yaml: {exc}", source)]) from None
-    return HarnessConfig(limits=limits, base_policy=base, sources=sources, signatures=parsed.signatures)
+    if parsed.input_rounds.escalations and not parsed.input_rounds.sign_as:
+        raise ItemInvalid(
+            [
+                Problem(
+                    "agent_harness.yaml: input_rounds.escalations needs input_rounds.sign_as: the approver "
+                    "key (trusted_keys.yaml, role approve) the MCP front end signs the answers with",
+                    source,
+                )
+            ]
+        )
+    return HarnessConfig(
+        limits=limits,
+        base_policy=base,
+        sources=sources,
+        signatures=parsed.signatures,
+        input_rounds=parsed.input_rounds,
+    )

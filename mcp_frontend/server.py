@@ -37,6 +37,7 @@ from kiwi.policy import FILESYSTEM_TOOLS
 from kiwi.runs import RunClient
 from kiwi.toolargs import check_arguments
 from kiwi.upstream.catalog import McpCatalog
+from mcp_frontend.capabilities import BeyondTools
 
 INSTRUCTIONS = """Kiwi runs directives (reusable workflow specs) durably on Temporal.
 Typical flow: search(item_type="directive", query=...) → load(...) to read its steps and inputs →
@@ -182,7 +183,9 @@ def build_server(
     link = TemporalLink(store, task_queue, client, address=address, namespace=namespace)
     catalog = McpCatalog(root)
 
-    server = KiwiMCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0")
+    beyond = BeyondTools(link, store, client_name)  # resources, prompts, tasks: mcp_frontend/capabilities.py
+    server = KiwiMCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0", **beyond.server_options())
+    beyond.attach(server)
 
     @server.tool(
         annotations=mcp_types.ToolAnnotations(

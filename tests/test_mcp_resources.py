@@ -1,0 +1,218 @@
+"""Runs, directives and knowledge as MCP resources, run subscriptions, and directives as MCP prompts,
+with a real MCP client against the real stack (Temporal, a worker, the front end)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+
+import pytest
+from mcp.client import Client
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.subscriptions import ResourceUpdated
+
+from kiwi.devserver import free_port
+from mcp_frontend.server import build_server
+from tests.helpers import data, execute, wait_for
+
+
+def text_of(result) -> str:
+    return result.contents[0].text
+
+
+async def start_hello(client, name: str = "Ada") -> str:
+    started = await execute(
+        client,
+        {"item_type": "directive", "action": "run", "item_id": "hello_kiwi", "parameters": {"name": name}},
+    )
+    assert started["state"] == "awaiting_agent", started
+    return started["run_id"]
+
+
+async def test_items_and_runs_are_resources(runs, project, temporal_env):
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        listed = {str(r.uri): r for r in (await client.list_resources()).resources}
+        assert "kiwi://directives/hello_kiwi" in listed and "kiwi://knowledge/kiwi-directives" in listed
+        assert listed["kiwi://directives/hello_kiwi"].mime_type == "text/markdown"
+        templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+        assert {"kiwi://runs/{run_id}", "kiwi://runs/{run_id}/audit"} <= templates
+
+        directive = text_of(await client.read_resource("kiwi://directives/hello_kiwi"))
+        assert directive == (project / ".ai" / "directives" / "hello_kiwi.md").read_text()
+        knowledge = text_of(await client.read_resource("kiwi://knowledge/kiwi-directives"))
+        assert "zettel_id: kiwi-directives" in knowledge
+
+        # A directive written after the server started is listed at once.
+        (project / ".ai" / "directives" / "later.md").write_text(
+            (project / ".ai" / "directives" / "hello_kiwi.md")
+            .read_text()
+            .replace('name="hello_kiwi"', 'name="later"')
+        )
+        listed = {str(r.uri) for r in (await client.list_resources(cache_mode="refresh")).resources}
+        assert "kiwi://directives/later" in listed
+
+        run_id = await start_hello(client)
+        status = json.loads(text_of(await client.read_resource(f"kiwi://runs/{run_id}")))
+        assert status["status"] == "awaiting_agent" and status["current_step"]["name"] == "confirm"
+        assert status["inputs"] == {"name": "Ada"}
+
+        await execute(
+            client,
+            {
+                "item_type": "run",
+                "action": "complete_step",
+                "run_id": run_id,
+                "parameters": {"step": "confirm"},
+            },
+        )
+
+        async def audited():
+            trail = json.loads(
+                text_of(await client.read_resource(f"kiwi://runs/{run_id}/audit", cache_mode="refresh"))
+            )
+            return trail if any(r.get("event") == "run_finished" for r in trail["records"]) else None
+
+        trail = await wait_for(audited, what="the run's audit trail")
+        assert [r["seq"] for r in trail["records"]] == sorted(r["seq"] for r in trail["records"])
+        assert any(r.get("tool") == "filesystem.write" for r in trail["records"])
+
+        with pytest.raises(MCPError) as missing:
+            await client.read_resource("kiwi://runs/run-none-123")
+        assert "no run 'run-none-123'" in missing.value.error.message
+        with pytest.raises(MCPError):
+            await client.read_resource("kiwi://directives/nope")
+
+
+async def test_directives_are_prompts_that_tell_the_agent_how_to_run_them(runs, project, temporal_env):
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        prompts = {p.name: p for p in (await client.list_prompts()).prompts}
+        hello = prompts["hello_kiwi"]
+        assert [(a.name, a.required) for a in hello.arguments] == [("name", True)]
+        with pytest.raises(MCPError):
+            await client.get_prompt("hello_kiwi", {})  # the required input is missing
+        got = await client.get_prompt("hello_kiwi", {"name": "Grace"})
+        text = got.messages[0].content.text
+        call = json.loads(text.split("exactly these arguments:\n", 1)[1].split("\n", 1)[0])
+        assert call == {
+            "item_type": "directive",
+            "action": "run",
+            "item_id": "hello_kiwi",
+            "parameters": {"name": "Grace"},
+        }
+        assert "complete_step" in text and "confirm" in text
+        # The agent does what the prompt says, and the run starts with the prompt's arguments.
+        started = await execute(client, call)
+        assert started["state"] == "awaiting_agent"
+        assert (await runs.status(started["run_id"])).inputs == {"name": "Grace"}
+
+        # Prompts follow the files: a deleted directive is no prompt any more.
+        (project / ".ai" / "directives" / "hello_kiwi.md").unlink()
+        assert "hello_kiwi" not in {p.name for p in (await client.list_prompts(cache_mode="refresh")).prompts}
+
+
+async def watch_until_completed(client, run_id: str, finish) -> list[str]:
+    """Subscribe to a run, make it change with ``finish``, and collect the updates heard until it completed."""
+    uri = f"kiwi://runs/{run_id}"
+    heard: list[str] = []
+    async with client.listen(resource_subscriptions=[uri]) as subscription:
+        assert subscription.honored.resource_subscriptions == [uri]
+        await finish()
+        async with asyncio.timeout(30):
+            async for event in subscription:
+                assert isinstance(event, ResourceUpdated)
+                heard.append(event.uri)
+                status = json.loads(text_of(await client.read_resource(event.uri, cache_mode="refresh")))
+                if status["status"] == "completed":
+                    break
+    return heard
+
+
+async def test_a_subscribed_client_hears_the_run_change(runs, project, temporal_env):
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        run_id = await start_hello(client)
+
+        async def finish():
+            # Someone else (the CLI, another agent) completes the step: the subscriber hears it.
+            await runs.complete_step(run_id, "confirm", {"confirmed": True})
+
+        heard = await watch_until_completed(client, run_id, finish)
+        assert heard and set(heard) == {f"kiwi://runs/{run_id}"}
+
+
+async def test_subscriptions_over_streamable_http_with_the_kiwi_mcp_command(runs, project, temporal_env):
+    address = temporal_env.client.service_client.config.target_host
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "mcp",
+        "--http",
+        "--port",
+        str(port),
+        "--address",
+        address,
+        "--task-queue",
+        runs.task_queue,
+        cwd=str(project),
+        env={**os.environ},
+        start_new_session=True,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+
+        async def up():
+            try:
+                async with Client(url) as probe:
+                    return bool(await probe.list_tools())
+            except Exception:  # noqa: BLE001 - not listening yet
+                return False
+
+        await wait_for(up, timeout=60, what="kiwi mcp --http")
+        async with Client(url) as client:
+            run_id = await start_hello(client, "Http")
+
+            async def finish():
+                await execute(
+                    client,
+                    {
+                        "item_type": "run",
+                        "action": "complete_step",
+                        "run_id": run_id,
+                        "parameters": {"step": "confirm"},
+                    },
+                )
+
+            heard = await watch_until_completed(client, run_id, finish)
+            assert heard
+            # A 2025-era client subscribes with resources/subscribe and hears it on its session.
+            updates: list[str] = []
+
+            async def on_message(message):
+                uri = getattr(getattr(message, "params", None), "uri", None)
+                if getattr(message, "method", "") == "notifications/resources/updated":
+                    updates.append(str(uri))
+
+            async with Client(url, mode="legacy", message_handler=on_message) as legacy:
+                second = await start_hello(legacy, "Legacy")
+                with pytest.warns(MCPDeprecationWarning):
+                    await legacy.subscribe_resource(f"kiwi://runs/{second}")
+                await runs.complete_step(second, "confirm", {"confirmed": True})
+
+                async def heard_legacy():
+                    return f"kiwi://runs/{second}" in updates
+
+                await wait_for(heard_legacy, what="a 2025-era subscriber to hear the run change")
+            prompts = [p.name for p in (await client.list_prompts()).prompts]
+            assert "hello_kiwi" in prompts
+            assert data(await client.call_tool("search", {"item_type": "directive", "query": "greeting"}))
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        await proc.wait()

@@ -1,0 +1,173 @@
+"""Escalations answered by the client's user through MCP input rounds (SEP-2322), with a real MCP client
+whose elicitation callback plays the user, against the real stack."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from mcp.client import Client
+from mcp_types import ElicitResult, InputRequiredResult
+
+from kiwi.devserver import free_port
+from kiwi.errors import ItemInvalid
+from kiwi.harness import load_harness
+from kiwi.items.store import user_space
+from mcp_frontend.input_rounds import REQUEST_KEY
+from mcp_frontend.server import build_server
+from tests.helpers import approver, data, execute
+from tests.test_mcp_tasks import kiwi_mcp_http
+
+OPT_IN = "\ninput_rounds:\n  escalations: true\n  sign_as: desk\n"
+ESCALATE = {"action": "escalate", "reason": "the migration drops a column", "options": ["ship", "wait"]}
+
+
+async def start_hello(client) -> str:
+    started = await execute(
+        client,
+        {"item_type": "directive", "action": "run", "item_id": "hello_kiwi", "parameters": {"name": "Esc"}},
+    )
+    return started["run_id"]
+
+
+def opt_in(project) -> str:
+    harness = project / ".ai" / "config" / "agent_harness.yaml"
+    harness.write_text(harness.read_text() + OPT_IN)
+    return approver("desk")  # the key the front end signs the user's answers with
+
+
+async def test_the_clients_user_answers_an_escalation_and_the_run_carries_on(runs, project, temporal_env):
+    opt_in(project)
+    asked = []
+
+    async def the_user(context, params):
+        asked.append(params)
+        return ElicitResult(action="accept", content={"option": "wait", "note": "after the backup"})
+
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server, elicitation_callback=the_user) as client:
+        run_id = await start_hello(client)
+        answer = data(await client.call_tool("help", {**ESCALATE, "run_id": run_id}))
+        assert answer["status"] == "decided" and answer["option"] == "wait" and answer["by"] == "desk"
+        # The user saw the reason and exactly the options; the model never chose.
+        assert len(asked) == 1 and "the migration drops a column" in asked[0].message
+        assert asked[0].requested_schema["properties"]["option"]["enum"] == ["ship", "wait"]
+
+    status = await runs.status(run_id)
+    decision = status.decisions[0]
+    assert (decision.answer, decision.by) == ("wait", "desk")
+    assert "answered by the user of MCP client mcp" in decision.note and "after the backup" in decision.note
+    assert status.status == "awaiting_agent"  # the hold is lifted; the agent carries on
+    assert not status.refused_decisions
+
+
+async def test_another_front_end_takes_the_retry(runs, project, temporal_env):
+    opt_in(project)
+
+    async def never(context, params):
+        raise AssertionError("this client drives the round itself")
+
+    first = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(first, elicitation_callback=never) as client:
+        run_id = await start_hello(client)
+        arguments = {**ESCALATE, "run_id": run_id}
+        question = await client.session.call_tool("help", arguments, allow_input_required=True)
+        assert isinstance(question, InputRequiredResult)
+        assert run_id not in question.request_state  # sealed: the client cannot read or forge it
+        key = next(iter(question.input_requests))
+    assert (await runs.status(run_id)).status == "awaiting_human"
+
+    # A second front end (another process, or this one restarted) takes the retry.
+    second = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(second, elicitation_callback=never) as client:
+        retried = await client.session.call_tool(
+            "help",
+            arguments,
+            input_responses={key: ElicitResult(action="accept", content={"option": "ship"})},
+            request_state=question.request_state,
+        )
+        assert data(retried)["status"] == "decided"
+        tampered = question.request_state[:-4] + (
+            "AAAA" if not question.request_state.endswith("AAAA") else "BBBB"
+        )
+        with pytest.raises(Exception, match="requestState"):
+            await client.session.call_tool(
+                "help",
+                arguments,
+                input_responses={key: ElicitResult(action="accept", content={"option": "wait"})},
+                request_state=tampered,
+            )
+    assert (await runs.status(run_id)).decisions[0].answer == "ship"
+
+
+async def test_a_user_who_declines_leaves_it_to_kiwi_decide(runs, project, temporal_env):
+    opt_in(project)
+
+    async def declines(context, params):
+        return ElicitResult(action="decline")
+
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server, elicitation_callback=declines) as client:
+        run_id = await start_hello(client)
+        answer = data(await client.call_tool("help", {**ESCALATE, "run_id": run_id}))
+        assert answer["status"] == "escalated" and "kiwi decide" in answer["message"]
+    status = await runs.status(run_id)
+    assert status.status == "awaiting_human" and status.decisions[0].answer == ""
+
+
+async def test_without_the_harness_opting_in_no_client_is_asked(runs, project, temporal_env):
+    approver("desk")
+
+    async def the_user(context, params):
+        raise AssertionError("the harness did not opt in: nobody is asked through the client")
+
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server, elicitation_callback=the_user) as client:
+        run_id = await start_hello(client)
+        answer = data(await client.call_tool("help", {**ESCALATE, "run_id": run_id}))
+        assert answer["status"] == "escalated"
+    assert (await runs.status(run_id)).status == "awaiting_human"
+
+
+def test_the_harness_key_is_checked(project):
+    harness = project / ".ai" / "config" / "agent_harness.yaml"
+    base = harness.read_text()
+    assert load_harness(project, user_space()).input_rounds.escalations is False
+    harness.write_text(base + "\ninput_rounds:\n  escalations: true\n")
+    with pytest.raises(ItemInvalid, match="sign_as"):
+        load_harness(project, user_space())
+    harness.write_text(base + "\ninput_rounds:\n  approvals: true\n  sign_as: desk\n")
+    with pytest.raises(ItemInvalid, match="input_rounds.approvals"):
+        load_harness(project, user_space())
+
+
+async def test_a_restarted_kiwi_mcp_process_takes_the_retry(runs, project, temporal_env):
+    opt_in(project)
+    port = free_port()
+
+    async def never(context, params):
+        raise AssertionError("this client drives the round itself")
+
+    async with kiwi_mcp_http(temporal_env, runs, project, port) as (url, proc):
+        async with Client(url, elicitation_callback=never) as client:
+            run_id = await start_hello(client)
+            arguments = {**ESCALATE, "run_id": run_id}
+            question = await client.session.call_tool("help", arguments, allow_input_required=True)
+            assert isinstance(question, InputRequiredResult)
+        os.killpg(proc.pid, signal.SIGKILL)  # the front end that asked dies
+        await proc.wait()
+
+    async with (
+        kiwi_mcp_http(temporal_env, runs, project, port) as (url, _),
+        Client(url, elicitation_callback=never) as client,
+    ):
+        retried = await client.session.call_tool(
+            "help",
+            arguments,
+            input_responses={REQUEST_KEY: ElicitResult(action="accept", content={"option": "ship"})},
+            request_state=question.request_state,
+        )
+        assert data(retried)["status"] == "decided"
+    decision = (await runs.status(run_id)).decisions[0]
+    assert (decision.answer, decision.by) == ("ship", "desk")
