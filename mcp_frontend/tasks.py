@@ -127,9 +127,10 @@ class KiwiTasks(Extension):
             )
         except KiwiError as exc:
             # Answered as the tool answers it, in the seeds' error shape; never started a second time.
-            from mcp_frontend.server import error
+            from mcp_frontend.server import error_shape
 
-            return _tool_result(error("directive", "run", str(arguments.get("item_id") or ""), exc))
+            shape = error_shape("directive", "run", str(arguments.get("item_id") or ""), exc)
+            return _tool_result(shape, is_error=True)
         # start_workflow returned: the run is durable in Temporal, so tasks/get resolves now. The seed
         # asks nothing of the run itself, so it answers at once even with every worker busy or down.
         now = _iso(None)
@@ -267,13 +268,15 @@ def _step_name(status: RunStatus) -> str:
     return status.current_step.name if status.current_step else "(none)"
 
 
-def _tool_result(answer: dict[str, Any]) -> dict[str, Any]:
+def _tool_result(answer: dict[str, Any], is_error: bool = False) -> dict[str, Any]:
     """A ``CallToolResult`` on the wire, as the tool itself would have answered."""
     return {
         "resultType": "complete",
-        "content": [{"type": "text", "text": json.dumps(answer, default=str)}],
+        "content": [
+            {"type": "text", "text": json.dumps(answer, indent=2 if is_error else None, default=str)}
+        ],
         "structuredContent": answer,
-        "isError": False,
+        "isError": is_error,
     }
 
 

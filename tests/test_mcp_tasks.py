@@ -306,6 +306,7 @@ async def test_clients_without_the_extension_get_no_task_and_cannot_ask_for_one(
             "execute", {"item_type": "directive", "action": "run", "item_id": "nope"}, allow_claimed=True
         )
         assert missing.structured_content["error"] == "ItemNotFound"  # a mistake is an answer, not a task
+        assert missing.is_error  # and an error, as the tool answers it without tasks
         with pytest.raises(MCPError) as refused:
             await get_task(plain.session, handle.task_id)
         assert refused.value.error.code == -32021
