@@ -103,6 +103,12 @@ class RunStateConflict(KiwiError):
     pass
 
 
+class DecisionRefused(KiwiError):
+    """A run received a human decision (approve, reject, decide, resume) and refused it; the reason says why."""
+
+    type = "DecisionRefused"
+
+
 class RunInOtherProject(KiwiError):
     """The run belongs to another project than the one this client serves."""
 

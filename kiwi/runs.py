@@ -62,6 +62,7 @@ from kiwi.contracts import (
     session_workflow_id,
 )
 from kiwi.errors import (
+    DecisionRefused,
     InputInvalid,
     KiwiError,
     McpServerMissing,
@@ -339,8 +340,10 @@ class RunClient:
     async def help(self, run_id: str, request: HelpRequest) -> None:
         await self._signal(run_id, DirectiveRun.help, request)
 
-    async def resume(self, run_id: str, reason: str = "", by: str | None = None) -> None:
-        """Let a held run carry on, signed with the approver key ``by`` (default: your only key)."""
+    async def resume(self, run_id: str, reason: str = "", by: str | None = None) -> bool:
+        """Let a held run carry on, signed with the approver key ``by`` (default: your only key).
+
+        True when the run took it (see ``_taken``); DecisionRefused when it refused it."""
         by = default_key(by)
         load_private(by)
         status = await self.status(run_id)
@@ -359,6 +362,7 @@ class RunClient:
         await self._signal(
             run_id, DirectiveRun.resume, ResumeRequest(reason=reason, by=by, signature=signature)
         )
+        return await self._taken(run_id, "resume", status, lambda now: now.hold_id != status.hold_id)
 
     async def decide_approval(
         self, run_id: str, request_id: str, approved: bool, *, by: str | None = None, reason: str = ""
@@ -366,7 +370,9 @@ class RunClient:
         """Approve or reject a pending call, signed with the approver's key ``by`` (default: your only key).
 
         Answers the request as the run recorded it. The run accepts the decision only when ``by`` is
-        a trusted approver and the signature covers this run, request, call hash and answer.
+        a trusted approver and the signature covers this run, request, call hash and answer. The
+        answer's status is the decision once the run took it, "pending" while no worker has taken it;
+        a decision the run refused raises DecisionRefused with the run's reason.
         """
         by = default_key(by)
         load_private(by)  # no key, no decision: say so before asking the run anything
@@ -387,12 +393,17 @@ class RunClient:
             DirectiveRun.decide_approval,
             signed_decision(run_id, status.execution, request, approved, by, reason),
         )
-        return request
+        taken = await self._taken(run_id, request_id, status, lambda now: _approval_answered(now, request_id))
+        return request.model_copy(
+            update={"status": ("approved" if approved else "rejected") if taken else "pending"}
+        )
 
     async def decide(
         self, run_id: str, request_id: str, option: str, *, by: str | None = None, note: str = ""
-    ) -> None:
-        """Answer an escalation, signed with the approver key ``by`` (default: your only key)."""
+    ) -> bool:
+        """Answer an escalation, signed with the approver key ``by`` (default: your only key).
+
+        True when the run took it (see ``_taken``); DecisionRefused when it refused it."""
         by = default_key(by)
         load_private(by)
         status = await self.status(run_id)
@@ -413,9 +424,43 @@ class RunClient:
             DirectiveRun.decide,
             DecisionAnswer(request_id=request_id, option=option, by=by, note=note, signature=signature),
         )
+        return await self._taken(
+            run_id, request_id, status, lambda now: _escalation_answered(now, request_id)
+        )
 
     async def cancel(self, run_id: str, reason: str = "cancelled by request") -> None:
         await self._signal(run_id, DirectiveRun.cancel, CancelRequest(reason=reason))
+
+    async def _taken(
+        self, run_id: str, subject: str, before: RunStatus, taken: Callable[[RunStatus], bool]
+    ) -> bool:
+        """Watch the run take a human decision just signalled: a signal itself never says if it was refused.
+
+        True once ``taken(status)`` holds; DecisionRefused with the run's reason when a new refusal of
+        ``subject`` appears in its status; False when no worker took it within DECISION_WAIT_SECONDS
+        (the signal is durable: the run takes it when a worker runs).
+        """
+        seen = {(r.by, r.reason, r.at) for r in before.refused_decisions if r.request_id == subject}
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + DECISION_WAIT_SECONDS, 0.05
+        while True:
+            now = await self.status(run_id)
+            refused = [
+                r
+                for r in now.refused_decisions
+                if r.request_id == subject and (r.by, r.reason, r.at) not in seen
+            ]
+            if refused:
+                raise DecisionRefused(
+                    f"run {run_id} refused the decision on {subject} by '{refused[-1].by}': {refused[-1].reason}",
+                    hint=f"`kiwi status {run_id}` lists refused decisions; `kiwi audit {run_id}` has them too",
+                )
+            if taken(now):
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     async def _signal(self, run_id: str, signal: Callable[..., Any], arg: Any) -> None:
         await self.check_project(run_id)
@@ -763,3 +808,15 @@ def _translate(exc: RPCError, run_id: str) -> KiwiError:
     if exc.status == RPCStatusCode.NOT_FOUND:
         return RunNotFound(f"no run '{run_id}'", hint="list runs with `kiwi runs`")
     return KiwiError(f"Temporal refused the request: {exc.message}")
+
+
+# How long a decision's sender watches the run take it before saying it is sent but not yet taken.
+DECISION_WAIT_SECONDS = 15.0
+
+
+def _approval_answered(status: RunStatus, request_id: str) -> bool:
+    return any(a.request_id == request_id and a.status != "pending" for a in status.approvals)
+
+
+def _escalation_answered(status: RunStatus, request_id: str) -> bool:
+    return any(d.request_id == request_id and d.answer for d in status.decisions)

@@ -18,11 +18,14 @@ from temporalio.client import WorkflowFailureError, WorkflowUpdateStage
 from activities.audit import read_audit
 from kiwi.contracts import ApprovalDecision, HelpRequest
 from kiwi.errors import InputInvalid, KiwiError, RunStateConflict
+from kiwi.keys import create_key
 from kiwi.runs import RunClient
 from kiwi.snapshot import signed_decision
 from mcp_frontend.server import build_server
 from tests.helpers import approver, directive_md, run_client, wait_for, write, write_directive
 from workers.main import build_worker
+
+KIWI = (sys.executable, "-m", "kiwi")
 
 HARNESS = "approvals:\n  tools: [filesystem.delete, git.rollback]\n  timeout_seconds: 3600\n"
 GRANTS = (
@@ -75,6 +78,30 @@ async def test_an_approved_call_runs_and_the_decision_is_recorded(runs, project)
     assert (project / "notes" / "old.txt").exists()
     with pytest.raises(KiwiError, match="no signing key 'agent-7'"):
         await runs.decide_approval(run_id, request.request_id, True, by="agent-7")
+    # A key of one's own that nobody trusts signs a decision the run refuses: the command says so.
+    create_key("mallory")
+    refused = await asyncio.create_subprocess_exec(
+        *KIWI,
+        "approve",
+        run_id,
+        request.request_id,
+        "--by",
+        "mallory",
+        "--address",
+        runs.client.service_client.config.target_host,
+        "--task-queue",
+        runs.task_queue,
+        cwd=project,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await refused.communicate()
+    assert refused.returncode == 1 and not out, (out, err)
+    assert f"run {run_id} refused the decision on {request.request_id} by 'mallory'" in err.decode()
+    assert "Traceback" not in err.decode()
+    after = await runs.status(run_id)
+    assert [a.status for a in after.approvals] == ["pending"]
+    assert [(r.request_id, r.by) for r in after.refused_decisions] == [(request.request_id, "mallory")]
     cli = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

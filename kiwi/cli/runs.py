@@ -328,9 +328,20 @@ def _emit_done(args: argparse.Namespace, data: dict[str, Any], text: str) -> Non
 
 @_with_runs
 async def cmd_resume(args: argparse.Namespace, runs: RunClient) -> int:
-    await runs.resume(args.run, args.reason, by=args.by)
-    _emit_done(args, {"run_id": args.run, "resumed": True, "by": args.by or ""}, f"resume sent to {args.run}")
+    taken = await runs.resume(args.run, args.reason, by=args.by)
+    _emit_done(
+        args,
+        {"run_id": args.run, "resumed": taken, "sent": True, "by": args.by or ""},
+        f"{args.run} resumed" if taken else _not_taken(args.run, "resume"),
+    )
     return 0
+
+
+def _not_taken(run_id: str, what: str) -> str:
+    return (
+        f"{what} sent to {run_id}; no worker has taken it yet (the run takes it when one runs: "
+        f"`kiwi dev` or `kiwi worker`; `kiwi status {run_id}` shows it)"
+    )
 
 
 @_with_runs
@@ -353,21 +364,26 @@ async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
         print(decision.model_dump_json())
         return 0
     request = await runs.decide_approval(args.run, args.request, approved, by=args.by, reason=args.reason)
+    verb = "approved" if approved else "rejected"
     _emit_done(
         args,
         {"run_id": args.run, "approved": approved, **request.model_dump(mode="json")},
-        f"{'approved' if approved else 'rejected'} {request.request_id}: {request.summary}",
+        f"{verb} {request.request_id}: {request.summary}"
+        if request.status != "pending"
+        else _not_taken(args.run, f"'{verb}' for {request.request_id}"),
     )
     return 0
 
 
 @_with_runs
 async def cmd_decide(args: argparse.Namespace, runs: RunClient) -> int:
-    await runs.decide(args.run, args.request, args.option, by=args.by, note=args.note)
+    taken = await runs.decide(args.run, args.request, args.option, by=args.by, note=args.note)
     _emit_done(
         args,
-        {"run_id": args.run, "request_id": args.request, "option": args.option},
-        f"answered {args.request}: {args.option}",
+        {"run_id": args.run, "request_id": args.request, "option": args.option, "taken": taken},
+        f"answered {args.request}: {args.option}"
+        if taken
+        else _not_taken(args.run, f"the answer to {args.request}"),
     )
     return 0
 
