@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from mcp.client import Client
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowFailureError, WorkflowUpdateStage
 
 from activities.audit import read_audit
@@ -50,6 +51,18 @@ def setup(
     write(project / "notes" / "old.txt", "old")
 
 
+def readme_ui_views(project: Path) -> dict[str, str]:
+    """The Temporal UI filters of the README's 'Views in the Temporal UI' table, for ``project``."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("<!-- ui-views -->", 1)[1].split("\n\n", 1)[0]
+    views = {}
+    for line in table.strip().splitlines()[2:]:
+        name, query = (cell.strip() for cell in line.strip("|").split("|"))
+        views[name] = query.strip("`").replace("/home/you/project", str(project))
+    assert len(views) == 5, views
+    return views
+
+
 async def status_is(runs: RunClient, run_id: str, wanted: str):
     status = await runs.status(run_id)
     return status if status.status == wanted else None
@@ -78,6 +91,25 @@ async def test_an_approved_call_runs_and_the_decision_is_recorded(runs, project)
     assert (project / "notes" / "old.txt").exists()
     with pytest.raises(KiwiError, match="no signing key 'agent-7'"):
         await runs.decide_approval(run_id, request.request_id, True, by="agent-7")
+    # What the Temporal UI shows an approver (the run's current details): the request, its call hash
+    # (the one the signed decision must name) and the command that answers it.
+    metadata = await runs.handle(run_id).query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    details = metadata.current_details
+    assert f"Waiting for approval `{request.request_id}` of {request.summary}" in details, details
+    assert f"args_hash `{request.args_hash}`" in details and len(request.args_hash) >= 16
+    assert f"`kiwi approve {run_id} {request.request_id}`" in details
+    # The README's Temporal UI views, run as written: this run is in exactly the ones that fit it.
+    views = readme_ui_views(project)
+
+    async def views_with_the_run():
+        found = set()
+        for name, query in views.items():
+            if [w async for w in runs.client.list_workflows(f"WorkflowId = '{run_id}' AND {query}")]:
+                found.add(name)
+        wanted = {"waiting for an approval", "one directive's runs that are still open", "one project's runs"}
+        return found if found == wanted else None
+
+    await wait_for(views_with_the_run, what=f"the README's views to list {run_id} where it belongs")
     # A key of one's own that nobody trusts signs a decision the run refuses: the command says so.
     create_key("mallory")
     refused = await asyncio.create_subprocess_exec(

@@ -79,8 +79,9 @@ class ViewMixin:
             lines.append(f"Waiting for the agent to complete step `{step}`")
         for approval in (a for a in state.approvals if a.status == "pending"):
             lines.append(
-                f"Waiting for approval `{approval.request_id}` of {approval.summary} (until "
-                f"{approval.expires_at}): `kiwi approve {self.snap.run_id} {approval.request_id}`"
+                f"Waiting for approval `{approval.request_id}` of {approval.summary} (args_hash "
+                f"`{approval.args_hash}`, until {approval.expires_at}): "
+                f"`kiwi approve {self.snap.run_id} {approval.request_id}`"
             )
         if state.recent_calls:
             last = state.recent_calls[-1]
