@@ -23,7 +23,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from temporalio.client import Client
 
 from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest
@@ -48,6 +48,32 @@ parameters={"step": NAME, "outputs": {...}}). Every call is checked against the 
 Use help(action="stuck"|"escalate"|"checkpoint", run_id=...) when you need a human."""
 
 ItemKind = Literal["directive", "tool", "knowledge", "run", "mcp"]
+# Item spaces: 'project' (the project's .ai/; 'local' is the same, as in Kiwi MCP) and 'user'.
+Source = Literal["all", "project", "local", "user"]
+
+
+class SearchAnswer(BaseModel):
+    """search's answer (its outputSchema); errors come as isError results in the seeds' error shape."""
+
+    model_config = ConfigDict(extra="allow")
+    results: list[dict[str, Any]] = Field(
+        description="best first. directive/tool/knowledge: item_id, item_type, source ('project' or "
+        "'user', the values search and load take), name, description, category, tags, path, valid, "
+        "problems, score, snippet; run: run_id, directive, status, step, started, closed, project, "
+        "pending_approval; mcp: item_id (SERVER.TOOL), server, tool, description"
+    )
+
+
+class LoadAnswer(BaseModel):
+    """load's answer (its outputSchema)."""
+
+    model_config = ConfigDict(extra="allow")
+    item_type: str = Field(description="the item type asked for")
+    item_id: str = Field(
+        description="directive/tool/knowledge: also source, path, content (the whole file), problems, "
+        "also_in, parsed, and for a directive steps_plan; mcp: server, and tool (one tool's inputSchema) "
+        "or tools"
+    )
 
 
 def error(item_type: str, action: str, item_id: str, exc: BaseException) -> Any:
@@ -200,24 +226,24 @@ def build_server(
             "the external MCP servers in mcp_registry.yaml)"
         ),
         query: str = Field(default="", description="words to look for; for runs, an optional directive name"),
-        source: Literal["all", "project", "local", "user"] = Field(
-            default="all", description="which item space ('local' is the project, as in Kiwi MCP)"
+        source: Source = Field(
+            default="all", description="which item space: project (or 'local', as in Kiwi MCP), user, or all"
         ),
         status: str | None = Field(default=None, description="runs only: e.g. awaiting_agent, completed"),
         limit: int = Field(default=10, ge=1, le=100, description="at most this many results"),
-    ) -> dict[str, Any]:
+    ) -> SearchAnswer:
         try:
             if item_type == "run":
                 rows = await (await link.runs()).list_runs(
                     status=status, directive=query or None, limit=limit
                 )
-                return {"results": rows}
+                return SearchAnswer(results=rows)
             if item_type == "mcp":
-                return await catalog.search(query, limit=limit)
+                return SearchAnswer.model_validate(await catalog.search(query, limit=limit))
             found = store.search(
                 query, item_type=item_type, source="project" if source == "local" else source, limit=limit
             )
-            return {"results": [r.as_dict() for r in found]}
+            return SearchAnswer(results=[r.as_dict() for r in found])
         except KiwiError as exc:
             return error(item_type, "search", query, exc)
 
@@ -235,18 +261,20 @@ def build_server(
         item_id: str = Field(
             description="directive name, tool_id, zettel_id, or for mcp a server name or SERVER.TOOL"
         ),
-        source: Literal["all", "project", "user"] = Field(default="all", description="which item space"),
+        source: Source = Field(
+            default="all", description="which item space: project (or 'local', as in Kiwi MCP), user, or all"
+        ),
         copy_to_project: bool = Field(
             default=False, description="copy the item from the user space into the project first"
         ),
-    ) -> dict[str, Any]:
+    ) -> LoadAnswer:
         try:
             if item_type == "mcp":
-                return await catalog.load(item_id)
+                return LoadAnswer.model_validate(await catalog.load(item_id))
             if copy_to_project:
                 copy_to_project_(store, item_type, item_id)
                 store.refresh()
-            item = store.load(item_type, item_id, source=source)
+            item = store.load(item_type, item_id, source="project" if source == "local" else source)
             data: dict[str, Any] = {
                 "item_type": item_type,
                 "item_id": item.record.item_id,
@@ -262,7 +290,7 @@ def build_server(
                 data["steps_plan"] = [
                     p.model_dump() for p in item.parsed.plan(frozenset(store.local_tools()))
                 ]
-            return data
+            return LoadAnswer.model_validate(data)
         except KiwiError as exc:
             return error(item_type, "load", item_id, exc)
 

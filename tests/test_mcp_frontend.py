@@ -28,8 +28,21 @@ async def agent_session(client: Client) -> str:
         listed["execute"].annotations.destructive_hint is True
         and not listed["execute"].annotations.read_only_hint
     )
+    # Output schemas the client checks every answer against (an answer that does not fit fails the call).
+    assert listed["search"].output_schema["required"] == ["results"]
+    assert listed["load"].output_schema["required"] == ["item_type", "item_id"]
     found = data(await client.call_tool("search", {"item_type": "directive", "query": "greeting"}))
     assert found["results"][0]["item_id"] == "hello_kiwi"
+    # search reports the item space with the value load takes ('local' is an alias of 'project').
+    space = found["results"][0]["source"]
+    assert space == "project"
+    for source in (space, "local"):
+        same = data(
+            await client.call_tool(
+                "load", {"item_type": "directive", "item_id": "hello_kiwi", "source": source}
+            )
+        )
+        assert same["source"] == "project" and same["item_id"] == "hello_kiwi"
     loaded = data(await client.call_tool("load", {"item_type": "directive", "item_id": "hello_kiwi"}))
     assert [p["mode"] for p in loaded["steps_plan"]] == ["auto", "auto", "agent"]
     started = data(
