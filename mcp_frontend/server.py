@@ -52,6 +52,33 @@ ItemKind = Literal["directive", "tool", "knowledge", "run", "mcp"]
 Source = Literal["all", "project", "local", "user"]
 
 
+EXECUTE_DESCRIPTION = """Act on an item or a run. A run's id always goes in run_id. One example per action:
+- directive run: execute(item_type='directive', action='run', item_id='hello_kiwi', parameters={'name': 'Ada'}) \
+-> run_id, state, current_step (what to do now), tool_context, permissions
+- directive validate: execute(item_type='directive', action='validate', item_id='hello_kiwi')
+- directive create / update: execute(item_type='directive', action='create', item_id='tidy', \
+parameters={'content': 'the whole Markdown file with its xml block'}) (only a valid directive is written)
+- directive / knowledge delete: execute(item_type='knowledge', action='delete', item_id='note-1', \
+parameters={'confirm': true})
+- knowledge create / update: execute(item_type='knowledge', action='create', item_id='note-1', \
+parameters={'title': 'T', 'entry_type': 'note', 'category': 'c', 'tags': ['t'], 'content': 'text'}); \
+execute(item_type='knowledge', action='update', item_id='note-1', parameters={...the same fields...})
+- knowledge link: execute(item_type='knowledge', action='link', item_id='note-1', \
+parameters={'to': 'note-2', 'relation': 'references'})
+- run status: execute(item_type='run', action='status', run_id='run-hello_kiwi-1a2b3c')
+- run complete_step: execute(item_type='run', action='complete_step', run_id='run-hello_kiwi-1a2b3c', \
+parameters={'step': 'confirm', 'outputs': {'confirmed': true}})
+- run cancel: execute(item_type='run', action='cancel', run_id='run-hello_kiwi-1a2b3c')
+- run poll (a call that answered 'pending'): execute(item_type='run', action='poll', \
+run_id='run-hello_kiwi-1a2b3c', item_id='CALL_ID')
+- tool call: execute(item_type='tool', action='call', run_id='run-hello_kiwi-1a2b3c', \
+item_id='filesystem.read', parameters={'path': 'notes/hello.md'}) (a built-in, local or SERVER.TOOL id; \
+parameters are its arguments; with run_id the run's grants apply, without it the base policy of \
+agent_harness.yaml)
+- mcp call (a tool of an external MCP server, the same as a tool call): execute(item_type='mcp', \
+action='call', run_id='run-hello_kiwi-1a2b3c', item_id='clock.get_current_time', parameters={'timezone': 'UTC'})"""
+
+
 class SearchAnswer(BaseModel):
     """search's answer (its outputSchema); errors come as isError results in the seeds' error shape."""
 
@@ -299,17 +326,7 @@ def build_server(
         annotations=mcp_types.ToolAnnotations(
             read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
         ),
-        description=(
-            "Act on an item or a run. directive: run (parameters = inputs; returns run_id, state and the current "
-            "step's instructions), validate, create and update (parameters={'content': the whole Markdown file}; "
-            "only valid directives are written), delete (parameters={'confirm': true}). knowledge: create, update "
-            "(parameters={'title', 'entry_type', 'category', 'tags', 'content'}), delete, link (parameters={'to': ID, "
-            "'relation': 'references'}). run: status, complete_step (parameters={'step': NAME, 'outputs': {...}}), "
-            "cancel, poll (item_id = the call_id of a call that answered 'pending'). tool: call (item_id = tool id such as filesystem.read, a local tool, or SERVER.TOOL of an external MCP server; parameters = its "
-            "arguments; with run_id the run's grants apply, without it the base policy of agent_harness.yaml). mcp: call "
-            "(item_id = SERVER.TOOL, the same as a tool call). Example: execute(item_type='tool', action='call', run_id='run-x-1', "
-            "item_id='filesystem.read', parameters={'path': 'notes/hello.md'})."
-        ),
+        description=EXECUTE_DESCRIPTION,
     )
     async def execute(
         item_type: Literal["directive", "knowledge", "run", "tool", "mcp"] = Field(
@@ -328,9 +345,22 @@ def build_server(
             "poll",
             "call",
         ] = Field(description="what to do"),
-        item_id: str = Field(default="", description="directive name, run id, or tool id"),
-        parameters: dict[str, Any] = Field(default_factory=dict, description="inputs, outputs or arguments"),
-        run_id: str | None = Field(default=None, description="the run a tool call or run action applies to"),
+        item_id: str = Field(
+            default="",
+            description="directive name, knowledge id, tool id (built-in, local, or SERVER.TOOL), or for "
+            "poll the call_id of a pending call; not the run id (that is run_id)",
+        ),
+        parameters: dict[str, Any] = Field(
+            default_factory=dict,
+            description="per action (see the examples): directive run = its inputs; create/update = "
+            "{'content'} or the knowledge fields; delete = {'confirm': true}; link = {'to', 'relation'}; "
+            "complete_step = {'step', 'outputs'}; call = the tool's arguments",
+        ),
+        run_id: str | None = Field(
+            default=None,
+            description="the run: for every run action (status, complete_step, cancel, poll) and for a "
+            "tool call inside a run",
+        ),
         idempotency_key: str | None = Field(
             default=None, description="directive run: the same key returns the existing run"
         ),

@@ -28,6 +28,13 @@ async def agent_session(client: Client) -> str:
         listed["execute"].annotations.destructive_hint is True
         and not listed["execute"].annotations.read_only_hint
     )
+    # execute shows one example per action it takes, and says where a run id goes.
+    schema = listed["execute"].input_schema["properties"]
+    for action in schema["action"]["enum"]:
+        assert f"action='{action}'" in listed["execute"].description, action
+    for item_type in schema["item_type"]["enum"]:
+        assert f"item_type='{item_type}'" in listed["execute"].description, item_type
+    assert "not the run id" in schema["item_id"]["description"]
     # Output schemas the client checks every answer against (an answer that does not fit fails the call).
     assert listed["search"].output_schema["required"] == ["results"]
     assert listed["load"].output_schema["required"] == ["item_type", "item_id"]
