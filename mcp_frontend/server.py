@@ -12,6 +12,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any, Literal
@@ -116,11 +117,30 @@ def error(item_type: str, action: str, item_id: str, exc: BaseException) -> Any:
     )
 
 
+# Commands an agent can reach through this server, and what it calls instead; other `kiwi ...`
+# commands in a hint are a human's (kiwi dev, approve, keys ...), and the hint says so.
+_AGENT_CALLS = (
+    (re.compile(r"`kiwi status (\S+?)`"), r"`execute(item_type='run', action='status', run_id='\1')`"),
+    (re.compile(r"`kiwi audit (\S+?)`"), r"the resource `kiwi://runs/\1/audit`"),
+    (re.compile(r"`kiwi runs[^`]*`"), "`search(item_type='run')`"),
+    (re.compile(r"`kiwi search[^`]*`"), "`search(item_type=..., query=...)`"),
+    (re.compile(r"`kiwi validate[^`]*`"), "`execute(item_type='directive', action='validate', item_id=...)`"),
+)
+_HUMAN_COMMAND = re.compile(r"`(kiwi [^`]+)`")
+
+
+def agent_hint(hint: str) -> str:
+    """A hint for an agent: the MCP call that fixes it, or who runs a command it cannot."""
+    for pattern, call in _AGENT_CALLS:
+        hint = pattern.sub(call, hint)
+    return _HUMAN_COMMAND.sub(r"`\1` (a command a human runs)", hint)
+
+
 def error_shape(item_type: str, action: str, item_id: str, exc: BaseException) -> dict[str, Any]:
     """The seeds' error shape, built from the error's type, never from its text."""
     kind = getattr(exc, "type", None) or type(exc).__name__
     message = getattr(exc, "message", None) or str(exc)
-    hint = getattr(exc, "hint", "") or ""
+    hint = agent_hint(getattr(exc, "hint", "") or "")
     if isinstance(exc, ItemInvalid):
         hint = hint or "fix the problems listed, then validate again"
     return {
