@@ -9,12 +9,18 @@ payloads are the same JSON as ``pydantic_data_converter`` writes; the two read e
 
 from __future__ import annotations
 
+from typing import Any
+
+from temporalio.api.enums.v1 import ApplicationErrorCategory
+from temporalio.api.failure.v1 import Failure
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
+    DefaultFailureConverter,
     DefaultPayloadConverter,
     JSONPlainPayloadConverter,
+    PayloadConverter,
 )
 
 _JSON = PydanticJSONPlainPayloadConverter()
@@ -33,4 +39,29 @@ class KiwiPayloadConverter(PydanticPayloadConverter):
         )
 
 
-data_converter = DataConverter(payload_converter_class=KiwiPayloadConverter)
+class KiwiFailureConverter(DefaultFailureConverter):
+    """Failures as Temporal stores them, minus the Python stack of Kiwi's answers.
+
+    A BENIGN failure (``KiwiError.error()``: denied, timed out, rejected, no such file) is an answer,
+    not a fault: the Temporal UI shows a run that failed that way with its message alone. Faults (any
+    other failure) keep their stack for whoever debugs them.
+    """
+
+    def to_failure(
+        self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure
+    ) -> None:
+        super().to_failure(exception, payload_converter, failure)
+        link: Any = failure
+        while link is not None:
+            info = link.application_failure_info if link.HasField("application_failure_info") else None
+            if (
+                info is not None
+                and info.category == ApplicationErrorCategory.APPLICATION_ERROR_CATEGORY_BENIGN
+            ):
+                link.stack_trace = ""
+            link = link.cause if link.HasField("cause") else None
+
+
+data_converter = DataConverter(
+    payload_converter_class=KiwiPayloadConverter, failure_converter_class=KiwiFailureConverter
+)

@@ -283,6 +283,13 @@ async def test_an_approval_timeout_fires_while_no_worker_runs(temporal_env, proj
             await runs.handle(run_id).result()
     assert "ApprovalTimedOut" in str(failed.value.cause) or "timed out" in str(failed.value.cause)
     assert (project / "notes" / "old.txt").exists()
+    # What the Temporal UI shows as the run's result: a Kiwi error saying what happened, no Python stack.
+    history = await runs.handle(run_id).fetch_history()
+    (closed,) = [e for e in history.events if e.HasField("workflow_execution_failed_event_attributes")]
+    failure = closed.workflow_execution_failed_event_attributes.failure
+    assert f"approval {request.request_id}" in failure.message and "timed out" in failure.message, failure
+    assert failure.application_failure_info.type == "StepFailed" or "ApprovalTimedOut" in str(failure)
+    assert not failure.stack_trace and "Traceback" not in str(failure) and 'File "' not in str(failure)
 
 
 async def test_an_escalation_waits_for_a_human_decision_that_goes_back_to_the_agent(runs, project):

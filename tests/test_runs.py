@@ -53,6 +53,20 @@ async def test_hello_kiwi_runs_auto_steps_then_waits_for_the_agent(runs, project
     from workers.main import SANDBOX, WORKFLOWS
 
     history = await runs.handle(run_id).fetch_history()
+    # What the Temporal UI's timeline shows: each activity's summary names the call.
+    summaries = [
+        json.loads(e.user_metadata.summary.data)
+        for e in history.events
+        # Filesystem calls run as local activities: their summary is on the marker event.
+        if (
+            e.HasField("activity_task_scheduled_event_attributes")
+            or e.HasField("marker_recorded_event_attributes")
+        )
+        and e.user_metadata.HasField("summary")
+    ]
+    assert "filesystem.write notes/hello.md" in summaries and "filesystem.read notes/hello.md" in summaries, (
+        summaries
+    )
     await Replayer(
         workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX
     ).replay_workflow(history)
