@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from activities.audit import read_audit
+from kiwi.contracts import DIRECTIVE_ATTR, PROJECT_ATTR
 from tests.helpers import directive_md, wait_for, write, write_directive
 
 WRITE = (
@@ -64,6 +65,10 @@ async def test_a_step_runs_a_child_and_gets_its_outputs(runs, project):
     status = await runs.status(run_id)
     assert [(c.directive, c.status) for c in status.children] == [("writer", "completed")]
     assert any(r["event"] == "child_started" for r in read_audit(str(project), run_id))
+    # The child is this project's run from its start, as a run a client starts is.
+    described = await runs.handle(child["run_id"]).describe()
+    assert described.typed_search_attributes.get(PROJECT_ATTR) == str(project)
+    assert described.typed_search_attributes.get(DIRECTIVE_ATTR) == "writer"
 
 
 async def test_a_child_asking_for_more_than_its_parent_is_denied_and_recorded(runs, project):

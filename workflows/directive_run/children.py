@@ -6,12 +6,16 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.directives import DirectiveActivities
     from kiwi.contracts import (
+        DIRECTIVE_ATTR,
+        PROJECT_ATTR,
+        STATUS_ATTR,
         ChildRecord,
         DirectiveRunInput,
         DirectiveRunResult,
@@ -25,6 +29,7 @@ from workflows.directive_run.errors import (
     CallRefused,
 )
 from workflows.directive_run.options import (
+    CHILD_ATTRIBUTES,
     RETRY,
 )
 
@@ -90,10 +95,22 @@ class ChildrenMixin:
         windows: dict[str, int] = {}
         if self.hardened:
             child, reserved, windows = self._inherit(child)
+        attributes = None
+        if snap.search_attributes and workflow.patched(CHILD_ATTRIBUTES):
+            # Set at the start, as for a run a client starts: the child is its project's run from the first
+            # moment (kiwi runs, the UI's views), not only once the project is looked up.
+            attributes = TypedSearchAttributes(
+                [
+                    SearchAttributePair(DIRECTIVE_ATTR, name),
+                    SearchAttributePair(STATUS_ATTR, "running"),
+                    SearchAttributePair(PROJECT_ATTR, snap.project_root),
+                ]
+            )
         handle = await workflow.start_child_workflow(
             type(self).run,
             DirectiveRunInput(snapshot=child),
             id=child_id,
+            search_attributes=attributes,
             task_queue=workflow.info().task_queue,
             parent_close_policy=ParentClosePolicy.ABANDON,
             static_summary=f"child of {snap.run_id}: {name} v{child.directive.version}",

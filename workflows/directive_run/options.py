@@ -75,6 +75,8 @@ ALL_CHANGES = "kiwi-run-changes-2026-11"
 # arguments are checked before anything is scheduled (a wrong one is InputInvalid, never a failed
 # workflow task), and a step's literal <param> text is typed by the tool's input schema.
 HARDENED = "kiwi-escapes-closed-2026-11"
+# A child run starts with its search attributes (directive, status, project), as a client-started run does.
+CHILD_ATTRIBUTES = "kiwi-child-attributes-2026-11"
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
 AUDIT_IDLE_FLUSH = timedelta(seconds=1)
