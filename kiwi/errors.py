@@ -110,7 +110,11 @@ class DecisionRefused(KiwiError):
 
 
 class RunInOtherProject(KiwiError):
-    """The run belongs to another project than the one this client serves."""
+    """The run belongs to another project than the one this client serves (``owner``)."""
+
+    def __init__(self, message: str, *, hint: str = "", owner: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.owner = owner
 
 
 class RunFinished(RunStateConflict):

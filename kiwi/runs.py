@@ -133,6 +133,7 @@ class RunClient:
             raise RunInOtherProject(
                 f"run {run_id} belongs to the project {owner}, not to {self.project}",
                 hint=f"run the command from {owner}, or pass --project {owner} (or --all-projects)",
+                owner=owner,
             )
 
     # ---------------------------------------------------------------- start

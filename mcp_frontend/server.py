@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from temporalio.client import Client
 
 from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest
-from kiwi.errors import InputInvalid, ItemInvalid, KiwiError
+from kiwi.errors import InputInvalid, ItemInvalid, KiwiError, RunInOtherProject
 from kiwi.guards import is_external_mcp
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
@@ -141,6 +141,12 @@ def error_shape(item_type: str, action: str, item_id: str, exc: BaseException) -
     kind = getattr(exc, "type", None) or type(exc).__name__
     message = getattr(exc, "message", None) or str(exc)
     hint = agent_hint(getattr(exc, "hint", "") or "")
+    if isinstance(exc, RunInOtherProject):
+        # The command line's fix (another folder, --project) is not the agent's to make.
+        hint = (
+            f"this Kiwi MCP server serves another project; the run is reached through the Kiwi MCP server "
+            f"of {exc.owner} (`kiwi mcp --project {exc.owner}`, a command a human runs)"
+        )
     if isinstance(exc, ItemInvalid):
         hint = hint or "fix the problems listed, then validate again"
     return {

@@ -199,7 +199,9 @@ async def test_kiwi_mcp_serves_the_project_it_is_given_and_refuses_other_project
     assert await runs.project_of(run_id) == str(project)
     await awaiting_step(runs, run_id, "confirm")
     assert (project / "notes" / "hello.md").read_text() == "Hello, Mo! Kiwi wrote this file."
-    assert f"belongs to the project {other_project}" in answer and f"--project {other_project}" in answer
+    assert f"belongs to the project {other_project}" in answer
+    hint = json.loads(answer)["hint"]  # the fix an agent can act on: another project's MCP server
+    assert f"the Kiwi MCP server of {other_project}" in hint and "--all-projects" not in hint
 
 
 def _connection(runs) -> list[str]:
