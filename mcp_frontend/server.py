@@ -15,10 +15,11 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 import mcp.types as mcp_types
+import pydantic_core
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
@@ -159,6 +160,59 @@ def error_shape(item_type: str, action: str, item_id: str, exc: BaseException) -
     }
 
 
+class ExecuteAnswer(BaseModel):
+    """execute's answer (its outputSchema): the keys an action's answer carries; others may follow."""
+
+    model_config = ConfigDict(extra="allow")
+    run_id: str | None = Field(default=None, description="directive run and every run action: the run")
+    state: str | None = Field(
+        default=None,
+        description="directive run, complete_step: the run's state now (awaiting_agent, running, "
+        "awaiting_approval, awaiting_human, stuck, completed, failed, cancelled, timed_out)",
+    )
+    status: str | None = Field(
+        default=None,
+        description="tool/mcp call and poll: ok, denied, error, rate_limited, or pending (poll "
+        "result.call_id); run status: the run's state; cancel: cancel_requested; create/update/delete: "
+        "what was done",
+    )
+    result: Any = Field(default=None, description="tool/mcp call and poll: the tool's answer")
+    reason: str | None = Field(default=None, description="why a call was denied or failed")
+    hint: str | None = Field(default=None, description="what to do about it")
+    current_step: dict[str, Any] | None = Field(
+        default=None,
+        description="directive run, complete_step, status: the step to do now (name, action, tools)",
+    )
+    instructions: str | None = Field(default=None, description="directive run: how to work through the run")
+
+
+class HelpAnswer(BaseModel):
+    """help's answer (its outputSchema)."""
+
+    model_config = ConfigDict(extra="allow")
+    help: str | None = Field(default=None, description="guidance: the text")
+    status: str | None = Field(
+        default=None,
+        description="a signal: escalated (then request_id), awaiting_human, stuck_recorded, "
+        "checkpoint_recorded",
+    )
+    run_id: str | None = Field(default=None, description="the run the signal went to")
+    request_id: str | None = Field(
+        default=None, description="escalate: the decision's id in the run's status"
+    )
+    message: str | None = Field(default=None, description="what happens next")
+
+
+def answer(value: dict[str, Any] | mcp_types.CallToolResult) -> mcp_types.CallToolResult:
+    """A dict answer as the tool result MCPServer makes of it; the declared output model validates it."""
+    if isinstance(value, mcp_types.CallToolResult):
+        return value
+    text = pydantic_core.to_json(value, fallback=str, indent=2).decode()
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=text)], structured_content=value
+    )
+
+
 def argument_problems(exc: ValidationError) -> tuple[str, str]:
     """What is wrong with a tool call's arguments, in words (allowed values named), and the fix."""
     lines = []
@@ -181,7 +235,11 @@ class KiwiMCPServer(MCPServer):
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
-            if not isinstance(exc.__cause__, ValidationError):
+            # Only the arguments' model is the caller's mistake; an answer that fails its output
+            # schema is the server's, and stays an error of its own.
+            if not isinstance(exc.__cause__, ValidationError) or not exc.__cause__.title.endswith(
+                "Arguments"
+            ):
                 raise
             message, hint = argument_problems(exc.__cause__)
             item_type = arguments.get("item_type") if isinstance(arguments.get("item_type"), str) else ""
@@ -397,7 +455,7 @@ def build_server(
             description="tool call / poll: answer 'pending' with a call id after this long",
         ),
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> Annotated[mcp_types.CallToolResult, ExecuteAnswer]:
         async def progress(elapsed: float, total: float, upstream: str) -> None:
             if ctx is not None:
                 await ctx.report_progress(elapsed, total, progress_message(item_id, upstream))
@@ -406,11 +464,13 @@ def build_server(
             if action == "poll":
                 if not run_id:
                     raise KiwiError("poll needs run_id and item_id (the call_id of a pending call)")
-                return (
-                    await (await link.runs()).poll_call(
-                        run_id, item_id, wait_seconds=wait_seconds, on_progress=progress
-                    )
-                ).model_dump()
+                return answer(
+                    (
+                        await (await link.runs()).poll_call(
+                            run_id, item_id, wait_seconds=wait_seconds, on_progress=progress
+                        )
+                    ).model_dump()
+                )
             if item_type == "mcp" and action == "call":
                 item_id = catalog.tool_id(item_id, parameters)
                 item_type = "tool"
@@ -420,18 +480,22 @@ def build_server(
                 if problem is not None:
                     raise InputInvalid(problem.reason, hint=problem.hint)
             if item_type == "tool" and action == "call" and run_id:
-                return (
-                    await (await link.runs()).call_tool_waiting(
-                        run_id,
-                        item_id,
-                        parameters,
-                        client_name=client_name,
-                        wait_seconds=wait_seconds,
-                        on_progress=progress,
-                    )
-                ).model_dump()
-            return await _execute(
-                link, root, item_type, action, item_id, parameters, run_id, idempotency_key, client_name
+                return answer(
+                    (
+                        await (await link.runs()).call_tool_waiting(
+                            run_id,
+                            item_id,
+                            parameters,
+                            client_name=client_name,
+                            wait_seconds=wait_seconds,
+                            on_progress=progress,
+                        )
+                    ).model_dump()
+                )
+            return answer(
+                await _execute(
+                    link, root, item_type, action, item_id, parameters, run_id, idempotency_key, client_name
+                )
             )
         except KiwiError as exc:
             return error(item_type, action, item_id or run_id or "", exc)
@@ -454,9 +518,9 @@ def build_server(
         reason: str = Field(default="", description="why help is needed"),
         attempts: int = Field(default=0, ge=0, description="failed attempts so far (stuck)"),
         options: list[str] = Field(default_factory=list, description="choices for a human (escalate)"),
-    ) -> dict[str, Any]:
+    ) -> Annotated[mcp_types.CallToolResult, HelpAnswer]:
         if action == "guidance":
-            return {"help": _guidance(topic, store)}
+            return answer({"help": _guidance(topic, store)})
         if not run_id:
             return error("run", action, "", KiwiError("a help signal needs run_id", hint="pass the run's id"))
         request_id = f"decision-{uuid.uuid4().hex[:8]}" if action == "escalate" else ""
@@ -470,33 +534,39 @@ def build_server(
         except KiwiError as exc:
             return error("run", action, run_id, exc)
         if action == "escalate":
-            return {
-                "status": "escalated",
-                "run_id": run_id,
-                "request_id": request_id,
-                "message": "the run waits (awaiting_human) until a human answers with `kiwi decide "
-                f"{run_id} {request_id} OPTION`; poll execute(item_type='run', action='status') and "
-                "read 'decisions' for the answer",
-            }
+            return answer(
+                {
+                    "status": "escalated",
+                    "run_id": run_id,
+                    "request_id": request_id,
+                    "message": "the run waits (awaiting_human) until a human answers with `kiwi decide "
+                    f"{run_id} {request_id} OPTION`; poll execute(item_type='run', action='status') and "
+                    "read 'decisions' for the answer",
+                }
+            )
         if action == "stuck" and attempts > STUCK_ATTEMPTS_FOR_HUMAN:
-            return {
-                "status": "awaiting_human",
+            return answer(
+                {
+                    "status": "awaiting_human",
+                    "run_id": run_id,
+                    "message": f"more than {STUCK_ATTEMPTS_FOR_HUMAN} failed attempts: the run now waits for a human "
+                    f"(awaiting_human) and your tool calls are held. A human resumes it with `kiwi resume {run_id}` "
+                    "(or cancels it); poll execute(item_type='run', action='status', run_id=...) to see when it "
+                    "moves on.",
+                }
+            )
+        return answer(
+            {
+                "status": f"{action}_recorded",
                 "run_id": run_id,
-                "message": f"more than {STUCK_ATTEMPTS_FOR_HUMAN} failed attempts: the run now waits for a human "
-                f"(awaiting_human) and your tool calls are held. A human resumes it with `kiwi resume {run_id}` "
-                "(or cancels it); poll execute(item_type='run', action='status', run_id=...) to see when it "
-                "moves on.",
+                "message": "recorded in the run's state and audit trail; operators see it in `kiwi status`"
+                + (
+                    "; a git checkpoint is taken when the project is a git repository"
+                    if action == "checkpoint"
+                    else ""
+                ),
             }
-        return {
-            "status": f"{action}_recorded",
-            "run_id": run_id,
-            "message": "recorded in the run's state and audit trail; operators see it in `kiwi status`"
-            + (
-                "; a git checkpoint is taken when the project is a git repository"
-                if action == "checkpoint"
-                else ""
-            ),
-        }
+        )
 
     return server
 

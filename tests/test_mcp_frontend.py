@@ -38,6 +38,10 @@ async def agent_session(client: Client) -> str:
     # Output schemas the client checks every answer against (an answer that does not fit fails the call).
     assert listed["search"].output_schema["required"] == ["results"]
     assert listed["load"].output_schema["required"] == ["item_type", "item_id"]
+    assert {"run_id", "state", "status", "result", "current_step"} <= set(
+        listed["execute"].output_schema["properties"]
+    )
+    assert {"help", "status", "request_id"} <= set(listed["help"].output_schema["properties"])
     found = data(await client.call_tool("search", {"item_type": "directive", "query": "greeting"}))
     assert found["results"][0]["item_id"] == "hello_kiwi"
     # search reports the item space with the value load takes ('local' is an alias of 'project').
