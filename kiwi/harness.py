@@ -20,17 +20,18 @@ class InputRounds(BaseModel):
     """``input_rounds``: which human decisions the MCP front end may ask through the client's user.
 
     An MCP input round (SEP-2322) lets a client that can ask its user answer a run's escalation
-    without `kiwi decide`. The answer is signed with the approver key ``sign_as`` (the front end
-    signs; the client never holds a key), so it is trusted only as far as the operator trusts the
-    client's user: off by default. Approvals never go through input rounds (see the README).
+    without `kiwi decide`, or a call's approval without `kiwi approve`. The answer is signed with the
+    approver key ``sign_as`` (the front end signs; the client never holds a key), so it is trusted
+    only as far as the operator trusts the client's user: off by default, each switch on its own.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     escalations: bool = False
+    # Approvals too: a call waiting for approval asks the client's user, shown exactly what will run and
+    # its call hash. Off by default and a separate switch: the client's user may be the agent itself.
+    approvals: bool = False
     sign_as: str = ""
-    # A call's approval must come from an approver the agent cannot be; a client's user may be the agent.
-    approvals: Literal[False] = False
 
 
 class HarnessConfig(BaseModel):
@@ -213,11 +214,13 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
         )
     except (TypeError, ValueError) as exc:
         raise ItemInvalid([Problem(f"agent_harness.yaml: {exc}", source)]) from None
-    if parsed.input_rounds.escalations and not parsed.input_rounds.sign_as:
+    rounds = parsed.input_rounds
+    if (rounds.escalations or rounds.approvals) and not rounds.sign_as:
+        which = "escalations" if rounds.escalations else "approvals"
         raise ItemInvalid(
             [
                 Problem(
-                    "agent_harness.yaml: input_rounds.escalations needs input_rounds.sign_as: the approver "
+                    f"agent_harness.yaml: input_rounds.{which} needs input_rounds.sign_as: the approver "
                     "key (trusted_keys.yaml, role approve) the MCP front end signs the answers with",
                     source,
                 )

@@ -15,7 +15,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp_types import SubscribeRequestParams, UnsubscribeRequestParams
 
 from kiwi.items.store import ItemStore
-from mcp_frontend.input_rounds import Escalations, request_state_security
+from mcp_frontend.input_rounds import Approvals, Escalations, request_state_security
 from mcp_frontend.prompts import DirectivePrompts
 from mcp_frontend.resources import ItemListing, RunWatches, register_resources
 from mcp_frontend.tasks import KiwiTasks
@@ -38,11 +38,12 @@ class BeyondTools:
         self.listing = ItemListing(store)
         self.tasks = KiwiTasks(link, client_name)
         self.escalations = Escalations(link, store)
+        self.approvals = Approvals(link, store, client_name)
 
     def server_options(self) -> dict[str, Any]:
         return {
             "subscriptions": self.bus,
-            "middleware": [self.listing, self.prompts, self.watches, self.escalations],
+            "middleware": [self.listing, self.prompts, self.watches, self.escalations, self.approvals],
             "extensions": [self.tasks],
             "request_state_security": request_state_security(SERVER_NAME),
         }

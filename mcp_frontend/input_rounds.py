@@ -10,9 +10,14 @@ shares (``KIWI_MCP_STATE_KEY``, else a secret kept next to your keys), so any fr
 retry, before or after a restart. The answer is sent as ``kiwi decide`` would send it, signed by
 the ``sign_as`` approver key, and the note records which client's user gave it.
 
-A user who declines leaves the escalation to ``kiwi decide``. Approvals never go
-this way: a call's approval must come from someone the agent cannot be, and a client's user may be
-the agent itself.
+A user who declines leaves the escalation to ``kiwi decide``.
+
+Approvals the same way, opted into on their own (``input_rounds: {approvals: true, sign_as: KEY}``):
+a call that waits for approval answers, instead of ``pending``, with a form showing exactly what
+will run (tool, arguments, the call's hash); the user's approve or reject is sent as ``kiwi approve``
+would send it, signed by ``sign_as`` over the run, the request and that hash, and the retry answers
+with the call's result. The client's user may be the agent itself, which is why it is a separate
+switch, off by default.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -29,6 +35,7 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from kiwi.errors import ItemInvalid, KiwiError
+from kiwi.guards import digest, redact
 from kiwi.harness import InputRounds, load_harness
 from kiwi.items.store import ItemStore
 from kiwi.keys import keys_dir
@@ -43,6 +50,9 @@ STATE_KEY_FILE = "mcp-request-state.secret"
 # An escalation can wait for its human; the sealed state outlives the default ten minutes.
 STATE_TTL_SECONDS = 24 * 3600.0
 REQUEST_KEY = "escalation"
+APPROVAL_KEY = "approval"
+# A call sent in a client that can ask its user: how long before a call waiting for approval asks.
+APPROVAL_ASK_WAIT = 2.0
 
 
 def request_state_security(name: str) -> RequestStateSecurity:
@@ -170,6 +180,145 @@ class Escalations:
             "client": who,
             "message": "the answer is sent to the run, signed; read it in the run's status under 'decisions'",
         }
+
+
+class Approvals(Escalations):
+    """Middleware for ``tools/call execute(call, run_id)``: a call waiting for approval asks the client's user."""
+
+    def __init__(self, link: TemporalLink, store: ItemStore, client_name: str) -> None:
+        super().__init__(link, store)
+        self.client_name = client_name
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        params = ctx.params if isinstance(ctx.params, Mapping) else {}
+        arguments = params.get("arguments") if isinstance(params.get("arguments"), Mapping) else {}
+        if (
+            ctx.method != "tools/call"
+            or params.get("name") != "execute"
+            or arguments.get("action") != "call"
+            or not arguments.get("run_id")
+            or not self.settings().approvals
+            or not _asks_its_user(ctx)
+        ):
+            return await call_next(ctx)
+        state = params.get("requestState")
+        if isinstance(state, str):
+            return await self._decided(ctx, state, params.get("inputResponses"), arguments)
+        if "wait_seconds" not in arguments:
+            # A call held for approval asks soon. A copy: the requestState is bound to the call as sent.
+            ctx = replace(
+                ctx, params={**params, "arguments": {**arguments, "wait_seconds": APPROVAL_ASK_WAIT}}
+            )
+        result = await call_next(ctx)
+        pending = _structured(result)
+        if pending.get("status") != "pending":
+            return result
+        run_id, call_id = str(arguments["run_id"]), str((pending.get("result") or {}).get("call_id") or "")
+        request = await self._request_of(run_id, str(pending.get("tool") or ""), arguments.get("parameters"))
+        if request is None or not call_id:
+            return result  # slow, not waiting for a human: the agent polls as usual
+        return {
+            "resultType": "input_required",
+            "inputRequests": {APPROVAL_KEY: _approval_form(run_id, request, arguments.get("parameters"))},
+            "requestState": json.dumps(
+                {"run_id": run_id, "request_id": request.request_id, "call_id": call_id}
+            ),
+        }
+
+    async def _request_of(self, run_id: str, tool: str, parameters: Any) -> Any:
+        """The run's pending approval request for this very call (tool and argument hash), if any."""
+        status = await (await self.link.runs()).status(run_id)
+        wanted = digest([tool, parameters if isinstance(parameters, dict) else {}])
+        pending = [a for a in status.approvals if a.status == "pending" and a.tool == tool]
+        return next((a for a in pending if a.args_hash == wanted), None)
+
+    async def _decided(
+        self, ctx: ServerRequestContext[Any, Any], state: str, responses: Any, arguments: Mapping[str, Any]
+    ) -> HandlerResult:
+        try:
+            named = json.loads(state)
+            run_id, request_id, call_id = (
+                str(named["run_id"]),
+                str(named["request_id"]),
+                str(named["call_id"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            return _tool_result(
+                {"error": "InputInvalid", "message": "the requestState does not name an approval"}
+            )
+        if arguments.get("run_id") != run_id:
+            return _tool_result({"error": "InputInvalid", "message": "the retry names another run"})
+        runs = await self.link.runs()
+        answer = (responses or {}).get(APPROVAL_KEY) if isinstance(responses, Mapping) else None
+        content = answer.get("content") if isinstance(answer, Mapping) else None
+        decision = str((content or {}).get("decision") or "") if isinstance(content, Mapping) else ""
+        if (
+            not isinstance(answer, Mapping)
+            or answer.get("action") != "accept"
+            or decision
+            not in (
+                "approve",
+                "reject",
+            )
+        ):
+            return _tool_result(
+                {
+                    "status": "pending",
+                    "run_id": run_id,
+                    "result": {"call_id": call_id, "run_id": run_id},
+                    "reason": f"the user did not decide; the call waits for `kiwi approve {run_id} {request_id}`",
+                    "hint": f"poll with execute(item_type='run', action='poll', run_id='{run_id}', "
+                    f"item_id='{call_id}')",
+                }
+            )
+        note = str(content.get("reason") or "") if isinstance(content, Mapping) else ""
+        who = _client_identity(ctx)
+        try:
+            await runs.decide_approval(
+                run_id,
+                request_id,
+                decision == "approve",
+                by=self.settings().sign_as,
+                reason=f"answered by the user of MCP client {who}" + (f": {note}" if note else ""),
+            )
+        except KiwiError as exc:
+            return _tool_result(
+                {
+                    "error": exc.type,
+                    "run_id": run_id,
+                    "request_id": request_id,
+                    "message": exc.message,
+                    "hint": exc.hint,
+                }
+            )
+        wait = arguments.get("wait_seconds")
+        result = await runs.poll_call(
+            run_id, call_id, wait_seconds=float(wait) if isinstance(wait, int | float) and wait > 0 else 20.0
+        )
+        return _tool_result(result.model_dump())
+
+
+def _approval_form(run_id: str, request: Any, parameters: Any) -> dict[str, Any]:
+    shown = json.dumps(redact(parameters if isinstance(parameters, dict) else {}), indent=2)
+    if len(shown) > 4000:
+        shown = shown[:4000] + "\n... (cut; the call hash covers all of it)"
+    return {
+        "method": "elicitation/create",
+        "params": {
+            "mode": "form",
+            "message": f"Run {run_id} asks to run {request.summary} ({request.tool}). It runs only if you "
+            f"approve.\nArguments:\n{shown}\nCall hash: {request.args_hash} (request {request.request_id}, "
+            f"until {request.expires_at})",
+            "requestedSchema": {
+                "type": "object",
+                "properties": {
+                    "decision": {"type": "string", "title": "Your decision", "enum": ["approve", "reject"]},
+                    "reason": {"type": "string", "title": "Reason (optional)"},
+                },
+                "required": ["decision"],
+            },
+        },
+    }
 
 
 def _asks_its_user(ctx: ServerRequestContext[Any, Any]) -> bool:

@@ -137,9 +137,12 @@ def test_the_harness_key_is_checked(project):
     harness.write_text(base + "\ninput_rounds:\n  escalations: true\n")
     with pytest.raises(ItemInvalid, match="sign_as"):
         load_harness(project, user_space())
-    harness.write_text(base + "\ninput_rounds:\n  approvals: true\n  sign_as: desk\n")
-    with pytest.raises(ItemInvalid, match="input_rounds.approvals"):
+    harness.write_text(base + "\ninput_rounds:\n  approvals: true\n")
+    with pytest.raises(ItemInvalid, match="input_rounds.approvals needs input_rounds.sign_as"):
         load_harness(project, user_space())
+    harness.write_text(base + "\ninput_rounds:\n  approvals: true\n  sign_as: desk\n")
+    rounds = load_harness(project, user_space()).input_rounds
+    assert rounds.approvals is True and rounds.escalations is False  # each opted into on its own
 
 
 async def test_a_restarted_kiwi_mcp_process_takes_the_retry(runs, project, temporal_env):
@@ -171,3 +174,82 @@ async def test_a_restarted_kiwi_mcp_process_takes_the_retry(runs, project, tempo
         assert data(retried)["status"] == "decided"
     decision = (await runs.status(run_id)).decisions[0]
     assert (decision.answer, decision.by) == ("ship", "desk")
+
+
+APPROVALS_OPT_IN = "\ninput_rounds:\n  approvals: true\n  sign_as: desk\n"
+# hello_kiwi writes notes/hello.md in an automatic step; the agent's call deletes it.
+DELETE = {
+    "item_type": "tool",
+    "action": "call",
+    "item_id": "filesystem.delete",
+    "parameters": {"path": "notes/hello.md"},
+}
+
+
+def approvals_opt_in(project, extra: str = APPROVALS_OPT_IN) -> None:
+    harness = project / ".ai" / "config" / "agent_harness.yaml"
+    text = harness.read_text().replace("tools: [git.rollback]", "tools: [git.rollback, filesystem.delete]")
+    harness.write_text(text + extra)
+    approver("desk")
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+async def test_the_clients_user_decides_a_call_waiting_for_approval(runs, project, temporal_env, decision):
+    approvals_opt_in(project)
+    asked = []
+
+    async def the_user(context, params):
+        asked.append(params)
+        return ElicitResult(action="accept", content={"decision": decision, "reason": "read the plan"})
+
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue, client_name="agent-1")
+    async with Client(server, elicitation_callback=the_user) as client:
+        run_id = await start_hello(client)
+        answer = data(await client.call_tool("execute", {**DELETE, "run_id": run_id}))
+    status = await runs.status(run_id)
+    (request,) = status.approvals
+    # The user saw exactly what would run: the tool, its arguments and the call's hash.
+    assert len(asked) == 1 and "filesystem.delete notes/hello.md" in asked[0].message
+    assert '"path": "notes/hello.md"' in asked[0].message and request.args_hash in asked[0].message
+    assert asked[0].requested_schema["properties"]["decision"]["enum"] == ["approve", "reject"]
+    # Signed by the operator's key, noting whose user decided; bound to that call like `kiwi approve`.
+    assert request.decided_by == "desk" and "answered by the user of MCP client mcp" in request.reason
+    assert not status.refused_decisions
+    if decision == "approve":
+        assert answer["status"] == "ok" and not (project / "notes" / "hello.md").exists()
+        assert request.status == "approved"
+    else:
+        assert answer["status"] == "denied" and answer["error_type"] == "ApprovalRejected", answer
+        assert (project / "notes" / "hello.md").exists() and request.status == "rejected"
+
+
+async def test_approvals_are_not_asked_unless_the_harness_opts_into_them(runs, project, temporal_env):
+    """Escalations through the client do not open approvals to it: each is its own switch."""
+    approvals_opt_in(project, OPT_IN)
+
+    async def the_user(context, params):
+        raise AssertionError("approvals are not opted in: the client's user is never asked to approve")
+
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue, client_name="agent-1")
+    async with Client(server, elicitation_callback=the_user) as client:
+        run_id = await start_hello(client)
+        answer = data(await client.call_tool("execute", {**DELETE, "run_id": run_id, "wait_seconds": 1}))
+    assert answer["status"] == "pending" and "approve" in answer["reason"]
+    assert [a.status for a in (await runs.status(run_id)).approvals] == ["pending"]
+    assert (project / "notes" / "hello.md").exists()
+
+
+async def test_a_user_who_declines_leaves_the_call_to_kiwi_approve(runs, project, temporal_env):
+    approvals_opt_in(project)
+
+    async def the_user(context, params):
+        return ElicitResult(action="decline")
+
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue, client_name="agent-1")
+    async with Client(server, elicitation_callback=the_user) as client:
+        run_id = await start_hello(client)
+        answer = data(await client.call_tool("execute", {**DELETE, "run_id": run_id}))
+    (request,) = (await runs.status(run_id)).approvals
+    assert answer["status"] == "pending" and f"kiwi approve {run_id} {request.request_id}" in answer["reason"]
+    assert answer["result"]["call_id"] and request.status == "pending"
+    assert (project / "notes" / "hello.md").exists()
