@@ -596,14 +596,39 @@ class RunClient:
     ) -> ToolCallResult:
         """The answer of an earlier call that came back ``pending``."""
         await self.check_project(run_id)
-        update = self.handle(run_id).get_update_handle(call_id, result_type=ToolCallResult)
-        try:
-            result = await _wait(
-                update.result(), wait_seconds, on_progress, lambda: self.upstream_progress(run_id)
+        execution: str | None = None  # the latest first, then the ones it continued from
+        for _ in range(POLL_EXECUTIONS):
+            update = self.handle(run_id).get_update_handle(
+                call_id, workflow_run_id=execution, result_type=ToolCallResult
             )
+            try:
+                result = await _wait(
+                    update.result(), wait_seconds, on_progress, lambda: self.upstream_progress(run_id)
+                )
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise _translate(exc, run_id) from None
+                # Not in this execution: the call may have finished in the one it continued from.
+                execution = await self._continued_from(run_id, execution)
+                if execution is None:
+                    raise KiwiError(
+                        f"run {run_id} has no call '{call_id}'",
+                        hint="poll with the call_id of a call of this run that answered 'pending'",
+                    ) from None
+                continue
+            return result if result is not None else _pending("", run_id, call_id, wait_seconds)
+        raise KiwiError(f"run {run_id}: call '{call_id}' not found in its last {POLL_EXECUTIONS} executions")
+
+    async def _continued_from(self, run_id: str, execution: str | None) -> str | None:
+        """The execution that ``execution`` (None: the latest) of the run continued from, if any."""
+        handle = self.client.get_workflow_handle(run_id, run_id=execution)
+        try:
+            async for event in handle.fetch_history_events(page_size=1):
+                started = event.workflow_execution_started_event_attributes
+                return started.continued_execution_run_id or None
         except RPCError as exc:
             raise _translate(exc, run_id) from None
-        return result if result is not None else _pending("", run_id, call_id, wait_seconds)
+        return None
 
     async def upstream_progress(self, run_id: str, tool: str | None = None) -> str:
         """What an external MCP server last reported for a long call in this run ("" if nothing).
@@ -811,6 +836,8 @@ def _translate(exc: RPCError, run_id: str) -> KiwiError:
     return KiwiError(f"Temporal refused the request: {exc.message}")
 
 
+# How many executions of a run (continue-as-new) poll looks back through for a call's answer.
+POLL_EXECUTIONS = 20
 # How long a decision's sender watches the run take it before saying it is sent but not yet taken.
 DECISION_WAIT_SECONDS = 15.0
 

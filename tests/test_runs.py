@@ -10,7 +10,7 @@ import pytest
 
 from activities.audit import read_audit
 from kiwi.contracts import ResumeRequest, session_workflow_id
-from kiwi.errors import InputInvalid, ItemNotFound, RunStateConflict
+from kiwi.errors import InputInvalid, ItemNotFound, KiwiError, RunNotFound, RunStateConflict
 from tests.helpers import approver, directive_md, wait_for, write, write_directive
 
 
@@ -414,3 +414,42 @@ async def _held(runs, run_id):
 
 async def _refused(runs, run_id):
     return (await runs.status(run_id)).refused_decisions
+
+
+async def test_a_pending_call_is_polled_after_the_run_continued_as_new(runs, project):
+    """The call answered 'pending', finished in the execution that then continued-as-new: its answer is
+    still there for poll (and for an MCP task), read from the execution that ran it."""
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "runs:\n  continue_as_new_after_updates: 2\napprovals:\n  tools: [filesystem.delete]\n",
+    )
+    approver("alice")
+    grants = '<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md('<step name="work"><action>Tidy.</action></step>', name="tidy", permissions=grants),
+    )
+    write(project / "notes" / "old.txt", "old")
+    run_id = await runs.start("tidy", {})
+    await awaiting(runs, run_id, "work")
+    pending = await runs.call_tool_waiting(
+        run_id, "filesystem.delete", {"path": "notes/old.txt"}, client_name="agent", wait_seconds=0.5
+    )
+    assert pending.status == "pending"
+    call_id = pending.result["call_id"]
+    first = await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.txt", "content": "a"})
+    assert first.status == "ok"  # the second update: the run drains, then continues-as-new
+    (request,) = [a for a in (await runs.status(run_id)).approvals if a.status == "pending"]
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+
+    async def continued():
+        return (await runs.status(run_id)).continued >= 1
+
+    await wait_for(continued, what="the run to continue-as-new")
+    answer = await runs.poll_call(run_id, call_id, wait_seconds=5)
+    assert answer.status == "ok" and answer.tool == "filesystem.delete", answer
+    assert not (project / "notes" / "old.txt").exists()
+    with pytest.raises(KiwiError, match=f"run {run_id} has no call 'nope'"):
+        await runs.poll_call(run_id, "nope", wait_seconds=1)
+    with pytest.raises(RunNotFound):
+        await runs.poll_call("run-none-0", call_id, wait_seconds=1)
