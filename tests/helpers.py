@@ -9,6 +9,7 @@ import ctypes
 import json
 import os
 import random
+import signal
 import textwrap
 import threading
 import uuid
@@ -251,3 +252,67 @@ async def waits_for_agent(runs: RunClient, run_id: str) -> bool:
 
 async def pending_approvals(runs: RunClient, run_id: str) -> list[Any]:
     return [a for a in (await runs.status(run_id)).approvals if a.status == "pending"]
+
+
+@contextlib.asynccontextmanager
+async def kiwi_mcp_http(temporal_env: Any, runs: RunClient, project: Path, port: int):
+    """`kiwi mcp --http` for ``project`` as its own process group; yields (URL, process) once it answers,
+    and kills the group at the end (SIGKILL: a test may also kill it itself, as a crash)."""
+    import sys
+
+    from mcp.client import Client
+
+    address = temporal_env.client.service_client.config.target_host
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "mcp",
+        "--http",
+        "--port",
+        str(port),
+        "--address",
+        address,
+        "--task-queue",
+        runs.task_queue,
+        cwd=str(project),
+        env={**os.environ},
+        start_new_session=True,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    async def up():
+        try:
+            async with Client(url) as probe:
+                return bool(await probe.list_tools())
+        except Exception:  # noqa: BLE001 - not listening yet
+            return False
+
+    try:
+        await wait_for(up, timeout=60, what="kiwi mcp --http")
+        yield url, proc
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+
+
+async def kiwi_cli(
+    *argv: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """The real `kiwi` command line in a child process (from ``cwd``): exit code, stdout, stderr."""
+    import sys
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        *argv,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    return proc.returncode, out.decode(), err.decode()

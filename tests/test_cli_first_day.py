@@ -19,25 +19,10 @@ from temporalio import activity
 from activities.commands import CommandActivities
 from kiwi.contracts import LocalToolRequest
 from kiwi.upstream.pool import McpPool
-from tests.helpers import approver, awaiting_step, directive_md, wait_for, write, write_directive
+from tests.helpers import approver, awaiting_step, directive_md, kiwi_cli, wait_for, write, write_directive
 from workers.main import SANDBOX, WORKFLOWS, KiwiWorker, activities
 
 RUN_ID = re.compile(r"run-[a-z_]+-[0-9a-f]{10}")
-
-
-async def kiwi_cli(*argv: str, cwd: Path | None = None, env: dict[str, str] | None = None):
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kiwi",
-        *argv,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    return proc.returncode, out.decode(), err.decode()
 
 
 def connection(runs) -> list[str]:

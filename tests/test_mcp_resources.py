@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import sys
 
 import pytest
 from mcp.client import Client
@@ -16,7 +13,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 
 from kiwi.devserver import free_port
 from mcp_frontend.server import build_server
-from tests.helpers import data, execute, wait_for
+from tests.helpers import data, execute, kiwi_mcp_http, wait_for
 
 
 def text_of(result) -> str:
@@ -146,73 +143,40 @@ async def test_a_subscribed_client_hears_the_run_change(runs, project, temporal_
 
 
 async def test_subscriptions_over_streamable_http_with_the_kiwi_mcp_command(runs, project, temporal_env):
-    address = temporal_env.client.service_client.config.target_host
-    port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kiwi",
-        "mcp",
-        "--http",
-        "--port",
-        str(port),
-        "--address",
-        address,
-        "--task-queue",
-        runs.task_queue,
-        cwd=str(project),
-        env={**os.environ},
-        start_new_session=True,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
+    async with kiwi_mcp_http(temporal_env, runs, project, free_port()) as (url, _), Client(url) as client:
+        run_id = await start_hello(client, "Http")
 
-        async def up():
-            try:
-                async with Client(url) as probe:
-                    return bool(await probe.list_tools())
-            except Exception:  # noqa: BLE001 - not listening yet
-                return False
+        async def finish():
+            await execute(
+                client,
+                {
+                    "item_type": "run",
+                    "action": "complete_step",
+                    "run_id": run_id,
+                    "parameters": {"step": "confirm"},
+                },
+            )
 
-        await wait_for(up, timeout=60, what="kiwi mcp --http")
-        async with Client(url) as client:
-            run_id = await start_hello(client, "Http")
+        heard = await watch_until_completed(client, run_id, finish)
+        assert heard
+        # A 2025-era client subscribes with resources/subscribe and hears it on its session.
+        updates: list[str] = []
 
-            async def finish():
-                await execute(
-                    client,
-                    {
-                        "item_type": "run",
-                        "action": "complete_step",
-                        "run_id": run_id,
-                        "parameters": {"step": "confirm"},
-                    },
-                )
+        async def on_message(message):
+            uri = getattr(getattr(message, "params", None), "uri", None)
+            if getattr(message, "method", "") == "notifications/resources/updated":
+                updates.append(str(uri))
 
-            heard = await watch_until_completed(client, run_id, finish)
-            assert heard
-            # A 2025-era client subscribes with resources/subscribe and hears it on its session.
-            updates: list[str] = []
+        async with Client(url, mode="legacy", message_handler=on_message) as legacy:
+            second = await start_hello(legacy, "Legacy")
+            with pytest.warns(MCPDeprecationWarning):
+                await legacy.subscribe_resource(f"kiwi://runs/{second}")
+            await runs.complete_step(second, "confirm", {"confirmed": True})
 
-            async def on_message(message):
-                uri = getattr(getattr(message, "params", None), "uri", None)
-                if getattr(message, "method", "") == "notifications/resources/updated":
-                    updates.append(str(uri))
+            async def heard_legacy():
+                return f"kiwi://runs/{second}" in updates
 
-            async with Client(url, mode="legacy", message_handler=on_message) as legacy:
-                second = await start_hello(legacy, "Legacy")
-                with pytest.warns(MCPDeprecationWarning):
-                    await legacy.subscribe_resource(f"kiwi://runs/{second}")
-                await runs.complete_step(second, "confirm", {"confirmed": True})
-
-                async def heard_legacy():
-                    return f"kiwi://runs/{second}" in updates
-
-                await wait_for(heard_legacy, what="a 2025-era subscriber to hear the run change")
-            prompts = [p.name for p in (await client.list_prompts()).prompts]
-            assert "hello_kiwi" in prompts
-            assert data(await client.call_tool("search", {"item_type": "directive", "query": "greeting"}))
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        await proc.wait()
+            await wait_for(heard_legacy, what="a 2025-era subscriber to hear the run change")
+        prompts = [p.name for p in (await client.list_prompts()).prompts]
+        assert "hello_kiwi" in prompts
+        assert data(await client.call_tool("search", {"item_type": "directive", "query": "greeting"}))

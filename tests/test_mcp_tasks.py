@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +18,7 @@ from pydantic import ConfigDict, Field
 
 from kiwi.devserver import free_port
 from mcp_frontend.server import build_server
-from tests.helpers import approver, directive_md, execute, wait_for, write, write_directive
+from tests.helpers import approver, directive_md, execute, kiwi_mcp_http, wait_for, write, write_directive
 
 TASKS = "io.modelcontextprotocol/tasks"
 
@@ -115,45 +113,6 @@ def gate_tool(project: Path) -> None:
 
 
 RUN_GATED = {"item_type": "directive", "action": "run", "item_id": "gated_build"}
-
-
-@asynccontextmanager
-async def kiwi_mcp_http(temporal_env, runs, project, port: int):
-    """`kiwi mcp --http` as its own process; yields its URL once it answers."""
-    address = temporal_env.client.service_client.config.target_host
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kiwi",
-        "mcp",
-        "--http",
-        "--port",
-        str(port),
-        "--address",
-        address,
-        "--task-queue",
-        runs.task_queue,
-        cwd=str(project),
-        env={**os.environ},
-        start_new_session=True,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}/mcp"
-
-    async def up():
-        try:
-            async with Client(url) as probe:
-                return bool(await probe.list_tools())
-        except Exception:  # noqa: BLE001 - not listening yet
-            return False
-
-    try:
-        await wait_for(up, timeout=60, what="kiwi mcp --http")
-        yield url, proc
-    finally:
-        if proc.returncode is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
 
 
 async def test_a_directive_run_task_survives_the_front_end_being_killed(runs, project, temporal_env):

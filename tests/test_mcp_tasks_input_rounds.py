@@ -16,8 +16,7 @@ from kiwi.harness import load_harness
 from kiwi.items.store import user_space
 from mcp_frontend.input_rounds import REQUEST_KEY
 from mcp_frontend.server import build_server
-from tests.helpers import approver, data, execute
-from tests.test_mcp_tasks import kiwi_mcp_http
+from tests.helpers import approver, data, execute, kiwi_mcp_http
 
 OPT_IN = "\ninput_rounds:\n  escalations: true\n  sign_as: desk\n"
 ESCALATE = {"action": "escalate", "reason": "the migration drops a column", "options": ["ship", "wait"]}

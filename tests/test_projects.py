@@ -3,7 +3,6 @@ runs unless told otherwise; a run's activities work in its own project, whatever
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -15,23 +14,7 @@ from kiwi.cli import main as kiwi_main
 from kiwi.contracts import PROJECT_ATTR
 from kiwi.devserver import DevServer, load_dev_config
 from kiwi.errors import RunInOtherProject
-from tests.helpers import awaiting_step, run_client, wait_for
-
-
-async def kiwi_cli(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """The real `kiwi` command line in a child process, from ``cwd``."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kiwi",
-        *argv,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    return proc.returncode, out.decode(), err.decode()
+from tests.helpers import awaiting_step, kiwi_cli, run_client, wait_for
 
 
 @pytest.fixture

@@ -224,17 +224,7 @@ async def test_a_call_sent_while_the_run_drains_for_continue_as_new_lands_once_i
     # A call waiting for approval keeps the run draining (it continues-as-new only when every handler
     # has finished); a call sent meanwhile is refused as 'continuing', waits for the successor run and
     # is sent again there: it runs once, after the approved call, in the new execution.
-    write(
-        project / ".ai" / "config" / "agent_harness.yaml",
-        "runs:\n  continue_as_new_after_updates: 2\napprovals:\n  tools: [filesystem.delete]\n",
-    )
-    approver("alice")
-    grants = '<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
-    write_directive(
-        project / ".ai" / "directives" / "tidy.md",
-        directive_md('<step name="work"><action>Tidy.</action></step>', name="tidy", permissions=grants),
-    )
-    write(project / "notes" / "old.txt", "old")
+    tidy_that_continues_after_two_calls(project)
     run_id = await runs.start("tidy", {})
     await awaiting(runs, run_id, "work")
     delete = asyncio.create_task(runs.call_tool(run_id, "filesystem.delete", {"path": "notes/old.txt"}))
@@ -254,6 +244,21 @@ async def test_a_call_sent_while_the_run_drains_for_continue_as_new_lands_once_i
     status = await runs.status(run_id)
     assert status.continued >= 1 and status.calls == 3
     assert (project / "notes" / "b.txt").read_text() == "b" and not (project / "notes" / "old.txt").exists()
+
+
+def tidy_that_continues_after_two_calls(project) -> None:
+    """A 'tidy' directive whose runs continue-as-new after two calls; deleting needs alice's approval."""
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "runs:\n  continue_as_new_after_updates: 2\napprovals:\n  tools: [filesystem.delete]\n",
+    )
+    approver("alice")
+    grants = '<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md('<step name="work"><action>Tidy.</action></step>', name="tidy", permissions=grants),
+    )
+    write(project / "notes" / "old.txt", "old")
 
 
 async def test_long_runs_continue_as_new_and_callers_never_notice(runs, project):
@@ -419,17 +424,7 @@ async def _refused(runs, run_id):
 async def test_a_pending_call_is_polled_after_the_run_continued_as_new(runs, project):
     """The call answered 'pending', finished in the execution that then continued-as-new: its answer is
     still there for poll (and for an MCP task), read from the execution that ran it."""
-    write(
-        project / ".ai" / "config" / "agent_harness.yaml",
-        "runs:\n  continue_as_new_after_updates: 2\napprovals:\n  tools: [filesystem.delete]\n",
-    )
-    approver("alice")
-    grants = '<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
-    write_directive(
-        project / ".ai" / "directives" / "tidy.md",
-        directive_md('<step name="work"><action>Tidy.</action></step>', name="tidy", permissions=grants),
-    )
-    write(project / "notes" / "old.txt", "old")
+    tidy_that_continues_after_two_calls(project)
     run_id = await runs.start("tidy", {})
     await awaiting(runs, run_id, "work")
     pending = await runs.call_tool_waiting(
