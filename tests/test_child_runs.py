@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from temporalio.worker import Replayer
+
 from activities.audit import read_audit
 from kiwi.contracts import DIRECTIVE_ATTR, PROJECT_ATTR
+from kiwi.converter import data_converter
 from tests.helpers import directive_md, wait_for, write, write_directive
+from workers.main import SANDBOX, WORKFLOWS
 
 WRITE = (
     '<step name="{name}"><tool_call tool="filesystem.write"><param name="path">{path}</param>'
@@ -69,6 +73,10 @@ async def test_a_step_runs_a_child_and_gets_its_outputs(runs, project):
     described = await runs.handle(child["run_id"]).describe()
     assert described.typed_search_attributes.get(PROJECT_ATTR) == str(project)
     assert described.typed_search_attributes.get(DIRECTIVE_ATTR) == "writer"
+    # The parent's history (a child started behind its patch) replays on this code.
+    await Replayer(
+        workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX
+    ).replay_workflow(await runs.handle(run_id).fetch_history())
 
 
 async def test_a_child_asking_for_more_than_its_parent_is_denied_and_recorded(runs, project):
