@@ -243,11 +243,11 @@ class Approvals(Escalations):
                 str(named["call_id"]),
             )
         except (ValueError, KeyError, TypeError):
-            return _tool_result(
+            return _call_result(
                 {"error": "InputInvalid", "message": "the requestState does not name an approval"}
             )
         if arguments.get("run_id") != run_id:
-            return _tool_result({"error": "InputInvalid", "message": "the retry names another run"})
+            return _call_result({"error": "InputInvalid", "message": "the retry names another run"})
         runs = await self.link.runs()
         answer = (responses or {}).get(APPROVAL_KEY) if isinstance(responses, Mapping) else None
         content = answer.get("content") if isinstance(answer, Mapping) else None
@@ -261,7 +261,7 @@ class Approvals(Escalations):
                 "reject",
             )
         ):
-            return _tool_result(
+            return _call_result(
                 {
                     "status": "pending",
                     "run_id": run_id,
@@ -282,7 +282,7 @@ class Approvals(Escalations):
                 reason=f"answered by the user of MCP client {who}" + (f": {note}" if note else ""),
             )
         except KiwiError as exc:
-            return _tool_result(
+            return _call_result(
                 {
                     "error": exc.type,
                     "run_id": run_id,
@@ -295,7 +295,11 @@ class Approvals(Escalations):
         result = await runs.poll_call(
             run_id, call_id, wait_seconds=float(wait) if isinstance(wait, int | float) and wait > 0 else 20.0
         )
-        return _tool_result(result.model_dump())
+        return _call_result(result.model_dump())
+
+
+def _call_result(answer: dict[str, Any]) -> dict[str, Any]:
+    return _tool_result(answer, "tool", "call")
 
 
 def _approval_form(run_id: str, request: Any, parameters: Any) -> dict[str, Any]:
@@ -358,10 +362,15 @@ def _structured(result: HandlerResult) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _tool_result(answer: dict[str, Any]) -> dict[str, Any]:
+def _tool_result(answer: dict[str, Any], item_type: str = "run", action: str = "escalate") -> dict[str, Any]:
+    """The tool's answer on the wire; an answer with ``error`` is an isError result in the seeds' shape."""
+    is_error = "error" in answer
+    if is_error:
+        item_id = str(answer.get("request_id") or answer.get("run_id") or "")
+        answer = {"item_type": item_type, "action": action, "item_id": item_id, "hint": "", **answer}
     return {
         "resultType": "complete",
-        "content": [{"type": "text", "text": json.dumps(answer)}],
+        "content": [{"type": "text", "text": json.dumps(answer, indent=2 if is_error else None)}],
         "structuredContent": answer,
-        "isError": False,
+        "isError": is_error,
     }

@@ -252,3 +252,45 @@ async def test_a_user_who_declines_leaves_the_call_to_kiwi_approve(runs, project
     assert answer["status"] == "pending" and f"kiwi approve {run_id} {request.request_id}" in answer["reason"]
     assert answer["result"]["call_id"] and request.status == "pending"
     assert (project / "notes" / "hello.md").exists()
+
+
+async def test_an_approval_round_cannot_approve_another_call_or_be_replayed(runs, project, temporal_env):
+    """The attack: the agent holds the sealed state of one approval round and tries it on another call."""
+    approvals_opt_in(project)
+
+    async def never(context, params):
+        raise AssertionError("this client drives the round itself")
+
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue, client_name="agent-1")
+    async with Client(server, elicitation_callback=never) as client:
+        run_id = await start_hello(client)
+        call = {**DELETE, "run_id": run_id}
+        question = await client.session.call_tool("execute", call, allow_input_required=True)
+        assert isinstance(question, InputRequiredResult)
+        key = next(iter(question.input_requests))
+        approve = {key: ElicitResult(action="accept", content={"decision": "approve"})}
+        # 1. The same state for other arguments (another file): refused, bound to the call as asked.
+        other = {**call, "parameters": {"path": "notes/other.md"}}
+        with pytest.raises(Exception, match="requestState"):
+            await client.session.call_tool(
+                "execute", other, input_responses=approve, request_state=question.request_state
+            )
+        assert [a.status for a in (await runs.status(run_id)).approvals] == ["pending"]
+        # 2. The round as asked: approved once, the call runs.
+        done = await client.session.call_tool(
+            "execute", call, input_responses=approve, request_state=question.request_state
+        )
+        assert data(done)["status"] == "ok" and not (project / "notes" / "hello.md").exists()
+        # 3. The same call again later needs its own approval: the old state replayed does not give it.
+        (project / "notes" / "hello.md").write_text("again")
+        again = await client.session.call_tool("execute", call, allow_input_required=True)
+        assert isinstance(again, InputRequiredResult)
+        replayed_result = await client.session.call_tool(
+            "execute", call, input_responses=approve, request_state=question.request_state
+        )
+        replayed = data(replayed_result)  # an isError result in the seeds' error shape
+        assert replayed_result.is_error and replayed["error"] == "RunStateConflict"
+        assert "already approved" in replayed["message"]
+    approvals = (await runs.status(run_id)).approvals
+    assert [a.status for a in approvals] == ["approved", "pending"]
+    assert (project / "notes" / "hello.md").read_text() == "again"
