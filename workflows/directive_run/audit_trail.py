@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
         RunSnapshot,
         RunState,
     )
+    from kiwi.tracing import audit_span, current_ids
 
 
 class AuditTrail:
@@ -32,16 +33,18 @@ class AuditTrail:
 
     def record(self, record: dict[str, Any]) -> None:
         self.state.audit_seq += 1
-        self.state.audit_pending.append(
-            {
-                "seq": self.state.audit_seq,
-                "time": workflow.now().isoformat(),
-                "run_id": self.snap.run_id,
-                "workflow_run_id": workflow.info().run_id,
-                "directive": self.snap.directive.name,
-                **record,
-            }
-        )
+        entry = {
+            "seq": self.state.audit_seq,
+            "time": workflow.now().isoformat(),
+            "run_id": self.snap.run_id,
+            "workflow_run_id": workflow.info().run_id,
+            "directive": self.snap.directive.name,
+            **record,
+            # With tracing on: the trace and span of the call that made the record.
+            **current_ids(),
+        }
+        self.state.audit_pending.append(entry)
+        audit_span(entry)
 
     @property
     def pending(self) -> int:
