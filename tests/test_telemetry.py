@@ -77,13 +77,15 @@ class OtlpReceiver:
 
     def _spans(self, request: ExportTraceServiceRequest) -> None:
         for rs in request.resource_spans:
-            service = next((_value(a.value) for a in rs.resource.attributes if a.key == "service.name"), "")
+            resource = {a.key: _value(a.value) for a in rs.resource.attributes}
+            service = resource.get("service.name", "")
             for ss in rs.scope_spans:
                 for span in ss.spans:
                     self.spans.append(
                         {
                             "name": span.name,
                             "service": service,
+                            "instance": resource.get("service.instance.id", ""),
                             "trace_id": span.trace_id.hex(),
                             "span_id": span.span_id.hex(),
                             "parent_id": span.parent_span_id.hex(),
@@ -139,7 +141,7 @@ def one(spans: list[dict[str, Any]], name: str, **where: Any) -> dict[str, Any]:
     return found[0]
 
 
-def traced_project(project: Path, endpoint: str) -> None:
+def traced_project(project: Path, endpoint: str, timeout: int = 30) -> None:
     write(
         project / ".ai" / "config" / "mcp_registry.yaml",
         f"""\
@@ -147,6 +149,7 @@ mcps:
   traced:
     command: {sys.executable}
     args: ["{SERVERS / "traced_server.py"}", "{endpoint}"]
+    timeout: {timeout}
 """,
     )
     write_directive(
@@ -155,7 +158,7 @@ mcps:
             '<step name="work"><action>Echo something.</action></step>',
             name="traced",
             tools='<tools><mcp name="traced" required="true"/></tools>',
-            permissions='<execute resource="mcp" name="traced" actions="echo"/>',
+            permissions='<execute resource="mcp" name="traced" actions="echo,hold"/>',
         ),
     )
 
@@ -230,7 +233,7 @@ async def test_one_trace_from_the_agent_request_to_the_upstream_server(temporal_
                 )
                 assert called["status"] == "ok", called
                 await wait_for(
-                    received(lambda: EXPECTED <= {s["name"] for s in otlp.trace(trace_id)}),
+                    received(lambda: {s["name"] for s in otlp.trace(trace_id)} >= EXPECTED),
                     what="the spans of every process",
                     timeout=30,
                 )
@@ -316,6 +319,84 @@ async def test_one_trace_from_the_agent_request_to_the_upstream_server(temporal_
         )
         await replayer.replay_workflow(history)
         assert exporter.get_finished_spans() == ()
+
+
+async def test_a_worker_killed_mid_call_retries_the_activity_in_the_same_trace(
+    temporal_env, project, monkeypatch, tmp_path
+):
+    from mcp.client import Client
+
+    marker = tmp_path / "hold-calls"
+    with OtlpReceiver() as otlp:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
+        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+        # Over the local-activity limit: a heartbeating activity another worker retries.
+        traced_project(project, otlp.url, timeout=120)
+        address = temporal_env.client.service_client.config.target_host
+        queue = f"kiwi-otel-{uuid.uuid4().hex[:8]}"
+        runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
+        monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=first")
+        worker = await start_worker(address, queue)
+        try:
+            run_id = await runs.start("traced", {})
+            await wait_for(lambda: _waits(runs, run_id), what="the run waiting for the agent", timeout=60)
+            async with (
+                kiwi_mcp_http(temporal_env, runs, project, free_port()) as (url, _),
+                Client(url) as agent,
+            ):
+                trace_id, _, parent = traceparent()
+                call = asyncio.create_task(
+                    agent.call_tool(
+                        "execute",
+                        {
+                            "item_type": "tool",
+                            "action": "call",
+                            "run_id": run_id,
+                            "item_id": "traced.hold",
+                            "parameters": {"marker": str(marker)},
+                            "wait_seconds": 120,
+                        },
+                        meta={"traceparent": parent},
+                    )
+                )
+                await wait_for(
+                    received(
+                        lambda: (
+                            marker.exists()
+                            and "StartActivity:mcp.traced.call_tool"
+                            in {s["name"] for s in otlp.trace(trace_id)}
+                        )
+                    ),
+                    what="the first attempt running",
+                    timeout=60,
+                )
+                os.killpg(worker.pid, signal.SIGKILL)
+                await worker.wait()
+                monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=second")
+                worker = await start_worker(address, queue)
+                answer = data(await asyncio.wait_for(call, 120))
+                assert answer["status"] == "ok" and "call 2" in str(answer["result"]), answer
+                await wait_for(
+                    received(
+                        lambda: (
+                            "RunActivity:mcp.traced.call_tool" in {s["name"] for s in otlp.trace(trace_id)}
+                            and "tools/call execute" in {s["name"] for s in otlp.trace(trace_id)}
+                        )
+                    ),
+                    what="the retried attempt's span",
+                    timeout=30,
+                )
+                await runs.cancel(run_id)
+        finally:
+            stop(worker)
+            await worker.wait()
+        spans = otlp.trace(trace_id)
+        scheduled = one(spans, "StartActivity:mcp.traced.call_tool")
+        assert scheduled["instance"] == "first"
+        retried = one(spans, "RunActivity:mcp.traced.call_tool")
+        assert retried["instance"] == "second" and retried["parent_id"] == scheduled["span_id"]
+        upstream = [s for s in spans if s["name"] == "tools/call hold"]
+        assert [s["parent_id"] for s in upstream] == [one(spans, "MCP send tools/call hold")["span_id"]]
 
 
 async def _waits(runs: RunClient, run_id: str) -> bool:

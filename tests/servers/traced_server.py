@@ -6,6 +6,7 @@ show the upstream server received the same trace. Argument: the OTLP endpoint (`
 """
 
 import sys
+import time
 
 from mcp.server.mcpserver import MCPServer
 from opentelemetry import trace
@@ -24,6 +25,17 @@ server = MCPServer(name="traced")
 @server.tool(description="Echo the text back")
 def echo(text: str) -> str:
     return f"echo: {text}"
+
+
+@server.tool(description="Append a line to the marker file; the first call then hangs (to be killed)")
+def hold(marker: str) -> str:
+    with open(marker, "a") as f:
+        f.write("called\n")
+    with open(marker) as f:
+        calls = len(f.readlines())
+    if calls == 1:
+        time.sleep(600)
+    return f"call {calls}"
 
 
 server.run("stdio")
