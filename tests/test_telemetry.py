@@ -142,6 +142,16 @@ def one(spans: list[dict[str, Any]], name: str, **where: Any) -> dict[str, Any]:
 
 
 def traced_project(project: Path, endpoint: str, timeout: int = 30) -> None:
+    tool = project / ".ai" / "tools" / "debug" / "show_trace"
+    write(
+        tool / "tool.yaml",
+        "tool_id: show_trace\ntool_type: python\nversion: '1.0.0'\ncategory: debug\n"
+        "description: The trace context the tool process was given\n"
+        "executor:\n  type: python\n  entrypoint: main.py\nmutates_state: false\nparameters: []\n",
+    )
+    write(
+        tool / "main.py", "import os\n\n\ndef main() -> str:\n    return os.environ.get('TRACEPARENT', '')\n"
+    )
     write(
         project / ".ai" / "config" / "mcp_registry.yaml",
         f"""\
@@ -158,7 +168,8 @@ mcps:
             '<step name="work"><action>Echo something.</action></step>',
             name="traced",
             tools='<tools><mcp name="traced" required="true"/></tools>',
-            permissions='<execute resource="mcp" name="traced" actions="echo,hold"/>',
+            permissions='<execute resource="mcp" name="traced" actions="echo,hold"/>'
+            '<execute resource="tool" id="show_trace"/>',
         ),
     )
 
@@ -237,6 +248,17 @@ async def test_one_trace_from_the_agent_request_to_the_upstream_server(temporal_
                     what="the spans of every process",
                     timeout=30,
                 )
+
+                # A local tool's process is given the call's trace (TRACEPARENT).
+                tool_trace, _, tool_parent = traceparent()
+                shown = data(
+                    await agent.call_tool(
+                        "execute",
+                        {"item_type": "tool", "action": "call", "run_id": run_id, "item_id": "show_trace"},
+                        meta={"traceparent": tool_parent},
+                    )
+                )
+                assert shown["status"] == "ok" and f"00-{tool_trace}-" in str(shown["result"]), shown
 
                 # A denied call: the refusal is in its trace, and nothing ran.
                 denied_trace, _, denied_parent = traceparent()
