@@ -59,6 +59,11 @@ class KiwiTracingInterceptor(TracingInterceptor):
 # ---------------------------------------------------------------- workflow side (deterministic)
 
 
+def traced_here() -> bool:
+    """Whether this workflow runs on a worker with Kiwi's tracing (telemetry on)."""
+    return TracingWorkflowInboundInterceptor._from_context() is not None
+
+
 def workflow_span(name: str, attributes: dict[str, Any]) -> None:
     """A zero-length span in the trace of the call being handled; nothing when tracing is off or
     while replaying."""

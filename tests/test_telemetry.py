@@ -30,6 +30,7 @@ from kiwi import telemetry
 from kiwi.auditlog import read_audit
 from kiwi.devserver import free_port
 from kiwi.items.store import ItemStore
+from kiwi.metrics import AUDIT_FLUSH_LAG, MCP_CONNECTIONS, RUNS_STARTED, TOOL_CALL_DURATION, TOOL_CALLS
 from kiwi.runs import RunClient
 from kiwi.tracing import KiwiTracingInterceptor
 from tests.helpers import data, directive_md, kiwi_mcp_http, wait_for, write, write_directive
@@ -286,6 +287,23 @@ async def test_one_trace_from_the_agent_request_to_the_upstream_server(temporal_
                     what="the denial's span",
                     timeout=30,
                 )
+                # Temporal's runtime metrics went out over OTLP too.
+                await wait_for(received(lambda: bool(otlp.metrics)), what="metrics", timeout=30)
+                assert any(name.startswith("temporal_") for name in otlp.metrics), otlp.metrics
+                # And Kiwi's own, from the run's records, the audit flushes and the MCP pool.
+                kiwi_metrics = {
+                    TOOL_CALLS,
+                    TOOL_CALL_DURATION,
+                    RUNS_STARTED,
+                    AUDIT_FLUSH_LAG,
+                    MCP_CONNECTIONS,
+                }
+                await wait_for(
+                    received(lambda: kiwi_metrics <= otlp.metrics),
+                    what=f"Kiwi's metrics (seen: {sorted(otlp.metrics)})",
+                    timeout=30,
+                )
+
                 await runs.cancel(run_id)
         finally:
             stop(worker)
@@ -323,10 +341,6 @@ async def test_one_trace_from_the_agent_request_to_the_upstream_server(temporal_
         records = {r["tool"]: r for r in read_audit(str(project), run_id) if r.get("event") == "tool_call"}
         assert records["traced.echo"]["trace_id"] == trace_id
         assert records["filesystem.write"]["trace_id"] == denied_trace
-
-        # Temporal's runtime metrics went out over OTLP too.
-        await wait_for(received(lambda: bool(otlp.metrics)), what="metrics", timeout=30)
-        assert any(name.startswith("temporal_") for name in otlp.metrics), otlp.metrics
 
         # Replaying the run's history with tracing on makes no spans.
         history = await temporal_env.client.get_workflow_handle(run_id).fetch_history()

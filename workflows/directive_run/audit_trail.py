@@ -16,7 +16,8 @@ with workflow.unsafe.imports_passed_through():
         RunSnapshot,
         RunState,
     )
-    from kiwi.tracing import audit_span, current_ids
+    from kiwi.metrics import RunMetrics
+    from kiwi.tracing import audit_span, current_ids, traced_here
 
 
 class AuditTrail:
@@ -30,6 +31,7 @@ class AuditTrail:
         self.lock = asyncio.Lock()
         # Runs started before the audit-local-activity patch write through an ordinary activity.
         self.local = False
+        self.metrics: RunMetrics | None = None
 
     def record(self, record: dict[str, Any]) -> None:
         self.state.audit_seq += 1
@@ -44,7 +46,12 @@ class AuditTrail:
             **current_ids(),
         }
         self.state.audit_pending.append(entry)
-        audit_span(entry)
+        if traced_here():
+            # Telemetry on: the record as a span, and counted (Temporal's meter skips replays).
+            audit_span(entry)
+            if self.metrics is None:
+                self.metrics = RunMetrics(workflow.metric_meter())
+            self.metrics.record(entry)
 
     @property
     def pending(self) -> int:
