@@ -113,6 +113,7 @@ SPAN_ATTRIBUTES = {
     "request_id": "kiwi.approval.request_id",
     "status": "kiwi.status",
     "duration_ms": "kiwi.duration_ms",
+    "warnings": "kiwi.warnings",
 }
 
 

@@ -33,7 +33,7 @@ from kiwi.items.store import ItemStore
 from kiwi.metrics import AUDIT_FLUSH_LAG, MCP_CONNECTIONS, RUNS_STARTED, TOOL_CALL_DURATION, TOOL_CALLS
 from kiwi.runs import RunClient
 from kiwi.tracing import KiwiTracingInterceptor
-from tests.helpers import data, directive_md, kiwi_mcp_http, wait_for, write, write_directive
+from tests.helpers import data, directive_md, kiwi_cli, kiwi_mcp_http, wait_for, write, write_directive
 from workers.main import SANDBOX, WORKFLOWS
 
 SERVERS = Path(__file__).parent / "servers"
@@ -227,6 +227,17 @@ async def test_one_trace_from_the_agent_request_to_the_upstream_server(temporal_
                 run_id = started["run_id"]
                 await wait_for(lambda: _waits(runs, run_id), what="the run waiting for the agent", timeout=60)
                 assert (await runs.status(run_id)).trace_id == start_trace
+                code, out, err = await kiwi_cli(
+                    "status",
+                    run_id,
+                    "--address",
+                    address,
+                    "--task-queue",
+                    queue,
+                    env={"KIWI_TRACE_URL": "http://127.0.0.1:16686/trace/{trace_id}"},
+                )
+                assert code == 0, err
+                assert f"Trace: http://127.0.0.1:16686/trace/{start_trace}" in out
 
                 # An allowed call to the upstream server.
                 trace_id, agent_span, parent = traceparent()

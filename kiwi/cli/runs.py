@@ -235,8 +235,11 @@ async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
         status = await progress.read_status(runs, args.run)
     activities = [] if status.status in TERMINAL else await runs.activities(args.run)
     link = ui_url(args.run, args.address, args.namespace)
+    trace_link = telemetry.trace_url(status.trace_id)
     if args.json:
-        _print_json({**status.model_dump(mode="json"), "activities": activities, "ui": link})
+        _print_json(
+            {**status.model_dump(mode="json"), "activities": activities, "ui": link, "trace_url": trace_link}
+        )
         return 0
     if not args.watch:
         _print_status(status)
@@ -244,6 +247,8 @@ async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
         print(f"  {progress.activity_line(activity)}")
     if link:
         print(f"  Temporal UI: {link}")
+    if status.trace_id:
+        print(f"  Trace: {trace_link or status.trace_id}")
     return 0
 
 
