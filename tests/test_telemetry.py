@@ -12,14 +12,11 @@ import os
 import secrets
 import signal
 import sys
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -33,77 +30,21 @@ from kiwi.items.store import ItemStore
 from kiwi.metrics import AUDIT_FLUSH_LAG, MCP_CONNECTIONS, RUNS_STARTED, TOOL_CALL_DURATION, TOOL_CALLS
 from kiwi.runs import RunClient
 from kiwi.tracing import KiwiTracingInterceptor
-from tests.helpers import data, directive_md, kiwi_cli, kiwi_mcp_http, wait_for, write, write_directive
+from tests.helpers import (
+    OtlpReceiver,
+    data,
+    directive_md,
+    kiwi_cli,
+    kiwi_mcp_http,
+    wait_for,
+    write,
+    write_directive,
+)
 from workers.main import SANDBOX, WORKFLOWS
 
 SERVERS = Path(__file__).parent / "servers"
 
 pytestmark = pytest.mark.temporal
-
-
-def _value(any_value: Any) -> Any:
-    kind = any_value.WhichOneof("value")
-    return getattr(any_value, kind) if kind else None
-
-
-class OtlpReceiver:
-    """An OTLP/HTTP endpoint on loopback: keeps every span and metric name it is sent."""
-
-    def __init__(self) -> None:
-        self.spans: list[dict[str, Any]] = []
-        self.metrics: set[str] = set()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.path == "/v1/traces":
-                    receiver._spans(ExportTraceServiceRequest.FromString(body))
-                elif self.path == "/v1/metrics":
-                    request = ExportMetricsServiceRequest.FromString(body)
-                    for rm in request.resource_metrics:
-                        for sm in rm.scope_metrics:
-                            receiver.metrics.update(m.name for m in sm.metrics)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def _spans(self, request: ExportTraceServiceRequest) -> None:
-        for rs in request.resource_spans:
-            resource = {a.key: _value(a.value) for a in rs.resource.attributes}
-            service = resource.get("service.name", "")
-            for ss in rs.scope_spans:
-                for span in ss.spans:
-                    self.spans.append(
-                        {
-                            "name": span.name,
-                            "service": service,
-                            "instance": resource.get("service.instance.id", ""),
-                            "trace_id": span.trace_id.hex(),
-                            "span_id": span.span_id.hex(),
-                            "parent_id": span.parent_span_id.hex(),
-                            "attributes": {a.key: _value(a.value) for a in span.attributes},
-                        }
-                    )
-
-    def trace(self, trace_id: str) -> list[dict[str, Any]]:
-        return [s for s in list(self.spans) if s["trace_id"] == trace_id]
-
-    def __enter__(self) -> OtlpReceiver:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 EXPECTED = {
@@ -474,3 +415,48 @@ def test_an_unknown_otlp_protocol_names_the_ones_that_work():
 
     with pytest.raises(KiwiError, match="http/protobuf, grpc"):
         telemetry.protocol(environ={"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+
+
+async def test_otlp_over_grpc_when_the_protocol_says_so(temporal_env, runs, project):
+    """`OTEL_EXPORTER_OTLP_PROTOCOL=grpc`: the CLI's span of starting a run reaches a gRPC receiver."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    got: list[ExportTraceServiceRequest] = []
+
+    class Traces(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request, context):  # noqa: N802 - the generated name
+            got.append(request)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        code, out, err = await kiwi_cli(
+            "run",
+            "hello_kiwi",
+            "--input",
+            "name=grpc",
+            "--address",
+            temporal_env.client.service_client.config.target_host,
+            "--task-queue",
+            runs.task_queue,
+            cwd=project,
+            env={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                "OTEL_SERVICE_NAME": "kiwi-cli-test",
+            },
+        )
+        assert code == 0, err
+    finally:
+        server.stop(None)
+    receiver = OtlpReceiver()
+    for request in got:
+        receiver._spans(request)
+    started = one(receiver.spans, "StartWorkflow:DirectiveRun")
+    assert started["service"] == "kiwi-cli-test"
