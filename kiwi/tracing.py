@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import opentelemetry.trace
+import temporalio.activity
 import temporalio.worker
 import temporalio.workflow
 from temporalio.contrib.opentelemetry import TracingInterceptor, TracingWorkflowInboundInterceptor
@@ -48,7 +49,24 @@ class KiwiWorkflowTracing(TracingWorkflowInboundInterceptor):
             return await temporalio.worker.WorkflowInboundInterceptor.handle_update_handler(self, input)
 
 
+class _ActivityAttempt(temporalio.worker.ActivityInboundInterceptor):
+    """Runs inside the activity's span: marks which attempt it is, so a retry reads as one."""
+
+    async def execute_activity(self, input: temporalio.worker.ExecuteActivityInput) -> Any:
+        info = temporalio.activity.info()
+        span = opentelemetry.trace.get_current_span()
+        span.set_attribute("temporal.activity.attempt", info.attempt)
+        if info.attempt > 1:
+            span.add_event("retry", {"temporal.activity.attempt": info.attempt})
+        return await super().execute_activity(input)
+
+
 class KiwiTracingInterceptor(TracingInterceptor):
+    def intercept_activity(
+        self, next: temporalio.worker.ActivityInboundInterceptor
+    ) -> temporalio.worker.ActivityInboundInterceptor:
+        return super().intercept_activity(_ActivityAttempt(next))
+
     def workflow_interceptor_class(
         self, input: temporalio.worker.WorkflowInterceptorClassInput
     ) -> type[TracingWorkflowInboundInterceptor]:

@@ -257,6 +257,8 @@ async def test_one_trace_from_the_agent_request_to_the_upstream_server(temporal_
                 )
 
                 await runs.cancel(run_id)
+                # The run writes its last audit records as it ends.
+                await runs.handle(run_id).result()
         finally:
             stop(worker)
             await worker.wait()
@@ -383,6 +385,7 @@ async def test_a_worker_killed_mid_call_retries_the_activity_in_the_same_trace(
         assert scheduled["instance"] == "first"
         retried = one(spans, "RunActivity:mcp.traced.call_tool")
         assert retried["instance"] == "second" and retried["parent_id"] == scheduled["span_id"]
+        assert retried["attributes"]["temporal.activity.attempt"] == 2
         upstream = [s for s in spans if s["name"] == "tools/call hold"]
         assert [s["parent_id"] for s in upstream] == [one(spans, "MCP send tools/call hold")["span_id"]]
 
