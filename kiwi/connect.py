@@ -6,6 +6,7 @@ import os
 
 from temporalio.client import Client
 
+from kiwi import telemetry
 from kiwi.converter import data_converter
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
@@ -53,6 +54,9 @@ async def connect(address: str | None = None, namespace: str | None = None) -> C
     With no address given anywhere, a ``temporal.toml`` profile (``TEMPORAL_PROFILE``) is used when
     one exists, so Temporal Cloud settings (TLS, API key) come from the standard place.
     """
+    # Telemetry first: Temporal's runtime takes its metrics settings when the first client is made.
+    telemetry.setup("kiwi")
+    interceptors = telemetry.interceptors()
     explicit = address or os.environ.get("KIWI_TEMPORAL_ADDRESS")
     if not explicit:
         try:
@@ -64,6 +68,6 @@ async def connect(address: str | None = None, namespace: str | None = None) -> C
         if config.get("target_host"):
             if namespace:
                 config["namespace"] = namespace
-            return await Client.connect(**config, data_converter=data_converter)
+            return await Client.connect(**config, data_converter=data_converter, interceptors=interceptors)
     addr, ns = target(address, namespace)
-    return await Client.connect(addr, namespace=ns, data_converter=data_converter)
+    return await Client.connect(addr, namespace=ns, data_converter=data_converter, interceptors=interceptors)

@@ -429,6 +429,8 @@ class RunStatus(BaseModel):
     # What a human's signature names: this execution of the run (its first run id) and the current hold.
     execution: str = ""
     hold_id: str = ""
+    # The OpenTelemetry trace the run was started in ("" when tracing was off).
+    trace_id: str = ""
 
 
 # ---------------------------------------------------------------- activity inputs

@@ -25,6 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
+from opentelemetry import trace
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from temporalio.client import Client
 
@@ -128,6 +129,13 @@ _AGENT_CALLS = (
     (re.compile(r"`kiwi validate[^`]*`"), "`execute(item_type='directive', action='validate', item_id=...)`"),
 )
 _HUMAN_COMMAND = re.compile(r"`(kiwi [^`]+)`")
+
+
+def note_span(attributes: dict[str, Any]) -> None:
+    """Kiwi's attributes on the MCP SDK's span of this request (nothing when tracing is off)."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attributes({k: v for k, v in attributes.items() if v not in (None, "")})
 
 
 def agent_hint(hint: str) -> str:
@@ -460,6 +468,14 @@ def build_server(
             if ctx is not None:
                 await ctx.report_progress(elapsed, total, progress_message(item_id, upstream))
 
+        note_span(
+            {
+                "kiwi.item_type": item_type,
+                "kiwi.action": action,
+                "kiwi.item_id": item_id,
+                "kiwi.run_id": run_id,
+            }
+        )
         try:
             if action == "poll":
                 if not run_id:
@@ -480,24 +496,23 @@ def build_server(
                 if problem is not None:
                     raise InputInvalid(problem.reason, hint=problem.hint)
             if item_type == "tool" and action == "call" and run_id:
-                return answer(
-                    (
-                        await (await link.runs()).call_tool_waiting(
-                            run_id,
-                            item_id,
-                            parameters,
-                            client_name=client_name,
-                            wait_seconds=wait_seconds,
-                            on_progress=progress,
-                        )
-                    ).model_dump()
+                called = await (await link.runs()).call_tool_waiting(
+                    run_id,
+                    item_id,
+                    parameters,
+                    client_name=client_name,
+                    wait_seconds=wait_seconds,
+                    on_progress=progress,
                 )
+                note_span({"gen_ai.tool.name": item_id, "kiwi.decision": called.status})
+                return answer(called.model_dump())
             return answer(
                 await _execute(
                     link, root, item_type, action, item_id, parameters, run_id, idempotency_key, client_name
                 )
             )
         except KiwiError as exc:
+            note_span({"error.type": type(exc).__name__})
             return error(item_type, action, item_id or run_id or "", exc)
 
     @server.tool(

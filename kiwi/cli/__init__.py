@@ -450,7 +450,10 @@ def run() -> None:
     """
     import os
 
+    from kiwi import telemetry
+
     code = main()
+    telemetry.shutdown()  # spans still buffered go out now: os._exit runs no atexit hooks
     try:
         sys.stdout.flush()
     except BrokenPipeError:

@@ -10,6 +10,7 @@ import concurrent.futures
 import functools
 import json
 import math
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.service import RPCError
 
+from kiwi import telemetry
 from kiwi.cli import progress
 from kiwi.contracts import TERMINAL
 from kiwi.errors import InputInvalid, KiwiError, RunInOtherProject
@@ -233,8 +235,11 @@ async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
         status = await progress.read_status(runs, args.run)
     activities = [] if status.status in TERMINAL else await runs.activities(args.run)
     link = ui_url(args.run, args.address, args.namespace)
+    trace_link = telemetry.trace_url(status.trace_id)
     if args.json:
-        _print_json({**status.model_dump(mode="json"), "activities": activities, "ui": link})
+        _print_json(
+            {**status.model_dump(mode="json"), "activities": activities, "ui": link, "trace_url": trace_link}
+        )
         return 0
     if not args.watch:
         _print_status(status)
@@ -242,6 +247,8 @@ async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
         print(f"  {progress.activity_line(activity)}")
     if link:
         print(f"  Temporal UI: {link}")
+    if status.trace_id:
+        print(f"  Trace: {trace_link or status.trace_id}")
     return 0
 
 
@@ -466,6 +473,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from kiwi.connect import connect
     from workers.main import run_worker
 
+    telemetry.setup("kiwi-worker")
+
     async def go() -> int:
         client = await connect(args.address, args.namespace)
         stop = asyncio.Event()
@@ -490,6 +499,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
     config, base = load_dev_config(Path(args.config) if args.config else None)
     server = DevServer.from_config(config, base, args.port)
+    if args.otel:
+        os.environ[telemetry.ON_VARIABLE] = "1"
+    if telemetry.setup("kiwi-dev"):
+        print(f"kiwi dev: OpenTelemetry traces and metrics to {telemetry.describe_endpoint()}", flush=True)
 
     async def go() -> int:
         stop = asyncio.Event()
@@ -576,6 +589,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from kiwi.connect import connect
     from mcp_frontend.server import serve_http, serve_stdio
 
+    telemetry.setup("kiwi-frontend")
+
     async def go() -> int:
         if not args.http:
             # Up without Temporal: items are served at once, run actions connect when asked.
@@ -631,6 +646,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, help="Temporal gRPC port (overrides the config)")
     p.add_argument("--no-mcp", action="store_true", help="do not start the MCP HTTP front end")
     p.add_argument("--verbose", action="store_true", help="show the Temporal server's own log")
+    p.add_argument(
+        "--otel",
+        action="store_true",
+        help="export OpenTelemetry traces and metrics (OTLP; OTEL_EXPORTER_OTLP_ENDPOINT, default "
+        "http://127.0.0.1:4318); same as KIWI_OTEL=1",
+    )
     _project(p, scope=False)
     p.set_defaults(func=cmd_dev)
 

@@ -156,6 +156,7 @@ class CallsMixin:
                 "error_type": result.error_type,
                 "result": summarise_result(result.result) if result.status == "ok" else "",
                 "duration_ms": int((workflow.now() - started).total_seconds() * 1000),
+                **({"warnings": list(result.warnings)} if result.warnings else {}),
             }
         )
         if state.loop_warnings >= snap.limits.loop_max_warnings:
