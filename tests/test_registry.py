@@ -341,3 +341,42 @@ def test_supabase_gets_the_same_migrations():
     assert sorted(p.name for p in deploy.glob("*.sql")) == sorted(p.name for p in MIGRATIONS.glob("*.sql"))
     for path in MIGRATIONS.glob("*.sql"):
         assert (deploy / path.name).read_text() == path.read_text()
+
+
+async def test_an_agent_finds_and_loads_from_the_registry_over_mcp(alice, project, tmp_path, monkeypatch):
+    """search(source='registry') and load(source='registry') with a real MCP client over stdio."""
+    import os
+    import sys
+
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from tests.helpers import data
+
+    name = unique("agentfind")
+    publish_directive(project, name, "1.2.0")
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    assert kiwi(["init", "--json"]) == 0
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "kiwi", "mcp"], cwd=str(other), env=dict(os.environ)
+    )
+    async with Client(params) as agent:
+        found = data(
+            await agent.call_tool(
+                "search", {"item_type": "directive", "query": name.split("_")[1], "source": "registry"}
+            )
+        )
+        assert [(r["item_id"], r["version"], r["source"]) for r in found["results"]] == [
+            (name, "1.2.0", "registry")
+        ]
+        loaded = data(
+            await agent.call_tool("load", {"item_type": "directive", "item_id": name, "source": "registry"})
+        )
+        assert loaded["source"] == "project" and loaded["parsed"]["version"] == "1.2.0"
+        assert Path(loaded["path"]).is_relative_to(other / ".ai" / "directives")
+        again = await agent.call_tool(
+            "load", {"item_type": "directive", "item_id": name, "source": "registry"}
+        )
+        assert again.is_error and "already in the project space" in data(again)["message"]

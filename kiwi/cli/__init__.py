@@ -234,11 +234,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     unavailable = ""
     if args.source in ("registry", "all"):
         from kiwi.registry.embedded import search_registry
+        from kiwi.registry.local import mark_newer
 
         remote, unavailable = search_registry(
             args.query, args.type, args.limit, required=args.source == "registry"
         )
-        _mark_newer(store, remote)
+        mark_newer(store, remote)
     if args.source == "registry" and unavailable:
         raise KiwiError(
             f"registry unavailable: {unavailable}",
@@ -276,22 +277,6 @@ def cmd_search(args: argparse.Namespace) -> int:
         ),
     )
     return EXIT_OK
-
-
-def _mark_newer(store: ItemStore, hits: list[dict[str, Any]]) -> None:
-    """Say on each registry hit whether a local item of that id exists and is older."""
-    from kiwi.errors import ItemNotFound
-    from kiwi.registry.local import newer
-
-    for hit in hits:
-        try:
-            item = store.load(hit["item_type"], hit["item_id"])
-        except ItemNotFound:
-            continue
-        parsed = item.parsed
-        local = getattr(parsed, "version", "") or (getattr(parsed, "extra", {}) or {}).get("version", "")
-        hit["local_version"] = str(local)
-        hit["newer"] = newer(hit["version"], str(local))
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -168,12 +168,19 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def local_versions(store: ItemStore) -> dict[tuple[str, str], dict[str, Any]]:
-    """Every local item's version, to say where the registry has a newer one."""
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-    for record in store.list_items():
-        found[(record.item_type, record.item_id)] = {"path": record.path, "source": record.source}
-    return found
+def mark_newer(store: ItemStore, hits: list[dict[str, Any]]) -> None:
+    """Say on each registry hit whether a local item of that id exists, and whether it is older."""
+    from kiwi.errors import ItemNotFound
+
+    for hit in hits:
+        try:
+            item = store.load(hit["item_type"], hit["item_id"])
+        except ItemNotFound:
+            continue
+        parsed = item.parsed
+        local = getattr(parsed, "version", "") or (getattr(parsed, "extra", {}) or {}).get("version", "")
+        hit["local_version"] = str(local)
+        hit["newer"] = newer(hit["version"], str(local))
 
 
 def newer(registry_version: str, local_version: str) -> bool:
