@@ -312,13 +312,18 @@ class Registry:
         """Latest versions that are not yanked, ranked by full-text match (weighted: id, then description,
         category and tags, then content)."""
         with self._conn() as conn:
+            # Matching rows first (the GIN index), then each matching item's latest version that is not
+            # yanked (the (item_type, item_id, version_order) index), ranked.
             rows = conn.execute(
-                "with latest as (select distinct on (item_type, item_id) * from item_versions "
+                "with q as (select websearch_to_tsquery('english', %(q)s) as q), "
+                "m as (select distinct item_type, item_id from item_versions, q "
                 "where not yanked and (%(kind)s::text is null or item_type = %(kind)s) "
-                "order by item_type, item_id, version_order desc) "
-                "select item_type, item_id, version, description, category, tags, namespace, signer, downloads, "
-                "ts_rank(search, q) as rank from latest, websearch_to_tsquery('english', %(q)s) q "
-                "where %(q)s = '' or search @@ q order by rank desc, item_id limit %(limit)s",
+                "and (%(q)s = '' or search @@ q.q)) "
+                "select l.item_type, l.item_id, l.version, l.description, l.category, l.tags, l.namespace, "
+                "l.signer, l.downloads, ts_rank(l.search, q.q) as rank from m cross join lateral "
+                "(select * from item_versions v where v.item_type = m.item_type and v.item_id = m.item_id "
+                "and not v.yanked order by v.version_order desc limit 1) l, q "
+                "order by rank desc, l.item_id limit %(limit)s",
                 {"kind": kind, "q": query.strip(), "limit": limit},
             ).fetchall()
         return [
