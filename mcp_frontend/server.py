@@ -37,6 +37,7 @@ from kiwi.items.authoring import delete_item, link_knowledge, save_directive, sa
 from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore, find_project_root
 from kiwi.policy import FILESYSTEM_TOOLS
+from kiwi.registry.local import write_pulled
 from kiwi.runs import RunClient
 from kiwi.toolargs import check_arguments
 from kiwi.upstream.catalog import McpCatalog
@@ -52,7 +53,7 @@ Use help(action="stuck"|"escalate"|"checkpoint", run_id=...) when you need a hum
 
 ItemKind = Literal["directive", "tool", "knowledge", "run", "mcp"]
 # Item spaces: 'project' (the project's .ai/; 'local' is the same, as in Kiwi MCP) and 'user'.
-Source = Literal["all", "project", "local", "user"]
+Source = Literal["all", "project", "local", "user", "registry"]
 
 
 EXECUTE_DESCRIPTION = """Act on an item or a run. A run's id always goes in run_id. One example per action:
@@ -90,7 +91,11 @@ class SearchAnswer(BaseModel):
         description="best first. directive/tool/knowledge: item_id, item_type, source ('project' or "
         "'user', the values search and load take), name, description, category, tags, path, valid, "
         "problems, score, snippet; run: run_id, directive, status, step, started, closed, project, "
-        "pending_approval; mcp: item_id (SERVER.TOOL), server, tool, description"
+        "pending_approval; mcp: item_id (SERVER.TOOL), server, tool, description; registry hits: "
+        "source 'registry', version, namespace, signer, and newer/local_version when a local copy is older"
+    )
+    registry_unavailable: str = Field(
+        default="", description="why the registry part of the answer is missing (local results still come)"
     )
 
 
@@ -129,6 +134,15 @@ _AGENT_CALLS = (
     (re.compile(r"`kiwi validate[^`]*`"), "`execute(item_type='directive', action='validate', item_id=...)`"),
 )
 _HUMAN_COMMAND = re.compile(r"`(kiwi [^`]+)`")
+
+
+def _fetch_from_registry(item_type: str, item_id: str, version: str | None) -> Any:
+    """load(source='registry'): the registry's version, its hash and signature checked (written into the
+    project by the caller, never over a local item)."""
+    from kiwi.registry.embedded import registry_for_command
+
+    with registry_for_command() as registry:
+        return registry.fetch(item_type, item_id, version)[0]
 
 
 def note_span(attributes: dict[str, Any]) -> None:
@@ -346,7 +360,9 @@ def build_server(
         ),
         query: str = Field(default="", description="words to look for; for runs, an optional directive name"),
         source: Source = Field(
-            default="all", description="which item space: project (or 'local', as in Kiwi MCP), user, or all"
+            default="all",
+            description="which item space: project (or 'local', as in Kiwi MCP), user, registry (the shared "
+            "registry), or all (project and user, plus the registry when one is configured or running)",
         ),
         status: str | None = Field(default=None, description="runs only: e.g. awaiting_agent, completed"),
         limit: int = Field(default=10, ge=1, le=100, description="at most this many results"),
@@ -359,10 +375,31 @@ def build_server(
                 return SearchAnswer(results=rows)
             if item_type == "mcp":
                 return SearchAnswer.model_validate(await catalog.search(query, limit=limit))
-            found = store.search(
-                query, item_type=item_type, source="project" if source == "local" else source, limit=limit
+            found = (
+                []
+                if source == "registry"
+                else store.search(
+                    query, item_type=item_type, source="project" if source == "local" else source, limit=limit
+                )
             )
-            return SearchAnswer(results=[r.as_dict() for r in found])
+            remote: list[dict[str, Any]] = []
+            unavailable = ""
+            if source in ("registry", "all"):
+                from kiwi.registry.embedded import search_registry
+                from kiwi.registry.local import mark_newer
+
+                remote, unavailable = await anyio.to_thread.run_sync(
+                    lambda: search_registry(query, item_type, limit, required=source == "registry")
+                )
+                mark_newer(store, remote)
+            if source == "registry" and unavailable:
+                raise KiwiError(
+                    f"registry unavailable: {unavailable}",
+                    hint="search(source='all') still finds local items; a human checks KIWI_REGISTRY_URL",
+                )
+            return SearchAnswer(
+                results=[r.as_dict() for r in found] + remote, registry_unavailable=unavailable
+            )
         except KiwiError as exc:
             return error(item_type, "search", query, exc)
 
@@ -381,15 +418,29 @@ def build_server(
             description="directive name, tool_id, zettel_id, or for mcp a server name or SERVER.TOOL"
         ),
         source: Source = Field(
-            default="all", description="which item space: project (or 'local', as in Kiwi MCP), user, or all"
+            default="all",
+            description="which item space: project (or 'local', as in Kiwi MCP), user, all, or registry (pull "
+            "the item from the shared registry into the project first: hash and signature checked, never "
+            "over a local item)",
         ),
         copy_to_project: bool = Field(
             default=False, description="copy the item from the user space into the project first"
+        ),
+        version: str | None = Field(
+            default=None, description="source='registry' only: this version (default the latest not yanked)"
         ),
     ) -> LoadAnswer:
         try:
             if item_type == "mcp":
                 return LoadAnswer.model_validate(await catalog.load(item_id))
+            if source == "registry":
+                # The database work in a thread; the item store (SQLite) stays on this one.
+                bundle = await anyio.to_thread.run_sync(
+                    lambda: _fetch_from_registry(item_type, item_id, version)
+                )
+                write_pulled(store, bundle, location="project")
+                store.refresh()
+                source = "project"
             if copy_to_project:
                 copy_to_project_(store, item_type, item_id)
                 store.refresh()

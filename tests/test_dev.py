@@ -62,6 +62,7 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeyp
         out = await read_until(proc.stdout, b"ready")
         assert f"Temporal UI at http://127.0.0.1:{ui}".encode() in out
         assert f"MCP front end at http://127.0.0.1:{mcp}/mcp".encode() in out
+        assert b"kiwi dev: registry (PostgreSQL, Unix socket) in" in out
         assert f"OpenTelemetry traces and metrics to {otlp.url} (http/protobuf)".encode() in out
         assert (tmp_path / "state" / "temporal.sqlite").exists()
         client = await Client.connect(f"127.0.0.1:{port}", data_converter=data_converter)
@@ -92,6 +93,10 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeyp
         await proc.wait()
         otlp.__exit__()
     assert proc.returncode == 0 and b"kiwi dev: stopped" in rest
+    # The local registry stopped with it.
+    from kiwi.registry.embedded import running_url
+
+    assert running_url() == ""
 
 
 async def test_kiwi_dev_refuses_a_port_taken_by_something_else(project, tmp_path):

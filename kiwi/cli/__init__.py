@@ -223,14 +223,36 @@ def cmd_search(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     store = ItemStore(find_project_root())
-    results = store.search(
-        args.query, item_type=args.type, category=args.category, source=args.source, limit=args.limit
+    results = (
+        []
+        if args.source == "registry"
+        else store.search(
+            args.query, item_type=args.type, category=args.category, source=args.source, limit=args.limit
+        )
     )
+    remote: list[dict[str, Any]] = []
+    unavailable = ""
+    if args.source in ("registry", "all"):
+        from kiwi.registry.embedded import search_registry
+        from kiwi.registry.local import mark_newer
+
+        remote, unavailable = search_registry(
+            args.query, args.type, args.limit, required=args.source == "registry"
+        )
+        mark_newer(store, remote)
+    if args.source == "registry" and unavailable:
+        raise KiwiError(
+            f"registry unavailable: {unavailable}",
+            hint="check KIWI_REGISTRY_URL (unset, the local registry is used); local items: --source all",
+        )
+    data: dict[str, Any] = {"query": args.query, "results": [r.as_dict() for r in results] + remote}
+    if unavailable:
+        data["registry_unavailable"] = unavailable
     _emit(
-        {"query": args.query, "results": [r.as_dict() for r in results]},
+        data,
         args.json,
         lambda: (
-            print(f"no items match '{args.query}'") if not results else None,
+            print(f"no items match '{args.query}'") if not results and not remote else None,
             [
                 print(
                     f"{r.score:6.2f}  {r.item_type:<9} {r.item_id:<28} [{r.source}] {r.description[:70]}"
@@ -239,6 +261,19 @@ def cmd_search(args: argparse.Namespace) -> int:
                 )
                 for r in results
             ],
+            [
+                print(
+                    f"{r['score']:6.2f}  {r['item_type']:<9} {r['item_id']:<28} [registry {r['version']}, "
+                    f"{r['namespace']}] {r['description'][:60]}"
+                    + (
+                        f"\n        newer than your {r['local_version']}: kiwi pull {r['item_id']} --replace"
+                        if r.get("newer")
+                        else ""
+                    )
+                )
+                for r in remote
+            ],
+            print(f"registry unavailable: {unavailable}", file=sys.stderr) if unavailable else None,
         ),
     )
     return EXIT_OK
@@ -342,7 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--category", help="only this category (and its sub-categories)")
     p.add_argument(
-        "--source", choices=("all", "project", "user"), default="all", help="which space (default all)"
+        "--source",
+        choices=("all", "project", "user", "registry"),
+        default="all",
+        help="which space (default all: project and user, plus the registry when KIWI_REGISTRY_URL is set "
+        "or the local registry runs); registry: only the registry",
     )
     p.add_argument("--limit", type=int, default=10, help="at most this many results (default 10)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -366,6 +405,10 @@ def build_parser() -> argparse.ArgumentParser:
     from kiwi.cli import doctor as cli_doctor
 
     cli_doctor.add_commands(sub)
+
+    from kiwi.cli import registry as cli_registry
+
+    cli_registry.add_commands(sub)
     return parser
 
 

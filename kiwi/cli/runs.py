@@ -491,6 +491,26 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
+def _start_local_registry() -> Any:
+    """The user's local registry (embedded PostgreSQL), started and migrated for `kiwi dev`'s lifetime;
+    None when KIWI_REGISTRY_URL names another one, or when it cannot start (said, and dev goes on)."""
+    from kiwi.registry import Registry, registry_url
+    from kiwi.registry.embedded import data_folder, start
+
+    if registry_url():
+        print("kiwi dev: registry at KIWI_REGISTRY_URL", flush=True)
+        return None
+    try:
+        registry_server = start()
+        with Registry(registry_server.get_uri()) as registry:
+            registry.migrate()
+    except KiwiError as exc:
+        print(f"kiwi dev: the local registry did not start: {exc.message} ({exc.hint})", flush=True)
+        return None
+    print(f"kiwi dev: registry (PostgreSQL, Unix socket) in {data_folder()}", flush=True)
+    return registry_server
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     from kiwi.connect import connect
     from kiwi.devserver import DevServer, load_dev_config, port_open
@@ -522,6 +542,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 "temporal-dev.yml",
             )
         await server.start(log=None if not args.verbose else sys.stderr)
+        registry_server = None
         try:
             if server.reused:
                 print(
@@ -533,6 +554,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                     flush=True,
                 )
                 print(f"kiwi dev: Temporal UI at http://{server.ip}:{server.ui_port}", flush=True)
+            registry_server = _start_local_registry()
             # Search attributes: registered by start-dev's flags, or checked on a reused server.
             client = await connect(server.address, server.namespace)
             tasks = [
@@ -578,6 +600,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
+            if registry_server is not None:
+                registry_server.cleanup()
             server.stop()
             print("kiwi dev: stopped", flush=True)
         return 0
