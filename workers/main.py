@@ -9,6 +9,7 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.api import ApiToolActivities
 from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
 from activities.commands import CommandActivities, GitActivities
@@ -36,6 +37,7 @@ def activities(pool: McpPool) -> list:
         fs.move_path,
         commands.run_command,
         commands.run_local_tool,
+        ApiToolActivities().call_api_tool,
         git.git_status,
         git.git_diff,
         git.git_commit,

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from kiwi.errors import ItemInvalid, ItemNotFound, Problem
 from kiwi.items.directive import Directive, parse_directive_lenient
 from kiwi.items.knowledge import KnowledgeEntry, parse_knowledge
-from kiwi.items.tools import ToolManifest, legacy_script_manifest, parse_manifest
+from kiwi.items.tools import ToolManifest, legacy_script_manifest, parse_manifest, runnable_problems
 
 ItemType = Literal["directive", "tool", "knowledge"]
 ITEM_TYPES: tuple[ItemType, ...] = ("directive", "tool", "knowledge")
@@ -103,7 +103,8 @@ def parse_item(item_type: ItemType, path: Path, text: str | None = None) -> tupl
         if item_type == "tool":
             if path.suffix == ".py":
                 return legacy_script_manifest(path), []
-            return parse_manifest(text, shown)
+            manifest, problems = parse_manifest(text, shown)
+            return manifest, problems + runnable_problems(manifest)
         return parse_knowledge(text, shown)
     except ItemInvalid as exc:
         return None, exc.problems

@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from kiwi import yamltext
+from kiwi.apitools import read_executor
 from kiwi.errors import ItemInvalid, Problem
 from kiwi.signing import split_signature
 
@@ -86,6 +87,39 @@ class ToolManifest(BaseModel):
     @property
     def entrypoint(self) -> str:
         return str(self.executor.get("entrypoint", ""))
+
+    def _required(self, key: str) -> list[str]:
+        """Names listed under ``requires.KEY`` (or the seed's ``executor.requires.KEY``)."""
+        names: list[str] = []
+        for requires in (self.requires, self.executor.get("requires")):
+            listed = requires.get(key) if isinstance(requires, dict) else None
+            if isinstance(listed, str):
+                listed = [listed]
+            names += [str(n) for n in listed or [] if str(n) not in names]
+        return names
+
+    def required_commands(self) -> list[str]:
+        """Programs that must be on the worker's PATH before the tool runs."""
+        return self._required("commands")
+
+    def required_environment(self) -> list[str]:
+        """Environment variables that must be set in the worker before the tool runs (passed to it)."""
+        return self._required("environment")
+
+
+# What a worker cannot run, and what to write instead: a manifest of these types is an error, so it
+# never sits in search as a tool that fails only when called.
+UNRUNNABLE_TYPES = {
+    "mcp": (
+        "an MCP tool is not declared in a tool.yaml: declare its server in .ai/config/mcp_registry.yaml "
+        "(mcps: NAME: {command: ..., args: [...]} or {url: ...}), grant it in a directive with "
+        '<execute resource="mcp" name="NAME" actions="TOOL"/>, and call it as NAME.TOOL'
+    ),
+    "docker": (
+        "docker tools cannot run: this Kiwi has no container executor yet (it needs a Docker or Podman "
+        "engine and a locally built image); write the program as a python or bash tool instead"
+    ),
+}
 
 
 def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Problem]]:
@@ -179,9 +213,20 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
                 1,
             )
         )
+    if kind == "api":
+        try:
+            read_executor(manifest.executor, [p.name for p in manifest.parameters] or None)
+        except ValueError as exc:
+            problems.append(Problem(str(exc), path, _line_of(body, "executor", offset), 1))
     if problems and any(p.severity == "error" for p in problems):
         raise ItemInvalid(problems)
     return manifest, problems
+
+
+def runnable_problems(manifest: ToolManifest) -> list[Problem]:
+    """Why a parsed manifest names a tool no worker can run ([] when it can run)."""
+    why = UNRUNNABLE_TYPES.get(manifest.tool_type)
+    return [Problem(f"tool_type {manifest.tool_type}: {why}", manifest.path, 1, 1)] if why else []
 
 
 def _line_of(text: str, key: str, offset: int) -> int:

@@ -9,9 +9,11 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.api import ApiToolActivities
     from activities.commands import CommandActivities, GitActivities
     from kiwi.admission import admit
     from kiwi.contracts import (
+        ApiToolRequest,
         CallRecord,
         CommandRequest,
         FilesystemRequest,
@@ -30,6 +32,8 @@ from workflows.directive_run.errors import (
     failure_of,
 )
 from workflows.directive_run.options import (
+    API_RETRY,
+    API_TOOLS,
     FS_ACTIVITIES,
     GIT_ACTIVITIES,
     LOOP_WINDOW,
@@ -264,6 +268,30 @@ class CallsMixin:
             value = await self._run_child(args, origin)
         elif tool.partition(".")[0] in self.state.mcp_context:
             value = await self._call_mcp(tool, args, warnings if warnings is not None else [])
+        elif (
+            tool in snap.local_tools
+            and snap.local_tools[tool].tool_type == "api"
+            and workflow.patched(API_TOOLS)
+        ):
+            spec = snap.local_tools[tool]
+            executor_timeout = float(spec.executor.get("timeout", 30))
+            attempts = 1 + int(spec.executor.get("retries", 0) or 0)
+            value = await workflow.execute_activity_method(
+                ApiToolActivities.call_api_tool,
+                ApiToolRequest(
+                    tool=spec,
+                    params=args,
+                    network_hosts=snap.grants.network_hosts,
+                    deny_network=snap.grants.deny_network,
+                ),
+                heartbeat_timeout=timedelta(seconds=10),
+                **{
+                    **options,
+                    "summary": f"api tool {tool}",
+                    "retry_policy": API_RETRY,
+                    "start_to_close_timeout": timedelta(seconds=executor_timeout * attempts + 30),
+                },
+            )
         elif tool in snap.local_tools:
             spec = snap.local_tools[tool]
             value = await workflow.execute_activity_method(
