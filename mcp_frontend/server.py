@@ -34,7 +34,7 @@ from kiwi.guards import is_external_mcp
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.items.directive import Directive
-from kiwi.items.store import ItemStore, find_project_root
+from kiwi.items.store import ItemStore, find_project_root, item_kind
 from kiwi.policy import FILESYSTEM_TOOLS
 from kiwi.runs import RunClient
 from kiwi.toolargs import check_arguments
@@ -49,7 +49,7 @@ item_id=TOOL, parameters={args}) → execute(item_type="run", action="complete_s
 parameters={"step": NAME, "outputs": {...}}). Every call is checked against the directive's permissions.
 Use help(action="stuck"|"escalate"|"checkpoint", run_id=...) when you need a human."""
 
-ItemKind = Literal["directive", "tool", "knowledge", "run", "mcp"]
+ItemKind = Literal["directive", "tool", "knowledge", "run", "mcp", "script"]
 # Item spaces: 'project' (the project's .ai/; 'local' is the same, as in Kiwi MCP) and 'user'.
 Source = Literal["all", "project", "local", "user"]
 
@@ -78,7 +78,9 @@ item_id='filesystem.read', parameters={'path': 'notes/hello.md'}) (a built-in, l
 parameters are its arguments; with run_id the run's grants apply, without it the base policy of \
 agent_harness.yaml)
 - mcp call (a tool of an external MCP server, the same as a tool call): execute(item_type='mcp', \
-action='call', run_id='run-hello_kiwi-1a2b3c', item_id='clock.get_current_time', parameters={'timezone': 'UTC'})"""
+action='call', run_id='run-hello_kiwi-1a2b3c', item_id='clock.get_current_time', parameters={'timezone': 'UTC'})
+- script call (a legacy .ai/scripts tool, the same as a tool call): execute(item_type='script', \
+action='call', run_id='run-hello_kiwi-1a2b3c', item_id='shout', parameters={'text': 'hi'})"""
 
 
 class SearchAnswer(BaseModel):
@@ -334,7 +336,7 @@ def build_server(
     async def search(
         item_type: ItemKind = Field(
             description="what to search: directive, tool, knowledge, run, or mcp (tools of "
-            "the external MCP servers in mcp_registry.yaml)"
+            "the external MCP servers in mcp_registry.yaml); script is the same as tool"
         ),
         query: str = Field(default="", description="words to look for; for runs, an optional directive name"),
         source: Source = Field(
@@ -343,6 +345,7 @@ def build_server(
         status: str | None = Field(default=None, description="runs only: e.g. awaiting_agent, completed"),
         limit: int = Field(default=10, ge=1, le=100, description="at most this many results"),
     ) -> SearchAnswer:
+        item_type = item_kind(item_type)  # type: ignore[assignment]
         try:
             if item_type == "run":
                 rows = await (await link.runs()).list_runs(
@@ -368,7 +371,9 @@ def build_server(
         "item_id='hello_kiwi').",
     )
     async def load(
-        item_type: Literal["directive", "tool", "knowledge", "mcp"] = Field(description="item type"),
+        item_type: Literal["directive", "tool", "knowledge", "mcp", "script"] = Field(
+            description="item type (script is the same as tool)"
+        ),
         item_id: str = Field(
             description="directive name, tool_id, zettel_id, or for mcp a server name or SERVER.TOOL"
         ),
@@ -379,6 +384,7 @@ def build_server(
             default=False, description="copy the item from the user space into the project first"
         ),
     ) -> LoadAnswer:
+        item_type = item_kind(item_type)  # type: ignore[assignment]
         try:
             if item_type == "mcp":
                 return LoadAnswer.model_validate(await catalog.load(item_id))
@@ -413,8 +419,9 @@ def build_server(
         description=EXECUTE_DESCRIPTION,
     )
     async def execute(
-        item_type: Literal["directive", "knowledge", "run", "tool", "mcp"] = Field(
-            description="directive, knowledge, run, tool, or mcp (call = a tool of an external MCP server)"
+        item_type: Literal["directive", "knowledge", "run", "tool", "mcp", "script"] = Field(
+            description="directive, knowledge, run, tool, or mcp (call = a tool of an external MCP server); "
+            "script is the same as tool"
         ),
         action: Literal[
             "run",
@@ -460,6 +467,7 @@ def build_server(
             if ctx is not None:
                 await ctx.report_progress(elapsed, total, progress_message(item_id, upstream))
 
+        item_type = item_kind(item_type)  # type: ignore[assignment]
         try:
             if action == "poll":
                 if not run_id:

@@ -412,3 +412,65 @@ async def test_bash_and_python_tools_check_their_requirements_before_running(run
     done = await runs.call_tool(run_id, "has_all", {})
     assert done.status == "ok" and done.result["key"] == "[secret KIWI_TEST_TOOL_KEY]", done
     await runs.cancel(run_id, "done")
+
+
+# ---------------------------------------------------------------- legacy scripts: any depth, `script`, migrate
+
+SHOUT = '''"""Shout a text back."""
+
+__version__ = "1.2.0"
+
+
+def main(text: str, times: int = 1) -> dict:
+    return {"shout": (text.upper() + "!") * times}
+'''
+
+
+async def test_legacy_scripts_at_any_depth_run_as_tools_and_migrate_to_a_manifest(
+    runs, project, temporal_env
+):
+    from mcp.client import Client
+
+    from kiwi.cli import main as kiwi_main
+    from mcp_frontend.server import build_server
+    from tests.helpers import execute
+
+    script = write(project / ".ai" / "scripts" / "text" / "loud" / "shout.py", SHOUT)
+    write(project / ".ai" / "scripts" / "lib" / "helper.py", "def main():\n    return 1\n")
+    agent_directive(project, ["shout"])
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        found = await client.call_tool("search", {"item_type": "script", "query": "shout"})
+        (hit,) = [r for r in found.structured_content["results"] if r["item_id"] == "shout"]
+        assert hit["item_type"] == "tool" and hit["category"] == "text/loud" and hit["valid"]
+        loaded = await client.call_tool("load", {"item_type": "script", "item_id": "shout"})
+        assert loaded.structured_content["parsed"]["version"] == "1.2.0"
+        first = await execute(client, {"item_type": "directive", "action": "run", "item_id": "calls"})
+        called = await execute(
+            client,
+            {
+                "item_type": "script",
+                "action": "call",
+                "run_id": first["run_id"],
+                "item_id": "shout",
+                "parameters": {"text": "hi", "times": 2},
+            },
+        )
+        assert called["result"] == {"shout": "HI!HI!"}, called
+    assert "helper" not in {r.item_id for r in ItemStore(project).list_items("tool")}  # lib/ holds helpers
+
+    assert kiwi_main(["migrate", str(script.relative_to(project))]) == 0
+    manifest = project / ".ai" / "tools" / "text" / "loud" / "shout" / "tool.yaml"
+    assert not script.exists() and (manifest.parent / "shout.py").read_text() == SHOUT
+    assert kiwi_main(["validate", str(manifest)]) == 0
+    tool = ItemStore(project).load("tool", "shout").parsed
+    assert not tool.legacy and tool.version == "1.2.0" and tool.description == "Shout a text back."
+    assert [p.name for p in tool.parameters] == ["text", "times"] and tool.parameters[1].default == 1
+    run_id = await started(runs)
+    again = await runs.call_tool(run_id, "shout", {"text": "yo"})
+    assert again.status == "ok" and again.result == {"shout": "YO!"}, again
+    # Migrating again, or something that is not a legacy script, changes nothing.
+    assert kiwi_main(["migrate", str(manifest.parent / "shout.py")]) == 1
+    assert manifest.exists() and (manifest.parent / "shout.py").exists()
+    for run in (first["run_id"], run_id):
+        await runs.cancel(run, "done")

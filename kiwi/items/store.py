@@ -23,6 +23,15 @@ from kiwi.items.tools import ToolManifest, legacy_script_manifest, parse_manifes
 
 ItemType = Literal["directive", "tool", "knowledge"]
 ITEM_TYPES: tuple[ItemType, ...] = ("directive", "tool", "knowledge")
+# Other names for item types: Kiwi MCP called legacy tools under .ai/scripts "scripts".
+ITEM_ALIASES: dict[str, ItemType] = {"script": "tool"}
+
+
+def item_kind(name: str) -> str:
+    """An item type as asked for, with its alias resolved (``script`` is ``tool``)."""
+    return ITEM_ALIASES.get(name, name)
+
+
 SOURCES = ("project", "user")
 MAX_ITEM_BYTES = 1_000_000
 _SCHEMA_VERSION = 3
@@ -171,7 +180,7 @@ def _iter_files(base: Path, item_type: ItemType) -> Iterator[Path]:
                 if entry.name.startswith("."):
                     continue
                 if entry.is_dir(follow_symlinks=False):
-                    if folder != "scripts" and entry.name not in (
+                    if entry.name not in (
                         "node_modules",
                         "__pycache__",
                         ".venv",

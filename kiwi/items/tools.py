@@ -268,11 +268,14 @@ def legacy_script_manifest(path: Path) -> ToolManifest:
         ):
             version = str(node.value.value)
     doc = ast.get_docstring(module) or ""
+    # .ai/scripts/scraping/maps.py is in category "scraping", as Kiwi MCP filed it.
+    folders = path.parent.parts
+    below = folders[len(folders) - folders[::-1].index("scripts") :] if "scripts" in folders else ()
     return ToolManifest(
         tool_id=path.stem,
         tool_type="python",
         version=version,
-        category="scripts",
+        category="/".join(below) or "scripts",
         description=doc.strip().splitlines()[0] if doc.strip() else "",
         parameters=params,
         executor={"type": "python", "entrypoint": path.name},
