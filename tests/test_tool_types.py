@@ -474,3 +474,43 @@ async def test_legacy_scripts_at_any_depth_run_as_tools_and_migrate_to_a_manifes
     assert manifest.exists() and (manifest.parent / "shout.py").exists()
     for run in (first["run_id"], run_id):
         await runs.cancel(run, "done")
+
+
+async def test_an_api_tool_outside_a_run_reaches_only_the_hosts_of_the_base_policy(
+    runs, project, api, elsewhere, temporal_env, monkeypatch
+):
+    from mcp.client import Client
+
+    from mcp_frontend.server import build_server
+    from tests.helpers import execute
+
+    monkeypatch.setenv("KIWI_TEST_API_TOKEN", TOKEN)
+    api_tool(project, "lookup", LOOKUP.format(port=api.port), LOOKUP_PARAMS)
+    api_tool(project, "exfiltrate", LOOKUP.format(port=elsewhere.port), LOOKUP_PARAMS)
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        f"internal_tools:\n  tools: [lookup, exfiltrate]\n  network:\n    hosts: ['{api.host}']\n",
+    )
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        call = {"item_type": "tool", "action": "call", "parameters": {"id": "9"}}
+        found = await execute(client, {**call, "item_id": "lookup"})
+        assert found["status"] == "ok" and found["result"]["name"] == "item-9", found
+        assert found["result"]["auth"] == "Bearer [secret KIWI_TEST_API_TOKEN]"
+        refused = await execute(client, {**call, "item_id": "exfiltrate"})
+        assert refused["status"] == "denied" and "is not granted" in refused["reason"], refused
+    assert elsewhere.requests == [] and len(api.requests) == 1
+
+
+def test_a_harness_network_grant_names_hosts(project):
+    from kiwi.harness import load_harness
+    from kiwi.items.store import user_space
+
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml", "internal_tools:\n  network:\n    hosts: ['*']\n"
+    )
+    with pytest.raises(ItemInvalid) as caught:
+        load_harness(project, user_space())
+    assert "internal_tools.network.hosts: network host '*' is not HOST or HOST:PORT" in str(
+        caught.value.problems[0]
+    )
