@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.filesystem import confine
 from activities.process import child_env, run_process
+from activities.toolenv import lib_folder, tool_python
 from kiwi.contracts import CheckpointResult, CommandRequest, GitRequest, LocalToolRequest, LocalToolSpec
 from kiwi.errors import (
     CheckpointNotFound,
@@ -232,8 +233,11 @@ class CommandActivities:
             raise ToolNotFound.error(f"tool '{tool.tool_id}': entrypoint {entry.name} is missing")
         passed = _check_requirements(tool)
         if tool.tool_type == "python":
-            argv = [sys.executable, "-c", _PYTHON_RUNNER, str(entry)]
+            argv = [await tool_python(tool), "-c", _PYTHON_RUNNER, str(entry)]
             env = dict(passed)
+            lib = lib_folder(tool.entrypoint)
+            if lib:
+                env["PYTHONPATH"] = lib
         elif tool.tool_type == "bash":
             argv = ["bash", str(entry), *[str(v) for v in req.params.values()]]
             env = {
@@ -272,6 +276,15 @@ def _check_requirements(tool: LocalToolSpec) -> dict[str, str]:
     A missing program or variable is an error naming each one, instead of the tool failing halfway.
     The values are remembered as secrets, so they are scrubbed from what the tool returns.
     """
+    if tool.required_python:
+        from packaging.specifiers import SpecifierSet
+
+        running = ".".join(map(str, sys.version_info[:3]))
+        if running not in SpecifierSet(tool.required_python):
+            raise ToolFailed.error(
+                f"tool '{tool.tool_id}' requires Python {tool.required_python}; the worker runs {running}",
+                {"hint": "run a worker on a Python that fits, or change requires.python"},
+            )
     path = child_env().get("PATH", os.defpath)
     missing = [c for c in tool.required_commands if shutil.which(c, path=path) is None]
     if missing:

@@ -92,6 +92,9 @@ class LocalToolSpec(BaseModel):
     # What must exist before the tool runs: programs on PATH and environment variables (names only).
     required_commands: list[str] = Field(default_factory=list)
     required_environment: list[str] = Field(default_factory=list)
+    # A python tool's packages (PEP 508), installed into an environment of its own, and its Python version.
+    required_packages: list[str] = Field(default_factory=list)
+    required_python: str = ""
 
 
 class RunLimits(BaseModel):

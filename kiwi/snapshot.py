@@ -49,6 +49,8 @@ def local_tool_specs(store: ItemStore) -> dict[str, LocalToolSpec]:
             executor=manifest.executor if manifest.tool_type == "api" else {},
             required_commands=manifest.required_commands(),
             required_environment=manifest.required_environment(),
+            required_packages=manifest.required_packages(),
+            required_python=manifest.required_python(),
         )
     return specs
 

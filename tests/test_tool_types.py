@@ -514,3 +514,83 @@ def test_a_harness_network_grant_names_hosts(project):
     assert "internal_tools.network.hosts: network host '*' is not HOST or HOST:PORT" in str(
         caught.value.problems[0]
     )
+
+
+# ---------------------------------------------------------------- python tools with their own packages
+
+COLOURED = """
+from importlib.metadata import version
+
+import termcolor
+from greeting import greet
+
+
+def main(name: str) -> dict:
+    return {"text": greet(name), "termcolor": version("termcolor"), "colour": termcolor.colored("x", "red")}
+"""
+
+
+async def test_a_python_tool_gets_its_packages_in_a_cached_environment_and_lib_on_its_path(runs, project):
+    from activities.toolenv import environments_dir
+
+    write(project / ".ai" / "tools" / "lib" / "greeting.py", "def greet(name):\n    return f'hello {name}'\n")
+    for tool_id in ("coloured", "coloured_too"):
+        local_tool(project, tool_id, "python", COLOURED, "packages: [termcolor>=3]\npython: '>=3.11'\n")
+    local_tool(project, "too_new", "python", "def main():\n    return 1\n", "python: '>=9'\n")
+    local_tool(
+        project,
+        "broken",
+        "python",
+        "import termcolor\n\ndef main():\n    raise ValueError('the input was not what I wanted')\n",
+        "packages: [termcolor>=3]\n",
+    )
+    local_tool(
+        project,
+        "unfindable",
+        "python",
+        "def main():\n    return 1\n",
+        "packages: [kiwi-no-such-package-x1]\n",
+    )
+    agent_directive(project, ["coloured", "coloured_too", "too_new", "broken", "unfindable"])
+    run_id = await started(runs)
+    cold = await runs.call_tool(run_id, "coloured", {"name": "ada"})
+    assert cold.status == "ok", cold
+    assert cold.result["text"] == "hello ada" and cold.result["termcolor"].startswith("3.")
+    (env,) = [p for p in environments_dir().iterdir() if p.is_dir()]
+    built = (env / ".kiwi-requirements.json").stat().st_mtime_ns
+    # The same requirements share the environment: nothing is built again.
+    warm = await runs.call_tool(run_id, "coloured_too", {"name": "bo"})
+    assert warm.status == "ok" and warm.result["text"] == "hello bo", warm
+    assert [p for p in environments_dir().iterdir() if p.is_dir()] == [env]
+    assert (env / ".kiwi-requirements.json").stat().st_mtime_ns == built
+    # The worker's own environment does not have the package: only the tool's does.
+    import importlib.util
+
+    assert importlib.util.find_spec("termcolor") is None
+    old = await runs.call_tool(run_id, "too_new", {})
+    assert old.error_type == "ToolFailed" and "requires Python >=9; the worker runs 3." in old.reason, old
+    failed = await runs.call_tool(run_id, "broken", {})
+    assert (
+        failed.error_type == "ToolFailed" and "ValueError: the input was not what I wanted" in failed.reason
+    )
+    missing = await runs.call_tool(run_id, "unfindable", {})
+    assert (
+        missing.error_type == "ToolFailed" and "installing kiwi-no-such-package-x1 failed" in missing.reason
+    )
+    assert not any(".building-" in p.name for p in environments_dir().iterdir())
+    await runs.cancel(run_id, "done")
+
+
+@pytest.mark.parametrize(
+    ("requires", "says"),
+    [
+        ("packages: ['requests >>> 2']", "is not a requirement"),
+        ("packages: ['evil @ https://example.com/evil.whl']", "packages come from the configured index only"),
+        ("python: 'three'", "is not a version specifier"),
+    ],
+)
+def test_broken_requirements_are_refused_at_validation(requires, says):
+    text = f"tool_id: t\ntool_type: python\nexecutor:\n  entrypoint: main.py\nrequires:\n  {requires}\n"
+    with pytest.raises(ItemInvalid) as caught:
+        parse_manifest(text, "tool.yaml")
+    assert says in str(caught.value.problems[0])

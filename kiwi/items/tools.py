@@ -106,6 +106,50 @@ class ToolManifest(BaseModel):
         """Environment variables that must be set in the worker before the tool runs (passed to it)."""
         return self._required("environment")
 
+    def required_packages(self) -> list[str]:
+        """A python tool's packages: ``requires.packages`` (or the seed's ``executor.dependencies``)."""
+        listed = self._required("packages")
+        deps = self.executor.get("dependencies")
+        return listed + [str(d) for d in deps if str(d) not in listed] if isinstance(deps, list) else listed
+
+    def required_python(self) -> str:
+        """The Python versions the tool runs on (a specifier such as ``>=3.11``; '' for any)."""
+        requires = self.requires if isinstance(self.requires, dict) else {}
+        return str(requires.get("python") or "")
+
+
+def requirement_problems(manifest: ToolManifest) -> list[str]:
+    """What is wrong with a tool's ``requires`` ([] when nothing)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    problems = []
+    packages = manifest.required_packages()
+    if packages and manifest.tool_type != "python":
+        problems.append(
+            f"requires.packages is for python tools; a {manifest.tool_type} tool cannot install any"
+        )
+    for package in packages:
+        try:
+            requirement = Requirement(package)
+        except InvalidRequirement as exc:
+            problems.append(
+                f"requires.packages: '{package}' is not a requirement (e.g. requests>=2.31): {exc}"
+            )
+            continue
+        if requirement.url:
+            problems.append(
+                f"requires.packages: '{package}' names a URL; packages come from the configured index only"
+            )
+    if manifest.required_python():
+        try:
+            SpecifierSet(manifest.required_python())
+        except InvalidSpecifier:
+            problems.append(
+                f"requires.python: '{manifest.required_python()}' is not a version specifier (e.g. >=3.11)"
+            )
+    return problems
+
 
 # What a worker cannot run, and what to write instead: a manifest of these types is an error, so it
 # never sits in search as a tool that fails only when called.
@@ -213,6 +257,10 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
                 1,
             )
         )
+    problems += [
+        Problem(message, path, _line_of(body, "requires", offset), 1)
+        for message in requirement_problems(manifest)
+    ]
     if kind == "api":
         try:
             read_executor(manifest.executor, [p.name for p in manifest.parameters] or None)
