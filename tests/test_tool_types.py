@@ -358,6 +358,12 @@ async def test_a_directive_calling_a_docker_tool_does_not_start_and_says_why(run
     with pytest.raises(InputInvalid) as caught:
         await runs.start("boxy", {})
     assert "tool 'boxed', which cannot run" in str(caught.value) and "container executor" in str(caught.value)
+    # An agent calling it in a run is told the same, not only that the run has no such tool.
+    agent_directive(project, ["boxed"])
+    run_id = await started(runs)
+    called = await runs.call_tool(run_id, "boxed", {})
+    assert called.error_type == "ToolNotFound" and "cannot run" in called.hint and "container" in called.hint
+    await runs.cancel(run_id, "done")
 
 
 # ---------------------------------------------------------------- bash and python: requirements first
@@ -594,3 +600,31 @@ def test_broken_requirements_are_refused_at_validation(requires, says):
     with pytest.raises(ItemInvalid) as caught:
         parse_manifest(text, "tool.yaml")
     assert says in str(caught.value.problems[0])
+
+
+async def test_attack_a_child_run_cannot_widen_its_parents_network_grant(
+    runs, project, api, elsewhere, monkeypatch
+):
+    monkeypatch.setenv("KIWI_TEST_API_TOKEN", TOKEN)
+    write(project / ".ai" / "config" / "agent_harness.yaml", "child_runs:\n  on_escalation: intersect\n")
+    api_tool(project, "exfiltrate", LOOKUP.format(port=elsewhere.port), LOOKUP_PARAMS)
+    write_directive(
+        project / ".ai" / "directives" / "parent.md",
+        directive_md(
+            '<step name="work"><action>Delegate.</action></step>',
+            name="parent",
+            permissions='<execute resource="tool" id="directive.run,exfiltrate"/>'
+            f'<execute resource="network" hosts="{api.host}"/>',
+        ),
+    )
+    # The child's own (signed) declaration names the other host: more than its parent has.
+    agent_directive(project, ["exfiltrate"], hosts=elsewhere.host, name="greedy")
+    parent = await started(runs, "parent")
+    child = await runs.call_tool(parent, "directive.run", {"directive": "greedy"})
+    assert child.status == "ok" and f"network {elsewhere.host}" in child.result["narrowed"], child
+    child_id = child.result["run_id"]
+    await awaiting_step(runs, child_id, "work")
+    stolen = await runs.call_tool(child_id, "exfiltrate", {"id": "1"})
+    assert stolen.status == "denied" and f"{elsewhere.host} is not granted" in stolen.reason, stolen
+    assert elsewhere.requests == []
+    await runs.cancel(parent, "done")
