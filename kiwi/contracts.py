@@ -500,6 +500,18 @@ class ApiToolRequest(BaseModel):
     max_output_bytes: int = 1_000_000
 
 
+class ContainerToolRequest(BaseModel):
+    """One call of a docker tool: the run's filesystem grants decide which of its mounts it gets."""
+
+    project_root: str
+    tool: LocalToolSpec
+    params: dict[str, Any] = Field(default_factory=dict)
+    read_grants: list[str] = Field(default_factory=list)
+    write_grants: list[str] = Field(default_factory=list)
+    deny_fs: list[str] = Field(default_factory=list)
+    max_output_bytes: int = 1_000_000
+
+
 class GitRequest(BaseModel):
     project_root: str
     message: str = ""

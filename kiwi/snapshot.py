@@ -35,7 +35,7 @@ def local_tool_specs(store: ItemStore) -> dict[str, LocalToolSpec]:
             entry = (
                 Path(manifest.path) if manifest.legacy else Path(manifest.path).parent / manifest.entrypoint
             )
-        elif manifest.tool_type == "api":
+        elif manifest.tool_type in ("api", "docker"):
             entry = Path(manifest.path)
         else:
             continue
@@ -44,9 +44,11 @@ def local_tool_specs(store: ItemStore) -> dict[str, LocalToolSpec]:
             tool_type=manifest.tool_type,
             entrypoint=str(entry),
             mutates_state=manifest.mutates_state,
-            timeout_seconds=float(manifest.executor.get("timeout", 300)),
+            timeout_seconds=float(
+                manifest.executor.get("timeout", 60 if manifest.tool_type == "docker" else 300)
+            ),
             input_schema=manifest.json_schema(),
-            executor=manifest.executor if manifest.tool_type == "api" else {},
+            executor=manifest.executor if manifest.tool_type in ("api", "docker") else {},
             required_commands=manifest.required_commands(),
             required_environment=manifest.required_environment(),
             required_packages=manifest.required_packages(),

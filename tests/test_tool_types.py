@@ -327,29 +327,47 @@ def test_a_broken_api_manifest_is_refused_at_validation(executor, says):
     assert says in str(caught.value.problems[0])
 
 
-# ---------------------------------------------------------------- mcp and docker manifests: refused, not inert
+# ---------------------------------------------------------------- mcp manifests and broken docker ones: refused
 
 
-def test_mcp_and_docker_manifests_are_refused_and_search_says_so(project):
+def test_mcp_and_broken_docker_manifests_are_refused_and_search_says_so(project):
     write(
         project / ".ai" / "tools" / "c7" / "tool.yaml",
         "tool_id: c7_resolve\ntool_type: mcp\nconfig:\n  url: https://mcp.example.com/mcp\n  tool: resolve\n",
     )
     write(
         project / ".ai" / "tools" / "boxed" / "tool.yaml",
-        "tool_id: boxed\ntool_type: docker\nexecutor:\n  image: python:3.11-slim\n",
+        "tool_id: boxed\ntool_type: docker\nexecutor:\n  image: busybox\n  command: sh -c 'cat /etc/passwd'\n",
     )
     store = ItemStore(project)
     found = {r.item_id: r for r in store.list_items("tool")}
     assert not found["c7_resolve"].valid and "mcp_registry.yaml" in found["c7_resolve"].problems[0]
-    assert not found["boxed"].valid and "no container executor" in found["boxed"].problems[0]
+    assert not found["boxed"].valid and "Kiwi runs no shell strings" in found["boxed"].problems[0]
     assert "c7_resolve" not in store.local_tools() and "boxed" not in store.local_tools()
 
 
-async def test_a_directive_calling_a_docker_tool_does_not_start_and_says_why(runs, project):
+@pytest.mark.parametrize(
+    ("executor", "says"),
+    [
+        ("command: [sh]\n", "needs executor.image"),
+        ("image: x\nnetwork: host\n", "a container gets no network"),
+        ("image: x\nmounts: [{source: ../etc, target: /etc}]\n", "executor.mounts: each is"),
+        ("image: x\nmounts: [{source: data, target: relative}]\n", "executor.mounts: each is"),
+        ("image: x\nmemory: lots\n", "executor.memory a size"),
+        ("image: x\nprivileged: true\n", "no key 'privileged'"),
+    ],
+)
+def test_a_broken_docker_manifest_is_refused_at_validation(executor, says):
+    text = "tool_id: t\ntool_type: docker\nexecutor:\n" + textwrap.indent(executor, "  ")
+    with pytest.raises(ItemInvalid) as caught:
+        parse_manifest(text, "tool.yaml")
+    assert says in str(caught.value.problems[0])
+
+
+async def test_a_directive_calling_a_broken_tool_does_not_start_and_says_why(runs, project):
     write(
         project / ".ai" / "tools" / "boxed" / "tool.yaml",
-        "tool_id: boxed\ntool_type: docker\nexecutor:\n  image: python:3.11-slim\n",
+        "tool_id: boxed\ntool_type: docker\nexecutor:\n  image: busybox\n  network: host\n",
     )
     write_directive(
         project / ".ai" / "directives" / "boxy.md",
@@ -357,12 +375,12 @@ async def test_a_directive_calling_a_docker_tool_does_not_start_and_says_why(run
     )
     with pytest.raises(InputInvalid) as caught:
         await runs.start("boxy", {})
-    assert "tool 'boxed', which cannot run" in str(caught.value) and "container executor" in str(caught.value)
+    assert "tool 'boxed', which cannot run" in str(caught.value) and "gets no network" in str(caught.value)
     # An agent calling it in a run is told the same, not only that the run has no such tool.
     agent_directive(project, ["boxed"])
     run_id = await started(runs)
     called = await runs.call_tool(run_id, "boxed", {})
-    assert called.error_type == "ToolNotFound" and "cannot run" in called.hint and "container" in called.hint
+    assert called.error_type == "ToolNotFound" and "cannot run" in called.hint and "no network" in called.hint
     await runs.cancel(run_id, "done")
 
 

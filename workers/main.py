@@ -13,6 +13,7 @@ from activities.api import ApiToolActivities
 from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
 from activities.commands import CommandActivities, GitActivities
+from activities.container import ContainerToolActivities
 from activities.directives import DirectiveActivities
 from activities.filesystem import FilesystemActivities
 from activities.mcp import McpActivities
@@ -38,6 +39,7 @@ def activities(pool: McpPool) -> list:
         commands.run_command,
         commands.run_local_tool,
         ApiToolActivities().call_api_tool,
+        ContainerToolActivities().run_container_tool,
         git.git_status,
         git.git_diff,
         git.git_commit,

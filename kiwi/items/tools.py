@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from kiwi import yamltext
 from kiwi.apitools import read_executor
+from kiwi.containertools import read_container_executor
 from kiwi.errors import ItemInvalid, Problem
 from kiwi.signing import split_signature
 
@@ -159,10 +160,6 @@ UNRUNNABLE_TYPES = {
         "(mcps: NAME: {command: ..., args: [...]} or {url: ...}), grant it in a directive with "
         '<execute resource="mcp" name="NAME" actions="TOOL"/>, and call it as NAME.TOOL'
     ),
-    "docker": (
-        "docker tools cannot run: this Kiwi has no container executor yet (it needs a Docker or Podman "
-        "engine and a locally built image); write the program as a python or bash tool instead"
-    ),
 }
 
 
@@ -261,9 +258,12 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
         Problem(message, path, _line_of(body, "requires", offset), 1)
         for message in requirement_problems(manifest)
     ]
-    if kind == "api":
+    if kind in ("api", "docker"):
         try:
-            read_executor(manifest.executor, [p.name for p in manifest.parameters] or None)
+            if kind == "api":
+                read_executor(manifest.executor, [p.name for p in manifest.parameters] or None)
+            else:
+                read_container_executor(manifest.executor)
         except ValueError as exc:
             problems.append(Problem(str(exc), path, _line_of(body, "executor", offset), 1))
     if problems and any(p.severity == "error" for p in problems):

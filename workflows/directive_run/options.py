@@ -84,8 +84,9 @@ ALL_CHANGES = "kiwi-run-changes-2026-11"
 HARDENED = "kiwi-escapes-closed-2026-11"
 # A child run starts with its search attributes (directive, status, project), as a client-started run does.
 CHILD_ATTRIBUTES = "kiwi-child-attributes-2026-11"
-# api tools run (call_api_tool, with the run's network grants) instead of failing as an unsupported type.
-API_TOOLS = "kiwi-api-tools-2026-11"
+# api and docker tools run (call_api_tool with the run's network grants, run_container_tool with its
+# filesystem grants) instead of failing as an unsupported type.
+TOOL_EXECUTORS = "kiwi-tool-executors-2026-11"
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
 AUDIT_IDLE_FLUSH = timedelta(seconds=1)
