@@ -1,5 +1,6 @@
-"""Tool executors inside a run: an api tool call against the same request made directly with httpx, and
-a python tool with packages (cold: its environment is built; warm: it exists) against one without.
+"""Tool executors inside a run: an api tool call against the same request made directly with httpx, a
+python tool with packages (cold: its environment is built; warm: it exists) against one without, and,
+where Podman or Docker and a static busybox exist, a docker tool against the same `run` from the CLI.
 
     .venv/bin/python bench/bench_tools.py [--calls 50]
 
@@ -13,7 +14,10 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -25,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 from temporalio.client import Client as TemporalClient  # noqa: E402
 
+from activities.container import LIMITS, container_engine  # noqa: E402
 from bench.common import pct, scratch_project, tuned_dev_server  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.items.store import ItemStore  # noqa: E402
@@ -59,6 +64,21 @@ def line(name: str, samples: list[float]) -> str:
     return f"{name:<34} p50 {pct(samples, 0.5):7.1f} ms   p99 {pct(samples, 0.99):7.1f} ms"
 
 
+def busybox_image(root: Path) -> str | None:
+    """A local image holding a static busybox, or None where there is no engine or busybox."""
+    engine, busybox = container_engine(), shutil.which("busybox")
+    if engine is None or busybox is None:
+        return None
+    (root / "image" / "bin").mkdir(parents=True)
+    shutil.copy(busybox, root / "image" / "bin" / "busybox")
+    (root / "image" / "bin" / "sh").symlink_to("busybox")
+    with tarfile.open(root / "image.tar", "w") as tar:
+        tar.add(root / "image", arcname=".")
+    name = "localhost/kiwi-bench-busybox:1"
+    made = subprocess.run([*engine, "import", str(root / "image.tar"), name], capture_output=True)
+    return name if made.returncode == 0 else None
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=50)
@@ -86,12 +106,21 @@ async def main() -> None:
                 folder / "tool.yaml",
                 f"tool_id: {tool_id}\ntool_type: python\nexecutor:\n  entrypoint: main.py\n{requires}",
             )
+        image = busybox_image(root)
+        if image:
+            folder = root / ".ai" / "tools" / "bench" / "boxed"
+            write(folder / "run.sh", "echo '{\"ok\": true}'\n")
+            write(
+                folder / "tool.yaml",
+                f"tool_id: boxed\ntool_type: docker\nexecutor:\n  image: {image}\n"
+                "  command: [/bin/sh, /tool/run.sh]\n",
+            )
         write_directive(
             root / ".ai" / "directives" / "bench.md",
             directive_md(
                 '<step name="work"><action>Call tools.</action></step>',
                 name="bench",
-                permissions='<execute resource="tool" id="hello,plain,coloured"/>'
+                permissions='<execute resource="tool" id="hello,plain,coloured,boxed"/>'
                 f'<execute resource="network" hosts="127.0.0.1:{port}"/>',
             ),
         )
@@ -121,6 +150,29 @@ async def main() -> None:
                 cold = await timed(1, lambda: call("coloured"))
                 warm = await timed(args.calls, lambda: call("coloured"))
                 plain = await timed(args.calls, lambda: call("plain"))
+                boxed, engine_run = [], []
+                if image:
+                    boxed = await timed(max(5, args.calls // 5), lambda: call("boxed"))
+                    engine = container_engine() or []
+
+                    async def bare_run() -> None:
+                        proc = await asyncio.create_subprocess_exec(
+                            *engine,
+                            "run",
+                            "--rm",
+                            "--network",
+                            "none",
+                            *LIMITS,
+                            image,
+                            "/bin/sh",
+                            "-c",
+                            "echo ok",
+                            stdout=asyncio.subprocess.DEVNULL,
+                        )
+                        await proc.wait()
+
+                    engine_run = await timed(max(5, args.calls // 5), bare_run)
+                    subprocess.run([*engine, "rmi", "-f", image], capture_output=True)
                 await runs.cancel(run_id, "bench done")
         finally:
             server.stop()
@@ -130,6 +182,11 @@ async def main() -> None:
     print(f"{'python tool with packages, cold':<34} {cold[0]:11.0f} ms (environment built)")
     print(line("python tool with packages, warm", warm))
     print(line("python tool without packages", plain))
+    if boxed:
+        print(line("docker tool in a run", boxed))
+        print(line("the same container run from the CLI", engine_run))
+    else:
+        print("docker tool: skipped (no container engine or no busybox here)")
 
 
 if __name__ == "__main__":
