@@ -35,7 +35,7 @@ from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore, find_project_root, item_kind
-from kiwi.policy import FILESYSTEM_TOOLS
+from kiwi.policy import FILESYSTEM_TOOLS, PermissionSet
 from kiwi.runs import RunClient
 from kiwi.toolargs import check_arguments
 from kiwi.upstream.catalog import McpCatalog
@@ -589,6 +589,34 @@ def progress_message(tool: str, upstream: str) -> str:
     )
 
 
+def callable_tools(grants: PermissionSet, store: ItemStore) -> dict[str, dict[str, Any]]:
+    """Kiwi's own tools and the project's local tools this run's grants let it call, with their input
+    schemas, so an agent knows them from the start as it knows the MCP servers' (``tool_context``)."""
+    from kiwi.toolargs import BUILTIN_SCHEMAS
+
+    reads, writes = ("filesystem.read", "filesystem.list"), FILESYSTEM_TOOLS
+    found: dict[str, dict[str, Any]] = {}
+    for tool, schema in BUILTIN_SCHEMAS.items():
+        if tool in reads:
+            allowed = bool(grants.fs_read)
+        elif tool in writes:
+            allowed = bool(grants.fs_write)
+        elif tool == "shell.run":
+            allowed = bool(grants.shell)
+        else:
+            allowed = grants.check_tool_id(tool).allowed
+        if allowed and tool not in grants.deny_tools and "*" not in grants.deny_tools:
+            found[tool] = {"type": "built-in", "input_schema": schema}
+    for tool_id, manifest in sorted(store.local_tools().items()):
+        if grants.check_tool_id(tool_id).allowed:
+            found[tool_id] = {
+                "type": manifest.tool_type,
+                "description": manifest.description,
+                "input_schema": manifest.json_schema(),
+            }
+    return found
+
+
 def base_policy_grant(tool: str, local_tools: Any) -> str:
     """The agent_harness.yaml line (flow style) that grants ``tool`` in the base policy."""
     if tool in FILESYSTEM_TOOLS:
@@ -657,6 +685,7 @@ async def _execute(
             "current_step": status.current_step.model_dump() if status.current_step else None,
             "declared_tools": directive.metadata.tools.model_dump(),
             "tool_context": context,
+            "local_tools": callable_tools(started.grants or directive.grants(), link.store),
             "permissions": (started.grants or directive.grants()).summary(),
             "trust": started.trust.model_dump() if started.trust else None,
             **(

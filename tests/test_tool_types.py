@@ -470,6 +470,10 @@ async def test_legacy_scripts_at_any_depth_run_as_tools_and_migrate_to_a_manifes
         loaded = await client.call_tool("load", {"item_type": "script", "item_id": "shout"})
         assert loaded.structured_content["parsed"]["version"] == "1.2.0"
         first = await execute(client, {"item_type": "directive", "action": "run", "item_id": "calls"})
+        # The run's answer lists what it may call with each input schema, beside the MCP tool context.
+        assert list(first["local_tools"]) == ["shout"], first["local_tools"]
+        shout = first["local_tools"]["shout"]
+        assert shout["type"] == "python" and shout["input_schema"]["required"] == ["text"]
         called = await execute(
             client,
             {
@@ -646,3 +650,16 @@ async def test_attack_a_child_run_cannot_widen_its_parents_network_grant(
     assert stolen.status == "denied" and f"{elsewhere.host} is not granted" in stolen.reason, stolen
     assert elsewhere.requests == []
     await runs.cancel(parent, "done")
+
+
+def test_a_runs_callable_tools_are_what_its_grants_allow(project):
+    from kiwi.policy import PermissionSet
+    from mcp_frontend.server import callable_tools
+
+    grants = PermissionSet(
+        fs_read=["notes/**"], shell=["sort"], tools=["git.status", "word_count"], deny_tools=["shell.run"]
+    )
+    listed = callable_tools(grants, ItemStore(project))
+    assert sorted(listed) == ["filesystem.list", "filesystem.read", "git.status", "word_count"]
+    assert listed["filesystem.read"]["input_schema"]["required"] == ["path"]
+    assert listed["word_count"]["type"] == "python"
