@@ -8,7 +8,10 @@ be granted to the run (``<execute resource="network" hosts="..."/>``); nothing i
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
 import json
+import socket
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -160,10 +163,10 @@ async def _exchange(
                 f"api tool '{tool_id}' may not reach {_where(request.url)}: {decision.reason}; "
                 f"{decision.hint}".rstrip("; "),
             )
-        response = await client.send(request, stream=True)
+        response = await _send_to_one(client, await _pinned(request, tool_id))
         try:
             if response.next_request is not None:
-                request = response.next_request
+                request = _followed(request, response)
                 continue
             raw = await _read_capped(response, cap, tool_id)
         finally:
@@ -180,6 +183,74 @@ async def _exchange(
             raise _Retry(failure)
         raise failure
     raise ApiCallError(ToolFailed, f"api tool '{tool_id}': more than {MAX_REDIRECTS} redirects")
+
+
+async def _send_to_one(client: httpx.AsyncClient, candidates: list[httpx.Request]) -> httpx.Response:
+    """The first of ``candidates`` (one request per checked address) that connects."""
+    for candidate in candidates[:-1]:
+        with contextlib.suppress(httpx.ConnectError):
+            return await client.send(candidate, stream=True)
+    return await client.send(candidates[-1], stream=True)
+
+
+async def _pinned(request: httpx.Request, tool_id: str) -> list[httpx.Request]:
+    """``request`` addressed to what its host resolves to now, which is checked first.
+
+    A host granted by name reaches public addresses only (``localhost`` its loopback): a name whose
+    DNS answer is a private, loopback or link-local address (the cloud metadata service, a service on
+    the worker) is refused, and the connection goes to the address that was checked, so a second DNS
+    answer cannot move it. A host granted as an address is used as it is.
+    """
+    host = request.url.host
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host)
+        return [request]
+    port = request.url.port or _port(request.url)
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ApiCallError(
+            ToolFailed, f"api tool '{tool_id}': cannot resolve {host}: {exc.strerror}"
+        ) from None
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    for address in addresses:
+        ip = ipaddress.ip_address(address.split("%")[0])
+        if not ip.is_global and not (host.lower() == "localhost" and ip.is_loopback):
+            raise ApiCallError(
+                PermissionDenied,
+                f"api tool '{tool_id}' may not reach {host}: it resolves to {address}, a private or local "
+                "address, and a host granted by name reaches public addresses only; grant the address "
+                f'itself (hosts="{address}:{port}") if the directive means it',
+            )
+    headers = httpx.Headers(request.headers)
+    headers["Host"] = request.url.netloc.decode("ascii")
+    return [
+        httpx.Request(
+            request.method,
+            request.url.copy_with(host=address),
+            headers=headers,
+            stream=request.stream,
+            extensions={**request.extensions, "sni_hostname": host},
+        )
+        for address in addresses
+    ]
+
+
+def _followed(request: httpx.Request, response: httpx.Response) -> httpx.Request:
+    """The redirect's request, addressed by name again (httpx built it against the pinned address)."""
+    following = response.next_request
+    assert following is not None
+    target = request.url.join(response.headers["location"])
+    headers = httpx.Headers(following.headers)
+    headers.pop("Host", None)
+    same_origin = (target.scheme, target.host, target.port) == (
+        request.url.scheme,
+        request.url.host,
+        request.url.port,
+    )
+    if not same_origin:
+        headers.pop("Authorization", None)
+    return httpx.Request(following.method, target, headers=headers, stream=following.stream)
 
 
 async def _read_capped(response: httpx.Response, cap: int, tool_id: str) -> bytes:

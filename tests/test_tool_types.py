@@ -663,3 +663,31 @@ def test_a_runs_callable_tools_are_what_its_grants_allow(project):
     assert sorted(listed) == ["filesystem.list", "filesystem.read", "git.status", "word_count"]
     assert listed["filesystem.read"]["input_schema"]["required"] == ["path"]
     assert listed["word_count"]["type"] == "python"
+
+
+async def test_attack_a_host_granted_by_name_cannot_lead_to_a_private_address(runs, project, api):
+    import ipaddress
+    import socket
+
+    name = socket.gethostname()
+    resolved = {info[4][0] for info in socket.getaddrinfo(name, api.port, type=socket.SOCK_STREAM)}
+    if name == "localhost" or any(ipaddress.ip_address(a).is_global for a in resolved):
+        pytest.skip(f"this machine's name {name} does not resolve to a local address only ({resolved})")
+    # The directive grants the machine's name (a DNS answer the agent's target could control); the
+    # name resolves to a local address, where the worker's own services listen.
+    api_tool(project, "by_name", f"url: http://{name}:{api.port}/items/1\n")
+    api_tool(project, "by_localhost", f"url: http://localhost:{api.port}/redirect\n")
+    api.redirect_to = "/items/5"  # relative: followed on the same, checked address
+    agent_directive(project, ["by_name", "by_localhost"], hosts=f"{name}:{api.port},localhost:{api.port}")
+    run_id = await started(runs)
+    refused = await runs.call_tool(run_id, "by_name", {})
+    assert refused.status == "denied" and "a private or local address" in refused.reason, refused
+    assert api.requests == []
+    # localhost means the loopback; a relative redirect stays on it, with the name in the Host header.
+    local = await runs.call_tool(run_id, "by_localhost", {})
+    assert local.status == "ok" and local.result["body"]["data"]["name"] == "item-5", local
+    assert [(r["path"], r["headers"]["Host"]) for r in api.requests] == [
+        ("/redirect", f"localhost:{api.port}"),
+        ("/items/5", f"localhost:{api.port}"),
+    ]
+    await runs.cancel(run_id, "done")
