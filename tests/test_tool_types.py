@@ -691,3 +691,24 @@ async def test_attack_a_host_granted_by_name_cannot_lead_to_a_private_address(ru
         ("/items/5", f"localhost:{api.port}"),
     ]
     await runs.cancel(run_id, "done")
+
+
+@pytest.mark.parametrize(
+    ("kind", "level", "says"),
+    [
+        ("bash", "sandboxed", "isolation: sandboxed needs a container"),
+        ("python", "restricted", "isolation: restricted needs a container"),
+        ("bash", "jail", "isolation 'jail' is unknown"),
+    ],
+)
+def test_the_seeds_isolation_levels_are_taken_at_their_word_or_refused(kind, level, says):
+    text = f"tool_id: t\ntool_type: {kind}\nisolation: {level}\nexecutor:\n  entrypoint: main.py\n"
+    with pytest.raises(ItemInvalid) as caught:
+        parse_manifest(text, "tool.yaml")
+    assert says in str(caught.value.problems[0])
+    docker = "tool_id: t\ntool_type: docker\nisolation: restricted\nexecutor:\n  image: x\n"
+    assert parse_manifest(docker, "tool.yaml")[1] == []
+    _, warnings = parse_manifest(
+        "tool_id: t\ntool_type: bash\nisolation: trusted\nexecutor:\n  entrypoint: a.sh\n"
+    )
+    assert [w.severity for w in warnings] == ["warning"] and "as 'standard'" in warnings[0].message

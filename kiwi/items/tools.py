@@ -213,10 +213,11 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
     if isinstance(params, dict):
         params = [{"name": k, **(v if isinstance(v, dict) else {"type": v})} for k, v in params.items()]
     data["parameters"] = params
+    problems += _isolation_problems(data, kind, path, _line_of(body, "isolation", offset))
     known = set(ToolManifest.model_fields)
     extra = {k: v for k, v in data.items() if k not in known}
     for key in extra:
-        if key not in ("executor_id", "env_requirements", "created_at", "updated_at"):
+        if key not in ("executor_id", "env_requirements", "created_at", "updated_at", "isolation"):
             problems.append(
                 Problem(
                     f"unknown key '{key}' kept in metadata", path, _line_of(body, key, offset), 1, "warning"
@@ -269,6 +270,44 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
     if problems and any(p.severity == "error" for p in problems):
         raise ItemInvalid(problems)
     return manifest, problems
+
+
+ISOLATION_LEVELS = ("trusted", "standard", "sandboxed", "restricted")
+
+
+def _isolation_problems(data: dict[str, Any], kind: str, path: str, line: int) -> list[Problem]:
+    """The seed's ``isolation:`` level, taken at its word or refused: never a key that changes nothing."""
+    level = data.get("isolation")
+    if level is None:
+        return []
+    if level not in ISOLATION_LEVELS:
+        return [
+            Problem(
+                f"isolation '{level}' is unknown; it is one of {', '.join(ISOLATION_LEVELS)}", path, line, 1
+            )
+        ]
+    if level in ("sandboxed", "restricted") and kind != "docker":
+        return [
+            Problem(
+                f"isolation: {level} needs a container, and Kiwi runs {kind} tools as child processes: make it a "
+                "docker tool (tool_type: docker, which always runs without network, read-only, with limits)",
+                path,
+                line,
+                1,
+            )
+        ]
+    if level == "trusted":
+        return [
+            Problem(
+                "isolation: trusted (in the main process) is not offered: Kiwi runs every tool in a child "
+                "process, as 'standard'",
+                path,
+                line,
+                1,
+                "warning",
+            )
+        ]
+    return []
 
 
 def runnable_problems(manifest: ToolManifest) -> list[Problem]:
