@@ -71,7 +71,12 @@ def read_container_executor(executor: dict[str, Any]) -> ContainerExecutor:
         raise ValueError(f"docker executor: {exc}") from None
     for mount in read.mounts:
         source = posixpath.normpath(mount.source) if mount.source else ""
-        if not source or source.startswith(("/", "..")) or not mount.target.startswith("/"):
+        if (
+            not source
+            or source.startswith(("/", ".."))
+            or not mount.target.startswith("/")
+            or any(c in source + mount.target for c in ":,\n")  # would split the engine's --volume value
+        ):
             raise ValueError(
                 "executor.mounts: each is {source: PROJECT/RELATIVE/PATH, target: /ABSOLUTE/PATH, write: false}"
             )

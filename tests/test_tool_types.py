@@ -353,6 +353,7 @@ def test_mcp_and_broken_docker_manifests_are_refused_and_search_says_so(project)
         ("image: x\nnetwork: host\n", "a container gets no network"),
         ("image: x\nmounts: [{source: ../etc, target: /etc}]\n", "executor.mounts: each is"),
         ("image: x\nmounts: [{source: data, target: relative}]\n", "executor.mounts: each is"),
+        ("image: x\nmounts: [{source: 'data:/etc', target: /data}]\n", "executor.mounts: each is"),
         ("image: x\nmemory: lots\n", "executor.memory a size"),
         ("image: x\nprivileged: true\n", "no key 'privileged'"),
     ],
