@@ -35,8 +35,8 @@ from kiwi.guards import is_external_mcp
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.items.directive import Directive
-from kiwi.items.store import ItemStore, find_project_root
-from kiwi.policy import FILESYSTEM_TOOLS
+from kiwi.items.store import ItemStore, find_project_root, item_kind
+from kiwi.policy import FILESYSTEM_TOOLS, PermissionSet
 from kiwi.registry.local import write_pulled
 from kiwi.runs import RunClient
 from kiwi.toolargs import check_arguments
@@ -51,7 +51,7 @@ item_id=TOOL, parameters={args}) → execute(item_type="run", action="complete_s
 parameters={"step": NAME, "outputs": {...}}). Every call is checked against the directive's permissions.
 Use help(action="stuck"|"escalate"|"checkpoint", run_id=...) when you need a human."""
 
-ItemKind = Literal["directive", "tool", "knowledge", "run", "mcp"]
+ItemKind = Literal["directive", "tool", "knowledge", "run", "mcp", "script"]
 # Item spaces: 'project' (the project's .ai/; 'local' is the same, as in Kiwi MCP) and 'user'.
 Source = Literal["all", "project", "local", "user", "registry"]
 
@@ -80,7 +80,9 @@ item_id='filesystem.read', parameters={'path': 'notes/hello.md'}) (a built-in, l
 parameters are its arguments; with run_id the run's grants apply, without it the base policy of \
 agent_harness.yaml)
 - mcp call (a tool of an external MCP server, the same as a tool call): execute(item_type='mcp', \
-action='call', run_id='run-hello_kiwi-1a2b3c', item_id='clock.get_current_time', parameters={'timezone': 'UTC'})"""
+action='call', run_id='run-hello_kiwi-1a2b3c', item_id='clock.get_current_time', parameters={'timezone': 'UTC'})
+- script call (a legacy .ai/scripts tool, the same as a tool call): execute(item_type='script', \
+action='call', run_id='run-hello_kiwi-1a2b3c', item_id='shout', parameters={'text': 'hi'})"""
 
 
 class SearchAnswer(BaseModel):
@@ -356,7 +358,7 @@ def build_server(
     async def search(
         item_type: ItemKind = Field(
             description="what to search: directive, tool, knowledge, run, or mcp (tools of "
-            "the external MCP servers in mcp_registry.yaml)"
+            "the external MCP servers in mcp_registry.yaml); script is the same as tool"
         ),
         query: str = Field(default="", description="words to look for; for runs, an optional directive name"),
         source: Source = Field(
@@ -367,6 +369,7 @@ def build_server(
         status: str | None = Field(default=None, description="runs only: e.g. awaiting_agent, completed"),
         limit: int = Field(default=10, ge=1, le=100, description="at most this many results"),
     ) -> SearchAnswer:
+        item_type = item_kind(item_type)  # type: ignore[assignment]
         try:
             if item_type == "run":
                 rows = await (await link.runs()).list_runs(
@@ -413,7 +416,9 @@ def build_server(
         "item_id='hello_kiwi').",
     )
     async def load(
-        item_type: Literal["directive", "tool", "knowledge", "mcp"] = Field(description="item type"),
+        item_type: Literal["directive", "tool", "knowledge", "mcp", "script"] = Field(
+            description="item type (script is the same as tool)"
+        ),
         item_id: str = Field(
             description="directive name, tool_id, zettel_id, or for mcp a server name or SERVER.TOOL"
         ),
@@ -430,6 +435,7 @@ def build_server(
             default=None, description="source='registry' only: this version (default the latest not yanked)"
         ),
     ) -> LoadAnswer:
+        item_type = item_kind(item_type)  # type: ignore[assignment]
         try:
             if item_type == "mcp":
                 return LoadAnswer.model_validate(await catalog.load(item_id))
@@ -472,8 +478,9 @@ def build_server(
         description=EXECUTE_DESCRIPTION,
     )
     async def execute(
-        item_type: Literal["directive", "knowledge", "run", "tool", "mcp"] = Field(
-            description="directive, knowledge, run, tool, or mcp (call = a tool of an external MCP server)"
+        item_type: Literal["directive", "knowledge", "run", "tool", "mcp", "script"] = Field(
+            description="directive, knowledge, run, tool, or mcp (call = a tool of an external MCP server); "
+            "script is the same as tool"
         ),
         action: Literal[
             "run",
@@ -519,6 +526,7 @@ def build_server(
             if ctx is not None:
                 await ctx.report_progress(elapsed, total, progress_message(item_id, upstream))
 
+        item_type = item_kind(item_type)  # type: ignore[assignment]
         note_span(
             {
                 "kiwi.item_type": item_type,
@@ -647,6 +655,34 @@ def progress_message(tool: str, upstream: str) -> str:
     )
 
 
+def callable_tools(grants: PermissionSet, store: ItemStore) -> dict[str, dict[str, Any]]:
+    """Kiwi's own tools and the project's local tools this run's grants let it call, with their input
+    schemas, so an agent knows them from the start as it knows the MCP servers' (``tool_context``)."""
+    from kiwi.toolargs import BUILTIN_SCHEMAS
+
+    reads, writes = ("filesystem.read", "filesystem.list"), FILESYSTEM_TOOLS
+    found: dict[str, dict[str, Any]] = {}
+    for tool, schema in BUILTIN_SCHEMAS.items():
+        if tool in reads:
+            allowed = bool(grants.fs_read)
+        elif tool in writes:
+            allowed = bool(grants.fs_write)
+        elif tool == "shell.run":
+            allowed = bool(grants.shell)
+        else:
+            allowed = grants.check_tool_id(tool).allowed
+        if allowed and tool not in grants.deny_tools and "*" not in grants.deny_tools:
+            found[tool] = {"type": "built-in", "input_schema": schema}
+    for tool_id, manifest in sorted(store.local_tools().items()):
+        if grants.check_tool_id(tool_id).allowed:
+            found[tool_id] = {
+                "type": manifest.tool_type,
+                "description": manifest.description,
+                "input_schema": manifest.json_schema(),
+            }
+    return found
+
+
 def base_policy_grant(tool: str, local_tools: Any) -> str:
     """The agent_harness.yaml line (flow style) that grants ``tool`` in the base policy."""
     if tool in FILESYSTEM_TOOLS:
@@ -715,6 +751,7 @@ async def _execute(
             "current_step": status.current_step.model_dump() if status.current_step else None,
             "declared_tools": directive.metadata.tools.model_dump(),
             "tool_context": context,
+            "local_tools": callable_tools(started.grants or directive.grants(), link.store),
             "permissions": (started.grants or directive.grants()).summary(),
             "trust": started.trust.model_dump() if started.trust else None,
             **(
