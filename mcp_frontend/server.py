@@ -37,6 +37,7 @@ from kiwi.items.authoring import delete_item, link_knowledge, save_directive, sa
 from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore, find_project_root, item_kind
 from kiwi.policy import FILESYSTEM_TOOLS, PermissionSet
+from kiwi.registry import RegistryRefused
 from kiwi.registry.local import write_pulled
 from kiwi.runs import RunClient
 from kiwi.toolargs import check_arguments
@@ -144,7 +145,15 @@ def _fetch_from_registry(item_type: str, item_id: str, version: str | None) -> A
     from kiwi.registry.embedded import registry_for_command
 
     with registry_for_command() as registry:
-        return registry.fetch(item_type, item_id, version)[0]
+        bundle, info = registry.fetch(item_type, item_id, version)
+    if info["yanked"]:
+        # A yanked version may have been withdrawn for a reason: a human pins it, not the agent.
+        raise RegistryRefused(
+            f"{item_type} '{item_id}' {info['version']} is yanked",
+            hint=f"load the latest (no version); a human can still take this one: "
+            f"`kiwi pull {item_id}@{info['version']}`",
+        )
+    return bundle
 
 
 def note_span(attributes: dict[str, Any]) -> None:

@@ -176,6 +176,40 @@ def test_a_row_changed_in_the_database_is_refused_on_pull(alice, postgres, proje
             registry.fetch("directive", name)
 
 
+def test_a_row_holding_another_item_is_refused_on_pull(
+    alice, postgres, project, tmp_path, monkeypatch, capsys
+):
+    """The attack: a row written around Kiwi puts a validly signed item under another id."""
+    first, second = unique("first"), unique("second")
+    publish_directive(project, first, "1.0.0")
+    publish_directive(project, second, "1.0.0", body="Something else.")
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute(
+            "update item_versions set content = (select content from item_versions where item_id = %s) "
+            "where item_id = %s",
+            (second, first),
+        )
+    # Re-hash and re-sign as the publisher would (the key is alice's own): only the identity check is left.
+    with Registry(postgres) as registry, psycopg.connect(postgres, autocommit=True) as conn:
+        row = conn.execute("select content from item_versions where item_id = %s", (first,)).fetchone()
+        from kiwi.registry import Bundle
+
+        forged = Bundle("directive", first, "1.0.0", row[0])
+        conn.execute(
+            "update item_versions set content_hash = %s, bundle_signature = %s where item_id = %s",
+            (forged.digest(), sign_bundle(forged, alice), first),
+        )
+        registry.fetch("directive", first)  # hash and signature now agree
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    assert kiwi(["init", "--json"]) == 0
+    capsys.readouterr()
+    assert kiwi(["pull", first]) == 1
+    assert f"holds '{second}' 1.0.0: refused" in capsys.readouterr().err
+    assert not (other / ".ai" / "directives" / f"{first}.md").exists()
+
+
 def test_row_level_security_keeps_each_publisher_to_its_namespace(alice, postgres, project):
     """The attack: bob, a publisher, writes into alice's namespace straight through SQL."""
     name = unique("owned")

@@ -15,7 +15,7 @@ from kiwi.items.knowledge import KnowledgeEntry
 from kiwi.items.store import ItemStore, parse_item
 from kiwi.items.tools import ToolManifest
 from kiwi.items.validation import item_type_of
-from kiwi.registry import Bundle, RegistryConflict, bundle_message, parse_version
+from kiwi.registry import Bundle, RegistryConflict, RegistryRefused, bundle_message, parse_version
 from kiwi.signing import verify
 
 SKIPPED = {"__pycache__", ".git", ".venv", "node_modules"}
@@ -111,10 +111,36 @@ def target_of(store: ItemStore, bundle: Bundle, location: str) -> Path:
     return _inside(space / "tools", bundle.category, bundle.item_id, what="tool")
 
 
+def check_identity(bundle: Bundle) -> None:
+    """The bundle's main file is the item the registry row says it is (a row written around Kiwi could
+    put another item, or another version, under a trusted id)."""
+    name = {"directive": "pulled.md", "tool": "tool.yaml", "knowledge": "pulled.md"}[bundle.kind]
+    parsed, problems = parse_item(bundle.kind, Path(name), bundle.main)  # type: ignore[arg-type]
+    if parsed is None:
+        raise RegistryRefused(
+            f"{bundle.kind} '{bundle.item_id}' {bundle.version} in the registry does not parse: "
+            + "; ".join(str(p) for p in problems[:3]),
+            hint="tell the registry's administrator",
+        )
+    if isinstance(parsed, Directive):
+        found = (parsed.name, parsed.version)
+    elif isinstance(parsed, ToolManifest):
+        found = (parsed.tool_id, parsed.version)
+    else:
+        found = (parsed.zettel_id, bundle.version)
+    if found != (bundle.item_id, bundle.version):
+        raise RegistryRefused(
+            f"the registry's {bundle.kind} '{bundle.item_id}' {bundle.version} holds "
+            f"'{found[0]}' {found[1]}: refused",
+            hint="the row does not match its content; tell the registry's administrator",
+        )
+
+
 def write_pulled(
     store: ItemStore, bundle: Bundle, *, location: str = "project", replace: bool = False
 ) -> Path:
     """Write a checked bundle; an item of the same id already there is replaced only with ``replace``."""
+    check_identity(bundle)
     target = target_of(store, bundle, location)
     existing = _existing_path(store, bundle, location)
     if existing is not None and not replace:
