@@ -14,6 +14,7 @@ import json
 import os
 import re
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -27,10 +28,12 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError, RunInOtherProject
 from kiwi.guards import is_external_mcp
+from kiwi.health import HealthApp, OwnedServer, Readiness, WithHealth
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.items.directive import Directive
@@ -807,7 +810,9 @@ class BearerToken:
         await self.app(scope, receive, send)
 
 
-def http_app(server: MCPServer, host: str, port: int) -> Any:
+def http_app(server: MCPServer, host: str, port: int, ready: Readiness | None = None) -> Any:
+    """The streamable HTTP app at ``/mcp`` (bearer token when ``KIWI_MCP_TOKEN`` is set), with ``/healthz``
+    and ``/readyz`` beside it (no token: probes carry none and the answers reveal nothing)."""
     token = os.environ.get("KIWI_MCP_TOKEN", "")
     if not _is_loopback(host) and not token:
         raise KiwiError(
@@ -821,7 +826,11 @@ def http_app(server: MCPServer, host: str, port: int) -> Any:
         allowed_origins=[f"http://{h}:{port}" for h in hosts],
     )
     app = server.streamable_http_app(transport_security=security, host=host)
-    return BearerToken(app, token) if token else app
+    return WithHealth(BearerToken(app, token) if token else app, HealthApp(ready or _always_ready))
+
+
+async def _always_ready() -> bool:
+    return True
 
 
 async def serve_stdio(
@@ -876,11 +885,21 @@ def malformed_reply(exc: Exception) -> mcp_types.JSONRPCError:
 async def serve_http(
     client: Client, host: str, port: int, stop: asyncio.Event | None = None, task_queue: str = "kiwi"
 ) -> None:
+    """``kiwi mcp --http``: serve until ``stop`` is set. ``/readyz`` is ready while Temporal answers a
+    health check and the front end is not stopping."""
     import uvicorn
 
-    app = http_app(build_server(client, task_queue=task_queue), host, port)
+    async def ready() -> bool:
+        if stop is not None and stop.is_set():
+            return False
+        try:
+            return await client.service_client.check_health(timeout=timedelta(seconds=2))
+        except RPCError:
+            return False
+
+    app = http_app(build_server(client, task_queue=task_queue), host, port, ready)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    web = uvicorn.Server(config)
+    web = OwnedServer(config) if stop is not None else uvicorn.Server(config)
     task = asyncio.create_task(web.serve())
     if stop is not None:
         await stop.wait()

@@ -13,6 +13,7 @@ import math
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -464,19 +465,53 @@ def _run_in_temporal(args: argparse.Namespace) -> tuple[str, str]:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from kiwi.connect import connect
-    from workers.main import run_worker
+    from workers.main import deployment_config, run_worker
+
+    if bool(args.deployment_name) != bool(args.build_id):
+        raise KiwiError(
+            "--deployment-name and --build-id go together",
+            hint="give both to use Worker Versioning, or neither",
+        )
+    deployment = (
+        deployment_config(args.deployment_name, args.build_id, args.versioning_behavior)
+        if args.deployment_name
+        else None
+    )
+    health = (args.health_host, args.health_port) if args.health_port is not None else None
 
     async def go() -> int:
         client = await connect(args.address, args.namespace)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def drain() -> None:
+            if not stop.is_set():
+                print(
+                    f"kiwi worker: stopping; in-flight activities have {args.drain_seconds:g}s to finish",
+                    flush=True,
+                )
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, drain)
         print(
             f"kiwi worker: task queue '{args.task_queue}' on {client.service_client.config.target_host}",
             flush=True,
         )
-        await run_worker(client, args.task_queue, stop, sandboxed=args.sandboxed)
+        if health:
+            print(f"kiwi worker: health at http://{health[0]}:{health[1]}/healthz and /readyz", flush=True)
+        if deployment:
+            print(f"kiwi worker: deployment '{args.deployment_name}', build '{args.build_id}'", flush=True)
+        await run_worker(
+            client,
+            args.task_queue,
+            stop,
+            sandboxed=args.sandboxed,
+            drain=timedelta(seconds=args.drain_seconds),
+            health=health,
+            deployment=deployment,
+        )
+        print("kiwi worker: stopped", flush=True)
         return 0
 
     return asyncio.run(go())
@@ -596,6 +631,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
 def _project(parser: argparse.ArgumentParser, scope: bool = True) -> None:
     parser.add_argument(
         "--project",
@@ -644,6 +686,38 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--sandboxed",
         action="store_true",
         help="run workflows in the Temporal Python sandbox (determinism checks; slower, see README)",
+    )
+    p.add_argument(
+        "--drain-seconds",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl-C, stop polling and give in-flight activities this long to finish before "
+        "cancelling them (default 30; keep an orchestrator's kill deadline longer)",
+    )
+    p.add_argument(
+        "--health-port",
+        type=int,
+        metavar="PORT",
+        help="serve /healthz (liveness) and /readyz (ready while polling, not while draining) on this port "
+        "(default: no health endpoints)",
+    )
+    p.add_argument(
+        "--health-host",
+        default="127.0.0.1",
+        help="bind address of the health endpoints (default 127.0.0.1; 0.0.0.0 for a pod's probes)",
+    )
+    p.add_argument(
+        "--deployment-name",
+        help="Worker Versioning: the worker deployment this worker belongs to (with --build-id; see README)",
+    )
+    p.add_argument("--build-id", help="Worker Versioning: this worker's build id (with --deployment-name)")
+    p.add_argument(
+        "--versioning-behavior",
+        choices=["pinned", "auto-upgrade"],
+        default="pinned",
+        help="with Worker Versioning: pinned keeps a run on the build it started on (default); auto-upgrade "
+        "moves running runs to the current build",
     )
     p.set_defaults(func=cmd_worker)
 

@@ -1,0 +1,228 @@
+"""Processes an orchestrator can manage: a `kiwi worker` drains in-flight activities on SIGTERM, and the
+worker and `kiwi mcp --http` answer liveness (/healthz) and readiness (/readyz) probes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kiwi.devserver import free_port
+from kiwi.items.store import ItemStore
+from kiwi.runs import RunClient
+from tests.helpers import directive_md, wait_for, write, write_directive
+
+pytestmark = pytest.mark.temporal
+
+# A tool whose activity stays in flight until the test lets it go (a "go" file), so SIGTERM lands while
+# it runs; it writes a line when it starts and one when it finishes.
+SLOW = """import pathlib
+import time
+
+
+def main(label: str) -> dict:
+    log = pathlib.Path("ticks.log")
+    with log.open("a") as handle:
+        handle.write(label + " started\\n")
+    deadline = time.monotonic() + 120
+    while not pathlib.Path("go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with log.open("a") as handle:
+        handle.write(label + " finished\\n")
+    return {"done": label}
+"""
+
+
+def slow_project(project: Path) -> None:
+    write(
+        project / ".ai" / "tools" / "slow" / "tool.yaml",
+        "tool_id: slow\ntool_type: python\nexecutor:\n  entrypoint: main.py\nparameters:\n"
+        "  - name: label\n    type: string\n    required: true\nmutates_state: true\n",
+    )
+    write(project / ".ai" / "tools" / "slow" / "main.py", SLOW)
+    body = """
+    <step name="first"><tool_call tool="slow"><param name="label">first</param></tool_call></step>
+    <step name="second"><tool_call tool="slow"><param name="label">second</param></tool_call></step>"""
+    write_directive(
+        project / ".ai" / "directives" / "slowpoke.md",
+        directive_md(body, name="slowpoke", permissions='<execute resource="tool" id="slow"/>'),
+    )
+
+
+async def start_worker(address: str, queue: str, *extra: str) -> asyncio.subprocess.Process:
+    """`kiwi worker` as a process of its own; returns once it printed its first line."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "worker",
+        "--address",
+        address,
+        "--task-queue",
+        queue,
+        *extra,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    assert b"kiwi worker" in line, line + await proc.stderr.read()
+    return proc
+
+
+async def stop_process(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
+async def probe(url: str) -> int:
+    """The HTTP status of GET ``url``; 0 while nothing answers there."""
+    try:
+        async with httpx.AsyncClient(timeout=5) as http:
+            return (await http.get(url)).status_code
+    except httpx.TransportError:
+        return 0
+
+
+async def test_sigterm_drains_the_running_activity_and_the_run_carries_on(temporal_env, project):
+    slow_project(project)
+    address = temporal_env.client.service_client.config.target_host
+    queue = f"kiwi-drain-{uuid.uuid4().hex[:8]}"
+    runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
+    port = free_port()
+    health = f"http://127.0.0.1:{port}"
+    worker = await start_worker(address, queue, "--drain-seconds", "60", "--health-port", str(port))
+    successor = None
+    try:
+        await wait_for(lambda: _status_is(f"{health}/readyz", 200), timeout=60, what="worker ready")
+        run_id = await runs.start("slowpoke", {})
+        log = project / "ticks.log"
+        await wait_for(lambda: _has_line(log, "first started"), timeout=60, what="the activity to start")
+
+        # SIGTERM to the worker alone, as Kubernetes sends it to a container's main process.
+        worker.send_signal(signal.SIGTERM)
+        # Draining: not ready any more (no new work should come here), still alive, still running.
+        await wait_for(lambda: _status_is(f"{health}/readyz", 503), timeout=30, what="readyz to say draining")
+        assert await probe(f"{health}/healthz") == 200
+        assert worker.returncode is None
+        assert log.read_text().splitlines() == ["first started"]
+
+        (project / "go").write_text("")
+        out = await asyncio.wait_for(worker.stdout.read(), 90)
+        assert await asyncio.wait_for(worker.wait(), 30) == 0
+        # The activity finished inside the drain, so its result reached Temporal: it is not run again.
+        assert log.read_text().splitlines() == ["first started", "first finished"]
+        assert b"stopping; in-flight activities have 60s to finish" in out
+        assert b"kiwi worker: stopped" in out
+
+        successor = await start_worker(address, queue)
+        result = await asyncio.wait_for(runs.handle(run_id).result(), 90)
+        assert result.outputs["first"]["result"] == {"done": "first"}
+        assert result.outputs["second"]["result"] == {"done": "second"}
+        assert log.read_text().splitlines() == [
+            "first started",
+            "first finished",
+            "second started",
+            "second finished",
+        ]
+    finally:
+        await stop_process(worker)
+        if successor is not None:
+            await stop_process(successor)
+
+
+async def test_worker_health_endpoints_on_loopback_reveal_nothing(temporal_env):
+    address = temporal_env.client.service_client.config.target_host
+    port = free_port()
+    worker = await start_worker(
+        address, f"kiwi-health-{uuid.uuid4().hex[:8]}", "--health-port", str(port), "--drain-seconds", "0"
+    )
+    try:
+        await wait_for(lambda: _status_is(f"http://127.0.0.1:{port}/readyz", 200), timeout=60, what="ready")
+        async with httpx.AsyncClient(timeout=5) as http:
+            live = await http.get(f"http://127.0.0.1:{port}/healthz")
+            ready = await http.get(f"http://127.0.0.1:{port}/readyz")
+            other = await http.get(f"http://127.0.0.1:{port}/metrics")
+            posted = await http.post(f"http://127.0.0.1:{port}/readyz")
+        assert (live.status_code, live.json()) == (200, {"status": "ok"})
+        assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
+        assert other.status_code == 404
+        assert posted.status_code == 405
+        # Nothing about where Temporal is or what runs there.
+        for answer in (live, ready, other):
+            assert address not in answer.text and "default" not in answer.text
+        worker.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(worker.wait(), 60) == 0
+        assert await probe(f"http://127.0.0.1:{port}/healthz") == 0
+    finally:
+        await stop_process(worker)
+
+
+async def test_deployment_name_needs_a_build_id():
+    code, _, err = await _kiwi("worker", "--deployment-name", "kiwi")
+    assert code != 0
+    assert "--deployment-name and --build-id go together" in err
+
+
+async def test_mcp_front_end_answers_probes_beside_mcp_without_the_token(temporal_env, project):
+    address = temporal_env.client.service_client.config.target_host
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    front = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "mcp",
+        "--http",
+        "--port",
+        str(port),
+        "--address",
+        address,
+        cwd=str(project),
+        env={**os.environ, "KIWI_MCP_TOKEN": "s3cret-token"},
+        start_new_session=True,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        await wait_for(lambda: _status_is(f"{base}/readyz", 200), timeout=60, what="kiwi mcp --http ready")
+        async with httpx.AsyncClient(timeout=5) as http:
+            live = await http.get(f"{base}/healthz")
+            ready = await http.get(f"{base}/readyz")
+            mcp = await http.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert (live.status_code, live.json()) == (200, {"status": "ok"})
+        assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
+        assert "s3cret-token" not in live.text + ready.text and address not in live.text + ready.text
+        # The token still guards /mcp itself.
+        assert mcp.status_code == 401
+        front.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(front.wait(), 60) == 0
+    finally:
+        await stop_process(front)
+
+
+async def _status_is(url: str, status: int) -> bool:
+    return await probe(url) == status
+
+
+async def _has_line(path: Path, line: str) -> bool:
+    return path.exists() and line in path.read_text().splitlines()
+
+
+async def _kiwi(*argv: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    return proc.returncode, out.decode(), err.decode()
