@@ -810,6 +810,10 @@ class BearerToken:
         await self.app(scope, receive, send)
 
 
+# Host names (``name`` or ``name:port``) the HTTP front end answers besides its bind address.
+ALLOWED_HOSTS_ENV = "KIWI_MCP_ALLOWED_HOSTS"
+
+
 def http_app(server: MCPServer, host: str, port: int, ready: Readiness | None = None) -> Any:
     """The streamable HTTP app at ``/mcp`` (bearer token when ``KIWI_MCP_TOKEN`` is set), with ``/healthz``
     and ``/readyz`` beside it (no token: probes carry none and the answers reveal nothing)."""
@@ -820,10 +824,12 @@ def http_app(server: MCPServer, host: str, port: int, ready: Readiness | None = 
             hint="set KIWI_MCP_TOKEN, or bind to 127.0.0.1",
         )
     hosts = ["127.0.0.1", "localhost", "[::1]"] if _is_loopback(host) else [host]
+    # Behind a proxy or a Service the Host header is the name clients use, not the bind address.
+    public = [name.strip() for name in os.environ.get(ALLOWED_HOSTS_ENV, "").split(",") if name.strip()]
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=[f"{h}:{port}" for h in hosts] + hosts,
-        allowed_origins=[f"http://{h}:{port}" for h in hosts],
+        allowed_hosts=[f"{h}:{port}" for h in hosts] + hosts + public,
+        allowed_origins=[f"http://{h}:{port}" for h in hosts] + [f"https://{name}" for name in public],
     )
     app = server.streamable_http_app(transport_security=security, host=host)
     return WithHealth(BearerToken(app, token) if token else app, HealthApp(ready or _always_ready))

@@ -186,7 +186,7 @@ async def test_mcp_front_end_answers_probes_beside_mcp_without_the_token(tempora
         "--address",
         address,
         cwd=str(project),
-        env={**os.environ, "KIWI_MCP_TOKEN": "s3cret-token"},
+        env={**os.environ, "KIWI_MCP_TOKEN": "s3cret-token", "KIWI_MCP_ALLOWED_HOSTS": "kiwi.example.test"},
         start_new_session=True,
         stderr=asyncio.subprocess.DEVNULL,
     )
@@ -201,10 +201,33 @@ async def test_mcp_front_end_answers_probes_beside_mcp_without_the_token(tempora
         assert "s3cret-token" not in live.text + ready.text and address not in live.text + ready.text
         # The token still guards /mcp itself.
         assert mcp.status_code == 401
+        # Behind a proxy: the public name is answered, any other Host is refused (DNS rebinding).
+        async with httpx.AsyncClient(timeout=5, headers=_mcp_headers("s3cret-token")) as http:
+            public = await http.post(f"{base}/mcp", json=INITIALIZE, headers={"host": "kiwi.example.test"})
+            foreign = await http.post(f"{base}/mcp", json=INITIALIZE, headers={"host": "evil.example.test"})
+        assert public.status_code == 200, public.text
+        assert "kiwi" in public.text
+        assert foreign.status_code == 421
         front.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(front.wait(), 60) == 0
     finally:
         await stop_process(front)
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "probe", "version": "1"},
+    },
+}
+
+
+def _mcp_headers(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream"}
 
 
 async def _status_is(url: str, status: int) -> bool:
