@@ -814,9 +814,15 @@ class BearerToken:
 ALLOWED_HOSTS_ENV = "KIWI_MCP_ALLOWED_HOSTS"
 
 
-def http_app(server: MCPServer, host: str, port: int, ready: Readiness | None = None) -> Any:
+def http_app(
+    server: MCPServer, host: str, port: int, ready: Readiness | None = None, *, stateless: bool = False
+) -> Any:
     """The streamable HTTP app at ``/mcp`` (bearer token when ``KIWI_MCP_TOKEN`` is set), with ``/healthz``
-    and ``/readyz`` beside it (no token: probes carry none and the answers reveal nothing)."""
+    and ``/readyz`` beside it (no token: probes carry none and the answers reveal nothing).
+
+    ``stateless`` keeps no MCP session in the process: every request stands alone, so front ends behind
+    a load balancer can answer one client's requests in turn (the run state lives in Temporal anyway).
+    """
     token = os.environ.get("KIWI_MCP_TOKEN", "")
     if not _is_loopback(host) and not token:
         raise KiwiError(
@@ -831,7 +837,7 @@ def http_app(server: MCPServer, host: str, port: int, ready: Readiness | None = 
         allowed_hosts=[f"{h}:{port}" for h in hosts] + hosts + public,
         allowed_origins=[f"http://{h}:{port}" for h in hosts] + [f"https://{name}" for name in public],
     )
-    app = server.streamable_http_app(transport_security=security, host=host)
+    app = server.streamable_http_app(transport_security=security, host=host, stateless_http=stateless)
     return WithHealth(BearerToken(app, token) if token else app, HealthApp(ready or _always_ready))
 
 
@@ -889,7 +895,13 @@ def malformed_reply(exc: Exception) -> mcp_types.JSONRPCError:
 
 
 async def serve_http(
-    client: Client, host: str, port: int, stop: asyncio.Event | None = None, task_queue: str = "kiwi"
+    client: Client,
+    host: str,
+    port: int,
+    stop: asyncio.Event | None = None,
+    task_queue: str = "kiwi",
+    *,
+    stateless: bool = False,
 ) -> None:
     """``kiwi mcp --http``: serve until ``stop`` is set. ``/readyz`` is ready while Temporal answers a
     health check and the front end is not stopping."""
@@ -903,7 +915,7 @@ async def serve_http(
         except RPCError:
             return False
 
-    app = http_app(build_server(client, task_queue=task_queue), host, port, ready)
+    app = http_app(build_server(client, task_queue=task_queue), host, port, ready, stateless=stateless)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     web = OwnedServer(config) if stop is not None else uvicorn.Server(config)
     task = asyncio.create_task(web.serve())

@@ -625,7 +625,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         print(f"kiwi mcp: streamable HTTP at http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
-        await serve_http(client, args.host, args.port, stop, args.task_queue)
+        await serve_http(client, args.host, args.port, stop, args.task_queue, stateless=args.stateless)
         return 0
 
     return asyncio.run(go())
@@ -806,6 +806,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="HTTP bind address (default 127.0.0.1; any other needs KIWI_MCP_TOKEN)",
     )
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    p.add_argument(
+        "--stateless",
+        action="store_true",
+        help="with --http: keep no MCP session in this process, so several front ends behind a load "
+        "balancer can serve one client in turn",
+    )
     _connection(p, scope=False)
     p.set_defaults(func=cmd_mcp)
 
