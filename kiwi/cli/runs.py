@@ -656,10 +656,15 @@ def _connection(parser: argparse.ArgumentParser, scope: bool = True) -> None:
     _project(parser, scope)
     parser.add_argument(
         "--address",
-        help="Temporal address (default: KIWI_TEMPORAL_ADDRESS, TEMPORAL_ADDRESS, "
-        "a temporal.toml profile, or 127.0.0.1:7233)",
+        help="Temporal address (default: KIWI_TEMPORAL_ADDRESS, else Temporal's environment configuration: "
+        "TEMPORAL_ADDRESS or the temporal.toml profile TEMPORAL_PROFILE in TEMPORAL_CONFIG_FILE, with its "
+        "TLS and API key; else 127.0.0.1:7233)",
     )
-    parser.add_argument("--namespace", help="Temporal namespace (default: default)")
+    parser.add_argument(
+        "--namespace",
+        help="Temporal namespace (default: KIWI_TEMPORAL_NAMESPACE, else the profile's or TEMPORAL_NAMESPACE, "
+        "else default)",
+    )
     parser.add_argument("--task-queue", default="kiwi", help="task queue of the Kiwi workers (default: kiwi)")
 
 
