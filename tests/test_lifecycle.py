@@ -1,5 +1,6 @@
-"""Processes an orchestrator can manage: a `kiwi worker` drains in-flight activities on SIGTERM, and the
-worker and `kiwi mcp --http` answer liveness (/healthz) and readiness (/readyz) probes."""
+"""Processes an orchestrator can manage: a `kiwi worker` drains in-flight activities on SIGTERM, the
+worker and `kiwi mcp --http` answer liveness (/healthz) and readiness (/readyz) probes, and a worker of
+a Worker Versioning deployment pins the runs it starts to its build."""
 
 from __future__ import annotations
 
@@ -12,11 +13,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+from temporalio.api.enums.v1 import VersioningBehavior
+from temporalio.api.workflowservice.v1 import (
+    DescribeWorkerDeploymentRequest,
+    SetWorkerDeploymentCurrentVersionRequest,
+)
+from temporalio.service import RPCError
 
 from kiwi.devserver import free_port
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
-from tests.helpers import directive_md, wait_for, write, write_directive
+from tests.helpers import awaiting_step, directive_md, wait_for, write, write_directive
 
 pytestmark = pytest.mark.temporal
 
@@ -249,3 +256,48 @@ async def _kiwi(*argv: str) -> tuple[int, str, str]:
     )
     out, err = await proc.communicate()
     return proc.returncode, out.decode(), err.decode()
+
+
+async def test_a_versioned_worker_pins_the_runs_it_starts_to_its_build(temporal_env, project):
+    client = temporal_env.client
+    address = client.service_client.config.target_host
+    deployment = f"kiwi-{uuid.uuid4().hex[:8]}"
+    queue = f"kiwi-versioned-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    worker = await start_worker(
+        address, queue, "--deployment-name", deployment, "--build-id", "b1", "--health-port", str(port)
+    )
+    try:
+        line = await asyncio.wait_for(worker.stdout.readline(), 30)
+        line += await asyncio.wait_for(worker.stdout.readline(), 30)
+        assert f"deployment '{deployment}', build 'b1'".encode() in line, line
+        await wait_for(lambda: _status_is(f"http://127.0.0.1:{port}/readyz", 200), timeout=60, what="ready")
+
+        async def registered() -> bool:
+            try:
+                info = await client.workflow_service.describe_worker_deployment(
+                    DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+                )
+            except RPCError:
+                return False
+            return any(
+                v.deployment_version.build_id == "b1" for v in info.worker_deployment_info.version_summaries
+            )
+
+        await wait_for(registered, timeout=60, what="the server to know the deployment's build b1")
+        await client.workflow_service.set_worker_deployment_current_version(
+            SetWorkerDeploymentCurrentVersionRequest(
+                namespace=client.namespace, deployment_name=deployment, build_id="b1"
+            )
+        )
+        runs = RunClient(client, ItemStore(project), task_queue=queue)
+        run_id = await runs.start("hello_kiwi", {"name": "Pinned"})
+        await awaiting_step(runs, run_id, "confirm")
+        info = (await client.get_workflow_handle(run_id).describe()).raw_description.workflow_execution_info
+        assert info.versioning_info.behavior == VersioningBehavior.VERSIONING_BEHAVIOR_PINNED
+        assert info.versioning_info.deployment_version.build_id == "b1"
+        assert info.versioning_info.deployment_version.deployment_name == deployment
+        worker.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(worker.wait(), 60) == 0
+    finally:
+        await stop_process(worker)
