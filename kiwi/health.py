@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -106,13 +107,28 @@ class OwnedServer(uvicorn.Server):
         yield
 
 
-async def serve_health(host: str, port: int, ready: Readiness, stop: asyncio.Event) -> None:
-    """Serve :class:`HealthApp` on ``host:port`` until ``stop`` is set."""
-    config = uvicorn.Config(HealthApp(ready), host=host, port=port, log_level="warning", lifespan="off")
+def bind_health(host: str, port: int) -> socket.socket:
+    """The listening socket of the health endpoints, bound now so a taken port stops the process at
+    start instead of leaving it running with probes that never answer."""
+    from kiwi.errors import KiwiError
+
+    try:
+        return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as exc:
+        raise KiwiError(
+            f"cannot serve the health endpoints on {host}:{port}: {exc.strerror}",
+            hint="choose another --health-port, or stop what listens there",
+        ) from None
+
+
+async def serve_health(listener: socket.socket, ready: Readiness, stop: asyncio.Event) -> None:
+    """Serve :class:`HealthApp` on ``listener`` (see :func:`bind_health`) until ``stop`` is set."""
+    config = uvicorn.Config(HealthApp(ready), log_level="warning", lifespan="off")
     web = OwnedServer(config)
-    task = asyncio.create_task(web.serve())
+    task = asyncio.create_task(web.serve(sockets=[listener]))
     waiter = asyncio.create_task(stop.wait())
     await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
     web.should_exit = True
     waiter.cancel()
     await task
+    listener.close()

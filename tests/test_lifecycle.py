@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 import uuid
 from pathlib import Path
@@ -170,6 +171,15 @@ async def test_worker_health_endpoints_on_loopback_reveal_nothing(temporal_env):
         assert await probe(f"http://127.0.0.1:{port}/healthz") == 0
     finally:
         await stop_process(worker)
+
+
+async def test_a_taken_health_port_stops_the_worker_at_start(temporal_env):
+    address = temporal_env.client.service_client.config.target_host
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        code, _, err = await _kiwi("worker", "--address", address, "--health-port", str(port))
+    assert code != 0
+    assert f"cannot serve the health endpoints on 127.0.0.1:{port}" in err
 
 
 async def test_deployment_name_needs_a_build_id():

@@ -17,7 +17,7 @@ from activities.directives import DirectiveActivities
 from activities.filesystem import FilesystemActivities
 from activities.mcp import McpActivities
 from kiwi.contracts import TASK_QUEUE
-from kiwi.health import serve_health
+from kiwi.health import bind_health, serve_health
 from kiwi.upstream.pool import McpPool
 from workflows.directive_run import DirectiveRun
 
@@ -150,6 +150,7 @@ async def run_worker(
     ``health`` (host, port) serves ``/healthz`` and ``/readyz`` there until the worker has stopped:
     ready while the worker polls, not ready before it has reached Temporal and while it drains.
     """
+    listener = bind_health(*health) if health else None
     worker = build_worker(client, task_queue, sandboxed=sandboxed, drain=drain, deployment=deployment)
     stop = stop or asyncio.Event()
     stopped = asyncio.Event()
@@ -157,7 +158,7 @@ async def run_worker(
     async def ready() -> bool:
         return worker.is_running and not stop.is_set()
 
-    probes = asyncio.create_task(serve_health(health[0], health[1], ready, stopped)) if health else None
+    probes = asyncio.create_task(serve_health(listener, ready, stopped)) if listener else None
     try:
         async with worker:
             await stop.wait()
