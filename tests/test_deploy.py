@@ -27,14 +27,14 @@ from kiwi.health import LIVENESS_PATH, READINESS_PATH
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
-ENV_NAME = re.compile(r"^(KIWI|TEMPORAL)_[A-Z0-9_]+$")
+ENV_NAME = re.compile(r"^(KIWI|TEMPORAL|OTEL)_[A-Z0-9_]+$")
 
 
 # What the code reads ----------------------------------------------------------------------------
 
 
 def names_read_by_kiwi() -> set[str]:
-    """Every KIWI_* / TEMPORAL_* string constant in Kiwi's packages."""
+    """Every KIWI_* / TEMPORAL_* / OTEL_* string constant in Kiwi's packages."""
     names: set[str] = set()
     for pkg in ("kiwi", "workers", "mcp_frontend", "activities"):
         for path in (ROOT / pkg).rglob("*.py"):
@@ -59,7 +59,7 @@ def envconfig_reads(name: str) -> bool:
 
 
 def unread(names: set[str]) -> set[str]:
-    """The KIWI_* / TEMPORAL_* names among ``names`` that neither Kiwi nor temporalio reads."""
+    """The KIWI_* / TEMPORAL_* / OTEL_* names among ``names`` that neither Kiwi nor temporalio reads."""
     kiwi = names_read_by_kiwi()
     return {n for n in names if ENV_NAME.match(n) and n not in kiwi and not envconfig_reads(n)}
 
@@ -290,6 +290,11 @@ def test_the_collector_pipelines_use_what_they_define_and_scrape_the_temporal_se
     metrics_port = temporal["environment"]["PROMETHEUS_ENDPOINT"].rsplit(":", 1)[1]
     (scrape,) = config["receivers"]["prometheus"]["config"]["scrape_configs"]
     assert scrape["static_configs"][0]["targets"] == [f"temporal:{metrics_port}"]
+    # Kiwi's processes send their metrics to the collector's OTLP/gRPC receiver.
+    grpc_port = config["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].rsplit(":", 1)[1]
+    kiwi_env = kiwi_services()["kiwi-worker"]["environment"]
+    assert kiwi_env["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://otel-collector:{grpc_port}"
+    assert not unread({"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL"})
     collector = compose()["services"]["otel-collector"]
     assert "--config=/etc/otelcol/config.yaml" in collector["command"]
     assert "./otel-collector.yaml:/etc/otelcol/config.yaml:ro" in collector["volumes"]

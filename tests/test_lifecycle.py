@@ -311,3 +311,78 @@ async def test_a_versioned_worker_pins_the_runs_it_starts_to_its_build(temporal_
         assert await asyncio.wait_for(worker.wait(), 60) == 0
     finally:
         await stop_process(worker)
+
+
+class OtlpReceiver:
+    """A stand-in OpenTelemetry collector: an HTTP server that keeps every OTLP/HTTP request it gets."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._answer, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                request_line, *lines = head.decode("latin-1").split("\r\n")
+                headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines if x)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                self.requests.append((request_line, headers, body))
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n"
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+async def test_a_worker_exports_its_temporal_metrics_to_the_otlp_collector(temporal_env):
+    receiver = OtlpReceiver()
+    port = await receiver.start()
+    address = temporal_env.client.service_client.config.target_host
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_HEADERS": "x-collector-tenant=kiwi-test",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "worker",
+        "--address",
+        address,
+        "--task-queue",
+        f"kiwi-otel-{uuid.uuid4().hex[:8]}",
+        "--drain-seconds",
+        "0",
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+
+        async def exported() -> bool:
+            return any(b"temporal_" in body for _, _, body in receiver.requests)
+
+        await wait_for(exported, timeout=60, what="the worker's metrics at the collector")
+        line, headers, body = next(r for r in receiver.requests if b"temporal_" in r[2])
+        assert line.startswith("POST /v1/metrics ")
+        assert headers["content-type"] == "application/x-protobuf"
+        assert headers["x-collector-tenant"] == "kiwi-test"
+        # The SDK's worker metrics, e.g. its pollers on the task queue.
+        assert b"temporal_num_pollers" in body or b"temporal_worker_task_slots_available" in body
+    finally:
+        receiver.close()
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
