@@ -175,6 +175,16 @@ async def test_a_profile_that_cannot_be_read_is_an_error_that_shows_no_secret(
     )
     assert code != 0
     assert "not a valid temporal.toml" in err and "s3cret-api-key" not in out + err
+    # kiwi doctor reports it as the failed check it is, and goes on with the others.
+    code, out, err = await kiwi_cli(
+        "doctor",
+        "--no-mcp",
+        cwd=project,
+        env={"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "cloud"},
+    )
+    assert code != 0
+    assert "not a valid temporal.toml" in out + err and "s3cret-api-key" not in out + err
+    assert "temporal binary" in out + err
 
     config.write_text('[profile.cloud]\naddress = "x.tmprl.cloud:7233"\n')
     code, out, err = await kiwi_cli(
