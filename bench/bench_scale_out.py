@@ -8,9 +8,10 @@ Every run's steps call the `tick` tool, which appends one line per execution to 
 step, the worker process that ran it and when, so the directive counts its own side effects. The bench
 prints runs completed per worker (by the worker that ran a run's last step), runs lost, the recovery
 time (from the kill until every run whose earlier step ran on the killed worker had its next step done
-by another), and the steps executed more than once: a step cut off mid-flight by `kill -9` may run again
-(activities are at least once), so duplicates whose first execution was on the killed worker are shown
-apart; any other duplicate is a completed step run twice, and the target for those is 0.
+by another), and the steps executed more than once. Activities are at least once: an attempt cut off
+by `kill -9` (its first execution was on the killed worker) or one Temporal timed out (a timeout or
+failure in the run's history) may have done its work before it ran again; those are shown apart. Any
+other duplicate is a completed step run twice, and the target for those is 0.
 """
 
 from __future__ import annotations
@@ -85,10 +86,10 @@ def make_project(root: Path) -> None:
         )
 
 
-async def drive(runs: RunClient, n: int, approver: str) -> str:
+async def drive(runs: RunClient, n: int, approver: str, ids: dict[int, str]) -> str:
     """Start run ``n``, play its agent or approver when it waits for one, and return its final status."""
     kind = KINDS[n % len(KINDS)]
-    run_id = await runs.start(f"scale_{kind}", {"n": str(n)})
+    run_id = ids[n] = await runs.start(f"scale_{kind}", {"n": str(n)})
     while kind != "auto":
         status = await runs.status(run_id)
         if kind == "agent" and status.status == "awaiting_agent" and status.current_step.name == "review":
@@ -124,10 +125,11 @@ async def main() -> None:
             approver = ensure_key()[0]
             phase(f"{args.runs} runs over {args.workers} workers")
             done = 0
+            ids: dict[int, str] = {}
 
             async def counted(n: int) -> str:
                 nonlocal done, killed_pid, killed_at
-                status = await drive(runs, n, approver)
+                status = await drive(runs, n, approver, ids)
                 done += 1
                 if done == args.runs // 2 and not killed_pid:
                     victim = workers[0]
@@ -139,18 +141,47 @@ async def main() -> None:
             t0 = time.perf_counter()
             statuses = await gather_limited(args.concurrency, [counted(n) for n in range(args.runs)])
             elapsed = time.perf_counter() - t0
+            lines = read_ticks(root / "ticks.log")
+            retried = {
+                label
+                for label, runs_ in lines.items()
+                if len(runs_) > 1 and await activity_retried(client, ids[int(label.split(":")[0])])
+            }
         finally:
             for worker in workers:
                 await stop_worker(worker)
             server.stop()
-        report(root / "ticks.log", statuses, killed_pid, killed_at, elapsed, args)
+        report(lines, retried, statuses, killed_pid, killed_at, elapsed, args)
 
 
-def report(log: Path, statuses: list[str], killed_pid: int, killed_at: float, elapsed: float, args) -> None:
+def read_ticks(log: Path) -> dict[str, list[tuple[int, float]]]:
+    """Each step's executions: (worker pid, time) per line the tick tool wrote."""
     lines: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for line in log.read_text().splitlines():
         label, pid, at = line.split()
         lines[label].append((int(pid), float(at)))
+    return lines
+
+
+async def activity_retried(client: Client, run_id: str) -> bool:
+    """Whether the run's history shows an activity attempt that timed out or failed (and so ran again)."""
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    return any(
+        event.HasField("activity_task_timed_out_event_attributes")
+        or event.HasField("activity_task_failed_event_attributes")
+        for event in history.events
+    )
+
+
+def report(
+    lines: dict[str, list[tuple[int, float]]],
+    retried: set[str],
+    statuses: list[str],
+    killed_pid: int,
+    killed_at: float,
+    elapsed: float,
+    args: argparse.Namespace,
+) -> None:
     by_worker = Counter(lines[f"{n}:second"][-1][0] for n in range(args.runs) if lines[f"{n}:second"])
     handed_over = [
         lines[f"{n}:second"][-1][1] - killed_at
@@ -162,7 +193,11 @@ def report(log: Path, statuses: list[str], killed_pid: int, killed_at: float, el
         and lines[f"{n}:second"][-1][1] > killed_at
     ]
     duplicates = {label: runs for label, runs in lines.items() if len(runs) > 1}
+    # At least once: an attempt cut off by the kill, or one Temporal timed out (and retried), may have
+    # done its work already. A duplicate with neither is a completed step run again.
     cut_off = {label for label, runs in duplicates.items() if runs[0][0] == killed_pid}
+    timed_out = set(duplicates) & retried - cut_off
+    again = set(duplicates) - cut_off - timed_out
     completed = statuses.count("completed")
     print(f"{args.runs} runs ({', '.join(KINDS)}), {args.workers} workers, {elapsed:.1f} s")
     print(f"completed {completed}, lost {args.runs - completed}")
@@ -174,9 +209,13 @@ def report(log: Path, statuses: list[str], killed_pid: int, killed_at: float, el
             f"worker {min(handed_over):.1f} s after the kill, the last {max(handed_over):.1f} s"
         )
     print(
-        f"steps executed twice: {len(duplicates) - len(cut_off)} completed steps re-executed (target 0); "
-        f"{len(cut_off)} cut off mid-flight by the kill and run again"
+        f"steps executed twice: {len(again)} completed steps re-executed (target 0); {len(cut_off)} cut off "
+        f"mid-flight by the kill and {len(timed_out)} timed out by Temporal (a retry in the run's history), "
+        "run again as activities are at least once"
     )
+    for label in sorted(duplicates):
+        runs_ = ", ".join(f"worker {pid} at kill{at - killed_at:+.1f}s" for pid, at in duplicates[label])
+        print(f"  {label}: {runs_}")
 
 
 if __name__ == "__main__":
