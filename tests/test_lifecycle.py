@@ -268,19 +268,25 @@ async def _kiwi(*argv: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
-async def test_a_versioned_worker_pins_the_runs_it_starts_to_its_build(temporal_env, project):
+async def test_an_upgrade_with_worker_versioning_keeps_running_runs_on_their_build(temporal_env, project):
+    """Build b1 serves a run; build b2 starts beside it and becomes current: new runs go to b2, the run
+    that started on b1 stays pinned there and finishes there."""
     client = temporal_env.client
     address = client.service_client.config.target_host
     deployment = f"kiwi-{uuid.uuid4().hex[:8]}"
     queue = f"kiwi-versioned-{uuid.uuid4().hex[:8]}"
-    port = free_port()
-    worker = await start_worker(
-        address, queue, "--deployment-name", deployment, "--build-id", "b1", "--health-port", str(port)
-    )
-    try:
+    runs = RunClient(client, ItemStore(project), task_queue=queue)
+    workers: list[asyncio.subprocess.Process] = []
+
+    async def start_build(build: str) -> None:
+        port = free_port()
+        worker = await start_worker(
+            address, queue, "--deployment-name", deployment, "--build-id", build, "--health-port", str(port)
+        )
+        workers.append(worker)
         line = await asyncio.wait_for(worker.stdout.readline(), 30)
         line += await asyncio.wait_for(worker.stdout.readline(), 30)
-        assert f"deployment '{deployment}', build 'b1'".encode() in line, line
+        assert f"deployment '{deployment}', build '{build}'".encode() in line, line
         await wait_for(lambda: _status_is(f"http://127.0.0.1:{port}/readyz", 200), timeout=60, what="ready")
 
         async def registered() -> bool:
@@ -291,26 +297,44 @@ async def test_a_versioned_worker_pins_the_runs_it_starts_to_its_build(temporal_
             except RPCError:
                 return False
             return any(
-                v.deployment_version.build_id == "b1" for v in info.worker_deployment_info.version_summaries
+                v.deployment_version.build_id == build for v in info.worker_deployment_info.version_summaries
             )
 
-        await wait_for(registered, timeout=60, what="the server to know the deployment's build b1")
+        await wait_for(registered, timeout=60, what=f"the server to know the deployment's build {build}")
         await client.workflow_service.set_worker_deployment_current_version(
             SetWorkerDeploymentCurrentVersionRequest(
-                namespace=client.namespace, deployment_name=deployment, build_id="b1"
+                namespace=client.namespace, deployment_name=deployment, build_id=build
             )
         )
-        runs = RunClient(client, ItemStore(project), task_queue=queue)
-        run_id = await runs.start("hello_kiwi", {"name": "Pinned"})
-        await awaiting_step(runs, run_id, "confirm")
+
+    async def build_of(run_id: str) -> str:
         info = (await client.get_workflow_handle(run_id).describe()).raw_description.workflow_execution_info
         assert info.versioning_info.behavior == VersioningBehavior.VERSIONING_BEHAVIOR_PINNED
-        assert info.versioning_info.deployment_version.build_id == "b1"
         assert info.versioning_info.deployment_version.deployment_name == deployment
-        worker.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(worker.wait(), 60) == 0
+        return info.versioning_info.deployment_version.build_id
+
+    try:
+        await start_build("b1")
+        old = await runs.start("hello_kiwi", {"name": "Old"})
+        await awaiting_step(runs, old, "confirm")
+        assert await build_of(old) == "b1"
+
+        await start_build("b2")
+        new = await runs.start("hello_kiwi", {"name": "New"})
+        await awaiting_step(runs, new, "confirm")
+        assert await build_of(new) == "b2"
+
+        await runs.complete_step(old, "confirm", {"confirmed": True})
+        await runs.complete_step(new, "confirm", {"confirmed": True})
+        assert (await asyncio.wait_for(runs.handle(old).result(), 60)).status == "completed"
+        assert (await asyncio.wait_for(runs.handle(new).result(), 60)).status == "completed"
+        assert await build_of(old) == "b1"
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(worker.wait(), 60) == 0
     finally:
-        await stop_process(worker)
+        for worker in workers:
+            await stop_process(worker)
 
 
 class OtlpReceiver:
