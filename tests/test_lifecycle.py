@@ -166,6 +166,10 @@ async def test_worker_health_endpoints_on_loopback_reveal_nothing(temporal_env):
         # Nothing about where Temporal is or what runs there.
         for answer in (live, ready, other):
             assert address not in answer.text and "default" not in answer.text
+        # Loopback only: the machine's own network address does not answer.
+        outward = _outward_address()
+        if outward is not None:
+            assert await probe(f"http://{outward}:{port}/healthz") == 0
         worker.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(worker.wait(), 60) == 0
         assert await probe(f"http://127.0.0.1:{port}/healthz") == 0
@@ -245,6 +249,17 @@ INITIALIZE = {
 
 def _mcp_headers(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream"}
+
+
+def _outward_address() -> str | None:
+    """This machine's address on its network (no packet is sent), or None when it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        try:
+            udp.connect(("10.255.255.255", 1))
+        except OSError:
+            return None
+        found = udp.getsockname()[0]
+    return None if found.startswith("127.") else found
 
 
 async def _status_is(url: str, status: int) -> bool:
