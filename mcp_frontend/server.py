@@ -449,7 +449,10 @@ def build_server(
             "tool call inside a run",
         ),
         idempotency_key: str | None = Field(
-            default=None, description="directive run: the same key returns the existing run"
+            default=None,
+            description="directive run: the same key returns the existing run; tool call in a run: the same "
+            "key returns that call's answer instead of calling again (retry a call whose answer was lost, "
+            "through any front end)",
         ),
         wait_seconds: float = Field(
             default=20.0,
@@ -492,6 +495,7 @@ def build_server(
                             client_name=client_name,
                             wait_seconds=wait_seconds,
                             on_progress=progress,
+                            idempotency_key=idempotency_key,
                         )
                     ).model_dump()
                 )

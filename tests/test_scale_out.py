@@ -1,5 +1,6 @@
-"""Front ends scale out: two `kiwi mcp --http --stateless` processes serve the same runs, and one MCP
-client whose requests a load balancer spreads over both (and moves off one that dies) completes its run."""
+"""Front ends scale out: two `kiwi mcp --http --stateless` processes serve the same runs; one MCP client
+whose requests a load balancer spreads over both (and moves off one that dies) completes its run, and a
+call whose front end dies mid-call is sent again through the other without running twice."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from kiwi.devserver import free_port
-from tests.helpers import execute, wait_for
+from tests.helpers import directive_md, execute, wait_for, write, write_directive
 
 pytestmark = pytest.mark.temporal
 
@@ -140,6 +141,91 @@ async def test_one_client_through_two_stateless_front_ends_completes_its_run(
         assert balancer.ports == [ports[1]]
         result = await asyncio.wait_for(runs.handle(run_id).result(), 60)
         assert result.outputs["confirm"] == {"confirmed": True}
+    finally:
+        for proc in fronts:
+            if proc.returncode is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+
+
+# A tool that stays in flight until the test lets it go, logging when it starts and when it ends.
+HOLD = """import pathlib
+import time
+
+
+def main(label: str) -> dict:
+    log = pathlib.Path("calls.log")
+    with log.open("a") as handle:
+        handle.write(label + " started\\n")
+    deadline = time.monotonic() + 120
+    while not pathlib.Path("go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with log.open("a") as handle:
+        handle.write(label + " finished\\n")
+    return {"done": label}
+"""
+
+
+async def test_a_call_whose_front_end_dies_mid_call_is_sent_again_through_another_and_runs_once(
+    temporal_env, runs, project
+):
+    write(
+        project / ".ai" / "tools" / "hold" / "tool.yaml",
+        "tool_id: hold\ntool_type: python\nexecutor:\n  entrypoint: main.py\nparameters:\n"
+        "  - name: label\n    type: string\n    required: true\nmutates_state: true\n",
+    )
+    write(project / ".ai" / "tools" / "hold" / "main.py", HOLD)
+    write_directive(
+        project / ".ai" / "directives" / "holder.md",
+        directive_md(
+            '<step name="work"><action>Call hold once.</action></step>',
+            name="holder",
+            permissions='<execute resource="tool" id="hold"/>',
+        ),
+    )
+    address = temporal_env.client.service_client.config.target_host
+    ports = [free_port(), free_port()]
+    fronts = [await start_front_end(address, runs.task_queue, project, port) for port in ports]
+    urls = [f"http://127.0.0.1:{port}/mcp" for port in ports]
+    log = project / "calls.log"
+    call = {
+        "item_type": "tool",
+        "action": "call",
+        "item_id": "hold",
+        "parameters": {"label": "once"},
+        "idempotency_key": "hold-once",
+        "wait_seconds": 120,
+    }
+    try:
+
+        async def first_agent() -> None:
+            async with Client(urls[0]) as first:
+                started = await execute(
+                    first, {"item_type": "directive", "action": "run", "item_id": "holder", "parameters": {}}
+                )
+                assert started["state"] == "awaiting_agent", started
+                call["run_id"] = started["run_id"]
+                await execute(first, call)
+
+        agent = asyncio.create_task(first_agent())
+
+        async def tool_started() -> bool:
+            return log.exists() and log.read_text().splitlines() == ["once started"]
+
+        await wait_for(tool_started, timeout=60, what="the tool to start")
+        os.killpg(fronts[0].pid, signal.SIGKILL)
+        await fronts[0].wait()
+        # The agent's client loses its call with the front end (whatever error its transport makes of it).
+        with pytest.raises(Exception):  # noqa: B017, PT011
+            await asyncio.wait_for(agent, 60)
+
+        (project / "go").write_text("")
+        async with Client(urls[1]) as second:
+            answer = await execute(second, call)
+        assert answer["status"] == "ok", answer
+        assert answer["result"] == {"done": "once"}
+        # The second send joined the first call: the tool ran once.
+        assert log.read_text().splitlines() == ["once started", "once finished"]
     finally:
         for proc in fronts:
             if proc.returncode is None:
