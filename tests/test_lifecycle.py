@@ -21,7 +21,7 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.service import RPCError
 
-from kiwi.devserver import free_port
+from kiwi.devserver import DevServer, free_port
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
 from tests.helpers import awaiting_step, directive_md, wait_for, write, write_directive
@@ -175,6 +175,33 @@ async def test_worker_health_endpoints_on_loopback_reveal_nothing(temporal_env):
         assert await probe(f"http://127.0.0.1:{port}/healthz") == 0
     finally:
         await stop_process(worker)
+
+
+async def test_a_worker_is_not_ready_while_temporal_does_not_answer(tmp_path):
+    server = DevServer(
+        ip="127.0.0.1",
+        port=free_port(),
+        ui_port=free_port(),
+        db_file=tmp_path / "state.sqlite",
+        pragmas={"journal_mode": "wal", "synchronous": "normal"},
+    )
+    await server.start()
+    port = free_port()
+    readyz = f"http://127.0.0.1:{port}/readyz"
+    worker = await start_worker(
+        server.address, "kiwi-outage", "--health-port", str(port), "--drain-seconds", "0"
+    )
+    try:
+        await wait_for(lambda: _status_is(readyz, 200), timeout=60, what="ready")
+        os.killpg(server.process.pid, signal.SIGKILL)
+        server.process.wait()
+        await wait_for(lambda: _status_is(readyz, 503), timeout=30, what="not ready without Temporal")
+        assert await probe(f"http://127.0.0.1:{port}/healthz") == 200  # alive: no restart needed
+        await server.start()
+        await wait_for(lambda: _status_is(readyz, 200), timeout=60, what="ready again")
+    finally:
+        await stop_process(worker)
+        server.stop()
 
 
 async def test_a_taken_health_port_stops_the_worker_at_start(temporal_env):

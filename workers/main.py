@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -148,7 +149,8 @@ async def run_worker(
     """Run a worker until ``stop`` is set, then drain (see :func:`build_worker`).
 
     ``health`` (host, port) serves ``/healthz`` and ``/readyz`` there until the worker has stopped:
-    ready while the worker polls, not ready before it has reached Temporal and while it drains.
+    ready while the worker polls and Temporal answers; not ready before, while the server does not
+    answer, and while the worker drains.
     """
     listener = bind_health(*health) if health else None
     worker = build_worker(client, task_queue, sandboxed=sandboxed, drain=drain, deployment=deployment)
@@ -156,7 +158,13 @@ async def run_worker(
     stopped = asyncio.Event()
 
     async def ready() -> bool:
-        return worker.is_running and not stop.is_set()
+        if not worker.is_running or stop.is_set():
+            return False
+        # Polling needs the server: while it does not answer, this worker takes no work.
+        try:
+            return await client.service_client.check_health(timeout=timedelta(seconds=2))
+        except RPCError:
+            return False
 
     probes = asyncio.create_task(serve_health(listener, ready, stopped)) if listener else None
     try:
