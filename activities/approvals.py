@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from opentelemetry import propagate
 from temporalio import activity
 
 from kiwi.contracts import WebhookRequest
@@ -14,9 +15,12 @@ from kiwi.errors import WebhookFailed, WebhookRefused, WebhookUnreachable
 class ApprovalActivities:
     @activity.defn(name="notify_approvers")
     async def notify_approvers(self, req: WebhookRequest) -> dict[str, Any]:
+        # With tracing on, the approver's service can join the trace of the call that waits.
+        headers: dict[str, str] = {}
+        propagate.inject(headers)
         async with httpx.AsyncClient(timeout=10) as client:
             try:
-                response = await client.post(req.url, json=req.payload)
+                response = await client.post(req.url, json=req.payload, headers=headers)
             except httpx.TransportError as exc:
                 raise WebhookUnreachable.error(
                     f"approval webhook unreachable: {type(exc).__name__}"

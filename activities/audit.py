@@ -14,12 +14,15 @@ records on a line of their own, nor the reader, which returns the good records a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
+from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 
+from kiwi import telemetry
 from kiwi.auditlog import (  # noqa: F401 - the readers are re-exported for their existing callers
     AUDIT_FOLDERS,
     CLOEXEC,
@@ -33,6 +36,7 @@ from kiwi.auditlog import (  # noqa: F401 - the readers are re-exported for thei
     safe_name,
 )
 from kiwi.contracts import AuditBatch
+from kiwi.metrics import AUDIT_FLUSH_LAG
 
 _TAIL = 65536
 
@@ -64,9 +68,24 @@ def _last_seq(fd: int, size: int) -> int:
         start = 0
 
 
+def _record_lag(batch: AuditBatch) -> None:
+    """How long the oldest record of the batch waited in the run's state (``kiwi_audit_flush_lag``)."""
+    times = []
+    for record in batch.records:
+        with contextlib.suppress(ValueError, TypeError):
+            times.append(datetime.fromisoformat(str(record.get("time"))))
+    if times:
+        lag = max(datetime.now(UTC) - min(times), timedelta(0))
+        activity.metric_meter().create_histogram_timedelta(
+            AUDIT_FLUSH_LAG, "how long audit records waited in a run before a flush wrote them", "ms"
+        ).record(lag)
+
+
 class AuditActivities:
     @activity.defn(name="write_audit_records")
     async def write_audit_records(self, batch: AuditBatch) -> int:
+        if telemetry.active():
+            _record_lag(batch)
         written = 0
         by_day: dict[str, list[dict]] = {}
         for record in batch.records:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -14,13 +15,16 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.filesystem import confine
-from activities.process import run_process
-from kiwi.contracts import CheckpointResult, CommandRequest, GitRequest, LocalToolRequest
+from activities.process import child_env, run_process
+from activities.toolenv import lib_folder, tool_python
+from kiwi.contracts import CheckpointResult, CommandRequest, GitRequest, LocalToolRequest, LocalToolSpec
 from kiwi.errors import (
     CheckpointNotFound,
+    CommandNotFound,
     GitFailed,
     GitUnavailable,
     PermissionDenied,
+    SecretMissing,
     ToolFailed,
     ToolNotFound,
     ToolTypeUnsupported,
@@ -28,6 +32,8 @@ from kiwi.errors import (
 from kiwi.globs import first_match
 from kiwi.protected import granted as protected_granted
 from kiwi.shellpolicy import FIND_GRANTABLE, PathArgument, ShellVerdict, path_arguments, program_name
+from kiwi.upstream.pool import remember_secrets, scrub, scrub_text
+from kiwi.upstream.registry import lookup_secret
 
 # Runs a Python tool: main(**params) when the entrypoint defines main, else the file as a
 # script with the parameters as JSON on stdin. The result is one JSON document on stdout.
@@ -225,14 +231,21 @@ class CommandActivities:
         entry = Path(tool.entrypoint)
         if not entry.is_file():
             raise ToolNotFound.error(f"tool '{tool.tool_id}': entrypoint {entry.name} is missing")
+        passed = _check_requirements(tool)
         if tool.tool_type == "python":
-            argv = [sys.executable, "-c", _PYTHON_RUNNER, str(entry)]
-            env = {}
+            argv = [await tool_python(tool), "-c", _PYTHON_RUNNER, str(entry)]
+            env = dict(passed)
+            lib = lib_folder(tool.entrypoint)
+            if lib:
+                env["PYTHONPATH"] = lib
         elif tool.tool_type == "bash":
             argv = ["bash", str(entry), *[str(v) for v in req.params.values()]]
             env = {
-                f"KIWI_PARAM_{k.upper()}": v if isinstance(v, str) else json.dumps(v)
-                for k, v in req.params.items()
+                **passed,
+                **{
+                    f"KIWI_PARAM_{k.upper()}": v if isinstance(v, str) else json.dumps(v)
+                    for k, v in req.params.items()
+                },
             }
         else:
             raise ToolTypeUnsupported.error(
@@ -249,12 +262,51 @@ class CommandActivities:
         if result.exit_code != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
             raise ToolFailed.error(
-                f"tool '{tool.tool_id}' exited with {result.exit_code}: " + " | ".join(tail)
+                scrub_text(f"tool '{tool.tool_id}' exited with {result.exit_code}: " + " | ".join(tail))
             )
         try:
-            return _parse_output(result.stdout)
+            return scrub(_parse_output(result.stdout), passed)
         except json.JSONDecodeError as exc:
             raise ToolFailed.error(f"tool '{tool.tool_id}' printed invalid JSON: {exc}") from None
+
+
+def _check_requirements(tool: LocalToolSpec) -> dict[str, str]:
+    """Check a tool's ``requires`` before it runs; the declared environment variables, to pass to it.
+
+    A missing program or variable is an error naming each one, instead of the tool failing halfway.
+    The values are remembered as secrets, so they are scrubbed from what the tool returns.
+    """
+    if tool.required_python:
+        from packaging.specifiers import SpecifierSet
+
+        running = ".".join(map(str, sys.version_info[:3]))
+        if running not in SpecifierSet(tool.required_python):
+            raise ToolFailed.error(
+                f"tool '{tool.tool_id}' requires Python {tool.required_python}; the worker runs {running}",
+                {"hint": "run a worker on a Python that fits, or change requires.python"},
+            )
+    path = child_env().get("PATH", os.defpath)
+    missing = [c for c in tool.required_commands if shutil.which(c, path=path) is None]
+    if missing:
+        raise CommandNotFound.error(
+            f"tool '{tool.tool_id}' requires {', '.join(missing)}, not found on the worker's PATH",
+            {
+                "hint": "install "
+                + " and ".join(missing)
+                + " where the worker runs, or change requires.commands"
+            },
+        )
+    values = {name: lookup_secret(name) for name in tool.required_environment}
+    unset = [name for name, value in values.items() if value is None]
+    if unset:
+        raise SecretMissing.error(
+            f"tool '{tool.tool_id}' requires the environment variable{'s' if len(unset) > 1 else ''} "
+            f"{', '.join(unset)}, not set in the worker's environment",
+            {"hint": "export " + " ".join(f"{n}=..." for n in unset) + " where the worker runs"},
+        )
+    passed = {name: value for name, value in values.items() if value is not None}
+    remember_secrets(passed)
+    return passed
 
 
 async def _git(

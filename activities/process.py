@@ -9,6 +9,7 @@ import os
 import signal
 from dataclasses import dataclass
 
+from opentelemetry import propagate, trace
 from temporalio import activity
 
 from kiwi.errors import CommandNotFound, ToolTimeout
@@ -54,6 +55,7 @@ def child_env(
     git's hardening last, so neither the caller nor the worker can switch it off."""
     env = {k: v for k, v in os.environ.items() if k in INHERITED_ENV or k.startswith("LC_")}
     env.update({k: v for k, v in (extra or {}).items() if not k.startswith("GIT_CONFIG")})
+    env.update(trace_env())
     env.update(GIT_ENV)
     pairs = [*GIT_FORCED_CONFIG, *(git_config or [])]
     env["GIT_CONFIG_COUNT"] = str(len(pairs))
@@ -61,6 +63,16 @@ def child_env(
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
     return env
+
+
+def trace_env() -> dict[str, str]:
+    """The current trace as ``TRACEPARENT`` / ``TRACESTATE`` (OpenTelemetry's convention for a child
+    process), so a tool that traces continues the call's trace; {} when tracing is off."""
+    if not trace.get_current_span().get_span_context().is_valid:
+        return {}
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return {k.upper(): v for k, v in carrier.items() if k in ("traceparent", "tracestate")}
 
 
 @dataclass

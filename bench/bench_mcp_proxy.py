@@ -8,6 +8,11 @@ proxied call on the same server (bench/floor.py: a bare update, and one running 
 activity) and the same Kiwi update refused by policy before any activity runs.
 
     .venv/bin/python bench/bench_mcp_proxy.py [--calls 300] [--callers 10] [--worker-process]
+    .venv/bin/python bench/bench_mcp_proxy.py --tracing [--calls 300]
+
+``--tracing`` measures only the cost of OpenTelemetry: the same proxied call with a worker process
+traced and untraced, in one run, alternating (off, on, off, on), spans exported over OTLP/HTTP to a
+sink on loopback. Target (#16): traced p50 <= 1.10x untraced.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import contextlib
 import os
 import sys
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -92,9 +99,17 @@ async def main() -> None:
         action="store_true",
         help="run the worker (and so the MCP pool) as its own `kiwi worker` process, as deployed",
     )
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="measure only tracing's cost: proxied calls with tracing off and on, worker processes",
+    )
     args = parser.parse_args()
     if not EVERYTHING.exists():
         raise SystemExit("run scripts/test once first: it installs tests/npm (server-everything)")
+    if args.tracing:
+        await tracing_cost(args.calls)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         common.scratch_project(root)
@@ -195,6 +210,100 @@ async def main() -> None:
         f"ratio (p50): {common.pct(kiwi_ms, 0.5) / common.pct(direct_ms, 0.5):.1f}x   "
         f"throughput ratio: {direct_rate / kiwi_rate:.1f}x"
     )
+
+
+def _project(root: Path) -> None:
+    common.scratch_project(root)
+    (root / ".ai" / "config" / "agent_harness.yaml").write_text(
+        "rate_limits:\n  'mcp.*': 1000000\nruns:\n  audit_batch_size: 200\nloop_detection:\n"
+        "  repeat_threshold: 100000\n  max_warnings: 100000\n"
+    )
+    (root / ".ai" / "config" / "mcp_registry.yaml").write_text(
+        f"mcps:\n  everything:\n    command: node\n    args: ['{EVERYTHING}', 'stdio']\n"
+    )
+    write_directive(root / ".ai" / "directives" / "echo_bench.md", DIRECTIVE)
+
+
+class _Sink(BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint that takes everything and keeps nothing (counts requests)."""
+
+    requests = 0
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        _Sink.requests += 1
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+async def tracing_cost(calls: int) -> None:
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from kiwi.tracing import KiwiTracingInterceptor
+
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
+    # The callers trace too, as an agent's client would: every call carries a traceparent.
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces")))
+    tracer = provider.get_tracer("bench")
+    samples: dict[str, list[float]] = {"off": [], "on": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        _project(root)
+        server = common.tuned_dev_server(root)
+        await server.start()
+        try:
+            plain = await TemporalClient.connect(server.address, data_converter=data_converter)
+            traced = await TemporalClient.connect(
+                server.address,
+                data_converter=data_converter,
+                interceptors=[KiwiTracingInterceptor(tracer)],
+            )
+            for mode in ("off", "on", "off", "on"):
+                env = (
+                    {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+                    if mode == "on"
+                    else {"OTEL_SDK_DISABLED": "true"}
+                )
+                worker = await common.start_worker(server.address, env)
+                try:
+                    runs = RunClient(plain if mode == "off" else traced, ItemStore(root))
+                    run_id = await runs.start("echo_bench", {})
+
+                    async def proxied(i: int, runs=runs, run_id=run_id, mode=mode) -> None:
+                        if mode == "on":
+                            with tracer.start_as_current_span("agent call"):
+                                result = await runs.call_tool(run_id, "everything.echo", {"message": f"m{i}"})
+                        else:
+                            result = await runs.call_tool(run_id, "everything.echo", {"message": f"m{i}"})
+                        assert result.status == "ok", result
+
+                    samples[mode] += await sequential(calls // 2, proxied)
+                    await runs.cancel(run_id)
+                finally:
+                    await common.stop_worker(worker)
+        finally:
+            server.stop()
+            provider.shutdown()
+            sink.shutdown()
+    trace.get_tracer_provider()  # nothing global was set: the bench's tracer is its own
+    off, on = common.pct(samples["off"], 0.5), common.pct(samples["on"], 0.5)
+    print(
+        f"{len(samples['off'])} proxied echo calls each way, worker processes "
+        f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores); OTLP requests received: {_Sink.requests}"
+    )
+    print(f"tracing off: p50 {off:6.1f} ms  p99 {common.pct(samples['off'], 0.99):6.1f} ms")
+    print(f"tracing on:  p50 {on:6.1f} ms  p99 {common.pct(samples['on'], 0.99):6.1f} ms")
+    print(f"#16 ratio: traced p50 {on / off:.2f}x untraced (target <= 1.10x)")
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def start_worker(address: str) -> asyncio.subprocess.Process:
+async def start_worker(address: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -68,6 +68,7 @@ async def start_worker(address: str) -> asyncio.subprocess.Process:
         address,
         stdout=asyncio.subprocess.PIPE,
         start_new_session=True,
+        env={**os.environ, **(env or {})},
     )
     await proc.stdout.readline()
     return proc

@@ -6,44 +6,12 @@ import os
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.runtime import OpenTelemetryConfig, Runtime, TelemetryConfig
 
+from kiwi import telemetry
 from kiwi.converter import data_converter
 from kiwi.errors import KiwiError
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
-_runtime: Runtime | None = None
-
-
-def telemetry_runtime() -> Runtime | None:
-    """A Temporal runtime that exports the SDK's metrics (workflow and activity task latencies, slots,
-    polls, failures) over OTLP when the standard OpenTelemetry variables ask for it:
-    ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` (a collector, e.g.
-    ``http://otel-collector:4317``), ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``grpc``, the default, or
-    ``http/protobuf``), ``OTEL_EXPORTER_OTLP_HEADERS`` (``key=value,...``). None (the default runtime,
-    no export) when neither endpoint is set. One runtime per process: the SDK's metrics are process-wide.
-    """
-    global _runtime  # noqa: PLW0603 - one runtime per process, made on first use
-    metrics_url = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "")
-    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-    if not (metrics_url or base):
-        return None
-    if _runtime is None:
-        http = os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc").startswith("http")
-        # As the OpenTelemetry spec says: the per-signal endpoint is used as is; the base one gets the
-        # signal's path over HTTP.
-        url = metrics_url or (base.rstrip("/") + "/v1/metrics" if http else base)
-        headers = dict(
-            pair.split("=", 1)
-            for pair in os.environ.get("OTEL_EXPORTER_OTLP_HEADERS", "").split(",")
-            if "=" in pair
-        )
-        _runtime = Runtime(
-            telemetry=TelemetryConfig(
-                metrics=OpenTelemetryConfig(url=url, headers=headers, http=http, durations_as_seconds=True)
-            )
-        )
-    return _runtime
 
 
 def ui_url(run_id: str = "", address: str | None = None, namespace: str | None = None) -> str:
@@ -115,7 +83,11 @@ async def connect(address: str | None = None, namespace: str | None = None) -> C
     ``temporal.toml`` serves Temporal Cloud to all. An explicit address connects to that address in
     plain text (a local or in-cluster server), with the namespace from the same order as :func:`target`.
     """
+    # Telemetry first: Temporal's runtime takes its metrics settings when the first client is made.
+    telemetry.setup("kiwi")
     settings = {} if address or os.environ.get("KIWI_TEMPORAL_ADDRESS") else profile()
     addr, ns = target(address, namespace)
     settings.update(target_host=addr, namespace=ns)
-    return await Client.connect(**settings, data_converter=data_converter, runtime=telemetry_runtime())
+    return await Client.connect(
+        **settings, data_converter=data_converter, interceptors=telemetry.interceptors()
+    )

@@ -86,6 +86,15 @@ class LocalToolSpec(BaseModel):
     timeout_seconds: float = 300.0
     # The JSON Schema of the tool's parameters (its manifest's), which types a step's <param> text.
     input_schema: dict[str, Any] = Field(default_factory=dict)
+    # The manifest's executor section (an api tool's method, URL, headers, ...): ``${NAME}`` stays a
+    # placeholder here and is filled in by the worker, so no secret enters the run's history.
+    executor: dict[str, Any] = Field(default_factory=dict)
+    # What must exist before the tool runs: programs on PATH and environment variables (names only).
+    required_commands: list[str] = Field(default_factory=list)
+    required_environment: list[str] = Field(default_factory=list)
+    # A python tool's packages (PEP 508), installed into an environment of its own, and its Python version.
+    required_packages: list[str] = Field(default_factory=list)
+    required_python: str = ""
 
 
 class RunLimits(BaseModel):
@@ -429,6 +438,8 @@ class RunStatus(BaseModel):
     # What a human's signature names: this execution of the run (its first run id) and the current hold.
     execution: str = ""
     hold_id: str = ""
+    # The OpenTelemetry trace the run was started in ("" when tracing was off).
+    trace_id: str = ""
 
 
 # ---------------------------------------------------------------- activity inputs
@@ -478,6 +489,28 @@ class LocalToolRequest(BaseModel):
     project_root: str
     tool: LocalToolSpec
     params: dict[str, Any] = Field(default_factory=dict)
+    max_output_bytes: int = 1_000_000
+
+
+class ApiToolRequest(BaseModel):
+    """One call of an api tool: the hosts the run may reach travel with it, checked on every redirect."""
+
+    tool: LocalToolSpec
+    params: dict[str, Any] = Field(default_factory=dict)
+    network_hosts: list[str] = Field(default_factory=list)
+    deny_network: bool = False
+    max_output_bytes: int = 1_000_000
+
+
+class ContainerToolRequest(BaseModel):
+    """One call of a docker tool: the run's filesystem grants decide which of its mounts it gets."""
+
+    project_root: str
+    tool: LocalToolSpec
+    params: dict[str, Any] = Field(default_factory=dict)
+    read_grants: list[str] = Field(default_factory=list)
+    write_grants: list[str] = Field(default_factory=list)
+    deny_fs: list[str] = Field(default_factory=list)
     max_output_bytes: int = 1_000_000
 
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kiwi import yamltext
 from kiwi.contracts import RunLimits
 from kiwi.errors import ItemInvalid, Problem
-from kiwi.policy import PermissionSet, path_grant_problem
+from kiwi.policy import PermissionSet, host_grant_problem, path_grant_problem
 
 
 class InputRounds(BaseModel):
@@ -125,9 +125,15 @@ class _McpGrant(_Strict):
     require_approval: list[str] = Field(default_factory=list)
 
 
+class _Network(_Strict):
+    # Hosts api tools may reach outside a run (and in unsigned directives): HOST or HOST:PORT.
+    hosts: list[str] = Field(default_factory=list)
+
+
 class _InternalTools(_Strict):
     filesystem: _Filesystem = Field(default_factory=_Filesystem)
     shell: _Shell = Field(default_factory=_Shell)
+    network: _Network = Field(default_factory=_Network)
     tools: list[str] = Field(default_factory=list)
     mcps: dict[str, _McpGrant | None] = Field(default_factory=dict)
 
@@ -205,12 +211,16 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
                 problem = path_grant_problem(glob)
                 if problem:
                     raise ValueError(f"internal_tools.filesystem.{key}: {problem}")
+        for host in tools.network.hosts:
+            if problem := host_grant_problem(host):
+                raise ValueError(f"internal_tools.network.hosts: {problem}")
         base = PermissionSet(
             fs_read=[*tools.filesystem.read, *tools.filesystem.write],
             fs_write=list(tools.filesystem.write),
             shell=list(tools.shell.allowed_commands),
             tools=list(tools.tools),
             mcp={name: list(entry.tools) for name, entry in mcps.items() if entry.enabled},
+            network_hosts=list(tools.network.hosts),
         )
     except (TypeError, ValueError) as exc:
         raise ItemInvalid([Problem(f"agent_harness.yaml: {exc}", source)]) from None

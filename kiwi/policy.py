@@ -78,6 +78,9 @@ GRANT_ATTRIBUTES: dict[tuple[str, str], set[str]] = {
     ("execute", "mcp"): {"name", "actions", "action", "tools"},
     ("deny", "mcp"): {"name", "actions", "action", "tools"},
     ("deny", "network"): {"action", "actions"},
+    # The hosts an api tool may reach: host names with an optional port ("api.example.com",
+    # "127.0.0.1:8080", "*.example.com"); no port means the scheme's own (443 or 80).
+    ("execute", "network"): {"hosts"},
     # The seed's short form: the resource is the MCP server's name (resource="supabase").
     ("execute", "*server*"): {"actions", "action", "tools"},
     ("deny", "*server*"): {"actions", "action", "tools"},
@@ -169,12 +172,55 @@ def entry_problems(entry: PermissionEntry) -> list[str]:
         problems.append('<execute resource="shell"> needs commands="PROGRAM,..."')
     elif resource == "mcp" and not a.get("name"):
         problems.append(f'<{entry.tag} resource="mcp"> needs name="SERVER"')
+    elif resource == "network" and entry.tag == "execute":
+        hosts = _split(a.get("hosts", ""))
+        if not hosts:
+            problems.append(
+                '<execute resource="network"> needs hosts="HOST[:PORT],..." (e.g. api.github.com)'
+            )
+        problems += [problem for host in hosts if (problem := host_grant_problem(host))]
     if entry.tag == "execute" and key[1] in ("mcp", "*server*") and not _split(_actions(a) or ""):
         problems.append(
             f'<execute resource="{resource}"> must name its tools: actions="TOOL,..." '
             '(or actions="*" for every tool of the server)'
         )
     return problems
+
+
+_HOST_GRANT = re.compile(r"^(\*\.)?([a-z0-9-]+(\.[a-z0-9-]+)*|\[[0-9a-f:.]+\])(:[0-9]{1,5})?$")
+
+
+def host_grant_problem(host: str) -> str:
+    """What is wrong with one host of a network grant ('' when it names a host, and a port or none)."""
+    if host == "*" or not _HOST_GRANT.match(host.lower()):
+        return (
+            f"network host '{host}' is not HOST or HOST:PORT (e.g. api.github.com, 127.0.0.1:8080, "
+            "*.example.com); Kiwi grants named hosts only, without scheme or path"
+        )
+    return ""
+
+
+def host_granted(grants: list[str], host: str, port: int, scheme: str) -> str | None:
+    """The grant of ``grants`` that lets a request reach ``host:port`` (None: not granted).
+
+    A grant without a port covers the scheme's own port only (443 for https, 80 for http);
+    ``*.example.com`` covers its subdomains, not example.com itself.
+    """
+    host = host.lower().rstrip(".")
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 address, as grants write it
+    default = {"https": 443, "http": 80}.get(scheme)
+    for grant in grants:
+        name, _, granted_port = grant.lower().rpartition(":") if _has_port(grant) else (grant.lower(), "", "")
+        if (int(granted_port) if granted_port else default) != port:
+            continue
+        if name == host or (name.startswith("*.") and host.endswith(name[1:]) and len(host) > len(name) - 1):
+            return grant
+    return None
+
+
+def _has_port(grant: str) -> bool:
+    return bool(re.search(r":[0-9]{1,5}$", grant)) and not grant.endswith("]")
 
 
 class PermissionSet(BaseModel):
@@ -193,6 +239,8 @@ class PermissionSet(BaseModel):
     deny_shell: list[str] = Field(default_factory=list)
     deny_mcp: dict[str, list[str]] = Field(default_factory=dict)
     deny_network: bool = False
+    # Hosts api tools may reach (<execute resource="network" hosts="..."/>); none when absent.
+    network_hosts: list[str] = Field(default_factory=list)
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -238,7 +286,7 @@ class PermissionSet(BaseModel):
         elif resource == "kiwi-mcp":
             self.kiwi_actions.extend(_split(a.get("action", "")))
         elif resource == "network":
-            return
+            self.network_hosts.extend(_split(a.get("hosts", "")))
         elif resource:
             name = a.get("name", "") if resource == "mcp" else resource
             # A grant that names no tools grants none (validation reports it); never "all".
@@ -255,6 +303,25 @@ class PermissionSet(BaseModel):
         if tool == "shell.run":
             return self.check_shell(args, blocked_commands or [])
         return self.check_tool_id(tool)
+
+    def check_host(self, host: str, port: int, scheme: str) -> Decision:
+        """Whether an api tool may send a request to ``scheme://host:port`` (explicit denials win)."""
+        where = f"{host}:{port}"
+        if scheme not in ("http", "https"):
+            return Decision(
+                allowed=False, reason=f"'{scheme}' URLs are not HTTP; api tools speak http(s) only"
+            )
+        if self.deny_network:
+            return Decision(allowed=False, reason=f"network access to {where} is explicitly denied")
+        grant = host_granted(self.network_hosts, host, port, scheme)
+        if grant is None:
+            return Decision(
+                allowed=False,
+                reason=f"network host {where} is not granted",
+                hint=f'add <execute resource="network" hosts="{where}"/> to <permissions>',
+                checked_against=list(self.network_hosts),
+            )
+        return Decision(allowed=True, checked_against=[grant])
 
     def check_tool_id(self, tool: str) -> Decision:
         if not tool:
@@ -390,6 +457,7 @@ class PermissionSet(BaseModel):
             deny_shell=self.deny_shell + child.deny_shell,
             deny_mcp=deny_mcp,
             deny_network=self.deny_network or child.deny_network,
+            network_hosts=names(self.network_hosts, child.network_hosts),
         )
 
     def exceeds(self, parent: PermissionSet) -> list[str]:
@@ -411,6 +479,7 @@ class PermissionSet(BaseModel):
         ]
         excess += [f"shell {c}" for c in over(self.shell, parent.shell)]
         excess += [f"kiwi-mcp {a}" for a in over(self.kiwi_actions, parent.kiwi_actions)]
+        excess += [f"network {h}" for h in over(self.network_hosts, parent.network_hosts)]
         for server, actions in self.mcp.items():
             excess += [f"mcp {server}.{a}" for a in over(actions, parent.mcp.get(server, []))]
         return excess

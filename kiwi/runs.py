@@ -71,6 +71,7 @@ from kiwi.errors import (
     RunInOtherProject,
     RunNotFound,
     RunStateConflict,
+    ToolNotFound,
 )
 from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore
@@ -331,7 +332,20 @@ class RunClient:
         if (refused := _unsendable(tool, arguments)) is not None:
             return refused
         request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
-        return await self._update(run_id, DirectiveRun.call_tool, request, update_id)
+        return self._why_not_found(await self._update(run_id, DirectiveRun.call_tool, request, update_id))
+
+    def _why_not_found(self, result: ToolCallResult) -> ToolCallResult:
+        """A call of a tool the run does not have: when the project holds a manifest with that id that
+        cannot run (docker, mcp, invalid), the hint says so instead of leaving the agent to guess."""
+        if result.error_type != ToolNotFound.type or "." in result.tool:
+            return result
+        with contextlib.suppress(KiwiError, OSError):
+            for record in self.store.list_items("tool"):
+                if record.item_id == result.tool and not record.valid:
+                    result.hint = f"tool '{result.tool}' is in the project but cannot run: " + "; ".join(
+                        record.problems[:2]
+                    )
+        return result
 
     async def complete_step(self, run_id: str, step: str, outputs: dict[str, Any]) -> CompleteStepResult:
         return await self._update(
@@ -588,7 +602,7 @@ class RunClient:
             run_id, DirectiveRun.call_tool, request, call_id, wait_seconds, on_progress
         )
         if result is not None:
-            return result
+            return self._why_not_found(result)
         pending = _pending(tool, run_id, call_id, wait_seconds)
         with contextlib.suppress(KiwiError):
             waiting = [

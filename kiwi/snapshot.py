@@ -28,22 +28,41 @@ from kiwi.upstream.registry import McpRegistry, load_registry
 
 
 def local_tool_specs(store: ItemStore) -> dict[str, LocalToolSpec]:
-    """What a run needs to call each local python/bash tool, fixed when the run starts."""
+    """What a run needs to call each local tool it can run (python, bash, api), fixed when the run starts."""
     specs = {}
     for tool_id, manifest in store.local_tools().items():
         if manifest.tool_type in ("python", "bash") and manifest.entrypoint:
             entry = (
                 Path(manifest.path) if manifest.legacy else Path(manifest.path).parent / manifest.entrypoint
             )
-            specs[tool_id] = LocalToolSpec(
-                tool_id=tool_id,
-                tool_type=manifest.tool_type,
-                entrypoint=str(entry),
-                mutates_state=manifest.mutates_state,
-                timeout_seconds=float(manifest.executor.get("timeout", 300)),
-                input_schema=manifest.json_schema(),
-            )
+        elif manifest.tool_type in ("api", "docker"):
+            entry = Path(manifest.path)
+        else:
+            continue
+        specs[tool_id] = LocalToolSpec(
+            tool_id=tool_id,
+            tool_type=manifest.tool_type,
+            entrypoint=str(entry),
+            mutates_state=manifest.mutates_state,
+            timeout_seconds=float(
+                manifest.executor.get("timeout", 60 if manifest.tool_type == "docker" else 300)
+            ),
+            input_schema=manifest.json_schema(),
+            executor=manifest.executor if manifest.tool_type in ("api", "docker") else {},
+            required_commands=manifest.required_commands(),
+            required_environment=manifest.required_environment(),
+            required_packages=manifest.required_packages(),
+            required_python=manifest.required_python(),
+        )
     return specs
+
+
+def _not_runnable(store: ItemStore, tool: str) -> str:
+    """Why a step's tool id names nothing this run can call."""
+    for record in store.list_items("tool"):
+        if record.item_id == tool and not record.valid:
+            return f"tool '{tool}', which cannot run: " + "; ".join(record.problems[:2])
+    return f"tool '{tool}', which is not a local tool"
 
 
 def build_snapshot(
@@ -63,7 +82,7 @@ def build_snapshot(
     for call in (c for s in directive.steps for c in s.tool_calls):
         if "." not in call.tool and call.tool not in specs:
             raise InputInvalid(
-                f"directive '{name}' step calls tool '{call.tool}', which is not a local tool",
+                f"directive '{name}' step calls {_not_runnable(store, call.tool)}",
                 hint="add it under .ai/tools/ or fix the tool id (run `kiwi search` to list tools)",
             )
     harness = load_harness(store.project_root, store.user)

@@ -26,6 +26,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
+from opentelemetry import trace
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -37,8 +38,9 @@ from kiwi.health import HealthApp, OwnedServer, Readiness, WithHealth
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.items.directive import Directive
-from kiwi.items.store import ItemStore, find_project_root
-from kiwi.policy import FILESYSTEM_TOOLS
+from kiwi.items.store import ItemStore, find_project_root, item_kind
+from kiwi.policy import FILESYSTEM_TOOLS, PermissionSet
+from kiwi.registry.local import write_pulled
 from kiwi.runs import RunClient
 from kiwi.toolargs import check_arguments
 from kiwi.upstream.catalog import McpCatalog
@@ -52,9 +54,9 @@ item_id=TOOL, parameters={args}) → execute(item_type="run", action="complete_s
 parameters={"step": NAME, "outputs": {...}}). Every call is checked against the directive's permissions.
 Use help(action="stuck"|"escalate"|"checkpoint", run_id=...) when you need a human."""
 
-ItemKind = Literal["directive", "tool", "knowledge", "run", "mcp"]
+ItemKind = Literal["directive", "tool", "knowledge", "run", "mcp", "script"]
 # Item spaces: 'project' (the project's .ai/; 'local' is the same, as in Kiwi MCP) and 'user'.
-Source = Literal["all", "project", "local", "user"]
+Source = Literal["all", "project", "local", "user", "registry"]
 
 
 EXECUTE_DESCRIPTION = """Act on an item or a run. A run's id always goes in run_id. One example per action:
@@ -81,7 +83,9 @@ item_id='filesystem.read', parameters={'path': 'notes/hello.md'}) (a built-in, l
 parameters are its arguments; with run_id the run's grants apply, without it the base policy of \
 agent_harness.yaml)
 - mcp call (a tool of an external MCP server, the same as a tool call): execute(item_type='mcp', \
-action='call', run_id='run-hello_kiwi-1a2b3c', item_id='clock.get_current_time', parameters={'timezone': 'UTC'})"""
+action='call', run_id='run-hello_kiwi-1a2b3c', item_id='clock.get_current_time', parameters={'timezone': 'UTC'})
+- script call (a legacy .ai/scripts tool, the same as a tool call): execute(item_type='script', \
+action='call', run_id='run-hello_kiwi-1a2b3c', item_id='shout', parameters={'text': 'hi'})"""
 
 
 class SearchAnswer(BaseModel):
@@ -92,7 +96,11 @@ class SearchAnswer(BaseModel):
         description="best first. directive/tool/knowledge: item_id, item_type, source ('project' or "
         "'user', the values search and load take), name, description, category, tags, path, valid, "
         "problems, score, snippet; run: run_id, directive, status, step, started, closed, project, "
-        "pending_approval; mcp: item_id (SERVER.TOOL), server, tool, description"
+        "pending_approval; mcp: item_id (SERVER.TOOL), server, tool, description; registry hits: "
+        "source 'registry', version, namespace, signer, and newer/local_version when a local copy is older"
+    )
+    registry_unavailable: str = Field(
+        default="", description="why the registry part of the answer is missing (local results still come)"
     )
 
 
@@ -131,6 +139,22 @@ _AGENT_CALLS = (
     (re.compile(r"`kiwi validate[^`]*`"), "`execute(item_type='directive', action='validate', item_id=...)`"),
 )
 _HUMAN_COMMAND = re.compile(r"`(kiwi [^`]+)`")
+
+
+def _fetch_from_registry(item_type: str, item_id: str, version: str | None) -> Any:
+    """load(source='registry'): the registry's version, its hash and signature checked (written into the
+    project by the caller, never over a local item)."""
+    from kiwi.registry.embedded import registry_for_command
+
+    with registry_for_command() as registry:
+        return registry.fetch(item_type, item_id, version)[0]
+
+
+def note_span(attributes: dict[str, Any]) -> None:
+    """Kiwi's attributes on the MCP SDK's span of this request (nothing when tracing is off)."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attributes({k: v for k, v in attributes.items() if v not in (None, "")})
 
 
 def agent_hint(hint: str) -> str:
@@ -337,15 +361,18 @@ def build_server(
     async def search(
         item_type: ItemKind = Field(
             description="what to search: directive, tool, knowledge, run, or mcp (tools of "
-            "the external MCP servers in mcp_registry.yaml)"
+            "the external MCP servers in mcp_registry.yaml); script is the same as tool"
         ),
         query: str = Field(default="", description="words to look for; for runs, an optional directive name"),
         source: Source = Field(
-            default="all", description="which item space: project (or 'local', as in Kiwi MCP), user, or all"
+            default="all",
+            description="which item space: project (or 'local', as in Kiwi MCP), user, registry (the shared "
+            "registry), or all (project and user, plus the registry when one is configured or running)",
         ),
         status: str | None = Field(default=None, description="runs only: e.g. awaiting_agent, completed"),
         limit: int = Field(default=10, ge=1, le=100, description="at most this many results"),
     ) -> SearchAnswer:
+        item_type = item_kind(item_type)  # type: ignore[assignment]
         try:
             if item_type == "run":
                 rows = await (await link.runs()).list_runs(
@@ -354,10 +381,31 @@ def build_server(
                 return SearchAnswer(results=rows)
             if item_type == "mcp":
                 return SearchAnswer.model_validate(await catalog.search(query, limit=limit))
-            found = store.search(
-                query, item_type=item_type, source="project" if source == "local" else source, limit=limit
+            found = (
+                []
+                if source == "registry"
+                else store.search(
+                    query, item_type=item_type, source="project" if source == "local" else source, limit=limit
+                )
             )
-            return SearchAnswer(results=[r.as_dict() for r in found])
+            remote: list[dict[str, Any]] = []
+            unavailable = ""
+            if source in ("registry", "all"):
+                from kiwi.registry.embedded import search_registry
+                from kiwi.registry.local import mark_newer
+
+                remote, unavailable = await anyio.to_thread.run_sync(
+                    lambda: search_registry(query, item_type, limit, required=source == "registry")
+                )
+                mark_newer(store, remote)
+            if source == "registry" and unavailable:
+                raise KiwiError(
+                    f"registry unavailable: {unavailable}",
+                    hint="search(source='all') still finds local items; a human checks KIWI_REGISTRY_URL",
+                )
+            return SearchAnswer(
+                results=[r.as_dict() for r in found] + remote, registry_unavailable=unavailable
+            )
         except KiwiError as exc:
             return error(item_type, "search", query, exc)
 
@@ -371,20 +419,37 @@ def build_server(
         "item_id='hello_kiwi').",
     )
     async def load(
-        item_type: Literal["directive", "tool", "knowledge", "mcp"] = Field(description="item type"),
+        item_type: Literal["directive", "tool", "knowledge", "mcp", "script"] = Field(
+            description="item type (script is the same as tool)"
+        ),
         item_id: str = Field(
             description="directive name, tool_id, zettel_id, or for mcp a server name or SERVER.TOOL"
         ),
         source: Source = Field(
-            default="all", description="which item space: project (or 'local', as in Kiwi MCP), user, or all"
+            default="all",
+            description="which item space: project (or 'local', as in Kiwi MCP), user, all, or registry (pull "
+            "the item from the shared registry into the project first: hash and signature checked, never "
+            "over a local item)",
         ),
         copy_to_project: bool = Field(
             default=False, description="copy the item from the user space into the project first"
         ),
+        version: str | None = Field(
+            default=None, description="source='registry' only: this version (default the latest not yanked)"
+        ),
     ) -> LoadAnswer:
+        item_type = item_kind(item_type)  # type: ignore[assignment]
         try:
             if item_type == "mcp":
                 return LoadAnswer.model_validate(await catalog.load(item_id))
+            if source == "registry":
+                # The database work in a thread; the item store (SQLite) stays on this one.
+                bundle = await anyio.to_thread.run_sync(
+                    lambda: _fetch_from_registry(item_type, item_id, version)
+                )
+                write_pulled(store, bundle, location="project")
+                store.refresh()
+                source = "project"
             if copy_to_project:
                 copy_to_project_(store, item_type, item_id)
                 store.refresh()
@@ -416,8 +481,9 @@ def build_server(
         description=EXECUTE_DESCRIPTION,
     )
     async def execute(
-        item_type: Literal["directive", "knowledge", "run", "tool", "mcp"] = Field(
-            description="directive, knowledge, run, tool, or mcp (call = a tool of an external MCP server)"
+        item_type: Literal["directive", "knowledge", "run", "tool", "mcp", "script"] = Field(
+            description="directive, knowledge, run, tool, or mcp (call = a tool of an external MCP server); "
+            "script is the same as tool"
         ),
         action: Literal[
             "run",
@@ -466,6 +532,15 @@ def build_server(
             if ctx is not None:
                 await ctx.report_progress(elapsed, total, progress_message(item_id, upstream))
 
+        item_type = item_kind(item_type)  # type: ignore[assignment]
+        note_span(
+            {
+                "kiwi.item_type": item_type,
+                "kiwi.action": action,
+                "kiwi.item_id": item_id,
+                "kiwi.run_id": run_id,
+            }
+        )
         try:
             if action == "poll":
                 if not run_id:
@@ -486,25 +561,24 @@ def build_server(
                 if problem is not None:
                     raise InputInvalid(problem.reason, hint=problem.hint)
             if item_type == "tool" and action == "call" and run_id:
-                return answer(
-                    (
-                        await (await link.runs()).call_tool_waiting(
-                            run_id,
-                            item_id,
-                            parameters,
-                            client_name=client_name,
-                            wait_seconds=wait_seconds,
-                            on_progress=progress,
-                            idempotency_key=idempotency_key,
-                        )
-                    ).model_dump()
+                called = await (await link.runs()).call_tool_waiting(
+                    run_id,
+                    item_id,
+                    parameters,
+                    client_name=client_name,
+                    wait_seconds=wait_seconds,
+                    on_progress=progress,
+                    idempotency_key=idempotency_key,
                 )
+                note_span({"gen_ai.tool.name": item_id, "kiwi.decision": called.status})
+                return answer(called.model_dump())
             return answer(
                 await _execute(
                     link, root, item_type, action, item_id, parameters, run_id, idempotency_key, client_name
                 )
             )
         except KiwiError as exc:
+            note_span({"error.type": type(exc).__name__})
             return error(item_type, action, item_id or run_id or "", exc)
 
     @server.tool(
@@ -588,6 +662,34 @@ def progress_message(tool: str, upstream: str) -> str:
     )
 
 
+def callable_tools(grants: PermissionSet, store: ItemStore) -> dict[str, dict[str, Any]]:
+    """Kiwi's own tools and the project's local tools this run's grants let it call, with their input
+    schemas, so an agent knows them from the start as it knows the MCP servers' (``tool_context``)."""
+    from kiwi.toolargs import BUILTIN_SCHEMAS
+
+    reads, writes = ("filesystem.read", "filesystem.list"), FILESYSTEM_TOOLS
+    found: dict[str, dict[str, Any]] = {}
+    for tool, schema in BUILTIN_SCHEMAS.items():
+        if tool in reads:
+            allowed = bool(grants.fs_read)
+        elif tool in writes:
+            allowed = bool(grants.fs_write)
+        elif tool == "shell.run":
+            allowed = bool(grants.shell)
+        else:
+            allowed = grants.check_tool_id(tool).allowed
+        if allowed and tool not in grants.deny_tools and "*" not in grants.deny_tools:
+            found[tool] = {"type": "built-in", "input_schema": schema}
+    for tool_id, manifest in sorted(store.local_tools().items()):
+        if grants.check_tool_id(tool_id).allowed:
+            found[tool_id] = {
+                "type": manifest.tool_type,
+                "description": manifest.description,
+                "input_schema": manifest.json_schema(),
+            }
+    return found
+
+
 def base_policy_grant(tool: str, local_tools: Any) -> str:
     """The agent_harness.yaml line (flow style) that grants ``tool`` in the base policy."""
     if tool in FILESYSTEM_TOOLS:
@@ -656,6 +758,7 @@ async def _execute(
             "current_step": status.current_step.model_dump() if status.current_step else None,
             "declared_tools": directive.metadata.tools.model_dump(),
             "tool_context": context,
+            "local_tools": callable_tools(started.grants or directive.grants(), link.store),
             "permissions": (started.grants or directive.grants()).summary(),
             "trust": started.trust.model_dump() if started.trust else None,
             **(

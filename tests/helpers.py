@@ -14,6 +14,7 @@ import textwrap
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -316,3 +317,72 @@ async def kiwi_cli(
     )
     out, err = await proc.communicate()
     return proc.returncode, out.decode(), err.decode()
+
+
+def _value(any_value: Any) -> Any:
+    kind = any_value.WhichOneof("value")
+    return getattr(any_value, kind) if kind else None
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP endpoint on loopback: keeps every span and metric name it is sent (decoded with the
+    OpenTelemetry protobuf classes)."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        self.spans: list[dict[str, Any]] = []
+        self.metrics: set[str] = set()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path == "/v1/traces":
+                    receiver._spans(ExportTraceServiceRequest.FromString(body))
+                elif self.path == "/v1/metrics":
+                    request = ExportMetricsServiceRequest.FromString(body)
+                    for rm in request.resource_metrics:
+                        for sm in rm.scope_metrics:
+                            receiver.metrics.update(m.name for m in sm.metrics)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _spans(self, request: Any) -> None:
+        for rs in request.resource_spans:
+            resource = {a.key: _value(a.value) for a in rs.resource.attributes}
+            service = resource.get("service.name", "")
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    self.spans.append(
+                        {
+                            "name": span.name,
+                            "service": service,
+                            "instance": resource.get("service.instance.id", ""),
+                            "trace_id": span.trace_id.hex(),
+                            "span_id": span.span_id.hex(),
+                            "parent_id": span.parent_span_id.hex(),
+                            "attributes": {a.key: _value(a.value) for a in span.attributes},
+                        }
+                    )
+
+    def trace(self, trace_id: str) -> list[dict[str, Any]]:
+        return [s for s in list(self.spans) if s["trace_id"] == trace_id]
+
+    def __enter__(self) -> OtlpReceiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -248,6 +248,16 @@ async def test_doctor_names_each_problem_with_its_fix(runs, project):
     checks = {c["name"]: c for c in report["checks"]}
     assert checks["temporal"]["ok"] and checks["search attributes"]["ok"] and checks["python"]["ok"]
     assert checks["agent_harness.yaml"]["ok"] and checks["project"]["ok"]
+    # Whether docker tools can run here, and what to install when not.
+    code, out, _ = await kiwi_cli(
+        "doctor",
+        "--no-mcp",
+        "--json",
+        *connection(runs),
+        env={"KIWI_CONTAINER_ENGINE": "kiwi-no-such-engine"},
+    )
+    engine = {c["name"]: c for c in json.loads(out)["checks"]}["container engine"]
+    assert not engine["ok"] and engine["warning"] and "install podman" in engine["hint"]
     write(project / ".ai" / "config" / "agent_harness.yaml", "rate_limits:\n  filesystem.write: lots\n")
     code, out, _ = await kiwi_cli("doctor", "--no-mcp", "--address", "127.0.0.1:1", cwd=project)
     assert code == 1

@@ -292,10 +292,12 @@ def test_the_collector_pipelines_use_what_they_define_and_scrape_the_temporal_se
     metrics_port = temporal["environment"]["PROMETHEUS_ENDPOINT"].rsplit(":", 1)[1]
     (scrape,) = config["receivers"]["prometheus"]["config"]["scrape_configs"]
     assert scrape["static_configs"][0]["targets"] == [f"temporal:{metrics_port}"]
-    # Kiwi's processes send their metrics to the collector's OTLP/gRPC receiver.
-    grpc_port = config["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].rsplit(":", 1)[1]
+    # Kiwi's processes send traces and metrics to the collector's OTLP/HTTP receiver (http/protobuf is
+    # kiwi.telemetry's default protocol; gRPC would need an extra package in the image).
+    http_port = config["receivers"]["otlp"]["protocols"]["http"]["endpoint"].rsplit(":", 1)[1]
     kiwi_env = kiwi_services()["kiwi-worker"]["environment"]
-    assert kiwi_env["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://otel-collector:{grpc_port}"
+    assert kiwi_env["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://otel-collector:{http_port}"
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL" not in kiwi_env
     assert not unread({"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL"})
     collector = compose()["services"]["otel-collector"]
     assert "--config=/etc/otelcol/config.yaml" in collector["command"]

@@ -14,8 +14,9 @@ from kiwi.converter import data_converter
 from kiwi.devserver import free_port, load_dev_config
 from kiwi.errors import KiwiError
 from kiwi.items.store import ItemStore
+from kiwi.metrics import RUNS_STARTED
 from kiwi.runs import RunClient
-from tests.helpers import wait_for
+from tests.helpers import OtlpReceiver, wait_for
 
 
 async def read_until(stream, marker: bytes, timeout: float = 90) -> bytes:
@@ -35,8 +36,12 @@ async def read_until(stream, marker: bytes, timeout: float = 90) -> bytes:
     return await asyncio.wait_for(go(), timeout)
 
 
-async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path):
+async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeypatch):
     port, ui, mcp = free_port(), free_port(), free_port()
+    # With --otel (and its endpoint): Temporal's and Kiwi's metrics reach the OTLP endpoint.
+    otlp = OtlpReceiver().__enter__()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "500")
     config = tmp_path / "dev.yml"
     config.write_text(
         f"temporal:\n  port: {port}\n  ui_port: {ui}\n  db_file: state/temporal.sqlite\nmcp:\n  port: {mcp}\n"
@@ -48,6 +53,7 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path):
         "dev",
         "--config",
         str(config),
+        "--otel",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
@@ -56,6 +62,8 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path):
         out = await read_until(proc.stdout, b"ready")
         assert f"Temporal UI at http://127.0.0.1:{ui}".encode() in out
         assert f"MCP front end at http://127.0.0.1:{mcp}/mcp".encode() in out
+        assert b"kiwi dev: registry (PostgreSQL, Unix socket) in" in out
+        assert f"OpenTelemetry traces and metrics to {otlp.url} (http/protobuf)".encode() in out
         assert (tmp_path / "state" / "temporal.sqlite").exists()
         client = await Client.connect(f"127.0.0.1:{port}", data_converter=data_converter)
         runs = RunClient(client, ItemStore(project))
@@ -74,11 +82,21 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path):
 
         listed = await wait_for(listed_waiting, timeout=60, what="the run listed as awaiting_agent")
         assert listed[0]["step"] == "confirm"
+
+        async def kiwi_metrics():
+            return RUNS_STARTED in otlp.metrics
+
+        await wait_for(kiwi_metrics, timeout=30, what="kiwi dev --otel exporting metrics")
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         rest = await asyncio.wait_for(proc.stdout.read(), 60)
         await proc.wait()
+        otlp.__exit__()
     assert proc.returncode == 0 and b"kiwi dev: stopped" in rest
+    # The local registry stopped with it.
+    from kiwi.registry.embedded import running_url
+
+    assert running_url() == ""
 
 
 async def test_kiwi_dev_refuses_a_port_taken_by_something_else(project, tmp_path):

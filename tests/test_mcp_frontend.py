@@ -603,7 +603,8 @@ async def test_a_mistyped_item_type_names_the_allowed_values(project, temporal_e
         wrong = data(answer)
         assert wrong["error"] == "InputInvalid" and wrong["action"] == "run"
         assert (
-            "'item_type' must be one of 'directive', 'knowledge', 'run', 'tool' or 'mcp'" in wrong["message"]
+            "'item_type' must be one of 'directive', 'knowledge', 'run', 'tool', 'mcp' or 'script'"
+            in wrong["message"]
         )
         assert "pydantic" not in json.dumps(wrong)
 

@@ -158,3 +158,59 @@ def test_intersection_never_grants_more_than_either_side(p_read, c_read, path, p
     if not child.exceeds(parent):
         # A child within its parent keeps everything it declared.
         assert child.check_path("read", path).allowed <= both.check_path("read", path).allowed
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "scheme", "allowed"),
+    [
+        ("api.example.com", 443, "https", True),
+        ("api.example.com", 80, "http", True),
+        ("api.example.com", 8443, "https", False),  # no port in the grant: the scheme's own only
+        ("API.Example.com.", 443, "https", True),
+        ("evil.com", 443, "https", False),
+        ("api.example.com.evil.com", 443, "https", False),
+        ("127.0.0.1", 8080, "http", True),
+        ("127.0.0.1", 8081, "http", False),
+        ("deep.sub.example.org", 443, "https", True),
+        ("example.org", 443, "https", False),  # *.example.org is its subdomains only
+        ("xexample.org", 443, "https", False),
+        ("::1", 9000, "http", True),
+        ("api.example.com", 443, "ftp", False),
+    ],
+)
+def test_network_grants_name_hosts_and_ports(host, port, scheme, allowed):
+    granted = grants(
+        (
+            "execute",
+            {"resource": "network", "hosts": "api.example.com, 127.0.0.1:8080,*.example.org,[::1]:9000"},
+        )
+    )
+    assert granted.check_host(host, port, scheme).allowed is allowed
+
+
+def test_network_denial_wins_and_a_child_gets_only_hosts_its_parent_has():
+    parent = grants(("execute", {"resource": "network", "hosts": "a.example.com,b.example.com"}))
+    child = grants(("execute", {"resource": "network", "hosts": "b.example.com,c.example.com"}))
+    assert child.exceeds(parent) == ["network c.example.com"]
+    assert parent.intersect(child).network_hosts == ["b.example.com"]
+    denied = grants(
+        ("execute", {"resource": "network", "hosts": "a.example.com"}), ("deny", {"resource": "network"})
+    )
+    assert not denied.check_host("a.example.com", 443, "https").allowed
+    assert not PermissionSet().check_host("a.example.com", 443, "https").allowed
+
+
+@pytest.mark.parametrize(
+    ("attrs", "says"),
+    [
+        ({"hosts": ""}, 'needs hosts="HOST[:PORT],..."'),
+        ({"hosts": "*"}, "network host '*' is not HOST or HOST:PORT"),
+        ({"hosts": "https://api.example.com/v1"}, "without scheme or path"),
+        ({"host": "api.example.com"}, "has no attribute 'host'"),
+    ],
+)
+def test_a_network_grant_that_names_no_host_is_an_error(attrs, says):
+    from kiwi.policy import entry_problems
+
+    problems = entry_problems(PermissionEntry(tag="execute", attrs={"resource": "network", **attrs}))
+    assert any(says in p for p in problems), problems

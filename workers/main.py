@@ -11,9 +11,11 @@ from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.api import ApiToolActivities
 from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
 from activities.commands import CommandActivities, GitActivities
+from activities.container import ContainerToolActivities
 from activities.directives import DirectiveActivities
 from activities.filesystem import FilesystemActivities
 from activities.mcp import McpActivities
@@ -46,6 +48,8 @@ def activities(pool: McpPool) -> list:
         fs.move_path,
         commands.run_command,
         commands.run_local_tool,
+        ApiToolActivities().call_api_tool,
+        ContainerToolActivities().run_container_tool,
         git.git_status,
         git.git_diff,
         git.git_commit,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kiwi.errors import ItemInvalid, KiwiError, Problem
-from kiwi.items.store import ITEM_TYPES, ItemStore, find_project_root
+from kiwi.items.store import ITEM_ALIASES, ITEM_TYPES, ItemStore, find_project_root, item_kind
 from kiwi.items.validation import validate_file
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -201,7 +201,23 @@ def _mcp_catalog(operation: Callable[[Any], Any]) -> Any:
     return asyncio.run(go())
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from kiwi.items.authoring import migrate_script
+
+    store = ItemStore(find_project_root())
+    done = []
+    for raw in args.scripts:
+        written = migrate_script(store, Path(raw))
+        done.append({"script": raw, "tool": written.relative_to(store.project_root).as_posix()})
+        if not args.json:
+            print(f"kiwi migrate: {raw} -> {done[-1]['tool']} (the script moved beside it)")
+    if args.json:
+        print(json.dumps({"migrated": done}, indent=2))
+    return EXIT_OK
+
+
 def cmd_search(args: argparse.Namespace) -> int:
+    args.type = item_kind(args.type) if args.type else None
     if args.type == "mcp":
         if args.category or args.source != "all":
             raise KiwiError(
@@ -223,14 +239,36 @@ def cmd_search(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     store = ItemStore(find_project_root())
-    results = store.search(
-        args.query, item_type=args.type, category=args.category, source=args.source, limit=args.limit
+    results = (
+        []
+        if args.source == "registry"
+        else store.search(
+            args.query, item_type=args.type, category=args.category, source=args.source, limit=args.limit
+        )
     )
+    remote: list[dict[str, Any]] = []
+    unavailable = ""
+    if args.source in ("registry", "all"):
+        from kiwi.registry.embedded import search_registry
+        from kiwi.registry.local import mark_newer
+
+        remote, unavailable = search_registry(
+            args.query, args.type, args.limit, required=args.source == "registry"
+        )
+        mark_newer(store, remote)
+    if args.source == "registry" and unavailable:
+        raise KiwiError(
+            f"registry unavailable: {unavailable}",
+            hint="check KIWI_REGISTRY_URL (unset, the local registry is used); local items: --source all",
+        )
+    data: dict[str, Any] = {"query": args.query, "results": [r.as_dict() for r in results] + remote}
+    if unavailable:
+        data["registry_unavailable"] = unavailable
     _emit(
-        {"query": args.query, "results": [r.as_dict() for r in results]},
+        data,
         args.json,
         lambda: (
-            print(f"no items match '{args.query}'") if not results else None,
+            print(f"no items match '{args.query}'") if not results and not remote else None,
             [
                 print(
                     f"{r.score:6.2f}  {r.item_type:<9} {r.item_id:<28} [{r.source}] {r.description[:70]}"
@@ -239,6 +277,19 @@ def cmd_search(args: argparse.Namespace) -> int:
                 )
                 for r in results
             ],
+            [
+                print(
+                    f"{r['score']:6.2f}  {r['item_type']:<9} {r['item_id']:<28} [registry {r['version']}, "
+                    f"{r['namespace']}] {r['description'][:60]}"
+                    + (
+                        f"\n        newer than your {r['local_version']}: kiwi pull {r['item_id']} --replace"
+                        if r.get("newer")
+                        else ""
+                    )
+                )
+                for r in remote
+            ],
+            print(f"registry unavailable: {unavailable}", file=sys.stderr) if unavailable else None,
         ),
     )
     return EXIT_OK
@@ -252,7 +303,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         _emit(data, args.json, lambda: print(json.dumps(data.get("tool") or data, indent=2)))
         return EXIT_OK
     store = ItemStore(find_project_root())
-    types = [args.type] if args.type else list(ITEM_TYPES)
+    types = [item_kind(args.type)] if args.type else list(ITEM_TYPES)
     last: KiwiError | None = None
     for item_type in types:
         try:
@@ -336,13 +387,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query", help="words to look for, e.g. 'deploy database'")
     p.add_argument(
         "--type",
-        choices=(*ITEM_TYPES, "mcp"),
-        help="only this item type; mcp searches the tools of the servers in mcp_registry.yaml "
+        choices=(*ITEM_TYPES, *ITEM_ALIASES, "mcp"),
+        help="only this item type (script: the same as tool); mcp searches the tools of the servers in mcp_registry.yaml "
         "(starting them)",
     )
     p.add_argument("--category", help="only this category (and its sub-categories)")
     p.add_argument(
-        "--source", choices=("all", "project", "user"), default="all", help="which space (default all)"
+        "--source",
+        choices=("all", "project", "user", "registry"),
+        default="all",
+        help="which space (default all: project and user, plus the registry when KIWI_REGISTRY_URL is set "
+        "or the local registry runs); registry: only the registry",
     )
     p.add_argument("--limit", type=int, default=10, help="at most this many results (default 10)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -352,12 +407,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", help="directive name, tool_id or zettel_id (with --type mcp: SERVER or SERVER.TOOL)")
     p.add_argument(
         "--type",
-        choices=(*ITEM_TYPES, "mcp"),
-        help="item type, when an id is used by several types; mcp shows an MCP server's tools or "
+        choices=(*ITEM_TYPES, *ITEM_ALIASES, "mcp"),
+        help="item type (script: the same as tool), when an id is used by several types; mcp shows an MCP server's tools or "
         "one tool's schema",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser(
+        "migrate",
+        help="turn legacy .ai/scripts/**/NAME.py tools into .ai/tools/CATEGORY/NAME/tool.yaml",
+        description="Write a tool.yaml for each legacy script (from its docstring, main() signature and "
+        "__version__) in .ai/tools/CATEGORY/NAME/ and move the script there; the tool keeps its id and "
+        "parameters. Nothing is overwritten.",
+    )
+    p.add_argument(
+        "scripts", nargs="+", metavar="SCRIPT", help="legacy scripts, e.g. .ai/scripts/text/shout.py"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_migrate)
 
     from kiwi.cli import runs as cli_runs
 
@@ -366,6 +434,10 @@ def build_parser() -> argparse.ArgumentParser:
     from kiwi.cli import doctor as cli_doctor
 
     cli_doctor.add_commands(sub)
+
+    from kiwi.cli import registry as cli_registry
+
+    cli_registry.add_commands(sub)
     return parser
 
 
@@ -450,7 +522,10 @@ def run() -> None:
     """
     import os
 
+    from kiwi import telemetry
+
     code = main()
+    telemetry.shutdown()  # spans still buffered go out now: os._exit runs no atexit hooks
     try:
         sys.stdout.flush()
     except BrokenPipeError:

@@ -41,6 +41,21 @@ def _node() -> Check:
     )
 
 
+def _containers() -> Check:
+    from activities.container import container_engine
+
+    engine = container_engine()
+    if engine:
+        return Check("container engine", True, f"docker tools run with {' '.join(engine)}")
+    return Check(
+        "container engine",
+        False,
+        "neither podman nor docker on PATH: docker tools cannot run",
+        "install podman (Debian: podman and runc) or docker where the worker runs, or set KIWI_CONTAINER_ENGINE",
+        warning=True,
+    )
+
+
 def _temporal_binary() -> Check:
     from kiwi.devserver import temporal_binary
 
@@ -196,7 +211,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     root = find_project_root()
 
     async def go() -> list[Check]:
-        checks = [_python(), _node(), _temporal_binary()]
+        checks = [_python(), _node(), _containers(), _temporal_binary()]
         temporal = await _temporal(args.address, args.namespace)
         checks += temporal
         checks += _ports(temporal[0].ok)

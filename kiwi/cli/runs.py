@@ -10,6 +10,7 @@ import concurrent.futures
 import functools
 import json
 import math
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.service import RPCError
 
+from kiwi import telemetry
 from kiwi.cli import progress
 from kiwi.contracts import TERMINAL
 from kiwi.errors import InputInvalid, KiwiError, RunInOtherProject
@@ -234,8 +236,11 @@ async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
         status = await progress.read_status(runs, args.run)
     activities = [] if status.status in TERMINAL else await runs.activities(args.run)
     link = ui_url(args.run, args.address, args.namespace)
+    trace_link = telemetry.trace_url(status.trace_id)
     if args.json:
-        _print_json({**status.model_dump(mode="json"), "activities": activities, "ui": link})
+        _print_json(
+            {**status.model_dump(mode="json"), "activities": activities, "ui": link, "trace_url": trace_link}
+        )
         return 0
     if not args.watch:
         _print_status(status)
@@ -243,6 +248,8 @@ async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
         print(f"  {progress.activity_line(activity)}")
     if link:
         print(f"  Temporal UI: {link}")
+    if status.trace_id:
+        print(f"  Trace: {trace_link or status.trace_id}")
     return 0
 
 
@@ -479,6 +486,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     )
     health = (args.health_host, args.health_port) if args.health_port is not None else None
 
+    telemetry.setup("kiwi-worker")
+
     async def go() -> int:
         client = await connect(args.address, args.namespace)
         stop = asyncio.Event()
@@ -517,6 +526,26 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
+def _start_local_registry() -> Any:
+    """The user's local registry (embedded PostgreSQL), started and migrated for `kiwi dev`'s lifetime;
+    None when KIWI_REGISTRY_URL names another one, or when it cannot start (said, and dev goes on)."""
+    from kiwi.registry import Registry, registry_url
+    from kiwi.registry.embedded import data_folder, start
+
+    if registry_url():
+        print("kiwi dev: registry at KIWI_REGISTRY_URL", flush=True)
+        return None
+    try:
+        registry_server = start()
+        with Registry(registry_server.get_uri()) as registry:
+            registry.migrate()
+    except KiwiError as exc:
+        print(f"kiwi dev: the local registry did not start: {exc.message} ({exc.hint})", flush=True)
+        return None
+    print(f"kiwi dev: registry (PostgreSQL, Unix socket) in {data_folder()}", flush=True)
+    return registry_server
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     from kiwi.connect import connect
     from kiwi.devserver import DevServer, load_dev_config, port_open
@@ -525,6 +554,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
     config, base = load_dev_config(Path(args.config) if args.config else None)
     server = DevServer.from_config(config, base, args.port)
+    if args.otel:
+        os.environ[telemetry.ON_VARIABLE] = "1"
+    if telemetry.setup("kiwi-dev"):
+        print(f"kiwi dev: OpenTelemetry traces and metrics to {telemetry.describe_endpoint()}", flush=True)
 
     async def go() -> int:
         stop = asyncio.Event()
@@ -544,6 +577,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 "temporal-dev.yml",
             )
         await server.start(log=None if not args.verbose else sys.stderr)
+        registry_server = None
         try:
             if server.reused:
                 print(
@@ -555,6 +589,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                     flush=True,
                 )
                 print(f"kiwi dev: Temporal UI at http://{server.ip}:{server.ui_port}", flush=True)
+            registry_server = _start_local_registry()
             # Search attributes: registered by start-dev's flags, or checked on a reused server.
             client = await connect(server.address, server.namespace)
             tasks = [
@@ -600,6 +635,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
+            if registry_server is not None:
+                registry_server.cleanup()
             server.stop()
             print("kiwi dev: stopped", flush=True)
         return 0
@@ -610,6 +647,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_mcp(args: argparse.Namespace) -> int:
     from kiwi.connect import connect
     from mcp_frontend.server import serve_http, serve_stdio
+
+    telemetry.setup("kiwi-frontend")
 
     async def go() -> int:
         if not args.http:
@@ -678,6 +717,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, help="Temporal gRPC port (overrides the config)")
     p.add_argument("--no-mcp", action="store_true", help="do not start the MCP HTTP front end")
     p.add_argument("--verbose", action="store_true", help="show the Temporal server's own log")
+    p.add_argument(
+        "--otel",
+        action="store_true",
+        help="export OpenTelemetry traces and metrics (OTLP; OTEL_EXPORTER_OTLP_ENDPOINT, default "
+        "http://127.0.0.1:4318); same as KIWI_OTEL=1",
+    )
     _project(p, scope=False)
     p.set_defaults(func=cmd_dev)
 

@@ -190,3 +190,55 @@ def copy_to_project(store: ItemStore, item_type: str, item_id: str) -> dict[str,
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
     return {"item_id": item_id, "path": str(target), "status": "copied"}
+
+
+def migrate_script(store: ItemStore, script: Path) -> Path:
+    """Turn a legacy ``.ai/scripts/**/NAME.py`` into a tool: ``.ai/tools/CATEGORY/NAME/tool.yaml`` beside
+    the script, moved there unchanged. Returns the manifest's path.
+
+    The manifest is what Kiwi already derives from the script (docstring, ``main()`` signature,
+    ``__version__``), so the tool is called the same way afterwards; it is validated before anything
+    is written, and nothing is overwritten.
+    """
+    import yaml
+
+    from kiwi.items.tools import legacy_script_manifest, parse_manifest
+
+    script = script.resolve()
+    scripts = store.project_root / ".ai" / "scripts"
+    if script.suffix != ".py" or not script.is_file() or scripts.resolve() not in script.parents:
+        raise InputInvalid(
+            f"{script.name} is not a legacy script: migrate takes a .py file under .ai/scripts/",
+            hint="e.g. kiwi migrate .ai/scripts/scraping/maps.py",
+        )
+    legacy = legacy_script_manifest(script)
+    category = legacy.category
+    folder = _inside(store.project_root / ".ai" / "tools", *category.split("/"), legacy.tool_id, what="tool")
+    if folder.exists():
+        raise InputInvalid(
+            f"{folder.relative_to(store.project_root)} already exists; migrate writes a new tool folder only",
+            hint="move or remove it first",
+        )
+    parameters = []
+    for p in legacy.parameters:
+        entry: dict[str, Any] = {"name": p.name, "type": p.type, "required": p.required}
+        if p.default is not None:
+            entry["default"] = p.default
+        parameters.append(entry)
+    manifest = {
+        "tool_id": legacy.tool_id,
+        "tool_type": "python",
+        "version": legacy.version,
+        "category": category,
+        "description": legacy.description,
+        "executor": {"type": "python", "entrypoint": script.name},
+        "parameters": parameters,
+        "metadata": {"migrated_from": script.relative_to(store.project_root).as_posix()},
+    }
+    text = yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True)
+    parse_manifest(text, str(folder / "tool.yaml"))  # raises ItemInvalid before anything is written
+    folder.mkdir(parents=True)
+    shutil.move(str(script), folder / script.name)
+    _atomic_write(folder / "tool.yaml", text)
+    store.refresh()
+    return folder / "tool.yaml"

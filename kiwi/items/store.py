@@ -19,10 +19,19 @@ from typing import Any, Literal
 from kiwi.errors import ItemInvalid, ItemNotFound, Problem
 from kiwi.items.directive import Directive, parse_directive_lenient
 from kiwi.items.knowledge import KnowledgeEntry, parse_knowledge
-from kiwi.items.tools import ToolManifest, legacy_script_manifest, parse_manifest
+from kiwi.items.tools import ToolManifest, legacy_script_manifest, parse_manifest, runnable_problems
 
 ItemType = Literal["directive", "tool", "knowledge"]
 ITEM_TYPES: tuple[ItemType, ...] = ("directive", "tool", "knowledge")
+# Other names for item types: Kiwi MCP called legacy tools under .ai/scripts "scripts".
+ITEM_ALIASES: dict[str, ItemType] = {"script": "tool"}
+
+
+def item_kind(name: str) -> str:
+    """An item type as asked for, with its alias resolved (``script`` is ``tool``)."""
+    return ITEM_ALIASES.get(name, name)
+
+
 SOURCES = ("project", "user")
 MAX_ITEM_BYTES = 1_000_000
 _SCHEMA_VERSION = 3
@@ -103,7 +112,8 @@ def parse_item(item_type: ItemType, path: Path, text: str | None = None) -> tupl
         if item_type == "tool":
             if path.suffix == ".py":
                 return legacy_script_manifest(path), []
-            return parse_manifest(text, shown)
+            manifest, problems = parse_manifest(text, shown)
+            return manifest, problems + runnable_problems(manifest)
         return parse_knowledge(text, shown)
     except ItemInvalid as exc:
         return None, exc.problems
@@ -170,7 +180,7 @@ def _iter_files(base: Path, item_type: ItemType) -> Iterator[Path]:
                 if entry.name.startswith("."):
                     continue
                 if entry.is_dir(follow_symlinks=False):
-                    if folder != "scripts" and entry.name not in (
+                    if entry.name not in (
                         "node_modules",
                         "__pycache__",
                         ".venv",

@@ -10,6 +10,8 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from kiwi import yamltext
+from kiwi.apitools import read_executor
+from kiwi.containertools import read_container_executor
 from kiwi.errors import ItemInvalid, Problem
 from kiwi.signing import split_signature
 
@@ -87,6 +89,79 @@ class ToolManifest(BaseModel):
     def entrypoint(self) -> str:
         return str(self.executor.get("entrypoint", ""))
 
+    def _required(self, key: str) -> list[str]:
+        """Names listed under ``requires.KEY`` (or the seed's ``executor.requires.KEY``)."""
+        names: list[str] = []
+        for requires in (self.requires, self.executor.get("requires")):
+            listed = requires.get(key) if isinstance(requires, dict) else None
+            if isinstance(listed, str):
+                listed = [listed]
+            names += [str(n) for n in listed or [] if str(n) not in names]
+        return names
+
+    def required_commands(self) -> list[str]:
+        """Programs that must be on the worker's PATH before the tool runs."""
+        return self._required("commands")
+
+    def required_environment(self) -> list[str]:
+        """Environment variables that must be set in the worker before the tool runs (passed to it)."""
+        return self._required("environment")
+
+    def required_packages(self) -> list[str]:
+        """A python tool's packages: ``requires.packages`` (or the seed's ``executor.dependencies``)."""
+        listed = self._required("packages")
+        deps = self.executor.get("dependencies")
+        return listed + [str(d) for d in deps if str(d) not in listed] if isinstance(deps, list) else listed
+
+    def required_python(self) -> str:
+        """The Python versions the tool runs on (a specifier such as ``>=3.11``; '' for any)."""
+        requires = self.requires if isinstance(self.requires, dict) else {}
+        return str(requires.get("python") or "")
+
+
+def requirement_problems(manifest: ToolManifest) -> list[str]:
+    """What is wrong with a tool's ``requires`` ([] when nothing)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    problems = []
+    packages = manifest.required_packages()
+    if packages and manifest.tool_type != "python":
+        problems.append(
+            f"requires.packages is for python tools; a {manifest.tool_type} tool cannot install any"
+        )
+    for package in packages:
+        try:
+            requirement = Requirement(package)
+        except InvalidRequirement as exc:
+            problems.append(
+                f"requires.packages: '{package}' is not a requirement (e.g. requests>=2.31): {exc}"
+            )
+            continue
+        if requirement.url:
+            problems.append(
+                f"requires.packages: '{package}' names a URL; packages come from the configured index only"
+            )
+    if manifest.required_python():
+        try:
+            SpecifierSet(manifest.required_python())
+        except InvalidSpecifier:
+            problems.append(
+                f"requires.python: '{manifest.required_python()}' is not a version specifier (e.g. >=3.11)"
+            )
+    return problems
+
+
+# What a worker cannot run, and what to write instead: a manifest of these types is an error, so it
+# never sits in search as a tool that fails only when called.
+UNRUNNABLE_TYPES = {
+    "mcp": (
+        "an MCP tool is not declared in a tool.yaml: declare its server in .ai/config/mcp_registry.yaml "
+        "(mcps: NAME: {command: ..., args: [...]} or {url: ...}), grant it in a directive with "
+        '<execute resource="mcp" name="NAME" actions="TOOL"/>, and call it as NAME.TOOL'
+    ),
+}
+
 
 def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Problem]]:
     """Parse a tool manifest's YAML text; raise ItemInvalid with file:line problems."""
@@ -138,10 +213,11 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
     if isinstance(params, dict):
         params = [{"name": k, **(v if isinstance(v, dict) else {"type": v})} for k, v in params.items()]
     data["parameters"] = params
+    problems += _isolation_problems(data, kind, path, _line_of(body, "isolation", offset))
     known = set(ToolManifest.model_fields)
     extra = {k: v for k, v in data.items() if k not in known}
     for key in extra:
-        if key not in ("executor_id", "env_requirements", "created_at", "updated_at"):
+        if key not in ("executor_id", "env_requirements", "created_at", "updated_at", "isolation"):
             problems.append(
                 Problem(
                     f"unknown key '{key}' kept in metadata", path, _line_of(body, key, offset), 1, "warning"
@@ -179,9 +255,65 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
                 1,
             )
         )
+    problems += [
+        Problem(message, path, _line_of(body, "requires", offset), 1)
+        for message in requirement_problems(manifest)
+    ]
+    if kind in ("api", "docker"):
+        try:
+            if kind == "api":
+                read_executor(manifest.executor, [p.name for p in manifest.parameters] or None)
+            else:
+                read_container_executor(manifest.executor)
+        except ValueError as exc:
+            problems.append(Problem(str(exc), path, _line_of(body, "executor", offset), 1))
     if problems and any(p.severity == "error" for p in problems):
         raise ItemInvalid(problems)
     return manifest, problems
+
+
+ISOLATION_LEVELS = ("trusted", "standard", "sandboxed", "restricted")
+
+
+def _isolation_problems(data: dict[str, Any], kind: str, path: str, line: int) -> list[Problem]:
+    """The seed's ``isolation:`` level, taken at its word or refused: never a key that changes nothing."""
+    level = data.get("isolation")
+    if level is None:
+        return []
+    if level not in ISOLATION_LEVELS:
+        return [
+            Problem(
+                f"isolation '{level}' is unknown; it is one of {', '.join(ISOLATION_LEVELS)}", path, line, 1
+            )
+        ]
+    if level in ("sandboxed", "restricted") and kind != "docker":
+        return [
+            Problem(
+                f"isolation: {level} needs a container, and Kiwi runs {kind} tools as child processes: make it a "
+                "docker tool (tool_type: docker, which always runs without network, read-only, with limits)",
+                path,
+                line,
+                1,
+            )
+        ]
+    if level == "trusted":
+        return [
+            Problem(
+                "isolation: trusted (in the main process) is not offered: Kiwi runs every tool in a child "
+                "process, as 'standard'",
+                path,
+                line,
+                1,
+                "warning",
+            )
+        ]
+    return []
+
+
+def runnable_problems(manifest: ToolManifest) -> list[Problem]:
+    """Why a parsed manifest names a tool no worker can run ([] when it can run)."""
+    why = UNRUNNABLE_TYPES.get(manifest.tool_type)
+    return [Problem(f"tool_type {manifest.tool_type}: {why}", manifest.path, 1, 1)] if why else []
 
 
 def _line_of(text: str, key: str, offset: int) -> int:
@@ -223,11 +355,14 @@ def legacy_script_manifest(path: Path) -> ToolManifest:
         ):
             version = str(node.value.value)
     doc = ast.get_docstring(module) or ""
+    # .ai/scripts/scraping/maps.py is in category "scraping", as Kiwi MCP filed it.
+    folders = path.parent.parts
+    below = folders[len(folders) - folders[::-1].index("scripts") :] if "scripts" in folders else ()
     return ToolManifest(
         tool_id=path.stem,
         tool_type="python",
         version=version,
-        category="scripts",
+        category="/".join(below) or "scripts",
         description=doc.strip().splitlines()[0] if doc.strip() else "",
         parameters=params,
         executor={"type": "python", "entrypoint": path.name},

@@ -29,8 +29,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
+from kiwi import telemetry
 from kiwi.errors import KiwiError
 from kiwi.items.store import user_space
+from kiwi.metrics import MCP_CONNECTIONS, MCP_DROPPED, process_meter
 from kiwi.upstream.registry import McpRegistry, McpServerConfig, load_registry, registry_paths
 
 logger = logging.getLogger(__name__)
@@ -141,6 +143,7 @@ class McpPool:
         # The pool is where secrets are resolved: from here on this process's logs never show them.
         install_log_scrubber()
         self._connections: dict[str, McpConnection] = {}
+        self._opened: set[str] = set()  # keys connected before: a new connection is a reconnect
         self._locks: dict[str, asyncio.Lock] = {}
         self._schemas: dict[str, tuple[float, list[dict[str, Any]], dict[str, str]]] = {}
         self._registries: dict[str, tuple[tuple[float, ...], McpRegistry]] = {}
@@ -180,11 +183,21 @@ class McpPool:
             conn = McpConnection(resolved, secrets, lambda: self._schemas.pop(key, None))
             await conn.open()
             self._connections[key] = conn
+            if telemetry.active():
+                reconnect = "true" if key in self._opened else "false"
+                process_meter().create_counter(MCP_CONNECTIONS, "upstream MCP connections opened").add(
+                    1, {"server": config.name, "reconnect": reconnect}
+                )
+            self._opened.add(key)
             return conn
 
     async def drop(self, project_root: str, config: McpServerConfig) -> None:
         conn = self._connections.pop(self._key(project_root, config), None)
         if conn is not None:
+            if telemetry.active():
+                process_meter().create_counter(
+                    MCP_DROPPED, "upstream MCP connections dropped on a failure"
+                ).add(1, {"server": config.name})
             await conn.close()
 
     @contextlib.asynccontextmanager

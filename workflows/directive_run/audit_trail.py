@@ -16,6 +16,8 @@ with workflow.unsafe.imports_passed_through():
         RunSnapshot,
         RunState,
     )
+    from kiwi.metrics import RunMetrics
+    from kiwi.tracing import audit_span, current_ids, traced_here
 
 
 class AuditTrail:
@@ -29,19 +31,27 @@ class AuditTrail:
         self.lock = asyncio.Lock()
         # Runs started before the audit-local-activity patch write through an ordinary activity.
         self.local = False
+        self.metrics: RunMetrics | None = None
 
     def record(self, record: dict[str, Any]) -> None:
         self.state.audit_seq += 1
-        self.state.audit_pending.append(
-            {
-                "seq": self.state.audit_seq,
-                "time": workflow.now().isoformat(),
-                "run_id": self.snap.run_id,
-                "workflow_run_id": workflow.info().run_id,
-                "directive": self.snap.directive.name,
-                **record,
-            }
-        )
+        entry = {
+            "seq": self.state.audit_seq,
+            "time": workflow.now().isoformat(),
+            "run_id": self.snap.run_id,
+            "workflow_run_id": workflow.info().run_id,
+            "directive": self.snap.directive.name,
+            **record,
+            # With tracing on: the trace and span of the call that made the record.
+            **current_ids(),
+        }
+        self.state.audit_pending.append(entry)
+        if traced_here():
+            # Telemetry on: the record as a span, and counted (Temporal's meter skips replays).
+            audit_span(entry)
+            if self.metrics is None:
+                self.metrics = RunMetrics(workflow.metric_meter())
+            self.metrics.record(entry)
 
     @property
     def pending(self) -> int:

@@ -9,14 +9,19 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.api import ApiToolActivities
     from activities.commands import CommandActivities, GitActivities
+    from activities.container import ContainerToolActivities
     from kiwi.admission import admit
     from kiwi.contracts import (
+        ApiToolRequest,
         CallRecord,
         CommandRequest,
+        ContainerToolRequest,
         FilesystemRequest,
         GitRequest,
         LocalToolRequest,
+        LocalToolSpec,
         ToolCallResult,
     )
     from kiwi.errors import PermissionDenied, ToolFailed, ToolNotFound
@@ -30,12 +35,14 @@ from workflows.directive_run.errors import (
     failure_of,
 )
 from workflows.directive_run.options import (
+    API_RETRY,
     FS_ACTIVITIES,
     GIT_ACTIVITIES,
     LOOP_WINDOW,
     MUTATING_TOOLS,
     RECENT_CALLS,
     RETRY,
+    TOOL_EXECUTORS,
 )
 
 if TYPE_CHECKING:
@@ -156,6 +163,7 @@ class CallsMixin:
                 "error_type": result.error_type,
                 "result": summarise_result(result.result) if result.status == "ok" else "",
                 "duration_ms": int((workflow.now() - started).total_seconds() * 1000),
+                **({"warnings": list(result.warnings)} if result.warnings else {}),
             }
         )
         if state.loop_warnings >= snap.limits.loop_max_warnings:
@@ -264,6 +272,12 @@ class CallsMixin:
             value = await self._run_child(args, origin)
         elif tool.partition(".")[0] in self.state.mcp_context:
             value = await self._call_mcp(tool, args, warnings if warnings is not None else [])
+        elif (
+            tool in snap.local_tools
+            and snap.local_tools[tool].tool_type in ("api", "docker")
+            and workflow.patched(TOOL_EXECUTORS)
+        ):
+            value = await self._run_executor(snap.local_tools[tool], args, options)
         elif tool in snap.local_tools:
             spec = snap.local_tools[tool]
             value = await workflow.execute_activity_method(
@@ -279,6 +293,44 @@ class CallsMixin:
         else:
             raise ToolNotFound.error(f"no executor for '{tool}' in this run")
         return value
+
+    async def _run_executor(
+        self: DirectiveRun, spec: LocalToolSpec, args: dict[str, Any], options: dict[str, Any]
+    ) -> Any:
+        """An api tool (with the run's network grants) or a docker tool (with its filesystem grants)."""
+        grants = self.snap.grants
+        options = {**options, "summary": f"{spec.tool_type} tool {spec.tool_id}", "retry_policy": API_RETRY}
+        if spec.tool_type == "api":
+            attempts = 1 + int(spec.executor.get("retries", 0) or 0)
+            return await workflow.execute_activity_method(
+                ApiToolActivities.call_api_tool,
+                ApiToolRequest(
+                    tool=spec,
+                    params=args,
+                    network_hosts=grants.network_hosts,
+                    deny_network=grants.deny_network,
+                ),
+                heartbeat_timeout=timedelta(seconds=10),
+                **{
+                    **options,
+                    "start_to_close_timeout": timedelta(
+                        seconds=float(spec.executor.get("timeout", 30)) * attempts + 30
+                    ),
+                },
+            )
+        return await workflow.execute_activity_method(
+            ContainerToolActivities.run_container_tool,
+            ContainerToolRequest(
+                project_root=self.snap.project_root,
+                tool=spec,
+                params=args,
+                read_grants=grants.fs_read,
+                write_grants=grants.fs_write,
+                deny_fs=grants.deny_fs,
+            ),
+            heartbeat_timeout=timedelta(seconds=10),
+            **{**options, "start_to_close_timeout": timedelta(seconds=spec.timeout_seconds + 60)},
+        )
 
     async def _checkpoint(self: DirectiveRun, why: str) -> dict[str, Any]:
         """A git checkpoint of the project's files; recorded in the run when git is available."""

@@ -35,6 +35,13 @@ RETRY = RetryPolicy(
         PermissionDenied, FileNotFound, ToolNotFound, ToolFailed, ToolTimeout, GitUnavailable, CommandNotFound
     ),
 )
+# api tools retry their own idempotent requests; an attempt that failed as a whole is not repeated.
+API_RETRY = RetryPolicy(
+    maximum_attempts=3,
+    non_retryable_error_types=non_retryable(
+        PermissionDenied, ToolNotFound, ToolFailed, ToolTimeout, SecretMissing
+    ),
+)
 FS_ACTIVITIES = {
     "filesystem.read": FilesystemActivities.read_file,
     "filesystem.write": FilesystemActivities.write_file,
@@ -77,6 +84,9 @@ ALL_CHANGES = "kiwi-run-changes-2026-11"
 HARDENED = "kiwi-escapes-closed-2026-11"
 # A child run starts with its search attributes (directive, status, project), as a client-started run does.
 CHILD_ATTRIBUTES = "kiwi-child-attributes-2026-11"
+# api and docker tools run (call_api_tool with the run's network grants, run_container_tool with its
+# filesystem grants) instead of failing as an unsupported type.
+TOOL_EXECUTORS = "kiwi-tool-executors-2026-11"
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
 AUDIT_IDLE_FLUSH = timedelta(seconds=1)

