@@ -242,6 +242,24 @@ def test_compose_front_ends_are_stateless_behind_caddy_with_a_token():
     assert caddy["environment"][site.group(1)] == "${{{}:-{}}}".format(*site.groups())
 
 
+def test_compose_points_kiwi_at_the_registry_database_it_migrates_first():
+    services = compose()["services"]
+    migrate = kiwi_services()["kiwi-registry-migrate"]
+    assert kiwi_args(migrate["command"]).func.__name__ == "cmd_registry"
+    db = services["registry-db"]["environment"]
+    url = kiwi_services()["kiwi-worker"]["environment"]["KIWI_REGISTRY_URL"]
+    match = re.fullmatch(r"postgresql://(\w+):(\$\{\w+)[^@]*@([\w-]+):5432/(\w+)", url)
+    assert match, url
+    user, password, host, database = match.groups()
+    assert (user, database) == (db["POSTGRES_USER"], db["POSTGRES_DB"])
+    assert db["POSTGRES_PASSWORD"].startswith(password + ":?")
+    assert host == "registry-db" and host in services
+    for name in ("kiwi-worker", "kiwi-mcp"):
+        assert services[name]["depends_on"]["kiwi-registry-migrate"] == {
+            "condition": "service_completed_successfully"
+        }
+
+
 def test_compose_registers_the_search_attributes_kiwi_uses():
     setup = compose()["services"]["kiwi-setup"]
     assert setup["entrypoint"] == ["temporal"]
@@ -348,7 +366,7 @@ def test_k8s_front_ends_probe_beside_mcp_and_the_service_reaches_them():
     assert container["livenessProbe"]["httpGet"] == {"path": LIVENESS_PATH, "port": args.port}
     assert {"KIWI_MCP_TOKEN", "KIWI_MCP_STATE_KEY"} <= container_env_names(pod, container)
     secrets = {e["valueFrom"]["secretKeyRef"]["key"] for e in container["env"] if "valueFrom" in e}
-    assert secrets == {"KIWI_MCP_TOKEN", "KIWI_MCP_STATE_KEY"}
+    assert secrets == {"KIWI_MCP_TOKEN", "KIWI_MCP_STATE_KEY", "KIWI_REGISTRY_URL"}
     (service,) = [d for d in manifests() if d["kind"] == "Service"]
     assert service["spec"]["selector"] == spec["selector"]["matchLabels"]
     assert [p["targetPort"] for p in service["spec"]["ports"]] == [args.port]
@@ -371,3 +389,19 @@ def test_k8s_pods_run_the_image_user_with_settings_the_code_reads(name):
     assert mounts["projects"] == "/srv/project"
     assert volumes["projects"]["persistentVolumeClaim"]["claimName"] in claims
     assert set(mounts) == set(volumes)
+
+
+def test_k8s_migrates_the_registry_with_a_kiwi_command_as_the_image_user():
+    (job,) = [d for d in manifests() if d["kind"] == "Job"]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert kiwi_args(container["args"]).func.__name__ == "cmd_registry"
+    assert container["args"] == ["registry", "migrate"]
+    assert pod["securityContext"]["runAsUser"] == image_user_id()
+    assert [e["name"] for e in container["env"]] == ["KIWI_REGISTRY_URL"]
+    assert not unread({e["name"] for e in container["env"]})
+    # The workers and front ends read the same Secret key, optional where the registry is.
+    for name in ("kiwi-worker", "kiwi-mcp"):
+        (used,) = deployment(name)["spec"]["template"]["spec"]["containers"]
+        ref = next(e for e in used["env"] if e["name"] == "KIWI_REGISTRY_URL")["valueFrom"]["secretKeyRef"]
+        assert ref == {**container["env"][0]["valueFrom"]["secretKeyRef"], "optional": True}
