@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from temporalio.client import Client
 
 from kiwi import telemetry
 from kiwi.converter import data_converter
+from kiwi.errors import KiwiError
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 
@@ -16,7 +18,6 @@ def ui_url(run_id: str = "", address: str | None = None, namespace: str | None =
     """The Temporal UI address of a run: ``KIWI_TEMPORAL_UI``, else the UI of ``kiwi dev``'s server when
     that is the server in use ("" when the server is elsewhere and no UI address is known)."""
     from kiwi.devserver import load_dev_config
-    from kiwi.errors import KiwiError
 
     addr, ns = target(address, namespace)
     base = os.environ.get("KIWI_TEMPORAL_UI", "").rstrip("/")
@@ -31,43 +32,62 @@ def ui_url(run_id: str = "", address: str | None = None, namespace: str | None =
     return f"{base}/namespaces/{ns}/workflows/{run_id}" if run_id else base
 
 
+def profile() -> dict[str, Any]:
+    """The client settings of Temporal's environment configuration: the ``temporal.toml`` file
+    (``TEMPORAL_CONFIG_FILE``, else the user's ``~/.config/temporalio/temporal.toml``), its profile
+    (``TEMPORAL_PROFILE``, else ``default``), and the ``TEMPORAL_*`` variables over it (``TEMPORAL_ADDRESS``,
+    ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*``); empty when none of them is set.
+
+    A file or profile that cannot be read is an error, never a quiet fallback to a local server without
+    the TLS or API key it asked for. The error names the file and profile, never their contents.
+    """
+    from temporalio.envconfig import ClientConfig
+
+    try:
+        return dict(ClientConfig.load_client_connect_config())
+    except RuntimeError as exc:  # temporalio's ConfigError
+        name = os.environ.get("TEMPORAL_PROFILE") or "default"
+        where = os.environ.get("TEMPORAL_CONFIG_FILE") or "~/.config/temporalio/temporal.toml"
+        found = str(exc).startswith("Profile ")
+        raise KiwiError(
+            f"cannot use the Temporal profile '{name}' of {where}: "
+            + ("no such profile" if found else "the file is not a valid temporal.toml"),
+            hint="fix the file, or choose another with TEMPORAL_CONFIG_FILE and TEMPORAL_PROFILE "
+            "(README: Temporal Cloud and TLS)",
+        ) from None
+
+
 def target(address: str | None = None, namespace: str | None = None) -> tuple[str, str]:
-    """Address and namespace: explicit values, then KIWI_TEMPORAL_* / TEMPORAL_* env vars, then defaults."""
-    address = (
-        address
-        or os.environ.get("KIWI_TEMPORAL_ADDRESS")
-        or os.environ.get("TEMPORAL_ADDRESS")
-        or DEFAULT_ADDRESS
-    )
-    namespace = (
+    """Address and namespace. The address: explicit, else ``KIWI_TEMPORAL_ADDRESS``, else Temporal's
+    environment configuration (:func:`profile`, which reads ``TEMPORAL_ADDRESS`` too), else
+    127.0.0.1:7233. The namespace: explicit, else ``KIWI_TEMPORAL_NAMESPACE``, else the profile's (when
+    the address is the profile's), else ``TEMPORAL_NAMESPACE``, else ``default``."""
+    explicit = address or os.environ.get("KIWI_TEMPORAL_ADDRESS")
+    settings = {} if explicit else profile()
+    return (
+        explicit or settings.get("target_host") or DEFAULT_ADDRESS,
         namespace
         or os.environ.get("KIWI_TEMPORAL_NAMESPACE")
+        or settings.get("namespace")
         or os.environ.get("TEMPORAL_NAMESPACE")
-        or "default"
+        or "default",
     )
-    return address, namespace
 
 
 async def connect(address: str | None = None, namespace: str | None = None) -> Client:
     """A Temporal client with Kiwi's data converter.
 
-    With no address given anywhere, a ``temporal.toml`` profile (``TEMPORAL_PROFILE``) is used when
-    one exists, so Temporal Cloud settings (TLS, API key) come from the standard place.
+    With no address given (``--address`` or ``KIWI_TEMPORAL_ADDRESS``), the connection is Temporal's
+    environment configuration (:func:`profile`): address, namespace, TLS (server CA, client certificate
+    and key for mTLS) and API key, as the ``temporal`` CLI and every Temporal SDK read them, so one
+    ``temporal.toml`` serves Temporal Cloud to all. An explicit address connects to that address in
+    plain text (a local or in-cluster server), with the namespace from the same order as :func:`target`.
     """
     # Telemetry first: Temporal's runtime takes its metrics settings when the first client is made.
     telemetry.setup("kiwi")
-    interceptors = telemetry.interceptors()
-    explicit = address or os.environ.get("KIWI_TEMPORAL_ADDRESS")
-    if not explicit:
-        try:
-            from temporalio.envconfig import ClientConfig
-
-            config = ClientConfig.load_client_connect_config()
-        except Exception:  # noqa: BLE001 - a broken profile file falls back to the defaults below
-            config = {}
-        if config.get("target_host"):
-            if namespace:
-                config["namespace"] = namespace
-            return await Client.connect(**config, data_converter=data_converter, interceptors=interceptors)
+    settings = {} if address or os.environ.get("KIWI_TEMPORAL_ADDRESS") else profile()
     addr, ns = target(address, namespace)
-    return await Client.connect(addr, namespace=ns, data_converter=data_converter, interceptors=interceptors)
+    settings.update(target_host=addr, namespace=ns)
+    return await Client.connect(
+        **settings, data_converter=data_converter, interceptors=telemetry.interceptors()
+    )

@@ -582,11 +582,21 @@ class RunClient:
         client_name: str,
         wait_seconds: float,
         on_progress: Progress | None = None,
+        idempotency_key: str | None = None,
     ) -> ToolCallResult:
-        """A tool call that answers ``pending`` (with a call id to poll) if it takes longer than ``wait_seconds``."""
+        """A tool call that answers ``pending`` (with a call id to poll) if it takes longer than ``wait_seconds``.
+
+        With ``idempotency_key`` the call's id (its Workflow Update id) comes from the run and the key, so
+        sending the same call again, from this front end or another after one died mid-call, joins the
+        call already made (Temporal deduplicates updates by id) instead of calling the tool again.
+        """
         if (refused := _unsendable(tool, arguments)) is not None:
             return refused
-        call_id = uuid.uuid4().hex
+        call_id = (
+            "call-" + hashlib.sha256(f"{run_id}\0{idempotency_key}".encode()).hexdigest()[:32]
+            if idempotency_key
+            else uuid.uuid4().hex
+        )
         request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
         result = await self._update(
             run_id, DirectiveRun.call_tool, request, call_id, wait_seconds, on_progress

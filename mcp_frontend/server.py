@@ -14,6 +14,7 @@ import json
 import os
 import re
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,10 +29,12 @@ from mcp.shared.message import SessionMessage
 from opentelemetry import trace
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError, RunInOtherProject
 from kiwi.guards import is_external_mcp
+from kiwi.health import HealthApp, OwnedServer, Readiness, WithHealth
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.items.directive import Directive
@@ -521,7 +524,10 @@ def build_server(
             "tool call inside a run",
         ),
         idempotency_key: str | None = Field(
-            default=None, description="directive run: the same key returns the existing run"
+            default=None,
+            description="directive run: the same key returns the existing run; tool call in a run: the same "
+            "key returns that call's answer instead of calling again (retry a call whose answer was lost, "
+            "through any front end)",
         ),
         wait_seconds: float = Field(
             default=20.0,
@@ -571,6 +577,7 @@ def build_server(
                     client_name=client_name,
                     wait_seconds=wait_seconds,
                     on_progress=progress,
+                    idempotency_key=idempotency_key,
                 )
                 note_span({"gen_ai.tool.name": item_id, "kiwi.decision": called.status})
                 return answer(called.model_dump())
@@ -919,7 +926,19 @@ class BearerToken:
         await self.app(scope, receive, send)
 
 
-def http_app(server: MCPServer, host: str, port: int) -> Any:
+# Host names (``name`` or ``name:port``) the HTTP front end answers besides its bind address.
+ALLOWED_HOSTS_ENV = "KIWI_MCP_ALLOWED_HOSTS"
+
+
+def http_app(
+    server: MCPServer, host: str, port: int, ready: Readiness | None = None, *, stateless: bool = False
+) -> Any:
+    """The streamable HTTP app at ``/mcp`` (bearer token when ``KIWI_MCP_TOKEN`` is set), with ``/healthz``
+    and ``/readyz`` beside it (no token: probes carry none and the answers reveal nothing).
+
+    ``stateless`` keeps no MCP session in the process: every request stands alone, so front ends behind
+    a load balancer can answer one client's requests in turn (the run state lives in Temporal anyway).
+    """
     token = os.environ.get("KIWI_MCP_TOKEN", "")
     if not _is_loopback(host) and not token:
         raise KiwiError(
@@ -927,13 +946,19 @@ def http_app(server: MCPServer, host: str, port: int) -> Any:
             hint="set KIWI_MCP_TOKEN, or bind to 127.0.0.1",
         )
     hosts = ["127.0.0.1", "localhost", "[::1]"] if _is_loopback(host) else [host]
+    # Behind a proxy or a Service the Host header is the name clients use, not the bind address.
+    public = [name.strip() for name in os.environ.get(ALLOWED_HOSTS_ENV, "").split(",") if name.strip()]
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=[f"{h}:{port}" for h in hosts] + hosts,
-        allowed_origins=[f"http://{h}:{port}" for h in hosts],
+        allowed_hosts=[f"{h}:{port}" for h in hosts] + hosts + public,
+        allowed_origins=[f"http://{h}:{port}" for h in hosts] + [f"https://{name}" for name in public],
     )
-    app = server.streamable_http_app(transport_security=security, host=host)
-    return BearerToken(app, token) if token else app
+    app = server.streamable_http_app(transport_security=security, host=host, stateless_http=stateless)
+    return WithHealth(BearerToken(app, token) if token else app, HealthApp(ready or _always_ready))
+
+
+async def _always_ready() -> bool:
+    return True
 
 
 async def serve_stdio(
@@ -986,13 +1011,29 @@ def malformed_reply(exc: Exception) -> mcp_types.JSONRPCError:
 
 
 async def serve_http(
-    client: Client, host: str, port: int, stop: asyncio.Event | None = None, task_queue: str = "kiwi"
+    client: Client,
+    host: str,
+    port: int,
+    stop: asyncio.Event | None = None,
+    task_queue: str = "kiwi",
+    *,
+    stateless: bool = False,
 ) -> None:
+    """``kiwi mcp --http``: serve until ``stop`` is set. ``/readyz`` is ready while Temporal answers a
+    health check and the front end is not stopping."""
     import uvicorn
 
-    app = http_app(build_server(client, task_queue=task_queue), host, port)
+    async def ready() -> bool:
+        if stop is not None and stop.is_set():
+            return False
+        try:
+            return await client.service_client.check_health(timeout=timedelta(seconds=2))
+        except RPCError:
+            return False
+
+    app = http_app(build_server(client, task_queue=task_queue), host, port, ready, stateless=stateless)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    web = uvicorn.Server(config)
+    web = OwnedServer(config) if stop is not None else uvicorn.Server(config)
     task = asyncio.create_task(web.serve())
     if stop is not None:
         await stop.wait()

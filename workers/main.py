@@ -6,7 +6,9 @@ import asyncio
 from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.service import RPCError
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.api import ApiToolActivities
@@ -18,6 +20,7 @@ from activities.directives import DirectiveActivities
 from activities.filesystem import FilesystemActivities
 from activities.mcp import McpActivities
 from kiwi.contracts import TASK_QUEUE
+from kiwi.health import bind_health, serve_health
 from kiwi.upstream.pool import McpPool
 from workflows.directive_run import DirectiveRun
 
@@ -25,6 +28,13 @@ WORKFLOWS = [DirectiveRun]
 # A dead worker's cached runs move to another worker after this long (see build_worker).
 STICKY_SCHEDULE_TO_START = timedelta(seconds=3)
 MAX_CACHED_WORKFLOWS = 300
+# How long a stopping worker lets in-flight activities finish before cancelling them (`kiwi worker
+# --drain-seconds`). An orchestrator must wait longer than this before it kills the process.
+DEFAULT_DRAIN = timedelta(seconds=30)
+VERSIONING_BEHAVIORS = {
+    "pinned": VersioningBehavior.PINNED,
+    "auto-upgrade": VersioningBehavior.AUTO_UPGRADE,
+}
 
 
 def activities(pool: McpPool) -> list:
@@ -73,7 +83,30 @@ SANDBOX = SandboxedWorkflowRunner(
 )
 
 
-def build_worker(client: Client, task_queue: str = TASK_QUEUE, *, sandboxed: bool = False) -> KiwiWorker:
+def deployment_config(
+    deployment_name: str, build_id: str, behavior: str = "pinned"
+) -> WorkerDeploymentConfig:
+    """Worker Versioning: this worker serves ``deployment_name`` at ``build_id``.
+
+    ``pinned`` (the default) keeps each run on the build it started on until it ends; ``auto-upgrade``
+    moves running runs to the deployment's current build at their next workflow task, so every change to
+    workflow code must then sit behind ``workflow.patched`` (see README, "Upgrading workers").
+    """
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(deployment_name=deployment_name, build_id=build_id),
+        use_worker_versioning=True,
+        default_versioning_behavior=VERSIONING_BEHAVIORS[behavior],
+    )
+
+
+def build_worker(
+    client: Client,
+    task_queue: str = TASK_QUEUE,
+    *,
+    sandboxed: bool = False,
+    drain: timedelta = timedelta(),
+    deployment: WorkerDeploymentConfig | None = None,
+) -> KiwiWorker:
     """A worker tuned so a dead worker's runs move to another within seconds.
 
     A short sticky schedule-to-start timeout sends a dead worker's workflow tasks back to the
@@ -84,6 +117,9 @@ def build_worker(client: Client, task_queue: str = TASK_QUEUE, *, sandboxed: boo
     third of a short run's time and most of the time a new worker needs to take over waiting runs.
     The workflow code here is Kiwi's own, not the user's, so the sandbox's determinism checks run
     where that code changes: the test suite's workers and the history replays are sandboxed.
+
+    ``drain`` is how long shutdown waits for in-flight activities before cancelling them; polling stops
+    at once, so the activities' workflows carry on with another worker.
     """
     pool = McpPool()
     return KiwiWorker(
@@ -99,6 +135,8 @@ def build_worker(client: Client, task_queue: str = TASK_QUEUE, *, sandboxed: boo
         max_concurrent_activities=50,
         # Heartbeats carry long upstream MCP calls' progress to the agent: send them within a second.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
+        graceful_shutdown_timeout=drain,
+        deployment_config=deployment,
     )
 
 
@@ -108,7 +146,35 @@ async def run_worker(
     stop: asyncio.Event | None = None,
     *,
     sandboxed: bool = False,
+    drain: timedelta = timedelta(),
+    health: tuple[str, int] | None = None,
+    deployment: WorkerDeploymentConfig | None = None,
 ) -> None:
-    worker = build_worker(client, task_queue, sandboxed=sandboxed)
-    async with worker:
-        await (stop.wait() if stop else asyncio.Event().wait())
+    """Run a worker until ``stop`` is set, then drain (see :func:`build_worker`).
+
+    ``health`` (host, port) serves ``/healthz`` and ``/readyz`` there until the worker has stopped:
+    ready while the worker polls and Temporal answers; not ready before, while the server does not
+    answer, and while the worker drains.
+    """
+    listener = bind_health(*health) if health else None
+    worker = build_worker(client, task_queue, sandboxed=sandboxed, drain=drain, deployment=deployment)
+    stop = stop or asyncio.Event()
+    stopped = asyncio.Event()
+
+    async def ready() -> bool:
+        if not worker.is_running or stop.is_set():
+            return False
+        # Polling needs the server: while it does not answer, this worker takes no work.
+        try:
+            return await client.service_client.check_health(timeout=timedelta(seconds=2))
+        except RPCError:
+            return False
+
+    probes = asyncio.create_task(serve_health(listener, ready, stopped)) if listener else None
+    try:
+        async with worker:
+            await stop.wait()
+    finally:
+        stopped.set()
+        if probes is not None:
+            await probes

@@ -70,7 +70,10 @@ async def _temporal(address: str | None, namespace: str | None) -> list[Check]:
     from kiwi.contracts import SEARCH_ATTRIBUTES
     from kiwi.runs import RunClient
 
-    where, ns = target(address, namespace)
+    try:
+        where, ns = target(address, namespace)
+    except KiwiError as exc:  # a temporal.toml profile that cannot be read
+        return [Check("temporal", False, exc.message, exc.hint)]
     try:
         client = await asyncio.wait_for(connect(address, namespace), 5)
         from temporalio.api.workflowservice.v1 import GetSystemInfoRequest

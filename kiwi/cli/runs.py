@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -471,7 +472,19 @@ def _run_in_temporal(args: argparse.Namespace) -> tuple[str, str]:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from kiwi.connect import connect
-    from workers.main import run_worker
+    from workers.main import deployment_config, run_worker
+
+    if bool(args.deployment_name) != bool(args.build_id):
+        raise KiwiError(
+            "--deployment-name and --build-id go together",
+            hint="give both to use Worker Versioning, or neither",
+        )
+    deployment = (
+        deployment_config(args.deployment_name, args.build_id, args.versioning_behavior)
+        if args.deployment_name
+        else None
+    )
+    health = (args.health_host, args.health_port) if args.health_port is not None else None
 
     telemetry.setup("kiwi-worker")
 
@@ -479,13 +492,35 @@ def cmd_worker(args: argparse.Namespace) -> int:
         client = await connect(args.address, args.namespace)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def drain() -> None:
+            if not stop.is_set():
+                print(
+                    f"kiwi worker: stopping; in-flight activities have {args.drain_seconds:g}s to finish",
+                    flush=True,
+                )
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, drain)
         print(
             f"kiwi worker: task queue '{args.task_queue}' on {client.service_client.config.target_host}",
             flush=True,
         )
-        await run_worker(client, args.task_queue, stop, sandboxed=args.sandboxed)
+        if health:
+            print(f"kiwi worker: health at http://{health[0]}:{health[1]}/healthz and /readyz", flush=True)
+        if deployment:
+            print(f"kiwi worker: deployment '{args.deployment_name}', build '{args.build_id}'", flush=True)
+        await run_worker(
+            client,
+            args.task_queue,
+            stop,
+            sandboxed=args.sandboxed,
+            drain=timedelta(seconds=args.drain_seconds),
+            health=health,
+            deployment=deployment,
+        )
+        print("kiwi worker: stopped", flush=True)
         return 0
 
     return asyncio.run(go())
@@ -629,10 +664,17 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         print(f"kiwi mcp: streamable HTTP at http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
-        await serve_http(client, args.host, args.port, stop, args.task_queue)
+        await serve_http(client, args.host, args.port, stop, args.task_queue, stateless=args.stateless)
         return 0
 
     return asyncio.run(go())
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
 
 
 def _project(parser: argparse.ArgumentParser, scope: bool = True) -> None:
@@ -653,10 +695,15 @@ def _connection(parser: argparse.ArgumentParser, scope: bool = True) -> None:
     _project(parser, scope)
     parser.add_argument(
         "--address",
-        help="Temporal address (default: KIWI_TEMPORAL_ADDRESS, TEMPORAL_ADDRESS, "
-        "a temporal.toml profile, or 127.0.0.1:7233)",
+        help="Temporal address (default: KIWI_TEMPORAL_ADDRESS, else Temporal's environment configuration: "
+        "TEMPORAL_ADDRESS or the temporal.toml profile TEMPORAL_PROFILE in TEMPORAL_CONFIG_FILE, with its "
+        "TLS and API key; else 127.0.0.1:7233)",
     )
-    parser.add_argument("--namespace", help="Temporal namespace (default: default)")
+    parser.add_argument(
+        "--namespace",
+        help="Temporal namespace (default: KIWI_TEMPORAL_NAMESPACE, else the profile's or TEMPORAL_NAMESPACE, "
+        "else default)",
+    )
     parser.add_argument("--task-queue", default="kiwi", help="task queue of the Kiwi workers (default: kiwi)")
 
 
@@ -689,6 +736,38 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--sandboxed",
         action="store_true",
         help="run workflows in the Temporal Python sandbox (determinism checks; slower, see README)",
+    )
+    p.add_argument(
+        "--drain-seconds",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl-C, stop polling and give in-flight activities this long to finish before "
+        "cancelling them (default 30; keep an orchestrator's kill deadline longer)",
+    )
+    p.add_argument(
+        "--health-port",
+        type=int,
+        metavar="PORT",
+        help="serve /healthz (liveness) and /readyz (ready while polling, not while draining) on this port "
+        "(default: no health endpoints)",
+    )
+    p.add_argument(
+        "--health-host",
+        default="127.0.0.1",
+        help="bind address of the health endpoints (default 127.0.0.1; 0.0.0.0 for a pod's probes)",
+    )
+    p.add_argument(
+        "--deployment-name",
+        help="Worker Versioning: the worker deployment this worker belongs to (with --build-id; see README)",
+    )
+    p.add_argument("--build-id", help="Worker Versioning: this worker's build id (with --deployment-name)")
+    p.add_argument(
+        "--versioning-behavior",
+        choices=["pinned", "auto-upgrade"],
+        default="pinned",
+        help="with Worker Versioning: pinned keeps a run on the build it started on (default); auto-upgrade "
+        "moves running runs to the current build",
     )
     p.set_defaults(func=cmd_worker)
 
@@ -777,6 +856,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="HTTP bind address (default 127.0.0.1; any other needs KIWI_MCP_TOKEN)",
     )
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    p.add_argument(
+        "--stateless",
+        action="store_true",
+        help="with --http: keep no MCP session in this process, so several front ends behind a load "
+        "balancer can serve one client in turn",
+    )
     _connection(p, scope=False)
     p.set_defaults(func=cmd_mcp)
 

@@ -1,0 +1,235 @@
+"""The durability promise, measured: N runs while a driver kills a random process with `kill -9` and
+starts it again.
+
+    .venv/bin/python bench/chaos.py [--runs 100] [--seed N] [--kill-every 3.0] [--workers 2]
+
+The processes: `kiwi worker`s, one `kiwi mcp --http --stateless` front end (the agent completes its
+steps through it), and the Temporal dev server on its SQLite file. The runs are bench_scale_out's: a
+third automatic, a third with an agent step, a third with an approval, each step appending a line to
+ticks.log, so the directive counts its own side effects. The agent and the approver retry what fails
+while a process is down, as real ones would.
+
+At the end it prints runs started / completed / lost, completed steps re-executed (a duplicate line that
+is neither an attempt cut off by a kill nor one Temporal timed out and retried), audit records missing
+or duplicated (gaps or repeats in each run's audit sequence numbers), and approvals lost (a run still
+waiting for an approval that was sent and accepted). Targets: 0 of each. A failure prints the seed; run
+again with --seed to replay the same choices of victims and moments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+import httpx2  # noqa: E402
+from mcp.client import Client as McpClient  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+
+from bench.bench_scale_out import KINDS, activity_retried, make_project, read_ticks  # noqa: E402
+from bench.common import start_worker, stop_worker, tuned_dev_server  # noqa: E402
+from kiwi.auditlog import read_audit  # noqa: E402
+from kiwi.cli.keys import ensure_key  # noqa: E402
+from kiwi.converter import data_converter  # noqa: E402
+from kiwi.devserver import free_port  # noqa: E402
+from kiwi.items.store import ItemStore  # noqa: E402
+from kiwi.runs import RunClient  # noqa: E402
+from kiwi.snapshot import signed_decision  # noqa: E402
+
+# Errors of a call made while a process is down: the caller waits and tries again.
+# (The MCP client's task group wraps a refused connection in an ExceptionGroup.)
+TRANSIENT = (RuntimeError, OSError, TimeoutError, httpx.HTTPError, httpx2.HTTPError, ExceptionGroup)
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+class Stack:
+    """The processes under test, each killable and restartable."""
+
+    def __init__(self, root: Path, workers: int) -> None:
+        self.root = root
+        self.server = tuned_dev_server(root)
+        self.workers: list[asyncio.subprocess.Process] = []
+        self.count = workers
+        self.front: asyncio.subprocess.Process | None = None
+        self.front_port = free_port()
+        self.kills: Counter[str] = Counter()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.front_port}/mcp"
+
+    async def start(self) -> None:
+        await self.server.start()
+        self.workers = [await start_worker(self.server.address) for _ in range(self.count)]
+        await self.start_front()
+
+    async def start_front(self) -> None:
+        self.front = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kiwi", "mcp", "--http", "--stateless", "--port", str(self.front_port),
+            "--address", self.server.address, cwd=str(self.root), start_new_session=True,
+            stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+
+    async def kill(self, victim: str, rng: random.Random) -> None:
+        self.kills[victim] += 1
+        if victim == "worker":
+            i = rng.randrange(len(self.workers))
+            await stop_worker(self.workers[i], signal.SIGKILL)
+            self.workers[i] = await start_worker(self.server.address)
+        elif victim == "front end":
+            await stop_worker(self.front, signal.SIGKILL)
+            await self.start_front()
+        else:
+            os.killpg(self.server.process.pid, signal.SIGKILL)
+            self.server.process.wait()
+            await self.server.start()
+
+    async def stop(self) -> None:
+        for proc in [*self.workers, self.front]:
+            if proc is not None:
+                await stop_worker(proc)
+        self.server.stop()
+
+
+async def retrying(what, *, deadline: float):
+    """``await what()`` until it works or ``deadline`` (loop time) passes."""
+    loop = asyncio.get_running_loop()
+    delay = 0.2
+    while True:
+        try:
+            return await asyncio.wait_for(what(), 30)
+        except TRANSIENT:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 2.0)
+
+
+async def play(stack: Stack, runs: RunClient, n: int, approver: str, deadline: float, out: dict) -> None:
+    """Run ``n`` from start to end: start it, act as its agent or approver, wait for its result."""
+    kind = KINDS[n % len(KINDS)]
+    run_id = await retrying(
+        lambda: runs.start(f"scale_{kind}", {"n": str(n)}, idempotency_key=f"chaos-{n}"), deadline=deadline
+    )
+    out["ids"][n] = run_id
+    loop = asyncio.get_running_loop()
+    while kind != "auto" and loop.time() < deadline:
+        status = await retrying(lambda: runs.status(run_id), deadline=deadline)
+        if kind == "agent" and status.status == "awaiting_agent" and status.current_step.name == "review":
+
+            async def complete() -> None:
+                async with McpClient(stack.url) as mcp:
+                    await mcp.call_tool(
+                        "execute",
+                        {"item_type": "run", "action": "complete_step", "run_id": run_id,
+                         "parameters": {"step": "review", "outputs": {"ok": True}}},
+                    )  # fmt: skip
+
+            await retrying(complete, deadline=deadline)
+            kind = "auto"
+        pending = [a for a in status.approvals if a.status == "pending"]
+        if kind == "approval" and pending:
+
+            async def approve(request=pending[0]) -> None:
+                execution = await runs.execution(run_id)
+                decision = signed_decision(run_id, execution, request, True, approver)
+                await runs.handle(run_id).signal("decide_approval", decision)
+
+            await retrying(approve, deadline=deadline)
+            out["approved"].add(n)
+            kind = "auto"
+        await asyncio.sleep(0.3)
+    result = await retrying(lambda: runs.handle(run_id).result(), deadline=deadline)
+    out["status"][n] = result.status
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--kill-every", type=float, default=3.0, help="mean seconds between kills")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--timeout", type=float, default=600, help="seconds before unfinished runs count as lost"
+    )
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    rng = random.Random(seed)
+    say(f"seed {seed}")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        make_project(root)
+        for n in range(args.runs):
+            (root / "notes").mkdir(exist_ok=True)
+            (root / "notes" / f"{n}.txt").write_text("x")
+        stack = Stack(root, args.workers)
+        await stack.start()
+        out: dict = {"ids": {}, "status": {}, "approved": set()}
+        try:
+            client = await Client.connect(stack.server.address, data_converter=data_converter)
+            runs = RunClient(client, ItemStore(root))
+            approver = ensure_key()[0]
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + args.timeout
+            players = asyncio.gather(
+                *(play(stack, runs, n, approver, deadline, out) for n in range(args.runs)),
+                return_exceptions=True,
+            )
+            while not players.done():
+                await asyncio.wait([players], timeout=rng.expovariate(1 / args.kill_every))
+                if not players.done():
+                    victim = rng.choice(["worker", "front end", "Temporal dev server"])
+                    say(f"kill -9 {victim} ({len(out['status'])}/{args.runs} runs finished)")
+                    await stack.kill(victim, rng)
+            errors = Counter(
+                f"{type(e).__name__}: {e}"[:200] for e in await players if isinstance(e, BaseException)
+            )
+            for text, count in errors.items():
+                say(f"{count} runs' players stopped on {text}")
+            lines = read_ticks(root / "ticks.log")
+            retried = {
+                label
+                for label, executions in lines.items()
+                if len(executions) > 1
+                and await activity_retried(client, out["ids"][int(label.split(":")[0])])
+            }
+            waiting = 0
+            for n in out["approved"]:
+                status = await runs.status(out["ids"][n])
+                waiting += any(a.status == "pending" for a in status.approvals)
+            audit_missing = audit_duplicated = 0
+            for run_id in out["ids"].values():
+                seqs = Counter(r.get("seq") for r in read_audit(str(root), run_id))
+                audit_duplicated += sum(c - 1 for c in seqs.values() if c > 1)
+                audit_missing += len(set(range(1, max(seqs, default=0) + 1)) - set(seqs))
+        finally:
+            await stack.stop()
+    completed = list(out["status"].values()).count("completed")
+    duplicates = {label for label, executions in lines.items() if len(executions) > 1}
+    again = duplicates - retried
+    print(f"seed {seed}; kills: {dict(stack.kills)}")
+    print(f"runs started {len(out['ids'])} / completed {completed} / lost {args.runs - completed}")
+    print(f"completed steps re-executed {len(again)} (and {len(duplicates & retried)} retried by Temporal)")
+    print(f"audit records missing {audit_missing} / duplicated {audit_duplicated}")
+    print(f"approvals lost {waiting} of {len(out['approved'])}")
+    failed = args.runs - completed or again or audit_missing or audit_duplicated or waiting
+    if failed:
+        print(f"FAILED: replay with --seed {seed}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,214 @@
+"""Kiwi reaches Temporal through Temporal's environment configuration: a `temporal.toml` profile (chosen
+with TEMPORAL_CONFIG_FILE and TEMPORAL_PROFILE) gives the address, namespace, TLS and API key, the way
+the `temporal` CLI and every SDK read it; a profile that cannot be read is an error, never a quiet
+fallback to a local server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import uuid
+from datetime import timedelta
+
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, RegisterNamespaceRequest
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from kiwi.connect import profile, target
+from kiwi.converter import data_converter
+from kiwi.devserver import ensure_search_attributes
+from tests.helpers import kiwi_cli, wait_for
+
+pytestmark = pytest.mark.temporal
+
+
+@pytest.fixture
+def no_temporal_env(monkeypatch, tmp_path):
+    """No address or profile from the machine: an empty HOME (no ~/.config/temporalio) and no variables."""
+    for name in list(os.environ):
+        if name.startswith(("TEMPORAL_", "KIWI_TEMPORAL_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+async def namespace_on(temporal_env) -> str:
+    """A namespace of its own on the test server, with Kiwi's search attributes, ready for use."""
+    name = f"kiwi-profile-{uuid.uuid4().hex[:8]}"
+    await temporal_env.client.workflow_service.register_namespace(
+        RegisterNamespaceRequest(namespace=name, workflow_execution_retention_period=Duration(seconds=86400))
+    )
+
+    async def known() -> bool:
+        try:
+            await temporal_env.client.workflow_service.describe_namespace(
+                DescribeNamespaceRequest(namespace=name)
+            )
+        except RPCError:
+            return False
+        return True
+
+    await wait_for(known, timeout=30, what=f"namespace {name}")
+    client = await Client.connect(
+        temporal_env.client.service_client.config.target_host, namespace=name, data_converter=data_converter
+    )
+    await ensure_search_attributes(client)
+    return name
+
+
+def write_profiles(path, address: str, namespace: str) -> None:
+    path.write_text(
+        "[profile.default]\n"
+        'address = "127.0.0.1:9"\n'
+        "\n"
+        "[profile.staging]\n"
+        f'address = "{address}"\n'
+        f'namespace = "{namespace}"\n',
+        encoding="utf-8",
+    )
+
+
+async def test_worker_and_cli_take_address_and_namespace_from_the_chosen_profile(
+    temporal_env, project, tmp_path, no_temporal_env
+):
+    address = temporal_env.client.service_client.config.target_host
+    namespace = await namespace_on(temporal_env)
+    config = tmp_path / "temporal.toml"
+    write_profiles(config, address, namespace)
+    env = {"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "staging"}
+    queue = f"kiwi-profile-{uuid.uuid4().hex[:8]}"
+
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "worker",
+        "--task-queue",
+        queue,
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        line = await asyncio.wait_for(worker.stdout.readline(), 60)
+        assert f"on {address}".encode() in line, line
+        code, out, err = await kiwi_cli(
+            "run", "hello_kiwi", "--input", "name=Profile", "--wait", "--json", "--task-queue", queue,
+            cwd=project, env=env,
+        )  # fmt: skip
+        assert code == 0, err
+        started = json.loads(out)
+        assert started["status"] == "awaiting_agent", started
+        # The run is in the profile's namespace, not in "default", and the worker took it there.
+        in_namespace = await Client.connect(address, namespace=namespace, data_converter=data_converter)
+        description = await in_namespace.get_workflow_handle(started["run_id"]).describe()
+        assert description.task_queue == queue
+        with pytest.raises(RPCError):
+            await temporal_env.client.get_workflow_handle(started["run_id"]).describe()
+    finally:
+        if worker.returncode is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            await worker.wait()
+
+
+async def test_temporal_address_and_namespace_variables_override_the_profile(
+    tmp_path, monkeypatch, no_temporal_env
+):
+    config = tmp_path / "temporal.toml"
+    write_profiles(config, "staging.example:7233", "staging-ns")
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(config))
+    monkeypatch.setenv("TEMPORAL_PROFILE", "staging")
+    assert target() == ("staging.example:7233", "staging-ns")
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", "other-ns")
+    assert target() == ("staging.example:7233", "other-ns")
+    # An explicit address is a plain connection to that server: the profile plays no part.
+    assert target("127.0.0.1:7233") == ("127.0.0.1:7233", "other-ns")
+    monkeypatch.setenv("KIWI_TEMPORAL_ADDRESS", "kiwi.example:7233")
+    assert target() == ("kiwi.example:7233", "other-ns")
+
+
+def test_cloud_profiles_carry_the_api_key_and_the_mtls_client_certificate(
+    tmp_path, monkeypatch, no_temporal_env
+):
+    (tmp_path / "client.pem").write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    (tmp_path / "client.key").write_text("-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n")
+    config = tmp_path / "temporal.toml"
+    config.write_text(
+        "[profile.cloud-api-key]\n"
+        'address = "us-east-1.aws.api.temporal.io:7233"\n'
+        'namespace = "kiwi-prod.a1b2c"\n'
+        'api_key = "tcld-api-key-value"\n'
+        "\n"
+        "[profile.cloud-mtls]\n"
+        'address = "kiwi-prod.a1b2c.tmprl.cloud:7233"\n'
+        'namespace = "kiwi-prod.a1b2c"\n'
+        "[profile.cloud-mtls.tls]\n"
+        f'client_cert_path = "{tmp_path / "client.pem"}"\n'
+        f'client_key_path = "{tmp_path / "client.key"}"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(config))
+    monkeypatch.setenv("TEMPORAL_PROFILE", "cloud-api-key")
+    settings = profile()
+    assert settings["target_host"] == "us-east-1.aws.api.temporal.io:7233"
+    assert settings["api_key"] == "tcld-api-key-value"
+    assert settings["tls"] is True  # an API key turns TLS on
+    monkeypatch.setenv("TEMPORAL_PROFILE", "cloud-mtls")
+    settings = profile()
+    assert settings["namespace"] == "kiwi-prod.a1b2c"
+    assert settings["tls"].client_cert.startswith(b"-----BEGIN CERTIFICATE-----")
+    assert settings["tls"].client_private_key.startswith(b"-----BEGIN PRIVATE KEY-----")
+
+
+async def test_a_profile_that_cannot_be_read_is_an_error_that_shows_no_secret(
+    tmp_path, project, no_temporal_env
+):
+    config = tmp_path / "temporal.toml"
+    config.write_text('[profile.cloud]\naddress = "x.tmprl.cloud:7233"\napi_key "s3cret-api-key"\n')
+    code, out, err = await kiwi_cli(
+        "runs", cwd=project, env={"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "cloud"}
+    )
+    assert code != 0
+    assert "not a valid temporal.toml" in err and "s3cret-api-key" not in out + err
+    # kiwi doctor reports it as the failed check it is, and goes on with the others.
+    code, out, err = await kiwi_cli(
+        "doctor",
+        "--no-mcp",
+        cwd=project,
+        env={"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "cloud"},
+    )
+    assert code != 0
+    assert "not a valid temporal.toml" in out + err and "s3cret-api-key" not in out + err
+    assert "temporal binary" in out + err
+
+    config.write_text('[profile.cloud]\naddress = "x.tmprl.cloud:7233"\n')
+    code, out, err = await kiwi_cli(
+        "runs", cwd=project, env={"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "staging"}
+    )
+    assert code != 0
+    assert "'staging'" in err and "no such profile" in err
+
+
+async def test_an_api_key_profile_connects_and_runs_against_a_real_server(
+    temporal_env, tmp_path, monkeypatch, no_temporal_env
+):
+    """The dev server has no TLS; with TLS turned off in the profile the client still sends the API key
+    and the connection works, so the settings profile() returns are ones Client.connect takes."""
+    from kiwi.connect import connect
+
+    address = temporal_env.client.service_client.config.target_host
+    config = tmp_path / "temporal.toml"
+    config.write_text(
+        f'[profile.keyed]\naddress = "{address}"\napi_key = "dev-key"\n[profile.keyed.tls]\ndisabled = true\n'
+    )
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(config))
+    monkeypatch.setenv("TEMPORAL_PROFILE", "keyed")
+    client = await connect()
+    assert client.service_client.config.api_key == "dev-key"
+    assert client.namespace == "default"
+    assert await client.service_client.check_health(timeout=timedelta(seconds=5))

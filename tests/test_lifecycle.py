@@ -1,0 +1,379 @@
+"""Processes an orchestrator can manage: a `kiwi worker` drains in-flight activities on SIGTERM, the
+worker and `kiwi mcp --http` answer liveness (/healthz) and readiness (/readyz) probes, and a worker of
+a Worker Versioning deployment pins the runs it starts to its build."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.api.enums.v1 import VersioningBehavior
+from temporalio.api.workflowservice.v1 import (
+    DescribeWorkerDeploymentRequest,
+    SetWorkerDeploymentCurrentVersionRequest,
+)
+from temporalio.service import RPCError
+
+from kiwi.devserver import DevServer, free_port
+from kiwi.items.store import ItemStore
+from kiwi.runs import RunClient
+from tests.helpers import awaiting_step, directive_md, wait_for, write, write_directive
+
+pytestmark = pytest.mark.temporal
+
+# A tool whose activity stays in flight until the test lets it go (a "go" file), so SIGTERM lands while
+# it runs; it writes a line when it starts and one when it finishes.
+SLOW = """import pathlib
+import time
+
+
+def main(label: str) -> dict:
+    log = pathlib.Path("ticks.log")
+    with log.open("a") as handle:
+        handle.write(label + " started\\n")
+    deadline = time.monotonic() + 120
+    while not pathlib.Path("go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with log.open("a") as handle:
+        handle.write(label + " finished\\n")
+    return {"done": label}
+"""
+
+
+def slow_project(project: Path) -> None:
+    write(
+        project / ".ai" / "tools" / "slow" / "tool.yaml",
+        "tool_id: slow\ntool_type: python\nexecutor:\n  entrypoint: main.py\nparameters:\n"
+        "  - name: label\n    type: string\n    required: true\nmutates_state: true\n",
+    )
+    write(project / ".ai" / "tools" / "slow" / "main.py", SLOW)
+    body = """
+    <step name="first"><tool_call tool="slow"><param name="label">first</param></tool_call></step>
+    <step name="second"><tool_call tool="slow"><param name="label">second</param></tool_call></step>"""
+    write_directive(
+        project / ".ai" / "directives" / "slowpoke.md",
+        directive_md(body, name="slowpoke", permissions='<execute resource="tool" id="slow"/>'),
+    )
+
+
+async def start_worker(address: str, queue: str, *extra: str) -> asyncio.subprocess.Process:
+    """`kiwi worker` as a process of its own; returns once it printed its first line."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "worker",
+        "--address",
+        address,
+        "--task-queue",
+        queue,
+        *extra,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    assert b"kiwi worker" in line, line + await proc.stderr.read()
+    return proc
+
+
+async def stop_process(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
+async def probe(url: str) -> int:
+    """The HTTP status of GET ``url``; 0 while nothing answers there."""
+    try:
+        async with httpx.AsyncClient(timeout=5) as http:
+            return (await http.get(url)).status_code
+    except httpx.TransportError:
+        return 0
+
+
+async def test_sigterm_drains_the_running_activity_and_the_run_carries_on(temporal_env, project):
+    slow_project(project)
+    address = temporal_env.client.service_client.config.target_host
+    queue = f"kiwi-drain-{uuid.uuid4().hex[:8]}"
+    runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
+    port = free_port()
+    health = f"http://127.0.0.1:{port}"
+    worker = await start_worker(address, queue, "--drain-seconds", "60", "--health-port", str(port))
+    successor = None
+    try:
+        await wait_for(lambda: _status_is(f"{health}/readyz", 200), timeout=60, what="worker ready")
+        run_id = await runs.start("slowpoke", {})
+        log = project / "ticks.log"
+        await wait_for(lambda: _has_line(log, "first started"), timeout=60, what="the activity to start")
+
+        # SIGTERM to the worker alone, as Kubernetes sends it to a container's main process.
+        worker.send_signal(signal.SIGTERM)
+        # Draining: not ready any more (no new work should come here), still alive, still running.
+        await wait_for(lambda: _status_is(f"{health}/readyz", 503), timeout=30, what="readyz to say draining")
+        assert await probe(f"{health}/healthz") == 200
+        assert worker.returncode is None
+        assert log.read_text().splitlines() == ["first started"]
+
+        (project / "go").write_text("")
+        out = await asyncio.wait_for(worker.stdout.read(), 90)
+        assert await asyncio.wait_for(worker.wait(), 30) == 0
+        # The activity finished inside the drain, so its result reached Temporal: it is not run again.
+        assert log.read_text().splitlines() == ["first started", "first finished"]
+        assert b"stopping; in-flight activities have 60s to finish" in out
+        assert b"kiwi worker: stopped" in out
+
+        successor = await start_worker(address, queue)
+        result = await asyncio.wait_for(runs.handle(run_id).result(), 90)
+        assert result.outputs["first"]["result"] == {"done": "first"}
+        assert result.outputs["second"]["result"] == {"done": "second"}
+        assert log.read_text().splitlines() == [
+            "first started",
+            "first finished",
+            "second started",
+            "second finished",
+        ]
+    finally:
+        await stop_process(worker)
+        if successor is not None:
+            await stop_process(successor)
+
+
+async def test_worker_health_endpoints_on_loopback_reveal_nothing(temporal_env):
+    address = temporal_env.client.service_client.config.target_host
+    port = free_port()
+    worker = await start_worker(
+        address, f"kiwi-health-{uuid.uuid4().hex[:8]}", "--health-port", str(port), "--drain-seconds", "0"
+    )
+    try:
+        await wait_for(lambda: _status_is(f"http://127.0.0.1:{port}/readyz", 200), timeout=60, what="ready")
+        async with httpx.AsyncClient(timeout=5) as http:
+            live = await http.get(f"http://127.0.0.1:{port}/healthz")
+            ready = await http.get(f"http://127.0.0.1:{port}/readyz")
+            other = await http.get(f"http://127.0.0.1:{port}/metrics")
+            posted = await http.post(f"http://127.0.0.1:{port}/readyz")
+        assert (live.status_code, live.json()) == (200, {"status": "ok"})
+        assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
+        assert other.status_code == 404
+        assert posted.status_code == 405
+        # Nothing about where Temporal is or what runs there.
+        for answer in (live, ready, other):
+            assert address not in answer.text and "default" not in answer.text
+        # Loopback only: the machine's own network address does not answer.
+        outward = _outward_address()
+        if outward is not None:
+            assert await probe(f"http://{outward}:{port}/healthz") == 0
+        worker.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(worker.wait(), 60) == 0
+        assert await probe(f"http://127.0.0.1:{port}/healthz") == 0
+    finally:
+        await stop_process(worker)
+
+
+async def test_a_worker_is_not_ready_while_temporal_does_not_answer(tmp_path):
+    server = DevServer(
+        ip="127.0.0.1",
+        port=free_port(),
+        ui_port=free_port(),
+        db_file=tmp_path / "state.sqlite",
+        pragmas={"journal_mode": "wal", "synchronous": "normal"},
+    )
+    await server.start()
+    port = free_port()
+    readyz = f"http://127.0.0.1:{port}/readyz"
+    worker = await start_worker(
+        server.address, "kiwi-outage", "--health-port", str(port), "--drain-seconds", "0"
+    )
+    try:
+        await wait_for(lambda: _status_is(readyz, 200), timeout=60, what="ready")
+        os.killpg(server.process.pid, signal.SIGKILL)
+        server.process.wait()
+        await wait_for(lambda: _status_is(readyz, 503), timeout=30, what="not ready without Temporal")
+        assert await probe(f"http://127.0.0.1:{port}/healthz") == 200  # alive: no restart needed
+        await server.start()
+        await wait_for(lambda: _status_is(readyz, 200), timeout=60, what="ready again")
+    finally:
+        await stop_process(worker)
+        server.stop()
+
+
+async def test_a_taken_health_port_stops_the_worker_at_start(temporal_env):
+    address = temporal_env.client.service_client.config.target_host
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        code, _, err = await _kiwi("worker", "--address", address, "--health-port", str(port))
+    assert code != 0
+    assert f"cannot serve the health endpoints on 127.0.0.1:{port}" in err
+
+
+async def test_deployment_name_needs_a_build_id():
+    code, _, err = await _kiwi("worker", "--deployment-name", "kiwi")
+    assert code != 0
+    assert "--deployment-name and --build-id go together" in err
+
+
+async def test_mcp_front_end_answers_probes_beside_mcp_without_the_token(temporal_env, project):
+    address = temporal_env.client.service_client.config.target_host
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    front = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "mcp",
+        "--http",
+        "--port",
+        str(port),
+        "--address",
+        address,
+        cwd=str(project),
+        env={**os.environ, "KIWI_MCP_TOKEN": "s3cret-token", "KIWI_MCP_ALLOWED_HOSTS": "kiwi.example.test"},
+        start_new_session=True,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        await wait_for(lambda: _status_is(f"{base}/readyz", 200), timeout=60, what="kiwi mcp --http ready")
+        async with httpx.AsyncClient(timeout=5) as http:
+            live = await http.get(f"{base}/healthz")
+            ready = await http.get(f"{base}/readyz")
+            mcp = await http.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert (live.status_code, live.json()) == (200, {"status": "ok"})
+        assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
+        assert "s3cret-token" not in live.text + ready.text and address not in live.text + ready.text
+        # The token still guards /mcp itself.
+        assert mcp.status_code == 401
+        # Behind a proxy: the public name is answered, any other Host is refused (DNS rebinding).
+        async with httpx.AsyncClient(timeout=5, headers=_mcp_headers("s3cret-token")) as http:
+            public = await http.post(f"{base}/mcp", json=INITIALIZE, headers={"host": "kiwi.example.test"})
+            foreign = await http.post(f"{base}/mcp", json=INITIALIZE, headers={"host": "evil.example.test"})
+        assert public.status_code == 200, public.text
+        assert "kiwi" in public.text
+        assert foreign.status_code == 421
+        front.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(front.wait(), 60) == 0
+    finally:
+        await stop_process(front)
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "probe", "version": "1"},
+    },
+}
+
+
+def _mcp_headers(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream"}
+
+
+def _outward_address() -> str | None:
+    """This machine's address on its network (no packet is sent), or None when it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        try:
+            udp.connect(("10.255.255.255", 1))
+        except OSError:
+            return None
+        found = udp.getsockname()[0]
+    return None if found.startswith("127.") else found
+
+
+async def _status_is(url: str, status: int) -> bool:
+    return await probe(url) == status
+
+
+async def _has_line(path: Path, line: str) -> bool:
+    return path.exists() and line in path.read_text().splitlines()
+
+
+async def _kiwi(*argv: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_an_upgrade_with_worker_versioning_keeps_running_runs_on_their_build(temporal_env, project):
+    """Build b1 serves a run; build b2 starts beside it and becomes current: new runs go to b2, the run
+    that started on b1 stays pinned there and finishes there."""
+    client = temporal_env.client
+    address = client.service_client.config.target_host
+    deployment = f"kiwi-{uuid.uuid4().hex[:8]}"
+    queue = f"kiwi-versioned-{uuid.uuid4().hex[:8]}"
+    runs = RunClient(client, ItemStore(project), task_queue=queue)
+    workers: list[asyncio.subprocess.Process] = []
+
+    async def start_build(build: str) -> None:
+        port = free_port()
+        worker = await start_worker(
+            address, queue, "--deployment-name", deployment, "--build-id", build, "--health-port", str(port)
+        )
+        workers.append(worker)
+        line = await asyncio.wait_for(worker.stdout.readline(), 30)
+        line += await asyncio.wait_for(worker.stdout.readline(), 30)
+        assert f"deployment '{deployment}', build '{build}'".encode() in line, line
+        await wait_for(lambda: _status_is(f"http://127.0.0.1:{port}/readyz", 200), timeout=60, what="ready")
+
+        async def registered() -> bool:
+            try:
+                info = await client.workflow_service.describe_worker_deployment(
+                    DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+                )
+            except RPCError:
+                return False
+            return any(
+                v.deployment_version.build_id == build for v in info.worker_deployment_info.version_summaries
+            )
+
+        await wait_for(registered, timeout=60, what=f"the server to know the deployment's build {build}")
+        await client.workflow_service.set_worker_deployment_current_version(
+            SetWorkerDeploymentCurrentVersionRequest(
+                namespace=client.namespace, deployment_name=deployment, build_id=build
+            )
+        )
+
+    async def build_of(run_id: str) -> str:
+        info = (await client.get_workflow_handle(run_id).describe()).raw_description.workflow_execution_info
+        assert info.versioning_info.behavior == VersioningBehavior.VERSIONING_BEHAVIOR_PINNED
+        assert info.versioning_info.deployment_version.deployment_name == deployment
+        return info.versioning_info.deployment_version.build_id
+
+    try:
+        await start_build("b1")
+        old = await runs.start("hello_kiwi", {"name": "Old"})
+        await awaiting_step(runs, old, "confirm")
+        assert await build_of(old) == "b1"
+
+        await start_build("b2")
+        new = await runs.start("hello_kiwi", {"name": "New"})
+        await awaiting_step(runs, new, "confirm")
+        assert await build_of(new) == "b2"
+
+        await runs.complete_step(old, "confirm", {"confirmed": True})
+        await runs.complete_step(new, "confirm", {"confirmed": True})
+        assert (await asyncio.wait_for(runs.handle(old).result(), 60)).status == "completed"
+        assert (await asyncio.wait_for(runs.handle(new).result(), 60)).status == "completed"
+        assert await build_of(old) == "b1"
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(worker.wait(), 60) == 0
+    finally:
+        for worker in workers:
+            await stop_process(worker)
