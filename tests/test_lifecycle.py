@@ -343,11 +343,23 @@ async def test_an_upgrade_with_worker_versioning_keeps_running_runs_on_their_bui
             )
 
         await wait_for(registered, timeout=60, what=f"the server to know the deployment's build {build}")
-        await client.workflow_service.set_worker_deployment_current_version(
-            SetWorkerDeploymentCurrentVersionRequest(
-                namespace=client.namespace, deployment_name=deployment, build_id=build
-            )
-        )
+
+        async def made_current() -> bool:
+            # The server refuses until the new build has polled every task queue the current one has
+            # (workflow and activity queues register one after the other).
+            try:
+                await client.workflow_service.set_worker_deployment_current_version(
+                    SetWorkerDeploymentCurrentVersionRequest(
+                        namespace=client.namespace, deployment_name=deployment, build_id=build
+                    )
+                )
+            except RPCError as exc:
+                if "missing active task queues" in str(exc):
+                    return False
+                raise
+            return True
+
+        await wait_for(made_current, timeout=60, what=f"build {build} to become the current version")
 
     async def build_of(run_id: str) -> str:
         info = (await client.get_workflow_handle(run_id).describe()).raw_description.workflow_execution_info
