@@ -58,7 +58,9 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def start_worker(address: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+async def start_worker(
+    address: str, env: dict[str, str] | None = None, queue: str = "kiwi"
+) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -66,6 +68,8 @@ async def start_worker(address: str, env: dict[str, str] | None = None) -> async
         "worker",
         "--address",
         address,
+        "--task-queue",
+        queue,
         stdout=asyncio.subprocess.PIPE,
         start_new_session=True,
         env={**os.environ, **(env or {})},

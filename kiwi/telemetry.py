@@ -101,10 +101,12 @@ def setup(service: str) -> bool:
 
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or service})
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(_span_exporter()))
+    if os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() != "none":
+        provider.add_span_processor(BatchSpanProcessor(_span_exporter()))
     trace.set_tracer_provider(provider)
     _active["tracer_provider"] = provider
-    _start_runtime_metrics(service)
+    if os.environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() != "none":
+        _start_runtime_metrics(service)
     atexit.register(shutdown)
     return True
 

@@ -138,6 +138,14 @@ SPAN_ATTRIBUTES = {
 def audit_span(record: dict[str, Any]) -> None:
     """An audit record as a span in the current trace: ``kiwi.tool_call`` with its decision and reason,
     ``kiwi.approval_requested``, ``kiwi.loop_warning``, ... (nothing when tracing is off)."""
+    if (
+        record.get("event") == "tool_call"
+        and record.get("decision") == "allowed"
+        and not record.get("warnings")
+    ):
+        # An allowed call is in the trace already (its activity's spans, and the front end's span says
+        # the decision); a span per routine call would cost every call.
+        return
     attributes = {"kiwi.event": str(record.get("event", ""))}
     for key, name in SPAN_ATTRIBUTES.items():
         if key in record:
