@@ -133,6 +133,8 @@ class RunTrust(BaseModel):
     # declared: the directive's <permissions>; base: only what they share with the harness's base policy.
     grants: Literal["declared", "base"] = "declared"
     note: str = ""
+    # Pulled from the shared registry (and unchanged since): registry, namespace, version, content_hash.
+    provenance: dict[str, str] = Field(default_factory=dict)
 
 
 class RunSnapshot(BaseModel):

@@ -93,6 +93,7 @@ def build_snapshot(
     registry = load_registry(store.project_root, store.user)
     declared = {m.name for m in directive.metadata.tools.mcps}
     trust = directive_trust(text, harness.signatures, trusted.with_role("sign"))
+    trust.provenance = pulled_from(store.project_root, "directive", directive.name, text)
     grants = (
         directive.grants()
         if trust.grants == "declared"
@@ -131,6 +132,14 @@ def signed_decision(
         args_hash=request.args_hash,
         signature=signature,
     )
+
+
+def pulled_from(project_root: Path, kind: str, item_id: str, text: str) -> dict[str, str]:
+    """Where a pulled item came from (``.ai/config/registry-lock.json``), if the file is still what was
+    pulled; {} otherwise."""
+    from kiwi.registry.lock import provenance
+
+    return provenance(project_root, kind, item_id, text)
 
 
 def directive_trust(text: str, mode: str, signers: dict[str, str]) -> RunTrust:

@@ -142,13 +142,15 @@ _AGENT_CALLS = (
 _HUMAN_COMMAND = re.compile(r"`(kiwi [^`]+)`")
 
 
-def _fetch_from_registry(item_type: str, item_id: str, version: str | None) -> Any:
+def _fetch_from_registry(item_type: str, item_id: str, version: str | None) -> tuple[Any, dict[str, str]]:
     """load(source='registry'): the registry's version, its hash and signature checked (written into the
     project by the caller, never over a local item)."""
     from kiwi.registry.embedded import registry_for_command
+    from kiwi.registry.lock import lock_entry
 
     with registry_for_command() as registry:
         bundle, info = registry.fetch(item_type, item_id, version)
+        source = registry.label()
     if info["yanked"]:
         # A yanked version may have been withdrawn for a reason: a human pins it, not the agent.
         raise RegistryRefused(
@@ -156,7 +158,7 @@ def _fetch_from_registry(item_type: str, item_id: str, version: str | None) -> A
             hint=f"load the latest (no version); a human can still take this one: "
             f"`kiwi pull {item_id}@{info['version']}`",
         )
-    return bundle
+    return bundle, lock_entry(source, info)
 
 
 def note_span(attributes: dict[str, Any]) -> None:
@@ -453,10 +455,10 @@ def build_server(
                 return LoadAnswer.model_validate(await catalog.load(item_id))
             if source == "registry":
                 # The database work in a thread; the item store (SQLite) stays on this one.
-                bundle = await anyio.to_thread.run_sync(
+                bundle, entry = await anyio.to_thread.run_sync(
                     lambda: _fetch_from_registry(item_type, item_id, version)
                 )
-                write_pulled(store, bundle, location="project")
+                write_pulled(store, bundle, location="project", provenance=entry)
                 store.refresh()
                 source = "project"
             if copy_to_project:

@@ -414,3 +414,39 @@ async def test_an_agent_finds_and_loads_from_the_registry_over_mcp(alice, projec
             "load", {"item_type": "directive", "item_id": name, "source": "registry"}
         )
         assert again.is_error and "already in the project space" in data(again)["message"]
+
+
+@pytest.mark.temporal
+async def test_a_run_of_a_pulled_directive_records_where_it_came_from(
+    alice, runs, project, tmp_path, monkeypatch
+):
+    from kiwi.auditlog import read_audit
+
+    name = unique("pulled")
+    publisher = tmp_path / "publisher"
+    publisher.mkdir()
+    monkeypatch.chdir(publisher)
+    assert kiwi(["init", "--json"]) == 0
+    published = publish_directive(publisher, name, "2.0.0")
+    monkeypatch.chdir(project)
+    assert kiwi(["pull", name]) == 0
+    run_id = await runs.start(name, {})
+    status = await runs.status(run_id)
+    provenance = status.trust.provenance
+    assert (provenance["registry"], provenance["namespace"], provenance["version"]) == (
+        "postgresql://alice:***@/postgres?host=" + provenance["registry"].split("host=")[1],
+        "alice",
+        "2.0.0",
+    )
+    assert len(provenance["content_hash"]) == 64
+    await runs.cancel(run_id)
+    await runs.handle(run_id).result()
+    (started,) = [r for r in read_audit(str(project), run_id) if r["event"] == "run_started"]
+    assert started["provenance"] == provenance
+    # An edited copy is no longer the registry's.
+    path = project / ".ai" / "directives" / "tests" / f"{name}.md"
+    assert path.read_text() == published.read_text()
+    write_directive(path, path.read_text().split("\n", 1)[1].replace("Say hello.", "Say hi."))
+    again = await runs.start(name, {})
+    assert (await runs.status(again)).trust.provenance == {}
+    await runs.cancel(again)

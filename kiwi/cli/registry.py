@@ -66,12 +66,16 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from kiwi.items.store import ItemStore, find_project_root
     from kiwi.registry.embedded import registry_for_command
     from kiwi.registry.local import write_pulled
+    from kiwi.registry.lock import lock_entry
 
     item_id, version = _split(args.ref)
     store = ItemStore(find_project_root())
     with registry_for_command() as registry:
         bundle, provenance = _fetch(registry, args.type, item_id, version)
-    path = write_pulled(store, bundle, location=args.to, replace=args.replace)
+        source = registry.label()
+    path = write_pulled(
+        store, bundle, location=args.to, replace=args.replace, provenance=lock_entry(source, provenance)
+    )
     data = {"item_type": bundle.kind, "item_id": bundle.item_id, "path": str(path), **provenance}
     _print(
         data,

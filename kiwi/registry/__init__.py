@@ -117,6 +117,10 @@ class Registry:
             url, min_size=0, max_size=pool_size, timeout=10, open=True, kwargs={"autocommit": True}
         )
 
+    def label(self) -> str:
+        """How a run's provenance names this registry (no password; "local" for the embedded one)."""
+        return describe_url(self.url) if registry_url() else "local"
+
     def close(self) -> None:
         self.pool.close()
 

@@ -137,11 +137,25 @@ def check_identity(bundle: Bundle) -> None:
 
 
 def write_pulled(
-    store: ItemStore, bundle: Bundle, *, location: str = "project", replace: bool = False
+    store: ItemStore,
+    bundle: Bundle,
+    *,
+    location: str = "project",
+    replace: bool = False,
+    provenance: dict[str, str] | None = None,
 ) -> Path:
     """Write a checked bundle; an item of the same id already there is replaced only with ``replace``."""
     check_identity(bundle)
     target = target_of(store, bundle, location)
+    path = _write(store, bundle, target, location, replace)
+    if provenance:
+        from kiwi.registry.lock import record
+
+        record(store.spaces[location], bundle.kind, bundle.item_id, bundle.main, provenance)
+    return path
+
+
+def _write(store: ItemStore, bundle: Bundle, target: Path, location: str, replace: bool) -> Path:
     existing = _existing_path(store, bundle, location)
     if existing is not None and not replace:
         raise RegistryConflict(

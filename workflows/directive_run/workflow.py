@@ -125,6 +125,8 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
                     "grants_from": trust.grants,
                     "note": trust.note,
                     "grants": self.snap.grants.summary(),
+                    # A directive pulled from the shared registry: which registry, namespace, version.
+                    **({"provenance": trust.provenance} if trust.provenance else {}),
                 }
             )
         directive = self.snap.directive
