@@ -73,6 +73,9 @@ parameters={'title': 'T', 'entry_type': 'note', 'category': 'c', 'tags': ['t'], 
 execute(item_type='knowledge', action='update', item_id='note-1', parameters={...the same fields...})
 - knowledge link: execute(item_type='knowledge', action='link', item_id='note-1', \
 parameters={'to': 'note-2', 'relation': 'references'})
+- directive / tool / knowledge publish (to the shared registry; only an item a human signed with their own \
+key): execute(item_type='directive', action='publish', item_id='tidy') (parameters={'version': '1.2.0'} \
+for knowledge without one)
 - run status: execute(item_type='run', action='status', run_id='run-hello_kiwi-1a2b3c')
 - run complete_step: execute(item_type='run', action='complete_step', run_id='run-hello_kiwi-1a2b3c', \
 parameters={'step': 'confirm', 'outputs': {'confirmed': true}})
@@ -140,6 +143,15 @@ _AGENT_CALLS = (
     (re.compile(r"`kiwi validate[^`]*`"), "`execute(item_type='directive', action='validate', item_id=...)`"),
 )
 _HUMAN_COMMAND = re.compile(r"`(kiwi [^`]+)`")
+
+
+def _publish(path: Path, version: str | None) -> dict[str, Any]:
+    """execute(publish): the item as the human signed it, published under their key (see publish_item)."""
+    from kiwi.registry.embedded import registry_for_command
+    from kiwi.registry.local import publish_item
+
+    with registry_for_command() as registry:
+        return publish_item(registry, path, version=version, key=None)
 
 
 def _fetch_from_registry(item_type: str, item_id: str, version: str | None) -> tuple[Any, dict[str, str]]:
@@ -508,6 +520,7 @@ def build_server(
             "cancel",
             "poll",
             "call",
+            "publish",
         ] = Field(description="what to do"),
         item_id: str = Field(
             default="",
@@ -738,6 +751,10 @@ async def _execute(
 ) -> dict[str, Any]:
     if item_type in ("directive", "knowledge", "tool") and action in ("create", "update", "delete", "link"):
         return _author(link.store, item_type, action, item_id, parameters)
+    if item_type in ("directive", "knowledge", "tool") and action == "publish":
+        record = link.store.find(item_type, item_id, source="project")  # type: ignore[arg-type]
+        version = parameters.get("version")
+        return await anyio.to_thread.run_sync(lambda: _publish(Path(record.path), version))
     if item_type == "directive" and action == "validate":
         from kiwi.items.validation import validate_file
 

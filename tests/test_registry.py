@@ -377,7 +377,9 @@ def test_supabase_gets_the_same_migrations():
         assert (deploy / path.name).read_text() == path.read_text()
 
 
-async def test_an_agent_finds_and_loads_from_the_registry_over_mcp(alice, project, tmp_path, monkeypatch):
+async def test_an_agent_finds_and_loads_from_the_registry_over_mcp(
+    alice, postgres, project, tmp_path, monkeypatch
+):
     """search(source='registry') and load(source='registry') with a real MCP client over stdio."""
     import os
     import sys
@@ -415,6 +417,43 @@ async def test_an_agent_finds_and_loads_from_the_registry_over_mcp(alice, projec
         )
         assert again.is_error and "already in the project space" in data(again)["message"]
 
+        # A yanked version is a human's to take, not the agent's.
+        monkeypatch.chdir(project)
+        publish_directive(project, name, "1.3.0", body="Newer.")
+        assert kiwi(["registry", "yank", f"{name}@1.2.0"]) == 0
+        Path(loaded["path"]).unlink()
+        pinned = await agent.call_tool(
+            "load", {"item_type": "directive", "item_id": name, "source": "registry", "version": "1.2.0"}
+        )
+        assert pinned.is_error and "is yanked" in data(pinned)["message"]
+        assert not Path(loaded["path"]).exists()
+
+        # The agent publishes what a human signed with their own key, and nothing else.
+        mine = f"{name}_mine"
+        path = write_directive(
+            other / ".ai" / "directives" / f"{mine}.md",
+            directive_md('<step name="s"><action>Mine.</action></step>', name=mine, version="0.1.0"),
+        )
+        done = data(
+            await agent.call_tool("execute", {"item_type": "directive", "action": "publish", "item_id": mine})
+        )
+        assert (done["item_id"], done["version"], done["namespace"]) == (mine, "0.1.0", "alice")
+        # Signed by a key that is not the user's (its private part is elsewhere): refused.
+        from kiwi.keys import create_key, keys_dir
+        from kiwi.signing import sign
+
+        create_key("stranger")
+        body = path.read_text().split("\n", 1)[1].replace('version="0.1.0"', 'version="0.2.0"')
+        path.write_text(sign(body, signer="stranger", kind="directive"))
+        (keys_dir() / "stranger.key").unlink()
+        refused = await agent.call_tool(
+            "execute", {"item_type": "directive", "action": "publish", "item_id": mine}
+        )
+        assert refused.is_error
+        assert "signed by 'stranger', which is not one of your keys" in data(refused)["message"]
+        with Registry(as_role(postgres, "carol")) as registry:
+            assert registry.latest_versions("directive", [mine]) == {mine: "0.1.0"}
+
 
 @pytest.mark.temporal
 async def test_a_run_of_a_pulled_directive_records_where_it_came_from(
@@ -450,3 +489,23 @@ async def test_a_run_of_a_pulled_directive_records_where_it_came_from(
     again = await runs.start(name, {})
     assert (await runs.status(again)).trust.provenance == {}
     await runs.cancel(again)
+
+
+def test_a_version_signed_by_another_key_than_the_namespaces_is_refused(alice, project, capsys):
+    from kiwi.keys import create_key
+    from kiwi.signing import sign
+
+    name = unique("otherkey")
+    create_key("second")
+    path = write(
+        project / ".ai" / "directives" / f"{name}.md",
+        sign(
+            directive_md('<step name="s"><action>Hi.</action></step>', name=name),
+            signer="second",
+            kind="directive",
+        ),
+    )
+    assert kiwi(["publish", str(path), "--key", "second"]) == 1
+    assert f"the namespace 'alice' publishes with the key '{alice}'; this version is signed by 'second'" in (
+        capsys.readouterr().err
+    )

@@ -18,18 +18,11 @@ def _print(data: Any, as_json: bool, text: str) -> None:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from kiwi.keys import default_key, load_private, public_key_text
-    from kiwi.registry import registry_url
     from kiwi.registry.embedded import registry_for_command
-    from kiwi.registry.local import bundle_from_path, sign_bundle
+    from kiwi.registry.local import publish_item
 
-    bundle = bundle_from_path(Path(args.path), args.version)
-    signer = default_key(args.key)
     with registry_for_command() as registry:
-        if not registry_url() and not registry.status()["namespace"]:
-            # The local registry is the user's own: its first publish registers the user's key.
-            registry.add_publisher(signer.lower(), "postgres", signer, public_key_text(load_private(signer)))
-        done = registry.publish(bundle, signer=signer, bundle_signature=sign_bundle(bundle, signer))
+        done = publish_item(registry, Path(args.path), version=args.version, key=args.key)
     _print(
         done,
         args.json,

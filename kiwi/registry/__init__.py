@@ -248,6 +248,20 @@ class Registry:
                         f"{bundle.kind} '{bundle.item_id}' belongs to the namespace '{owner}', not '{namespace}'",
                         hint="publish it under another id",
                     )
+                key_name, public_key = conn.execute(
+                    "select key_name, public_key from kiwi_publishers where namespace = %s", (namespace,)
+                ).fetchone()
+                from kiwi.keys import verify_bytes
+
+                if signer != key_name or not verify_bytes(
+                    public_key, bundle_message(digest, signer), bundle_signature
+                ):
+                    raise RegistryRefused(
+                        f"the namespace '{namespace}' publishes with the key '{key_name}'; this version is signed "
+                        f"by '{signer}'",
+                        hint=f"publish with --key {key_name}, or have the registry's owner register your key "
+                        "(`kiwi registry add-publisher`)",
+                    )
                 latest = conn.execute(
                     "select version, version_order from item_versions where item_type = %s and item_id = %s "
                     "order by version_order desc limit 1",

@@ -92,6 +92,34 @@ def _tool_files(folder: Path) -> dict[str, str]:
     return files
 
 
+def publish_item(registry: Any, path: Path, *, version: str | None, key: str | None) -> dict[str, Any]:
+    """Publish the item at ``path``: valid, signed by the publishing key itself (an item someone else
+    signed, or one pulled from the registry, is not yours to publish), the version signed with that key."""
+    from kiwi.keys import check_name, load_private, own_keys, public_key_text
+    from kiwi.registry import registry_url
+    from kiwi.signing import check_trust
+
+    bundle = bundle_from_path(path, version)
+    signed_by = verify(bundle.main).signer
+    signer = check_name(key) if key else signed_by
+    if signer not in own_keys():
+        raise InputInvalid(
+            f"{path.name} is signed by '{signed_by}', which is not one of your keys",
+            hint=f"read it, then sign it yourself: `kiwi sign {path}`",
+        )
+    public = public_key_text(load_private(signer))
+    status = check_trust(verify(bundle.main), {signer: public}, bundle.kind)
+    if not status.trusted:
+        raise InputInvalid(
+            f"{path.name} is signed by '{status.signer}', not by your key '{signer}'",
+            hint=f"sign it yourself: `kiwi sign {path} --key {signer}` (after reading it)",
+        )
+    if not registry_url() and not registry.status()["namespace"]:
+        # The local registry is the user's own: its first publish registers the user's key.
+        registry.add_publisher(signer.lower(), "postgres", signer, public)
+    return registry.publish(bundle, signer=signer, bundle_signature=sign_bundle(bundle, signer))
+
+
 def sign_bundle(bundle: Bundle, signer: str) -> str:
     from kiwi.keys import sign_bytes
 
