@@ -509,3 +509,29 @@ def test_a_version_signed_by_another_key_than_the_namespaces_is_refused(alice, p
     assert f"the namespace 'alice' publishes with the key '{alice}'; this version is signed by 'second'" in (
         capsys.readouterr().err
     )
+
+
+def test_wrong_credentials_and_oversized_items_get_clear_errors(
+    alice, postgres, project, monkeypatch, capsys
+):
+    monkeypatch.setenv("KIWI_REGISTRY_URL", as_role(postgres, "nobody"))
+    assert kiwi(["registry", "status"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach the registry" in err and 'role "nobody" does not exist' in err
+    assert "KIWI_REGISTRY_URL" in err
+    monkeypatch.setenv("KIWI_REGISTRY_URL", as_role(postgres, "alice"))
+    name = unique("huge")
+    folder = project / ".ai" / "tools" / "data" / name
+    write(
+        folder / "tool.yaml",
+        f"tool_id: {name}\ntool_type: python\nversion: '1.0.0'\ndescription: Big\n"
+        "executor:\n  type: python\n  entrypoint: main.py\n",
+    )
+    write(folder / "main.py", "def main():\n    return 1\n")
+    write(folder / "data.txt", "x" * 1_100_000)
+    assert kiwi(["sign", str(folder / "tool.yaml")]) == 0
+    capsys.readouterr()
+    assert kiwi(["publish", str(folder)]) == 1
+    assert "the registry takes at most 1,000,000" in capsys.readouterr().err
+    with Registry(postgres) as registry:
+        assert registry.latest_versions("tool", [name]) == {}
