@@ -111,11 +111,16 @@ class _Approvals(_Strict):
 class _Filesystem(_Strict):
     read: list[str] = Field(default_factory=list)
     write: list[str] = Field(default_factory=list)
+    # The seed's forms (mcp-orchestration-design.md): taken at their meaning inside the project.
+    enabled: bool = True
+    allowed_paths: list[str] = Field(default_factory=list)
+    read_only_paths: list[str] = Field(default_factory=list)
 
 
 class _Shell(_Strict):
     allowed_commands: list[str] = Field(default_factory=list)
     blocked_commands: list[str] | None = None
+    enabled: bool = True
 
 
 class _McpGrant(_Strict):
@@ -143,6 +148,9 @@ class HarnessFile(_Strict):
 
     # The seed's harness names its mode; Kiwi always enforces (proxy), so only that value is accepted.
     mode: Literal["proxy"] = "proxy"
+    # The seed's list of the MCP servers the agent itself connects to: the agent's client configuration,
+    # which Kiwi cannot see. Refused with that explanation (see load_harness).
+    allowed_mcps: list[str] | None = None
     signatures: Literal["require", "warn", "off"] = "require"
     rate_limits: dict[str, int | str] | None = None
     loop_detection: _Loops = Field(default_factory=_Loops)
@@ -153,6 +161,17 @@ class HarnessFile(_Strict):
     input_rounds: InputRounds = Field(default_factory=InputRounds)
 
 
+# Keys of the seeds' harness written at another level than Kiwi reads them: the error says where.
+MISPLACED = {
+    "allowed_paths": "internal_tools.filesystem.allowed_paths",
+    "read_only_paths": "internal_tools.filesystem.read_only_paths",
+    "allowed_commands": "internal_tools.shell.allowed_commands",
+    "blocked_commands": "internal_tools.shell.blocked_commands",
+    "rate_limit": "internal_tools.mcps.NAME.rate_limit",
+    "require_approval": "internal_tools.mcps.NAME.require_approval (or approvals.tools)",
+}
+
+
 def _problem(exc: ValidationError, source: str) -> Problem:
     first = exc.errors()[0]
     key = ".".join(str(p) for p in first["loc"] if not str(p).startswith(("function-", "tagged-union")))
@@ -160,10 +179,32 @@ def _problem(exc: ValidationError, source: str) -> Problem:
     shown = f" (got {value!r})" if not isinstance(value, dict) and value is not None else ""
     message = first["msg"]
     if first["type"] == "extra_forbidden":
-        message = "unknown key; see the README's harness settings for the keys Kiwi reads"
+        leaf = str(first["loc"][-1]) if first["loc"] else ""
+        message = (
+            f"unknown key here; write it as {MISPLACED[leaf]}"
+            if leaf in MISPLACED and key != MISPLACED[leaf]
+            else "unknown key; see the README's harness settings for the keys Kiwi reads"
+        )
     elif first["type"] == "list_type":
         message = 'expected a list, e.g. ["notes/**"]'
     return Problem(f"agent_harness.yaml: {key}: {message}{shown}", source)
+
+
+def _seed_path(path: str, key: str) -> str:
+    """A seed-style path grant as a project glob: ``${PROJECT_PATH}`` (or ``.``) is the whole project, a
+    folder inside it is that folder and everything under it; anything outside the project is refused
+    (Kiwi's file tools never leave the project)."""
+    text = str(path).strip().rstrip("/")
+    if text in ("${PROJECT_PATH}", ".", ""):
+        return "**"
+    if text.startswith("${PROJECT_PATH}/"):
+        text = text[len("${PROJECT_PATH}/") :]
+    if text.startswith(("/", "~", "$")):
+        raise ValueError(
+            f"internal_tools.filesystem.{key}: '{path}' is outside the project; Kiwi's file tools work "
+            "only inside it. Write project folders (e.g. src, docs) or ${PROJECT_PATH} for all of it"
+        )
+    return text if any(c in text for c in "*?[") else f"{text}/**"
 
 
 def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
@@ -206,7 +247,19 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
             if entry.rate_limit is not None:
                 set_rate(limits, f"{name}.*", entry.rate_limit, f"internal_tools.mcps.{name}.rate_limit")
             limits.approval_tools += [f"{name}.{t}" for t in entry.require_approval]
-        for key, globs in (("read", tools.filesystem.read), ("write", tools.filesystem.write)):
+        if parsed.allowed_mcps is not None:
+            raise ValueError(
+                "allowed_mcps: the MCP servers an agent connects to are set in the agent's own client "
+                "configuration (give it only Kiwi); Kiwi's upstream servers are declared in "
+                "mcp_registry.yaml and granted with internal_tools.mcps.NAME or a directive's <permissions>; "
+                "remove allowed_mcps"
+            )
+        fs = tools.filesystem
+        seed_read = [_seed_path(p, "read_only_paths") for p in fs.read_only_paths]
+        seed_write = [_seed_path(p, "allowed_paths") for p in fs.allowed_paths]
+        fs_read = [*fs.read, *seed_read] if fs.enabled else []
+        fs_write = [*fs.write, *seed_write] if fs.enabled else []
+        for key, globs in (("read", fs_read), ("write", fs_write)):
             for glob in globs:
                 problem = path_grant_problem(glob)
                 if problem:
@@ -215,9 +268,9 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
             if problem := host_grant_problem(host):
                 raise ValueError(f"internal_tools.network.hosts: {problem}")
         base = PermissionSet(
-            fs_read=[*tools.filesystem.read, *tools.filesystem.write],
-            fs_write=list(tools.filesystem.write),
-            shell=list(tools.shell.allowed_commands),
+            fs_read=[*fs_read, *fs_write],
+            fs_write=fs_write,
+            shell=list(tools.shell.allowed_commands) if tools.shell.enabled else [],
             tools=list(tools.tools),
             mcp={name: list(entry.tools) for name, entry in mcps.items() if entry.enabled},
             network_hosts=list(tools.network.hosts),

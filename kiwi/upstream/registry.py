@@ -233,10 +233,70 @@ def _read(path: Path) -> dict[str, McpServerConfig | None]:
                 )
             ]
         )
+    servers = dict(data.get("mcps") or {})
+    for key in data:
+        if key not in ("mcps", "config", "enabled"):
+            raise ItemInvalid(
+                [
+                    Problem(
+                        f"mcp_registry.yaml: unknown top-level key '{key}'; servers go under mcps:", str(path)
+                    )
+                ]
+            )
+    # ADR-006's form: config: {servers: [{alias: NAME, transport: ..., ...}]}, taken as mcps: {NAME: ...}.
+    seed = data.get("config")
+    if seed is not None:
+        listed = seed.get("servers") if isinstance(seed, dict) else None
+        if not isinstance(listed, list) or any(not isinstance(e, dict) or not e.get("alias") for e in listed):
+            raise ItemInvalid(
+                [
+                    Problem(
+                        "mcp_registry.yaml: config.servers must be a list of servers, each with an alias",
+                        str(path),
+                    )
+                ]
+            )
+        for entry in listed:
+            if str(entry["alias"]) in servers:
+                raise ItemInvalid(
+                    [Problem(f"mcp_registry.yaml: server '{entry['alias']}' is declared twice", str(path))]
+                )
+            servers[str(entry["alias"])] = entry
+    if data.get("enabled") is False:
+        return {name: None for name in servers}
     out = {}
-    for name, entry in (data.get("mcps") or {}).items():
+    for name, entry in servers.items():
         out[str(name)] = _entry(str(name), entry, path)
     return out
+
+
+def _adr006(entry: dict[str, Any], bad: Any) -> dict[str, Any]:
+    """ADR-006's server keys, taken at their meaning: ``transport`` is ``type``, ``tool_filter`` the
+    ``tools`` list, ``cache_tools: false`` re-lists tools every time (``schema_ttl: 0``; true is Kiwi's
+    default), ``require_approval: {always: [...], never: [...]}`` the tools that always wait for a human."""
+    entry = dict(entry)
+    for seed, ours in (("transport", "type"), ("tool_filter", "tools")):
+        if seed in entry:
+            if ours in entry and entry[ours] != entry[seed]:
+                raise bad(seed, f"{seed} and {ours} say different things; keep one ({ours})")
+            entry[ours] = entry.pop(seed)
+    entry.pop("alias", None)  # ADR-006's list form names the server here; the mapping key names it
+    if "cache_tools" in entry:
+        cache = entry.pop("cache_tools")
+        if not isinstance(cache, bool):
+            raise bad("cache_tools", "expected true or false")
+        if not cache:
+            entry.setdefault("schema_ttl", 0)
+    approval = entry.get("require_approval")
+    if isinstance(approval, dict):
+        extra = [k for k in approval if k not in ("always", "never")]
+        if extra:
+            raise bad(f"require_approval.{extra[0]}", "expected always: [TOOLS] and/or never: [TOOLS]")
+        for key in ("always", "never"):
+            if not isinstance(approval.get(key, []), list):
+                raise bad(f"require_approval.{key}", "expected a list of tool names")
+        entry["require_approval"] = list(approval.get("always", []))
+    return entry
 
 
 def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
@@ -249,6 +309,7 @@ def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
         )
     if not isinstance(entry, dict):
         raise bad("", "each server is a mapping (type, command, args, env or url, headers, ...)")
+    entry = _adr006(entry, bad)
     unknown = [k for k in entry if k not in KNOWN_KEYS]
     if unknown:
         raise bad(str(unknown[0]), f"unknown key; known keys: {', '.join(KNOWN_KEYS)}")
