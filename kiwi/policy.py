@@ -120,8 +120,22 @@ def entry_problems(entry: PermissionEntry) -> list[str]:
     """What is wrong with one grant element as written ([] when it means exactly what it says)."""
     a = entry.attrs
     resource = a.get("resource", "")
+    if entry.tag == "shell":
+        # The tools-evolution seed's form.
+        commands = a.get("commands", "PROGRAM,...")
+        return [f'<shell> is not a permission; write <execute resource="shell" commands="{commands}"/>']
+    if entry.tag == "env":
+        return [
+            "<env> is not a permission: a tool's environment variables come from its tool.yaml "
+            "(requires.environment: passed to that tool only, scrubbed from its output); remove <env>"
+        ]
     if entry.tag not in ("read", "write", "execute", "deny"):
         return [f"unknown permission <{entry.tag}> (known: read, write, execute, deny)"]
+    if resource == "tool" and "tool_type" in a:
+        return [
+            f'tool_type="{a["tool_type"]}" would grant every {a["tool_type"]} tool; Kiwi grants tools by id: '
+            'write <execute resource="tool" id="TOOL,..."/>'
+        ]
     if not resource:
         return [f"<{entry.tag}> needs a resource attribute (filesystem, tool, shell, kiwi-mcp, mcp)"]
     key = (entry.tag, resource)

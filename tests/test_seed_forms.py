@@ -112,3 +112,41 @@ def test_adr006_forms_that_cannot_be_taken_fail_loudly(project):
     write(path, "mcps:\n  a:\n    command: x\n    require_approval:\n      sometimes: [x]\n")
     with pytest.raises(ItemInvalid, match="require_approval.sometimes"):
         load_registry(project, project / "no-user-space")
+
+
+def _problems(permissions: str, tools: str) -> list[str]:
+    from kiwi.items.directive import parse_directive_lenient
+    from tests.helpers import directive_md
+
+    text = directive_md(
+        '<step name="s"><action>Work.</action></step>', name="seedy", permissions=permissions, tools=tools
+    )
+    _, problems = parse_directive_lenient(text, "seedy.md")
+    return [str(p) for p in problems if p.severity == "error"]
+
+
+def test_the_seeds_tools_forms_are_declarations_checked_against_permissions():
+    tools = (
+        '<tools><filesystem><read paths="src/**"/><write paths=".ai/outputs/**"/></filesystem>'
+        "<shell><command>sort</command><command>wc</command></shell></tools>"
+    )
+    granted = (
+        '<read resource="filesystem" path="**/*"/><write resource="filesystem" path=".ai/outputs/**"/>'
+        '<execute resource="shell" commands="sort,wc"/>'
+    )
+    assert _problems(granted, tools) == []
+    missing = _problems('<read resource="filesystem" path="src/**"/>', tools)
+    assert any(
+        'declares filesystem write of .ai/outputs/** but <permissions> does not grant it; add <write resource="filesystem" path=".ai/outputs/**"/>'
+        in p
+        for p in missing
+    ), missing
+    assert any('requests shell command "sort"' in p for p in missing), missing
+
+
+def test_the_seeds_permission_forms_say_what_to_write():
+    problems = _problems('<shell commands="curl,jq"/><env vars="API_KEY"/>', "")
+    assert any('write <execute resource="shell" commands="curl,jq"/>' in p for p in problems), problems
+    assert any("<env> is not a permission" in p and "requires.environment" in p for p in problems), problems
+    typed = _problems('<execute resource="tool" tool_type="bash"/>', "")
+    assert any('Kiwi grants tools by id: write <execute resource="tool" id="TOOL,..."/>' in p for p in typed)

@@ -69,6 +69,10 @@ class ToolsDeclaration(BaseModel):
     tools: list[str] = Field(default_factory=list)
     shell: list[str] = Field(default_factory=list)
     kiwi: list[str] = Field(default_factory=list)
+    # The seed's <filesystem><read paths=/><write paths=/></filesystem>: what the steps use, checked
+    # against <permissions> like every declaration.
+    filesystem_read: list[str] = Field(default_factory=list)
+    filesystem_write: list[str] = Field(default_factory=list)
 
 
 class InputSpec(BaseModel):
@@ -482,13 +486,25 @@ def _tools_decl(element: Any, decl: ToolsDeclaration, ctx: _Ctx) -> None:
                 decl.tools.append(tool)
         elif child.tag == "shell":
             decl.shell.extend(c.strip() for c in child.get("commands", "").split(",") if c.strip())
+            # The seed's other form: <shell><command>git</command>...</shell>.
+            decl.shell.extend(_text(sub) for sub in _children(child) if sub.tag == "command" and _text(sub))
+            for sub in _children(child):
+                if sub.tag != "command":
+                    ctx.error(sub, f"<shell> holds <command> elements, not <{sub.tag}>")
+        elif child.tag == "filesystem":
+            for sub in _children(child):
+                if sub.tag not in ("read", "write") or not sub.get("paths", sub.get("path")):
+                    ctx.error(sub, '<filesystem> holds <read paths="..."/> and <write paths="..."/>')
+                    continue
+                paths = [p.strip() for p in sub.get("paths", sub.get("path", "")).split(",") if p.strip()]
+                (decl.filesystem_read if sub.tag == "read" else decl.filesystem_write).extend(paths)
         elif child.tag == "kiwi":
             for sub in _children(child):
                 decl.kiwi.append(sub.tag)
         else:
             ctx.warn(
                 child,
-                f"unknown tool declaration <{child.tag}> ignored (known: mcp, tool, script, shell, kiwi)",
+                f"unknown tool declaration <{child.tag}> ignored (known: mcp, tool, script, shell, filesystem, kiwi)",
             )
 
 
@@ -734,6 +750,17 @@ def _validate_tools_against_permissions(directive: Directive, root: Any, ctx: _C
             ctx.error(
                 where, f'<tools> requests tool "{tool}" but <permissions> does not grant it; {decision.hint}'
             )
+    for key, paths in (("read", decl.filesystem_read), ("write", decl.filesystem_write)):
+        for glob in paths:
+            # A path the glob stands for (its wildcards filled in), checked as the run would check it.
+            sample = glob.replace("**", "x").replace("*", "x").replace("?", "x").rstrip("/") or "x"
+            decision = grants.check(f"filesystem.{key}", {"path": sample, "content": ""})
+            if not decision.allowed:
+                ctx.error(
+                    where,
+                    f"<tools> declares filesystem {key} of {glob} but <permissions> does not grant it; add "
+                    f'<{key} resource="filesystem" path="{glob}"/>',
+                )
     for command in decl.shell:
         decision = grants.check_shell({"argv": [command]}, [])
         if not decision.allowed:
