@@ -73,6 +73,8 @@ parameters={'title': 'T', 'entry_type': 'note', 'category': 'c', 'tags': ['t'], 
 execute(item_type='knowledge', action='update', item_id='note-1', parameters={...the same fields...})
 - knowledge link: execute(item_type='knowledge', action='link', item_id='note-1', \
 parameters={'to': 'note-2', 'relation': 'references'})
+- tool create / update (a proposal a human accepts; nothing runs it before): execute(item_type='tool', \
+action='create', item_id='slug', parameters={'manifest': 'the whole tool.yaml', 'files': {'main.py': '...'}})
 - directive / tool / knowledge publish (to the shared registry; only an item a human signed with their own \
 key): execute(item_type='directive', action='publish', item_id='tidy') (parameters={'version': '1.2.0'} \
 for knowledge without one)
@@ -866,6 +868,10 @@ def _author(store: ItemStore, item_type: str, action: str, item_id: str, paramet
         if not item_id:
             raise KiwiError("knowledge create/update needs item_id (the zettel_id)")
         return save_knowledge(store, item_id, parameters, location=location, create=action == "create")
+    if item_type == "tool" and action in ("create", "update"):
+        from kiwi.items.proposals import propose_tool
+
+        return propose_tool(store, item_id, parameters, update=action == "update")
     if item_type == "knowledge" and action == "link":
         return link_knowledge(
             store,

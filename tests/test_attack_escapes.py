@@ -554,7 +554,10 @@ def test_the_seeds_tools_attribute_grants_only_the_tools_it_names():
         (_grant("write", resource="filesystem", path="../x/**"), "leaves the project"),
         (_grant("execute", resource="shell", command="sort"), "has no attribute 'command'"),
         (_grant("execute", resource="git", action="commit"), "ambiguous"),
-        (_grant("execute", resource="tool", tool_type="bash"), "would grant every bash tool; Kiwi grants tools by id"),
+        (
+            _grant("execute", resource="tool", tool_type="bash"),
+            "would grant every bash tool; Kiwi grants tools by id",
+        ),
     ],
 )
 def test_a_grant_kiwi_cannot_read_exactly_is_an_error_never_all(entry, message):

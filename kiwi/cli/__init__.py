@@ -438,7 +438,47 @@ def build_parser() -> argparse.ArgumentParser:
     from kiwi.cli import registry as cli_registry
 
     cli_registry.add_commands(sub)
+
+    p = sub.add_parser(
+        "tools",
+        help="tools an agent proposed: list them, accept one into .ai/tools",
+        description="An agent's execute(tool, create|update) writes a proposal to .ai/proposals/tools/ID/; "
+        "nothing runs it until you read it and accept it here.",
+    )
+    tsub = p.add_subparsers(dest="tools_command", metavar="ACTION", required=True)
+    t = tsub.add_parser("proposals", help="list the proposed tools (and which tool each replaces)")
+    t.add_argument("--json", action="store_true", help="print JSON")
+    t = tsub.add_parser("accept", help="move a proposed tool into .ai/tools (replacing the tool it updates)")
+    t.add_argument("id", help="the proposed tool's id")
+    t.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_tools)
     return parser
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    from kiwi.items.proposals import accept_tool, list_proposals
+
+    store = ItemStore(find_project_root())
+    if args.tools_command == "proposals":
+        found = list_proposals(store)
+        _emit(
+            {"proposals": found},
+            args.json,
+            lambda: (
+                [
+                    print(
+                        f"{p['tool_id']:<28} {p['path']}"
+                        + (f"  (replaces {p['replaces']})" if p["replaces"] else "")
+                    )
+                    for p in found
+                ]
+                or print("no proposed tools")
+            ),
+        )
+        return EXIT_OK
+    done = accept_tool(store, args.id)
+    _emit(done, args.json, lambda: print(f"accepted {done['tool_id']} into {done['path']}"))
+    return EXIT_OK
 
 
 def _version() -> str:
