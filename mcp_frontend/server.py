@@ -85,7 +85,7 @@ parameters={'step': 'confirm', 'outputs': {'confirmed': true}})
 - run poll (a call that answered 'pending'): execute(item_type='run', action='poll', \
 run_id='run-hello_kiwi-1a2b3c', item_id='CALL_ID')
 - tool call: execute(item_type='tool', action='call', run_id='run-hello_kiwi-1a2b3c', \
-item_id='filesystem.read', parameters={'path': 'notes/hello.md'}) (a built-in, local or SERVER.TOOL id; \
+item_id='filesystem.read', parameters={'path': 'notes/hello.md'}) (action='run' is the same; a built-in, local or SERVER.TOOL id; \
 parameters are its arguments; with run_id the run's grants apply, without it the base policy of \
 agent_harness.yaml)
 - mcp call (a tool of an external MCP server, the same as a tool call): execute(item_type='mcp', \
@@ -581,6 +581,8 @@ def build_server(
             if item_type == "mcp" and action == "call":
                 item_id = catalog.tool_id(item_id, parameters)
                 item_type = "tool"
+            if item_type == "tool" and action == "run":
+                action = "call"  # the seeds' name for a tool call (Kiwi MCP's execute(tool, run))
             if action == "call":
                 # Checked here too: arguments over Temporal's payload limit could never reach the run.
                 problem = check_arguments(item_id, parameters)

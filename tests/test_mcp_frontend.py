@@ -194,6 +194,11 @@ async def test_every_action_in_memory(runs, project, temporal_env):
             "execute", item_type="tool", action="call", item_id="word_count", parameters={"text": "one two"}
         )
         assert session["status"] == "ok" and session["result"]["words"] == 2
+        # The seeds' execute(tool, run) is the same call.
+        ran = await call(
+            "execute", item_type="tool", action="run", item_id="word_count", parameters={"text": "a b c"}
+        )
+        assert ran["status"] == "ok" and ran["result"]["words"] == 3
         refused = await call(
             "execute",
             item_type="tool",
