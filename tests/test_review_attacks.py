@@ -369,16 +369,54 @@ async def test_attack_a_dot_dot_parameter_leaves_the_manifests_path(runs, projec
 async def test_attack_a_redirect_carries_a_secret_header_to_another_host(runs, project, monkeypatch):
     with Api() as api, Api() as elsewhere:
         monkeypatch.setenv("KIWI_TEST_API_TOKEN", TOKEN)
-        api.redirect_to = f"http://127.0.0.1:{elsewhere.port}/items/1"
+        api.redirect_to = f"http://localhost:{elsewhere.port}/items/1"
         api_tool(
             project,
             "hop",
             f"method: GET\nurl: http://127.0.0.1:{api.port}/redirect\n"
             "headers:\n  X-Api-Key: ${KIWI_TEST_API_TOKEN}\n",
         )
-        agent_directive(project, ["hop"], hosts=f"{api.host},{elsewhere.host}")
+        agent_directive(project, ["hop"], hosts=f"{api.host},localhost:{elsewhere.port}")
         run_id = await started(runs)
         await runs.call_tool(run_id, "hop", {})
         await runs.cancel(run_id, "done")
         leaked = [r for r in elsewhere.requests if TOKEN in json.dumps(r["headers"])]
         assert not leaked, f"the second host got the secret: {leaked}"
+
+
+# ====================================================================== the front end: idempotency keys
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE (low): a tool call's idempotency key is not bound to the call: the same key with another "
+    "tool's arguments answers with the earlier call's result (call id = sha256(run_id, key) only; "
+    "kiwi/runs.py call_tool_waiting). Run ids are listable by any client, so this leaks nothing new, "
+    "but a client reusing a key gets an answer to a call it did not make",
+)
+async def test_attack_reusing_an_idempotency_key_with_other_arguments_gets_the_earlier_answer(
+    runs, project, monkeypatch
+):
+    with Api() as api:
+        monkeypatch.setenv("KIWI_TEST_API_TOKEN", TOKEN)
+        api_tool(
+            project,
+            "item",
+            f"method: GET\nurl: http://127.0.0.1:{api.port}/items/{{id}}\nresponse: data.name\n",
+            "- {name: id, type: string, required: true}\n",
+        )
+        agent_directive(project, ["item"], hosts=api.host)
+        run_id = await runs.start("calls", {})
+        from tests.helpers import awaiting_step
+
+        await awaiting_step(runs, run_id, "work")
+        first = await runs.call_tool_waiting(
+            run_id, "item", {"id": "secret-1"}, client_name="a", wait_seconds=20, idempotency_key="k1"
+        )
+        second = await runs.call_tool_waiting(
+            run_id, "item", {"id": "2"}, client_name="b", wait_seconds=20, idempotency_key="k1"
+        )
+        await runs.cancel(run_id, "done")
+        assert first.result == "item-secret-1"
+        # Either refused (the key names another call) or the answer to this call.
+        assert second.status != "ok" or second.result == "item-2", second
