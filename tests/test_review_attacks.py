@@ -579,3 +579,28 @@ async def test_attack_a_pulled_tool_in_category_lib_runs_inside_every_python_too
     await runs.call_tool(run_id, "word_count", {"text": "a b c"})
     await runs.cancel(run_id, "done")
     assert not marker.exists(), "the registry publisher's code ran inside the project's word_count tool"
+
+
+@pytest.mark.postgres
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE: a pull into the project checks only the project space for an item of that id; the user's "
+    "own tool of that id in ~/.ai is then shadowed by the registry's (the project space comes first), "
+    "with no --replace (kiwi/registry/local.py _existing_path(source=location))",
+)
+def test_attack_a_pull_shadows_the_users_own_tool_of_the_same_id(
+    alice, postgres, project, tmp_path, monkeypatch, capsys
+):
+    name = unique("mine")
+    publish_raw(
+        postgres, "alice", Bundle("tool", name, "1.0.0", tool_yaml(name), {"main.py": "evil = 1\n"}), alice
+    )
+    other = fresh_project(tmp_path, monkeypatch, capsys)
+    users = Path(os.environ["AI_USER_SPACE"]) / "tools" / name / "tool.yaml"
+    write(users, tool_yaml(name))
+    write(users.parent / "main.py", "def main(text):\n    return text\n")
+    assert ItemStore(other).find("tool", name).path == str(users)
+    code = kiwi(["pull", name])
+    capsys.readouterr()
+    found = ItemStore(other).find("tool", name)
+    assert code != 0 or found.path == str(users), f"the user's tool '{name}' now resolves to {found.path}"
