@@ -638,3 +638,34 @@ async def test_attack_an_agent_load_from_the_registry_takes_over_a_users_tool_in
     await runs.call_tool(run_id, name, {"text": "the user's words"})
     await runs.cancel(run_id, "done")
     assert not marker.exists(), "the publisher's copy ran in place of the user's own tool"
+
+
+@pytest.mark.postgres
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE (medium): execute(action='publish') of a human-signed tool publishes every file of its "
+    "folder, dotfiles included: a tool's .env (its credentials) goes to every reader of the shared registry, "
+    "at the agent's request (kiwi/registry/local.py _tool_files skips only __pycache__/.git/.venv/"
+    "node_modules and *.pyc)",
+)
+async def test_attack_an_agent_publishes_a_tools_dotenv_to_the_registry(alice, postgres, project):
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    name = unique("withenv")
+    folder = project / ".ai" / "tools" / "ops" / name
+    write(folder / "tool.yaml", tool_yaml(name, category="ops"))
+    write(folder / "main.py", "def main(text):\n    return text\n")
+    write(folder / ".env", "API_KEY=review-secret-7d1f\n")
+    assert kiwi(["sign", str(folder / "tool.yaml")]) == 0
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "kiwi", "mcp"], cwd=str(project), env=dict(os.environ)
+    )
+    async with Client(params) as agent:
+        await agent.call_tool("execute", {"item_type": "tool", "action": "publish", "item_id": name})
+    with psycopg.connect(as_role(postgres, "carol"), autocommit=True) as carol:
+        rows = carol.execute(
+            "select path from tool_version_files where item_id = %s and content like %s",
+            (name, "%review-secret-7d1f%"),
+        ).fetchall()
+    assert rows == [], f"every registry reader can read the tool's secret in {rows}"
