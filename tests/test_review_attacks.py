@@ -669,3 +669,41 @@ async def test_attack_an_agent_publishes_a_tools_dotenv_to_the_registry(alice, p
             (name, "%review-secret-7d1f%"),
         ).fetchall()
     assert rows == [], f"every registry reader can read the tool's secret in {rows}"
+
+
+# ====================================================================== the registry's credentials
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE (medium): describe_url masks only a URI's user:password@; a libpq key=value string "
+    "(password=...) or a URI's ?password= is shown whole in errors, and the agent reads them in "
+    "search's registry_unavailable (kiwi/registry/__init__.py describe_url; kiwi/registry/embedded.py "
+    "search_registry)",
+)
+async def test_attack_the_registry_password_reaches_the_agent_in_an_error(project, monkeypatch):
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from kiwi.devserver import free_port
+    from tests.helpers import data
+
+    port = free_port()
+    leaks = []
+    for url in (
+        f"host=127.0.0.1 port={port} user=kiwi password=review-pw-31ab dbname=kiwi connect_timeout=2",
+        f"postgresql://kiwi@127.0.0.1:{port}/kiwi?password=review-pw-31ab&connect_timeout=2",
+        f"postgresql://kiwi:review-pw@31ab@127.0.0.1:{port}/kiwi?connect_timeout=2",
+    ):
+        env = {**os.environ, "KIWI_REGISTRY_URL": url}
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "kiwi", "mcp"], cwd=str(project), env=env
+        )
+        async with Client(params) as agent:
+            answer = await agent.call_tool(
+                "search", {"item_type": "directive", "query": "x", "source": "registry"}
+            )
+        text = json.dumps(data(answer))
+        if "review-pw" in text or "31ab" in text:
+            leaks.append(text[:300])
+    assert leaks == [], leaks
