@@ -751,3 +751,37 @@ def test_attack_rls_bypass_by_shadowing_the_policy_tables_with_temp_tables(alice
             )
             done.append("inserted version 999.0.0 under alice's namespace")
     assert done == [], done
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE (medium): a loopback bind needs no token even with KIWI_MCP_ALLOWED_HOSTS set, the very "
+    "setting that says the front end is reached through a proxy or Service under a public name: behind "
+    "a reverse proxy on the same machine, /mcp answers anyone (mcp_frontend/server.py http_app)",
+)
+async def test_attack_a_proxied_loopback_front_end_needs_no_token(project, monkeypatch):
+    import httpx
+
+    from kiwi.devserver import free_port
+    from mcp_frontend.server import build_server, http_app
+
+    monkeypatch.delenv("KIWI_MCP_TOKEN", raising=False)
+    monkeypatch.setenv("KIWI_MCP_ALLOWED_HOSTS", "kiwi.example.com")
+    port = free_port()
+    try:
+        app = http_app(build_server(None, project), "127.0.0.1", port, stateless=True)
+    except Exception:  # noqa: BLE001 - refused without a token: the defence held
+        return
+    web, task = await _serving(app, "127.0.0.1", port)
+    try:
+        async with httpx.AsyncClient() as http:
+            # What a reverse proxy forwards for a request from anywhere to https://kiwi.example.com/mcp.
+            answer = await http.post(
+                f"http://127.0.0.1:{port}/mcp",
+                json=INITIALIZE,
+                headers={**MCP_HEADERS, "Host": "kiwi.example.com", "Origin": "https://kiwi.example.com"},
+            )
+    finally:
+        web.should_exit = True
+        await task
+    assert "serverInfo" not in answer.text, answer.text[:200]
