@@ -468,6 +468,12 @@ def build_server(
             if item_type == "mcp":
                 return LoadAnswer.model_validate(await catalog.load(item_id))
             if source == "registry":
+                if item_type == "tool":
+                    # A tool is code Kiwi runs, in a place only a human writes.
+                    raise KiwiError(
+                        "tools are pulled from the registry by a human, not by the agent",
+                        hint=f"ask the user to read it and run `kiwi pull {item_id} --type tool`",
+                    )
                 # The database work in a thread; the item store (SQLite) stays on this one.
                 bundle, entry = await anyio.to_thread.run_sync(
                     lambda: _fetch_from_registry(item_type, item_id, version)

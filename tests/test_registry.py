@@ -246,7 +246,8 @@ def test_row_level_security_keeps_each_publisher_to_its_namespace(alice, postgre
             carol.execute("insert into directives (id, namespace) values ('mine', 'alice')")
     # Through Kiwi, bob gets a clear answer.
     with Registry(as_role(postgres, "bob")) as registry:
-        bundle = bundle_from_path(project / ".ai" / "directives" / f"{name}.md", "2.0.0")
+        bundle = bundle_from_path(project / ".ai" / "directives" / f"{name}.md")
+        bundle.version = "2.0.0"
         with pytest.raises(RegistryConflict, match="belongs to the namespace 'alice', not 'bob'"):
             registry.publish(bundle, signer="bob-key", bundle_signature="x")
 

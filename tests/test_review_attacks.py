@@ -54,13 +54,6 @@ def fresh_project(tmp_path: Path, monkeypatch, capsys, name: str = "other") -> P
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: a pulled tool whose id names a local folder that is not a tool (a category folder, "
-    ".ai/tools/lib) replaces that folder and deletes everything in it, without --replace "
-    "(kiwi/registry/local.py _write: target.exists() -> os.replace + rmtree; _existing_path only "
-    "asks the index, which skips lib/ and category folders)",
-)
 def test_attack_pulling_a_tool_named_like_a_local_category_folder_deletes_the_local_tools(
     alice, postgres, project, tmp_path, monkeypatch, capsys
 ):
@@ -86,12 +79,6 @@ def test_attack_pulling_a_tool_named_like_a_local_category_folder_deletes_the_lo
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: an agent's load(source='registry') of a tool with id 'lib' replaces .ai/tools/lib/ (the "
-    "shared code every python tool imports) with the publisher's files: local code deleted, the "
-    "publisher's modules on every trusted tool's import path (kiwi/registry/local.py target_of/_write)",
-)
 async def test_attack_an_agent_pull_of_a_tool_named_lib_replaces_the_shared_tool_code(
     alice, postgres, project, tmp_path, monkeypatch, capsys
 ):
@@ -113,13 +100,6 @@ async def test_attack_an_agent_pull_of_a_tool_named_lib_replaces_the_shared_tool
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: a pulled tool's files may hold a nested tool.yaml; it is indexed as another tool id and "
-    "ItemStore.find (load, validate, what the agent reads) resolves that id to it instead of the project's "
-    "own tool; a run's local_tools() still takes the first indexed, so which one runs depends on index "
-    "order (no conflict or identity check on nested manifests; kiwi/registry/local.py _write)",
-)
 def test_attack_a_pulled_tool_plants_a_nested_manifest_that_shadows_a_local_tool(
     alice, postgres, project, tmp_path, monkeypatch, capsys
 ):
@@ -147,12 +127,6 @@ def test_attack_a_pulled_tool_plants_a_nested_manifest_that_shadows_a_local_tool
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: a tool file named 'tool.yaml' in tool_version_files overwrites the manifest the identity "
-    "check read: what lands on disk is not the main file the registry shows and checks "
-    "(kiwi/registry/local.py _write: {'tool.yaml': main, **files})",
-)
 def test_attack_a_tool_file_named_tool_yaml_replaces_the_checked_manifest(
     alice, postgres, project, tmp_path, monkeypatch, capsys
 ):
@@ -182,10 +156,11 @@ def test_defence_a_category_in_a_row_cannot_put_a_pull_outside_the_items_folder(
         ).read_text()
         publish_raw(postgres, "alice", Bundle("directive", name, "1.0.0", text, category=category), alice)
         other = fresh_project(tmp_path, monkeypatch, capsys, unique("p"))
-        assert kiwi(["pull", name]) == 1
-        assert "would leave the items folder" in capsys.readouterr().err
+        # The row's category is ignored: where a pull lands comes from the signed file (category tests).
+        assert kiwi(["pull", name, "--json"]) == 0
+        landed = Path(json.loads(capsys.readouterr().out)["path"])
+        assert landed == other / ".ai" / "directives" / "tests" / f"{name}.md"
         assert not Path("/tmp/abs").exists() or not (Path("/tmp/abs") / f"{name}.md").exists()
-        assert not (other / ".ai" / "directives" / f"{name}.md").exists()
 
 
 # ====================================================================== registry: row-level security
@@ -274,13 +249,6 @@ def test_attack_a_reader_inflates_download_counts_without_pulling(alice, postgre
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: execute(action='publish', parameters={'version': ...}) publishes a human-signed "
-    "directive under any version the agent picks (not the one the human signed); the registry keeps "
-    "it, every pull of the latest is then refused and the human can no longer publish a lower "
-    "version (kiwi/registry/local.py bundle_from_path: version overrides the item's own, unchecked)",
-)
 async def test_attack_an_agent_publishes_a_signed_directive_under_a_version_it_picks(
     alice, postgres, project, tmp_path, monkeypatch, capsys
 ):
@@ -554,14 +522,6 @@ async def test_attack_an_empty_bind_host_serves_mcp_on_every_interface_without_a
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (high): a pull writes into the protected .ai/tools without any grant; a registry row's "
-    "category is not signed and is used as the folder, so tool 'json' with category 'lib' lands in "
-    ".ai/tools/lib/json/, which is on PYTHONPATH (before the stdlib) of every python tool: the "
-    "publisher's code runs inside the user's own trusted tools (kiwi/registry/local.py target_of, "
-    "activities/commands.py PYTHONPATH=lib)",
-)
 async def test_attack_a_pulled_tool_in_category_lib_runs_inside_every_python_tool(
     alice, postgres, runs, project, tmp_path, capsys
 ):
@@ -584,12 +544,6 @@ async def test_attack_a_pulled_tool_in_category_lib_runs_inside_every_python_too
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: a pull into the project checks only the project space for an item of that id; the user's "
-    "own tool of that id in ~/.ai is then shadowed by the registry's (the project space comes first), "
-    "with no --replace (kiwi/registry/local.py _existing_path(source=location))",
-)
 def test_attack_a_pull_shadows_the_users_own_tool_of_the_same_id(
     alice, postgres, project, tmp_path, monkeypatch, capsys
 ):
@@ -609,13 +563,6 @@ def test_attack_a_pull_shadows_the_users_own_tool_of_the_same_id(
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (high): end to end, an agent's load(source='registry') of a tool whose id is one of the "
-    "user's own tools in ~/.ai writes the publisher's copy into the project, which comes first: the next "
-    "call of that tool in a run of the user's signed directive runs the publisher's code (local tools need "
-    "no signature) (kiwi/registry/local.py _existing_path(source=location))",
-)
 async def test_attack_an_agent_load_from_the_registry_takes_over_a_users_tool_in_a_run(
     alice, postgres, runs, project, tmp_path
 ):
@@ -642,13 +589,6 @@ async def test_attack_an_agent_load_from_the_registry_takes_over_a_users_tool_in
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (medium): execute(action='publish') of a human-signed tool publishes every file of its "
-    "folder, dotfiles included: a tool's .env (its credentials) goes to every reader of the shared registry, "
-    "at the agent's request (kiwi/registry/local.py _tool_files skips only __pycache__/.git/.venv/"
-    "node_modules and *.pyc)",
-)
 async def test_attack_an_agent_publishes_a_tools_dotenv_to_the_registry(alice, postgres, project):
     from mcp.client import Client
     from mcp.client.stdio import StdioServerParameters

@@ -4,6 +4,7 @@ written into the project or user space (never over a local item silently, a tool
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -63,6 +64,11 @@ def bundle_from_path(path: Path, version: str | None = None) -> Bundle:
         assert isinstance(parsed, KnowledgeEntry)
         item_id, item_version = parsed.zettel_id, str(parsed.extra.get("version", ""))
         description, category, tags = parsed.title, parsed.category, parsed.tags
+    if version and item_version and version != item_version and kind != "knowledge":
+        raise InputInvalid(
+            f"{kind} '{item_id}' is signed as version {item_version}, not {version}",
+            hint="change the version inside the item and sign it again (a version is what was signed)",
+        )
     item_version = version or item_version
     if not item_version:
         raise InputInvalid(
@@ -75,8 +81,14 @@ def bundle_from_path(path: Path, version: str | None = None) -> Bundle:
 def _tool_files(folder: Path) -> dict[str, str]:
     files: dict[str, str] = {}
     for root, dirs, names in os.walk(folder, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED and not (Path(root) / d).is_symlink())
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if d not in SKIPPED and not d.startswith(".") and not (Path(root) / d).is_symlink()
+        )
         for name in sorted(names):
+            if name.startswith("."):
+                continue  # .env and friends stay home
             file = Path(root) / name
             rel = file.relative_to(folder).as_posix()
             if rel == "tool.yaml" or name.endswith((".pyc", ".pyo")):
@@ -152,10 +164,27 @@ def check_identity(bundle: Bundle) -> None:
         )
     if isinstance(parsed, Directive):
         found = (parsed.name, parsed.version)
+        category = parsed.metadata.category
     elif isinstance(parsed, ToolManifest):
         found = (parsed.tool_id, parsed.version)
+        category = parsed.category
     else:
         found = (parsed.zettel_id, bundle.version)
+        category = parsed.category
+    # Where it lands comes from the signed file, never from the row.
+    bundle.category = category
+    if bundle.kind == "tool":
+        for rel in bundle.files:
+            name = rel.rsplit("/", 1)[-1]
+            manifest_like = name.endswith((".yaml", ".yml")) and re.search(
+                r"^tool_id\s*:", bundle.files[rel], re.MULTILINE
+            )
+            if name == "tool.yaml" or manifest_like or any(part.startswith(".") for part in rel.split("/")):
+                raise RegistryRefused(
+                    f"tool '{bundle.item_id}' {bundle.version} carries the file {rel}, which a tool may not "
+                    "(a second manifest, or a hidden file): refused",
+                    hint="tell the registry's administrator",
+                )
     if found != (bundle.item_id, bundle.version):
         raise RegistryRefused(
             f"the registry's {bundle.kind} '{bundle.item_id}' {bundle.version} holds "
@@ -184,11 +213,38 @@ def write_pulled(
 
 
 def _write(store: ItemStore, bundle: Bundle, target: Path, location: str, replace: bool) -> Path:
+    elsewhere = _existing_anywhere(store, bundle, location)
     existing = _existing_path(store, bundle, location)
-    if existing is not None and not replace:
+    if elsewhere and not replace:
+        where = "; ".join(f"{source} space at {path}" for source, path in elsewhere)
         raise RegistryConflict(
-            f"{bundle.kind} '{bundle.item_id}' is already in the {location} space at {existing}",
-            hint="pass --replace to overwrite it with the registry's version (your copy is not kept)",
+            f"{bundle.kind} '{bundle.item_id}' is already in the {where}",
+            hint="pass --replace to take the registry's version (the copy in this space is not kept; a copy "
+            "in your user space would be shadowed by the project's)",
+        )
+    if bundle.kind == "tool":
+        tools = store.spaces[location] / "tools"
+        relative = target.relative_to(tools).parts
+        if "lib" in relative or any(part.startswith(".") for part in relative):
+            raise RegistryRefused(
+                f"a tool cannot be pulled into {target}: lib/ folders hold the code local tools import",
+                hint="the tool's category or id names a lib folder; tell its publisher",
+            )
+        # Never inside another tool, never over a folder that is not this very tool.
+        for parent in target.parents:
+            if parent == tools:
+                break
+            if (parent / "tool.yaml").exists():
+                raise RegistryRefused(f"a tool cannot be pulled into another tool's folder ({parent})")
+        own = existing is not None and existing.parent == target
+        if target.exists() and not own:
+            raise RegistryConflict(
+                f"{target} exists and is not tool '{bundle.item_id}': nothing was written",
+                hint="move that folder, or ask the publisher for another category",
+            )
+    elif target.exists() and existing != target:
+        raise RegistryConflict(
+            f"{target} exists and is not {bundle.kind} '{bundle.item_id}': nothing was written"
         )
     if existing is not None and existing != (target / "tool.yaml" if bundle.kind == "tool" else target):
         _remove(existing if bundle.kind != "tool" else existing.parent)
@@ -218,6 +274,17 @@ def _write(store: ItemStore, bundle: Bundle, target: Path, location: str, replac
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return target / "tool.yaml"
+
+
+def _existing_anywhere(store: ItemStore, bundle: Bundle, location: str) -> list[tuple[str, Path]]:
+    """The items of this id a pull would replace or shadow: never silently."""
+    found = []
+    # The target space, and the user space under a project pull (the project's copy would shadow it).
+    for source in [location] + (["user"] if location == "project" and "user" in store.spaces else []):
+        path = _existing_path(store, bundle, source)
+        if path is not None:
+            found.append((source, path))
+    return found
 
 
 def _existing_path(store: ItemStore, bundle: Bundle, location: str) -> Path | None:

@@ -66,22 +66,27 @@ create table if not exists tool_version_files (
 );
 
 -- The namespace of the role running the statement, and the owner of an item id.
+-- Every name in these functions is schema-qualified and their search_path is fixed, so a role cannot
+-- shadow kiwi_publishers (or any table here) with a temporary table of its own to pass the policies.
 create or replace function kiwi_my_namespace() returns text
-    language sql stable as $$ select namespace from kiwi_publishers where role_name = current_user $$;
+    language sql stable set search_path = pg_catalog, public as $$
+    select namespace from public.kiwi_publishers where role_name = current_user $$;
 
 create or replace function kiwi_item_namespace(kind text, item text) returns text
-    language sql stable as $$
+    language sql stable set search_path = pg_catalog, public as $$
     select case kind
-        when 'directive' then (select namespace from directives where id = item)
-        when 'tool' then (select namespace from tools where id = item)
-        when 'knowledge' then (select namespace from knowledge where id = item)
+        when 'directive' then (select namespace from public.directives where id = item)
+        when 'tool' then (select namespace from public.tools where id = item)
+        when 'knowledge' then (select namespace from public.knowledge where id = item)
     end $$;
 
 -- A pull counts a download without giving readers the right to update rows.
 create or replace function kiwi_count_download(kind text, item text, ver text) returns void
-    language sql security definer set search_path = public as $$
-    update item_versions set downloads = downloads + 1
+    language sql security definer set search_path = pg_catalog, public as $$
+    update public.item_versions set downloads = downloads + 1
     where item_type = kind and item_id = item and version = ver $$;
+revoke execute on function kiwi_my_namespace(), kiwi_item_namespace(text, text),
+    kiwi_count_download(text, text, text) from public;
 
 -- Roles: everyone reads; publishers insert under their own namespace and yank their own versions.
 do $$ begin
@@ -91,7 +96,11 @@ end $$;
 grant kiwi_reader to kiwi_publisher;
 grant select on kiwi_publishers, directives, tools, knowledge, item_versions, tool_version_files to kiwi_reader;
 grant execute on function kiwi_my_namespace(), kiwi_item_namespace(text, text), kiwi_count_download(text, text, text) to kiwi_reader;
-grant insert on directives, tools, knowledge, item_versions, tool_version_files to kiwi_publisher;
+grant insert (id, namespace) on directives, tools, knowledge to kiwi_publisher;
+-- Content columns only: downloads, yanked and published_at keep their defaults.
+grant insert (item_type, item_id, version, version_order, namespace, description, category, tags, content,
+    content_hash, bundle_signature, signer, size_bytes) on item_versions to kiwi_publisher;
+grant insert on tool_version_files to kiwi_publisher;
 grant update (yanked) on item_versions to kiwi_publisher;
 
 alter table kiwi_publishers enable row level security;
