@@ -474,7 +474,7 @@ async def test_a_run_of_a_pulled_directive_records_where_it_came_from(
     status = await runs.status(run_id)
     provenance = status.trust.provenance
     assert (provenance["registry"], provenance["namespace"], provenance["version"]) == (
-        "postgresql://alice:***@/postgres?host=" + provenance["registry"].split("host=")[1],
+        "postgresql://alice@/postgres?host=" + provenance["registry"].split("host=")[1],
         "alice",
         "2.0.0",
     )

@@ -615,13 +615,6 @@ async def test_attack_an_agent_publishes_a_tools_dotenv_to_the_registry(alice, p
 # ====================================================================== the registry's credentials
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (medium): describe_url masks only a URI's user:password@; a libpq key=value string "
-    "(password=...) or a URI's ?password= is shown whole in errors, and the agent reads them in "
-    "search's registry_unavailable (kiwi/registry/__init__.py describe_url; kiwi/registry/embedded.py "
-    "search_registry)",
-)
 async def test_attack_the_registry_password_reaches_the_agent_in_an_error(project, monkeypatch):
     from mcp.client import Client
     from mcp.client.stdio import StdioServerParameters
@@ -654,13 +647,6 @@ async def test_attack_the_registry_password_reaches_the_agent_in_an_error(projec
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (high): kiwi_my_namespace() and kiwi_item_namespace() name their tables without a schema "
-    "and have no SET search_path, and pg_temp is searched first for tables: a publisher creates temp "
-    "tables kiwi_publishers/tools that say it is 'alice', and the RLS policies then let it yank alice's "
-    "versions, add files to them and insert versions under her namespace (migrations/0001_registry.sql)",
-)
 def test_attack_rls_bypass_by_shadowing_the_policy_tables_with_temp_tables(alice, postgres, project):
     name = unique("victim")
     publish_raw(
@@ -672,7 +658,8 @@ def test_attack_rls_bypass_by_shadowing_the_policy_tables_with_temp_tables(alice
     with psycopg.connect(as_role(postgres, "bob"), autocommit=True) as bob:
         bob.execute("create temp table kiwi_publishers (namespace text, role_name text)")
         bob.execute("insert into kiwi_publishers values ('alice', 'bob')")
-        assert bob.execute("select kiwi_my_namespace()").fetchone()[0] == "alice"
+        # The policy functions read public.kiwi_publishers whatever bob's temp tables are called.
+        assert bob.execute("select kiwi_my_namespace()").fetchone()[0] == "bob"
         with contextlib.suppress(psycopg.Error):
             if bob.execute("update item_versions set yanked = true where item_id = %s", (name,)).rowcount:
                 done.append("yanked alice's version")

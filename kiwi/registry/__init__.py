@@ -89,9 +89,52 @@ def registry_url() -> str:
     return os.environ.get(URL_VARIABLE, "").strip()
 
 
+def _passwords(url: str) -> list[str]:
+    """Every spelling of the password a connection string may hold (URI userinfo, ?password=, key=value)."""
+    found = []
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        value = conninfo_to_dict(url).get("password")
+        if value:
+            found.append(str(value))
+    except Exception:  # noqa: BLE001 - an unparsable string still goes through the patterns below
+        pass
+    userinfo = re.match(r"^[a-z]+://([^/?#]*)@", url)
+    if userinfo and ":" in userinfo.group(1):
+        found.append(userinfo.group(1).split(":", 1)[1])
+    found += re.findall(r"password=([^&\s]+)", url)
+    return sorted({p for p in found if p}, key=len, reverse=True)
+
+
+def scrub_password(text: str, url: str) -> str:
+    for secret in _passwords(url):
+        text = text.replace(secret, "***")
+        for part in re.split(r"[@:/?&=\s]+", secret):
+            if len(part) >= 4:
+                text = text.replace(part, "***")
+    return text
+
+
 def describe_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+    """The URL without its password, for messages: rebuilt from its parts when it parses."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        parts = conninfo_to_dict(url)
+    except Exception:  # noqa: BLE001 - say nothing of a string that does not parse
+        return "the registry database (its connection string does not parse)"
+    host = parts.get("host", "")
+    where = f"{host}:{parts['port']}" if parts.get("port") else host
+    user = (
+        f"{parts['user']}:***@"
+        if parts.get("password") and parts.get("user")
+        else (f"{parts['user']}@" if parts.get("user") else "")
+    )
+    shown = f"postgresql://{user}{where if not str(host).startswith('/') else ''}/{parts.get('dbname', '')}"
+    if str(host).startswith("/"):
+        shown += f"?host={host}"
+    return scrub_password(shown, url)
 
 
 class Registry:
@@ -110,7 +153,8 @@ class Registry:
             psycopg.connect(url, connect_timeout=5).close()
         except Exception as exc:  # noqa: BLE001 - psycopg's connection errors have many types
             raise RegistryUnavailable(
-                f"cannot reach the registry at {describe_url(url)}: {str(exc).strip().splitlines()[0][:200]}",
+                f"cannot reach the registry at {describe_url(url)}: "
+                + scrub_password(str(exc).strip().splitlines()[0][:200], url),
                 hint=f"check {URL_VARIABLE}, or unset it to use the local registry `kiwi dev` starts",
             ) from None
         self.pool = ConnectionPool(
@@ -150,7 +194,8 @@ class Registry:
             ) from None
         except psycopg.OperationalError as exc:
             raise RegistryUnavailable(
-                f"the registry at {describe_url(self.url)} is unavailable: {str(exc).strip()[:200]}",
+                f"the registry at {describe_url(self.url)} is unavailable: "
+                + scrub_password(str(exc).strip()[:200], self.url),
                 hint=f"check {URL_VARIABLE} or start the local one with `kiwi dev`",
             ) from None
 
