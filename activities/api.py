@@ -78,6 +78,8 @@ class ApiToolActivities:
             request = _build(executor, {**defaults, **req.params}, secrets)
         except KeyError as exc:
             raise ToolFailed.error(f"api tool '{tool.tool_id}': parameter {exc} has no value") from None
+        except ValueError as exc:
+            raise ToolFailed.error(f"api tool '{tool.tool_id}': {exc}") from None
         remember_secrets(secrets.used)
         try:
             status, body = await _heartbeating(self._send(tool.tool_id, executor, request, req))

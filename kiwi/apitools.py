@@ -156,6 +156,10 @@ def fill(
         else:
             value = params[match.group(2)]
             value = value if isinstance(value, str) else _text(value)
+        if encode and value in (".", ".."):
+            # A dot segment survives percent-encoding and URL parsers remove it: the request would leave
+            # the path the manifest names.
+            raise ValueError(f"parameter {match.group(2)!r} is {value!r}, which would change the URL's path")
         return quote(value, safe="") if encode else value
 
     return PLACEHOLDER.sub(one, text)

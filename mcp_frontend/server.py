@@ -925,7 +925,8 @@ def _guidance(topic: str, store: ItemStore) -> str:
 
 
 def _is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
+    # "" (and 0.0.0.0, ::) bind every interface: not loopback.
+    if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -973,14 +974,19 @@ def http_app(
     a load balancer can answer one client's requests in turn (the run state lives in Temporal anyway).
     """
     token = os.environ.get("KIWI_MCP_TOKEN", "")
-    if not _is_loopback(host) and not token:
-        raise KiwiError(
-            f"refusing to serve MCP on {host} without a token",
-            hint="set KIWI_MCP_TOKEN, or bind to 127.0.0.1",
-        )
-    hosts = ["127.0.0.1", "localhost", "[::1]"] if _is_loopback(host) else [host]
     # Behind a proxy or a Service the Host header is the name clients use, not the bind address.
     public = [name.strip() for name in os.environ.get(ALLOWED_HOSTS_ENV, "").split(",") if name.strip()]
+    if not token and (not _is_loopback(host) or public):
+        # Names for a proxy mean clients from elsewhere: a loopback bind behind a proxy is no protection.
+        why = (
+            f"on {host or 'every interface'}" if not _is_loopback(host) else f"for {ALLOWED_HOSTS_ENV} names"
+        )
+        raise KiwiError(
+            f"refusing to serve MCP {why} without a token",
+            hint="set KIWI_MCP_TOKEN (clients send it as Authorization: Bearer), or bind to 127.0.0.1 "
+            f"without {ALLOWED_HOSTS_ENV}",
+        )
+    hosts = ["127.0.0.1", "localhost", "[::1]"] if _is_loopback(host) else [host]
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=[f"{h}:{port}" for h in hosts] + hosts + public,

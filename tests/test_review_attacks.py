@@ -306,12 +306,6 @@ async def test_defence_url_forms_of_loopback_do_not_pass_a_grant_by_name(runs, p
         assert api.requests == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: a '..' parameter value is not encoded (quote leaves dots) and httpx removes dot "
-    "segments, so an agent moves the request to another path of the granted host with the tool's "
-    "credentials, e.g. /items/{id} -> / (kiwi/apitools.py fill(encode=True))",
-)
 async def test_attack_a_dot_dot_parameter_leaves_the_manifests_path(runs, project, monkeypatch):
     with Api() as api:
         monkeypatch.setenv("KIWI_TEST_API_TOKEN", TOKEN)
@@ -483,12 +477,6 @@ async def test_defence_health_routes_need_no_token_say_nothing_and_lead_nowhere(
         await task
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: `kiwi mcp --http --host ''` counts '' as loopback, so no KIWI_MCP_TOKEN is required, "
-    "but uvicorn binds '' to every interface: the MCP front end is open to the network without a "
-    "token (a client only sends Host: 127.0.0.1:PORT) (mcp_frontend/server.py _is_loopback)",
-)
 async def test_attack_an_empty_bind_host_serves_mcp_on_every_interface_without_a_token(project, monkeypatch):
     import httpx
 
@@ -680,12 +668,6 @@ def test_attack_rls_bypass_by_shadowing_the_policy_tables_with_temp_tables(alice
     assert done == [], done
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (medium): a loopback bind needs no token even with KIWI_MCP_ALLOWED_HOSTS set, the very "
-    "setting that says the front end is reached through a proxy or Service under a public name: behind "
-    "a reverse proxy on the same machine, /mcp answers anyone (mcp_frontend/server.py http_app)",
-)
 async def test_attack_a_proxied_loopback_front_end_needs_no_token(project, monkeypatch):
     import httpx
 

@@ -52,7 +52,19 @@ class RoundRobin(httpx2.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-async def start_front_end(address: str, queue: str, project, port: int) -> asyncio.subprocess.Process:
+TOKEN = "scale-out-token"
+
+
+async def start_front_end(
+    address: str, queue: str, project, port: int, *, proxied: bool = True
+) -> asyncio.subprocess.Process:
+    # Names for a proxy need a token (a loopback bind behind a proxy protects nothing); clients that
+    # reach the front ends directly on loopback need neither.
+    env = (
+        {**os.environ, "KIWI_MCP_ALLOWED_HOSTS": PUBLIC, "KIWI_MCP_TOKEN": TOKEN}
+        if proxied
+        else dict(os.environ)
+    )
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -67,7 +79,7 @@ async def start_front_end(address: str, queue: str, project, port: int) -> async
         "--task-queue",
         queue,
         cwd=str(project),
-        env={**os.environ, "KIWI_MCP_ALLOWED_HOSTS": PUBLIC},
+        env=env,
         start_new_session=True,
         stderr=asyncio.subprocess.DEVNULL,
     )
@@ -92,7 +104,11 @@ async def test_one_client_through_two_stateless_front_ends_completes_its_run(
     fronts = [await start_front_end(address, runs.task_queue, project, port) for port in ports]
     balancer = RoundRobin(ports)
     try:
-        http = httpx2.AsyncClient(transport=balancer, timeout=httpx2.Timeout(30, read=120))
+        http = httpx2.AsyncClient(
+            transport=balancer,
+            timeout=httpx2.Timeout(30, read=120),
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
         async with (
             http,
             Client(streamable_http_client(f"http://{PUBLIC}/mcp", http_client=http), mode=mode) as client,
@@ -185,7 +201,7 @@ async def test_a_call_whose_front_end_dies_mid_call_is_sent_again_through_anothe
     )
     address = temporal_env.client.service_client.config.target_host
     ports = [free_port(), free_port()]
-    fronts = [await start_front_end(address, runs.task_queue, project, port) for port in ports]
+    fronts = [await start_front_end(address, runs.task_queue, project, port, proxied=False) for port in ports]
     urls = [f"http://127.0.0.1:{port}/mcp" for port in ports]
     log = project / "calls.log"
     call = {
