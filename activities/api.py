@@ -251,8 +251,20 @@ def _followed(request: httpx.Request, response: httpx.Response) -> httpx.Request
         request.url.port,
     )
     if not same_origin:
-        headers.pop("Authorization", None)
+        # Another origin (or http after https) gets none of the manifest's headers: any of them may carry
+        # a secret (X-Api-Key: ${TOKEN}), not only Authorization.
+        headers = httpx.Headers({k: v for k, v in headers.items() if k.lower() in SAFE_ON_REDIRECT})
     return httpx.Request(following.method, target, headers=headers, stream=following.stream)
+
+
+SAFE_ON_REDIRECT = {
+    "accept",
+    "accept-encoding",
+    "accept-language",
+    "user-agent",
+    "content-type",
+    "content-length",
+}
 
 
 async def _read_capped(response: httpx.Response, cap: int, tool_id: str) -> bytes:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -586,14 +587,20 @@ class RunClient:
     ) -> ToolCallResult:
         """A tool call that answers ``pending`` (with a call id to poll) if it takes longer than ``wait_seconds``.
 
-        With ``idempotency_key`` the call's id (its Workflow Update id) comes from the run and the key, so
+        With ``idempotency_key`` the call's id (its Workflow Update id) comes from the run, the key, the tool
+        and its arguments, so
         sending the same call again, from this front end or another after one died mid-call, joins the
         call already made (Temporal deduplicates updates by id) instead of calling the tool again.
         """
         if (refused := _unsendable(tool, arguments)) is not None:
             return refused
+        # The key is bound to the call itself: the same key with another tool or other arguments is
+        # another call, never the earlier call's answer.
         call_id = (
-            "call-" + hashlib.sha256(f"{run_id}\0{idempotency_key}".encode()).hexdigest()[:32]
+            "call-"
+            + hashlib.sha256(
+                f"{run_id}\0{idempotency_key}\0{tool}\0{json.dumps(arguments, sort_keys=True, default=str)}".encode()
+            ).hexdigest()[:32]
             if idempotency_key
             else uuid.uuid4().hex
         )

@@ -325,11 +325,6 @@ async def test_attack_a_dot_dot_parameter_leaves_the_manifests_path(runs, projec
         assert all(p.startswith("/items/") for p in paths), paths
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: on a cross-origin redirect only Authorization is dropped; a secret in any other header "
-    "(X-Api-Key: ${NAME}) is sent to the redirect's host (activities/api.py _followed)",
-)
 async def test_attack_a_redirect_carries_a_secret_header_to_another_host(runs, project, monkeypatch):
     with Api() as api, Api() as elsewhere:
         monkeypatch.setenv("KIWI_TEST_API_TOKEN", TOKEN)
@@ -351,13 +346,6 @@ async def test_attack_a_redirect_carries_a_secret_header_to_another_host(runs, p
 # ====================================================================== the front end: idempotency keys
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (low): a tool call's idempotency key is not bound to the call: the same key with another "
-    "tool's arguments answers with the earlier call's result (call id = sha256(run_id, key) only; "
-    "kiwi/runs.py call_tool_waiting). Run ids are listable by any client, so this leaks nothing new, "
-    "but a client reusing a key gets an answer to a call it did not make",
-)
 async def test_attack_reusing_an_idempotency_key_with_other_arguments_gets_the_earlier_answer(
     runs, project, monkeypatch
 ):
