@@ -386,3 +386,27 @@ class OtlpReceiver:
     def __exit__(self, *exc: Any) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+async def kiwi_worker(address: str, queue: str, *extra: str) -> asyncio.subprocess.Process:
+    """`kiwi worker` as a process (and process group) of its own; returns once it printed its first line.
+    Its stderr is discarded, so a chatty worker never blocks on a full pipe."""
+    import sys
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "worker",
+        "--address",
+        address,
+        "--task-queue",
+        queue,
+        *extra,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    assert b"kiwi worker" in line, f"kiwi worker did not start: {line!r} (exit code {proc.returncode})"
+    return proc

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -21,7 +20,7 @@ from kiwi.converter import data_converter
 from kiwi.devserver import DevServer, free_port
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
-from tests.helpers import awaiting_step, directive_md, write, write_directive
+from tests.helpers import awaiting_step, directive_md, kiwi_worker, write, write_directive
 from workers.main import SANDBOX, WORKFLOWS, build_worker
 from workflows.directive_run import HARDENED
 
@@ -53,37 +52,18 @@ def tick_project(project: Path) -> None:
     )
 
 
-async def start_worker_process(address: str, queue: str) -> asyncio.subprocess.Process:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kiwi",
-        "worker",
-        "--address",
-        address,
-        "--task-queue",
-        queue,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )
-    line = await asyncio.wait_for(proc.stdout.readline(), 60)
-    assert b"kiwi worker" in line, line
-    return proc
-
-
 async def test_kill_9_worker_mid_run_new_worker_finishes_without_repeating_steps(temporal_env, project):
     tick_project(project)
     address = temporal_env.client.service_client.config.target_host
     queue = f"kiwi-kill-{uuid.uuid4().hex[:8]}"
     runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
-    worker = await start_worker_process(address, queue)
+    worker = await kiwi_worker(address, queue)
     try:
         run_id = await runs.start("ticker", {})
         await awaiting_step(runs, run_id, "review")
         os.killpg(worker.pid, signal.SIGKILL)
         await worker.wait()
-        worker = await start_worker_process(address, queue)
+        worker = await kiwi_worker(address, queue)
         done = await asyncio.wait_for(runs.complete_step(run_id, "review", {"ok": True}), 60)
         assert done.next_step == "second"
         result = await runs.handle(run_id).result()

@@ -24,7 +24,7 @@ from temporalio.service import RPCError
 from kiwi.devserver import DevServer, free_port
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
-from tests.helpers import awaiting_step, directive_md, wait_for, write, write_directive
+from tests.helpers import awaiting_step, directive_md, kiwi_worker, wait_for, write, write_directive
 
 pytestmark = pytest.mark.temporal
 
@@ -63,27 +63,6 @@ def slow_project(project: Path) -> None:
     )
 
 
-async def start_worker(address: str, queue: str, *extra: str) -> asyncio.subprocess.Process:
-    """`kiwi worker` as a process of its own; returns once it printed its first line."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kiwi",
-        "worker",
-        "--address",
-        address,
-        "--task-queue",
-        queue,
-        *extra,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )
-    line = await asyncio.wait_for(proc.stdout.readline(), 60)
-    assert b"kiwi worker" in line, line + await proc.stderr.read()
-    return proc
-
-
 async def stop_process(proc: asyncio.subprocess.Process) -> None:
     if proc.returncode is None:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -106,7 +85,7 @@ async def test_sigterm_drains_the_running_activity_and_the_run_carries_on(tempor
     runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
     port = free_port()
     health = f"http://127.0.0.1:{port}"
-    worker = await start_worker(address, queue, "--drain-seconds", "60", "--health-port", str(port))
+    worker = await kiwi_worker(address, queue, "--drain-seconds", "60", "--health-port", str(port))
     successor = None
     try:
         await wait_for(lambda: _status_is(f"{health}/readyz", 200), timeout=60, what="worker ready")
@@ -130,7 +109,7 @@ async def test_sigterm_drains_the_running_activity_and_the_run_carries_on(tempor
         assert b"stopping; in-flight activities have 60s to finish" in out
         assert b"kiwi worker: stopped" in out
 
-        successor = await start_worker(address, queue)
+        successor = await kiwi_worker(address, queue)
         result = await asyncio.wait_for(runs.handle(run_id).result(), 90)
         assert result.outputs["first"]["result"] == {"done": "first"}
         assert result.outputs["second"]["result"] == {"done": "second"}
@@ -149,7 +128,7 @@ async def test_sigterm_drains_the_running_activity_and_the_run_carries_on(tempor
 async def test_worker_health_endpoints_on_loopback_reveal_nothing(temporal_env):
     address = temporal_env.client.service_client.config.target_host
     port = free_port()
-    worker = await start_worker(
+    worker = await kiwi_worker(
         address, f"kiwi-health-{uuid.uuid4().hex[:8]}", "--health-port", str(port), "--drain-seconds", "0"
     )
     try:
@@ -188,7 +167,7 @@ async def test_a_worker_is_not_ready_while_temporal_does_not_answer(tmp_path):
     await server.start()
     port = free_port()
     readyz = f"http://127.0.0.1:{port}/readyz"
-    worker = await start_worker(
+    worker = await kiwi_worker(
         server.address, "kiwi-outage", "--health-port", str(port), "--drain-seconds", "0"
     )
     try:
@@ -322,7 +301,7 @@ async def test_an_upgrade_with_worker_versioning_keeps_running_runs_on_their_bui
 
     async def start_build(build: str) -> None:
         port = free_port()
-        worker = await start_worker(
+        worker = await kiwi_worker(
             address, queue, "--deployment-name", deployment, "--build-id", build, "--health-port", str(port)
         )
         workers.append(worker)

@@ -36,6 +36,7 @@ from tests.helpers import (
     directive_md,
     kiwi_cli,
     kiwi_mcp_http,
+    kiwi_worker,
     wait_for,
     write,
     write_directive,
@@ -115,25 +116,6 @@ mcps:
     )
 
 
-async def start_worker(address: str, queue: str) -> asyncio.subprocess.Process:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kiwi",
-        "worker",
-        "--address",
-        address,
-        "--task-queue",
-        queue,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    line = await asyncio.wait_for(proc.stdout.readline(), 60)
-    assert b"kiwi worker" in line, line
-    return proc
-
-
 def stop(proc: asyncio.subprocess.Process) -> None:
     if proc.returncode is None:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -150,7 +132,7 @@ async def test_one_trace_from_the_agent_request_to_the_upstream_server(temporal_
         address = temporal_env.client.service_client.config.target_host
         queue = f"kiwi-otel-{uuid.uuid4().hex[:8]}"
         runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
-        worker = await start_worker(address, queue)
+        worker = await kiwi_worker(address, queue)
         try:
             async with (
                 kiwi_mcp_http(temporal_env, runs, project, free_port()) as (url, _),
@@ -324,7 +306,7 @@ async def test_a_worker_killed_mid_call_retries_the_activity_in_the_same_trace(
         queue = f"kiwi-otel-{uuid.uuid4().hex[:8]}"
         runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
         monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=first")
-        worker = await start_worker(address, queue)
+        worker = await kiwi_worker(address, queue)
         try:
             run_id = await runs.start("traced", {})
             await wait_for(lambda: _waits(runs, run_id), what="the run waiting for the agent", timeout=60)
@@ -361,7 +343,7 @@ async def test_a_worker_killed_mid_call_retries_the_activity_in_the_same_trace(
                 os.killpg(worker.pid, signal.SIGKILL)
                 await worker.wait()
                 monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=second")
-                worker = await start_worker(address, queue)
+                worker = await kiwi_worker(address, queue)
                 answer = data(await asyncio.wait_for(call, 120))
                 assert answer["status"] == "ok" and "call 2" in str(answer["result"]), answer
                 await wait_for(
