@@ -181,17 +181,27 @@ class RunWatches:
     @contextlib.asynccontextmanager
     async def watching(self, run_ids: list[str]) -> AsyncIterator[None]:
         for run_id in run_ids:
-            self._acquire(run_id)
+            await self._acquire(run_id)
         try:
             yield
         finally:
             for run_id in run_ids:
                 self._release(run_id)
 
-    def _acquire(self, run_id: str) -> None:
+    async def _acquire(self, run_id: str) -> None:
         self._counts[run_id] = self._counts.get(run_id, 0) + 1
         if run_id not in self._watchers or self._watchers[run_id].done():
-            self._watchers[run_id] = asyncio.create_task(self._watch(run_id), name=f"watch {run_id}")
+            # The state the subscriber is told about changes from is read before the subscription is
+            # answered: a change right after it (another client completing the step) is never the
+            # watcher's first sight, which it would take for the baseline and miss.
+            first = await self._seen(run_id)
+            self._watchers[run_id] = asyncio.create_task(self._watch(run_id, first), name=f"watch {run_id}")
+
+    async def _seen(self, run_id: str) -> str | None:
+        try:
+            return (await (await self.link.runs()).status(run_id)).model_dump_json()
+        except KiwiError:
+            return None
 
     def _release(self, run_id: str) -> None:
         self._counts[run_id] -= 1
@@ -210,7 +220,7 @@ class RunWatches:
             # Any session object of the connection sends on its standalone stream, after this request too.
             self._legacy[key] = ctx.session
             if run_id := _run_of(key[1]):
-                self._acquire(run_id)
+                await self._acquire(run_id)
         return EmptyResult()
 
     async def unsubscribe(
@@ -223,8 +233,7 @@ class RunWatches:
         if self._legacy.pop(key, None) is not None and (run_id := _run_of(key[1])):
             self._release(run_id)
 
-    async def _watch(self, run_id: str) -> None:
-        last: str | None = None
+    async def _watch(self, run_id: str, last: str | None = None) -> None:
         delay = FASTEST_POLL
         while True:
             try:
