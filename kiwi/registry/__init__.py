@@ -383,7 +383,8 @@ class Registry:
                 "where not yanked and (%(kind)s::text is null or item_type = %(kind)s) "
                 "and (%(q)s = '' or search @@ q.q)) "
                 "select l.item_type, l.item_id, l.version, l.description, l.category, l.tags, l.namespace, "
-                "l.signer, l.downloads, ts_rank(l.search, q.q) as rank from m cross join lateral "
+                "l.signer, (select count(*) from kiwi_downloads d where d.item_type = l.item_type "
+                "and d.item_id = l.item_id) as downloads, ts_rank(l.search, q.q) as rank from m cross join lateral "
                 "(select * from item_versions v where v.item_type = m.item_type and v.item_id = m.item_id "
                 "and not v.yanked order by v.version_order desc limit 1) l, q "
                 "order by rank desc, l.item_id limit %(limit)s",
@@ -447,7 +448,10 @@ class Registry:
                 if kind == "tool"
                 else {}
             )
-            conn.execute("select kiwi_count_download(%s, %s, %s)", (kind, item_id, row[0]))
+            conn.execute(
+                "insert into kiwi_downloads (item_type, item_id, version) values (%s, %s, %s) on conflict do nothing",
+                (kind, item_id, row[0]),
+            )
         bundle = Bundle(kind, item_id, row[0], row[1], files, row[6], row[7], row[8].split())
         digest = bundle.digest()
         if digest != row[2]:

@@ -41,7 +41,6 @@ create table if not exists item_versions (
     signer text not null,
     size_bytes integer not null,
     yanked boolean not null default false,
-    downloads bigint not null default 0,
     published_at timestamptz not null default now(),
     search tsvector generated always as (
         setweight(to_tsvector('english', replace(replace(item_id, '_', ' '), '-', ' ')), 'A')
@@ -80,13 +79,19 @@ create or replace function kiwi_item_namespace(kind text, item text) returns tex
         when 'knowledge' then (select namespace from public.knowledge where id = item)
     end $$;
 
--- A pull counts a download without giving readers the right to update rows.
-create or replace function kiwi_count_download(kind text, item text, ver text) returns void
-    language sql security definer set search_path = pg_catalog, public as $$
-    update public.item_versions set downloads = downloads + 1
-    where item_type = kind and item_id = item and version = ver $$;
-revoke execute on function kiwi_my_namespace(), kiwi_item_namespace(text, text),
-    kiwi_count_download(text, text, text) from public;
+revoke execute on function kiwi_my_namespace(), kiwi_item_namespace(text, text) from public;
+
+-- Downloads: one row per version and role that pulled it (the role is the database's, not the caller's
+-- say), so a count is of distinct pullers and no reader can inflate it by calling anything again.
+create table if not exists kiwi_downloads (
+    item_type text not null,
+    item_id text not null,
+    version text not null,
+    role_name text not null default current_user,
+    downloaded_at timestamptz not null default now(),
+    primary key (item_type, item_id, version, role_name),
+    foreign key (item_type, item_id, version) references item_versions (item_type, item_id, version)
+);
 
 -- Roles: everyone reads; publishers insert under their own namespace and yank their own versions.
 do $$ begin
@@ -95,9 +100,11 @@ do $$ begin
 end $$;
 grant kiwi_reader to kiwi_publisher;
 grant select on kiwi_publishers, directives, tools, knowledge, item_versions, tool_version_files to kiwi_reader;
-grant execute on function kiwi_my_namespace(), kiwi_item_namespace(text, text), kiwi_count_download(text, text, text) to kiwi_reader;
+grant execute on function kiwi_my_namespace(), kiwi_item_namespace(text, text) to kiwi_reader;
+grant select on kiwi_downloads to kiwi_reader;
+grant insert (item_type, item_id, version) on kiwi_downloads to kiwi_reader;
 grant insert (id, namespace) on directives, tools, knowledge to kiwi_publisher;
--- Content columns only: downloads, yanked and published_at keep their defaults.
+-- Content columns only: yanked and published_at keep their defaults.
 grant insert (item_type, item_id, version, version_order, namespace, description, category, tags, content,
     content_hash, bundle_signature, signer, size_bytes) on item_versions to kiwi_publisher;
 grant insert on tool_version_files to kiwi_publisher;
@@ -109,6 +116,7 @@ alter table tools enable row level security;
 alter table knowledge enable row level security;
 alter table item_versions enable row level security;
 alter table tool_version_files enable row level security;
+alter table kiwi_downloads enable row level security;
 
 drop policy if exists read_all on kiwi_publishers;
 create policy read_all on kiwi_publishers for select using (true);
@@ -122,6 +130,10 @@ drop policy if exists read_all on item_versions;
 create policy read_all on item_versions for select using (true);
 drop policy if exists read_all on tool_version_files;
 create policy read_all on tool_version_files for select using (true);
+drop policy if exists read_all on kiwi_downloads;
+create policy read_all on kiwi_downloads for select using (true);
+drop policy if exists own_download on kiwi_downloads;
+create policy own_download on kiwi_downloads for insert with check (role_name = current_user);
 
 drop policy if exists own_namespace on directives;
 create policy own_namespace on directives for insert with check (namespace = kiwi_my_namespace());
