@@ -53,6 +53,18 @@ WORDS = [
 ]
 
 
+QUERIES = [
+    "deploy database",
+    "auth token",
+    "search index",
+    "backup restore metrics",
+    "email queue worker",
+    "render image",
+    "lint",
+    "release docs",
+]
+
+
 def generate(root: Path, count: int) -> None:
     ai = root / ".ai"
     for i in range(count):
@@ -101,16 +113,7 @@ def main() -> None:
         t0 = time.perf_counter()
         store.refresh()
         rescan = time.perf_counter() - t0
-        queries = [
-            "deploy database",
-            "auth token",
-            "search index",
-            "backup restore metrics",
-            "email queue worker",
-            "render image",
-            "lint",
-            "release docs",
-        ]
+        queries = QUERIES
         for q in queries:
             store.search(q, refresh=False)
         latencies = []

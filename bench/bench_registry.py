@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_items import generate  # noqa: E402
+from bench.bench_items import QUERIES, generate  # noqa: E402
 from bench.common import pct  # noqa: E402
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.keys import (  # noqa: E402
@@ -26,17 +26,6 @@ from kiwi.keys import (  # noqa: E402
 )
 from kiwi.registry import Bundle, Registry, bundle_message  # noqa: E402
 from kiwi.registry.embedded import start  # noqa: E402
-
-QUERIES = [
-    "deploy database",
-    "auth token",
-    "search index",
-    "backup restore metrics",
-    "email queue worker",
-    "render image",
-    "lint",
-    "release docs",
-]
 
 
 def main() -> None:

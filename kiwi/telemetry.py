@@ -180,14 +180,6 @@ def interceptors() -> list[Any]:
     return [KiwiTracingInterceptor()]
 
 
-def current_trace_id() -> str:
-    """The current trace id (32 hex digits), or "" outside a sampled trace."""
-    from opentelemetry import trace
-
-    context = trace.get_current_span().get_span_context()
-    return format(context.trace_id, "032x") if context.is_valid else ""
-
-
 def trace_url(trace_id: str) -> str:
     """Where an operator opens a trace: ``KIWI_TRACE_URL`` with ``{trace_id}`` (e.g. Jaeger's
     ``http://127.0.0.1:16686/trace/{trace_id}``), else ""."""

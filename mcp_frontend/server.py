@@ -417,15 +417,16 @@ def build_server(
             unavailable = ""
             if source in ("registry", "all"):
                 from kiwi.registry.embedded import search_registry
-                from kiwi.registry.local import mark_newer
+                from kiwi.registry.local import registry_results
 
-                remote, unavailable = await anyio.to_thread.run_sync(
-                    lambda: search_registry(query, item_type, limit, required=source == "registry")
-                )
-                mark_newer(store, remote)
-            if source == "registry" and unavailable:
-                raise KiwiError(
-                    f"registry unavailable: {unavailable}",
+                required = source == "registry"
+                # The database in a thread; the item store (SQLite) stays on this one.
+                remote, unavailable = registry_results(
+                    store,
+                    await anyio.to_thread.run_sync(
+                        lambda: search_registry(query, item_type, limit, required=required)
+                    ),
+                    required=required,
                     hint="search(source='all') still finds local items; a human checks KIWI_REGISTRY_URL",
                 )
             return SearchAnswer(

@@ -135,12 +135,10 @@ def test_attack_a_tool_file_named_tool_yaml_replaces_the_checked_manifest(
     landed = tool_yaml(unique("other_tool"), "7.7.7")
     publish_raw(postgres, "alice", Bundle("tool", name, "1.0.0", shown, {"tool.yaml": landed}), alice)
     fresh_project(tmp_path, monkeypatch, capsys)
-    code = kiwi(["pull", name, "--json"])
-    out = capsys.readouterr().out
-    if code == 0:
-        assert Path(json.loads(out)["path"]).read_text() == shown, (
-            "the written tool.yaml is not the checked one"
-        )
+    other = Path.cwd()
+    assert kiwi(["pull", name]) == 1
+    assert "carries the file tool.yaml, which a tool may not" in capsys.readouterr().err
+    assert not list((other / ".ai" / "tools").rglob(f"{name}*"))
 
 
 @pytest.mark.postgres

@@ -250,15 +250,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     unavailable = ""
     if args.source in ("registry", "all"):
         from kiwi.registry.embedded import search_registry
-        from kiwi.registry.local import mark_newer
+        from kiwi.registry.local import registry_results
 
-        remote, unavailable = search_registry(
-            args.query, args.type, args.limit, required=args.source == "registry"
-        )
-        mark_newer(store, remote)
-    if args.source == "registry" and unavailable:
-        raise KiwiError(
-            f"registry unavailable: {unavailable}",
+        required = args.source == "registry"
+        remote, unavailable = registry_results(
+            store,
+            search_registry(args.query, args.type, args.limit, required=required),
+            required=required,
             hint="check KIWI_REGISTRY_URL (unset, the local registry is used); local items: --source all",
         )
     data: dict[str, Any] = {"query": args.query, "results": [r.as_dict() for r in results] + remote}

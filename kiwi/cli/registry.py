@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kiwi.errors import InputInvalid, KiwiError
-from kiwi.registry import KINDS, RegistryRefused
+from kiwi.errors import InputInvalid
+from kiwi.registry import KINDS
 
 EXIT_OK = 0
 
@@ -39,22 +39,6 @@ def _split(ref: str) -> tuple[str, str | None]:
     return item_id, version or None
 
 
-def _fetch(registry: Any, kind: str | None, item_id: str, version: str | None) -> tuple[Any, dict[str, Any]]:
-    kinds = [kind] if kind else list(KINDS)
-    misses: list[str] = []
-    for each in kinds:
-        try:
-            return registry.fetch(each, item_id, version)
-        except RegistryRefused as exc:
-            if "in the registry" not in exc.message or "no " not in exc.message:
-                raise
-            misses.append(each)
-    raise RegistryRefused(
-        f"no {' / '.join(misses)} '{item_id}'{f' version {version}' if version else ''} in the registry",
-        hint=f"`kiwi search --source registry {item_id}` lists what is published",
-    )
-
-
 def cmd_pull(args: argparse.Namespace) -> int:
     from kiwi.items.store import ItemStore, find_project_root
     from kiwi.registry.embedded import registry_for_command
@@ -64,7 +48,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     item_id, version = _split(args.ref)
     store = ItemStore(find_project_root())
     with registry_for_command() as registry:
-        bundle, provenance = _fetch(registry, args.type, item_id, version)
+        bundle, provenance = registry.fetch(registry.kind_of(item_id, args.type), item_id, version)
         source = registry.label()
     path = write_pulled(
         store, bundle, location=args.to, replace=args.replace, provenance=lock_entry(source, provenance)
@@ -113,7 +97,7 @@ def cmd_registry(args: argparse.Namespace) -> int:
             item_id, version = _split(args.ref)
             if not version:
                 raise InputInvalid("yank needs a version", hint=f"write {item_id}@VERSION")
-            kind = args.type or _kind_of(registry, item_id)
+            kind = registry.kind_of(item_id, args.type)
             registry.yank(kind, item_id, version)
             _print({"yanked": f"{item_id}@{version}"}, args.json, f"yanked {kind} {item_id} {version}")
         elif args.registry_command == "add-publisher":
@@ -127,25 +111,6 @@ def cmd_registry(args: argparse.Namespace) -> int:
                 f"{args.role} publishes as {args.namespace} (key {args.key})",
             )
     return EXIT_OK
-
-
-def _kind_of(registry: Any, item_id: str) -> str:
-    found = [k for k in KINDS if registry.latest_versions(k, [item_id]) or _any_version(registry, k, item_id)]
-    if len(found) != 1:
-        raise KiwiError(
-            f"'{item_id}' is {'published as ' + ' and '.join(found) if found else 'not in the registry'}",
-            hint="say which with --type",
-        )
-    return found[0]
-
-
-def _any_version(registry: Any, kind: str, item_id: str) -> bool:
-    with registry._conn() as conn:
-        return bool(
-            conn.execute(
-                "select 1 from item_versions where item_type = %s and item_id = %s limit 1", (kind, item_id)
-            ).fetchone()
-        )
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:

@@ -407,6 +407,30 @@ class Registry:
             for r in rows
         ]
 
+    def kinds_of(self, item_id: str) -> list[str]:
+        """The item types published under ``item_id`` (any version, yanked ones too)."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                "select distinct item_type from item_versions where item_id = %s order by item_type",
+                (item_id,),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def kind_of(self, item_id: str, kind: str | None = None) -> str:
+        """``kind`` when given, else the one item type ``item_id`` is published as (an error naming the
+        choices when there are none or several)."""
+        if kind:
+            return kind
+        found = self.kinds_of(item_id)
+        if len(found) != 1:
+            raise RegistryRefused(
+                f"'{item_id}' is {'published as ' + ' and '.join(found) if found else 'not in the registry'}",
+                hint="say which with --type"
+                if found
+                else f"`kiwi search --source registry {item_id}` lists what is published",
+            )
+        return found[0]
+
     def latest_versions(self, kind: str, ids: list[str]) -> dict[str, str]:
         if not ids:
             return {}

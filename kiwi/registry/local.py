@@ -303,6 +303,19 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def registry_results(
+    store: ItemStore, searched: tuple[list[dict[str, Any]], str], *, required: bool, hint: str
+) -> tuple[list[dict[str, Any]], str]:
+    """A search's registry part (``search_registry``'s hits and why there are none): each hit marked
+    newer or not than the local copy; an unavailable registry is an error only when it was asked for
+    alone (``required``), else the reason travels beside the local results."""
+    hits, unavailable = searched
+    if required and unavailable:
+        raise KiwiError(f"registry unavailable: {unavailable}", hint=hint)
+    mark_newer(store, hits)
+    return hits, unavailable
+
+
 def mark_newer(store: ItemStore, hits: list[dict[str, Any]]) -> None:
     """Say on each registry hit whether a local item of that id exists, and whether it is older."""
     from kiwi.errors import ItemNotFound
