@@ -588,8 +588,7 @@ class RunClient:
         """A tool call that answers ``pending`` (with a call id to poll) if it takes longer than ``wait_seconds``.
 
         With ``idempotency_key`` the call's id (its Workflow Update id) comes from the run, the key, the tool
-        and its arguments, so
-        sending the same call again, from this front end or another after one died mid-call, joins the
+        and its arguments, so sending the same call again, from this front end or another after one died mid-call, joins the
         call already made (Temporal deduplicates updates by id) instead of calling the tool again.
         """
         if (refused := _unsendable(tool, arguments)) is not None:
