@@ -282,6 +282,9 @@ class RunState(BaseModel):
     cancel_reason: str = ""
     continued: int = 0
     recent_updates: dict[str, ToolCallResult] = Field(default_factory=dict)
+    # Update id -> call_seq of the agent's last calls, kept far longer than their results: a call
+    # Temporal delivers again after continue-as-new is answered, never run twice (see call_tool).
+    update_seqs: dict[str, int] = Field(default_factory=dict)
     children: list[ChildRecord] = Field(default_factory=list)
     held_from: str = ""
     hold_reason: str = ""

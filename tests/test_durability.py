@@ -22,7 +22,7 @@ from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
 from tests.helpers import awaiting_step, directive_md, kiwi_worker, write, write_directive
 from workers.main import SANDBOX, WORKFLOWS, build_worker
-from workflows.directive_run import HARDENED
+from workflows.directive_run import COMMIT_BEFORE_CONTINUE, HARDENED
 
 HISTORIES = Path(__file__).parent / "histories"
 TICK = """import pathlib
@@ -160,6 +160,32 @@ async def test_record_history(runs, project):
     target = HISTORIES / f"hello_kiwi-{HARDENED}.json"
     target.write_text(json.dumps(scrubbed, indent=1))
     assert str(project) not in target.read_text()
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_continued_history(runs, project):
+    """Record the first execution of a run that continues-as-new after two calls, so the way a run
+    hands over to its successor (tests/histories/hello_kiwi-continued-{patch id}.json) replays too."""
+    write(project / ".ai" / "config" / "agent_harness.yaml", "runs:\n  continue_as_new_after_updates: 2\n")
+    run_id = await runs.start("hello_kiwi", {"name": "Replay"})
+    await awaiting_step(runs, run_id, "confirm")
+    first = (await runs.handle(run_id).describe()).run_id
+    for _ in range(3):
+        await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})
+    assert (await runs.status(run_id)).continued >= 1
+    await runs.complete_step(run_id, "confirm", {"confirmed": True})
+    await runs.handle(run_id).result()
+    # The first execution (it hands over) and the last (it finishes after its limit was reached).
+    for handle, name in (
+        (runs.client.get_workflow_handle(run_id, run_id=first), "continued"),
+        (runs.handle(run_id), "continued-last"),
+    ):
+        history = json.loads((await handle.fetch_history()).to_json())
+        target = HISTORIES / f"hello_kiwi-{name}-{COMMIT_BEFORE_CONTINUE}.json"
+        target.write_text(json.dumps(_scrub(history, str(project), "/project"), indent=1))
+        assert str(project) not in target.read_text()
 
 
 def _scrub(node, old: str, new: str):

@@ -12,6 +12,7 @@ from activities.audit import read_audit
 from kiwi.contracts import ResumeRequest, session_workflow_id
 from kiwi.errors import InputInvalid, ItemNotFound, KiwiError, RunNotFound, RunStateConflict
 from tests.helpers import approver, directive_md, wait_for, write, write_directive
+from workflows.directive_run.options import RECENT_RESULTS
 
 
 async def awaiting(runs, run_id, step):
@@ -216,6 +217,46 @@ async def test_concurrent_callers_across_continue_as_new_each_call_runs_once(run
     assert status.calls == 2 + 24 * 4  # hello_kiwi's own write + read, then each agent call once
     written = sorted(p.name for p in (project / "notes").glob("c*.txt"))
     assert written == sorted(f"c{c}-{i}.txt" for c in range(24) for i in range(4))
+
+
+async def test_a_call_sent_again_long_after_it_ran_is_answered_not_run_again(runs, project):
+    # Temporal can deliver a finished call again to a later execution (temporalio/temporal#6375), as a
+    # client re-sending under the same update id does: after continue-as-new and more calls than the run
+    # keeps results for, the run still knows the call ran and answers with its number instead of running it.
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "runs:\n  continue_as_new_after_updates: 10\nloop_detection:\n  repeat_threshold: 1000\n"
+        "rate_limits:\n  filesystem.write: 1000\n",
+    )
+    run_id = await runs.start("hello_kiwi", {"name": "Flo"})
+    await awaiting(runs, run_id, "confirm")
+    args = {"path": "notes/once.txt", "content": "first"}
+    first = await runs.call_tool(run_id, "filesystem.write", args, update_id="resent-call")
+    assert first.status == "ok"
+    for i in range(RECENT_RESULTS + 5):
+        await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/n{i}.txt", "content": "x"})
+    (project / "notes" / "once.txt").write_text("changed since")
+    before = await runs.status(run_id)
+    assert before.continued >= 5
+
+    again = await runs.call_tool(run_id, "filesystem.write", args, update_id="resent-call")
+    assert again.status == "error" and again.error_type == "RunStateConflict"
+    assert f"already ran as call #{first.call_seq}" in again.reason
+    assert (await runs.status(run_id)).calls == before.calls
+    assert (project / "notes" / "once.txt").read_text() == "changed since"
+
+
+async def test_a_run_past_its_continue_as_new_limit_finishes_when_its_last_step_is_completed(runs, project):
+    # The run used to continue-as-new after its last step, waiting for complete_step to return, while
+    # complete_step waited for the run to finish: neither ever did.
+    write(project / ".ai" / "config" / "agent_harness.yaml", "runs:\n  continue_as_new_after_updates: 2\n")
+    run_id = await runs.start("hello_kiwi", {"name": "Flo"})
+    await awaiting(runs, run_id, "confirm")
+    for _ in range(3):
+        assert (await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})).status == "ok"
+    done = await asyncio.wait_for(runs.complete_step(run_id, "confirm", {"confirmed": True}), 60)
+    assert done.status == "completed" and done.next_step is None
+    assert (await runs.handle(run_id).result()).status == "completed"
 
 
 async def test_a_call_sent_while_the_run_drains_for_continue_as_new_lands_once_in_the_successor(

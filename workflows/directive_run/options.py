@@ -87,6 +87,14 @@ CHILD_ATTRIBUTES = "kiwi-child-attributes-2026-11"
 # api and docker tools run (call_api_tool with the run's network grants, run_container_tool with its
 # filesystem grants) instead of failing as an unsupported type.
 TOOL_EXECUTORS = "kiwi-tool-executors-2026-11"
+# Update completions are committed in a workflow task of their own before the run continues-as-new
+# (temporalio/temporal#6375: a completion sent with the continue-as-new command is sometimes lost and
+# the update delivered again to the successor), and a call delivered again is answered from the
+# update ids the run keeps (RunState.update_seqs) instead of running twice.
+COMMIT_BEFORE_CONTINUE = "kiwi-commit-before-continue-2026-11"
+CONTINUE_COMMIT_TIMER = timedelta(milliseconds=1)
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
+RECENT_RESULTS = 50  # agent calls whose results a re-sent call is answered with
+RECENT_UPDATE_IDS = 2000  # agent calls a re-delivered call is recognised by (call_seq only)
 AUDIT_IDLE_FLUSH = timedelta(seconds=1)

@@ -23,6 +23,7 @@ from workflows.directive_run.errors import (
 )
 from workflows.directive_run.options import (
     AUDIT_IDLE_FLUSH,
+    CONTINUE_COMMIT_TIMER,
     HELD,
 )
 
@@ -165,6 +166,10 @@ class StepsMixin:
         # and write their audit records, so nothing is lost across the boundary.
         self.draining = True
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if self.commit_before_continue:
+            # A timer ends this workflow task, so the finished calls' completions reach Temporal before
+            # (not with) the continue-as-new command (temporalio/temporal#6375).
+            await workflow.sleep(CONTINUE_COMMIT_TIMER)
         await self.audit.flush()
         self.state.continued += 1
         workflow.continue_as_new(DirectiveRunInput(snapshot=self.snap, state=self.state))

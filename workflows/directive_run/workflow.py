@@ -53,7 +53,10 @@ from workflows.directive_run.errors import StepAborted
 from workflows.directive_run.humans import HumansMixin
 from workflows.directive_run.options import (
     ALL_CHANGES,
+    COMMIT_BEFORE_CONTINUE,
     HARDENED,
+    RECENT_RESULTS,
+    RECENT_UPDATE_IDS,
 )
 from workflows.directive_run.steps import StepsMixin
 from workflows.directive_run.upstream import UpstreamMixin
@@ -76,6 +79,7 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
         # Checked here, not in run(): signals that arrive with the first task are handled before
         # run() starts, and must already be held to the hardened rules.
         self.hardened = workflow.patched(HARDENED)
+        self.commit_before_continue = workflow.patched(COMMIT_BEFORE_CONTINUE)
         # Work the run starts and does not wait for at once (audit flushes, checkpoints, notices,
         # watching children): owned here, failures audited, awaited before the run ends.
         self.background: list[tuple[asyncio.Future[Any], bool]] = []
@@ -147,7 +151,10 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
                     self._spawn(self.audit.flush(), "audit flush")
                 else:
                     await self.audit.flush()
-                if self._should_continue():
+                # Not after the last step: the run is about to finish, and continuing-as-new would wait
+                # for the last step's complete_step, which waits for the finish (they waited forever).
+                last_done = self.commit_before_continue and state.step_index >= len(directive.steps)
+                if self._should_continue() and not last_done:
                     await self._continue_as_new()
             if state.status not in TERMINAL:
                 state.status = "completed"
@@ -178,14 +185,31 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
         self.updates += 1
         # A caller that lost the answer while the run continued-as-new sends the same update id
         # again; answer it from the carried state instead of calling the tool twice.
+        # Temporal may also deliver a completed call again to the successor (see COMMIT_BEFORE_CONTINUE):
+        # one whose result is no longer held is answered by its call number, never run twice.
         update_id = workflow.current_update_info().id if workflow.current_update_info() else ""
         if update_id in self.state.recent_updates:
             return self.state.recent_updates[update_id]
+        if self.commit_before_continue and update_id in self.state.update_seqs:
+            return self._already_ran(request, update_id, self.state.update_seqs[update_id])
         result = await self._call(request.tool, request.arguments, origin="agent", client=request.client)
         if update_id:
             recent = {**self.state.recent_updates, update_id: result}
-            self.state.recent_updates = dict(list(recent.items())[-50:])
+            self.state.recent_updates = dict(list(recent.items())[-RECENT_RESULTS:])
+            if self.commit_before_continue:
+                seqs = {**self.state.update_seqs, update_id: result.call_seq}
+                self.state.update_seqs = dict(list(seqs.items())[-RECENT_UPDATE_IDS:])
         return result
+
+    def _already_ran(self, request: CallToolRequest, update_id: str, seq: int) -> ToolCallResult:
+        return ToolCallResult(
+            status="error",
+            tool=request.tool,
+            call_seq=seq,
+            reason=f"this call (update {update_id}) already ran as call #{seq}; its result is no longer held",
+            hint=f"its record is in the run's audit trail: kiwi audit {self.snap.run_id}",
+            error_type=RunStateConflict.type,
+        )
 
     @call_tool.validator
     def _validate_call_tool(self, request: CallToolRequest) -> None:
