@@ -166,11 +166,13 @@ class StepsMixin:
         # and write their audit records, so nothing is lost across the boundary.
         self.draining = True
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.audit.flush()
         if self.commit_before_continue:
             # A timer ends this workflow task, so the finished calls' completions reach Temporal before
-            # (not with) the continue-as-new command (temporalio/temporal#6375).
+            # (not with) the continue-as-new command (temporalio/temporal#6375), and the last task holds
+            # nothing but the hand-over: calls that reach the server during it wait for the successor.
+            # Records made meanwhile (a signal's) travel in the carried state and are written there.
             await workflow.sleep(CONTINUE_COMMIT_TIMER)
-        await self.audit.flush()
         self.state.continued += 1
         workflow.continue_as_new(DirectiveRunInput(snapshot=self.snap, state=self.state))
 
