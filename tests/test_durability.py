@@ -22,7 +22,7 @@ from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
 from tests.helpers import awaiting_step, directive_md, kiwi_worker, write, write_directive
 from workers.main import SANDBOX, WORKFLOWS, build_worker
-from workflows.directive_run import COMMIT_BEFORE_CONTINUE, HARDENED
+from workflows.directive_run import CURRENT
 
 HISTORIES = Path(__file__).parent / "histories"
 TICK = """import pathlib
@@ -157,7 +157,7 @@ async def test_record_history(runs, project):
     history = json.loads((await runs.handle(run_id).fetch_history()).to_json())
     # Payloads name the test's temporary folder; replace it so no machine path is committed.
     scrubbed = _scrub(history, str(project), "/project")
-    target = HISTORIES / f"hello_kiwi-{HARDENED}.json"
+    target = HISTORIES / f"hello_kiwi-{CURRENT}.json"
     target.write_text(json.dumps(scrubbed, indent=1))
     assert str(project) not in target.read_text()
 
@@ -183,7 +183,7 @@ async def test_record_continued_history(runs, project):
         (runs.handle(run_id), "continued-last"),
     ):
         history = json.loads((await handle.fetch_history()).to_json())
-        target = HISTORIES / f"hello_kiwi-{name}-{COMMIT_BEFORE_CONTINUE}.json"
+        target = HISTORIES / f"hello_kiwi-{name}-{CURRENT}.json"
         target.write_text(json.dumps(_scrub(history, str(project), "/project"), indent=1))
         assert str(project) not in target.read_text()
 

@@ -5,7 +5,7 @@
 - ``options``: retry policies, timeouts and patch ids; ``errors``: the call path's exceptions
 """
 
-from workflows.directive_run.options import ALL_CHANGES, COMMIT_BEFORE_CONTINUE, HARDENED
+from workflows.directive_run.options import ALL_CHANGES, COMMIT_BEFORE_CONTINUE, CURRENT, HARDENED
 from workflows.directive_run.workflow import DirectiveRun
 
-__all__ = ["ALL_CHANGES", "COMMIT_BEFORE_CONTINUE", "HARDENED", "DirectiveRun"]
+__all__ = ["ALL_CHANGES", "COMMIT_BEFORE_CONTINUE", "CURRENT", "HARDENED", "DirectiveRun"]

@@ -275,7 +275,7 @@ class CallsMixin:
         elif (
             tool in snap.local_tools
             and snap.local_tools[tool].tool_type in ("api", "docker")
-            and workflow.patched(TOOL_EXECUTORS)
+            and (self.current or workflow.patched(TOOL_EXECUTORS))
         ):
             value = await self._run_executor(snap.local_tools[tool], args, options)
         elif tool in snap.local_tools:

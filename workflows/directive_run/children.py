@@ -96,7 +96,7 @@ class ChildrenMixin:
         if self.hardened:
             child, reserved, windows = self._inherit(child)
         attributes = None
-        if snap.search_attributes and workflow.patched(CHILD_ATTRIBUTES):
+        if snap.search_attributes and (self.current or workflow.patched(CHILD_ATTRIBUTES)):
             # Set at the start, as for a run a client starts: the child is its project's run from the first
             # moment (kiwi runs, the UI's views), not only once the project is looked up.
             attributes = TypedSearchAttributes(

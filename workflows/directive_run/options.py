@@ -77,6 +77,11 @@ MCP_RETRY = RetryPolicy(
 # One patch for every workflow change up to this point (see DirectiveRun.run); add new changes as
 # patches of their own, and fold them into a new ALL_CHANGES id when the previous one is retired.
 ALL_CHANGES = "kiwi-run-changes-2026-11"
+# New runs record this one marker for ALL_CHANGES and every patch below it (HARDENED, CHILD_ATTRIBUTES,
+# TOOL_EXECUTORS, COMMIT_BEFORE_CONTINUE): each marker is a history event and a search-attribute
+# upsert, and a run replays them on every worker that takes it over. Runs started before it replay the
+# markers they recorded. Check it with ``self.current or workflow.patched(OLD_ID)``, never alone.
+CURRENT = "kiwi-run-changes-2026-11-23"
 # Escapes closed: approval decisions need an approver's signature, help(checkpoint) needs the
 # git.checkpoint grant, child runs inherit approval rules and share the parent's rate budget, tool
 # arguments are checked before anything is scheduled (a wrong one is InputInvalid, never a failed

@@ -54,6 +54,7 @@ from workflows.directive_run.humans import HumansMixin
 from workflows.directive_run.options import (
     ALL_CHANGES,
     COMMIT_BEFORE_CONTINUE,
+    CURRENT,
     HARDENED,
     RECENT_RESULTS,
     RECENT_UPDATE_IDS,
@@ -78,8 +79,9 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
         self.lean = False
         # Checked here, not in run(): signals that arrive with the first task are handled before
         # run() starts, and must already be held to the hardened rules.
-        self.hardened = workflow.patched(HARDENED)
-        self.commit_before_continue = workflow.patched(COMMIT_BEFORE_CONTINUE)
+        self.current = workflow.patched(CURRENT)
+        self.hardened = self.current or workflow.patched(HARDENED)
+        self.commit_before_continue = self.current or workflow.patched(COMMIT_BEFORE_CONTINUE)
         # Work the run starts and does not wait for at once (audit flushes, checkpoints, notices,
         # watching children): owned here, failures audited, awaited before the run ends.
         self.background: list[tuple[asyncio.Future[Any], bool]] = []
@@ -109,7 +111,7 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
         # "lean-boundaries": step-boundary audit flushes overlap the next step, and search
         # attributes are upserted only when they change.
         mcp_context: bool | None = True
-        if workflow.patched(ALL_CHANGES):
+        if self.current or workflow.patched(ALL_CHANGES):
             self.audit.local = self.idle_flush = self.human_loop = self.fs_local = self.lean = True
         else:
             self.audit.local = workflow.patched("audit-local-activity")
@@ -197,8 +199,10 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
             recent = {**self.state.recent_updates, update_id: result}
             self.state.recent_updates = dict(list(recent.items())[-RECENT_RESULTS:])
             if self.commit_before_continue:
-                seqs = {**self.state.update_seqs, update_id: result.call_seq}
-                self.state.update_seqs = dict(list(seqs.items())[-RECENT_UPDATE_IDS:])
+                seqs = self.state.update_seqs
+                seqs[update_id] = result.call_seq
+                if len(seqs) > RECENT_UPDATE_IDS * 1.1:  # trimmed now and then, not copied per call
+                    self.state.update_seqs = dict(list(seqs.items())[-RECENT_UPDATE_IDS:])
         return result
 
     def _already_ran(self, request: CallToolRequest, update_id: str, seq: int) -> ToolCallResult:
