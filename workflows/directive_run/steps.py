@@ -86,6 +86,11 @@ class StepsMixin:
         if state.status not in HELD:
             state.status = "awaiting_agent"
         self._publish()
+        if self.current and state.audit_pending:
+            # The records so far (run_started, the steps before) are written as the step starts waiting,
+            # in this workflow task, not by an idle timer a second later in a task of their own: a
+            # waiting run's history is shorter, and so is every replay of it.
+            await self.audit.flush()
         while True:
             timeout = self._remaining()
             idle_flush = self.idle_flush
