@@ -41,6 +41,8 @@ class HarnessConfig(BaseModel):
     # require: a directive's declared grants take effect only when a trusted key signed it.
     signatures: Literal["require", "warn", "off"] = "require"
     input_rounds: InputRounds = Field(default_factory=InputRounds)
+    # registry.agent_publish: agents may publish (execute(action=publish)) what a human signed.
+    agent_publish: bool = False
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -98,6 +100,12 @@ class _Runs(_Strict):
 
 class _Children(_Strict):
     on_escalation: Literal["deny", "intersect"] | None = None
+
+
+class _Registry(_Strict):
+    # execute(action=publish) copies a project item to a registry every reader can read: an agent could
+    # send out anything a human signed. Off unless the human turns it on; `kiwi publish` is theirs.
+    agent_publish: bool = False
 
 
 class _Approvals(_Strict):
@@ -159,6 +167,7 @@ class HarnessFile(_Strict):
     approvals: _Approvals = Field(default_factory=_Approvals)
     internal_tools: _InternalTools = Field(default_factory=_InternalTools)
     input_rounds: InputRounds = Field(default_factory=InputRounds)
+    registry: _Registry = Field(default_factory=_Registry)
 
 
 # Keys of the seeds' harness written at another level than Kiwi reads them: the error says where.
@@ -295,4 +304,5 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
         sources=sources,
         signatures=parsed.signatures,
         input_rounds=parsed.input_rounds,
+        agent_publish=parsed.registry.agent_publish,
     )

@@ -32,8 +32,9 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest
-from kiwi.errors import InputInvalid, ItemInvalid, KiwiError, RunInOtherProject
+from kiwi.errors import InputInvalid, ItemInvalid, KiwiError, PermissionDenied, RunInOtherProject
 from kiwi.guards import is_external_mcp
+from kiwi.harness import load_harness
 from kiwi.health import HealthApp, OwnedServer, Readiness, WithHealth
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
@@ -763,7 +764,16 @@ async def _execute(
     if item_type in ("directive", "knowledge", "tool") and action in ("create", "update", "delete", "link"):
         return _author(link.store, item_type, action, item_id, parameters)
     if item_type in ("directive", "knowledge", "tool") and action == "publish":
-        record = link.store.find(item_type, item_id, source="project")  # type: ignore[arg-type]
+        store = link.store
+        record = store.find(item_type, item_id, source="project")  # type: ignore[arg-type]
+        if not load_harness(store.project_root, store.user).agent_publish:
+            where = Path(record.path).relative_to(store.project_root)
+            raise PermissionDenied(
+                "publishing to the shared registry is for a human here: every reader of the registry can "
+                "read what is published",
+                hint=f"ask the user to run `kiwi publish {where}`; to let agents publish what a human "
+                "signed, set `registry: {agent_publish: true}` in .ai/config/agent_harness.yaml",
+            )
         version = parameters.get("version")
         return await anyio.to_thread.run_sync(lambda: _publish(Path(record.path), version))
     if item_type == "directive" and action == "validate":

@@ -429,12 +429,24 @@ async def test_an_agent_finds_and_loads_from_the_registry_over_mcp(
         assert pinned.is_error and "is yanked" in data(pinned)["message"]
         assert not Path(loaded["path"]).exists()
 
-        # The agent publishes what a human signed with their own key, and nothing else.
+        # Publishing is a human's unless the harness lets agents publish what a human signed: every reader
+        # of the registry can read it, so an agent publishing by default could send out anything.
         mine = f"{name}_mine"
         path = write_directive(
             other / ".ai" / "directives" / f"{mine}.md",
             directive_md('<step name="s"><action>Mine.</action></step>', name=mine, version="0.1.0"),
         )
+        denied = await agent.call_tool(
+            "execute", {"item_type": "directive", "action": "publish", "item_id": mine}
+        )
+        assert denied.is_error and data(denied)["error"] == "PermissionDenied", data(denied)
+        assert f"kiwi publish .ai/directives/{mine}.md" in data(denied)["hint"]
+        with Registry(as_role(postgres, "carol")) as registry:
+            assert registry.latest_versions("directive", [mine]) == {}
+        harness = other / ".ai" / "config" / "agent_harness.yaml"
+        harness.write_text(harness.read_text() + "\nregistry:\n  agent_publish: true\n")
+
+        # Let: the agent publishes what a human signed with their own key, and nothing else.
         done = data(
             await agent.call_tool("execute", {"item_type": "directive", "action": "publish", "item_id": mine})
         )

@@ -583,6 +583,8 @@ async def test_attack_an_agent_publishes_a_tools_dotenv_to_the_registry(alice, p
     write(folder / "main.py", "def main(text):\n    return text\n")
     write(folder / ".env", "API_KEY=review-secret-7d1f\n")
     assert kiwi(["sign", str(folder / "tool.yaml")]) == 0
+    harness = project / ".ai" / "config" / "agent_harness.yaml"
+    harness.write_text(harness.read_text() + "\nregistry:\n  agent_publish: true\n")  # agents may publish
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "kiwi", "mcp"], cwd=str(project), env=dict(os.environ)
     )
