@@ -265,16 +265,41 @@ class RunClient:
             self.store, client_name, search_attributes=self._attributes_ready or False
         )
 
-    async def session_call(self, client_name: str, tool: str, arguments: dict[str, Any]) -> ToolCallResult:
+    async def session_call(
+        self,
+        client_name: str,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        wait_seconds: float | None = None,
+        on_progress: Progress | None = None,
+        idempotency_key: str | None = None,
+    ) -> ToolCallResult:
         """A tool call outside any directive run: through the client's session workflow and base policy.
 
         The session is started (snapshot, harness read) only when it is not running yet, so a
-        busy session costs one Workflow Update per call, like a run.
+        busy session costs one Workflow Update per call, like a run. With ``wait_seconds`` a call still
+        running then (waiting for an approval, a slow tool) answers ``pending`` with the session's run id
+        and a call id to poll, as a call in a run does.
         """
         # One session per project, whatever the client calls itself: a new client name is no new budget.
         run_id = session_workflow_id(self.store.project_root)
+
+        async def send() -> ToolCallResult:
+            if wait_seconds is None:
+                return await self.call_tool(run_id, tool, arguments, client_name=client_name)
+            return await self.call_tool_waiting(
+                run_id,
+                tool,
+                arguments,
+                client_name=client_name,
+                wait_seconds=wait_seconds,
+                on_progress=on_progress,
+                idempotency_key=idempotency_key,
+            )
+
         try:
-            return await self.call_tool(run_id, tool, arguments, client_name=client_name)
+            return await send()
         except (RunNotFound, RunFinished):
             pass
         await self._check_search_attributes()
@@ -290,7 +315,7 @@ class RunClient:
             else None,
             static_summary=f"session of {client_name}: calls outside a directive run",
         )
-        return await self.call_tool(snap.run_id, tool, arguments, client_name=client_name)
+        return await send()
 
     async def execution(self, run_id: str) -> str:
         """The run's execution (its first run id): what a human's signature names, read without a worker."""

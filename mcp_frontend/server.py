@@ -608,6 +608,18 @@ def build_server(
                 )
                 note_span({"gen_ai.tool.name": item_id, "kiwi.decision": called.status})
                 return answer(called.model_dump())
+            if item_type == "tool" and action == "call":
+                # Outside a run: the project's session, answering 'pending' after wait_seconds as a run does.
+                called = await (await link.runs()).session_call(
+                    client_name,
+                    item_id,
+                    parameters,
+                    wait_seconds=wait_seconds,
+                    on_progress=progress,
+                    idempotency_key=idempotency_key,
+                )
+                note_span({"gen_ai.tool.name": item_id, "kiwi.decision": called.status})
+                return answer(outside_run_hint(called.model_dump(), item_id, link.store.local_tools()))
             return answer(
                 await _execute(
                     link, root, item_type, action, item_id, parameters, run_id, idempotency_key, client_name
@@ -838,11 +850,6 @@ async def _execute(
     if item_type == "run" and action == "cancel":
         await runs.cancel(target, str(parameters.get("reason", "cancelled by the agent")))
         return {"run_id": target, "status": "cancel_requested"}
-    if item_type == "tool" and action == "call":
-        if not run_id:
-            answer = (await runs.session_call(client_name, item_id, parameters)).model_dump()
-            return outside_run_hint(answer, item_id, link.store.local_tools())
-        return (await runs.call_tool(run_id, item_id, parameters, client_name=client_name)).model_dump()
     raise KiwiError(
         f"action '{action}' does not apply to item_type '{item_type}'",
         hint="directive: run, validate · run: status, complete_step, cancel · tool: call",

@@ -439,3 +439,49 @@ async def test_the_agent_cannot_approve_through_mcp_and_the_webhook_tells_approv
             await runs.cancel(run_id)
     finally:
         hook.shutdown()
+
+
+async def test_a_call_outside_a_run_waiting_for_approval_answers_pending_and_is_polled(
+    runs, project, temporal_env
+):
+    # Outside a run the call goes to the project's session; one that waits for a human must not hold the
+    # MCP request until the human decides (clients time out): it answers 'pending' with the session's
+    # run id and a call id, as a call in a run does, and polling gives the answer once approved.
+    setup(
+        project,
+        harness=HARNESS + "internal_tools:\n  filesystem:\n    allowed_paths: [notes]\n",
+    )
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue, client_name="agent-9")
+    async with Client(server) as client:
+        pending = (
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "tool",
+                    "action": "call",
+                    "item_id": "filesystem.delete",
+                    "parameters": {"path": "notes/old.txt"},
+                    "wait_seconds": 0.5,
+                },
+            )
+        ).structured_content
+        assert pending["status"] == "pending" and "approve" in pending["reason"], pending
+        session, call_id = pending["result"]["run_id"], pending["result"]["call_id"]
+        assert session.startswith("session-")
+        assert (project / "notes" / "old.txt").exists()
+        (request,) = await wait_for(lambda: pending_approval(runs, session), what="the approval request")
+        await runs.decide_approval(session, request.request_id, True, by="alice")
+        done = (
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "run",
+                    "action": "poll",
+                    "run_id": session,
+                    "item_id": call_id,
+                    "wait_seconds": 30,
+                },
+            )
+        ).structured_content
+        assert done["status"] == "ok", done
+        assert not (project / "notes" / "old.txt").exists()
