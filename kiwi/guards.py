@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from kiwi.policy import BUILTIN_TOOLS
+from kiwi.policy import BUILTIN_TOOLS, KIWI_MCP_TOOLS
 
 # Argument keys whose values are credentials. Anywhere in the key: these words are never an
 # ordinary name ("max_tokens" is redacted too: better a hidden number than a leaked token).
@@ -39,7 +39,9 @@ def digest(value: Any) -> str:
 
 
 def is_external_mcp(tool: str, local_tools: Any) -> bool:
-    return "." in tool and tool not in BUILTIN_TOOLS and tool not in local_tools
+    return (
+        "." in tool and tool not in BUILTIN_TOOLS and tool not in KIWI_MCP_TOOLS and tool not in local_tools
+    )
 
 
 def rate_patterns(tool: str, limits: dict[str, int], local_tools: Any) -> list[str]:

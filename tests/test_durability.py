@@ -22,7 +22,7 @@ from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
 from tests.helpers import awaiting_step, directive_md, kiwi_worker, write, write_directive
 from workers.main import SANDBOX, WORKFLOWS, build_worker
-from workflows.directive_run import HARDENED
+from workflows.directive_run import KIWI_MCP_TOOLS
 
 HISTORIES = Path(__file__).parent / "histories"
 TICK = """import pathlib
@@ -152,12 +152,13 @@ async def test_record_history(runs, project):
         run_id, "shell.run", {"command": "ls", "timeout": "abc"}
     )  # refused before scheduling
     await runs.help(run_id, HelpRequest(kind="checkpoint", reason="not granted"))  # denied: no git.checkpoint
+    await runs.call_tool(run_id, "kiwi-mcp.search", {"query": "hello"})  # denied: no kiwi-mcp grant
     await runs.complete_step(run_id, "confirm", {"confirmed": True})
     await runs.handle(run_id).result()
     history = json.loads((await runs.handle(run_id).fetch_history()).to_json())
     # Payloads name the test's temporary folder; replace it so no machine path is committed.
     scrubbed = _scrub(history, str(project), "/project")
-    target = HISTORIES / f"hello_kiwi-{HARDENED}.json"
+    target = HISTORIES / f"hello_kiwi-{KIWI_MCP_TOOLS}.json"
     target.write_text(json.dumps(scrubbed, indent=1))
     assert str(project) not in target.read_text()
 

@@ -87,6 +87,10 @@ CHILD_ATTRIBUTES = "kiwi-child-attributes-2026-11"
 # api and docker tools run (call_api_tool with the run's network grants, run_container_tool with its
 # filesystem grants) instead of failing as an unsupported type.
 TOOL_EXECUTORS = "kiwi-tool-executors-2026-11"
+# Kiwi's meta-tools (kiwi-mcp.search, load, help, execute/run) are tools of the run, gated by the
+# kiwi-mcp grants: looked up, planned into steps and executed. Checked once, in the run's first
+# activation (DirectiveRun.__init__), so a run started before it keeps refusing them on replay.
+KIWI_MCP_TOOLS = "kiwi-mcp-tools-2026-11"
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
 AUDIT_IDLE_FLUSH = timedelta(seconds=1)

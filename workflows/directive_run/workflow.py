@@ -51,9 +51,11 @@ from workflows.directive_run.calls import CallsMixin
 from workflows.directive_run.children import ChildrenMixin
 from workflows.directive_run.errors import StepAborted
 from workflows.directive_run.humans import HumansMixin
+from workflows.directive_run.kiwi_tools import KiwiToolsMixin
 from workflows.directive_run.options import (
     ALL_CHANGES,
     HARDENED,
+    KIWI_MCP_TOOLS,
 )
 from workflows.directive_run.steps import StepsMixin
 from workflows.directive_run.upstream import UpstreamMixin
@@ -61,7 +63,9 @@ from workflows.directive_run.view import ViewMixin
 
 
 @workflow.defn(name="DirectiveRun", failure_exception_types=[TemplateError, ConditionError])
-class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenMixin, ViewMixin):
+class DirectiveRun(
+    StepsMixin, CallsMixin, KiwiToolsMixin, HumansMixin, UpstreamMixin, ChildrenMixin, ViewMixin
+):
     @workflow.init
     def __init__(self, input: DirectiveRunInput) -> None:
         self.snap = input.snapshot
@@ -76,6 +80,8 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
         # Checked here, not in run(): signals that arrive with the first task are handled before
         # run() starts, and must already be held to the hardened rules.
         self.hardened = workflow.patched(HARDENED)
+        # Also here for the same reason: the first task's call_tool updates already look tools up.
+        self.kiwi_tools = workflow.patched(KIWI_MCP_TOOLS)
         # Work the run starts and does not wait for at once (audit flushes, checkpoints, notices,
         # watching children): owned here, failures audited, awaited before the run ends.
         self.background: list[tuple[asyncio.Future[Any], bool]] = []
