@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -153,7 +154,28 @@ def _read_item(root: Path, item_type: str, path: Path) -> str:
         raw = handle.read(MAX_ITEM_BYTES + 1)
     if len(raw) > MAX_ITEM_BYTES:
         raise PermissionDenied(f"{'/'.join(parts)} is over {MAX_ITEM_BYTES:,} bytes; items are smaller")
-    return raw.decode("utf-8", errors="replace")
+    text = raw.decode("utf-8", errors="replace")
+    if not _declares_item(item_type, parts[-1], text):
+        # A tool's folder holds more than its manifest (a credentials.yaml, a config): the store lists
+        # such a file as a broken tool, but it is no item, and its text is not the agent's to read.
+        raise PermissionDenied(
+            f"{'/'.join(parts)} is not a {item_type} item file (no {_ITEM_MARKS[item_type][1]} in it)"
+        )
+    return text
+
+
+# What an item file of each type declares, as a pattern and as it is named in a refusal.
+_ITEM_MARKS = {
+    "directive": (re.compile(r"<directive[\s>]"), "<directive> element"),
+    "tool": (re.compile(r"^tool_id\s*:", re.MULTILINE), "tool_id"),
+    "knowledge": (re.compile(r"^zettel_id\s*:", re.MULTILINE), "zettel_id"),
+}
+
+
+def _declares_item(item_type: str, name: str, text: str) -> bool:
+    if item_type == "tool" and name.endswith(".py"):
+        return True  # a legacy script under .ai/scripts: the script is the tool
+    return bool(_ITEM_MARKS[item_type][0].search(text))
 
 
 def _relative(root: Path, path: str) -> str:

@@ -161,6 +161,19 @@ async def test_the_agent_calls_each_meta_tool_through_the_run(runs, project, tem
         assert answer["status"] == "ok" and "hello_kiwi" in [
             r["item_id"] for r in answer["result"]["results"]
         ]
+        # Outside a run (the session's base policy) the refusal points at the front end's own tool.
+        outside = data(
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "tool",
+                    "action": "call",
+                    "item_id": "kiwi-mcp.search",
+                    "parameters": {"query": "x"},
+                },
+            )
+        )
+        assert outside["status"] == "denied" and "front end's own search tool" in outside["hint"], outside
         await runs.cancel(started["run_id"])
     await runs.cancel(run_id)
 
@@ -274,6 +287,7 @@ async def test_load_reaches_only_item_files_never_a_secret(runs, project):
     tool_dir = project / ".ai" / "tools" / "text" / "word_count"
     write(tool_dir / ".env", f"API_KEY={SECRET}\n")
     write(project / ".env", f"API_KEY={SECRET}\n")
+    write(tool_dir / "credentials.yaml", f"api_key: {SECRET}\n")  # listed as a broken tool, not an item
     knowledge = project / ".ai" / "knowledge"
     # Links that look like items: the agent (or a hostile file it fetched) made them.
     os.symlink("../tools/text/word_count/.env", knowledge / "leak.md")
@@ -288,6 +302,8 @@ async def test_load_reaches_only_item_files_never_a_secret(runs, project):
         {"item_type": "knowledge", "item_id": "leak-abs"},
         {"item_type": "knowledge", "item_id": "linked"},
         {"item_type": "tool", "item_id": ".env"},
+        {"item_type": "tool", "item_id": "credentials"},
+        {"tool_name": "credentials"},
         {"item_type": "tool", "item_id": "../../.env"},
         {"item_type": "knowledge", "item_id": "../config/agent_harness"},
         {"item_type": "directive", "item_id": "/etc/passwd"},
@@ -370,6 +386,20 @@ def test_validation_names_the_kiwi_mcp_grant_a_step_needs():
     typo = PermissionEntry(tag="execute", attrs={"resource": "kiwi-mcp", "action": "serch"})
     assert "did you mean search" in entry_problems(typo)[0]
     assert entry_problems(PermissionEntry(tag="execute", attrs={"resource": "kiwi-mcp"}))
+    every = parse_directive(directive_md(AGENT_STEP, permissions='<execute resource="kiwi-mcp" action="*"/>'))
+    grants = every[0].grants()
+    assert all(grants.check_tool_id(t).allowed for t in ("kiwi-mcp.search", "kiwi-mcp.run", "kiwi-mcp.help"))
+    # A tool-id grant or an MCP grant for a server called kiwi-mcp never reaches the meta-tools.
+    for other in (
+        '<execute resource="tool" id="*"/>',
+        '<execute resource="mcp" name="kiwi-mcp" actions="*"/>',
+    ):
+        assert (
+            not parse_directive(directive_md(AGENT_STEP, permissions=other))[0]
+            .grants()
+            .check_tool_id("kiwi-mcp.search")
+            .allowed
+        )
     spelled = parse_directive(
         directive_md(AGENT_STEP, permissions='<execute resource="kiwi-mcp" actions="load"/>')
     )
