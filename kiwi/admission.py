@@ -64,7 +64,9 @@ def admit(
                 hint=problem.hint,
             )
         )
-    decision = snap.grants.check(tool, args, blocked_commands=snap.limits.blocked_commands)
+    decision = snap.grants.check(
+        tool, args, blocked_commands=snap.limits.blocked_commands, kiwi_tools=kiwi_tools
+    )
     if not decision.allowed:
         return Admission(
             ToolCallResult(
@@ -77,13 +79,17 @@ def admit(
             )
         )
     limits = snap.limits
-    patterns = rate_patterns(tool, limits.rate_limits, snap.local_tools)
+    patterns = rate_patterns(tool, limits.rate_limits, snap.local_tools, kiwi_tools=kiwi_tools)
     for pattern in patterns:
         if state.call_counts.get(pattern, 0) + 1 > limits.rate_limits[pattern]:
             return _rate_limited(
                 tool, seq, f"rate limit for {pattern} is {limits.rate_limits[pattern]} calls per run"
             )
-    windows = rate_patterns(tool, limits.rate_windows, snap.local_tools) if limits.rate_windows else []
+    windows = (
+        rate_patterns(tool, limits.rate_windows, snap.local_tools, kiwi_tools=kiwi_tools)
+        if limits.rate_windows
+        else []
+    )
     for pattern in windows:
         calls, seconds = limits.rate_windows[pattern]
         calls -= state.window_reserved.get(pattern, 0)  # handed to running child runs

@@ -346,18 +346,27 @@ class PermissionSet(BaseModel):
 
     # ---- checks -------------------------------------------------------
     def check(
-        self, tool: str, args: dict[str, Any], *, blocked_commands: list[str] | None = None
+        self,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        blocked_commands: list[str] | None = None,
+        kiwi_tools: bool = True,
     ) -> Decision:
-        """Decide one call. ``args`` are the call's arguments as the caller sent them."""
+        """Decide one call. ``args`` are the call's arguments as the caller sent them.
+
+        ``kiwi_tools``: ``kiwi-mcp.*`` are Kiwi's meta-tools (runs started before they were decide
+        such ids as any SERVER.TOOL, and replay that way).
+        """
         if tool in FILESYSTEM_TOOLS:
             return self._check_filesystem(tool, args)
         if tool == "shell.run":
             return self.check_shell(args, blocked_commands or [])
-        if KIWI_MCP_ACTIONS.get(tool) == "execute":
+        if kiwi_tools and KIWI_MCP_ACTIONS.get(tool) == "execute":
             refused = self._check_kiwi_execute(args)
             if refused is not None:
                 return refused
-        return self.check_tool_id(tool)
+        return self.check_tool_id(tool, kiwi_tools=kiwi_tools)
 
     def check_host(self, host: str, port: int, scheme: str) -> Decision:
         """Whether an api tool may send a request to ``scheme://host:port`` (explicit denials win)."""
@@ -378,11 +387,11 @@ class PermissionSet(BaseModel):
             )
         return Decision(allowed=True, checked_against=[grant])
 
-    def check_tool_id(self, tool: str) -> Decision:
+    def check_tool_id(self, tool: str, *, kiwi_tools: bool = True) -> Decision:
         if not tool:
             return Decision(allowed=False, reason="no tool named")
         server, _, action = tool.partition(".")
-        if server == "kiwi-mcp":
+        if server == "kiwi-mcp" and kiwi_tools:
             return self._check_kiwi_tool(tool)
         denied = self.deny_mcp.get(server, []) if action else []
         if tool in self.deny_tools or "*" in self.deny_tools or action in denied or "*" in denied:

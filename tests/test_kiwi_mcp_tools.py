@@ -11,7 +11,7 @@ from temporalio.worker import Replayer
 
 from kiwi.auditlog import read_audit
 from kiwi.converter import data_converter
-from kiwi.items.directive import parse_directive
+from kiwi.items.directive import parse_directive, parse_directive_lenient
 from kiwi.items.validation import ungranted_calls
 from kiwi.policy import PermissionEntry, entry_problems
 from mcp_frontend.server import build_server
@@ -400,6 +400,13 @@ def test_validation_names_the_kiwi_mcp_grant_a_step_needs():
             .check_tool_id("kiwi-mcp.search")
             .allowed
         )
+    # An external MCP server may not take Kiwi's own name.
+    _, found = parse_directive_lenient(
+        directive_md(
+            AGENT_STEP, tools='<mcps><mcp name="kiwi-mcp"><tools><tool>search</tool></tools></mcp></mcps>'
+        )
+    )
+    assert any('<mcp name="kiwi-mcp"> names Kiwi itself' in p.message for p in found if p.severity == "error")
     spelled = parse_directive(
         directive_md(AGENT_STEP, permissions='<execute resource="kiwi-mcp" actions="load"/>')
     )

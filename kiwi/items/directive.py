@@ -739,6 +739,14 @@ def _validate_tools_against_permissions(directive: Directive, root: Any, ctx: _C
     if meta_el is not None:
         where = meta_el.find("tools") if meta_el.find("tools") is not None else meta_el.find("mcps")
     for mcp in decl.mcps:
+        if "kiwi-mcp" in (mcp.name, mcp.alias):
+            ctx.error(
+                where,
+                '<mcp name="kiwi-mcp"> names Kiwi itself, not an external MCP server: its tools (kiwi-mcp.search, '
+                'load, help, execute) need no declaration; grant them with <execute resource="kiwi-mcp" '
+                'action="..."/>',
+            )
+            continue
         for tool in mcp.tools:
             decision = grants.check_tool_id(f"{mcp.name}.{tool}")
             if not decision.allowed:
