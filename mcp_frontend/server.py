@@ -87,7 +87,8 @@ run_id='run-hello_kiwi-1a2b3c', item_id='CALL_ID')
 - tool call: execute(item_type='tool', action='call', run_id='run-hello_kiwi-1a2b3c', \
 item_id='filesystem.read', parameters={'path': 'notes/hello.md'}) (action='run' is the same; a built-in, local or SERVER.TOOL id; \
 parameters are its arguments; with run_id the run's grants apply, without it the base policy of \
-agent_harness.yaml)
+agent_harness.yaml); in a run whose directive grants them, also Kiwi's meta-tools kiwi-mcp.search, \
+kiwi-mcp.load, kiwi-mcp.help, kiwi-mcp.execute (help(topic='kiwi-mcp'))
 - mcp call (a tool of an external MCP server, the same as a tool call): execute(item_type='mcp', \
 action='call', run_id='run-hello_kiwi-1a2b3c', item_id='clock.get_current_time', parameters={'timezone': 'UTC'})
 - script call (a legacy .ai/scripts tool, the same as a tool call): execute(item_type='script', \
