@@ -239,7 +239,11 @@ async def _pinned(request: httpx.Request, tool_id: str) -> list[httpx.Request]:
 
 
 def _followed(request: httpx.Request, response: httpx.Response) -> httpx.Request:
-    """The redirect's request, addressed by name again (httpx built it against the pinned address)."""
+    """The redirect's request, addressed by name again (httpx built it against the pinned address).
+
+    It carries the target's own ``Host``: a request built from a stream gets no automatic headers, and
+    a target given as an address is sent as it is (``_pinned`` replaces the header for a name).
+    """
     following = response.next_request
     assert following is not None
     target = request.url.join(response.headers["location"])
@@ -254,6 +258,7 @@ def _followed(request: httpx.Request, response: httpx.Response) -> httpx.Request
         # Another origin (or http after https) gets none of the manifest's headers: any of them may carry
         # a secret (X-Api-Key: ${TOKEN}), not only Authorization.
         headers = httpx.Headers({k: v for k, v in headers.items() if k.lower() in SAFE_ON_REDIRECT})
+    headers["Host"] = target.netloc.decode("ascii")
     return httpx.Request(following.method, target, headers=headers, stream=following.stream)
 
 

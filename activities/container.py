@@ -3,23 +3,26 @@
 The container gets no network, a read-only root, no capabilities, no new privileges, CPU, memory,
 process and file limits, the tool's own folder read-only at ``/tool``, and only the project paths its
 manifest mounts that the run grants (checked here with symlinks resolved, before anything starts). The
-image must exist locally; nothing is pulled. At the timeout the engine kills it, and Kiwi removes it.
+image must exist locally; nothing is pulled. At the timeout Kiwi kills it (the engine's own --timeout is a
+backstop for a worker that died), and Kiwi removes it whatever happened, after reading its logs.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.commands import _parse_output, _real_relative
-from activities.process import run_process
+from activities.process import ProcessResult, run_process
 from kiwi.containertools import ContainerExecutor, read_container_executor
 from kiwi.contracts import ContainerToolRequest
 from kiwi.errors import CommandNotFound, PermissionDenied, ToolFailed, ToolTimeout
@@ -29,6 +32,10 @@ from kiwi.protected import protected_root
 
 # Podman as root on these hosts needs runc and explicit limits (the default rlimits cannot be set).
 LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--pids-limit", "256"]
+# After the activity's own deadline: how long the engine CLI may take to end once its container is
+# killed, and the engine's --timeout backstop for a container whose worker died mid-call.
+KILL_GRACE_SECONDS = 30
+BACKSTOP_SECONDS = 60
 
 
 def container_engine() -> list[str] | None:
@@ -60,8 +67,8 @@ class ContainerToolActivities:
         name = f"kiwi-{tool.tool_id[:40]}-{uuid.uuid4().hex[:12]}"
         argv = [
             *engine,
+            # No --rm: the container is kept until its logs are read, then removed (finally, below).
             "run",
-            "--rm",
             "-i",
             "--name",
             name,
@@ -79,8 +86,10 @@ class ContainerToolActivities:
             "--memory",
             executor.memory,
             *LIMITS,
+            # A backstop for a worker that dies mid-call: the activity stops the container at its own
+            # deadline (below), well before this.
             "--timeout",
-            str(max(1, int(executor.timeout))),
+            str(max(1, int(executor.timeout)) + BACKSTOP_SECONDS),
             "--workdir",
             executor.workdir,
             "--volume",
@@ -98,20 +107,17 @@ class ContainerToolActivities:
             executor.image,
             *executor.command,
         ]
-        started = time.monotonic()
         try:
-            result = await run_process(
-                argv,
-                cwd=req.project_root,
-                timeout=executor.timeout + 15,
-                max_output=req.max_output_bytes,
-                stdin=json.dumps(req.params),
-            )
+            result, timed_out = await _run_until_deadline(argv, engine, name, req, executor.timeout)
+            if result is not None and not timed_out:
+                result = await _with_logs(engine, name, req, result)
         finally:
             # Whatever happened to the CLI, the container does not outlive the call.
-            await run_process(
-                [*engine, "rm", "-f", "--ignore", name], cwd=req.project_root, timeout=60, max_output=10_000
-            )
+            await _engine(engine, "rm", "-f", "--ignore", name, cwd=req.project_root)
+        if timed_out:
+            # Decided by who stopped it (this activity, at its deadline), never guessed from an exit code.
+            raise ToolTimeout.error(f"docker tool '{tool.tool_id}' timed out after {executor.timeout:g}s")
+        assert result is not None
         stderr = result.stderr.strip()
         if "image not known" in stderr or "No such image" in stderr:
             raise ToolFailed.error(
@@ -121,13 +127,11 @@ class ContainerToolActivities:
                     "hint": f"build or load it where the worker runs (e.g. `podman build -t {executor.image} .`)"
                 },
             )
-        if result.exit_code != 0 and time.monotonic() - started >= executor.timeout:
-            # The engine's --timeout killed it (exit 255 or 137, and no message of its own).
-            raise ToolTimeout.error(f"docker tool '{tool.tool_id}' timed out after {executor.timeout:g}s")
         if result.exit_code != 0:
             tail = (stderr or result.stdout).strip().splitlines()[-5:]
             raise ToolFailed.error(
-                f"docker tool '{tool.tool_id}' exited with {result.exit_code}: " + " | ".join(tail)
+                f"docker tool '{tool.tool_id}' exited with {result.exit_code}: "
+                + (" | ".join(tail) or "(no output)")
             )
         if result.truncated:
             raise ToolFailed.error(
@@ -137,6 +141,76 @@ class ContainerToolActivities:
             return _parse_output(result.stdout)
         except json.JSONDecodeError as exc:
             raise ToolFailed.error(f"docker tool '{tool.tool_id}' printed invalid JSON: {exc}") from None
+
+
+async def _run_until_deadline(
+    argv: list[str], engine: list[str], name: str, req: ContainerToolRequest, timeout: float
+) -> tuple[ProcessResult | None, bool]:
+    """Run the engine's ``run`` command; at ``timeout`` kill the container ourselves.
+
+    Returns the CLI's result and whether this activity's deadline stopped it. At the deadline the
+    container is killed by name (``kill`` also works where the CLI's own process group is not the
+    container's) until the CLI has ended; a container not started yet when the first kill is sent
+    is killed by the next one. The CLI's own limit (``KILL_GRACE_SECONDS`` later) ends a CLI that
+    hangs even so; that is a timeout too.
+    """
+    run = asyncio.ensure_future(
+        run_process(
+            argv,
+            cwd=req.project_root,
+            timeout=timeout + KILL_GRACE_SECONDS,
+            max_output=req.max_output_bytes,
+            stdin=json.dumps(req.params),
+        )
+    )
+    try:
+        done, _ = await asyncio.wait({run}, timeout=timeout)
+        if done:
+            return run.result(), False
+        while not run.done():
+            await _engine(engine, "kill", name, cwd=req.project_root)
+            await asyncio.wait({run}, timeout=1.0)
+        try:
+            return run.result(), True
+        except ApplicationError as exc:
+            if exc.type == ToolTimeout.type:
+                return None, True
+            raise
+    except asyncio.CancelledError:
+        run.cancel()  # kills the CLI's process group; the caller removes the container
+        raise
+
+
+async def _with_logs(
+    engine: list[str], name: str, req: ContainerToolRequest, result: ProcessResult
+) -> ProcessResult:
+    """``result`` with each stream completed from the container's logs.
+
+    The engine's CLI passes on only what the container prints once the CLI is attached: a tool that
+    prints and exits at once can lose its whole output (seen with Podman 4). The logs hold all of it,
+    stdout and stderr apart; where they cannot be read (no container, a logging driver that keeps
+    none), the CLI's streams stand.
+    """
+    try:
+        logs = await run_process(
+            [*engine, "logs", name], cwd=req.project_root, timeout=60, max_output=req.max_output_bytes
+        )
+    except ApplicationError:
+        return result
+    if logs.exit_code != 0:
+        return result
+    return ProcessResult(
+        result.exit_code,
+        logs.stdout if len(logs.stdout) > len(result.stdout) else result.stdout,
+        logs.stderr if len(logs.stderr) > len(result.stderr) else result.stderr,
+        result.truncated or logs.truncated,
+    )
+
+
+async def _engine(engine: list[str], *args: str, cwd: str) -> None:
+    """One engine command whose failure is not the call's (kill or remove a container that may be gone)."""
+    with contextlib.suppress(ApplicationError):
+        await run_process([*engine, *args], cwd=cwd, timeout=60, max_output=10_000)
 
 
 def _mounts(req: ContainerToolRequest, executor: ContainerExecutor) -> list[str]:

@@ -15,7 +15,7 @@ from kiwi.contracts import RunSnapshot, RunState, ToolCallResult
 from kiwi.errors import InputInvalid, McpUnavailable, PermissionDenied, RateLimited, ToolNotFound
 from kiwi.guards import detect_loop, digest, rate_patterns
 from kiwi.items.directive import callable_tool
-from kiwi.policy import BUILTIN_TOOLS
+from kiwi.policy import BUILTIN_TOOLS, KIWI_MCP_TOOLS
 from kiwi.toolargs import check_arguments
 
 # How many recent call (and result) hashes loop detection looks back over.
@@ -39,15 +39,17 @@ def admit(
     state: RunState,
     now: float,
     check_args: bool = True,
+    kiwi_tools: bool = True,
 ) -> Admission:
     """Decide whether call ``seq`` may run; ``now`` is workflow time in epoch seconds.
 
     Order: the tool must exist in this run (built-in, local, or offered by a declared MCP server),
     its arguments must fit it (``check_args``; runs started before that check replay without it),
     the grants must allow it, every rate limit must have room; then it is counted and checked for
-    loops. Only an admitted call changes ``state``.
+    loops. Only an admitted call changes ``state``. ``kiwi_tools``: Kiwi's meta-tools (``kiwi-mcp.*``)
+    are tools of the run (runs started before they were replay without them).
     """
-    refusal = lookup(tool, seq, snap, state)
+    refusal = lookup(tool, seq, snap, state, kiwi_tools=kiwi_tools)
     if refusal is not None:
         return Admission(refusal)
     problem = check_arguments(tool, args) if check_args else None
@@ -62,7 +64,9 @@ def admit(
                 hint=problem.hint,
             )
         )
-    decision = snap.grants.check(tool, args, blocked_commands=snap.limits.blocked_commands)
+    decision = snap.grants.check(
+        tool, args, blocked_commands=snap.limits.blocked_commands, kiwi_tools=kiwi_tools
+    )
     if not decision.allowed:
         return Admission(
             ToolCallResult(
@@ -75,13 +79,17 @@ def admit(
             )
         )
     limits = snap.limits
-    patterns = rate_patterns(tool, limits.rate_limits, snap.local_tools)
+    patterns = rate_patterns(tool, limits.rate_limits, snap.local_tools, kiwi_tools=kiwi_tools)
     for pattern in patterns:
         if state.call_counts.get(pattern, 0) + 1 > limits.rate_limits[pattern]:
             return _rate_limited(
                 tool, seq, f"rate limit for {pattern} is {limits.rate_limits[pattern]} calls per run"
             )
-    windows = rate_patterns(tool, limits.rate_windows, snap.local_tools) if limits.rate_windows else []
+    windows = (
+        rate_patterns(tool, limits.rate_windows, snap.local_tools, kiwi_tools=kiwi_tools)
+        if limits.rate_windows
+        else []
+    )
     for pattern in windows:
         calls, seconds = limits.rate_windows[pattern]
         calls -= state.window_reserved.get(pattern, 0)  # handed to running child runs
@@ -119,10 +127,13 @@ def _rate_limited(tool: str, seq: int, reason: str, hint: str = "") -> Admission
     )
 
 
-def lookup(tool: str, seq: int, snap: RunSnapshot, state: RunState) -> ToolCallResult | None:
+def lookup(
+    tool: str, seq: int, snap: RunSnapshot, state: RunState, *, kiwi_tools: bool = True
+) -> ToolCallResult | None:
     """A ``ToolNotFound``/``McpUnavailable`` error when this run has no such tool, else None."""
-    if not callable_tool(tool, snap.directive, frozenset(snap.local_tools)):
-        known = ", ".join(sorted([*BUILTIN_TOOLS, *snap.local_tools]))
+    if not callable_tool(tool, snap.directive, frozenset(snap.local_tools), kiwi_tools=kiwi_tools):
+        meta = KIWI_MCP_TOOLS if kiwi_tools else ()
+        known = ", ".join(sorted([*BUILTIN_TOOLS, *meta, *snap.local_tools]))
         return ToolCallResult(
             status="error",
             tool=tool,

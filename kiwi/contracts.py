@@ -577,3 +577,49 @@ class McpCallResult(BaseModel):
     is_error: bool = False
     error_text: str = ""
     schema_changed: str = ""
+
+
+class SearchItemsRequest(BaseModel):
+    """``search_items``: kiwi-mcp.search in a run, over the run's project items only."""
+
+    project_root: str
+    query: str
+    item_type: Literal["directive", "tool", "knowledge"] | None = None
+    category: str | None = None
+    limit: int = 10
+
+
+class FoundItem(BaseModel):
+    item_type: str
+    item_id: str
+    name: str = ""
+    description: str = ""
+    category: str = ""
+    tags: list[str] = Field(default_factory=list)
+    valid: bool = True
+    score: float = 0.0
+    snippet: str = ""
+    path: str = ""  # relative to the project root
+
+
+class SearchItemsResult(BaseModel):
+    results: list[FoundItem] = Field(default_factory=list)
+
+
+class LoadItemRequest(BaseModel):
+    """``load_item``: kiwi-mcp.load in a run: one item file of the project's ``.ai`` folders, read-only."""
+
+    project_root: str
+    item_type: Literal["directive", "tool", "knowledge"]
+    item_id: str
+
+
+class LoadItemResult(BaseModel):
+    item_type: str
+    item_id: str
+    path: str  # relative to the project root
+    content: str
+    valid: bool = True
+    problems: list[str] = Field(default_factory=list)
+    # A directive's steps: which run by themselves and which wait for the agent.
+    steps_plan: list[dict[str, Any]] = Field(default_factory=list)

@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from kiwi.policy import BUILTIN_TOOLS
+from kiwi.policy import BUILTIN_TOOLS, KIWI_MCP_TOOLS
 
 # Argument keys whose values are credentials. Anywhere in the key: these words are never an
 # ordinary name ("max_tokens" is redacted too: better a hidden number than a leaked token).
@@ -38,18 +38,26 @@ def digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def is_external_mcp(tool: str, local_tools: Any) -> bool:
-    return "." in tool and tool not in BUILTIN_TOOLS and tool not in local_tools
+def is_external_mcp(tool: str, local_tools: Any, *, kiwi_tools: bool = True) -> bool:
+    """Whether ``tool`` is an external MCP server's (``kiwi_tools``: Kiwi's own meta-tools are not)."""
+    return (
+        "." in tool
+        and tool not in BUILTIN_TOOLS
+        and not (kiwi_tools and tool in KIWI_MCP_TOOLS)
+        and tool not in local_tools
+    )
 
 
-def rate_patterns(tool: str, limits: dict[str, int], local_tools: Any) -> list[str]:
+def rate_patterns(
+    tool: str, limits: dict[str, int], local_tools: Any, *, kiwi_tools: bool = True
+) -> list[str]:
     """The rate-limit patterns that count ``tool``."""
     matched = []
     for pattern in limits:
         if pattern == tool:
             matched.append(pattern)
         elif pattern == "mcp.*":
-            if is_external_mcp(tool, local_tools):
+            if is_external_mcp(tool, local_tools, kiwi_tools=kiwi_tools):
                 matched.append(pattern)
         elif pattern.endswith(".*") and tool.startswith(pattern[:-1]) or pattern == "*":
             matched.append(pattern)

@@ -31,6 +31,21 @@ FILESYSTEM_TOOLS = (
 GIT_TOOLS = ("git.status", "git.diff", "git.commit", "git.checkpoint", "git.rollback")
 BUILTIN_TOOLS = (*FILESYSTEM_TOOLS, "shell.run", *GIT_TOOLS, "directive.run")
 KIWI_ACTIONS = ("search", "load", "execute", "help")
+# Kiwi's own meta-tools, callable inside a run (the seeds' <tool_call><mcp>kiwi-mcp</mcp><tool>search</tool>),
+# each gated by the <execute resource="kiwi-mcp" action="..."/> grant of its action. kiwi-mcp.run is
+# Kiwi MCP's name for execute(run): the same tool, the same grant.
+KIWI_MCP_ACTIONS = {
+    "kiwi-mcp.search": "search",
+    "kiwi-mcp.load": "load",
+    "kiwi-mcp.help": "help",
+    "kiwi-mcp.execute": "execute",
+    "kiwi-mcp.run": "execute",
+}
+KIWI_MCP_TOOLS = tuple(KIWI_MCP_ACTIONS)
+# What execute does in a run: start a child run or call a tool through the run. Authoring is for
+# the front end and humans (an item written in a run would be unsigned anyway).
+KIWI_MCP_RUN_ACTIONS = ("run", "call")
+KIWI_MCP_AUTHORING = ("create", "update", "delete", "publish", "sign", "link", "validate")
 KNOWN_RESOURCES = ("filesystem", "tool", "kiwi-mcp", "shell", "mcp", "network")
 
 # Characters that only mean something to a shell. Kiwi never runs a shell, so a
@@ -193,10 +208,32 @@ def entry_problems(entry: PermissionEntry) -> list[str]:
                 '<execute resource="network"> needs hosts="HOST[:PORT],..." (e.g. api.github.com)'
             )
         problems += [problem for host in hosts if (problem := host_grant_problem(host))]
+    elif resource == "kiwi-mcp":
+        problems += _kiwi_action_problems(entry.tag, _split(_actions(a) or ""))
     if entry.tag == "execute" and key[1] in ("mcp", "*server*") and not _split(_actions(a) or ""):
         problems.append(
             f'<execute resource="{resource}"> must name its tools: actions="TOOL,..." '
             '(or actions="*" for every tool of the server)'
+        )
+    return problems
+
+
+def _kiwi_action_problems(tag: str, actions: list[str]) -> list[str]:
+    """What is wrong with the actions of a kiwi-mcp grant (search, load, execute, help, or * for all)."""
+    known = ", ".join(KIWI_ACTIONS)
+    if not actions and tag == "execute":
+        return [f'<execute resource="kiwi-mcp"> needs action="ACTION,..." ({known}; "*" for all four)']
+    problems = []
+    for action in actions:
+        if action == "*" or action in KIWI_ACTIONS:
+            continue
+        if action == "run":
+            near = "execute (kiwi-mcp.run is execute's other name)"
+        else:
+            near = _near(action, set(KIWI_ACTIONS))
+        problems.append(
+            f"kiwi-mcp action '{action}' is not one Kiwi knows ({known})"
+            + (f"; did you mean {near}?" if near else "")
         )
     return problems
 
@@ -298,7 +335,7 @@ class PermissionSet(BaseModel):
             for program in programs if a.get("options") else ():
                 self.shell_options.setdefault(program, []).extend(_split(a["options"]))
         elif resource == "kiwi-mcp":
-            self.kiwi_actions.extend(_split(a.get("action", "")))
+            self.kiwi_actions.extend(_split(_actions(a) or ""))
         elif resource == "network":
             self.network_hosts.extend(_split(a.get("hosts", "")))
         elif resource:
@@ -309,14 +346,27 @@ class PermissionSet(BaseModel):
 
     # ---- checks -------------------------------------------------------
     def check(
-        self, tool: str, args: dict[str, Any], *, blocked_commands: list[str] | None = None
+        self,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        blocked_commands: list[str] | None = None,
+        kiwi_tools: bool = True,
     ) -> Decision:
-        """Decide one call. ``args`` are the call's arguments as the caller sent them."""
+        """Decide one call. ``args`` are the call's arguments as the caller sent them.
+
+        ``kiwi_tools``: ``kiwi-mcp.*`` are Kiwi's meta-tools (runs started before they were decide
+        such ids as any SERVER.TOOL, and replay that way).
+        """
         if tool in FILESYSTEM_TOOLS:
             return self._check_filesystem(tool, args)
         if tool == "shell.run":
             return self.check_shell(args, blocked_commands or [])
-        return self.check_tool_id(tool)
+        if kiwi_tools and KIWI_MCP_ACTIONS.get(tool) == "execute":
+            refused = self._check_kiwi_execute(args)
+            if refused is not None:
+                return refused
+        return self.check_tool_id(tool, kiwi_tools=kiwi_tools)
 
     def check_host(self, host: str, port: int, scheme: str) -> Decision:
         """Whether an api tool may send a request to ``scheme://host:port`` (explicit denials win)."""
@@ -337,10 +387,12 @@ class PermissionSet(BaseModel):
             )
         return Decision(allowed=True, checked_against=[grant])
 
-    def check_tool_id(self, tool: str) -> Decision:
+    def check_tool_id(self, tool: str, *, kiwi_tools: bool = True) -> Decision:
         if not tool:
             return Decision(allowed=False, reason="no tool named")
         server, _, action = tool.partition(".")
+        if server == "kiwi-mcp" and kiwi_tools:
+            return self._check_kiwi_tool(tool)
         denied = self.deny_mcp.get(server, []) if action else []
         if tool in self.deny_tools or "*" in self.deny_tools or action in denied or "*" in denied:
             return Decision(allowed=False, reason=f"'{tool}' is explicitly denied")
@@ -362,6 +414,49 @@ class PermissionSet(BaseModel):
             hint=f'add <execute resource="tool" id="{tool}"/> to <permissions>',
             checked_against=list(self.tools),
         )
+
+    def _check_kiwi_tool(self, tool: str) -> Decision:
+        """A Kiwi meta-tool: only the kiwi-mcp grant of its action reaches it (never a tool id or MCP grant)."""
+        if tool not in KIWI_MCP_ACTIONS:
+            return Decision(
+                allowed=False,
+                reason=f"'{tool}' is not one of Kiwi's meta-tools; a run can call "
+                + ", ".join(KIWI_MCP_TOOLS),
+                hint="search with kiwi-mcp.search, read an item with kiwi-mcp.load, run a directive or call a "
+                "tool with kiwi-mcp.execute",
+            )
+        action = KIWI_MCP_ACTIONS[tool]
+        denied = self.deny_mcp.get("kiwi-mcp", [])
+        if tool in self.deny_tools or "*" in self.deny_tools or action in denied or "*" in denied:
+            return Decision(allowed=False, reason=f"'{tool}' is explicitly denied")
+        if action in self.kiwi_actions or "*" in self.kiwi_actions:
+            return Decision(allowed=True, checked_against=[f"kiwi-mcp:{action}"])
+        return Decision(
+            allowed=False,
+            reason=f"'{tool}' needs the kiwi-mcp {action} grant, which this run does not have",
+            hint=f'add <execute resource="kiwi-mcp" action="{action}"/> to <permissions>',
+            checked_against=[f"kiwi-mcp:{','.join(self.kiwi_actions)}"] if self.kiwi_actions else [],
+        )
+
+    def _check_kiwi_execute(self, args: dict[str, Any]) -> Decision | None:
+        """kiwi-mcp.execute in a run runs a directive or calls a tool; authoring is refused whatever the grants."""
+        action = args.get("action") or "run"
+        if action in KIWI_MCP_AUTHORING:
+            return Decision(
+                allowed=False,
+                reason=f"execute action '{action}' authors items, which is not available inside a run",
+                hint="items are written outside runs, with the MCP front end's execute(item_type=..., "
+                f"action='{action}') or by a human; a new or changed directive runs with its grants only once "
+                "a human signs it (`kiwi sign`)",
+            )
+        if action not in KIWI_MCP_RUN_ACTIONS:
+            return Decision(
+                allowed=False,
+                reason=f"execute action '{action}' is not available inside a run",
+                hint="in a run, kiwi-mcp.execute runs a directive (item_type 'directive', action 'run') or "
+                "calls a tool (item_type 'tool', action 'run' or 'call')",
+            )
+        return None
 
     def _check_filesystem(self, tool: str, args: dict[str, Any]) -> Decision:
         if tool == "filesystem.move":

@@ -6,7 +6,8 @@ answer, never a failed workflow task.
 
 - :func:`check_arguments` checks a call's arguments before anything is scheduled: the size of the
   whole argument object (every tool) and, for Kiwi's built-ins (``filesystem.*``, ``shell.run``,
-  ``git.*``, ``directive.run``), each argument's type and range against :data:`BUILTIN_SCHEMAS`.
+  ``git.*``, ``directive.run``, ``kiwi-mcp.*``), each argument's type and range against
+  :data:`BUILTIN_SCHEMAS`.
 - :func:`coerce_step_arguments` types the literal text of a step's ``<param>`` values by the JSON
   Schema the tool declares (an MCP tool's ``inputSchema``, a local tool's manifest, a built-in's
   schema here). A parameter that is exactly one placeholder keeps the type of its value.
@@ -35,6 +36,23 @@ _ENCODING = {"type": "string", "enum": ["utf-8", "base64"]}
 
 def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": list(required)}
+
+
+_ITEM_TYPES = ("directive", "tool", "knowledge", "script")
+# In a run Kiwi's meta-tools reach the run's project only ('local' is Kiwi MCP's name for it).
+_SOURCES = ("project", "local")
+_EXECUTE = _object(
+    {
+        "item_type": {"type": "string", "enum": ["directive", "tool", "script"]},
+        "action": _STRING,
+        "item_id": _STRING,
+        "inputs": {"type": "object", "description": "a directive's inputs"},
+        "parameters": {"type": "object", "description": "a tool's arguments, or a directive's inputs"},
+        # Kiwi MCP's spellings: {"directive": NAME, "inputs": {...}}, {"tool_name": ID, "parameters": {...}}.
+        "directive": _STRING,
+        "tool_name": _STRING,
+    }
+)
 
 
 BUILTIN_SCHEMAS: dict[str, dict[str, Any]] = {
@@ -73,6 +91,31 @@ BUILTIN_SCHEMAS: dict[str, dict[str, Any]] = {
     "git.checkpoint": _object({"message": _STRING, "reason": _STRING}),
     "git.rollback": _object({"checkpoint": _STRING}),
     "directive.run": _object({"directive": _STRING, "name": _STRING, "inputs": {"type": "object"}}),
+    # Kiwi's meta-tools in a run (kiwi-mcp grants); the front end's arguments, read-only or running only.
+    "kiwi-mcp.search": _object(
+        {
+            "query": _STRING,
+            "item_type": {"type": "string", "enum": list(_ITEM_TYPES)},
+            "category": _STRING,
+            "source": {"type": "string", "enum": list(_SOURCES)},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+        },
+        ("query",),
+    ),
+    "kiwi-mcp.load": _object(
+        {
+            "item_type": {"type": "string", "enum": list(_ITEM_TYPES)},
+            "item_id": _STRING,
+            "source": {"type": "string", "enum": list(_SOURCES)},
+            # Kiwi MCP's spellings of item_type + item_id.
+            "directive_name": _STRING,
+            "tool_name": _STRING,
+            "zettel_id": _STRING,
+        }
+    ),
+    "kiwi-mcp.help": _object({"topic": _STRING}),
+    "kiwi-mcp.execute": _EXECUTE,
+    "kiwi-mcp.run": _EXECUTE,
 }
 _HINTS = {
     "filesystem.read": '{"path": "notes/a.md"}',
@@ -86,6 +129,11 @@ _HINTS = {
     "git.checkpoint": '{"message": "before the refactor"}',
     "git.rollback": '{"checkpoint": "RUN/1"}',
     "directive.run": '{"directive": "NAME", "inputs": {"key": "value"}}',
+    "kiwi-mcp.search": '{"query": "deploy database", "item_type": "directive", "limit": 5}',
+    "kiwi-mcp.load": '{"item_type": "knowledge", "item_id": "ZETTEL_ID"}',
+    "kiwi-mcp.help": '{"topic": "permissions"}',
+    "kiwi-mcp.execute": '{"item_type": "directive", "action": "run", "item_id": "NAME", "inputs": {}}',
+    "kiwi-mcp.run": '{"directive": "NAME", "inputs": {"key": "value"}}',
 }
 _TYPE_NAMES = {
     "string": "a string",
@@ -152,12 +200,57 @@ def _builtin_problem(tool: str, args: dict[str, Any], hint: str) -> ArgumentErro
         )
     if tool == "directive.run" and not isinstance(args.get("directive") or args.get("name"), str):
         return ArgumentError("directive.run: argument 'directive' (the directive's name) is required", hint)
+    if tool in ("kiwi-mcp.search", "kiwi-mcp.load") and args.get("source") not in (None, *_SOURCES):
+        return ArgumentError(
+            f"{tool}: source {json.dumps(args['source'], default=str)} is not available inside a run: it reaches "
+            "the run's project items only (source 'project')",
+            "leave out 'source'; outside a run the front end's own search and load reach the user space and "
+            "the registry",
+        )
+    if tool in ("kiwi-mcp.execute", "kiwi-mcp.run"):
+        problem = _execute_problem(tool, args)
+        if problem:
+            return ArgumentError(problem, hint)
+    if tool == "kiwi-mcp.load" and not any(
+        isinstance(args.get(k), str) and args[k]
+        for k in ("item_id", "directive_name", "tool_name", "zettel_id")
+    ):
+        return ArgumentError("kiwi-mcp.load: argument 'item_id' (with 'item_type') is required", hint)
+    if tool == "kiwi-mcp.load" and args.get("item_id") and not args.get("item_type"):
+        return ArgumentError(
+            "kiwi-mcp.load: argument 'item_type' (directive, tool or knowledge) is required", hint
+        )
     for name, spec in properties.items():
         if name in args and args[name] is not None:
             problem = _problem(args[name], spec)
             if problem:
                 return ArgumentError(f"{tool}: argument '{name}' {problem}", hint)
     return None
+
+
+def kiwi_execute_target(args: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """What a kiwi-mcp.execute call asks for: (``directive`` or ``tool``, its id, inputs or parameters).
+
+    Kiwi's own form is ``{"item_type", "action", "item_id", "inputs"|"parameters"}``; Kiwi MCP's are
+    ``{"directive": NAME, "inputs": ...}`` and ``{"tool_name": ID, "parameters": ...}``.
+    """
+    kind = str(args.get("item_type") or "")
+    if not kind:
+        kind = "tool" if args.get("tool_name") else "directive"
+    kind = "tool" if kind == "script" else kind
+    item_id = args.get("item_id") or (args.get("tool_name") if kind == "tool" else args.get("directive"))
+    values = args.get("parameters") if kind == "tool" else args.get("inputs", args.get("parameters"))
+    return kind, item_id if isinstance(item_id, str) else "", values if isinstance(values, dict) else {}
+
+
+def _execute_problem(tool: str, args: dict[str, Any]) -> str:
+    kind, item_id, _ = kiwi_execute_target(args)
+    if not item_id:
+        what = "the tool's id" if kind == "tool" else "the directive's name"
+        return f"{tool}: argument 'item_id' ({what}) is required"
+    if kind == "tool" and item_id.startswith("kiwi-mcp."):
+        return f"{tool}: {item_id} is called directly, not through {tool}"
+    return ""
 
 
 def _problem(value: Any, spec: dict[str, Any]) -> str:
@@ -176,7 +269,7 @@ def _problem(value: Any, spec: dict[str, Any]) -> str:
         size = len(str(value).encode("utf-8"))
         if size > spec["maxBytes"]:
             return f"is {size:,} bytes, over the limit of {spec['maxBytes']:,} bytes per call"
-    if "number" in types and not isinstance(value, bool):
+    if ("number" in types or "integer" in types) and not isinstance(value, bool):
         number = _number(value)
         if number is not None:
             if not math.isfinite(number):
@@ -184,6 +277,8 @@ def _problem(value: Any, spec: dict[str, Any]) -> str:
             low, high = spec.get("exclusiveMinimum"), spec.get("maximum")
             if low is not None and number <= low:
                 return f"must be more than {low:g}, got {number:g}"
+            if spec.get("minimum") is not None and number < spec["minimum"]:
+                return f"must be at least {spec['minimum']:g}, got {number:g}"
             if high is not None and number > high:
                 return f"must be at most {high:g}, got {number:g}"
     return ""

@@ -40,7 +40,7 @@ from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore, find_project_root, item_kind
-from kiwi.policy import FILESYSTEM_TOOLS, PermissionSet
+from kiwi.policy import FILESYSTEM_TOOLS, KIWI_MCP_ACTIONS, PermissionSet
 from kiwi.registry import RegistryRefused
 from kiwi.registry.local import write_pulled
 from kiwi.runs import RunClient
@@ -88,7 +88,8 @@ run_id='run-hello_kiwi-1a2b3c', item_id='CALL_ID')
 - tool call: execute(item_type='tool', action='call', run_id='run-hello_kiwi-1a2b3c', \
 item_id='filesystem.read', parameters={'path': 'notes/hello.md'}) (action='run' is the same; a built-in, local or SERVER.TOOL id; \
 parameters are its arguments; with run_id the run's grants apply, without it the base policy of \
-agent_harness.yaml)
+agent_harness.yaml); in a run whose directive grants them, also Kiwi's meta-tools kiwi-mcp.search, \
+kiwi-mcp.load, kiwi-mcp.help, kiwi-mcp.execute (help(topic='kiwi-mcp'))
 - mcp call (a tool of an external MCP server, the same as a tool call): execute(item_type='mcp', \
 action='call', run_id='run-hello_kiwi-1a2b3c', item_id='clock.get_current_time', parameters={'timezone': 'UTC'})
 - script call (a legacy .ai/scripts tool, the same as a tool call): execute(item_type='script', \
@@ -642,7 +643,9 @@ def build_server(
     )
     async def help_(
         action: Literal["guidance", "stuck", "escalate", "checkpoint"] = Field(default="guidance"),
-        topic: str = Field(default="", description="guidance topic: directives, runs, tools, permissions"),
+        topic: str = Field(
+            default="", description="guidance topic: directives, runs, tools, permissions, kiwi-mcp"
+        ),
         run_id: str | None = Field(default=None, description="the run the signal is about"),
         reason: str = Field(default="", description="why help is needed"),
         attempts: int = Field(default=0, ge=0, description="failed attempts so far (stuck)"),
@@ -753,7 +756,13 @@ def base_policy_grant(tool: str, local_tools: Any) -> str:
 
 def outside_run_hint(answer: dict[str, Any], tool: str, local_tools: Any) -> dict[str, Any]:
     """Outside a run the grants are agent_harness.yaml's base policy, so a denial's fix is there, not <permissions>."""
-    if answer.get("status") == "denied" and "<permissions>" in answer.get("hint", ""):
+    if answer.get("status") == "denied" and tool.startswith("kiwi-mcp."):
+        # The base policy grants no meta-tool: outside a run the front end's own tools do the same.
+        answer["hint"] = (
+            f"outside a run, call the front end's own {KIWI_MCP_ACTIONS.get(tool, tool.partition('.')[2])} tool instead; {tool} is for runs "
+            'whose directive grants it (<execute resource="kiwi-mcp" action="..."/>)'
+        )
+    elif answer.get("status") == "denied" and "<permissions>" in answer.get("hint", ""):
         answer["hint"] = (
             f"outside a run the base policy applies: a human adds `{base_policy_grant(tool, local_tools)}` "
             "to .ai/config/agent_harness.yaml; or run a directive that grants it "
@@ -923,15 +932,15 @@ async def _settled(runs: RunClient, run_id: str, timeout: float = 20.0):
 
 
 def _guidance(topic: str, store: ItemStore) -> str:
+    from kiwi.guidance import BUILTINS, TOPICS
+
     directives = [r.item_id for r in store.list_items("directive") if r.valid][:20]
     tools = store.local_tools()
     text = {
-        "permissions": "Calls are checked against the directive's <permissions>: filesystem read/write globs "
-        "('*' stays in one folder, '**' crosses folders), tool ids, shell command allowlists, MCP "
-        "tool allowlists. Denials come back with a hint naming the grant that would allow them.",
-        "tools": "Built-in tools: filesystem.read/write/list/create/delete/move (path relative to the project), "
-        "shell.run (command or argv; no shell syntax), git.status/diff/commit. Local tools and their "
-        "parameter schemas:\n"
+        **TOPICS,
+        "tools": BUILTINS
+        + " Kiwi's meta-tools in a run: kiwi-mcp.search, kiwi-mcp.load, kiwi-mcp.help, kiwi-mcp.execute "
+        "(help topic 'kiwi-mcp'). Local tools and their parameter schemas:\n"
         + ("\n".join(f"- {t}: {json.dumps(m.json_schema())}" for t, m in sorted(tools.items())) or "none"),
     }.get(topic, "")
     return (

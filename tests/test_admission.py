@@ -114,3 +114,38 @@ def test_a_refused_call_changes_nothing_in_the_runs_state(tool, path, used):
         counted = tool in snap.limits.rate_limits
         assert state.call_counts.get(tool, 0) == (used + 1 if counted else 0)
         assert path.startswith("notes/") or not tool.startswith("filesystem.")
+
+
+def test_kiwi_meta_tools_are_admitted_by_their_grant_and_runs_before_them_replay_without():
+    directive, _ = parse_directive(
+        directive_md(
+            '<step name="work"><action>Work.</action></step>',
+            name="meta",
+            permissions='<execute resource="kiwi-mcp" action="search"/>'
+            '<execute resource="mcp" name="kiwi-mcp" actions="search"/>',
+        ),
+        "meta.md",
+    )
+    snap = RunSnapshot(
+        run_id="run-meta-1",
+        directive=directive,
+        content_hash="",
+        grants=directive.grants(),
+        project_root="/project",
+        limits=RunLimits(rate_limits={"mcp.*": 1}),
+    )
+    args = {"query": "deploy"}
+    # Twice: a meta-tool is not an external MCP server's tool, so "mcp.*" does not count it.
+    for seq in (1, 2):
+        assert admit("kiwi-mcp.search", args, seq, snap=snap, state=RunState(), now=0).refusal is None
+    load = admit(
+        "kiwi-mcp.load", {"item_type": "tool", "item_id": "x"}, 3, snap=snap, state=RunState(), now=0
+    )
+    assert load.refusal.status == "denied" and 'action="load"' in load.refusal.hint
+    # A run started before the meta-tools (kiwi_tools=False on replay) decides as it always did.
+    old = admit("kiwi-mcp.search", args, 1, snap=snap, state=RunState(), now=0, kiwi_tools=False)
+    assert old.refusal.error_type == "ToolNotFound" and "kiwi-mcp" not in old.refusal.hint
+    # An MCP grant for a server named kiwi-mcp meant that server then, and never reaches the meta-tools now.
+    mcp_only = directive.grants().model_copy(update={"kiwi_actions": []})
+    assert mcp_only.check("kiwi-mcp.search", args, kiwi_tools=False).allowed
+    assert not mcp_only.check("kiwi-mcp.search", args).allowed

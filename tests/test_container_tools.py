@@ -150,15 +150,17 @@ async def test_attack_a_docker_tool_gets_no_network_no_writable_root_and_no_ungr
 
 async def test_docker_tool_errors_timeout_missing_image_and_failure(runs, project, image):
     engine = container_engine()
-    docker_tool(project, "sleepy", image, "sleep 30\n", "timeout: 2\n")
+    # A name of this test's own: other test runs on the machine may have a "sleepy" container of theirs.
+    sleepy = f"sleepy_{uuid.uuid4().hex[:8]}"
+    docker_tool(project, sleepy, image, "sleep 30\n", "timeout: 2\n")
     docker_tool(project, "failing", image, "echo 'it went wrong' >&2\nexit 3\n")
     docker_tool(project, "imageless", "localhost/kiwi-no-such-image:1", "echo '{}'\n")
-    directive(project, ["sleepy", "failing", "imageless"])
+    directive(project, [sleepy, "failing", "imageless"])
     run_id = await started(runs)
-    slept = await runs.call_tool(run_id, "sleepy", {})
+    slept = await runs.call_tool(run_id, sleepy, {})
     assert slept.error_type == "ToolTimeout" and "timed out after 2s" in slept.reason, slept
     left = subprocess.run(
-        [*engine, "ps", "-a", "--filter", "name=kiwi-sleepy", "-q"], capture_output=True, text=True
+        [*engine, "ps", "-a", "--filter", f"name=kiwi-{sleepy}", "-q"], capture_output=True, text=True
     )
     assert left.stdout.strip() == ""
     failed = await runs.call_tool(run_id, "failing", {})

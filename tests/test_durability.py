@@ -152,6 +152,7 @@ async def test_record_history(runs, project):
         run_id, "shell.run", {"command": "ls", "timeout": "abc"}
     )  # refused before scheduling
     await runs.help(run_id, HelpRequest(kind="checkpoint", reason="not granted"))  # denied: no git.checkpoint
+    await runs.call_tool(run_id, "kiwi-mcp.search", {"query": "hello"})  # denied: no kiwi-mcp grant
     await runs.complete_step(run_id, "confirm", {"confirmed": True})
     await runs.handle(run_id).result()
     history = json.loads((await runs.handle(run_id).fetch_history()).to_json())

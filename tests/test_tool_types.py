@@ -694,6 +694,38 @@ async def test_attack_a_host_granted_by_name_cannot_lead_to_a_private_address(ru
     await runs.cancel(run_id, "done")
 
 
+async def test_an_api_tool_follows_a_redirect_to_a_granted_ip_address(
+    runs, project, api, elsewhere, monkeypatch
+):
+    """A redirect to an address (no name to resolve) is checked against the grants and then sent with
+    its own Host header; the manifest's headers stay behind when it leaves the first origin."""
+    monkeypatch.setenv("KIWI_TEST_API_TOKEN", TOKEN)
+    api_tool(
+        project,
+        "moved",
+        f"url: http://127.0.0.1:{api.port}/redirect\nheaders:\n  Authorization: Bearer ${{KIWI_TEST_API_TOKEN}}\n",
+    )
+    agent_directive(project, ["moved"], hosts=f"{api.host},{elsewhere.host}")
+    run_id = await started(runs)
+    api.redirect_to = f"http://127.0.0.1:{elsewhere.port}/items/7"
+    moved = await runs.call_tool(run_id, "moved", {})
+    assert moved.status == "ok", moved
+    assert moved.result["body"]["data"]["name"] == "item-7"
+    assert [(r["path"], r["headers"].get("Host")) for r in elsewhere.requests] == [
+        ("/items/7", f"127.0.0.1:{elsewhere.port}")
+    ]
+    assert "Authorization" not in elsewhere.requests[0]["headers"]
+    # On the same address (a relative Location) the request keeps its headers and its Host.
+    api.redirect_to = "/items/8"
+    same = await runs.call_tool(run_id, "moved", {})
+    assert same.status == "ok" and same.result["body"]["data"]["name"] == "item-8", same
+    assert TOKEN not in json.dumps(same.result)
+    last = api.requests[-1]
+    assert (last["path"], last["headers"]["Host"]) == ("/items/8", api.host)
+    assert last["headers"]["Authorization"] == f"Bearer {TOKEN}"
+    await runs.cancel(run_id, "done")
+
+
 @pytest.mark.parametrize(
     ("kind", "level", "says"),
     [

@@ -18,6 +18,7 @@ from activities.commands import CommandActivities, GitActivities
 from activities.container import ContainerToolActivities
 from activities.directives import DirectiveActivities
 from activities.filesystem import FilesystemActivities
+from activities.items import ItemActivities
 from activities.mcp import McpActivities
 from kiwi.contracts import TASK_QUEUE
 from kiwi.health import bind_health, serve_health
@@ -39,6 +40,7 @@ VERSIONING_BEHAVIORS = {
 
 def activities(pool: McpPool) -> list:
     fs, commands, git, audit = FilesystemActivities(), CommandActivities(), GitActivities(), AuditActivities()
+    items = ItemActivities()
     return [
         fs.read_file,
         fs.write_file,
@@ -57,6 +59,8 @@ def activities(pool: McpPool) -> list:
         git.git_rollback,
         audit.write_audit_records,
         DirectiveActivities().resolve_directive,
+        items.search_items,
+        items.load_item,
         McpActivities(pool).mcp_operation,
         ApprovalActivities().notify_approvers,
     ]

@@ -15,7 +15,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from kiwi.errors import ItemInvalid, Problem
-from kiwi.policy import BUILTIN_TOOLS, Decision, PermissionEntry, PermissionSet, entry_problems
+from kiwi.policy import (
+    BUILTIN_TOOLS,
+    KIWI_MCP_TOOLS,
+    Decision,
+    PermissionEntry,
+    PermissionSet,
+    entry_problems,
+)
 from kiwi.templating import placeholders
 
 MAX_FILE_BYTES = 1_000_000
@@ -149,9 +156,15 @@ class Directive(BaseModel):
         return [plan_step(s, self, local_tools) for s in self.steps]
 
 
-def callable_tool(tool: str, directive: Directive, local_tools: set[str] | frozenset[str]) -> bool:
-    """Whether Kiwi itself can call ``tool`` in a run of ``directive``."""
-    if tool in BUILTIN_TOOLS or tool in local_tools:
+def callable_tool(
+    tool: str, directive: Directive, local_tools: set[str] | frozenset[str], *, kiwi_tools: bool = True
+) -> bool:
+    """Whether Kiwi itself can call ``tool`` in a run of ``directive``.
+
+    ``kiwi_tools``: Kiwi's meta-tools (``kiwi-mcp.search``, ...) are tools of the run; runs started
+    before they were replay without them.
+    """
+    if tool in BUILTIN_TOOLS or tool in local_tools or (kiwi_tools and tool in KIWI_MCP_TOOLS):
         return True
     server, _, name = tool.partition(".")
     for mcp in directive.metadata.tools.mcps:
@@ -161,9 +174,17 @@ def callable_tool(tool: str, directive: Directive, local_tools: set[str] | froze
 
 
 def plan_step(
-    step: Step, directive: Directive, local_tools: set[str] | frozenset[str] = frozenset()
+    step: Step,
+    directive: Directive,
+    local_tools: set[str] | frozenset[str] = frozenset(),
+    *,
+    kiwi_tools: bool = True,
 ) -> StepPlan:
-    unknown = [c.tool for c in step.tool_calls if not callable_tool(c.tool, directive, local_tools)]
+    unknown = [
+        c.tool
+        for c in step.tool_calls
+        if not callable_tool(c.tool, directive, local_tools, kiwi_tools=kiwi_tools)
+    ]
     bound = bool(step.tool_calls) and not unknown
     if step.mode == "agent":
         return StepPlan(step=step.name, mode="agent", prerun=bound, reason='mode="agent" set on the step')
@@ -718,6 +739,14 @@ def _validate_tools_against_permissions(directive: Directive, root: Any, ctx: _C
     if meta_el is not None:
         where = meta_el.find("tools") if meta_el.find("tools") is not None else meta_el.find("mcps")
     for mcp in decl.mcps:
+        if "kiwi-mcp" in (mcp.name, mcp.alias):
+            ctx.error(
+                where,
+                '<mcp name="kiwi-mcp"> names Kiwi itself, not an external MCP server: its tools (kiwi-mcp.search, '
+                'load, help, execute) need no declaration; grant them with <execute resource="kiwi-mcp" '
+                'action="..."/>',
+            )
+            continue
         for tool in mcp.tools:
             decision = grants.check_tool_id(f"{mcp.name}.{tool}")
             if not decision.allowed:

@@ -26,8 +26,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from kiwi.errors import PermissionDenied, ToolFailed, ToolNotFound
     from kiwi.guards import digest, redact, summarise_call, summarise_result
-    from kiwi.policy import FILESYSTEM_TOOLS, Decision, parse_command
-    from kiwi.toolargs import BUILTIN_SCHEMAS
+    from kiwi.policy import FILESYSTEM_TOOLS, KIWI_MCP_ACTIONS, Decision, parse_command
+    from kiwi.toolargs import BUILTIN_SCHEMAS, kiwi_execute_target
 
 from workflows.directive_run.errors import (
     CallRefused,
@@ -79,7 +79,7 @@ class CallsMixin:
         if result is None:
             warnings = [warning] if warning else []
             try:
-                value = await self._execute(tool, args, origin, warnings)
+                value = await self._execute(tool, args, origin, warnings, step=step, client=client)
                 result = ToolCallResult(status="ok", tool=tool, result=value, call_seq=seq, warnings=warnings)
             except ToolReportedError as exc:
                 result = ToolCallResult(
@@ -109,7 +109,7 @@ class CallsMixin:
                     error_type=kind,
                     call_seq=seq,
                 )
-            if result.status == "ok":
+            if result.status == "ok" and not _delegates(tool, args):
                 result_hash = digest(result.result)
                 state.result_hashes = (state.result_hashes + [result_hash])[-LOOP_WINDOW:]
                 same = state.result_hashes[-snap.limits.loop_repeat_threshold :]
@@ -186,6 +186,7 @@ class CallsMixin:
             state=self.state,
             now=workflow.now().timestamp(),
             check_args=self.hardened,
+            kiwi_tools=self.kiwi_tools,
         )
         return outcome.refusal, outcome.warning
 
@@ -195,6 +196,9 @@ class CallsMixin:
         args: dict[str, Any],
         origin: str = "step",
         warnings: list[str] | None = None,
+        *,
+        step: str | None = None,
+        client: str = "",
     ) -> Any:
         snap = self.snap
         root = snap.project_root
@@ -270,6 +274,8 @@ class CallsMixin:
             value = await workflow.execute_activity_method(GIT_ACTIVITIES[tool], request, **options)
         elif tool == "directive.run":
             value = await self._run_child(args, origin)
+        elif tool in KIWI_MCP_ACTIONS and self.kiwi_tools:
+            value = await self._kiwi_tool(tool, args, origin, step=step, client=client)
         elif tool.partition(".")[0] in self.state.mcp_context:
             value = await self._call_mcp(tool, args, warnings if warnings is not None else [])
         elif (
@@ -370,3 +376,8 @@ class CallsMixin:
         listed = next((t for t in context.tools if t.get("name") == name), None)
         schema = listed.get("inputSchema") if listed else None
         return schema if isinstance(schema, dict) else None
+
+
+def _delegates(tool: str, args: dict[str, Any]) -> bool:
+    """A kiwi-mcp.execute call of a tool: the tool's own call (made inside it) is the one loop checks count."""
+    return KIWI_MCP_ACTIONS.get(tool) == "execute" and kiwi_execute_target(args)[0] == "tool"

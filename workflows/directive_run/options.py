@@ -78,7 +78,7 @@ MCP_RETRY = RetryPolicy(
 # patches of their own, and fold them into a new ALL_CHANGES id when the previous one is retired.
 ALL_CHANGES = "kiwi-run-changes-2026-11"
 # New runs record this one marker for ALL_CHANGES and every patch below it (HARDENED, CHILD_ATTRIBUTES,
-# TOOL_EXECUTORS, COMMIT_BEFORE_CONTINUE): each marker is a history event and a search-attribute
+# TOOL_EXECUTORS, COMMIT_BEFORE_CONTINUE, KIWI_MCP_TOOLS): each marker is a history event and a search-attribute
 # upsert, and a run replays them on every worker that takes it over. Runs started before it replay the
 # markers they recorded. Check it with ``self.current or workflow.patched(OLD_ID)``, never alone.
 CURRENT = "kiwi-run-changes-2026-11-23"
@@ -98,6 +98,10 @@ TOOL_EXECUTORS = "kiwi-tool-executors-2026-11"
 # update ids the run keeps (RunState.update_seqs) instead of running twice.
 COMMIT_BEFORE_CONTINUE = "kiwi-commit-before-continue-2026-11"
 CONTINUE_COMMIT_TIMER = timedelta(milliseconds=1)
+# Kiwi's meta-tools (kiwi-mcp.search, load, help, execute/run) are tools of the run, gated by the
+# kiwi-mcp grants: looked up, planned into steps and executed. Checked once, in the run's first
+# activation (DirectiveRun.__init__), so a run started before it keeps refusing them on replay.
+KIWI_MCP_TOOLS = "kiwi-mcp-tools-2026-11"
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
 RECENT_RESULTS = 50  # agent calls whose results a re-sent call is answered with

@@ -50,7 +50,9 @@ class StepsMixin:
             record.reason = f"condition false: {step.condition}"
             self.audit.record({"event": "step_skipped", "step": step.name, "reason": record.reason})
             return
-        plan = plan_step(step, self.snap.directive, frozenset(self.snap.local_tools))
+        plan = plan_step(
+            step, self.snap.directive, frozenset(self.snap.local_tools), kiwi_tools=self.kiwi_tools
+        )
         record.mode = plan.mode
         record.reason = plan.reason
         if record.status == "pending":

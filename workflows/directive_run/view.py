@@ -41,7 +41,9 @@ class ViewMixin:
 
     def _view(self: DirectiveRun, step: Step) -> StepView:
         record = self.state.steps.get(step.name) or StepRecord(name=step.name)
-        plan = plan_step(step, self.snap.directive, frozenset(self.snap.local_tools))
+        plan = plan_step(
+            step, self.snap.directive, frozenset(self.snap.local_tools), kiwi_tools=self.kiwi_tools
+        )
         return StepView(
             name=step.name,
             status=record.status,

@@ -51,11 +51,13 @@ from workflows.directive_run.calls import CallsMixin
 from workflows.directive_run.children import ChildrenMixin
 from workflows.directive_run.errors import StepAborted
 from workflows.directive_run.humans import HumansMixin
+from workflows.directive_run.kiwi_tools import KiwiToolsMixin
 from workflows.directive_run.options import (
     ALL_CHANGES,
     COMMIT_BEFORE_CONTINUE,
     CURRENT,
     HARDENED,
+    KIWI_MCP_TOOLS,
     RECENT_RESULTS,
     RECENT_UPDATE_IDS,
 )
@@ -65,7 +67,9 @@ from workflows.directive_run.view import ViewMixin
 
 
 @workflow.defn(name="DirectiveRun", failure_exception_types=[TemplateError, ConditionError])
-class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenMixin, ViewMixin):
+class DirectiveRun(
+    StepsMixin, CallsMixin, KiwiToolsMixin, HumansMixin, UpstreamMixin, ChildrenMixin, ViewMixin
+):
     @workflow.init
     def __init__(self, input: DirectiveRunInput) -> None:
         self.snap = input.snapshot
@@ -82,6 +86,8 @@ class DirectiveRun(StepsMixin, CallsMixin, HumansMixin, UpstreamMixin, ChildrenM
         self.current = workflow.patched(CURRENT)
         self.hardened = self.current or workflow.patched(HARDENED)
         self.commit_before_continue = self.current or workflow.patched(COMMIT_BEFORE_CONTINUE)
+        # Also here for the same reason: the first task's call_tool updates already look tools up.
+        self.kiwi_tools = self.current or workflow.patched(KIWI_MCP_TOOLS)
         # Work the run starts and does not wait for at once (audit flushes, checkpoints, notices,
         # watching children): owned here, failures audited, awaited before the run ends.
         self.background: list[tuple[asyncio.Future[Any], bool]] = []
