@@ -58,7 +58,10 @@ class StepsMixin:
         if record.status == "pending":
             record.status = "running"
             record.started_at = workflow.now().isoformat()
-            self._publish()
+            if not (self.current and plan.mode != "auto" and not plan.prerun):
+                # An agent step with no calls of its own goes on to awaiting_agent in this same task and
+                # publishes that: a 'running' upsert first would be one more history event and write.
+                self._publish()
             if plan.mode == "auto" or plan.prerun:
                 for call in step.tool_calls:
                     await workflow.wait_condition(

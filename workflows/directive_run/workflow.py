@@ -142,7 +142,12 @@ class DirectiveRun(
                 }
             )
         directive = self.snap.directive
-        self._publish()
+        if not (
+            self.current and state.step_index < len(directive.steps) and not directive.metadata.tools.mcps
+        ):
+            # (A new run's first step publishes its state in this same task; one fetching MCP tool context
+            # first shows 'running' meanwhile.)
+            self._publish()
         if not state.mcp_ready:
             if directive.metadata.tools.mcps and (mcp_context or workflow.patched("mcp-tool-context")):
                 await self._fetch_tool_context(directive.metadata.tools.mcps)
