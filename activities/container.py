@@ -2,7 +2,8 @@
 
 The container gets no network, a read-only root, no capabilities, no new privileges, CPU, memory,
 process and file limits, the tool's own folder read-only at ``/tool``, and only the project paths its
-manifest mounts that the run grants (checked here with symlinks resolved, before anything starts). The
+manifest mounts that the run grants (checked here with symlinks resolved, before anything starts, and
+handed over as a private copy, never mounted by name: see ``activities/staging.py``). The
 image must exist locally; nothing is pulled. At the timeout Kiwi kills it (the engine's own --timeout is a
 backstop for a worker that died), and Kiwi removes it whatever happened, after reading its logs.
 """
@@ -23,6 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.commands import _parse_output, _real_relative
 from activities.process import ProcessResult, run_process
+from activities.staging import Staged, remove, stage_in, write_back
 from kiwi.containertools import ContainerExecutor, read_container_executor
 from kiwi.contracts import ContainerToolRequest
 from kiwi.errors import CommandNotFound, PermissionDenied, ToolFailed, ToolTimeout
@@ -63,7 +65,28 @@ class ContainerToolActivities:
                 f"docker tool '{tool.tool_id}' needs a container engine, and the worker has none",
                 {"hint": "install podman (or docker) where the worker runs, or set KIWI_CONTAINER_ENGINE"},
             )
-        mounts = _mounts(req, executor)
+        checked = _mounts(req, executor)
+        staged: list[tuple[Staged, str, bool]] = []
+        try:
+            for real, target, write in checked:
+                what = f"docker tool '{tool.tool_id}': mount '{real}'"
+                staged.append(
+                    (await asyncio.to_thread(stage_in, req.project_root, real, what), target, write)
+                )
+            return await self._run(req, executor, engine, staged)
+        finally:
+            for copy, _, _ in staged:
+                await asyncio.to_thread(remove, copy)
+
+    async def _run(
+        self,
+        req: ContainerToolRequest,
+        executor: ContainerExecutor,
+        engine: list[str],
+        staged: list[tuple[Staged, str, bool]],
+    ) -> Any:
+        tool = req.tool
+        mounts = [f"{copy.path}:{target}:{'rw' if write else 'ro'}" for copy, target, write in staged]
         name = f"kiwi-{tool.tool_id[:40]}-{uuid.uuid4().hex[:12]}"
         argv = [
             *engine,
@@ -118,6 +141,14 @@ class ContainerToolActivities:
             # Decided by who stopped it (this activity, at its deadline), never guessed from an exit code.
             raise ToolTimeout.error(f"docker tool '{tool.tool_id}' timed out after {executor.timeout:g}s")
         assert result is not None
+        if result.exit_code == 0:
+            # The container is gone: what it left in its writable mounts goes back to the project.
+            for copy, _, write in staged:
+                if write:
+                    what = f"docker tool '{tool.tool_id}': mount '{copy.rel}'"
+                    await asyncio.to_thread(
+                        write_back, req.project_root, copy, req.write_grants, req.deny_fs, what
+                    )
         stderr = result.stderr.strip()
         if "image not known" in stderr or "No such image" in stderr:
             raise ToolFailed.error(
@@ -213,8 +244,9 @@ async def _engine(engine: list[str], *args: str, cwd: str) -> None:
         await run_process([*engine, *args], cwd=cwd, timeout=60, max_output=10_000)
 
 
-def _mounts(req: ContainerToolRequest, executor: ContainerExecutor) -> list[str]:
-    """``--volume`` values for the manifest's mounts, each refused unless the run grants all of it."""
+def _mounts(req: ContainerToolRequest, executor: ContainerExecutor) -> list[tuple[str, str, bool]]:
+    """(project path, container path, writable) of the manifest's mounts, each refused unless the run
+    grants all of it. The project path is then copied (activities/staging.py), never mounted by name."""
     volumes = []
     for mount in executor.mounts:
         mode = "write" if mount.write else "read"
@@ -247,9 +279,7 @@ def _mounts(req: ContainerToolRequest, executor: ContainerExecutor) -> list[str]
                 + (f"; denied by '{denied[0]}'" if denied else "")
                 + f'; add <{mode} resource="filesystem" path="{real}/**"/> to <permissions>'
             )
-        volumes.append(
-            f"{os.path.join(os.path.realpath(req.project_root), real)}:{mount.target}:{'rw' if mount.write else 'ro'}"
-        )
+        volumes.append((real, mount.target, mount.write))
     return volumes
 
 

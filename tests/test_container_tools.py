@@ -168,3 +168,46 @@ async def test_docker_tool_errors_timeout_missing_image_and_failure(runs, projec
     missing = await runs.call_tool(run_id, "imageless", {})
     assert missing.error_type == "ToolFailed" and "is not on this machine; Kiwi never pulls" in missing.reason
     await runs.cancel(run_id, "done")
+
+
+async def test_a_writable_mount_comes_back_to_the_project_file_by_file_and_no_link_does(runs, project, image):
+    # The container works on a private copy; what it leaves there comes back once it exits 0: new and
+    # changed files written, removed ones removed, links it made left behind (they would name host paths).
+    write(project / "out" / "keep.txt", "kept")
+    write(project / "out" / "change.txt", "before")
+    write(project / "out" / "gone.txt", "to remove")
+    docker_tool(
+        project,
+        "writer",
+        image,
+        """\
+        echo after > /out/change.txt
+        rm /out/gone.txt
+        mkdir -p /out/new
+        echo fresh > /out/new/made.txt
+        ln -s /etc/passwd /out/passwd
+        echo '{"done": true}'
+        """,
+        "mounts:\n  - {source: out, target: /out, write: true}\ntimeout: 30\n",
+    )
+    docker_tool(
+        project,
+        "failing_writer",
+        image,
+        "echo half > /out/keep.txt\nexit 3\n",
+        "mounts:\n  - {source: out, target: /out, write: true}\ntimeout: 30\n",
+    )
+    directive(project, ["writer", "failing_writer"], '<write resource="filesystem" path="out/**"/>')
+    run_id = await started(runs)
+    result = await runs.call_tool(run_id, "writer", {})
+    assert result.status == "ok" and result.result == {"done": True}, result
+    assert (project / "out" / "change.txt").read_text() == "after\n"
+    assert (project / "out" / "new" / "made.txt").read_text() == "fresh\n"
+    assert (project / "out" / "keep.txt").read_text() == "kept"
+    assert not (project / "out" / "gone.txt").exists()
+    assert not (project / "out" / "passwd").exists() and not (project / "out" / "passwd").is_symlink()
+    # A tool that fails leaves the project as it was.
+    failed = await runs.call_tool(run_id, "failing_writer", {})
+    assert failed.status == "error" and "exited with 3" in failed.reason, failed
+    assert (project / "out" / "keep.txt").read_text() == "kept"
+    await runs.cancel(run_id, "done")

@@ -1,0 +1,190 @@
+"""Project folders handed to a container through a private copy, so no path is ever mounted by name.
+
+A container engine mounts a host path by name, after Kiwi has checked it: a folder swapped for a
+symbolic link between the check and the mount would give the container another place. Instead, the
+granted folder is copied into a folder of the worker's own (made with ``mkdtemp``, which nothing else can
+write) by descriptors opened without following a link, and that copy is mounted. After a tool that
+succeeded, a writable mount's changes are written back the same way: every path checked against the
+run's write grants first (nothing is written if one is not covered), then each changed or new file
+written atomically and each removed file removed, through descriptors, never following a link. Links
+the tool made are not copied back.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass, field
+
+from activities.filesystem import _CLOEXEC, _write_atomic, covered, open_dir, walk
+from kiwi.errors import PermissionDenied, ToolFailed
+
+# What a mount may carry into a container (and back): beyond it the call fails and says so.
+MAX_BYTES = 256 * 1024 * 1024
+MAX_ENTRIES = 20_000
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC
+
+
+@dataclass
+class Staged:
+    """One mount's private copy: ``path`` is what the engine mounts; ``files`` the SHA-256 of every
+    regular file copied in (relative to the mount), to tell what the tool changed."""
+
+    rel: str
+    path: str
+    is_dir: bool
+    files: dict[str, str] = field(default_factory=dict)
+    dirs: set[str] = field(default_factory=set)
+
+
+class _Budget:
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.bytes = 0
+        self.entries = 0
+
+    def take(self, size: int) -> None:
+        self.bytes += size
+        self.entries += 1
+        if self.bytes > MAX_BYTES or self.entries > MAX_ENTRIES:
+            raise ToolFailed.error(
+                f"{self.what} holds more than {MAX_ENTRIES:,} entries or {MAX_BYTES // 2**20} MB, more than a "
+                "docker tool's mount carries",
+                {"hint": "mount a smaller folder (the manifest's mounts.source)"},
+            )
+
+
+def stage_in(root: str, rel: str, what: str) -> Staged:
+    """A private copy of the project's ``rel`` (a folder or a file), reached from ``root`` without links."""
+    parent_dir = tempfile.mkdtemp(prefix="kiwi-mount-")
+    budget = _Budget(what)
+    try:
+        with walk(root, rel, rel) as (parent, name):
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if stat.S_ISREG(info.st_mode):
+                staged = Staged(rel=rel, path=os.path.join(parent_dir, "file"), is_dir=False)
+                staged.files[""] = _copy_file(parent, name, staged.path, budget)
+                return staged
+            folder = open_dir(parent, name, rel, rel)
+        staged = Staged(rel=rel, path=os.path.join(parent_dir, "mount"), is_dir=True)
+        os.mkdir(staged.path, 0o755)
+        try:
+            _copy_tree(folder, staged.path, "", staged, budget)
+        finally:
+            os.close(folder)
+        return staged
+    except BaseException:
+        shutil.rmtree(parent_dir, ignore_errors=True)
+        raise
+
+
+def remove(staged: Staged) -> None:
+    shutil.rmtree(os.path.dirname(staged.path), ignore_errors=True)
+
+
+def _copy_file(parent: int, name: str, target: str, budget: _Budget) -> str:
+    fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
+    digest = hashlib.sha256()
+    try:
+        info = os.fstat(fd)
+        budget.take(info.st_size)
+        with open(target, "wb") as out:
+            while chunk := os.read(fd, 1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        os.chmod(target, (stat.S_IMODE(info.st_mode) & 0o777) | stat.S_IRUSR)
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
+
+
+def _copy_tree(folder: int, target: str, prefix: str, staged: Staged, budget: _Budget) -> None:
+    with os.scandir(folder) as entries:
+        found = list(entries)
+    for entry in found:
+        inner = f"{prefix}{entry.name}"
+        if entry.is_dir(follow_symlinks=False):
+            budget.take(0)
+            child = open_dir(folder, entry.name, inner, inner)
+            try:
+                os.mkdir(os.path.join(target, entry.name), 0o755)
+                staged.dirs.add(inner)
+                _copy_tree(child, os.path.join(target, entry.name), inner + "/", staged, budget)
+            finally:
+                os.close(child)
+        elif entry.is_file(follow_symlinks=False):
+            try:
+                staged.files[inner] = _copy_file(folder, entry.name, os.path.join(target, entry.name), budget)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                # Swapped for a link since it was listed: not copied, as links are not.
+        # Links, sockets, devices: not copied (a link would name a place of the host, not of the tool).
+
+
+def write_back(root: str, staged: Staged, allowed: list[str], denied: list[str], what: str) -> list[str]:
+    """The tool's changes to a writable mount, into the project; the project paths written or removed."""
+    if not staged.is_dir:
+        after = {"": _sha256(staged.path)} if os.path.isfile(staged.path) else {}
+        dirs: set[str] = set()
+    else:
+        after, dirs = _listing(staged.path)
+    changed = [p for p, digest in after.items() if staged.files.get(p) != digest]
+    removed = [p for p in staged.files if p not in after]
+    made = sorted(d for d in dirs if d not in staged.dirs)
+    targets = {p: _project_path(staged.rel, p) for p in [*changed, *removed, *made]}
+    refused = [t for t in targets.values() if not covered(allowed, denied, t)]
+    if refused:
+        raise PermissionDenied.error(
+            f"{what}: the tool wrote '{refused[0]}', which this run may not write; nothing it wrote was kept",
+            {
+                "hint": f'grant <write resource="filesystem" path="{refused[0]}"/>, or have the tool write elsewhere'
+            },
+        )
+    for inner in made:
+        with walk(root, targets[inner], targets[inner], create=True, whole=True):
+            pass
+    for inner in changed:
+        source = staged.path if not staged.is_dir else os.path.join(staged.path, inner)
+        with open(source, "rb") as handle:
+            data = handle.read()
+        with walk(root, targets[inner], targets[inner], create=True) as (parent, name):
+            _write_atomic(parent, name, data, stat.S_IMODE(os.stat(source).st_mode) & 0o777)
+    for inner in removed:
+        with walk(root, targets[inner], targets[inner]) as (parent, name):
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if stat.S_ISREG(info.st_mode):
+                os.unlink(name, dir_fd=parent)
+    return sorted(targets[p] for p in [*changed, *removed, *made])
+
+
+def _listing(top: str) -> tuple[dict[str, str], set[str]]:
+    files: dict[str, str] = {}
+    dirs: set[str] = set()
+    for folder, subdirs, names in os.walk(top, followlinks=False):
+        inner = os.path.relpath(folder, top)
+        prefix = "" if inner == "." else inner.replace(os.sep, "/") + "/"
+        for sub in subdirs:
+            if not os.path.islink(os.path.join(folder, sub)):
+                dirs.add(prefix + sub)
+        for name in names:
+            path = os.path.join(folder, name)
+            if stat.S_ISREG(os.lstat(path).st_mode):  # links and the like stay in the copy
+                files[prefix + name] = _sha256(path)
+    return files, dirs
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _project_path(rel: str, inner: str) -> str:
+    return rel if not inner else f"{rel}/{inner}"
