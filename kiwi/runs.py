@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import (
     Client,
@@ -581,6 +581,26 @@ class RunClient:
                 continue
         raise RunStateConflict(f"run {run_id} kept continuing while the call was sent; try again")
 
+    async def first_task_done(self, run_id: str, deadline: float = 10.0) -> None:
+        """Wait until the run's first workflow task has completed: a long poll on its history, not a query.
+
+        A query sent while a workflow task runs is answered through one more workflow task, scheduled for
+        it alone (three more events in the run's history and a replay on every worker that takes it over);
+        reading the status once this first task is done costs nothing of the kind."""
+        handle = self.handle(run_id)
+        with contextlib.suppress(RPCError, TimeoutError):
+            async with asyncio.timeout(deadline):
+                async for event in handle.fetch_history_events(wait_new_event=True):
+                    if (
+                        event.event_type
+                        in (
+                            EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+                            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+                        )
+                        or event.event_type in _CLOSED_EVENTS
+                    ):
+                        return
+
     async def _await_successor(self, run_id: str, deadline: float = 30.0) -> None:
         """Wait until the execution that refused us as 'continuing' has closed, so the next send reaches
         its successor at once (a long poll on its close event, not a sleep-and-retry loop)."""
@@ -857,6 +877,15 @@ async def _wait(
             return task.result()
         if on_progress is not None:
             await on_progress(loop.time() - started, wait_seconds, await upstream() if upstream else "")
+
+
+_CLOSED_EVENTS = (
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+)
 
 
 def _pending(tool: str, run_id: str, call_id: str, wait_seconds: float) -> ToolCallResult:

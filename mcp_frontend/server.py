@@ -810,6 +810,7 @@ async def _execute(
             item_id, parameters, idempotency_key=idempotency_key, client_name=client_name
         )
         new_id, directive = started.run_id, started.directive
+        await runs.first_task_done(new_id)
         status = await _settled(runs, new_id)
         context = {
             name: {

@@ -639,3 +639,30 @@ async def test_stuck_past_the_limit_says_the_run_waits_for_a_human(runs, project
             return status["status"] == "awaiting_human"
 
         await wait_for(held, timeout=20)
+
+
+async def test_starting_a_run_over_mcp_adds_no_workflow_task_of_its_own(runs, project, temporal_env):
+    # execute(directive, run) answers with the run's settled state. Asking the status while the run's first
+    # workflow task is in flight makes Temporal schedule one more task just to answer the query; the front
+    # end waits for that first task on the history (a long poll) instead, so an agent step's run is
+    # exactly one workflow task until the agent acts.
+    from temporalio.api.enums.v1 import EventType
+
+    from tests.helpers import directive_md, write_directive
+
+    write_directive(
+        project / ".ai" / "directives" / "ask.md",
+        directive_md('<step name="decide"><action>Decide.</action></step>', name="ask"),
+    )
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        started = data(
+            await client.call_tool("execute", {"item_type": "directive", "action": "run", "item_id": "ask"})
+        )
+        assert started["state"] == "awaiting_agent", started
+        run_id = started["run_id"]
+        kinds = [e.event_type async for e in runs.handle(run_id).fetch_history_events()]
+        assert kinds.count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) == 1, [
+            EventType.Name(k) for k in kinds
+        ]
+        await runs.cancel(run_id)
