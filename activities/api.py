@@ -195,6 +195,32 @@ async def _send_to_one(client: httpx.AsyncClient, candidates: list[httpx.Request
     return await client.send(candidates[-1], stream=True)
 
 
+# IPv6 forms that carry an IPv4 address a router or translator reaches for them: public only if that
+# IPv4 address is. (Python counts 64:ff9b::/96, 6to4 and the deprecated IPv4-compatible and site-local
+# ranges as global: on a NAT64 network 64:ff9b::a9fe:a9fe is the cloud metadata service.)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NOT_PUBLIC_V6 = (
+    ipaddress.ip_network("64:ff9b:1::/48"),  # NAT64 for local use (RFC 8215)
+    ipaddress.ip_network("::/96"),  # IPv4-compatible (deprecated)
+    ipaddress.ip_network("fec0::/10"),  # site-local (deprecated)
+)
+
+
+def public_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``ip`` is a public address, looking through the IPv6 forms that embed an IPv4 address."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = (
+            ip.ipv4_mapped
+            or ip.sixtofour
+            or (ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else None)
+        )
+        if embedded is not None:
+            return public_address(embedded)
+        if any(ip in network for network in _NOT_PUBLIC_V6):
+            return False
+    return ip.is_global
+
+
 async def _pinned(request: httpx.Request, tool_id: str) -> list[httpx.Request]:
     """``request`` addressed to what its host resolves to now, which is checked first.
 
@@ -217,7 +243,7 @@ async def _pinned(request: httpx.Request, tool_id: str) -> list[httpx.Request]:
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     for address in addresses:
         ip = ipaddress.ip_address(address.split("%")[0])
-        if not ip.is_global and not (host.lower() == "localhost" and ip.is_loopback):
+        if not public_address(ip) and not (host.lower() == "localhost" and ip.is_loopback):
             raise ApiCallError(
                 PermissionDenied,
                 f"api tool '{tool_id}' may not reach {host}: it resolves to {address}, a private or local "

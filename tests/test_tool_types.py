@@ -745,3 +745,31 @@ def test_the_seeds_isolation_levels_are_taken_at_their_word_or_refused(kind, lev
         "tool_id: t\ntool_type: bash\nisolation: trusted\nexecutor:\n  entrypoint: a.sh\n"
     )
     assert [w.severity for w in warnings] == ["warning"] and "as 'standard'" in warnings[0].message
+
+
+@pytest.mark.parametrize(
+    ("address", "public"),
+    [
+        ("93.184.215.14", True),
+        ("2606:2800:21f:cb07:6820:80da:af6b:8b2c", True),
+        ("64:ff9b::5db8:d70e", True),  # NAT64 of a public address
+        ("169.254.169.254", False),
+        ("64:ff9b::a9fe:a9fe", False),  # NAT64 of the metadata service
+        ("64:ff9b::7f00:1", False),  # NAT64 of the loopback
+        ("64:ff9b:1::a9fe:a9fe", False),  # NAT64 for local use
+        ("::ffff:10.0.0.1", False),  # IPv4-mapped
+        ("2002:a9fe:a9fe::1", False),  # 6to4 of the metadata service
+        ("::a9fe:a9fe", False),  # IPv4-compatible
+        ("fec0::1", False),  # site-local
+        ("fd00::1", False),
+        ("::1", False),
+    ],
+)
+def test_attack_a_dns_answer_hiding_a_private_address_in_an_ipv6_form_is_not_public(address, public):
+    # A granted name whose AAAA answer embeds a private IPv4 address (NAT64, 6to4, mapped) reaches that
+    # address through a translator: the api executor's check looks through to it.
+    import ipaddress
+
+    from activities.api import public_address
+
+    assert public_address(ipaddress.ip_address(address)) is public
