@@ -584,3 +584,18 @@ def test_attack_another_local_user_connects_to_the_local_registry(tmp_path):
             assert mine.execute("select 1").fetchone() == (1,)
     finally:
         server.cleanup()
+
+
+@pytest.mark.parametrize("key_name", ["alice", "Ada.Lovelace", "_svc.bot-1", "...", "x" * 64, "Z"])
+def test_every_key_name_gives_a_namespace_the_registry_accepts(key_name):
+    # The local registry registers the first publisher's key name as its namespace; key names may hold
+    # capitals and dots, which the namespaces' check constraint refuses.
+    import re
+
+    from kiwi.keys import NAME
+    from kiwi.registry import MIGRATIONS
+    from kiwi.registry.local import namespace_for
+
+    pattern = re.search(r"namespace ~ '([^']+)'", (MIGRATIONS / "0001_registry.sql").read_text()).group(1)
+    assert NAME.match(key_name), key_name
+    assert re.match(pattern, namespace_for(key_name)), namespace_for(key_name)

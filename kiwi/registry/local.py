@@ -128,8 +128,15 @@ def publish_item(registry: Any, path: Path, *, version: str | None, key: str | N
         )
     if not registry_url() and not registry.status()["namespace"]:
         # The local registry is the user's own: its first publish registers the user's key.
-        registry.add_publisher(signer.lower(), "postgres", signer, public)
+        registry.add_publisher(namespace_for(signer), "postgres", signer, public)
     return registry.publish(bundle, signer=signer, bundle_signature=sign_bundle(bundle, signer))
+
+
+def namespace_for(key_name: str) -> str:
+    """The local registry's namespace for a key name: namespaces are ``[a-z0-9][a-z0-9_-]*`` (at most 64),
+    key names may also hold capitals and dots (``Ada.Lovelace`` -> ``ada-lovelace``)."""
+    name = re.sub(r"[^a-z0-9_-]", "-", key_name.lower()).lstrip("_-")[:64]
+    return name or "publisher"
 
 
 def sign_bundle(bundle: Bundle, signer: str) -> str:
