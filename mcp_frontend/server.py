@@ -597,30 +597,22 @@ def build_server(
                 problem = check_arguments(item_id, parameters)
                 if problem is not None:
                     raise InputInvalid(problem.reason, hint=problem.hint)
-            if item_type == "tool" and action == "call" and run_id:
-                called = await (await link.runs()).call_tool_waiting(
-                    run_id,
-                    item_id,
-                    parameters,
-                    client_name=client_name,
-                    wait_seconds=wait_seconds,
-                    on_progress=progress,
-                    idempotency_key=idempotency_key,
-                )
-                note_span({"gen_ai.tool.name": item_id, "kiwi.decision": called.status})
-                return answer(called.model_dump())
             if item_type == "tool" and action == "call":
-                # Outside a run: the project's session, answering 'pending' after wait_seconds as a run does.
-                called = await (await link.runs()).session_call(
-                    client_name,
-                    item_id,
-                    parameters,
-                    wait_seconds=wait_seconds,
-                    on_progress=progress,
-                    idempotency_key=idempotency_key,
+                # In a run, or outside one through the project's session: 'pending' after wait_seconds either way.
+                waiting = {
+                    "wait_seconds": wait_seconds,
+                    "on_progress": progress,
+                    "idempotency_key": idempotency_key,
+                }
+                runs_ = await link.runs()
+                called = await (
+                    runs_.call_tool_waiting(run_id, item_id, parameters, client_name=client_name, **waiting)
+                    if run_id
+                    else runs_.session_call(client_name, item_id, parameters, **waiting)
                 )
                 note_span({"gen_ai.tool.name": item_id, "kiwi.decision": called.status})
-                return answer(outside_run_hint(called.model_dump(), item_id, link.store.local_tools()))
+                shown = called.model_dump()
+                return answer(shown if run_id else outside_run_hint(shown, item_id, link.store.local_tools()))
             return answer(
                 await _execute(
                     link, root, item_type, action, item_id, parameters, run_id, idempotency_key, client_name

@@ -15,6 +15,19 @@ from tests.helpers import approver, directive_md, wait_for, write, write_directi
 from workflows.directive_run.options import RECENT_RESULTS
 
 
+async def hello_that_continues_every(runs, project, updates: int) -> str:
+    """A hello_kiwi run waiting at 'confirm' that continues-as-new every ``updates`` updates, with writes
+    neither rate-limited nor taken for a loop."""
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        f"runs:\n  continue_as_new_after_updates: {updates}\nloop_detection:\n  repeat_threshold: 1000\n"
+        "rate_limits:\n  filesystem.write: 1000\n",
+    )
+    run_id = await runs.start("hello_kiwi", {"name": "Flo"})
+    await awaiting(runs, run_id, "confirm")
+    return run_id
+
+
 async def awaiting(runs, run_id, step):
     async def probe():
         status = await runs.status(run_id)
@@ -193,13 +206,7 @@ async def test_rate_limit_and_loop_warnings(runs, project):
 async def test_concurrent_callers_across_continue_as_new_each_call_runs_once(runs, project):
     # Callers that meet the draining run (RunContinuing) wait for its successor and send again; the
     # run de-duplicates by update id, so every call lands exactly once, none lost, none doubled.
-    write(
-        project / ".ai" / "config" / "agent_harness.yaml",
-        "runs:\n  continue_as_new_after_updates: 10\nloop_detection:\n  repeat_threshold: 1000\n"
-        "rate_limits:\n  filesystem.write: 1000\n",
-    )
-    run_id = await runs.start("hello_kiwi", {"name": "Flo"})
-    await awaiting(runs, run_id, "confirm")
+    run_id = await hello_that_continues_every(runs, project, 10)
 
     async def caller(c: int) -> list[str]:
         statuses = []
@@ -223,13 +230,7 @@ async def test_a_call_sent_again_long_after_it_ran_is_answered_not_run_again(run
     # Temporal can deliver a finished call again to a later execution (temporalio/temporal#6375), as a
     # client re-sending under the same update id does: after continue-as-new and more calls than the run
     # keeps results for, the run still knows the call ran and answers with its number instead of running it.
-    write(
-        project / ".ai" / "config" / "agent_harness.yaml",
-        "runs:\n  continue_as_new_after_updates: 10\nloop_detection:\n  repeat_threshold: 1000\n"
-        "rate_limits:\n  filesystem.write: 1000\n",
-    )
-    run_id = await runs.start("hello_kiwi", {"name": "Flo"})
-    await awaiting(runs, run_id, "confirm")
+    run_id = await hello_that_continues_every(runs, project, 10)
     args = {"path": "notes/once.txt", "content": "first"}
     first = await runs.call_tool(run_id, "filesystem.write", args, update_id="resent-call")
     assert first.status == "ok"
@@ -303,13 +304,7 @@ def tidy_that_continues_after_two_calls(project) -> None:
 
 
 async def test_long_runs_continue_as_new_and_callers_never_notice(runs, project):
-    write(
-        project / ".ai" / "config" / "agent_harness.yaml",
-        "runs:\n  continue_as_new_after_updates: 15\nloop_detection:\n  repeat_threshold: 1000\n"
-        "rate_limits:\n  filesystem.write: 1000\n",
-    )
-    run_id = await runs.start("hello_kiwi", {"name": "Flo"})
-    await awaiting(runs, run_id, "confirm")
+    run_id = await hello_that_continues_every(runs, project, 15)
     for i in range(50):
         result = await runs.call_tool(
             run_id, "filesystem.write", {"path": f"notes/n{i}.txt", "content": str(i)}
