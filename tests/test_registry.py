@@ -18,7 +18,7 @@ import pytest
 
 from kiwi.cli import main as kiwi
 from kiwi.keys import load_private, public_key_text
-from kiwi.registry import Registry, RegistryConflict, RegistryRefused
+from kiwi.registry import MIGRATIONS, Registry, RegistryConflict, RegistryRefused
 from kiwi.registry.local import bundle_from_path, sign_bundle
 from tests.helpers import directive_md, write, write_directive
 
@@ -352,7 +352,7 @@ def test_a_database_without_the_migrations_says_to_migrate(postgres, project, mo
     assert kiwi(["search", "x", "--source", "registry"]) == 1
     assert "has no Kiwi tables" in capsys.readouterr().err
     assert kiwi(["registry", "migrate", "--json"]) == 0
-    assert out_json(capsys)["applied"] == ["0001_registry.sql"]
+    assert out_json(capsys)["applied"] == sorted(p.name for p in MIGRATIONS.glob("*.sql"))
     assert kiwi(["registry", "status", "--json"]) == 0
     assert out_json(capsys)["pending_migrations"] == []
 
@@ -599,3 +599,44 @@ def test_every_key_name_gives_a_namespace_the_registry_accepts(key_name):
     pattern = re.search(r"namespace ~ '([^']+)'", (MIGRATIONS / "0001_registry.sql").read_text()).group(1)
     assert NAME.match(key_name), key_name
     assert re.match(pattern, namespace_for(key_name)), namespace_for(key_name)
+
+
+def test_a_publisher_who_registers_a_new_key_keeps_the_old_versions_pullable(postgres, project, monkeypatch):
+    from kiwi.keys import create_key, default_key
+
+    name = unique("rotated")
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        if not conn.execute("select 1 from pg_roles where rolname = 'dora'").fetchone():
+            conn.execute("create role dora login")
+    old = default_key()
+    with Registry(postgres) as registry:
+        registry.add_publisher("dora", "dora", old, public_key_text(load_private(old)))
+    monkeypatch.setenv("KIWI_REGISTRY_URL", as_role(postgres, "dora"))
+    publish_directive(project, name, "1.0.0")
+    # Dora's new key becomes her namespace's; 1.1.0 is signed and published with it.
+    create_key("dora-2")
+    with Registry(postgres) as registry:
+        registry.add_publisher("dora", "dora", "dora-2", public_key_text(load_private("dora-2")))
+    path = write_directive(
+        project / ".ai" / "directives" / f"{name}.md",
+        directive_md('<step name="s"><action>Newer.</action></step>', name=name, version="1.1.0"),
+    )
+    assert kiwi(["sign", str(path), "--key", "dora-2"]) == 0
+    assert kiwi(["publish", str(path), "--key", "dora-2"]) == 0
+    with Registry(as_role(postgres, "carol")) as registry:
+        assert registry.fetch("directive", name, "1.0.0")[1]["signer"] == old
+        assert registry.fetch("directive", name)[1] == {
+            **registry.fetch("directive", name)[1],
+            "version": "1.1.0",
+        }
+    # The owner takes the old key out of the history: what it signed is refused from then on.
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute("delete from kiwi_publisher_keys where namespace = 'dora' and key_name = %s", (old,))
+    with Registry(as_role(postgres, "carol")) as registry, pytest.raises(RegistryRefused, match="not signed"):
+        registry.fetch("directive", name, "1.0.0")
+    # A reader cannot put a key into the history.
+    with psycopg.connect(as_role(postgres, "carol"), autocommit=True) as carol, pytest.raises(psycopg.Error):
+        carol.execute(
+            "insert into kiwi_publisher_keys (namespace, key_name, public_key) values ('dora', %s, 'x')",
+            (old,),
+        )

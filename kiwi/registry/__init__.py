@@ -181,9 +181,14 @@ class Registry:
         try:
             with self.pool.connection() as conn:
                 yield conn
-        except psycopg.errors.UndefinedTable:
+        except psycopg.errors.UndefinedTable as exc:
             raise RegistryUnavailable(
-                f"the registry database {describe_url(self.url)} has no Kiwi tables",
+                f"the registry database {describe_url(self.url)} has no Kiwi tables"
+                + (
+                    f" ({exc.diag.message_primary}: a migration is not applied)"
+                    if exc.diag.message_primary
+                    else ""
+                ),
                 hint="apply the migrations: `kiwi registry migrate` (or `supabase db push` with deploy/supabase)",
             ) from None
         except psycopg.errors.InsufficientPrivilege as exc:
@@ -230,6 +235,12 @@ class Registry:
                 "on conflict (namespace) do update set role_name = excluded.role_name, "
                 "key_name = excluded.key_name, public_key = excluded.public_key",
                 (namespace, role, key_name, public_key),
+            )
+            # The namespace's earlier keys stay in its history: versions they signed still pull.
+            conn.execute(
+                "insert into kiwi_publisher_keys (namespace, key_name, public_key) values (%s, %s, %s) "
+                "on conflict do nothing",
+                (namespace, key_name, public_key),
             )
 
     def status(self) -> dict[str, Any]:
@@ -450,8 +461,10 @@ class Registry:
         with self._conn() as conn:
             row = conn.execute(
                 "select v.version, v.content, v.content_hash, v.bundle_signature, v.signer, v.namespace, "
-                "v.description, v.category, v.tags, v.yanked, p.public_key, p.key_name "
-                "from item_versions v join kiwi_publishers p on p.namespace = v.namespace "
+                "v.description, v.category, v.tags, v.yanked, "
+                "array(select k.public_key from kiwi_publisher_keys k "
+                "where k.namespace = v.namespace and k.key_name = v.signer) "
+                "from item_versions v "
                 "where v.item_type = %s and v.item_id = %s and (%s::text is null and not v.yanked or v.version = %s) "
                 "order by v.version_order desc limit 1",
                 (kind, item_id, version, version),
@@ -483,7 +496,8 @@ class Registry:
                 f"{kind} '{item_id}' {row[0]} in the registry does not match its published hash: refused",
                 hint="the row was changed after publishing; tell the registry's administrator",
             )
-        if row[4] != row[11] or not verify_bytes(row[10], bundle_message(digest, row[4]), row[3]):
+        # Any key the namespace has had under the version's signer name (its current one or an earlier).
+        if not any(verify_bytes(key, bundle_message(digest, row[4]), row[3]) for key in row[10]):
             raise RegistryRefused(
                 f"{kind} '{item_id}' {row[0]} is not signed by its publisher '{row[5]}': refused",
                 hint="the signature or the publisher's key was changed; tell the registry's administrator",
