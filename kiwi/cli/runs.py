@@ -165,6 +165,7 @@ async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
         idempotency_key=args.idempotency_key,
         deadline_seconds=args.deadline,
     )
+    await runs.first_task_done(run_id)  # a status asked during it would cost the run another task
     if not args.wait:
         status = await progress.read_status(runs, run_id)
         if args.json:
