@@ -15,7 +15,7 @@ from kiwi.contracts import RunSnapshot, RunState, ToolCallResult
 from kiwi.errors import InputInvalid, McpUnavailable, PermissionDenied, RateLimited, ToolNotFound
 from kiwi.guards import detect_loop, digest, rate_patterns
 from kiwi.items.directive import callable_tool
-from kiwi.policy import BUILTIN_TOOLS, KIWI_MCP_TOOLS
+from kiwi.policy import BUILTIN_TOOLS, KIWI_MCP_TOOLS, Decision
 from kiwi.toolargs import check_arguments
 
 # How many recent call (and result) hashes loop detection looks back over.
@@ -40,6 +40,7 @@ def admit(
     now: float,
     check_args: bool = True,
     kiwi_tools: bool = True,
+    granted_by: str = "",
 ) -> Admission:
     """Decide whether call ``seq`` may run; ``now`` is workflow time in epoch seconds.
 
@@ -47,7 +48,9 @@ def admit(
     its arguments must fit it (``check_args``; runs started before that check replay without it),
     the grants must allow it, every rate limit must have room; then it is counted and checked for
     loops. Only an admitted call changes ``state``. ``kiwi_tools``: Kiwi's meta-tools (``kiwi-mcp.*``)
-    are tools of the run (runs started before they were replay without them).
+    are tools of the run (runs started before they were replay without them). ``granted_by``: the grant
+    that stands in for the tool's own (kiwi-mcp execute for the ``directive.run`` it makes); the tool's
+    explicit denials, rate limits and loop checks still apply.
     """
     refusal = lookup(tool, seq, snap, state, kiwi_tools=kiwi_tools)
     if refusal is not None:
@@ -67,6 +70,8 @@ def admit(
     decision = snap.grants.check(
         tool, args, blocked_commands=snap.limits.blocked_commands, kiwi_tools=kiwi_tools
     )
+    if not decision.allowed and granted_by and snap.grants.explicit_denial(tool) is None:
+        decision = Decision(allowed=True, checked_against=[granted_by])
     if not decision.allowed:
         return Admission(
             ToolCallResult(

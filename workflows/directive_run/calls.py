@@ -61,6 +61,7 @@ class CallsMixin:
         origin: str,
         step: str | None = None,
         client: str = "",
+        granted_by: str = "",
     ) -> ToolCallResult:
         state, snap = self.state, self.snap
         state.call_seq += 1
@@ -73,7 +74,7 @@ class CallsMixin:
             tool = f"{declared.name}.{tool.partition('.')[2]}"
             if declared.name not in state.mcp_context:
                 await self._fetch_tool_context([declared])
-        result, warning = self._admit(tool, args, seq)
+        result, warning = self._admit(tool, args, seq, granted_by)
         if result is None and self.human_loop and self._needs_approval(tool):
             result = await self._await_approval(tool, args, seq, origin, step, client or snap.client)
         if result is None:
@@ -174,7 +175,7 @@ class CallsMixin:
         return result
 
     def _admit(
-        self: DirectiveRun, tool: str, args: dict[str, Any], seq: int
+        self: DirectiveRun, tool: str, args: dict[str, Any], seq: int, granted_by: str = ""
     ) -> tuple[ToolCallResult | None, str]:
         """Lookup, arguments, permission, rate limit and loop checks (``kiwi.admission``); a result means
         'not executed'."""
@@ -187,6 +188,7 @@ class CallsMixin:
             now=workflow.now().timestamp(),
             check_args=self.hardened,
             kiwi_tools=self.kiwi_tools,
+            granted_by=granted_by,
         )
         return outcome.refusal, outcome.warning
 

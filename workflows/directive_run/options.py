@@ -102,6 +102,12 @@ CONTINUE_COMMIT_TIMER = timedelta(milliseconds=1)
 # kiwi-mcp grants: looked up, planned into steps and executed. Checked once, in the run's first
 # activation (DirectiveRun.__init__), so a run started before it keeps refusing them on replay.
 KIWI_MCP_TOOLS = "kiwi-mcp-tools-2026-11"
+# kiwi-mcp.execute of a directive is a directive.run call made through the run's call path (its own
+# call number and audit record, directive.run's approval rules, rate limits and explicit denials), the
+# kiwi-mcp execute grant standing in for directive.run's; before it, execute started the child directly,
+# and a harness's `approvals.tools: [directive.run]` or `rate_limits: {directive.run: N}` did not apply.
+# Not part of CURRENT: runs started with CURRENT replay the direct start.
+KIWI_EXECUTE_AS_CALL = "kiwi-execute-directive-as-call-2026-11"
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
 RECENT_RESULTS = 50  # agent calls whose results a re-sent call is answered with

@@ -1,0 +1,178 @@
+"""Hostile review, session 9: attacks on what landed with Kiwi's meta-tools in runs, continue-as-new
+dedupe, pending session calls, the agent_publish switch, api redirects and docker timeouts. Each test is
+the attack against the real stack (a Temporal dev server, a real worker); it fails while the hole is open."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from kiwi.auditlog import read_audit
+from tests.helpers import wait_for, write
+from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
+from tests.test_tool_types import agent_directive, api_tool, started
+
+TOKEN = "kiwi-test-token-s9-51d0e7"
+CHILD_BODY = (
+    '<step name="write"><tool_call tool="filesystem.write"><param name="path">notes/child.txt</param>'
+    '<param name="content">from the child</param></tool_call></step>'
+)
+PARENT = '<execute resource="kiwi-mcp" action="execute"/><write resource="filesystem" path="notes/**"/>'
+
+
+def harness(project, text: str) -> None:
+    write(project / ".ai" / "config" / "agent_harness.yaml", text)
+
+
+# ============================================================ kiwi-mcp.execute of a directive
+
+
+async def test_attack_execute_starts_a_child_run_without_the_approval_directive_run_needs(runs, project):
+    """The human's harness says every child run waits for their approval (approvals.tools: [directive.run]);
+    kiwi-mcp.execute of a directive started the child at once, as if the rule did not exist."""
+    harness(project, "approvals:\n  tools: [directive.run]\n")
+    kiwi_directive(project, "parent", PARENT)
+    kiwi_directive(project, "note_taker", '<write resource="filesystem" path="notes/**"/>', CHILD_BODY)
+    run_id = await agent_run(runs, "parent")
+    asked = await runs.call_tool_waiting(
+        run_id,
+        "kiwi-mcp.execute",
+        {"item_type": "directive", "action": "run", "item_id": "note_taker"},
+        client_name="agent",
+        wait_seconds=1,
+    )
+    assert asked.status == "pending", f"the child started without the approval: {asked}"
+
+    async def asked_for_approval():
+        pending = [a for a in (await runs.status(run_id)).approvals if a.status == "pending"]
+        return pending or None
+
+    approvals = await wait_for(asked_for_approval, what="the approval request of the child run")
+    assert [a.tool for a in approvals] == ["directive.run"]
+    assert await runs.list_runs(directive="note_taker") == []
+    assert not (project / "notes" / "child.txt").exists()
+    await runs.cancel(run_id)
+
+
+async def test_attack_execute_starts_more_child_runs_than_the_rate_limit_of_directive_run(runs, project):
+    """rate_limits: {directive.run: 1} bounds the child runs a run may start; kiwi-mcp.run did not count."""
+    harness(project, "rate_limits:\n  directive.run: 1\n")
+    kiwi_directive(project, "parent", PARENT)
+    kiwi_directive(project, "note_taker", '<write resource="filesystem" path="notes/**"/>', CHILD_BODY)
+    run_id = await agent_run(runs, "parent")
+    first = await runs.call_tool(run_id, "kiwi-mcp.run", {"directive": "note_taker"})
+    assert first.status == "ok", first
+    second = await runs.call_tool(run_id, "kiwi-mcp.run", {"directive": "note_taker"})
+    assert second.status == "rate_limited", f"a second child run started past the limit: {second}"
+    assert "directive.run" in second.reason
+    children = (await runs.status(run_id)).children
+    assert [c.run_id for c in children] == [first.result["run_id"]]
+
+    async def both_audited():
+        records = [r for r in read_audit(str(project), run_id) if r["event"] == "tool_call"]
+        return records if len(records) >= 4 else None
+
+    records = await wait_for(both_audited, what="the calls' audit records")
+    assert [(r["tool"], r["decision"]) for r in records] == [
+        ("directive.run", "allowed"),
+        ("kiwi-mcp.run", "allowed"),
+        ("directive.run", "rate_limited"),
+        ("kiwi-mcp.run", "rate_limited"),
+    ]
+    await runs.cancel(run_id)
+
+
+async def test_attack_execute_starts_a_child_run_the_directive_explicitly_denies(runs, project):
+    """a <deny resource="tool" id="directive.run"/> in the directive: execute was a way around it."""
+    kiwi_directive(project, "parent", PARENT + '<deny resource="tool" id="directive.run"/>')
+    kiwi_directive(project, "note_taker", '<write resource="filesystem" path="notes/**"/>', CHILD_BODY)
+    run_id = await agent_run(runs, "parent")
+    refused = await runs.call_tool(run_id, "kiwi-mcp.run", {"directive": "note_taker"})
+    assert refused.status == "denied", f"the denied child run started: {refused}"
+    assert "explicitly denied" in refused.reason
+    assert await runs.list_runs(directive="note_taker") == []
+    await runs.cancel(run_id)
+
+
+# ============================================================ api tools: a redirect re-sends the body
+
+
+class Echo:
+    """An HTTP server on 127.0.0.1 that records requests; /hop answers 307 to ``hop_to``."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.hop_to = ""
+        echo = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length).decode() if length else ""
+                echo.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
+                if self.path == "/hop":
+                    self.send_response(307)
+                    self.send_header("Location", echo.hop_to)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                raw = json.dumps({"ok": True}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            do_GET = do_POST = do_PUT = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Echo:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def echo_pair() -> Iterator[tuple[Echo, Echo]]:
+    with Echo() as first, Echo() as second:
+        yield first, second
+
+
+async def test_attack_a_307_redirect_carries_a_secret_in_the_body_to_another_host(
+    runs, project, echo_pair, monkeypatch
+):
+    """The manifest's headers stay behind on a redirect to another origin, but a 307 re-sent the body,
+    secret and all, to whatever granted host the first one named."""
+    api, elsewhere = echo_pair
+    monkeypatch.setenv("KIWI_TEST_API_TOKEN", TOKEN)
+    elsewhere_host = f"127.0.0.1:{elsewhere.port}"
+    api.hop_to = f"http://{elsewhere_host}/collect"
+    api_tool(
+        project,
+        "signin",
+        f"method: POST\nurl: http://127.0.0.1:{api.port}/hop\nbody:\n  token: ${{KIWI_TEST_API_TOKEN}}\n",
+    )
+    agent_directive(project, ["signin"], hosts=f"127.0.0.1:{api.port},{elsewhere_host}")
+    run_id = await started(runs)
+    called = await runs.call_tool(run_id, "signin", {})
+    await runs.cancel(run_id, "done")
+    leaked = [r for r in elsewhere.requests if TOKEN in r["body"]]
+    assert not leaked, f"the second host got the secret in the body: {leaked}"
+    assert called.status in ("error", "denied") and "redirect" in called.reason, called
+    assert TOKEN in api.requests[0]["body"]  # the first, intended host got it
