@@ -42,6 +42,16 @@ KIWI_MCP_ACTIONS = {
     "kiwi-mcp.run": "execute",
 }
 KIWI_MCP_TOOLS = tuple(KIWI_MCP_ACTIONS)
+
+
+def spellings(tool: str) -> tuple[str, ...]:
+    """Every id of the same tool: ``kiwi-mcp.execute`` and ``kiwi-mcp.run`` are one tool, so a denial, an
+    approval rule or a rate limit naming either holds for both; any other tool has its one id."""
+    if KIWI_MCP_ACTIONS.get(tool) == "execute":
+        return ("kiwi-mcp.execute", "kiwi-mcp.run")
+    return (tool,)
+
+
 # What execute does in a run: start a child run or call a tool through the run. Authoring is for
 # the front end and humans (an item written in a run would be unsigned anyway).
 KIWI_MCP_RUN_ACTIONS = ("run", "call")

@@ -176,3 +176,46 @@ async def test_attack_a_307_redirect_carries_a_secret_in_the_body_to_another_hos
     assert not leaked, f"the second host got the secret in the body: {leaked}"
     assert called.status in ("error", "denied") and "redirect" in called.reason, called
     assert TOKEN in api.requests[0]["body"]  # the first, intended host got it
+
+
+# ============================================================ kiwi-mcp.run: another name, no rules
+
+
+WORD_COUNT = '<execute resource="tool" id="word_count"/>'
+COUNT = {"tool_name": "word_count", "parameters": {"text": "a b c"}}
+
+
+async def test_attack_kiwi_mcp_run_skips_the_approval_rule_of_kiwi_mcp_execute(runs, project):
+    """approvals.tools: [kiwi-mcp.execute]; the same tool called by its other name asked nobody."""
+    harness(project, "approvals:\n  tools: [kiwi-mcp.execute]\n")
+    kiwi_directive(project, "parent", PARENT + WORD_COUNT)
+    run_id = await agent_run(runs, "parent")
+    asked = await runs.call_tool_waiting(run_id, "kiwi-mcp.run", COUNT, client_name="agent", wait_seconds=1)
+    assert asked.status == "pending", f"kiwi-mcp.run ran without the approval: {asked}"
+
+    async def asked_for_approval():
+        pending = [a for a in (await runs.status(run_id)).approvals if a.status == "pending"]
+        return pending or None
+
+    assert [a.tool for a in await wait_for(asked_for_approval, what="the approval request")] == [
+        "kiwi-mcp.run"
+    ]
+    await runs.cancel(run_id)
+
+
+async def test_attack_kiwi_mcp_run_escapes_a_denial_and_a_rate_limit_of_kiwi_mcp_execute(runs, project):
+    harness(project, "rate_limits:\n  kiwi-mcp.execute: 1\n")
+    kiwi_directive(project, "limited", PARENT + WORD_COUNT)
+    kiwi_directive(project, "denied", PARENT + WORD_COUNT + '<deny resource="tool" id="kiwi-mcp.execute"/>')
+    run_id = await agent_run(runs, "limited")
+    first = await runs.call_tool(run_id, "kiwi-mcp.execute", COUNT)
+    assert first.status == "ok", first
+    second = await runs.call_tool(run_id, "kiwi-mcp.run", COUNT)
+    assert second.status == "rate_limited", f"kiwi-mcp.run went past kiwi-mcp.execute's limit: {second}"
+    await runs.cancel(run_id)
+
+    run_id = await agent_run(runs, "denied")
+    assert (await runs.call_tool(run_id, "kiwi-mcp.execute", COUNT)).status == "denied"
+    other = await runs.call_tool(run_id, "kiwi-mcp.run", COUNT)
+    assert other.status == "denied" and "explicitly denied" in other.reason, other
+    await runs.cancel(run_id)

@@ -106,7 +106,9 @@ KIWI_MCP_TOOLS = "kiwi-mcp-tools-2026-11"
 # call number and audit record, directive.run's approval rules, rate limits and explicit denials), the
 # kiwi-mcp execute grant standing in for directive.run's; before it, execute started the child directly,
 # and a harness's `approvals.tools: [directive.run]` or `rate_limits: {directive.run: N}` did not apply.
-# Not part of CURRENT: runs started with CURRENT replay the direct start.
+# Also: a denial, approval rule or rate limit naming kiwi-mcp.execute or kiwi-mcp.run holds for both
+# (one tool, two names; each name was a way around the other's rules).
+# Not part of CURRENT: runs started with CURRENT replay the direct start and the names apart.
 KIWI_EXECUTE_AS_CALL = "kiwi-execute-directive-as-call-2026-11"
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
