@@ -11,11 +11,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from temporalio.worker import Replayer
 
 from kiwi.auditlog import read_audit
+from kiwi.converter import data_converter
 from tests.helpers import wait_for, write
 from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
 from tests.test_tool_types import agent_directive, api_tool, started
+from workers.main import SANDBOX, WORKFLOWS
 
 TOKEN = "kiwi-test-token-s9-51d0e7"
 CHILD_BODY = (
@@ -85,6 +88,10 @@ async def test_attack_execute_starts_more_child_runs_than_the_rate_limit_of_dire
         ("kiwi-mcp.run", "rate_limited"),
     ]
     await runs.cancel(run_id)
+    # The history (behind its patch) replays on this code.
+    await Replayer(
+        workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX
+    ).replay_workflow(await runs.handle(run_id).fetch_history())
 
 
 async def test_attack_execute_starts_a_child_run_the_directive_explicitly_denies(runs, project):
