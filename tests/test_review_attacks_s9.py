@@ -15,6 +15,7 @@ from temporalio.worker import Replayer
 
 from kiwi.auditlog import read_audit
 from kiwi.converter import data_converter
+from kiwi.errors import KiwiError
 from tests.helpers import wait_for, write
 from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
 from tests.test_tool_types import agent_directive, api_tool, started
@@ -225,4 +226,61 @@ async def test_attack_kiwi_mcp_run_escapes_a_denial_and_a_rate_limit_of_kiwi_mcp
     assert (await runs.call_tool(run_id, "kiwi-mcp.execute", COUNT)).status == "denied"
     other = await runs.call_tool(run_id, "kiwi-mcp.run", COUNT)
     assert other.status == "denied" and "explicitly denied" in other.reason, other
+    await runs.cancel(run_id)
+
+
+# ============================================================ oversized results across continue-as-new
+
+
+async def test_attack_big_results_carried_across_continue_as_new_end_the_run(runs, project):
+    """The last 50 agent calls' results travel in the continue-as-new input (RunState.recent_updates), so
+    re-sent calls can be answered from it; a few large answers (kiwi-mcp.load of a big item, a big
+    filesystem.read) made that input larger than Temporal takes, and the run died at the hand-over."""
+    harness(project, "runs:\n  continue_as_new_after_updates: 4\n")
+    filler = "\n".join(f"line {i} " + "x" * 90 for i in range(9000))  # about 900 kB
+    write(
+        project / ".ai" / "knowledge" / "big.md",
+        f"---\nzettel_id: big\ntitle: A big entry\nentry_type: concept\ncategory: kiwi\n---\n\n{filler}\n",
+    )
+    kiwi_directive(project, "reader", '<execute resource="kiwi-mcp" action="load"/>')
+    run_id = await agent_run(runs, "reader")
+    for _ in range(4):
+        loaded = await runs.call_tool(run_id, "kiwi-mcp.load", {"item_type": "knowledge", "item_id": "big"})
+        assert loaded.status == "ok" and len(loaded.result["content"]) > 800_000
+
+    async def continued():
+        status = await runs.status(run_id)
+        assert status.status not in ("failed", "terminated", "cancelled"), status.status
+        return status if status.continued >= 1 else None
+
+    await wait_for(continued, what="the run to continue-as-new and go on")
+    again = await runs.call_tool(run_id, "kiwi-mcp.load", {"item_type": "knowledge", "item_id": "big"})
+    assert again.status == "ok", again
+    await runs.cancel(run_id)
+
+
+async def test_attack_big_step_outputs_carried_across_continue_as_new_end_the_run(runs, project):
+    """A step's outputs are the agent's to choose and travel in the continue-as-new input too: two
+    completions of 1.2 MB each made the hand-over larger than Temporal takes, and the run stood still."""
+    harness(project, "runs:\n  continue_as_new_after_updates: 2\n")
+    steps = "".join(f'<step name="s{i}"><action>Step {i}.</action></step>' for i in range(3))
+    kiwi_directive(project, "steps", '<read resource="filesystem" path="notes/**"/>', steps)
+    run_id = await agent_run(runs, "steps")
+    refused = None
+    for name in ("s0", "s1"):
+        try:
+            await runs.complete_step(run_id, name, {"text": "y" * 1_200_000})
+        except KiwiError as exc:
+            refused = exc
+            break
+    assert refused is not None, "1.2 MB outputs were taken"
+    assert refused.type == "InputInvalid" and "outputs are" in str(refused), refused
+    # The run goes on with outputs of a sensible size.
+    await runs.complete_step(run_id, "s0", {"text": "small"})
+
+    async def on_s1():
+        view = (await runs.status(run_id)).current_step
+        return view if view is not None and view.name == "s1" else None
+
+    await wait_for(on_s1, what="the run to take the small outputs")
     await runs.cancel(run_id)

@@ -110,6 +110,17 @@ KIWI_MCP_TOOLS = "kiwi-mcp-tools-2026-11"
 # (one tool, two names; each name was a way around the other's rules).
 # Not part of CURRENT: runs started with CURRENT replay the direct start and the names apart.
 KIWI_EXECUTE_AS_CALL = "kiwi-execute-directive-as-call-2026-11"
+# A re-sent call is answered from RunState.recent_updates only when its result is small: the held results
+# travel in the continue-as-new input, and a few large ones (a 900 kB kiwi-mcp.load, a big file read)
+# made it larger than Temporal takes (2 MB), so the run's hand-over failed on every attempt and the run
+# (or the project's session, every client's) stood still for good. A larger result is held by its call
+# number only (RunState.update_seqs): a re-sent call is told it ran, never run again.
+HELD_RESULTS_CAPPED = "kiwi-held-results-capped-2026-11"
+HELD_RESULT_BYTES = 16_000
+# What complete_step takes as a step's outputs, and as all steps' outputs of a run together: they travel
+# in the continue-as-new input as well. (Checked in the update's validator, which history never records.)
+STEP_OUTPUTS_BYTES = 256_000
+RUN_OUTPUTS_BYTES = 1_000_000
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
 RECENT_RESULTS = 50  # agent calls whose results a re-sent call is answered with
