@@ -217,7 +217,7 @@ async def _pinned(request: httpx.Request, tool_id: str) -> list[httpx.Request]:
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     for address in addresses:
         ip = ipaddress.ip_address(address.split("%")[0])
-        if not ip.is_global and not (host.lower() == "localhost" and ip.is_loopback):
+        if not public(ip) and not (host.lower() == "localhost" and ip.is_loopback):
             raise ApiCallError(
                 PermissionDenied,
                 f"api tool '{tool_id}' may not reach {host}: it resolves to {address}, a private or local "
@@ -236,6 +236,29 @@ async def _pinned(request: httpx.Request, tool_id: str) -> list[httpx.Request]:
         )
         for address in addresses
     ]
+
+
+NAT64 = ipaddress.ip_network(
+    "64:ff9b::/96"
+)  # RFC 6052's well-known prefix: the IPv4 address is the last 32 bits
+
+
+def public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``ip`` is a public address, and so is every IPv4 address it carries inside it.
+
+    Python's ``is_global`` takes ``::127.0.0.1`` (IPv4-compatible), ``64:ff9b::a9fe:a9fe`` (NAT64) and
+    ``2002:a9fe:a9fe::`` (6to4) for public addresses, while a NAT64 gateway or 6to4 relay sends them on
+    to the loopback or the metadata service (169.254.169.254); an IPv4-mapped one is checked as IPv4.
+    """
+    if not ip.is_global:
+        return False
+    if isinstance(ip, ipaddress.IPv4Address):
+        return True
+    packed = int(ip)
+    inner = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+    if ip in NAT64 or packed >> 32 == 0:
+        inner.append(ipaddress.IPv4Address(packed & 0xFFFFFFFF))
+    return all(v4.is_global for v4 in inner if v4 is not None)
 
 
 def _followed(request: httpx.Request, response: httpx.Response) -> httpx.Request:

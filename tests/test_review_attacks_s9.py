@@ -284,3 +284,35 @@ async def test_attack_big_step_outputs_carried_across_continue_as_new_end_the_ru
 
     await wait_for(on_s1, what="the run to take the small outputs")
     await runs.cancel(run_id)
+
+
+# ============================================================ api tools: IPv6 spellings of local addresses
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "::127.0.0.1",  # IPv4-compatible: Python calls it global
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254: global to Python, the metadata service to a gateway
+        "2002:a9fe:a9fe::1",  # 6to4 of 169.254.169.254
+        "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+        "::ffff:169.254.169.254",
+    ],
+)
+def test_attack_a_granted_name_resolving_to_an_ipv6_form_of_a_local_address_passes_as_public(address):
+    """A host granted by name reaches public addresses only; the DNS answer is checked with the same
+    rule (activities.api.public) before anything is sent. These answers carry a local IPv4 address."""
+    import ipaddress
+
+    from activities.api import public
+
+    assert not public(ipaddress.ip_address(address))
+
+
+def test_public_addresses_stay_public():
+    import ipaddress
+
+    from activities.api import public
+
+    for address in ("8.8.8.8", "2001:4860:4860::8888", "64:ff9b::808:808", "2002:808:808::1"):
+        assert public(ipaddress.ip_address(address)), address
