@@ -4,6 +4,7 @@ the attack against the real stack (a Temporal dev server, a real worker); it fai
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections.abc import Iterator
@@ -316,3 +317,41 @@ def test_public_addresses_stay_public():
 
     for address in ("8.8.8.8", "2001:4860:4860::8888", "64:ff9b::808:808", "2002:808:808::1"):
         assert public(ipaddress.ip_address(address)), address
+
+
+async def test_attack_a_load_whose_answer_escapes_past_the_payload_limit_stops_the_run(runs, project):
+    """An item under the 1 MB item limit whose JSON spelling is several times larger (control characters
+    become \\u0001): kiwi-mcp.load's local activity result went over Temporal's 2 MB payload limit, the
+    workflow task failed on every attempt and the run stood still (no status, no cancel)."""
+    write(
+        project / ".ai" / "knowledge" / "noisy.md",
+        "---\nzettel_id: noisy\ntitle: Noisy\nentry_type: concept\ncategory: kiwi\n---\n\n"
+        + "\x01" * 900_000,
+    )
+    kiwi_directive(project, "reader", '<execute resource="kiwi-mcp" action="load"/>')
+    run_id = await agent_run(runs, "reader")
+    loaded = await runs.call_tool_waiting(
+        run_id,
+        "kiwi-mcp.load",
+        {"item_type": "knowledge", "item_id": "noisy"},
+        client_name="agent",
+        wait_seconds=10,
+    )
+    assert loaded.status == "denied" and "bytes as JSON text" in loaded.reason, loaded
+    assert (await runs.status(run_id)).status == "awaiting_agent"
+    await runs.cancel(run_id)
+
+
+async def test_attack_a_file_read_whose_answer_escapes_past_the_payload_limit_stops_the_run(runs, project):
+    """The same with filesystem.read: the file is under the read limit, its JSON spelling is not."""
+    write(project / "notes" / "noisy.txt", "\x01" * 900_000)
+    kiwi_directive(project, "reader", '<read resource="filesystem" path="notes/**"/>')
+    run_id = await agent_run(runs, "reader")
+    read = await runs.call_tool_waiting(
+        run_id, "filesystem.read", {"path": "notes/noisy.txt"}, client_name="agent", wait_seconds=10
+    )
+    # Exact and within the limit as base64.
+    assert read.status == "ok" and read.result["encoding"] == "base64", read.status
+    assert base64.b64decode(read.result["content"]) == b"\x01" * 900_000
+    assert (await runs.status(run_id)).status == "awaiting_agent"
+    await runs.cancel(run_id)
