@@ -355,3 +355,25 @@ async def test_attack_a_file_read_whose_answer_escapes_past_the_payload_limit_st
     assert base64.b64decode(read.result["content"]) == b"\x01" * 900_000
     assert (await runs.status(run_id)).status == "awaiting_agent"
     await runs.cancel(run_id)
+
+
+async def test_attack_a_tool_whose_answer_passes_the_payload_limit_runs_again_and_again(runs, project):
+    """A local tool's raw (non-JSON) output is its answer. Under the 1 MB output cap, control characters
+    spelled as JSON passed Temporal's 2 MB limit: the activity's completion was refused, taken for a
+    retryable failure, and the tool ran again, up to five times (a mutating tool's effect five times)."""
+    tool = project / ".ai" / "tools" / "ops" / "noisy"
+    write(
+        tool / "tool.yaml",
+        "tool_id: noisy\ntool_type: bash\nversion: '1.0.0'\ncategory: ops\ndescription: Prints noise\n"
+        "executor:\n  entrypoint: run.sh\nmutates_state: true\n",
+    )
+    write(tool / "run.sh", "echo ran >> notes/ran.txt\nhead -c 900000 /dev/zero | tr '\\0' '\\001'\n")
+    (project / "notes").mkdir(exist_ok=True)
+    kiwi_directive(project, "noisy_run", '<execute resource="tool" id="noisy"/>')
+    run_id = await agent_run(runs, "noisy_run")
+    called = await runs.call_tool(run_id, "noisy", {})
+    assert (project / "notes" / "ran.txt").read_text().count("ran") == 1, "the tool ran more than once"
+    assert called.status == "error" and called.error_type == "ToolFailed", called.status
+    assert "ran once and is not retried" in called.reason
+    assert (await runs.status(run_id)).status == "awaiting_agent"
+    await runs.cancel(run_id)
