@@ -222,7 +222,7 @@ class DirectiveRun(
         known by its call number only, which needs update_seqs (COMMIT_BEFORE_CONTINUE)."""
         if not self.commit_before_continue or not workflow.patched(HELD_RESULTS_CAPPED):
             return True
-        return len(result.model_dump_json()) <= HELD_RESULT_BYTES
+        return len(json.dumps(result.model_dump(), default=str)) <= HELD_RESULT_BYTES
 
     def _already_ran(self, request: CallToolRequest, update_id: str, seq: int) -> ToolCallResult:
         return ToolCallResult(
