@@ -238,9 +238,8 @@ async def _pinned(request: httpx.Request, tool_id: str) -> list[httpx.Request]:
     ]
 
 
-NAT64 = ipaddress.ip_network(
-    "64:ff9b::/96"
-)  # RFC 6052's well-known prefix: the IPv4 address is the last 32 bits
+# RFC 6052's well-known NAT64 prefix: the IPv4 address a gateway sends to is the last 32 bits.
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
 def public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
