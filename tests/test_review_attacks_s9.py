@@ -377,3 +377,24 @@ async def test_attack_a_tool_whose_answer_passes_the_payload_limit_runs_again_an
     assert "ran once and is not retried" in called.reason
     assert (await runs.status(run_id)).status == "awaiting_agent"
     await runs.cancel(run_id)
+
+
+async def test_attack_many_steps_of_large_outputs_add_up_past_the_payload_limit(runs, project):
+    """Each step's outputs under the per-step limit, their sum over what the hand-over can carry."""
+    steps = "".join(f'<step name="s{i}"><action>Step {i}.</action></step>' for i in range(6))
+    kiwi_directive(project, "many", '<read resource="filesystem" path="notes/**"/>', steps)
+    run_id = await agent_run(runs, "many")
+    for i in range(4):
+        await runs.complete_step(run_id, f"s{i}", {"text": "y" * 240_000})
+    with pytest.raises(KiwiError) as refused:
+        await runs.complete_step(run_id, "s4", {"text": "y" * 240_000})
+    assert refused.value.type == "InputInvalid" and "a run holds at most" in str(refused.value)
+    # Small outputs still pass: the run is never stuck by what its steps already hold.
+    await runs.complete_step(run_id, "s4", {"text": "done"})
+
+    async def on_s5():
+        view = (await runs.status(run_id)).current_step
+        return view if view is not None and view.name == "s5" else None
+
+    await wait_for(on_s5, what="the run to reach s5")
+    await runs.cancel(run_id)
