@@ -281,6 +281,16 @@ def _followed(request: httpx.Request, response: httpx.Response) -> httpx.Request
         request.url.port,
     )
     if not same_origin:
+        length = following.headers.get("content-length", "0")
+        if length not in ("", "0") or "transfer-encoding" in following.headers:
+            # A 307 or 308 sends the body again, and the manifest's body may carry a secret as its headers
+            # may ({"token": "${TOKEN}"}): never to another origin.
+            raise ApiCallError(
+                PermissionDenied,
+                f"{request.method} {_where(request.url)} answered {response.status_code} with a redirect to "
+                f"{_where(target)}, another origin: the request's body is not sent there again (it may carry "
+                "a secret); the call is not followed",
+            )
         # Another origin (or http after https) gets none of the manifest's headers: any of them may carry
         # a secret (X-Api-Key: ${TOKEN}), not only Authorization.
         headers = httpx.Headers({k: v for k, v in headers.items() if k.lower() in SAFE_ON_REDIRECT})

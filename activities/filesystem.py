@@ -31,7 +31,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from kiwi.contracts import FilesystemRequest
+from kiwi.contracts import MAX_TEXT_PAYLOAD, FilesystemRequest, json_size
 from kiwi.errors import FileNotFound, PermissionDenied
 from kiwi.globs import first_match, glob_match
 from kiwi.policy import normalise_path
@@ -140,6 +140,16 @@ def open_dir(parent: int, name: str, raw: str, rel: str, create: bool = False) -
                 continue
             raise _error(f"'{raw}': '{rel}' is a file, not a folder", "NotADirectory") from None
     raise _error(f"'{raw}': '{rel}' kept changing while it was opened", "FileNotFound")
+
+
+def _as_text(data: bytes) -> str | None:
+    """``data`` as text, or None for base64: not UTF-8, or text that JSON would spell several times
+    larger than base64 does (control characters), past what a Temporal payload may carry."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if json_size(text) <= MAX_TEXT_PAYLOAD else None
 
 
 @contextmanager
@@ -326,21 +336,16 @@ class FilesystemActivities:
             finally:
                 os.close(fd)
         size = info.st_size
-        try:
-            return {
-                "path": req.path,
-                "content": data.decode("utf-8"),
-                "size": size,
-                "truncated": size > req.max_bytes,
-            }
-        except UnicodeDecodeError:
-            return {
-                "path": req.path,
-                "content": base64.b64encode(data).decode(),
-                "encoding": "base64",
-                "size": size,
-                "truncated": size > req.max_bytes,
-            }
+        text = _as_text(data)
+        if text is not None:
+            return {"path": req.path, "content": text, "size": size, "truncated": size > req.max_bytes}
+        return {
+            "path": req.path,
+            "content": base64.b64encode(data).decode(),
+            "encoding": "base64",
+            "size": size,
+            "truncated": size > req.max_bytes,
+        }
 
     @activity.defn(name="write_file")
     async def write_file(self, req: FilesystemRequest) -> dict[str, Any]:

@@ -16,11 +16,13 @@ from pathlib import Path
 from temporalio import activity
 
 from kiwi.contracts import (
+    MAX_TEXT_PAYLOAD,
     FoundItem,
     LoadItemRequest,
     LoadItemResult,
     SearchItemsRequest,
     SearchItemsResult,
+    json_size,
 )
 from kiwi.errors import ItemNotFound, KiwiError, PermissionDenied
 from kiwi.items.directive import Directive
@@ -155,6 +157,11 @@ def _read_item(root: Path, item_type: str, path: Path) -> str:
     if len(raw) > MAX_ITEM_BYTES:
         raise PermissionDenied(f"{'/'.join(parts)} is over {MAX_ITEM_BYTES:,} bytes; items are smaller")
     text = raw.decode("utf-8", errors="replace")
+    if json_size(text) > MAX_TEXT_PAYLOAD:
+        raise PermissionDenied(
+            f"{'/'.join(parts)} is {json_size(text):,} bytes as JSON text (control characters take six bytes "
+            f"each), more than a run's answer may carry ({MAX_TEXT_PAYLOAD:,})"
+        )
     if not _declares_item(item_type, parts[-1], text):
         # A tool's folder holds more than its manifest (a credentials.yaml, a config): the store lists
         # such a file as a broken tool, but it is no item, and its text is not the agent's to read.

@@ -15,7 +15,7 @@ from kiwi.contracts import RunSnapshot, RunState, ToolCallResult
 from kiwi.errors import InputInvalid, McpUnavailable, PermissionDenied, RateLimited, ToolNotFound
 from kiwi.guards import detect_loop, digest, rate_patterns
 from kiwi.items.directive import callable_tool
-from kiwi.policy import BUILTIN_TOOLS, KIWI_MCP_TOOLS
+from kiwi.policy import BUILTIN_TOOLS, KIWI_MCP_TOOLS, Decision, spellings
 from kiwi.toolargs import check_arguments
 
 # How many recent call (and result) hashes loop detection looks back over.
@@ -40,6 +40,8 @@ def admit(
     now: float,
     check_args: bool = True,
     kiwi_tools: bool = True,
+    granted_by: str = "",
+    one_execute: bool = False,
 ) -> Admission:
     """Decide whether call ``seq`` may run; ``now`` is workflow time in epoch seconds.
 
@@ -47,8 +49,12 @@ def admit(
     its arguments must fit it (``check_args``; runs started before that check replay without it),
     the grants must allow it, every rate limit must have room; then it is counted and checked for
     loops. Only an admitted call changes ``state``. ``kiwi_tools``: Kiwi's meta-tools (``kiwi-mcp.*``)
-    are tools of the run (runs started before they were replay without them).
+    are tools of the run (runs started before they were replay without them). ``granted_by``: the grant
+    that stands in for the tool's own (kiwi-mcp execute for the ``directive.run`` it makes); the tool's
+    explicit denials, rate limits and loop checks still apply. ``one_execute``: a denial or rate limit
+    naming ``kiwi-mcp.execute`` or ``kiwi-mcp.run`` holds for both (runs started before decide each apart).
     """
+    names = spellings(tool) if one_execute else (tool,)
     refusal = lookup(tool, seq, snap, state, kiwi_tools=kiwi_tools)
     if refusal is not None:
         return Admission(refusal)
@@ -67,6 +73,10 @@ def admit(
     decision = snap.grants.check(
         tool, args, blocked_commands=snap.limits.blocked_commands, kiwi_tools=kiwi_tools
     )
+    if not decision.allowed and granted_by and snap.grants.explicit_denial(tool) is None:
+        decision = Decision(allowed=True, checked_against=[granted_by])
+    for other in (n for n in names if n != tool) if decision.allowed else ():
+        decision = snap.grants.explicit_denial(other) or decision
     if not decision.allowed:
         return Admission(
             ToolCallResult(
@@ -79,17 +89,13 @@ def admit(
             )
         )
     limits = snap.limits
-    patterns = rate_patterns(tool, limits.rate_limits, snap.local_tools, kiwi_tools=kiwi_tools)
+    patterns = _patterns(names, limits.rate_limits, snap, kiwi_tools)
     for pattern in patterns:
         if state.call_counts.get(pattern, 0) + 1 > limits.rate_limits[pattern]:
             return _rate_limited(
                 tool, seq, f"rate limit for {pattern} is {limits.rate_limits[pattern]} calls per run"
             )
-    windows = (
-        rate_patterns(tool, limits.rate_windows, snap.local_tools, kiwi_tools=kiwi_tools)
-        if limits.rate_windows
-        else []
-    )
+    windows = _patterns(names, limits.rate_windows, snap, kiwi_tools) if limits.rate_windows else []
     for pattern in windows:
         calls, seconds = limits.rate_windows[pattern]
         calls -= state.window_reserved.get(pattern, 0)  # handed to running child runs
@@ -112,6 +118,16 @@ def admit(
     if warning:
         state.loop_warnings += 1
     return Admission(warning=warning)
+
+
+def _patterns(
+    names: tuple[str, ...], limits: dict[str, Any], snap: RunSnapshot, kiwi_tools: bool
+) -> list[str]:
+    """The rate-limit patterns that count a call of the tool spelled ``names``, each once."""
+    found = [
+        p for name in names for p in rate_patterns(name, limits, snap.local_tools, kiwi_tools=kiwi_tools)
+    ]
+    return list(dict.fromkeys(found))
 
 
 def _rate_limited(tool: str, seq: int, reason: str, hint: str = "") -> Admission:

@@ -8,6 +8,7 @@ be added (with defaults) without breaking running workflows; never rename or rem
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -612,6 +613,19 @@ class LoadItemRequest(BaseModel):
     project_root: str
     item_type: Literal["directive", "tool", "knowledge"]
     item_id: str
+
+
+# Temporal refuses a payload over 2 MB (its default error limit), and a local activity's result that large
+# fails the run's workflow task on every attempt: the run stands still for good. Text an activity hands
+# back is kept under this as JSON, where a control character is six bytes (\u0001) and a quote two.
+MAX_TEXT_PAYLOAD = 1_400_000
+
+
+def json_size(text: str) -> int:
+    """The bytes ``text`` takes in a JSON payload."""
+    if len(text) * 6 <= MAX_TEXT_PAYLOAD:
+        return len(text) * 6  # an upper bound, and small enough: no need to spell it out
+    return len(json.dumps(text, ensure_ascii=False).encode())
 
 
 class LoadItemResult(BaseModel):

@@ -42,6 +42,16 @@ KIWI_MCP_ACTIONS = {
     "kiwi-mcp.run": "execute",
 }
 KIWI_MCP_TOOLS = tuple(KIWI_MCP_ACTIONS)
+
+
+def spellings(tool: str) -> tuple[str, ...]:
+    """Every id of the same tool: ``kiwi-mcp.execute`` and ``kiwi-mcp.run`` are one tool, so a denial, an
+    approval rule or a rate limit naming either holds for both; any other tool has its one id."""
+    if KIWI_MCP_ACTIONS.get(tool) == "execute":
+        return ("kiwi-mcp.execute", "kiwi-mcp.run")
+    return (tool,)
+
+
 # What execute does in a run: start a child run or call a tool through the run. Authoring is for
 # the front end and humans (an item written in a run would be unsigned anyway).
 KIWI_MCP_RUN_ACTIONS = ("run", "call")
@@ -393,9 +403,9 @@ class PermissionSet(BaseModel):
         server, _, action = tool.partition(".")
         if server == "kiwi-mcp" and kiwi_tools:
             return self._check_kiwi_tool(tool)
-        denied = self.deny_mcp.get(server, []) if action else []
-        if tool in self.deny_tools or "*" in self.deny_tools or action in denied or "*" in denied:
-            return Decision(allowed=False, reason=f"'{tool}' is explicitly denied")
+        denial = self.explicit_denial(tool)
+        if denial is not None:
+            return denial
         if tool in self.tools or "*" in self.tools:
             return Decision(allowed=True, checked_against=[tool])
         if action and tool not in BUILTIN_TOOLS:
@@ -414,6 +424,14 @@ class PermissionSet(BaseModel):
             hint=f'add <execute resource="tool" id="{tool}"/> to <permissions>',
             checked_against=list(self.tools),
         )
+
+    def explicit_denial(self, tool: str) -> Decision | None:
+        """The refusal of a tool id this set denies by name (``<deny>``), whatever else grants it; else None."""
+        server, _, action = tool.partition(".")
+        denied = self.deny_mcp.get(server, []) if action else []
+        if tool in self.deny_tools or "*" in self.deny_tools or action in denied or "*" in denied:
+            return Decision(allowed=False, reason=f"'{tool}' is explicitly denied")
+        return None
 
     def _check_kiwi_tool(self, tool: str) -> Decision:
         """A Kiwi meta-tool: only the kiwi-mcp grant of its action reaches it (never a tool id or MCP grant)."""

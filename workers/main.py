@@ -23,6 +23,7 @@ from activities.mcp import McpActivities
 from kiwi.contracts import TASK_QUEUE
 from kiwi.health import bind_health, serve_health
 from kiwi.upstream.pool import McpPool
+from workers.answer_limit import AnswerLimit
 from workflows.directive_run import DirectiveRun
 
 WORKFLOWS = [DirectiveRun]
@@ -141,6 +142,7 @@ def build_worker(
         max_heartbeat_throttle_interval=timedelta(seconds=1),
         graceful_shutdown_timeout=drain,
         deployment_config=deployment,
+        interceptors=[AnswerLimit()],
     )
 
 

@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from kiwi.errors import PermissionDenied, ToolFailed, ToolNotFound
     from kiwi.guards import digest, redact, summarise_call, summarise_result
-    from kiwi.policy import FILESYSTEM_TOOLS, KIWI_MCP_ACTIONS, Decision, parse_command
+    from kiwi.policy import FILESYSTEM_TOOLS, KIWI_MCP_ACTIONS, Decision, parse_command, spellings
     from kiwi.toolargs import BUILTIN_SCHEMAS, kiwi_execute_target
 
 from workflows.directive_run.errors import (
@@ -38,6 +38,7 @@ from workflows.directive_run.options import (
     API_RETRY,
     FS_ACTIVITIES,
     GIT_ACTIVITIES,
+    KIWI_EXECUTE_AS_CALL,
     LOOP_WINDOW,
     MUTATING_TOOLS,
     RECENT_CALLS,
@@ -61,6 +62,7 @@ class CallsMixin:
         origin: str,
         step: str | None = None,
         client: str = "",
+        granted_by: str = "",
     ) -> ToolCallResult:
         state, snap = self.state, self.snap
         state.call_seq += 1
@@ -73,8 +75,19 @@ class CallsMixin:
             tool = f"{declared.name}.{tool.partition('.')[2]}"
             if declared.name not in state.mcp_context:
                 await self._fetch_tool_context([declared])
-        result, warning = self._admit(tool, args, seq)
-        if result is None and self.human_loop and self._needs_approval(tool):
+        # kiwi-mcp.run is kiwi-mcp.execute by another name: a denial, rate limit or approval rule naming
+        # either holds for both (runs started before KIWI_EXECUTE_AS_CALL decided each name apart).
+        one_execute = (
+            self.kiwi_tools
+            and KIWI_MCP_ACTIONS.get(tool) == "execute"
+            and (self.current or workflow.patched(KIWI_EXECUTE_AS_CALL))
+        )
+        result, warning = self._admit(tool, args, seq, granted_by, one_execute)
+        if (
+            result is None
+            and self.human_loop
+            and any(self._needs_approval(name) for name in (spellings(tool) if one_execute else (tool,)))
+        ):
             result = await self._await_approval(tool, args, seq, origin, step, client or snap.client)
         if result is None:
             warnings = [warning] if warning else []
@@ -174,7 +187,12 @@ class CallsMixin:
         return result
 
     def _admit(
-        self: DirectiveRun, tool: str, args: dict[str, Any], seq: int
+        self: DirectiveRun,
+        tool: str,
+        args: dict[str, Any],
+        seq: int,
+        granted_by: str = "",
+        one_execute: bool = False,
     ) -> tuple[ToolCallResult | None, str]:
         """Lookup, arguments, permission, rate limit and loop checks (``kiwi.admission``); a result means
         'not executed'."""
@@ -187,6 +205,8 @@ class CallsMixin:
             now=workflow.now().timestamp(),
             check_args=self.hardened,
             kiwi_tools=self.kiwi_tools,
+            granted_by=granted_by,
+            one_execute=one_execute,
         )
         return outcome.refusal, outcome.warning
 

@@ -17,12 +17,13 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities.items import ItemActivities
     from kiwi.contracts import LoadItemRequest, SearchItemsRequest
+    from kiwi.guards import digest
     from kiwi.guidance import run_help
     from kiwi.policy import KIWI_MCP_ACTIONS
     from kiwi.toolargs import kiwi_execute_target
 
 from workflows.directive_run.errors import CallRefused
-from workflows.directive_run.options import RETRY
+from workflows.directive_run.options import KIWI_EXECUTE_AS_CALL, RETRY
 
 if TYPE_CHECKING:
     from workflows.directive_run.workflow import DirectiveRun
@@ -69,11 +70,29 @@ class KiwiToolsMixin:
             )
             return loaded.model_dump()
         kind, item_id, values = kiwi_execute_target(args)
+        as_call = self.current or workflow.patched(KIWI_EXECUTE_AS_CALL)
+        granted_by = ""
         if kind == "directive":
-            return await self._run_child({"directive": item_id, "inputs": values}, origin)
-        # The tool is the call: its own admission counts it for loop detection, this one does not.
-        self.state.loop_hashes = self.state.loop_hashes[:-1]
-        inner = await self._call(item_id, values, origin=origin, step=step, client=client)
+            if not as_call:
+                return await self._run_child({"directive": item_id, "inputs": values}, origin)
+            # A directive.run call: its approval rules, rate limits and explicit denials apply, as they
+            # would to the agent calling directive.run itself; the kiwi-mcp execute grant stands in for
+            # directive.run's own.
+            item_id, values = "directive.run", {"directive": item_id, "inputs": values}
+            granted_by = "kiwi-mcp:execute"
+        # The inner call is the call: its own admission counts it for loop detection, this one does not.
+        hashes = self.state.loop_hashes
+        own = digest([tool, args])
+        if not as_call:
+            self.state.loop_hashes = hashes[:-1]
+        elif own in hashes:
+            # This call's own hash, not merely the last: other calls may have been admitted while this
+            # one waited for its approval.
+            last = len(hashes) - 1 - hashes[::-1].index(own)
+            self.state.loop_hashes = hashes[:last] + hashes[last + 1 :]
+        inner = await self._call(
+            item_id, values, origin=origin, step=step, client=client, granted_by=granted_by
+        )
         if inner.status != "ok":
             raise CallRefused(
                 inner.status,

@@ -78,8 +78,9 @@ MCP_RETRY = RetryPolicy(
 # patches of their own, and fold them into a new ALL_CHANGES id when the previous one is retired.
 ALL_CHANGES = "kiwi-run-changes-2026-11"
 # New runs record this one marker for ALL_CHANGES and every patch below it (HARDENED, CHILD_ATTRIBUTES,
-# TOOL_EXECUTORS, COMMIT_BEFORE_CONTINUE, KIWI_MCP_TOOLS): each marker is a history event and a search-attribute
-# upsert, and a run replays them on every worker that takes it over. Runs started before it replay the
+# TOOL_EXECUTORS, COMMIT_BEFORE_CONTINUE, KIWI_MCP_TOOLS, KIWI_EXECUTE_AS_CALL, HELD_RESULTS_CAPPED):
+# each marker is a history event and a search-attribute upsert, and a run replays them on every worker
+# that takes it over. Runs started before it replay the
 # markers they recorded. Check it with ``self.current or workflow.patched(OLD_ID)``, never alone.
 CURRENT = "kiwi-run-changes-2026-11-23"
 # Escapes closed: approval decisions need an approver's signature, help(checkpoint) needs the
@@ -102,6 +103,24 @@ CONTINUE_COMMIT_TIMER = timedelta(milliseconds=1)
 # kiwi-mcp grants: looked up, planned into steps and executed. Checked once, in the run's first
 # activation (DirectiveRun.__init__), so a run started before it keeps refusing them on replay.
 KIWI_MCP_TOOLS = "kiwi-mcp-tools-2026-11"
+# kiwi-mcp.execute of a directive is a directive.run call made through the run's call path (its own
+# call number and audit record, directive.run's approval rules, rate limits and explicit denials), the
+# kiwi-mcp execute grant standing in for directive.run's; before it, execute started the child directly,
+# and a harness's `approvals.tools: [directive.run]` or `rate_limits: {directive.run: N}` did not apply.
+# Also: a denial, approval rule or rate limit naming kiwi-mcp.execute or kiwi-mcp.run holds for both
+# (one tool, two names; each name was a way around the other's rules).
+KIWI_EXECUTE_AS_CALL = "kiwi-execute-directive-as-call-2026-11"
+# A re-sent call is answered from RunState.recent_updates only when its result is small: the held results
+# travel in the continue-as-new input, and a few large ones (a 900 kB kiwi-mcp.load, a big file read)
+# made it larger than Temporal takes (2 MB), so the run's hand-over failed on every attempt and the run
+# (or the project's session, every client's) stood still for good. A larger result is held by its call
+# number only (RunState.update_seqs): a re-sent call is told it ran, never run again.
+HELD_RESULTS_CAPPED = "kiwi-held-results-capped-2026-11"
+HELD_RESULT_BYTES = 16_000
+# What complete_step takes as a step's outputs, and as all steps' outputs of a run together: they travel
+# in the continue-as-new input as well. (Checked in the update's validator, which history never records.)
+STEP_OUTPUTS_BYTES = 256_000
+RUN_OUTPUTS_BYTES = 1_000_000
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 RECENT_CALLS = 20
 RECENT_RESULTS = 50  # agent calls whose results a re-sent call is answered with

@@ -9,6 +9,7 @@ this deterministic code and recorded in history; side effects happen only in act
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable
 from typing import Any
 
@@ -57,9 +58,13 @@ from workflows.directive_run.options import (
     COMMIT_BEFORE_CONTINUE,
     CURRENT,
     HARDENED,
+    HELD_RESULT_BYTES,
+    HELD_RESULTS_CAPPED,
     KIWI_MCP_TOOLS,
     RECENT_RESULTS,
     RECENT_UPDATE_IDS,
+    RUN_OUTPUTS_BYTES,
+    STEP_OUTPUTS_BYTES,
 )
 from workflows.directive_run.steps import StepsMixin
 from workflows.directive_run.upstream import UpstreamMixin
@@ -207,14 +212,22 @@ class DirectiveRun(
             return self._already_ran(request, update_id, self.state.update_seqs[update_id])
         result = await self._call(request.tool, request.arguments, origin="agent", client=request.client)
         if update_id:
-            recent = {**self.state.recent_updates, update_id: result}
-            self.state.recent_updates = dict(list(recent.items())[-RECENT_RESULTS:])
+            if self._holds(result):
+                recent = {**self.state.recent_updates, update_id: result}
+                self.state.recent_updates = dict(list(recent.items())[-RECENT_RESULTS:])
             if self.commit_before_continue:
                 seqs = self.state.update_seqs
                 seqs[update_id] = result.call_seq
                 if len(seqs) > RECENT_UPDATE_IDS * 1.1:  # trimmed now and then, not copied per call
                     self.state.update_seqs = dict(list(seqs.items())[-RECENT_UPDATE_IDS:])
         return result
+
+    def _holds(self, result: ToolCallResult) -> bool:
+        """Whether a call's result is kept for a re-sent call (see HELD_RESULTS_CAPPED); a larger one is
+        known by its call number only, which needs update_seqs (COMMIT_BEFORE_CONTINUE)."""
+        if not self.commit_before_continue or not (self.current or workflow.patched(HELD_RESULTS_CAPPED)):
+            return True
+        return len(json.dumps(result.model_dump(), default=str)) <= HELD_RESULT_BYTES
 
     def _already_ran(self, request: CallToolRequest, update_id: str, seq: int) -> ToolCallResult:
         return ToolCallResult(
@@ -274,6 +287,26 @@ class DirectiveRun(
             raise RunStateConflict.error(
                 f"step '{request.step}' is not waiting for the agent"
                 + (f"; step '{waiting}' is" if waiting else "; no step is waiting now")
+            )
+        self._refuse_big_outputs(request)
+
+    def _refuse_big_outputs(self, request: CompleteStepRequest) -> None:
+        """Outputs travel in the continue-as-new input: one step's, and all steps' together, are bounded."""
+        size = len(json.dumps(request.outputs, default=str))
+        if size > STEP_OUTPUTS_BYTES:
+            raise InputInvalid.error(
+                f"step '{request.step}': outputs are {size:,} bytes; a step's outputs are at most "
+                f"{STEP_OUTPUTS_BYTES:,}; write a large result to a file and return its path"
+            )
+        if size <= HELD_RESULT_BYTES:
+            return  # small outputs always pass, so a run whose own steps hold much is never stuck
+        held = sum(
+            len(json.dumps(r.outputs, default=str)) for n, r in self.state.steps.items() if n != request.step
+        )
+        if held + size > RUN_OUTPUTS_BYTES:
+            raise InputInvalid.error(
+                f"step '{request.step}': the run's step outputs would be {held + size:,} bytes; a run holds at "
+                f"most {RUN_OUTPUTS_BYTES:,}; write a large result to a file and return its path"
             )
 
     @workflow.update
