@@ -38,6 +38,32 @@ LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--pids
 # killed, and the engine's --timeout backstop for a container whose worker died mid-call.
 KILL_GRACE_SECONDS = 30
 BACKSTOP_SECONDS = 60
+# Every container Kiwi starts carries this label. One whose worker died mid-call (the activity then runs
+# again elsewhere) is left stopped; stopped ones older than STALE (far past the longest call: a 3,600 s
+# timeout, the backstop, the grace) are removed, at most once per PRUNE_EVERY seconds per worker.
+LABEL = "kiwi.docker-tool=1"
+STALE = "2h"
+PRUNE_EVERY = 600.0
+_last_prune = [float("-inf")]
+
+
+async def prune_abandoned(engine: list[str], cwd: str) -> None:
+    """Remove Kiwi's stopped containers older than ``STALE`` (never a running one, never another's)."""
+    now = asyncio.get_running_loop().time()
+    if now - _last_prune[0] < PRUNE_EVERY:
+        return
+    _last_prune[0] = now
+    await _engine(
+        engine,
+        "container",
+        "prune",
+        "-f",
+        "--filter",
+        f"label={LABEL}",
+        "--filter",
+        f"until={STALE}",
+        cwd=cwd,
+    )
 
 
 def container_engine() -> list[str] | None:
@@ -66,6 +92,7 @@ class ContainerToolActivities:
                 {"hint": "install podman (or docker) where the worker runs, or set KIWI_CONTAINER_ENGINE"},
             )
         checked = _mounts(req, executor)
+        await prune_abandoned(engine, req.project_root)
         staged: list[tuple[Staged, str, bool]] = []
         try:
             for real, target, write in checked:
@@ -95,6 +122,8 @@ class ContainerToolActivities:
             "-i",
             "--name",
             name,
+            "--label",
+            LABEL,
             "--pull",
             "never",
             "--network",

@@ -211,3 +211,36 @@ async def test_a_writable_mount_comes_back_to_the_project_file_by_file_and_no_li
     assert failed.status == "error" and "exited with 3" in failed.reason, failed
     assert (project / "out" / "keep.txt").read_text() == "kept"
     await runs.cancel(run_id, "done")
+
+
+async def test_stopped_containers_kiwi_left_behind_are_pruned_and_no_others(image, tmp_path, monkeypatch):
+    # A worker killed mid-call leaves its stopped container behind (no --rm: the logs are read first).
+    # Kiwi's containers carry a label; stopped ones past STALE are pruned. Here STALE is 0s, so both
+    # stopped containers are old enough: only the labelled one goes, and a running one stays.
+    import activities.container as container
+
+    engine = container_engine()
+    names = [f"kiwi-test-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("left", "foreign", "running")]
+    left, foreign, running = names
+    try:
+        for name, label, command in (
+            (left, ["--label", container.LABEL], ["echo", "left"]),
+            (foreign, [], ["echo", "foreign"]),
+            (running, ["--label", container.LABEL], ["sleep", "60"]),
+        ):
+            made = subprocess.run(
+                [*engine, "run", "-d", "--name", name, *label, *container.LIMITS, image, *command],
+                capture_output=True,
+                text=True,
+            )
+            assert made.returncode == 0, made.stderr
+        subprocess.run([*engine, "wait", left, foreign], capture_output=True, timeout=60)
+        monkeypatch.setattr(container, "STALE", "0s")
+        monkeypatch.setattr(container, "_last_prune", [float("-inf")])
+        await container.prune_abandoned(engine, str(tmp_path))
+        listed = subprocess.run(
+            [*engine, "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True
+        ).stdout.split()
+        assert left not in listed and foreign in listed and running in listed, listed
+    finally:
+        subprocess.run([*engine, "rm", "-f", *names], capture_output=True)
