@@ -411,3 +411,32 @@ def test_validation_names_the_kiwi_mcp_grant_a_step_needs():
         directive_md(AGENT_STEP, permissions='<execute resource="kiwi-mcp" actions="load"/>')
     )
     assert spelled[0].grants().kiwi_actions == ["load"]
+
+
+async def test_a_kiwi_mcp_execute_waiting_for_its_calls_approval_says_so(runs, project):
+    # kiwi-mcp.execute of an approval-gated tool waits on the call it makes: the 'pending' answer names
+    # that approval, as it does for the tool called directly.
+    from tests.helpers import approver
+
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "approvals:\n  tools: [filesystem.delete]\n  timeout_seconds: 3600\n",
+    )
+    approver("alice")
+    write(project / "notes" / "old.txt", "old")
+    kiwi_directive(
+        project,
+        "tidy_via_kiwi",
+        ALL_FOUR + '<write resource="filesystem" path="notes/**"/>',
+    )
+    run_id = await agent_run(runs, "tidy_via_kiwi")
+    pending = await runs.call_tool_waiting(
+        run_id,
+        "kiwi-mcp.execute",
+        {"item_type": "tool", "item_id": "filesystem.delete", "parameters": {"path": "notes/old.txt"}},
+        client_name="agent",
+        wait_seconds=0.5,
+    )
+    assert pending.status == "pending" and "waits for a human to approve it" in pending.reason, pending
+    assert (project / "notes" / "old.txt").exists()
+    await runs.cancel(run_id)
