@@ -77,9 +77,9 @@ from kiwi.errors import (
 from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore
 from kiwi.keys import default_key, human_message, load_private, sign_bytes
-from kiwi.policy import BUILTIN_TOOLS, KIWI_MCP_ACTIONS, PermissionSet
+from kiwi.policy import BUILTIN_TOOLS, PermissionSet
 from kiwi.snapshot import build_session_snapshot, build_snapshot, signed_decision
-from kiwi.toolargs import kiwi_execute_target, unsendable
+from kiwi.toolargs import inner_call, unsendable
 from workflows.directive_run import DirectiveRun
 
 
@@ -656,10 +656,7 @@ class RunClient:
             return self._why_not_found(result)
         pending = _pending(tool, run_id, call_id, wait_seconds)
         # kiwi-mcp.execute waits on the call it makes (a tool, or directive.run for a directive).
-        names = {tool}
-        if tool in KIWI_MCP_ACTIONS and KIWI_MCP_ACTIONS[tool] == "execute":
-            kind, target, _ = kiwi_execute_target(arguments)
-            names.add("directive.run" if kind == "directive" else target)
+        names = {tool, inner_call(tool, arguments)[0]}
         with contextlib.suppress(KiwiError):
             waiting = [
                 a for a in (await self.status(run_id)).approvals if a.status == "pending" and a.tool in names

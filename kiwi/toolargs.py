@@ -243,6 +243,20 @@ def kiwi_execute_target(args: dict[str, Any]) -> tuple[str, str, dict[str, Any]]
     return kind, item_id if isinstance(item_id, str) else "", values if isinstance(values, dict) else {}
 
 
+def inner_call(tool: str, args: Any) -> tuple[str, dict[str, Any]]:
+    """The call a kiwi-mcp.execute (or .run) call makes, as the run admits it (the tool and its arguments,
+    or ``directive.run`` for a directive): what its approval request names. Other calls: themselves."""
+    from kiwi.policy import KIWI_MCP_ACTIONS
+
+    args = args if isinstance(args, dict) else {}
+    if KIWI_MCP_ACTIONS.get(tool) != "execute":
+        return tool, args
+    kind, item_id, values = kiwi_execute_target(args)
+    if kind == "directive":
+        return "directive.run", {"directive": item_id, "inputs": values}
+    return item_id, values
+
+
 def _execute_problem(tool: str, args: dict[str, Any]) -> str:
     kind, item_id, _ = kiwi_execute_target(args)
     if not item_id:

@@ -39,6 +39,7 @@ from kiwi.guards import digest, redact
 from kiwi.harness import InputRounds, load_harness
 from kiwi.items.store import ItemStore
 from kiwi.keys import keys_dir
+from kiwi.toolargs import inner_call
 
 if TYPE_CHECKING:
     from mcp_frontend.server import TemporalLink
@@ -214,12 +215,14 @@ class Approvals(Escalations):
         if pending.get("status") != "pending":
             return result
         run_id, call_id = str(arguments["run_id"]), str((pending.get("result") or {}).get("call_id") or "")
-        request = await self._request_of(run_id, str(pending.get("tool") or ""), arguments.get("parameters"))
+        # A kiwi-mcp.execute waits on the call it makes: that call's request, and its arguments shown.
+        tool, parameters = inner_call(str(pending.get("tool") or ""), arguments.get("parameters"))
+        request = await self._request_of(run_id, tool, parameters)
         if request is None or not call_id:
             return result  # slow, not waiting for a human: the agent polls as usual
         return {
             "resultType": "input_required",
-            "inputRequests": {APPROVAL_KEY: _approval_form(run_id, request, arguments.get("parameters"))},
+            "inputRequests": {APPROVAL_KEY: _approval_form(run_id, request, parameters)},
             "requestState": json.dumps(
                 {"run_id": run_id, "request_id": request.request_id, "call_id": call_id}
             ),

@@ -294,3 +294,56 @@ async def test_an_approval_round_cannot_approve_another_call_or_be_replayed(runs
     approvals = (await runs.status(run_id)).approvals
     assert [a.status for a in approvals] == ["approved", "pending"]
     assert (project / "notes" / "hello.md").read_text() == "again"
+
+
+async def test_the_clients_user_decides_a_call_a_kiwi_mcp_execute_makes(runs, project, temporal_env):
+    # kiwi-mcp.execute of an approval-gated tool waits on the call it makes: the user is asked about that
+    # call (its tool, its arguments, its hash), and the decision reaches it.
+    from tests.helpers import directive_md, write, write_directive
+
+    approvals_opt_in(project)
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md(
+            '<step name="work"><action>Tidy.</action></step>',
+            name="tidy",
+            permissions='<execute resource="kiwi-mcp" action="execute"/>'
+            '<write resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    write(project / "notes" / "old.txt", "old")
+    asked = []
+
+    async def the_user(context, params):
+        asked.append(params)
+        return ElicitResult(action="accept", content={"decision": "approve"})
+
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue, client_name="agent-1")
+    async with Client(server, elicitation_callback=the_user) as client:
+        run_id = (await execute(client, {"item_type": "directive", "action": "run", "item_id": "tidy"}))[
+            "run_id"
+        ]
+        answer = data(
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "tool",
+                    "action": "call",
+                    "run_id": run_id,
+                    "item_id": "kiwi-mcp.execute",
+                    "parameters": {
+                        "item_type": "tool",
+                        "item_id": "filesystem.delete",
+                        "parameters": {"path": "notes/old.txt"},
+                    },
+                },
+            )
+        )
+    (request,) = (await runs.status(run_id)).approvals
+    assert len(asked) == 1 and request.args_hash in asked[0].message
+    assert '"path": "notes/old.txt"' in asked[0].message
+    assert (
+        request.tool == "filesystem.delete" and request.status == "approved" and request.decided_by == "desk"
+    )
+    assert answer["status"] == "ok", answer
+    assert not (project / "notes" / "old.txt").exists()
