@@ -155,7 +155,7 @@ async def main() -> None:
                 t0 = time.perf_counter()
                 rows = await runs.list_runs()
                 listed.append((time.perf_counter() - t0) * 1000)
-            assert len(rows) == 50, len(rows)
+            assert len(rows) == 50 or args.runs < 50, len(rows)  # newest 50 of this project
             filtered = []
             for _ in range(30):
                 t0 = time.perf_counter()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 from pathlib import Path
 
 from kiwi.cli import main as kiwi
@@ -61,21 +60,10 @@ def rss_mb(pid: int) -> float:
 async def start_worker(
     address: str, env: dict[str, str] | None = None, queue: str = "kiwi"
 ) -> asyncio.subprocess.Process:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kiwi",
-        "worker",
-        "--address",
-        address,
-        "--task-queue",
-        queue,
-        stdout=asyncio.subprocess.PIPE,
-        start_new_session=True,
-        env={**os.environ, **(env or {})},
-    )
-    await proc.stdout.readline()
-    return proc
+    """A `kiwi worker` process started as the tests start one (``tests.helpers.kiwi_worker``)."""
+    from tests.helpers import kiwi_worker
+
+    return await kiwi_worker(address, queue, env=env)
 
 
 async def gather_limited(limit: int, jobs) -> list:

@@ -591,14 +591,7 @@ class RunClient:
         with contextlib.suppress(RPCError, TimeoutError):
             async with asyncio.timeout(deadline):
                 async for event in handle.fetch_history_events(wait_new_event=True):
-                    if (
-                        event.event_type
-                        in (
-                            EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
-                            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
-                        )
-                        or event.event_type in _CLOSED_EVENTS
-                    ):
+                    if event.event_type in _FIRST_TASK_OVER:
                         return
 
     async def _await_successor(self, run_id: str, deadline: float = 30.0) -> None:
@@ -881,7 +874,10 @@ async def _wait(
             await on_progress(loop.time() - started, wait_seconds, await upstream() if upstream else "")
 
 
-_CLOSED_EVENTS = (
+# The first workflow task is over: completed, or the execution already handed over or closed.
+_FIRST_TASK_OVER = (
+    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,

@@ -261,8 +261,6 @@ async def kiwi_mcp_http(temporal_env: Any, runs: RunClient, project: Path, port:
     and kills the group at the end (SIGKILL: a test may also kill it itself, as a crash)."""
     import sys
 
-    from mcp.client import Client
-
     address = temporal_env.client.service_client.config.target_host
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -282,16 +280,8 @@ async def kiwi_mcp_http(temporal_env: Any, runs: RunClient, project: Path, port:
         stderr=asyncio.subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}/mcp"
-
-    async def up():
-        try:
-            async with Client(url) as probe:
-                return bool(await probe.list_tools())
-        except Exception:  # noqa: BLE001 - not listening yet
-            return False
-
     try:
-        await wait_for(up, timeout=60, what="kiwi mcp --http")
+        await wait_for(lambda: mcp_answers(url), timeout=60, what="kiwi mcp --http")
         yield url, proc
     finally:
         if proc.returncode is None:
@@ -388,9 +378,22 @@ class OtlpReceiver:
         self.server.server_close()
 
 
-async def kiwi_worker(address: str, queue: str, *extra: str) -> asyncio.subprocess.Process:
+async def mcp_answers(url: str) -> bool:
+    """Whether an MCP server over HTTP at ``url`` lists its tools yet (False while it is not listening)."""
+    from mcp.client import Client
+
+    try:
+        async with Client(url) as probe:
+            return bool(await probe.list_tools())
+    except Exception:  # noqa: BLE001 - not listening yet
+        return False
+
+
+async def kiwi_worker(
+    address: str, queue: str, *extra: str, env: dict[str, str] | None = None
+) -> asyncio.subprocess.Process:
     """`kiwi worker` as a process (and process group) of its own; returns once it printed its first line.
-    Its stderr is discarded, so a chatty worker never blocks on a full pipe."""
+    Its stderr is discarded, so a chatty worker never blocks on a full pipe. ``env``: variables added."""
     import sys
 
     proc = await asyncio.create_subprocess_exec(
@@ -406,6 +409,7 @@ async def kiwi_worker(address: str, queue: str, *extra: str) -> asyncio.subproce
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
         start_new_session=True,
+        env={**os.environ, **(env or {})},
     )
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert b"kiwi worker" in line, f"kiwi worker did not start: {line!r} (exit code {proc.returncode})"

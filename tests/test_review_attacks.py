@@ -21,7 +21,7 @@ from kiwi.cli import main as kiwi
 from kiwi.items.store import ItemStore
 from kiwi.registry import Bundle, Registry, RegistryRefused
 from kiwi.registry.local import sign_bundle
-from tests.helpers import directive_md, write, write_directive
+from tests.helpers import directive_md, wait_for, write, write_directive
 from tests.test_registry import alice, as_role, postgres, unique  # noqa: F401 - fixtures
 from tests.test_tool_types import TOKEN, Api, agent_directive, api_tool, started  # noqa: F401
 
@@ -405,10 +405,13 @@ async def _serving(app, host: str, port: int):
 
     web = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="error", lifespan="on"))
     task = asyncio.create_task(web.serve())
-    for _ in range(100):
-        if web.started:
-            break
-        await asyncio.sleep(0.05)
+
+    async def started():
+        if task.done():  # it could not serve (the port taken, ...): say why now
+            task.result()
+        return web.started
+
+    await wait_for(started, timeout=10, what=f"the front end serving on {host or 'every interface'}:{port}")
     return web, task
 
 

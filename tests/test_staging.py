@@ -27,7 +27,6 @@ def test_the_copy_holds_the_folder_and_no_link_from_it(tmp_path):
             for name in [*dirs, *names]
         )
         assert copied == ["a.txt", "sub", "sub/b.txt"]
-        assert staged.path.startswith(os.path.realpath(os.path.dirname(staged.path)))
         assert not str(staged.path).startswith(str(tmp_path))
     finally:
         remove(staged)

@@ -15,7 +15,7 @@ import pytest
 from activities.container import container_engine
 from kiwi.auditlog import read_audit
 from kiwi.devserver import free_port
-from tests.helpers import directive_md, execute, wait_for, write_directive
+from tests.helpers import directive_md, execute, mcp_answers, wait_for, write_directive
 from tests.test_container_tools import docker_tool, image  # noqa: F401 - the image fixture
 from tests.test_dev import read_until
 from tests.test_tool_types import LOOKUP, LOOKUP_PARAMS, TOKEN, Api, api_tool, local_tool
@@ -90,15 +90,7 @@ async def test_each_executor_runs_end_to_end_through_kiwi_dev_and_mcp(
         try:
             await read_until(proc.stdout, b"ready")
             url = f"http://127.0.0.1:{mcp}/mcp"
-
-            async def up():
-                try:
-                    async with Client(url) as probe:
-                        return bool(await probe.list_tools())
-                except Exception:  # noqa: BLE001 - not listening yet
-                    return False
-
-            await wait_for(up, timeout=60, what="the MCP front end of kiwi dev")
+            await wait_for(lambda: mcp_answers(url), timeout=60, what="the MCP front end of kiwi dev")
             async with Client(url) as client:
                 started = await execute(
                     client, {"item_type": "directive", "action": "run", "item_id": "every_executor"}
