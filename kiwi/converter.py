@@ -9,7 +9,7 @@ payloads are the same JSON as ``pydantic_data_converter`` writes; the two read e
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from temporalio.api.enums.v1 import ApplicationErrorCategory
 from temporalio.api.failure.v1 import Failure
@@ -27,9 +27,24 @@ _JSON = PydanticJSONPlainPayloadConverter()
 
 
 class KiwiPayloadConverter(PydanticPayloadConverter):
-    """``PydanticPayloadConverter`` built around the process's one pydantic JSON converter."""
+    """``PydanticPayloadConverter`` built around the process's one pydantic JSON converter.
+
+    One instance per process: the worker asks for a new data converter (and so a new payload converter)
+    twice per workflow activation, and none of these converters takes a serialization context, so every
+    "new" one is the same stateless object, built once.
+    """
+
+    _shared: ClassVar[KiwiPayloadConverter | None] = None
+    _built = False
+
+    def __new__(cls) -> KiwiPayloadConverter:
+        if cls._shared is None:
+            cls._shared = super().__new__(cls)
+        return cls._shared
 
     def __init__(self) -> None:
+        if self._built:
+            return
         CompositePayloadConverter.__init__(
             self,
             *(
@@ -37,6 +52,7 @@ class KiwiPayloadConverter(PydanticPayloadConverter):
                 for c in DefaultPayloadConverter.default_encoding_payload_converters
             ),
         )
+        self._built = True
 
 
 class KiwiFailureConverter(DefaultFailureConverter):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import activity
+from temporalio.common import RawValue
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from kiwi.errors import ToolFailed
@@ -30,6 +31,8 @@ class AnswerLimit(Interceptor):
 
 class _Inbound(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        # The answer is converted once: measured here, then handed on as the payload itself (a RawValue
+        # passes through the worker's converter as it is).
         result = await super().execute_activity(input)
         payloads = activity.payload_converter().to_payloads([result])
         size = sum(p.ByteSize() for p in payloads)
@@ -38,4 +41,4 @@ class _Inbound(ActivityInboundInterceptor):
                 f"{activity.info().activity_type}: the answer is {size:,} bytes as sent, more than a run can "
                 f"carry ({MAX_ANSWER_BYTES:,}); the call ran once and is not retried"
             )
-        return result
+        return RawValue(payloads[0]) if len(payloads) == 1 else result

@@ -504,14 +504,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, drain)
-        print(
-            f"kiwi worker: task queue '{args.task_queue}' on {client.service_client.config.target_host}",
-            flush=True,
-        )
-        if health:
-            print(f"kiwi worker: health at http://{health[0]}:{health[1]}/healthz and /readyz", flush=True)
-        if deployment:
-            print(f"kiwi worker: deployment '{args.deployment_name}', build '{args.build_id}'", flush=True)
+
+        def started() -> None:
+            # Printed once the worker polls: whoever waits for this line can send it work.
+            print(
+                f"kiwi worker: task queue '{args.task_queue}' on {client.service_client.config.target_host}",
+                flush=True,
+            )
+            if health:
+                print(
+                    f"kiwi worker: health at http://{health[0]}:{health[1]}/healthz and /readyz", flush=True
+                )
+            if deployment:
+                print(
+                    f"kiwi worker: deployment '{args.deployment_name}', build '{args.build_id}'", flush=True
+                )
+
         await run_worker(
             client,
             args.task_queue,
@@ -520,6 +528,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             drain=timedelta(seconds=args.drain_seconds),
             health=health,
             deployment=deployment,
+            started=started,
         )
         print("kiwi worker: stopped", flush=True)
         return 0

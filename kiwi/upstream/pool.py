@@ -14,7 +14,9 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import re
+import stat
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -146,13 +148,22 @@ class McpPool:
         self._opened: set[str] = set()  # keys connected before: a new connection is a reconnect
         self._locks: dict[str, asyncio.Lock] = {}
         self._schemas: dict[str, tuple[float, list[dict[str, Any]], dict[str, str]]] = {}
-        self._registries: dict[str, tuple[tuple[float, ...], McpRegistry]] = {}
+        self._registries: dict[str, tuple[tuple[tuple[int, int, int], ...], McpRegistry]] = {}
+        self._paths: dict[tuple[str, str], tuple[Path, list[Path]]] = {}
 
     def registry(self, project_root: str) -> McpRegistry:
         """The registry of ``project_root``, re-read when either file changes."""
-        user = self.user or user_space()
-        paths = registry_paths(Path(project_root), user)
-        stamp = tuple(p.stat().st_mtime if p.is_file() else 0.0 for p in paths)
+        # Checked on every call: one stat per file, the paths worked out once (user space by its variable).
+        where = (
+            project_root,
+            str(self.user) if self.user else os.environ.get("AI_USER_SPACE") or os.environ.get("HOME", ""),
+        )
+        known = self._paths.get(where)
+        if known is None:
+            user = self.user or user_space()
+            known = self._paths[where] = (user, registry_paths(Path(project_root), user))
+        user, paths = known
+        stamp = tuple(_stamp(p) for p in paths)
         cached = self._registries.get(project_root)
         if cached is None or cached[0] != stamp:
             cached = (stamp, load_registry(Path(project_root), user))
@@ -274,6 +285,17 @@ class McpPool:
         for conn in list(self._connections.values()):
             await conn.close()
         self._connections.clear()
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """What changes when a registry file is edited, replaced or removed (zeros: no such file)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return (0, 0, 0)
+    if not stat.S_ISREG(info.st_mode):
+        return (0, 0, 0)
+    return (info.st_mtime_ns, info.st_size, info.st_ino)
 
 
 def scrub(value: Any, secrets: dict[str, str] | None = None) -> Any:
