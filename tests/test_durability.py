@@ -21,7 +21,7 @@ from kiwi.devserver import DevServer, free_port
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
 from tests.helpers import awaiting_step, directive_md, kiwi_worker, write, write_directive
-from workers.main import SANDBOX, WORKFLOWS, build_worker
+from workers.main import SANDBOX, WORKFLOWS, build_id, build_worker
 from workflows.directive_run import CURRENT
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -69,6 +69,14 @@ async def test_kill_9_worker_mid_run_new_worker_finishes_without_repeating_steps
         result = await runs.handle(run_id).result()
         assert result.outputs["second"]["result"] == {"ticked": "second"}
         assert (project / "ticks.log").read_text().splitlines() == ["first", "second"]
+        # Both workers named their build by a digest of Kiwi's sources (the SDK's default digests the
+        # code of every module loaded, a fifth of a second before a new worker polls).
+        builds = {
+            e.workflow_task_completed_event_attributes.worker_version.build_id
+            async for e in runs.handle(run_id).fetch_history_events()
+            if e.HasField("workflow_task_completed_event_attributes")
+        }
+        assert builds == {build_id()}
     finally:
         if worker.returncode is None:
             os.killpg(worker.pid, signal.SIGTERM)
