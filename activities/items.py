@@ -26,7 +26,8 @@ from kiwi.contracts import (
 )
 from kiwi.errors import ItemNotFound, KiwiError, PermissionDenied
 from kiwi.items.directive import Directive
-from kiwi.items.store import MAX_ITEM_BYTES, ItemStore, parse_item
+from kiwi.items.files import MAX_ITEM_BYTES
+from kiwi.items.store import ItemStore, parse_item
 
 # Where each item type lives under .ai (the store's own folders).
 ITEM_FOLDERS = {"directive": ("directives",), "tool": ("tools", "scripts"), "knowledge": ("knowledge",)}
@@ -142,7 +143,8 @@ def _read_item(root: Path, item_type: str, path: Path) -> str:
             os.close(folder)
             folder = inner
         try:
-            fd = os.open(parts[-1], flags, dir_fd=folder)
+            # (Not blocking: opening a FIFO for reading would wait for a writer; fstat refuses it below.)
+            fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=folder)
         except OSError as exc:
             raise PermissionDenied(
                 f"{'/'.join(parts)} is a symbolic link or cannot be opened; items are read only as regular files"

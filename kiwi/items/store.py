@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from kiwi.errors import ItemInvalid, ItemNotFound, Problem
 from kiwi.items.directive import Directive, parse_directive_lenient
+from kiwi.items.files import NotAnItemFile, read_item_bytes
 from kiwi.items.knowledge import KnowledgeEntry, parse_knowledge
 from kiwi.items.tools import ToolManifest, legacy_script_manifest, parse_manifest, runnable_problems
 
@@ -33,7 +34,6 @@ def item_kind(name: str) -> str:
 
 
 SOURCES = ("project", "user")
-MAX_ITEM_BYTES = 1_000_000
 _SCHEMA_VERSION = 3
 
 
@@ -93,14 +93,10 @@ def parse_item(item_type: ItemType, path: Path, text: str | None = None) -> tupl
     shown = str(path)
     try:
         if text is None:
-            if path.stat().st_size > MAX_ITEM_BYTES:
-                return None, [
-                    Problem(
-                        f"file is {path.stat().st_size:,} bytes; items are limited to {MAX_ITEM_BYTES:,}",
-                        shown,
-                    )
-                ]
-            raw = path.read_bytes()
+            try:
+                raw = read_item_bytes(path)
+            except NotAnItemFile as exc:
+                return None, [Problem(str(exc), shown)]
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -188,7 +184,8 @@ def _iter_files(base: Path, item_type: ItemType) -> Iterator[Path]:
                     ):
                         stack.append(Path(entry.path))
                     continue
-                if _wanted(item_type, folder, entry.name):
+                # Regular files only (a link to one counts): reading a FIFO would wait forever.
+                if _wanted(item_type, folder, entry.name) and entry.is_file():
                     yield Path(entry.path)
 
 
@@ -457,7 +454,10 @@ class ItemStore:
     def load(self, item_type: ItemType, item_id: str, *, source: str = "all") -> LoadedItem:
         record = self.find(item_type, item_id, source=source)
         path = Path(record.path)
-        text = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            text = read_item_bytes(path).decode("utf-8", errors="replace")
+        except NotAnItemFile as exc:
+            raise ItemInvalid([Problem(str(exc), str(path))]) from None
         parsed, problems = parse_item(item_type, path, text)
         return LoadedItem(record, text, parsed, problems)
 
@@ -483,7 +483,6 @@ class ItemStore:
 
 def _head(path: Path) -> str:
     try:
-        with path.open("r", encoding="utf-8", errors="replace") as handle:
-            return handle.read(2048)
+        return read_item_bytes(path, head=2048).decode("utf-8", errors="replace")
     except OSError:
         return ""

@@ -13,6 +13,7 @@ from kiwi import yamltext
 from kiwi.apitools import read_executor
 from kiwi.containertools import read_container_executor
 from kiwi.errors import ItemInvalid, Problem
+from kiwi.items.files import read_item_bytes
 from kiwi.signing import split_signature
 
 TOOL_TYPES = ("python", "bash", "api", "docker", "mcp")
@@ -325,7 +326,7 @@ def _line_of(text: str, key: str, offset: int) -> int:
 
 def legacy_script_manifest(path: Path) -> ToolManifest:
     """A generated manifest for a legacy ``.ai/scripts/NAME.py``: docstring and ``main()`` signature."""
-    text = path.read_text(encoding="utf-8")
+    text = read_item_bytes(path).decode("utf-8")
     try:
         module = ast.parse(text)
     except SyntaxError as exc:

@@ -7,6 +7,7 @@ from typing import Any
 
 from kiwi.errors import Problem
 from kiwi.items.directive import Directive
+from kiwi.items.files import read_item_bytes
 from kiwi.items.store import find_project_root, parse_item, user_space
 from kiwi.keys import load_trusted
 from kiwi.policy import Decision
@@ -22,7 +23,7 @@ def item_type_of(path: Path) -> str:
         return "knowledge"
     if "directives" in parts:
         return "directive"
-    head = path.read_text(encoding="utf-8", errors="replace")[:4096]
+    head = read_item_bytes(path, head=16384).decode("utf-8", errors="replace")[:4096]
     if head.lstrip().startswith("---") and "zettel_id" in head:
         return "knowledge"
     return "directive"
