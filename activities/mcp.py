@@ -18,9 +18,18 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from kiwi import errors
-from kiwi.contracts import McpCallRequest, McpCallResult, McpListToolsRequest, McpListToolsResult
+from kiwi.contracts import (
+    McpBatchItem,
+    McpCallBatch,
+    McpCallBatchResult,
+    McpCallRequest,
+    McpCallResult,
+    McpListToolsRequest,
+    McpListToolsResult,
+)
 from kiwi.errors import ActivityNotFound, KiwiError
 from kiwi.upstream.pool import McpPool, McpUnavailable, scrub, scrub_text
+from workers.answer_limit import MAX_ANSWER_BYTES
 
 
 class McpActivities:
@@ -42,11 +51,61 @@ class McpActivities:
                 return await self.list_tools(converter.from_payload(args[0].payload, McpListToolsRequest))
             if operation == "call_tool":
                 return await self.call_tool(converter.from_payload(args[0].payload, McpCallRequest))
+            if operation == "call_tools":
+                return await self.call_tools(converter.from_payload(args[0].payload, McpCallBatch))
         except (ApplicationError, asyncio.CancelledError):
             raise
         except Exception as exc:  # noqa: BLE001 - the activity's top level: no exception text leaves unscrubbed
-            raise errors.McpUnavailable.error(scrub_text(f"{type(exc).__name__}: {exc}")) from None
+            raise _unavailable(exc) from None
         raise ActivityNotFound.error(f"no MCP operation '{operation}'")
+
+    async def call_tools(self, batch: McpCallBatch) -> McpCallBatchResult:
+        """The calls a run made together, at once over the server's one connection. Never fails for one
+        call's sake (a retried batch would run its other calls again): each call's refusal is its own
+        answer, and a call whose transport failed comes back for the run to retry as a call of its own.
+        The answers share one payload: a call whose answer would take it past what Temporal carries fails,
+        once, as a single call's too-large answer does."""
+
+        async def one(request: McpCallRequest) -> McpCallResult:
+            try:
+                return await self.call_tool(request)
+            except (ApplicationError, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - as mcp_operation: no exception text leaves unscrubbed
+                raise _unavailable(exc) from None
+
+        outcomes = await asyncio.gather(*(one(r) for r in batch.requests), return_exceptions=True)
+        items: list[McpBatchItem] = []
+        room = MAX_ANSWER_BYTES - 1_000 * len(outcomes)  # (each item's own fields)
+        converter = activity.payload_converter()
+        for request, outcome in zip(batch.requests, outcomes, strict=True):
+            if isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+            if isinstance(outcome, ApplicationError):
+                retry = not outcome.non_retryable and outcome.type not in NOT_RETRIED
+                items.append(
+                    McpBatchItem(error_type=outcome.type or "", message=outcome.message, retry=retry)
+                )
+                continue
+            if isinstance(outcome, BaseException):
+                items.append(McpBatchItem(retry=True, message=scrub_text(str(outcome))))
+                continue
+            size = converter.to_payloads([outcome])[0].ByteSize()
+            if size > room:
+                items.append(
+                    McpBatchItem(
+                        error_type=errors.ToolFailed.type,
+                        message=(
+                            f"{request.server}.{request.tool}: the answer is {size:,} bytes as sent, more than a "
+                            f"run can carry with the calls made at the same moment ({max(room, 0):,} left of "
+                            f"{MAX_ANSWER_BYTES:,}); the call ran once and is not retried"
+                        ),
+                    )
+                )
+                continue
+            room -= size
+            items.append(McpBatchItem(result=outcome))
+        return McpCallBatchResult(items=items)
 
     async def list_tools(self, req: McpListToolsRequest) -> McpListToolsResult:
         try:
@@ -113,6 +172,23 @@ class McpActivities:
             error_text=text[:2000] if is_error else "",
             schema_changed=changed,
         )
+
+
+# Refusals the run does not retry (the workflow's MCP_RETRY says the same for single calls).
+NOT_RETRIED = frozenset(
+    {
+        errors.ToolFailed.type,
+        errors.ToolNotFound.type,
+        errors.SecretMissing.type,
+        errors.McpServerUnknown.type,
+        errors.McpError.type,
+        ActivityNotFound.type,
+    }
+)
+
+
+def _unavailable(exc: BaseException) -> ApplicationError:
+    return errors.McpUnavailable.error(scrub_text(f"{type(exc).__name__}: {exc}"))
 
 
 async def _heartbeat(last: list[dict[str, Any]]) -> None:

@@ -580,6 +580,27 @@ class McpCallResult(BaseModel):
     schema_changed: str = ""
 
 
+class McpCallBatch(BaseModel):
+    """``mcp.{server}.call_tools``: the calls to one server a run's workflow task made together, as one
+    local activity (every agent call that arrived in the same task; see DirectiveRun._send_batch)."""
+
+    requests: list[McpCallRequest]
+
+
+class McpBatchItem(BaseModel):
+    """One call's outcome in a batch: its result; or the refusal it ended with (``error_type``, not
+    retried); or ``retry``: a transport failure, for the run to retry as a call of its own."""
+
+    result: McpCallResult | None = None
+    error_type: str = ""
+    message: str = ""
+    retry: bool = False
+
+
+class McpCallBatchResult(BaseModel):
+    items: list[McpBatchItem]
+
+
 class SearchItemsRequest(BaseModel):
     """``search_items``: kiwi-mcp.search in a run, over the run's project items only."""
 

@@ -82,7 +82,14 @@ ALL_CHANGES = "kiwi-run-changes-2026-11"
 # each marker is a history event and a search-attribute upsert, and a run replays them on every worker
 # that takes it over. Runs started before it replay the
 # markers they recorded. Check it with ``self.current or workflow.patched(OLD_ID)``, never alone.
-CURRENT = "kiwi-run-changes-2026-11-23"
+CURRENT = "kiwi-run-changes-2026-11-23b"
+# What CURRENT stood for until it also stood for MCP_BATCHED: runs started in between replay it.
+CHANGES_2026_11_23 = "kiwi-run-changes-2026-11-23"
+# (In CURRENT only, never a marker of its own.) Upstream MCP calls to one server made in the same workflow
+# task go out together as one local activity (mcp.{server}.call_tools): with concurrent agent calls the
+# per-call local-activity round trips and activations were most of the worker's work. A batch of one is
+# the single call's activity, as before; a call whose transport failed in a batch is retried alone.
+MCP_BATCHED = CURRENT
 # Escapes closed: approval decisions need an approver's signature, help(checkpoint) needs the
 # git.checkpoint grant, child runs inherit approval rules and share the parent's rate budget, tool
 # arguments are checked before anything is scheduled (a wrong one is InputInvalid, never a failed

@@ -15,6 +15,9 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from kiwi.contracts import (
         TERMINAL,
+        McpBatchItem,
+        McpCallBatch,
+        McpCallBatchResult,
         McpCallRequest,
         McpCallResult,
         McpListToolsRequest,
@@ -134,6 +137,14 @@ class UpstreamMixin:
             expected_hash=self.state.mcp_context[server].tool_hashes.get(name, ""),
         )
         timeout = timedelta(seconds=info.timeout_seconds)
+        if info.timeout_seconds <= MCP_LOCAL_LIMIT and self.batched:
+            # Sent with the other calls to this server made in the same workflow task (one local activity).
+            item = await self._batched(request, timeout)
+            if item.result is not None:
+                return self._outcome(tool, item.result, warnings)
+            if not item.retry:
+                raise ApplicationError(item.message, type=item.error_type, non_retryable=True)
+            # A transport failure: retried as a call of its own, with the single call's retry policy.
         if info.timeout_seconds <= MCP_LOCAL_LIMIT:
             handle = workflow.start_local_activity(
                 f"mcp.{server}.call_tool",
@@ -161,10 +172,87 @@ class UpstreamMixin:
             with contextlib.suppress(ActivityError):
                 await handle
             raise CallRefused("error", f"{tool} was cancelled with the run", error_type=Cancelled.type)
-        outcome = await handle
+        return self._outcome(tool, await handle, warnings)
+
+    def _outcome(self: DirectiveRun, tool: str, outcome: McpCallResult, warnings: list[str]) -> Any:
         if outcome.schema_changed:
             warnings.append(outcome.schema_changed)
             self.audit.record({"event": "mcp_schema_changed", "tool": tool, "detail": outcome.schema_changed})
         if outcome.is_error:
             raise ToolReportedError(outcome)
         return outcome.result
+
+    async def _batched(self: DirectiveRun, request: McpCallRequest, timeout: timedelta) -> McpBatchItem:
+        """Queue ``request`` for its server's next batch (sent once every call of this workflow task that
+        reaches this point has joined it) and wait for its own outcome."""
+        future: asyncio.Future[McpBatchItem] = asyncio.get_running_loop().create_future()
+        queue = self.mcp_batches.setdefault(request.server, [])
+        queue.append((request, future))
+        if len(queue) == 1:
+            task = asyncio.ensure_future(self._send_batch(request.server, timeout))
+            self.batch_senders.add(task)
+            task.add_done_callback(self.batch_senders.discard)
+        return await future
+
+    async def _send_batch(self: DirectiveRun, server: str, timeout: timedelta) -> None:
+        queue = self.mcp_batches[server]
+        # Let every handler this activation runs reach its call: each yield lets the ready ones go first.
+        # (asyncio.sleep(0) is a plain yield to the workflow's event loop, no timer.)
+        size = 0
+        while size != len(queue):
+            size = len(queue)
+            await asyncio.sleep(0)
+        del self.mcp_batches[server]
+        try:
+            if len(queue) == 1:
+                request, future = queue[0]
+                items = [await self._single_item(request, timeout)]
+            else:
+                items = await self._batch_items(server, [r for r, _ in queue], timeout)
+        except BaseException as exc:  # every caller gets the failure: none may wait forever
+            for _, future in queue:
+                if not future.done():
+                    future.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        for (_, future), item in zip(queue, items, strict=True):
+            if not future.done():
+                future.set_result(item)
+
+    async def _single_item(self: DirectiveRun, request: McpCallRequest, timeout: timedelta) -> McpBatchItem:
+        """A batch of one: the single call's activity, exactly as before batching (same history)."""
+        tool = f"{request.server}.{request.tool}"
+        handle = workflow.start_local_activity(
+            f"mcp.{request.server}.call_tool",
+            request,
+            result_type=McpCallResult,
+            start_to_close_timeout=timeout,
+            retry_policy=MCP_RETRY,
+            summary=f"call tool: {tool}",
+        )
+        await self._until_done_or_cancelled(handle, tool)
+        return McpBatchItem(result=await handle)
+
+    async def _batch_items(
+        self: DirectiveRun, server: str, requests: list[McpCallRequest], timeout: timedelta
+    ) -> list[McpBatchItem]:
+        handle = workflow.start_local_activity(
+            f"mcp.{server}.call_tools",
+            McpCallBatch(requests=requests),
+            result_type=McpCallBatchResult,
+            start_to_close_timeout=timeout,
+            retry_policy=MCP_RETRY,
+            summary=f"call tools: {len(requests)} calls to {server}",
+        )
+        await self._until_done_or_cancelled(handle, f"{len(requests)} calls to {server}")
+        return (await handle).items
+
+    async def _until_done_or_cancelled(self: DirectiveRun, handle: Any, what: str) -> None:
+        # Cancelling the run cancels the upstream calls in flight.
+        await workflow.wait_condition(lambda: handle.done() or bool(self.state.cancel_reason))
+        if not handle.done():
+            handle.cancel()
+            with contextlib.suppress(ActivityError):
+                await handle
+            raise CallRefused("error", f"{what} was cancelled with the run", error_type=Cancelled.type)

@@ -29,6 +29,8 @@ with workflow.unsafe.imports_passed_through():
         DirectiveRunInput,
         DirectiveRunResult,
         HelpRequest,
+        McpBatchItem,
+        McpCallRequest,
         ResumeRequest,
         RunState,
         RunStatus,
@@ -55,6 +57,7 @@ from workflows.directive_run.humans import HumansMixin
 from workflows.directive_run.kiwi_tools import KiwiToolsMixin
 from workflows.directive_run.options import (
     ALL_CHANGES,
+    CHANGES_2026_11_23,
     COMMIT_BEFORE_CONTINUE,
     CURRENT,
     HARDENED,
@@ -88,7 +91,10 @@ class DirectiveRun(
         self.lean = False
         # Checked here, not in run(): signals that arrive with the first task are handled before
         # run() starts, and must already be held to the hardened rules.
-        self.current = workflow.patched(CURRENT)
+        # CURRENT stands for every change, MCP_BATCHED included; runs started before it replay the marker
+        # of the changes up to CHANGES_2026_11_23 (checked only when CURRENT is not in their history).
+        self.batched = workflow.patched(CURRENT)
+        self.current = self.batched or workflow.patched(CHANGES_2026_11_23)
         self.hardened = self.current or workflow.patched(HARDENED)
         self.commit_before_continue = self.current or workflow.patched(COMMIT_BEFORE_CONTINUE)
         # Also here for the same reason: the first task's call_tool updates already look tools up.
@@ -96,6 +102,9 @@ class DirectiveRun(
         # Work the run starts and does not wait for at once (audit flushes, checkpoints, notices,
         # watching children): owned here, failures audited, awaited before the run ends.
         self.background: list[tuple[asyncio.Future[Any], bool]] = []
+        # Upstream MCP calls waiting for their server's batch, and the tasks sending batches.
+        self.mcp_batches: dict[str, list[tuple[McpCallRequest, asyncio.Future[McpBatchItem]]]] = {}
+        self.batch_senders: set[asyncio.Future[None]] = set()
 
     def _spawn(self, work: Awaitable[Any], what: str, *, wait: bool = True) -> None:
         """Start ``work`` without waiting for it; a failure is audited, not lost. ``wait``: the run awaits it

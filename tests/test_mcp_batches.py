@@ -1,0 +1,154 @@
+"""Agent calls to one upstream MCP server that arrive in the same workflow task go out as one local
+activity (``mcp.{server}.call_tools``): each call keeps its own answer, call number and audit record,
+and a transport failure that hits the batch is retried call by call, each call running once more at most.
+
+The calls are admitted while no worker runs, so the next worker's first workflow task holds all of them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.audit import read_audit
+from kiwi.items.store import ItemStore
+from kiwi.runs import RunClient
+from tests.helpers import wait_for
+from tests.test_mcp_servers import EVERYTHING, SERVERS, mcp_directive, registry, text_of, waiting
+from workers.main import build_worker
+
+
+async def _admitted(runs: RunClient, run_id: str, calls: list[tuple[str, dict]]) -> list[asyncio.Task]:
+    """The calls, sent, once the server has admitted every one (no worker runs them yet). (Neither the
+    Python client's start_update nor the server's UpdateWorkflowExecution answers at ADMITTED; polling
+    an update does.)"""
+    client = runs.client
+    tasks = []
+    for i, (tool, arguments) in enumerate(calls):
+        update_id = f"call-{i}-{uuid.uuid4().hex[:6]}"
+        tasks.append(asyncio.create_task(runs.call_tool(run_id, tool, arguments, update_id=update_id)))
+
+        async def admitted(update_id: str = update_id) -> bool:
+            try:
+                await client.workflow_service.poll_workflow_execution_update(
+                    PollWorkflowExecutionUpdateRequest(
+                        namespace=client.namespace,
+                        update_ref=UpdateRef(
+                            workflow_execution=WorkflowExecution(workflow_id=run_id), update_id=update_id
+                        ),
+                        identity="test",
+                        wait_policy=WaitPolicy(lifecycle_stage=ADMITTED),
+                    )
+                )
+            except RPCError as exc:
+                if exc.status == RPCStatusCode.NOT_FOUND:
+                    return False
+                raise
+            return True
+
+        await wait_for(admitted, what=f"the server to admit call {i}")
+    return tasks
+
+
+ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+
+
+async def _activity_types(runs: RunClient, run_id: str) -> list[str]:
+    """The local activities the run's history recorded, in order."""
+    types = []
+    async for event in runs.handle(run_id).fetch_history_events():
+        if event.HasField("marker_recorded_event_attributes"):
+            details = event.marker_recorded_event_attributes.details
+            if "data" in details:
+                types.append(json.loads(details["data"].payloads[0].data).get("activity_type", ""))
+    return types
+
+
+async def _tool_calls(project, run_id: str, count: int) -> list[dict]:
+    """The run's tool_call audit records, once ``count`` are written (the idle flush writes them)."""
+
+    async def written():
+        calls = [r for r in read_audit(str(project), run_id) if r["event"] == "tool_call"]
+        return calls if len(calls) >= count else None
+
+    return await wait_for(written, what=f"{count} tool_call audit records")
+
+
+async def _run_waiting(temporal_env, project, queue: str, name: str) -> tuple[RunClient, str]:
+    runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        run_id = await runs.start(name, {})
+        await wait_for(lambda: waiting(runs, run_id), what="the agent step")
+    return runs, run_id
+
+
+async def test_calls_arriving_together_go_out_as_one_batch_each_with_its_own_answer(temporal_env, project):
+    registry(project, f'mcps:\n  everything:\n    command: node\n    args: ["{EVERYTHING}", "stdio"]\n')
+    mcp_directive(
+        project,
+        "echoes",
+        tools='<mcp name="everything" required="true"/>',
+        permissions='<execute resource="mcp" name="everything" actions="echo"/>',
+        body='<step name="work"><action>Echo.</action></step>',
+    )
+    queue = f"kiwi-batch-{uuid.uuid4().hex[:8]}"
+    runs, run_id = await _run_waiting(temporal_env, project, queue, "echoes")
+    # Seven echoes and one call the policy refuses (no grant for add): it never joins the batch.
+    calls = [("everything.echo", {"message": f"message {i}"}) for i in range(7)]
+    calls.insert(3, ("everything.get-sum", {"a": 1, "b": 2}))
+    updates = await _admitted(runs, run_id, calls)
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        results = await asyncio.wait_for(asyncio.gather(*updates), 60)
+        audit = await _tool_calls(project, run_id, 8)
+    refused = results.pop(3)
+    assert refused.status == "denied"
+    assert [text_of(r.result) for r in results] == [f"Echo: message {i}" for i in range(7)]
+    assert sorted(r.call_seq for r in [*results, refused]) == list(range(1, 9))
+    # One local activity carried the seven echoes.
+    types = await _activity_types(runs, run_id)
+    assert types.count("mcp.everything.call_tools") == 1
+    assert types.count("mcp.everything.call_tool") == 0
+    assert sorted(r["arguments"].get("message", "") for r in audit if r["decision"] == "allowed") == [
+        f"message {i}" for i in range(7)
+    ]
+    assert len(audit) == 8
+
+
+async def test_a_transport_failure_in_a_batch_is_retried_call_by_call(temporal_env, project, tmp_path):
+    marker = tmp_path / "crashed"
+    registry(
+        project,
+        f'mcps:\n  crashy:\n    command: "{os.sys.executable}"\n'
+        f'    args: ["{SERVERS / "crash_server.py"}", "{marker}"]\n',
+    )
+    mcp_directive(
+        project,
+        "crashing",
+        tools='<mcp name="crashy" required="true"/>',
+        permissions='<execute resource="mcp" name="crashy" actions="*"/>',
+        body='<step name="work"><action>Call.</action></step>',
+    )
+    queue = f"kiwi-batch-{uuid.uuid4().hex[:8]}"
+    runs, run_id = await _run_waiting(temporal_env, project, queue, "crashing")
+    # Four calls hang in the server until the fifth ends its process: the batch's transport fails for all.
+    calls = [("crashy.wait", {"text": f"t{i}"}) for i in range(4)] + [("crashy.crash", {"expected": 4})]
+    updates = await _admitted(runs, run_id, calls)
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        results = await asyncio.wait_for(asyncio.gather(*updates), 120)
+        audit = await _tool_calls(project, run_id, 5)
+    assert marker.read_text() == "crashed\n"
+    assert [r.status for r in results] == ["ok"] * 5, results
+    assert [text_of(r.result) for r in results[:4]] == [f"after the crash: t{i}" for i in range(4)]
+    assert text_of(results[4].result) == "crashed before"
+    # The batch, then each call once more on its own (the pool started the server again).
+    types = await _activity_types(runs, run_id)
+    assert types.count("mcp.crashy.call_tools") == 1
+    assert types.count("mcp.crashy.call_tool") == 5
+    assert sorted(r["call_seq"] for r in audit) == [1, 2, 3, 4, 5]
