@@ -10,7 +10,9 @@ import asyncio
 import json
 import os
 import uuid
+from pathlib import Path
 
+import pytest
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.update.v1 import UpdateRef, WaitPolicy
@@ -21,8 +23,10 @@ from activities.audit import read_audit
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
 from tests.helpers import wait_for
+from tests.test_durability import HISTORIES, _scrub
 from tests.test_mcp_servers import EVERYTHING, SERVERS, mcp_directive, registry, text_of, waiting
 from workers.main import build_worker
+from workflows.directive_run import CURRENT
 
 
 async def _admitted(runs: RunClient, run_id: str, calls: list[tuple[str, dict]]) -> list[asyncio.Task]:
@@ -89,7 +93,9 @@ async def _run_waiting(temporal_env, project, queue: str, name: str) -> tuple[Ru
     return runs, run_id
 
 
-async def test_calls_arriving_together_go_out_as_one_batch_each_with_its_own_answer(temporal_env, project):
+async def _echoes_together(temporal_env, project, *, finish: bool = False):
+    """Seven echoes and one call the policy refuses (no grant for get-sum: it never joins the batch),
+    admitted together; ``finish``: the run's step is then completed."""
     registry(project, f'mcps:\n  everything:\n    command: node\n    args: ["{EVERYTHING}", "stdio"]\n')
     mcp_directive(
         project,
@@ -100,13 +106,20 @@ async def test_calls_arriving_together_go_out_as_one_batch_each_with_its_own_ans
     )
     queue = f"kiwi-batch-{uuid.uuid4().hex[:8]}"
     runs, run_id = await _run_waiting(temporal_env, project, queue, "echoes")
-    # Seven echoes and one call the policy refuses (no grant for add): it never joins the batch.
     calls = [("everything.echo", {"message": f"message {i}"}) for i in range(7)]
     calls.insert(3, ("everything.get-sum", {"a": 1, "b": 2}))
     updates = await _admitted(runs, run_id, calls)
     async with build_worker(temporal_env.client, queue, sandboxed=True):
         results = await asyncio.wait_for(asyncio.gather(*updates), 60)
         audit = await _tool_calls(project, run_id, 8)
+        if finish:
+            await runs.complete_step(run_id, "work", {"done": True})
+            await runs.handle(run_id).result()
+    return runs, run_id, results, audit
+
+
+async def test_calls_arriving_together_go_out_as_one_batch_each_with_its_own_answer(temporal_env, project):
+    runs, run_id, results, audit = await _echoes_together(temporal_env, project)
     refused = results.pop(3)
     assert refused.status == "denied"
     assert [text_of(r.result) for r in results] == [f"Echo: message {i}" for i in range(7)]
@@ -119,6 +132,21 @@ async def test_calls_arriving_together_go_out_as_one_batch_each_with_its_own_ans
         f"message {i}" for i in range(7)
     ]
     assert len(audit) == 8
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_batch_history(temporal_env, project):
+    """Record tests/histories/mcp_batch-{CURRENT}.json: a run whose calls went out as a batch replays."""
+    runs, run_id, _, _ = await _echoes_together(temporal_env, project, finish=True)
+    history = json.loads((await runs.handle(run_id).fetch_history()).to_json())
+    # No machine path is committed: the project folder and this checkout are replaced.
+    here = str(Path(__file__).resolve().parents[1])
+    scrubbed = _scrub(_scrub(history, str(project), "/project"), here, "/kiwi")
+    target = HISTORIES / f"mcp_batch-{CURRENT}.json"
+    target.write_text(json.dumps(scrubbed, indent=1))
+    assert str(project) not in target.read_text() and here not in target.read_text()
 
 
 async def test_a_transport_failure_in_a_batch_is_retried_call_by_call(temporal_env, project, tmp_path):
