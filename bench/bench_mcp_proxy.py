@@ -35,7 +35,7 @@ from mcp.client.stdio import StdioServerParameters  # noqa: E402
 from temporalio.client import Client as TemporalClient  # noqa: E402
 
 from bench import common  # noqa: E402
-from bench.floor import update_floor  # noqa: E402
+from bench.floor import floor_callers, floor_rates  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
@@ -58,7 +58,7 @@ DIRECTIVE = """# echo bench
 <directive name="echo_bench" version="1.0.0">
   <metadata>
     <description>Echo through Kiwi</description>
-    <permissions><execute resource="mcp" name="everything" actions="echo"/></permissions>
+    <permissions><execute resource="mcp" name="everything" actions="echo"/><read resource="filesystem" path="notes/**"/></permissions>
     <tools><mcp name="everything" required="true"><tool>echo</tool></mcp></tools>
   </metadata>
   <process><step name="work"><action>Echo many times.</action></step></process>
@@ -75,6 +75,18 @@ async def sequential(calls: int, fn) -> list[float]:
         t0 = time.perf_counter()
         await fn(i)
         samples.append((time.perf_counter() - t0) * 1000)
+    return samples
+
+
+async def interleaved(calls: int, kinds: dict) -> dict[str, list[float]]:
+    """Sequential latencies (ms) of ``calls`` calls of each kind, the kinds taking turns call by call."""
+    samples: dict[str, list[float]] = {name: [] for name in kinds}
+    for i in range(-10, calls):
+        for name, fn in kinds.items():
+            t0 = time.perf_counter()
+            await fn(i)
+            if i >= 0:
+                samples[name].append((time.perf_counter() - t0) * 1000)
     return samples
 
 
@@ -120,18 +132,19 @@ async def main() -> None:
             f"mcps:\n  everything:\n    command: node\n    args: ['{EVERYTHING}', 'stdio']\n"
         )
         write_directive(root / ".ai" / "directives" / "echo_bench.md", DIRECTIVE)
+        (root / "notes").mkdir(exist_ok=True)
+        (root / "notes" / "hello.md").write_text("# Hello\n\nA note read by the bench.\n")
         server = common.tuned_dev_server(root)
         await server.start()
         try:
             temporal = await TemporalClient.connect(server.address, data_converter=data_converter)
             direct_params = StdioServerParameters(command="node", args=[str(EVERYTHING), "stdio"])
-            async with Client(direct_params) as bare_session:
-                floor, floor_rates = await update_floor(
-                    temporal, args.calls, args.callers, upstream=bare_session
-                )
-            floor_rate, bare_rate = floor_rates["local"], floor_rates["upstream"]
             worker = await common.start_worker(server.address) if args.worker_process else None
+            # The floor's worker runs where Kiwi's does: its own process with --worker-process, else here.
+            where = {"everything": EVERYTHING, "address": server.address if worker else None}
             async with build_worker(temporal) if worker is None else contextlib.nullcontext():
+                rates = await floor_rates(temporal, args.calls, args.callers, **where)
+                floor_rate, bare_rate = rates["local"], rates["upstream"]
                 runs = RunClient(temporal, ItemStore(root))
                 run_id = await runs.start("echo_bench", {})
 
@@ -144,8 +157,23 @@ async def main() -> None:
                     result = await runs.call_tool(run_id, "everything.nothing", {"message": f"m{i}"})
                     assert result.error_type == "ToolNotFound", result
 
-                kiwi_ms = await sequential(args.calls, proxied)
-                refused_ms = await sequential(args.calls, refused)
+                async def read(i: int) -> None:
+                    # The built-in filesystem.read, the other proxied call #20 names (a local activity too).
+                    result = await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})
+                    assert result.status == "ok", result
+
+                # Sequential latencies, one call of each kind in turn: drift in the host's load hits the
+                # floor and Kiwi alike (measured one kind after another, ratios swung by 0.1-0.2x).
+                async with floor_callers(temporal, **where) as floor_call:
+                    samples = await interleaved(
+                        min(args.calls, 900),
+                        {**floor_call, "kiwi": proxied, "refused": refused, "read": read},
+                    )
+                floor = {k: samples[k] for k in ("plain", "local", "upstream")}
+                kiwi_ms, refused_ms, read_ms = samples["kiwi"], samples["refused"], samples["read"]
+                await runs.cancel(run_id)
+                run_id = await runs.start("echo_bench", {})
+                read_rate = await concurrent(args.calls, args.callers, read)
                 await runs.cancel(run_id)
                 # The callers share a fresh run, as the floor's callers share a fresh workflow: what a
                 # continue-as-new inside the window costs is bench_continue_as_new.py's figure.
@@ -192,6 +220,10 @@ async def main() -> None:
         f"p50 {common.pct(floor['upstream'], 0.5):6.1f} ms  {bare_rate:6.0f} calls/s with {args.callers} callers"
     )
     print(
+        f"proxied filesystem.read:   p50 {common.pct(read_ms, 0.5):6.1f} ms  p99 {common.pct(read_ms, 0.99):6.1f} ms  "
+        f"{read_rate:6.0f} calls/s with {args.callers} callers"
+    )
+    print(
         f"Kiwi's update refused by policy (no activity): p50 {common.pct(refused_ms, 0.5):6.1f} ms  "
         f"p99 {common.pct(refused_ms, 0.99):6.1f} ms"
     )
@@ -208,7 +240,8 @@ async def main() -> None:
         f"#20 ratios to the floor: proxied p50 {common.pct(kiwi_ms, 0.5) / local:.2f}x the no-op local-activity "
         f"update (target <= 1.15x); throughput {kiwi_rate / floor_rate:.2f}x its updates/s (target >= 0.8x); "
         f"refused p50 {common.pct(refused_ms, 0.5) / common.pct(floor['plain'], 0.5):.2f}x a bare update "
-        f"(target <= 1.1x)"
+        f"(target <= 1.1x); filesystem.read p50 {common.pct(read_ms, 0.5) / local:.2f}x and throughput "
+        f"{read_rate / floor_rate:.2f}x"
     )
     print(
         f"Kiwi's own share: proxied p50 {common.pct(kiwi_ms, 0.5) / common.pct(floor['upstream'], 0.5):.2f}x and "

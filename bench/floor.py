@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from temporalio import activity, workflow
 from temporalio.client import Client
@@ -83,59 +86,95 @@ class FloorWorkflow:
         self.done = True
 
 
-async def update_floor(
-    client: Client, calls: int, callers: int, upstream=None
-) -> tuple[dict[str, list[float]], float | dict[str, float]]:
-    """Sequential latencies (ms) of ``calls`` bare updates, "plain" and "local", on an in-process worker,
-    and the rate (updates/s) of "local" updates sent by ``callers`` concurrent callers.
-
-    With ``upstream`` (an open MCP client session to server-everything), also "upstream": the update
-    running a local activity that makes the same ``echo`` call Kiwi proxies; the rate is then a dict
-    by kind ("local", "upstream"). Each kind gets its own workflow, and at most 1,000 calls: Temporal
-    allows 2,000 updates per run.
-    """
+@contextlib.asynccontextmanager
+async def floor_callers(
+    client: Client, *, everything: Path | None = None, address: str | None = None
+) -> AsyncIterator[dict[str, Callable[[int], Awaitable[Any]]]]:
+    """One bare workflow per kind, and a caller for each: "plain" (a bare update), "local" (an update
+    running a no-op local activity) and, with ``everything`` (server-everything's index.js), "upstream"
+    (an update whose local activity makes the same ``echo`` call Kiwi proxies, over a session of its own).
+    ``caller(i)`` makes one update. With ``address`` the worker is a process of its own (as `kiwi worker`
+    is with --worker-process: a process woken for each call costs more than one already running), else it
+    runs in this process. A bench times the callers interleaved with Kiwi's calls, so drift in the host's
+    load hits both sides alike. (Temporal allows 2,000 updates per workflow: keep below.)"""
     queue = f"floor-{uuid.uuid4().hex[:8]}"
-    samples: dict[str, list[float]] = {"plain": [], "local": []}
-    activities = [floor_noop]
-    if upstream is not None:
-        samples["upstream"] = []
-        activities.append(UpstreamFloor(upstream).call)
-    async with Worker(
-        client,
-        task_queue=queue,
-        workflows=[FloorWorkflow],
-        activities=activities,
-        workflow_runner=UnsandboxedWorkflowRunner(),
-    ):
-        for name, values in samples.items():
-            handle = await client.start_workflow(FloorWorkflow.run, id=f"{queue}-{name}", task_queue=queue)
-            for i in range(10 + min(calls, 1000)):
-                t0 = time.perf_counter()
-                await handle.execute_update(name, f"m{i}")
-                if i >= 10:
-                    values.append((time.perf_counter() - t0) * 1000)
-            await handle.signal(FloorWorkflow.stop)
-        rates: dict[str, float] = {}
-        for kind in ["local"] + (["upstream"] if upstream is not None else []):
-            shared = await client.start_workflow(
-                FloorWorkflow.run, id=f"{queue}-callers-{kind}", task_queue=queue
+    kinds = ["plain", "local"] + (["upstream"] if everything is not None else [])
+    async with contextlib.AsyncExitStack() as stack:
+        if address is not None:
+            proc = await start_floor_worker(address, queue, everything)
+            stack.push_async_callback(_stop, proc)
+        else:
+            activities: list[Any] = [floor_noop]
+            if everything is not None:
+                session = await stack.enter_async_context(_everything(everything))
+                activities.append(UpstreamFloor(session).call)
+            await stack.enter_async_context(
+                Worker(
+                    client,
+                    task_queue=queue,
+                    workflows=[FloorWorkflow],
+                    activities=activities,
+                    workflow_runner=UnsandboxedWorkflowRunner(),
+                )
             )
+        handles = {
+            kind: await client.start_workflow(FloorWorkflow.run, id=f"{queue}-{kind}", task_queue=queue)
+            for kind in kinds
+        }
 
-            async def caller(count: int, kind: str = kind, shared=shared) -> None:
-                for i in range(count):
-                    await shared.execute_update(kind, f"c{i}")
+        def caller(kind: str) -> Callable[[int], Awaitable[Any]]:
+            async def call(i: int) -> Any:
+                return await handles[kind].execute_update(kind, f"m{i}")
 
+            return call
+
+        try:
+            yield {kind: caller(kind) for kind in kinds}
+        finally:
+            for handle in handles.values():
+                await handle.signal(FloorWorkflow.stop)
+
+
+def _everything(index: Path):
+    from mcp.client import Client as McpClient
+    from mcp.client.stdio import StdioServerParameters
+
+    return McpClient(StdioServerParameters(command="node", args=[str(index), "stdio"]))
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    from bench.common import stop_worker
+
+    await stop_worker(proc)
+
+
+async def floor_rates(
+    client: Client, calls: int, callers: int, *, everything: Path | None = None, address: str | None = None
+) -> dict[str, float]:
+    """Updates/s of "local" (and, with ``everything``, "upstream") updates sent by ``callers`` concurrent
+    callers sharing a fresh workflow, at most 1,000 calls each (see :func:`floor_callers`)."""
+    rates: dict[str, float] = {}
+    async with floor_callers(client, everything=everything, address=address) as call:
+        for kind in ["local"] + (["upstream"] if everything is not None else []):
             share = min(calls, 1000) // callers
+
+            async def one_caller(kind: str = kind, share: int = share) -> None:
+                for i in range(share):
+                    await call[kind](i)
+
             t0 = time.perf_counter()
-            await asyncio.gather(*(caller(share) for _ in range(callers)))
+            await asyncio.gather(*(one_caller() for _ in range(callers)))
             rates[kind] = share * callers / (time.perf_counter() - t0)
-            await shared.signal(FloorWorkflow.stop)
-    return samples, (rates if upstream is not None else rates["local"])
+    return rates
 
 
-async def start_floor_worker(address: str, task_queue: str) -> asyncio.subprocess.Process:
-    """A worker process for :class:`FloorWorkflow` (stop it with ``bench.common.stop_worker``)."""
+async def start_floor_worker(
+    address: str, task_queue: str, everything: Path | None = None
+) -> asyncio.subprocess.Process:
+    """A worker process for :class:`FloorWorkflow` (stop it with ``bench.common.stop_worker``); with
+    ``everything``, it also serves the "upstream" update's activity over its own MCP session."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    extra = ["--everything", str(everything)] if everything is not None else []
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -144,33 +183,46 @@ async def start_floor_worker(address: str, task_queue: str) -> asyncio.subproces
         address,
         "--task-queue",
         task_queue,
+        *extra,
         stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
         start_new_session=True,
         env=env,
     )
-    await proc.stdout.readline()
+    line = await proc.stdout.readline()
+    if b"ready" not in line:
+        raise RuntimeError(f"the floor worker did not start (exit code {await proc.wait()})")
     return proc
 
 
-async def _serve(address: str, task_queue: str) -> None:
-    client = await Client.connect(address)
-    # The same tuning as kiwi worker.
-    async with Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[FloorWorkflow],
-        activities=[floor_noop],
-        workflow_runner=UnsandboxedWorkflowRunner(),
-        max_cached_workflows=MAX_CACHED_WORKFLOWS,
-        sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
-    ):
-        print("floor worker ready", flush=True)
-        await asyncio.Event().wait()
+async def _serve(address: str, task_queue: str, everything: Path | None) -> None:
+    from kiwi.converter import data_converter
+
+    # Kiwi's data converter, as the bench's callers use: the floor differs from Kiwi by Kiwi's work only.
+    client = await Client.connect(address, data_converter=data_converter)
+    async with contextlib.AsyncExitStack() as stack:
+        activities: list[Any] = [floor_noop]
+        if everything is not None:
+            session = await stack.enter_async_context(_everything(everything))
+            activities.append(UpstreamFloor(session).call)
+        # The same tuning as kiwi worker.
+        async with Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[FloorWorkflow],
+            activities=activities,
+            workflow_runner=UnsandboxedWorkflowRunner(),
+            max_cached_workflows=MAX_CACHED_WORKFLOWS,
+            sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
+        ):
+            print("floor worker ready", flush=True)
+            await asyncio.Event().wait()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="a worker process for bench.floor.FloorWorkflow")
     parser.add_argument("--address", required=True)
     parser.add_argument("--task-queue", required=True)
+    parser.add_argument("--everything", type=Path, help="server-everything's index.js: serve 'upstream' too")
     options = parser.parse_args()
-    asyncio.run(_serve(options.address, options.task_queue))
+    asyncio.run(_serve(options.address, options.task_queue, options.everything))
