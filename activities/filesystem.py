@@ -31,8 +31,17 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from kiwi.contracts import MAX_TEXT_PAYLOAD, FilesystemRequest, json_size
-from kiwi.errors import FileNotFound, PermissionDenied
+from activities.batches import answer_batch
+from kiwi.contracts import MAX_TEXT_PAYLOAD, BatchResult, FilesystemBatch, FilesystemRequest, json_size
+from kiwi.errors import (
+    CommandNotFound,
+    FileNotFound,
+    GitUnavailable,
+    PermissionDenied,
+    ToolFailed,
+    ToolNotFound,
+    ToolTimeout,
+)
 from kiwi.globs import first_match, glob_match
 from kiwi.policy import normalise_path
 from kiwi.protected import granted, protected_root
@@ -310,6 +319,22 @@ def _os_error(exc: OSError, raw: str) -> ApplicationError:
     return _error(f"'{raw}': {exc.strerror}", kinds.get(exc.errno or 0, "FilesystemError"))
 
 
+# Refusals a run does not retry (the workflow's RETRY says the same for single calls), and the kinds this
+# module answers with (a folder read, a path that is not a folder, ...).
+NOT_RETRIED = frozenset(
+    t.type
+    for t in (
+        PermissionDenied,
+        FileNotFound,
+        ToolNotFound,
+        ToolFailed,
+        ToolTimeout,
+        GitUnavailable,
+        CommandNotFound,
+    )
+)
+
+
 class FilesystemActivities:
     """Filesystem side effects. Writes are atomic (temp file + rename), so a retried write is harmless."""
 
@@ -346,6 +371,18 @@ class FilesystemActivities:
             "size": size,
             "truncated": size > req.max_bytes,
         }
+
+    @activity.defn(name="read_many")
+    async def read_many(self, batch: FilesystemBatch) -> BatchResult:
+        """filesystem.read and filesystem.list calls a run made together (see activities.batches)."""
+        run = {"read": self.read_file, "list": self.list_directory}
+        return await answer_batch(
+            (
+                (f"filesystem.{operation} {request.path}", run[operation](request))
+                for operation, request in zip(batch.operations, batch.requests, strict=True)
+            ),
+            NOT_RETRIED,
+        )
 
     @activity.defn(name="write_file")
     async def write_file(self, req: FilesystemRequest) -> dict[str, Any]:

@@ -17,11 +17,11 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from activities.batches import answer_batch
 from kiwi import errors
 from kiwi.contracts import (
-    McpBatchItem,
+    BatchResult,
     McpCallBatch,
-    McpCallBatchResult,
     McpCallRequest,
     McpCallResult,
     McpListToolsRequest,
@@ -29,7 +29,6 @@ from kiwi.contracts import (
 )
 from kiwi.errors import ActivityNotFound, KiwiError
 from kiwi.upstream.pool import McpPool, McpUnavailable, scrub, scrub_text
-from workers.answer_limit import MAX_ANSWER_BYTES
 
 
 class McpActivities:
@@ -59,12 +58,9 @@ class McpActivities:
             raise _unavailable(exc) from None
         raise ActivityNotFound.error(f"no MCP operation '{operation}'")
 
-    async def call_tools(self, batch: McpCallBatch) -> McpCallBatchResult:
-        """The calls a run made together, at once over the server's one connection. Never fails for one
-        call's sake (a retried batch would run its other calls again): each call's refusal is its own
-        answer, and a call whose transport failed comes back for the run to retry as a call of its own.
-        The answers share one payload: a call whose answer would take it past what Temporal carries fails,
-        once, as a single call's too-large answer does."""
+    async def call_tools(self, batch: McpCallBatch) -> BatchResult:
+        """The calls a run made together, at once over the server's one connection (see
+        activities.batches): a call whose transport failed comes back for the run to retry alone."""
 
         async def one(request: McpCallRequest) -> McpCallResult:
             try:
@@ -74,38 +70,7 @@ class McpActivities:
             except Exception as exc:  # noqa: BLE001 - as mcp_operation: no exception text leaves unscrubbed
                 raise _unavailable(exc) from None
 
-        outcomes = await asyncio.gather(*(one(r) for r in batch.requests), return_exceptions=True)
-        items: list[McpBatchItem] = []
-        room = MAX_ANSWER_BYTES - 1_000 * len(outcomes)  # (each item's own fields)
-        converter = activity.payload_converter()
-        for request, outcome in zip(batch.requests, outcomes, strict=True):
-            if isinstance(outcome, asyncio.CancelledError):
-                raise outcome
-            if isinstance(outcome, ApplicationError):
-                retry = not outcome.non_retryable and outcome.type not in NOT_RETRIED
-                items.append(
-                    McpBatchItem(error_type=outcome.type or "", message=outcome.message, retry=retry)
-                )
-                continue
-            if isinstance(outcome, BaseException):
-                items.append(McpBatchItem(retry=True, message=scrub_text(str(outcome))))
-                continue
-            size = converter.to_payloads([outcome])[0].ByteSize()
-            if size > room:
-                items.append(
-                    McpBatchItem(
-                        error_type=errors.ToolFailed.type,
-                        message=(
-                            f"{request.server}.{request.tool}: the answer is {size:,} bytes as sent, more than a "
-                            f"run can carry with the calls made at the same moment ({max(room, 0):,} left of "
-                            f"{MAX_ANSWER_BYTES:,}); the call ran once and is not retried"
-                        ),
-                    )
-                )
-                continue
-            room -= size
-            items.append(McpBatchItem(result=outcome))
-        return McpCallBatchResult(items=items)
+        return await answer_batch(((f"{r.server}.{r.tool}", one(r)) for r in batch.requests), NOT_RETRIED)
 
     async def list_tools(self, req: McpListToolsRequest) -> McpListToolsResult:
         try:

@@ -580,25 +580,32 @@ class McpCallResult(BaseModel):
     schema_changed: str = ""
 
 
-class McpCallBatch(BaseModel):
-    """``mcp.{server}.call_tools``: the calls to one server a run's workflow task made together, as one
-    local activity (every agent call that arrived in the same task; see DirectiveRun._send_batch)."""
+class BatchItem(BaseModel):
+    """One call's outcome in a batch (calls a run's workflow task made together, sent as one local
+    activity; see DirectiveRun._batched): its ``value``; or the refusal it ended with (``error_type``,
+    not retried); or ``retry``: a failure worth another attempt, which the run makes as a call of its own."""
 
-    requests: list[McpCallRequest]
-
-
-class McpBatchItem(BaseModel):
-    """One call's outcome in a batch: its result; or the refusal it ended with (``error_type``, not
-    retried); or ``retry``: a transport failure, for the run to retry as a call of its own."""
-
-    result: McpCallResult | None = None
+    value: Any = None
     error_type: str = ""
     message: str = ""
     retry: bool = False
 
 
-class McpCallBatchResult(BaseModel):
-    items: list[McpBatchItem]
+class BatchResult(BaseModel):
+    items: list[BatchItem]
+
+
+class McpCallBatch(BaseModel):
+    """``mcp.{server}.call_tools``: calls to one server, each a ``McpCallResult`` item."""
+
+    requests: list[McpCallRequest]
+
+
+class FilesystemBatch(BaseModel):
+    """``read_many``: filesystem.read and filesystem.list calls (``operations[i]`` is "read" or "list")."""
+
+    operations: list[str]
+    requests: list[FilesystemRequest]
 
 
 class SearchItemsRequest(BaseModel):
@@ -640,6 +647,9 @@ class LoadItemRequest(BaseModel):
 # fails the run's workflow task on every attempt: the run stands still for good. Text an activity hands
 # back is kept under this as JSON, where a control character is six bytes (\u0001) and a quote two.
 MAX_TEXT_PAYLOAD = 1_400_000
+# What an activity's answer may be as sent: below Temporal's 2 MB, leaving room for what wraps it (the call's
+# answer, the update's response). workers/answer_limit.py holds every activity to it.
+MAX_ANSWER_BYTES = 1_900_000
 
 
 def json_size(text: str) -> int:

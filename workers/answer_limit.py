@@ -16,10 +16,8 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
+from kiwi.contracts import MAX_ANSWER_BYTES
 from kiwi.errors import ToolFailed
-
-# Below Temporal's 2 MB, leaving room for what wraps the result (the call's answer, the update's response).
-MAX_ANSWER_BYTES = 1_900_000
 
 
 class AnswerLimit(Interceptor):

@@ -63,6 +63,7 @@ def activities(pool: McpPool) -> list:
         fs.read_file,
         fs.write_file,
         fs.list_directory,
+        fs.read_many,
         fs.create_directory,
         fs.delete_path,
         fs.move_path,

@@ -12,12 +12,15 @@ with workflow.unsafe.imports_passed_through():
     from activities.api import ApiToolActivities
     from activities.commands import CommandActivities, GitActivities
     from activities.container import ContainerToolActivities
+    from activities.filesystem import FilesystemActivities
     from kiwi.admission import admit
     from kiwi.contracts import (
         ApiToolRequest,
+        BatchItem,
         CallRecord,
         CommandRequest,
         ContainerToolRequest,
+        FilesystemBatch,
         FilesystemRequest,
         GitRequest,
         LocalToolRequest,
@@ -241,7 +244,20 @@ class CallsMixin:
                 allowed=grants,
                 denied=snap.grants.deny_fs,
             )
-            if self.fs_local:
+            if self.fs_local and read_only and self.batched:
+                # Reads and listings made in the same workflow task go out together (one local activity).
+                item = await self._batched(
+                    "filesystem",
+                    (tool, request),
+                    one=lambda call: self._fs_one(call, options),
+                    many=lambda calls: self._fs_many(calls, options),
+                )
+                value = (
+                    item.value
+                    if not item.retry  # else an unexpected failure: retried alone, with the usual policy
+                    else await workflow.execute_local_activity_method(FS_ACTIVITIES[tool], request, **options)
+                )
+            elif self.fs_local:
                 # A local activity: run by this worker inside the workflow task, no task-queue round
                 # trip and no activity events; same timeout, retry policy and at-least-once contract.
                 value = await workflow.execute_local_activity_method(FS_ACTIVITIES[tool], request, **options)
@@ -319,6 +335,27 @@ class CallsMixin:
         else:
             raise ToolNotFound.error(f"no executor for '{tool}' in this run")
         return value
+
+    async def _fs_one(
+        self: DirectiveRun, call: tuple[str, FilesystemRequest], options: dict[str, Any]
+    ) -> BatchItem:
+        """A batch of one read: the call's own local activity, as before batching (same history)."""
+        tool, request = call
+        return BatchItem(
+            value=await workflow.execute_local_activity_method(FS_ACTIVITIES[tool], request, **options)
+        )
+
+    async def _fs_many(
+        self: DirectiveRun, calls: list[tuple[str, FilesystemRequest]], options: dict[str, Any]
+    ) -> list[BatchItem]:
+        result = await workflow.execute_local_activity_method(
+            FilesystemActivities.read_many,
+            FilesystemBatch(
+                operations=[tool.partition(".")[2] for tool, _ in calls], requests=[r for _, r in calls]
+            ),
+            **{**options, "summary": f"filesystem: {len(calls)} reads and listings"},
+        )
+        return result.items
 
     async def _run_executor(
         self: DirectiveRun, spec: LocalToolSpec, args: dict[str, Any], options: dict[str, Any]

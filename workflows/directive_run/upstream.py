@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -15,9 +16,9 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from kiwi.contracts import (
         TERMINAL,
-        McpBatchItem,
+        BatchItem,
+        BatchResult,
         McpCallBatch,
-        McpCallBatchResult,
         McpCallRequest,
         McpCallResult,
         McpListToolsRequest,
@@ -139,11 +140,19 @@ class UpstreamMixin:
         timeout = timedelta(seconds=info.timeout_seconds)
         if info.timeout_seconds <= MCP_LOCAL_LIMIT and self.batched:
             # Sent with the other calls to this server made in the same workflow task (one local activity).
-            item = await self._batched(request, timeout)
-            if item.result is not None:
-                return self._outcome(tool, item.result, warnings)
+            item = await self._batched(
+                f"mcp:{server}",
+                request,
+                one=lambda r: self._single_item(r, timeout),
+                many=lambda rs: self._batch_items(server, rs, timeout),
+            )
             if not item.retry:
-                raise ApplicationError(item.message, type=item.error_type, non_retryable=True)
+                value = item.value
+                return self._outcome(
+                    tool,
+                    value if isinstance(value, McpCallResult) else McpCallResult.model_validate(value),
+                    warnings,
+                )
             # A transport failure: retried as a call of its own, with the single call's retry policy.
         if info.timeout_seconds <= MCP_LOCAL_LIMIT:
             handle = workflow.start_local_activity(
@@ -182,33 +191,45 @@ class UpstreamMixin:
             raise ToolReportedError(outcome)
         return outcome.result
 
-    async def _batched(self: DirectiveRun, request: McpCallRequest, timeout: timedelta) -> McpBatchItem:
-        """Queue ``request`` for its server's next batch (sent once every call of this workflow task that
-        reaches this point has joined it) and wait for its own outcome."""
-        future: asyncio.Future[McpBatchItem] = asyncio.get_running_loop().create_future()
-        queue = self.mcp_batches.setdefault(request.server, [])
+    async def _batched(
+        self: DirectiveRun,
+        key: str,
+        request: Any,
+        *,
+        one: Callable[[Any], Awaitable[BatchItem]],
+        many: Callable[[list[Any]], Awaitable[list[BatchItem]]],
+    ) -> BatchItem:
+        """Queue ``request`` for the next batch of ``key`` (sent once every call of this workflow task that
+        reaches this point has joined it: ``one`` for a batch of one, as the call always went, else
+        ``many``) and wait for its own item. A refused call's item raises its refusal here."""
+        future: asyncio.Future[BatchItem] = asyncio.get_running_loop().create_future()
+        queue = self.batches.setdefault(key, [])
         queue.append((request, future))
         if len(queue) == 1:
-            task = asyncio.ensure_future(self._send_batch(request.server, timeout))
+            task = asyncio.ensure_future(self._send_batch(key, one, many))
             self.batch_senders.add(task)
             task.add_done_callback(self.batch_senders.discard)
-        return await future
+        item = await future
+        if item.error_type and not item.retry:
+            raise ApplicationError(item.message, type=item.error_type, non_retryable=True)
+        return item
 
-    async def _send_batch(self: DirectiveRun, server: str, timeout: timedelta) -> None:
-        queue = self.mcp_batches[server]
+    async def _send_batch(
+        self: DirectiveRun,
+        key: str,
+        one: Callable[[Any], Awaitable[BatchItem]],
+        many: Callable[[list[Any]], Awaitable[list[BatchItem]]],
+    ) -> None:
+        queue = self.batches[key]
         # Let every handler this activation runs reach its call: each yield lets the ready ones go first.
         # (asyncio.sleep(0) is a plain yield to the workflow's event loop, no timer.)
         size = 0
         while size != len(queue):
             size = len(queue)
             await asyncio.sleep(0)
-        del self.mcp_batches[server]
+        del self.batches[key]
         try:
-            if len(queue) == 1:
-                request, future = queue[0]
-                items = [await self._single_item(request, timeout)]
-            else:
-                items = await self._batch_items(server, [r for r, _ in queue], timeout)
+            items = [await one(queue[0][0])] if len(queue) == 1 else await many([r for r, _ in queue])
         except BaseException as exc:  # every caller gets the failure: none may wait forever
             for _, future in queue:
                 if not future.done():
@@ -220,7 +241,7 @@ class UpstreamMixin:
             if not future.done():
                 future.set_result(item)
 
-    async def _single_item(self: DirectiveRun, request: McpCallRequest, timeout: timedelta) -> McpBatchItem:
+    async def _single_item(self: DirectiveRun, request: McpCallRequest, timeout: timedelta) -> BatchItem:
         """A batch of one: the single call's activity, exactly as before batching (same history)."""
         tool = f"{request.server}.{request.tool}"
         handle = workflow.start_local_activity(
@@ -232,15 +253,15 @@ class UpstreamMixin:
             summary=f"call tool: {tool}",
         )
         await self._until_done_or_cancelled(handle, tool)
-        return McpBatchItem(result=await handle)
+        return BatchItem(value=await handle)
 
     async def _batch_items(
         self: DirectiveRun, server: str, requests: list[McpCallRequest], timeout: timedelta
-    ) -> list[McpBatchItem]:
+    ) -> list[BatchItem]:
         handle = workflow.start_local_activity(
             f"mcp.{server}.call_tools",
             McpCallBatch(requests=requests),
-            result_type=McpCallBatchResult,
+            result_type=BatchResult,
             start_to_close_timeout=timeout,
             retry_policy=MCP_RETRY,
             summary=f"call tools: {len(requests)} calls to {server}",

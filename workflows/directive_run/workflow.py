@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from kiwi.contracts import (
         TERMINAL,
         ApprovalDecision,
+        BatchItem,
         CallToolRequest,
         CancelRequest,
         CompleteStepRequest,
@@ -29,8 +30,6 @@ with workflow.unsafe.imports_passed_through():
         DirectiveRunInput,
         DirectiveRunResult,
         HelpRequest,
-        McpBatchItem,
-        McpCallRequest,
         ResumeRequest,
         RunState,
         RunStatus,
@@ -102,8 +101,8 @@ class DirectiveRun(
         # Work the run starts and does not wait for at once (audit flushes, checkpoints, notices,
         # watching children): owned here, failures audited, awaited before the run ends.
         self.background: list[tuple[asyncio.Future[Any], bool]] = []
-        # Upstream MCP calls waiting for their server's batch, and the tasks sending batches.
-        self.mcp_batches: dict[str, list[tuple[McpCallRequest, asyncio.Future[McpBatchItem]]]] = {}
+        # Calls waiting for their batch (by key: an MCP server's, the file reads'), and the tasks sending them.
+        self.batches: dict[str, list[tuple[Any, asyncio.Future[BatchItem]]]] = {}
         self.batch_senders: set[asyncio.Future[None]] = set()
 
     def _spawn(self, work: Awaitable[Any], what: str, *, wait: bool = True) -> None:

@@ -1,6 +1,7 @@
-"""Agent calls to one upstream MCP server that arrive in the same workflow task go out as one local
-activity (``mcp.{server}.call_tools``): each call keeps its own answer, call number and audit record,
-and a transport failure that hits the batch is retried call by call, each call running once more at most.
+"""Agent calls that arrive in the same workflow task go out as one local activity, those to one upstream
+MCP server (``mcp.{server}.call_tools``) and file reads and listings (``read_many``): each call keeps its
+own answer, call number and audit record, a refusal stays the call's own, and a transport failure that
+hits an MCP batch is retried call by call, each call running once more at most.
 
 The calls are admitted while no worker runs, so the next worker's first workflow task holds all of them."""
 
@@ -22,7 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.audit import read_audit
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
-from tests.helpers import wait_for
+from tests.helpers import directive_md, wait_for, write_directive
 from tests.test_durability import HISTORIES, _scrub
 from tests.test_mcp_servers import EVERYTHING, SERVERS, mcp_directive, registry, text_of, waiting
 from workers.main import build_worker
@@ -180,3 +181,38 @@ async def test_a_transport_failure_in_a_batch_is_retried_call_by_call(temporal_e
     assert types.count("mcp.crashy.call_tools") == 1
     assert types.count("mcp.crashy.call_tool") == 5
     assert sorted(r["call_seq"] for r in audit) == [1, 2, 3, 4, 5]
+
+
+async def test_reads_and_listings_arriving_together_go_out_as_one_batch(temporal_env, project):
+    notes = project / "notes"
+    notes.mkdir(exist_ok=True)
+    for i in range(4):
+        (notes / f"n{i}.md").write_text(f"note {i}\n")
+    write_directive(
+        project / ".ai" / "directives" / "reader.md",
+        directive_md(
+            '<step name="work"><action>Read.</action></step>',
+            name="reader",
+            permissions='<read resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    queue = f"kiwi-batch-{uuid.uuid4().hex[:8]}"
+    runs, run_id = await _run_waiting(temporal_env, project, queue, "reader")
+    calls = [("filesystem.read", {"path": f"notes/n{i}.md"}) for i in range(4)] + [
+        ("filesystem.list", {"path": "notes"}),
+        ("filesystem.read", {"path": "notes/missing.md"}),  # in the batch: the file is not there
+        ("filesystem.read", {"path": ".ai/config/agent_harness.yaml"}),  # refused by the grant: not sent
+    ]
+    updates = await _admitted(runs, run_id, calls)
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        results = await asyncio.wait_for(asyncio.gather(*updates), 60)
+        audit = await _tool_calls(project, run_id, len(calls))
+    assert [r.result["content"] for r in results[:4]] == [f"note {i}\n" for i in range(4)]
+    assert {e["name"] for e in results[4].result["entries"]} == {f"n{i}.md" for i in range(4)}
+    assert (results[5].status, results[5].error_type) == ("error", "FileNotFound")
+    assert "does not exist" in results[5].reason
+    assert results[6].status == "denied"
+    types = await _activity_types(runs, run_id)
+    assert types.count("read_many") == 1
+    assert types.count("read_file") == types.count("list_directory") == 0
+    assert sorted(r["call_seq"] for r in audit) == list(range(1, len(calls) + 1))
