@@ -3,7 +3,7 @@
 A batch never fails for one call's sake (a retried batch would run its other calls again): each call's
 outcome is an item of the answer. A refusal is the call's own answer; any other failure asks the run to
 retry that call alone; the answers share one payload, and a call whose answer would take it past what
-Temporal carries fails once, as a single call's too-large answer does.
+Temporal carries fails once, as a single call's too-large answer does (a read is made again alone).
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from kiwi.upstream.pool import scrub_text
 
 
 async def answer_batch(
-    calls: Iterable[tuple[str, Awaitable[Any]]], not_retried: frozenset[str]
+    calls: Iterable[tuple[str, Awaitable[Any]]], not_retried: frozenset[str], *, idempotent: bool = False
 ) -> BatchResult:
-    """Run ``calls`` (a label for messages, and the call) at once; their outcomes as items."""
+    """Run ``calls`` (a label for messages, and the call) at once; their outcomes as items. ``idempotent``
+    (reads): a call whose answer does not fit beside the others is handed back to be made again alone,
+    instead of failing."""
     pairs = list(calls)
     labels = [label for label, _ in pairs]
     outcomes = await asyncio.gather(*(call for _, call in pairs), return_exceptions=True)
@@ -41,6 +43,11 @@ async def answer_batch(
             items.append(BatchItem(retry=True, message=scrub_text(f"{type(outcome).__name__}: {outcome}")))
             continue
         size = converter.to_payloads([outcome])[0].ByteSize()
+        if size > room and idempotent:
+            items.append(
+                BatchItem(retry=True, message=f"{label}: {size:,} bytes do not fit beside the others")
+            )
+            continue
         if size > room:
             items.append(
                 BatchItem(

@@ -382,6 +382,7 @@ class FilesystemActivities:
                 for operation, request in zip(batch.operations, batch.requests, strict=True)
             ),
             NOT_RETRIED,
+            idempotent=True,
         )
 
     @activity.defn(name="write_file")

@@ -18,9 +18,12 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.update.v1 import UpdateRef, WaitPolicy
 from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import ActivityEnvironment
 
 from activities.audit import read_audit
+from activities.batches import answer_batch
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
 from tests.helpers import directive_md, wait_for, write_directive
@@ -216,3 +219,70 @@ async def test_reads_and_listings_arriving_together_go_out_as_one_batch(temporal
     assert types.count("read_many") == 1
     assert types.count("read_file") == types.count("list_directory") == 0
     assert sorted(r["call_seq"] for r in audit) == list(range(1, len(calls) + 1))
+
+
+async def test_two_large_reads_together_both_answer(temporal_env, project):
+    """Answers of one batch share a payload; a read that does not fit beside another is made again alone."""
+    notes = project / "notes"
+    notes.mkdir(exist_ok=True)
+    for name in ("a.md", "b.md"):
+        (notes / name).write_text(name[0] * 990_000)
+    write_directive(
+        project / ".ai" / "directives" / "reader.md",
+        directive_md(
+            '<step name="work"><action>Read.</action></step>',
+            name="reader",
+            permissions='<read resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    queue = f"kiwi-batch-{uuid.uuid4().hex[:8]}"
+    runs, run_id = await _run_waiting(temporal_env, project, queue, "reader")
+    updates = await _admitted(
+        runs, run_id, [("filesystem.read", {"path": f"notes/{n}"}) for n in ("a.md", "b.md")]
+    )
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        results = await asyncio.wait_for(asyncio.gather(*updates), 60)
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert [len(r.result["content"]) for r in results] == [990_000, 990_000]
+    types = await _activity_types(runs, run_id)
+    assert types.count("read_many") == 1 and types.count("read_file") == 1
+
+
+async def _answered(*calls, idempotent: bool = False):
+    """activities.batches.answer_batch in a real activity context (the SDK's ActivityEnvironment)."""
+    return await ActivityEnvironment().run(
+        answer_batch, list(calls), frozenset({"ToolFailed"}), idempotent=idempotent
+    )
+
+
+async def _value(value):
+    return value
+
+
+async def _raise(exc):
+    raise exc
+
+
+async def test_a_batch_answers_each_call_on_its_own():
+    result = await _answered(
+        ("ok", _value({"n": 1})),
+        ("refused", _raise(ApplicationError("no such tool", type="ToolFailed", non_retryable=True))),
+        ("transport", _raise(ConnectionResetError("pipe closed"))),
+        ("retryable", _raise(ApplicationError("server busy", type="McpUnavailable"))),
+    )
+    ok, refused, transport, retryable = result.items
+    assert ok.value == {"n": 1} and not ok.retry and not ok.error_type
+    assert (refused.error_type, refused.message, refused.retry) == ("ToolFailed", "no such tool", False)
+    assert transport.retry and "ConnectionResetError: pipe closed" in transport.message
+    assert retryable.retry and retryable.error_type == "McpUnavailable"
+
+
+async def test_answers_past_the_shared_limit_fail_once_or_are_read_again():
+    big = "x" * 1_000_000
+    calls = lambda: (("first", _value(big)), ("second", _value(big)))  # noqa: E731
+    first, second = (await _answered(*calls())).items
+    assert first.value == big
+    assert second.error_type == "ToolFailed" and not second.retry
+    assert "the call ran once and is not retried" in second.message
+    first, second = (await _answered(*calls(), idempotent=True)).items
+    assert first.value == big and second.retry and second.value is None
