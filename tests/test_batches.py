@@ -186,11 +186,12 @@ async def test_a_transport_failure_in_a_batch_is_retried_call_by_call(temporal_e
     assert sorted(r["call_seq"] for r in audit) == [1, 2, 3, 4, 5]
 
 
-async def test_reads_and_listings_arriving_together_go_out_as_one_batch(temporal_env, project):
+async def _reader(temporal_env, project, files: dict[str, str]) -> tuple[RunClient, str, str]:
+    """A run that may read notes/** (holding ``files``), waiting for the agent; its queue has no worker."""
     notes = project / "notes"
     notes.mkdir(exist_ok=True)
-    for i in range(4):
-        (notes / f"n{i}.md").write_text(f"note {i}\n")
+    for name, text in files.items():
+        (notes / name).write_text(text)
     write_directive(
         project / ".ai" / "directives" / "reader.md",
         directive_md(
@@ -201,6 +202,11 @@ async def test_reads_and_listings_arriving_together_go_out_as_one_batch(temporal
     )
     queue = f"kiwi-batch-{uuid.uuid4().hex[:8]}"
     runs, run_id = await _run_waiting(temporal_env, project, queue, "reader")
+    return runs, run_id, queue
+
+
+async def test_reads_and_listings_arriving_together_go_out_as_one_batch(temporal_env, project):
+    runs, run_id, queue = await _reader(temporal_env, project, {f"n{i}.md": f"note {i}\n" for i in range(4)})
     calls = [("filesystem.read", {"path": f"notes/n{i}.md"}) for i in range(4)] + [
         ("filesystem.list", {"path": "notes"}),
         ("filesystem.read", {"path": "notes/missing.md"}),  # in the batch: the file is not there
@@ -223,20 +229,7 @@ async def test_reads_and_listings_arriving_together_go_out_as_one_batch(temporal
 
 async def test_two_large_reads_together_both_answer(temporal_env, project):
     """Answers of one batch share a payload; a read that does not fit beside another is made again alone."""
-    notes = project / "notes"
-    notes.mkdir(exist_ok=True)
-    for name in ("a.md", "b.md"):
-        (notes / name).write_text(name[0] * 990_000)
-    write_directive(
-        project / ".ai" / "directives" / "reader.md",
-        directive_md(
-            '<step name="work"><action>Read.</action></step>',
-            name="reader",
-            permissions='<read resource="filesystem" path="notes/**"/>',
-        ),
-    )
-    queue = f"kiwi-batch-{uuid.uuid4().hex[:8]}"
-    runs, run_id = await _run_waiting(temporal_env, project, queue, "reader")
+    runs, run_id, queue = await _reader(temporal_env, project, {n: n[0] * 990_000 for n in ("a.md", "b.md")})
     updates = await _admitted(
         runs, run_id, [("filesystem.read", {"path": f"notes/{n}"}) for n in ("a.md", "b.md")]
     )

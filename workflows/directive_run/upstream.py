@@ -174,13 +174,7 @@ class UpstreamMixin:
                 summary=f"call tool: {tool}",
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
-        # Cancelling the run cancels the upstream call in flight.
-        await workflow.wait_condition(lambda: handle.done() or bool(self.state.cancel_reason))
-        if not handle.done():
-            handle.cancel()
-            with contextlib.suppress(ActivityError):
-                await handle
-            raise CallRefused("error", f"{tool} was cancelled with the run", error_type=Cancelled.type)
+        await self._until_done_or_cancelled(handle, tool)
         return self._outcome(tool, await handle, warnings)
 
     def _outcome(self: DirectiveRun, tool: str, outcome: McpCallResult, warnings: list[str]) -> Any:
