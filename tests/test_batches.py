@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -157,7 +158,7 @@ async def test_a_transport_failure_in_a_batch_is_retried_call_by_call(temporal_e
     marker = tmp_path / "crashed"
     registry(
         project,
-        f'mcps:\n  crashy:\n    command: "{os.sys.executable}"\n'
+        f'mcps:\n  crashy:\n    command: "{sys.executable}"\n'
         f'    args: ["{SERVERS / "crash_server.py"}", "{marker}"]\n',
     )
     mcp_directive(
