@@ -6,7 +6,9 @@ Starts N runs of a one-step agent directive on a worker process, reads the worke
 wait, kills the worker with SIGKILL, starts a new one, completes every step, and reports how long
 after the new worker started all runs were done. Targets: RSS <= 250 MB at 1,000 runs; all done
 <= 10 s after the new worker starts. Then it does the same to as many bare workflows
-(bench/floor.py: an update that completes the workflow, nothing of Kiwi's) as the floor.
+(bench/floor.py: an update that completes the workflow, nothing of Kiwi's) as the floor, and to bare
+workflows that also run a no-op local activity in their first and last workflow tasks, where Kiwi
+writes its audit records (AuditedFloorWorkflow): what the audit trail's design costs, apart from Kiwi's code.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from bench.common import (
     stop_worker,
     tuned_dev_server,  # noqa: E402
 )
-from bench.floor import FloorWorkflow, start_floor_worker  # noqa: E402
+from bench.floor import AuditedFloorWorkflow, FloorWorkflow, start_floor_worker  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.devserver import DevServer  # noqa: E402
 from kiwi.items.store import ItemStore  # noqa: E402
@@ -89,6 +91,7 @@ async def main() -> None:
                 cpu_seconds(server.process.pid) - cpu0[2],
             ]
             floor = await recovery_floor(client, server, args)
+            audited = await recovery_floor(client, server, args, AuditedFloorWorkflow)
         finally:
             await stop_worker(worker)
             server.stop()
@@ -110,29 +113,37 @@ async def main() -> None:
         f"floor, {args.runs} bare workflows the same way (one update each completes it, nothing of Kiwi's): "
         f"{floor[0]:.1f} s; CPU worker {floor[1]:.1f} s, Temporal server {floor[2]:.1f} s"
     )
+    print(
+        f"floor with Kiwi's audit writes (a no-op local activity in the first and the last task): "
+        f"{audited[0]:.1f} s; CPU worker {audited[1]:.1f} s, Temporal server {audited[2]:.1f} s"
+    )
+    print(
+        f"#20: recovery {recovered / floor[0]:.2f}x the bare workflows (target <= 1.15x), "
+        f"{recovered / audited[0]:.2f}x the ones writing as Kiwi's audit trail does"
+    )
 
 
 async def recovery_floor(
-    client: Client, server: DevServer, args: argparse.Namespace
+    client: Client, server: DevServer, args: argparse.Namespace, kind: type = FloorWorkflow
 ) -> tuple[float, float, float]:
     """Seconds (and worker, server CPU seconds) for a new worker to finish ``args.runs`` bare waiting
-    workflows after kill -9 of the worker that had them cached."""
-    queue = "floor-recovery"
+    workflows of ``kind`` after kill -9 of the worker that had them cached."""
+    queue = f"floor-recovery-{kind.__name__}"
     worker = await start_floor_worker(server.address, queue)
     try:
         handles = await gather_limited(
             args.concurrency,
             [
-                client.start_workflow(FloorWorkflow.run, id=f"floor-{i}", task_queue=queue)
+                client.start_workflow(kind.run, id=f"floor-{kind.__name__}-{i}", task_queue=queue)
                 for i in range(args.runs)
             ],
         )
-        await gather_limited(args.concurrency, [h.query(FloorWorkflow.ready) for h in handles])
+        await gather_limited(args.concurrency, [h.query(kind.ready) for h in handles])
         await stop_worker(worker, signal.SIGKILL)
         worker = await start_floor_worker(server.address, queue)
         t0 = time.perf_counter()
         cpu0 = cpu_seconds(worker.pid), cpu_seconds(server.process.pid)
-        await gather_limited(args.agents, [h.execute_update(FloorWorkflow.finish, "ok") for h in handles])
+        await gather_limited(args.agents, [h.execute_update(kind.finish, "ok") for h in handles])
         return (
             time.perf_counter() - t0,
             cpu_seconds(worker.pid) - cpu0[0],

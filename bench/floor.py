@@ -86,6 +86,35 @@ class FloorWorkflow:
         self.done = True
 
 
+@workflow.defn
+class AuditedFloorWorkflow:
+    """FloorWorkflow plus what Kiwi's audit trail adds to a waiting run, and nothing else of Kiwi's: a
+    local activity in its first workflow task (a run's first records are written as it starts waiting)
+    and one in its last (its last records, written before it completes)."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.execute_local_activity(
+            floor_noop, "started", start_to_close_timeout=timedelta(seconds=10)
+        )
+        await workflow.wait_condition(lambda: self.done)
+        await workflow.execute_local_activity(
+            floor_noop, "finished", start_to_close_timeout=timedelta(seconds=10)
+        )
+
+    @workflow.update
+    async def finish(self, value: str) -> str:
+        self.done = True
+        return value
+
+    @workflow.query
+    def ready(self) -> bool:
+        return True
+
+
 @contextlib.asynccontextmanager
 async def floor_callers(
     client: Client, *, everything: Path | None = None, address: str | None = None
@@ -209,7 +238,7 @@ async def _serve(address: str, task_queue: str, everything: Path | None) -> None
         async with Worker(
             client,
             task_queue=task_queue,
-            workflows=[FloorWorkflow],
+            workflows=[FloorWorkflow, AuditedFloorWorkflow],
             activities=activities,
             workflow_runner=UnsandboxedWorkflowRunner(),
             max_cached_workflows=MAX_CACHED_WORKFLOWS,
