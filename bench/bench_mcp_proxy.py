@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import random
 import sys
 import tempfile
 import threading
@@ -79,10 +80,15 @@ async def sequential(calls: int, fn) -> list[float]:
 
 
 async def interleaved(calls: int, kinds: dict) -> dict[str, list[float]]:
-    """Sequential latencies (ms) of ``calls`` calls of each kind, the kinds taking turns call by call."""
+    """Sequential latencies (ms) of ``calls`` calls of each kind, the kinds taking turns call by call, in
+    a shuffled order each round (what ran just before a call moves its latency by up to 1 ms here: the
+    same kind measured after a no-op update and after another upstream call differed by that much)."""
     samples: dict[str, list[float]] = {name: [] for name in kinds}
+    order = list(kinds.items())
+    shuffle = random.Random(20).shuffle
     for i in range(-10, calls):
-        for name, fn in kinds.items():
+        shuffle(order)
+        for name, fn in order:
             t0 = time.perf_counter()
             await fn(i)
             if i >= 0:
