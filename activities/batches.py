@@ -15,7 +15,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from kiwi.contracts import MAX_ANSWER_BYTES, BatchItem, BatchResult
+from kiwi.contracts import MAX_ANSWER_BYTES, BatchItem, BatchResult, json_size
 from kiwi.errors import ToolFailed
 from kiwi.upstream.pool import scrub_text
 
@@ -37,10 +37,14 @@ async def answer_batch(
             raise outcome
         if isinstance(outcome, ApplicationError):
             retry = not outcome.non_retryable and (outcome.type or "") not in not_retried
-            items.append(BatchItem(error_type=outcome.type or "", message=outcome.message, retry=retry))
+            message = _cut(outcome.message)
+            room -= json_size(message)
+            items.append(BatchItem(error_type=outcome.type or "", message=message, retry=retry))
             continue
         if isinstance(outcome, BaseException):
-            items.append(BatchItem(retry=True, message=scrub_text(f"{type(outcome).__name__}: {outcome}")))
+            message = _cut(scrub_text(f"{type(outcome).__name__}: {outcome}"))
+            room -= json_size(message)
+            items.append(BatchItem(retry=True, message=message))
             continue
         size = converter.to_payloads([outcome])[0].ByteSize()
         if size > room and idempotent:
@@ -63,3 +67,14 @@ async def answer_batch(
         room -= size
         items.append(BatchItem(value=outcome))
     return BatchResult(items=items)
+
+
+# A refusal's message is cut to this many characters and counted in the shared answer: a server that refused
+# one call with megabytes of text took the batch's answer past the limit, and every call of it failed.
+MESSAGE_CHARS = 2_000
+
+
+def _cut(message: str) -> str:
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    return f"{message[:MESSAGE_CHARS]}... ({len(message) - MESSAGE_CHARS:,} more characters cut)"

@@ -63,12 +63,23 @@ class McpActivities:
         activities.batches): a call whose transport failed comes back for the run to retry alone."""
 
         async def one(request: McpCallRequest) -> McpCallResult:
+            # Each call is bounded by the server's timeout on its own: had one slow call run the batch's
+            # activity out of time, the whole batch would be retried and its finished calls run again.
+            call = asyncio.ensure_future(self.call_tool(request))
             try:
-                return await self.call_tool(request)
+                done, _ = await asyncio.wait({call}, timeout=batch.timeout_seconds or None)
+                if not done:
+                    raise errors.McpUnavailable.error(
+                        f"{request.server}.{request.tool}: no answer within {batch.timeout_seconds:g}s"
+                    )
+                return call.result()
             except (ApplicationError, asyncio.CancelledError):
                 raise
             except Exception as exc:  # noqa: BLE001 - as mcp_operation: no exception text leaves unscrubbed
                 raise _unavailable(exc) from None
+            finally:
+                if not call.done():
+                    call.cancel()
 
         return await answer_batch(((f"{r.server}.{r.tool}", one(r)) for r in batch.requests), NOT_RETRIED)
 

@@ -596,9 +596,12 @@ class BatchResult(BaseModel):
 
 
 class McpCallBatch(BaseModel):
-    """``mcp.{server}.call_tools``: calls to one server, each a ``McpCallResult`` item."""
+    """``mcp.{server}.call_tools``: calls to one server, each a ``McpCallResult`` item. ``timeout_seconds``
+    (the server's timeout) bounds each call on its own: a call past it comes back to be retried alone, while
+    the batch's activity (given more time) still answers for the others, which must not run again."""
 
     requests: list[McpCallRequest]
+    timeout_seconds: float = 0.0
 
 
 class FilesystemBatch(BaseModel):

@@ -39,6 +39,7 @@ from workflows.directive_run.errors import (
 )
 from workflows.directive_run.options import (
     API_RETRY,
+    CONTINUE_COMMIT_TIMER,
     FS_ACTIVITIES,
     GIT_ACTIVITIES,
     KIWI_EXECUTE_AS_CALL,
@@ -254,8 +255,8 @@ class CallsMixin:
                 )
                 value = (
                     item.value
-                    if not item.retry  # else an unexpected failure: retried alone, with the usual policy
-                    else await workflow.execute_local_activity_method(FS_ACTIVITIES[tool], request, **options)
+                    if not item.retry  # else no room beside the others, or an unexpected failure
+                    else await self._read_alone(tool, request, options)
                 )
             elif self.fs_local:
                 # A local activity: run by this worker inside the workflow task, no task-queue round
@@ -335,6 +336,17 @@ class CallsMixin:
         else:
             raise ToolNotFound.error(f"no executor for '{tool}' in this run")
         return value
+
+    async def _read_alone(
+        self: DirectiveRun, tool: str, request: FilesystemRequest, options: dict[str, Any]
+    ) -> Any:
+        """A read its batch handed back, made again on its own with the usual retry policy: one at a time,
+        each in a workflow task of its own. A task's completion carries each answer made in it twice (the
+        local activity's marker and the call's update completion) and Temporal takes 4 MB of it: re-read
+        together, or beside the batch's answers, a few large files made it larger and the run was ended."""
+        async with self.rereads:
+            await workflow.sleep(CONTINUE_COMMIT_TIMER)  # (a timer ends the task: what came before is sent)
+            return await workflow.execute_local_activity_method(FS_ACTIVITIES[tool], request, **options)
 
     async def _fs_one(
         self: DirectiveRun, call: tuple[str, FilesystemRequest], options: dict[str, Any]

@@ -129,6 +129,9 @@ HELD_RESULT_BYTES = 16_000
 STEP_OUTPUTS_BYTES = 256_000
 RUN_OUTPUTS_BYTES = 1_000_000
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
+# What a batch of upstream calls gets past the server's timeout, which bounds each of its calls: time to
+# answer for the calls that finished when one did not (see McpCallBatch).
+BATCH_ANSWER_MARGIN = timedelta(seconds=5)
 RECENT_CALLS = 20
 RECENT_RESULTS = 50  # agent calls whose results a re-sent call is answered with
 RECENT_UPDATE_IDS = 2000  # agent calls a re-delivered call is recognised by (call_seq only)

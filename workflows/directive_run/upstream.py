@@ -34,6 +34,7 @@ from workflows.directive_run.errors import (
     failure_of,
 )
 from workflows.directive_run.options import (
+    BATCH_ANSWER_MARGIN,
     MCP_LOCAL_LIMIT,
     MCP_RETRY,
 )
@@ -254,9 +255,11 @@ class UpstreamMixin:
     ) -> list[BatchItem]:
         handle = workflow.start_local_activity(
             f"mcp.{server}.call_tools",
-            McpCallBatch(requests=requests),
+            McpCallBatch(requests=requests, timeout_seconds=timeout.total_seconds()),
             result_type=BatchResult,
-            start_to_close_timeout=timeout,
+            # Each call is bounded by ``timeout`` in the activity (a slow one comes back to be retried
+            # alone); the batch gets more, so it answers for the others and is never retried as a whole.
+            start_to_close_timeout=timeout + BATCH_ANSWER_MARGIN,
             retry_policy=MCP_RETRY,
             summary=f"call tools: {len(requests)} calls to {server}",
         )

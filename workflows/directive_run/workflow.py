@@ -104,6 +104,8 @@ class DirectiveRun(
         # Calls waiting for their batch (by key: an MCP server's, the file reads'), and the tasks sending them.
         self.batches: dict[str, list[tuple[Any, asyncio.Future[BatchItem]]]] = {}
         self.batch_senders: set[asyncio.Future[None]] = set()
+        # Reads a batch handed back are made again one at a time, each in a task of its own (see _read_alone).
+        self.rereads = asyncio.Lock()
 
     def _spawn(self, work: Awaitable[Any], what: str, *, wait: bool = True) -> None:
         """Start ``work`` without waiting for it; a failure is audited, not lost. ``wait``: the run awaits it
