@@ -14,16 +14,18 @@ import pytest
 from activities.audit import read_audit
 from kiwi.guards import REDACTED, is_secret_key, redact
 from kiwi.upstream.pool import install_log_scrubber, remember_secrets
-from tests.helpers import awaiting_step, directive_md, write, write_directive
+from tests.helpers import awaiting_step, directive_md, wait_for, write, write_directive
 
 # An upstream server that puts what it was started with everywhere it can: descriptions, schema
 # defaults, JSON-RPC error messages and tool errors.
 LEAKY_SERVER = """
 import os
+import sys
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
 TOKEN = os.environ["UPSTREAM_TOKEN"]
+print(f"leaky server starting with token {TOKEN}", file=sys.stderr, flush=True)
 server = MCPServer(name="leaky")
 
 @server.tool(description=f"Says who it is; authenticated with {TOKEN}")
@@ -108,7 +110,7 @@ def test_worker_logs_never_show_known_secrets_or_credential_query_values(caplog)
     assert "failed with [secret KIWI_LOG_SECRET]" in caplog.text  # the traceback too
 
 
-async def test_a_secret_appears_nowhere_a_run_records_or_shows(runs, project, monkeypatch, caplog):
+async def test_a_secret_appears_nowhere_a_run_records_or_shows(runs, project, monkeypatch, caplog, capfd):
     secret = f"tok-{uuid.uuid4().hex}"
     monkeypatch.setenv("KIWI_TEST_SECRET", secret)
     script = write(project / "leaky_server.py", LEAKY_SERVER)
@@ -155,6 +157,14 @@ mcps:
     )
     assert calls["leaky.explode"].status == "error" and calls["leaky.explode"].error_type == "ToolFailed"
     assert calls["broken.anything"].error_type == "McpUnavailable"
+    # What the server printed to its stderr reaches the worker's stderr scrubbed (a thread copies it).
+    printed: list[str] = []
+
+    async def scrubbed_line() -> bool:
+        printed.append(capfd.readouterr().err)
+        return "leaky server starting with token [secret KIWI_TEST_SECRET]" in "".join(printed)
+
+    await wait_for(scrubbed_line, what="the server's stderr line, scrubbed, on the worker's stderr")
     status = await runs.status(run_id)
     await runs.cancel(run_id, "done")
     history = await runs.handle(run_id).fetch_history()
@@ -165,6 +175,7 @@ mcps:
         "audit": json.dumps(read_audit(str(project), run_id)),
         "history": "\n".join(str(event) for event in history.events),
         "worker logs": caplog.text,
+        "worker stderr (the server's)": "".join(printed),
     }
     for where, text in recorded.items():
         assert secret not in text, f"the secret leaked into the {where}"

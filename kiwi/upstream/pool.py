@@ -17,7 +17,7 @@ import logging
 import os
 import re
 import stat
-import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -383,10 +383,27 @@ def _describe(exc: BaseException, server: str) -> str:
 
 
 def _errlog() -> Any:
-    """Where stdio servers' stderr goes: this process's stderr, or the original one when sys.stderr was
-    replaced by something without a file descriptor (a test's capture, an embedding application)."""
-    try:
-        sys.stderr.fileno()
-        return sys.stderr
-    except (AttributeError, OSError, ValueError):
-        return sys.__stderr__
+    """Where stdio servers' stderr goes: one pipe per process, whose lines a thread copies to this process's
+    stderr (file descriptor 2) scrubbed of secret values. A server may print what it was started with (a
+    token in its environment, a URL with a key) to stderr, and the worker's log is no place for it."""
+    global _SERVER_STDERR
+    with _SERVER_STDERR_LOCK:
+        if _SERVER_STDERR is None:
+            read_fd, write_fd = os.pipe()
+            threading.Thread(
+                target=_copy_scrubbed, args=(read_fd,), name="kiwi-mcp-stderr", daemon=True
+            ).start()
+            _SERVER_STDERR = os.fdopen(write_fd, "w", buffering=1, encoding="utf-8", errors="replace")
+        return _SERVER_STDERR
+
+
+_SERVER_STDERR: Any = None
+_SERVER_STDERR_LOCK = threading.Lock()
+
+
+def _copy_scrubbed(read_fd: int) -> None:
+    with os.fdopen(read_fd, "rb") as source:
+        for line in source:
+            text = scrub_text(line.decode("utf-8", errors="replace"))
+            with contextlib.suppress(OSError):
+                os.write(2, text.encode("utf-8", errors="replace"))
