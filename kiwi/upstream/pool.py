@@ -403,7 +403,8 @@ _SERVER_STDERR_LOCK = threading.Lock()
 
 def _copy_scrubbed(read_fd: int) -> None:
     with os.fdopen(read_fd, "rb") as source:
-        for line in source:
+        # A line at most 64 kB at a time: a server writing without newlines cannot fill this process's memory.
+        while line := source.readline(65_536):
             text = scrub_text(line.decode("utf-8", errors="replace"))
             with contextlib.suppress(OSError):
                 os.write(2, text.encode("utf-8", errors="replace"))
