@@ -139,7 +139,8 @@ class McpActivities:
                     if now
                     else f"{req.server}.{req.tool} is no longer listed by the server"
                 )
-        result = scrub(scrub(result, conn.secrets))
+        # (KNOWN_SECRETS holds every connection's secrets: the pool remembers them before it connects.)
+        result = scrub(result)
         is_error = bool(result.get("isError"))
         text = " ".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
         return McpCallResult(
