@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import tarfile
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -215,8 +216,9 @@ async def test_a_writable_mount_comes_back_to_the_project_file_by_file_and_no_li
 
 async def test_stopped_containers_kiwi_left_behind_are_pruned_and_no_others(image, tmp_path, monkeypatch):
     # A worker killed mid-call leaves its stopped container behind (no --rm: the logs are read first).
-    # Kiwi's containers carry a label; stopped ones past STALE are pruned. Here STALE is 0s, so both
-    # stopped containers are old enough: only the labelled one goes, and a running one stays.
+    # Kiwi's containers carry a label; stopped ones past STALE are pruned. Here STALE is a moment ahead
+    # (a Unix time: "0s" leaves out a container made in the same second), so both stopped containers are
+    # old enough: only the labelled one goes, and a running one stays.
     import activities.container as container
 
     engine = container_engine()
@@ -235,7 +237,7 @@ async def test_stopped_containers_kiwi_left_behind_are_pruned_and_no_others(imag
             )
             assert made.returncode == 0, made.stderr
         subprocess.run([*engine, "wait", left, foreign], capture_output=True, timeout=60)
-        monkeypatch.setattr(container, "STALE", "0s")
+        monkeypatch.setattr(container, "STALE", str(int(time.time()) + 60))
         monkeypatch.setattr(container, "_last_prune", [float("-inf")])
         await container.prune_abandoned(engine, str(tmp_path))
         listed = subprocess.run(
