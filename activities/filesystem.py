@@ -33,15 +33,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.batches import answer_batch
 from kiwi.contracts import MAX_TEXT_PAYLOAD, BatchResult, FilesystemBatch, FilesystemRequest, json_size
-from kiwi.errors import (
-    CommandNotFound,
-    FileNotFound,
-    GitUnavailable,
-    PermissionDenied,
-    ToolFailed,
-    ToolNotFound,
-    ToolTimeout,
-)
+from kiwi.errors import ACTIVITY_REFUSALS, FileNotFound, PermissionDenied, non_retryable
 from kiwi.globs import first_match, glob_match
 from kiwi.policy import normalise_path
 from kiwi.protected import granted, protected_root
@@ -319,20 +311,8 @@ def _os_error(exc: OSError, raw: str) -> ApplicationError:
     return _error(f"'{raw}': {exc.strerror}", kinds.get(exc.errno or 0, "FilesystemError"))
 
 
-# Refusals a run does not retry (the workflow's RETRY says the same for single calls), and the kinds this
-# module answers with (a folder read, a path that is not a folder, ...).
-NOT_RETRIED = frozenset(
-    t.type
-    for t in (
-        PermissionDenied,
-        FileNotFound,
-        ToolNotFound,
-        ToolFailed,
-        ToolTimeout,
-        GitUnavailable,
-        CommandNotFound,
-    )
-)
+# Refusals a run does not retry (kiwi.errors.ACTIVITY_REFUSALS, as the workflow's RETRY).
+NOT_RETRIED = frozenset(non_retryable(*ACTIVITY_REFUSALS))
 
 
 class FilesystemActivities:

@@ -151,17 +151,8 @@ class McpActivities:
         )
 
 
-# Refusals the run does not retry (the workflow's MCP_RETRY says the same for single calls).
-NOT_RETRIED = frozenset(
-    {
-        errors.ToolFailed.type,
-        errors.ToolNotFound.type,
-        errors.SecretMissing.type,
-        errors.McpServerUnknown.type,
-        errors.McpError.type,
-        ActivityNotFound.type,
-    }
-)
+# Refusals the run does not retry (kiwi.errors.MCP_REFUSALS, as the workflow's MCP_RETRY).
+NOT_RETRIED = frozenset(errors.non_retryable(*errors.MCP_REFUSALS, ActivityNotFound))
 
 
 def _unavailable(exc: BaseException) -> ApplicationError:

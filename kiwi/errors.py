@@ -267,3 +267,17 @@ class AuditPathUnsafe(Failure):
     """A link was planted where the audit trail is written; the records wait in the run until it is gone."""
 
     retryable = True
+
+
+# Refusals a retry cannot change. The single calls' retry policies (workflows/directive_run/options.py) and
+# the batches' activities (activities/batches.py: which calls come back to be retried alone) name the same.
+ACTIVITY_REFUSALS = (
+    PermissionDenied,
+    FileNotFound,
+    ToolNotFound,
+    ToolFailed,
+    ToolTimeout,
+    GitUnavailable,
+    CommandNotFound,
+)
+MCP_REFUSALS = (ToolFailed, ToolNotFound, SecretMissing, McpServerUnknown, McpError)

@@ -17,14 +17,10 @@ def read_item_bytes(path: Path, limit: int = MAX_ITEM_BYTES, *, head: int | None
     """An item file's bytes (its first ``head`` bytes whatever its size, when given). Opened without
     blocking and checked on the open descriptor: a FIFO named like an item (or swapped in after the
     scan) is refused instead of hanging the reader forever."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+        info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise NotAnItemFile(f"{path}: not a regular file; items are regular files")
         if head is None and info.st_size > limit:
             raise NotAnItemFile(f"file is {info.st_size:,} bytes; items are limited to {limit:,}")
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            return handle.read(head) if head is not None else handle.read(limit + 1)[:limit]
-    finally:
-        os.close(fd)
+        return handle.read(head) if head is not None else handle.read(limit + 1)[:limit]

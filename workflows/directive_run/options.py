@@ -13,11 +13,8 @@ with workflow.unsafe.imports_passed_through():
     from kiwi.admission import LOOP_WINDOW  # noqa: F401 - re-exported for the call path
     from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN  # noqa: F401 - the seed: more than 3 goes to a human
     from kiwi.errors import (
-        CommandNotFound,
-        FileNotFound,
-        GitUnavailable,
-        McpError,
-        McpServerUnknown,
+        ACTIVITY_REFUSALS,
+        MCP_REFUSALS,
         PermissionDenied,
         SecretMissing,
         ToolFailed,
@@ -31,9 +28,7 @@ RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=10),
     maximum_attempts=5,
-    non_retryable_error_types=non_retryable(
-        PermissionDenied, FileNotFound, ToolNotFound, ToolFailed, ToolTimeout, GitUnavailable, CommandNotFound
-    ),
+    non_retryable_error_types=non_retryable(*ACTIVITY_REFUSALS),
 )
 # api tools retry their own idempotent requests; an attempt that failed as a whole is not repeated.
 API_RETRY = RetryPolicy(
@@ -70,9 +65,7 @@ MCP_RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=10),
     maximum_attempts=6,
-    non_retryable_error_types=non_retryable(
-        ToolFailed, ToolNotFound, SecretMissing, McpServerUnknown, McpError
-    ),
+    non_retryable_error_types=non_retryable(*MCP_REFUSALS),
 )
 # One patch for every workflow change up to this point (see DirectiveRun.run); add new changes as
 # patches of their own, and fold them into a new ALL_CHANGES id when the previous one is retired.

@@ -156,25 +156,17 @@ class UpstreamMixin:
                 )
             # A transport failure: retried as a call of its own, with the single call's retry policy.
         if info.timeout_seconds <= MCP_LOCAL_LIMIT:
-            handle = workflow.start_local_activity(
-                f"mcp.{server}.call_tool",
-                request,
-                result_type=McpCallResult,
-                start_to_close_timeout=timeout,
-                retry_policy=MCP_RETRY,
-                summary=f"call tool: {tool}",
-            )
-        else:
-            handle = workflow.start_activity(
-                f"mcp.{server}.call_tool",
-                request,
-                result_type=McpCallResult,
-                start_to_close_timeout=timeout + timedelta(seconds=30),
-                heartbeat_timeout=timedelta(seconds=5),
-                retry_policy=MCP_RETRY,
-                summary=f"call tool: {tool}",
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            )
+            return self._outcome(tool, (await self._single_item(request, timeout)).value, warnings)
+        handle = workflow.start_activity(
+            f"mcp.{server}.call_tool",
+            request,
+            result_type=McpCallResult,
+            start_to_close_timeout=timeout + timedelta(seconds=30),
+            heartbeat_timeout=timedelta(seconds=5),
+            retry_policy=MCP_RETRY,
+            summary=f"call tool: {tool}",
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
         await self._until_done_or_cancelled(handle, tool)
         return self._outcome(tool, await handle, warnings)
 
@@ -237,7 +229,8 @@ class UpstreamMixin:
                 future.set_result(item)
 
     async def _single_item(self: DirectiveRun, request: McpCallRequest, timeout: timedelta) -> BatchItem:
-        """A batch of one: the single call's activity, exactly as before batching (same history)."""
+        """One short call's own local activity: a batch of one, a call retried alone, every short call of a
+        run started before batching (the same commands as ever)."""
         tool = f"{request.server}.{request.tool}"
         handle = workflow.start_local_activity(
             f"mcp.{request.server}.call_tool",
