@@ -34,7 +34,7 @@ from bench import common  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
-from tests.helpers import directive_md, write, write_directive  # noqa: E402
+from tests.helpers import write  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
 
@@ -136,14 +136,7 @@ async def main() -> None:
             "rate_limits:\n  filesystem.write: 1000000\n"
             "loop_detection:\n  repeat_threshold: 100000\n  max_warnings: 100000\n",
         )
-        write_directive(
-            root / ".ai" / "directives" / "notes.md",
-            directive_md(
-                '<step name="work"><action>Write notes.</action></step>',
-                name="notes",
-                permissions='<write resource="filesystem" path="notes/**"/>',
-            ),
-        )
+        common.notes_directive(root)
         server = common.tuned_dev_server(root)
         await server.start()
         try:

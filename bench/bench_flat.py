@@ -32,17 +32,19 @@ from temporalio.client import Client  # noqa: E402
 from bench.common import (  # noqa: E402
     cpu_seconds,
     gather_limited,
+    notes_directive,
     pct,
     rss_mb,
     scratch_project,
     start_worker,
     stop_worker,
     tuned_dev_server,
+    wait_directive,
 )
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
-from tests.helpers import directive_md, write, write_directive  # noqa: E402
+from tests.helpers import write  # noqa: E402
 
 WINDOW = 500
 OPEN_STEPS = (1, 100, 1000)
@@ -83,18 +85,8 @@ async def main() -> None:
             "rate_limits:\n  filesystem.write: 10000000\nloop_detection:\n  repeat_threshold: 1000000\n"
             "  max_warnings: 1000000\n",
         )
-        write_directive(
-            root / ".ai" / "directives" / "wait.md",
-            directive_md('<step name="decide"><action>Decide.</action></step>', name="wait"),
-        )
-        write_directive(
-            root / ".ai" / "directives" / "notes.md",
-            directive_md(
-                '<step name="work"><action>Write notes.</action></step>',
-                name="notes",
-                permissions='<write resource="filesystem" path="notes/**"/>',
-            ),
-        )
+        wait_directive(root)
+        notes_directive(root)
         server = tuned_dev_server(root)
         await server.start()
         worker = await start_worker(server.address)

@@ -130,16 +130,7 @@ async def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        common.scratch_project(root)
-        (root / ".ai" / "config" / "agent_harness.yaml").write_text(
-            "rate_limits:\n  'mcp.*': 1000000\nruns:\n  audit_batch_size: 200\nloop_detection:\n  repeat_threshold: 100000\n  max_warnings: 100000\n"
-        )
-        (root / ".ai" / "config" / "mcp_registry.yaml").write_text(
-            f"mcps:\n  everything:\n    command: node\n    args: ['{EVERYTHING}', 'stdio']\n"
-        )
-        write_directive(root / ".ai" / "directives" / "echo_bench.md", DIRECTIVE)
-        (root / "notes").mkdir(exist_ok=True)
-        (root / "notes" / "hello.md").write_text("# Hello\n\nA note read by the bench.\n")
+        _project(root)
         server = common.tuned_dev_server(root)
         await server.start()
         try:
@@ -269,6 +260,8 @@ def _project(root: Path) -> None:
         f"mcps:\n  everything:\n    command: node\n    args: ['{EVERYTHING}', 'stdio']\n"
     )
     write_directive(root / ".ai" / "directives" / "echo_bench.md", DIRECTIVE)
+    (root / "notes").mkdir(exist_ok=True)
+    (root / "notes" / "hello.md").write_text("# Hello\n\nA note read by the bench.\n")
 
 
 class _Sink(BaseHTTPRequestHandler):

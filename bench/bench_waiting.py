@@ -34,13 +34,13 @@ from bench.common import (
     start_worker,
     stop_worker,
     tuned_dev_server,  # noqa: E402
+    wait_directive,
 )
 from bench.floor import AuditedFloorWorkflow, FloorWorkflow, start_floor_worker  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.devserver import DevServer  # noqa: E402
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
-from tests.helpers import directive_md, write_directive  # noqa: E402
 
 
 async def main() -> None:
@@ -57,10 +57,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         scratch_project(root)
-        write_directive(
-            root / ".ai" / "directives" / "wait.md",
-            directive_md('<step name="decide"><action>Decide.</action></step>', name="wait"),
-        )
+        wait_directive(root)
         server = tuned_dev_server(root)
         await server.start()
         worker = await start_worker(server.address)

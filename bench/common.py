@@ -23,6 +23,30 @@ def scratch_project(root: Path) -> None:
     kiwi(["init", "--json"])
 
 
+def wait_directive(root: Path) -> None:
+    """``wait``: one step that waits for the agent (``decide``)."""
+    from tests.helpers import directive_md, write_directive
+
+    write_directive(
+        root / ".ai" / "directives" / "wait.md",
+        directive_md('<step name="decide"><action>Decide.</action></step>', name="wait"),
+    )
+
+
+def notes_directive(root: Path) -> None:
+    """``notes``: one agent step that may write under notes/."""
+    from tests.helpers import directive_md, write_directive
+
+    write_directive(
+        root / ".ai" / "directives" / "notes.md",
+        directive_md(
+            '<step name="work"><action>Write notes.</action></step>',
+            name="notes",
+            permissions='<write resource="filesystem" path="notes/**"/>',
+        ),
+    )
+
+
 def tuned_dev_server(root: Path) -> DevServer:
     """The dev server with `kiwi dev`'s default tuning, on free loopback ports, state in ``root``."""
     t = DEFAULTS["temporal"]

@@ -87,13 +87,10 @@ class FloorWorkflow:
 
 
 @workflow.defn
-class AuditedFloorWorkflow:
+class AuditedFloorWorkflow(FloorWorkflow):
     """FloorWorkflow plus what Kiwi's audit trail adds to a waiting run, and nothing else of Kiwi's: a
     local activity in its first workflow task (a run's first records are written as it starts waiting)
-    and one in its last (its last records, written before it completes)."""
-
-    def __init__(self) -> None:
-        self.done = False
+    and one in its last (its last records, written before it completes). Its handlers are FloorWorkflow's."""
 
     @workflow.run
     async def run(self) -> None:
@@ -104,15 +101,6 @@ class AuditedFloorWorkflow:
         await workflow.execute_local_activity(
             floor_noop, "finished", start_to_close_timeout=timedelta(seconds=10)
         )
-
-    @workflow.update
-    async def finish(self, value: str) -> str:
-        self.done = True
-        return value
-
-    @workflow.query
-    def ready(self) -> bool:
-        return True
 
 
 @contextlib.asynccontextmanager

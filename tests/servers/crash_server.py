@@ -15,14 +15,17 @@ from mcp.server.mcpserver import MCPServer
 marker = Path(sys.argv[1])
 server = MCPServer(name="crashy")
 in_flight = 0
+arrived = asyncio.Condition()
 
 
 @server.tool(description="Answer with the text; before the crash, hang until it")
 async def wait(text: str) -> str:
     global in_flight
     if not marker.exists():
-        in_flight += 1
-        await asyncio.sleep(600)  # ended by the crash
+        async with arrived:
+            in_flight += 1
+            arrived.notify_all()
+        await asyncio.Event().wait()  # ended by the crash
     return f"after the crash: {text}"
 
 
@@ -30,8 +33,8 @@ async def wait(text: str) -> str:
 async def crash(expected: int) -> str:
     if marker.exists():
         return "crashed before"
-    while in_flight < expected:
-        await asyncio.sleep(0.01)
+    async with arrived:
+        await arrived.wait_for(lambda: in_flight >= expected)
     marker.write_text("crashed\n")
     os._exit(1)
 
