@@ -69,6 +69,7 @@ class McpConnection:
         self.busy = 0
         self.last_used = time.monotonic()
         self.broken = False
+        self.retiring = False  # out of the pool: closed when its last call in flight ends
         self._on_change = on_change
         self._closing = asyncio.Event()
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -202,14 +203,29 @@ class McpPool:
             self._opened.add(key)
             return conn
 
-    async def drop(self, project_root: str, config: McpServerConfig) -> None:
-        conn = self._connections.pop(self._key(project_root, config), None)
-        if conn is not None:
-            if telemetry.active():
-                process_meter().create_counter(
-                    MCP_DROPPED, "upstream MCP connections dropped on a failure"
-                ).add(1, {"server": config.name})
-            await conn.close()
+    async def drop(
+        self, project_root: str, config: McpServerConfig, conn: McpConnection | None = None
+    ) -> None:
+        """Close the server's connection (``conn`` only if it is still the current one: a connection
+        opened since, with calls of its own in flight, is left alone)."""
+        key = self._key(project_root, config)
+        current = self._connections.get(key)
+        if current is None or (conn is not None and current is not conn):
+            return
+        del self._connections[key]
+        if telemetry.active():
+            process_meter().create_counter(MCP_DROPPED, "upstream MCP connections dropped on a failure").add(
+                1, {"server": config.name}
+            )
+        await current.close()
+
+    def _retire(self, project_root: str, config: McpServerConfig, conn: McpConnection) -> None:
+        """No new call goes to ``conn`` (the next one opens a fresh connection); the calls already in
+        flight on it keep it until they end, and the last one closes it (see ``_using``)."""
+        conn.retiring = True
+        key = self._key(project_root, config)
+        if self._connections.get(key) is conn:
+            del self._connections[key]
 
     @contextlib.asynccontextmanager
     async def _using(
@@ -223,16 +239,25 @@ class McpPool:
             assert conn.client is not None
             yield conn
         except MCPError as exc:
+            # An error answer: the connection carried it, and other runs' calls in flight on it must keep
+            # their answers (dropping it ended them, and their retries ran calls the server had done).
             if exc.code in PERMANENT_CODES:
                 raise McpRefused(scrub_text(f"{what}: {exc.message}"), refused_type) from None
-            await self.drop(project_root, config)
+            if exc.code == mcp_types.CONNECTION_CLOSED:
+                await self.drop(project_root, config, conn)
+            elif exc.code == mcp_types.REQUEST_TIMEOUT or config.type != "stdio":
+                # A server that may be stuck, or an HTTP status the client spelled as an error (a session
+                # the server lost on a restart): later calls go to a fresh connection.
+                self._retire(project_root, config, conn)
             raise McpUnavailable(scrub_text(f"{what}: {exc.message}")) from None
         except Exception as exc:  # noqa: BLE001 - a broken transport surfaces as many exception types
-            await self.drop(project_root, config)
+            await self.drop(project_root, config, conn)
             raise McpUnavailable(_describe(exc, config.name)) from None
         finally:
             conn.busy -= 1
             conn.last_used = time.monotonic()
+            if conn.retiring and conn.busy == 0:
+                await conn.close()
 
     async def list_tools(
         self, project_root: str, config: McpServerConfig, refresh: bool = False

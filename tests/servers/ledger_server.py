@@ -2,7 +2,9 @@
 
 Every call appends a line ``TOOL TAG`` to the ledger file (argument 1) before it does anything else, so a
 test counts how many times each call really ran, whatever the run answered. The review attacks on batched
-calls use it: a slow call beside quick ones, large answers, a secret in answers and errors.
+calls use it: a slow call beside quick ones, large answers, a secret in answers and errors. ``hold``
+answers once a line is written to the FIFO ``LEDGER.release``, so a test knows a call is in flight (its
+write returns once the server opened the FIFO) and decides when it ends, without waiting on a clock.
 """
 
 import asyncio
@@ -13,7 +15,7 @@ from pathlib import Path
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_PARAMS
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
 
 ledger = Path(sys.argv[1])
 server = MCPServer(name="ledger")
@@ -63,6 +65,24 @@ async def fail(tag: str) -> str:
 async def refuse(tag: str, size: int) -> str:
     _note("refuse", tag)
     raise MCPError(code=INVALID_PARAMS, message="r" * size)
+
+
+@server.tool(description="Note the call; answer once a line is written to the FIFO LEDGER.release")
+async def hold(tag: str) -> str:
+    _note("hold", tag)
+    line = await asyncio.to_thread(lambda: ledger.with_suffix(".release").read_text())
+    return f"held {tag} until {line.strip()}"
+
+
+@server.tool(description="Note the call; answer with a JSON-RPC internal error (the connection is sound)")
+async def error(tag: str) -> str:
+    _note("error", tag)
+    raise MCPError(code=INTERNAL_ERROR, message=f"internal error {tag}")
+
+
+@server.tool(description="Answer with this server process's id")
+async def pid(tag: str) -> str:
+    return str(os.getpid())
 
 
 server.run("stdio")

@@ -1,0 +1,76 @@
+"""One call's failure on a shared upstream connection ends that call, not the calls in flight beside it.
+
+The worker's pool shares one connection per server and project among every run on the worker. Any MCP
+error used to drop it (for stdio, stop the server process): calls of other runs in flight on it lost their
+answers, and their retries ran again calls the server had already done. Against a real MCP server (the
+ledger server, which writes a line for every call it runs): an error answer leaves the connection as it
+is; a call past the server's timeout retires the connection (the next call opens a fresh one, the old one
+closes when its last call ends); only a broken transport drops it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import pytest
+
+from kiwi.upstream.pool import McpPool, McpUnavailable
+from tests.test_mcp_servers import SERVERS, registry, text_of
+
+LEDGER_SERVER = SERVERS / "ledger_server.py"
+
+
+@pytest.fixture
+def ledger(tmp_path, monkeypatch):
+    monkeypatch.setenv("AI_USER_SPACE", str(tmp_path / "user"))
+    return tmp_path / "ledger.txt"
+
+
+def _pool(project, ledger, extra: str = ""):
+    registry(
+        project,
+        f'mcps:\n  ledger:\n    command: "{sys.executable}"\n    args: ["{LEDGER_SERVER}", "{ledger}"]\n{extra}',
+    )
+    pool = McpPool()
+    return pool, pool.config(str(project), "ledger")
+
+
+async def _text(pool, project, config, tool, args) -> str:
+    result, _ = await pool.call_tool(str(project), config, tool, args)
+    return text_of(result)
+
+
+async def test_an_error_answer_leaves_the_calls_in_flight_beside_it(project, ledger):
+    pool, config = _pool(project, ledger)
+    release = ledger.with_suffix(".release")
+    os.mkfifo(release)
+    try:
+        server_pid = await _text(pool, project, config, "pid", {"tag": "before"})
+        held = asyncio.create_task(_text(pool, project, config, "hold", {"tag": "b"}))
+        # Opening the FIFO returns once the server opened it: the held call is running at the server.
+        writer = await asyncio.wait_for(asyncio.to_thread(open, release, "w"), 30)
+        with writer:
+            with pytest.raises(McpUnavailable, match="internal error a"):
+                await _text(pool, project, config, "error", {"tag": "a"})
+            writer.write("go\n")  # only now, after the error came back, may the held call answer
+        assert await asyncio.wait_for(held, 30) == "held b until go"
+        assert ledger.read_text().splitlines() == ["hold b", "error a"]
+        assert await _text(pool, project, config, "pid", {"tag": "after"}) == server_pid
+    finally:
+        await pool.close()
+
+
+async def test_a_call_past_the_timeout_retires_its_connection(project, ledger):
+    pool, config = _pool(project, ledger, "    timeout: 1\n")
+    try:
+        first = await _text(pool, project, config, "pid", {"tag": "before"})
+        with pytest.raises(McpUnavailable, match="timed out"):
+            await _text(pool, project, config, "slow", {"tag": "s", "seconds": 60})
+        # The server may be stuck: the next call goes to a fresh connection (a new process), and the old
+        # one, with no call left in flight, is closed (its process has ended).
+        assert await _text(pool, project, config, "pid", {"tag": "after"}) != first
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(first), 0)
+    finally:
+        await pool.close()
