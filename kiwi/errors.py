@@ -239,6 +239,13 @@ class RunContinuing(Failure):
     retryable = True
 
 
+class RunBusy(Failure):
+    """The run's current workflow task already carries as many call arguments as it may (see
+    workflows/directive_run/task_budget.py); the client sends the call again, to a later task."""
+
+    retryable = True
+
+
 class ChildRunFailed(Failure):
     pass
 

@@ -13,7 +13,7 @@ import functools
 import hashlib
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +67,7 @@ from kiwi.errors import (
     InputInvalid,
     KiwiError,
     McpServerMissing,
+    RunBusy,
     RunContinuing,
     RunFinished,
     RunInOtherProject,
@@ -93,6 +94,13 @@ class StartedRun:
     trust: RunTrust | None = None
 
 
+# Arguments over this size (JSON) make a call large: one large call per run is in flight from a client.
+LARGE_ARGUMENT_BYTES = 32_000
+# How many times a call the run refused as busy (RunBusy: its task took as many call arguments as it may)
+# is sent again before the caller is told; each task takes about 1 MB of arguments.
+BUSY_RESENDS = 100
+
+
 class RunClient:
     """Starts and steers the runs of one project (``store.project_root``).
 
@@ -110,6 +118,7 @@ class RunClient:
         self.project = str(store.project_root)
         self._attributes_ready: bool | None = None
         self._projects: dict[str, str] = {}  # run id -> its project, as recorded at its start
+        self._large_calls: dict[str, tuple[asyncio.Lock, int]] = {}  # see _argument_room
 
     async def project_of(self, run_id: str) -> str:
         """The project a run belongs to ("" for a run started without one, e.g. before projects existed)."""
@@ -358,7 +367,29 @@ class RunClient:
         if (refused := _unsendable(tool, arguments)) is not None:
             return refused
         request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
-        return self._why_not_found(await self._update(run_id, DirectiveRun.call_tool, request, update_id))
+        async with self._argument_room(run_id, arguments):
+            result = await self._update(run_id, DirectiveRun.call_tool, request, update_id)
+        return self._why_not_found(result)
+
+    @contextlib.asynccontextmanager
+    async def _argument_room(self, run_id: str, arguments: dict[str, Any]) -> AsyncIterator[None]:
+        """One call with large arguments in flight per run from this client. Temporal hands a run the
+        calls admitted for it together, in one workflow task of at most 4 MB, and ends the run when they
+        do not fit: ten calls of 900 KB sent at once did that."""
+        if len(json.dumps(arguments, default=str)) <= LARGE_ARGUMENT_BYTES:
+            yield
+            return
+        lock, users = self._large_calls.get(run_id) or (asyncio.Lock(), 0)
+        self._large_calls[run_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._large_calls[run_id]
+            if users == 1:
+                del self._large_calls[run_id]
+            else:
+                self._large_calls[run_id] = (lock, users - 1)
 
     def _why_not_found(self, result: ToolCallResult) -> ToolCallResult:
         """A call of a tool the run does not have: when the project holds a manifest with that id that
@@ -538,7 +569,10 @@ class RunClient:
         await self.check_project(run_id)
         handle = self.handle(run_id)
         update_id = update_id or uuid.uuid4().hex
-        for _attempt in range(20):
+        busy = 0
+        attempt = 0
+        while attempt < 20:
+            attempt += 1
             try:
                 if wait_seconds is None:
                     return await handle.execute_update(update, arg, id=update_id)
@@ -557,6 +591,12 @@ class RunClient:
                 message = getattr(cause, "message", "") or str(cause)
                 if kind == RunContinuing.type:
                     await self._await_successor(run_id)
+                    continue
+                if kind == RunBusy.type and busy < BUSY_RESENDS:
+                    # The run's task took as many call arguments as it may: a later task takes this one.
+                    busy += 1
+                    attempt -= 1  # (not an attempt: the run took the call's place in a later task)
+                    await asyncio.sleep(min(0.01 * busy, 0.2))
                     continue
                 if kind == RunFinished.type:
                     raise RunFinished(message) from None
@@ -642,9 +682,10 @@ class RunClient:
             else uuid.uuid4().hex
         )
         request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
-        result = await self._update(
-            run_id, DirectiveRun.call_tool, request, call_id, wait_seconds, on_progress
-        )
+        async with self._argument_room(run_id, arguments):
+            result = await self._update(
+                run_id, DirectiveRun.call_tool, request, call_id, wait_seconds, on_progress
+            )
         if result is not None:
             return self._why_not_found(result)
         pending = _pending(tool, run_id, call_id, wait_seconds)

@@ -349,13 +349,6 @@ async def test_large_reads_in_one_batch_are_read_again_alone_and_all_answer(temp
     await _replays(runs, run_id)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole left: the answers of one workflow task are bounded per batch, not per task. Large reads "
-    "(one batch, 1.8 MB) and a large MCP answer (another batch) in the same task make its completion "
-    "(each answer twice: marker and update completion) pass gRPC's 4 MB, and the run is terminated. "
-    "Concurrent single calls did the same before batching.",
-)
 async def test_large_answers_of_two_batches_in_one_task_do_not_end_the_run(temporal_env, project, tmp_path):
     ledger = tmp_path / "ledger.txt"
     _ledger_registry(project, ledger)
@@ -384,19 +377,17 @@ async def test_large_answers_of_two_batches_in_one_task_do_not_end_the_run(tempo
         assert (await runs.status(run_id)).status == "awaiting_agent"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole left (same family): a batch bounds its answers (1.9 MB) but not the rest of its workflow "
-    "task's completion, which also carries each answer again as the update's completion and the calls' "
-    "arguments as the updates' acceptances; two calls with ~0.9 MB arguments and answers pass gRPC's 4 MB "
-    "and the run is terminated.",
-)
 async def test_large_arguments_and_answers_in_one_batch_do_not_end_the_run(temporal_env, project, tmp_path):
     """Two calls whose arguments and answers are each ~0.9 MB, in one batch: the answers fit the batch's
-    shared limit, and the workflow task that carries them (and the calls' updates) must not end the run."""
+    shared limit, and the workflow task that carries them (and the calls' updates) must not end the run.
+    (Sent by two clients, as two front ends would: one client sends one large call per run at a time.)"""
     runs, run_id, queue, ledger = await _ledger_run(temporal_env, project, tmp_path)
-    calls = [("ledger.count", {"tag": n * 450_000}) for n in "pq"]
-    results = await _answers(temporal_env, runs, run_id, queue, calls, timeout=60)
+    updates = []
+    for n in "pq":
+        client = RunClient(temporal_env.client, runs.store, task_queue=queue)
+        updates += await _admitted(client, run_id, [("ledger.count", {"tag": n * 450_000})])
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        results = await asyncio.wait_for(asyncio.gather(*updates), 60)
     assert [r.status for r in results] == ["ok", "ok"], [r.reason for r in results]
     assert [len(_line) for _line in _lines(ledger)] == [6 + 450_000] * 2
     async with build_worker(temporal_env.client, queue, sandboxed=True):

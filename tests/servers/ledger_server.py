@@ -80,6 +80,12 @@ async def error(tag: str) -> str:
     raise MCPError(code=INTERNAL_ERROR, message=f"internal error {tag}")
 
 
+@server.tool(description="Note the call (its tag's length only); answer with that length")
+async def length(tag: str) -> str:
+    _note("length", str(len(tag)))
+    return f"{len(tag)} characters"
+
+
 @server.tool(description="Answer with this server process's id")
 async def pid(tag: str) -> str:
     return str(os.getpid())

@@ -49,6 +49,7 @@ from workflows.directive_run.options import (
     RETRY,
     TOOL_EXECUTORS,
 )
+from workflows.directive_run.task_budget import json_bytes
 
 if TYPE_CHECKING:
     from workflows.directive_run.workflow import DirectiveRun
@@ -250,8 +251,8 @@ class CallsMixin:
                 item = await self._batched(
                     "filesystem",
                     (tool, request),
-                    one=lambda call: self._fs_one(call, options),
-                    many=lambda calls: self._fs_many(calls, options),
+                    one=lambda call, local: self._fs_one(call, options, local),
+                    many=lambda calls, local: self._fs_many(calls, options, local),
                 )
                 value = (
                     item.value
@@ -346,21 +347,30 @@ class CallsMixin:
         together, or beside the batch's answers, a few large files made it larger and the run was ended."""
         async with self.rereads:
             await workflow.sleep(CONTINUE_COMMIT_TIMER)  # (a timer ends the task: what came before is sent)
-            return await workflow.execute_local_activity_method(FS_ACTIVITIES[tool], request, **options)
+            item = await self._within_budget(
+                lambda local: self._fs_one((tool, request), options, local),
+                sent=lambda: request.model_dump(),
+                answered=lambda item: json_bytes(item.model_dump()),
+            )
+            return item.value
 
     async def _fs_one(
-        self: DirectiveRun, call: tuple[str, FilesystemRequest], options: dict[str, Any]
+        self: DirectiveRun, call: tuple[str, FilesystemRequest], options: dict[str, Any], local: bool = True
     ) -> BatchItem:
-        """A batch of one read: the call's own local activity, as before batching (same history)."""
+        """A batch of one read: the call's own local activity, as before batching (same history). Not
+        ``local``: a regular activity (see ``_within_budget``)."""
         tool, request = call
-        return BatchItem(
-            value=await workflow.execute_local_activity_method(FS_ACTIVITIES[tool], request, **options)
-        )
+        execute = workflow.execute_local_activity_method if local else workflow.execute_activity_method
+        return BatchItem(value=await execute(FS_ACTIVITIES[tool], request, **options))
 
     async def _fs_many(
-        self: DirectiveRun, calls: list[tuple[str, FilesystemRequest]], options: dict[str, Any]
+        self: DirectiveRun,
+        calls: list[tuple[str, FilesystemRequest]],
+        options: dict[str, Any],
+        local: bool = True,
     ) -> list[BatchItem]:
-        result = await workflow.execute_local_activity_method(
+        execute = workflow.execute_local_activity_method if local else workflow.execute_activity_method
+        result = await execute(
             FilesystemActivities.read_many,
             FilesystemBatch(
                 operations=[tool.partition(".")[2] for tool, _ in calls], requests=[r for _, r in calls]

@@ -75,7 +75,10 @@ ALL_CHANGES = "kiwi-run-changes-2026-11"
 # each marker is a history event and a search-attribute upsert, and a run replays them on every worker
 # that takes it over. Runs started before it replay the
 # markers they recorded. Check it with ``self.current or workflow.patched(OLD_ID)``, never alone.
-CURRENT = "kiwi-run-changes-2026-11-23b"
+CURRENT = "kiwi-run-changes-2026-11-23c"
+# What CURRENT stood for until it also stood for the task budget (task_budget.py): runs started in between
+# replay it.
+CHANGES_2026_11_23B = "kiwi-run-changes-2026-11-23b"
 # What CURRENT stood for until it also stood for MCP_BATCHED: runs started in between replay it.
 CHANGES_2026_11_23 = "kiwi-run-changes-2026-11-23"
 # (In CURRENT only, never a marker of its own.) Upstream MCP calls to one server made in the same workflow
@@ -99,6 +102,13 @@ TOOL_EXECUTORS = "kiwi-tool-executors-2026-11"
 # update ids the run keeps (RunState.update_seqs) instead of running twice.
 COMMIT_BEFORE_CONTINUE = "kiwi-commit-before-continue-2026-11"
 CONTINUE_COMMIT_TIMER = timedelta(milliseconds=1)
+# What one workflow task may send (task_budget.py): Temporal takes 4 MB (4,194,304 bytes) of a task's
+# completion; the rest is for what frames the payloads and the task's other commands.
+TASK_BYTES = 3_900_000
+# Call arguments one workflow task accepts (the updates' acceptances carry them): past this, a call is
+# refused (RunBusy) and the client sends it again to a later task. The first call of a task is always
+# accepted (Temporal bounds one payload at 2 MB).
+TASK_ARGUMENT_BYTES = 1_000_000
 # Kiwi's meta-tools (kiwi-mcp.search, load, help, execute/run) are tools of the run, gated by the
 # kiwi-mcp grants: looked up, planned into steps and executed. Checked once, in the run's first
 # activation (DirectiveRun.__init__), so a run started before it keeps refusing them on replay.

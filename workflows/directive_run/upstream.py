@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -38,6 +38,9 @@ from workflows.directive_run.options import (
     MCP_LOCAL_LIMIT,
     MCP_RETRY,
 )
+from workflows.directive_run.task_budget import json_bytes
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from workflows.directive_run.workflow import DirectiveRun
@@ -144,8 +147,8 @@ class UpstreamMixin:
             item = await self._batched(
                 f"mcp:{server}",
                 request,
-                one=lambda r: self._single_item(r, timeout),
-                many=lambda rs: self._batch_items(server, rs, timeout),
+                one=lambda r, local: self._single_item(r, timeout, local),
+                many=lambda rs, local: self._batch_items(server, rs, timeout, local),
             )
             if not item.retry:
                 value = item.value
@@ -156,9 +159,20 @@ class UpstreamMixin:
                 )
             # A transport failure: retried as a call of its own, with the single call's retry policy.
         if info.timeout_seconds <= MCP_LOCAL_LIMIT:
-            return self._outcome(tool, (await self._single_item(request, timeout)).value, warnings)
+            item = await self._within_budget(
+                lambda local: self._single_item(request, timeout, local),
+                sent=lambda: request.model_dump(),
+                answered=lambda item: json_bytes(item.model_dump()),
+            )
+            return self._outcome(tool, item.value, warnings)
+        return self._outcome(tool, await self._remote_call(request, timeout), warnings)
+
+    async def _remote_call(self: DirectiveRun, request: McpCallRequest, timeout: timedelta) -> McpCallResult:
+        """An upstream call as an activity of its own: a long one (heartbeats carry its progress), or a
+        short one with no room for its answer in the workflow task (see task_budget.py)."""
+        tool = f"{request.server}.{request.tool}"
         handle = workflow.start_activity(
-            f"mcp.{server}.call_tool",
+            f"mcp.{request.server}.call_tool",
             request,
             result_type=McpCallResult,
             start_to_close_timeout=timeout + timedelta(seconds=30),
@@ -168,7 +182,31 @@ class UpstreamMixin:
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
         await self._until_done_or_cancelled(handle, tool)
-        return self._outcome(tool, await handle, warnings)
+        return await handle
+
+    async def _within_budget(
+        self: DirectiveRun,
+        send: Callable[[bool], Awaitable[T]],
+        *,
+        sent: Callable[[], Any],
+        answered: Callable[[T], int],
+    ) -> T:
+        """``send(local)``: as a local activity while its largest answer fits in the workflow task (it holds
+        that room until it answers), else as a regular activity, whose answer does not travel in the task
+        (its input ``sent()`` does). Runs started before the task budget: always local."""
+        if not self.budgeted:
+            return await send(True)
+        if not self.budget.local_room():
+            self.budget.spend(json_bytes(sent()))
+            return await send(False)
+        self.budget.reserve()
+        size = 0
+        try:
+            result = await send(True)
+            size = answered(result)
+            return result
+        finally:
+            self.budget.settle(size)
 
     def _outcome(self: DirectiveRun, tool: str, outcome: McpCallResult, warnings: list[str]) -> Any:
         if outcome.schema_changed:
@@ -183,12 +221,13 @@ class UpstreamMixin:
         key: str,
         request: Any,
         *,
-        one: Callable[[Any], Awaitable[BatchItem]],
-        many: Callable[[list[Any]], Awaitable[list[BatchItem]]],
+        one: Callable[[Any, bool], Awaitable[BatchItem]],
+        many: Callable[[list[Any], bool], Awaitable[list[BatchItem]]],
     ) -> BatchItem:
         """Queue ``request`` for the next batch of ``key`` (sent once every call of this workflow task that
         reaches this point has joined it: ``one`` for a batch of one, as the call always went, else
-        ``many``) and wait for its own item. A refused call's item raises its refusal here."""
+        ``many``; their flag: as a local activity, see ``_within_budget``) and wait for its own item. A
+        refused call's item raises its refusal here."""
         future: asyncio.Future[BatchItem] = asyncio.get_running_loop().create_future()
         queue = self.batches.setdefault(key, [])
         queue.append((request, future))
@@ -204,8 +243,8 @@ class UpstreamMixin:
     async def _send_batch(
         self: DirectiveRun,
         key: str,
-        one: Callable[[Any], Awaitable[BatchItem]],
-        many: Callable[[list[Any]], Awaitable[list[BatchItem]]],
+        one: Callable[[Any, bool], Awaitable[BatchItem]],
+        many: Callable[[list[Any], bool], Awaitable[list[BatchItem]]],
     ) -> None:
         queue = self.batches[key]
         # Let every handler this activation runs reach its call: each yield lets the ready ones go first.
@@ -215,8 +254,17 @@ class UpstreamMixin:
             size = len(queue)
             await asyncio.sleep(0)
         del self.batches[key]
+        requests = [r for r, _ in queue]
+
+        async def send(local: bool) -> list[BatchItem]:
+            return [await one(requests[0], local)] if len(requests) == 1 else await many(requests, local)
+
         try:
-            items = [await one(queue[0][0])] if len(queue) == 1 else await many([r for r, _ in queue])
+            items = await self._within_budget(
+                send,
+                sent=lambda: [_dumped(r) for r in requests],
+                answered=lambda items: sum(json_bytes(item.model_dump()) for item in items),
+            )
         except BaseException as exc:  # every caller gets the failure: none may wait forever
             for _, future in queue:
                 if not future.done():
@@ -228,9 +276,13 @@ class UpstreamMixin:
             if not future.done():
                 future.set_result(item)
 
-    async def _single_item(self: DirectiveRun, request: McpCallRequest, timeout: timedelta) -> BatchItem:
+    async def _single_item(
+        self: DirectiveRun, request: McpCallRequest, timeout: timedelta, local: bool = True
+    ) -> BatchItem:
         """One short call's own local activity: a batch of one, a call retried alone, every short call of a
-        run started before batching (the same commands as ever)."""
+        run started before batching (the same commands as ever). Not ``local``: a regular activity."""
+        if not local:
+            return BatchItem(value=await self._remote_call(request, timeout))
         tool = f"{request.server}.{request.tool}"
         handle = workflow.start_local_activity(
             f"mcp.{request.server}.call_tool",
@@ -244,9 +296,14 @@ class UpstreamMixin:
         return BatchItem(value=await handle)
 
     async def _batch_items(
-        self: DirectiveRun, server: str, requests: list[McpCallRequest], timeout: timedelta
+        self: DirectiveRun,
+        server: str,
+        requests: list[McpCallRequest],
+        timeout: timedelta,
+        local: bool = True,
     ) -> list[BatchItem]:
-        handle = workflow.start_local_activity(
+        start = workflow.start_local_activity if local else workflow.start_activity
+        handle = start(
             f"mcp.{server}.call_tools",
             McpCallBatch(requests=requests, timeout_seconds=timeout.total_seconds()),
             result_type=BatchResult,
@@ -267,3 +324,10 @@ class UpstreamMixin:
             with contextlib.suppress(ActivityError):
                 await handle
             raise CallRefused("error", f"{what} was cancelled with the run", error_type=Cancelled.type)
+
+
+def _dumped(request: Any) -> Any:
+    """A batched request as JSON data: an MCP call's, or a (tool, read request) pair's."""
+    if isinstance(request, tuple):
+        return [part.model_dump() if hasattr(part, "model_dump") else part for part in request]
+    return request.model_dump()

@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from kiwi.errors import (
         InputInvalid,
+        RunBusy,
         RunContinuing,
         RunFinished,
         RunStateConflict,
@@ -57,6 +58,7 @@ from workflows.directive_run.kiwi_tools import KiwiToolsMixin
 from workflows.directive_run.options import (
     ALL_CHANGES,
     CHANGES_2026_11_23,
+    CHANGES_2026_11_23B,
     COMMIT_BEFORE_CONTINUE,
     CURRENT,
     HARDENED,
@@ -67,8 +69,10 @@ from workflows.directive_run.options import (
     RECENT_UPDATE_IDS,
     RUN_OUTPUTS_BYTES,
     STEP_OUTPUTS_BYTES,
+    TASK_ARGUMENT_BYTES,
 )
 from workflows.directive_run.steps import StepsMixin
+from workflows.directive_run.task_budget import TaskBudget, json_bytes
 from workflows.directive_run.upstream import UpstreamMixin
 from workflows.directive_run.view import ViewMixin
 
@@ -90,9 +94,11 @@ class DirectiveRun(
         self.lean = False
         # Checked here, not in run(): signals that arrive with the first task are handled before
         # run() starts, and must already be held to the hardened rules.
-        # CURRENT stands for every change, MCP_BATCHED included; runs started before it replay the marker
-        # of the changes up to CHANGES_2026_11_23 (checked only when CURRENT is not in their history).
-        self.batched = workflow.patched(CURRENT)
+        # CURRENT stands for every change, the task budget included; runs started before it replay the
+        # marker of the changes up to CHANGES_2026_11_23B (MCP_BATCHED) or CHANGES_2026_11_23 (checked only
+        # when CURRENT is not in their history).
+        self.budgeted = workflow.patched(CURRENT)
+        self.batched = self.budgeted or workflow.patched(CHANGES_2026_11_23B)
         self.current = self.batched or workflow.patched(CHANGES_2026_11_23)
         self.hardened = self.current or workflow.patched(HARDENED)
         self.commit_before_continue = self.current or workflow.patched(COMMIT_BEFORE_CONTINUE)
@@ -106,6 +112,9 @@ class DirectiveRun(
         self.batch_senders: set[asyncio.Future[None]] = set()
         # Reads a batch handed back are made again one at a time, each in a task of its own (see _read_alone).
         self.rereads = asyncio.Lock()
+        # What the current workflow task sends Temporal, kept under what it takes (see task_budget.py).
+        self.budget = TaskBudget()
+        self.accepting = (-1, 0)  # (task, call argument bytes accepted in it): see _accept_arguments
 
     def _spawn(self, work: Awaitable[Any], what: str, *, wait: bool = True) -> None:
         """Start ``work`` without waiting for it; a failure is audited, not lost. ``wait``: the run awaits it
@@ -216,13 +225,16 @@ class DirectiveRun(
         # Temporal may also deliver a completed call again to the successor (see COMMIT_BEFORE_CONTINUE):
         # one whose result is no longer held is answered by its call number, never run twice.
         update_id = workflow.current_update_info().id if workflow.current_update_info() else ""
+        if self.budgeted:
+            self.budget.spend(json_bytes(request.arguments))  # (the update's acceptance carries them)
         if update_id in self.state.recent_updates:
-            return self.state.recent_updates[update_id]
+            return await self._answer(self.state.recent_updates[update_id])
         if self.commit_before_continue and update_id in self.state.update_seqs:
             return self._already_ran(request, update_id, self.state.update_seqs[update_id])
         result = await self._call(request.tool, request.arguments, origin="agent", client=request.client)
+        size = json_bytes(result.model_dump()) if self.budgeted else 0
         if update_id:
-            if self._holds(result):
+            if self._holds(result, size):
                 recent = {**self.state.recent_updates, update_id: result}
                 self.state.recent_updates = dict(list(recent.items())[-RECENT_RESULTS:])
             if self.commit_before_continue:
@@ -230,14 +242,23 @@ class DirectiveRun(
                 seqs[update_id] = result.call_seq
                 if len(seqs) > RECENT_UPDATE_IDS * 1.1:  # trimmed now and then, not copied per call
                     self.state.update_seqs = dict(list(seqs.items())[-RECENT_UPDATE_IDS:])
+        if self.budgeted:
+            await self.budget.room(size)  # (the update's completion carries the answer again)
         return result
 
-    def _holds(self, result: ToolCallResult) -> bool:
+    async def _answer(self, result: ToolCallResult) -> ToolCallResult:
+        """A held result answered again: in a task with room for it."""
+        if self.budgeted:
+            await self.budget.room(json_bytes(result.model_dump()))
+        return result
+
+    def _holds(self, result: ToolCallResult, size: int = 0) -> bool:
         """Whether a call's result is kept for a re-sent call (see HELD_RESULTS_CAPPED); a larger one is
-        known by its call number only, which needs update_seqs (COMMIT_BEFORE_CONTINUE)."""
+        known by its call number only, which needs update_seqs (COMMIT_BEFORE_CONTINUE). ``size``: its JSON
+        length, when already measured."""
         if not self.commit_before_continue or not (self.current or workflow.patched(HELD_RESULTS_CAPPED)):
             return True
-        return len(json.dumps(result.model_dump(), default=str)) <= HELD_RESULT_BYTES
+        return (size or json_bytes(result.model_dump())) <= HELD_RESULT_BYTES
 
     def _already_ran(self, request: CallToolRequest, update_id: str, seq: int) -> ToolCallResult:
         return ToolCallResult(
@@ -260,6 +281,24 @@ class DirectiveRun(
         self._refuse_if_held()
         if not request.tool:
             raise InputInvalid.error("'tool' is required, e.g. filesystem.read")
+        if self.budgeted:
+            self._accept_arguments(request)
+
+    def _accept_arguments(self, request: CallToolRequest) -> None:
+        """Bound the call arguments one workflow task accepts (TASK_ARGUMENT_BYTES; its first call always
+        goes). Validators do not run again on replay, so this count is the validator's own: nothing the
+        run decides reads it."""
+        size = json_bytes(request.arguments)
+        task = workflow.info().get_current_history_length()
+        if self.accepting[0] != task:
+            self.accepting = (task, 0)
+        taken = self.accepting[1]
+        if taken and taken + size > TASK_ARGUMENT_BYTES:
+            raise RunBusy.error(
+                f"this run's workflow task already carries {taken:,} bytes of call arguments and this call "
+                f"{size:,} more; send it again (a later task takes it)"
+            )
+        self.accepting = (task, taken + size)
 
     @workflow.update
     async def complete_step(self, request: CompleteStepRequest) -> CompleteStepResult:
