@@ -42,6 +42,7 @@ def admit(
     kiwi_tools: bool = True,
     granted_by: str = "",
     one_execute: bool = False,
+    counted: frozenset[str] = frozenset(),
 ) -> Admission:
     """Decide whether call ``seq`` may run; ``now`` is workflow time in epoch seconds.
 
@@ -53,6 +54,8 @@ def admit(
     that stands in for the tool's own (kiwi-mcp execute for the ``directive.run`` it makes); the tool's
     explicit denials, rate limits and loop checks still apply. ``one_execute``: a denial or rate limit
     naming ``kiwi-mcp.execute`` or ``kiwi-mcp.run`` holds for both (runs started before decide each apart).
+    ``counted``: rate-limit patterns the call that made this one (kiwi-mcp.execute of a tool) already
+    counted: one agent call, counted once under ``*``.
     """
     names = spellings(tool) if one_execute else (tool,)
     refusal = lookup(tool, seq, snap, state, kiwi_tools=kiwi_tools)
@@ -89,13 +92,17 @@ def admit(
             )
         )
     limits = snap.limits
-    patterns = _patterns(names, limits.rate_limits, snap, kiwi_tools)
+    patterns = [p for p in _patterns(names, limits.rate_limits, snap, kiwi_tools) if p not in counted]
     for pattern in patterns:
         if state.call_counts.get(pattern, 0) + 1 > limits.rate_limits[pattern]:
             return _rate_limited(
                 tool, seq, f"rate limit for {pattern} is {limits.rate_limits[pattern]} calls per run"
             )
-    windows = _patterns(names, limits.rate_windows, snap, kiwi_tools) if limits.rate_windows else []
+    windows = (
+        [p for p in _patterns(names, limits.rate_windows, snap, kiwi_tools) if p not in counted]
+        if limits.rate_windows
+        else []
+    )
     for pattern in windows:
         calls, seconds = limits.rate_windows[pattern]
         calls -= state.window_reserved.get(pattern, 0)  # handed to running child runs
@@ -118,6 +125,16 @@ def admit(
     if warning:
         state.loop_warnings += 1
     return Admission(warning=warning)
+
+
+def counted_patterns(tool: str, snap: RunSnapshot, *, kiwi_tools: bool, one_execute: bool) -> frozenset[str]:
+    """The rate-limit patterns (calls per run and per window) an admitted call of ``tool`` counted."""
+    names = spellings(tool) if one_execute else (tool,)
+    limits = snap.limits
+    return frozenset(
+        _patterns(names, limits.rate_limits, snap, kiwi_tools)
+        + (_patterns(names, limits.rate_windows, snap, kiwi_tools) if limits.rate_windows else [])
+    )
 
 
 def _patterns(

@@ -68,6 +68,7 @@ class CallsMixin:
         step: str | None = None,
         client: str = "",
         granted_by: str = "",
+        counted: frozenset[str] = frozenset(),
     ) -> ToolCallResult:
         state, snap = self.state, self.snap
         state.call_seq += 1
@@ -87,7 +88,7 @@ class CallsMixin:
             and KIWI_MCP_ACTIONS.get(tool) == "execute"
             and (self.current or workflow.patched(KIWI_EXECUTE_AS_CALL))
         )
-        result, warning = self._admit(tool, args, seq, granted_by, one_execute)
+        result, warning = self._admit(tool, args, seq, granted_by, one_execute, counted)
         if (
             result is None
             and self.human_loop
@@ -198,6 +199,7 @@ class CallsMixin:
         seq: int,
         granted_by: str = "",
         one_execute: bool = False,
+        counted: frozenset[str] = frozenset(),
     ) -> tuple[ToolCallResult | None, str]:
         """Lookup, arguments, permission, rate limit and loop checks (``kiwi.admission``); a result means
         'not executed'."""
@@ -212,6 +214,7 @@ class CallsMixin:
             kiwi_tools=self.kiwi_tools,
             granted_by=granted_by,
             one_execute=one_execute,
+            counted=counted,
         )
         return outcome.refusal, outcome.warning
 

@@ -16,6 +16,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.items import ItemActivities
+    from kiwi.admission import counted_patterns
     from kiwi.contracts import LoadItemRequest, SearchItemsRequest
     from kiwi.guards import digest
     from kiwi.guidance import run_help
@@ -90,8 +91,14 @@ class KiwiToolsMixin:
             # one waited for its approval.
             last = len(hashes) - 1 - hashes[::-1].index(own)
             self.state.loop_hashes = hashes[:last] + hashes[last + 1 :]
+        # ... and for rate limits: a pattern this call counted (``*``) is not counted again for the inner one.
+        counted = (
+            counted_patterns(tool, self.snap, kiwi_tools=True, one_execute=True)
+            if self.budgeted
+            else frozenset()
+        )
         inner = await self._call(
-            item_id, values, origin=origin, step=step, client=client, granted_by=granted_by
+            item_id, values, origin=origin, step=step, client=client, granted_by=granted_by, counted=counted
         )
         if inner.status != "ok":
             raise CallRefused(
