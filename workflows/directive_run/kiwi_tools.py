@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows.directive_run.errors import CallRefused
 from workflows.directive_run.options import KIWI_EXECUTE_AS_CALL, RETRY
+from workflows.directive_run.task_budget import json_bytes
 
 if TYPE_CHECKING:
     from workflows.directive_run.workflow import DirectiveRun
@@ -54,20 +55,17 @@ class KiwiToolsMixin:
                 category=str(args["category"]) if args.get("category") else None,
                 limit=int(args.get("limit") or 10),
             )
-            found = await workflow.execute_local_activity_method(
-                ItemActivities.search_items,
-                request,
-                summary=f"kiwi-mcp search: {request.query}"[:100],
-                **options,
+            found = await self._item_activity(
+                ItemActivities.search_items, request, f"kiwi-mcp search: {request.query}"[:100], options
             )
             return found.model_dump()
         if action == "load":
             kind, item_id = _load_target(args)
-            loaded = await workflow.execute_local_activity_method(
+            loaded = await self._item_activity(
                 ItemActivities.load_item,
                 LoadItemRequest(project_root=root, item_type=kind, item_id=item_id),  # type: ignore[arg-type]
-                summary=f"kiwi-mcp load: {kind} {item_id}"[:100],
-                **options,
+                f"kiwi-mcp load: {kind} {item_id}"[:100],
+                options,
             )
             return loaded.model_dump()
         kind, item_id, values = kiwi_execute_target(args)
@@ -108,6 +106,20 @@ class KiwiToolsMixin:
                 error_type=inner.error_type,
             )
         return inner.result
+
+    async def _item_activity(
+        self: DirectiveRun, method: Any, request: Any, summary: str, options: dict[str, Any]
+    ) -> Any:
+        """A local activity reading the project's items, within the workflow task's budget (a loaded item
+        may be 1.4 MB): else a regular activity (see UpstreamMixin._within_budget)."""
+
+        def send(local: bool) -> Any:
+            execute = workflow.execute_local_activity_method if local else workflow.execute_activity_method
+            return execute(method, request, summary=summary, **options)
+
+        return await self._within_budget(
+            send, sent=lambda: request.model_dump(), answered=lambda found: json_bytes(found.model_dump())
+        )
 
 
 def _load_target(args: dict[str, Any]) -> tuple[str, str]:

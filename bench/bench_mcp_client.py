@@ -1,0 +1,129 @@
+"""Where an upstream MCP call's time goes, outside Kiwi: the MCP SDK's client against the bare protocol.
+
+#20's proxied-call p50 target is measured against a no-op local activity; a bare workflow making the same
+``echo`` call to server-everything is already 1.15-1.20x that floor. This bench times the upstream round
+trip alone, after an idle gap like the one between an agent's calls (the run's update path takes 8-11 ms
+on this host, so an upstream server sits idle at least that long between calls):
+
+- ``sdk``: ``mcp.client.Client.call_tool`` over ``stdio_client`` (what Kiwi's pool, and the bench's bare
+  workflow, use);
+- ``jsonrpc``: the same ``tools/call`` written as one JSON line to the same kind of server process and its
+  answer line read back (no session, no validation): the floor of the transport.
+
+    .venv/bin/python bench/bench_mcp_client.py [--calls 150]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mcp.client import Client  # noqa: E402
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
+
+from bench.bench_mcp_proxy import EVERYTHING  # noqa: E402
+
+GAPS_MS = (0, 10, 30, 50)
+
+
+class JsonRpc:
+    """The protocol by hand: one request line out, lines read until its answer."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.next_id = 0
+
+    @classmethod
+    async def start(cls) -> JsonRpc:
+        process = await asyncio.create_subprocess_exec(
+            "node",
+            str(EVERYTHING),
+            "stdio",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            limit=2**24,
+        )
+        rpc = cls(process)
+        await rpc.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "bench", "version": "1"},
+            },
+        )
+        await rpc.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return rpc
+
+    async def send(self, message: dict) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write((json.dumps(message) + "\n").encode())
+        await self.process.stdin.drain()
+
+    async def request(self, method: str, params: dict) -> dict:
+        assert self.process.stdout is not None
+        self.next_id += 1
+        await self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        while True:
+            answer = json.loads(await self.process.stdout.readline())
+            if answer.get("id") == self.next_id:
+                return answer
+
+    async def stop(self) -> None:
+        self.process.kill()
+        await self.process.wait()
+
+
+async def _median_ms(call, gap_ms: int, calls: int) -> float:
+    samples = []
+    for _ in range(calls):
+        await asyncio.sleep(gap_ms / 1000)  # the idle time between calls is what is measured against
+        started = time.perf_counter()
+        await call()
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=150)
+    args = parser.parse_args()
+    if not EVERYTHING.exists():
+        raise SystemExit("run scripts/test once first: it installs tests/npm (server-everything)")
+    rpc = await JsonRpc.start()
+    try:
+        async with Client(StdioServerParameters(command="node", args=[str(EVERYTHING), "stdio"])) as sdk:
+
+            async def by_sdk() -> None:
+                result = await sdk.call_tool("echo", {"message": "m"})
+                assert not result.is_error
+
+            async def by_hand() -> None:
+                answer = await rpc.request("tools/call", {"name": "echo", "arguments": {"message": "m"}})
+                assert "result" in answer, answer
+
+            print(f"echo to server-everything over stdio, p50 of {args.calls} calls after each idle gap")
+            for gap in GAPS_MS:
+                # Two rounds each, taking turns, so drift in the host's load hits both.
+                sdk_ms, hand_ms = [], []
+                for _ in range(2):
+                    sdk_ms.append(await _median_ms(by_sdk, gap, args.calls))
+                    hand_ms.append(await _median_ms(by_hand, gap, args.calls))
+                s, h = statistics.mean(sdk_ms), statistics.mean(hand_ms)
+                print(
+                    f"idle {gap:3d} ms: MCP SDK client {s:5.2f} ms, JSON-RPC by hand {h:5.2f} ms ({s / h:.2f}x)"
+                )
+    finally:
+        await rpc.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
