@@ -25,7 +25,9 @@ from workflows.directive_run.options import (
     AUDIT_IDLE_FLUSH,
     CONTINUE_COMMIT_TIMER,
     HELD,
+    RUN_OUTPUTS_BYTES,
 )
+from workflows.directive_run.task_budget import json_bytes
 
 if TYPE_CHECKING:
     from workflows.directive_run.workflow import DirectiveRun
@@ -33,6 +35,14 @@ if TYPE_CHECKING:
 
 class StepsMixin:
     """Steps in order: automatic ones run their calls, agent ones wait for complete_step."""
+
+    def _held_outputs(self: DirectiveRun, but: str) -> int:
+        """What the run's steps other than ``but`` hold (outputs and results of their calls), as JSON."""
+        return sum(
+            json_bytes(r.outputs) + (json_bytes(r.prerun_results) if r.prerun_results else 0)
+            for n, r in self.state.steps.items()
+            if n != but
+        )
 
     async def _run_step(self: DirectiveRun, step: Step) -> None:
         state = self.state
@@ -63,6 +73,7 @@ class StepsMixin:
                 # publishes that: a 'running' upsert first would be one more history event and write.
                 self._publish()
             if plan.mode == "auto" or plan.prerun:
+                held = self._held_outputs(step.name) if self.budgeted else 0
                 for call in step.tool_calls:
                     await workflow.wait_condition(
                         lambda: state.status not in HELD or bool(state.cancel_reason)
@@ -82,9 +93,24 @@ class StepsMixin:
                     if result.status != "ok":
                         raise StepAborted(f"step '{step.name}': {call.tool} {result.status}: {result.reason}")
                     record.prerun_results.append(result.result)
+                    if self.budgeted:
+                        # The results travel with the run (its result, a continue-as-new's input): bounded
+                        # as an agent's outputs are. An automatic step's `result` repeats the last one.
+                        last = json_bytes(result.result)
+                        held += last
+                        size = held + (last if plan.mode == "auto" else 0)
+                        if size > RUN_OUTPUTS_BYTES:
+                            raise StepAborted(
+                                f"step '{step.name}': with {call.tool}'s result the run's step outputs would "
+                                f"be {size:,} bytes; a run holds at most {RUN_OUTPUTS_BYTES:,} (they travel "
+                                "with it); read less (max_bytes), or have the step write to a file and pass "
+                                "its path"
+                            )
         if plan.mode == "auto":
             results = record.prerun_results
             record.outputs = {"result": results[-1] if results else None, "results": results}
+            if self.budgeted:
+                record.prerun_results = []  # (they are the outputs now: held once, not twice)
             self._finish_step(record)
             return
         record.status = "awaiting_agent"

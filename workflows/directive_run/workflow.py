@@ -309,6 +309,8 @@ class DirectiveRun(
             **({"prerun_results": record.prerun_results} if record.prerun_results else {}),
             **request.outputs,
         }
+        if self.budgeted:
+            record.prerun_results = []  # (they are in the outputs now: held once, not twice)
         self._finish_step(record)
         index = next(i for i, s in enumerate(self.snap.directive.steps) if s.name == request.step)
         last = len(self.snap.directive.steps) - 1
