@@ -80,7 +80,7 @@ from kiwi.items.store import ItemStore
 from kiwi.keys import default_key, human_message, load_private, sign_bytes
 from kiwi.policy import BUILTIN_TOOLS, PermissionSet
 from kiwi.snapshot import build_session_snapshot, build_snapshot, signed_decision
-from kiwi.toolargs import inner_call, unsendable
+from kiwi.toolargs import arguments_bytes, inner_call, unsendable
 from workflows.directive_run import DirectiveRun
 
 
@@ -364,19 +364,20 @@ class RunClient:
         client_name: str = "cli",
         update_id: str | None = None,
     ) -> ToolCallResult:
-        if (refused := _unsendable(tool, arguments)) is not None:
+        size = arguments_bytes(arguments)
+        if (refused := _unsendable(tool, arguments, size)) is not None:
             return refused
         request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
-        async with self._argument_room(run_id, arguments):
+        async with self._argument_room(run_id, size or 0):
             result = await self._update(run_id, DirectiveRun.call_tool, request, update_id)
         return self._why_not_found(result)
 
     @contextlib.asynccontextmanager
-    async def _argument_room(self, run_id: str, arguments: dict[str, Any]) -> AsyncIterator[None]:
+    async def _argument_room(self, run_id: str, size: int) -> AsyncIterator[None]:
         """One call with large arguments in flight per run from this client. Temporal hands a run the
         calls admitted for it together, in one workflow task of at most 4 MB, and ends the run when they
-        do not fit: ten calls of 900 KB sent at once did that."""
-        if len(json.dumps(arguments, default=str)) <= LARGE_ARGUMENT_BYTES:
+        do not fit: ten calls of 900 KB sent at once did that. ``size``: the arguments' JSON bytes."""
+        if size <= LARGE_ARGUMENT_BYTES:
             yield
             return
         lock, users = self._large_calls.get(run_id) or (asyncio.Lock(), 0)
@@ -669,7 +670,8 @@ class RunClient:
         and its arguments, so sending the same call again, from this front end or another after one died mid-call, joins the
         call already made (Temporal deduplicates updates by id) instead of calling the tool again.
         """
-        if (refused := _unsendable(tool, arguments)) is not None:
+        size = arguments_bytes(arguments)
+        if (refused := _unsendable(tool, arguments, size)) is not None:
             return refused
         # The key is bound to the call itself: the same key with another tool or other arguments is
         # another call, never the earlier call's answer.
@@ -682,7 +684,7 @@ class RunClient:
             else uuid.uuid4().hex
         )
         request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
-        async with self._argument_room(run_id, arguments):
+        async with self._argument_room(run_id, size or 0):
             result = await self._update(
                 run_id, DirectiveRun.call_tool, request, call_id, wait_seconds, on_progress
             )
@@ -938,10 +940,11 @@ def _pending(tool: str, run_id: str, call_id: str, wait_seconds: float) -> ToolC
     )
 
 
-def _unsendable(tool: str, arguments: Any) -> ToolCallResult | None:
+def _unsendable(tool: str, arguments: Any, size: int | None = None) -> ToolCallResult | None:
     """Arguments the workflow could not even be asked about (over Temporal's payload limit, not an object):
     answered here, since an update that large would leave the run retrying it."""
-    problem = unsendable(tool, arguments)  # the run refuses (and audits) every other wrong argument itself
+    # The run refuses (and audits) every other wrong argument itself.
+    problem = unsendable(tool, arguments, size)
     if problem is None:
         return None
     return ToolCallResult(

@@ -170,15 +170,25 @@ def check_arguments(tool: str, args: Any) -> ArgumentError | None:
     return problem or unsendable(tool, args)
 
 
-def unsendable(tool: str, args: Any) -> ArgumentError | None:
-    """Arguments no run can even be asked about: not an object, not JSON, or over the payload limit."""
+def arguments_bytes(args: Any) -> int | None:
+    """The bytes ``args`` take as JSON, or None when they cannot be written as JSON."""
+    try:
+        return len(json.dumps(args, ensure_ascii=False, default=str).encode("utf-8"))
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def unsendable(tool: str, args: Any, size: int | None = None) -> ArgumentError | None:
+    """Arguments no run can even be asked about: not an object, not JSON, or over the payload limit.
+    ``size``: ``arguments_bytes(args)``, when the caller has it."""
     if not isinstance(args, dict):
         return check_arguments(tool, args)
     hint = f"send e.g. {_HINTS[tool]}" if tool in _HINTS else ""
-    try:
-        size = len(json.dumps(args, ensure_ascii=False, default=str).encode("utf-8"))
-    except (TypeError, ValueError, RecursionError) as exc:
-        return ArgumentError(f"{tool}: arguments cannot be read as JSON: {exc}", hint)
+    if size is None:
+        try:
+            size = len(json.dumps(args, ensure_ascii=False, default=str).encode("utf-8"))
+        except (TypeError, ValueError, RecursionError) as exc:
+            return ArgumentError(f"{tool}: arguments cannot be read as JSON: {exc}", hint)
     if size > MAX_ARGUMENTS_BYTES:
         specific = _builtin_problem(tool, args, hint) if tool in BUILTIN_SCHEMAS else None
         return specific or ArgumentError(
