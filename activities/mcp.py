@@ -30,6 +30,9 @@ from kiwi.contracts import (
 from kiwi.errors import ActivityNotFound, KiwiError
 from kiwi.upstream.pool import McpPool, McpUnavailable, scrub, scrub_text
 
+# How long after a batched call's own timeout the batch stops waiting for it (see call_tools).
+BACKSTOP_SECONDS = 1.0
+
 
 class McpActivities:
     """``mcp.{server}.list_tools`` and ``mcp.{server}.call_tool`` over one shared :class:`McpPool`."""
@@ -65,9 +68,12 @@ class McpActivities:
         async def one(request: McpCallRequest) -> McpCallResult:
             # Each call is bounded by the server's timeout on its own: had one slow call run the batch's
             # activity out of time, the whole batch would be retried and its finished calls run again.
+            # The MCP client's own read timeout (the same) comes first and retires the connection, whose
+            # server may be stuck (see McpPool._using); this bound, a second later, is the backstop.
             call = asyncio.ensure_future(self.call_tool(request))
             try:
-                done, _ = await asyncio.wait({call}, timeout=batch.timeout_seconds or None)
+                bound = batch.timeout_seconds + BACKSTOP_SECONDS if batch.timeout_seconds else None
+                done, _ = await asyncio.wait({call}, timeout=bound)
                 if not done:
                     raise errors.McpUnavailable.error(
                         f"{request.server}.{request.tool}: no answer within {batch.timeout_seconds:g}s"

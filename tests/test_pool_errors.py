@@ -17,6 +17,8 @@ import pytest
 
 from kiwi.upstream.pool import McpPool, McpUnavailable
 from tests.test_mcp_servers import SERVERS, registry, text_of
+from tests.test_review_attacks_s10 import _answers, _ledger_run, _lines
+from workers.main import build_worker
 
 LEDGER_SERVER = SERVERS / "ledger_server.py"
 
@@ -74,3 +76,17 @@ async def test_a_call_past_the_timeout_retires_its_connection(project, ledger):
             os.kill(int(first), 0)
     finally:
         await pool.close()
+
+
+async def test_a_batched_call_past_the_timeout_retires_its_connection(temporal_env, project, tmp_path):
+    """In a batch too: the MCP client's timeout fires before the batch's own bound, so the connection whose
+    server may be stuck is retired (the call is made again alone, on a fresh connection), not kept for
+    every later call to time out on."""
+    runs, run_id, queue, ledger = await _ledger_run(temporal_env, project, tmp_path, extra="    timeout: 2\n")
+    calls = [("ledger.pid", {"tag": "p"}), ("ledger.slow", {"tag": "s", "seconds": 60})]
+    first, slow = await _answers(temporal_env, runs, run_id, queue, calls)
+    assert slow.status == "ok" and text_of(slow.result) == "slept s", slow
+    assert _lines(ledger).count("slow s") == 2  # the batch's attempt, then once alone
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        after = await runs.call_tool(run_id, "ledger.pid", {"tag": "q"})
+    assert text_of(after.result) != text_of(first.result)
