@@ -254,8 +254,8 @@ class CallsMixin:
                 item = await self._batched(
                     "filesystem",
                     (tool, request),
-                    one=lambda call, local: self._fs_one(call, options, local),
-                    many=lambda calls, local: self._fs_many(calls, options, local),
+                    one=lambda call: self._fs_one(call, options),
+                    many=lambda calls: self._fs_many(calls, options),
                 )
                 value = (
                     item.value
@@ -351,29 +351,26 @@ class CallsMixin:
         async with self.rereads:
             await workflow.sleep(CONTINUE_COMMIT_TIMER)  # (a timer ends the task: what came before is sent)
             item = await self._within_budget(
-                lambda local: self._fs_one((tool, request), options, local),
-                sent=lambda: request.model_dump(),
+                lambda: self._fs_one((tool, request), options),
                 answered=lambda item: json_bytes(item.model_dump()),
             )
             return item.value
 
     async def _fs_one(
-        self: DirectiveRun, call: tuple[str, FilesystemRequest], options: dict[str, Any], local: bool = True
+        self: DirectiveRun, call: tuple[str, FilesystemRequest], options: dict[str, Any]
     ) -> BatchItem:
-        """A batch of one read: the call's own local activity, as before batching (same history). Not
-        ``local``: a regular activity (see ``_within_budget``)."""
+        """A batch of one read: the call's own local activity, as before batching (same history)."""
         tool, request = call
-        execute = workflow.execute_local_activity_method if local else workflow.execute_activity_method
-        return BatchItem(value=await execute(FS_ACTIVITIES[tool], request, **options))
+        return BatchItem(
+            value=await workflow.execute_local_activity_method(FS_ACTIVITIES[tool], request, **options)
+        )
 
     async def _fs_many(
         self: DirectiveRun,
         calls: list[tuple[str, FilesystemRequest]],
         options: dict[str, Any],
-        local: bool = True,
     ) -> list[BatchItem]:
-        execute = workflow.execute_local_activity_method if local else workflow.execute_activity_method
-        result = await execute(
+        result = await workflow.execute_local_activity_method(
             FilesystemActivities.read_many,
             FilesystemBatch(
                 operations=[tool.partition(".")[2] for tool, _ in calls], requests=[r for _, r in calls]

@@ -111,14 +111,10 @@ class KiwiToolsMixin:
         self: DirectiveRun, method: Any, request: Any, summary: str, options: dict[str, Any]
     ) -> Any:
         """A local activity reading the project's items, within the workflow task's budget (a loaded item
-        may be 1.4 MB): else a regular activity (see UpstreamMixin._within_budget)."""
-
-        def send(local: bool) -> Any:
-            execute = workflow.execute_local_activity_method if local else workflow.execute_activity_method
-            return execute(method, request, summary=summary, **options)
-
+        may be 1.4 MB; see UpstreamMixin._within_budget)."""
         return await self._within_budget(
-            send, sent=lambda: request.model_dump(), answered=lambda found: json_bytes(found.model_dump())
+            lambda: workflow.execute_local_activity_method(method, request, summary=summary, **options),
+            answered=lambda found: json_bytes(found.model_dump()),
         )
 
 

@@ -2,17 +2,16 @@
 
 A workflow task's completion is one gRPC message, and Temporal takes at most 4 MB of it: past that the
 run is ended. A run's task carries, for each agent call, the call's arguments (the update's acceptance),
-its answer as a local activity's marker, and the answer again as the update's completion; a regular
-activity's input travels in the task too (its answer does not: it arrives as an event of its own). One
+its answer as a local activity's marker, and the answer again as the update's completion. One
 batch's answers are bounded (``MAX_ANSWER_BYTES``), but two batches, or one with large arguments, were
 not: their task passed 4 MB and the run was ended.
 
 ``TaskBudget`` counts what the current task carries (a task is known by the history length it started
 at, the same on replay) and keeps it under ``TASK_BYTES``:
 
-- a local activity on the call path is started only while its largest answer still fits
-  (``local_room``); it holds that much until it answers (``reserve`` / ``settle``). Past that, the call
-  goes out as a regular activity, whose answer does not travel in the task;
+- a local activity on the call path (an MCP call or batch, reads, kiwi-mcp.search/load) is started only
+  while its largest answer still fits (``local_slot``), and holds that much until it answers (``settle``):
+  past that, it waits until a running one answers (in the same task) or the task ends;
 - an answer is handed back (the update's completion) only when it fits; else it waits for the next task
   (``room``: a 1 ms timer ends this one).
 
@@ -57,7 +56,15 @@ class TaskBudget:
         """Whether a local activity's largest answer still fits beside what the task carries."""
         return self.fits(MAX_ANSWER_BYTES)
 
-    def reserve(self) -> None:
+    async def local_slot(self) -> None:
+        """Wait until a local activity's largest answer fits, then hold that room (``settle`` frees it).
+        While local activities run, the first to answer may make room in this very task; with none running,
+        a full task makes room only by ending (a 1 ms timer) so that the next one begins empty."""
+        while not self.local_room():
+            if self.reserved:
+                await workflow.wait_condition(lambda: self.local_room() or not self.reserved)
+            else:
+                await workflow.sleep(CONTINUE_COMMIT_TIMER)
         self.reserved += MAX_ANSWER_BYTES
 
     def settle(self, size: int) -> None:

@@ -147,8 +147,8 @@ class UpstreamMixin:
             item = await self._batched(
                 f"mcp:{server}",
                 request,
-                one=lambda r, local: self._single_item(r, timeout, local),
-                many=lambda rs, local: self._batch_items(server, rs, timeout, local),
+                one=lambda r: self._single_item(r, timeout),
+                many=lambda rs: self._batch_items(server, rs, timeout),
             )
             if not item.retry:
                 value = item.value
@@ -160,16 +160,14 @@ class UpstreamMixin:
             # A transport failure: retried as a call of its own, with the single call's retry policy.
         if info.timeout_seconds <= MCP_LOCAL_LIMIT:
             item = await self._within_budget(
-                lambda local: self._single_item(request, timeout, local),
-                sent=lambda: request.model_dump(),
+                lambda: self._single_item(request, timeout),
                 answered=lambda item: json_bytes(item.model_dump()),
             )
             return self._outcome(tool, item.value, warnings)
         return self._outcome(tool, await self._remote_call(request, timeout), warnings)
 
     async def _remote_call(self: DirectiveRun, request: McpCallRequest, timeout: timedelta) -> McpCallResult:
-        """An upstream call as an activity of its own: a long one (heartbeats carry its progress), or a
-        short one with no room for its answer in the workflow task (see task_budget.py)."""
+        """A long upstream call, as an activity of its own (heartbeats carry its progress)."""
         tool = f"{request.server}.{request.tool}"
         handle = workflow.start_activity(
             f"mcp.{request.server}.call_tool",
@@ -186,23 +184,19 @@ class UpstreamMixin:
 
     async def _within_budget(
         self: DirectiveRun,
-        send: Callable[[bool], Awaitable[T]],
+        send: Callable[[], Awaitable[T]],
         *,
-        sent: Callable[[], Any],
         answered: Callable[[T], int],
     ) -> T:
-        """``send(local)``: as a local activity while its largest answer fits in the workflow task (it holds
-        that room until it answers), else as a regular activity, whose answer does not travel in the task
-        (its input ``sent()`` does). Runs started before the task budget: always local."""
+        """``send()`` (a local activity on the call path) once its largest answer fits in the workflow task
+        (see TaskBudget.local_slot); it holds that room until it answers (``answered``: its size). Runs
+        started before the task budget: at once."""
         if not self.budgeted:
-            return await send(True)
-        if not self.budget.local_room():
-            self.budget.spend(json_bytes(sent()))
-            return await send(False)
-        self.budget.reserve()
+            return await send()
+        await self.budget.local_slot()
         size = 0
         try:
-            result = await send(True)
+            result = await send()
             size = answered(result)
             return result
         finally:
@@ -221,13 +215,13 @@ class UpstreamMixin:
         key: str,
         request: Any,
         *,
-        one: Callable[[Any, bool], Awaitable[BatchItem]],
-        many: Callable[[list[Any], bool], Awaitable[list[BatchItem]]],
+        one: Callable[[Any], Awaitable[BatchItem]],
+        many: Callable[[list[Any]], Awaitable[list[BatchItem]]],
     ) -> BatchItem:
         """Queue ``request`` for the next batch of ``key`` (sent once every call of this workflow task that
         reaches this point has joined it: ``one`` for a batch of one, as the call always went, else
-        ``many``; their flag: as a local activity, see ``_within_budget``) and wait for its own item. A
-        refused call's item raises its refusal here."""
+        ``many``, within the task's budget: see ``_within_budget``) and wait for its own item. A refused
+        call's item raises its refusal here."""
         future: asyncio.Future[BatchItem] = asyncio.get_running_loop().create_future()
         queue = self.batches.setdefault(key, [])
         queue.append((request, future))
@@ -243,8 +237,8 @@ class UpstreamMixin:
     async def _send_batch(
         self: DirectiveRun,
         key: str,
-        one: Callable[[Any, bool], Awaitable[BatchItem]],
-        many: Callable[[list[Any], bool], Awaitable[list[BatchItem]]],
+        one: Callable[[Any], Awaitable[BatchItem]],
+        many: Callable[[list[Any]], Awaitable[list[BatchItem]]],
     ) -> None:
         queue = self.batches[key]
         # Let every handler this activation runs reach its call: each yield lets the ready ones go first.
@@ -256,13 +250,12 @@ class UpstreamMixin:
         del self.batches[key]
         requests = [r for r, _ in queue]
 
-        async def send(local: bool) -> list[BatchItem]:
-            return [await one(requests[0], local)] if len(requests) == 1 else await many(requests, local)
+        async def send() -> list[BatchItem]:
+            return [await one(requests[0])] if len(requests) == 1 else await many(requests)
 
         try:
             items = await self._within_budget(
                 send,
-                sent=lambda: [_dumped(r) for r in requests],
                 answered=lambda items: sum(json_bytes(item.model_dump()) for item in items),
             )
         except BaseException as exc:  # every caller gets the failure: none may wait forever
@@ -276,13 +269,9 @@ class UpstreamMixin:
             if not future.done():
                 future.set_result(item)
 
-    async def _single_item(
-        self: DirectiveRun, request: McpCallRequest, timeout: timedelta, local: bool = True
-    ) -> BatchItem:
+    async def _single_item(self: DirectiveRun, request: McpCallRequest, timeout: timedelta) -> BatchItem:
         """One short call's own local activity: a batch of one, a call retried alone, every short call of a
-        run started before batching (the same commands as ever). Not ``local``: a regular activity."""
-        if not local:
-            return BatchItem(value=await self._remote_call(request, timeout))
+        run started before batching (the same commands as ever)."""
         tool = f"{request.server}.{request.tool}"
         handle = workflow.start_local_activity(
             f"mcp.{request.server}.call_tool",
@@ -300,10 +289,8 @@ class UpstreamMixin:
         server: str,
         requests: list[McpCallRequest],
         timeout: timedelta,
-        local: bool = True,
     ) -> list[BatchItem]:
-        start = workflow.start_local_activity if local else workflow.start_activity
-        handle = start(
+        handle = workflow.start_local_activity(
             f"mcp.{server}.call_tools",
             McpCallBatch(requests=requests, timeout_seconds=timeout.total_seconds()),
             result_type=BatchResult,
@@ -324,10 +311,3 @@ class UpstreamMixin:
             with contextlib.suppress(ActivityError):
                 await handle
             raise CallRefused("error", f"{what} was cancelled with the run", error_type=Cancelled.type)
-
-
-def _dumped(request: Any) -> Any:
-    """A batched request as JSON data: an MCP call's, or a (tool, read request) pair's."""
-    if isinstance(request, tuple):
-        return [part.model_dump() if hasattr(part, "model_dump") else part for part in request]
-    return request.model_dump()
