@@ -250,6 +250,13 @@ class McpPool:
                 # the server lost on a restart): later calls go to a fresh connection.
                 self._retire(project_root, config, conn)
             raise McpUnavailable(scrub_text(f"{what}: {exc.message}")) from None
+        except RuntimeError as exc:
+            # The server answered and the MCP client refused the answer (structured content that breaks the
+            # tool's output schema, an input request Kiwi cannot answer): the call ran, and the connection
+            # is sound. Not retried: a retry would run the call again, and its neighbours with it.
+            raise McpRefused(
+                scrub_text(f"{what}: the server's answer was refused: {exc}"), refused_type
+            ) from None
         except Exception as exc:  # noqa: BLE001 - a broken transport surfaces as many exception types
             await self.drop(project_root, config, conn)
             raise McpUnavailable(_describe(exc, config.name)) from None
