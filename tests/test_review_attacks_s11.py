@@ -204,7 +204,6 @@ namespace["server"].run("streamable-http", host="127.0.0.1", port={port})
 """
 
 
-@pytest.mark.xfail(strict=True, reason="any error answer of an HTTP server retires the shared session")
 async def test_an_http_servers_error_answer_keeps_the_shared_session(project, tmp_path, monkeypatch):
     """Attack: for a server reached over HTTP, the pool retires the shared connection on every MCP error that
     is not permanent, not only on the HTTP errors of a lost session: a tool that answers a JSON-RPC internal

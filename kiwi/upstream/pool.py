@@ -39,6 +39,8 @@ from kiwi.upstream.registry import McpRegistry, McpServerConfig, load_registry, 
 
 logger = logging.getLogger(__name__)
 
+# How the MCP client spells an HTTP error status that carried no JSON-RPC error (streamable_http.py).
+HTTP_STATUS_ERROR = "Server returned an error response"
 # Errors a retry will not fix: the server said the request itself is wrong.
 PERMANENT_CODES = (mcp_types.INVALID_PARAMS, mcp_types.METHOD_NOT_FOUND, mcp_types.INVALID_REQUEST)
 
@@ -146,6 +148,7 @@ class McpPool:
         # The pool is where secrets are resolved: from here on this process's logs never show them.
         install_log_scrubber()
         self._connections: dict[str, McpConnection] = {}
+        self._retired: set[McpConnection] = set()  # out of the pool, calls still in flight on them
         self._opened: set[str] = set()  # keys connected before: a new connection is a reconnect
         self._locks: dict[str, asyncio.Lock] = {}
         self._schemas: dict[str, tuple[float, list[dict[str, Any]], dict[str, str]]] = {}
@@ -223,6 +226,7 @@ class McpPool:
         """No new call goes to ``conn`` (the next one opens a fresh connection); the calls already in
         flight on it keep it until they end, and the last one closes it (see ``_using``)."""
         conn.retiring = True
+        self._retired.add(conn)  # (closed by its last call, or by close())
         key = self._key(project_root, config)
         if self._connections.get(key) is conn:
             del self._connections[key]
@@ -245,9 +249,12 @@ class McpPool:
                 raise McpRefused(scrub_text(f"{what}: {exc.message}"), refused_type) from None
             if exc.code == mcp_types.CONNECTION_CLOSED:
                 await self.drop(project_root, config, conn)
-            elif exc.code == mcp_types.REQUEST_TIMEOUT or config.type != "stdio":
+            elif exc.code == mcp_types.REQUEST_TIMEOUT or (
+                config.type != "stdio" and exc.message == HTTP_STATUS_ERROR
+            ):
                 # A server that may be stuck, or an HTTP status the client spelled as an error (a session
-                # the server lost on a restart): later calls go to a fresh connection.
+                # the server lost on a restart): later calls go to a fresh connection. An error the server
+                # answered in JSON-RPC leaves its session as it is.
                 self._retire(project_root, config, conn)
             raise McpUnavailable(scrub_text(f"{what}: {exc.message}")) from None
         except RuntimeError as exc:
@@ -264,6 +271,7 @@ class McpPool:
             conn.busy -= 1
             conn.last_used = time.monotonic()
             if conn.retiring and conn.busy == 0:
+                self._retired.discard(conn)
                 await conn.close()
 
     async def list_tools(
@@ -314,9 +322,10 @@ class McpPool:
         return result.model_dump(mode="json", by_alias=True, exclude_none=True), conn
 
     async def close(self) -> None:
-        for conn in list(self._connections.values()):
+        for conn in [*self._connections.values(), *self._retired]:
             await conn.close()
         self._connections.clear()
+        self._retired.clear()
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:
