@@ -10,6 +10,7 @@ schemas), error messages and progress messages.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,8 @@ from kiwi.contracts import (
 from kiwi.errors import ActivityNotFound, KiwiError
 from kiwi.upstream.pool import McpPool, McpUnavailable, scrub, scrub_text
 
+# What a run takes of one server's tool listing (JSON bytes, after the directive's and registry's filters).
+MAX_TOOL_LIST_BYTES = 512_000
 # How long after a batched call's own timeout the batch stops waiting for it (see call_tools).
 BACKSTOP_SECONDS = 1.0
 
@@ -102,6 +105,15 @@ class McpActivities:
             tools = [t for t in tools if t.get("name") in req.tools]
             if missing:
                 activity.logger.warning("MCP server %s has no tool(s) %s", req.server, ", ".join(missing))
+        # The listing is held by the run (its state, its history, what each front end asks for): a server
+        # listing megabytes, by accident or on purpose, would take the run past what Temporal carries.
+        size = len(json.dumps(tools, default=str))
+        if size > MAX_TOOL_LIST_BYTES:
+            raise errors.McpError.error(
+                f"MCP server '{req.server}' lists {size:,} bytes of tools, more than a run holds "
+                f"({MAX_TOOL_LIST_BYTES:,}); name the tools the run needs (<tool> in the directive's <mcp>, "
+                "or tools: in mcp_registry.yaml)"
+            )
         return McpListToolsResult(
             server=req.server, tools=tools, tool_hashes={t["name"]: hashes.get(t["name"], "") for t in tools}
         )

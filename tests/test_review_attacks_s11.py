@@ -292,21 +292,21 @@ async def _admitted_updates(runs: RunClient, run_id: str, update, arg, count: in
     return tasks
 
 
-@pytest.mark.xfail(strict=True, reason="tool_context answers (a server's whole tool list) are not budgeted")
 async def test_a_servers_large_tool_list_asked_for_together_does_not_end_the_run(
     temporal_env, project, tmp_path, monkeypatch
 ):
-    """Attack (a hostile MCP server): the server lists a tool with a 1 MB description; nothing bounds a
-    listing. The run holds it in its state, and the ``tool_context`` update (what each front end asks a
-    run for when a session starts) answers it whole, outside the task budget. Six front ends ask at once
-    while the worker is away: six answers of 1 MB in one task's completion, and Temporal ends the run."""
+    """Attack (a hostile MCP server): the server lists a tool with a 450 KB description (a run takes at
+    most 512 KB of a server's listing; more fails the run's start, see the next test). The run holds it in
+    its state, and the ``tool_context`` update (what each front end asks a run for when a session starts)
+    answers it whole. Ten front ends ask at once while the worker is away: ten answers of 450 KB were one
+    task's completion, and Temporal ended the run; now the answers wait for tasks with room for them."""
     from kiwi.contracts import ToolContextRequest
     from tests.test_mcp_servers import mcp_directive
     from workflows.directive_run import DirectiveRun
 
     monkeypatch.setenv("AI_USER_SPACE", str(tmp_path / "user"))
     script = tmp_path / "hostile_server.py"
-    script.write_text(_hostile_script(wide=1_000_000))
+    script.write_text(_hostile_script(wide=450_000))
     registry(
         project,
         f'mcps:\n  ledger:\n    command: "{sys.executable}"\n    args: ["{script}", "{tmp_path / "l.txt"}"]\n',
@@ -320,13 +320,13 @@ async def test_a_servers_large_tool_list_asked_for_together_does_not_end_the_run
     )
     queue = f"kiwi-s11-{uuid.uuid4().hex[:8]}"
     runs, run_id = await _run_waiting(temporal_env, project, queue, "wide")
-    tasks = await _admitted_updates(runs, run_id, DirectiveRun.tool_context, ToolContextRequest(), 6)
+    tasks = await _admitted_updates(runs, run_id, DirectiveRun.tool_context, ToolContextRequest(), 10)
     async with build_worker(temporal_env.client, queue, sandboxed=True):
         done, _ = await asyncio.wait(tasks, timeout=60)
         described = await runs.handle(run_id).describe()
         reason = await _terminated_reason(runs, run_id)
         assert described.status == WorkflowExecutionStatus.RUNNING, (described.status, reason)
-        assert len(done) == 6, reason
+        assert len(done) == 10, reason
         assert all(t.result().mcps["ledger"].available for t in tasks)
     await _replays(runs, run_id)
 
@@ -408,7 +408,6 @@ async def test_large_answers_across_continue_as_new_are_answered_once(temporal_e
     await _replays(runs, run_id)
 
 
-@pytest.mark.xfail(strict=True, reason="the tool-list local activities at a run's start are not budgeted")
 async def test_servers_large_tool_lists_do_not_end_the_runs_that_declare_them(
     temporal_env, project, tmp_path, monkeypatch
 ):

@@ -74,22 +74,9 @@ class UpstreamMixin:
                 return context
             context.description = info.description
             try:
-                listed = await workflow.execute_local_activity(
-                    f"mcp.{decl.name}.list_tools",
-                    McpListToolsRequest(
-                        project_root=self.snap.project_root,
-                        server=decl.name,
-                        tools=decl.tools,
-                        refresh=decl.refresh,
-                    ),
-                    result_type=McpListToolsResult,
-                    start_to_close_timeout=timedelta(seconds=60),
-                    retry_policy=RetryPolicy(
-                        initial_interval=timedelta(milliseconds=300),
-                        maximum_attempts=3,
-                        non_retryable_error_types=MCP_RETRY.non_retryable_error_types,
-                    ),
-                    summary=f"list tools: {decl.name}",
+                listed = await self._within_budget(
+                    lambda: self._list_tools(decl),
+                    answered=lambda listed: json_bytes(listed.model_dump()),
                 )
             except (ActivityError, ApplicationError) as exc:
                 # A local activity's final failure can arrive unwrapped (an ApplicationError).
@@ -129,6 +116,26 @@ class UpstreamMixin:
                     f"required MCP server '{context.server}' is not available: {context.error}"
                     + (f" ({context.hint})" if context.hint else "")
                 )
+
+    async def _list_tools(self: DirectiveRun, decl: McpDeclaration) -> McpListToolsResult:
+        """A declared server's tools, as its local activity lists them at the run's start."""
+        return await workflow.execute_local_activity(
+            f"mcp.{decl.name}.list_tools",
+            McpListToolsRequest(
+                project_root=self.snap.project_root,
+                server=decl.name,
+                tools=decl.tools,
+                refresh=decl.refresh,
+            ),
+            result_type=McpListToolsResult,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=300),
+                maximum_attempts=3,
+                non_retryable_error_types=MCP_RETRY.non_retryable_error_types,
+            ),
+            summary=f"list tools: {decl.name}",
+        )
 
     async def _call_mcp(self: DirectiveRun, tool: str, args: dict[str, Any], warnings: list[str]) -> Any:
         """One upstream call: a local activity for short calls, a heartbeating one (with progress) for long."""

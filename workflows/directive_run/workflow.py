@@ -365,12 +365,15 @@ class DirectiveRun(
         """The declared MCP servers' tools as fetched when the run started (waits until fetched)."""
         if request.wait:
             await workflow.wait_condition(lambda: self.state.mcp_ready)
-        return ToolContext(
+        context = ToolContext(
             run_id=self.snap.run_id,
             status=self.state.status,
             mcps=self.state.mcp_context,
             error=self.state.error,
         )
+        if self.budgeted:
+            await self.budget.room(json_bytes(context.model_dump()))  # (each answer carries the listings)
+        return context
 
     @workflow.signal
     def cancel(self, request: CancelRequest) -> None:
