@@ -38,32 +38,37 @@ async def _admitted(runs: RunClient, run_id: str, calls: list[tuple[str, dict]])
     """The calls, sent, once the server has admitted every one (no worker runs them yet). (Neither the
     Python client's start_update nor the server's UpdateWorkflowExecution answers at ADMITTED; polling
     an update does.)"""
-    client = runs.client
     tasks = []
     for i, (tool, arguments) in enumerate(calls):
         update_id = f"call-{i}-{uuid.uuid4().hex[:6]}"
         tasks.append(asyncio.create_task(runs.call_tool(run_id, tool, arguments, update_id=update_id)))
-
-        async def admitted(update_id: str = update_id) -> bool:
-            try:
-                await client.workflow_service.poll_workflow_execution_update(
-                    PollWorkflowExecutionUpdateRequest(
-                        namespace=client.namespace,
-                        update_ref=UpdateRef(
-                            workflow_execution=WorkflowExecution(workflow_id=run_id), update_id=update_id
-                        ),
-                        identity="test",
-                        wait_policy=WaitPolicy(lifecycle_stage=ADMITTED),
-                    )
-                )
-            except RPCError as exc:
-                if exc.status == RPCStatusCode.NOT_FOUND:
-                    return False
-                raise
-            return True
-
-        await wait_for(admitted, what=f"the server to admit call {i}")
+        await wait_admitted(runs, run_id, update_id, f"call {i}")
     return tasks
+
+
+async def wait_admitted(runs: RunClient, run_id: str, update_id: str, what: str) -> None:
+    """Wait until the server has admitted update ``update_id`` of the run."""
+    client = runs.client
+
+    async def admitted() -> bool:
+        try:
+            await client.workflow_service.poll_workflow_execution_update(
+                PollWorkflowExecutionUpdateRequest(
+                    namespace=client.namespace,
+                    update_ref=UpdateRef(
+                        workflow_execution=WorkflowExecution(workflow_id=run_id), update_id=update_id
+                    ),
+                    identity="test",
+                    wait_policy=WaitPolicy(lifecycle_stage=ADMITTED),
+                )
+            )
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return True
+
+    await wait_for(admitted, what=f"the server to admit {what}")
 
 
 ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED

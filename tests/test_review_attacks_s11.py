@@ -255,40 +255,13 @@ async def test_an_http_servers_error_answer_keeps_the_shared_session(project, tm
 
 async def _admitted_updates(runs: RunClient, run_id: str, update, arg, count: int) -> list[asyncio.Task]:
     """``count`` updates ``update(arg)``, sent, once the server admitted each (no worker runs them yet)."""
-    from temporalio.api.common.v1 import WorkflowExecution
-    from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
-    from temporalio.api.update.v1 import UpdateRef, WaitPolicy
-    from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from tests.helpers import wait_for
+    from tests.test_batches import wait_admitted
 
     tasks = []
     for i in range(count):
         update_id = f"upd-{i}-{uuid.uuid4().hex[:6]}"
         tasks.append(asyncio.create_task(runs._update(run_id, update, arg, update_id)))
-
-        async def admitted(update_id: str = update_id) -> bool:
-            try:
-                await runs.client.workflow_service.poll_workflow_execution_update(
-                    PollWorkflowExecutionUpdateRequest(
-                        namespace=runs.client.namespace,
-                        update_ref=UpdateRef(
-                            workflow_execution=WorkflowExecution(workflow_id=run_id), update_id=update_id
-                        ),
-                        identity="test",
-                        wait_policy=WaitPolicy(
-                            lifecycle_stage=UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
-                        ),
-                    )
-                )
-            except RPCError as exc:
-                if exc.status == RPCStatusCode.NOT_FOUND:
-                    return False
-                raise
-            return True
-
-        await wait_for(admitted, what=f"the server to admit update {i}")
+        await wait_admitted(runs, run_id, update_id, f"update {i}")
     return tasks
 
 
