@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -118,7 +119,7 @@ class RunClient:
         self.project = str(store.project_root)
         self._attributes_ready: bool | None = None
         self._projects: dict[str, str] = {}  # run id -> its project, as recorded at its start
-        self._large_calls: dict[str, tuple[asyncio.Lock, int]] = {}  # see _argument_room
+        self._large_calls: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     async def project_of(self, run_id: str) -> str:
         """The project a run belongs to ("" for a run started without one, e.g. before projects existed)."""
@@ -380,17 +381,11 @@ class RunClient:
         if size <= LARGE_ARGUMENT_BYTES:
             yield
             return
-        lock, users = self._large_calls.get(run_id) or (asyncio.Lock(), 0)
-        self._large_calls[run_id] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._large_calls[run_id]
-            if users == 1:
-                del self._large_calls[run_id]
-            else:
-                self._large_calls[run_id] = (lock, users - 1)
+        lock = self._large_calls.get(run_id)
+        if lock is None:  # (held weakly: gone once no call holds or waits for it)
+            lock = self._large_calls[run_id] = asyncio.Lock()
+        async with lock:
+            yield
 
     def _why_not_found(self, result: ToolCallResult) -> ToolCallResult:
         """A call of a tool the run does not have: when the project holds a manifest with that id that

@@ -173,9 +173,13 @@ def check_arguments(tool: str, args: Any) -> ArgumentError | None:
 def arguments_bytes(args: Any) -> int | None:
     """The bytes ``args`` take as JSON, or None when they cannot be written as JSON."""
     try:
-        return len(json.dumps(args, ensure_ascii=False, default=str).encode("utf-8"))
+        return _json_bytes(args)
     except (TypeError, ValueError, RecursionError):
         return None
+
+
+def _json_bytes(args: Any) -> int:
+    return len(json.dumps(args, ensure_ascii=False, default=str).encode("utf-8"))
 
 
 def unsendable(tool: str, args: Any, size: int | None = None) -> ArgumentError | None:
@@ -186,7 +190,7 @@ def unsendable(tool: str, args: Any, size: int | None = None) -> ArgumentError |
     hint = f"send e.g. {_HINTS[tool]}" if tool in _HINTS else ""
     if size is None:
         try:
-            size = len(json.dumps(args, ensure_ascii=False, default=str).encode("utf-8"))
+            size = _json_bytes(args)
         except (TypeError, ValueError, RecursionError) as exc:
             return ArgumentError(f"{tool}: arguments cannot be read as JSON: {exc}", hint)
     if size > MAX_ARGUMENTS_BYTES:

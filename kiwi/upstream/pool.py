@@ -71,7 +71,6 @@ class McpConnection:
         self.busy = 0
         self.last_used = time.monotonic()
         self.broken = False
-        self.retiring = False  # out of the pool: closed when its last call in flight ends
         self._on_change = on_change
         self._closing = asyncio.Event()
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -225,7 +224,6 @@ class McpPool:
     def _retire(self, project_root: str, config: McpServerConfig, conn: McpConnection) -> None:
         """No new call goes to ``conn`` (the next one opens a fresh connection); the calls already in
         flight on it keep it until they end, and the last one closes it (see ``_using``)."""
-        conn.retiring = True
         self._retired.add(conn)  # (closed by its last call, or by close())
         key = self._key(project_root, config)
         if self._connections.get(key) is conn:
@@ -270,7 +268,7 @@ class McpPool:
         finally:
             conn.busy -= 1
             conn.last_used = time.monotonic()
-            if conn.retiring and conn.busy == 0:
+            if conn.busy == 0 and conn in self._retired:
                 self._retired.discard(conn)
                 await conn.close()
 

@@ -45,7 +45,7 @@ class TaskBudget:
         return self.carried
 
     def spend(self, size: int) -> None:
-        """``size`` bytes go out with the current task (arguments accepted, an activity's input)."""
+        """``size`` bytes go out with the current task (arguments accepted, an answer)."""
         self._carried()
         self.carried += size
 
