@@ -23,6 +23,8 @@ from temporalio.converter import (
     PayloadConverter,
 )
 
+from kiwi.payloads import external_storage
+
 _JSON = PydanticJSONPlainPayloadConverter()
 
 
@@ -78,6 +80,9 @@ class KiwiFailureConverter(DefaultFailureConverter):
             link = link.cause if link.HasField("cause") else None
 
 
+# Payloads of 256 KB and more travel as references to the shared payload store (kiwi/payloads.py).
 data_converter = DataConverter(
-    payload_converter_class=KiwiPayloadConverter, failure_converter_class=KiwiFailureConverter
+    payload_converter_class=KiwiPayloadConverter,
+    failure_converter_class=KiwiFailureConverter,
+    external_storage=external_storage(),
 )

@@ -209,6 +209,23 @@ def test_compose_runs_kiwi_commands_that_exist_with_settings_the_code_reads():
     assert host in compose()["services"] and port == "7233"
 
 
+def test_compose_workers_and_front_ends_share_one_payload_store_the_image_user_owns():
+    """Payloads of 256 KB and more pass between Kiwi processes through the store (kiwi/payloads.py): a
+    worker that cannot read what a front end stored leaves the run stuck, so both mount one volume there."""
+    services = kiwi_services()
+    stores = set()
+    for name in ("kiwi-worker", "kiwi-mcp"):
+        folder = services[name]["environment"]["KIWI_PAYLOAD_STORE"]
+        (volume,) = [v.split(":")[0] for v in services[name]["volumes"] if v.split(":")[1] == folder]
+        assert volume in compose()["volumes"], name
+        stores.add((volume, folder))
+    assert len(stores) == 1
+    # A new named volume takes the owner of the image's folder: the image user's, so it can write there.
+    (folder,) = {f for _, f in stores}
+    made = [rest for word, rest in dockerfile() if word == "RUN" and folder in rest]
+    assert made and "chown kiwi:kiwi" in made[0], made
+
+
 def test_compose_workers_drain_before_docker_kills_them_and_report_readiness():
     worker = kiwi_services()["kiwi-worker"]
     args = kiwi_args(worker["command"])
@@ -389,6 +406,22 @@ def test_k8s_pods_run_the_image_user_with_settings_the_code_reads(name):
     assert mounts["projects"] == "/srv/project"
     assert volumes["projects"]["persistentVolumeClaim"]["claimName"] in claims
     assert set(mounts) == set(volumes)
+
+
+def test_k8s_workers_and_front_ends_share_one_payload_store():
+    (config,) = [
+        d for d in manifests() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "kiwi-temporal"
+    ]
+    folder = config["data"]["KIWI_PAYLOAD_STORE"]
+    claims = {d["metadata"]["name"]: d for d in manifests() if d["kind"] == "PersistentVolumeClaim"}
+    for name in ("kiwi-worker", "kiwi-mcp"):
+        pod = deployment(name)["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert {"configMapRef": {"name": "kiwi-temporal"}} in container["envFrom"], name
+        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == folder]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        claim = claims[volume["persistentVolumeClaim"]["claimName"]]
+        assert claim["spec"]["accessModes"] == ["ReadWriteMany"], "every pod, on any node, sees the store"
 
 
 def test_k8s_migrates_the_registry_with_a_kiwi_command_as_the_image_user():

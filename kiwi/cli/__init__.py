@@ -437,6 +437,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_registry.add_commands(sub)
 
+    from kiwi.cli import payloads as cli_payloads
+
+    cli_payloads.add_commands(sub)
+
     p = sub.add_parser(
         "tools",
         help="tools an agent proposed: list them, accept one into .ai/tools",

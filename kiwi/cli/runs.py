@@ -703,6 +703,12 @@ def _project(parser: argparse.ArgumentParser, scope: bool = True) -> None:
 
 def _connection(parser: argparse.ArgumentParser, scope: bool = True) -> None:
     _project(parser, scope)
+    _temporal(parser)
+    parser.add_argument("--task-queue", default="kiwi", help="task queue of the Kiwi workers (default: kiwi)")
+
+
+def _temporal(parser: argparse.ArgumentParser) -> None:
+    """--address and --namespace: which Temporal, and which namespace of it."""
     parser.add_argument(
         "--address",
         help="Temporal address (default: KIWI_TEMPORAL_ADDRESS, else Temporal's environment configuration: "
@@ -714,7 +720,6 @@ def _connection(parser: argparse.ArgumentParser, scope: bool = True) -> None:
         help="Temporal namespace (default: KIWI_TEMPORAL_NAMESPACE, else the profile's or TEMPORAL_NAMESPACE, "
         "else default)",
     )
-    parser.add_argument("--task-queue", default="kiwi", help="task queue of the Kiwi workers (default: kiwi)")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,231 @@
+"""Large payloads kept out of Temporal's messages: a content-addressed store every Kiwi process shares.
+
+Temporal hands a run everything admitted for it in one workflow task, and the worker's answer to that task
+must stay under gRPC's 4 MB: the updates a task accepts or rejects are echoed back in it, request and all,
+and a child run starts with its directive's snapshot as its input. Five agents each sending a 900 KB call
+while the worker was away, or six child runs of a large directive started together, made that answer too
+large, and Temporal ended the run. Kiwi's data converter therefore writes every payload of 256 KB or more
+to this store and sends a reference in its place (Temporal's external storage): the run's history, its
+tasks and the echoes carry ~150 bytes a payload, and whoever reads the payload (the worker, the front end,
+``kiwi runs``) fetches it from the store.
+
+The store is a folder: one file a payload, named by the SHA-256 of its bytes, written once (a temporary
+file renamed into place) with owner-only permissions, and checked against its name whenever it is read: a
+file changed or replaced on disk is refused, never handed to a run. Every process that starts runs, calls
+them or works on them must see the same folder: on one machine that is the default,
+``$KIWI_HOME/payloads`` (see ``kiwi.devserver.data_dir``); across machines, ``KIWI_PAYLOAD_STORE`` names
+a folder they share (a volume in ``deploy/``). ``KIWI_PAYLOAD_STORE=off`` keeps every payload inline, as
+before (and the 4 MB limit with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
+from temporalio.converter import (
+    ExternalStorage,
+    StorageDriver,
+    StorageDriverClaim,
+    StorageDriverRetrieveContext,
+    StorageDriverStoreContext,
+)
+
+from kiwi.devserver import data_dir
+from kiwi.errors import KiwiError
+
+# Payloads this large or larger go to the store (Temporal's default threshold).
+THRESHOLD_BYTES = 256 * 1024
+STORE_VARIABLE = "KIWI_PAYLOAD_STORE"
+DRIVER_NAME = "kiwi-files"
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+# A reference as it sits in a history event: the JSON of Temporal's ExternalStorageReference.
+_REFERENCE = re.compile(rb'"sha256"\s*:\s*"([0-9a-f]{64})"')
+# The least age `kiwi payloads prune` removes: a payload just stored may belong to a call on its way.
+MIN_PRUNE_AGE_SECONDS = 3600
+
+
+class PayloadStoreError(KiwiError):
+    type = "PayloadStoreError"
+
+
+def store_folder() -> Path | None:
+    """Where payloads go: ``KIWI_PAYLOAD_STORE``, else ``<data dir>/payloads``; None when it is ``off``."""
+    named = os.environ.get(STORE_VARIABLE, "").strip()
+    if named.lower() == "off":
+        return None
+    if named:
+        return Path(named).expanduser()
+    return data_dir() / "payloads"
+
+
+class FilePayloadStore(StorageDriver):
+    """Temporal storage driver over a folder of content-addressed files (see the module's docstring).
+
+    The folder is looked up when a payload is first stored or read, not when the converter is built, so a
+    process that sets ``KIWI_PAYLOAD_STORE`` before it talks to Temporal is served from that folder.
+    """
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self._folder = folder
+
+    def name(self) -> str:
+        return DRIVER_NAME
+
+    def folder(self) -> Path:
+        folder = self._folder or store_folder()
+        if folder is None:
+            raise PayloadStoreError(
+                f"a payload was stored outside Temporal but {STORE_VARIABLE}=off in this process",
+                hint=f"give every Kiwi process the same {STORE_VARIABLE} (unset: the default folder)",
+            )
+        return folder
+
+    async def store(
+        self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
+    ) -> list[StorageDriverClaim]:
+        return await asyncio.to_thread(self._store_all, [p.SerializeToString() for p in payloads])
+
+    async def retrieve(
+        self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
+    ) -> list[Payload]:
+        return await asyncio.to_thread(self._read_all, [dict(c.claim_data) for c in claims])
+
+    def _store_all(self, blobs: list[bytes]) -> list[StorageDriverClaim]:
+        folder = self.folder()
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        claims = []
+        for blob in blobs:
+            digest = hashlib.sha256(blob).hexdigest()
+            path = folder / digest[:2] / digest
+            if _holds(path, digest):
+                os.utime(
+                    path
+                )  # (stored again now: `kiwi payloads prune` goes by when a payload was last stored)
+            else:
+                path.parent.mkdir(mode=0o700, exist_ok=True)
+                # Written whole under a temporary name, then renamed: a reader never sees half a payload.
+                fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".incoming-")
+                try:
+                    with os.fdopen(fd, "wb") as out:
+                        out.write(blob)
+                        out.flush()
+                        os.fsync(out.fileno())
+                    os.replace(temporary, path)
+                except BaseException:
+                    Path(temporary).unlink(missing_ok=True)
+                    raise
+            claims.append(StorageDriverClaim({"sha256": digest, "size": str(len(blob))}))
+        return claims
+
+    def _read_all(self, claims: list[dict[str, str]]) -> list[Payload]:
+        folder = self.folder()
+        payloads = []
+        for claim in claims:
+            digest = claim.get("sha256", "")
+            if not _DIGEST.fullmatch(digest):
+                raise PayloadStoreError(f"a payload reference names no stored payload ({digest[:80]!r})")
+            path = folder / digest[:2] / digest
+            try:
+                blob = path.read_bytes()
+            except FileNotFoundError:
+                raise PayloadStoreError(
+                    f"payload {digest[:16]}… is not in the payload store {folder}",
+                    hint=f"every Kiwi process (worker, front end, CLI) needs the same {STORE_VARIABLE}",
+                ) from None
+            if hashlib.sha256(blob).hexdigest() != digest:
+                raise PayloadStoreError(
+                    f"payload {digest[:16]}… in {folder} was changed on disk; refusing it",
+                    hint="the store's files are written once: restore the file or the run cannot go on",
+                )
+            payloads.append(Payload.FromString(blob))
+        return payloads
+
+
+def _holds(path: Path, digest: str) -> bool:
+    """The file is there and whole (a crash between write and rename leaves only a temporary file)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    except OSError:
+        return False
+
+
+def external_storage() -> ExternalStorage | None:
+    """The data converter's external storage, or None when ``KIWI_PAYLOAD_STORE=off``."""
+    if os.environ.get(STORE_VARIABLE, "").strip().lower() == "off":
+        return None
+    return ExternalStorage(drivers=[FilePayloadStore()], payload_size_threshold=THRESHOLD_BYTES)
+
+
+def check_prune_age(older_than_seconds: float) -> None:
+    if older_than_seconds < MIN_PRUNE_AGE_SECONDS:
+        raise PayloadStoreError(
+            f"--older-than must be at least {MIN_PRUNE_AGE_SECONDS // 3600} hour",
+            hint="a payload stored in the last hour may belong to a call on its way to a run",
+        )
+
+
+async def prune(
+    client: Client,
+    older_than_seconds: float,
+    dry_run: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, object]:
+    """Remove the store's payloads that no run Temporal still holds refers to and that nobody stored in
+    the last ``older_than_seconds``.
+
+    Every execution of the namespace is read (open ones and closed ones within its retention), and every
+    reference in its history keeps its file. The age covers what no history shows yet: a call admitted for
+    a run but not yet taken, a run just started (each store of a payload renews its file's time).
+    """
+    check_prune_age(older_than_seconds)
+    folder = store_folder()
+    if folder is None:
+        raise PayloadStoreError(f"{STORE_VARIABLE}=off: there is no payload store to prune")
+    cutoff = time.time() - older_than_seconds
+    candidates = {}
+    for path in folder.glob("??/*") if folder.is_dir() else []:
+        with_time = path.lstat()
+        if with_time.st_mtime < cutoff and (
+            _DIGEST.fullmatch(path.name) or path.name.startswith(".incoming-")
+        ):
+            candidates[path.name] = path
+    referenced: set[str] = set()
+    runs = 0
+    async for execution in client.list_workflows(""):
+        history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+        for event in history.events:
+            referenced.update(d.decode() for d in _REFERENCE.findall(event.SerializeToString()))
+        runs += 1
+        if progress is not None and runs % 500 == 0:
+            progress(runs)
+    removed, freed = [], 0
+    for name, path in sorted(candidates.items()):
+        if name in referenced:
+            continue
+        try:
+            if path.lstat().st_mtime >= cutoff:
+                continue  # stored again while we read the histories
+            size = path.lstat().st_size
+            if not dry_run:
+                path.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(name)
+        freed += size
+    return {
+        "store": str(folder),
+        "runs_read": runs,
+        "removed": removed,
+        "bytes_freed": freed,
+        "kept_in_use": len(candidates) - len(removed),
+        "dry_run": dry_run,
+    }
