@@ -248,6 +248,21 @@ async def test_doctor_names_each_problem_with_its_fix(runs, project):
     checks = {c["name"]: c for c in report["checks"]}
     assert checks["temporal"]["ok"] and checks["search attributes"]["ok"] and checks["python"]["ok"]
     assert checks["agent_harness.yaml"]["ok"] and checks["project"]["ok"]
+    assert checks["payload store"]["ok"] and checks["payload store"]["detail"].startswith(
+        os.path.join(os.environ["KIWI_HOME"], "payloads")
+    )
+    # A store this user cannot write to is a failure with its fix.
+    blocked = project / "not-a-folder"
+    blocked.write_text("a file where the store should be")
+    code, out, _ = await kiwi_cli(
+        "doctor",
+        "--no-mcp",
+        "--json",
+        *connection(runs),
+        env={"KIWI_PAYLOAD_STORE": str(blocked / "payloads")},
+    )
+    store = {c["name"]: c for c in json.loads(out)["checks"]}["payload store"]
+    assert code == 1 and not store["ok"] and not store["warning"] and "KIWI_PAYLOAD_STORE" in store["hint"]
     # Whether docker tools can run here, and what to install when not.
     code, out, _ = await kiwi_cli(
         "doctor",

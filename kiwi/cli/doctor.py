@@ -56,6 +56,37 @@ def _containers() -> Check:
     )
 
 
+def _payload_store() -> Check:
+    """Where payloads of 256 KB and more go (kiwi/payloads.py), and whether this process can write there."""
+    import os
+    import tempfile
+
+    from kiwi.payloads import STORE_VARIABLE, store_folder
+
+    folder = store_folder()
+    if folder is None:
+        return Check(
+            "payload store",
+            False,
+            f"{STORE_VARIABLE}=off: payloads travel inline, and a run's task past 4 MB ends the run",
+            f"unset {STORE_VARIABLE} (or name a folder every Kiwi process shares)",
+            warning=True,
+        )
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        return Check(
+            "payload store",
+            False,
+            f"{folder} cannot be written: {exc.strerror or exc}",
+            f"make {folder} writable for this user, or set {STORE_VARIABLE} to a folder that is",
+        )
+    shared = "" if os.environ.get(STORE_VARIABLE) else " (every Kiwi process of this user on this machine)"
+    return Check("payload store", True, f"{folder}, writable{shared}")
+
+
 def _temporal_binary() -> Check:
     from kiwi.devserver import temporal_binary
 
@@ -211,7 +242,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     root = find_project_root()
 
     async def go() -> list[Check]:
-        checks = [_python(), _node(), _containers(), _temporal_binary()]
+        checks = [_python(), _node(), _containers(), _temporal_binary(), _payload_store()]
         temporal = await _temporal(args.address, args.namespace)
         checks += temporal
         checks += _ports(temporal[0].ok)
