@@ -218,3 +218,31 @@ def test_prune_refuses_an_age_under_an_hour(capsys):
 
     assert kiwi_main(["payloads", "prune", "--older-than", "0.01", "--address", "127.0.0.1:1"]) == 1
     assert "at least 1 hour" in capsys.readouterr().err
+
+
+async def test_ten_calls_just_under_the_threshold_from_ten_clients_do_not_end_the_run(
+    temporal_env, project, tmp_path
+):
+    """Attack on the threshold: payloads under 256 KB stay inline. Ten clients (each a front end of its own,
+    so no client-side lock holds them apart) send a call of 250 KB whose answer is 250 KB too, all admitted
+    while the worker is away: one task is handed all ten, and its answer would echo every update (2.5 MB)
+    besides the answers (2.5 MB). The run's task budget and RunBusy keep each task under 4 MB."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from kiwi.items.store import ItemStore
+    from kiwi.runs import RunClient
+    from tests.test_review_attacks_s11 import _terminated_reason
+
+    runs, run_id, queue, ledger = await _ledger_run(temporal_env, project, tmp_path)
+    tasks = []
+    for i in range(10):
+        client = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
+        call = ("ledger.big", {"tag": f"{i}" * (250_000 + i), "size": 250_000})
+        tasks += await _admitted(client, run_id, [call])
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        done, _ = await asyncio.wait(tasks, timeout=90)
+        reason = await _terminated_reason(runs, run_id)
+        assert (await runs.handle(run_id).describe()).status == WorkflowExecutionStatus.RUNNING, reason
+        assert len(done) == 10, reason
+        assert [len(text_of(t.result().result)) >= 250_000 for t in tasks] == [True] * 10
+    await _replays(runs, run_id)
