@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
@@ -29,57 +28,9 @@ from mcp.client import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
 
 from bench.bench_mcp_proxy import EVERYTHING  # noqa: E402
+from bench.floor import JsonRpc  # noqa: E402
 
 GAPS_MS = (0, 10, 30, 50)
-
-
-class JsonRpc:
-    """The protocol by hand: one request line out, lines read until its answer."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-        self.next_id = 0
-
-    @classmethod
-    async def start(cls) -> JsonRpc:
-        process = await asyncio.create_subprocess_exec(
-            "node",
-            str(EVERYTHING),
-            "stdio",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            limit=2**24,
-        )
-        rpc = cls(process)
-        await rpc.request(
-            "initialize",
-            {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "bench", "version": "1"},
-            },
-        )
-        await rpc.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        return rpc
-
-    async def send(self, message: dict) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write((json.dumps(message) + "\n").encode())
-        await self.process.stdin.drain()
-
-    async def request(self, method: str, params: dict) -> dict:
-        assert self.process.stdout is not None
-        self.next_id += 1
-        await self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
-        while True:
-            answer = json.loads(await self.process.stdout.readline())
-            if answer.get("id") == self.next_id:
-                return answer
-
-    async def stop(self) -> None:
-        self.process.kill()
-        await self.process.wait()
 
 
 async def _median_ms(call, gap_ms: int, calls: int) -> float:
@@ -98,7 +49,7 @@ async def main() -> None:
     args = parser.parse_args()
     if not EVERYTHING.exists():
         raise SystemExit("run scripts/test once first: it installs tests/npm (server-everything)")
-    rpc = await JsonRpc.start()
+    rpc = await JsonRpc.start(EVERYTHING)
     try:
         async with Client(StdioServerParameters(command="node", args=[str(EVERYTHING), "stdio"])) as sdk:
 

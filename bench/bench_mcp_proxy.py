@@ -166,7 +166,7 @@ async def main() -> None:
                         min(args.calls, 900),
                         {**floor_call, "kiwi": proxied, "refused": refused, "read": read},
                     )
-                floor = {k: samples[k] for k in ("plain", "local", "upstream")}
+                floor = {k: samples[k] for k in ("plain", "local", "upstream", "raw")}
                 kiwi_ms, refused_ms, read_ms = samples["kiwi"], samples["refused"], samples["read"]
                 await runs.cancel(run_id)
                 run_id = await runs.start("echo_bench", {})
@@ -215,6 +215,12 @@ async def main() -> None:
     print(
         f"bare workflow making the same upstream call (update + local activity + MCP echo, no Kiwi): "
         f"p50 {common.pct(floor['upstream'], 0.5):6.1f} ms  {bare_rate:6.0f} calls/s with {args.callers} callers"
+    )
+    print(
+        f"bare workflow making the same call by hand (no MCP SDK client; #20's design option 1): "
+        f"p50 {common.pct(floor['raw'], 0.5):6.1f} ms, {common.pct(floor['raw'], 0.5) / common.pct(floor['local'], 0.5):.2f}x "
+        f"the no-op local-activity update, leaving Kiwi "
+        f"{1.15 * common.pct(floor['local'], 0.5) - common.pct(floor['raw'], 0.5):.1f} ms for the 1.15x target"
     )
     print(
         f"proxied filesystem.read:   p50 {common.pct(read_ms, 0.5):6.1f} ms  p99 {common.pct(read_ms, 0.99):6.1f} ms  "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import sys
 import time
@@ -31,6 +32,71 @@ from workers.main import MAX_CACHED_WORKFLOWS, STICKY_SCHEDULE_TO_START
 @activity.defn
 async def floor_noop(value: str) -> str:
     return value
+
+
+class JsonRpc:
+    """The protocol by hand: one request line out, lines read until its answer."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.next_id = 0
+        self.lock = asyncio.Lock()  # one request at a time: answers are read in order
+
+    @classmethod
+    async def start(cls, index: Path) -> JsonRpc:
+        """server-everything (``index``: its index.js) over stdio, initialized."""
+        process = await asyncio.create_subprocess_exec(
+            "node",
+            str(index),
+            "stdio",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            limit=2**24,
+        )
+        rpc = cls(process)
+        await rpc.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "bench", "version": "1"},
+            },
+        )
+        await rpc.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return rpc
+
+    async def send(self, message: dict) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write((json.dumps(message) + "\n").encode())
+        await self.process.stdin.drain()
+
+    async def request(self, method: str, params: dict) -> dict:
+        assert self.process.stdout is not None
+        async with self.lock:
+            self.next_id += 1
+            await self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+            while True:
+                answer = json.loads(await self.process.stdout.readline())
+                if answer.get("id") == self.next_id:
+                    return answer
+
+    async def stop(self) -> None:
+        self.process.kill()
+        await self.process.wait()
+
+
+class RawUpstreamFloor:
+    """The same upstream call made without the MCP SDK's client: one JSON-RPC line out, its answer line in
+    (design option 1 for #20's proxied p50: Kiwi's own client for ``tools/call`` on stdio connections)."""
+
+    def __init__(self, rpc: JsonRpc) -> None:
+        self.rpc = rpc
+
+    @activity.defn(name="floor_upstream_raw")
+    async def call(self, value: str) -> dict:
+        answer = await self.rpc.request("tools/call", {"name": "echo", "arguments": {"message": value}})
+        return answer["result"]
 
 
 class UpstreamFloor:
@@ -72,6 +138,13 @@ class FloorWorkflow:
         )
 
     @workflow.update
+    async def raw(self, value: str) -> dict:
+        """``upstream`` with the MCP call made by hand (:class:`RawUpstreamFloor`)."""
+        return await workflow.execute_local_activity(
+            "floor_upstream_raw", value, start_to_close_timeout=timedelta(seconds=10), result_type=dict
+        )
+
+    @workflow.update
     async def finish(self, value: str) -> str:
         """Like ``complete_step`` on a one-step run: answers, and the workflow completes."""
         self.done = True
@@ -109,13 +182,14 @@ async def floor_callers(
 ) -> AsyncIterator[dict[str, Callable[[int], Awaitable[Any]]]]:
     """One bare workflow per kind, and a caller for each: "plain" (a bare update), "local" (an update
     running a no-op local activity) and, with ``everything`` (server-everything's index.js), "upstream"
-    (an update whose local activity makes the same ``echo`` call Kiwi proxies, over a session of its own).
+    (an update whose local activity makes the same ``echo`` call Kiwi proxies, over a session of its own)
+    and "raw" (the same call written and read by hand, no MCP SDK client, over a server process of its own).
     ``caller(i)`` makes one update. With ``address`` the worker is a process of its own (as `kiwi worker`
     is with --worker-process: a process woken for each call costs more than one already running), else it
     runs in this process. A bench times the callers interleaved with Kiwi's calls, so drift in the host's
     load hits both sides alike. (Temporal allows 2,000 updates per workflow: keep below.)"""
     queue = f"floor-{uuid.uuid4().hex[:8]}"
-    kinds = ["plain", "local"] + (["upstream"] if everything is not None else [])
+    kinds = ["plain", "local"] + (["upstream", "raw"] if everything is not None else [])
     async with contextlib.AsyncExitStack() as stack:
         if address is not None:
             proc = await start_floor_worker(address, queue, everything)
@@ -123,8 +197,7 @@ async def floor_callers(
         else:
             activities: list[Any] = [floor_noop]
             if everything is not None:
-                session = await stack.enter_async_context(_everything(everything))
-                activities.append(UpstreamFloor(session).call)
+                activities += await _upstream_activities(stack, everything)
             await stack.enter_async_context(
                 Worker(
                     client,
@@ -150,6 +223,14 @@ async def floor_callers(
         finally:
             for handle in handles.values():
                 await handle.signal(FloorWorkflow.stop)
+
+
+async def _upstream_activities(stack: contextlib.AsyncExitStack, everything: Path) -> list[Any]:
+    """The "upstream" and "raw" activities, each over a server-everything process of its own."""
+    session = await stack.enter_async_context(_everything(everything))
+    rpc = await JsonRpc.start(everything)
+    stack.push_async_callback(rpc.stop)
+    return [UpstreamFloor(session).call, RawUpstreamFloor(rpc).call]
 
 
 def _everything(index: Path):
@@ -220,8 +301,7 @@ async def _serve(address: str, task_queue: str, everything: Path | None) -> None
     async with contextlib.AsyncExitStack() as stack:
         activities: list[Any] = [floor_noop]
         if everything is not None:
-            session = await stack.enter_async_context(_everything(everything))
-            activities.append(UpstreamFloor(session).call)
+            activities += await _upstream_activities(stack, everything)
         # The same tuning as kiwi worker.
         async with Worker(
             client,
