@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.converter import (
     ExternalStorage,
     StorageDriver,
@@ -178,19 +178,25 @@ async def prune(
     older_than_seconds: float,
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
+    now: float | None = None,
 ) -> dict[str, object]:
     """Remove the store's payloads that no run Temporal still holds refers to and that nobody stored in
     the last ``older_than_seconds``.
 
     Every execution of the namespace is read (open ones and closed ones within its retention), and every
     reference in its history keeps its file. The age covers what no history shows yet: a call admitted for
-    a run but not yet taken, a run just started (each store of a payload renews its file's time).
+    a run but not yet taken, a run just started (each store of a payload renews its file's time). A call
+    admitted while the run's worker is away waits longer than any age: while an open run has a workflow
+    task nobody took, everything stored since ``older_than_seconds`` before it was first scheduled stays.
     """
     check_prune_age(older_than_seconds)
     folder = store_folder()
     if folder is None:
         raise PayloadStoreError(f"{STORE_VARIABLE}=off: there is no payload store to prune")
-    cutoff = time.time() - older_than_seconds
+    now = (
+        time.time() if now is None else now
+    )  # (a test runs prune as if later: the clock is the server's too)
+    cutoff = now - older_than_seconds
     candidates = {}
     for path in folder.glob("??/*") if folder.is_dir() else []:
         with_time = path.lstat()
@@ -200,13 +206,27 @@ async def prune(
             candidates[path.name] = path
     referenced: set[str] = set()
     runs = 0
+    # A call admitted for a run is in no event until a worker takes the run's workflow task: while a run has
+    # a task nobody took (its worker away), whatever was stored since that task's first scheduling (less
+    # the age, for a call on its way then) may be such a call's payload, however old the age says it is.
+    untaken_since = now
     async for execution in client.list_workflows(""):
-        history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+        if execution.status == WorkflowExecutionStatus.RUNNING:
+            pending = (await handle.describe()).raw_description.pending_workflow_task
+            first = (
+                "original_scheduled_time" if pending.HasField("original_scheduled_time") else "scheduled_time"
+            )
+            scheduled = getattr(pending, first)
+            if scheduled.seconds:
+                untaken_since = min(untaken_since, scheduled.seconds + scheduled.nanos / 1e9)
+        history = await handle.fetch_history()
         for event in history.events:
             referenced.update(d.decode() for d in _REFERENCE.findall(event.SerializeToString()))
         runs += 1
         if progress is not None and runs % 500 == 0:
             progress(runs)
+    cutoff = min(cutoff, untaken_since - older_than_seconds)
     removed, freed = [], 0
     for name, path in sorted(candidates.items()):
         if name in referenced:

@@ -1,0 +1,34 @@
+"""Review s12: attacks on the payload store (kiwi/payloads.py) and `kiwi payloads prune`, against the real
+stack (a Temporal dev server, a real MCP server, a real project) and real files."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from kiwi.payloads import MIN_PRUNE_AGE_SECONDS, prune, store_folder
+from tests.test_batches import _admitted
+from tests.test_mcp_servers import text_of
+from tests.test_review_attacks_s10 import _ledger_run, _lines
+from workers.main import build_worker
+
+
+async def test_prune_keeps_the_arguments_of_a_call_admitted_but_not_yet_taken(
+    temporal_env, project, tmp_path
+):
+    """Operator loses data: an agent's 400 KB call is admitted for a run while its worker is away (a
+    deploy, an outage) for longer than prune's --older-than. No history shows the call yet (an admitted
+    update is in no event), so prune removed its arguments' file, and when the worker came back the run
+    could not read the call: every workflow task failed, and the run (every later call too) was stuck."""
+    runs, run_id, queue, ledger = await _ledger_run(temporal_env, project, tmp_path)
+    folder = store_folder()
+    before = set(folder.rglob("*")) if folder.exists() else set()
+    (task,) = await _admitted(runs, run_id, [("ledger.length", {"tag": "k" * 400_000})])
+    (stored,) = [p for p in set(folder.rglob("*")) - before if p.is_file()]
+    # Prune runs two hours later (the least age it takes is one), the worker still away.
+    done = await prune(temporal_env.client, MIN_PRUNE_AGE_SECONDS, now=time.time() + 2 * 3600)
+    assert stored.name not in done["removed"] and stored.exists(), done
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        result = await asyncio.wait_for(task, 90)
+    assert text_of(result.result) == "400000 characters"
+    assert _lines(ledger) == ["length 400000"]
