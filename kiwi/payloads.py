@@ -183,7 +183,9 @@ async def prune(
     """Remove the store's payloads that no run Temporal still holds refers to and that nobody stored in
     the last ``older_than_seconds``.
 
-    Every execution of the namespace is read (open ones and closed ones within its retention), and every
+    Every execution of every namespace of the server is read (open ones and closed ones within their
+    retention; the store is shared by the user's processes whatever namespace their runs are in: the
+    client's namespace alone when the server will not list them), and every
     reference in its history keeps its file. The age covers what no history shows yet: a call admitted for
     a run but not yet taken, a run just started (each store of a payload renews its file's time). A call
     admitted while the run's worker is away waits longer than any age: while an open run has a workflow
@@ -193,9 +195,8 @@ async def prune(
     folder = store_folder()
     if folder is None:
         raise PayloadStoreError(f"{STORE_VARIABLE}=off: there is no payload store to prune")
-    now = (
-        time.time() if now is None else now
-    )  # (a test runs prune as if later: the clock is the server's too)
+    # (A test runs prune as if later: the server's clock, the task times, cannot be set back.)
+    now = time.time() if now is None else now
     cutoff = now - older_than_seconds
     candidates = {}
     for path in folder.glob("??/*") if folder.is_dir() else []:
@@ -210,8 +211,9 @@ async def prune(
     # a task nobody took (its worker away), whatever was stored since that task's first scheduling (less
     # the age, for a call on its way then) may be such a call's payload, however old the age says it is.
     untaken_since = now
-    async for execution in client.list_workflows(""):
-        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+    namespaces = await _namespaces(client)
+    async for there, execution in _every_execution(client, namespaces):
+        handle = there.get_workflow_handle(execution.id, run_id=execution.run_id)
         if execution.status == WorkflowExecutionStatus.RUNNING:
             pending = (await handle.describe()).raw_description.pending_workflow_task
             first = (
@@ -243,9 +245,42 @@ async def prune(
         freed += size
     return {
         "store": str(folder),
+        "namespaces": namespaces,
         "runs_read": runs,
         "removed": removed,
         "bytes_freed": freed,
         "kept_in_use": len(candidates) - len(removed),
         "dry_run": dry_run,
     }
+
+
+async def _namespaces(client: Client) -> list[str]:
+    """Every namespace of the server (the client's alone when it will not say)."""
+    from temporalio.api.workflowservice.v1 import ListNamespacesRequest
+    from temporalio.service import RPCError
+
+    names: list[str] = []
+    token = b""
+    try:
+        while True:
+            page = await client.workflow_service.list_namespaces(
+                ListNamespacesRequest(page_size=100, next_page_token=token)
+            )
+            names += [n.namespace_info.name for n in page.namespaces]
+            token = page.next_page_token
+            if not token:
+                break
+    except RPCError:
+        return [client.namespace]
+    return sorted(set(names) | {client.namespace})
+
+
+async def _every_execution(client: Client, namespaces: list[str]):
+    for namespace in namespaces:
+        there = (
+            client
+            if namespace == client.namespace
+            else Client(client.service_client, namespace=namespace, data_converter=client.data_converter)
+        )
+        async for execution in there.list_workflows(""):
+            yield there, execution

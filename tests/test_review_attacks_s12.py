@@ -4,8 +4,12 @@ stack (a Temporal dev server, a real MCP server, a real project) and real files.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+import uuid
+from datetime import timedelta
 
+from kiwi.converter import data_converter
 from kiwi.payloads import MIN_PRUNE_AGE_SECONDS, prune, store_folder
 from tests.test_batches import _admitted
 from tests.test_mcp_servers import text_of
@@ -32,3 +36,50 @@ async def test_prune_keeps_the_arguments_of_a_call_admitted_but_not_yet_taken(
         result = await asyncio.wait_for(task, 90)
     assert text_of(result.result) == "400000 characters"
     assert _lines(ledger) == ["length 400000"]
+
+
+async def test_prune_keeps_what_runs_of_another_namespace_refer_to(temporal_env):
+    """Operator loses data: every Kiwi process of a user shares one store by default ($KIWI_HOME/payloads),
+    whatever namespace its runs are in, but prune read the histories of one namespace: it removed the
+    payloads of every run in the others, and those runs could no longer read their inputs."""
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, RegisterNamespaceRequest
+    from temporalio.client import Client
+    from temporalio.service import RPCError
+
+    from tests.helpers import wait_for
+
+    service = temporal_env.client.workflow_service
+    namespace = f"kiwi-s12-{uuid.uuid4().hex[:8]}"
+    await service.register_namespace(
+        RegisterNamespaceRequest(namespace=namespace, workflow_execution_retention_period=timedelta(days=1))
+    )
+
+    async def known() -> bool:
+        try:
+            await service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
+        except RPCError:
+            return False
+        return True
+
+    await wait_for(known, what="the new namespace")
+    other = Client(temporal_env.client.service_client, namespace=namespace, data_converter=data_converter)
+    folder = store_folder()
+    before = set(folder.rglob("*")) if folder.exists() else set()
+    text = "n" * 300_000
+    handle = await other.start_workflow(
+        "DirectiveRun", text, id=f"s12-{uuid.uuid4().hex[:8]}", task_queue="nobody"
+    )
+    (stored,) = [p for p in set(folder.rglob("*")) - before if p.is_file()]
+    three_days_ago = time.time() - 3 * 86400
+    os.utime(stored, (three_days_ago, three_days_ago))
+
+    done = await prune(temporal_env.client, 86400)
+    assert stored.name not in done["removed"] and stored.exists(), done
+    (started,) = [
+        e
+        async for e in handle.fetch_history_events()
+        if e.HasField("workflow_execution_started_event_attributes")
+    ]
+    payloads = started.workflow_execution_started_event_attributes.input.payloads
+    assert await data_converter.decode(payloads, [str]) == [text]
+    await handle.terminate()
