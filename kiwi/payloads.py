@@ -106,11 +106,7 @@ class FilePayloadStore(StorageDriver):
         for blob in blobs:
             digest = hashlib.sha256(blob).hexdigest()
             path = folder / digest[:2] / digest
-            if _holds(path, digest):
-                os.utime(
-                    path
-                )  # (stored again now: `kiwi payloads prune` goes by when a payload was last stored)
-            else:
+            if not (_holds(path, digest) and _renewed(path)):
                 path.parent.mkdir(mode=0o700, exist_ok=True)
                 # Written whole under a temporary name, then renamed: a reader never sees half a payload.
                 fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".incoming-")
@@ -148,6 +144,16 @@ class FilePayloadStore(StorageDriver):
                 )
             payloads.append(Payload.FromString(blob))
         return payloads
+
+
+def _renewed(path: Path) -> bool:
+    """Stored again now: `kiwi payloads prune` goes by when a payload was last stored. False when the file
+    went (prune took it between the check and now): then it is written again."""
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _holds(path: Path, digest: str) -> bool:
@@ -202,7 +208,7 @@ async def prune(
     for path in folder.glob("??/*") if folder.is_dir() else []:
         with_time = path.lstat()
         if with_time.st_mtime < cutoff and (
-            _DIGEST.fullmatch(path.name) or path.name.startswith(".incoming-")
+            _DIGEST.fullmatch(path.name) or path.name.startswith((".incoming-", ".pruning-"))
         ):
             candidates[path.name] = path
     referenced: set[str] = set()
@@ -234,11 +240,21 @@ async def prune(
         if name in referenced:
             continue
         try:
-            if path.lstat().st_mtime >= cutoff:
-                continue  # stored again while we read the histories
-            size = path.lstat().st_size
-            if not dry_run:
-                path.unlink()
+            if dry_run:
+                if path.lstat().st_mtime >= cutoff:
+                    continue  # stored again while we read the histories
+                size = path.lstat().st_size
+            else:
+                # Moved aside first, then its time read: a store that renewed the file before the move is
+                # seen (and the file put back), one after it finds no file and writes it again.
+                aside = path.with_name(f".pruning-{name}")
+                os.replace(path, aside)
+                seen = aside.lstat()
+                if seen.st_mtime >= cutoff:
+                    os.replace(aside, path)
+                    continue  # stored again while we read the histories
+                size = seen.st_size
+                aside.unlink()
         except FileNotFoundError:
             continue
         removed.append(name)
