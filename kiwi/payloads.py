@@ -21,9 +21,11 @@ before (and the 4 MB limit with it).
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import os
 import re
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -131,7 +133,13 @@ class FilePayloadStore(StorageDriver):
                 raise PayloadStoreError(f"a payload reference names no stored payload ({digest[:80]!r})")
             path = folder / digest[:2] / digest
             try:
-                blob = path.read_bytes()
+                blob = _read_regular(path)
+            except NotRegular:
+                raise PayloadStoreError(
+                    f"payload {digest[:16]}… in {folder} is not a file Kiwi wrote (a link, a pipe, a folder); "
+                    "refusing it",
+                    hint="the store's files are written once: restore the file or the run cannot go on",
+                ) from None
             except FileNotFoundError:
                 raise PayloadStoreError(
                     f"payload {digest[:16]}… is not in the payload store {folder}",
@@ -156,10 +164,29 @@ def _renewed(path: Path) -> bool:
     return True
 
 
-def _holds(path: Path, digest: str) -> bool:
-    """The file is there and whole (a crash between write and rename leaves only a temporary file)."""
+class NotRegular(OSError):
+    """A store path that is no plain file (a symbolic link, a pipe, a folder): never read through."""
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of a plain file, never following a link or waiting on a pipe someone put in its place."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest() == digest
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # (O_NOFOLLOW met a symbolic link)
+            raise NotRegular(str(path)) from None
+        raise
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegular(str(path))
+        return file.read()
+
+
+def _holds(path: Path, digest: str) -> bool:
+    """The file is there, plain and whole (a crash between write and rename leaves only a temporary
+    file; anything else there is replaced by the rename)."""
+    try:
+        return hashlib.sha256(_read_regular(path)).hexdigest() == digest
     except OSError:
         return False
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import time
 import uuid
 from datetime import timedelta
+
+import pytest
 
 from kiwi.converter import data_converter
 from kiwi.payloads import MIN_PRUNE_AGE_SECONDS, prune, store_folder
@@ -83,3 +86,40 @@ async def test_prune_keeps_what_runs_of_another_namespace_refer_to(temporal_env)
     payloads = started.workflow_execution_started_event_attributes.input.payloads
     assert await data_converter.decode(payloads, [str]) == [text]
     await handle.terminate()
+
+
+async def test_a_pipe_or_link_at_a_payloads_path_is_neither_waited_on_nor_followed(tmp_path):
+    """Attack (someone who can write in the store): a named pipe put where a payload's file goes hung every
+    reader and every store of that payload for good (a thread blocked opening it: the workflow task timed
+    out, again and again), and a symbolic link was read through to whatever it names. A path that is no
+    plain file is refused when read and replaced when the payload is stored again."""
+    from temporalio.converter import (
+        StorageDriverRetrieveContext,
+        StorageDriverStoreContext,
+    )
+
+    from kiwi.payloads import FilePayloadStore, PayloadStoreError
+
+    store = FilePayloadStore(tmp_path / "payloads")
+    payload = data_converter.payload_converter.to_payload({"text": "p" * 1000})
+    (claim,) = await store.store(StorageDriverStoreContext(), [payload])
+    digest = claim.claim_data["sha256"]
+    path = tmp_path / "payloads" / digest[:2] / digest
+    outside = tmp_path / "outside"
+    outside.write_bytes(path.read_bytes())
+    for planted in ("pipe", "link"):
+        path.unlink()
+        if planted == "pipe":
+            os.mkfifo(path)
+        else:
+            path.symlink_to(outside)
+        try:
+            async with asyncio.timeout(10):
+                with pytest.raises(PayloadStoreError, match="not a file Kiwi wrote"):
+                    await store.retrieve(StorageDriverRetrieveContext(), [claim])
+                await store.store(StorageDriverStoreContext(), [payload])
+        finally:
+            if planted == "pipe" and stat.S_ISFIFO(path.lstat().st_mode):
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # (frees a thread still waiting)
+        assert stat.S_ISREG(path.lstat().st_mode), planted
+        assert await store.retrieve(StorageDriverRetrieveContext(), [claim]) == [payload]
