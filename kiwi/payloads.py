@@ -21,16 +21,18 @@ before (and the 4 MB limit with it).
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import os
 import re
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.converter import (
     ExternalStorage,
     StorageDriver,
@@ -106,11 +108,7 @@ class FilePayloadStore(StorageDriver):
         for blob in blobs:
             digest = hashlib.sha256(blob).hexdigest()
             path = folder / digest[:2] / digest
-            if _holds(path, digest):
-                os.utime(
-                    path
-                )  # (stored again now: `kiwi payloads prune` goes by when a payload was last stored)
-            else:
+            if not (_holds(path, digest) and _renewed(path)):
                 path.parent.mkdir(mode=0o700, exist_ok=True)
                 # Written whole under a temporary name, then renamed: a reader never sees half a payload.
                 fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".incoming-")
@@ -135,7 +133,13 @@ class FilePayloadStore(StorageDriver):
                 raise PayloadStoreError(f"a payload reference names no stored payload ({digest[:80]!r})")
             path = folder / digest[:2] / digest
             try:
-                blob = path.read_bytes()
+                blob = _read_regular(path)
+            except NotRegular:
+                raise PayloadStoreError(
+                    f"payload {digest[:16]}… in {folder} is not a file Kiwi wrote (a link, a pipe, a folder); "
+                    "refusing it",
+                    hint="the store's files are written once: restore the file or the run cannot go on",
+                ) from None
             except FileNotFoundError:
                 raise PayloadStoreError(
                     f"payload {digest[:16]}… is not in the payload store {folder}",
@@ -150,10 +154,39 @@ class FilePayloadStore(StorageDriver):
         return payloads
 
 
-def _holds(path: Path, digest: str) -> bool:
-    """The file is there and whole (a crash between write and rename leaves only a temporary file)."""
+def _renewed(path: Path) -> bool:
+    """Stored again now: `kiwi payloads prune` goes by when a payload was last stored. False when the file
+    went (prune took it between the check and now): then it is written again."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest() == digest
+        os.utime(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+class NotRegular(OSError):
+    """A store path that is no plain file (a symbolic link, a pipe, a folder): never read through."""
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of a plain file, never following a link or waiting on a pipe someone put in its place."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # (O_NOFOLLOW met a symbolic link)
+            raise NotRegular(str(path)) from None
+        raise
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegular(str(path))
+        return file.read()
+
+
+def _holds(path: Path, digest: str) -> bool:
+    """The file is there, plain and whole (a crash between write and rename leaves only a temporary
+    file; anything else there is replaced by the rename)."""
+    try:
+        return hashlib.sha256(_read_regular(path)).hexdigest() == digest
     except OSError:
         return False
 
@@ -178,54 +211,119 @@ async def prune(
     older_than_seconds: float,
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
+    now: float | None = None,
 ) -> dict[str, object]:
     """Remove the store's payloads that no run Temporal still holds refers to and that nobody stored in
     the last ``older_than_seconds``.
 
-    Every execution of the namespace is read (open ones and closed ones within its retention), and every
+    Every execution of every namespace of the server is read (open ones and closed ones within their
+    retention; the store is shared by the user's processes whatever namespace their runs are in: the
+    client's namespace alone when the server will not list them), and every
     reference in its history keeps its file. The age covers what no history shows yet: a call admitted for
-    a run but not yet taken, a run just started (each store of a payload renews its file's time).
+    a run but not yet taken, a run just started (each store of a payload renews its file's time). A call
+    admitted while the run's worker is away waits longer than any age: while an open run has a workflow
+    task nobody took, everything stored since ``older_than_seconds`` before it was first scheduled stays.
     """
     check_prune_age(older_than_seconds)
     folder = store_folder()
     if folder is None:
         raise PayloadStoreError(f"{STORE_VARIABLE}=off: there is no payload store to prune")
-    cutoff = time.time() - older_than_seconds
+    # (A test runs prune as if later: the server's clock, the task times, cannot be set back.)
+    now = time.time() if now is None else now
+    cutoff = now - older_than_seconds
     candidates = {}
     for path in folder.glob("??/*") if folder.is_dir() else []:
         with_time = path.lstat()
         if with_time.st_mtime < cutoff and (
-            _DIGEST.fullmatch(path.name) or path.name.startswith(".incoming-")
+            _DIGEST.fullmatch(path.name) or path.name.startswith((".incoming-", ".pruning-"))
         ):
             candidates[path.name] = path
     referenced: set[str] = set()
     runs = 0
-    async for execution in client.list_workflows(""):
-        history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+    # A call admitted for a run is in no event until a worker takes the run's workflow task: while a run has
+    # a task nobody took (its worker away), whatever was stored since that task's first scheduling (less
+    # the age, for a call on its way then) may be such a call's payload, however old the age says it is.
+    untaken_since = now
+    namespaces = await _namespaces(client)
+    async for there, execution in _every_execution(client, namespaces):
+        handle = there.get_workflow_handle(execution.id, run_id=execution.run_id)
+        if execution.status == WorkflowExecutionStatus.RUNNING:
+            pending = (await handle.describe()).raw_description.pending_workflow_task
+            first = (
+                "original_scheduled_time" if pending.HasField("original_scheduled_time") else "scheduled_time"
+            )
+            scheduled = getattr(pending, first)
+            if scheduled.seconds:
+                untaken_since = min(untaken_since, scheduled.seconds + scheduled.nanos / 1e9)
+        history = await handle.fetch_history()
         for event in history.events:
             referenced.update(d.decode() for d in _REFERENCE.findall(event.SerializeToString()))
         runs += 1
         if progress is not None and runs % 500 == 0:
             progress(runs)
+    cutoff = min(cutoff, untaken_since - older_than_seconds)
     removed, freed = [], 0
     for name, path in sorted(candidates.items()):
         if name in referenced:
             continue
         try:
-            if path.lstat().st_mtime >= cutoff:
-                continue  # stored again while we read the histories
-            size = path.lstat().st_size
-            if not dry_run:
-                path.unlink()
+            if dry_run:
+                if path.lstat().st_mtime >= cutoff:
+                    continue  # stored again while we read the histories
+                size = path.lstat().st_size
+            else:
+                # Moved aside first, then its time read: a store that renewed the file before the move is
+                # seen (and the file put back), one after it finds no file and writes it again.
+                aside = path.with_name(f".pruning-{name}")
+                os.replace(path, aside)
+                seen = aside.lstat()
+                if seen.st_mtime >= cutoff:
+                    os.replace(aside, path)
+                    continue  # stored again while we read the histories
+                size = seen.st_size
+                aside.unlink()
         except FileNotFoundError:
             continue
         removed.append(name)
         freed += size
     return {
         "store": str(folder),
+        "namespaces": namespaces,
         "runs_read": runs,
         "removed": removed,
         "bytes_freed": freed,
         "kept_in_use": len(candidates) - len(removed),
         "dry_run": dry_run,
     }
+
+
+async def _namespaces(client: Client) -> list[str]:
+    """Every namespace of the server (the client's alone when it will not say)."""
+    from temporalio.api.workflowservice.v1 import ListNamespacesRequest
+    from temporalio.service import RPCError
+
+    names: list[str] = []
+    token = b""
+    try:
+        while True:
+            page = await client.workflow_service.list_namespaces(
+                ListNamespacesRequest(page_size=100, next_page_token=token)
+            )
+            names += [n.namespace_info.name for n in page.namespaces]
+            token = page.next_page_token
+            if not token:
+                break
+    except RPCError:
+        return [client.namespace]
+    return sorted(set(names) | {client.namespace})
+
+
+async def _every_execution(client: Client, namespaces: list[str]):
+    for namespace in namespaces:
+        there = (
+            client
+            if namespace == client.namespace
+            else Client(client.service_client, namespace=namespace, data_converter=client.data_converter)
+        )
+        async for execution in there.list_workflows(""):
+            yield there, execution

@@ -50,10 +50,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     q = psub.add_parser(
         "prune",
         help="remove stored payloads no run refers to any more",
-        description="Read the history of every run the Temporal namespace still holds (open, and closed "
-        "within its retention) and remove the store's files that none of them refers to and that nobody "
-        "stored in the last --older-than days. Run it where the store is (KIWI_PAYLOAD_STORE, else "
-        "$KIWI_HOME/payloads), against the namespace the runs are in.",
+        description="Read the history of every run every namespace of the Temporal server still holds "
+        "(open, and closed within its retention; --namespace alone if the server will not list them) and "
+        "remove the store's files that none of them refers to and that nobody stored in the last "
+        "--older-than days (nor since --older-than days before a workflow task no worker has taken yet). "
+        "Run it where the store is (KIWI_PAYLOAD_STORE, else $KIWI_HOME/payloads), against the server the "
+        "runs are on.",
     )
     _temporal(q)
     q.add_argument(
