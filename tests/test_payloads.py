@@ -140,9 +140,8 @@ async def test_a_large_call_travels_as_a_reference_and_a_swapped_payload_file_ne
     await _replays(runs, run_id)
 
 
-async def test_a_run_started_with_a_large_input_holds_a_reference_in_its_history(temporal_env, project):
-    """A directive input of 300 KB: the run's start event carries a reference, and the run reads the input
-    (its status shows it) from the store."""
+def _echo_input_runs(temporal_env, project):
+    """A RunClient on a queue of its own, for a project whose directive echo_input takes one text input."""
     from tests.helpers import directive_md, run_client, write_directive
 
     write_directive(
@@ -154,7 +153,13 @@ async def test_a_run_started_with_a_large_input_holds_a_reference_in_its_history
             inputs='<input name="text" type="string" required="true"/>',
         ),
     )
-    runs = run_client(temporal_env.client, project)
+    return run_client(temporal_env.client, project)
+
+
+async def test_a_run_started_with_a_large_input_holds_a_reference_in_its_history(temporal_env, project):
+    """A directive input of 300 KB: the run's start event carries a reference, and the run reads the input
+    (its status shows it) from the store."""
+    runs = _echo_input_runs(temporal_env, project)
     text = "v" * 300_000
     async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
         run_id = await runs.start("echo_input", {"text": text})
@@ -171,18 +176,8 @@ async def test_prune_removes_only_old_payloads_no_run_refers_to(temporal_env, pr
     --older-than 1` removes the orphan alone (a dry run first removes nothing), and the run still reads
     its input."""
     from kiwi.cli import main as kiwi_main
-    from tests.helpers import directive_md, run_client, write_directive
 
-    write_directive(
-        project / ".ai" / "directives" / "echo_input.md",
-        directive_md(
-            '<step name="work"><action>Read {input:text}.</action></step>',
-            name="echo_input",
-            permissions="",
-            inputs='<input name="text" type="string" required="true"/>',
-        ),
-    )
-    runs = run_client(temporal_env.client, project)
+    runs = _echo_input_runs(temporal_env, project)
     text = "p" * 300_000
     run_id = await runs.start("echo_input", {"text": text})
     folder = store_folder()
