@@ -5,11 +5,14 @@ error used to drop it (for stdio, stop the server process): calls of other runs 
 answers, and their retries ran again calls the server had already done. Against a real MCP server (the
 ledger server, which writes a line for every call it runs): an error answer leaves the connection as it
 is; a call past the server's timeout retires the connection (the next call opens a fresh one, the old one
-closes when its last call ends); only a broken transport drops it."""
+closes when its last call ends); only a broken transport drops it. Each runs against the server on both
+protocol eras: 2026-07-28 (the MCP SDK's client makes the call) and 2025-11-25 (Kiwi's short tools/call
+path over its own stdio transport, kiwi/upstream/stdio.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 
@@ -23,19 +26,30 @@ from workers.main import build_worker
 LEDGER_SERVER = SERVERS / "ledger_server.py"
 
 
+ERAS = {"modern": [], "handshake": ["--handshake"]}
+
+
+@pytest.fixture(params=sorted(ERAS))
+def era(request):
+    return request.param
+
+
 @pytest.fixture
 def ledger(tmp_path, monkeypatch):
     monkeypatch.setenv("AI_USER_SPACE", str(tmp_path / "user"))
     return tmp_path / "ledger.txt"
 
 
-def _pool(project, ledger, extra: str = ""):
-    registry(
-        project,
-        f'mcps:\n  ledger:\n    command: "{sys.executable}"\n    args: ["{LEDGER_SERVER}", "{ledger}"]\n{extra}',
-    )
+def _pool(project, ledger, extra: str = "", era: str = "modern"):
+    args = json.dumps([str(LEDGER_SERVER), str(ledger), *ERAS[era]])
+    registry(project, f'mcps:\n  ledger:\n    command: "{sys.executable}"\n    args: {args}\n{extra}')
     pool = McpPool()
     return pool, pool.config(str(project), "ledger")
+
+
+async def _short(pool, project, config) -> bool:
+    """Whether the pool's connection to the server takes Kiwi's short tools/call path."""
+    return (await pool.connection(str(project), config)).short_calls()
 
 
 async def _text(pool, project, config, tool, args) -> str:
@@ -43,12 +57,13 @@ async def _text(pool, project, config, tool, args) -> str:
     return text_of(result)
 
 
-async def test_an_error_answer_leaves_the_calls_in_flight_beside_it(project, ledger):
-    pool, config = _pool(project, ledger)
+async def test_an_error_answer_leaves_the_calls_in_flight_beside_it(project, ledger, era):
+    pool, config = _pool(project, ledger, era=era)
     release = ledger.with_suffix(".release")
     os.mkfifo(release)
     try:
         server_pid = await _text(pool, project, config, "pid", {"tag": "before"})
+        assert await _short(pool, project, config) == (era == "handshake")
         held = asyncio.create_task(_text(pool, project, config, "hold", {"tag": "b"}))
         # Opening the FIFO returns once the server opened it: the held call is running at the server.
         writer = await asyncio.wait_for(asyncio.to_thread(open, release, "w"), 30)
@@ -63,10 +78,11 @@ async def test_an_error_answer_leaves_the_calls_in_flight_beside_it(project, led
         await pool.close()
 
 
-async def test_a_call_past_the_timeout_retires_its_connection(project, ledger):
-    pool, config = _pool(project, ledger, "    timeout: 1\n")
+async def test_a_call_past_the_timeout_retires_its_connection(project, ledger, era):
+    pool, config = _pool(project, ledger, "    timeout: 1\n", era)
     try:
         first = await _text(pool, project, config, "pid", {"tag": "before"})
+        assert await _short(pool, project, config) == (era == "handshake")
         with pytest.raises(McpUnavailable, match="timed out"):
             await _text(pool, project, config, "slow", {"tag": "s", "seconds": 60})
         # The server may be stuck: the next call goes to a fresh connection (a new process), and the old

@@ -101,7 +101,7 @@ import runpy, sys
 from pathlib import Path
 
 sys.argv = [sys.argv[0], *sys.argv[1:]]
-source = Path({ledger!r}).read_text().replace('server.run("stdio")', "")
+source = Path({ledger!r}).read_text().replace('server.run("stdio")', "pass")
 namespace = runpy._run_module_code(source, {{}}, "__ledger__")
 server, _note, ledger = namespace["server"], namespace["_note"], namespace["ledger"]
 
@@ -198,7 +198,7 @@ HTTP_LEDGER = """
 import runpy, sys
 from pathlib import Path
 
-source = Path({ledger!r}).read_text().replace('server.run("stdio")', "")
+source = Path({ledger!r}).read_text().replace('server.run("stdio")', "pass")
 namespace = runpy._run_module_code(source, {{}}, "__ledger__")
 namespace["server"].run("streamable-http", host="127.0.0.1", port={port})
 """

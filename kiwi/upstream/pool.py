@@ -26,16 +26,17 @@ from typing import Any
 import mcp_types
 from mcp.client import Client
 from mcp.client.sse import sse_client
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from kiwi import telemetry
 from kiwi.errors import KiwiError
 from kiwi.items.store import user_space
 from kiwi.metrics import MCP_CONNECTIONS, MCP_DROPPED, process_meter
 from kiwi.upstream.registry import McpRegistry, McpServerConfig, load_registry, registry_paths
+from kiwi.upstream.stdio import StdioLink
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class McpConnection:
         self.config = config
         self.secrets = secrets
         self.client: Client | None = None
+        self.link: StdioLink | None = None  # a stdio server's transport (see kiwi.upstream.stdio)
         self.busy = 0
         self.last_used = time.monotonic()
         self.broken = False
@@ -90,8 +92,8 @@ class McpConnection:
     def _transport(self) -> Any:
         c = self.config
         if c.type == "stdio":
-            params = StdioServerParameters(command=c.command, args=c.args, env=c.env or None, cwd=c.cwd)
-            return stdio_client(params, errlog=_errlog())
+            self.link = StdioLink(c.command, c.args, env=c.env or None, cwd=c.cwd, errlog=_errlog())
+            return self.link.streams()
         if c.type == "sse":
             return sse_client(c.url, headers=c.headers or None)
         return streamable_http_client(c.url, http_client=create_mcp_http_client(headers=c.headers or None))
@@ -128,6 +130,16 @@ class McpConnection:
         finally:
             self.broken = True
             self.client = None
+
+    def short_calls(self) -> bool:
+        """Whether ``tools/call`` may skip the SDK's request machinery (see kiwi.upstream.stdio): a stdio
+        server on a handshake-era protocol, and no tracing (a traced call carries the SDK's span)."""
+        return (
+            self.link is not None
+            and self.client is not None
+            and self.client.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+            and not telemetry.active()
+        )
 
     async def close(self) -> None:
         self._closing.set()
@@ -316,7 +328,20 @@ class McpPool:
                 f"MCP server '{config.name}' has no tool '{tool}' exposed to Kiwi", "ToolNotFound"
             )
         async with self._using(project_root, config, f"{config.name}.{tool}", "ToolFailed") as conn:
-            result = await conn.client.call_tool(tool, arguments, progress_callback=progress)
+            if conn.short_calls():
+                assert conn.link is not None and conn.client is not None
+                answer = await conn.link.request(
+                    "tools/call",
+                    {"name": tool, "arguments": arguments},
+                    timeout=config.timeout_seconds,
+                    progress=progress,
+                )
+                result = mcp_types.CallToolResult.model_validate(answer)
+                if not result.is_error:
+                    # The SDK's check of structured content against the tool's output schema, as its call makes.
+                    await conn.client.session.validate_tool_result(tool, result)
+            else:
+                result = await conn.client.call_tool(tool, arguments, progress_callback=progress)
         return result.model_dump(mode="json", by_alias=True, exclude_none=True), conn
 
     async def close(self) -> None:
