@@ -30,6 +30,7 @@ from kiwi.items.store import ItemStore
 from kiwi.metrics import AUDIT_FLUSH_LAG, MCP_CONNECTIONS, RUNS_STARTED, TOOL_CALL_DURATION, TOOL_CALLS
 from kiwi.runs import RunClient
 from kiwi.tracing import KiwiTracingInterceptor
+from kiwi.upstream import stdio
 from tests.helpers import (
     OtlpReceiver,
     data,
@@ -83,7 +84,10 @@ def one(spans: list[dict[str, Any]], name: str, **where: Any) -> dict[str, Any]:
     return found[0]
 
 
-def traced_project(project: Path, endpoint: str, timeout: int = 30) -> None:
+def traced_project(project: Path, endpoint: str, timeout: int = 30, era: str = "modern") -> None:
+    """``era``: "handshake" serves the traced server as a 2025-11-25 server, whose calls Kiwi's worker makes
+    the short way (kiwi/upstream/stdio.py), making the MCP SDK client's span itself; "modern" (2026-07-28)
+    leaves the call to the SDK's client."""
     tool = project / ".ai" / "tools" / "debug" / "show_trace"
     write(
         tool / "tool.yaml",
@@ -100,7 +104,7 @@ def traced_project(project: Path, endpoint: str, timeout: int = 30) -> None:
 mcps:
   traced:
     command: {sys.executable}
-    args: ["{SERVERS / "traced_server.py"}", "{endpoint}"]
+    args: ["{SERVERS / "traced_server.py"}", "{endpoint}"{', "--handshake"' if era == "handshake" else ""}]
     timeout: {timeout}
 """,
     )
@@ -128,7 +132,7 @@ async def test_one_trace_from_the_agent_request_to_the_upstream_server(temporal_
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
         monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "500")
-        traced_project(project, otlp.url)
+        traced_project(project, otlp.url, era="handshake")
         address = temporal_env.client.service_client.config.target_host
         queue = f"kiwi-otel-{uuid.uuid4().hex[:8]}"
         runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
@@ -262,6 +266,8 @@ async def test_one_trace_from_the_agent_request_to_the_upstream_server(temporal_
         assert ran["service"] == "kiwi-worker" and ran["parent_id"] == scheduled["span_id"]
         sent = one(spans, "MCP send tools/call echo")
         assert sent["service"] == "kiwi-worker" and sent["parent_id"] == ran["span_id"]
+        # Made by Kiwi's short tools/call path (its request ids start at 2**40; the SDK's count up from 0).
+        assert int(sent["attributes"]["jsonrpc.request.id"]) > stdio.FIRST_ID
         upstream = one(spans, "tools/call echo")
         assert upstream["service"] == "upstream" and upstream["parent_id"] == sent["span_id"]
 

@@ -133,12 +133,11 @@ class McpConnection:
 
     def short_calls(self) -> bool:
         """Whether ``tools/call`` may skip the SDK's request machinery (see kiwi.upstream.stdio): a stdio
-        server on a handshake-era protocol, and no tracing (a traced call carries the SDK's span)."""
+        server on a handshake-era protocol."""
         return (
             self.link is not None
             and self.client is not None
             and self.client.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
-            and not telemetry.active()
         )
 
     async def close(self) -> None:
@@ -335,6 +334,7 @@ class McpPool:
                     {"name": tool, "arguments": arguments},
                     timeout=config.timeout_seconds,
                     progress=progress,
+                    traced=telemetry.active(),
                 )
                 result = mcp_types.CallToolResult.model_validate(answer)
                 if not result.is_error:

@@ -11,9 +11,9 @@ the answer through four tasks, and a proxied call inside a run spent ~0.6 ms mor
 same request made by hand.
 
 Only what is plain JSON-RPC goes the short way: ``tools/call`` on a connection that negotiated a
-handshake-era protocol (2025-11-25 and before), with tracing off (the SDK's client span and trace context
-are what a traced call carries). Everything else (initialize, listings, 2026-07-28 connections, requests
-the server sends, notifications) is the SDK's.
+handshake-era protocol (2025-11-25 and before); traced, it makes the SDK client's span and carries its
+trace context. Everything else (initialize, listings, 2026-07-28 connections, requests the server sends,
+notifications) is the SDK's.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ import mcp_types as types
 from mcp.client.stdio import get_default_environment
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
+from opentelemetry.propagate import inject
+from opentelemetry.trace import SpanKind, StatusCode, get_tracer
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,9 @@ SDK_BACKLOG = 64
 # Ids of requests sent the short way: integers far above the SDK's own (which count up from 0), so an
 # answer is never taken for the other's.
 FIRST_ID = 1 << 40
+
+# The MCP SDK's own tracer name: a traced short call's span is the one its client makes.
+_TRACER = get_tracer("mcp-python-sdk")
 
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
@@ -138,34 +143,43 @@ class StdioLink(asyncio.SubprocessProtocol):
 
     # ------------------------------------------------------------------ the short way
     async def request(
-        self, method: str, params: dict[str, Any], *, timeout: float | None, progress: Progress | None = None
+        self,
+        method: str,
+        params: dict[str, Any],
+        *,
+        timeout: float | None,
+        progress: Progress | None = None,
+        traced: bool = False,
     ) -> dict[str, Any]:
         """Send one request and answer its result. Raises what the SDK raises: MCPError with the server's
         error, with REQUEST_TIMEOUT after ``timeout`` seconds (a ``notifications/cancelled`` is sent), with
-        CONNECTION_CLOSED when the server's output ends."""
+        CONNECTION_CLOSED when the server's output ends. ``traced``: in the SDK's client span (``MCP send
+        METHOD NAME``), its trace context in the request's ``_meta``, as the SDK's own request is."""
         if self._closed:
             raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
         self._next_id += 1
         request_id = self._next_id
         if progress is not None:
             params = {**params, "_meta": {**(params.get("_meta") or {}), "progressToken": request_id}}
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = (future, progress)
-        try:
-            line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-            if not self._write(line.encode() + b"\n"):
-                raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
-            try:
-                async with asyncio.timeout(timeout):
-                    answer = await future
-            except TimeoutError:
-                self._cancel(request_id, f"timed out after {timeout:g}s")
-                raise MCPError(code=types.REQUEST_TIMEOUT, message=f"Request {method!r} timed out") from None
-            except asyncio.CancelledError:
-                self._cancel(request_id, "caller cancelled")
-                raise
-        finally:
-            self._pending.pop(request_id, None)
+        if not traced:
+            answer = await self._exchange(request_id, method, params, timeout, progress)
+        else:
+            target = params.get("name")
+            with _TRACER.start_as_current_span(
+                f"MCP send {method}{f' {target}' if isinstance(target, str) else ''}",
+                kind=SpanKind.CLIENT,
+                attributes={"mcp.method.name": method, "jsonrpc.request.id": str(request_id)},
+            ) as span:
+                meta = dict(params.get("_meta") or {})
+                inject(meta)
+                if meta:
+                    params = {**params, "_meta": meta}
+                answer = await self._exchange(request_id, method, params, timeout, progress)
+                error = answer.get("error")
+                if isinstance(error, dict):
+                    code = str(error.get("code"))
+                    span.set_attributes({"error.type": code, "rpc.response.status_code": code})
+                    span.set_status(StatusCode.ERROR, str(error.get("message", "")))
         error = answer.get("error")
         if error is not None:
             if not isinstance(error, dict):
@@ -179,6 +193,33 @@ class StdioLink(asyncio.SubprocessProtocol):
         if not isinstance(result, dict):
             raise MCPError(code=types.INTERNAL_ERROR, message=f"malformed result: {result!r:.200}")
         return result
+
+    async def _exchange(
+        self,
+        request_id: int,
+        method: str,
+        params: dict[str, Any],
+        timeout: float | None,
+        progress: Progress | None,
+    ) -> dict[str, Any]:
+        """Write the request line and wait for its answer (the whole JSON-RPC message)."""
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = (future, progress)
+        try:
+            line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            if not self._write(line.encode() + b"\n"):
+                raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
+            try:
+                async with asyncio.timeout(timeout):
+                    return await future
+            except TimeoutError:
+                self._cancel(request_id, f"timed out after {timeout:g}s")
+                raise MCPError(code=types.REQUEST_TIMEOUT, message=f"Request {method!r} timed out") from None
+            except asyncio.CancelledError:
+                self._cancel(request_id, "caller cancelled")
+                raise
+        finally:
+            self._pending.pop(request_id, None)
 
     def _cancel(self, request_id: int, reason: str) -> None:
         self._write(

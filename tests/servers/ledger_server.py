@@ -7,8 +7,8 @@ answers once a line is written to the FIFO ``LEDGER.release``, so a test knows a
 write returns once the server opened the FIFO) and decides when it ends, without waiting on a clock.
 
 With ``--handshake`` after the ledger it is a server of the handshake era (2025-11-25 and before, as the npm
-servers are): it answers no ``server/discover``, so the client falls back to ``initialize``, and Kiwi's
-short ``tools/call`` path (kiwi/upstream/stdio.py) serves its calls instead of the SDK's request machinery.
+servers are; tests/servers/handshake.py), and Kiwi's short ``tools/call`` path (kiwi/upstream/stdio.py)
+serves its calls instead of the SDK's request machinery.
 """
 
 import asyncio
@@ -16,13 +16,10 @@ import os
 import sys
 from pathlib import Path
 
-import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
-from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, ErrorData, JSONRPCError
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
 
 ledger = Path(sys.argv[1])
 server = MCPServer(name="ledger")
@@ -98,32 +95,9 @@ async def pid(tag: str) -> str:
     return str(os.getpid())
 
 
-async def _handshake_era() -> None:
-    """Serve stdio as a 2025-11-25 server does: the client's ``server/discover`` probe (which would open a
-    2026-07-28 connection) is answered "method not found" here, so the client falls back to ``initialize``."""
-    lowlevel = server._lowlevel_server
-    async with stdio_server() as (read_stream, write_stream):
-        to_server, server_reads = anyio.create_memory_object_stream(0)
-
-        async def sieve() -> None:
-            async with to_server:
-                async for item in read_stream:
-                    message = getattr(item, "message", None)
-                    if getattr(message, "method", None) == "server/discover":
-                        error = ErrorData(code=METHOD_NOT_FOUND, message="Method not found")
-                        await write_stream.send(
-                            SessionMessage(JSONRPCError(jsonrpc="2.0", id=message.id, error=error))
-                        )
-                        continue
-                    await to_server.send(item)
-
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(sieve)
-            await lowlevel.run(server_reads, write_stream, lowlevel.create_initialization_options())
-            tasks.cancel_scope.cancel()
-
-
 if "--handshake" in sys.argv[2:]:
-    anyio.run(_handshake_era)
+    from handshake import serve_handshake_era
+
+    serve_handshake_era(server)
 else:
     server.run("stdio")

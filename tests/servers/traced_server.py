@@ -2,7 +2,9 @@
 
 The SDK continues the trace context a client sends in ``_meta`` (``traceparent``), so its server span
 for a ``tools/call`` lands in the caller's trace: the tracing tests read it from their OTLP receiver to
-show the upstream server received the same trace. Argument: the OTLP endpoint (``http://host:port``).
+show the upstream server received the same trace. Argument: the OTLP endpoint (``http://host:port``);
+then ``--handshake`` to serve as a 2025-11-25 server (tests/servers/handshake.py), whose calls Kiwi makes
+the short way (kiwi/upstream/stdio.py).
 """
 
 import sys
@@ -38,4 +40,9 @@ def hold(marker: str) -> str:
     return f"call {calls}"
 
 
-server.run("stdio")
+if "--handshake" in sys.argv[2:]:
+    from handshake import serve_handshake_era
+
+    serve_handshake_era(server)
+else:
+    server.run("stdio")
