@@ -8,7 +8,9 @@ on this host, so an upstream server sits idle at least that long between calls):
 - ``sdk``: ``mcp.client.Client.call_tool`` over ``stdio_client`` (what Kiwi's pool, and the bench's bare
   workflow, use);
 - ``jsonrpc``: the same ``tools/call`` written as one JSON line to the same kind of server process and its
-  answer line read back (no session, no validation): the floor of the transport.
+  answer line read back (no session, no validation): the floor of the transport;
+- ``kiwi``: Kiwi's pool (``McpPool.call_tool``), whose stdio transport sends a handshake-era server's
+  ``tools/call`` the short way (kiwi/upstream/stdio.py) and checks the answer as the SDK does.
 
     .venv/bin/python bench/bench_mcp_client.py [--calls 150]
 """
@@ -17,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,6 +33,7 @@ from mcp.client.stdio import StdioServerParameters  # noqa: E402
 
 from bench.bench_mcp_proxy import EVERYTHING  # noqa: E402
 from bench.floor import JsonRpc  # noqa: E402
+from kiwi.upstream.pool import McpPool  # noqa: E402
 
 GAPS_MS = (0, 10, 30, 50)
 
@@ -50,6 +55,13 @@ async def main() -> None:
     if not EVERYTHING.exists():
         raise SystemExit("run scripts/test once first: it installs tests/npm (server-everything)")
     rpc = await JsonRpc.start(EVERYTHING)
+    project = Path(tempfile.mkdtemp(prefix="kiwi-bench-"))
+    (project / ".ai" / "config").mkdir(parents=True)
+    (project / ".ai" / "config" / "mcp_registry.yaml").write_text(
+        f"mcps:\n  everything:\n    command: node\n    args: ['{EVERYTHING}', 'stdio']\n"
+    )
+    pool = McpPool(user=project / "user")
+    config = pool.config(str(project), "everything")
     try:
         async with Client(StdioServerParameters(command="node", args=[str(EVERYTHING), "stdio"])) as sdk:
 
@@ -61,19 +73,29 @@ async def main() -> None:
                 answer = await rpc.request("tools/call", {"name": "echo", "arguments": {"message": "m"}})
                 assert "result" in answer, answer
 
+            async def by_kiwi() -> None:
+                result, _ = await pool.call_tool(str(project), config, "echo", {"message": "m"})
+                assert not result.get("isError"), result
+
+            await by_kiwi()
+            assert (await pool.connection(str(project), config)).short_calls()
             print(f"echo to server-everything over stdio, p50 of {args.calls} calls after each idle gap")
             for gap in GAPS_MS:
-                # Two rounds each, taking turns, so drift in the host's load hits both.
-                sdk_ms, hand_ms = [], []
+                # Two rounds each, taking turns, so drift in the host's load hits all three.
+                sdk_ms, hand_ms, kiwi_ms = [], [], []
                 for _ in range(2):
                     sdk_ms.append(await _median_ms(by_sdk, gap, args.calls))
                     hand_ms.append(await _median_ms(by_hand, gap, args.calls))
-                s, h = statistics.mean(sdk_ms), statistics.mean(hand_ms)
+                    kiwi_ms.append(await _median_ms(by_kiwi, gap, args.calls))
+                s, h, k = statistics.mean(sdk_ms), statistics.mean(hand_ms), statistics.mean(kiwi_ms)
                 print(
-                    f"idle {gap:3d} ms: MCP SDK client {s:5.2f} ms, JSON-RPC by hand {h:5.2f} ms ({s / h:.2f}x)"
+                    f"idle {gap:3d} ms: MCP SDK client {s:5.2f} ms ({s / h:.2f}x), Kiwi's pool {k:5.2f} ms "
+                    f"({k / h:.2f}x), JSON-RPC by hand {h:5.2f} ms"
                 )
     finally:
+        await pool.close()
         await rpc.stop()
+        shutil.rmtree(project, ignore_errors=True)
 
 
 if __name__ == "__main__":
