@@ -79,6 +79,7 @@ class StdioLink(asyncio.SubprocessProtocol):
         self._paused = False
         self._closed = False
         self._exited = asyncio.Event()
+        self._reports: set[asyncio.Future[None]] = set()
 
     # ------------------------------------------------------------------ the SDK client's transport
     @contextlib.asynccontextmanager
@@ -287,8 +288,11 @@ class StdioLink(asyncio.SubprocessProtocol):
                 if type(token) is int and token > FIRST_ID:
                     waiting = self._pending.get(token)
                     if waiting is not None and waiting[1] is not None:
-                        # A task per report, started in order; the callbacks Kiwi passes do not wait on anything.
-                        asyncio.ensure_future(_report(waiting[1], params))
+                        # A task per report, started in order (the callbacks Kiwi passes do not wait on anything),
+                        # held until it ends: the loop keeps only a weak reference to a task.
+                        task = asyncio.ensure_future(_report(waiting[1], params))
+                        self._reports.add(task)
+                        task.add_done_callback(self._reports.discard)
                     return
             if type(request_id) is int and request_id > FIRST_ID and "method" not in message:
                 return  # the late answer of a request given up on: nobody waits for it
