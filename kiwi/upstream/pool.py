@@ -30,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from kiwi import telemetry
 from kiwi.errors import KiwiError
@@ -327,21 +328,27 @@ class McpPool:
                 f"MCP server '{config.name}' has no tool '{tool}' exposed to Kiwi", "ToolNotFound"
             )
         async with self._using(project_root, config, f"{config.name}.{tool}", "ToolFailed") as conn:
-            if conn.short_calls():
-                assert conn.link is not None and conn.client is not None
-                answer = await conn.link.request(
-                    "tools/call",
-                    {"name": tool, "arguments": arguments},
-                    timeout=config.timeout_seconds,
-                    progress=progress,
-                    traced=telemetry.active(),
-                )
-                result = mcp_types.CallToolResult.model_validate(answer)
-                if not result.is_error:
-                    # The SDK's check of structured content against the tool's output schema, as its call makes.
-                    await conn.client.session.validate_tool_result(tool, result)
-            else:
-                result = await conn.client.call_tool(tool, arguments, progress_callback=progress)
+            try:
+                if conn.short_calls():
+                    assert conn.link is not None and conn.client is not None
+                    answer = await conn.link.request(
+                        "tools/call",
+                        {"name": tool, "arguments": arguments},
+                        timeout=config.timeout_seconds,
+                        progress=progress,
+                        traced=telemetry.active(),
+                    )
+                    result = mcp_types.CallToolResult.model_validate(answer)
+                    if not result.is_error:
+                        # The SDK's check of structured content against the tool's output schema, as its call makes.
+                        await conn.client.session.validate_tool_result(tool, result)
+                else:
+                    result = await conn.client.call_tool(tool, arguments, progress_callback=progress)
+            except ValidationError as exc:
+                # An answer that is no CallToolResult (content that is no list): an answer the client refuses,
+                # as RuntimeError below in _using, not a broken transport (which drops the connection under
+                # the other runs' calls in flight on it).
+                raise RuntimeError(f"malformed result: {_validation_text(exc)}") from None
         return result.model_dump(mode="json", by_alias=True, exclude_none=True), conn
 
     async def close(self) -> None:
@@ -349,6 +356,12 @@ class McpPool:
             await conn.close()
         self._connections.clear()
         self._retired.clear()
+
+
+def _validation_text(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or 'result'}: {e['msg']}" for e in exc.errors(include_url=False)[:3]
+    )
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:

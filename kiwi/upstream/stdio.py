@@ -77,6 +77,9 @@ class StdioLink(asyncio.SubprocessProtocol):
         self._for_sdk: deque[SessionMessage | Exception | None] = deque()
         self._sdk_waiting = asyncio.Event()
         self._paused = False
+        # Cleared while the pipe to the server's stdin holds more than its high-water mark (pause_writing).
+        self._writable = asyncio.Event()
+        self._writable.set()
         self._closed = False
         self._exited = asyncio.Event()
         self._reports: set[asyncio.Future[None]] = set()
@@ -136,6 +139,7 @@ class StdioLink(asyncio.SubprocessProtocol):
         async with from_sdk:
             async for message in from_sdk:
                 text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await self._drained()
                 if not self._write(text.encode() + b"\n"):
                     break
         # stdin is gone (or the SDK closed its end): the session sees the connection end.
@@ -185,8 +189,11 @@ class StdioLink(asyncio.SubprocessProtocol):
         if error is not None:
             if not isinstance(error, dict):
                 raise MCPError(code=types.INTERNAL_ERROR, message=f"malformed error answer: {error!r:.200}")
+            code = error.get("code")
+            # A code that is no integer (a string, null, a list) is an error answer all the same: that call
+            # fails, and the connection, which carried it, stays (int() of it raised, and the pool dropped it).
             raise MCPError(
-                code=int(error.get("code", types.INTERNAL_ERROR)),
+                code=code if type(code) is int else types.INTERNAL_ERROR,
                 message=str(error.get("message", "")),
                 data=error.get("data"),
             )
@@ -206,18 +213,25 @@ class StdioLink(asyncio.SubprocessProtocol):
         """Write the request line and wait for its answer (the whole JSON-RPC message)."""
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (future, progress)
+        written = False
         try:
             line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-            if not self._write(line.encode() + b"\n"):
-                raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
             try:
                 async with asyncio.timeout(timeout):
+                    # As the SDK's client awaits its write: a server that stops reading its input makes the
+                    # call wait (within its timeout), not the worker hold every line it is sent.
+                    await self._drained()
+                    if not self._write(line.encode() + b"\n"):
+                        raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
+                    written = True
                     return await future
             except TimeoutError:
-                self._cancel(request_id, f"timed out after {timeout:g}s")
+                if written:
+                    self._cancel(request_id, f"timed out after {timeout:g}s")
                 raise MCPError(code=types.REQUEST_TIMEOUT, message=f"Request {method!r} timed out") from None
             except asyncio.CancelledError:
-                self._cancel(request_id, "caller cancelled")
+                if written:
+                    self._cancel(request_id, "caller cancelled")
                 raise
         finally:
             self._pending.pop(request_id, None)
@@ -233,6 +247,17 @@ class StdioLink(asyncio.SubprocessProtocol):
             ).encode()
             + b"\n"
         )
+
+    async def _drained(self) -> None:
+        """Wait until the pipe to the server's stdin is below its high-water mark (or gone)."""
+        while not self._writable.is_set() and not self._closed:
+            await self._writable.wait()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
 
     def _write(self, data: bytes) -> bool:
         """Queue ``data`` on the server's stdin (one write: lines never interleave). False once it is gone."""
@@ -254,11 +279,15 @@ class StdioLink(asyncio.SubprocessProtocol):
         if fd != 1:
             return
         self._buffer += data
+        lines = []
         start = 0
         while (end := self._buffer.find(b"\n", start)) >= 0:
-            self._line(bytes(self._buffer[start:end]))
+            lines.append(bytes(self._buffer[start:end]))
             start = end + 1
+        # Out of the buffer before they are read: a line that raises is never read again with the next chunk.
         del self._buffer[:start]
+        for line in lines:
+            self._line(line)
         if len(self._buffer) > MAX_LINE_BYTES:
             logger.warning(
                 "MCP server (pid %s) sent a line of over %d bytes; closing it", self.pid, MAX_LINE_BYTES
@@ -273,19 +302,19 @@ class StdioLink(asyncio.SubprocessProtocol):
             return
         try:
             message = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # (nested past the recursion limit: not JSON-RPC either)
             message = None
         if isinstance(message, dict):
-            request_id = message.get("id")
-            if "method" not in message and type(request_id) is int and request_id in self._pending:
+            request_id = _request_id(message.get("id"))
+            if "method" not in message and request_id is not None and request_id in self._pending:
                 future = self._pending[request_id][0]
                 if not future.done():
                     future.set_result(message)
                 return
             if message.get("method") == "notifications/progress":
                 params = message.get("params")
-                token = params.get("progressToken") if isinstance(params, dict) else None
-                if type(token) is int and token > FIRST_ID:
+                token = _request_id(params.get("progressToken")) if isinstance(params, dict) else None
+                if token is not None and token > FIRST_ID:
                     waiting = self._pending.get(token)
                     if waiting is not None and waiting[1] is not None:
                         # A task per report, started in order (the callbacks Kiwi passes do not wait on anything),
@@ -294,7 +323,7 @@ class StdioLink(asyncio.SubprocessProtocol):
                         self._reports.add(task)
                         task.add_done_callback(self._reports.discard)
                     return
-            if type(request_id) is int and request_id > FIRST_ID and "method" not in message:
+            if request_id is not None and request_id > FIRST_ID and "method" not in message:
                 return  # the late answer of a request given up on: nobody waits for it
         try:
             item: SessionMessage | Exception = SessionMessage(
@@ -318,6 +347,8 @@ class StdioLink(asyncio.SubprocessProtocol):
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         if fd == 1:
             self._end()
+        elif fd == 0:
+            self._writable.set()  # nothing waits to write to a pipe that is gone
 
     def process_exited(self) -> None:
         self._exited.set()
@@ -327,6 +358,7 @@ class StdioLink(asyncio.SubprocessProtocol):
         if self._closed:
             return
         self._closed = True
+        self._writable.set()
         for future, _ in self._pending.values():
             if not future.done():
                 future.set_exception(MCPError(code=types.CONNECTION_CLOSED, message="Connection closed"))
@@ -358,6 +390,17 @@ class StdioLink(asyncio.SubprocessProtocol):
         if not self._exited.is_set():
             logger.warning("MCP server process %s is still alive after SIGKILL; abandoning it", self.pid)
         transport.close()
+
+
+def _request_id(value: Any) -> int | None:
+    """An answer's id or a progress token as an id of ours: an integer, or one echoed as a string (\"7\"),
+    which the SDK correlates too (``coerce_request_id``, as the TypeScript SDK); anything else is no id of ours."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return int(value)
+    return None
 
 
 async def _report(progress: Progress, params: dict[str, Any]) -> None:
