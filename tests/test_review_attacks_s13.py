@@ -9,6 +9,7 @@ failure does not end the calls of other runs in flight on the shared connection)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -24,15 +25,34 @@ HOSTILE_SERVER = SERVERS / "hostile_stdio_server.py"
 
 
 @pytest.fixture
-def hostile(project, tmp_path, monkeypatch):
-    """A pool and the hostile server's config (a 3 s timeout)."""
+async def hostile(project, tmp_path, monkeypatch):
+    """A pool and the hostile server's config (a 3 s timeout); the pool is closed after the test."""
     monkeypatch.setenv("AI_USER_SPACE", str(tmp_path / "user"))
     args = json.dumps([str(HOSTILE_SERVER)])
     registry(
         project, f'mcps:\n  hostile:\n    command: "{sys.executable}"\n    args: {args}\n    timeout: 3\n'
     )
     pool = McpPool()
-    return pool, pool.config(str(project), "hostile")
+    yield pool, pool.config(str(project), "hostile")
+    await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def _a_call_held_at_the_server(pool, project, config):
+    """A ``hold`` call in flight at the server while the body runs; then it is released and must answer,
+    from the same server process as before (the connection was neither dropped nor retired under it)."""
+    arrived = asyncio.Event()
+
+    async def progress(value, total, message):
+        arrived.set()
+
+    pid = text_of(await _call(pool, project, config, "pid"))
+    held = asyncio.create_task(_call(pool, project, config, "hold", {}, progress))
+    await asyncio.wait_for(arrived.wait(), 5)  # the hold call is at the server
+    yield
+    assert text_of(await _call(pool, project, config, "release")) == "release"
+    assert text_of(await asyncio.wait_for(held, 5)) == "released"
+    assert text_of(await _call(pool, project, config, "pid")) == pid
 
 
 async def _call(pool, project, config, tool, args=None, progress=None) -> dict:
@@ -47,11 +67,8 @@ async def test_attack_json_nested_past_the_recursion_limit_does_not_wedge_the_co
     The SDK's client parses with pydantic, whose recursion limit is a validation error. The line must be
     passed over like any other line that is not JSON-RPC, and the answer after it reach the call."""
     pool, config = hostile
-    try:
-        assert text_of(await _call(pool, project, config, "nested")) == "after nesting"
-        assert text_of(await _call(pool, project, config, "nested", {"depth": 10})) == "after nesting"
-    finally:
-        await pool.close()
+    assert text_of(await _call(pool, project, config, "nested")) == "after nesting"
+    assert text_of(await _call(pool, project, config, "nested", {"depth": 10})) == "after nesting"
 
 
 async def test_attack_an_id_echoed_as_a_string_still_answers_the_call(project, hostile):
@@ -65,12 +82,9 @@ async def test_attack_an_id_echoed_as_a_string_still_answers_the_call(project, h
     async def progress(value, total, message):
         reports.append((value, total, message))
 
-    try:
-        assert (await pool.connection(str(project), config)).short_calls()
-        assert text_of(await _call(pool, project, config, "string_id", {}, progress)) == "string id"
-        assert reports == [(1.0, 1.0, "half")]
-    finally:
-        await pool.close()
+    assert (await pool.connection(str(project), config)).short_calls()
+    assert text_of(await _call(pool, project, config, "string_id", {}, progress)) == "string id"
+    assert reports == [(1.0, 1.0, "half")]
 
 
 @pytest.mark.parametrize("code", ["E_FAIL", None, 1e400, [1]])
@@ -84,22 +98,9 @@ async def test_attack_an_error_with_a_code_that_is_no_integer_leaves_the_calls_b
     exception. It must fail that call alone, as an error answer does (README), and leave the server as it
     is: the call held at the server gets its answer, from the same process."""
     pool, config = hostile
-    arrived = asyncio.Event()
-
-    async def progress(value, total, message):
-        arrived.set()
-
-    try:
-        pid = text_of(await _call(pool, project, config, "pid"))
-        held = asyncio.create_task(_call(pool, project, config, "hold", {}, progress))
-        await asyncio.wait_for(arrived.wait(), 5)  # the hold call is at the server
+    async with _a_call_held_at_the_server(pool, project, config):
         with pytest.raises(McpUnavailable, match="broken error"):
             await _call(pool, project, config, "bad_code", {"code": code})
-        assert text_of(await _call(pool, project, config, "release")) == "release"
-        assert text_of(await asyncio.wait_for(held, 5)) == "released"
-        assert text_of(await _call(pool, project, config, "pid")) == pid
-    finally:
-        await pool.close()
 
 
 async def test_attack_a_server_that_stops_reading_cannot_fill_the_workers_memory(project, hostile):
@@ -109,21 +110,18 @@ async def test_attack_a_server_that_stops_reading_cannot_fill_the_workers_memory
     (``process.stdin.send``). The link must wait for the pipe to drain (within the call's timeout): what
     it holds for the server stays near one line, however many calls are made."""
     pool, config = hostile
-    try:
-        # (A first call has the SDK list the tools, whose output schemas it checks answers against.)
-        assert text_of(await _call(pool, project, config, "pid"))
-        assert text_of(await _call(pool, project, config, "deaf")) == "deaf"
-        link = (await pool.connection(str(project), config)).link
-        assert link is not None
-        big = {"name": "pid", "arguments": {"blob": "x" * (1 << 20)}}
-        outcomes = await asyncio.gather(
-            *(link.request("tools/call", big, timeout=1) for _ in range(12)), return_exceptions=True
-        )
-        assert all("timed out" in str(o) for o in outcomes), outcomes
-        queued = link._transport.get_pipe_transport(0).get_write_buffer_size()
-        assert queued < 3 << 20, f"{queued} bytes queued for a server that does not read"
-    finally:
-        await pool.close()
+    # (A first call has the SDK list the tools, whose output schemas it checks answers against.)
+    assert text_of(await _call(pool, project, config, "pid"))
+    assert text_of(await _call(pool, project, config, "deaf")) == "deaf"
+    link = (await pool.connection(str(project), config)).link
+    assert link is not None
+    big = {"name": "pid", "arguments": {"blob": "x" * (1 << 20)}}
+    outcomes = await asyncio.gather(
+        *(link.request("tools/call", big, timeout=1) for _ in range(12)), return_exceptions=True
+    )
+    assert all("timed out" in str(o) for o in outcomes), outcomes
+    queued = link._transport.get_pipe_transport(0).get_write_buffer_size()
+    assert queued < 3 << 20, f"{queued} bytes queued for a server that does not read"
 
 
 @pytest.mark.parametrize("short", [True, False], ids=["short-path", "sdk-path"])
@@ -138,23 +136,10 @@ async def test_attack_a_result_that_is_no_call_tool_result_leaves_the_calls_besi
     pool, config = hostile
     if not short:  # (the SDK's call, as with tracing on or a 2026-07-28 server)
         monkeypatch.setattr(McpConnection, "short_calls", lambda self: False)
-    arrived = asyncio.Event()
-
-    async def progress(value, total, message):
-        arrived.set()
-
-    try:
-        pid = text_of(await _call(pool, project, config, "pid"))
-        held = asyncio.create_task(_call(pool, project, config, "hold", {}, progress))
-        await asyncio.wait_for(arrived.wait(), 5)
+    async with _a_call_held_at_the_server(pool, project, config):
         with pytest.raises(McpRefused, match="malformed result: content") as refused:
             await _call(pool, project, config, "bad_result")
         assert refused.value.type == "ToolFailed"
-        assert text_of(await _call(pool, project, config, "release")) == "release"
-        assert text_of(await asyncio.wait_for(held, 5)) == "released"
-        assert text_of(await _call(pool, project, config, "pid")) == pid
-    finally:
-        await pool.close()
 
 
 async def test_attack_a_flood_of_notices_during_a_short_call_neither_deadlocks_nor_piles_up(project, hostile):
@@ -162,28 +147,25 @@ async def test_attack_a_flood_of_notices_during_a_short_call_neither_deadlocks_n
     call's answer: the pipe is paused while the SDK's backlog is full, and the answer behind them must
     still arrive (the SDK draining the backlog resumes the pipe), with the backlog bounded."""
     pool, config = hostile
+    link = (await pool.connection(str(project), config)).link
+    most = 0
+
+    async def watch():
+        nonlocal most
+        while True:
+            most = max(most, len(link._for_sdk))
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
     try:
-        link = (await pool.connection(str(project), config)).link
-        most = 0
-
-        async def watch():
-            nonlocal most
-            while True:
-                most = max(most, len(link._for_sdk))
-                await asyncio.sleep(0)
-
-        watcher = asyncio.create_task(watch())
-        try:
-            answers = await asyncio.gather(
-                *(_call(pool, project, config, "chatter", {"count": 1500}) for _ in range(2))
-            )
-        finally:
-            watcher.cancel()
-        assert [text_of(a) for a in answers] == ["chatted", "chatted"]
-        # The pipe was paused (the backlog reached SDK_BACKLOG), and held at most about one read past it.
-        assert SDK_BACKLOG <= most < 5000, most
+        answers = await asyncio.gather(
+            *(_call(pool, project, config, "chatter", {"count": 1500}) for _ in range(2))
+        )
     finally:
-        await pool.close()
+        watcher.cancel()
+    assert [text_of(a) for a in answers] == ["chatted", "chatted"]
+    # The pipe was paused (the backlog reached SDK_BACKLOG), and held at most about one read past it.
+    assert SDK_BACKLOG <= most < 5000, most
 
 
 def _running(pid: int) -> bool:

@@ -26,8 +26,9 @@ RAW_SERVER = SERVERS / "raw_server.py"
 
 
 @pytest.fixture
-def raw(project, tmp_path, monkeypatch):
-    """A pool, the raw server's config and the log of every line the server received."""
+async def raw(project, tmp_path, monkeypatch):
+    """A pool, the raw server's config and the log of every line the server received; the pool is closed
+    after the test."""
     monkeypatch.setenv("AI_USER_SPACE", str(tmp_path / "user"))
     log = tmp_path / "raw.log"
     args = json.dumps([str(RAW_SERVER), str(log)])
@@ -37,7 +38,8 @@ def raw(project, tmp_path, monkeypatch):
         "    env:\n      GIVEN: yes\n",
     )
     pool = McpPool()
-    return pool, pool.config(str(project), "raw"), log
+    yield pool, pool.config(str(project), "raw"), log
+    await pool.close()
 
 
 def _received(log) -> list[dict]:
@@ -90,58 +92,43 @@ async def test_progress_reports_reach_the_call_in_order(project, raw):
     async def progress(value, total, message):
         reports.append((value, total, message))
 
-    try:
-        assert text_of(await _call(pool, project, config, "progress", {}, progress)) == "done"
-        assert reports == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
-    finally:
-        await pool.close()
+    assert text_of(await _call(pool, project, config, "progress", {}, progress)) == "done"
+    assert reports == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
 
 
 async def test_a_timeout_tells_the_server_and_retires_the_connection(project, raw):
     pool, config, log = raw
-    try:
-        with pytest.raises(McpUnavailable, match="timed out"):
-            await _call(pool, project, config, "hang")
-        hang = next(m for m in _received(log) if m.get("params", {}).get("name") == "hang")
-        cancelled = [m for m in _received(log) if m.get("method") == "notifications/cancelled"]
-        assert [m["params"]["requestId"] for m in cancelled] == [hang["id"]]
-        # The next call goes to a fresh server process; the old one was stopped (its log shows a second start).
-        assert text_of(await _call(pool, project, config, "echo", {"text": "after"})) == "after"
-        assert [m["method"] for m in _received(log) if m.get("method") == "initialize"] == ["initialize"] * 2
-    finally:
-        await pool.close()
+    with pytest.raises(McpUnavailable, match="timed out"):
+        await _call(pool, project, config, "hang")
+    hang = next(m for m in _received(log) if m.get("params", {}).get("name") == "hang")
+    cancelled = [m for m in _received(log) if m.get("method") == "notifications/cancelled"]
+    assert [m["params"]["requestId"] for m in cancelled] == [hang["id"]]
+    # The next call goes to a fresh server process; the old one was stopped (its log shows a second start).
+    assert text_of(await _call(pool, project, config, "echo", {"text": "after"})) == "after"
+    assert [m["method"] for m in _received(log) if m.get("method") == "initialize"] == ["initialize"] * 2
 
 
 async def test_a_server_dying_mid_call_fails_that_call_and_the_next_reconnects(project, raw):
     pool, config, log = raw
-    try:
-        assert text_of(await _call(pool, project, config, "echo", {"text": "before"})) == "before"
-        with pytest.raises(McpUnavailable):
-            await _call(pool, project, config, "exit")
-        assert text_of(await _call(pool, project, config, "echo", {"text": "after"})) == "after"
-    finally:
-        await pool.close()
+    assert text_of(await _call(pool, project, config, "echo", {"text": "before"})) == "before"
+    with pytest.raises(McpUnavailable):
+        await _call(pool, project, config, "exit")
+    assert text_of(await _call(pool, project, config, "echo", {"text": "after"})) == "after"
 
 
 async def test_the_server_may_ask_the_client_in_the_middle_of_a_call(project, raw):
     """A request from the server (here ``ping``) during a short call reaches the SDK, which answers it."""
     pool, config, log = raw
-    try:
-        assert text_of(await _call(pool, project, config, "ping")) == "the client answered ping"
-        assert {"jsonrpc": "2.0", "id": "server-ping", "result": {}} in _received(log)
-    finally:
-        await pool.close()
+    assert text_of(await _call(pool, project, config, "ping")) == "the client answered ping"
+    assert {"jsonrpc": "2.0", "id": "server-ping", "result": {}} in _received(log)
 
 
 async def test_structured_content_breaking_the_output_schema_is_refused(project, raw):
     pool, config, _ = raw
-    try:
-        with pytest.raises(McpRefused, match="answer was refused"):
-            await _call(pool, project, config, "bad_structure")
-        # The call ran and the connection is sound: it stays.
-        assert text_of(await _call(pool, project, config, "echo", {"text": "still"})) == "still"
-    finally:
-        await pool.close()
+    with pytest.raises(McpRefused, match="answer was refused"):
+        await _call(pool, project, config, "bad_structure")
+    # The call ran and the connection is sound: it stays.
+    assert text_of(await _call(pool, project, config, "echo", {"text": "still"})) == "still"
 
 
 async def test_attack_an_endless_line_cannot_fill_the_workers_memory(project, raw, monkeypatch):
@@ -149,12 +136,9 @@ async def test_attack_an_endless_line_cannot_fill_the_workers_memory(project, ra
     fails, instead of the worker buffering until it runs out of memory."""
     monkeypatch.setattr(stdio, "MAX_LINE_BYTES", 4 * 1024 * 1024)
     pool, config, _ = raw
-    try:
-        with pytest.raises(McpUnavailable, match="Connection closed"):  # (not a timeout: the line ended it)
-            await _call(pool, project, config, "flood")
-        assert text_of(await _call(pool, project, config, "echo", {"text": "after"})) == "after"
-    finally:
-        await pool.close()
+    with pytest.raises(McpUnavailable, match="Connection closed"):  # (not a timeout: the line ended it)
+        await _call(pool, project, config, "flood")
+    assert text_of(await _call(pool, project, config, "echo", {"text": "after"})) == "after"
 
 
 async def test_attack_the_server_gets_no_more_of_the_workers_environment_than_the_sdk_gave(
@@ -162,13 +146,10 @@ async def test_attack_the_server_gets_no_more_of_the_workers_environment_than_th
 ):
     monkeypatch.setenv("KIWI_WORKER_SECRET", "s3cr3t-value")
     pool, config, _ = raw
-    try:
-        names = set(text_of(await _call(pool, project, config, "env")).split())
-        assert "KIWI_WORKER_SECRET" not in names and "GIVEN" in names
-        # (LC_CTYPE: Python sets it in its own environment when it starts under the C locale, PEP 538.)
-        assert names <= {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "GIVEN", "LC_CTYPE"}
-    finally:
-        await pool.close()
+    names = set(text_of(await _call(pool, project, config, "env")).split())
+    assert "KIWI_WORKER_SECRET" not in names and "GIVEN" in names
+    # (LC_CTYPE: Python sets it in its own environment when it starts under the C locale, PEP 538.)
+    assert names <= {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "GIVEN", "LC_CTYPE"}
 
 
 async def test_a_server_ignoring_the_end_of_its_input_and_sigterm_is_killed_on_close(project, raw):
