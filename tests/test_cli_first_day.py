@@ -263,6 +263,16 @@ async def test_doctor_names_each_problem_with_its_fix(runs, project):
     )
     store = {c["name"]: c for c in json.loads(out)["checks"]}["payload store"]
     assert code == 1 and not store["ok"] and not store["warning"] and "KIWI_PAYLOAD_STORE" in store["hint"]
+    # A store every user of the machine may write to: they could remove or replace what runs stored there.
+    open_store = project / "open-store"
+    open_store.mkdir()
+    open_store.chmod(0o777)
+    code, out, _ = await kiwi_cli(
+        "doctor", "--no-mcp", "--json", *connection(runs), env={"KIWI_PAYLOAD_STORE": str(open_store)}
+    )
+    store = {c["name"]: c for c in json.loads(out)["checks"]}["payload store"]
+    assert not store["ok"] and store["warning"] and "mode 777" in store["detail"]
+    assert f"chmod 700 {open_store}" in store["hint"]
     # Whether docker tools can run here, and what to install when not.
     code, out, _ = await kiwi_cli(
         "doctor",

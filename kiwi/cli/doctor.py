@@ -59,6 +59,7 @@ def _containers() -> Check:
 def _payload_store() -> Check:
     """Where payloads of 256 KB and more go (kiwi/payloads.py), and whether this process can write there."""
     import os
+    import stat
     import tempfile
 
     from kiwi.payloads import STORE_VARIABLE, store_folder
@@ -82,6 +83,19 @@ def _payload_store() -> Check:
             False,
             f"{folder} cannot be written: {exc.strerror or exc}",
             f"make {folder} writable for this user, or set {STORE_VARIABLE} to a folder that is",
+        )
+    mode = folder.stat().st_mode
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        # Any user of the machine can remove or replace what runs stored there: a replaced file is refused by
+        # its hash, and the run that needs it cannot go on.
+        return Check(
+            "payload store",
+            False,
+            f"{folder} is writable by every user of this machine (mode {stat.S_IMODE(mode):o}): they can remove "
+            "or replace the payloads runs stored there, and a run whose payload is gone cannot go on",
+            f"chmod 700 {folder} (or 770 for a group of Kiwi users), or set {STORE_VARIABLE} to a folder of "
+            "Kiwi's own",
+            warning=True,
         )
     shared = "" if os.environ.get(STORE_VARIABLE) else " (every Kiwi process of this user on this machine)"
     return Check("payload store", True, f"{folder}, writable{shared}")
