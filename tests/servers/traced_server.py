@@ -7,6 +7,7 @@ then ``--handshake`` to serve as a 2025-11-25 server (tests/servers/handshake.py
 the short way (kiwi/upstream/stdio.py).
 """
 
+import os
 import sys
 import time
 
@@ -29,10 +30,12 @@ def echo(text: str) -> str:
     return f"echo: {text}"
 
 
-@server.tool(description="Append a line to the marker file; the first call then hangs (to be killed)")
+@server.tool(
+    description="Append a line (this process's id) to the marker file; the first call then hangs (to be killed)"
+)
 def hold(marker: str) -> str:
     with open(marker, "a") as f:
-        f.write("called\n")
+        f.write(f"called {os.getpid()}\n")
     with open(marker) as f:
         calls = len(f.readlines())
     if calls == 1:
