@@ -106,7 +106,7 @@ class StdioLink(asyncio.SubprocessProtocol):
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._deliver, to_sdk)
-                tasks.start_soon(self._write_sdk, from_sdk, to_sdk)
+                tasks.start_soon(self._write_sdk, from_sdk)
                 try:
                     yield read_stream, write_stream
                 finally:
@@ -135,7 +135,7 @@ class StdioLink(asyncio.SubprocessProtocol):
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return
 
-    async def _write_sdk(self, from_sdk: Any, to_sdk: Any) -> None:
+    async def _write_sdk(self, from_sdk: Any) -> None:
         async with from_sdk:
             async for message in from_sdk:
                 text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
