@@ -1,13 +1,15 @@
 """The durability promise, measured: N runs while a driver kills a random process with `kill -9` and
 starts it again.
 
-    .venv/bin/python bench/chaos.py [--runs 100] [--seed N] [--kill-every 3.0] [--workers 2]
+    .venv/bin/python bench/chaos.py [--runs 100] [--seed N] [--kill-every 3.0] [--workers 2] [--min-kills 0]
 
 The processes: `kiwi worker`s, one `kiwi mcp --http --stateless` front end (the agent completes its
 steps through it), and the Temporal dev server on its SQLite file. The runs are bench_scale_out's: a
 third automatic, a third with an agent step, a third with an approval, each step appending a line to
 ticks.log, so the directive counts its own side effects. The agent and the approver retry what fails
-while a process is down, as real ones would.
+while a process is down, as real ones would. Victims are drawn in rounds of three, each round a shuffled
+order of the three kinds, so every third kill has taken each kind once. With --min-kills K the approver
+holds back its approvals until K kills have happened, so the runs cannot all finish before them.
 
 At the end it prints runs started / completed / lost, completed steps re-executed (a duplicate line that
 is neither an attempt cut off by a kill nor one Temporal timed out and retried), audit records missing
@@ -118,8 +120,20 @@ async def retrying(what, *, deadline: float):
             delay = min(delay * 1.5, 2.0)
 
 
-async def play(stack: Stack, runs: RunClient, n: int, approver: str, deadline: float, out: dict) -> None:
-    """Run ``n`` from start to end: start it, act as its agent or approver, wait for its result."""
+VICTIMS = ("worker", "front end", "Temporal dev server")
+
+
+def victims(rng: random.Random):
+    """Kinds of process to kill, in rounds of three: each round a shuffled order of all three."""
+    while True:
+        yield from rng.sample(VICTIMS, len(VICTIMS))
+
+
+async def play(
+    stack: Stack, runs: RunClient, n: int, approver: str, deadline: float, out: dict, min_kills: int
+) -> None:
+    """Run ``n`` from start to end: start it, act as its agent or approver, wait for its result.
+    The approver sends no approval before ``min_kills`` kills have happened."""
     kind = KINDS[n % len(KINDS)]
     run_id = await retrying(
         lambda: runs.start(f"scale_{kind}", {"n": str(n)}, idempotency_key=f"chaos-{n}"), deadline=deadline
@@ -141,7 +155,7 @@ async def play(stack: Stack, runs: RunClient, n: int, approver: str, deadline: f
             await retrying(complete, deadline=deadline)
             kind = "auto"
         pending = [a for a in status.approvals if a.status == "pending"]
-        if kind == "approval" and pending:
+        if kind == "approval" and pending and sum(stack.kills.values()) >= min_kills:
 
             async def approve(request=pending[0]) -> None:
                 execution = await runs.execution(run_id)
@@ -162,6 +176,12 @@ async def main() -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--kill-every", type=float, default=3.0, help="mean seconds between kills")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--min-kills",
+        type=int,
+        default=0,
+        help="approvals wait until this many kills have happened (3: every kind of process killed once)",
+    )
     parser.add_argument(
         "--timeout", type=float, default=600, help="seconds before unfinished runs count as lost"
     )
@@ -185,13 +205,14 @@ async def main() -> int:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + args.timeout
             players = asyncio.gather(
-                *(play(stack, runs, n, approver, deadline, out) for n in range(args.runs)),
+                *(play(stack, runs, n, approver, deadline, out, args.min_kills) for n in range(args.runs)),
                 return_exceptions=True,
             )
+            order = victims(rng)
             while not players.done():
                 await asyncio.wait([players], timeout=rng.expovariate(1 / args.kill_every))
                 if not players.done():
-                    victim = rng.choice(["worker", "front end", "Temporal dev server"])
+                    victim = next(order)
                     say(f"kill -9 {victim} ({len(out['status'])}/{args.runs} runs finished)")
                     await stack.kill(victim, rng)
             errors = Counter(
