@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -114,16 +115,50 @@ class DevServer:
     dynamic_config: dict[str, Any] = field(default_factory=dict)
     process: subprocess.Popen | None = None
     reused: bool = False
+    lock: Any = None  # the open lock file while this object runs a server on db_file
+
+    @property
+    def log_file(self) -> Path | None:
+        """Where the server's own output goes when no log is given: beside its database."""
+        return self.db_file.with_name(self.db_file.name + ".log") if self.db_file else None
+
+    def _lock_database(self) -> None:
+        """Hold ``<db_file>.lock`` while a server of ours runs on the database: two Temporal servers on
+        one SQLite file would both write to it. The server process inherits the lock, so it stays held
+        while that server lives, even if this process is killed."""
+        if self.lock is not None or self.db_file is None:
+            return
+        path = self.db_file.with_name(self.db_file.name + ".lock")
+        handle = open(path, "a+")  # noqa: SIM115 - held open for the server's lifetime
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip()
+            handle.close()
+            raise KiwiError(
+                f"another Temporal dev server already runs on {self.db_file}"
+                + (f" ({holder})" if holder else ""),
+                hint="use that server (start `kiwi dev` with its port, or point --address at it), stop it, or "
+                "give this one its own database with temporal.db_file in temporal-dev.yml",
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}, gRPC port {self.ip}:{self.port}\n")
+        handle.flush()
+        self.lock = handle
 
     @classmethod
-    def from_config(cls, config: dict[str, Any], base: Path, port: int | None = None) -> DevServer:
+    def from_config(
+        cls, config: dict[str, Any], base: Path, port: int | None = None, ui_port: int | None = None
+    ) -> DevServer:
         """The server a ``temporal-dev.yml`` describes; its database is the user's own unless the
         file names one (relative to the file), never chosen by the working folder."""
         t = config["temporal"]
         return cls(
             ip=t["ip"],
             port=int(port or t["port"]),
-            ui_port=int(t["ui_port"]),
+            ui_port=int(ui_port or t["ui_port"]),
             namespace=t["namespace"],
             db_file=(base / t["db_file"]) if t.get("db_file") else data_dir() / "temporal.sqlite",
             pragmas=t.get("sqlite_pragmas") or {},
@@ -173,21 +208,40 @@ class DevServer:
                 ) from None
             self.reused = True
             return
+        if port_open(self.ip, self.ui_port):
+            raise KiwiError(
+                f"the Temporal UI port {self.ip}:{self.ui_port} is in use",
+                hint="stop the program using it, or set temporal.ui_port in temporal-dev.yml "
+                "(or `kiwi dev --ui-port N`)",
+            )
         if self.db_file:
             self.db_file.parent.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            self.command(),
-            stdout=log or subprocess.DEVNULL,
-            stderr=log or subprocess.DEVNULL,
-            start_new_session=True,
-        )
+            self._lock_database()
+        own_log = None
+        if log is None and self.log_file is not None:
+            own_log = open(self.log_file, "w")  # noqa: SIM115 - closed below once the child has it
+        try:
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=own_log or log or subprocess.DEVNULL,
+                stderr=own_log or log or subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(self.lock.fileno(),) if self.lock is not None else (),
+            )
+        finally:
+            if own_log is not None:
+                own_log.close()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
             if self.process.poll() is not None:
+                said = _tail(self.log_file) if own_log is not None else ""
                 raise KiwiError(
-                    f"the Temporal dev server exited with code {self.process.returncode}",
-                    hint="run the command in `kiwi dev --verbose` to see its output",
+                    f"the Temporal dev server exited with code {self.process.returncode}"
+                    + (f": {said}" if said else ""),
+                    hint=f"its whole output is in {self.log_file}"
+                    if own_log is not None
+                    else "its output is above",
                 )
             if port_open(self.ip, self.port):
                 with contextlib.suppress(RPCError, RuntimeError):
@@ -206,6 +260,18 @@ class DevServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
+
+
+def _tail(path: Path | None, lines: int = 5) -> str:
+    """The last non-empty lines a server wrote, joined on one line."""
+    try:
+        text = path.read_text(errors="replace") if path else ""
+    except OSError:
+        return ""
+    return " / ".join([line.strip() for line in text.splitlines() if line.strip()][-lines:])
 
 
 def port_open(ip: str, port: int) -> bool:

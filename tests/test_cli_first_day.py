@@ -248,6 +248,12 @@ async def test_doctor_names_each_problem_with_its_fix(runs, project):
     checks = {c["name"]: c for c in report["checks"]}
     assert checks["temporal"]["ok"] and checks["search attributes"]["ok"] and checks["python"]["ok"]
     assert checks["agent_harness.yaml"]["ok"] and checks["project"]["ok"]
+    # Which files were read, or that there is none: never "valid" for a file that is not there.
+    harness = project / ".ai" / "config" / "agent_harness.yaml"
+    assert checks["agent_harness.yaml"]["detail"] == f"valid: {harness}"
+    assert not (project / ".ai" / "config" / "mcp_registry.yaml").exists()
+    assert checks["mcp_registry.yaml"] == {**checks["mcp_registry.yaml"], "ok": True,
+                                           "detail": "no file: no external MCP servers"}  # fmt: skip
     assert checks["payload store"]["ok"] and checks["payload store"]["detail"].startswith(
         os.path.join(os.environ["KIWI_HOME"], "payloads")
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -11,7 +12,7 @@ import pytest
 from temporalio.client import Client
 
 from kiwi.converter import data_converter
-from kiwi.devserver import free_port, load_dev_config
+from kiwi.devserver import DevServer, free_port, load_dev_config
 from kiwi.errors import KiwiError
 from kiwi.items.store import ItemStore
 from kiwi.metrics import RUNS_STARTED
@@ -87,6 +88,37 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeyp
             return RUNS_STARTED in otlp.metrics
 
         await wait_for(kiwi_metrics, timeout=30, what="kiwi dev --otel exporting metrics")
+
+        # kiwi doctor knows the running kiwi dev's three ports for what they are.
+        doctor = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kiwi", "doctor", "--no-mcp", "--json",
+            env={**os.environ, "KIWI_DEV_CONFIG": str(config)}, cwd=str(project),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        said, _ = await asyncio.wait_for(doctor.communicate(), 120)
+        checks = {c["name"]: c for c in json.loads(said)["checks"]}
+        assert (
+            checks[f"port {port}"]["ok"] and "a Temporal server (reused)" in checks[f"port {port}"]["detail"]
+        )
+        assert (
+            checks[f"port {ui}"]["ok"]
+            and "the Temporal UI (`kiwi dev` running)" in checks[f"port {ui}"]["detail"]
+        )
+        assert checks[f"port {mcp}"]["ok"], checks[f"port {mcp}"]
+        assert "a Kiwi MCP front end (`kiwi dev` running)" in checks[f"port {mcp}"]["detail"]
+
+        # A second kiwi dev on other ports but the same database stops before starting a server.
+        second = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kiwi", "dev", "--config", str(config), "--port", str(free_port()),
+            "--ui-port", str(free_port()), "--mcp-port", str(free_port()),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(second.communicate(), 60)
+        assert second.returncode == 1, err.decode()
+        database = tmp_path / "state" / "temporal.sqlite"
+        assert f"another Temporal dev server already runs on {database}".encode() in err, err.decode()
+        assert f"gRPC port 127.0.0.1:{port}".encode() in err
+        assert b"temporal.db_file" in err and b"Traceback" not in err
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         rest = await asyncio.wait_for(proc.stdout.read(), 60)
@@ -129,3 +161,36 @@ def test_the_dev_config_refuses_a_sandbox_setting_that_is_not_true_or_false(tmp_
         load_dev_config(config)
     config.write_text("worker:\n  sandboxed: true\n")
     assert load_dev_config(config)[0]["worker"] == {"task_queue": "kiwi", "sandboxed": True}
+
+
+async def test_kiwi_dev_refuses_a_taken_ui_port_before_starting_anything(project, tmp_path):
+    blocker = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    ui = blocker.sockets[0].getsockname()[1]
+    config = tmp_path / "dev.yml"
+    config.write_text("temporal:\n  db_file: state/temporal.sqlite\n")
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kiwi", "dev", "--config", str(config), "--port", str(free_port()),
+            "--ui-port", str(ui), "--no-mcp",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        blocker.close()
+    assert proc.returncode == 1
+    assert f"the Temporal UI port 127.0.0.1:{ui} is in use".encode() in err, err.decode()
+    assert b"temporal.ui_port" in err and b"--ui-port" in err and b"Traceback" not in err
+    assert not (tmp_path / "state" / "temporal.sqlite").exists()
+
+
+async def test_a_dev_server_that_exits_at_start_is_quoted_from_its_log(tmp_path):
+    database = tmp_path / "taken.sqlite"
+    database.mkdir()  # a folder where the database file should be: SQLite cannot open it
+    server = DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=database)
+    with pytest.raises(KiwiError) as caught:
+        await server.start()
+    server.stop()
+    assert "the Temporal dev server exited with code 1: " in caught.value.message
+    assert "unable to open database file" in caught.value.message
+    assert caught.value.hint == f"its whole output is in {tmp_path / 'taken.sqlite.log'}"
+    assert "unable to open database file" in (tmp_path / "taken.sqlite.log").read_text()

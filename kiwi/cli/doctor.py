@@ -149,7 +149,20 @@ async def _temporal(address: str | None, namespace: str | None) -> list[Check]:
     ]
 
 
-def _ports(temporal_ok: bool) -> list[Check]:
+async def _answers_as_temporal(address: str) -> bool:
+    from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+    from temporalio.client import Client
+    from temporalio.service import RPCError
+
+    try:
+        client = await asyncio.wait_for(Client.connect(address), 5)
+        await asyncio.wait_for(client.workflow_service.get_system_info(GetSystemInfoRequest()), 5)
+    except (RPCError, RuntimeError, OSError, TimeoutError):
+        return False
+    return True
+
+
+async def _ports() -> list[Check]:
     from kiwi.devserver import load_dev_config, port_open
 
     try:
@@ -164,11 +177,16 @@ def _ports(temporal_ok: bool) -> list[Check]:
         ("MCP HTTP", mcp["host"], mcp["port"]),
     ):
         busy = port_open(host, int(port))
+        expected = {"Temporal UI": "the Temporal UI", "MCP HTTP": "a Kiwi MCP front end"}.get(what)
         if not busy:
             checks.append(Check(f"port {port}", True, f"{what} port {host}:{port} is free for `kiwi dev`"))
-        elif what == "Temporal gRPC" and temporal_ok:
+        elif what == "Temporal gRPC" and await _answers_as_temporal(f"{host}:{port}"):
             checks.append(
                 Check(f"port {port}", True, f"{what} port {host}:{port}: a Temporal server (reused)")
+            )
+        elif expected and _who(host, int(port)) == expected:
+            checks.append(
+                Check(f"port {port}", True, f"{what} port {host}:{port}: {expected} (`kiwi dev` running)")
             )
         else:
             checks.append(
@@ -181,6 +199,26 @@ def _ports(temporal_ok: bool) -> list[Check]:
                 )
             )
     return checks
+
+
+def _who(host: str, port: int) -> str:
+    """Whose HTTP server answers on a port: a Kiwi front end says so on /healthz, the Temporal UI
+    answers /api/v1/settings with its Auth settings; '' for anything else."""
+    import httpx
+
+    base = f"http://{host}:{port}"
+    with httpx.Client(timeout=2, trust_env=False) as http:
+        for path, looks_like in (
+            ("/healthz", lambda body: body.get("service") == "kiwi mcp" and "a Kiwi MCP front end"),
+            ("/api/v1/settings", lambda body: "Auth" in body and "the Temporal UI"),
+        ):
+            try:
+                body = http.get(base + path).json()
+            except (httpx.HTTPError, ValueError):
+                continue
+            if isinstance(body, dict) and looks_like(body):
+                return looks_like(body)
+    return ""
 
 
 def _configs(root: Path) -> list[Check]:
@@ -197,11 +235,17 @@ def _configs(root: Path) -> list[Check]:
             "" if (root / ".ai").is_dir() else "make one with `kiwi init`, or pass --project PATH",
         )
     ]
+    absent = {
+        "agent_harness.yaml": "no file: the built-in harness settings",
+        "mcp_registry.yaml": "no file: no external MCP servers",
+        "trusted_keys.yaml": "no file: no key trusted yet (`kiwi keys init` creates yours and trusts it)",
+    }
     for name, load in (
         ("agent_harness.yaml", load_harness),
         ("mcp_registry.yaml", load_registry),
         ("trusted_keys.yaml", load_trusted),
     ):
+        files = [p for p in (user_space() / "config" / name, root / ".ai" / "config" / name) if p.is_file()]
         try:
             load(root, user_space())
         except KiwiError as exc:
@@ -209,7 +253,8 @@ def _configs(root: Path) -> list[Check]:
             detail = "; ".join(str(p) for p in problems) if problems else exc.message
             checks.append(Check(name, False, detail, exc.hint or f"fix {name} as the message says"))
         else:
-            checks.append(Check(name, True, "valid (project over user space)"))
+            detail = "valid: " + ", ".join(map(str, files)) if files else absent[name]
+            checks.append(Check(name, True, detail))
     return checks
 
 
@@ -259,7 +304,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         checks = [_python(), _node(), _containers(), _temporal_binary(), _payload_store()]
         temporal = await _temporal(args.address, args.namespace)
         checks += temporal
-        checks += _ports(temporal[0].ok)
+        checks += await _ports()
         checks += _configs(root)
         if not args.no_mcp:
             checks += await _mcp_servers(root)

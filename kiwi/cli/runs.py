@@ -563,7 +563,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
     from workers.main import run_worker
 
     config, base = load_dev_config(Path(args.config) if args.config else None)
-    server = DevServer.from_config(config, base, args.port)
+    server = DevServer.from_config(config, base, args.port, args.ui_port)
+    if args.mcp_port:
+        config["mcp"]["port"] = args.mcp_port
     if args.otel:
         os.environ[telemetry.ON_VARIABLE] = "1"
     if telemetry.setup("kiwi-dev"):
@@ -583,8 +585,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
             raise KiwiError(
                 f"the MCP port {mcp_settings['host']}:{mcp_settings['port']} is in use (another `kiwi dev`, "
                 "perhaps one scripts/dev started for another folder)",
-                hint="stop it (Ctrl-C where it runs), or start this one with --no-mcp, or set mcp.port in "
-                "temporal-dev.yml",
+                hint="stop it (Ctrl-C where it runs), or start this one with --mcp-port N or --no-mcp, or set "
+                "mcp.port in temporal-dev.yml",
             )
         await server.start(log=None if not args.verbose else sys.stderr)
         registry_server = None
@@ -729,7 +731,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="temporal-dev.yml to read (default: KIWI_DEV_CONFIG, else ./temporal-dev.yml, else built-in "
         "defaults)",
     )
-    p.add_argument("--port", type=int, help="Temporal gRPC port (overrides the config)")
+    p.add_argument("--port", type=int, help="Temporal gRPC port (default 7233; overrides temporal.port)")
+    p.add_argument("--ui-port", type=int, help="Temporal UI port (default 8233; overrides temporal.ui_port)")
+    p.add_argument("--mcp-port", type=int, help="MCP HTTP front end port (default 8765; overrides mcp.port)")
     p.add_argument("--no-mcp", action="store_true", help="do not start the MCP HTTP front end")
     p.add_argument("--verbose", action="store_true", help="show the Temporal server's own log")
     p.add_argument(
