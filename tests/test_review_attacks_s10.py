@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from kiwi.errors import RunStateConflict
 from kiwi.runs import RunClient
 from tests.helpers import wait_for, write
 from tests.test_batches import _activity_types, _admitted, _reader, _run_waiting, _tool_calls
@@ -220,7 +221,7 @@ async def test_a_call_waiting_for_approval_does_not_ride_along_with_its_batch(
 
 async def test_loop_detection_counts_every_call_of_a_batch(temporal_env, project, tmp_path):
     """Five identical calls at once: the loop check sees each, as it does calls made one by one, and the run
-    is held once its warnings reach the limit (no further call is taken)."""
+    is held as soon as its warnings reach the limit (the fourth call's): the fifth is refused, not taken."""
     runs, run_id, queue, ledger = await _ledger_run(
         temporal_env,
         project,
@@ -228,15 +229,53 @@ async def test_loop_detection_counts_every_call_of_a_batch(temporal_env, project
         harness="loop_detection:\n  repeat_threshold: 3\n  max_warnings: 2\n",
     )
     calls = [("ledger.count", {"tag": "same"})] * 5
-    results = await _answers(temporal_env, runs, run_id, queue, calls)
-    warned = [r for r in results if any("times in a row" in w for w in r.warnings)]
-    assert len(warned) >= 2, results
+    updates = await _admitted(runs, run_id, calls)
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        results = await asyncio.wait_for(asyncio.gather(*updates, return_exceptions=True), 90)
+    warned = [r.warnings for r in results[:4]]
+    assert [any("times in a row" in w for w in ws) for ws in warned] == [False, False, True, True], results
+    assert isinstance(results[4], RunStateConflict) and "stuck (2 loop warnings)" in str(results[4])
+    assert _lines(ledger) == ["count same"] * 4
     async with build_worker(temporal_env.client, queue, sandboxed=True):
         status = await runs.status(run_id)
         assert status.status == "stuck", status
         with pytest.raises(Exception, match="stuck"):
             await runs.call_tool(run_id, "ledger.count", {"tag": "later"})
     assert "count later" not in _lines(ledger)
+
+
+async def test_calls_that_reach_the_run_with_the_call_that_holds_it_do_not_run(
+    temporal_env, project, tmp_path
+):
+    """Attack: calls sent in the same workflow task as the call whose loop warning reaches the limit. Their
+    validators ran before that call was admitted (the run was not held yet), so they went out with it and
+    ran while the run was stuck. The run is held as soon as the warning that reaches the limit is counted:
+    the calls after it in the task are refused as calls to a held run are, and never reach the server."""
+    runs, run_id, queue, ledger = await _ledger_run(
+        temporal_env,
+        project,
+        tmp_path,
+        harness="loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n",
+    )
+    calls = [
+        ("ledger.count", {"tag": "same"}),
+        ("ledger.count", {"tag": "same"}),  # the second in a row: the warning that reaches the limit
+        ("ledger.count", {"tag": "after-1"}),
+        ("ledger.count", {"tag": "after-2"}),
+    ]
+    updates = await _admitted(runs, run_id, calls)
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        results = await asyncio.wait_for(asyncio.gather(*updates, return_exceptions=True), 90)
+        status = await runs.status(run_id)
+    assert [r.status for r in results[:2]] == ["ok", "ok"], results
+    assert any("the same call was made 2 times in a row" in w for w in results[1].warnings), results[1]
+    for refused in results[2:]:
+        assert isinstance(refused, RunStateConflict), results
+        assert "stuck" in str(refused) and f"kiwi resume {run_id}" in str(refused)
+    assert _lines(ledger) == ["count same", "count same"]
+    assert status.status == "stuck", status
+    assert [c.status for c in status.last_calls] == ["ok", "ok"]
+    await _replays(runs, run_id)
 
 
 # ---------------------------------------------------------------- cancellation, continue-as-new, replay

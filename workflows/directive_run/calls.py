@@ -71,16 +71,21 @@ class CallsMixin:
         counted: frozenset[str] = frozenset(),
     ) -> ToolCallResult:
         state, snap = self.state, self.snap
+        # An agent's call that reaches the run in the task that held it (its validator ran before the
+        # hold) is refused as a later one is, before it takes a call number.
+        held_check = self.holds_at_once and origin == "agent"
+        if held_check:
+            declared = await self._declared(tool)  # (may wait for the server's tools)
+            self._refuse_if_held()
         state.call_seq += 1
         seq = state.call_seq
         step = step or self._current_step_name()
         started = workflow.now()
-        declared = self._mcp_declaration(tool)
+        if not held_check:
+            declared = await self._declared(tool)
         if declared is not None:
             # An alias (<mcp name="supabase" alias="db">) is only a spelling: policy and audit see the server.
             tool = f"{declared.name}.{tool.partition('.')[2]}"
-            if declared.name not in state.mcp_context:
-                await self._fetch_tool_context([declared])
         # kiwi-mcp.run is kiwi-mcp.execute by another name: a denial, rate limit or approval rule naming
         # either holds for both (runs started before KIWI_EXECUTE_AS_CALL decided each name apart).
         one_execute = (
@@ -89,6 +94,10 @@ class CallsMixin:
             and (self.current or workflow.patched(KIWI_EXECUTE_AS_CALL))
         )
         result, warning = self._admit(tool, args, seq, granted_by, one_execute, counted)
+        if self.holds_at_once and result is None and state.loop_warnings >= snap.limits.loop_max_warnings:
+            # Held now, not once this call answers: the calls after it in this task find the run held.
+            self._hold("stuck", f"{state.loop_warnings} loop warnings")
+            self._publish()
         if (
             result is None
             and self.human_loop
@@ -191,6 +200,14 @@ class CallsMixin:
         if self.audit.pending >= snap.limits.audit_batch_size:
             await self.audit.flush()
         return result
+
+    async def _declared(self: DirectiveRun, tool: str) -> Any:
+        """The directive's <mcp> declaration ``tool`` belongs to (None for other tools), with the server's
+        tools fetched into the run's context the first time one of its tools is called."""
+        declared = self._mcp_declaration(tool)
+        if declared is not None and declared.name not in self.state.mcp_context:
+            await self._fetch_tool_context([declared])
+        return declared
 
     def _admit(
         self: DirectiveRun,

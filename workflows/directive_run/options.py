@@ -75,7 +75,14 @@ ALL_CHANGES = "kiwi-run-changes-2026-11"
 # each marker is a history event and a search-attribute upsert, and a run replays them on every worker
 # that takes it over. Runs started before it replay the
 # markers they recorded. Check it with ``self.current or workflow.patched(OLD_ID)``, never alone.
-CURRENT = "kiwi-run-changes-2026-11-23c"
+CURRENT = "kiwi-run-changes-2026-11-25"
+# What CURRENT stood for until it also stood for HOLD_AT_ONCE: runs started in between replay it.
+CHANGES_2026_11_23C = "kiwi-run-changes-2026-11-23c"
+# (In CURRENT only, never a marker of its own.) A run is held as soon as the loop warning that reaches
+# the limit is counted at admission, and an agent's call that reaches a held run, in the task that held
+# it, is refused as a later call is: before it, calls sent with the call that held the run (their
+# validators ran before it was held) went out with it and ran while the run was stuck.
+HOLD_AT_ONCE = CURRENT
 # What CURRENT stood for until it also stood for the task budget (task_budget.py): runs started in between
 # replay it.
 CHANGES_2026_11_23B = "kiwi-run-changes-2026-11-23b"

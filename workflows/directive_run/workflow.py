@@ -59,6 +59,7 @@ from workflows.directive_run.options import (
     ALL_CHANGES,
     CHANGES_2026_11_23,
     CHANGES_2026_11_23B,
+    CHANGES_2026_11_23C,
     COMMIT_BEFORE_CONTINUE,
     CURRENT,
     HARDENED,
@@ -94,10 +95,11 @@ class DirectiveRun(
         self.lean = False
         # Checked here, not in run(): signals that arrive with the first task are handled before
         # run() starts, and must already be held to the hardened rules.
-        # CURRENT stands for every change, the task budget included; runs started before it replay the
-        # marker of the changes up to CHANGES_2026_11_23B (MCP_BATCHED) or CHANGES_2026_11_23 (checked only
-        # when CURRENT is not in their history).
-        self.budgeted = workflow.patched(CURRENT)
+        # CURRENT stands for every change, HOLD_AT_ONCE included; runs started before it replay the marker
+        # of the changes up to CHANGES_2026_11_23C (the task budget), CHANGES_2026_11_23B (MCP_BATCHED) or
+        # CHANGES_2026_11_23 (each checked only when the newer ones are not in their history).
+        self.holds_at_once = workflow.patched(CURRENT)
+        self.budgeted = self.holds_at_once or workflow.patched(CHANGES_2026_11_23C)
         self.batched = self.budgeted or workflow.patched(CHANGES_2026_11_23B)
         self.current = self.batched or workflow.patched(CHANGES_2026_11_23)
         self.hardened = self.current or workflow.patched(HARDENED)
