@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from kiwi.contracts import CompleteStepRequest
 from kiwi.errors import RunStateConflict
 from kiwi.runs import RunClient
 from tests.helpers import wait_for, write
-from tests.test_batches import _activity_types, _admitted, _reader, _run_waiting, _tool_calls
+from tests.test_batches import _activity_types, _admitted, _reader, _run_waiting, _tool_calls, wait_admitted
 from tests.test_mcp_servers import SERVERS, mcp_directive, registry, text_of
 from workers.main import build_worker
+from workflows.directive_run import DirectiveRun
 
 LEDGER_SERVER = SERVERS / "ledger_server.py"
 
@@ -247,10 +249,11 @@ async def test_loop_detection_counts_every_call_of_a_batch(temporal_env, project
 async def test_calls_that_reach_the_run_with_the_call_that_holds_it_do_not_run(
     temporal_env, project, tmp_path
 ):
-    """Attack: calls sent in the same workflow task as the call whose loop warning reaches the limit. Their
-    validators ran before that call was admitted (the run was not held yet), so they went out with it and
-    ran while the run was stuck. The run is held as soon as the warning that reaches the limit is counted:
-    the calls after it in the task are refused as calls to a held run are, and never reach the server."""
+    """Attack: calls (and a step's completion) sent in the same workflow task as the call whose loop warning
+    reaches the limit. The run was held only once that call answered, so the calls after it went out in its
+    batch and ran while the run was stuck, and the step completed. The run is held as soon as the warning
+    that reaches the limit is counted (each update's validator runs just before its handler, in order):
+    what comes after it in the task is refused as it is on a held run, and never reaches the server."""
     runs, run_id, queue, ledger = await _ledger_run(
         temporal_env,
         project,
@@ -264,16 +267,21 @@ async def test_calls_that_reach_the_run_with_the_call_that_holds_it_do_not_run(
         ("ledger.count", {"tag": "after-2"}),
     ]
     updates = await _admitted(runs, run_id, calls)
+    # The step completed in the same task, after the call that held the run: refused too.
+    step = CompleteStepRequest(step="work", outputs={"done": True})
+    updates.append(asyncio.create_task(runs._update(run_id, DirectiveRun.complete_step, step, "step-work")))
+    await wait_admitted(runs, run_id, "step-work", "the step's completion")
     async with build_worker(temporal_env.client, queue, sandboxed=True):
         results = await asyncio.wait_for(asyncio.gather(*updates, return_exceptions=True), 90)
         status = await runs.status(run_id)
     assert [r.status for r in results[:2]] == ["ok", "ok"], results
     assert any("the same call was made 2 times in a row" in w for w in results[1].warnings), results[1]
-    for refused in results[2:]:
+    for refused in results[2:]:  # the two calls and the step's completion
         assert isinstance(refused, RunStateConflict), results
         assert "stuck" in str(refused) and f"kiwi resume {run_id}" in str(refused)
     assert _lines(ledger) == ["count same", "count same"]
     assert status.status == "stuck", status
+    assert {v.name: v.status for v in status.steps}["work"] == "awaiting_agent", status.steps
     assert [c.status for c in status.last_calls] == ["ok", "ok"]
     await _replays(runs, run_id)
 

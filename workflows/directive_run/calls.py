@@ -71,8 +71,8 @@ class CallsMixin:
         counted: frozenset[str] = frozenset(),
     ) -> ToolCallResult:
         state, snap = self.state, self.snap
-        # An agent's call that reaches the run in the task that held it (its validator ran before the
-        # hold) is refused as a later one is, before it takes a call number.
+        # The validator refused the call if the run was held; one that waited here for the server's tools
+        # while another call held the run is refused now, as a later one is, before it takes a call number.
         held_check = self.holds_at_once and origin == "agent"
         if held_check:
             declared = await self._declared(tool)  # (may wait for the server's tools)
