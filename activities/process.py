@@ -13,6 +13,7 @@ from opentelemetry import propagate, trace
 from temporalio import activity
 
 from kiwi.errors import CommandNotFound, ToolTimeout
+from kiwi.lifetime import dies_with_parent
 
 HEARTBEAT_SECONDS = 2.0
 
@@ -107,6 +108,7 @@ async def run_process(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=dies_with_parent(),  # a worker killed with kill -9 takes the command with it
             env=child_env(env, git_config),
         )
     except FileNotFoundError:

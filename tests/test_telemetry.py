@@ -367,8 +367,8 @@ async def test_a_worker_killed_mid_call_retries_the_activity_in_the_same_trace(
         finally:
             stop(worker)
             await worker.wait()
-            # The first attempt's server outlived the killed worker (its own session; its call hangs in a
-            # sleep that never reads the closed input): stop it, or it is left behind for ten minutes.
+            # The first attempt's server (its own session; its call hangs in a sleep that never reads the
+            # closed input) dies with the killed worker on Linux; elsewhere stop it, or it stays ten minutes.
             for line in marker.read_text().splitlines() if marker.exists() else []:
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(line.split()[-1]), signal.SIGKILL)

@@ -3,7 +3,9 @@
 The MCP SDK's client speaks over this transport as over its own ``stdio_client``: the same process set-up
 (only the SDK's safe environment plus the registry's ``env``, a session of its own so the whole process
 tree can be stopped, stderr to the worker's scrubbed copy) and the same shutdown (stdin closed, a grace
-period, then SIGTERM and SIGKILL to the process group). Every message reaches the SDK, save one kind: the
+period, then SIGTERM and SIGKILL to the process group). On Linux the server also dies with the process that
+started it: a worker killed with ``kill -9`` leaves no server behind, even one stuck in a call that would
+never read the end of its stdin. Every message reaches the SDK, save one kind: the
 answer to a request sent with :meth:`StdioLink.request`. Those are written as one JSON line and their
 answers picked out as the line arrives, in the pipe's own callback. The SDK's way (a reader task, memory
 streams, a receive loop, a response stream per request, models built and validated at each end) handed
@@ -35,6 +37,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from opentelemetry.propagate import inject
 from opentelemetry.trace import SpanKind, StatusCode, get_tracer
+
+from kiwi.lifetime import dies_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +104,7 @@ class StdioLink(asyncio.SubprocessProtocol):
             env=get_default_environment() | (self.env or {}),
             cwd=self.cwd,
             start_new_session=True,
+            preexec_fn=dies_with_parent(),  # (kiwi/lifetime.py)
         )
         to_sdk, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, from_sdk = anyio.create_memory_object_stream[SessionMessage](0)

@@ -1,0 +1,152 @@
+"""What Kiwi starts dies with the worker that started it, even a worker killed with ``kill -9``
+(kiwi/lifetime.py): MCP servers over stdio, and the commands of shell.run, git and local tools. Each runs
+in a session of its own, out of the worker's process group, so nothing else would stop it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kiwi.items.store import ItemStore
+from kiwi.runs import RunClient
+from tests.helpers import kiwi_worker, wait_for
+from tests.test_mcp_servers import SERVERS, mcp_directive, registry
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's"
+)
+
+
+def _children(pid: int, name: str) -> list[int]:
+    """The processes whose parent is ``pid`` and whose command line names ``name`` (read from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rpartition(")")[2].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and name in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for init to reap it has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's"
+)
+@pytest.mark.temporal
+async def test_a_server_stuck_in_a_call_dies_with_a_worker_killed_by_kill_9(temporal_env, project, tmp_path):
+    """A stdio server runs in a session of its own, so the worker's process group is not its group. Killed
+    with kill -9, the worker cannot stop it, and a server stuck in a call (here waiting on a FIFO in a thread,
+    as a server waits on a lock or a network) never reads the end of its input: it stayed behind for good.
+    The kernel now kills it when the worker dies."""
+    ledger = tmp_path / "ledger.txt"
+    release = ledger.with_suffix(".release")
+    os.mkfifo(release)
+    registry(
+        project,
+        f'mcps:\n  ledger:\n    command: "{sys.executable}"\n'
+        f'    args: ["{SERVERS / "ledger_server.py"}", "{ledger}"]\n',
+    )
+    mcp_directive(
+        project,
+        "held",
+        tools='<mcp name="ledger" required="true"/>',
+        permissions='<execute resource="mcp" name="ledger" actions="*"/>',
+        body='<step name="work"><action>Call.</action></step>',
+    )
+    queue = f"kiwi-orphan-{uuid.uuid4().hex[:8]}"
+    runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
+    worker = await kiwi_worker(temporal_env.client.service_client.config.target_host, queue)
+    try:
+        run_id = await runs.start("held", {})
+        call = asyncio.create_task(runs.call_tool(run_id, "ledger.hold", {"tag": "x"}))
+
+        async def at_server() -> bool:
+            return ledger.exists() and "hold x" in ledger.read_text()
+
+        await wait_for(at_server, what="the call at the server")
+        servers = _children(worker.pid, "ledger_server.py")
+        assert len(servers) == 1, servers
+        os.killpg(worker.pid, signal.SIGKILL)
+        await worker.wait()
+
+        async def gone() -> bool:
+            return not _alive(servers[0])
+
+        await wait_for(gone, what="the server to die with its worker", timeout=30)
+        call.cancel()
+    finally:
+        if worker.returncode is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            await worker.wait()
+        with contextlib.suppress(OSError):  # a server still waiting is let go (no reader: nothing to do)
+            fd = os.open(release, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, b"done\n")
+            os.close(fd)
+
+
+async def test_a_command_dies_with_the_process_that_ran_it_when_that_is_killed_by_kill_9(tmp_path):
+    """A command run_process started (shell.run, git, local tools) kept running after its worker was
+    killed, while Temporal retried its activity on another worker: the command ran twice at once."""
+    pid_file = tmp_path / "command.pid"
+    runner = tmp_path / "runner.py"
+    runner.write_text(
+        textwrap.dedent(
+            f"""
+            import asyncio
+            from activities.process import run_process
+
+            argv = ["sh", "-c", "echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file} && exec sleep 300"]
+            asyncio.run(run_process(argv, cwd={str(tmp_path)!r}, timeout=600, max_output=1000))
+            """
+        )
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(runner), start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    try:
+
+        async def started() -> bool:
+            return pid_file.exists()
+
+        await wait_for(started, what="the command to start")
+        command = int(pid_file.read_text())
+        assert _alive(command)
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+        async def gone() -> bool:
+            return not _alive(command)
+
+        await wait_for(gone, what="the command to die with the process that ran it", timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
