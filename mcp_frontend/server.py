@@ -611,7 +611,7 @@ def build_server(
                     else runs_.session_call(client_name, item_id, parameters, **waiting)
                 )
                 note_span({"gen_ai.tool.name": item_id, "kiwi.decision": called.status})
-                shown = called.model_dump()
+                shown = {**called.model_dump(), "hint": agent_hint(called.hint)}
                 return answer(shown if run_id else outside_run_hint(shown, item_id, link.store.local_tools()))
             return answer(
                 await _execute(
@@ -818,6 +818,8 @@ async def _execute(
         return {
             "run_id": new_id,
             "state": status.status,
+            **({"error": status.error} if status.error else {}),
+            **({"hint": agent_hint(status.hint)} if status.hint else {}),
             "current_step": status.current_step.model_dump() if status.current_step else None,
             "declared_tools": directive.metadata.tools.model_dump(),
             "tool_context": context,
@@ -835,7 +837,8 @@ async def _execute(
         }
     target = run_id or item_id
     if item_type == "run" and action == "status":
-        return (await runs.status(target)).model_dump()
+        shown = (await runs.status(target)).model_dump()
+        return {**shown, "hint": agent_hint(shown["hint"])}
     if item_type == "run" and action == "complete_step":
         step = parameters.get("step")
         if not step:

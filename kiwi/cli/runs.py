@@ -78,6 +78,8 @@ def _print_status(status: Any) -> None:
     print(f"{status.run_id}  {status.directive} v{status.version}  {progress.state(status.status)}")
     if status.error:
         print(f"  error: {status.error}")
+    if status.hint:
+        print(f"  hint: {status.hint}")
     # What it waits for, each with its deadline and the command that answers it (else the run's own words).
     for line in progress.answers(status) or ([status.waiting_for] if status.waiting_for else []):
         print(f"  waiting for {line}")

@@ -1,0 +1,134 @@
+"""What a new user following the README meets when something goes wrong: each error names the real cause
+and the fix, on the command line and in the MCP front end's answers."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from mcp.client import Client
+
+from mcp_frontend.server import build_server
+from tests.helpers import awaiting_step, data, directive_md, kiwi_cli, write, write_directive
+
+RUN_ID = re.compile(r"run-[a-z_]+-[0-9a-f]{10}")
+
+
+def connection(runs) -> list[str]:
+    return ["--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue]
+
+
+def clock_server(project: Path) -> None:
+    write(
+        project / ".ai" / "config" / "mcp_registry.yaml",
+        f"""\
+mcps:
+  clock:
+    command: {sys.executable}
+    args: ["-m", "mcp_server_time", "--local-timezone", "UTC"]
+""",
+    )
+
+
+def edit_after_signing(path: Path) -> None:
+    """What a user does to a signed directive: changes a word, and does not sign it again."""
+    path.write_text(path.read_text().replace("Some prose before the block.", "Some other prose."))
+
+
+async def test_a_directive_edited_after_signing_says_so_and_how_to_sign_it_again(runs, project, temporal_env):
+    clock_server(project)
+    tick = write_directive(
+        project / ".ai" / "directives" / "tick.md",
+        directive_md(
+            '<step name="now"><tool_call tool="clock.get_current_time"><param name="timezone">UTC</param>'
+            '</tool_call></step><step name="look" mode="agent"><action>look at the time</action></step>',
+            name="tick",
+            tools='<tools><mcp name="clock"><tool name="get_current_time"/></mcp></tools>',
+            permissions='<execute resource="mcp" name="clock" actions="get_current_time"/>',
+        ),
+    )
+    edit_after_signing(tick)
+    sign_again = "`kiwi sign .ai/directives/tick.md`"
+
+    # The command line: the run fails at its first step, and says it is the signature, not the MCP server.
+    code, out, err = await kiwi_cli("run", "tick", "--wait", *connection(runs))
+    assert code == 1, out + err
+    assert "mcp_registry.yaml" not in out + err
+    assert "directive 'tick' was changed after it was signed" in out and sign_again in out, out
+    run_id = RUN_ID.search(out).group(0)
+    code, out, _ = await kiwi_cli("status", run_id, *connection(runs))
+    assert code == 0 and "hint: directive 'tick' was changed after it was signed" in out and sign_again in out
+    code, out, _ = await kiwi_cli("status", run_id, "--json", *connection(runs))
+    assert sign_again in json.loads(out)["hint"]
+
+    # The MCP front end: the run answer carries the error and the same fix, for a human to make.
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        started = data(
+            await client.call_tool(
+                "execute", {"item_type": "directive", "action": "run", "item_id": "tick", "parameters": {}}
+            )
+        )
+        assert started.get("error") != "McpServerMissing", started
+        assert started["state"] == "failed" and "clock.get_current_time" in started["error"]
+        assert "was changed after it was signed" in started["hint"]
+        assert f"{sign_again} (a command a human runs)" in started["hint"]
+        status = data(
+            await client.call_tool(
+                "execute", {"item_type": "run", "action": "status", "run_id": started["run_id"]}
+            )
+        )
+        assert "was changed after it was signed" in status["hint"]
+
+    # Signed again, it runs with its own grants.
+    code, _, err = await kiwi_cli("sign", ".ai/directives/tick.md")
+    assert code == 0, err
+    code, out, err = await kiwi_cli("run", "tick", "--wait", *connection(runs))
+    assert code == 0 and "awaiting_agent" in out, out + err
+
+
+async def test_a_call_refused_because_the_directive_was_edited_names_the_signature(
+    runs, project, temporal_env
+):
+    jot = write_directive(
+        project / ".ai" / "directives" / "jot.md",
+        directive_md(
+            '<step name="write" mode="agent"><action>write notes/a.md</action></step>',
+            name="jot",
+            permissions='<write resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    edit_after_signing(jot)
+    run_id = await runs.start("jot", {})
+    await awaiting_step(runs, run_id, "write")
+    code, out, _ = await kiwi_cli(
+        "call",
+        "filesystem.write",
+        '{"path": "notes/a.md", "content": "x"}',
+        "--run",
+        run_id,
+        *connection(runs),
+    )
+    assert code == 1 and "denied" in out
+    assert "hint: directive 'jot' was changed after it was signed" in out, out
+    assert "`kiwi sign .ai/directives/jot.md`" in out and "to <permissions>" not in out
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        call = {"path": "notes/a.md", "content": "x"}
+        refused = data(
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "tool",
+                    "action": "call",
+                    "item_id": "filesystem.write",
+                    "run_id": run_id,
+                    "parameters": call,
+                },
+            )
+        )
+    assert refused["status"] == "denied" and "was changed after it was signed" in refused["hint"]
+    assert "`kiwi sign .ai/directives/jot.md` (a command a human runs)" in refused["hint"]
+    assert not (project / "notes" / "a.md").exists()
