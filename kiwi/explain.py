@@ -11,7 +11,7 @@ from typing import Any
 from kiwi.contracts import RunSnapshot, RunTrust
 from kiwi.guards import is_external_mcp
 from kiwi.items.directive import callable_tool
-from kiwi.policy import BUILTIN_TOOLS, FILESYSTEM_TOOLS, KIWI_MCP_TOOLS
+from kiwi.policy import BUILTIN_TOOLS, FILESYSTEM_TOOLS, KIWI_MCP_ACTIONS, KIWI_MCP_TOOLS
 
 _READS = ("filesystem.read", "filesystem.list")
 
@@ -82,3 +82,35 @@ def base_policy_grant(tool: str, local_tools: Any) -> str:
         server, name = tool.split(".", 1)
         return f"internal_tools: {{mcps: {{{server}: {{tools: [{name}]}}}}}}"
     return f"internal_tools: {{tools: [{tool}]}}"
+
+
+# What a human uses outside a run instead of each of Kiwi's meta-tools.
+_COMMANDS = {"search": "kiwi search", "load": "kiwi show", "execute": "kiwi run", "help": "kiwi --help"}
+
+
+def outside_run_hint(status: str, hint: str, tool: str, local_tools: Any, *, agent: bool) -> str:
+    """The hint of a call outside a run: its grants are agent_harness.yaml's base policy, so a missing
+    grant is added there (``internal_tools``), not to a directive's <permissions>. ``agent``: said to an
+    agent over MCP (the front end's calls), else to a human at the command line."""
+    if status != "denied":
+        return hint
+    if tool in KIWI_MCP_TOOLS:
+        action = KIWI_MCP_ACTIONS[tool]
+        instead = f"call the front end's own {action} tool" if agent else f"use `{_COMMANDS[action]}`"
+        return (
+            f"outside a run, {instead} instead; {tool} is for runs whose directive grants it "
+            '(<execute resource="kiwi-mcp" action="..."/>)'
+        )
+    if "<permissions>" not in hint:
+        return hint  # refused for another reason than a missing grant: its own hint says what to do
+    grant = base_policy_grant(tool, local_tools)
+    if agent:
+        return (
+            f"outside a run the base policy applies: a human adds `{grant}` to .ai/config/agent_harness.yaml; "
+            "or run a directive that grants it (execute(item_type='directive', action='run', ...)) and call "
+            "with its run_id"
+        )
+    return (
+        f"outside a run the base policy applies: add `{grant}` to .ai/config/agent_harness.yaml; or start a "
+        "run of a directive that grants it (`kiwi run NAME`) and make the call in it with --run RUN_ID"
+    )

@@ -132,3 +132,16 @@ async def test_a_call_refused_because_the_directive_was_edited_names_the_signatu
     assert refused["status"] == "denied" and "was changed after it was signed" in refused["hint"]
     assert "`kiwi sign .ai/directives/jot.md` (a command a human runs)" in refused["hint"]
     assert not (project / "notes" / "a.md").exists()
+
+
+async def test_a_call_outside_a_run_refused_names_agent_harness_not_permissions(runs, project):
+    code, out, _ = await kiwi_cli(
+        "call", "filesystem.write", '{"path": "notes/x.md", "content": "x"}', *connection(runs)
+    )
+    assert code == 1 and "denied" in out
+    assert "<permissions>" not in out, out
+    assert 'add `internal_tools: {filesystem: {write: ["PATH/**"]}}` to .ai/config/agent_harness.yaml' in out
+    assert "`kiwi run NAME`" in out and "--run RUN_ID" in out
+    assert not (project / "notes" / "x.md").exists()
+    code, out, _ = await kiwi_cli("call", "kiwi-mcp.search", '{"query": "hello"}', *connection(runs))
+    assert code == 1 and "outside a run, use `kiwi search` instead" in out, out
