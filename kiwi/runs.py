@@ -592,12 +592,21 @@ class RunClient:
             except RPCError:
                 return _translate(exc, run_id)
             if description.status != WorkflowExecutionStatus.RUNNING:
-                how = description.status.name.lower() if description.status else "closed"
                 return RunFinished(
-                    f"run {run_id} has finished ({how}); it takes no more signals",
+                    f"{await self._how_it_ended(run_id, description.status)}; it takes no more signals",
                     hint=f"see `kiwi status {run_id}` and `kiwi audit {run_id}`; start a new run to go on",
                 )
         return _translate(exc, run_id)
+
+    async def _how_it_ended(self, run_id: str, closed: WorkflowExecutionStatus | None) -> str:
+        """ "run X was cancelled" or "run X has finished (failed)": a run cancelled or failed in Kiwi's terms
+        returns normally, so Temporal calls it completed; its result says how it really ended."""
+        how = closed.name.lower() if closed else "closed"
+        if closed == WorkflowExecutionStatus.COMPLETED:
+            with contextlib.suppress(RPCError, WorkflowFailureError):
+                how = (await self.handle(run_id).result(follow_runs=False)).status
+        cancelled = how in ("cancelled", "canceled")
+        return f"run {run_id} was cancelled" if cancelled else f"run {run_id} has finished ({how})"
 
     async def _update(
         self,
@@ -659,8 +668,8 @@ class RunClient:
                 except RPCError:
                     raise _translate(exc, run_id) from None
                 if description.status != WorkflowExecutionStatus.RUNNING:
-                    name_ = description.status.name.lower() if description.status else "closed"
-                    raise RunFinished(f"run {run_id} has finished ({name_}); start a new run") from None
+                    ended = await self._how_it_ended(run_id, description.status)
+                    raise RunFinished(f"{ended}; start a new run") from None
                 continue
         raise RunStateConflict(f"run {run_id} kept continuing while the call was sent; try again")
 

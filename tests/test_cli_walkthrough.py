@@ -11,7 +11,7 @@ from pathlib import Path
 from mcp.client import Client
 
 from mcp_frontend.server import build_server
-from tests.helpers import awaiting_step, data, directive_md, kiwi_cli, write, write_directive
+from tests.helpers import awaiting_step, data, directive_md, kiwi_cli, wait_for, write, write_directive
 
 RUN_ID = re.compile(r"run-[a-z_]+-[0-9a-f]{10}")
 
@@ -145,3 +145,28 @@ async def test_a_call_outside_a_run_refused_names_agent_harness_not_permissions(
     assert not (project / "notes" / "x.md").exists()
     code, out, _ = await kiwi_cli("call", "kiwi-mcp.search", '{"query": "hello"}', *connection(runs))
     assert code == 1 and "outside a run, use `kiwi search` instead" in out, out
+
+
+async def cancelled_run(runs) -> str:
+    """A run of the README's example, cancelled while it waits for the agent."""
+    run_id = await runs.start("hello_kiwi", {"name": "Ada"})
+    await awaiting_step(runs, run_id, "confirm")
+    await runs.cancel(run_id)
+    await wait_for(lambda: _is(runs, run_id, "cancelled"), what="the run to be cancelled")
+    return run_id
+
+
+async def test_commands_on_a_cancelled_run_say_it_was_cancelled(runs, project):
+    run_id = await cancelled_run(runs)
+    for argv in (
+        ("call", "filesystem.read", '{"path": "notes/hello.md"}', "--run", run_id),
+        ("complete-step", run_id, "confirm", "--output", "confirmed=true"),
+        ("cancel", run_id),
+    ):
+        code, out, err = await kiwi_cli(*argv, *connection(runs))
+        assert code == 1 and f"run {run_id} was cancelled" in err, (argv, out, err)
+        assert "completed" not in err, (argv, err)
+
+
+async def _is(runs, run_id: str, wanted: str) -> bool:
+    return (await runs.status(run_id)).status == wanted
