@@ -367,6 +367,13 @@ class RunClient:
             raise _translate(exc, run_id) from None
         if status.status == "failed":
             status.hint = trust_hint(status.trust, status.directive, self.directive_path(status.directive))
+        if status.status in TERMINAL and status.status != "completed":
+            # The run records a step it stopped in as it was (awaiting_agent, running): an ended run's
+            # step says how the run ended instead of waiting for an agent nobody will hear.
+            for view in (*status.steps, status.current_step):
+                if view is not None and view.status in ("running", "awaiting_agent"):
+                    view.status = status.status
+                    view.action = ""
         return status
 
     def directive_path(self, name: str) -> str:

@@ -170,3 +170,15 @@ async def test_commands_on_a_cancelled_run_say_it_was_cancelled(runs, project):
 
 async def _is(runs, run_id: str, wanted: str) -> bool:
     return (await runs.status(run_id)).status == wanted
+
+
+async def test_status_of_a_cancelled_run_shows_no_step_waiting_for_the_agent(runs, project):
+    run_id = await cancelled_run(runs)
+    code, out, err = await kiwi_cli("status", run_id, *connection(runs))
+    assert code == 0, err
+    assert "awaiting_agent" not in out and "complete this step" not in out, out
+    assert re.search(r"confirm\s+cancelled\s+agent", out), out
+    code, out, _ = await kiwi_cli("status", run_id, "--json", *connection(runs))
+    shown = json.loads(out)
+    assert shown["status"] == "cancelled" and shown["current_step"]["status"] == "cancelled"
+    assert [s["status"] for s in shown["steps"]] == ["completed", "completed", "cancelled"]
