@@ -71,6 +71,17 @@ def callable_tools(snap: RunSnapshot) -> list[str]:
     return found
 
 
+def not_found_hint(tool: str, snap: RunSnapshot, *, outside_run: bool = False) -> str:
+    """The hint of a call of a tool the run does not have: the tools it may call instead ("" when the run
+    has the tool, a declared MCP server's, and the server's own answer says what it offers)."""
+    if callable_tool(tool, snap.directive, frozenset(snap.local_tools)):
+        return ""
+    tools = ", ".join(callable_tools(snap)) or "none (its grants allow no tool)"
+    return (
+        f"tools you can call outside a run: {tools}" if outside_run else f"tools this run can call: {tools}"
+    )
+
+
 def base_policy_grant(tool: str, local_tools: Any) -> str:
     """The agent_harness.yaml line (flow style) that grants ``tool`` in the base policy (calls outside a run)."""
     if tool in FILESYSTEM_TOOLS:

@@ -77,7 +77,7 @@ from kiwi.errors import (
     ToolNotFound,
     display_path,
 )
-from kiwi.explain import trust_hint
+from kiwi.explain import not_found_hint, trust_hint
 from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore
 from kiwi.keys import default_key, human_message, load_private, sign_bytes
@@ -407,17 +407,25 @@ class RunClient:
         request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
         async with self._argument_room(run_id, size or 0):
             result = await self._update(run_id, DirectiveRun.call_tool, request, update_id)
-        return await self._explained(run_id, self._why_not_found(result), arguments)
+        return self._why_not_found(await self._explained(run_id, result, arguments))
 
     async def _explained(
         self, run_id: str, result: ToolCallResult, arguments: dict[str, Any]
     ) -> ToolCallResult:
-        """A refused call's hint names the real fix: a directive whose <permissions> would allow the call
+        """A refused call's hint names the real fix (see kiwi.explain), from the run's snapshot: a tool the
+        run does not have lists the tools it may call; a directive whose <permissions> would allow the call
         but which runs without them (changed after signing, unsigned) is signed again, not given more."""
-        if result.status != "denied":
+        unknown = result.error_type == ToolNotFound.type
+        if result.status != "denied" and not unknown:
             return result
         snap = await self.snapshot_of(run_id)
-        if snap is None or snap.trust is None or snap.trust.grants != "base":
+        if snap is None:
+            return result
+        if unknown:
+            session = run_id == session_workflow_id(self.store.project_root)
+            result.hint = not_found_hint(result.tool, snap, outside_run=session) or result.hint
+            return result
+        if snap.trust.grants != "base":
             return result
         directive = snap.directive
         hint = trust_hint(snap.trust, directive.name, self.directive_path(directive.name))
@@ -747,7 +755,7 @@ class RunClient:
                 run_id, DirectiveRun.call_tool, request, call_id, wait_seconds, on_progress
             )
         if result is not None:
-            return await self._explained(run_id, self._why_not_found(result), arguments)
+            return self._why_not_found(await self._explained(run_id, result, arguments))
         pending = _pending(tool, run_id, call_id, wait_seconds)
         # kiwi-mcp.execute waits on the call it makes (a tool, or directive.run for a directive).
         names = {tool, inner_call(tool, arguments)[0]}

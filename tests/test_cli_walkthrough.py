@@ -182,3 +182,52 @@ async def test_status_of_a_cancelled_run_shows_no_step_waiting_for_the_agent(run
     shown = json.loads(out)
     assert shown["status"] == "cancelled" and shown["current_step"]["status"] == "cancelled"
     assert [s["status"] for s in shown["steps"]] == ["completed", "completed", "cancelled"]
+
+
+async def test_a_tool_the_run_does_not_have_lists_what_it_may_call(runs, project, temporal_env):
+    clock_server(project)
+    write_directive(
+        project / ".ai" / "directives" / "tick.md",
+        directive_md(
+            '<step name="look" mode="agent"><action>look at the time</action></step>',
+            name="tick",
+            tools='<tools><mcp name="clock"/></tools>',
+            permissions='<execute resource="mcp" name="clock" actions="get_current_time"/>'
+            '<read resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    run_id = await runs.start("tick", {})
+    await awaiting_step(runs, run_id, "look")
+    code, out, _ = await kiwi_cli("call", "wordcount", '{"text": "a b"}', "--run", run_id, *connection(runs))
+    assert code == 1 and "ToolNotFound" in out
+    (listed,) = re.findall(r"hint: tools this run can call: (.*)", out)
+    # What its grants allow, the granted tool of its MCP server included; nothing it is not granted.
+    assert listed.split(", ") == ["filesystem.read", "filesystem.list", "clock.get_current_time"], out
+
+    # The same over MCP, and outside a run: the base policy's tools.
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        missing = data(
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "tool",
+                    "action": "call",
+                    "item_id": "nope",
+                    "run_id": run_id,
+                    "parameters": {},
+                },
+            )
+        )
+        assert missing["error_type"] == "ToolNotFound" and "clock.get_current_time" in missing["hint"]
+        assert "shell.run" not in missing["hint"] and "word_count" not in missing["hint"]
+    code, out, _ = await kiwi_cli("call", "nope", "{}", *connection(runs))
+    (listed,) = re.findall(r"hint: tools you can call outside a run: (.*)", out)
+    assert listed.split(", ") == [
+        "filesystem.read",
+        "filesystem.list",
+        "shell.run",
+        "git.status",
+        "git.diff",
+        "word_count",
+    ], out
