@@ -231,3 +231,21 @@ async def test_a_tool_the_run_does_not_have_lists_what_it_may_call(runs, project
         "git.diff",
         "word_count",
     ], out
+
+
+def test_kiwi_show_of_an_mcp_tool_or_server_prints_text_unless_json(project, capsys):
+    from kiwi.cli import main as kiwi
+
+    clock_server(project)
+    capsys.readouterr()
+    assert kiwi(["show", "clock.convert_time", "--type", "mcp"]) == 0
+    out = capsys.readouterr().out
+    assert not out.lstrip().startswith("{") and '"inputSchema"' not in out, out
+    assert out.startswith("mcp tool clock.convert_time  [server clock]\n  Convert time between timezones\n")
+    assert "  input time (string, required) Time to convert in 24-hour format (HH:MM)\n" in out
+    assert kiwi(["show", "clock", "--type", "mcp"]) == 0
+    out = capsys.readouterr().out
+    assert "tool clock.get_current_time: Get current time in a specific timezone" in out
+    assert '"tools"' not in out
+    assert kiwi(["show", "clock.convert_time", "--type", "mcp", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tool"]["name"] == "convert_time"
