@@ -365,7 +365,8 @@ class RunClient:
             status = await self.handle(run_id).query(DirectiveRun.status)
         except RPCError as exc:
             raise _translate(exc, run_id) from None
-        if status.status == "failed":
+        if status.status == "failed" and status.last_calls and status.last_calls[-1].status == "denied":
+            # Failed on a refused call: when the run lacks its own grants, that is the cause to fix.
             status.hint = trust_hint(status.trust, status.directive, self.directive_path(status.directive))
         if status.status in TERMINAL and status.status != "completed":
             # The run records a step it stopped in as it was (awaiting_agent, running): an ended run's
@@ -418,7 +419,10 @@ class RunClient:
         unknown = result.error_type == ToolNotFound.type
         if result.status != "denied" and not unknown:
             return result
-        snap = await self.snapshot_of(run_id)
+        try:
+            snap = await self.snapshot_of(run_id)
+        except (KiwiError, ValueError):
+            snap = None  # (a snapshot that cannot be read: the run's own answer stands)
         if snap is None:
             return result
         if unknown:
