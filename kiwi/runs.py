@@ -75,7 +75,9 @@ from kiwi.errors import (
     RunNotFound,
     RunStateConflict,
     ToolNotFound,
+    display_path,
 )
+from kiwi.explain import not_found_hint, trust_hint
 from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore
 from kiwi.keys import default_key, human_message, load_private, sign_bytes
@@ -232,12 +234,19 @@ class RunClient:
         context = None
         if directive.metadata.tools.mcps:
             context = await self.tool_context(handle.id)
-            if context.status == "failed":
+            # (A run that ended before it answered has no contexts: its required servers count as missing.)
+            missing = [
+                d.name
+                for d in directive.metadata.tools.mcps
+                if d.required and not (d.name in context.mcps and context.mcps[d.name].available)
+            ]
+            if context.status == "failed" and missing:
                 raise McpServerMissing(
                     f"run {handle.id} failed at its start: {context.error}",
                     hint="fix mcp_registry.yaml or the server, or mark the <mcp> "
                     'required="false" in the directive',
                 )
+            # Failed for another reason (a step's call refused, say): the run's status says why.
         if snap.search_attributes:
             self._projects[handle.id] = self.project
         return StartedRun(
@@ -353,9 +362,37 @@ class RunClient:
     async def status(self, run_id: str) -> RunStatus:
         await self.check_project(run_id)
         try:
-            return await self.handle(run_id).query(DirectiveRun.status)
+            status = await self.handle(run_id).query(DirectiveRun.status)
         except RPCError as exc:
             raise _translate(exc, run_id) from None
+        if status.status == "failed" and status.last_calls and status.last_calls[-1].status == "denied":
+            # Failed on a refused call: when the run lacks its own grants, that is the cause to fix.
+            status.hint = trust_hint(status.trust, status.directive, self.directive_path(status.directive))
+        if status.status in TERMINAL and status.status != "completed":
+            # The run records a step it stopped in as it was (awaiting_agent, running): an ended run's
+            # step says how the run ended instead of waiting for an agent nobody will hear.
+            for view in (*status.steps, status.current_step):
+                if view is not None and view.status in ("running", "awaiting_agent"):
+                    view.status = status.status
+                    view.action = ""
+        return status
+
+    def directive_path(self, name: str) -> str:
+        """The directive's file as a user types it (relative to the project), for the commands hints name."""
+        with contextlib.suppress(KiwiError, OSError):
+            return display_path(self.store.find("directive", name).path, self.store.project_root)
+        return f".ai/directives/{name}.md"
+
+    async def snapshot_of(self, run_id: str) -> RunSnapshot | None:
+        """The snapshot the run's latest execution started with (read from its history, no worker needed)."""
+        try:
+            async for event in self.handle(run_id).fetch_history_events(page_size=1):
+                payloads = event.workflow_execution_started_event_attributes.input.payloads
+                (started,) = await self.client.data_converter.decode(payloads, [DirectiveRunInput])
+                return started.snapshot
+        except RPCError as exc:
+            raise _translate(exc, run_id) from None
+        return None
 
     async def call_tool(
         self,
@@ -371,7 +408,36 @@ class RunClient:
         request = CallToolRequest(tool=tool, arguments=arguments, client=client_name)
         async with self._argument_room(run_id, size or 0):
             result = await self._update(run_id, DirectiveRun.call_tool, request, update_id)
-        return self._why_not_found(result)
+        return self._why_not_found(await self._explained(run_id, result, arguments))
+
+    async def _explained(
+        self, run_id: str, result: ToolCallResult, arguments: dict[str, Any]
+    ) -> ToolCallResult:
+        """A refused call's hint names the real fix (see kiwi.explain), from the run's snapshot: a tool the
+        run does not have lists the tools it may call; a directive whose <permissions> would allow the call
+        but which runs without them (changed after signing, unsigned) is signed again, not given more."""
+        unknown = result.error_type == ToolNotFound.type
+        if result.status != "denied" and not unknown:
+            return result
+        try:
+            snap = await self.snapshot_of(run_id)
+        except (KiwiError, ValueError):
+            snap = None  # (a snapshot that cannot be read: the run's own answer stands)
+        if snap is None:
+            return result
+        if unknown:
+            session = run_id == session_workflow_id(self.store.project_root)
+            result.hint = not_found_hint(result.tool, snap, outside_run=session) or result.hint
+            return result
+        if snap.trust.grants != "base":
+            return result
+        directive = snap.directive
+        hint = trust_hint(snap.trust, directive.name, self.directive_path(directive.name))
+        declared = directive.grants().check(
+            result.tool, arguments, blocked_commands=snap.limits.blocked_commands
+        )
+        result.hint = hint if declared.allowed else f"{result.hint}; also: {hint}"
+        return result
 
     @contextlib.asynccontextmanager
     async def _argument_room(self, run_id: str, size: int) -> AsyncIterator[None]:
@@ -545,12 +611,21 @@ class RunClient:
             except RPCError:
                 return _translate(exc, run_id)
             if description.status != WorkflowExecutionStatus.RUNNING:
-                how = description.status.name.lower() if description.status else "closed"
                 return RunFinished(
-                    f"run {run_id} has finished ({how}); it takes no more signals",
+                    f"{await self._how_it_ended(run_id, description.status)}; it takes no more signals",
                     hint=f"see `kiwi status {run_id}` and `kiwi audit {run_id}`; start a new run to go on",
                 )
         return _translate(exc, run_id)
+
+    async def _how_it_ended(self, run_id: str, closed: WorkflowExecutionStatus | None) -> str:
+        """ "run X was cancelled" or "run X has finished (failed)": a run cancelled or failed in Kiwi's terms
+        returns normally, so Temporal calls it completed; its result says how it really ended."""
+        how = closed.name.lower() if closed else "closed"
+        if closed == WorkflowExecutionStatus.COMPLETED:
+            with contextlib.suppress(RPCError, WorkflowFailureError):
+                how = (await self.handle(run_id).result(follow_runs=False)).status
+        cancelled = how in ("cancelled", "canceled")
+        return f"run {run_id} was cancelled" if cancelled else f"run {run_id} has finished ({how})"
 
     async def _update(
         self,
@@ -612,8 +687,8 @@ class RunClient:
                 except RPCError:
                     raise _translate(exc, run_id) from None
                 if description.status != WorkflowExecutionStatus.RUNNING:
-                    name_ = description.status.name.lower() if description.status else "closed"
-                    raise RunFinished(f"run {run_id} has finished ({name_}); start a new run") from None
+                    ended = await self._how_it_ended(run_id, description.status)
+                    raise RunFinished(f"{ended}; start a new run") from None
                 continue
         raise RunStateConflict(f"run {run_id} kept continuing while the call was sent; try again")
 
@@ -684,7 +759,7 @@ class RunClient:
                 run_id, DirectiveRun.call_tool, request, call_id, wait_seconds, on_progress
             )
         if result is not None:
-            return self._why_not_found(result)
+            return self._why_not_found(await self._explained(run_id, result, arguments))
         pending = _pending(tool, run_id, call_id, wait_seconds)
         # kiwi-mcp.execute waits on the call it makes (a tool, or directive.run for a directive).
         names = {tool, inner_call(tool, arguments)[0]}

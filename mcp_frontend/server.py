@@ -33,14 +33,14 @@ from temporalio.service import RPCError
 
 from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError, PermissionDenied, RunInOtherProject
-from kiwi.guards import is_external_mcp
+from kiwi.explain import outside_run_hint
 from kiwi.harness import load_harness
 from kiwi.health import HealthApp, OwnedServer, Readiness, WithHealth
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore, find_project_root, item_kind
-from kiwi.policy import FILESYSTEM_TOOLS, KIWI_MCP_ACTIONS, PermissionSet
+from kiwi.policy import FILESYSTEM_TOOLS, PermissionSet
 from kiwi.registry import RegistryRefused
 from kiwi.registry.local import write_pulled
 from kiwi.runs import RunClient
@@ -611,8 +611,11 @@ def build_server(
                     else runs_.session_call(client_name, item_id, parameters, **waiting)
                 )
                 note_span({"gen_ai.tool.name": item_id, "kiwi.decision": called.status})
-                shown = called.model_dump()
-                return answer(shown if run_id else outside_run_hint(shown, item_id, link.store.local_tools()))
+                hint = called.hint
+                if not run_id:
+                    local = link.store.local_tools()
+                    hint = outside_run_hint(called.status, hint, item_id, local, agent=True)
+                return answer({**called.model_dump(), "hint": agent_hint(hint)})
             return answer(
                 await _execute(
                     link, root, item_type, action, item_id, parameters, run_id, idempotency_key, client_name
@@ -733,36 +736,6 @@ def callable_tools(grants: PermissionSet, store: ItemStore) -> dict[str, dict[st
     return found
 
 
-def base_policy_grant(tool: str, local_tools: Any) -> str:
-    """The agent_harness.yaml line (flow style) that grants ``tool`` in the base policy."""
-    if tool in FILESYSTEM_TOOLS:
-        kind = "read" if tool in ("filesystem.read", "filesystem.list") else "write"
-        return f'internal_tools: {{filesystem: {{{kind}: ["PATH/**"]}}}}'
-    if tool == "shell.run":
-        return "internal_tools: {shell: {allowed_commands: [PROGRAM]}}"
-    if is_external_mcp(tool, local_tools):
-        server, name = tool.split(".", 1)
-        return f"internal_tools: {{mcps: {{{server}: {{tools: [{name}]}}}}}}"
-    return f"internal_tools: {{tools: [{tool}]}}"
-
-
-def outside_run_hint(answer: dict[str, Any], tool: str, local_tools: Any) -> dict[str, Any]:
-    """Outside a run the grants are agent_harness.yaml's base policy, so a denial's fix is there, not <permissions>."""
-    if answer.get("status") == "denied" and tool.startswith("kiwi-mcp."):
-        # The base policy grants no meta-tool: outside a run the front end's own tools do the same.
-        answer["hint"] = (
-            f"outside a run, call the front end's own {KIWI_MCP_ACTIONS.get(tool, tool.partition('.')[2])} tool instead; {tool} is for runs "
-            'whose directive grants it (<execute resource="kiwi-mcp" action="..."/>)'
-        )
-    elif answer.get("status") == "denied" and "<permissions>" in answer.get("hint", ""):
-        answer["hint"] = (
-            f"outside a run the base policy applies: a human adds `{base_policy_grant(tool, local_tools)}` "
-            "to .ai/config/agent_harness.yaml; or run a directive that grants it "
-            "(execute(item_type='directive', action='run', ...)) and call with its run_id"
-        )
-    return answer
-
-
 async def _execute(
     link: TemporalLink,
     root: Path,
@@ -818,6 +791,8 @@ async def _execute(
         return {
             "run_id": new_id,
             "state": status.status,
+            **({"error": status.error} if status.error else {}),
+            **({"hint": agent_hint(status.hint)} if status.hint else {}),
             "current_step": status.current_step.model_dump() if status.current_step else None,
             "declared_tools": directive.metadata.tools.model_dump(),
             "tool_context": context,
@@ -835,7 +810,8 @@ async def _execute(
         }
     target = run_id or item_id
     if item_type == "run" and action == "status":
-        return (await runs.status(target)).model_dump()
+        shown = (await runs.status(target)).model_dump()
+        return {**shown, "hint": agent_hint(shown["hint"])}
     if item_type == "run" and action == "complete_step":
         step = parameters.get("step")
         if not step:

@@ -194,7 +194,10 @@ async def test_without_its_grant_each_meta_tool_is_denied_and_audited(runs, proj
         for tool, args, action in calls:
             result = await runs.call_tool(run_id, tool, args)
             assert result.status == "denied" and result.error_type == "PermissionDenied", (name, result)
-            assert f'<execute resource="kiwi-mcp" action="{action}"/>' in result.hint, result
+            if name == "plain":
+                assert f'<execute resource="kiwi-mcp" action="{action}"/>' in result.hint, result
+            else:  # it declares the grant: what it lacks is a signature
+                assert "`kiwi sign .ai/directives/unsigned.md`" in result.hint, result
             assert result.result is None
         records = await audited(project, run_id, len(calls))
         assert [(r["tool"], r["decision"]) for r in records] == [(t, "denied") for t, _, _ in calls]

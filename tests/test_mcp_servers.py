@@ -594,7 +594,7 @@ mcps:
     found = json.loads(capsys.readouterr().out)
     assert [r["item_id"] for r in found["results"]] == ["clock.convert_time"]
     assert "broken" in found["unavailable"]
-    assert kiwi(["show", "clock.get_current_time", "--type", "mcp"]) == 0
-    assert '"timezone"' in capsys.readouterr().out
+    assert kiwi(["show", "clock.get_current_time", "--type", "mcp", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tool"]["inputSchema"]["required"] == ["timezone"]
     assert kiwi(["search", "time", "--type", "mcp", "--category", "x"]) != 0
     assert "--category and --source do not apply to --type mcp" in capsys.readouterr().err

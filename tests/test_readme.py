@@ -7,6 +7,7 @@ The lines are read from the README, so the test fails when the README drifts fro
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shlex
@@ -112,3 +113,58 @@ async def _read_until(proc, marker: str) -> str:
         assert line, f"kiwi dev exited before printing {marker!r}:\n{seen}"
         seen += line.decode()
     return seen
+
+
+EXECUTE = (
+    "<!-- execute-directive: tests/test_readme.py sends the next block to the front end's execute tool -->"
+)
+ANSWER = "<!-- execute-directive-answer -->"
+
+
+def documented_execute() -> tuple[dict, set[str], str]:
+    """The README's `execute` arguments for a directive run, the answer keys it names, and its table."""
+    text = README.read_text(encoding="utf-8")
+    assert EXECUTE in text and ANSWER in text, "the README lost its execute(directive, run) example"
+    after = text.split(EXECUTE, 1)[1]
+    arguments = json.loads(after.split("```json\n", 1)[1].split("```", 1)[0])
+    table = after.split("```", 2)[2].split(ANSWER, 1)[0]
+    answer = text.split(ANSWER, 1)[1].split("\n\n", 1)[0]
+    keys = set(re.findall(r"`([a-z_]+)`", answer))
+    states = {"awaiting_agent", "completed", "failed"}
+    nested = {
+        "action",
+        "tools",
+        "outputs",
+        "available",
+        "error",
+        "hint",
+    }  # fields of current_step, tool_context
+    sometimes = {"deviation_rules"}  # (error and hint too: only when the run failed)
+    return arguments, keys - states - nested - sometimes, table
+
+
+async def test_the_documented_execute_of_a_directive_starts_a_run_with_the_documented_answer(
+    runs, project, temporal_env
+):
+    from mcp.client import Client
+
+    from mcp_frontend.server import build_server
+    from tests.helpers import data
+
+    arguments, keys, table = documented_execute()
+    # Every argument the example uses is one the table explains, and the inputs go in `parameters`.
+    assert {f"`{name}`" for name in arguments} - {"`item_type`", "`action`"} <= set(
+        re.findall(r"`[a-z_]+`", table)
+    )
+    assert "<input name=" in table and "required" in table
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        started = data(await client.call_tool("execute", arguments))
+        assert started["state"] == "awaiting_agent", started
+        assert keys and keys <= set(started), keys - set(started)
+        assert started["permissions"]["fs_write"] == ["notes/**"]  # the key is permissions, not grants
+        again = data(await client.call_tool("execute", arguments))
+        assert again["run_id"] == started["run_id"]  # the idempotency key
+        wrong = data(await client.call_tool("execute", {**arguments, "parameters": {"nom": "Ada"}}))
+        assert wrong["error"] == "InputInvalid" and "unknown input 'nom'" in wrong["message"]
+        assert "required input 'name'" in wrong["message"]

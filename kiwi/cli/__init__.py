@@ -293,12 +293,37 @@ def cmd_search(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _mcp_item_lines(data: dict[str, Any]) -> list[str]:
+    """`kiwi show SERVER[.TOOL] --type mcp` as text: a tool's description and inputs, or a server's tools."""
+    tool = data.get("tool")
+    if tool is None:
+        lines = [f"mcp server {data['server']}  [{data.get('transport', '')}]"]
+        lines += [f"  {data['description']}"] if data.get("description") else []
+        for each in data.get("tools", []):
+            summary = (each.get("description") or "").strip().split("\n", 1)[0]
+            lines.append(f"  tool {each['name']}" + (f": {summary}" if summary else ""))
+        lines.append(
+            f"(`kiwi show {data['server']}.TOOL --type mcp` shows a tool's inputs; --json, everything)"
+        )
+        return lines
+    lines = [f"mcp tool {data['item_id']}  [server {data['server']}]"]
+    lines += [f"  {line}" for line in (tool.get("description") or "").strip().splitlines()]
+    schema = tool.get("inputSchema") or tool.get("input_schema") or {}
+    required = set(schema.get("required") or [])
+    for name, spec in (schema.get("properties") or {}).items():
+        kind = spec.get("type", "any") if isinstance(spec, dict) else "any"
+        kind = "|".join(kind) if isinstance(kind, list) else kind
+        about = spec.get("description", "") if isinstance(spec, dict) else ""
+        lines.append(f"  input {name} ({kind}{', required' if name in required else ''}) {about}".rstrip())
+    return lines
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from kiwi.items.directive import Directive
 
     if args.type == "mcp":
         data = _mcp_catalog(lambda catalog: catalog.load(args.id))
-        _emit(data, args.json, lambda: print(json.dumps(data.get("tool") or data, indent=2)))
+        _emit(data, args.json, lambda: print("\n".join(_mcp_item_lines(data))))
         return EXIT_OK
     store = ItemStore(find_project_root())
     types = [item_kind(args.type)] if args.type else list(ITEM_TYPES)

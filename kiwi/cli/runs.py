@@ -24,6 +24,7 @@ from kiwi import telemetry
 from kiwi.cli import progress
 from kiwi.contracts import TERMINAL
 from kiwi.errors import InputInvalid, KiwiError, RunInOtherProject
+from kiwi.explain import outside_run_hint
 
 if TYPE_CHECKING:
     from kiwi.runs import RunClient
@@ -78,6 +79,8 @@ def _print_status(status: Any) -> None:
     print(f"{status.run_id}  {status.directive} v{status.version}  {progress.state(status.status)}")
     if status.error:
         print(f"  error: {status.error}")
+    if status.hint:
+        print(f"  hint: {status.hint}")
     # What it waits for, each with its deadline and the command that answers it (else the run's own words).
     for line in progress.answers(status) or ([status.waiting_for] if status.waiting_for else []):
         print(f"  waiting for {line}")
@@ -305,6 +308,8 @@ async def _make_call(args: argparse.Namespace, runs: RunClient) -> int:
         result = await runs.call_tool(args.run, args.tool, arguments)
     else:
         result = await runs.session_call(args.client, args.tool, arguments)
+        local = runs.store.local_tools()
+        result.hint = outside_run_hint(result.status, result.hint, args.tool, local, agent=False)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:

@@ -1,0 +1,127 @@
+"""What a refusal or a failed run means to its user, and what fixes it.
+
+The run's own messages are part of its history, so they stay as the run wrote them; these are
+computed by the client (the CLI and the MCP front end) from the run's snapshot and status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiwi.contracts import RunSnapshot, RunTrust
+from kiwi.guards import is_external_mcp
+from kiwi.items.directive import callable_tool
+from kiwi.policy import BUILTIN_TOOLS, FILESYSTEM_TOOLS, KIWI_MCP_ACTIONS, KIWI_MCP_TOOLS
+
+_READS = ("filesystem.read", "filesystem.list")
+
+
+def trust_hint(trust: RunTrust | None, directive: str, path: str) -> str:
+    """Why a run has only the base policy's grants, and the command that gives it its own ("" when it has
+    them). ``path``: the directive's file as the user should type it."""
+    if trust is None or trust.grants != "base":
+        return ""
+    why = (
+        "was changed after it was signed"
+        if trust.signature == "modified"
+        else f"is signed by '{trust.signer}', a key Kiwi does not trust for signing"
+        if trust.signer
+        else "is not signed"
+    )
+    return (
+        f"directive '{directive}' {why}, so its runs get only what agent_harness.yaml's base policy "
+        f"allows, not its own <permissions>; if its content is yours, sign it with `kiwi sign {path}` "
+        "and start a new run"
+    )
+
+
+def callable_tools(snap: RunSnapshot) -> list[str]:
+    """The tools a run may call: those it has (built-in, local, declared MCP servers') that its grants allow.
+
+    A tool is listed when some call of it can be allowed (``filesystem.read`` when any path may be read);
+    each call is still checked in full. A granted MCP server's tools are ``SERVER.TOOL``, or ``SERVER.*``
+    when every tool the server offers is granted and the directive names none.
+    """
+    grants = snap.grants
+    local = frozenset(snap.local_tools)
+    found = []
+    for tool in (*BUILTIN_TOOLS, *KIWI_MCP_TOOLS, *sorted(local)):
+        if tool in grants.deny_tools or "*" in grants.deny_tools:
+            continue
+        if not callable_tool(tool, snap.directive, local):
+            continue
+        if tool in FILESYSTEM_TOOLS:
+            allowed = bool(grants.fs_read if tool in _READS else grants.fs_write)
+        elif tool == "shell.run":
+            allowed = bool(grants.shell)
+        else:
+            allowed = grants.check_tool_id(tool).allowed
+        if allowed:
+            found.append(tool)
+    for server in snap.directive.metadata.tools.mcps:
+        granted = [*grants.mcp.get(server.name, []), *grants.mcp.get(server.alias or server.name, [])]
+        denied = grants.deny_mcp.get(server.name, [])
+        if "*" in denied:
+            continue
+        if "*" in granted:
+            names = list(server.tools) or ["*"]
+        else:
+            names = [t for t in dict.fromkeys(granted) if not server.tools or t in server.tools]
+        found += [f"{server.name}.{name}" for name in names if name not in denied]
+    return found
+
+
+def not_found_hint(tool: str, snap: RunSnapshot, *, outside_run: bool = False) -> str:
+    """The hint of a call of a tool the run does not have: the tools it may call instead ("" when the run
+    has the tool, a declared MCP server's, and the server's own answer says what it offers)."""
+    if callable_tool(tool, snap.directive, frozenset(snap.local_tools)):
+        return ""
+    tools = ", ".join(callable_tools(snap)) or "none (its grants allow no tool)"
+    return (
+        f"tools you can call outside a run: {tools}" if outside_run else f"tools this run can call: {tools}"
+    )
+
+
+def base_policy_grant(tool: str, local_tools: Any) -> str:
+    """The agent_harness.yaml line (flow style) that grants ``tool`` in the base policy (calls outside a run)."""
+    if tool in FILESYSTEM_TOOLS:
+        kind = "read" if tool in _READS else "write"
+        return f'internal_tools: {{filesystem: {{{kind}: ["PATH/**"]}}}}'
+    if tool == "shell.run":
+        return "internal_tools: {shell: {allowed_commands: [PROGRAM]}}"
+    if is_external_mcp(tool, local_tools):
+        server, name = tool.split(".", 1)
+        return f"internal_tools: {{mcps: {{{server}: {{tools: [{name}]}}}}}}"
+    return f"internal_tools: {{tools: [{tool}]}}"
+
+
+# What a human uses outside a run instead of each of Kiwi's meta-tools.
+_COMMANDS = {"search": "kiwi search", "load": "kiwi show", "execute": "kiwi run", "help": "kiwi --help"}
+
+
+def outside_run_hint(status: str, hint: str, tool: str, local_tools: Any, *, agent: bool) -> str:
+    """The hint of a call outside a run: its grants are agent_harness.yaml's base policy, so a missing
+    grant is added there (``internal_tools``), not to a directive's <permissions>. ``agent``: said to an
+    agent over MCP (the front end's calls), else to a human at the command line."""
+    if status != "denied":
+        return hint
+    if tool in KIWI_MCP_TOOLS:
+        action = KIWI_MCP_ACTIONS[tool]
+        instead = f"call the front end's own {action} tool" if agent else f"use `{_COMMANDS[action]}`"
+        return (
+            f"outside a run, {instead} instead; {tool} is for runs whose directive grants it "
+            '(<execute resource="kiwi-mcp" action="..."/>)'
+        )
+    if "<permissions>" not in hint:
+        return hint  # refused for another reason than a missing grant: its own hint says what to do
+    grant = base_policy_grant(tool, local_tools)
+    if agent:
+        return (
+            f"outside a run the base policy applies: a human adds `{grant}` to .ai/config/agent_harness.yaml; "
+            "or run a directive that grants it (execute(item_type='directive', action='run', ...)) and call "
+            "with its run_id"
+        )
+    return (
+        f"outside a run the base policy applies: add `{grant}` to .ai/config/agent_harness.yaml; or start a "
+        "run of a directive that grants it (`kiwi run NAME`) and make the call in it with --run RUN_ID"
+    )

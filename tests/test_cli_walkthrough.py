@@ -1,0 +1,251 @@
+"""What a new user following the README meets when something goes wrong: each error names the real cause
+and the fix, on the command line and in the MCP front end's answers."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from mcp.client import Client
+
+from mcp_frontend.server import build_server
+from tests.helpers import awaiting_step, data, directive_md, kiwi_cli, wait_for, write, write_directive
+
+RUN_ID = re.compile(r"run-[a-z_]+-[0-9a-f]{10}")
+
+
+def connection(runs) -> list[str]:
+    return ["--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue]
+
+
+def clock_server(project: Path) -> None:
+    write(
+        project / ".ai" / "config" / "mcp_registry.yaml",
+        f"""\
+mcps:
+  clock:
+    command: {sys.executable}
+    args: ["-m", "mcp_server_time", "--local-timezone", "UTC"]
+""",
+    )
+
+
+def edit_after_signing(path: Path) -> None:
+    """What a user does to a signed directive: changes a word, and does not sign it again."""
+    path.write_text(path.read_text().replace("Some prose before the block.", "Some other prose."))
+
+
+async def test_a_directive_edited_after_signing_says_so_and_how_to_sign_it_again(runs, project, temporal_env):
+    clock_server(project)
+    tick = write_directive(
+        project / ".ai" / "directives" / "tick.md",
+        directive_md(
+            '<step name="now"><tool_call tool="clock.get_current_time"><param name="timezone">UTC</param>'
+            '</tool_call></step><step name="look" mode="agent"><action>look at the time</action></step>',
+            name="tick",
+            tools='<tools><mcp name="clock"><tool name="get_current_time"/></mcp></tools>',
+            permissions='<execute resource="mcp" name="clock" actions="get_current_time"/>',
+        ),
+    )
+    edit_after_signing(tick)
+    sign_again = "`kiwi sign .ai/directives/tick.md`"
+
+    # The command line: the run fails at its first step, and says it is the signature, not the MCP server.
+    code, out, err = await kiwi_cli("run", "tick", "--wait", *connection(runs))
+    assert code == 1, out + err
+    assert "mcp_registry.yaml" not in out + err
+    assert "directive 'tick' was changed after it was signed" in out and sign_again in out, out
+    run_id = RUN_ID.search(out).group(0)
+    code, out, _ = await kiwi_cli("status", run_id, *connection(runs))
+    assert code == 0 and "hint: directive 'tick' was changed after it was signed" in out and sign_again in out
+    code, out, _ = await kiwi_cli("status", run_id, "--json", *connection(runs))
+    assert sign_again in json.loads(out)["hint"]
+
+    # The MCP front end: the run answer carries the error and the same fix, for a human to make.
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        started = data(
+            await client.call_tool(
+                "execute", {"item_type": "directive", "action": "run", "item_id": "tick", "parameters": {}}
+            )
+        )
+        assert started.get("error") != "McpServerMissing", started
+        assert started["state"] == "failed" and "clock.get_current_time" in started["error"]
+        assert "was changed after it was signed" in started["hint"]
+        assert f"{sign_again} (a command a human runs)" in started["hint"]
+        status = data(
+            await client.call_tool(
+                "execute", {"item_type": "run", "action": "status", "run_id": started["run_id"]}
+            )
+        )
+        assert "was changed after it was signed" in status["hint"]
+
+    # Signed again, it runs with its own grants.
+    code, _, err = await kiwi_cli("sign", ".ai/directives/tick.md")
+    assert code == 0, err
+    code, out, err = await kiwi_cli("run", "tick", "--wait", *connection(runs))
+    assert code == 0 and "awaiting_agent" in out, out + err
+
+
+async def test_a_call_refused_because_the_directive_was_edited_names_the_signature(
+    runs, project, temporal_env
+):
+    jot = write_directive(
+        project / ".ai" / "directives" / "jot.md",
+        directive_md(
+            '<step name="write" mode="agent"><action>write notes/a.md</action></step>',
+            name="jot",
+            permissions='<write resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    edit_after_signing(jot)
+    run_id = await runs.start("jot", {})
+    await awaiting_step(runs, run_id, "write")
+    code, out, _ = await kiwi_cli(
+        "call",
+        "filesystem.write",
+        '{"path": "notes/a.md", "content": "x"}',
+        "--run",
+        run_id,
+        *connection(runs),
+    )
+    assert code == 1 and "denied" in out
+    assert "hint: directive 'jot' was changed after it was signed" in out, out
+    assert "`kiwi sign .ai/directives/jot.md`" in out and "to <permissions>" not in out
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        call = {"path": "notes/a.md", "content": "x"}
+        refused = data(
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "tool",
+                    "action": "call",
+                    "item_id": "filesystem.write",
+                    "run_id": run_id,
+                    "parameters": call,
+                },
+            )
+        )
+    assert refused["status"] == "denied" and "was changed after it was signed" in refused["hint"]
+    assert "`kiwi sign .ai/directives/jot.md` (a command a human runs)" in refused["hint"]
+    assert not (project / "notes" / "a.md").exists()
+
+
+async def test_a_call_outside_a_run_refused_names_agent_harness_not_permissions(runs, project):
+    code, out, _ = await kiwi_cli(
+        "call", "filesystem.write", '{"path": "notes/x.md", "content": "x"}', *connection(runs)
+    )
+    assert code == 1 and "denied" in out
+    assert "<permissions>" not in out, out
+    assert 'add `internal_tools: {filesystem: {write: ["PATH/**"]}}` to .ai/config/agent_harness.yaml' in out
+    assert "`kiwi run NAME`" in out and "--run RUN_ID" in out
+    assert not (project / "notes" / "x.md").exists()
+    code, out, _ = await kiwi_cli("call", "kiwi-mcp.search", '{"query": "hello"}', *connection(runs))
+    assert code == 1 and "outside a run, use `kiwi search` instead" in out, out
+
+
+async def cancelled_run(runs) -> str:
+    """A run of the README's example, cancelled while it waits for the agent."""
+    run_id = await runs.start("hello_kiwi", {"name": "Ada"})
+    await awaiting_step(runs, run_id, "confirm")
+    await runs.cancel(run_id)
+    await wait_for(lambda: _is(runs, run_id, "cancelled"), what="the run to be cancelled")
+    return run_id
+
+
+async def test_commands_on_a_cancelled_run_say_it_was_cancelled(runs, project):
+    run_id = await cancelled_run(runs)
+    for argv in (
+        ("call", "filesystem.read", '{"path": "notes/hello.md"}', "--run", run_id),
+        ("complete-step", run_id, "confirm", "--output", "confirmed=true"),
+        ("cancel", run_id),
+    ):
+        code, out, err = await kiwi_cli(*argv, *connection(runs))
+        assert code == 1 and f"run {run_id} was cancelled" in err, (argv, out, err)
+        assert "completed" not in err, (argv, err)
+
+
+async def _is(runs, run_id: str, wanted: str) -> bool:
+    return (await runs.status(run_id)).status == wanted
+
+
+async def test_status_of_a_cancelled_run_shows_no_step_waiting_for_the_agent(runs, project):
+    run_id = await cancelled_run(runs)
+    code, out, err = await kiwi_cli("status", run_id, *connection(runs))
+    assert code == 0, err
+    assert "awaiting_agent" not in out and "complete this step" not in out, out
+    assert re.search(r"confirm\s+cancelled\s+agent", out), out
+    code, out, _ = await kiwi_cli("status", run_id, "--json", *connection(runs))
+    shown = json.loads(out)
+    assert shown["status"] == "cancelled" and shown["current_step"]["status"] == "cancelled"
+    assert [s["status"] for s in shown["steps"]] == ["completed", "completed", "cancelled"]
+
+
+async def test_a_tool_the_run_does_not_have_lists_what_it_may_call(runs, project, temporal_env):
+    clock_server(project)
+    write_directive(
+        project / ".ai" / "directives" / "tick.md",
+        directive_md(
+            '<step name="look" mode="agent"><action>look at the time</action></step>',
+            name="tick",
+            tools='<tools><mcp name="clock"/></tools>',
+            permissions='<execute resource="mcp" name="clock" actions="get_current_time"/>'
+            '<read resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    run_id = await runs.start("tick", {})
+    await awaiting_step(runs, run_id, "look")
+    code, out, _ = await kiwi_cli("call", "wordcount", '{"text": "a b"}', "--run", run_id, *connection(runs))
+    assert code == 1 and "ToolNotFound" in out
+    (listed,) = re.findall(r"hint: tools this run can call: (.*)", out)
+    # What its grants allow, the granted tool of its MCP server included; nothing it is not granted.
+    assert listed.split(", ") == ["filesystem.read", "filesystem.list", "clock.get_current_time"], out
+
+    # The same over MCP, and outside a run: the base policy's tools.
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        missing = data(
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "tool",
+                    "action": "call",
+                    "item_id": "nope",
+                    "run_id": run_id,
+                    "parameters": {},
+                },
+            )
+        )
+        assert missing["error_type"] == "ToolNotFound" and "clock.get_current_time" in missing["hint"]
+        assert "shell.run" not in missing["hint"] and "word_count" not in missing["hint"]
+    code, out, _ = await kiwi_cli("call", "nope", "{}", *connection(runs))
+    (listed,) = re.findall(r"hint: tools you can call outside a run: (.*)", out)
+    assert listed.split(", ") == [
+        "filesystem.read",
+        "filesystem.list",
+        "shell.run",
+        "git.status",
+        "git.diff",
+        "word_count",
+    ], out
+
+
+def test_kiwi_show_of_an_mcp_tool_or_server_prints_text_unless_json(project, capsys):
+    from kiwi.cli import main as kiwi
+
+    clock_server(project)
+    capsys.readouterr()
+    assert kiwi(["show", "clock.convert_time", "--type", "mcp"]) == 0
+    out = capsys.readouterr().out
+    assert not out.lstrip().startswith("{") and '"inputSchema"' not in out, out
+    assert out.startswith("mcp tool clock.convert_time  [server clock]\n  Convert time between timezones\n")
+    assert "  input time (string, required) Time to convert in 24-hour format (HH:MM)\n" in out
+    assert kiwi(["show", "clock", "--type", "mcp"]) == 0
+    out = capsys.readouterr().out
+    assert "tool clock.get_current_time: Get current time in a specific timezone" in out
+    assert '"tools"' not in out
+    assert kiwi(["show", "clock.convert_time", "--type", "mcp", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tool"]["name"] == "convert_time"
