@@ -8,10 +8,12 @@ It holds no run state of its own.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import hashlib
 import json
+import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -102,6 +104,9 @@ LARGE_ARGUMENT_BYTES = 32_000
 # How many times a call the run refused as busy (RunBusy: its task took as many call arguments as it may)
 # is sent again before the caller is told; each task takes about 1 MB of arguments.
 BUSY_RESENDS = 100
+# How long, and for how many runs, a client keeps a run's snapshot for its refused calls' hints.
+SNAPSHOT_SECONDS = 60.0
+SNAPSHOTS = 256
 
 
 class RunClient:
@@ -122,6 +127,10 @@ class RunClient:
         self._attributes_ready: bool | None = None
         self._projects: dict[str, str] = {}  # run id -> its project, as recorded at its start
         self._large_calls: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        # run id -> (when read, its snapshot), for the hints of refused calls (see snapshot_of).
+        self._snapshots: collections.OrderedDict[str, tuple[float, RunSnapshot | None]] = (
+            collections.OrderedDict()
+        )
 
     async def project_of(self, run_id: str) -> str:
         """The project a run belongs to ("" for a run started without one, e.g. before projects existed)."""
@@ -384,7 +393,23 @@ class RunClient:
         return f".ai/directives/{name}.md"
 
     async def snapshot_of(self, run_id: str) -> RunSnapshot | None:
-        """The snapshot the run's latest execution started with (read from its history, no worker needed)."""
+        """The snapshot the run's latest execution started with (read from its history, no worker needed).
+
+        Kept for SNAPSHOT_SECONDS (at most SNAPSHOTS runs): an agent repeating refused calls costs the server
+        one history read, not one per call. (Only hints are made from it; a run id reused by a new run
+        within that time gets the earlier run's hints.)"""
+        now = time.monotonic()
+        kept = self._snapshots.get(run_id)
+        if kept is not None and now - kept[0] < SNAPSHOT_SECONDS:
+            return kept[1]
+        snapshot = await self._read_snapshot(run_id)
+        self._snapshots[run_id] = (now, snapshot)
+        self._snapshots.move_to_end(run_id)
+        while len(self._snapshots) > SNAPSHOTS:
+            self._snapshots.popitem(last=False)
+        return snapshot
+
+    async def _read_snapshot(self, run_id: str) -> RunSnapshot | None:
         try:
             async for event in self.handle(run_id).fetch_history_events(page_size=1):
                 payloads = event.workflow_execution_started_event_attributes.input.payloads
