@@ -29,9 +29,8 @@ Readiness = Callable[[], Awaitable[bool]]
 class HealthApp:
     """An ASGI app answering ``/healthz`` and ``/readyz`` (GET or HEAD); 404 for anything else."""
 
-    def __init__(self, ready: Readiness, service: str = "") -> None:
+    def __init__(self, ready: Readiness) -> None:
         self.ready = ready
-        self.service = service  # named in /healthz's answer, so `kiwi doctor` knows whose port it is
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -43,7 +42,7 @@ class HealthApp:
         if method not in ("GET", "HEAD"):
             status, body = 405, {"status": "method not allowed"}
         elif path == LIVENESS_PATH:
-            status, body = 200, {"status": "ok", **({"service": self.service} if self.service else {})}
+            status, body = 200, {"status": "ok"}
         elif path == READINESS_PATH:
             ok = await self._ready()
             status, body = (200, {"status": "ready"}) if ok else (503, {"status": "not ready"})
@@ -124,7 +123,7 @@ def bind_health(host: str, port: int) -> socket.socket:
 
 async def serve_health(listener: socket.socket, ready: Readiness, stop: asyncio.Event) -> None:
     """Serve :class:`HealthApp` on ``listener`` (see :func:`bind_health`) until ``stop`` is set."""
-    config = uvicorn.Config(HealthApp(ready, "kiwi worker"), log_level="warning", lifespan="off")
+    config = uvicorn.Config(HealthApp(ready), log_level="warning", lifespan="off")
     web = OwnedServer(config)
     task = asyncio.create_task(web.serve(sockets=[listener]))
     waiter = asyncio.create_task(stop.wait())

@@ -989,9 +989,7 @@ def http_app(
         allowed_origins=[f"http://{h}:{port}" for h in hosts] + [f"https://{name}" for name in public],
     )
     app = server.streamable_http_app(transport_security=security, host=host, stateless_http=stateless)
-    return WithHealth(
-        BearerToken(app, token) if token else app, HealthApp(ready or _always_ready, "kiwi mcp")
-    )
+    return WithHealth(BearerToken(app, token) if token else app, HealthApp(ready or _always_ready))
 
 
 async def _always_ready() -> bool:

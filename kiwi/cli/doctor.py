@@ -202,22 +202,28 @@ async def _ports() -> list[Check]:
 
 
 def _who(host: str, port: int) -> str:
-    """Whose HTTP server answers on a port: a Kiwi front end says so on /healthz, the Temporal UI
-    answers /api/v1/settings with its Auth settings; '' for anything else."""
+    """Whose HTTP server answers on a port: Kiwi's MCP front end answers /healthz and /readyz as its health
+    routes do (they name nothing, by design: see README, Health and shutdown), the Temporal UI answers
+    /api/v1/settings with its Auth settings; '' for anything else."""
     import httpx
 
     base = f"http://{host}:{port}"
     with httpx.Client(timeout=2, trust_env=False) as http:
-        for path, looks_like in (
-            ("/healthz", lambda body: body.get("service") == "kiwi mcp" and "a Kiwi MCP front end"),
-            ("/api/v1/settings", lambda body: "Auth" in body and "the Temporal UI"),
-        ):
-            try:
-                body = http.get(base + path).json()
-            except (httpx.HTTPError, ValueError):
-                continue
-            if isinstance(body, dict) and looks_like(body):
-                return looks_like(body)
+        try:
+            live, ready = http.get(base + "/healthz"), http.get(base + "/readyz")
+            if (live.status_code, live.json()) == (200, {"status": "ok"}) and ready.json() in (
+                {"status": "ready"},
+                {"status": "not ready"},
+            ):
+                return "a Kiwi MCP front end"
+        except (httpx.HTTPError, ValueError):
+            pass
+        try:
+            settings = http.get(base + "/api/v1/settings").json()
+            if isinstance(settings, dict) and "Auth" in settings:
+                return "the Temporal UI"
+        except (httpx.HTTPError, ValueError):
+            pass
     return ""
 
 
