@@ -271,7 +271,9 @@ async def start_floor_worker(
 ) -> asyncio.subprocess.Process:
     """A worker process for :class:`FloorWorkflow` (stop it with ``bench.common.stop_worker``); with
     ``everything``, it also serves the "upstream" update's activity over its own MCP session."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # (A PYTHONPATH already set is kept after the checkout's: bench_phases.py adds its timing hooks so.)
+    path = [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
     extra = ["--everything", str(everything)] if everything is not None else []
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
