@@ -73,7 +73,7 @@ class CallsMixin:
         state, snap = self.state, self.snap
         # The validator refused the call if the run was held; one that waited here for the server's tools
         # while another call held the run is refused now, as a later one is, before it takes a call number.
-        held_check = self.holds_at_once and origin == "agent"
+        held_check = self.newest and origin == "agent"
         if held_check:
             declared = await self._declared(tool)  # (may wait for the server's tools)
             self._refuse_if_held()
@@ -94,7 +94,7 @@ class CallsMixin:
             and (self.current or workflow.patched(KIWI_EXECUTE_AS_CALL))
         )
         result, warning = self._admit(tool, args, seq, granted_by, one_execute, counted)
-        if self.holds_at_once and result is None and state.loop_warnings >= snap.limits.loop_max_warnings:
+        if self.newest and result is None and state.loop_warnings >= snap.limits.loop_max_warnings:
             # Held now, not once this call answers: the calls after it in this task find the run held.
             self._hold("stuck", f"{state.loop_warnings} loop warnings")
             self._publish()

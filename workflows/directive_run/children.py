@@ -137,23 +137,29 @@ class ChildrenMixin:
     ) -> tuple[RunSnapshot, dict[str, int], dict[str, int]]:
         """A child run under this run's rules: its approval rules and approvers, and a share of its budget.
 
-        The child may use what is left of each per-run rate limit, and of each window what this run
-        has not used of it lately; both are held back here until the child ends (``_settle``), so
-        parent and children together, however many run at once, stay within every limit.
+        The child may use half (rounded up) of what is left of each per-run rate limit, and of each
+        window half of what this run has not used of it lately (all of it, in runs started before
+        BUDGET_HALVED); both are held back here until the child ends (``_settle``), so parent and
+        children together, however many run at once, stay within every limit, and the parent keeps
+        the other half for its own calls.
         """
         limits, state = self.snap.limits, self.state
-        reserved = {p: max(0, n - state.call_counts.get(p, 0)) for p, n in limits.rate_limits.items()}
+        # The child's share of what is left (BUDGET_HALVED): half, rounded up; before it, all of it.
+        share = (lambda left: (left + 1) // 2) if self.newest else (lambda left: left)
+        reserved = {p: share(max(0, n - state.call_counts.get(p, 0))) for p, n in limits.rate_limits.items()}
         rates = {
             **child.limits.rate_limits,
             **{p: min(child.limits.rate_limits.get(p, left), left) for p, left in reserved.items()},
         }
         now = workflow.now().timestamp()
         free = {
-            p: max(
-                0,
-                calls
-                - state.window_reserved.get(p, 0)
-                - sum(1 for t in state.rate_times.get(p, []) if t > now - seconds),
+            p: share(
+                max(
+                    0,
+                    calls
+                    - state.window_reserved.get(p, 0)
+                    - sum(1 for t in state.rate_times.get(p, []) if t > now - seconds),
+                )
             )
             for p, (calls, seconds) in limits.rate_windows.items()
         }

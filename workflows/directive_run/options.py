@@ -83,6 +83,11 @@ CHANGES_2026_11_23C = "kiwi-run-changes-2026-11-23c"
 # it, is refused as a later call is: before it, calls sent with the call that held the run (their
 # validators ran before it was held) went out with it and ran while the run was stuck.
 HOLD_AT_ONCE = CURRENT
+# (In CURRENT only.) A child run started by the agent is given half of what is left of each of the
+# parent's per-run limits and windows, not all of it: the parent went on refusing its own calls of every
+# limited pattern (mcp.*, filesystem.write, shell.run by default) while the child ran. Parent and
+# children together still stay within every limit.
+BUDGET_HALVED = CURRENT
 # What CURRENT stood for until it also stood for the task budget (task_budget.py): runs started in between
 # replay it.
 CHANGES_2026_11_23B = "kiwi-run-changes-2026-11-23b"

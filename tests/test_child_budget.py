@@ -1,0 +1,45 @@
+"""A child run the agent starts shares its parent's rate budget without taking all of it (BUDGET_HALVED).
+
+Parent and children together stay within every limit (tests/test_attack_escapes.py holds them to it);
+these are about the parent that goes on working while its child runs."""
+
+from __future__ import annotations
+
+from tests.helpers import directive_md, wait_for, write, write_directive
+from tests.test_child_runs import _waiting
+
+PARENT = '<write resource="filesystem" path="notes/**"/><execute resource="tool" id="directive.run"/>'
+WRITES = '<write resource="filesystem" path="notes/**"/>'
+
+
+async def test_a_parent_goes_on_writing_while_the_child_it_started_runs(runs, project):
+    """The child was given all that was left of each per-run limit, so the parent's own next write was
+    refused ("rate limit for filesystem.write is 100 calls per run" after one write) until the child ended.
+    Now the child holds half of what is left and the parent keeps the other half."""
+    write(project / ".ai" / "config" / "agent_harness.yaml", "rate_limits:\n  filesystem.write: 9\n")
+    ai = project / ".ai" / "directives"
+    write_directive(ai / "kid.md", directive_md('<step name="wait"><action>Wait.</action></step>', name="kid",
+                                                permissions=WRITES))  # fmt: skip
+    write_directive(ai / "parent.md", directive_md('<step name="work"><action>Delegate.</action></step>',
+                                                   name="parent", permissions=PARENT))  # fmt: skip
+    run_id = await runs.start("parent", {})
+    await wait_for(lambda: _waiting(runs, run_id), what="the parent to wait for its agent")
+    assert (
+        await runs.call_tool(run_id, "filesystem.write", {"path": "notes/p0", "content": "x"})
+    ).status == "ok"
+    kid = (await runs.call_tool(run_id, "directive.run", {"directive": "kid"})).result["run_id"]
+    await wait_for(lambda: _waiting(runs, kid), what="the child to wait for its agent")
+    # 8 writes were left: the child holds 4 of them, the parent keeps 4.
+    parent = [
+        (await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/p{i}", "content": "x"})).status
+        for i in range(1, 6)
+    ]
+    child = [
+        (await runs.call_tool(kid, "filesystem.write", {"path": f"notes/k{i}", "content": "x"})).status
+        for i in range(5)
+    ]
+    assert parent == ["ok"] * 4 + ["rate_limited"], parent
+    assert child == ["ok"] * 4 + ["rate_limited"], child
+    assert len(list((project / "notes").iterdir())) == 9  # the limit, parent and child together
+    await runs.cancel(kid)
+    await runs.cancel(run_id)
