@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
@@ -26,11 +28,15 @@ pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture(scope="session")
-def postgres(tmp_path_factory):
+def postgres():
     """One PostgreSQL for the session, migrated, with roles alice and bob (publishers) and carol (reader)."""
     from kiwi.registry.embedded import start
 
-    server = start(tmp_path_factory.mktemp("pg") / "data")
+    # A folder of its own, not under pytest's basetemp: run as root, the wheel opens the folders above the
+    # data to its own user, and another pytest session starting meanwhile closes pytest's root folder
+    # again (0700), which failed initdb with "Permission denied" for every registry test.
+    folder = Path(tempfile.mkdtemp(prefix="kiwi-test-pg-"))
+    server = start(folder / "data")
     owner = server.get_uri()
     with Registry(owner) as registry:
         registry.migrate()
@@ -40,6 +46,7 @@ def postgres(tmp_path_factory):
         conn.execute("grant kiwi_reader to carol")
     yield owner
     server.cleanup()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def as_role(owner: str, role: str) -> str:
