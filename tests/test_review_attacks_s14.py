@@ -508,3 +508,61 @@ async def test_attack_a_call_sent_while_a_looping_writes_checkpoint_runs_is_refu
     assert any("same result came back" in w for r in answered for w in r.warnings), answered
     assert status.status == "stuck", status
     assert isinstance(later[0], RunStateConflict), later
+
+
+@pytest.mark.temporal
+async def test_attack_an_agent_that_grants_itself_more_is_not_told_a_signature_is_the_whole_fix(
+    runs, project, temporal_env
+):
+    """Attack: the agent edits a signed directive through the MCP front end (execute directive update),
+    adding to its <permissions> the grant it wants, runs it and makes the call. The run has only the base
+    policy's grants (the directive changed after signing), so the call is refused, and the refusal's hint,
+    made for a human editing their own directive, said: sign it again with `kiwi sign ...`. The agent passes
+    that on, and the human signs the agent's grant. Safe: the call is refused and the hint says that signing
+    gives the run whatever <permissions> now grant, whoever wrote them, and to read them first."""
+    from mcp.client import Client
+
+    from mcp_frontend.server import build_server
+    from tests.helpers import awaiting_step, data
+
+    path = write_directive(
+        project / ".ai" / "directives" / "jot.md",
+        directive_md(
+            '<step name="write" mode="agent"><action>write notes/a.md</action></step>',
+            name="jot",
+            permissions='<read resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    signed_text = path.read_text()
+    wider = signed_text.replace(
+        '<read resource="filesystem" path="notes/**"/>',
+        '<read resource="filesystem" path="notes/**"/><write resource="filesystem" path="notes/**"/>',
+    )
+    assert wider != signed_text
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+
+        async def execute(**arguments):
+            return data(await client.call_tool("execute", arguments))
+
+        updated = await execute(
+            item_type="directive", action="update", item_id="jot", parameters={"content": wider}
+        )
+        assert updated.get("status") == "updated", updated
+        started = await execute(item_type="directive", action="run", item_id="jot", parameters={})
+        await awaiting_step(runs, started["run_id"], "write")
+        refused = await execute(
+            item_type="tool",
+            action="call",
+            item_id="filesystem.write",
+            run_id=started["run_id"],
+            parameters={"path": "notes/b.md", "content": "x"},
+        )
+    assert refused["status"] == "denied", refused
+    assert "was changed after it was signed" in refused["hint"], refused
+    assert (
+        "whoever wrote them" in refused["hint"]
+        and "read them in .ai/directives/jot.md first" in (refused["hint"])
+    ), refused
+    assert refused["hint"].startswith("directive ") and "; also:" not in refused["hint"], refused
+    assert not (project / "notes" / "b.md").exists()
