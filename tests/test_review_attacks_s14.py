@@ -181,16 +181,17 @@ async def test_attack_two_kiwi_devs_racing_for_one_database_and_a_holder_killed_
 @pytest.mark.xfail(
     strict=True,
     reason="the parent-death signal (prctl PR_SET_PDEATHSIG) is set on the process Kiwi starts only; the "
-    "kernel clears it in every process that one forks. A command's own children (`sh -c 'a; b'`, make, npm "
-    "run, a program that forks a helper or calls setsid) are not killed when the worker dies by kill -9: "
-    "they go on running while Temporal retries the activity on another worker, as before the change. "
-    "Closing it needs something that outlives the worker to stop the command's process group (a small "
-    "supervisor process, or a cgroup per command), not a flag on one process.",
+    "kernel clears it in every process that one forks. A command's own children (a local tool's program that "
+    "starts a helper or a server, git's own helpers such as a detached `git gc --auto`) are not killed when "
+    "the worker dies by kill -9: they go on running while Temporal retries the activity on another worker, "
+    "as before the change. Closing it needs something that outlives the worker to stop the command's process "
+    "group (a small supervisor process, or a cgroup per command), not a flag on one process.",
 )
 async def test_attack_a_commands_own_child_outlives_a_worker_killed_by_kill_9(tmp_path):
-    """Attack: a command run_process starts (shell.run with a granted program, git, a local tool) forks a
-    child and waits for it, as `sh -c 'a; b'`, make or npm run do. The worker is killed with kill -9. Safe:
-    the command's whole tree dies with the worker, not only the process Kiwi started."""
+    """Attack: a command run_process starts (a local tool's program, git) forks a child and waits for it
+    (here `sh -c 'sleep & ...; wait'` stands for it: shell.run refuses shells, but not a local tool that
+    starts a helper). The worker is killed with kill -9. Safe: the command's whole tree dies with the worker,
+    not only the process Kiwi started."""
     pid_file = tmp_path / "child.pid"
     runner = tmp_path / "runner.py"
     runner.write_text(
@@ -566,3 +567,40 @@ async def test_attack_an_agent_that_grants_itself_more_is_not_told_a_signature_i
     ), refused
     assert refused["hint"].startswith("directive ") and "; also:" not in refused["hint"], refused
     assert not (project / "notes" / "b.md").exists()
+
+
+@pytest.mark.temporal
+async def test_attack_a_hold_reached_as_the_run_continues_as_new_holds_in_the_next_execution(
+    temporal_env, project, tmp_path
+):
+    """Attack: the call that reaches the loop limit is also the call after which the run continues as new
+    (runs: continue_as_new_after_updates: 2), and more calls ride in the same task: they are handed over to
+    the next execution (RunContinuing; the client sends them again), hoping the hold, made in the old
+    execution's last task, is not carried over. Safe: the next execution is stuck too, the calls are refused
+    there, and only the two calls that made the loop reached the server."""
+    ledger = tmp_path / "ledger.txt"
+    _mixed_run_files(project, ledger)
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\nruns:\n  continue_as_new_after_updates: 2\n",
+    )
+    queue = f"kiwi-s14-{uuid.uuid4().hex[:8]}"
+    runs, run_id = await _run_waiting(temporal_env, project, queue, "mixed")
+    calls = [
+        ("ledger.count", {"tag": "same"}),
+        ("ledger.count", {"tag": "same"}),
+        ("ledger.count", {"tag": "after-1"}),
+        ("filesystem.read", {"path": "notes/a.txt"}),
+    ]
+    updates = await _admitted(runs, run_id, calls)
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        results = await asyncio.wait_for(asyncio.gather(*updates, return_exceptions=True), 90)
+        with pytest.raises(RunStateConflict, match="stuck"):
+            await asyncio.wait_for(runs.call_tool(run_id, "ledger.count", {"tag": "later"}), 60)
+        status = await runs.status(run_id)
+    assert [getattr(r, "status", r) for r in results[:2]] == ["ok", "ok"], results
+    for refused in results[2:]:
+        assert isinstance(refused, RunStateConflict), results
+    assert _lines(ledger) == ["count same", "count same"]
+    assert status.status == "stuck", status
+    assert status.continued >= 1, status  # the hold crossed a continue-as-new
