@@ -210,7 +210,8 @@ class RunClient:
         """Start a run; also return the directive it runs and, when it declares MCP servers, its tool context."""
         await self._check_search_attributes()
         short = (
-            hashlib.sha256(f"{name}\0{idempotency_key}".encode()).hexdigest()[:10]
+            # (The project too: another project's agent using the same name and key gets a run of its own.)
+            hashlib.sha256(f"{self.project}\0{name}\0{idempotency_key}".encode()).hexdigest()[:10]
             if idempotency_key
             else uuid.uuid4().hex[:10]
         )
@@ -240,6 +241,18 @@ class RunClient:
             static_details=f"Inputs: {', '.join(f'{k}={v!r}' for k, v in snap.inputs.items()) or 'none'}\n\n"
             f"Directive file: {snap.source_path}\n\nContent hash: {snap.content_hash}",
         )
+        if idempotency_key and not self.all_projects:
+            # A start with a running run's id answers that run (USE_EXISTING): were the id another project's
+            # (its runs started before the id named the project), its agent would be handed this run, and
+            # could call tools in it with its grants, on its files. Whose run it is, is read from the run
+            # itself, never taken from this start.
+            self._projects.pop(handle.id, None)
+            if (owner := await self.project_of(handle.id)) and owner != self.project:
+                raise InputInvalid(
+                    f"the idempotency key {idempotency_key!r} of directive '{name}' is taken by a run of "
+                    "another project",
+                    hint="start it with another idempotency_key",
+                )
         context = None
         if directive.metadata.tools.mcps:
             context = await self.tool_context(handle.id)

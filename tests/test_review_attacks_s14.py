@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -604,3 +606,75 @@ async def test_attack_a_hold_reached_as_the_run_continues_as_new_holds_in_the_ne
     assert _lines(ledger) == ["count same", "count same"]
     assert status.status == "stuck", status
     assert status.continued >= 1, status  # the hold crossed a continue-as-new
+
+
+# ---------------------------------------------------------------- runs of other projects
+
+
+@pytest.mark.temporal
+async def test_attack_an_agent_of_another_project_cannot_take_a_run_by_its_idempotency_key(
+    runs, project, temporal_env, tmp_path
+):
+    """Attack: a run's id is made from its directive's name and its idempotency key only, and a start with
+    the id of a running run answers that run (USE_EXISTING). An agent of another project, served by its own
+    Kiwi MCP front end on the same Temporal namespace, makes a directive of the same name there and starts it
+    with the same key (a guessable one: "daily"). The front end's client took the answered run for one of its
+    own project and let the agent call tools in it, with the other project's signed grants, on the other
+    project's files. Safe: the start and the call are refused (the run belongs to another project), and the
+    other project's files are untouched."""
+    from mcp.client import Client
+    from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
+    from kiwi.contracts import PROJECT_ATTR, DirectiveRunInput, run_workflow_id
+    from mcp_frontend.server import build_server
+    from tests.helpers import awaiting_step, data
+    from workflows.directive_run import DirectiveRun
+
+    body = '<step name="write" mode="agent"><action>write notes</action></step>'
+    grants = '<write resource="filesystem" path="notes/**"/>'
+    write_directive(
+        project / ".ai" / "directives" / "report.md", directive_md(body, name="report", permissions=grants)
+    )
+    owned = await runs.start("report", {}, idempotency_key="daily")
+    await awaiting_step(runs, owned, "write")
+
+    other = tmp_path / "other"
+    write(other / ".ai" / "directives" / "report.md", directive_md(body, name="report"))
+    server = build_server(temporal_env.client, other, task_queue=runs.task_queue)
+    async with Client(server) as client:
+
+        async def execute(**arguments):
+            return data(await client.call_tool("execute", arguments))
+
+        started = await execute(
+            item_type="directive", action="run", item_id="report", parameters={}, idempotency_key="daily"
+        )
+        taken = started.get("run_id") == owned
+        called = await execute(
+            item_type="tool",
+            action="call",
+            item_id="filesystem.write",
+            run_id=owned,
+            parameters={"path": "notes/taken.md", "content": "written from another project"},
+        )
+        # A run of this project already has the id the other project's key makes (as one started before
+        # the id named its project has): the start is refused, not handed this run.
+        key = hashlib.sha256(f"{other}\0report\0weekly".encode()).hexdigest()[:10]
+        squatted = run_workflow_id("report", key)
+        await runs.client.start_workflow(
+            DirectiveRun.run,
+            DirectiveRunInput(snapshot=runs.snapshot("report", {}, squatted)),
+            id=squatted,
+            task_queue=runs.task_queue,
+            search_attributes=TypedSearchAttributes([SearchAttributePair(PROJECT_ATTR, runs.project)]),
+        )
+        await awaiting_step(runs, squatted, "write")
+        refused = await execute(
+            item_type="directive", action="run", item_id="report", parameters={}, idempotency_key="weekly"
+        )
+    assert refused.get("error") == "InputInvalid" and "another project" in refused["message"], refused
+    assert str(project) not in json.dumps(refused), refused
+    assert not (project / "notes" / "taken.md").exists(), (started, called)
+    assert called.get("error") == "RunInOtherProject", called
+    assert not taken, started  # a run of its own project, or a refusal
+    assert started.get("error") or started["run_id"] != owned, started
