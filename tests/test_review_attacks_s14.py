@@ -678,3 +678,43 @@ async def test_attack_an_agent_of_another_project_cannot_take_a_run_by_its_idemp
     assert called.get("error") == "RunInOtherProject", called
     assert not taken, started  # a run of its own project, or a refusal
     assert started.get("error") or started["run_id"] != owned, started
+
+
+@pytest.mark.temporal
+async def test_attack_kiwi_mcp_execute_in_the_holding_task_runs_nothing(temporal_env, project, tmp_path):
+    """Attack: after the call that reaches the loop limit, the same task carries kiwi-mcp.execute calls: one
+    of an MCP tool and one of a directive (a child run). The outer call is admitted as kiwi-mcp.execute and
+    its inner call is admitted again inside it, hoping one of the two admissions skips the held check.
+    Safe: both are refused as calls to a held run; the server runs only the two looping calls and no child
+    run starts."""
+    ledger = tmp_path / "ledger.txt"
+    _mixed_run_files(project, ledger)
+    mcp_directive(
+        project,
+        "delegating",
+        tools='<mcp name="ledger" required="true"/>',
+        permissions='<execute resource="mcp" name="ledger" actions="*"/>'
+        '<execute resource="kiwi-mcp" action="execute"/><execute resource="tool" id="directive.run"/>'
+        '<read resource="filesystem" path="notes/**"/>',
+        body='<step name="work"><action>Call.</action></step>',
+    )
+    queue = f"kiwi-s14-{uuid.uuid4().hex[:8]}"
+    runs, run_id = await _run_waiting(temporal_env, project, queue, "delegating")
+    calls = [
+        ("ledger.count", {"tag": "same"}),
+        ("ledger.count", {"tag": "same"}),
+        (
+            "kiwi-mcp.execute",
+            {"item_type": "tool", "item_id": "ledger.count", "parameters": {"tag": "inner"}},
+        ),
+        ("kiwi-mcp.execute", {"item_type": "directive", "action": "run", "item_id": "mixed"}),
+    ]
+    updates = await _admitted(runs, run_id, calls)
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        results = await asyncio.wait_for(asyncio.gather(*updates, return_exceptions=True), 90)
+        status = await runs.status(run_id)
+    assert [getattr(r, "status", r) for r in results[:2]] == ["ok", "ok"], results
+    for refused in results[2:]:
+        assert isinstance(refused, RunStateConflict), results
+    assert _lines(ledger) == ["count same", "count same"]
+    assert status.status == "stuck" and not status.children, status
