@@ -718,3 +718,41 @@ async def test_attack_kiwi_mcp_execute_in_the_holding_task_runs_nothing(temporal
         assert isinstance(refused, RunStateConflict), results
     assert _lines(ledger) == ["count same", "count same"]
     assert status.status == "stuck" and not status.children, status
+
+
+@pytest.mark.temporal
+async def test_attack_a_refused_call_answers_when_the_runs_snapshot_cannot_be_read(runs, project):
+    """Attack: the run's snapshot is large (an input of 300 KB: it is kept in the payload store, its history
+    names it by digest), and the stored copy is gone when a refused call's hint is made (pruned, a store
+    folder not shared with this client). Safe: the refused call still answers, with the run's own refusal,
+    and the run goes on."""
+    from kiwi.payloads import store_folder
+
+    write_directive(
+        project / ".ai" / "directives" / "big.md",
+        directive_md(
+            '<step name="work" mode="agent"><action>work</action></step>',
+            name="big",
+            inputs='<input name="blob" type="string" required="true"/>',
+            permissions='<read resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    folder = store_folder()
+    before = {p for p in folder.rglob("*") if p.is_file()} if folder and folder.exists() else set()
+    run_id = await runs.start("big", {"blob": "x" * 300_000})
+    from tests.helpers import awaiting_step
+
+    await awaiting_step(runs, run_id, "work")
+    stored = {p for p in folder.rglob("*") if p.is_file()} - before
+    assert stored, "the snapshot went to the payload store"
+    for path in stored:
+        path.unlink()
+    with pytest.raises((KiwiError, ValueError)):  # the hint's read fails (the run's own answer must stand)
+        await RunClient(runs.client, ItemStore(project), task_queue=runs.task_queue).snapshot_of(run_id)
+    refused = await asyncio.wait_for(
+        runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "x"}), 60
+    )
+    unknown = await asyncio.wait_for(runs.call_tool(run_id, "nosuch_tool", {}), 60)
+    assert refused.status == "denied" and "write" in refused.reason, refused
+    assert unknown.status != "ok" and unknown.error_type == "ToolNotFound", unknown
+    assert not (project / "notes" / "a.md").exists()
