@@ -756,3 +756,62 @@ async def test_attack_a_refused_call_answers_when_the_runs_snapshot_cannot_be_re
     assert refused.status == "denied" and "write" in refused.reason, refused
     assert unknown.status != "ok" and unknown.error_type == "ToolNotFound", unknown
     assert not (project / "notes" / "a.md").exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a help signal of kind checkpoint (the front end's help(action='checkpoint')) starts a git "
+    "checkpoint whatever the run's state (workflows/directive_run/humans.py _on_help): on a stuck run the "
+    "agent's git.checkpoint call is refused, but the same checkpoint, asked for by a signal, runs git in the "
+    "project, once per signal, with no validator to refuse it. The fix is in workflow code (refuse or ignore "
+    "the checkpoint while the run is held), so it needs a Temporal patch.",
+)
+@pytest.mark.temporal
+async def test_attack_a_stuck_run_takes_no_checkpoint_asked_for_by_a_help_signal(runs, project, temporal_env):
+    """Attack: the run is stuck (its loop warnings reached the limit), so the agent's calls, git.checkpoint
+    included, are refused. The agent asks for the same checkpoint through the help tool instead
+    (help(action='checkpoint', run_id=...)), a signal, which has no validator. Safe: a held run runs nothing
+    the agent asks for until a human resumes it: no checkpoint activity is scheduled."""
+    from mcp.client import Client
+
+    from mcp_frontend.server import build_server
+    from tests.helpers import awaiting_step, data
+
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=project, check=True)
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n",
+    )
+    write(project / "notes" / "a.txt", "a\n")
+    write_directive(
+        project / ".ai" / "directives" / "kept.md",
+        directive_md(
+            '<step name="work" mode="agent"><action>work</action></step>',
+            name="kept",
+            permissions='<read resource="filesystem" path="notes/**"/>'
+            '<execute resource="tool" id="git.checkpoint"/>',
+        ),
+    )
+    run_id = await runs.start("kept", {})
+    await awaiting_step(runs, run_id, "work")
+    for _ in range(2):
+        await asyncio.wait_for(runs.call_tool(run_id, "filesystem.read", {"path": "notes/a.txt"}), 60)
+    assert (await runs.status(run_id)).status == "stuck"
+    with pytest.raises(RunStateConflict):
+        await asyncio.wait_for(runs.call_tool(run_id, "git.checkpoint", {}), 60)
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        asked = data(
+            await client.call_tool(
+                "help", {"action": "checkpoint", "run_id": run_id, "reason": "save my work"}
+            )
+        )
+    assert "error" not in asked, asked
+
+    async def heard() -> bool:
+        return any(h.reason == "save my work" for h in (await runs.status(run_id)).help)
+
+    await wait_for(heard, what="the run to record the help signal")
+    # The checkpoint would be scheduled in the task that recorded the signal.
+    assert "git_checkpoint" not in await _activity_types(runs, run_id, local=False)
+    assert (await runs.status(run_id)).checkpoints == []
