@@ -406,7 +406,8 @@ class RunClient:
         return f".ai/directives/{name}.md"
 
     async def snapshot_of(self, run_id: str) -> RunSnapshot | None:
-        """The snapshot the run's latest execution started with (read from its history, no worker needed).
+        """The snapshot the run's latest execution started with, without its inputs (read from its history,
+        no worker needed).
 
         Kept for SNAPSHOT_SECONDS (at most SNAPSHOTS runs): an agent repeating refused calls costs the server
         one history read, not one per call. (Only hints are made from it; a run id reused by a new run
@@ -416,6 +417,10 @@ class RunClient:
         if kept is not None and now - kept[0] < SNAPSHOT_SECONDS:
             return kept[1]
         snapshot = await self._read_snapshot(run_id)
+        if snapshot is not None and snapshot.inputs:
+            # Kept without the run's inputs: no hint reads them, and an agent's may be megabytes a run
+            # (the payload store takes them), which SNAPSHOTS runs' worth would hold in this process.
+            snapshot = snapshot.model_copy(update={"inputs": {}})
         self._snapshots[run_id] = (now, snapshot)
         self._snapshots.move_to_end(run_id)
         while len(self._snapshots) > SNAPSHOTS:

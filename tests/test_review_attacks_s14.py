@@ -815,3 +815,31 @@ async def test_attack_a_stuck_run_takes_no_checkpoint_asked_for_by_a_help_signal
     # The checkpoint would be scheduled in the task that recorded the signal.
     assert "git_checkpoint" not in await _activity_types(runs, run_id, local=False)
     assert (await runs.status(run_id)).checkpoints == []
+
+
+@pytest.mark.temporal
+async def test_attack_runs_with_large_inputs_do_not_fill_the_front_ends_memory_through_hints(runs, project):
+    """Attack: the agent starts runs with inputs of megabytes (the payload store takes them, so Temporal's
+    4 MB limit does not stop them) and makes a refused call in each: the client keeps each run's snapshot a
+    minute for the hints, for up to 256 runs, inputs and all: a gigabyte of the agent's bytes held by the
+    front end. Safe: the hints still come, and what the client keeps holds no run's inputs."""
+    write_directive(
+        project / ".ai" / "directives" / "big.md",
+        directive_md(
+            '<step name="work" mode="agent"><action>work</action></step>',
+            name="big",
+            inputs='<input name="blob" type="string" required="true"/>',
+            permissions='<read resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    from tests.helpers import awaiting_step
+
+    blob = "x" * 2_000_000
+    started = [await runs.start("big", {"blob": blob}) for _ in range(3)]
+    for run_id in started:
+        await awaiting_step(runs, run_id, "work")
+        unknown = await asyncio.wait_for(runs.call_tool(run_id, "nosuch_tool", {}), 60)
+        assert "tools this run can call: filesystem.read" in unknown.hint, unknown
+    kept = [runs._snapshots[run_id][1] for run_id in started]
+    assert all(snap is not None and snap.directive.name == "big" for snap in kept), kept
+    assert sum(len(json.dumps(snap.inputs)) for snap in kept) < 1000
