@@ -843,3 +843,52 @@ async def test_attack_runs_with_large_inputs_do_not_fill_the_front_ends_memory_t
     kept = [runs._snapshots[run_id][1] for run_id in started]
     assert all(snap is not None and snap.directive.name == "big" for snap in kept), kept
     assert sum(len(json.dumps(snap.inputs)) for snap in kept) < 1000
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a run held for its loop warnings holds only its own calls: a child run it started from the agent "
+    "(directive.run answers the child's id at once) is a run of its own, not held, and the agent goes on "
+    "calling tools in it (with the parent's grants, intersected) while the parent is stuck, until a human "
+    "resumes the parent. The child runs 'under its parent's rules' (README) for approvals and limits, not for "
+    "holds. Holding or refusing a held parent's children is workflow code (a signal to the children, or a "
+    "check the child's call validator makes), so it needs a Temporal patch.",
+)
+@pytest.mark.temporal
+async def test_attack_a_stuck_runs_child_takes_no_more_calls(runs, project):
+    """Attack: the agent starts a child run from its run (directive.run, which answers the child's id at
+    once), loops in the parent until the parent is stuck, and carries on in the child. Safe: while the
+    parent is held, its children take no agent calls either."""
+    from tests.helpers import awaiting_step
+
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n",
+    )
+    write(project / "notes" / "a.txt", "a\n")
+    reads = '<read resource="filesystem" path="notes/**"/>'
+    write_directive(
+        project / ".ai" / "directives" / "helper.md",
+        directive_md(
+            '<step name="help" mode="agent"><action>help</action></step>', name="helper", permissions=reads
+        ),
+    )
+    write_directive(
+        project / ".ai" / "directives" / "boss.md",
+        directive_md(
+            '<step name="lead" mode="agent"><action>lead</action></step>',
+            name="boss",
+            permissions=reads + '<execute resource="tool" id="directive.run"/>',
+        ),
+    )
+    parent = await runs.start("boss", {})
+    await awaiting_step(runs, parent, "lead")
+    started = await asyncio.wait_for(runs.call_tool(parent, "directive.run", {"directive": "helper"}), 60)
+    assert started.status == "ok", started
+    child = started.result["run_id"]
+    await awaiting_step(runs, child, "help")
+    for _ in range(2):
+        await asyncio.wait_for(runs.call_tool(parent, "filesystem.read", {"path": "notes/a.txt"}), 60)
+    assert (await runs.status(parent)).status == "stuck"
+    with pytest.raises(RunStateConflict):
+        await asyncio.wait_for(runs.call_tool(child, "filesystem.read", {"path": "notes/a.txt"}), 60)
