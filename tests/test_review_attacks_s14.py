@@ -892,3 +892,19 @@ async def test_attack_a_stuck_runs_child_takes_no_more_calls(runs, project):
     assert (await runs.status(parent)).status == "stuck"
     with pytest.raises(RunStateConflict):
         await asyncio.wait_for(runs.call_tool(child, "filesystem.read", {"path": "notes/a.txt"}), 60)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_attack_a_lock_file_of_another_user_in_a_shared_folder_is_not_used(tmp_path):
+    """Attack: the database is in a folder others may write to (a shared or world-writable folder), and
+    another user made ``<db>.lock`` first: they can take it away, or hold it so kiwi dev believes a server
+    runs. Safe: kiwi dev refuses a lock file that is not the user's own, and says to move the database."""
+    database = tmp_path / "temporal.sqlite"
+    lock = database.with_name("temporal.sqlite.lock")
+    lock.write_text("")
+    os.chown(lock, 65534, 65534)
+    server = DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=database)
+    with pytest.raises(KiwiError) as caught:
+        server._lock_database()
+    assert "belongs to another user" in caught.value.message and "temporal.db_file" in caught.value.hint
+    assert server.lock is None
