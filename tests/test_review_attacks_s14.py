@@ -908,3 +908,55 @@ def test_attack_a_lock_file_of_another_user_in_a_shared_folder_is_not_used(tmp_p
         server._lock_database()
     assert "belongs to another user" in caught.value.message and "temporal.db_file" in caught.value.hint
     assert server.lock is None
+
+
+@pytest.mark.temporal
+async def test_attack_the_agent_cannot_resume_its_own_stuck_run(runs, project):
+    """Attack: the run is stuck on its loop warnings and the agent, which can reach Temporal, sends the
+    resume signal itself: unsigned, naming the project's own signing key, and signed with a key of its own
+    that nobody trusts for approving. Safe: the run stays stuck and refuses calls; each refused resume is
+    recorded; a trusted approver's resume lets it go on (the signal itself works)."""
+    from kiwi.contracts import ResumeRequest
+    from kiwi.keys import create_key, human_message, sign_bytes
+    from tests.helpers import approver, awaiting_step
+    from workflows.directive_run import DirectiveRun
+
+    approver("alice")
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n",
+    )
+    write(project / "notes" / "a.txt", "a\n")
+    write_directive(
+        project / ".ai" / "directives" / "looped.md",
+        directive_md(
+            '<step name="work" mode="agent"><action>work</action></step>',
+            name="looped",
+            permissions='<read resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    run_id = await runs.start("looped", {})
+    await awaiting_step(runs, run_id, "work")
+    for _ in range(2):
+        await asyncio.wait_for(runs.call_tool(run_id, "filesystem.read", {"path": "notes/a.txt"}), 60)
+    held = await runs.status(run_id)
+    assert held.status == "stuck", held
+    create_key("mallory")
+    message = human_message("resume", run_id, held.execution, held.hold_id, "", "mallory")
+    for request in (
+        ResumeRequest(reason="agent", by="root", signature=""),
+        ResumeRequest(reason="agent", by="alice", signature=""),
+        ResumeRequest(reason="agent", by="mallory", signature=sign_bytes("mallory", message)),
+    ):
+        await runs._signal(run_id, DirectiveRun.resume, request)
+
+    async def all_refused():
+        status = await runs.status(run_id)
+        return status if len(status.refused_decisions) >= 3 else None
+
+    status = await wait_for(all_refused, what="the three resumes to be refused")
+    assert status.status == "stuck", status
+    with pytest.raises(RunStateConflict):
+        await asyncio.wait_for(runs.call_tool(run_id, "filesystem.read", {"path": "notes/a.txt"}), 60)
+    assert await runs.resume(run_id, "looked at it", by="alice")
+    assert (await runs.status(run_id)).status != "stuck"
