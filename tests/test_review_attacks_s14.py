@@ -90,11 +90,14 @@ async def test_attack_a_hard_link_left_as_the_dev_servers_log_is_not_emptied(tmp
     database = tmp_path / "temporal.sqlite"
     os.link(victim, database.with_name("temporal.sqlite.log"))
     server = DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=database)
-    with pytest.raises(KiwiError) as caught:
-        await server.start(timeout=30)
+    try:
+        with pytest.raises(KiwiError) as caught:
+            await server.start(timeout=30)
+        assert server.process is None and server.lock is None
+    finally:
+        server.stop()  # (a server a regression started is stopped)
     assert victim.read_text() == "the user's own words\n"
     assert "log file" in caught.value.message and "other names" in caught.value.message
-    assert server.process is None and server.lock is None
     # The lock was let go: another start on the database takes it.
     other = DevServer(ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=database)
     other._lock_database()
