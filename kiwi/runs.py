@@ -665,7 +665,9 @@ class RunClient:
         returns normally, so Temporal calls it completed; its result says how it really ended."""
         how = closed.name.lower() if closed else "closed"
         if closed == WorkflowExecutionStatus.COMPLETED:
-            with contextlib.suppress(RPCError, WorkflowFailureError):
+            # (A result that cannot be read, one kept in a payload store that no longer has it say, leaves
+            # Temporal's word: the answer is that the run ended, never the read's error.)
+            with contextlib.suppress(RPCError, WorkflowFailureError, KiwiError, ValueError):
                 how = (await self.handle(run_id).result(follow_runs=False)).status
         cancelled = how in ("cancelled", "canceled")
         return f"run {run_id} was cancelled" if cancelled else f"run {run_id} has finished ({how})"

@@ -963,3 +963,36 @@ async def test_attack_the_agent_cannot_resume_its_own_stuck_run(runs, project):
         await asyncio.wait_for(runs.call_tool(run_id, "filesystem.read", {"path": "notes/a.txt"}), 60)
     assert await runs.resume(run_id, "looked at it", by="alice")
     assert (await runs.status(run_id)).status != "stuck"
+
+
+@pytest.mark.temporal
+async def test_attack_a_call_to_an_ended_run_whose_result_cannot_be_read_still_says_it_ended(runs, project):
+    """Attack: the agent's call reaches a run that has ended; to say how it ended (cancelled, failed), the
+    client now reads the run's result, which is large (its steps' outputs: the payload store keeps them) and
+    no longer stored. Safe: the call still answers that the run has finished, with no stray error."""
+    from kiwi.errors import RunFinished
+    from kiwi.payloads import store_folder
+    from tests.helpers import awaiting_step
+
+    write_directive(
+        project / ".ai" / "directives" / "ended.md",
+        directive_md(
+            '<step name="work" mode="agent"><action>work</action></step>'
+            '<step name="more" mode="agent"><action>more</action></step>',
+            name="ended",
+            permissions='<read resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    folder = store_folder()
+    run_id = await runs.start("ended", {})
+    await awaiting_step(runs, run_id, "work")
+    before = {p for p in folder.rglob("*") if p.is_file()} if folder.exists() else set()
+    await runs.complete_step(run_id, "work", {"report": "y" * 200_000})
+    await runs.complete_step(run_id, "more", {"report": "z" * 200_000})
+    await asyncio.wait_for(runs.handle(run_id).result(), 60)
+    stored = {p for p in folder.rglob("*") if p.is_file()} - before
+    assert stored, "the outputs went to the payload store"
+    for path in stored:
+        path.unlink()
+    with pytest.raises(RunFinished, match="has finished"):
+        await asyncio.wait_for(runs.call_tool(run_id, "filesystem.read", {"path": "notes/a.txt"}), 60)
