@@ -7,8 +7,10 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -129,16 +131,17 @@ class DevServer:
         if self.lock is not None or self.db_file is None:
             return
         path = self.db_file.with_name(self.db_file.name + ".lock")
-        handle = open(path, "a+")  # noqa: SIM115 - held open for the server's lifetime
+        handle = os.fdopen(_own_file(path, "the database's lock file"), "r+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip()
+            holder = handle.read(200).strip()
             handle.close()
+            # Quoted only as this class writes it: the file is the user's to read, not to give orders.
+            shown = f" ({holder})" if _HOLDER.fullmatch(holder) else ""
             raise KiwiError(
-                f"another Temporal dev server already runs on {self.db_file}"
-                + (f" ({holder})" if holder else ""),
+                f"another Temporal dev server already runs on {self.db_file}{shown}",
                 hint="use that server (start `kiwi dev` with its port, or point --address at it), stop it, or "
                 "give this one its own database with temporal.db_file in temporal-dev.yml",
             ) from None
@@ -219,7 +222,12 @@ class DevServer:
             self._lock_database()
         own_log = None
         if log is None and self.log_file is not None:
-            own_log = open(self.log_file, "w")  # noqa: SIM115 - closed below once the child has it
+            try:
+                own_log = os.fdopen(_own_file(self.log_file, "the server's log file"), "w")
+            except KiwiError:
+                self.stop()  # (lets the database's lock go: no server of ours runs on it)
+                raise
+            own_log.truncate()  # (closed below once the child has it)
         try:
             self.process = subprocess.Popen(
                 self.command(),
@@ -263,6 +271,45 @@ class DevServer:
         if self.lock is not None:
             self.lock.close()
             self.lock = None
+
+
+# What _lock_database writes in the lock file, the only text of it an error quotes.
+_HOLDER = re.compile(r"pid \d{1,10}, gRPC port [0-9A-Za-z.:\[\]-]{1,100}")
+
+
+def _own_file(path: Path, what: str) -> int:
+    """A file beside the database that ``kiwi dev`` writes (its lock, its log), opened for reading and
+    writing without following a link: whoever may write in the database's folder (an agent with a shell in
+    the project, another user of a shared folder) could leave there a symbolic or hard link to a file of
+    the user's, which opening the path and truncating it would have emptied. Refused unless it is the
+    user's own regular file with no other name."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        raise KiwiError(
+            f"{what} {path} cannot be opened as a file of its own ({exc.strerror})",
+            hint="remove it (a link or special file there is not kiwi dev's), or set temporal.db_file in "
+            "temporal-dev.yml to a folder only you write to",
+        ) from None
+    info = os.fstat(fd)
+    problem = (
+        "is not a regular file"
+        if not stat.S_ISREG(info.st_mode)
+        else "has other names (hard links)"
+        if info.st_nlink != 1
+        else "belongs to another user"
+        if info.st_uid != os.getuid()
+        else ""
+    )
+    if problem:
+        os.close(fd)
+        raise KiwiError(
+            f"{what} {path} {problem}; kiwi dev writes only a file of its own there",
+            hint="remove it, or set temporal.db_file in temporal-dev.yml to a folder only you write to",
+        )
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _tail(path: Path | None, lines: int = 5) -> str:

@@ -28,10 +28,14 @@ def trust_hint(trust: RunTrust | None, directive: str, path: str) -> str:
         if trust.signer
         else "is not signed"
     )
+    # Signing is the fix only for content the human stands behind: an agent that may edit directives (the
+    # MCP front end's directive update) adds the grant it was refused and is then told to ask for a
+    # signature, so the hint says what a signature gives and to read the <permissions> first.
     return (
         f"directive '{directive}' {why}, so its runs get only what agent_harness.yaml's base policy "
-        f"allows, not its own <permissions>; if its content is yours, sign it with `kiwi sign {path}` "
-        "and start a new run"
+        "allows, not its own <permissions>; signing it gives its runs whatever its <permissions> now "
+        f"grant, whoever wrote them (agents can edit directives): read them in {path} first, and if its "
+        f"content is yours, sign it with `kiwi sign {path}` and start a new run"
     )
 
 

@@ -210,7 +210,8 @@ class RunClient:
         """Start a run; also return the directive it runs and, when it declares MCP servers, its tool context."""
         await self._check_search_attributes()
         short = (
-            hashlib.sha256(f"{name}\0{idempotency_key}".encode()).hexdigest()[:10]
+            # (The project too: another project's agent using the same name and key gets a run of its own.)
+            hashlib.sha256(f"{self.project}\0{name}\0{idempotency_key}".encode()).hexdigest()[:10]
             if idempotency_key
             else uuid.uuid4().hex[:10]
         )
@@ -240,6 +241,18 @@ class RunClient:
             static_details=f"Inputs: {', '.join(f'{k}={v!r}' for k, v in snap.inputs.items()) or 'none'}\n\n"
             f"Directive file: {snap.source_path}\n\nContent hash: {snap.content_hash}",
         )
+        if idempotency_key and not self.all_projects:
+            # A start with a running run's id answers that run (USE_EXISTING): were the id another project's
+            # (its runs started before the id named the project), its agent would be handed this run, and
+            # could call tools in it with its grants, on its files. Whose run it is, is read from the run
+            # itself, never taken from this start.
+            self._projects.pop(handle.id, None)
+            if (owner := await self.project_of(handle.id)) and owner != self.project:
+                raise InputInvalid(
+                    f"the idempotency key {idempotency_key!r} of directive '{name}' is taken by a run of "
+                    "another project",
+                    hint="start it with another idempotency_key",
+                )
         context = None
         if directive.metadata.tools.mcps:
             context = await self.tool_context(handle.id)
@@ -393,7 +406,8 @@ class RunClient:
         return f".ai/directives/{name}.md"
 
     async def snapshot_of(self, run_id: str) -> RunSnapshot | None:
-        """The snapshot the run's latest execution started with (read from its history, no worker needed).
+        """The snapshot the run's latest execution started with, without its inputs (read from its history,
+        no worker needed).
 
         Kept for SNAPSHOT_SECONDS (at most SNAPSHOTS runs): an agent repeating refused calls costs the server
         one history read, not one per call. (Only hints are made from it; a run id reused by a new run
@@ -403,6 +417,10 @@ class RunClient:
         if kept is not None and now - kept[0] < SNAPSHOT_SECONDS:
             return kept[1]
         snapshot = await self._read_snapshot(run_id)
+        if snapshot is not None and snapshot.inputs:
+            # Kept without the run's inputs: no hint reads them, and an agent's may be megabytes a run
+            # (the payload store takes them), which SNAPSHOTS runs' worth would hold in this process.
+            snapshot = snapshot.model_copy(update={"inputs": {}})
         self._snapshots[run_id] = (now, snapshot)
         self._snapshots.move_to_end(run_id)
         while len(self._snapshots) > SNAPSHOTS:
@@ -647,7 +665,9 @@ class RunClient:
         returns normally, so Temporal calls it completed; its result says how it really ended."""
         how = closed.name.lower() if closed else "closed"
         if closed == WorkflowExecutionStatus.COMPLETED:
-            with contextlib.suppress(RPCError, WorkflowFailureError):
+            # (A result that cannot be read, one kept in a payload store that no longer has it say, leaves
+            # Temporal's word: the answer is that the run ended, never the read's error.)
+            with contextlib.suppress(RPCError, WorkflowFailureError, KiwiError, ValueError):
                 how = (await self.handle(run_id).result(follow_runs=False)).status
         cancelled = how in ("cancelled", "canceled")
         return f"run {run_id} was cancelled" if cancelled else f"run {run_id} has finished ({how})"
