@@ -451,15 +451,6 @@ async def _workflows_only(client, queue: str):
         await pool.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a loop warning counted from a call's result (the same result from other arguments) holds the run "
-    "only at the end of that call's _call, after its git checkpoint (git_checkpoint auto, a write) has run: "
-    "an agent's call admitted in between passes the held check, then finds the warnings at the limit at its "
-    "own admission, holds the run and runs anyway. HOLD_AT_ONCE does not cover result-based warnings; the fix "
-    "is in workflow code (hold where the result's warning is counted, before the checkpoint, or refuse at "
-    "admission a call that finds the warnings already at the limit), so it needs a Temporal patch.",
-)
 @pytest.mark.temporal
 async def test_attack_a_call_sent_while_a_looping_writes_checkpoint_runs_is_refused(
     temporal_env, project, tmp_path
@@ -761,14 +752,6 @@ async def test_attack_a_refused_call_answers_when_the_runs_snapshot_cannot_be_re
     assert not (project / "notes" / "a.md").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a help signal of kind checkpoint (the front end's help(action='checkpoint')) starts a git "
-    "checkpoint whatever the run's state (workflows/directive_run/humans.py _on_help): on a stuck run the "
-    "agent's git.checkpoint call is refused, but the same checkpoint, asked for by a signal, runs git in the "
-    "project, once per signal, with no validator to refuse it. The fix is in workflow code (refuse or ignore "
-    "the checkpoint while the run is held), so it needs a Temporal patch.",
-)
 @pytest.mark.temporal
 async def test_attack_a_stuck_run_takes_no_checkpoint_asked_for_by_a_help_signal(runs, project, temporal_env):
     """Attack: the run is stuck (its loop warnings reached the limit), so the agent's calls, git.checkpoint

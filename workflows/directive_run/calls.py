@@ -150,6 +150,10 @@ class CallsMixin:
                         "the same result came back several times in a row; you may be looping"
                     )
                     state.loop_warnings += 1
+                    if self.newest and state.loop_warnings >= snap.limits.loop_max_warnings:
+                        # Held now, not after this call's checkpoint: calls sent meanwhile find it held.
+                        self._hold("stuck", f"{state.loop_warnings} loop warnings")
+                        self._publish()
         if (
             result.status == "ok"
             and self.human_loop

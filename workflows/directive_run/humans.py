@@ -243,7 +243,17 @@ class HumansMixin:
             and self.snap.directive.metadata.git_checkpoint != "disabled"
         ):
             decision = self.snap.grants.check_tool_id("git.checkpoint")
-            if self.hardened and not decision.allowed:
+            if self.newest and self.state.status in HELD:
+                # A held run runs nothing the agent asks for until a human resumes it (HOLD_AT_ONCE).
+                self.audit.record(
+                    {
+                        "event": "help_checkpoint_denied",
+                        "decision": "denied",
+                        "reason": f"run is {self.state.status} ({self.state.hold_reason})",
+                        "hint": f"a human must resume it: kiwi resume {self.snap.run_id}",
+                    }
+                )
+            elif self.hardened and not decision.allowed:
                 # A checkpoint runs git in the project: the same grant as the git.checkpoint tool.
                 self.audit.record(
                     {

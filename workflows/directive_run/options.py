@@ -79,9 +79,10 @@ CURRENT = "kiwi-run-changes-2026-11-25"
 # What CURRENT stood for until it also stood for HOLD_AT_ONCE: runs started in between replay it.
 CHANGES_2026_11_23C = "kiwi-run-changes-2026-11-23c"
 # (In CURRENT only, never a marker of its own.) A run is held as soon as the loop warning that reaches
-# the limit is counted at admission, and an agent's call that reaches a held run, in the task that held
-# it, is refused as a later call is: before it, calls sent with the call that held the run (their
-# validators ran before it was held) went out with it and ran while the run was stuck.
+# the limit is counted (at admission, or from a call's result before its checkpoint), and an agent's call
+# that reaches a held run, in the task that held it, is refused as a later call is: before it, calls sent
+# with the call that held the run (their validators ran before it was held) went out with it and ran
+# while the run was stuck. A held run also takes no checkpoint asked for by a help signal.
 HOLD_AT_ONCE = CURRENT
 # (In CURRENT only.) A child run started by the agent is given half of what is left of each of the
 # parent's per-run limits and windows, not all of it: the parent went on refusing its own calls of every
