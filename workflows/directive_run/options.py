@@ -89,6 +89,11 @@ HOLD_AT_ONCE = CURRENT
 # limited pattern (mcp.*, filesystem.write, shell.run by default) while the child ran. Parent and
 # children together still stay within every limit.
 BUDGET_HALVED = CURRENT
+# (In CURRENT only.) _publish upserts the search attributes that changed since the run's own last upsert,
+# as its code recorded them, instead of comparing with workflow.info()'s: one chaos run's status query
+# failed replaying an approval run (an upsert fewer on replay than in its history), and what the
+# workflow code itself sent is the same on every replay by construction.
+PUBLISH_OWN_RECORD = CURRENT
 # What CURRENT stood for until it also stood for the task budget (task_budget.py): runs started in between
 # replay it.
 CHANGES_2026_11_23B = "kiwi-run-changes-2026-11-23b"

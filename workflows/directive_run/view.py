@@ -69,7 +69,13 @@ class ViewMixin:
             if self.human_loop:
                 pending = ",".join(a.request_id for a in state.approvals if a.status == "pending")
                 updates.append(PENDING_APPROVAL_ATTR.value_set(pending))
-            if self.lean:
+            if self.newest:
+                # Only what changed since this run's own last upsert (PUBLISH_OWN_RECORD): decided from what
+                # the workflow code itself sent, never from workflow.info(), whose search attributes a
+                # replaying worker builds from the run's start.
+                updates = [u for u in updates if self.published.get(u.key.name) != u.value]
+                self.published.update((u.key.name, u.value) for u in updates)
+            elif self.lean:
                 current = workflow.info().typed_search_attributes
                 updates = [u for u in updates if current.get(u.key) != u.value]
             if updates:

@@ -93,6 +93,8 @@ class DirectiveRun(
         self.human_loop = False
         self.fs_local = False
         self.lean = False
+        # Search attribute -> the value this run's code last upserted (see _publish, PUBLISH_OWN_RECORD).
+        self.published: dict[str, Any] = {}
         # Checked here, not in run(): signals that arrive with the first task are handled before
         # run() starts, and must already be held to the hardened rules.
         # CURRENT stands for every change, HOLD_AT_ONCE included; runs started before it replay the marker
