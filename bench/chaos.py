@@ -37,6 +37,7 @@ import httpx  # noqa: E402
 import httpx2  # noqa: E402
 from mcp.client import Client as McpClient  # noqa: E402
 from temporalio.client import Client  # noqa: E402
+from temporalio.service import RPCError  # noqa: E402
 
 from bench.bench_scale_out import KINDS, activity_retried, make_project, read_ticks  # noqa: E402
 from bench.common import start_worker, stop_worker, tuned_dev_server  # noqa: E402
@@ -44,13 +45,24 @@ from kiwi.auditlog import read_audit  # noqa: E402
 from kiwi.cli.keys import ensure_key  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.devserver import free_port  # noqa: E402
+from kiwi.errors import TemporalUnavailable  # noqa: E402
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from kiwi.snapshot import signed_decision  # noqa: E402
 
-# Errors of a call made while a process is down: the caller waits and tries again.
-# (The MCP client's task group wraps a refused connection in an ExceptionGroup.)
-TRANSIENT = (RuntimeError, OSError, TimeoutError, httpx.HTTPError, httpx2.HTTPError, ExceptionGroup)
+# Errors of a call made while a process is down: the caller waits and tries again, as a real agent or
+# approver would. (The MCP client's task group wraps a refused connection in an ExceptionGroup; a request
+# cut off by the dev server's kill is an RPCError, or Kiwi's TemporalUnavailable.)
+TRANSIENT = (
+    RuntimeError,
+    OSError,
+    TimeoutError,
+    httpx.HTTPError,
+    httpx2.HTTPError,
+    ExceptionGroup,
+    RPCError,
+    TemporalUnavailable,
+)
 
 
 def say(text: str) -> None:

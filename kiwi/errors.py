@@ -103,6 +103,10 @@ class RunStateConflict(KiwiError):
     pass
 
 
+class TemporalUnavailable(KiwiError):
+    """Temporal did not answer the request (down, restarting, or the request was cut off): try again."""
+
+
 class DecisionRefused(KiwiError):
     """A run received a human decision (approve, reject, decide, resume) and refused it; the reason says why."""
 

@@ -76,6 +76,7 @@ from kiwi.errors import (
     RunInOtherProject,
     RunNotFound,
     RunStateConflict,
+    TemporalUnavailable,
     ToolNotFound,
     display_path,
 )
@@ -1074,6 +1075,11 @@ def _quote(value: str) -> str:
 def _translate(exc: RPCError, run_id: str) -> KiwiError:
     if exc.status == RPCStatusCode.NOT_FOUND:
         return RunNotFound(f"no run '{run_id}'", hint="list runs with `kiwi runs`")
+    if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+        return TemporalUnavailable(
+            f"Temporal did not answer: {exc.message}",
+            hint="try again in a moment (`kiwi doctor` checks the server)",
+        )
     return KiwiError(f"Temporal refused the request: {exc.message}")
 
 

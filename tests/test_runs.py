@@ -484,3 +484,21 @@ async def test_a_pending_call_is_polled_after_the_run_continued_as_new(runs, pro
         await runs.poll_call(run_id, "nope", wait_seconds=1)
     with pytest.raises(RunNotFound):
         await runs.poll_call("run-none-0", call_id, wait_seconds=1)
+
+
+def test_a_request_temporal_cut_off_is_told_apart_from_a_refusal():
+    """A request cut off or unanswered (the server restarting) is TemporalUnavailable, which callers retry;
+    any other RPC error stays a refusal. (The chaos bench's players stopped on 'Temporal refused the
+    request: context canceled' while the dev server was killed.)"""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from kiwi.errors import TemporalUnavailable
+    from kiwi.runs import _translate
+
+    for status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+        cut = _translate(RPCError("context canceled", status, b""), "run-x")
+        assert isinstance(cut, TemporalUnavailable) and "try again" in cut.hint, cut
+    refused = _translate(RPCError("namespace not found", RPCStatusCode.INVALID_ARGUMENT, b""), "run-x")
+    assert (
+        type(refused) is KiwiError and refused.message == "Temporal refused the request: namespace not found"
+    )
