@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import json
 import os
@@ -251,11 +250,8 @@ class DevServer:
                     if own_log is not None
                     else "its output is above",
                 )
-            if port_open(self.ip, self.port):
-                with contextlib.suppress(RPCError, RuntimeError):
-                    client = await Client.connect(self.address, namespace=self.namespace)
-                    await client.workflow_service.get_system_info(GetSystemInfoRequest())
-                    return
+            if port_open(self.ip, self.port) and await answers_as_temporal(self.address, self.namespace):
+                return
             await asyncio.sleep(0.2)
         self.stop()
         raise KiwiError(f"the Temporal dev server did not answer on {self.address} within {timeout:g}s")
@@ -319,6 +315,16 @@ def _tail(path: Path | None, lines: int = 5) -> str:
     except OSError:
         return ""
     return " / ".join([line.strip() for line in text.splitlines() if line.strip()][-lines:])
+
+
+async def answers_as_temporal(address: str, namespace: str = "default", timeout: float = 5.0) -> bool:
+    """Whether a Temporal server answers at ``address`` (its system info, within ``timeout`` seconds)."""
+    try:
+        client = await asyncio.wait_for(Client.connect(address, namespace=namespace), timeout)
+        await asyncio.wait_for(client.workflow_service.get_system_info(GetSystemInfoRequest()), timeout)
+    except (RPCError, RuntimeError, OSError, TimeoutError):
+        return False
+    return True
 
 
 def port_open(ip: str, port: int) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 from kiwi.contracts import RunSnapshot, RunTrust
 from kiwi.guards import is_external_mcp
 from kiwi.items.directive import callable_tool
-from kiwi.policy import BUILTIN_TOOLS, FILESYSTEM_TOOLS, KIWI_MCP_ACTIONS, KIWI_MCP_TOOLS
+from kiwi.policy import BUILTIN_TOOLS, FILESYSTEM_TOOLS, KIWI_MCP_ACTIONS, KIWI_MCP_TOOLS, PermissionSet
 
 _READS = ("filesystem.read", "filesystem.list")
 
@@ -39,6 +39,18 @@ def trust_hint(trust: RunTrust | None, directive: str, path: str) -> str:
     )
 
 
+def grants_some_call(grants: PermissionSet, tool: str) -> bool:
+    """Whether ``grants`` allow some call of the built-in or local ``tool`` (``filesystem.read`` when any
+    path may be read, ``shell.run`` when any program may run); each call is still checked in full."""
+    if tool in grants.deny_tools or "*" in grants.deny_tools:
+        return False
+    if tool in FILESYSTEM_TOOLS:
+        return bool(grants.fs_read if tool in _READS else grants.fs_write)
+    if tool == "shell.run":
+        return bool(grants.shell)
+    return grants.check_tool_id(tool).allowed
+
+
 def callable_tools(snap: RunSnapshot) -> list[str]:
     """The tools a run may call: those it has (built-in, local, declared MCP servers') that its grants allow.
 
@@ -50,17 +62,7 @@ def callable_tools(snap: RunSnapshot) -> list[str]:
     local = frozenset(snap.local_tools)
     found = []
     for tool in (*BUILTIN_TOOLS, *KIWI_MCP_TOOLS, *sorted(local)):
-        if tool in grants.deny_tools or "*" in grants.deny_tools:
-            continue
-        if not callable_tool(tool, snap.directive, local):
-            continue
-        if tool in FILESYSTEM_TOOLS:
-            allowed = bool(grants.fs_read if tool in _READS else grants.fs_write)
-        elif tool == "shell.run":
-            allowed = bool(grants.shell)
-        else:
-            allowed = grants.check_tool_id(tool).allowed
-        if allowed:
+        if callable_tool(tool, snap.directive, local) and grants_some_call(grants, tool):
             found.append(tool)
     for server in snap.directive.metadata.tools.mcps:
         granted = [*grants.mcp.get(server.name, []), *grants.mcp.get(server.alias or server.name, [])]

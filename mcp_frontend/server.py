@@ -33,14 +33,14 @@ from temporalio.service import RPCError
 
 from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError, PermissionDenied, RunInOtherProject
-from kiwi.explain import outside_run_hint
+from kiwi.explain import grants_some_call, outside_run_hint
 from kiwi.harness import load_harness
 from kiwi.health import HealthApp, OwnedServer, Readiness, WithHealth
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore, find_project_root, item_kind
-from kiwi.policy import FILESYSTEM_TOOLS, PermissionSet
+from kiwi.policy import PermissionSet
 from kiwi.registry import RegistryRefused
 from kiwi.registry.local import write_pulled
 from kiwi.runs import RunClient
@@ -713,18 +713,9 @@ def callable_tools(grants: PermissionSet, store: ItemStore) -> dict[str, dict[st
     schemas, so an agent knows them from the start as it knows the MCP servers' (``tool_context``)."""
     from kiwi.toolargs import BUILTIN_SCHEMAS
 
-    reads, writes = ("filesystem.read", "filesystem.list"), FILESYSTEM_TOOLS
     found: dict[str, dict[str, Any]] = {}
     for tool, schema in BUILTIN_SCHEMAS.items():
-        if tool in reads:
-            allowed = bool(grants.fs_read)
-        elif tool in writes:
-            allowed = bool(grants.fs_write)
-        elif tool == "shell.run":
-            allowed = bool(grants.shell)
-        else:
-            allowed = grants.check_tool_id(tool).allowed
-        if allowed and tool not in grants.deny_tools and "*" not in grants.deny_tools:
+        if grants_some_call(grants, tool):
             found[tool] = {"type": "built-in", "input_schema": schema}
     for tool_id, manifest in sorted(store.local_tools().items()):
         if grants.check_tool_id(tool_id).allowed:

@@ -45,6 +45,26 @@ def _children(pid: int, name: str) -> list[int]:
     return found
 
 
+async def run_command_in_a_process(tmp_path: Path, script: str) -> asyncio.subprocess.Process:
+    """A process of its own (standing for a worker, killed as one is) that runs ``sh -c script`` through
+    run_process, as shell.run, git and local tools do."""
+    runner = tmp_path / "runner.py"
+    runner.write_text(
+        textwrap.dedent(
+            f"""
+            import asyncio
+            from activities.process import run_process
+
+            argv = ["sh", "-c", {script!r}]
+            asyncio.run(run_process(argv, cwd={str(tmp_path)!r}, timeout=600, max_output=1000))
+            """
+        )
+    )
+    return await asyncio.create_subprocess_exec(
+        sys.executable, str(runner), start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+
+
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie waiting for init to reap it has ended)."""
     try:
@@ -113,22 +133,9 @@ async def test_a_command_dies_with_the_process_that_ran_it_when_that_is_killed_b
     """A command run_process started (shell.run, git, local tools) kept running after its worker was
     killed, while Temporal retried its activity on another worker: the command ran twice at once."""
     pid_file = tmp_path / "command.pid"
-    runner = tmp_path / "runner.py"
-    runner.write_text(
-        textwrap.dedent(
-            f"""
-            import asyncio
-            from activities.process import run_process
-
-            argv = ["sh", "-c", "echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file} && exec sleep 300"]
-            asyncio.run(run_process(argv, cwd={str(tmp_path)!r}, timeout=600, max_output=1000))
-            """
-        )
+    proc = await run_command_in_a_process(
+        tmp_path, f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file} && exec sleep 300"
     )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(runner), start_new_session=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
     try:
 
         async def started() -> bool:

@@ -21,7 +21,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import uuid
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from kiwi.upstream.pool import McpPool
 from tests.helpers import directive_md, kiwi_worker, wait_for, write, write_directive
 from tests.test_batches import _activity_types, _admitted, _run_waiting
 from tests.test_mcp_servers import SERVERS, mcp_directive, registry, text_of
+from tests.test_process_lifetime import _alive, run_command_in_a_process
 from workers.main import build_worker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,15 +44,6 @@ LINUX = sys.platform.startswith("linux")
 
 def _lines(ledger: Path) -> list[str]:
     return ledger.read_text().splitlines() if ledger.exists() else []
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting to be reaped has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _kill(pid: int) -> None:
@@ -198,20 +189,8 @@ async def test_attack_a_commands_own_child_outlives_a_worker_killed_by_kill_9(tm
     starts a helper). The worker is killed with kill -9. Safe: the command's whole tree dies with the worker,
     not only the process Kiwi started."""
     pid_file = tmp_path / "child.pid"
-    runner = tmp_path / "runner.py"
-    runner.write_text(
-        textwrap.dedent(
-            f"""
-            import asyncio
-            from activities.process import run_process
-
-            argv = ["sh", "-c", "sleep 300 & echo $! > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; wait"]
-            asyncio.run(run_process(argv, cwd={str(tmp_path)!r}, timeout=600, max_output=1000))
-            """
-        )
-    )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(runner), start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    proc = await run_command_in_a_process(
+        tmp_path, f"sleep 300 & echo $! > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; wait"
     )
     child = 0
     try:

@@ -149,21 +149,8 @@ async def _temporal(address: str | None, namespace: str | None) -> list[Check]:
     ]
 
 
-async def _answers_as_temporal(address: str) -> bool:
-    from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
-    from temporalio.client import Client
-    from temporalio.service import RPCError
-
-    try:
-        client = await asyncio.wait_for(Client.connect(address), 5)
-        await asyncio.wait_for(client.workflow_service.get_system_info(GetSystemInfoRequest()), 5)
-    except (RPCError, RuntimeError, OSError, TimeoutError):
-        return False
-    return True
-
-
 async def _ports() -> list[Check]:
-    from kiwi.devserver import load_dev_config, port_open
+    from kiwi.devserver import answers_as_temporal, load_dev_config, port_open
 
     try:
         config, _ = load_dev_config(None)
@@ -180,7 +167,7 @@ async def _ports() -> list[Check]:
         expected = {"Temporal UI": "the Temporal UI", "MCP HTTP": "a Kiwi MCP front end"}.get(what)
         if not busy:
             checks.append(Check(f"port {port}", True, f"{what} port {host}:{port} is free for `kiwi dev`"))
-        elif what == "Temporal gRPC" and await _answers_as_temporal(f"{host}:{port}"):
+        elif what == "Temporal gRPC" and await answers_as_temporal(f"{host}:{port}"):
             checks.append(
                 Check(f"port {port}", True, f"{what} port {host}:{port}: a Temporal server (reused)")
             )

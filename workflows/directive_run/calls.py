@@ -94,10 +94,8 @@ class CallsMixin:
             and (self.current or workflow.patched(KIWI_EXECUTE_AS_CALL))
         )
         result, warning = self._admit(tool, args, seq, granted_by, one_execute, counted)
-        if self.newest and result is None and state.loop_warnings >= snap.limits.loop_max_warnings:
-            # Held now, not once this call answers: the calls after it in this task find the run held.
-            self._hold("stuck", f"{state.loop_warnings} loop warnings")
-            self._publish()
+        if self.newest and result is None:
+            self._hold_if_looping()  # now, not once this call answers: later calls in this task find it held
         if (
             result is None
             and self.human_loop
@@ -150,10 +148,8 @@ class CallsMixin:
                         "the same result came back several times in a row; you may be looping"
                     )
                     state.loop_warnings += 1
-                    if self.newest and state.loop_warnings >= snap.limits.loop_max_warnings:
-                        # Held now, not after this call's checkpoint: calls sent meanwhile find it held.
-                        self._hold("stuck", f"{state.loop_warnings} loop warnings")
-                        self._publish()
+                    if self.newest:
+                        self._hold_if_looping()  # before this call's checkpoint: calls sent meanwhile find it held
         if (
             result.status == "ok"
             and self.human_loop
@@ -198,12 +194,16 @@ class CallsMixin:
                 **({"warnings": list(result.warnings)} if result.warnings else {}),
             }
         )
-        if state.loop_warnings >= snap.limits.loop_max_warnings:
-            self._hold("stuck", f"{state.loop_warnings} loop warnings")
-            self._publish()
+        self._hold_if_looping()
         if self.audit.pending >= snap.limits.audit_batch_size:
             await self.audit.flush()
         return result
+
+    def _hold_if_looping(self: DirectiveRun) -> None:
+        """Hold the run (``stuck``) once its loop warnings reach the harness's limit."""
+        if self.state.loop_warnings >= self.snap.limits.loop_max_warnings:
+            self._hold("stuck", f"{self.state.loop_warnings} loop warnings")
+            self._publish()
 
     async def _declared(self: DirectiveRun, tool: str) -> Any:
         """The directive's <mcp> declaration ``tool`` belongs to (None for other tools), with the server's

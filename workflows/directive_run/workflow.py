@@ -100,7 +100,7 @@ class DirectiveRun(
         # CURRENT stands for every change, HOLD_AT_ONCE included; runs started before it replay the marker
         # of the changes up to CHANGES_2026_11_23C (the task budget), CHANGES_2026_11_23B (MCP_BATCHED) or
         # CHANGES_2026_11_23 (each checked only when the newer ones are not in their history).
-        self.newest = workflow.patched(CURRENT)  # HOLD_AT_ONCE and BUDGET_HALVED (options.py)
+        self.newest = workflow.patched(CURRENT)  # HOLD_AT_ONCE, BUDGET_HALVED, PUBLISH_OWN_RECORD
         self.budgeted = self.newest or workflow.patched(CHANGES_2026_11_23C)
         self.batched = self.budgeted or workflow.patched(CHANGES_2026_11_23B)
         self.current = self.batched or workflow.patched(CHANGES_2026_11_23)
