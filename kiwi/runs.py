@@ -1075,7 +1075,13 @@ def _quote(value: str) -> str:
 def _translate(exc: RPCError, run_id: str) -> KiwiError:
     if exc.status == RPCStatusCode.NOT_FOUND:
         return RunNotFound(f"no run '{run_id}'", hint="list runs with `kiwi runs`")
-    if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+    cut_off = exc.status in (
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+    )
+    # (A connection the server dropped mid-request comes back from the SDK's core as "transport error".)
+    if cut_off or exc.message == "transport error":
         return TemporalUnavailable(
             f"Temporal did not answer: {exc.message}",
             hint="try again in a moment (`kiwi doctor` checks the server)",

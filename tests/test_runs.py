@@ -498,6 +498,10 @@ def test_a_request_temporal_cut_off_is_told_apart_from_a_refusal():
     for status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
         cut = _translate(RPCError("context canceled", status, b""), "run-x")
         assert isinstance(cut, TemporalUnavailable) and "try again" in cut.hint, cut
+    dropped = _translate(RPCError("transport error", RPCStatusCode.UNKNOWN, b""), "run-x")
+    assert isinstance(dropped, TemporalUnavailable), dropped
+    odd = _translate(RPCError("something else", RPCStatusCode.UNKNOWN, b""), "run-x")
+    assert type(odd) is KiwiError, odd
     refused = _translate(RPCError("namespace not found", RPCStatusCode.INVALID_ARGUMENT, b""), "run-x")
     assert (
         type(refused) is KiwiError and refused.message == "Temporal refused the request: namespace not found"
