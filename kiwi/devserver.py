@@ -41,7 +41,7 @@ DEFAULTS: dict[str, Any] = {
             "history.transferProcessorMaxPollHostRPS": 0,
         },
     },
-    "worker": {"task_queue": "kiwi", "sandboxed": False},
+    "worker": {"task_queue": "kiwi", "sandboxed": False, "threaded": False},
     "mcp": {"http": True, "host": "127.0.0.1", "port": 8765},
 }
 
@@ -97,10 +97,11 @@ def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
             if section not in config or not isinstance(values, dict):
                 raise KiwiError(f"{path}: unknown section '{section}' (known: {', '.join(config)})")
             config[section].update(values)
-        if not isinstance(config["worker"].get("sandboxed"), bool):
-            raise KiwiError(
-                f"{path}: worker.sandboxed is {config['worker'].get('sandboxed')!r}; expected true or false"
-            )
+        for option in ("sandboxed", "threaded"):
+            if not isinstance(config["worker"].get(option), bool):
+                raise KiwiError(
+                    f"{path}: worker.{option} is {config['worker'].get(option)!r}; expected true or false"
+                )
         base = path.parent
     return config, base
 

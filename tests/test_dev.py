@@ -160,7 +160,16 @@ def test_the_dev_config_refuses_a_sandbox_setting_that_is_not_true_or_false(tmp_
     with pytest.raises(KiwiError, match="worker.sandboxed is 'yes please'; expected true or false"):
         load_dev_config(config)
     config.write_text("worker:\n  sandboxed: true\n")
-    assert load_dev_config(config)[0]["worker"] == {"task_queue": "kiwi", "sandboxed": True}
+    assert load_dev_config(config)[0]["worker"] == {
+        "task_queue": "kiwi",
+        "sandboxed": True,
+        "threaded": False,
+    }
+    config.write_text("worker:\n  threaded: 1\n")
+    with pytest.raises(KiwiError, match="worker.threaded is 1; expected true or false"):
+        load_dev_config(config)
+    config.write_text("worker:\n  threaded: true\n")
+    assert load_dev_config(config)[0]["worker"]["threaded"] is True
 
 
 async def test_kiwi_dev_refuses_a_taken_ui_port_before_starting_anything(project, tmp_path):

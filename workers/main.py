@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import Callable
 from datetime import timedelta
@@ -25,6 +26,7 @@ from activities.items import ItemActivities
 from activities.mcp import McpActivities
 from kiwi.contracts import TASK_QUEUE
 from kiwi.health import bind_health, serve_health
+from kiwi.loopwatch import LoopWatch
 from kiwi.upstream.pool import McpPool
 from workers.answer_limit import AnswerLimit
 from workflows.directive_run import DirectiveRun
@@ -129,6 +131,7 @@ def build_worker(
     sandboxed: bool = False,
     drain: timedelta = timedelta(),
     deployment: WorkerDeploymentConfig | None = None,
+    threaded: bool = False,
 ) -> KiwiWorker:
     """A worker tuned so a dead worker's runs move to another within seconds.
 
@@ -143,6 +146,13 @@ def build_worker(
 
     ``drain`` is how long shutdown waits for in-flight activities before cancelling them; polling stops
     at once, so the activities' workflows carry on with another worker.
+
+    Workflow tasks run on the worker's event loop (the SDK's ``debug_mode``, which does only that when
+    workflows are not sandboxed) unless ``threaded`` (or ``sandboxed``): the SDK's default hands each one to
+    a thread pool and back, 0.1-0.2 ms per workflow task, a fifth of what Kiwi adds to a proxied call
+    (#20). What the thread bought is the SDK's deadlock detection, a workflow task failed after 2 s
+    (the thread itself runs on); ``kiwi.loopwatch`` logs a stuck loop and where it is stuck instead. The
+    workflow code is Kiwi's own, no user code runs in it.
     """
     pool = McpPool()
     return KiwiWorker(
@@ -163,7 +173,13 @@ def build_worker(
         # (A deployment names its own build.)
         build_id=None if deployment else build_id(),
         interceptors=[AnswerLimit()],
+        debug_mode=inline_workflow_tasks(sandboxed=sandboxed, threaded=threaded),
     )
+
+
+def inline_workflow_tasks(*, sandboxed: bool, threaded: bool) -> bool:
+    """Whether a worker built with these options runs workflow tasks on its event loop."""
+    return not (sandboxed or threaded)
 
 
 async def run_worker(
@@ -176,6 +192,7 @@ async def run_worker(
     health: tuple[str, int] | None = None,
     deployment: WorkerDeploymentConfig | None = None,
     started: Callable[[], None] | None = None,
+    threaded: bool = False,
 ) -> None:
     """Run a worker until ``stop`` is set, then drain (see :func:`build_worker`).
 
@@ -187,7 +204,14 @@ async def run_worker(
     answer, and while the worker drains.
     """
     listener = bind_health(*health) if health else None
-    worker = build_worker(client, task_queue, sandboxed=sandboxed, drain=drain, deployment=deployment)
+    worker = build_worker(
+        client, task_queue, sandboxed=sandboxed, drain=drain, deployment=deployment, threaded=threaded
+    )
+    watch = (
+        LoopWatch().watching()
+        if inline_workflow_tasks(sandboxed=sandboxed, threaded=threaded)
+        else contextlib.nullcontext()
+    )
     stop = stop or asyncio.Event()
     stopped = asyncio.Event()
 
@@ -202,7 +226,7 @@ async def run_worker(
 
     probes = asyncio.create_task(serve_health(listener, ready, stopped)) if listener else None
     try:
-        async with worker:
+        async with watch, worker:
             if started is not None:
                 started()
             await stop.wait()

@@ -530,6 +530,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             args.task_queue,
             stop,
             sandboxed=args.sandboxed,
+            threaded=args.threaded,
             drain=timedelta(seconds=args.drain_seconds),
             health=health,
             deployment=deployment,
@@ -616,6 +617,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                         config["worker"]["task_queue"],
                         stop,
                         sandboxed=bool(config["worker"].get("sandboxed")),
+                        threaded=bool(config["worker"].get("threaded")),
                     )
                 )
             ]
@@ -760,6 +762,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--sandboxed",
         action="store_true",
         help="run workflows in the Temporal Python sandbox (determinism checks; slower, see README)",
+    )
+    p.add_argument(
+        "--threaded",
+        action="store_true",
+        help="run each workflow task on a thread, with the Temporal SDK's deadlock detection (default: on "
+        "the worker's event loop, faster; a stuck loop is logged with its stack; see README)",
     )
     p.add_argument(
         "--drain-seconds",
