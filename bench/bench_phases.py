@@ -1,6 +1,6 @@
 """Where a proxied call's time goes, phase by phase, Kiwi's worker beside the bare floor's (#20).
 
-    .venv/bin/python bench/bench_phases.py [--calls 300] [--kind echo|read|refused]
+    .venv/bin/python bench/bench_phases.py [--calls 300] [--kind echo|read|refused] [--kiwi-threaded] [--floor-inline]
 
 Both workers run as processes of their own with timing hooks (a ``sitecustomize`` this bench writes to a
 temporary folder) around the SDK's bridge to its Rust core: when an activation reaches Python, when its
@@ -15,6 +15,10 @@ hand-off back, the answer's activation) and Python back to the server.
 before any activity against a bare update). Measured on 2026-11-25 (echo, 300 calls): the server's parts
 were the same for both (1.6 ms to Python, 0.9-1.0 ms back); Kiwi's Python took 4.4 ms against 3.4 ms,
 +0.36 ms in the update's activation, +0.34 ms in the local activity, +0.27 ms in the answer's activation.
+
+Kiwi's worker runs workflow tasks on its event loop, the floor's on the SDK's threads (its default), unless
+``--kiwi-threaded`` / ``--floor-inline``. Measured on 2026-11-26 (echo, 300 calls), Kiwi's share: +0.52 ms as
+shipped, +0.98 ms both on threads, +1.03 ms both on their loops (the thread hand-offs: ~0.45 ms a call).
 """
 
 from __future__ import annotations
@@ -134,6 +138,16 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--kind", choices=sorted(KINDS), default="echo")
+    parser.add_argument(
+        "--kiwi-threaded",
+        action="store_true",
+        help="Kiwi's worker with --threaded (each workflow task on a thread, as the SDK does by default)",
+    )
+    parser.add_argument(
+        "--floor-inline",
+        action="store_true",
+        help="the floor's worker with its workflow tasks on its event loop, as Kiwi's (TEMPORAL_DEBUG=1)",
+    )
     args = parser.parse_args()
     if not EVERYTHING.exists():
         raise SystemExit("run scripts/test once first: it installs tests/npm (server-everything)")
@@ -151,8 +165,13 @@ async def main() -> None:
         server = common.tuned_dev_server(root)
         await server.start()
         worker = await common.start_worker(
-            server.address, env={"PYTHONPATH": os.pathsep.join([str(folder / "site"), repo])}
+            server.address,
+            {"PYTHONPATH": os.pathsep.join([str(folder / "site"), repo])},
+            "kiwi",
+            *(["--threaded"] if args.kiwi_threaded else []),
         )
+        if args.floor_inline:
+            os.environ["TEMPORAL_DEBUG"] = "1"  # (read by the SDK's worker in the floor's process)
         try:
             client = await Client.connect(server.address, data_converter=data_converter)
             runs = RunClient(client, ItemStore(root))
@@ -191,7 +210,11 @@ async def main() -> None:
         "kiwi": _phases(kiwi_notes, histories["kiwi"], activity),
         "floor": _phases(floor_notes, histories["floor"], activity),
     }
-    print(f"{args.calls} calls of each: Kiwi's {tool} and the floor's '{floor_kind}' update (p50, ms)")
+    print(
+        f"{args.calls} calls of each: Kiwi's {tool} and the floor's '{floor_kind}' update (p50, ms); workflow "
+        f"tasks: Kiwi's {'on threads' if args.kiwi_threaded else 'on its event loop'}, the floor's "
+        f"{'on its event loop' if args.floor_inline else 'on threads (the SDK default)'}"
+    )
     print(f"{'phase':24s} {'Kiwi':>8s} {'floor':>8s} {'Kiwi - floor':>13s}")
     for name in [*(WITH_ACTIVITY if activity else WITHOUT), "total"]:
         k, f = statistics.median(phases["kiwi"][name]), statistics.median(phases["floor"][name])

@@ -82,12 +82,13 @@ def rss_mb(pid: int) -> float:
 
 
 async def start_worker(
-    address: str, env: dict[str, str] | None = None, queue: str = "kiwi"
+    address: str, env: dict[str, str] | None = None, queue: str = "kiwi", *extra: str
 ) -> asyncio.subprocess.Process:
-    """A `kiwi worker` process started as the tests start one (``tests.helpers.kiwi_worker``)."""
+    """A `kiwi worker` process started as the tests start one (``tests.helpers.kiwi_worker``);
+    ``extra``: more of its options (``--threaded``)."""
     from tests.helpers import kiwi_worker
 
-    return await kiwi_worker(address, queue, env=env)
+    return await kiwi_worker(address, queue, *extra, env=env)
 
 
 async def gather_limited(limit: int, jobs) -> list:
