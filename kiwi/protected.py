@@ -24,16 +24,23 @@ def _fold(segment: str) -> str:
     return segment.casefold().rstrip(" .") or segment
 
 
+_ROOT_PARTS = tuple([_fold(p) for p in root.split("/")] for root in PROTECTED_ROOTS)
+_ROOT_DEPTH = max(len(parts) for parts in _ROOT_PARTS)
+
+
 def protected_root(rel: str) -> str | None:
-    """The protected place ``rel`` (a normalised project-relative path) is in, or None."""
+    """The protected place ``rel`` (a normalised project-relative path) is in, or None.
+
+    Every path an agent names goes through here (a shell command's too), in workflow code: only a path
+    whose folded text holds ".git" has its every segment folded (a segment folds to ".git" only then)."""
     segments = [s for s in rel.split("/") if s not in ("", ".")]
-    folded = [_fold(s) for s in segments]
-    for index, segment in enumerate(folded):
-        if segment == GIT_DIR:
-            return "/".join(segments[: index + 1])
-    for root in PROTECTED_ROOTS:
-        parts = root.split("/")
-        if folded[: len(parts)] == [_fold(p) for p in parts]:
+    if GIT_DIR in rel.casefold():
+        for index, segment in enumerate(segments):
+            if _fold(segment) == GIT_DIR:
+                return "/".join(segments[: index + 1])
+    folded = [_fold(s) for s in segments[:_ROOT_DEPTH]]
+    for parts in _ROOT_PARTS:
+        if folded[: len(parts)] == parts:
             return "/".join(segments[: len(parts)])
     return None
 

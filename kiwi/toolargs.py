@@ -28,6 +28,11 @@ MAX_CONTENT_BYTES = 1_000_000
 # input are Temporal payloads: 2 MB at most, warnings from 512 KB).
 MAX_ARGUMENTS_BYTES = 1_500_000
 MAX_SHELL_TIMEOUT = 3600.0
+# A shell.run command's text (its argv's words, one separator each): the run checks every word, each
+# path against its grants, in workflow code, on the worker's event loop. At 1.5 MB (the argument limit)
+# that took 3 s, all other runs of the worker waiting; at this limit it takes under 0.1 s. Half of
+# Linux's limit on one argument (128 KiB).
+MAX_COMMAND_BYTES = 65_536
 
 _STRING = {"type": "string"}
 _PATHS = {"type": "array", "items": {"type": "string"}, "description": "paths relative to the project root"}
@@ -234,12 +239,28 @@ def _builtin_problem(tool: str, args: dict[str, Any], hint: str) -> ArgumentErro
         return ArgumentError(
             "kiwi-mcp.load: argument 'item_type' (directive, tool or knowledge) is required", hint
         )
+    # (before each word is type-checked: that walk alone took 0.2 s at 1.5 MB)
+    if tool == "shell.run" and (size := command_bytes(args)) > MAX_COMMAND_BYTES:
+        return ArgumentError(
+            f"shell.run: the command is {size:,} bytes, over the limit of {MAX_COMMAND_BYTES:,}: the run checks "
+            "each of its words against its grants before the command runs",
+            "name fewer paths per command (several calls), or write long text to a file and name the file",
+        )
     for name, spec in properties.items():
         if name in args and args[name] is not None:
             problem = _problem(args[name], spec)
             if problem:
                 return ArgumentError(f"{tool}: argument '{name}' {problem}", hint)
     return None
+
+
+def command_bytes(args: dict[str, Any]) -> int:
+    """The UTF-8 bytes of a shell.run call's command (``argv``: its words, one separator each)."""
+    argv = args.get("argv")
+    if isinstance(argv, list):
+        return sum(len(a.encode("utf-8", "surrogatepass")) + 1 for a in argv if isinstance(a, str))
+    command = args.get("command")
+    return len(command.encode("utf-8", "surrogatepass")) if isinstance(command, str) else 0
 
 
 def kiwi_execute_target(args: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
