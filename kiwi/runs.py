@@ -86,7 +86,7 @@ from kiwi.items.store import ItemStore
 from kiwi.keys import default_key, human_message, load_private, sign_bytes
 from kiwi.policy import BUILTIN_TOOLS, PermissionSet
 from kiwi.snapshot import build_session_snapshot, build_snapshot, signed_decision
-from kiwi.toolargs import arguments_bytes, inner_call, unsendable
+from kiwi.toolargs import arguments_bytes, inner_call, oversized_command, unsendable
 from workflows.directive_run import DirectiveRun
 
 
@@ -1060,7 +1060,7 @@ def _unsendable(tool: str, arguments: Any, size: int | None = None) -> ToolCallR
     """Arguments the workflow could not even be asked about (over Temporal's payload limit, not an object):
     answered here, since an update that large would leave the run retrying it."""
     # The run refuses (and audits) every other wrong argument itself.
-    problem = unsendable(tool, arguments, size)
+    problem = unsendable(tool, arguments, size) or oversized_command(tool, arguments)
     if problem is None:
         return None
     return ToolCallResult(

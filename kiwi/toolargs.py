@@ -239,19 +239,28 @@ def _builtin_problem(tool: str, args: dict[str, Any], hint: str) -> ArgumentErro
         return ArgumentError(
             "kiwi-mcp.load: argument 'item_type' (directive, tool or knowledge) is required", hint
         )
-    # (before each word is type-checked: that walk alone took 0.2 s at 1.5 MB)
-    if tool == "shell.run" and (size := command_bytes(args)) > MAX_COMMAND_BYTES:
-        return ArgumentError(
-            f"shell.run: the command is {size:,} bytes, over the limit of {MAX_COMMAND_BYTES:,}: the run checks "
-            "each of its words against its grants before the command runs",
-            "name fewer paths per command (several calls), or write long text to a file and name the file",
-        )
     for name, spec in properties.items():
         if name in args and args[name] is not None:
             problem = _problem(args[name], spec)
             if problem:
                 return ArgumentError(f"{tool}: argument '{name}' {problem}", hint)
     return None
+
+
+def oversized_command(tool: str, args: Any) -> ArgumentError | None:
+    """A shell.run command over MAX_COMMAND_BYTES, called directly or through kiwi-mcp.execute; else None.
+
+    Refused where the call is sent (kiwi.runs) and by the run's update validator, never by the run's
+    admission: a validator does not run again when a run's history is replayed, so runs that took a longer
+    command before the limit replay as they ran."""
+    inner, inner_args = inner_call(tool, args)
+    if inner != "shell.run" or (size := command_bytes(inner_args)) <= MAX_COMMAND_BYTES:
+        return None
+    return ArgumentError(
+        f"shell.run: the command is {size:,} bytes, over the limit of {MAX_COMMAND_BYTES:,}: the run checks "
+        "each of its words against its grants before the command runs",
+        "name fewer paths per command (several calls), or write long text to a file and name the file",
+    )
 
 
 def command_bytes(args: dict[str, Any]) -> int:

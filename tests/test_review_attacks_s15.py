@@ -34,12 +34,16 @@ import time
 import uuid
 
 import pytest
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
+from kiwi.contracts import CallToolRequest
 from kiwi.globs import _candidates, first_match, glob_match
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
-from kiwi.toolargs import MAX_COMMAND_BYTES, check_arguments
+from kiwi.toolargs import MAX_COMMAND_BYTES, check_arguments, oversized_command
 from tests.helpers import awaiting_step, directive_md, kiwi_worker, write, write_directive
+from workflows.directive_run.workflow import DirectiveRun
 
 BODY = '<step name="work"><action>Do the work.</action></step>'
 
@@ -150,10 +154,27 @@ async def test_attack_a_huge_shell_command_is_refused_before_its_words_are_check
         assert f"over the limit of {MAX_COMMAND_BYTES:,}" in answer.reason
         assert "fewer paths per command" in answer.hint
         assert longest < 1.0, f"another run's call waited {longest:.1f}s ({probes} calls)"
+        # A caller that skips the client's check (the update sent as it is) meets the run's validator.
+        request = CallToolRequest(tool="shell.run", arguments={"command": command}, client="raw")
+        refused, longest, probes = await _stall_during(
+            runs, probing, lambda: _update_failure(runs, attacked, request)
+        )
+        assert refused is not None and refused.type == "InputInvalid", refused
+        assert f"over the limit of {MAX_COMMAND_BYTES:,}" in refused.message
+        assert longest < 1.0, f"another run's call waited {longest:.1f}s ({probes} calls)"
         ran = await runs.call_tool(attacked, "shell.run", {"argv": ["ls", "notes"] + ["notes/a.md"] * 2000})
         assert ran.status == "ok", ran
     finally:
         await _stop(worker)
+
+
+async def _update_failure(runs: RunClient, run_id: str, request: CallToolRequest) -> ApplicationError | None:
+    """The failure of the call_tool update sent straight to the run (None when it was taken)."""
+    try:
+        await runs.handle(run_id).execute_update(DirectiveRun.call_tool, request)
+    except WorkflowUpdateFailedError as exc:
+        return exc.cause if isinstance(exc.cause, ApplicationError) else None
+    return None
 
 
 # ---------------------------------------------------------------- the helpers alone
@@ -237,15 +258,25 @@ def test_the_glob_cache_holds_no_agents_names():
 
 
 def test_a_command_is_checked_for_its_size_before_its_words():
-    """A command at the limit is checked as before; one byte more is InputInvalid naming the limit, and
-    refused before each of its words is type-checked (1.5 MB in a few milliseconds)."""
-    assert check_arguments("shell.run", {"command": "x" * MAX_COMMAND_BYTES}) is None
-    assert check_arguments("shell.run", {"argv": ["ls"] + ["a"] * (MAX_COMMAND_BYTES // 2 - 2)}) is None
-    over = check_arguments("shell.run", {"command": "x" * (MAX_COMMAND_BYTES + 1)})
+    """A command at the limit is sent as before; one byte more is InputInvalid naming the limit, called
+    directly or through kiwi-mcp.execute, and refused before each of its words is type-checked (1.5 MB in a
+    few milliseconds). Admission itself does not check the size (runs that took longer commands before
+    the limit replay as they ran)."""
+    assert oversized_command("shell.run", {"command": "x" * MAX_COMMAND_BYTES}) is None
+    assert oversized_command("shell.run", {"argv": ["ls"] + ["a"] * (MAX_COMMAND_BYTES // 2 - 2)}) is None
+    over = oversized_command("shell.run", {"command": "x" * (MAX_COMMAND_BYTES + 1)})
     assert over is not None and f"over the limit of {MAX_COMMAND_BYTES:,}" in over.reason
+    nested = {
+        "item_type": "tool",
+        "item_id": "shell.run",
+        "parameters": {"command": "x" * (MAX_COMMAND_BYTES + 1)},
+    }
+    assert "over the limit" in oversized_command("kiwi-mcp.execute", nested).reason
+    assert "over the limit" in oversized_command("kiwi-mcp.run", nested).reason
+    assert check_arguments("shell.run", {"command": "ls " * 30_000}) is None  # (admission as before)
     started = time.perf_counter()
-    huge = check_arguments("shell.run", {"argv": ["ls"] + ["a/b"] * 250_000})
+    huge = oversized_command("shell.run", {"argv": ["ls"] + ["a/b"] * 250_000})
     assert huge is not None and "over the limit" in huge.reason
     assert time.perf_counter() - started < 0.1
-    lone = check_arguments("shell.run", {"command": "ls \ud800" * 20_000})  # (never raises)
+    lone = oversized_command("shell.run", {"command": "ls \ud800" * 20_000})  # (never raises)
     assert lone is not None and "over the limit" in lone.reason

@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         StepFailed,
     )
     from kiwi.templating import TemplateError
+    from kiwi.toolargs import oversized_command
 
 from workflows.directive_run.audit_trail import AuditTrail
 from workflows.directive_run.calls import CallsMixin
@@ -285,6 +286,10 @@ class DirectiveRun(
         self._refuse_if_held()
         if not request.tool:
             raise InputInvalid.error("'tool' is required, e.g. filesystem.read")
+        if (command := oversized_command(request.tool, request.arguments)) is not None:
+            # (Checked before admission walks the command's words on the worker's event loop; see the
+            # function for why here and not in admission.)
+            raise InputInvalid.error(f"{command.reason}; {command.hint}")
         if self.budgeted:
             self._accept_arguments(request)
 
