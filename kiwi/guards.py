@@ -81,12 +81,39 @@ def detect_loop(hashes: list[str], threshold: int) -> str:
     return ""
 
 
-def redact(value: Any) -> Any:
-    """A copy of call arguments safe for history-visible logs and the audit trail."""
+# The argument values (keys and items, at any depth) a record keeps; past them a list or object ends with
+# what was left out. Workflow code makes the records, on the worker's event loop: 750,000 empty lists in
+# 1.5 MB of arguments took it 0.3 s to copy, every other run of the worker waiting.
+REDACT_VALUES = 10_000
+LEFT_OUT = "…"
+
+
+def redact(value: Any, limit: int = REDACT_VALUES) -> Any:
+    """A copy of call arguments safe for history-visible logs and the audit trail: secret-looking keys and
+    scheme-carrying values redacted, strings past 2,000 characters cut, at most ``limit`` values kept (what
+    is left out is never in the copy)."""
+    return _redacted(value, [limit])
+
+
+def _redacted(value: Any, room: list[int]) -> Any:
     if isinstance(value, dict):
-        return {k: REDACTED if is_secret_key(k) else redact(v) for k, v in value.items()}
+        kept: dict[Any, Any] = {}
+        for key, item in value.items():
+            if room[0] <= 0:
+                kept[LEFT_OUT] = f"{len(value) - len(kept)} more keys left out"
+                break
+            room[0] -= 1
+            kept[key] = REDACTED if is_secret_key(key) else _redacted(item, room)
+        return kept
     if isinstance(value, list):
-        return [redact(v) for v in value]
+        items: list[Any] = []
+        for item in value:
+            if room[0] <= 0:
+                items.append(f"{LEFT_OUT} {len(value) - len(items)} more items left out")
+                break
+            room[0] -= 1
+            items.append(_redacted(item, room))
+        return items
     if isinstance(value, str) and _SECRET_VALUE.match(value):
         return REDACTED
     if isinstance(value, str) and len(value) > 2000:
