@@ -34,6 +34,16 @@ def _segment(segment: str) -> str:
     )
 
 
+def glob_segments(pattern: str) -> list[str]:
+    """A glob's segments, without empty and ``.`` ones, ``**/**`` as ``**`` (the same, and a simpler regex);
+    none at all is ``**``."""
+    segments: list[str] = []
+    for segment in pattern.strip("/").split("/"):
+        if segment not in ("", ".") and not (segment == "**" and segments[-1:] == ["**"]):
+            segments.append(segment)
+    return segments or ["**"]
+
+
 @lru_cache(maxsize=4096)
 def compile_glob(pattern: str) -> re.Pattern[str]:
     """Compile a path glob to a regex over normalised relative POSIX paths.
@@ -48,12 +58,7 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
     """
     if pattern.strip() in (".", "./"):
         return re.compile(r"\.\Z")
-    segments: list[str] = []
-    for segment in pattern.strip("/").split("/"):
-        # "**/**" means the same as "**"; collapsing keeps the regex simple.
-        if segment not in ("", ".") and not (segment == "**" and segments[-1:] == ["**"]):
-            segments.append(segment)
-    segments = segments or ["**"]
+    segments = glob_segments(pattern)
     if segments == ["**"]:
         return re.compile(r".*\Z", re.DOTALL)
     # Runs of literal-or-wildcard segments, each after a "**" but the first: [head, run, run...].

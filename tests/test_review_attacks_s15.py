@@ -38,7 +38,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from kiwi.contracts import CallToolRequest
-from kiwi.globs import _candidates, first_match, glob_match
+from kiwi.globs import _candidates, first_match, glob_match, glob_segments
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
 from kiwi.toolargs import MAX_COMMAND_BYTES, check_arguments, oversized_command
@@ -185,11 +185,7 @@ def _plain_regex(pattern: str) -> re.Pattern[str]:
     reference the linear regexes must agree with."""
     if pattern.strip() in (".", "./"):
         return re.compile(r"\.\Z")
-    segments: list[str] = []
-    for segment in pattern.strip("/").split("/"):
-        if segment not in ("", ".") and not (segment == "**" and segments[-1:] == ["**"]):
-            segments.append(segment)
-    segments = segments or ["**"]
+    segments = glob_segments(pattern)  # (unchanged by s15)
     out = []
     for index, segment in enumerate(segments):
         last = index == len(segments) - 1
