@@ -284,6 +284,18 @@ def _has_port(grant: str) -> bool:
     return bool(re.search(r":[0-9]{1,5}$", grant)) and not grant.endswith("]")
 
 
+# The most of a path a refusal spells out: an agent's path may be a megabyte, and the refusal goes back to
+# it, into the run's history and its audit trail (twice: reason and hint).
+SHOWN_PATH_CHARS = 300
+
+
+def shown_path(path: str) -> str:
+    """``path`` as a refusal shows it: whole up to SHOWN_PATH_CHARS, else its start and end around a count."""
+    if len(path) <= SHOWN_PATH_CHARS:
+        return path
+    return f"{path[:200]}…({len(path):,} characters)…{path[-80:]}"
+
+
 class PermissionSet(BaseModel):
     """Effective grants of a run. Absent means denied; explicit denials always win."""
 
@@ -494,13 +506,14 @@ class PermissionSet(BaseModel):
         grants = self.fs_read if mode == "read" else self.fs_write
         denied = first_match(self.deny_fs, rel)
         if denied is not None:
-            return Decision(allowed=False, reason=f"'{rel}' is explicitly denied by '{denied}'")
+            return Decision(allowed=False, reason=f"'{shown_path(rel)}' is explicitly denied by '{denied}'")
         granted = protected_granted(grants, rel)
         if granted is None and first_match(grants, rel) is not None:
-            root = protected_root(rel)
+            root = shown_path(protected_root(rel) or "")
             return Decision(
                 allowed=False,
-                reason=f"'{rel}' is in the protected place '{root}', which only a grant naming it reaches",
+                reason=f"'{shown_path(rel)}' is in the protected place '{root}', which only a grant naming it "
+                "reaches",
                 hint=f'add <{mode} resource="filesystem" path="{root}/**"/> to <permissions> if the directive '
                 "really must touch it (a human signs that directive)",
                 checked_against=list(grants),
@@ -509,10 +522,10 @@ class PermissionSet(BaseModel):
             # model_construct: the hot path of every allowed call; the fields are known-good.
             return Decision.model_construct(allowed=True, reason="", hint="", checked_against=[granted])
         parent = posixpath.dirname(rel) or "."
-        suggestion = f"{parent}/**" if parent != "." else rel
+        suggestion = shown_path(f"{parent}/**" if parent != "." else rel)
         return Decision(
             allowed=False,
-            reason=f"{mode} not allowed on '{rel}'",
+            reason=f"{mode} not allowed on '{shown_path(rel)}'",
             hint=f'add <{mode} resource="filesystem" path="{suggestion}"/> to <permissions>',
             checked_against=list(grants),
         )

@@ -40,6 +40,7 @@ from temporalio.exceptions import ApplicationError
 from kiwi.contracts import CallToolRequest
 from kiwi.globs import _candidates, first_match, glob_match, glob_segments
 from kiwi.items.store import ItemStore
+from kiwi.policy import SHOWN_PATH_CHARS, PermissionSet
 from kiwi.runs import RunClient
 from kiwi.toolargs import MAX_COMMAND_BYTES, check_arguments, oversized_command
 from tests.helpers import awaiting_step, directive_md, kiwi_worker, write, write_directive
@@ -274,3 +275,23 @@ def test_a_command_is_checked_for_its_size_before_its_words():
     assert huge is not None and "over the limit" in huge.reason
     lone = oversized_command("shell.run", {"command": "ls \ud800" * 20_000})  # (never raises)
     assert lone is not None and "over the limit" in lone.reason
+
+
+def test_a_refusal_of_a_huge_path_spells_out_a_bounded_part_of_it():
+    """Found by the s15 review: a denied path of 1.4 MB came back whole in the refusal's reason and in its
+    hint (2.8 MB), into the run's history and its audit trail. Now each shows at most SHOWN_PATH_CHARS of it,
+    its start and end around the count; a short path is shown whole as before."""
+    path = "notes/" + "x" * 1_400_000 + "/end.md"
+    perms = PermissionSet(fs_read=["docs/**"], deny_fs=["secret/**"])
+    refused = perms.check_path("read", path)
+    assert not refused.allowed
+    assert len(refused.reason) + len(refused.hint) < 3 * SHOWN_PATH_CHARS
+    assert (
+        "notes/xxx" in refused.reason
+        and "end.md" in refused.reason
+        and "1,400,013 characters" in refused.reason
+    )
+    denied = perms.check_path("read", "secret/" + "y" * 5000)
+    assert not denied.allowed and len(denied.reason) < 2 * SHOWN_PATH_CHARS and "secret/**" in denied.reason
+    short = perms.check_path("read", "notes/a.md")
+    assert short.reason == "read not allowed on 'notes/a.md'" and 'path="notes/**"' in short.hint
