@@ -158,11 +158,22 @@ async def play(
 
             async def complete() -> None:
                 async with McpClient(stack.url) as mcp:
-                    await mcp.call_tool(
+                    answer = await mcp.call_tool(
                         "execute",
                         {"item_type": "run", "action": "complete_step", "run_id": run_id,
                          "parameters": {"step": "review", "outputs": {"ok": True}}},
                     )  # fmt: skip
+                if answer.is_error:
+                    # The front end answers a Temporal it could not reach with an error, not an exception:
+                    # the agent tries again unless the step is done (an earlier answer lost on the way).
+                    now = await runs.status(run_id)
+                    if (
+                        now.status == "awaiting_agent"
+                        and now.current_step
+                        and now.current_step.name == "review"
+                    ):
+                        text = " ".join(getattr(c, "text", "") for c in answer.content)[:200]
+                        raise RuntimeError(f"complete_step answered an error: {text}")
 
             await retrying(complete, deadline=deadline)
             kind = "auto"
@@ -182,6 +193,34 @@ async def play(
     out["status"][n] = result.status
 
 
+async def unfinished(runs: RunClient, n: int, run_id: str | None) -> str:
+    """What a run the players could not finish was doing when they stopped (the stack is up again), and
+    why its workflow tasks failed if they did (a nondeterminism error leaves a run stuck for good)."""
+    if run_id is None:
+        return f"run {n} ({KINDS[n % len(KINDS)]}) was never started"
+    try:
+        status = await asyncio.wait_for(runs.status(run_id), 30)
+        step = status.current_step.name if status.current_step else None
+        said = (
+            f"{status.status}, step {step}, approvals {[(a.request_id, a.status) for a in status.approvals]}, "
+            f"error {status.error!r}, last calls {[(c.tool, c.status) for c in status.last_calls[-3:]]}"
+        )
+    except Exception as exc:  # noqa: BLE001 - a diagnostic: whatever stands in the way is the answer
+        said = f"status not read: {type(exc).__name__}: {exc}"
+    try:
+        failures = [
+            event.workflow_task_failed_event_attributes.failure.message
+            async for event in runs.handle(run_id).fetch_history_events()
+            if event.HasField("workflow_task_failed_event_attributes")
+        ]
+        failed = f"{len(failures)} failed workflow tasks" + (
+            f", the last: {failures[-1][:500]}" if failures else ""
+        )
+    except Exception as exc:  # noqa: BLE001 - as above
+        failed = f"history not read: {type(exc).__name__}: {exc}"
+    return f"run {n} ({KINDS[n % len(KINDS)]}, {run_id}) unfinished: {said}; {failed}"
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=100)
@@ -193,6 +232,14 @@ async def main() -> int:
         type=int,
         default=0,
         help="approvals wait until this many kills have happened (3: every kind of process killed once)",
+    )
+    parser.add_argument(
+        "--max-kills",
+        type=int,
+        default=0,
+        help="stop killing after this many kills and let the runs left finish (0: kill until all finish). A run "
+        "still unfinished then is lost, not starved: on a slow host, kills every 1.5 s left one run's player "
+        "no window for 140 s",
     )
     parser.add_argument(
         "--timeout", type=float, default=600, help="seconds before unfinished runs count as lost"
@@ -223,7 +270,10 @@ async def main() -> int:
             order = victims(rng)
             while not players.done():
                 await asyncio.wait([players], timeout=rng.expovariate(1 / args.kill_every))
-                if not players.done():
+                if args.max_kills and sum(stack.kills.values()) >= args.max_kills:
+                    say(f"{args.max_kills} kills: the stack stays up while the runs left finish")
+                    await asyncio.wait([players])
+                elif not players.done():
                     victim = next(order)
                     say(f"kill -9 {victim} ({len(out['status'])}/{args.runs} runs finished)")
                     await stack.kill(victim, rng)
@@ -232,6 +282,9 @@ async def main() -> int:
             )
             for text, count in errors.items():
                 say(f"{count} runs' players stopped on {text}")
+            for n in range(args.runs):
+                if n not in out["status"]:
+                    say(await unfinished(runs, n, out["ids"].get(n)))
             lines = read_ticks(root / "ticks.log")
             retried = {
                 label
