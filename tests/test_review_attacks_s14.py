@@ -430,6 +430,23 @@ async def _workflows_only(client, queue: str):
         await pool.close()
 
 
+def _looping_git_project(
+    project: Path, name: str, steps: str, permissions: str, extra_meta: str = ""
+) -> None:
+    """A git repository whose harness holds a run at its first loop warning (two same calls or answers),
+    notes/a.txt, and directive ``name``."""
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=project, check=True)
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n",
+    )
+    write(project / "notes" / "a.txt", "start\n")
+    write_directive(
+        project / ".ai" / "directives" / f"{name}.md",
+        directive_md(steps, name=name, permissions=permissions, extra_meta=extra_meta),
+    )
+
+
 @pytest.mark.temporal
 async def test_attack_a_call_sent_while_a_looping_writes_checkpoint_runs_is_refused(
     temporal_env, project, tmp_path
@@ -439,21 +456,12 @@ async def test_attack_a_call_sent_while_a_looping_writes_checkpoint_runs_is_refu
     each write (git_checkpoint auto), and while the checkpoint runs the agent sends another call. Safe: the
     run is stuck from the moment the warning is counted; the call is refused (RunStateConflict), as any call
     after the limit is."""
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=project, check=True)
-    write(
-        project / ".ai" / "config" / "agent_harness.yaml",
-        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n",
-    )
-    write(project / "notes" / "a.txt", "start\n")
-    write_directive(
-        project / ".ai" / "directives" / "checked.md",
-        directive_md(
-            '<step name="work"><action>Write.</action></step>',
-            name="checked",
-            permissions='<read resource="filesystem" path="notes/**"/>'
-            '<write resource="filesystem" path="notes/**"/>',
-            extra_meta='<git_checkpoint mode="auto"/>',
-        ),
+    _looping_git_project(
+        project,
+        "checked",
+        '<step name="work"><action>Write.</action></step>',
+        '<read resource="filesystem" path="notes/**"/><write resource="filesystem" path="notes/**"/>',
+        extra_meta='<git_checkpoint mode="auto"/>',
     )
     queue = f"kiwi-s14-{uuid.uuid4().hex[:8]}"
     runs, run_id = await _run_waiting(temporal_env, project, queue, "checked")
@@ -742,20 +750,11 @@ async def test_attack_a_stuck_run_takes_no_checkpoint_asked_for_by_a_help_signal
     from mcp_frontend.server import build_server
     from tests.helpers import awaiting_step, data
 
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=project, check=True)
-    write(
-        project / ".ai" / "config" / "agent_harness.yaml",
-        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n",
-    )
-    write(project / "notes" / "a.txt", "a\n")
-    write_directive(
-        project / ".ai" / "directives" / "kept.md",
-        directive_md(
-            '<step name="work" mode="agent"><action>work</action></step>',
-            name="kept",
-            permissions='<read resource="filesystem" path="notes/**"/>'
-            '<execute resource="tool" id="git.checkpoint"/>',
-        ),
+    _looping_git_project(
+        project,
+        "kept",
+        '<step name="work" mode="agent"><action>work</action></step>',
+        '<read resource="filesystem" path="notes/**"/><execute resource="tool" id="git.checkpoint"/>',
     )
     run_id = await runs.start("kept", {})
     await awaiting_step(runs, run_id, "work")
