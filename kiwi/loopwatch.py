@@ -29,9 +29,9 @@ class LoopWatch:
 
     def __init__(self, threshold: float = STALL_SECONDS) -> None:
         self.threshold = threshold
-        self.beat = time.monotonic()
+        self.beat = 0.0  # (when the loop last turned; set by watching())
         self._stop = threading.Event()
-        self._loop_thread = threading.get_ident()
+        self._loop_thread = 0
 
     async def _beating(self) -> None:
         while True:
