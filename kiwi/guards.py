@@ -24,6 +24,10 @@ _WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 # Values that carry their own scheme: "Bearer abc", "Basic dXNlcjpwYXNz".
 _SECRET_VALUE = re.compile(r"^\s*(bearer|basic|token)\s+\S{8,}", re.I)
 REDACTED = "[redacted]"
+# json.dumps(value, default=str) and the same with sorted keys, as encoders built once: json.dumps with
+# any option builds an encoder per call, and the workflow spells values out several times a call.
+JSON_TEXT = json.JSONEncoder(default=str)
+SORTED_JSON_TEXT = json.JSONEncoder(sort_keys=True, default=str)
 
 
 def is_secret_key(key: Any) -> bool:
@@ -35,7 +39,7 @@ def is_secret_key(key: Any) -> bool:
 
 
 def digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(SORTED_JSON_TEXT.encode(value).encode()).hexdigest()[:16]
 
 
 def is_external_mcp(tool: str, local_tools: Any, *, kiwi_tools: bool = True) -> bool:
@@ -139,5 +143,5 @@ def summarise_call(tool: str, args: dict[str, Any]) -> str:
 
 
 def summarise_result(result: Any) -> str:
-    text = json.dumps(result, default=str) if not isinstance(result, str) else result
+    text = JSON_TEXT.encode(result) if not isinstance(result, str) else result
     return text if len(text) <= 200 else text[:200] + "…"

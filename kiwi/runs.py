@@ -108,6 +108,8 @@ BUSY_RESENDS = 100
 # How long, and for how many runs, a client keeps a run's snapshot for its refused calls' hints.
 SNAPSHOT_SECONDS = 60.0
 SNAPSHOTS = 256
+# Not-found hints kept with each kept snapshot (one per tool name called).
+HINTS_KEPT = 64
 
 
 class RunClient:
@@ -128,10 +130,13 @@ class RunClient:
         self._attributes_ready: bool | None = None
         self._projects: dict[str, str] = {}  # run id -> its project, as recorded at its start
         self._large_calls: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        # run id -> (when read, its snapshot), for the hints of refused calls (see snapshot_of).
-        self._snapshots: collections.OrderedDict[str, tuple[float, RunSnapshot | None]] = (
+        # run id -> (when read, its snapshot, the not-found hints made from it by tool), for the hints of
+        # refused calls (see snapshot_of).
+        self._snapshots: collections.OrderedDict[str, tuple[float, RunSnapshot | None, dict[str, str]]] = (
             collections.OrderedDict()
         )
+        # The project's session (calls outside a run; see call_tool_outside_run).
+        self.session_id = session_workflow_id(store.project_root)
 
     async def project_of(self, run_id: str) -> str:
         """The project a run belongs to ("" for a run started without one, e.g. before projects existed)."""
@@ -325,7 +330,7 @@ class RunClient:
         and a call id to poll, as a call in a run does.
         """
         # One session per project, whatever the client calls itself: a new client name is no new budget.
-        run_id = session_workflow_id(self.store.project_root)
+        run_id = self.session_id
 
         async def send() -> ToolCallResult:
             if wait_seconds is None:
@@ -413,20 +418,23 @@ class RunClient:
         Kept for SNAPSHOT_SECONDS (at most SNAPSHOTS runs): an agent repeating refused calls costs the server
         one history read, not one per call. (Only hints are made from it; a run id reused by a new run
         within that time gets the earlier run's hints.)"""
+        return (await self._kept_snapshot(run_id))[1]
+
+    async def _kept_snapshot(self, run_id: str) -> tuple[float, RunSnapshot | None, dict[str, str]]:
         now = time.monotonic()
         kept = self._snapshots.get(run_id)
         if kept is not None and now - kept[0] < SNAPSHOT_SECONDS:
-            return kept[1]
+            return kept
         snapshot = await self._read_snapshot(run_id)
         if snapshot is not None and snapshot.inputs:
             # Kept without the run's inputs: no hint reads them, and an agent's may be megabytes a run
             # (the payload store takes them), which SNAPSHOTS runs' worth would hold in this process.
             snapshot = snapshot.model_copy(update={"inputs": {}})
-        self._snapshots[run_id] = (now, snapshot)
+        kept = self._snapshots[run_id] = (now, snapshot, {})
         self._snapshots.move_to_end(run_id)
         while len(self._snapshots) > SNAPSHOTS:
             self._snapshots.popitem(last=False)
-        return snapshot
+        return kept
 
     async def _read_snapshot(self, run_id: str) -> RunSnapshot | None:
         try:
@@ -464,14 +472,20 @@ class RunClient:
         if result.status != "denied" and not unknown:
             return result
         try:
-            snap = await self.snapshot_of(run_id)
+            _, snap, hints = await self._kept_snapshot(run_id)
         except (KiwiError, ValueError):
             snap = None  # (a snapshot that cannot be read: the run's own answer stands)
         if snap is None:
             return result
         if unknown:
-            session = run_id == session_workflow_id(self.store.project_root)
-            result.hint = not_found_hint(result.tool, snap, outside_run=session) or result.hint
+            # (Worked out once per tool while the snapshot is kept: an agent repeating the call gets it
+            # again without the walk over every tool the run has.)
+            hint = hints.get(result.tool)
+            if hint is None:
+                hint = not_found_hint(result.tool, snap, outside_run=run_id == self.session_id)
+                if len(hints) < HINTS_KEPT:  # (an agent trying names by the thousand holds no more)
+                    hints[result.tool] = hint
+            result.hint = hint or result.hint
             return result
         if snap.trust.grants != "base":
             return result

@@ -121,6 +121,27 @@ async def _status_is(runs, run_id, name):
     return (await runs.status(run_id)).status == name
 
 
+async def test_a_missing_tools_hint_is_kept_per_tool_and_bounded(runs, project):
+    """The client works out a not-found hint once per tool while it keeps the run's snapshot (#20: it was
+    worked out on every refused call), and keeps at most HINTS_KEPT of them per run."""
+    from kiwi.runs import HINTS_KEPT
+
+    run_id = await runs.start("hello_kiwi", {"name": "Cy"})
+    await awaiting(runs, run_id, "confirm")
+    first = await runs.call_tool(run_id, "nope.tool", {})
+    assert first.error_type == "ToolNotFound"
+    assert first.hint.startswith("tools this run can call: ") and "filesystem.read" in first.hint
+    again = await runs.call_tool(run_id, "nope.tool", {})
+    assert again.hint == first.hint
+    for i in range(HINTS_KEPT + 5):
+        other = await runs.call_tool(run_id, f"nope{i}.tool", {})
+        assert other.hint == first.hint  # (every name this run lacks has the same list)
+    assert len(runs._snapshots[run_id][2]) == HINTS_KEPT
+    # Outside a run (the project's session), the hint names the base policy's tools.
+    outside = await runs.session_call("cli", "nope.tool", {})
+    assert outside.hint.startswith("tools you can call outside a run: ")
+
+
 async def test_bad_input_is_a_typed_error_and_starts_nothing(runs, project):
     with pytest.raises(ItemNotFound):
         await runs.start("no_such_directive", {})

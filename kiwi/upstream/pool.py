@@ -165,6 +165,8 @@ class McpPool:
         self._schemas: dict[str, tuple[float, list[dict[str, Any]], dict[str, str]]] = {}
         self._registries: dict[str, tuple[tuple[tuple[int, int, int], ...], McpRegistry]] = {}
         self._paths: dict[tuple[str, str], tuple[Path, list[Path]]] = {}
+        # (project root, server name) -> (the registry entry, its key): see _key.
+        self._keys: dict[tuple[str, str], tuple[McpServerConfig, str]] = {}
 
     def registry(self, project_root: str) -> McpRegistry:
         """The registry of ``project_root``, re-read when either file changes."""
@@ -195,7 +197,14 @@ class McpPool:
 
     def _key(self, project_root: str, config: McpServerConfig) -> str:
         # Per project: a server's state (a memory graph, a working folder) never crosses projects.
-        return f"{config.name}:{config.fingerprint()}:{project_root}"
+        # Worked out once per registry entry: every call asks for it (its connection, its schema check),
+        # and reading the entry's fingerprint through pydantic's private-attribute path is not free.
+        known = self._keys.get((project_root, config.name))
+        if known is not None and known[0] is config:
+            return known[1]
+        key = f"{config.name}:{config.fingerprint()}:{project_root}"
+        self._keys[(project_root, config.name)] = (config, key)
+        return key
 
     async def connection(self, project_root: str, config: McpServerConfig) -> McpConnection:
         key = self._key(project_root, config)

@@ -21,7 +21,6 @@ frames them and for the task's other commands.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from temporalio import workflow
@@ -30,6 +29,7 @@ from workflows.directive_run.options import CONTINUE_COMMIT_TIMER, TASK_BYTES
 
 with workflow.unsafe.imports_passed_through():
     from kiwi.contracts import MAX_ANSWER_BYTES
+    from kiwi.guards import JSON_TEXT
 
 
 class TaskBudget:
@@ -81,4 +81,4 @@ class TaskBudget:
 
 def json_bytes(value: Any) -> int:
     """The JSON length of ``value`` (non-ASCII spelled out as escapes: never less than its payload)."""
-    return len(json.dumps(value, default=str))
+    return len(JSON_TEXT.encode(value))

@@ -240,8 +240,10 @@ class DirectiveRun(
         size = json_bytes(result.model_dump()) if self.budgeted else 0
         if update_id:
             if self._holds(result, size):
-                recent = {**self.state.recent_updates, update_id: result}
-                self.state.recent_updates = dict(list(recent.items())[-RECENT_RESULTS:])
+                held = self.state.recent_updates  # (in place: the last RECENT_RESULTS, oldest first)
+                held[update_id] = result
+                while len(held) > RECENT_RESULTS:
+                    del held[next(iter(held))]
             if self.commit_before_continue:
                 seqs = self.state.update_seqs
                 seqs[update_id] = result.call_seq
