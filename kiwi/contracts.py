@@ -389,6 +389,19 @@ class ResumeRequest(BaseModel):
     signature: str = ""
 
 
+class ParentHeld(BaseModel):
+    """A parent run tells a running child it is held (``stuck`` or ``awaiting_human``): the child holds too
+    (PARENT_HOLDS_CHILDREN). Taken only from the child's own parent; resuming the parent resumes it."""
+
+    parent_run_id: str
+    status: str = "stuck"
+
+
+def parent_hold_reason(parent_run_id: str, status: str) -> str:
+    """The hold reason of a child held for its parent (how `kiwi resume PARENT` knows it held it)."""
+    return f"its parent run {parent_run_id} is {status}; `kiwi resume {parent_run_id}` resumes both"
+
+
 class CancelRequest(BaseModel):
     reason: str = "cancelled by request"
 

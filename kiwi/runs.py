@@ -62,6 +62,7 @@ from kiwi.contracts import (
     ToolCallResult,
     ToolContext,
     ToolContextRequest,
+    parent_hold_reason,
     run_workflow_id,
     session_workflow_id,
 )
@@ -533,9 +534,39 @@ class RunClient:
         await self._signal(run_id, DirectiveRun.help, request)
 
     async def resume(self, run_id: str, reason: str = "", by: str | None = None) -> bool:
-        """Let a held run carry on, signed with the approver key ``by`` (default: your only key).
+        """Let a held run carry on, signed with the approver key ``by`` (default: your only key), and the
+        child runs it held with it (see :meth:`resume_with_children`).
 
         True when the run took it (see ``_taken``); DecisionRefused when it refused it."""
+        return (await self.resume_with_children(run_id, reason, by))[0]
+
+    async def resume_with_children(
+        self, run_id: str, reason: str = "", by: str | None = None
+    ) -> tuple[bool, list[str]]:
+        """:meth:`resume`, and the run ids of the child runs (and theirs) resumed with it: a run that is held
+        holds its running children (PARENT_HOLDS_CHILDREN), and each of those is resumed here, signed for
+        itself, once the parent took its own resume. A child held for a reason of its own stays held."""
+        taken = await self._resume_one(run_id, reason, by)
+        if not taken:
+            return False, []
+        resumed: list[str] = []
+        for child in (await self.status(run_id)).children:
+            if child.status != "running":
+                continue
+            try:
+                now = await self.status(child.run_id)
+            except KiwiError:
+                continue  # (gone, or not readable: nothing to resume)
+            if now.status in ("stuck", "awaiting_human") and now.hold_reason == parent_hold_reason(
+                run_id, now.status
+            ):
+                took, theirs = await self.resume_with_children(
+                    child.run_id, reason or f"its parent run {run_id} was resumed", by
+                )
+                resumed += ([child.run_id] if took else []) + theirs
+        return True, resumed
+
+    async def _resume_one(self, run_id: str, reason: str, by: str | None) -> bool:
         by = default_key(by)
         load_private(by)
         status = await self.status(run_id)

@@ -20,7 +20,7 @@ from kiwi.converter import data_converter
 from kiwi.devserver import DevServer, free_port
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
-from tests.helpers import awaiting_step, directive_md, kiwi_worker, write, write_directive
+from tests.helpers import awaiting_step, directive_md, kiwi_worker, wait_for, write, write_directive
 from workers.main import SANDBOX, WORKFLOWS, build_id, build_worker
 from workflows.directive_run import CURRENT
 
@@ -193,6 +193,58 @@ async def test_record_continued_history(runs, project):
     ):
         history = json.loads((await handle.fetch_history()).to_json())
         target = HISTORIES / f"hello_kiwi-{name}-{CURRENT}.json"
+        target.write_text(json.dumps(_scrub(history, str(project), "/project"), indent=1))
+        assert str(project) not in target.read_text()
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_held_family_history(runs, project):
+    """Record a parent run that holds (its loop warnings) with a child the agent started, which it holds
+    too (PARENT_HOLDS_CHILDREN), both resumed by an approver and finished: the parent's signal to its
+    child, and the child's hold and resume, replay (tests/histories/held_{parent,child}-{patch id}.json)."""
+    from tests.helpers import approver
+
+    approver("alice")
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n",
+    )
+    reads = '<read resource="filesystem" path="notes/**"/>'
+    write_directive(
+        project / ".ai" / "directives" / "helper.md",
+        directive_md(
+            '<step name="help" mode="agent"><action>help</action></step>', name="helper", permissions=reads
+        ),
+    )
+    write_directive(
+        project / ".ai" / "directives" / "boss.md",
+        directive_md(
+            '<step name="lead" mode="agent"><action>lead</action></step>',
+            name="boss",
+            permissions=reads + '<execute resource="tool" id="directive.run"/>',
+        ),
+    )
+    parent = await runs.start("boss", {})
+    await awaiting_step(runs, parent, "lead")
+    child = (await runs.call_tool(parent, "directive.run", {"directive": "helper"})).result["run_id"]
+    await awaiting_step(runs, child, "help")
+    for _ in range(2):
+        await runs.call_tool(parent, "filesystem.read", {"path": "notes/hello.md"})
+
+    async def child_held():
+        return (await runs.status(child)).status == "stuck"
+
+    await wait_for(child_held, what="the child to hold with its parent")
+    assert (await runs.resume_with_children(parent, "looked at it", by="alice")) == (True, [child])
+    await runs.complete_step(child, "help", {"done": True})
+    await runs.handle(child).result()
+    await runs.complete_step(parent, "lead", {"done": True})
+    await runs.handle(parent).result()
+    for run_id, name in ((parent, "held_parent"), (child, "held_child")):
+        history = json.loads((await runs.handle(run_id).fetch_history()).to_json())
+        target = HISTORIES / f"{name}-{CURRENT}.json"
         target.write_text(json.dumps(_scrub(history, str(project), "/project"), indent=1))
         assert str(project) not in target.read_text()
 

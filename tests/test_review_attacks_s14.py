@@ -26,12 +26,13 @@ from pathlib import Path
 
 import pytest
 
+from activities.audit import read_audit
 from kiwi.devserver import DevServer, free_port
 from kiwi.errors import KiwiError, RunStateConflict
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
 from kiwi.upstream.pool import McpPool
-from tests.helpers import directive_md, kiwi_worker, wait_for, write, write_directive
+from tests.helpers import directive_md, kiwi_cli, kiwi_worker, wait_for, write, write_directive
 from tests.test_batches import _activity_types, _admitted, _run_waiting
 from tests.test_mcp_servers import SERVERS, mcp_directive, registry, text_of
 from tests.test_process_lifetime import _alive, run_command_in_a_process
@@ -809,22 +810,15 @@ async def test_attack_runs_with_large_inputs_do_not_fill_the_front_ends_memory_t
     assert sum(len(json.dumps(snap.inputs)) for snap in kept) < 1000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a run held for its loop warnings holds only its own calls: a child run it started from the agent "
-    "(directive.run answers the child's id at once) is a run of its own, not held, and the agent goes on "
-    "calling tools in it (with the parent's grants, intersected) while the parent is stuck, until a human "
-    "resumes the parent. The child runs 'under its parent's rules' (README) for approvals and limits, not for "
-    "holds. Holding or refusing a held parent's children is workflow code (a signal to the children, or a "
-    "check the child's call validator makes), so it needs a Temporal patch.",
-)
 @pytest.mark.temporal
-async def test_attack_a_stuck_runs_child_takes_no_more_calls(runs, project):
+async def test_attack_a_stuck_runs_child_takes_no_more_calls(runs, project, temporal_env):
     """Attack: the agent starts a child run from its run (directive.run, which answers the child's id at
-    once), loops in the parent until the parent is stuck, and carries on in the child. Safe: while the
-    parent is held, its children take no agent calls either."""
-    from tests.helpers import awaiting_step
+    once), loops in the parent until the parent is stuck, and carries on in the child. Safe: a held run holds
+    its running children (PARENT_HOLDS_CHILDREN: the parent signals each, within milliseconds), so the child
+    refuses the agent's calls too; a trusted approver's `kiwi resume PARENT` resumes both."""
+    from tests.helpers import approver, awaiting_step
 
+    approver("alice")
     write(
         project / ".ai" / "config" / "agent_harness.yaml",
         "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n",
@@ -854,8 +848,82 @@ async def test_attack_a_stuck_runs_child_takes_no_more_calls(runs, project):
     for _ in range(2):
         await asyncio.wait_for(runs.call_tool(parent, "filesystem.read", {"path": "notes/a.txt"}), 60)
     assert (await runs.status(parent)).status == "stuck"
+
+    async def child_held():
+        status = await runs.status(child)
+        return status if status.status == "stuck" else None
+
+    held = await wait_for(child_held, what="the child to hold with its parent")
+    assert held.hold_reason.startswith(f"its parent run {parent} is stuck"), held.hold_reason
     with pytest.raises(RunStateConflict):
         await asyncio.wait_for(runs.call_tool(child, "filesystem.read", {"path": "notes/a.txt"}), 60)
+    # The approver resumes the parent from the command line; the child it held is resumed with it.
+    target = temporal_env.client.service_client.config.target_host
+    code, out, err = await kiwi_cli(
+        "resume",
+        parent,
+        "--as",
+        "alice",
+        "--json",
+        "--address",
+        target,
+        "--task-queue",
+        runs.task_queue,
+        cwd=project,
+    )
+    assert code == 0, err
+    assert json.loads(out)["resumed"] is True and json.loads(out)["children_resumed"] == [child], out
+    assert (await runs.status(child)).status == "awaiting_agent"
+    read = await asyncio.wait_for(runs.call_tool(child, "filesystem.read", {"path": "notes/a.txt"}), 60)
+    assert read.status == "ok", read
+    # The agent holds the child with a notice naming another run as its parent: refused, recorded.
+    from kiwi.contracts import ParentHeld
+    from workflows.directive_run import DirectiveRun
+
+    await runs._signal(child, DirectiveRun.parent_held, ParentHeld(parent_run_id="run-other-1"))
+
+    async def refused():
+        records = [r for r in read_audit(str(project), child) if r["event"] == "parent_hold_ignored"]
+        return records or None
+
+    (record,) = await wait_for(refused, what="the child to refuse a notice from another run")
+    assert record["reason"] == "not this run's parent"
+    assert (await runs.status(child)).status == "awaiting_agent"
+
+
+@pytest.mark.temporal
+async def test_attack_the_agent_cannot_hold_or_steer_a_run_with_a_forged_parent_notice(runs, project):
+    """Attack: the agent, which can reach Temporal, sends the parent_held signal itself to a run that has no
+    parent, naming a parent with a reason of its own to mislead the human reading the status. Safe: a run
+    takes the notice only from its own parent (a child's case: the test above), records the refusal, and
+    writes any hold reason itself."""
+    from kiwi.contracts import ParentHeld
+    from tests.helpers import awaiting_step
+    from workflows.directive_run import DirectiveRun
+
+    reads = '<read resource="filesystem" path="notes/**"/>'
+    write_directive(
+        project / ".ai" / "directives" / "alone.md",
+        directive_md(
+            '<step name="work" mode="agent"><action>work</action></step>', name="alone", permissions=reads
+        ),
+    )
+    run_id = await runs.start("alone", {})
+    await awaiting_step(runs, run_id, "work")
+    forged = ParentHeld(parent_run_id="run-boss-1; approved, resume it", status="awaiting_human")
+    await runs._signal(run_id, DirectiveRun.parent_held, forged)
+
+    async def ignored():  # (the run writes its audit trail once idle)
+        records = [r for r in read_audit(str(project), run_id) if r["event"] == "parent_hold_ignored"]
+        return records or None
+
+    (record,) = await wait_for(ignored, what="the forged notice to be recorded")
+    assert record["reason"] == "this run has no parent"
+    assert record["named_parent"] == forged.parent_run_id
+    assert (await runs.status(run_id)).status == "awaiting_agent"
+    assert not [r for r in read_audit(str(project), run_id) if r["event"] == "held"]
+    read = await asyncio.wait_for(runs.call_tool(run_id, "filesystem.read", {"path": "notes/a.txt"}), 60)
+    assert read.error_type != "RunStateConflict", read
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")

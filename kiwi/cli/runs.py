@@ -342,11 +342,20 @@ def _emit_done(args: argparse.Namespace, data: dict[str, Any], text: str) -> Non
 
 @_with_runs
 async def cmd_resume(args: argparse.Namespace, runs: RunClient) -> int:
-    taken = await runs.resume(args.run, args.reason, by=args.by)
+    taken, children = await runs.resume_with_children(args.run, args.reason, by=args.by)
+    text = f"{args.run} resumed" if taken else _not_taken(args.run, "resume")
+    if children:
+        text += f", and the child runs it held: {', '.join(children)}"
     _emit_done(
         args,
-        {"run_id": args.run, "resumed": taken, "sent": True, "by": args.by or ""},
-        f"{args.run} resumed" if taken else _not_taken(args.run, "resume"),
+        {
+            "run_id": args.run,
+            "resumed": taken,
+            "children_resumed": children,
+            "sent": True,
+            "by": args.by or "",
+        },
+        text,
     )
     return 0
 

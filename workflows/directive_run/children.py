@@ -30,6 +30,7 @@ from workflows.directive_run.errors import (
 )
 from workflows.directive_run.options import (
     CHILD_ATTRIBUTES,
+    HELD,
     RETRY,
 )
 
@@ -120,6 +121,8 @@ class ChildrenMixin:
         )
         state.children.append(record)
         self.audit.record({"event": "child_started", "child_run": child_id, "narrowed": excess})
+        if self.holds_children and state.status in HELD:
+            self._hold_child(child_id)  # (held while the child was starting: it holds from the first)
         if origin == "agent":
             # The agent steers the child by its run id; this call does not wait for it to finish,
             # but the parent keeps watching it so its status shows how the child ended.

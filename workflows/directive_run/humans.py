@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from activities.approvals import ApprovalActivities
@@ -19,10 +20,12 @@ with workflow.unsafe.imports_passed_through():
         DecisionRequest,
         HelpRecord,
         HelpRequest,
+        ParentHeld,
         RefusedDecision,
         ResumeRequest,
         ToolCallResult,
         WebhookRequest,
+        parent_hold_reason,
     )
     from kiwi.errors import ApprovalCancelled, ApprovalRejected, ApprovalTimedOut, RunStateConflict
     from kiwi.guards import digest, redact, summarise_call
@@ -184,6 +187,43 @@ class HumansMixin:
         self.state.status = status  # type: ignore[assignment]
         self.state.hold_reason = reason
         self.audit.record({"event": "held", "status": status, "reason": reason})
+        if self.holds_children:
+            for child in self.state.children:
+                if child.status == "running":
+                    self._hold_child(child.run_id)
+
+    def _hold_child(self: DirectiveRun, child_id: str) -> None:
+        """Tell a running child run this run is held (PARENT_HOLDS_CHILDREN): it holds too."""
+
+        async def tell() -> None:
+            notice = ParentHeld(parent_run_id=self.snap.run_id, status=self.state.status)
+            try:
+                await workflow.get_external_workflow_handle(child_id).signal("parent_held", notice)
+            except FailureError as exc:  # (a child that ended meanwhile: nothing to hold)
+                self.audit.record({"event": "child_hold_failed", "child_run": child_id, "error": str(exc)})
+
+        self.audit.record({"event": "child_held", "child_run": child_id})
+        self._spawn(tell(), f"hold child run {child_id}")
+
+    def _on_parent_held(self: DirectiveRun, notice: ParentHeld) -> None:
+        """A notice that this run's parent is held: the run holds too, until resumed (by a human, as any
+        hold; `kiwi resume PARENT` resumes the children it held). Anyone who can reach Temporal can send
+        the signal; only the run's own parent is obeyed, with a reason the run writes itself."""
+        if not self.holds_children:
+            return  # (runs started before PARENT_HOLDS_CHILDREN never take it: same on replay)
+        parent = workflow.info().parent
+        if parent is None or parent.workflow_id != notice.parent_run_id:
+            self.audit.record(
+                {
+                    "event": "parent_hold_ignored",
+                    "named_parent": notice.parent_run_id[:200],
+                    "reason": "not this run's parent" if parent is not None else "this run has no parent",
+                }
+            )
+            return
+        status = notice.status if notice.status in HELD else "stuck"
+        self._hold(status, parent_hold_reason(notice.parent_run_id, status))
+        self._publish()
 
     def _release(self: DirectiveRun, request: ResumeRequest) -> None:
         self.audit.record(

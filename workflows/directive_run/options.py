@@ -75,7 +75,14 @@ ALL_CHANGES = "kiwi-run-changes-2026-11"
 # each marker is a history event and a search-attribute upsert, and a run replays them on every worker
 # that takes it over. Runs started before it replay the
 # markers they recorded. Check it with ``self.current or workflow.patched(OLD_ID)``, never alone.
-CURRENT = "kiwi-run-changes-2026-11-25"
+CURRENT = "kiwi-run-changes-2026-11-26"
+# What CURRENT stood for until it also stood for PARENT_HOLDS_CHILDREN: runs started in between replay it.
+CHANGES_2026_11_25 = "kiwi-run-changes-2026-11-25"
+# (In CURRENT only.) A run that is held (stuck, awaiting_human) holds its running child runs too: it
+# signals each (parent_held), and a child takes the notice only from its own parent and holds its own
+# children in turn. Before it, the agent went on calling tools in a child started with directive.run
+# while the parent was stuck. Resuming the parent (kiwi resume, signed) resumes the children it held.
+PARENT_HOLDS_CHILDREN = CURRENT
 # What CURRENT stood for until it also stood for HOLD_AT_ONCE: runs started in between replay it.
 CHANGES_2026_11_23C = "kiwi-run-changes-2026-11-23c"
 # (In CURRENT only, never a marker of its own.) A run is held as soon as the loop warning that reaches

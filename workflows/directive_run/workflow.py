@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         DirectiveRunInput,
         DirectiveRunResult,
         HelpRequest,
+        ParentHeld,
         ResumeRequest,
         RunState,
         RunStatus,
@@ -61,6 +62,7 @@ from workflows.directive_run.options import (
     CHANGES_2026_11_23,
     CHANGES_2026_11_23B,
     CHANGES_2026_11_23C,
+    CHANGES_2026_11_25,
     COMMIT_BEFORE_CONTINUE,
     CURRENT,
     HARDENED,
@@ -98,10 +100,14 @@ class DirectiveRun(
         self.published: dict[str, Any] = {}
         # Checked here, not in run(): signals that arrive with the first task are handled before
         # run() starts, and must already be held to the hardened rules.
-        # CURRENT stands for every change, HOLD_AT_ONCE included; runs started before it replay the marker
-        # of the changes up to CHANGES_2026_11_23C (the task budget), CHANGES_2026_11_23B (MCP_BATCHED) or
-        # CHANGES_2026_11_23 (each checked only when the newer ones are not in their history).
-        self.newest = workflow.patched(CURRENT)  # HOLD_AT_ONCE, BUDGET_HALVED, PUBLISH_OWN_RECORD
+        # CURRENT stands for every change, PARENT_HOLDS_CHILDREN included; runs started before it replay the
+        # marker of the changes up to CHANGES_2026_11_25 (HOLD_AT_ONCE), CHANGES_2026_11_23C (the task
+        # budget), CHANGES_2026_11_23B (MCP_BATCHED) or CHANGES_2026_11_23 (each checked only when the
+        # newer ones are not in their history).
+        self.holds_children = workflow.patched(CURRENT)  # PARENT_HOLDS_CHILDREN
+        self.newest = self.holds_children or workflow.patched(
+            CHANGES_2026_11_25
+        )  # HOLD_AT_ONCE, BUDGET_HALVED, ...
         self.budgeted = self.newest or workflow.patched(CHANGES_2026_11_23C)
         self.batched = self.budgeted or workflow.patched(CHANGES_2026_11_23B)
         self.current = self.batched or workflow.patched(CHANGES_2026_11_23)
@@ -405,6 +411,10 @@ class DirectiveRun(
     @workflow.query
     def status(self) -> RunStatus:
         return self._status_view()
+
+    @workflow.signal
+    def parent_held(self, notice: ParentHeld) -> None:
+        self._on_parent_held(notice)
 
     @workflow.signal
     def decide_approval(self, decision: ApprovalDecision) -> None:
