@@ -906,7 +906,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     _connection(p, scope=False)
     p.set_defaults(func=cmd_mcp)
 
-    p = sub.add_parser("resume", help="let a run that stopped as stuck or awaiting_human carry on")
+    p = sub.add_parser(
+        "resume",
+        help="let a run that stopped as stuck or awaiting_human carry on (and the child runs it held)",
+    )
     p.add_argument("run", help="run id")
     p.add_argument("--reason", default="", help="why (recorded in the audit trail)")
     p.add_argument(
