@@ -21,6 +21,13 @@ Tried, and the outcome:
   lifts only a hold of the run's own (behind PARENT_HOLDS_CHILDREN); the parent's resume lifts the rest.
 - a child's own hold whose text the agent chooses (an escalation's reason and id) made to read as the
   parent-hold reason: ``kiwi resume PARENT`` does not lift it (kiwi writes the prefix). Safe.
+- a child held for its own question (or loop) when the parent held: the parent's notice was dropped, so
+  the human's answer to the child (or its resume) alone freed it while the parent was held. Fixed: the
+  notice is kept (parent_hold_pending) and lifting the own hold holds the child for its parent instead.
+- (the other side) a parent a human released alone (its question answered): `kiwi resume PARENT` refused
+  and left the children held for it, though their reason names that command. Fixed: it resumes them.
+- calls streamed to the child while the agent loops the parent into `stuck`: the child holds before the
+  parent's call even answers (the notice leaves with the task that held the parent); bounded. Safe.
 - odd ``parent_held`` payloads (wrong types, a huge parent id, a status outside the held ones), a notice
   to a finished child and to the project's session workflow: no workflow task fails, the runs carry on,
   and no hold follows. Safe.
