@@ -289,6 +289,9 @@ class RunState(BaseModel):
     children: list[ChildRecord] = Field(default_factory=list)
     held_from: str = ""
     hold_reason: str = ""
+    # The status its parent was held in when that parent's notice reached the run while it was held for a
+    # reason of its own (PARENT_HOLDS_CHILDREN): a human lifting that hold holds it for its parent instead.
+    parent_hold_pending: str = ""
     mcp_context: dict[str, McpServerContext] = Field(default_factory=dict)
     mcp_ready: bool = False
     approvals: list[ApprovalRequest] = Field(default_factory=list)

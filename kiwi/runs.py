@@ -545,31 +545,54 @@ class RunClient:
     ) -> tuple[bool, list[str]]:
         """:meth:`resume`, and the run ids of the child runs (and theirs) resumed with it: a run that is held
         holds its running children (PARENT_HOLDS_CHILDREN), and each of those is resumed here, signed for
-        itself, once the parent took its own resume. A child held for a reason of its own stays held."""
-        taken = await self._resume_one(run_id, reason, by)
+        itself, once the parent took its own resume. A child held for a reason of its own stays held. A
+        parent no longer held resumes only the children it held: (False, their ids)."""
+        try:
+            taken = await self._resume_one(run_id, reason, by)
+        except (RunStateConflict, RunFinished):
+            # Not held any more (a human answered its question or resumed it alone; it was cancelled): the
+            # children it held may still be, their reason naming this command. Resume those; else say why not.
+            children = await self._resume_children(run_id, reason, by)
+            if children:
+                return False, children
+            raise
         if not taken:
             return False, []
+        return True, await self._resume_children(run_id, reason, by)
+
+    async def _resume_children(self, run_id: str, reason: str, by: str | None) -> list[str]:
+        """Resume each running child of ``run_id`` held for it (and theirs); the ids resumed."""
         resumed: list[str] = []
         for child in (await self.status(run_id)).children:
             if child.status != "running":
                 continue
             try:
                 now = await self.status(child.run_id)
+                if now.status not in ("stuck", "awaiting_human") or now.hold_reason != parent_hold_reason(
+                    run_id, now.status
+                ):
+                    continue  # (held for a reason of its own, or not held)
+                # Read after the child's hold: the agent may have looped the parent into a hold again since
+                # its resume was taken, and its child then stays held. A parent held again after this read
+                # sends the child a new notice, which renews its hold: the resume below, signed for the hold
+                # read above, is then refused, or lifts it before the notice holds the child again.
+                if (await self.status(run_id)).status in ("stuck", "awaiting_human"):
+                    continue
+                why = reason or f"its parent run {run_id} was resumed"
+                if not await self._resume_one(child.run_id, why, by, status=now):
+                    continue
             except KiwiError:
-                continue  # (gone, or not readable: nothing to resume)
-            if now.status in ("stuck", "awaiting_human") and now.hold_reason == parent_hold_reason(
-                run_id, now.status
-            ):
-                took, theirs = await self.resume_with_children(
-                    child.run_id, reason or f"its parent run {run_id} was resumed", by
-                )
-                resumed += ([child.run_id] if took else []) + theirs
-        return True, resumed
+                continue  # (gone, finished, or it refused a resume signed for a hold it renewed: still held)
+            resumed += [child.run_id, *await self._resume_children(child.run_id, reason, by)]
+        return resumed
 
-    async def _resume_one(self, run_id: str, reason: str, by: str | None) -> bool:
+    async def _resume_one(
+        self, run_id: str, reason: str, by: str | None, *, status: RunStatus | None = None
+    ) -> bool:
+        """Resume one run, signed for its hold as ``status`` (default: read now) shows it."""
         by = default_key(by)
         load_private(by)
-        status = await self.status(run_id)
+        status = status or await self.status(run_id)
         if status.status in TERMINAL:
             raise RunFinished(
                 f"run {run_id} has finished ({status.status}); there is nothing to resume",

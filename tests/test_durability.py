@@ -249,6 +249,84 @@ async def test_record_held_family_history(runs, project):
         assert str(project) not in target.read_text()
 
 
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_held_again_history(runs, project):
+    """Record two children of a parent held twice (PARENT_HOLDS_CHILDREN): one held for it renews its hold
+    on the second notice and is not freed by answering its own question; one held for its own question keeps
+    the parent's notice and holds for the parent once answered. Both resumed by a human and finished
+    (tests/histories/held_{again,deferred}-{patch id}.json)."""
+    from kiwi.contracts import parent_hold_reason
+    from tests.helpers import approver
+
+    approver("alice")
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n",
+    )
+    reads = '<read resource="filesystem" path="notes/**"/>'
+    write_directive(
+        project / ".ai" / "directives" / "helper.md",
+        directive_md(
+            '<step name="help" mode="agent"><action>help</action></step>', name="helper", permissions=reads
+        ),
+    )
+    write_directive(
+        project / ".ai" / "directives" / "boss.md",
+        directive_md(
+            '<step name="lead" mode="agent"><action>lead</action></step>',
+            name="boss",
+            permissions=reads + '<execute resource="tool" id="directive.run"/>',
+        ),
+    )
+    parent = await runs.start("boss", {})
+    await awaiting_step(runs, parent, "lead")
+    again = (await runs.call_tool(parent, "directive.run", {"directive": "helper"})).result["run_id"]
+    deferred = (await runs.call_tool(parent, "directive.run", {"name": "helper"})).result["run_id"]
+    for child in (again, deferred):
+        await awaiting_step(runs, child, "help")
+    await runs.help(deferred, HelpRequest(kind="escalate", reason="may I?", options=["yes"]))
+
+    async def held(run_id, status, reason=None):
+        async def probe():
+            now = await runs.status(run_id)
+            return now if now.status == status and (reason is None or now.hold_reason == reason) else None
+
+        return await wait_for(probe, what=f"{run_id} to be {status}")
+
+    await held(deferred, "awaiting_human")
+    for _ in range(2):
+        await runs.call_tool(parent, "filesystem.read", {"path": "notes/hello.md"})
+    first = await held(again, "stuck")
+    assert await runs._resume_one(parent, "only the parent", "alice")
+    await runs.help(parent, HelpRequest(kind="escalate", reason="which way?", options=["on"]))
+    await held(again, "awaiting_human", parent_hold_reason(parent, "awaiting_human"))
+    assert (await runs.status(again)).hold_id != first.hold_id
+    await runs.help(again, HelpRequest(kind="escalate", reason="and me?", options=["yes"]))
+    await wait_for(lambda: _decisions(runs, again), what="the question")
+    await runs.decide(again, "decision-1", "yes", by="alice")
+    await runs.decide(deferred, "decision-1", "yes", by="alice")
+    await held(deferred, "awaiting_human", parent_hold_reason(parent, "awaiting_human"))
+    assert (await runs.status(again)).status == "awaiting_human"
+    assert await runs.resume_with_children(parent, "both", by="alice") == (True, [again, deferred])
+    for child in (again, deferred):
+        await runs.complete_step(child, "help", {"done": True})
+        await runs.handle(child).result()
+    await runs.decide(parent, "decision-1", "on", by="alice")
+    await runs.complete_step(parent, "lead", {"done": True})
+    await runs.handle(parent).result()
+    for run_id, name in ((again, "held_again"), (deferred, "held_deferred")):
+        history = json.loads((await runs.handle(run_id).fetch_history()).to_json())
+        target = HISTORIES / f"{name}-{CURRENT}.json"
+        target.write_text(json.dumps(_scrub(history, str(project), "/project"), indent=1))
+        assert str(project) not in target.read_text()
+
+
+async def _decisions(runs, run_id):
+    return (await runs.status(run_id)).decisions
+
+
 def _scrub(node, old: str, new: str):
     import base64
 

@@ -344,7 +344,9 @@ def _emit_done(args: argparse.Namespace, data: dict[str, Any], text: str) -> Non
 async def cmd_resume(args: argparse.Namespace, runs: RunClient) -> int:
     taken, children = await runs.resume_with_children(args.run, args.reason, by=args.by)
     text = f"{args.run} resumed" if taken else _not_taken(args.run, "resume")
-    if children:
+    if children and not taken:
+        text = f"{args.run} is not held; resumed the child runs it held: {', '.join(children)}"
+    elif children:
         text += f", and the child runs it held: {', '.join(children)}"
     _emit_done(
         args,

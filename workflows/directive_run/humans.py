@@ -222,8 +222,36 @@ class HumansMixin:
             )
             return
         status = notice.status if notice.status in HELD else "stuck"
-        self._hold(status, parent_hold_reason(notice.parent_run_id, status))
+        reason = parent_hold_reason(notice.parent_run_id, status)
+        if self._held_for_parent():
+            # Held for the parent already, which held again (the agent looped it into `stuck` right after a
+            # resume): a new hold, so a resume signed for the old one (`kiwi resume PARENT` under way, which
+            # read it before the parent held again) is refused, and the run's own children renew theirs.
+            self.state.holds += 1
+            self.state.status = status  # type: ignore[assignment]
+            self.state.hold_reason = reason
+            self.audit.record({"event": "held", "status": status, "reason": reason, "renewed": True})
+            for child in self.state.children:
+                if child.status == "running":
+                    self._hold_child(child.run_id)
+        elif self.state.status in HELD:
+            # Held for a reason of its own (its loop, a question): that hold stays as it is (`kiwi resume
+            # PARENT` does not lift it), and when a human lifts it the run holds for its parent instead, so
+            # neither an answer nor a resume of the child alone lets the agent on while the parent is held.
+            self.state.parent_hold_pending = status
+            self.audit.record({"event": "parent_hold_deferred", "parent_run": notice.parent_run_id})
+        else:
+            self._hold(status, reason)
         self._publish()
+
+    def _held_for_parent(self: DirectiveRun) -> bool:
+        """Whether the run is held because its parent is (PARENT_HOLDS_CHILDREN), not for a reason of its own."""
+        parent = workflow.info().parent
+        return (
+            parent is not None
+            and self.state.status in HELD
+            and self.state.hold_reason == parent_hold_reason(parent.workflow_id, self.state.status)
+        )
 
     def _release(self: DirectiveRun, request: ResumeRequest) -> None:
         self.audit.record(
@@ -232,6 +260,10 @@ class HumansMixin:
         self.state.status = self.state.held_from or "running"  # type: ignore[assignment]
         self.state.held_from = self.state.hold_reason = ""
         self.state.loop_warnings = 0
+        parent = workflow.info().parent
+        if self.holds_children and self.state.parent_hold_pending and parent is not None:
+            status, self.state.parent_hold_pending = self.state.parent_hold_pending, ""
+            self._hold(status, parent_hold_reason(parent.workflow_id, status))
         self._publish()
 
     def _refuse_if_held(self: DirectiveRun) -> None:
@@ -401,7 +433,13 @@ class HumansMixin:
         self.audit.record(
             {"event": "decided", "request_id": request.request_id, "option": answer.option, "by": request.by}
         )
-        if self.state.status == "awaiting_human" and not any(not d.answer for d in self.state.decisions):
+        if (
+            self.state.status == "awaiting_human"
+            and not any(not d.answer for d in self.state.decisions)
+            # An answer lifts a hold of the run's own, not the one it owes its held parent (whose resume lifts
+            # it): the agent asked in a held child to have a human's answer free it.
+            and not (self.holds_children and self._held_for_parent())
+        ):
             self._release(
                 ResumeRequest(
                     reason=f"escalation {request.request_id} answered: {answer.option}", by=request.by
