@@ -414,3 +414,32 @@ async def kiwi_worker(
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert b"kiwi worker" in line, f"kiwi worker did not start: {line!r} (exit code {proc.returncode})"
     return proc
+
+
+def write_parent_and_child(
+    project: Path, *, helper_steps=("help",), boss_steps=("lead",), harness: str = ""
+) -> None:
+    """A project where the agent's loop in a run holds it at the second repeated call, a parent directive
+    ``boss`` (one agent step per name in ``boss_steps``) that may start child runs, and ``helper`` (that may
+    start them too, for grandchildren), both reading ``notes/**``."""
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n" + harness,
+    )
+    write(project / "notes" / "a.txt", "a")
+    grants = '<read resource="filesystem" path="notes/**"/><execute resource="tool" id="directive.run"/>'
+    for name, steps in (("helper", helper_steps), ("boss", boss_steps)):
+        body = "".join(f'<step name="{s}" mode="agent"><action>{s}</action></step>' for s in steps)
+        write_directive(
+            project / ".ai" / "directives" / f"{name}.md", directive_md(body, name=name, permissions=grants)
+        )
+
+
+async def start_parent_with_child(runs: Any) -> tuple[str, str]:
+    """A ``boss`` run waiting at ``lead`` and the ``helper`` child the agent started from it (waiting at
+    ``help``): see :func:`write_parent_and_child`. The two run ids."""
+    parent = await runs.start("boss", {})
+    await awaiting_step(runs, parent, "lead")
+    child = (await runs.call_tool(parent, "directive.run", {"directive": "helper"})).result["run_id"]
+    await awaiting_step(runs, child, "help")
+    return parent, child

@@ -20,7 +20,16 @@ from kiwi.converter import data_converter
 from kiwi.devserver import DevServer, free_port
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
-from tests.helpers import awaiting_step, directive_md, kiwi_worker, wait_for, write, write_directive
+from tests.helpers import (
+    awaiting_step,
+    directive_md,
+    kiwi_worker,
+    start_parent_with_child,
+    wait_for,
+    write,
+    write_directive,
+    write_parent_and_child,
+)
 from workers.main import SANDBOX, WORKFLOWS, build_id, build_worker
 from workflows.directive_run import CURRENT
 
@@ -207,29 +216,8 @@ async def test_record_held_family_history(runs, project):
     from tests.helpers import approver
 
     approver("alice")
-    write(
-        project / ".ai" / "config" / "agent_harness.yaml",
-        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n",
-    )
-    reads = '<read resource="filesystem" path="notes/**"/>'
-    write_directive(
-        project / ".ai" / "directives" / "helper.md",
-        directive_md(
-            '<step name="help" mode="agent"><action>help</action></step>', name="helper", permissions=reads
-        ),
-    )
-    write_directive(
-        project / ".ai" / "directives" / "boss.md",
-        directive_md(
-            '<step name="lead" mode="agent"><action>lead</action></step>',
-            name="boss",
-            permissions=reads + '<execute resource="tool" id="directive.run"/>',
-        ),
-    )
-    parent = await runs.start("boss", {})
-    await awaiting_step(runs, parent, "lead")
-    child = (await runs.call_tool(parent, "directive.run", {"directive": "helper"})).result["run_id"]
-    await awaiting_step(runs, child, "help")
+    write_parent_and_child(project)
+    parent, child = await start_parent_with_child(runs)
     for _ in range(2):
         await runs.call_tool(parent, "filesystem.read", {"path": "notes/hello.md"})
 
@@ -261,25 +249,7 @@ async def test_record_held_again_history(runs, project):
     from tests.helpers import approver
 
     approver("alice")
-    write(
-        project / ".ai" / "config" / "agent_harness.yaml",
-        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n",
-    )
-    reads = '<read resource="filesystem" path="notes/**"/>'
-    write_directive(
-        project / ".ai" / "directives" / "helper.md",
-        directive_md(
-            '<step name="help" mode="agent"><action>help</action></step>', name="helper", permissions=reads
-        ),
-    )
-    write_directive(
-        project / ".ai" / "directives" / "boss.md",
-        directive_md(
-            '<step name="lead" mode="agent"><action>lead</action></step>',
-            name="boss",
-            permissions=reads + '<execute resource="tool" id="directive.run"/>',
-        ),
-    )
+    write_parent_and_child(project)
     parent = await runs.start("boss", {})
     await awaiting_step(runs, parent, "lead")
     again = (await runs.call_tool(parent, "directive.run", {"directive": "helper"})).result["run_id"]

@@ -816,35 +816,11 @@ async def test_attack_a_stuck_runs_child_takes_no_more_calls(runs, project, temp
     once), loops in the parent until the parent is stuck, and carries on in the child. Safe: a held run holds
     its running children (PARENT_HOLDS_CHILDREN: the parent signals each, within milliseconds), so the child
     refuses the agent's calls too; a trusted approver's `kiwi resume PARENT` resumes both."""
-    from tests.helpers import approver, awaiting_step
+    from tests.helpers import approver, start_parent_with_child, write_parent_and_child
 
     approver("alice")
-    write(
-        project / ".ai" / "config" / "agent_harness.yaml",
-        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n",
-    )
-    write(project / "notes" / "a.txt", "a\n")
-    reads = '<read resource="filesystem" path="notes/**"/>'
-    write_directive(
-        project / ".ai" / "directives" / "helper.md",
-        directive_md(
-            '<step name="help" mode="agent"><action>help</action></step>', name="helper", permissions=reads
-        ),
-    )
-    write_directive(
-        project / ".ai" / "directives" / "boss.md",
-        directive_md(
-            '<step name="lead" mode="agent"><action>lead</action></step>',
-            name="boss",
-            permissions=reads + '<execute resource="tool" id="directive.run"/>',
-        ),
-    )
-    parent = await runs.start("boss", {})
-    await awaiting_step(runs, parent, "lead")
-    started = await asyncio.wait_for(runs.call_tool(parent, "directive.run", {"directive": "helper"}), 60)
-    assert started.status == "ok", started
-    child = started.result["run_id"]
-    await awaiting_step(runs, child, "help")
+    write_parent_and_child(project)
+    parent, child = await start_parent_with_child(runs)
     for _ in range(2):
         await asyncio.wait_for(runs.call_tool(parent, "filesystem.read", {"path": "notes/a.txt"}), 60)
     assert (await runs.status(parent)).status == "stuck"

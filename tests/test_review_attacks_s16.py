@@ -46,7 +46,16 @@ from kiwi.contracts import ParentHeld, parent_hold_reason
 from kiwi.errors import DecisionRefused, RunStateConflict
 from kiwi.keys import human_message, sign_bytes
 from kiwi.runs import RunClient
-from tests.helpers import approver, awaiting_step, directive_md, wait_for, write, write_directive
+from tests.helpers import (
+    approver,
+    awaiting_step,
+    directive_md,
+    start_parent_with_child,
+    wait_for,
+    write,
+    write_directive,
+    write_parent_and_child,
+)
 from workflows.directive_run import DirectiveRun
 
 pytestmark = pytest.mark.temporal
@@ -55,20 +64,7 @@ READS = '<read resource="filesystem" path="notes/**"/>'
 RUNS = '<execute resource="tool" id="directive.run"/>'
 
 
-def _family(project, *, helper_steps=("help",), boss_steps=("lead",), harness: str = "") -> None:
-    """A project where the agent's loop in a run holds it at the second repeated call, a parent directive
-    ``boss`` that may start child runs, and ``helper`` (that may start them too, for grandchildren)."""
-    write(
-        project / ".ai" / "config" / "agent_harness.yaml",
-        "loop_detection:\n  repeat_threshold: 2\n  max_warnings: 1\n" + harness,
-    )
-    write(project / "notes" / "a.txt", "a")
-    for name, steps in (("helper", helper_steps), ("boss", boss_steps)):
-        body = "".join(f'<step name="{s}" mode="agent"><action>{s}</action></step>' for s in steps)
-        write_directive(
-            project / ".ai" / "directives" / f"{name}.md",
-            directive_md(body, name=name, permissions=READS + RUNS),
-        )
+_family = write_parent_and_child
 
 
 async def _child(runs: RunClient, parent: str, directive: str = "helper") -> str:
@@ -118,10 +114,7 @@ async def test_attack_a_grandchild_started_before_the_hold_is_held_and_resumed_w
     and carries on in the grandchild. Safe: the hold goes down the family; resuming the parent lifts all."""
     approver("alice")
     _family(project)
-    parent = await runs.start("boss", {})
-    await awaiting_step(runs, parent, "lead")
-    child = await _child(runs, parent)
-    await awaiting_step(runs, child, "help")
+    parent, child = await start_parent_with_child(runs)
     grandchild = await _child(runs, child)
     await awaiting_step(runs, grandchild, "help")
     await _stick(runs, parent)
@@ -206,10 +199,7 @@ async def test_attack_resticking_the_parent_during_the_resume_cascade_frees_no_c
     resumed; the parent's next resume lifts both."""
     approver("alice")
     _family(project)
-    parent = await runs.start("boss", {})
-    await awaiting_step(runs, parent, "lead")
-    child = await _child(runs, parent)
-    await awaiting_step(runs, child, "help")
+    parent, child = await start_parent_with_child(runs)
     await _stick(runs, parent)
     before = await _held(runs, child)
     real = RunClient._resume_one
@@ -240,10 +230,7 @@ async def test_attack_a_resume_signed_for_a_childs_hold_before_its_parent_held_a
     resume signed for the old hold is refused and the child stays held."""
     approver("alice")
     _family(project)
-    parent = await runs.start("boss", {})
-    await awaiting_step(runs, parent, "lead")
-    child = await _child(runs, parent)
-    await awaiting_step(runs, child, "help")
+    parent, child = await start_parent_with_child(runs)
     await _stick(runs, parent)
     before = await _held(runs, child)
     assert await runs._resume_one(parent, "looked", "alice") is True  # the parent only, as the cascade starts
@@ -270,10 +257,7 @@ async def test_attack_answering_a_held_childs_own_escalation_does_not_lift_its_p
     release the child from a hold it owed its parent. Safe: it stays held until the parent is resumed."""
     approver("alice")
     _family(project)
-    parent = await runs.start("boss", {})
-    await awaiting_step(runs, parent, "lead")
-    child = await _child(runs, parent)
-    await awaiting_step(runs, child, "help")
+    parent, child = await start_parent_with_child(runs)
     from kiwi.contracts import HelpRequest
 
     await runs.help(parent, HelpRequest(kind="escalate", reason="which way?", options=["a", "b"]))
@@ -299,10 +283,7 @@ async def test_attack_a_childs_own_hold_dressed_as_its_parents_is_not_lifted_wit
     PARENT` lifts the child's own hold too. Safe: kiwi writes the prefix of every own hold reason."""
     approver("alice")
     _family(project)
-    parent = await runs.start("boss", {})
-    await awaiting_step(runs, parent, "lead")
-    child = await _child(runs, parent)
-    await awaiting_step(runs, child, "help")
+    parent, child = await start_parent_with_child(runs)
     from kiwi.contracts import HelpRequest
 
     mimic = parent_hold_reason(parent, "awaiting_human")
@@ -319,10 +300,7 @@ async def test_attack_odd_parent_held_notices_crash_nothing(runs, project):
     to a child that finished, and to the project's session workflow. Safe: no workflow task fails, nothing
     is held (a status outside the held ones is never written), the runs carry on."""
     _family(project)
-    parent = await runs.start("boss", {})
-    await awaiting_step(runs, parent, "lead")
-    child = await _child(runs, parent)
-    await awaiting_step(runs, child, "help")
+    parent, child = await start_parent_with_child(runs)
     done = (await runs.call_tool(parent, "directive.run", {"name": "helper"})).result["run_id"]
     await awaiting_step(runs, done, "help")
     await runs.complete_step(done, "help", {"done": True})
@@ -363,10 +341,7 @@ async def test_attack_a_child_held_for_its_own_question_is_not_freed_by_the_answ
     the answer holds the child for its parent instead, and `kiwi resume PARENT` then lifts both."""
     approver("alice")
     _family(project)
-    parent = await runs.start("boss", {})
-    await awaiting_step(runs, parent, "lead")
-    child = await _child(runs, parent)
-    await awaiting_step(runs, child, "help")
+    parent, child = await start_parent_with_child(runs)
     from kiwi.contracts import HelpRequest
 
     await runs.help(child, HelpRequest(kind="escalate", reason="may I go on?", options=["yes", "no"]))
@@ -396,10 +371,7 @@ async def test_a_child_held_for_a_parent_a_human_already_released_is_resumed_by_
     parent; a child is still never freed by the answer alone."""
     approver("alice")
     _family(project)
-    parent = await runs.start("boss", {})
-    await awaiting_step(runs, parent, "lead")
-    child = await _child(runs, parent)
-    await awaiting_step(runs, child, "help")
+    parent, child = await start_parent_with_child(runs)
     from kiwi.contracts import HelpRequest
 
     await runs.help(parent, HelpRequest(kind="escalate", reason="which way?", options=["a"]))
