@@ -67,7 +67,11 @@ async def main() -> None:
             write(root / "notes" / f"{n}.txt", "x")
         server = tuned_dev_server(root)
         await server.start()
-        worker = await start_worker(server.address)
+        try:
+            worker = await start_worker(server.address)
+        except BaseException:
+            server.stop()  # (a worker that did not start leaves no dev server behind)
+            raise
         try:
             client = await Client.connect(server.address, data_converter=data_converter)
             runs = RunClient(client, ItemStore(root))

@@ -164,12 +164,16 @@ async def main() -> None:
         repo = str(Path(__file__).resolve().parents[1])
         server = common.tuned_dev_server(root)
         await server.start()
-        worker = await common.start_worker(
-            server.address,
-            {"PYTHONPATH": os.pathsep.join([str(folder / "site"), repo])},
-            "kiwi",
-            *(["--threaded"] if args.kiwi_threaded else []),
-        )
+        try:
+            worker = await common.start_worker(
+                server.address,
+                {"PYTHONPATH": os.pathsep.join([str(folder / "site"), repo])},
+                "kiwi",
+                *(["--threaded"] if args.kiwi_threaded else []),
+            )
+        except BaseException:
+            server.stop()  # (a worker that did not start leaves no dev server behind)
+            raise
         if args.floor_inline:
             os.environ["TEMPORAL_DEBUG"] = "1"  # (read by the SDK's worker in the floor's process)
         try:
