@@ -89,6 +89,7 @@ from kiwi.policy import BUILTIN_TOOLS, PermissionSet
 from kiwi.snapshot import build_session_snapshot, build_snapshot, signed_decision
 from kiwi.toolargs import arguments_bytes, inner_call, oversized_command, unsendable
 from workflows.directive_run import DirectiveRun
+from workflows.directive_run.options import HELD
 
 
 @dataclass
@@ -568,15 +569,13 @@ class RunClient:
                 continue
             try:
                 now = await self.status(child.run_id)
-                if now.status not in ("stuck", "awaiting_human") or now.hold_reason != parent_hold_reason(
-                    run_id, now.status
-                ):
+                if now.status not in HELD or now.hold_reason != parent_hold_reason(run_id, now.status):
                     continue  # (held for a reason of its own, or not held)
                 # Read after the child's hold: the agent may have looped the parent into a hold again since
                 # its resume was taken, and its child then stays held. A parent held again after this read
                 # sends the child a new notice, which renews its hold: the resume below, signed for the hold
                 # read above, is then refused, or lifts it before the notice holds the child again.
-                if (await self.status(run_id)).status in ("stuck", "awaiting_human"):
+                if (await self.status(run_id)).status in HELD:
                     continue
                 why = reason or f"its parent run {run_id} was resumed"
                 if not await self._resume_one(child.run_id, why, by, status=now):
@@ -598,7 +597,7 @@ class RunClient:
                 f"run {run_id} has finished ({status.status}); there is nothing to resume",
                 hint=f"see `kiwi status {run_id}`; start a new run to go on",
             )
-        if status.status not in ("stuck", "awaiting_human"):
+        if status.status not in HELD:
             raise RunStateConflict(
                 f"run {run_id} is {status.status}, not stopped; resume lets a stuck or awaiting_human run "
                 "carry on",

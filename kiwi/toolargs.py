@@ -183,11 +183,11 @@ def arguments_bytes(args: Any) -> int | None:
         return None
 
 
+_UTF8_JSON = json.JSONEncoder(ensure_ascii=False, default=str)  # (built once: see kiwi.guards.JSON_TEXT)
+
+
 def _json_bytes(args: Any) -> int:
     return len(_UTF8_JSON.encode(args).encode("utf-8"))
-
-
-_UTF8_JSON = json.JSONEncoder(ensure_ascii=False, default=str)  # (built once: see kiwi.guards.JSON_TEXT)
 
 
 def unsendable(tool: str, args: Any, size: int | None = None) -> ArgumentError | None:

@@ -172,12 +172,7 @@ async def test_record_history(runs, project):
     await runs.call_tool(run_id, "kiwi-mcp.search", {"query": "hello"})  # denied: no kiwi-mcp grant
     await runs.complete_step(run_id, "confirm", {"confirmed": True})
     await runs.handle(run_id).result()
-    history = json.loads((await runs.handle(run_id).fetch_history()).to_json())
-    # Payloads name the test's temporary folder; replace it so no machine path is committed.
-    scrubbed = _scrub(history, str(project), "/project")
-    target = HISTORIES / f"hello_kiwi-{CURRENT}.json"
-    target.write_text(json.dumps(scrubbed, indent=1))
-    assert str(project) not in target.read_text()
+    await _save_history(runs.handle(run_id), "hello_kiwi", project)
 
 
 @pytest.mark.skipif(
@@ -200,10 +195,7 @@ async def test_record_continued_history(runs, project):
         (runs.client.get_workflow_handle(run_id, run_id=first), "continued"),
         (runs.handle(run_id), "continued-last"),
     ):
-        history = json.loads((await handle.fetch_history()).to_json())
-        target = HISTORIES / f"hello_kiwi-{name}-{CURRENT}.json"
-        target.write_text(json.dumps(_scrub(history, str(project), "/project"), indent=1))
-        assert str(project) not in target.read_text()
+        await _save_history(handle, f"hello_kiwi-{name}", project)
 
 
 @pytest.mark.skipif(
@@ -231,10 +223,7 @@ async def test_record_held_family_history(runs, project):
     await runs.complete_step(parent, "lead", {"done": True})
     await runs.handle(parent).result()
     for run_id, name in ((parent, "held_parent"), (child, "held_child")):
-        history = json.loads((await runs.handle(run_id).fetch_history()).to_json())
-        target = HISTORIES / f"{name}-{CURRENT}.json"
-        target.write_text(json.dumps(_scrub(history, str(project), "/project"), indent=1))
-        assert str(project) not in target.read_text()
+        await _save_history(runs.handle(run_id), name, project)
 
 
 @pytest.mark.skipif(
@@ -287,10 +276,16 @@ async def test_record_held_again_history(runs, project):
     await runs.complete_step(parent, "lead", {"done": True})
     await runs.handle(parent).result()
     for run_id, name in ((again, "held_again"), (deferred, "held_deferred")):
-        history = json.loads((await runs.handle(run_id).fetch_history()).to_json())
-        target = HISTORIES / f"{name}-{CURRENT}.json"
-        target.write_text(json.dumps(_scrub(history, str(project), "/project"), indent=1))
-        assert str(project) not in target.read_text()
+        await _save_history(runs.handle(run_id), name, project)
+
+
+async def _save_history(handle, name: str, project) -> None:
+    """Write ``handle``'s history to tests/histories/{name}-{patch id}.json, with the test's temporary
+    folder replaced so no machine path is committed."""
+    history = json.loads((await handle.fetch_history()).to_json())
+    target = HISTORIES / f"{name}-{CURRENT}.json"
+    target.write_text(json.dumps(_scrub(history, str(project), "/project"), indent=1))
+    assert str(project) not in target.read_text()
 
 
 async def _decisions(runs, run_id):

@@ -188,9 +188,12 @@ class HumansMixin:
         self.state.hold_reason = reason
         self.audit.record({"event": "held", "status": status, "reason": reason})
         if self.holds_children:
-            for child in self.state.children:
-                if child.status == "running":
-                    self._hold_child(child.run_id)
+            self._hold_children()
+
+    def _hold_children(self: DirectiveRun) -> None:
+        for child in self.state.children:
+            if child.status == "running":
+                self._hold_child(child.run_id)
 
     def _hold_child(self: DirectiveRun, child_id: str) -> None:
         """Tell a running child run this run is held (PARENT_HOLDS_CHILDREN): it holds too."""
@@ -231,9 +234,7 @@ class HumansMixin:
             self.state.status = status  # type: ignore[assignment]
             self.state.hold_reason = reason
             self.audit.record({"event": "held", "status": status, "reason": reason, "renewed": True})
-            for child in self.state.children:
-                if child.status == "running":
-                    self._hold_child(child.run_id)
+            self._hold_children()
         elif self.state.status in HELD:
             # Held for a reason of its own (its loop, a question): that hold stays as it is (`kiwi resume
             # PARENT` does not lift it), and when a human lifts it the run holds for its parent instead, so
