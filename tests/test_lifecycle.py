@@ -368,3 +368,17 @@ async def test_an_upgrade_with_worker_versioning_keeps_running_runs_on_their_bui
     finally:
         for worker in workers:
             await stop_process(worker)
+
+
+async def test_sigterm_stops_a_worker_whose_output_nobody_reads_any_more(temporal_env):
+    # The log collector reading the worker's output went away (its pipe closed), then the orchestrator
+    # sent SIGTERM: the worker's "stopping" line raised in the signal handler before it set its stop, and
+    # the worker ran on through every SIGTERM after.
+    address = temporal_env.client.service_client.config.target_host
+    worker = await kiwi_worker(address, f"kiwi-deaf-{uuid.uuid4().hex[:8]}", "--drain-seconds", "5")
+    try:
+        worker._transport.get_pipe_transport(1).close()  # (the reader's end of its stdout)
+        worker.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(worker.wait(), 60) == 0
+    finally:
+        await stop_process(worker)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import json
 import math
@@ -511,30 +512,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
 
         def drain() -> None:
+            # The stop comes first: a print to an output nobody reads any more (the log collector that
+            # read it is gone) raises, and the worker went on running on every SIGTERM after.
             if not stop.is_set():
-                print(
-                    f"kiwi worker: stopping; in-flight activities have {args.drain_seconds:g}s to finish",
-                    flush=True,
-                )
-            stop.set()
+                stop.set()
+                _say(f"kiwi worker: stopping; in-flight activities have {args.drain_seconds:g}s to finish")
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, drain)
 
         def started() -> None:
             # Printed once the worker polls: whoever waits for this line can send it work.
-            print(
-                f"kiwi worker: task queue '{args.task_queue}' on {client.service_client.config.target_host}",
-                flush=True,
-            )
+            _say(f"kiwi worker: task queue '{args.task_queue}' on {client.service_client.config.target_host}")
             if health:
-                print(
-                    f"kiwi worker: health at http://{health[0]}:{health[1]}/healthz and /readyz", flush=True
-                )
+                _say(f"kiwi worker: health at http://{health[0]}:{health[1]}/healthz and /readyz")
             if deployment:
-                print(
-                    f"kiwi worker: deployment '{args.deployment_name}', build '{args.build_id}'", flush=True
-                )
+                _say(f"kiwi worker: deployment '{args.deployment_name}', build '{args.build_id}'")
 
         await run_worker(
             client,
@@ -547,10 +540,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
             deployment=deployment,
             started=started,
         )
-        print("kiwi worker: stopped", flush=True)
+        _say("kiwi worker: stopped")
         return 0
 
     return asyncio.run(go())
+
+
+def _say(line: str) -> None:
+    """A line on standard output for whoever reads it. Once its reader is gone, what follows goes nowhere
+    instead of raising (and the exit code stays the worker's: Python's own flush at exit would fail too)."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
 
 
 def _start_local_registry() -> Any:
