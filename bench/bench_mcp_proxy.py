@@ -5,9 +5,11 @@ call is ``RunClient.call_tool`` (a Workflow Update) -> policy, rate limit, loop 
 activity ``mcp.everything.call_tool`` -> the worker's pooled connection -> audit. Sequential
 p50/p99, then 10 concurrent callers (calls/s). For scale it also prints the floor under every
 proxied call on the same server (bench/floor.py: a bare update, and one running a no-op local
-activity) and the same Kiwi update refused by policy before any activity runs.
+activity), the same Kiwi update refused by policy before any activity runs, and Kiwi's update sent
+straight to a run without RunClient (the caller's side of Kiwi). ``--pin`` gives the worker processes
+(and the MCP servers they start) a core of their own and the Temporal server and callers the others.
 
-    .venv/bin/python bench/bench_mcp_proxy.py [--calls 300] [--callers 10] [--worker-process]
+    .venv/bin/python bench/bench_mcp_proxy.py [--calls 300] [--callers 10] [--worker-process [--pin]]
     .venv/bin/python bench/bench_mcp_proxy.py --tracing [--calls 300]
 
 ``--tracing`` measures only the cost of OpenTelemetry: the same proxied call to a traced and an untraced
@@ -37,11 +39,13 @@ from temporalio.client import Client as TemporalClient  # noqa: E402
 
 from bench import common  # noqa: E402
 from bench.floor import floor_callers, floor_rates  # noqa: E402
+from kiwi.contracts import CallToolRequest  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
 from tests.helpers import write_directive  # noqa: E402
 from workers.main import build_worker  # noqa: E402
+from workflows.directive_run.workflow import DirectiveRun  # noqa: E402
 
 EVERYTHING = (
     Path(__file__).resolve().parents[1]
@@ -122,7 +126,15 @@ async def main() -> None:
         action="store_true",
         help="measure only tracing's cost: proxied calls with tracing off and on, worker processes",
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="with --worker-process: give the workers (and their MCP servers) a core of their own, the "
+        "server and the callers the others, from the sequential calls on",
+    )
     args = parser.parse_args()
+    if args.pin and not args.worker_process:
+        parser.error("--pin needs --worker-process")
     if not EVERYTHING.exists():
         raise SystemExit("run scripts/test once first: it installs tests/npm (server-everything)")
     if args.tracing:
@@ -161,11 +173,38 @@ async def main() -> None:
 
                 # Sequential latencies, one call of each kind in turn: drift in the host's load hits the
                 # floor and Kiwi alike (measured one kind after another, ratios swung by 0.1-0.2x).
-                async with floor_callers(temporal, **where) as floor_call:
-                    samples = await interleaved(
-                        min(args.calls, 900),
-                        {**floor_call, "kiwi": proxied, "refused": refused, "read": read},
+                # The same update sent straight to the run (a run of its own, as many calls as each kind):
+                # what the p50 owes to RunClient, the caller's side of Kiwi.
+                direct_run = await runs.start("echo_bench", {})
+
+                async def update(i: int) -> None:
+                    request = CallToolRequest(
+                        tool="everything.echo", arguments={"message": f"m{i}"}, client="cli"
                     )
+                    result = await runs.handle(direct_run).execute_update(DirectiveRun.call_tool, request)
+                    assert result.status == "ok", result
+
+                async with floor_callers(temporal, **where) as floor_call:
+                    kinds = {
+                        **floor_call,
+                        "kiwi": proxied,
+                        "refused": refused,
+                        "read": read,
+                        "update": update,
+                    }
+                    if args.pin:
+                        for call in kinds.values():  # (every process started: Kiwi's pool starts its server)
+                            await call(-1)
+                        mine = os.getpid()
+                        workers = [
+                            pid
+                            for pid in common.children(mine)
+                            if pid == worker.pid
+                            or b"bench.floor" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                        ]
+                        pinned = common.pin_processes(workers, [mine, server.process.pid])
+                    samples = await interleaved(min(args.calls, 900), kinds)
+                await runs.cancel(direct_run)
                 floor = {k: samples[k] for k in ("plain", "local", "upstream", "raw")}
                 kiwi_ms, refused_ms, read_ms = samples["kiwi"], samples["refused"], samples["read"]
                 await runs.cancel(run_id)
@@ -239,6 +278,14 @@ async def main() -> None:
     if continued:
         print(f"(the callers' run continued-as-new {continued} times inside the window)")
     local = common.pct(floor["local"], 0.5)
+    update_ms = samples["update"]
+    print(
+        f"the same update sent straight to a run (no RunClient): p50 {common.pct(update_ms, 0.5):6.1f} ms, "
+        f"{common.pct(update_ms, 0.5) / local:.2f}x the no-op local-activity update; RunClient's share "
+        f"{common.pct(kiwi_ms, 0.5) - common.pct(update_ms, 0.5):+.2f} ms"
+    )
+    if args.pin:
+        print(f"timed calls pinned: {pinned}")
     print(
         f"#20 ratios to the floor: proxied p50 {common.pct(kiwi_ms, 0.5) / local:.2f}x the no-op local-activity "
         f"update (target <= 1.15x); throughput {kiwi_rate / floor_rate:.2f}x its updates/s (target >= 0.8x); "

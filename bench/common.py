@@ -106,3 +106,32 @@ async def stop_worker(proc: asyncio.subprocess.Process, sig: int = signal.SIGTER
     if proc.returncode is None:
         os.killpg(proc.pid, sig)
         await proc.wait()
+
+
+def pin_processes(workers: list[int], others: list[int]) -> str:
+    """Give the worker processes ``workers`` (their threads, and every process they started: MCP servers)
+    the host's last core, and ``others`` (the Temporal server, the callers) the rest: what a host where
+    the worker has a core of its own measures. A description of what went where."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("--pin needs at least 2 cores")
+    mine, rest = {cores[-1]}, set(cores[:-1])
+    for pids, where in ((workers, mine), (others, rest)):
+        for pid in pids:
+            for process in [pid] + (_descendants(pid) if where is mine else []):
+                for tid in os.listdir(f"/proc/{process}/task"):
+                    os.sched_setaffinity(int(tid), where)
+    return f"workers and their MCP servers on core {cores[-1]}, the server and callers on {sorted(rest)}"
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started that still run (Linux)."""
+    return [
+        int(child)
+        for tid in os.listdir(f"/proc/{pid}/task")
+        for child in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
+    ]
+
+
+def _descendants(pid: int) -> list[int]:
+    return [p for child in children(pid) for p in (child, *_descendants(child))]
