@@ -115,6 +115,7 @@ class UpstreamFloor:
 class FloorWorkflow:
     def __init__(self) -> None:
         self.done = False
+        self.recorded = 0
 
     @workflow.run
     async def run(self) -> None:
@@ -150,6 +151,12 @@ class FloorWorkflow:
         self.done = True
         return value
 
+    @workflow.signal
+    def record(self, answer: dict) -> None:
+        """#20's design option "the front end makes the call": the caller asked ``plain`` for the decision,
+        made the call itself and hands the run its answer here, without waiting for it to land."""
+        self.recorded += 1
+
     @workflow.query
     def ready(self) -> bool:
         return True
@@ -182,14 +189,16 @@ async def floor_callers(
 ) -> AsyncIterator[dict[str, Callable[[int], Awaitable[Any]]]]:
     """One bare workflow per kind, and a caller for each: "plain" (a bare update), "local" (an update
     running a no-op local activity) and, with ``everything`` (server-everything's index.js), "upstream"
-    (an update whose local activity makes the same ``echo`` call Kiwi proxies, over a session of its own)
-    and "raw" (the same call written and read by hand, no MCP SDK client, over a server process of its own).
+    (an update whose local activity makes the same ``echo`` call Kiwi proxies, over a session of its own),
+    "raw" (the same call written and read by hand, no MCP SDK client, over a server process of its own) and
+    "decided" (#20's design option: a bare update for the decision, the call made by hand from the caller's
+    process, its answer handed to the workflow by a signal nothing waits for).
     ``caller(i)`` makes one update. With ``address`` the worker is a process of its own (as `kiwi worker`
     is with --worker-process: a process woken for each call costs more than one already running), else it
     runs in this process. A bench times the callers interleaved with Kiwi's calls, so drift in the host's
     load hits both sides alike. (Temporal allows 2,000 updates per workflow: keep below.)"""
     queue = f"floor-{uuid.uuid4().hex[:8]}"
-    kinds = ["plain", "local"] + (["upstream", "raw"] if everything is not None else [])
+    kinds = ["plain", "local"] + (["upstream", "raw", "decided"] if everything is not None else [])
     async with contextlib.AsyncExitStack() as stack:
         if address is not None:
             proc = await start_floor_worker(address, queue, everything)
@@ -218,9 +227,28 @@ async def floor_callers(
 
             return call
 
+        callers = {kind: caller(kind) for kind in kinds}
+        records: set[asyncio.Task[None]] = set()
+        if everything is not None:
+            # The caller's own server process: the call made where the agent's request arrives.
+            rpc = await JsonRpc.start(everything)
+            stack.push_async_callback(rpc.stop)
+
+            async def decided(i: int) -> Any:
+                await handles["decided"].execute_update("plain", f"m{i}")
+                answer = await rpc.request("tools/call", {"name": "echo", "arguments": {"message": f"m{i}"}})
+                record = asyncio.ensure_future(
+                    handles["decided"].signal(FloorWorkflow.record, answer["result"])
+                )
+                records.add(record)
+                record.add_done_callback(records.discard)
+                return answer["result"]
+
+            callers["decided"] = decided
         try:
-            yield {kind: caller(kind) for kind in kinds}
+            yield callers
         finally:
+            await asyncio.gather(*records)
             for handle in handles.values():
                 await handle.signal(FloorWorkflow.stop)
 
