@@ -760,11 +760,8 @@ class RunClient:
             try:
                 if wait_seconds is None:
                     return await handle.execute_update(update, arg, id=update_id)
-                started = await handle.start_update(
-                    update, arg, id=update_id, wait_for_stage=WorkflowUpdateStage.ACCEPTED
-                )
                 return await _wait(
-                    started.result(),
+                    _accepted_then_answered(handle, update, arg, update_id),
                     wait_seconds,
                     on_progress,
                     functools.partial(self.upstream_progress, run_id, getattr(arg, "tool", None)),
@@ -909,7 +906,9 @@ class RunClient:
                 if execution is None:
                     raise KiwiError(
                         f"run {run_id} has no call '{call_id}'",
-                        hint="poll with the call_id of a call of this run that answered 'pending'",
+                        hint="poll with the call_id of a call of this run that answered 'pending'; a call that "
+                        "answered 'pending' before the run took it (Temporal unreachable for its whole wait) "
+                        "was not made: send it again, with an idempotency_key to be safe",
                     ) from None
                 continue
             return result if result is not None else _pending("", run_id, call_id, wait_seconds)
@@ -1091,6 +1090,9 @@ async def _wait(
     while True:
         remaining = wait_seconds - (loop.time() - started)
         if remaining <= 0:
+            # The SDK answers a cancelled wait with an error of its own (the call goes on in the run):
+            # taken here, or each pending answer left "Task exception was never retrieved" in the log.
+            task.add_done_callback(_taken)
             task.cancel()
             return None
         done, _ = await asyncio.wait({task}, timeout=min(1.0, remaining))
@@ -1098,6 +1100,21 @@ async def _wait(
             return task.result()
         if on_progress is not None:
             await on_progress(loop.time() - started, wait_seconds, await upstream() if upstream else "")
+
+
+def _taken(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def _accepted_then_answered(handle: WorkflowHandle, update: Any, arg: Any, update_id: str) -> Any:
+    """An update's answer: accepted by the run, then answered. Both are what a caller waits for within its
+    ``wait_seconds`` (see :func:`_wait`): a call the run makes in the workflow task that takes it (a local
+    activity, an external MCP server's call) is accepted only once that task completes, after the call."""
+    started = await handle.start_update(
+        update, arg, id=update_id, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+    )
+    return await started.result()
 
 
 # The first workflow task is over: completed, or the execution already handed over or closed.

@@ -7,6 +7,7 @@ PyPI ``mcp-server-git`` and ``mcp-server-time``, and one small SDK server for sc
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -450,6 +451,44 @@ mcps:
     run_id = await runs.start("slow", {})
     await wait_for(lambda: waiting(runs, run_id), what="the agent step")
     return run_id
+
+
+async def test_a_slow_call_answers_pending_within_wait_seconds_and_is_polled(runs, project):
+    # server-everything at its default timeout: its calls are local activities, and the run accepts such a
+    # call only once the workflow task that makes it completes, after the call. The caller waited for
+    # that acceptance past its wait_seconds: a 6 s call asked to answer within 1 s answered "ok" at 6 s.
+    registry(project, f'mcps:\n  everything:\n    command: node\n    args: ["{EVERYTHING}", "stdio"]\n')
+    mcp_directive(
+        project,
+        "slowish",
+        tools='<mcp name="everything" required="true"/>',
+        permissions='<execute resource="mcp" name="everything" actions="*"/>',
+        body='<step name="work"><action>Wait.</action></step>',
+    )
+    run_id = await runs.start("slowish", {})
+    await wait_for(lambda: waiting(runs, run_id), what="the agent step")
+    loop = asyncio.get_running_loop()
+    reported: list[str] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(str(context.get("message"))))
+    try:
+        answer = await runs.call_tool_waiting(
+            run_id,
+            "everything.trigger-long-running-operation",
+            {"duration": 6, "steps": 3},
+            client_name="agent",
+            wait_seconds=1,
+        )
+        assert answer.status == "pending", answer
+        polled = await runs.poll_call(run_id, answer.result["call_id"], wait_seconds=60)
+        assert polled.status == "ok", polled
+        assert "completed" in text_of(polled.result), polled.result
+        gc.collect()  # (a task's unretrieved exception is reported when the task is collected)
+    finally:
+        loop.set_exception_handler(previous)
+    # The pending answer's wait, cancelled, leaves nothing unretrieved behind it.
+    assert not [m for m in reported if "never retrieved" in m], reported
+    await runs.cancel(run_id)
 
 
 async def test_cancelling_a_run_cancels_its_upstream_call(runs, project):
