@@ -112,8 +112,9 @@ def own_keys() -> list[str]:
     return sorted(p.stem for p in folder.glob("*.key")) if folder.is_dir() else []
 
 
-def default_key(requested: str | None = None) -> str:
-    """The key to sign with: the one named, else the only one there is."""
+def default_key(requested: str | None = None, option: str = "--key") -> str:
+    """The key to sign with: the one named, else the only one there is. ``option``: the command's option
+    that names one, for the hint when there are several."""
     if requested:
         return check_name(requested)
     names = own_keys()
@@ -124,7 +125,7 @@ def default_key(requested: str | None = None) -> str:
             f"you have no signing key (looked in {keys_dir()})",
             hint="create one with `kiwi keys init`; it is trusted for signing and approving",
         )
-    raise InputInvalid(f"you have several keys ({', '.join(names)})", hint="choose one with --key NAME")
+    raise InputInvalid(f"you have several keys ({', '.join(names)})", hint=f"choose one with {option} NAME")
 
 
 def sign_bytes(name: str, message: bytes) -> str:

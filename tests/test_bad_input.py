@@ -12,7 +12,7 @@ import pytest
 from mcp.client import Client
 
 from kiwi.cli import main as kiwi_main
-from kiwi.errors import ItemInvalid
+from kiwi.errors import ItemInvalid, KiwiError
 from kiwi.toolargs import MAX_CONTENT_BYTES, ArgumentError, check_arguments, coerce_step_arguments, unsendable
 from mcp_frontend.server import build_server
 from tests.helpers import awaiting_step, directive_md, write, write_directive
@@ -434,3 +434,58 @@ def test_cli_validate_reports_an_unreadable_item_instead_of_failing(project, cap
     assert kiwi_main(["validate", str(locked)]) == 1
     out = capsys.readouterr()
     assert "FAIL" in out.out and "cannot read the file" in out.out
+
+
+def test_validate_and_sign_take_a_folder_inside_an_item_folder(tmp_path, monkeypatch, capsys):
+    # `kiwi validate .ai/directives/drafts` found no item files (only the item folder itself, or a folder
+    # holding one, counted), and `kiwi sign` of it signed nothing, silently, with exit code 0.
+    monkeypatch.chdir(tmp_path)
+    assert kiwi_main(["init"]) == 0
+    drafts = tmp_path / ".ai" / "directives" / "drafts"
+    drafts.mkdir()
+    hello = (tmp_path / ".ai" / "directives" / "hello_kiwi.md").read_text()
+    (drafts / "hello_again.md").write_text(hello.replace("Write the greeting<", "Write the greeting again<"))
+    capsys.readouterr()
+    assert kiwi_main(["validate", str(drafts)]) == 0
+    shown = capsys.readouterr().out
+    assert "hello_again.md (directive: hello_kiwi)" in shown and "modified after signing" in shown
+    assert kiwi_main(["sign", str(drafts)]) == 0
+    assert "signed " in capsys.readouterr().out
+    assert kiwi_main(["validate", str(drafts)]) == 0
+    assert "signature valid" in capsys.readouterr().out
+    # A folder with no items in it is said to have none, by both, with exit code 1.
+    empty = tmp_path / ".ai" / "directives" / "empty"
+    empty.mkdir()
+    assert kiwi_main(["validate", str(empty)]) == 1
+    assert "no item files found" in capsys.readouterr().err
+    assert kiwi_main(["sign", str(empty)]) == 1
+    assert "no item files found" in "".join(capsys.readouterr())
+
+
+async def test_with_several_keys_the_hint_names_the_option_of_the_command(tmp_path, monkeypatch):
+    # `kiwi approve`, `resume` and `decide` take the key as --as (or --by); their hint said --key, which
+    # they refuse. `kiwi sign` takes --key.
+    from kiwi.items.store import ItemStore
+    from kiwi.keys import create_key, default_key
+    from kiwi.runs import RunClient
+
+    monkeypatch.setenv("KIWI_KEYS_DIR", str(tmp_path / "keys"))
+    create_key("alice")
+    create_key("bob")
+    with pytest.raises(KiwiError) as signing:
+        default_key()
+    assert signing.value.hint == "choose one with --key NAME"
+    with pytest.raises(KiwiError) as approving:
+        default_key(None, option="--as")
+    assert approving.value.hint == "choose one with --as NAME"
+    # RunClient picks the key before it asks Temporal anything (no client needed to meet the hint).
+    (tmp_path / ".ai").mkdir()
+    runs = RunClient(None, ItemStore(tmp_path))  # type: ignore[arg-type]
+    for action in (
+        runs.resume("run-1"),
+        runs.decide_approval("run-1", "approval-1", True),
+        runs.decide("run-1", "decision-1", "yes"),
+    ):
+        with pytest.raises(KiwiError) as refused:
+            await action
+        assert refused.value.hint == "choose one with --as NAME"

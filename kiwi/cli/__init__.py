@@ -28,6 +28,8 @@ _ITEM_FOLDERS = {"directives", "tools", "knowledge", "scripts"}
 
 
 def _expand(paths: list[str]) -> list[Path]:
+    """The item files named: files as given; a folder's .md/.yaml files inside an item folder (directives,
+    tools, knowledge, scripts), which the folder may be, hold, or sit in (``.ai/directives/drafts``)."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
@@ -37,12 +39,21 @@ def _expand(paths: list[str]) -> list[Path]:
                 for q in p.rglob("*")
                 if q.is_file()
                 and q.suffix in (".md", ".yaml", ".yml")
-                and _ITEM_FOLDERS & set(q.relative_to(p).parts[:-1]) | _ITEM_FOLDERS & {p.name}
+                and _ITEM_FOLDERS & ({*_inside_ai(p), *q.relative_to(p).parts[:-1]})
                 and ".cache" not in q.parts
             )
         else:
             out.append(p)
     return out
+
+
+def _inside_ai(folder: Path) -> tuple[str, ...]:
+    """The folder's names below its project's ``.ai`` (its own name alone outside one): only those say
+    what kind of items it holds, not a folder of the same name above the project."""
+    parts = folder.resolve().parts
+    if ".ai" not in parts:
+        return parts[-1:]
+    return parts[len(parts) - parts[::-1].index(".ai") :]
 
 
 # ---------------------------------------------------------------- item commands
@@ -163,7 +174,13 @@ def cmd_sign(args: argparse.Namespace) -> int:
     load_private(signer)  # a missing or unreadable key is an error before any file is touched
     failed = False
     report: list[dict[str, Any]] = []
-    for path in _expand(args.paths):
+    files = _expand(args.paths)
+    if not files:
+        raise KiwiError(
+            "no item files found in " + ", ".join(args.paths),
+            hint="give item files, or folders inside .ai/directives, .ai/tools or .ai/knowledge (`kiwi sign .ai`)",
+        )
+    for path in files:
         result = validate_file(path)
         problems = result.pop("_problems")
         if not result["valid"]:

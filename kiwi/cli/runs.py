@@ -385,7 +385,7 @@ async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
                 hint=f"see `kiwi status {args.run}`",
             )
         decision = signed_decision(
-            args.run, status.execution, request, approved, default_key(args.by), args.reason
+            args.run, status.execution, request, approved, default_key(args.by, option="--as"), args.reason
         )
         print(decision.model_dump_json())
         return 0
