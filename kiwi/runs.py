@@ -77,6 +77,7 @@ from kiwi.errors import (
     RunInOtherProject,
     RunNotFound,
     RunStateConflict,
+    RunTimedOut,
     TemporalUnavailable,
     ToolNotFound,
     display_path,
@@ -737,6 +738,15 @@ class RunClient:
             # Temporal's word: the answer is that the run ended, never the read's error.)
             with contextlib.suppress(RPCError, WorkflowFailureError, KiwiError, ValueError):
                 how = (await self.handle(run_id).result(follow_runs=False)).status
+        elif closed == WorkflowExecutionStatus.FAILED:
+            # A run past its deadline fails with RunTimedOut: `kiwi status` says timed_out, and so does this.
+            try:
+                await self.handle(run_id).result(follow_runs=False)
+            except WorkflowFailureError as exc:
+                if getattr(exc.cause, "type", None) == RunTimedOut.type:
+                    how = "timed_out"
+            except (RPCError, KiwiError, ValueError):
+                pass
         cancelled = how in ("cancelled", "canceled")
         return f"run {run_id} was cancelled" if cancelled else f"run {run_id} has finished ({how})"
 

@@ -18,6 +18,7 @@ from temporalio.worker import Replayer
 from kiwi.contracts import HelpRequest
 from kiwi.converter import data_converter
 from kiwi.devserver import DevServer, free_port
+from kiwi.errors import RunFinished
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
 from tests.helpers import (
@@ -138,6 +139,10 @@ async def test_a_three_day_deadline_times_out_in_milliseconds(time_skipping_env,
         assert "deadline of 259200s passed while step 'confirm' waited" in info.value.cause.message
         assert asyncio.get_running_loop().time() - started < 60
         assert (await runs.status(run_id)).status == "timed_out"
+        # What an agent or operator acting on it is told says the same (it said "has finished (failed)").
+        with pytest.raises(RunFinished) as late:
+            await runs.complete_step(run_id, "confirm", {"ok": True})
+        assert f"run {run_id} has finished (timed_out)" in late.value.message
 
 
 @pytest.mark.parametrize("history", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
