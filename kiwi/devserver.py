@@ -102,6 +102,13 @@ def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
                 raise KiwiError(
                     f"{path}: worker.{option} is {config['worker'].get(option)!r}; expected true or false"
                 )
+        for section, option in (("temporal", "port"), ("temporal", "ui_port"), ("mcp", "port")):
+            value = config[section].get(option)
+            if type(value) is not int or not 0 < value < 65536:
+                raise KiwiError(
+                    f"{path}: {section}.{option} is {value!r}; expected a port number from 1 to 65535",
+                    hint=f"write it as {section}: {{{option}: {DEFAULTS[section][option]}}}, or leave it out",
+                )
         base = path.parent
     return config, base
 

@@ -489,3 +489,27 @@ async def test_with_several_keys_the_hint_names_the_option_of_the_command(tmp_pa
         with pytest.raises(KiwiError) as refused:
             await action
         assert refused.value.hint == "choose one with --as NAME"
+
+
+@pytest.mark.parametrize(
+    "argv", [["dev", "--port", "99999"], ["dev", "--mcp-port", "http"], ["worker", "--health-port", "0"]]
+)
+def test_a_port_out_of_range_is_a_usage_error_not_a_traceback(project, capsys, argv):
+    # `kiwi dev --port 99999` ended in an OverflowError traceback from the port check.
+    with pytest.raises(SystemExit) as usage:
+        kiwi_main(argv)
+    err = capsys.readouterr().err
+    assert usage.value.code == 2 and "is no port number: give one from 1 to 65535" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("line", ["port: abc", "port: 99999", "ui_port: -1"])
+def test_a_port_out_of_range_in_temporal_dev_yml_names_the_file_and_the_fix(project, capsys, line):
+    (project / "temporal-dev.yml").write_text(f"temporal:\n  {line}\n")
+    assert kiwi_main(["dev", "--config", str(project / "temporal-dev.yml")]) == 1
+    err = capsys.readouterr().err
+    option = line.split(":")[0]
+    assert (
+        f"temporal-dev.yml: temporal.{option} is " in err and "expected a port number from 1 to 65535" in err
+    )
+    assert "Traceback" not in err

@@ -705,6 +705,17 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
+def _port(text: str) -> int:
+    """A TCP port given on the command line: 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is no port number: give one from 1 to 65535")
+    return value
+
+
 def _seconds(text: str) -> float:
     value = float(text)
     if value < 0:
@@ -754,9 +765,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="temporal-dev.yml to read (default: KIWI_DEV_CONFIG, else ./temporal-dev.yml, else built-in "
         "defaults)",
     )
-    p.add_argument("--port", type=int, help="Temporal gRPC port (default 7233; overrides temporal.port)")
-    p.add_argument("--ui-port", type=int, help="Temporal UI port (default 8233; overrides temporal.ui_port)")
-    p.add_argument("--mcp-port", type=int, help="MCP HTTP front end port (default 8765; overrides mcp.port)")
+    p.add_argument("--port", type=_port, help="Temporal gRPC port (default 7233; overrides temporal.port)")
+    p.add_argument(
+        "--ui-port", type=_port, help="Temporal UI port (default 8233; overrides temporal.ui_port)"
+    )
+    p.add_argument(
+        "--mcp-port", type=_port, help="MCP HTTP front end port (default 8765; overrides mcp.port)"
+    )
     p.add_argument("--no-mcp", action="store_true", help="do not start the MCP HTTP front end")
     p.add_argument("--verbose", action="store_true", help="show the Temporal server's own log")
     p.add_argument(
@@ -795,7 +810,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--health-port",
-        type=int,
+        type=_port,
         metavar="PORT",
         help="serve /healthz (liveness) and /readyz (ready while polling, not while draining) on this port "
         "(default: no health endpoints)",
@@ -903,7 +918,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         default="127.0.0.1",
         help="HTTP bind address (default 127.0.0.1; any other needs KIWI_MCP_TOKEN)",
     )
-    p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    p.add_argument("--port", type=_port, default=8765, help="HTTP port (default 8765)")
     p.add_argument(
         "--stateless",
         action="store_true",
