@@ -285,6 +285,8 @@ def argument_problems(exc: ValidationError) -> tuple[str, str]:
 class KiwiMCPServer(MCPServer):
     """MCPServer whose argument errors carry the seeds' error shape and name allowed values (no links)."""
 
+    temporal: TemporalLink  # (set by build_server: the way to Temporal its tools share)
+
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
             return await super().call_tool(name, arguments, context)
@@ -331,7 +333,8 @@ class TemporalLink:
         self._runs = RunClient(client, store, task_queue=task_queue) if client is not None else None
         self._lock = asyncio.Lock()
 
-    async def runs(self) -> RunClient:
+    async def runs(self, timeout: float = 0.0) -> RunClient:
+        """The run client, connecting first if need be (within ``timeout`` seconds, default CONNECT_TIMEOUT)."""
         if self._runs is not None:
             return self._runs
         from kiwi.connect import connect, target
@@ -341,7 +344,7 @@ class TemporalLink:
                 where = target(self.address, self.namespace)[0]
                 try:
                     client = await asyncio.wait_for(
-                        connect(self.address, self.namespace), timeout=CONNECT_TIMEOUT
+                        connect(self.address, self.namespace), timeout=timeout or CONNECT_TIMEOUT
                     )
                 except (RuntimeError, OSError, TimeoutError):
                     raise TemporalUnavailable(
@@ -354,6 +357,8 @@ class TemporalLink:
 
 
 CONNECT_TIMEOUT = 10.0
+# How long a readiness probe waits for Temporal (a connection, then its health check).
+PROBE_SECONDS = 2.0
 
 
 def build_server(
@@ -376,6 +381,7 @@ def build_server(
 
     beyond = BeyondTools(link, store, client_name)  # resources, prompts, tasks: mcp_frontend/capabilities.py
     server = KiwiMCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0", **beyond.server_options())
+    server.temporal = link
     beyond.attach(server)
 
     @server.tool(
@@ -1037,27 +1043,33 @@ def malformed_reply(exc: Exception) -> mcp_types.JSONRPCError:
 
 
 async def serve_http(
-    client: Client,
+    client: Client | None,
     host: str,
     port: int,
     stop: asyncio.Event | None = None,
     task_queue: str = "kiwi",
     *,
     stateless: bool = False,
+    address: str | None = None,
+    namespace: str | None = None,
 ) -> None:
     """``kiwi mcp --http``: serve until ``stop`` is set. ``/readyz`` is ready while Temporal answers a
-    health check and the front end is not stopping."""
+    health check and the front end is not stopping. With ``client`` None, up whether or not Temporal is
+    (see :class:`TemporalLink`): a probe tries to connect, within its own 2 s."""
     import uvicorn
+
+    server = build_server(client, task_queue=task_queue, address=address, namespace=namespace)
 
     async def ready() -> bool:
         if stop is not None and stop.is_set():
             return False
         try:
-            return await client.service_client.check_health(timeout=timedelta(seconds=2))
-        except RPCError:
+            runs = await server.temporal.runs(timeout=PROBE_SECONDS)
+            return await runs.client.service_client.check_health(timeout=timedelta(seconds=PROBE_SECONDS))
+        except (RPCError, TemporalUnavailable):
             return False
 
-    app = http_app(build_server(client, task_queue=task_queue), host, port, ready, stateless=stateless)
+    app = http_app(server, host, port, ready, stateless=stateless)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     web = OwnedServer(config) if stop is not None else uvicorn.Server(config)
     task = asyncio.create_task(web.serve())

@@ -382,3 +382,58 @@ async def test_sigterm_stops_a_worker_whose_output_nobody_reads_any_more(tempora
         assert await asyncio.wait_for(worker.wait(), 60) == 0
     finally:
         await stop_process(worker)
+
+
+async def test_mcp_front_end_over_http_starts_without_temporal_and_is_ready_once_it_answers(project):
+    # `kiwi mcp --http` exited with "cannot reach Temporal" when started before Temporal, though the README
+    # says `kiwi mcp` starts without it (stdio did). Now: alive, not ready, the local tools answer, run
+    # actions say Temporal is unavailable; ready once Temporal answers, without a restart.
+    from mcp.client import Client
+
+    from tests.helpers import data
+
+    temporal = DevServer(
+        ip="127.0.0.1",
+        port=free_port(),
+        ui_port=free_port(),
+        db_file=project / "state.sqlite",
+        pragmas={"journal_mode": "wal", "synchronous": "normal"},
+    )
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    front = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "mcp",
+        "--http",
+        "--port",
+        str(port),
+        "--address",
+        temporal.address,
+        cwd=str(project),
+        start_new_session=True,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        await wait_for(lambda: _status_is(f"{base}/healthz", 200), timeout=60, what="kiwi mcp --http alive")
+        assert await probe(f"{base}/readyz") == 503
+        async with Client(f"{base}/mcp") as client:
+            found = data(await client.call_tool("search", {"item_type": "directive", "query": "hello"}))
+            assert any(r["item_id"] == "hello_kiwi" for r in found["results"]), found
+            status = {"item_type": "run", "action": "status", "run_id": "run-nobody-0"}
+            down = await client.call_tool("execute", status)
+            assert down.is_error and "TemporalUnavailable" in data(down)["error"], data(down)
+            assert temporal.address in data(down)["message"]
+        await temporal.start()
+        await wait_for(
+            lambda: _status_is(f"{base}/readyz", 200), timeout=60, what="ready once Temporal is up"
+        )
+        async with Client(f"{base}/mcp") as client:
+            reached = data(await client.call_tool("execute", status))
+            assert reached["error"] == "RunNotFound", reached  # (Temporal's answer this time)
+        front.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(front.wait(), 60) == 0
+    finally:
+        await stop_process(front)
+        temporal.stop()

@@ -680,7 +680,6 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from kiwi.connect import connect
     from mcp_frontend.server import serve_http, serve_stdio
 
     telemetry.setup("kiwi-frontend")
@@ -690,16 +689,23 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             # Up without Temporal: items are served at once, run actions connect when asked.
             await serve_stdio(task_queue=args.task_queue, address=args.address, namespace=args.namespace)
             return 0
-        try:
-            client = await connect(args.address, args.namespace)
-        except RuntimeError as exc:
-            raise KiwiError(f"cannot reach Temporal: {exc}", hint="start it with `kiwi dev`") from None
+        # Up without Temporal too, as on stdio: not ready (/readyz) until Temporal answers, and run actions
+        # answer TemporalUnavailable meanwhile, instead of a front end an orchestrator restarts in a loop.
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         print(f"kiwi mcp: streamable HTTP at http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
-        await serve_http(client, args.host, args.port, stop, args.task_queue, stateless=args.stateless)
+        await serve_http(
+            None,
+            args.host,
+            args.port,
+            stop,
+            args.task_queue,
+            stateless=args.stateless,
+            address=args.address,
+            namespace=args.namespace,
+        )
         return 0
 
     return asyncio.run(go())
