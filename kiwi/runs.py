@@ -13,6 +13,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import math
 import time
 import uuid
 import weakref
@@ -113,6 +114,10 @@ SNAPSHOT_SECONDS = 60.0
 SNAPSHOTS = 256
 # Not-found hints kept with each kept snapshot (one per tool name called).
 HINTS_KEPT = 64
+# How often a client compares the session's base policy with the project's files, and how long it waits
+# for a session it ended to close (see RunClient._session_current).
+SESSION_CHECK_SECONDS = 1.0
+SESSION_END_SECONDS = 30.0
 
 
 class RunClient:
@@ -138,8 +143,10 @@ class RunClient:
         self._snapshots: collections.OrderedDict[str, tuple[float, RunSnapshot | None, dict[str, str]]] = (
             collections.OrderedDict()
         )
-        # The project's session (calls outside a run; see call_tool_outside_run).
+        # The project's session (calls outside a run; see session_call), and when its base policy was last
+        # compared with the project's files (see _session_current).
         self.session_id = session_workflow_id(store.project_root)
+        self._session_checked = -math.inf
 
     async def project_of(self, run_id: str) -> str:
         """The project a run belongs to ("" for a run started without one, e.g. before projects existed)."""
@@ -348,8 +355,15 @@ class RunClient:
                 idempotency_key=idempotency_key,
             )
 
+        await self._session_current(client_name)
         try:
-            return await send()
+            answer = await send()
+            if answer.status != "denied" and answer.error_type != ToolNotFound.type:
+                return answer
+            # Refused: by the base policy the project's files give now, or by the one the session started
+            # with (a tool accepted, a line added to internal_tools a moment ago)? Asked again once if so.
+            if not await self._session_current(client_name, now=True):
+                return answer
         except (RunNotFound, RunFinished):
             pass
         await self._check_search_attributes()
@@ -366,6 +380,39 @@ class RunClient:
             static_summary=f"session of {client_name}: calls outside a directive run",
         )
         return await send()
+
+    async def _session_current(self, client_name: str, *, now: bool = False) -> bool:
+        """End the project's session when the base policy it runs with is no longer the one its files give
+        (agent_harness.yaml, mcp_registry.yaml, trusted keys, tools), so the next call starts one with
+        theirs, with the ended one's counts and windows (see :meth:`_session_carry`). Looked at once per
+        SESSION_CHECK_SECONDS (``now``: at once); True when it ended it. A grant taken out of
+        ``internal_tools`` holds from then on, as a grant put in does."""
+        clock = time.monotonic()
+        if not now and clock - self._session_checked < SESSION_CHECK_SECONDS:
+            return False
+        self._session_checked = clock
+        try:
+            wanted = _base_policy(self.session_snapshot(client_name))
+            described = await self.handle(self.session_id).describe()
+            if described.status != WorkflowExecutionStatus.RUNNING:
+                return False  # (none running: the next call starts one from the files)
+            running = await self._read_snapshot(self.session_id)
+        except (RPCError, KiwiError, ValueError):
+            return False  # (unreadable files or session: the call itself says what is wrong)
+        if running is None or _base_policy(running) == wanted:
+            return False
+        # That execution alone: another client may have started its successor already.
+        ending = self.client.get_workflow_handle(self.session_id, run_id=described.run_id)
+        with contextlib.suppress(RPCError):
+            await ending.signal(DirectiveRun.cancel, CancelRequest(reason="the base policy changed"))
+        with contextlib.suppress(RPCError, TimeoutError):
+            async with asyncio.timeout(SESSION_END_SECONDS):
+                async for _ in ending.fetch_history_events(
+                    wait_new_event=True, event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT
+                ):
+                    break
+        self._snapshots.pop(self.session_id, None)
+        return True
 
     async def execution(self, run_id: str) -> str:
         """The run's execution (its first run id): what a human's signature names, read without a worker."""
@@ -1110,6 +1157,13 @@ async def _wait(
             return task.result()
         if on_progress is not None:
             await on_progress(loop.time() - started, wait_seconds, await upstream() if upstream else "")
+
+
+def _base_policy(snapshot: RunSnapshot) -> str:
+    """What of a session's snapshot is its base policy (not who started it, nor when)."""
+    parts = snapshot.model_dump(mode="json", include={"grants", "limits", "local_tools", "mcp_servers"})
+    parts["mcps"] = snapshot.directive.metadata.tools.model_dump(mode="json")
+    return json.dumps(parts, sort_keys=True, default=str)
 
 
 def _taken(task: asyncio.Future[Any]) -> None:

@@ -417,6 +417,31 @@ async def test_a_new_client_name_does_not_reset_the_sessions_rate_budget(runs, p
     assert [c.status for c in status.last_calls] == ["ok", "ok", "rate_limited"]
 
 
+async def test_the_session_follows_the_base_policy_the_project_files_give_now(runs, project, monkeypatch):
+    # A new-user trial: after a line added to internal_tools (or `kiwi tools accept`), calls outside a run
+    # were still refused by the policy the project's session started with, until someone cancelled the
+    # session; a grant taken out of internal_tools went on being honoured the same way.
+    import kiwi.runs
+
+    harness = project / ".ai" / "config" / "agent_harness.yaml"
+    (project / "readme.txt").write_text("hi")
+    write(harness, "internal_tools:\n  filesystem:\n    read: ['docs/**']\n")
+    before = await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})
+    assert before.status == "denied", before
+    # Granted a moment later, well inside the client's check interval: the refusal makes it look again.
+    write(harness, "internal_tools:\n  filesystem:\n    read: ['**']\n")
+    granted = await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})
+    assert granted.status == "ok" and granted.result["content"] == "hi", granted
+    # Taken out again: refused from the client's next look (made at every call here).
+    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 0.0)
+    write(harness, "internal_tools:\n  filesystem:\n    read: ['docs/**']\n")
+    revoked = await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})
+    assert revoked.status == "denied", revoked
+    # One session after the other, each taking on the last one's count: denied, denied (the old policy),
+    # then ok and denied in the sessions that replaced it.
+    assert (await runs.status(session_workflow_id(project))).calls == 4
+
+
 async def test_loop_warnings_stop_the_run_as_stuck_until_a_human_resumes_it(runs, project):
     write(
         project / ".ai" / "config" / "agent_harness.yaml",
