@@ -59,19 +59,35 @@ def profile() -> dict[str, Any]:
 
 def target(address: str | None = None, namespace: str | None = None) -> tuple[str, str]:
     """Address and namespace. The address: explicit, else ``KIWI_TEMPORAL_ADDRESS``, else Temporal's
-    environment configuration (:func:`profile`, which reads ``TEMPORAL_ADDRESS`` too), else
+    environment configuration (:func:`profile`, which reads ``TEMPORAL_ADDRESS`` too), else the
+    address `kiwi dev` serves by the ``temporal-dev.yml`` it reads here (:func:`dev_address`), else
     127.0.0.1:7233. The namespace: explicit, else ``KIWI_TEMPORAL_NAMESPACE``, else the profile's (when
     the address is the profile's), else ``TEMPORAL_NAMESPACE``, else ``default``."""
     explicit = address or os.environ.get("KIWI_TEMPORAL_ADDRESS")
     settings = {} if explicit else profile()
     return (
-        explicit or settings.get("target_host") or DEFAULT_ADDRESS,
+        explicit or settings.get("target_host") or dev_address() or DEFAULT_ADDRESS,
         namespace
         or os.environ.get("KIWI_TEMPORAL_NAMESPACE")
         or settings.get("namespace")
         or os.environ.get("TEMPORAL_NAMESPACE")
         or "default",
     )
+
+
+def dev_address() -> str | None:
+    """Where `kiwi dev` started from this folder serves Temporal, when its ``temporal-dev.yml`` (here, or
+    KIWI_DEV_CONFIG) moves it off the default: the other commands run beside it find it there."""
+    from kiwi.devserver import load_dev_config
+
+    if not os.environ.get("KIWI_DEV_CONFIG") and not os.path.isfile("temporal-dev.yml"):
+        return None
+    try:
+        config, _ = load_dev_config(None)
+    except KiwiError:
+        return None  # (kiwi dev itself says what is wrong with the file)
+    temporal = config["temporal"]
+    return f"{temporal['ip']}:{temporal['port']}"
 
 
 async def connect(address: str | None = None, namespace: str | None = None) -> Client:

@@ -212,3 +212,28 @@ async def test_an_api_key_profile_connects_and_runs_against_a_real_server(
     assert client.service_client.config.api_key == "dev-key"
     assert client.namespace == "default"
     assert await client.service_client.check_health(timeout=timedelta(seconds=5))
+
+
+async def test_commands_run_beside_kiwi_dev_find_it_on_the_port_its_temporal_dev_yml_gives(
+    tmp_path, monkeypatch, no_temporal_env, temporal_env
+):
+    # A new-user trial: with kiwi dev moved to another port by temporal-dev.yml, `kiwi runs` from the same
+    # folder looked for Temporal at 127.0.0.1:7233, and `kiwi doctor` said to start `kiwi dev`.
+    host, port = temporal_env.client.service_client.config.target_host.rsplit(":", 1)
+    folder = tmp_path / "project"
+    (folder / ".ai").mkdir(parents=True)
+    (folder / "temporal-dev.yml").write_text(f"temporal:\n  ip: {host}\n  port: {port}\n")
+    monkeypatch.chdir(folder)
+    assert target()[0] == f"{host}:{port}"
+    code, out, err = await kiwi_cli(
+        "runs", "--json", cwd=folder
+    )  # (no_temporal_env: no variable, no profile)
+    assert code == 0 and json.loads(out) == [], err
+    # Anything naming an address still wins over the file: a profile, the variables, --address.
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "elsewhere.example:7233")
+    assert target()[0] == "elsewhere.example:7233"
+    assert target("127.0.0.1:9")[0] == "127.0.0.1:9"
+    # Outside that folder, the default.
+    monkeypatch.delenv("TEMPORAL_ADDRESS")
+    monkeypatch.chdir(tmp_path)
+    assert target()[0] == "127.0.0.1:7233"

@@ -130,7 +130,9 @@ async def _temporal(address: str | None, namespace: str | None) -> list[Check]:
                 "temporal",
                 False,
                 f"no Temporal server answers at {where}: {str(exc).splitlines()[0] if str(exc) else 'timeout'}",
-                "start one with `kiwi dev` (or point --address / KIWI_TEMPORAL_ADDRESS at yours)",
+                "start one with `kiwi dev`; one already running on another port (`kiwi dev --port N`) is "
+                "reached with --address 127.0.0.1:N or TEMPORAL_ADDRESS=127.0.0.1:N (or put the port in a "
+                "temporal-dev.yml here, which kiwi dev and the other commands both read)",
             )
         ]
     from kiwi.items.store import ItemStore, find_project_root

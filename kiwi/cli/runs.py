@@ -579,7 +579,7 @@ def _start_local_registry() -> Any:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from kiwi.connect import connect
+    from kiwi.connect import connect, target
     from kiwi.devserver import DevServer, load_dev_config, port_open
     from kiwi.items.store import find_project_root
     from workers.main import run_worker
@@ -623,6 +623,13 @@ def cmd_dev(args: argparse.Namespace) -> int:
                     flush=True,
                 )
                 print(f"kiwi dev: Temporal UI at http://{server.ip}:{server.ui_port}", flush=True)
+            if target()[0] != server.address:
+                # (--port given on the command line: the other commands, run from here, look elsewhere.)
+                print(
+                    f"kiwi dev: other commands reach it with --address {server.address} or "
+                    f"`export TEMPORAL_ADDRESS={server.address}` (or temporal.port in a temporal-dev.yml here)",
+                    flush=True,
+                )
             registry_server = _start_local_registry()
             # Search attributes: registered by start-dev's flags, or checked on a reused server.
             client = await connect(server.address, server.namespace)
