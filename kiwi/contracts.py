@@ -49,6 +49,11 @@ def run_workflow_id(directive: str, short_id: str) -> str:
     return f"run-{directive}-{short_id}"
 
 
+def is_session(run_id: str, directive: str = "session") -> bool:
+    """A project's session (see :func:`session_workflow_id`), not a directive's run."""
+    return run_id.startswith("session-") and directive == "session"
+
+
 def session_workflow_id(project_root: str | Path) -> str:
     """``session-{project folder}-{hash}``: calls outside a run, one session (and rate budget) per project.
 

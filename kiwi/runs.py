@@ -63,6 +63,7 @@ from kiwi.contracts import (
     ToolCallResult,
     ToolContext,
     ToolContextRequest,
+    is_session,
     parent_hold_reason,
     run_workflow_id,
     session_workflow_id,
@@ -147,6 +148,8 @@ class RunClient:
         # compared with the project's files (see _session_current).
         self.session_id = session_workflow_id(store.project_root)
         self._session_checked = -math.inf
+        # Whether list_runs shows sessions (no directive's run: `kiwi runs --sessions`).
+        self.sessions_listed = False
 
     async def project_of(self, run_id: str) -> str:
         """The project a run belongs to ("" for a run started without one, e.g. before projects existed)."""
@@ -1099,7 +1102,9 @@ class RunClient:
             )
         if status and not self._attributes_ready:
             runs = [r for r in runs if r["status"] == status]
-        return runs
+        return (
+            runs if self.sessions_listed else [r for r in runs if not is_session(r["run_id"], r["directive"])]
+        )
 
     async def activities(self, run_id: str) -> list[dict[str, Any]]:
         """The run's activities in flight, with their attempt (2 and up: retried, e.g. after a crash)."""

@@ -442,6 +442,33 @@ async def test_the_session_follows_the_base_policy_the_project_files_give_now(ru
     assert (await runs.status(session_workflow_id(project))).calls == 4
 
 
+async def test_the_session_is_no_run_waiting_for_work(runs, project):
+    # A new-user trial: `kiwi runs --status awaiting_agent` (how the walkthrough finds work) listed the
+    # project's session, and `kiwi status` of it said to complete its step, which ended the session.
+    from kiwi.cli.progress import answers
+
+    (project / "readme.txt").write_text("hi")
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "internal_tools:\n  filesystem:\n    read: ['**']\n",
+    )
+    assert (await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})).status == "ok"
+    run_id = await runs.start("hello_kiwi", {"name": "Ada"})
+    await awaiting(runs, run_id, "confirm")
+    session = session_workflow_id(project)
+
+    async def listed() -> list[str] | None:
+        ids = [r["run_id"] for r in await runs.list_runs(status="awaiting_agent")]
+        return ids if run_id in ids else None  # (visibility catches up with the run)
+
+    assert await wait_for(listed, what="the run listed") == [run_id]
+    runs.sessions_listed = True  # `kiwi runs --sessions`
+    assert {r["run_id"] for r in await runs.list_runs(status="awaiting_agent")} == {run_id, session}
+    told = answers(await runs.status(session))
+    assert len(told) == 1 and "the project's session" in told[0] and "complete-step" not in told[0], told
+    assert "complete-step" in answers(await runs.status(run_id))[0]
+
+
 async def test_loop_warnings_stop_the_run_as_stuck_until_a_human_resumes_it(runs, project):
     write(
         project / ".ai" / "config" / "agent_harness.yaml",

@@ -12,7 +12,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from kiwi.contracts import TERMINAL, RunStatus
+from kiwi.contracts import TERMINAL, RunStatus, is_session
 from kiwi.errors import KiwiError, RunInOtherProject, RunNotFound
 
 # ---------------------------------------------------------------- colour and times
@@ -101,7 +101,12 @@ def answers(status: RunStatus) -> list[str]:
                 f"escalation {d.request_id}: {d.reason} (asked {readable_time(d.asked_at)}): answer with "
                 f"`kiwi decide {run} {d.request_id} {'|'.join(d.options) or 'OPTION'}`"
             )
-    if status.status == "awaiting_agent" and status.current_step:
+    if status.status == "awaiting_agent" and is_session(status.run_id, status.directive):
+        lines.append(
+            "calls outside a run: this is the project's session, which takes them for as long as the project "
+            "lives (nothing to complete; `kiwi cancel` ends it, and the next such call starts another)"
+        )
+    elif status.status == "awaiting_agent" and status.current_step:
         lines.append(
             f"the agent to complete step {status.current_step.name}: the agent calls execute(item_type='run', "
             f"action='complete_step'), or `kiwi complete-step {run} {status.current_step.name} --output KEY=VALUE`"

@@ -17,13 +17,13 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from temporalio.service import RPCError
 
 from kiwi import telemetry
 from kiwi.cli import progress
-from kiwi.contracts import TERMINAL
+from kiwi.contracts import TERMINAL, RunStatusName
 from kiwi.errors import InputInvalid, KiwiError, RunInOtherProject
 from kiwi.explain import outside_run_hint
 
@@ -190,6 +190,7 @@ async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
 
 @_with_runs
 async def cmd_runs(args: argparse.Namespace, runs: RunClient) -> int:
+    runs.sessions_listed = args.sessions
     rows = await runs.list_runs(status=args.status, directive=args.directive, limit=args.limit)
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -867,9 +868,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "runs", help="list this project's runs (--all-projects: every project's), from Temporal visibility"
     )
-    p.add_argument("--status", help="only runs in this state (e.g. awaiting_agent, completed)")
+    p.add_argument(
+        "--status",
+        choices=get_args(RunStatusName),
+        metavar="STATE",
+        help=f"only runs in this state: {', '.join(get_args(RunStatusName))}",
+    )
     p.add_argument("--directive", help="only runs of this directive")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.add_argument(
+        "--sessions",
+        action="store_true",
+        help="list projects' sessions too (the workflows that take calls made outside a run)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     _connection(p)
     p.set_defaults(func=cmd_runs)
