@@ -106,3 +106,20 @@ async def test_a_batched_call_past_the_timeout_retires_its_connection(temporal_e
     async with build_worker(temporal_env.client, queue, sandboxed=True):
         after = await runs.call_tool(run_id, "ledger.pid", {"tag": "q"})
     assert text_of(after.result) != text_of(first.result)
+
+
+async def test_a_server_that_exits_at_start_is_said_to_and_where_its_reason_is(project, tmp_path):
+    # A new-user trial: a server whose script is missing was "unavailable: ExceptionGroup: unhandled
+    # errors in a TaskGroup (1 sub-exception)"; node's own "Cannot find module" went only to stderr.
+    registry(
+        project, f'mcps:\n  gone:\n    command: node\n    args: ["{tmp_path / "missing.js"}", "stdio"]\n'
+    )
+    pool = McpPool()
+    try:
+        with pytest.raises(McpUnavailable) as refused:
+            await pool.connection(str(project), pool.config(str(project), "gone"))
+    finally:
+        await pool.close()
+    said = str(refused.value)
+    assert "MCP server 'gone' exited at start (exit code 1)" in said, said
+    assert "its stderr says why" in said and "ExceptionGroup" not in said

@@ -125,7 +125,10 @@ class McpConnection:
                         break
         except BaseException as exc:  # noqa: BLE001 - whatever ends the transport ends this connection
             if not self._ready.done():
-                self._ready.set_exception(McpUnavailable(_describe(exc, self.config.name)))
+                exited = None
+                if self.link is not None and not isinstance(exc, asyncio.CancelledError):
+                    exited = await self.link.exit_code()
+                self._ready.set_exception(McpUnavailable(_describe(exc, self.config.name, exited)))
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
@@ -460,9 +463,16 @@ def install_log_scrubber() -> None:
     logging.setLogRecordFactory(scrubbed)
 
 
-def _describe(exc: BaseException, server: str) -> str:
-    if isinstance(exc, BaseExceptionGroup):
+def _describe(exc: BaseException, server: str, exited: int | None = None) -> str:
+    """Why a server is unavailable, from what ended its connection (the first failure inside task groups);
+    ``exited``: the exit code of its process, when it ended before the connection was made."""
+    while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
+    if exited is not None:
+        return scrub_text(
+            f"MCP server '{server}' exited at start (exit code {exited}): {type(exc).__name__}: {exc}; its stderr "
+            "says why (in the output of what started it: `kiwi dev`, `kiwi worker`, `kiwi doctor`)"
+        )
     if isinstance(exc, FileNotFoundError):
         return scrub_text(f"MCP server '{server}' could not start: {exc.filename or exc} not found")
     return scrub_text(f"MCP server '{server}' is unavailable: {type(exc).__name__}: {exc}")

@@ -358,6 +358,16 @@ class StdioLink(asyncio.SubprocessProtocol):
     def process_exited(self) -> None:
         self._exited.set()
 
+    async def exit_code(self, within: float = 1.0) -> int | None:
+        """The server process's exit code once it has exited (waiting ``within`` seconds for it: a process
+        whose output ended is reaped a moment later), else None."""
+        if self._transport is None:
+            return None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                await self._exited.wait()
+        return self._transport.get_returncode()
+
     def _end(self) -> None:
         """The server's output ended: every request waiting the short way fails, and the SDK sees the end."""
         if self._closed:
