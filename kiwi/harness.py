@@ -5,6 +5,8 @@ Project ``.ai/config/`` over user ``~/.ai/config/``: keys in the project file wi
 
 from __future__ import annotations
 
+import difflib
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -189,14 +191,40 @@ def _problem(exc: ValidationError, source: str) -> Problem:
     message = first["msg"]
     if first["type"] == "extra_forbidden":
         leaf = str(first["loc"][-1]) if first["loc"] else ""
-        message = (
-            f"unknown key here; write it as {MISPLACED[leaf]}"
-            if leaf in MISPLACED and key != MISPLACED[leaf]
-            else "unknown key; see the README's harness settings for the keys Kiwi reads"
-        )
+        near = difflib.get_close_matches(leaf, _keys_beside(first["loc"]), n=1, cutoff=0.85)
+        misplaced = leaf in MISPLACED and key != MISPLACED[leaf]
+        if near:
+            message = f"unknown key; did you mean {near[0]}?" + (
+                f" (or, where Kiwi reads it, {MISPLACED[leaf]})" if misplaced else ""
+            )
+        elif misplaced:
+            message = f"unknown key here; write it as {MISPLACED[leaf]}"
+        else:
+            message = "unknown key; see the README's harness settings for the keys Kiwi reads"
     elif first["type"] == "list_type":
         message = 'expected a list, e.g. ["notes/**"]'
-    return Problem(f"agent_harness.yaml: {key}: {message}{shown}", source)
+    return _said(f"{key}: {message}{shown}", source)
+
+
+def _said(text: str, source: str) -> Problem:
+    """A problem of the harness: ``source`` names the file when there is one (its name again in the text
+    said it twice), else the text does."""
+    return Problem(text if source else f"agent_harness.yaml: {text}", source)
+
+
+def _keys_beside(loc: tuple[Any, ...]) -> list[str]:
+    """The keys Kiwi reads where an unknown key ``loc`` was written (for a did-you-mean)."""
+    model: Any = HarnessFile
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) if isinstance(model, type) else None
+        if field is None:
+            return []
+        inner = [a for a in (field.annotation, *typing.get_args(field.annotation)) if isinstance(a, type)]
+        models = [a for a in inner if issubclass(a, BaseModel)]
+        if not models:
+            return []
+        model = models[0]
+    return [field.alias or name for name, field in model.model_fields.items()]
 
 
 def _seed_path(path: str, key: str) -> str:
@@ -285,14 +313,14 @@ def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
             network_hosts=list(tools.network.hosts),
         )
     except (TypeError, ValueError) as exc:
-        raise ItemInvalid([Problem(f"agent_harness.yaml: {exc}", source)]) from None
+        raise ItemInvalid([_said(str(exc), source)]) from None
     rounds = parsed.input_rounds
     if (rounds.escalations or rounds.approvals) and not rounds.sign_as:
         which = "escalations" if rounds.escalations else "approvals"
         raise ItemInvalid(
             [
-                Problem(
-                    f"agent_harness.yaml: input_rounds.{which} needs input_rounds.sign_as: the approver "
+                _said(
+                    f"input_rounds.{which} needs input_rounds.sign_as: the approver "
                     "key (trusted_keys.yaml, role approve) the MCP front end signs the answers with",
                     source,
                 )

@@ -617,7 +617,24 @@ async def test_an_mcp_grant_named_git_cannot_commit_in_a_real_run(runs, project)
             'internal_tools:\n  filesystem:\n    write: "notes/**"\n',
             "internal_tools.filesystem.write: expected a list",
         ),
-        ("internal_tools:\n  shel:\n    allowed_commands: [ls]\n", "internal_tools.shel: unknown key"),
+        (
+            "internal_tools:\n  shel:\n    allowed_commands: [ls]\n",
+            "internal_tools.shel: unknown key; did you mean shell?",
+        ),
+        # A typo of a key Kiwi reads is named as one (it was sent to the seeds' per-server key alone).
+        (
+            "rate_limit:\n  filesystem.read: 3\n",
+            "rate_limit: unknown key; did you mean rate_limits? (or, where Kiwi reads it, "
+            "internal_tools.mcps.NAME.rate_limit)",
+        ),
+        (
+            "loop_detection:\n  repeat_treshold: 3\n",
+            "loop_detection.repeat_treshold: unknown key; did you mean repeat_threshold?",
+        ),
+        (
+            "allowed_paths: [src]\n",
+            "allowed_paths: unknown key here; write it as internal_tools.filesystem.allowed_paths",
+        ),
         ("signatures: maybe\n", "signatures"),
         ("approvals:\n  timeout_seconds: -5\n", "approvals.timeout_seconds"),
         ('internal_tools:\n  filesystem:\n    read: ["/etc/**"]\n', "absolute"),
@@ -629,6 +646,7 @@ def test_a_harness_value_of_the_wrong_type_is_an_error_naming_file_and_key(proje
         load_harness(project, project / "no-user-space")
     problem = info.value.problems[0]
     assert message in problem.message and problem.path == str(path)
+    assert "agent_harness.yaml" not in problem.message  # (the path says it: once)
 
 
 def test_a_string_write_grant_is_not_split_into_characters(project):
