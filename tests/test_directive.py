@@ -220,3 +220,13 @@ def test_generated_directives_round_trip_their_steps(names):
     body = "\n".join(f'<step name="{n}"><action>do {n}</action></step>' for n in names)
     directive, _ = parse_directive(directive_md(body), "gen.md")
     assert [s.name for s in directive.steps] == names
+
+
+def test_a_malformed_xml_error_counts_every_line_it_names_in_the_file():
+    # A new-user trial: "broken.md:17:13: ... Opening and ending tag mismatch: action line 13 and step", the
+    # first number the file's line, the second the line inside the ```xml block.
+    text = "# A directive\n\nSome prose.\n\n```xml\n<directive name='a' version='1.0.0'>\n<process>\n<step name='s'>\n<action>Do it.</step>\n</process>\n</directive>\n```\n"
+    _, problems = parse_directive_lenient(text, "broken.md")
+    (problem,) = problems
+    action = text.splitlines().index("<action>Do it.</step>") + 1
+    assert problem.line == action and f"action line {action} and step" in problem.message, problem

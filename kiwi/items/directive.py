@@ -346,7 +346,9 @@ def parse_directive_lenient(text: str, path: str = "") -> tuple[Directive | None
         root = parse_xml(block)
     except XmlRefused as exc:
         line = start + exc.line if exc.line else start
-        return None, [Problem(exc.message, path, line, exc.column)]
+        # The parser's own "line N" (an opening tag's, say) counts in the XML block: in the file's lines here.
+        message = re.sub(r"\bline (\d+)\b", lambda m: f"line {int(m.group(1)) + start}", exc.message)
+        return None, [Problem(message, path, line, exc.column)]
     ctx = _Ctx(path, text, start)
     if root.tag != "directive":
         ctx.error(root, f'root element is <{root.tag}>; expected <directive name="..." version="...">')
