@@ -513,3 +513,17 @@ def test_a_port_out_of_range_in_temporal_dev_yml_names_the_file_and_the_fix(proj
         f"temporal-dev.yml: temporal.{option} is " in err and "expected a port number from 1 to 65535" in err
     )
     assert "Traceback" not in err
+
+
+def test_a_folder_without_a_project_stays_one_and_is_said_to_be_one(tmp_path, monkeypatch, capsys):
+    # A new-user trial: `kiwi search` in a folder without .ai/ wrote its index to .ai/.cache there, after
+    # which every command (kiwi doctor too) took the folder for a project; a missing item's hint was to
+    # run `kiwi search`, not `kiwi init`.
+    folder = tmp_path / "not-a-project"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    assert kiwi_main(["search", "hello"]) == 0
+    assert kiwi_main(["show", "hello_kiwi"]) == 1
+    assert list(folder.iterdir()) == []
+    err = capsys.readouterr().err
+    assert f"{folder} is no Kiwi project (no .ai/ at or above it): `kiwi init` makes one here" in err

@@ -209,6 +209,7 @@ class ItemStore:
         if self.user.resolve() == self.spaces["project"].resolve():
             self.spaces.pop("user")
         self.index_path = index_path or self.project_root / ".ai" / ".cache" / "index.sqlite"
+        self._index_given = index_path is not None
         self._db: sqlite3.Connection | None = None
 
     # ---- index ----------------------------------------------------------
@@ -216,6 +217,10 @@ class ItemStore:
         if self._db is not None:
             return self._db
         try:
+            if not self._index_given and not (self.project_root / ".ai").is_dir():
+                # No project here (a folder without .ai/): an index on disk would make one, and every command
+                # after would take the folder for a project. The user's items are indexed in memory.
+                raise OSError("no project folder")
             self.index_path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.index_path)
         except (OSError, sqlite3.Error):
@@ -442,6 +447,9 @@ class ItemStore:
                 f"did you mean: {', '.join(similar)}?"
                 if similar
                 else f"run `kiwi search` to list {item_type}s"
+                if (self.project_root / ".ai").is_dir()
+                else f"{self.project_root} is no Kiwi project (no .ai/ at or above it): `kiwi init` makes one "
+                "here, or run this from your project's folder (or with --project PATH)"
             )
             raise ItemNotFound(
                 f"no {item_type} '{item_id}' in {', '.join(str(p) for p in self.spaces.values())}", hint=hint
