@@ -724,8 +724,30 @@ class RunClient:
             run_id, request_id, status, lambda now: _escalation_answered(now, request_id)
         )
 
-    async def cancel(self, run_id: str, reason: str = "cancelled by request") -> None:
+    async def cancel(
+        self, run_id: str, reason: str = "cancelled by request", *, children: bool = True
+    ) -> list[str]:
+        """Cancel a run and, unless ``children`` is False, the child runs it started that still run (and
+        theirs), each with a reason naming the run cancelled. The run ids of the children cancelled.
+
+        A child outlives a parent that completes (the agent may still be working in it); one whose parent is
+        cancelled was left running before, its parent's work gone."""
+        running = await self._running_children(run_id) if children else []
         await self._signal(run_id, DirectiveRun.cancel, CancelRequest(reason=reason))
+        cancelled: list[str] = []
+        why = f"its parent run {run_id} was cancelled" + (f" ({reason})" if reason else "")
+        for child in running:
+            with contextlib.suppress(KiwiError):  # (it finished meanwhile)
+                cancelled += [child, *await self.cancel(child, why)]
+        return cancelled
+
+    async def _running_children(self, run_id: str) -> list[str]:
+        """The child runs ``run_id`` started that have not closed (Temporal's own record: no worker needed)."""
+        try:
+            description = await self.handle(run_id).describe()
+        except RPCError:
+            return []  # (the cancel itself says what is wrong with the run id)
+        return [child.workflow_id for child in description.raw_description.pending_children]
 
     async def _taken(
         self, run_id: str, subject: str, before: RunStatus, taken: Callable[[RunStatus], bool]

@@ -823,8 +823,8 @@ async def _execute(
             "current_step": status.current_step.model_dump() if status.current_step else None,
         }
     if item_type == "run" and action == "cancel":
-        await runs.cancel(target, str(parameters.get("reason", "cancelled by the agent")))
-        return {"run_id": target, "status": "cancel_requested"}
+        children = await runs.cancel(target, str(parameters.get("reason", "cancelled by the agent")))
+        return {"run_id": target, "status": "cancel_requested", "children_cancelled": children}
     raise KiwiError(
         f"action '{action}' does not apply to item_type '{item_type}'",
         hint="directive: run, validate · run: status, complete_step, cancel · tool: call",

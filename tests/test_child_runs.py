@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from temporalio.worker import Replayer
 
 from activities.audit import read_audit
@@ -130,3 +132,29 @@ async def test_escalation_can_be_configured_to_run_with_the_intersection(runs, p
 
 async def _waiting(runs, run_id):
     return (await runs.status(run_id)).status == "awaiting_agent"
+
+
+async def test_cancelling_a_run_cancels_the_child_runs_it_started_unless_kept(runs, project):
+    # A new-user trial: `kiwi cancel PARENT` left the child the agent had started from it waiting for the
+    # agent, its parent's work gone. The CLI cancels it (and its own children) with the parent now.
+    from tests.helpers import kiwi_cli, start_parent_with_child, write_parent_and_child
+
+    write_parent_and_child(project, helper_steps=("help", "more"))
+    parent, child = await start_parent_with_child(runs)
+    grandchild = (await runs.call_tool(child, "directive.run", {"directive": "helper"})).result["run_id"]
+    address = ["--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue]
+    code, out, err = await kiwi_cli("cancel", parent, "--json", *address, cwd=project)
+    assert code == 0, err
+    assert json.loads(out)["children_cancelled"] == [child, grandchild]
+    for run_id in (parent, child, grandchild):
+        assert (await runs.handle(run_id).result()).status == "cancelled"
+    reasons = [r["reason"] for r in read_audit(str(project), child) if r["event"] == "cancel_requested"]
+    assert reasons == [f"its parent run {parent} was cancelled (cancelled from the CLI)"]
+
+    # --keep-children leaves them running, as a parent that completes does.
+    kept_parent, kept_child = await start_parent_with_child(runs)
+    code, out, err = await kiwi_cli("cancel", kept_parent, "--keep-children", "--json", *address, cwd=project)
+    assert code == 0 and json.loads(out)["children_cancelled"] == [], err
+    assert (await runs.handle(kept_parent).result()).status == "cancelled"
+    assert (await runs.status(kept_child)).status == "awaiting_agent"
+    await runs.cancel(kept_child)

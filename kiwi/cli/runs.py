@@ -330,8 +330,11 @@ async def _make_call(args: argparse.Namespace, runs: RunClient) -> int:
 
 @_with_runs
 async def cmd_cancel(args: argparse.Namespace, runs: RunClient) -> int:
-    await runs.cancel(args.run, args.reason)
-    _emit_done(args, {"run_id": args.run, "cancel_requested": True}, f"cancel requested for {args.run}")
+    children = await runs.cancel(args.run, args.reason, children=not args.keep_children)
+    text = f"cancel requested for {args.run}" + (
+        f", and for the child runs it started: {', '.join(children)}" if children else ""
+    )
+    _emit_done(args, {"run_id": args.run, "cancel_requested": True, "children_cancelled": children}, text)
     return 0
 
 
@@ -928,9 +931,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     _connection(p)
     p.set_defaults(func=cmd_call)
 
-    p = sub.add_parser("cancel", help="cancel a run")
+    p = sub.add_parser("cancel", help="cancel a run (and the child runs it started that still run)")
     p.add_argument("run", help="run id")
     p.add_argument("--reason", default="cancelled from the CLI", help="why (recorded in the audit trail)")
+    p.add_argument(
+        "--keep-children",
+        action="store_true",
+        help="leave the child runs it started running (default: cancel them with it)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     _connection(p)
     p.set_defaults(func=cmd_cancel)
