@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import math
+import re
 import time
 import uuid
 import weakref
@@ -864,7 +865,7 @@ class RunClient:
                 if kind == RunFinished.type:
                     raise RunFinished(message) from None
                 if kind == RunStateConflict.type:
-                    raise RunStateConflict(message) from None
+                    raise RunStateConflict(message, hint=_held_hint(run_id, message)) from None
                 if kind == InputInvalid.type:
                     raise InputInvalid(message) from None
                 raise KiwiError(message) from None
@@ -1191,6 +1192,18 @@ def _base_policy(snapshot: RunSnapshot) -> str:
     parts = snapshot.model_dump(mode="json", include={"grants", "limits", "local_tools", "mcp_servers"})
     parts["mcps"] = snapshot.directive.metadata.tools.model_dump(mode="json")
     return json.dumps(parts, sort_keys=True, default=str)
+
+
+def _held_hint(run_id: str, message: str) -> str:
+    """For a run held by the agent's own question (help escalate), the command that answers it: the run's
+    refusal names only `kiwi resume`, which lets the run carry on with the question unanswered."""
+    asked = re.search(r"\(escalation ([\w.-]+)", message)
+    if asked is None:
+        return ""
+    return (
+        f"a human answers the question with `kiwi decide {run_id} {asked.group(1)} OPTION` (`kiwi status "
+        f"{run_id}` lists its options), and the run carries on with the answer"
+    )
 
 
 def _taken(task: asyncio.Future[Any]) -> None:

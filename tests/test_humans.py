@@ -306,8 +306,11 @@ async def test_an_escalation_waits_for_a_human_decision_that_goes_back_to_the_ag
         lambda: status_is(runs, run_id, "awaiting_human"), what="the run to wait for a human"
     )
     assert f"kiwi decide {run_id} decision-x OPTION" in held.waiting_for
-    with pytest.raises(RunStateConflict):
+    with pytest.raises(RunStateConflict) as held_call:
         await runs.call_tool(run_id, "filesystem.read", {"path": "notes/old.txt"})
+    # The refusal names the command that answers the question, not only `kiwi resume` (which lets the run
+    # carry on with it unanswered): a new-user trial followed the refusal and left the question open.
+    assert f"`kiwi decide {run_id} decision-x OPTION`" in held_call.value.hint
     with pytest.raises(InputInvalid, match="archive, delete"):
         await runs.decide(run_id, "decision-x", "burn", by="bob")
     await runs.decide(run_id, "decision-x", "archive", by="bob", note="keep history")
