@@ -73,7 +73,7 @@ def register_resources(server: MCPServer, link: TemporalLink, store: ItemStore) 
         try:
             status = await (await link.runs()).status(run_id)
         except RunNotFound as exc:
-            raise ResourceNotFoundError(f"{exc.message}; {exc.hint}") from None
+            raise ResourceNotFoundError(_said(exc)) from None
         except KiwiError as exc:
             raise ResourceError(exc.message) from None
         return status.model_dump_json(indent=2)
@@ -94,7 +94,7 @@ def register_resources(server: MCPServer, link: TemporalLink, store: ItemStore) 
             try:
                 await (await link.runs()).status(run_id)
             except RunNotFound as exc:
-                raise ResourceNotFoundError(f"{exc.message}; {exc.hint}") from None
+                raise ResourceNotFoundError(_said(exc)) from None
             except KiwiError:
                 pass  # Temporal is away: the files are the answer, and there are none yet
         return json.dumps({"run_id": run_id, "records": trail.records, "problems": trail.problems}, indent=2)
@@ -124,7 +124,7 @@ def _item_text(store: ItemStore, item_type: str, item_id: str) -> str:
     try:
         return store.load(item_type, item_id).text  # type: ignore[arg-type]
     except ItemNotFound as exc:
-        raise ResourceNotFoundError(f"{exc.message}; {exc.hint}") from None
+        raise ResourceNotFoundError(_said(exc)) from None
 
 
 class ItemListing:
@@ -291,3 +291,10 @@ def _watched_runs(params: Any) -> list[str]:
         if run_id and run_id not in found:
             found.append(run_id)
     return found
+
+
+def _said(exc: KiwiError) -> str:
+    """A refusal for the agent reading a resource: its hint names the MCP call, not the `kiwi` command."""
+    from mcp_frontend.server import agent_hint
+
+    return f"{exc.message}; {agent_hint(exc.hint)}" if exc.hint else exc.message

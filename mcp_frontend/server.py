@@ -812,7 +812,7 @@ async def _execute(
     if item_type == "run" and action == "complete_step":
         step = parameters.get("step")
         if not step:
-            raise KiwiError(
+            raise InputInvalid(
                 "complete_step needs parameters.step", hint="parameters={'step': NAME, 'outputs': {}}"
             )
         result = await runs.complete_step(target, step, parameters.get("outputs") or {})

@@ -527,3 +527,14 @@ def test_a_folder_without_a_project_stays_one_and_is_said_to_be_one(tmp_path, mo
     assert list(folder.iterdir()) == []
     err = capsys.readouterr().err
     assert f"{folder} is no Kiwi project (no .ai/ at or above it): `kiwi init` makes one here" in err
+
+
+def test_with_json_an_error_is_json_on_standard_output_too(project, capsys):
+    # A new-user trial: `kiwi status run-nope --json` and friends printed their error as text only, so a
+    # script reading JSON got nothing.
+    code = kiwi_main(["run", "hello_kiwi", "--input", "oops", "--json", "--address", "127.0.0.1:9"])
+    out = capsys.readouterr()
+    assert code == 1 and out.err.startswith("kiwi: input 'oops' is not KEY=VALUE")
+    said = json.loads(out.out)
+    assert said["error"] == "InputInvalid" and said["message"].startswith("input 'oops' is not KEY=VALUE")
+    assert "--input name=" in said["hint"]

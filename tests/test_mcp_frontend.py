@@ -96,6 +96,13 @@ async def agent_session(client: Client) -> str:
         )
     )
     assert denied["status"] == "denied"
+    # A complete_step naming no step is the agent's input to fix (it was a bare KiwiError).
+    stepless = data(
+        await client.call_tool(
+            "execute", {"item_type": "run", "action": "complete_step", "run_id": run_id, "parameters": {}}
+        )
+    )
+    assert stepless["error"] == "InputInvalid" and "parameters.step" in stepless["message"], stepless
     done = data(
         await client.call_tool(
             "execute",

@@ -80,6 +80,9 @@ async def test_items_and_runs_are_resources(runs, project, temporal_env):
         with pytest.raises(MCPError) as missing:
             await client.read_resource("kiwi://runs/run-none-123")
         assert "no run 'run-none-123'" in missing.value.error.message
+        # The hint is the agent's call, not a human's command (it said "list runs with `kiwi runs`").
+        assert "`search(item_type='run')`" in missing.value.error.message
+        assert "`kiwi runs`" not in missing.value.error.message
         with pytest.raises(MCPError):
             await client.read_resource("kiwi://directives/nope")
 

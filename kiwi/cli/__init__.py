@@ -564,11 +564,13 @@ def main(argv: list[str] | None = None) -> int:
     except ItemInvalid as exc:
         for p in exc.problems:
             print(f"kiwi: {p}", file=sys.stderr)
+        _json_error(args, exc, problems=[str(p) for p in exc.problems])
         return EXIT_INVALID
     except KiwiError as exc:
         print(f"kiwi: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"hint: {exc.hint}", file=sys.stderr)
+        _json_error(args, exc)
         return EXIT_INVALID
     except KeyboardInterrupt:
         watching = getattr(args, "watching", None)
@@ -587,6 +589,12 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"kiwi: no such file or folder: {exc.filename or exc}", file=sys.stderr)
         return EXIT_INVALID
+
+
+def _json_error(args: argparse.Namespace, exc: KiwiError, **more: Any) -> None:
+    """With --json, the error as JSON on standard output too (a script reading it gets JSON either way)."""
+    if getattr(args, "json", False):
+        print(json.dumps({"error": exc.type, "message": exc.message, "hint": exc.hint, **more}, indent=2))
 
 
 def _quiet_stdout() -> None:

@@ -926,7 +926,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--run",
         help="the run whose grants apply (default: your session, with the base policy of agent_harness.yaml)",
     )
-    p.add_argument("--client", default="cli", help="session name for calls outside a run (default: cli)")
+    p.add_argument(
+        "--client",
+        default="cli",
+        help="the name this caller goes by in the audit trail (default: cli); calls outside a run share the "
+        "project's one session (and rate budget) whatever the name",
+    )
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     _connection(p)
     p.set_defaults(func=cmd_call)
