@@ -62,6 +62,9 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeyp
     try:
         out = await read_until(proc.stdout, b"ready")
         assert f"Temporal UI at http://127.0.0.1:{ui}".encode() in out
+        # Its ports are none the other commands would find from here: it says what they need.
+        assert f"export TEMPORAL_ADDRESS=127.0.0.1:{port}`".encode() in out
+        assert f"export KIWI_TEMPORAL_UI=http://127.0.0.1:{ui}`".encode() in out
         assert f"MCP front end at http://127.0.0.1:{mcp}/mcp".encode() in out
         assert b"kiwi dev: registry (PostgreSQL, Unix socket) in" in out
         assert f"OpenTelemetry traces and metrics to {otlp.url} (http/protobuf)".encode() in out

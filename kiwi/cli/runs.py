@@ -631,7 +631,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 # (--port given on the command line: the other commands, run from here, look elsewhere.)
                 print(
                     f"kiwi dev: other commands reach it with --address {server.address} or "
-                    f"`export TEMPORAL_ADDRESS={server.address}` (or temporal.port in a temporal-dev.yml here)",
+                    f"`export TEMPORAL_ADDRESS={server.address}`, and link runs to its UI with "
+                    f"`export KIWI_TEMPORAL_UI=http://{server.ip}:{server.ui_port}` (or put the ports in a "
+                    "temporal-dev.yml here)",
                     flush=True,
                 )
             registry_server = _start_local_registry()
