@@ -116,6 +116,8 @@ SNAPSHOT_SECONDS = 60.0
 SNAPSHOTS = 256
 # Not-found hints kept with each kept snapshot (one per tool name called).
 HINTS_KEPT = 64
+# Where the run's directive file is, kept with the hints (no tool has this name: it holds a NUL).
+DIRECTIVE_PATH_KEY = "\0directive path"
 # How often a client compares the session's base policy with the project's files, and how long it waits
 # for a session it ended to close (see RunClient._session_current).
 SESSION_CHECK_SECONDS = 1.0
@@ -542,6 +544,15 @@ class RunClient:
             result.hint = hint or result.hint
             return result
         if snap.trust.grants != "base":
+            if "to <permissions>" in result.hint and run_id != self.session_id:
+                # An agent that took "add ... to <permissions>" at its word (execute(directive, update))
+                # unsigned the directive: its next run had the base policy only.
+                if (path := hints.get(DIRECTIVE_PATH_KEY)) is None:  # (found once while the snapshot is kept)
+                    path = hints[DIRECTIVE_PATH_KEY] = self.directive_path(snap.directive.name)
+                result.hint += (
+                    f"; a human makes that change to the directive and signs it again (`kiwi sign {path}`): "
+                    "changed without it, it runs with the base policy only"
+                )
             return result
         directive = snap.directive
         hint = trust_hint(snap.trust, directive.name, self.directive_path(directive.name))

@@ -101,10 +101,18 @@ async def test_denied_calls_are_refused_audited_and_nothing_happens(runs, projec
         ("shell.run", {"command": "git status"}, "not in the allowlist"),
         ("shell.run", {"command": "git status; rm -rf /"}, "refused"),
     ]
+    grants_named = 0
     for tool, args, reason in cases:
         result = await runs.call_tool(run_id, tool, args)
         assert result.status == "denied", (tool, args, result)
         assert reason in result.reason
+        if "to <permissions>" in result.hint:
+            grants_named += 1
+            # Said to the agent, whose own edit of the directive would unsign it (a new-user trial did so,
+            # and its next run had the base policy only): the change is a human's, signed again.
+            assert "a human makes that change to the directive and signs it again (`kiwi sign " in result.hint
+            assert ".ai/directives/hello_kiwi.md`)" in result.hint, result.hint
+    assert grants_named == 3  # (the read of secret.txt, the write under src/, git in the shell)
     assert not (project / "src").exists()
     missing = await runs.call_tool(run_id, "nope.tool", {})
     assert missing.status == "error" and missing.error_type == "ToolNotFound"
