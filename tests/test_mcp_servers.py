@@ -268,7 +268,7 @@ def test_a_missing_secret_skips_the_server_and_bad_config_names_file_and_key(tmp
     registry(tmp_path, "mcps:\n  api:\n    commnd: node\n")
     with pytest.raises(ItemInvalid) as typo:
         load_registry(tmp_path, tmp_path / "user")
-    assert "mcps.api.commnd: unknown key" in str(typo.value.problems[0])
+    assert "mcps.api.commnd: unknown key; did you mean command?" in str(typo.value.problems[0])
     registry(tmp_path, "mcps:\n  api:\n    command: [node\n")
     with pytest.raises(ItemInvalid) as malformed:
         load_registry(tmp_path, tmp_path / "user")

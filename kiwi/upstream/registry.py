@@ -10,6 +10,7 @@ carries only :class:`McpServerInfo`, which has no connection details.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -312,7 +313,9 @@ def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
     entry = _adr006(entry, bad)
     unknown = [k for k in entry if k not in KNOWN_KEYS]
     if unknown:
-        raise bad(str(unknown[0]), f"unknown key; known keys: {', '.join(KNOWN_KEYS)}")
+        near = difflib.get_close_matches(str(unknown[0]), KNOWN_KEYS, n=1, cutoff=0.8)
+        guess = f"did you mean {near[0]}? " if near else ""
+        raise bad(str(unknown[0]), f"unknown key; {guess}known keys: {', '.join(KNOWN_KEYS)}")
     if entry.get("enabled") is False:
         return None
     fields: dict[str, Any] = {
