@@ -121,6 +121,7 @@ DIRECTIVE_PATH_KEY = "\0directive path"
 # How often a client compares the session's base policy with the project's files, and how long it waits
 # for a session it ended to close (see RunClient._session_current).
 SESSION_CHECK_SECONDS = 1.0
+SESSION_RECHECKS = 5
 SESSION_END_SECONDS = 30.0
 
 
@@ -151,6 +152,7 @@ class RunClient:
         # compared with the project's files (see _session_current).
         self.session_id = session_workflow_id(store.project_root)
         self._session_checked = -math.inf
+        self._session_rechecks: collections.deque[float] = collections.deque()
         # Whether list_runs shows sessions (no directive's run: `kiwi runs --sessions`).
         self.sessions_listed = False
 
@@ -391,11 +393,19 @@ class RunClient:
         """End the project's session when the base policy it runs with is no longer the one its files give
         (agent_harness.yaml, mcp_registry.yaml, trusted keys, tools), so the next call starts one with
         theirs, with the ended one's counts and windows (see :meth:`_session_carry`). Looked at once per
-        SESSION_CHECK_SECONDS (``now``: at once); True when it ended it. A grant taken out of
+        SESSION_CHECK_SECONDS (``now``: at once, at most SESSION_RECHECKS times a second); True when it ended it. A grant taken out of
         ``internal_tools`` holds from then on, as a grant put in does."""
         clock = time.monotonic()
         if not now and clock - self._session_checked < SESSION_CHECK_SECONDS:
             return False
+        if now:
+            # After refusals: at most SESSION_RECHECKS a second (an agent's stream of refused calls costs the
+            # client no more reads of the session than that).
+            while self._session_rechecks and clock - self._session_rechecks[0] >= 1.0:
+                self._session_rechecks.popleft()
+            if len(self._session_rechecks) >= SESSION_RECHECKS:
+                return False
+            self._session_rechecks.append(clock)
         self._session_checked = clock
         try:
             wanted = _base_policy(self.session_snapshot(client_name))

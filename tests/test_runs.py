@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -587,3 +588,34 @@ def test_a_request_temporal_cut_off_is_told_apart_from_a_refusal():
     assert (
         type(refused) is KiwiError and refused.message == "Temporal refused the request: namespace not found"
     )
+
+
+async def test_refused_calls_outside_a_run_look_at_the_session_a_bounded_number_of_times(
+    runs, project, monkeypatch
+):
+    # Each refusal makes the client compare the session's base policy with the files (two reads of the
+    # session): an agent's stream of refused calls must not turn into as many reads.
+    import kiwi.runs
+
+    (project / "readme.txt").write_text("hi")
+    looks = 0
+    compare = kiwi.runs._base_policy
+
+    def counted(snapshot):
+        nonlocal looks
+        looks += 1
+        return compare(snapshot)
+
+    kiwi.runs._base_policy = counted
+    # The client's clock stands still: every call falls in the same second, whatever this host's speed.
+    monkeypatch.setattr(kiwi.runs, "time", SimpleNamespace(monotonic=lambda: 1000.0))
+    try:
+        for _ in range(20):
+            refused = await runs.session_call("agent", "filesystem.write", {"path": "x.txt", "content": "no"})
+            assert refused.status == "denied"
+    finally:
+        kiwi.runs._base_policy = compare
+    # The first call's look (no session yet: the files' policy alone), then two comparisons (the files' policy
+    # and the session's) for each of at most SESSION_RECHECKS looks after refusals: each of the 19 refusals
+    # after it had one before.
+    assert looks == 1 + 2 * kiwi.runs.SESSION_RECHECKS, looks
