@@ -255,13 +255,29 @@ async def pending_approvals(runs: RunClient, run_id: str) -> list[Any]:
     return [a for a in (await runs.status(run_id)).approvals if a.status == "pending"]
 
 
+def loopback_dev_server(folder: Path) -> Any:
+    """A Temporal dev server on free loopback ports, its state in ``folder`` (not started yet)."""
+    from kiwi.devserver import DevServer, free_port
+
+    return DevServer(
+        ip="127.0.0.1",
+        port=free_port(),
+        ui_port=free_port(),
+        db_file=folder / "state.sqlite",
+        pragmas={"journal_mode": "wal", "synchronous": "normal"},
+    )
+
+
 @contextlib.asynccontextmanager
-async def kiwi_mcp_http(temporal_env: Any, runs: RunClient, project: Path, port: int):
+async def kiwi_mcp_http(
+    temporal_env: Any, runs: RunClient | None, project: Path, port: int, *, address: str | None = None
+):
     """`kiwi mcp --http` for ``project`` as its own process group; yields (URL, process) once it answers,
-    and kills the group at the end (SIGKILL: a test may also kill it itself, as a crash)."""
+    and kills the group at the end (SIGKILL: a test may also kill it itself, as a crash). ``address``: the
+    Temporal it is told to use, instead of ``temporal_env``'s (which need not be up)."""
     import sys
 
-    address = temporal_env.client.service_client.config.target_host
+    address = address or temporal_env.client.service_client.config.target_host
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -273,7 +289,7 @@ async def kiwi_mcp_http(temporal_env: Any, runs: RunClient, project: Path, port:
         "--address",
         address,
         "--task-queue",
-        runs.task_queue,
+        runs.task_queue if runs is not None else "kiwi",
         cwd=str(project),
         env={**os.environ},
         start_new_session=True,

@@ -17,7 +17,6 @@ from temporalio.worker import Replayer
 
 from kiwi.contracts import HelpRequest
 from kiwi.converter import data_converter
-from kiwi.devserver import DevServer, free_port
 from kiwi.errors import RunFinished
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
@@ -25,6 +24,7 @@ from tests.helpers import (
     awaiting_step,
     directive_md,
     kiwi_worker,
+    loopback_dev_server,
     start_parent_with_child,
     wait_for,
     write,
@@ -95,13 +95,7 @@ async def test_kill_9_worker_mid_run_new_worker_finishes_without_repeating_steps
 
 async def test_dev_server_killed_and_restarted_on_its_sqlite_file_keeps_waiting_runs(project, tmp_path):
     tick_project(project)
-    server = DevServer(
-        ip="127.0.0.1",
-        port=free_port(),
-        ui_port=free_port(),
-        db_file=tmp_path / "state.sqlite",
-        pragmas={"journal_mode": "wal", "synchronous": "normal"},
-    )
+    server = loopback_dev_server(tmp_path)
     await server.start()
     queue = "kiwi-restart"
     try:

@@ -21,10 +21,19 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.service import RPCError
 
-from kiwi.devserver import DevServer, free_port
+from kiwi.devserver import free_port
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
-from tests.helpers import awaiting_step, directive_md, kiwi_worker, wait_for, write, write_directive
+from tests.helpers import (
+    awaiting_step,
+    directive_md,
+    kiwi_mcp_http,
+    kiwi_worker,
+    loopback_dev_server,
+    wait_for,
+    write,
+    write_directive,
+)
 
 pytestmark = pytest.mark.temporal
 
@@ -157,13 +166,7 @@ async def test_worker_health_endpoints_on_loopback_reveal_nothing(temporal_env):
 
 
 async def test_a_worker_is_not_ready_while_temporal_does_not_answer(tmp_path):
-    server = DevServer(
-        ip="127.0.0.1",
-        port=free_port(),
-        ui_port=free_port(),
-        db_file=tmp_path / "state.sqlite",
-        pragmas={"journal_mode": "wal", "synchronous": "normal"},
-    )
+    server = loopback_dev_server(tmp_path)
     await server.start()
     port = free_port()
     readyz = f"http://127.0.0.1:{port}/readyz"
@@ -392,48 +395,27 @@ async def test_mcp_front_end_over_http_starts_without_temporal_and_is_ready_once
 
     from tests.helpers import data
 
-    temporal = DevServer(
-        ip="127.0.0.1",
-        port=free_port(),
-        ui_port=free_port(),
-        db_file=project / "state.sqlite",
-        pragmas={"journal_mode": "wal", "synchronous": "normal"},
-    )
+    temporal = loopback_dev_server(project)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    front = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kiwi",
-        "mcp",
-        "--http",
-        "--port",
-        str(port),
-        "--address",
-        temporal.address,
-        cwd=str(project),
-        start_new_session=True,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
     try:
-        await wait_for(lambda: _status_is(f"{base}/healthz", 200), timeout=60, what="kiwi mcp --http alive")
-        assert await probe(f"{base}/readyz") == 503
-        async with Client(f"{base}/mcp") as client:
-            found = data(await client.call_tool("search", {"item_type": "directive", "query": "hello"}))
-            assert any(r["item_id"] == "hello_kiwi" for r in found["results"]), found
-            status = {"item_type": "run", "action": "status", "run_id": "run-nobody-0"}
-            down = await client.call_tool("execute", status)
-            assert down.is_error and "TemporalUnavailable" in data(down)["error"], data(down)
-            assert temporal.address in data(down)["message"]
-        await temporal.start()
-        await wait_for(
-            lambda: _status_is(f"{base}/readyz", 200), timeout=60, what="ready once Temporal is up"
-        )
-        async with Client(f"{base}/mcp") as client:
-            reached = data(await client.call_tool("execute", status))
-            assert reached["error"] == "RunNotFound", reached  # (Temporal's answer this time)
-        front.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(front.wait(), 60) == 0
+        async with kiwi_mcp_http(None, None, project, port, address=temporal.address) as (url, front):
+            assert await probe(f"{base}/healthz") == 200 and await probe(f"{base}/readyz") == 503
+            async with Client(url) as client:
+                found = data(await client.call_tool("search", {"item_type": "directive", "query": "hello"}))
+                assert any(r["item_id"] == "hello_kiwi" for r in found["results"]), found
+                status = {"item_type": "run", "action": "status", "run_id": "run-nobody-0"}
+                down = await client.call_tool("execute", status)
+                assert down.is_error and "TemporalUnavailable" in data(down)["error"], data(down)
+                assert temporal.address in data(down)["message"]
+            await temporal.start()
+            await wait_for(
+                lambda: _status_is(f"{base}/readyz", 200), timeout=60, what="ready once Temporal is up"
+            )
+            async with Client(url) as client:
+                reached = data(await client.call_tool("execute", status))
+                assert reached["error"] == "RunNotFound", reached  # (Temporal's answer this time)
+            front.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(front.wait(), 60) == 0
     finally:
-        await stop_process(front)
         temporal.stop()
