@@ -230,3 +230,15 @@ def test_a_malformed_xml_error_counts_every_line_it_names_in_the_file():
     (problem,) = problems
     action = text.splitlines().index("<action>Do it.</step>") + 1
     assert problem.line == action and f"action line {action} and step" in problem.message, problem
+
+
+def test_a_directive_without_a_version_has_its_other_problems_named_in_the_same_pass():
+    # A new-user trial: the missing version was reported, the bad name and the doubled step only after it
+    # was fixed (the rest was not checked without a version).
+    text = directive_md('<step name="a"><action>x</action></step><step name="a"><action>y</action></step>')
+    text = text.replace('name="demo" version="1.0.0"', 'name="Bad-Name"')
+    directive, problems = parse_directive_lenient(text, "d.md")
+    said = " | ".join(p.message for p in problems)
+    assert directive is None
+    assert "needs a version attribute" in said and '"Bad-Name" must be snake_case' in said, said
+    assert 'step name "a" is used twice' in said, said

@@ -354,12 +354,13 @@ def parse_directive_lenient(text: str, path: str = "") -> tuple[Directive | None
         ctx.error(root, f'root element is <{root.tag}>; expected <directive name="..." version="...">')
         return None, ctx.problems
     directive = _build(root, ctx)
-    if directive is not None:
-        _validate(directive, root, ctx)
-    return directive, ctx.problems
+    _validate(directive, root, ctx)
+    # (Without a name or version there is no directive to use; the rest is checked all the same, so one
+    # pass names every problem instead of the next one only after that is fixed.)
+    return (directive if root.get("name") and root.get("version") else None), ctx.problems
 
 
-def _build(root: Any, ctx: _Ctx) -> Directive | None:
+def _build(root: Any, ctx: _Ctx) -> Directive:
     name = root.get("name")
     version = root.get("version")
     if not name:
@@ -389,11 +390,9 @@ def _build(root: Any, ctx: _Ctx) -> Directive | None:
             ctx.warn(
                 child, f"unknown element <{child.tag}> kept as-is (known: {', '.join(sorted(KNOWN_TOP))})"
             )
-    if not name or not version:
-        return None
     return Directive(
-        name=name,
-        version=version,
+        name=name or "unnamed",  # (placeholders: the missing attribute is an error above)
+        version=version or "0.0.0",
         metadata=metadata,
         inputs=inputs,
         steps=steps,
