@@ -610,11 +610,16 @@ async def test_refused_calls_outside_a_run_look_at_the_session_a_bounded_number_
     # The client's clock stands still: every call falls in the same second, whatever this host's speed.
     monkeypatch.setattr(kiwi.runs, "time", SimpleNamespace(monotonic=lambda: 1000.0))
     try:
+        first = ""
         for _ in range(20):
             refused = await runs.session_call("agent", "filesystem.write", {"path": "x.txt", "content": "no"})
             assert refused.status == "denied"
+            first = first or (await runs.handle(runs.session_id).describe()).run_id
     finally:
         kiwi.runs._base_policy = compare
+    # Nothing changed in the files: the session those looks compared is the one that took the first call
+    # (a policy read back from its history that differed from the files' would replace it on every look).
+    assert (await runs.handle(runs.session_id).describe()).run_id == first
     # The first call's look (no session yet: the files' policy alone), then two comparisons (the files' policy
     # and the session's) for each of at most SESSION_RECHECKS looks after refusals: each of the 19 refusals
     # after it had one before.
