@@ -205,7 +205,7 @@ async def main() -> None:
                         pinned = common.pin_processes(workers, [mine, server.process.pid])
                     samples = await interleaved(min(args.calls, 900), kinds)
                 await runs.cancel(direct_run)
-                floor = {k: samples[k] for k in ("plain", "local", "upstream", "raw", "decided")}
+                floor = {k: samples[k] for k in ("plain", "local", "upstream", "raw", "decided", "recorded")}
                 kiwi_ms, refused_ms, read_ms = samples["kiwi"], samples["refused"], samples["read"]
                 await runs.cancel(run_id)
                 run_id = await runs.start("echo_bench", {})
@@ -284,11 +284,12 @@ async def main() -> None:
         f"{common.pct(update_ms, 0.5) / local:.2f}x the no-op local-activity update; RunClient's share "
         f"{common.pct(kiwi_ms, 0.5) - common.pct(update_ms, 0.5):+.2f} ms"
     )
-    decided = common.pct(floor["decided"], 0.5)
+    decided, recorded = common.pct(floor["decided"], 0.5), common.pct(floor["recorded"], 0.5)
     print(
         f"design option, the front end makes the call (a bare update decides, the call is made by hand from the "
         f"caller, a signal records its answer): p50 {decided:6.1f} ms, {decided / local:.2f}x the no-op "
-        "local-activity update"
+        f"local-activity update; {recorded:6.1f} ms, {recorded / local:.2f}x with the signal awaited before "
+        "the caller has the answer"
     )
     if args.pin:
         print(f"timed calls pinned: {pinned}")

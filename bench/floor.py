@@ -192,13 +192,16 @@ async def floor_callers(
     (an update whose local activity makes the same ``echo`` call Kiwi proxies, over a session of its own),
     "raw" (the same call written and read by hand, no MCP SDK client, over a server process of its own) and
     "decided" (#20's design option: a bare update for the decision, the call made by hand from the caller's
-    process, its answer handed to the workflow by a signal nothing waits for).
+    process, its answer handed to the workflow by a signal nothing waits for) and "recorded" (the same with
+    the signal awaited: the answer is in the run's history before the caller has it).
     ``caller(i)`` makes one update. With ``address`` the worker is a process of its own (as `kiwi worker`
     is with --worker-process: a process woken for each call costs more than one already running), else it
     runs in this process. A bench times the callers interleaved with Kiwi's calls, so drift in the host's
     load hits both sides alike. (Temporal allows 2,000 updates per workflow: keep below.)"""
     queue = f"floor-{uuid.uuid4().hex[:8]}"
-    kinds = ["plain", "local"] + (["upstream", "raw", "decided"] if everything is not None else [])
+    kinds = ["plain", "local"] + (
+        ["upstream", "raw", "decided", "recorded"] if everything is not None else []
+    )
     async with contextlib.AsyncExitStack() as stack:
         if address is not None:
             proc = await start_floor_worker(address, queue, everything)
@@ -244,7 +247,15 @@ async def floor_callers(
                 record.add_done_callback(records.discard)
                 return answer["result"]
 
+            async def recorded(i: int) -> Any:
+                # The same, with the answer in the run's history before the caller has it: the signal awaited.
+                await handles["recorded"].execute_update("plain", f"m{i}")
+                answer = await rpc.request("tools/call", {"name": "echo", "arguments": {"message": f"m{i}"}})
+                await handles["recorded"].signal(FloorWorkflow.record, answer["result"])
+                return answer["result"]
+
             callers["decided"] = decided
+            callers["recorded"] = recorded
         try:
             yield callers
         finally:
