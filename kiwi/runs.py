@@ -30,6 +30,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowHistoryEventFilterType,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateStage,
 )
@@ -444,7 +445,19 @@ class RunClient:
         Completing or cancelling the session must not be a way to a fresh budget.
         """
         try:
-            last = await self.handle(run_id).result(follow_runs=False)
+            described = await self.handle(run_id).describe()
+            last_one = self.client.get_workflow_handle(
+                run_id, run_id=described.run_id, result_type=DirectiveRunResult
+            )
+            if described.status == WorkflowExecutionStatus.RUNNING:
+                # Another client started the successor since this one saw the session end: the start joins
+                # it (nothing to carry). Its result, waited for below, would come when it ends, i.e. never.
+                # One still closing (cancelled, its calls in flight finishing) is waited for, as before.
+                # (Unreadable: waited for, never taken for a successor, which would start one afresh.)
+                with contextlib.suppress(RPCError, WorkflowQueryFailedError):
+                    if (await last_one.query(DirectiveRun.status)).status not in TERMINAL:
+                        return None
+            last = await last_one.result(follow_runs=False)
         except (RPCError, WorkflowFailureError):
             return None  # none yet, or it failed or was terminated: nothing to carry
         return RunState(call_counts=last.call_counts, rate_times=last.rate_times, call_seq=last.calls)

@@ -1,0 +1,94 @@
+"""Review s17: attacks on this session's changes, as a hostile agent would make them against the real stack
+(a Temporal dev server, the sandboxed worker, real files): the project's session replaced when the base
+policy its files give changes (RunClient._session_current / _session_carry), cancel reaching child runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kiwi.contracts import session_workflow_id
+from kiwi.errors import RunInOtherProject
+from kiwi.items.store import ItemStore
+from kiwi.runs import RunClient
+from tests.helpers import write
+
+HARNESS = ".ai/config/agent_harness.yaml"
+
+
+async def test_a_policy_change_does_not_reset_the_sessions_windowed_rate_budget(runs, project, monkeypatch):
+    # The attack: the agent spends its windowed budget (2 reads a minute), then waits for anything that
+    # changes the base policy (a human's unrelated harness edit) so the session is replaced, and calls again.
+    # What must hold: the new session carries the old one's window; the third read is rate limited.
+    import kiwi.runs
+
+    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 0.0)
+    (project / "readme.txt").write_text("hi")
+    write(
+        project / HARNESS,
+        "internal_tools:\n  filesystem:\n    read: ['**']\nrate_limits:\n  filesystem.read: 2/minute\n",
+    )
+    for _ in range(2):
+        assert (await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})).status == "ok"
+    write(
+        project / HARNESS,
+        "internal_tools:\n  filesystem:\n    read: ['**']\n    write: ['notes/**']\n"
+        "rate_limits:\n  filesystem.read: 2/minute\n",
+    )
+    again = await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})
+    assert again.status == "rate_limited", again
+    assert (await runs.status(session_workflow_id(project))).calls == 3
+
+
+async def test_two_front_ends_replacing_the_session_at_once_both_answer(runs, project, monkeypatch):
+    # The race: two front ends (two RunClients) see the base policy change at once. B's refused call makes B
+    # end the old session; before B starts its successor, A's next call has started it. B read the budget to
+    # carry from "the session's" result, i.e. the successor's, which never ends: B's call (and the agent
+    # behind it) hung for good. What must hold: B's call answers, by the session A started, with its policy.
+    import kiwi.runs
+
+    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 3600.0)  # (B's refusal alone makes it look)
+    (project / "readme.txt").write_text("hi")
+    write(project / HARNESS, "internal_tools:\n  filesystem:\n    read: ['docs/**']\n")
+    a = runs
+    b = RunClient(runs.client, ItemStore(project), task_queue=runs.task_queue)
+    assert (await b.session_call("agent", "filesystem.read", {"path": "readme.txt"})).status == "denied"
+    write(project / HARNESS, "internal_tools:\n  filesystem:\n    read: ['**']\n")
+
+    looked = b._session_current
+
+    async def then_a_calls(client_name: str, *, now: bool = False) -> bool:
+        ended = await looked(client_name, now=now)
+        if ended:
+            # (A, whose first look finds no session running, starts the successor from the files.)
+            assert (await a.session_call("agent", "filesystem.read", {"path": "readme.txt"})).status == "ok"
+        return ended
+
+    monkeypatch.setattr(b, "_session_current", then_a_calls)
+    answer = await asyncio.wait_for(b.session_call("agent", "filesystem.read", {"path": "readme.txt"}), 20)
+    assert answer.status == "ok", answer
+    # One count each: B's two refusals by the old session, then A's ok and B's ok in the one successor.
+    assert (await a.status(session_workflow_id(project))).calls == 4
+
+
+async def test_cancelling_another_projects_run_cancels_none_of_its_children(runs, project, tmp_path):
+    # The attack: execute(run, cancel) on a run of another project: the children are listed (describe,
+    # before any project check) and cancelled in a loop that swallows Kiwi errors. What must hold: the
+    # foreign run and its children are refused and left running.
+    from tests.helpers import start_parent_with_child, write_parent_and_child
+
+    write_parent_and_child(project)
+    parent, child = await start_parent_with_child(runs)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".ai").mkdir()
+    foreign = RunClient(runs.client, ItemStore(other), task_queue=runs.task_queue)
+    foreign._attributes_ready = runs._attributes_ready
+    with pytest.raises(RunInOtherProject):
+        await foreign.cancel(parent)
+    with pytest.raises(RunInOtherProject):
+        await foreign.cancel(child)
+    assert (await runs.status(parent)).status not in ("cancelled",)
+    assert (await runs.status(child)).status not in ("cancelled",)
