@@ -327,6 +327,10 @@ class DirectiveRunResult(BaseModel):
     # and a project's next session starts from them (with the windows' recent call times).
     call_counts: dict[str, int] = Field(default_factory=dict)
     rate_times: dict[str, list[float]] = Field(default_factory=dict)
+    # A project's session only: the agent's last calls by update id, so the session that replaces it (the
+    # base policy changed) answers a call sent again with its idempotency_key instead of making it twice.
+    recent_updates: dict[str, ToolCallResult] = Field(default_factory=dict)
+    update_seqs: dict[str, int] = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- updates, signals, queries

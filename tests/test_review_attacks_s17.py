@@ -92,3 +92,50 @@ async def test_cancelling_another_projects_run_cancels_none_of_its_children(runs
         await foreign.cancel(child)
     assert (await runs.status(parent)).status not in ("cancelled",)
     assert (await runs.status(child)).status not in ("cancelled",)
+
+
+SLOW_TICK = """import pathlib
+import time
+
+
+def main(label: str) -> dict:
+    time.sleep(3)
+    with pathlib.Path("ticks.log").open("a") as handle:
+        handle.write(label + "\\n")
+    return {"ticked": label}
+"""
+
+
+async def test_a_pending_call_outlives_the_session_it_ran_in(runs, project, monkeypatch):
+    # The attack (or the accident): a slow mutating call outside a run answers pending; the base policy then
+    # changes and the session it runs in is replaced. Polling its call id looked in the successor only, said
+    # the call was never made and told the agent to send it again: with the same idempotency_key the
+    # successor, which knows nothing of it, ran it a second time. What must hold: the poll answers the call
+    # from the execution that ran it, and sending it again with its key does not run it twice.
+    import kiwi.runs
+    from kiwi.contracts import session_workflow_id as sid
+
+    write(
+        project / ".ai" / "tools" / "tick" / "tool.yaml",
+        "tool_id: tick\ntool_type: python\nexecutor:\n  entrypoint: main.py\nparameters:\n"
+        "  - name: label\n    type: string\n    required: true\nmutates_state: true\n",
+    )
+    write(project / ".ai" / "tools" / "tick" / "main.py", SLOW_TICK)
+    (project / "readme.txt").write_text("hi")
+    write(project / HARNESS, "internal_tools:\n  tools: ['tick']\n  filesystem:\n    read: ['**']\n")
+    pending = await runs.session_call(
+        "agent", "tick", {"label": "once"}, wait_seconds=0.5, idempotency_key="k1"
+    )
+    assert pending.status == "pending", pending
+    call_id = pending.result["call_id"]
+    write(
+        project / HARNESS,
+        "internal_tools:\n  tools: ['tick']\n  filesystem:\n    read: ['**']\n    write: ['notes/**']\n",
+    )
+    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 0.0)
+    assert (await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})).status == "ok"
+    polled = await runs.poll_call(sid(project), call_id, wait_seconds=10)
+    assert polled.status == "ok" and polled.result == {"ticked": "once"}, polled
+    again = await runs.session_call("agent", "tick", {"label": "once"}, wait_seconds=10, idempotency_key="k1")
+    assert again.status != "pending", again
+    assert (project / "ticks.log").read_text() == "once\n"

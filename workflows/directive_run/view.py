@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
         StepRecord,
         StepView,
+        is_session,
     )
     from kiwi.items.directive import Step, plan_step
     from kiwi.templating import TemplateError, render
@@ -108,6 +109,11 @@ class ViewMixin:
             calls=self.state.call_seq,
             call_counts=dict(self.state.call_counts),
             rate_times=self.state.rate_times,
+            **(
+                {"recent_updates": self.state.recent_updates, "update_seqs": self.state.update_seqs}
+                if is_session(self.snap.run_id, self.snap.directive.name)
+                else {}
+            ),
         )
 
     def _status_view(self: DirectiveRun) -> RunStatus:
