@@ -331,6 +331,12 @@ class DirectiveRunResult(BaseModel):
     # base policy changed) answers a call sent again with its idempotency_key instead of making it twice.
     recent_updates: dict[str, ToolCallResult] = Field(default_factory=dict)
     update_seqs: dict[str, int] = Field(default_factory=dict)
+    # A project's session only: its loop detection, and the hold it ended in ("" if none), so ending the
+    # session (the agent's cancel, a base policy change) is no way out of a hold or a loop's count.
+    loop_hashes: list[str] = Field(default_factory=list)
+    result_hashes: list[str] = Field(default_factory=list)
+    loop_warnings: int = 0
+    hold_reason: str = ""
 
 
 # ---------------------------------------------------------------- updates, signals, queries

@@ -471,7 +471,14 @@ class RunClient:
             call_seq=last.calls,
             recent_updates=last.recent_updates,
             update_seqs=last.update_seqs,
+            loop_hashes=last.loop_hashes,
+            result_hashes=last.result_hashes,
+            loop_warnings=last.loop_warnings,
         )
+        if last.hold_reason:
+            # Ended while held (stuck in a loop, say): the new session is held until a human resumes it.
+            state.status, state.held_from, state.holds = "stuck", "awaiting_agent", 1
+            state.hold_reason = f"{last.hold_reason}, in the session this one replaced"
         return state, described.run_id
 
     # ---------------------------------------------------------------- steer

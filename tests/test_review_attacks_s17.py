@@ -10,10 +10,10 @@ import asyncio
 import pytest
 
 from kiwi.contracts import session_workflow_id
-from kiwi.errors import RunInOtherProject
+from kiwi.errors import RunInOtherProject, RunStateConflict
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
-from tests.helpers import write
+from tests.helpers import approver, write
 
 HARNESS = ".ai/config/agent_harness.yaml"
 
@@ -139,3 +139,55 @@ async def test_a_pending_call_outlives_the_session_it_ran_in(runs, project, monk
     again = await runs.session_call("agent", "tick", {"label": "once"}, wait_seconds=10, idempotency_key="k1")
     assert again.status != "pending", again
     assert (project / "ticks.log").read_text() == "once\n"
+
+
+@pytest.mark.parametrize("how", ["agent cancels it", "the base policy changes"])
+async def test_a_stuck_session_stays_stuck_when_it_is_replaced(runs, project, monkeypatch, how):
+    # The attack: the agent loops outside a run until loop detection holds the project's session (stuck:
+    # a human's signed `kiwi resume` lets it go on). It then ends the session, with execute(run, cancel) on
+    # the session's id (what MCP's execute does: RunClient.cancel), or waits for any harness edit (this
+    # session's replacement on a base policy change); the next call started a fresh session, not held and
+    # with no loop warnings. What must hold: the session that replaces a stuck one is stuck too.
+    import kiwi.runs
+    from kiwi.contracts import session_workflow_id as sid
+
+    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 0.0)
+    approver("ops")
+    (project / "readme.txt").write_text("hi")
+    harness = "internal_tools:\n  filesystem:\n    read: ['**']\nloop_detection:\n  repeat_threshold: 2\n  max_warnings: 2\n"
+    write(project / HARNESS, harness)
+    for _ in range(3):
+        await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})
+    assert (await runs.status(sid(project))).status == "stuck"
+    if how == "agent cancels it":
+        await runs.cancel(sid(project), "cancelled by the agent")
+        await runs.handle(sid(project)).result()
+    else:
+        write(project / HARNESS, harness + "rate_limits:\n  filesystem.list: 100\n")
+    with pytest.raises(RunStateConflict, match="must resume it"):
+        await runs.session_call("agent", "filesystem.read", {"path": "notes.txt"})
+    assert (await runs.status(sid(project))).status == "stuck"
+    # A human's signed resume lets it go on, as it would the session it replaced.
+    await runs.resume(sid(project), "looked at it", by="ops")
+    assert (await runs.session_call("agent", "filesystem.list", {"path": "."})).status == "ok"
+
+
+async def test_cancelling_the_session_does_not_reset_its_loop_warnings(runs, project):
+    # The attack: loop until one warning short of the hold, cancel the session (execute(run, cancel) on its
+    # id), loop again: each new session started with no warnings, so the hold never came. What must hold:
+    # the warnings carry over, and the next repeat holds the session.
+    from kiwi.contracts import session_workflow_id as sid
+
+    (project / "readme.txt").write_text("hi")
+    write(
+        project / HARNESS,
+        "internal_tools:\n  filesystem:\n    read: ['**']\nloop_detection:\n  repeat_threshold: 2\n"
+        "  max_warnings: 2\n",
+    )
+    for _ in range(2):
+        await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})
+    assert (await runs.status(sid(project))).status == "awaiting_agent"
+    await runs.cancel(sid(project), "cancelled by the agent")
+    await runs.handle(sid(project)).result()
+    await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})
+    assert (await runs.status(sid(project))).status == "stuck"

@@ -110,7 +110,16 @@ class ViewMixin:
             call_counts=dict(self.state.call_counts),
             rate_times=self.state.rate_times,
             **(
-                {"recent_updates": self.state.recent_updates, "update_seqs": self.state.update_seqs}
+                self.state.model_dump(
+                    include={
+                        "recent_updates",
+                        "update_seqs",
+                        "loop_hashes",
+                        "result_hashes",
+                        "loop_warnings",
+                        "hold_reason",
+                    }
+                )
                 if is_session(self.snap.run_id, self.snap.directive.name)
                 else {}
             ),
