@@ -191,3 +191,31 @@ async def test_cancelling_the_session_does_not_reset_its_loop_warnings(runs, pro
     await runs.handle(sid(project)).result()
     await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})
     assert (await runs.status(sid(project))).status == "stuck"
+
+
+async def test_readiness_probes_flooding_a_front_end_without_temporal_each_answer_within_their_time(project):
+    # The attack: /readyz takes no token. While Temporal does not answer, a flood of probes queued on the
+    # link's lock, each waiting for the ones before it to spend their 2 s connecting: probe N answered after
+    # N x 2 s, and an agent's run action behind them waited as long. What must hold: one attempt at a time,
+    # and every waiter answers within its own time (not ready / TemporalUnavailable), whatever is queued.
+    import socket
+    import time
+
+    from mcp_frontend.server import TemporalLink, TemporalUnavailable
+
+    silent = socket.socket()  # accepts connections (the backlog) and never says a word
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    try:
+        link = TemporalLink(ItemStore(project), "kiwi", address=f"127.0.0.1:{silent.getsockname()[1]}")
+        started = time.monotonic()
+
+        async def probe() -> float:
+            with pytest.raises(TemporalUnavailable):
+                await link.runs(timeout=0.5)
+            return time.monotonic() - started
+
+        took = await asyncio.gather(*(probe() for _ in range(6)))
+        assert max(took) < 1.5, took
+    finally:
+        silent.close()
