@@ -412,13 +412,18 @@ class RunClient:
             self._session_rechecks.append(clock)
         self._session_checked = clock
         try:
-            wanted = _base_policy(self.session_snapshot(client_name))
+            wanted: str | None = _base_policy(self.session_snapshot(client_name))
+        except (KiwiError, ValueError):
+            # The files give no policy now (a misspelt key while a grant was taken out, say): the session ends
+            # rather than go on with the one it started with, and the next start says what is wrong.
+            wanted = None
+        try:
             described = await self.handle(self.session_id).describe()
             if described.status != WorkflowExecutionStatus.RUNNING:
                 return False  # (none running: the next call starts one from the files)
             running = await self._read_snapshot(self.session_id)
         except (RPCError, KiwiError, ValueError):
-            return False  # (unreadable files or session: the call itself says what is wrong)
+            return False  # (an unreadable session: the call itself says what is wrong)
         if running is None or _base_policy(running) == wanted:
             return False
         # That execution alone: another client may have started its successor already.

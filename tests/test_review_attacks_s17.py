@@ -219,3 +219,25 @@ async def test_readiness_probes_flooding_a_front_end_without_temporal_each_answe
         assert max(took) < 1.5, took
     finally:
         silent.close()
+
+
+async def test_a_grant_taken_out_with_a_typo_in_the_harness_is_not_kept(runs, project, monkeypatch):
+    # The slip an agent waits for: a human takes a grant out of internal_tools and leaves the file invalid
+    # (a misspelt key: the harness is strict). The client's look at the files failed, it kept the running
+    # session, and that session went on honouring the old grants for as long as the typo stayed, while every
+    # new run was refused for the file. What must hold: no call is made under the policy the human took back;
+    # the call says what is wrong with the file.
+    import kiwi.runs
+    from kiwi.errors import KiwiError
+
+    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 0.0)
+    (project / "readme.txt").write_text("hi")
+    write(project / HARNESS, "internal_tools:\n  filesystem:\n    read: ['**']\n")
+    assert (await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})).status == "ok"
+    write(project / HARNESS, "internal_tool:\n  filesystem:\n    read: ['docs/**']\n")
+    with pytest.raises(KiwiError, match="internal_tool"):
+        await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})
+    # Fixed: the next call runs in a session with the file's policy, its budget carried.
+    write(project / HARNESS, "internal_tools:\n  filesystem:\n    read: ['docs/**']\n")
+    assert (await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})).status == "denied"
+    assert (await runs.status(session_workflow_id(project))).calls == 2
