@@ -337,6 +337,10 @@ class DirectiveRunResult(BaseModel):
     result_hashes: list[str] = Field(default_factory=list)
     loop_warnings: int = 0
     hold_reason: str = ""
+    # ... and the child runs it started (a held session holds those still running) with the window slots
+    # held back for them, as a run continuing-as-new carries them.
+    children: list[ChildRecord] = Field(default_factory=list)
+    window_reserved: dict[str, int] = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- updates, signals, queries

@@ -448,9 +448,9 @@ class RunClient:
         return description.raw_description.workflow_execution_info.first_run_id
 
     async def _session_carry(self, run_id: str) -> tuple[RunState | None, str]:
-        """What a project's new session starts from: the budget its last session ended with, and the calls
-        it answered by update id (one sent again with its idempotency_key is answered, not made twice); and
-        that session's execution ("" if none).
+        """What a project's new session starts from: the budget its last session ended with, the calls it
+        answered by update id (one sent again with its idempotency_key is answered, not made twice), its loop
+        detection and hold, and its running child runs; and that session's execution ("" if none).
 
         Completing or cancelling the session must not be a way to a fresh budget.
         """
@@ -479,6 +479,8 @@ class RunClient:
             loop_hashes=last.loop_hashes,
             result_hashes=last.result_hashes,
             loop_warnings=last.loop_warnings,
+            children=[c for c in last.children if c.status == "running"],
+            window_reserved=last.window_reserved,
         )
         if last.hold_reason:
             # Ended while held (stuck in a loop, say): the new session is held until a human resumes it.

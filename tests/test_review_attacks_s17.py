@@ -6,6 +6,7 @@ policy its files give changes (RunClient._session_current / _session_carry), can
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -13,7 +14,7 @@ from kiwi.contracts import session_workflow_id
 from kiwi.errors import RunInOtherProject, RunStateConflict
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
-from tests.helpers import approver, write
+from tests.helpers import approver, wait_for, write
 
 HARNESS = ".ai/config/agent_harness.yaml"
 
@@ -241,3 +242,32 @@ async def test_a_grant_taken_out_with_a_typo_in_the_harness_is_not_kept(runs, pr
     write(project / HARNESS, "internal_tools:\n  filesystem:\n    read: ['docs/**']\n")
     assert (await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})).status == "denied"
     assert (await runs.status(session_workflow_id(project))).calls == 2
+
+
+async def test_a_child_run_the_session_started_holds_when_its_replacement_is_stuck(runs, project):
+    # The attack: from outside a run the agent starts a child run (directive.run through the session), ends
+    # the session (execute(run, cancel) on its id; or any harness edit replaces it), then loops the new
+    # session into `stuck`. A held run holds its running children; the new session knew none of them.
+    # What must hold: the child holds with the session.
+    from kiwi.contracts import session_workflow_id as sid
+    from tests.helpers import awaiting_step, write_parent_and_child
+
+    write_parent_and_child(
+        project,
+        harness="internal_tools:\n  tools: ['directive.run']\n  filesystem:\n    read: ['notes/**']\n",
+    )
+    started = await runs.session_call("agent", "directive.run", {"directive": "helper"})
+    assert started.status == "ok", started
+    child = started.result["run_id"]
+    await awaiting_step(runs, child, "help")
+    await runs.cancel(sid(project), "cancelled by the agent", children=False)
+    await runs.handle(sid(project)).result()
+    for _ in range(3):
+        with contextlib.suppress(RunStateConflict):
+            await runs.session_call("agent", "filesystem.read", {"path": "notes/a.txt"})
+    assert (await runs.status(sid(project))).status == "stuck"
+
+    async def child_held():
+        return (await runs.status(child)).status in ("stuck", "awaiting_human")
+
+    await wait_for(child_held, timeout=10, what="the child to hold with the session")

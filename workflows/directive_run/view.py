@@ -118,6 +118,8 @@ class ViewMixin:
                         "result_hashes",
                         "loop_warnings",
                         "hold_reason",
+                        "children",
+                        "window_reserved",
                     }
                 )
                 if is_session(self.snap.run_id, self.snap.directive.name)
