@@ -341,6 +341,9 @@ class DirectiveRunResult(BaseModel):
     # held back for them, as a run continuing-as-new carries them.
     children: list[ChildRecord] = Field(default_factory=list)
     window_reserved: dict[str, int] = Field(default_factory=dict)
+    # ... and its audit records' last number: the trail is one file per session id and day, and a flush skips
+    # the numbers the file holds, so a successor counting from 1 again was left out of it.
+    audit_seq: int = 0
 
 
 # ---------------------------------------------------------------- updates, signals, queries

@@ -450,7 +450,8 @@ class RunClient:
     async def _session_carry(self, run_id: str) -> tuple[RunState | None, str]:
         """What a project's new session starts from: the budget its last session ended with, the calls it
         answered by update id (one sent again with its idempotency_key is answered, not made twice), its loop
-        detection and hold, and its running child runs; and that session's execution ("" if none).
+        detection and hold, its running child runs and its audit records' numbering; and that session's
+        execution ("" if none).
 
         Completing or cancelling the session must not be a way to a fresh budget.
         """
@@ -481,6 +482,7 @@ class RunClient:
             loop_warnings=last.loop_warnings,
             children=[c for c in last.children if c.status == "running"],
             window_reserved=last.window_reserved,
+            audit_seq=last.audit_seq,
         )
         if last.hold_reason:
             # Ended while held (stuck in a loop, say): the new session is held until a human resumes it.

@@ -271,3 +271,39 @@ async def test_a_child_run_the_session_started_holds_when_its_replacement_is_stu
         return (await runs.status(child)).status in ("stuck", "awaiting_human")
 
     await wait_for(child_held, timeout=10, what="the child to hold with the session")
+
+
+@pytest.mark.parametrize("how", ["agent cancels it", "the base policy changes"])
+async def test_calls_in_a_session_that_replaced_another_reach_the_audit_trail(
+    runs, project, monkeypatch, how
+):
+    # The attack: the project's session writes its audit trail to one file per day named by the session's
+    # id, and a flush skips records whose sequence number the file already holds (a retried flush). A new
+    # session numbered its records from 1 again: after the agent ended its session (execute(run, cancel)),
+    # or a harness edit replaced it, the new session's calls were silently left out of the trail until
+    # its count passed the old one's. What must hold: every call made in the new session is in the trail.
+    import kiwi.runs
+    from activities.audit import read_audit
+    from kiwi.contracts import session_workflow_id as sid
+
+    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 0.0)
+    (project / "readme.txt").write_text("hi")
+    write(project / HARNESS, "internal_tools:\n  filesystem:\n    read: ['**']\n")
+    for _ in range(3):
+        await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})
+    if how == "agent cancels it":
+        await runs.cancel(sid(project), "cancelled by the agent")
+    else:
+        write(
+            project / HARNESS, "internal_tools:\n  filesystem:\n    read: ['**']\n    write: ['notes/**']\n"
+        )
+    secret = await runs.session_call("agent", "filesystem.list", {"path": "."})
+    assert secret.status == "ok", secret
+    await runs.cancel(sid(project), "flush the trail")
+    await runs.handle(sid(project)).result()
+
+    records = read_audit(str(project), sid(project))
+    calls = [r for r in records if r["event"] == "tool_call" and r.get("origin") == "agent"]
+    assert [r["tool"] for r in calls][-1:] == ["filesystem.list"], [r["tool"] for r in calls]
+    seqs = [r["seq"] for r in records]
+    assert seqs == sorted(set(seqs)), seqs

@@ -120,6 +120,7 @@ class ViewMixin:
                         "hold_reason",
                         "children",
                         "window_reserved",
+                        "audit_seq",
                     }
                 )
                 if is_session(self.snap.run_id, self.snap.directive.name)
