@@ -1,6 +1,26 @@
 """Review s17: attacks on this session's changes, as a hostile agent would make them against the real stack
 (a Temporal dev server, the sandboxed worker, real files): the project's session replaced when the base
-policy its files give changes (RunClient._session_current / _session_carry), cancel reaching child runs.
+policy its files give changes (RunClient._session_current / _session_carry), cancel reaching child runs,
+`kiwi mcp --http` connecting lazily.
+
+Tried, and the outcome:
+
+- windowed rate budget across a policy change: carried. Safe.
+- two front ends replacing the session at once: the second waited for the successor's result (forever).
+  Fixed: _session_carry reads the execution it found; a live successor is joined.
+- a pending call whose session was replaced: poll said "not made, send it again", and the same
+  idempotency_key ran it twice. Fixed: answered calls carried, poll follows the replaced execution (memo).
+- a stuck session ended (agent's cancel, or a harness edit) and loop warnings reset by a cancel: the
+  successor was free. Fixed: loop state and the hold are carried (the successor is stuck).
+- a grant taken out with a misspelt key in the harness: the old session kept the old grants. Fixed: files
+  that give no policy end the session; the next call says what is wrong.
+- a child run started from the session, the session replaced, then looped into stuck: the child ran on.
+  Fixed: running child records (and window slots held for them) carried.
+- the successor's audit records numbered from 1 again in the same file: skipped as already written. Fixed:
+  audit numbering carried.
+- cancel of another project's run: refused before any child is touched. Safe.
+- /readyz flood while Temporal is down: probes queued on the link's lock, N x 2 s. Fixed: the time covers
+  the wait for the lock.
 """
 
 from __future__ import annotations
