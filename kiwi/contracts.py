@@ -327,6 +327,23 @@ class DirectiveRunResult(BaseModel):
     # and a project's next session starts from them (with the windows' recent call times).
     call_counts: dict[str, int] = Field(default_factory=dict)
     rate_times: dict[str, list[float]] = Field(default_factory=dict)
+    # A project's session only: the agent's last calls by update id, so the session that replaces it (the
+    # base policy changed) answers a call sent again with its idempotency_key instead of making it twice.
+    recent_updates: dict[str, ToolCallResult] = Field(default_factory=dict)
+    update_seqs: dict[str, int] = Field(default_factory=dict)
+    # A project's session only: its loop detection, and the hold it ended in ("" if none), so ending the
+    # session (the agent's cancel, a base policy change) is no way out of a hold or a loop's count.
+    loop_hashes: list[str] = Field(default_factory=list)
+    result_hashes: list[str] = Field(default_factory=list)
+    loop_warnings: int = 0
+    hold_reason: str = ""
+    # ... and the child runs it started (a held session holds those still running) with the window slots
+    # held back for them, as a run continuing-as-new carries them.
+    children: list[ChildRecord] = Field(default_factory=list)
+    window_reserved: dict[str, int] = Field(default_factory=dict)
+    # ... and its audit records' last number: the trail is one file per session id and day, and a flush skips
+    # the numbers the file holds, so a successor counting from 1 again was left out of it.
+    audit_seq: int = 0
 
 
 # ---------------------------------------------------------------- updates, signals, queries

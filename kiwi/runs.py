@@ -30,6 +30,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowHistoryEventFilterType,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateStage,
 )
@@ -376,12 +377,15 @@ class RunClient:
             pass
         await self._check_search_attributes()
         snap = self.session_snapshot(client_name)
+        carried, replaced = await self._session_carry(run_id)
         await self.client.start_workflow(
             DirectiveRun.run,
-            DirectiveRunInput(snapshot=snap, state=await self._session_carry(run_id)),
+            DirectiveRunInput(snapshot=snap, state=carried),
             id=snap.run_id,
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            # (Where poll_call looks for a call the ended session answered: see _continued_from.)
+            memo={REPLACES: replaced} if replaced else None,
             search_attributes=TypedSearchAttributes([SearchAttributePair(PROJECT_ATTR, self.project)])
             if snap.search_attributes
             else None,
@@ -408,13 +412,18 @@ class RunClient:
             self._session_rechecks.append(clock)
         self._session_checked = clock
         try:
-            wanted = _base_policy(self.session_snapshot(client_name))
+            wanted: str | None = _base_policy(self.session_snapshot(client_name))
+        except (KiwiError, ValueError):
+            # The files give no policy now (a misspelt key while a grant was taken out, say): the session ends
+            # rather than go on with the one it started with, and the next start says what is wrong.
+            wanted = None
+        try:
             described = await self.handle(self.session_id).describe()
             if described.status != WorkflowExecutionStatus.RUNNING:
                 return False  # (none running: the next call starts one from the files)
             running = await self._read_snapshot(self.session_id)
         except (RPCError, KiwiError, ValueError):
-            return False  # (unreadable files or session: the call itself says what is wrong)
+            return False  # (an unreadable session: the call itself says what is wrong)
         if running is None or _base_policy(running) == wanted:
             return False
         # That execution alone: another client may have started its successor already.
@@ -438,16 +447,48 @@ class RunClient:
             raise _translate(exc, run_id) from None
         return description.raw_description.workflow_execution_info.first_run_id
 
-    async def _session_carry(self, run_id: str) -> RunState | None:
-        """What a project's new session starts from: the budget its last session ended with.
+    async def _session_carry(self, run_id: str) -> tuple[RunState | None, str]:
+        """What a project's new session starts from: the budget its last session ended with, the calls it
+        answered by update id (one sent again with its idempotency_key is answered, not made twice), its loop
+        detection and hold, its running child runs and its audit records' numbering; and that session's
+        execution ("" if none).
 
         Completing or cancelling the session must not be a way to a fresh budget.
         """
         try:
-            last = await self.handle(run_id).result(follow_runs=False)
+            described = await self.handle(run_id).describe()
+            last_one = self.client.get_workflow_handle(
+                run_id, run_id=described.run_id, result_type=DirectiveRunResult
+            )
+            if described.status == WorkflowExecutionStatus.RUNNING:
+                # Another client started the successor since this one saw the session end: the start joins
+                # it (nothing to carry). Its result, waited for below, would come when it ends, i.e. never.
+                # One still closing (cancelled, its calls in flight finishing) is waited for, as before.
+                # (Unreadable: waited for, never taken for a successor, which would start one afresh.)
+                with contextlib.suppress(RPCError, WorkflowQueryFailedError):
+                    if (await last_one.query(DirectiveRun.status)).status not in TERMINAL:
+                        return None, ""
+            last = await last_one.result(follow_runs=False)
         except (RPCError, WorkflowFailureError):
-            return None  # none yet, or it failed or was terminated: nothing to carry
-        return RunState(call_counts=last.call_counts, rate_times=last.rate_times, call_seq=last.calls)
+            return None, ""  # none yet, or it failed or was terminated: nothing to carry
+        state = RunState(
+            call_counts=last.call_counts,
+            rate_times=last.rate_times,
+            call_seq=last.calls,
+            recent_updates=last.recent_updates,
+            update_seqs=last.update_seqs,
+            loop_hashes=last.loop_hashes,
+            result_hashes=last.result_hashes,
+            loop_warnings=last.loop_warnings,
+            children=[c for c in last.children if c.status == "running"],
+            window_reserved=last.window_reserved,
+            audit_seq=last.audit_seq,
+        )
+        if last.hold_reason:
+            # Ended while held (stuck in a loop, say): the new session is held until a human resumes it.
+            state.status, state.held_from, state.holds = "stuck", "awaiting_agent", 1
+            state.hold_reason = f"{last.hold_reason}, in the session this one replaced"
+        return state, described.run_id
 
     # ---------------------------------------------------------------- steer
     def handle(self, run_id: str) -> WorkflowHandle:
@@ -1024,7 +1065,14 @@ class RunClient:
         try:
             async for event in handle.fetch_history_events(page_size=1):
                 started = event.workflow_execution_started_event_attributes
-                return started.continued_execution_run_id or None
+                if started.continued_execution_run_id:
+                    return started.continued_execution_run_id
+                # A project's session that replaced an ended one (the base policy changed): that one next.
+                replaced = started.memo.fields.get(REPLACES) if is_session(run_id) else None
+                if replaced is None:
+                    return None
+                value = self.client.data_converter.payload_converter.from_payloads([replaced])[0]
+                return value if isinstance(value, str) and value else None
         except RPCError as exc:
             raise _translate(exc, run_id) from None
         return None
@@ -1300,6 +1348,8 @@ def _translate(exc: RPCError, run_id: str) -> KiwiError:
 
 # How many executions of a run (continue-as-new) poll looks back through for a call's answer.
 POLL_EXECUTIONS = 20
+# The memo key of a project's session that names the execution of the session it replaced.
+REPLACES = "kiwi_replaces"
 # How long a decision's sender watches the run take it before saying it is sent but not yet taken.
 DECISION_WAIT_SECONDS = 15.0
 

@@ -339,20 +339,20 @@ class TemporalLink:
             return self._runs
         from kiwi.connect import connect, target
 
-        async with self._lock:
-            if self._runs is None:
-                where = target(self.address, self.namespace)[0]
-                try:
-                    client = await asyncio.wait_for(
-                        connect(self.address, self.namespace), timeout=timeout or CONNECT_TIMEOUT
-                    )
-                except (RuntimeError, OSError, TimeoutError):
-                    raise TemporalUnavailable(
-                        f"Temporal is not reachable at {where}, so runs cannot start or be steered now",
-                        hint="start it with `kiwi dev` (or point KIWI_TEMPORAL_ADDRESS / --address at a running "
-                        "server) and try again; search, load and help work meanwhile",
-                    ) from None
-                self._runs = RunClient(client, self.store, task_queue=self.task_queue)
+        try:
+            # The time covers the wait for an attempt already under way too (one at a time): a flood of
+            # readiness probes (they carry no token) must not queue every caller behind its 2 s each.
+            async with asyncio.timeout(timeout or CONNECT_TIMEOUT), self._lock:
+                if self._runs is None:
+                    client = await connect(self.address, self.namespace)
+                    self._runs = RunClient(client, self.store, task_queue=self.task_queue)
+        except (RuntimeError, OSError, TimeoutError):
+            raise TemporalUnavailable(
+                f"Temporal is not reachable at {target(self.address, self.namespace)[0]}, so runs cannot "
+                "start or be steered now",
+                hint="start it with `kiwi dev` (or point KIWI_TEMPORAL_ADDRESS / --address at a running "
+                "server) and try again; search, load and help work meanwhile",
+            ) from None
         return self._runs
 
 

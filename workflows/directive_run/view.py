@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
         StepRecord,
         StepView,
+        is_session,
     )
     from kiwi.items.directive import Step, plan_step
     from kiwi.templating import TemplateError, render
@@ -108,6 +109,23 @@ class ViewMixin:
             calls=self.state.call_seq,
             call_counts=dict(self.state.call_counts),
             rate_times=self.state.rate_times,
+            **(
+                self.state.model_dump(
+                    include={
+                        "recent_updates",
+                        "update_seqs",
+                        "loop_hashes",
+                        "result_hashes",
+                        "loop_warnings",
+                        "hold_reason",
+                        "children",
+                        "window_reserved",
+                        "audit_seq",
+                    }
+                )
+                if is_session(self.snap.run_id, self.snap.directive.name)
+                else {}
+            ),
         )
 
     def _status_view(self: DirectiveRun) -> RunStatus:
