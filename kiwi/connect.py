@@ -77,7 +77,8 @@ def target(address: str | None = None, namespace: str | None = None) -> tuple[st
 
 def dev_address() -> str | None:
     """Where `kiwi dev` started from this folder serves Temporal, when its ``temporal-dev.yml`` (here, or
-    KIWI_DEV_CONFIG) moves it off the default: the other commands run beside it find it there."""
+    KIWI_DEV_CONFIG) moves it off the default: the other commands run beside it find it there. Only an
+    address of this machine is taken from the file."""
     from kiwi.devserver import load_dev_config
 
     if not os.environ.get("KIWI_DEV_CONFIG") and not os.path.isfile("temporal-dev.yml"):
@@ -87,7 +88,24 @@ def dev_address() -> str | None:
     except KiwiError:
         return None  # (kiwi dev itself says what is wrong with the file)
     temporal = config["temporal"]
+    if not _this_machine(str(temporal["ip"])):
+        # (A file in a cloned project must not send `kiwi approve` and the rest to a server elsewhere: kiwi dev
+        # serves this machine; another server is named by --address, a variable or a profile.)
+        return None
     return f"{temporal['ip']}:{temporal['port']}"
+
+
+def _this_machine(host: str) -> bool:
+    """A loopback (or every-interface) address: where `kiwi dev` on this machine listens."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_unspecified
 
 
 async def connect(address: str | None = None, namespace: str | None = None) -> Client:

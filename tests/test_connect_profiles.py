@@ -233,7 +233,10 @@ async def test_commands_run_beside_kiwi_dev_find_it_on_the_port_its_temporal_dev
     monkeypatch.setenv("TEMPORAL_ADDRESS", "elsewhere.example:7233")
     assert target()[0] == "elsewhere.example:7233"
     assert target("127.0.0.1:9")[0] == "127.0.0.1:9"
-    # Outside that folder, the default.
+    # A file naming a server elsewhere (a cloned project's, say) does not send approvals and the rest there.
     monkeypatch.delenv("TEMPORAL_ADDRESS")
+    (folder / "temporal-dev.yml").write_text("temporal:\n  ip: 203.0.113.7\n  port: 7233\n")
+    assert target()[0] == "127.0.0.1:7233"
+    # Outside that folder, the default.
     monkeypatch.chdir(tmp_path)
     assert target()[0] == "127.0.0.1:7233"
