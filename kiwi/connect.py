@@ -81,8 +81,6 @@ def dev_address() -> str | None:
     address of this machine is taken from the file."""
     from kiwi.devserver import load_dev_config
 
-    if not os.environ.get("KIWI_DEV_CONFIG") and not os.path.isfile("temporal-dev.yml"):
-        return None
     try:
         config, _ = load_dev_config(None)
     except KiwiError:

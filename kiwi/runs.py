@@ -154,8 +154,6 @@ class RunClient:
         self.session_id = session_workflow_id(store.project_root)
         self._session_checked = -math.inf
         self._session_rechecks: collections.deque[float] = collections.deque()
-        # Whether list_runs shows sessions (no directive's run: `kiwi runs --sessions`).
-        self.sessions_listed = False
 
     async def project_of(self, run_id: str) -> str:
         """The project a run belongs to ("" for a run started without one, e.g. before projects existed)."""
@@ -396,9 +394,9 @@ class RunClient:
     async def _session_current(self, client_name: str, *, now: bool = False) -> bool:
         """End the project's session when the base policy it runs with is no longer the one its files give
         (agent_harness.yaml, mcp_registry.yaml, trusted keys, tools), so the next call starts one with
-        theirs, with the ended one's counts and windows (see :meth:`_session_carry`). Looked at once per
-        SESSION_CHECK_SECONDS (``now``: at once, at most SESSION_RECHECKS times a second); True when it ended it. A grant taken out of
-        ``internal_tools`` holds from then on, as a grant put in does."""
+        theirs, with what the ended one carries on (see :meth:`_session_carry`). Looked at once per
+        SESSION_CHECK_SECONDS (``now``: at once, at most SESSION_RECHECKS times a second); True when it ended
+        it. A grant taken out of ``internal_tools`` holds from then on, as a grant put in does."""
         clock = time.monotonic()
         if not now and clock - self._session_checked < SESSION_CHECK_SECONDS:
             return False
@@ -430,12 +428,7 @@ class RunClient:
         ending = self.client.get_workflow_handle(self.session_id, run_id=described.run_id)
         with contextlib.suppress(RPCError):
             await ending.signal(DirectiveRun.cancel, CancelRequest(reason="the base policy changed"))
-        with contextlib.suppress(RPCError, TimeoutError):
-            async with asyncio.timeout(SESSION_END_SECONDS):
-                async for _ in ending.fetch_history_events(
-                    wait_new_event=True, event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT
-                ):
-                    break
+        await self._closed(self.session_id, described.run_id, SESSION_END_SECONDS)
         self._snapshots.pop(self.session_id, None)
         return True
 
@@ -969,12 +962,16 @@ class RunClient:
             return
         if described.status != WorkflowExecutionStatus.RUNNING:
             return  # already closed: the latest execution is the successor
-        draining = self.client.get_workflow_handle(run_id, run_id=described.run_id)
+        await self._closed(run_id, described.run_id, deadline)
+
+    async def _closed(self, run_id: str, execution: str, deadline: float) -> None:
+        """Wait (at most ``deadline`` seconds) until that execution of the run has closed: a long poll on
+        its close event, not a sleep-and-retry loop."""
+        closing = self.client.get_workflow_handle(run_id, run_id=execution)
         with contextlib.suppress(RPCError, TimeoutError):
             async with asyncio.timeout(deadline):
-                async for _ in draining.fetch_history_events(
-                    wait_new_event=True,
-                    event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT,
+                async for _ in closing.fetch_history_events(
+                    wait_new_event=True, event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT
                 ):
                     break
 
@@ -1112,9 +1109,15 @@ class RunClient:
         return ""
 
     async def list_runs(
-        self, status: str | None = None, directive: str | None = None, limit: int = 50
+        self,
+        status: str | None = None,
+        directive: str | None = None,
+        limit: int = 50,
+        *,
+        sessions: bool = False,
     ) -> list[dict[str, Any]]:
-        """This project's runs (every project's with ``all_projects``), newest first."""
+        """This project's runs (every project's with ``all_projects``), newest first; the projects' sessions
+        (the workflows taking calls made outside a run) only with ``sessions``."""
         clauses = ["WorkflowType = 'DirectiveRun'", f"TaskQueue = '{_quote(self.task_queue)}'"]
         if await self._check_search_attributes():
             if status:
@@ -1124,6 +1127,8 @@ class RunClient:
             if not self.all_projects:
                 clauses.append(self._project_clause())
         rows = await self._listed(" AND ".join(clauses), limit, status)
+        if not sessions:
+            rows = [r for r in rows if not is_session(r["run_id"], r["directive"])]
         if self.all_projects:
             return rows
         for row in rows:
@@ -1194,9 +1199,7 @@ class RunClient:
             )
         if status and not self._attributes_ready:
             runs = [r for r in runs if r["status"] == status]
-        return (
-            runs if self.sessions_listed else [r for r in runs if not is_session(r["run_id"], r["directive"])]
-        )
+        return runs
 
     async def activities(self, run_id: str) -> list[dict[str, Any]]:
         """The run's activities in flight, with their attempt (2 and up: retried, e.g. after a crash)."""
@@ -1246,7 +1249,7 @@ async def _wait(
         if remaining <= 0:
             # The SDK answers a cancelled wait with an error of its own (the call goes on in the run):
             # taken here, or each pending answer left "Task exception was never retrieved" in the log.
-            task.add_done_callback(_taken)
+            task.add_done_callback(_outcome_taken)
             task.cancel()
             return None
         done, _ = await asyncio.wait({task}, timeout=min(1.0, remaining))
@@ -1275,7 +1278,8 @@ def _held_hint(run_id: str, message: str) -> str:
     )
 
 
-def _taken(task: asyncio.Future[Any]) -> None:
+def _outcome_taken(task: asyncio.Future[Any]) -> None:
+    """Retrieve a task's outcome nobody awaits (a cancelled wait's error), so none is logged as lost."""
     if not task.cancelled():
         task.exception()
 

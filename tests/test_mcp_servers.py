@@ -428,9 +428,10 @@ mcps:
     ]
 
 
-async def slow_everything_run(runs, project) -> str:
+async def slow_everything_run(runs, project, timeout: int = 120) -> str:
     """A run waiting for the agent, with server-everything declared with a timeout long enough
-    (over 60 s) that its calls are heartbeating activities carrying upstream progress."""
+    (over 60 s) that its calls are heartbeating activities carrying upstream progress (``timeout`` 60 or
+    less: local activities)."""
     registry(
         project,
         f"""\
@@ -438,7 +439,7 @@ mcps:
   everything:
     command: node
     args: ["{EVERYTHING}", "stdio"]
-    timeout: 120
+    timeout: {timeout}
 """,
     )
     mcp_directive(
@@ -454,19 +455,10 @@ mcps:
 
 
 async def test_a_slow_call_answers_pending_within_wait_seconds_and_is_polled(runs, project):
-    # server-everything at its default timeout: its calls are local activities, and the run accepts such a
+    # server-everything at the default timeout (60 s): its calls are local activities, and the run accepts such a
     # call only once the workflow task that makes it completes, after the call. The caller waited for
     # that acceptance past its wait_seconds: a 6 s call asked to answer within 1 s answered "ok" at 6 s.
-    registry(project, f'mcps:\n  everything:\n    command: node\n    args: ["{EVERYTHING}", "stdio"]\n')
-    mcp_directive(
-        project,
-        "slowish",
-        tools='<mcp name="everything" required="true"/>',
-        permissions='<execute resource="mcp" name="everything" actions="*"/>',
-        body='<step name="work"><action>Wait.</action></step>',
-    )
-    run_id = await runs.start("slowish", {})
-    await wait_for(lambda: waiting(runs, run_id), what="the agent step")
+    run_id = await slow_everything_run(runs, project, timeout=60)
     loop = asyncio.get_running_loop()
     reported: list[str] = []
     previous = loop.get_exception_handler()

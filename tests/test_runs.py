@@ -471,8 +471,8 @@ async def test_the_session_is_no_run_waiting_for_work(runs, project):
         return ids if run_id in ids else None  # (visibility catches up with the run)
 
     assert await wait_for(listed, what="the run listed") == [run_id]
-    runs.sessions_listed = True  # `kiwi runs --sessions`
-    assert {r["run_id"] for r in await runs.list_runs(status="awaiting_agent")} == {run_id, session}
+    listed = await runs.list_runs(status="awaiting_agent", sessions=True)  # `kiwi runs --sessions`
+    assert {r["run_id"] for r in listed} == {run_id, session}
     told = answers(await runs.status(session))
     assert len(told) == 1 and "the project's session" in told[0] and "complete-step" not in told[0], told
     assert "complete-step" in answers(await runs.status(run_id))[0]
@@ -624,3 +624,24 @@ async def test_refused_calls_outside_a_run_look_at_the_session_a_bounded_number_
     # and the session's) for each of at most SESSION_RECHECKS looks after refusals: each of the 19 refusals
     # after it had one before.
     assert looks == 1 + 2 * kiwi.runs.SESSION_RECHECKS, looks
+
+
+async def test_a_call_outside_a_run_waiting_for_approval_is_listed_with_the_others(runs, project):
+    # `kiwi approvals` lists the session's requests too: the session is left out of `kiwi runs` only.
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "internal_tools:\n  filesystem:\n    write: ['notes/**']\napprovals:\n  tools: [filesystem.write]\n",
+    )
+    waiting = await runs.session_call(
+        "agent", "filesystem.write", {"path": "notes/x.txt", "content": "x"}, wait_seconds=0.5
+    )
+    assert waiting.status == "pending", waiting
+
+    async def listed():
+        found = [a for a in await runs.pending_approvals() if a["run_id"] == runs.session_id]
+        return found or None
+
+    (request,) = await wait_for(listed, what="the session's approval request listed")
+    assert request["tool"] == "filesystem.write"
+    assert not (project / "notes" / "x.txt").exists()
+    await runs.cancel(runs.session_id)

@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kiwi.cli import progress
 from kiwi.errors import ItemInvalid, KiwiError, Problem
 from kiwi.items.store import ITEM_ALIASES, ITEM_TYPES, ItemStore, find_project_root, item_kind
 from kiwi.items.validation import validate_file
@@ -584,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\nkiwi: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        _quiet_stdout()
+        progress.quiet_stdout()
         return 141
     except FileNotFoundError as exc:
         print(f"kiwi: no such file or folder: {exc.filename or exc}", file=sys.stderr)
@@ -595,14 +596,6 @@ def _json_error(args: argparse.Namespace, exc: KiwiError, **more: Any) -> None:
     """With --json, the error as JSON on standard output too (a script reading it gets JSON either way)."""
     if getattr(args, "json", False):
         print(json.dumps({"error": exc.type, "message": exc.message, "hint": exc.hint, **more}, indent=2))
-
-
-def _quiet_stdout() -> None:
-    """The reader went away (`kiwi runs | head`): nothing more to say, and nobody to say it to."""
-    import os
-
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
 
 
 def run() -> None:
@@ -621,7 +614,7 @@ def run() -> None:
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        _quiet_stdout()
+        progress.quiet_stdout()
         code = code or 141
     sys.stderr.flush()
     os._exit(code)

@@ -15,6 +15,15 @@ from typing import Any
 from kiwi.contracts import TERMINAL, RunStatus, is_session
 from kiwi.errors import KiwiError, RunInOtherProject, RunNotFound
 
+
+def quiet_stdout() -> None:
+    """The reader went away (`kiwi runs | head`, a log collector gone): what follows goes nowhere, and
+    nobody is told (Python's own flush at exit would fail too)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 # ---------------------------------------------------------------- colour and times
 
 

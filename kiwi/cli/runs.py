@@ -190,8 +190,9 @@ async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
 
 @_with_runs
 async def cmd_runs(args: argparse.Namespace, runs: RunClient) -> int:
-    runs.sessions_listed = args.sessions
-    rows = await runs.list_runs(status=args.status, directive=args.directive, limit=args.limit)
+    rows = await runs.list_runs(
+        status=args.status, directive=args.directive, limit=args.limit, sessions=args.sessions
+    )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -551,15 +552,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _say(line: str) -> None:
-    """A line on standard output for whoever reads it. Once its reader is gone, what follows goes nowhere
-    instead of raising (and the exit code stays the worker's: Python's own flush at exit would fail too)."""
+    """A line on standard output for whoever reads it; once its reader is gone, none raises."""
     try:
         print(line, flush=True)
     except BrokenPipeError:
         with contextlib.suppress(OSError, ValueError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
+            progress.quiet_stdout()
 
 
 def _start_local_registry() -> Any:
