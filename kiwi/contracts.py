@@ -107,7 +107,7 @@ class RunLimits(BaseModel):
     """Harness settings that apply to one run (from ``agent_harness.yaml``)."""
 
     rate_limits: dict[str, int] = Field(
-        default_factory=lambda: {"filesystem.write": 100, "shell.run": 50, "mcp.*": 200}
+        default_factory=lambda: {"filesystem.write": 100, "shell.run": 50, "mcp.*": 200, "directive.run": 20}
     )
     # Limits over a sliding time window ("100/minute"): pattern -> [calls, window seconds].
     rate_windows: dict[str, tuple[int, float]] = Field(default_factory=dict)

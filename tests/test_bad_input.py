@@ -13,7 +13,14 @@ from mcp.client import Client
 
 from kiwi.cli import main as kiwi_main
 from kiwi.errors import ItemInvalid, KiwiError
-from kiwi.toolargs import MAX_CONTENT_BYTES, ArgumentError, check_arguments, coerce_step_arguments, unsendable
+from kiwi.toolargs import (
+    MAX_COMMAND_BYTES,
+    MAX_CONTENT_BYTES,
+    ArgumentError,
+    check_arguments,
+    coerce_step_arguments,
+    unsendable,
+)
 from mcp_frontend.server import build_server
 from tests.helpers import awaiting_step, directive_md, write, write_directive
 
@@ -538,3 +545,46 @@ def test_with_json_an_error_is_json_on_standard_output_too(project, capsys):
     said = json.loads(out.out)
     assert said["error"] == "InputInvalid" and said["message"].startswith("input 'oops' is not KEY=VALUE")
     assert "--input name=" in said["hint"]
+
+
+async def test_attack_a_step_command_filled_with_a_huge_input_fails_the_step_before_its_words_are_checked(
+    runs, project
+):
+    """Attack: a signed directive's step runs ``ls {inputs.paths}``; the agent starts it with 300 KB of paths.
+    An agent's own shell.run over MAX_COMMAND_BYTES is refused before admission walks its words, but a step's
+    command had no limit: admission parsed and checked every path in the run's workflow task. Safe: the step
+    fails naming the limit before any word is checked or anything runs; the same step with a short input
+    runs."""
+    write(project / "notes" / "a.md", "a\n")
+    write_directive(
+        project / ".ai" / "directives" / "lister.md",
+        directive_md(
+            '<step name="list"><tool_call tool="shell.run"><param name="command">ls {inputs.paths}</param>'
+            "</tool_call></step>",
+            name="lister",
+            inputs='<input name="paths" type="string" required="true"/>',
+            permissions='<execute resource="shell" commands="ls"/><read resource="filesystem" path="**"/>',
+        ),
+    )
+    run_id = await runs.start("lister", {"paths": "notes/a.md " * 30_000})
+    with pytest.raises(Exception):  # noqa: B017 - the run fails; its status says why
+        await runs.handle(run_id).result()
+    status = await runs.status(run_id)
+    assert status.status == "failed", status
+    assert (
+        f"step 'list': shell.run: the command is 330,003 bytes, over the limit of {MAX_COMMAND_BYTES:,}"
+        in (status.error)
+    ), status.error
+    assert "fewer paths per command" in status.error
+    assert [s.status for s in status.steps] == ["failed"]
+    history = await runs.handle(run_id).fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert "run_command" not in scheduled, scheduled
+    short = await runs.start("lister", {"paths": "notes/a.md"})
+    done = await runs.handle(short).result()
+    assert done.status == "completed", done.error
+    assert done.outputs["list"]["result"]["stdout"].strip() == "notes/a.md"

@@ -30,6 +30,7 @@ from workflows.directive_run.errors import (
 )
 from workflows.directive_run.options import (
     CHILD_ATTRIBUTES,
+    CHILD_UNUSED_RETURNED,
     HELD,
     RETRY,
 )
@@ -198,7 +199,15 @@ class ChildrenMixin:
     def _settle(self: DirectiveRun, record: ChildRecord, used: dict[str, int] | None) -> None:
         """Give back what a finished child did not use of the budget held for it (nothing if unknown)."""
         for pattern, held in record.reserved.items():
-            unused = held - min(held, (used or {}).get(pattern, held))
+            if used is None:
+                count = held
+            elif pattern in used:
+                count = used[pattern]
+            else:
+                # A child that made no call of the pattern has no count of it: it used none. Before
+                # CHILD_UNUSED_RETURNED that read as all of it used, and the parent kept none back.
+                count = 0 if workflow.patched(CHILD_UNUSED_RETURNED) else held
+            unused = held - min(held, count)
             self.state.call_counts[pattern] = max(0, self.state.call_counts.get(pattern, 0) - unused)
         for pattern, slots in record.reserved_windows.items():
             self.state.window_reserved[pattern] = max(0, self.state.window_reserved.get(pattern, 0) - slots)

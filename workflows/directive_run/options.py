@@ -111,6 +111,14 @@ CHANGES_2026_11_23 = "kiwi-run-changes-2026-11-23"
 # per-call local-activity round trips and activations were most of the worker's work. A batch of one is
 # the single call's activity, as before; a call whose transport failed in a batch is retried alone.
 MCP_BATCHED = CURRENT
+# (A marker only in runs that meet it.) A finished child run that made no call of a pattern the parent
+# held a share of its budget back for gives that share back: its missing count read as all of it used,
+# so each child started cost the parent half of what was left of every limit for good.
+CHILD_UNUSED_RETURNED = "kiwi-child-unused-returned"
+# (A marker only in runs that meet it.) A step's shell.run command over MAX_COMMAND_BYTES, its text filled
+# in from the run's inputs and earlier steps' outputs, fails the step before admission walks its words, as
+# an agent's such call is refused by the run's update validator. Before it, a step's command had no limit.
+STEP_COMMAND_CAPPED = "kiwi-step-command-capped"
 # Escapes closed: approval decisions need an approver's signature, help(checkpoint) needs the
 # git.checkpoint grant, child runs inherit approval rules and share the parent's rate budget, tool
 # arguments are checked before anything is scheduled (a wrong one is InputInvalid, never a failed

@@ -16,7 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from kiwi.guards import redact
     from kiwi.items.directive import Step, plan_step
     from kiwi.templating import render
-    from kiwi.toolargs import ArgumentError, coerce_step_arguments
+    from kiwi.toolargs import ArgumentError, coerce_step_arguments, oversized_command
 
 from workflows.directive_run.errors import (
     StepAborted,
@@ -26,6 +26,7 @@ from workflows.directive_run.options import (
     CONTINUE_COMMIT_TIMER,
     HELD,
     RUN_OUTPUTS_BYTES,
+    STEP_COMMAND_CAPPED,
 )
 from workflows.directive_run.task_budget import json_bytes
 
@@ -89,6 +90,9 @@ class StepsMixin:
                             )
                         except ArgumentError as exc:
                             raise StepAborted(f"step '{step.name}': {exc.reason} ({exc.hint})") from None
+                    command = oversized_command(call.tool, args)
+                    if command is not None and workflow.patched(STEP_COMMAND_CAPPED):
+                        raise StepAborted(f"step '{step.name}': {command.reason} ({command.hint})")
                     result = await self._call(call.tool, args, origin="step", step=step.name)
                     if result.status != "ok":
                         raise StepAborted(f"step '{step.name}': {call.tool} {result.status}: {result.reason}")
