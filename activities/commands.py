@@ -242,7 +242,9 @@ class CommandActivities:
             raise ToolNotFound.error(f"tool '{tool.tool_id}': entrypoint {entry.name} is missing")
         passed = _check_requirements(tool)
         if tool.tool_type == "python":
-            argv = [await tool_python(tool), "-c", _PYTHON_RUNNER, str(entry)]
+            # -P: nothing from the working folder (the project, which agents may write) is imported: with
+            # -c, Python put it first on the import path, and a json.py there ran in place of the runner's.
+            argv = [await tool_python(tool), "-P", "-c", _PYTHON_RUNNER, str(entry)]
             env = dict(passed)
             lib = lib_folder(tool.entrypoint)
             if lib:

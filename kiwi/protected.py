@@ -1,7 +1,8 @@
 """Protected paths: places no grant reaches unless it names them.
 
 ``.git`` (at any depth: a nested ``.git`` file or folder points git at a config of its own),
-Kiwi's configuration, audit trail, cache, and the code of local tools. A file written there
+Kiwi's configuration, audit trail, cache, the code of local tools, and ``temporal-dev.yml`` at the root
+(``kiwi dev`` reads it from the folder it starts in: the address its server listens on, its database). A file written there
 would change what a later tool executes (``.git/config``'s ``core.fsmonitor``, a hook, a
 tool's ``main.py``) or what the harness allows, so ``write **`` does not reach them; a grant
 whose literal part names the place does (``write .ai/tools/**``, ``read .git/**``).
@@ -16,6 +17,10 @@ from kiwi.globs import first_match
 # Project-relative folders, as POSIX paths. ".git" is matched as a segment anywhere.
 PROTECTED_ROOTS = (".ai/config", ".ai/logs", ".ai/tools", ".ai/scripts", ".ai/.cache", ".kiwi")
 GIT_DIR = ".git"
+# kiwi dev's settings file, at the project's root (kiwi.devserver.load_dev_config).
+DEV_CONFIG = "temporal-dev.yml"
+# Workflow code protects it behind this patch: runs that wrote it before replay as they ran.
+DEV_CONFIG_PROTECTED = "kiwi-dev-config-protected"
 
 
 def _fold(segment: str) -> str:
@@ -42,7 +47,17 @@ def protected_root(rel: str) -> str | None:
     for parts in _ROOT_PARTS:
         if folded[: len(parts)] == parts:
             return "/".join(segments[: len(parts)])
+    if len(segments) == 1 and folded[0] == DEV_CONFIG and _dev_config_protected():
+        return segments[0]
     return None
+
+
+def _dev_config_protected() -> bool:
+    """Always, outside workflow code; in a run, once it has met the DEV_CONFIG_PROTECTED patch (a marker only
+    in runs that name the file)."""
+    from temporalio import workflow
+
+    return not workflow.in_workflow() or workflow.patched(DEV_CONFIG_PROTECTED)
 
 
 def _literal_segments(pattern: str) -> list[str]:

@@ -7,7 +7,8 @@ by the text, so an edited file is parsed again, and callers get their own copy t
 Config files are small, and anyone who can write one (an agent with a wide grant, a shared
 user space) must not be able to stall every process that reads it: a file over
 :data:`MAX_YAML_BYTES` is refused unread, and parsing stops at :data:`MAX_YAML_ALIASES` alias
-uses, :data:`MAX_YAML_NODES` nodes, or a document that would hold more than
+uses, :data:`MAX_YAML_NODES` nodes, :data:`MAX_YAML_DEPTH` levels of nesting (deeper, Python's
+recursion ran out: an exception nothing expected), or a document that would hold more than
 :data:`MAX_YAML_NODES` values once its aliases are expanded: a "billion laughs" alias bomb is
 a few dozen aliases, each naming a node that itself holds many aliases.
 """
@@ -26,6 +27,7 @@ from kiwi.errors import ItemInvalid, Problem
 MAX_YAML_BYTES = 1_000_000
 MAX_YAML_ALIASES = 1_000
 MAX_YAML_NODES = 100_000
+MAX_YAML_DEPTH = 100
 
 
 class YamlTooLarge(yaml.YAMLError):
@@ -44,6 +46,7 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._aliases = 0
         self._nodes = 0
+        self._depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -57,7 +60,13 @@ class _BoundedLoader(yaml.SafeLoader):
             self._nodes += 1
             if self._nodes > MAX_YAML_NODES:
                 raise YamlTooLarge(f"more than {MAX_YAML_NODES:,} nodes")
-        return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise YamlTooLarge(f"nested more than {MAX_YAML_DEPTH} levels deep")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _expanded_size(root: yaml.Node) -> int:
@@ -109,6 +118,10 @@ def _parse(text: str) -> Any:
             return None
         _expanded_size(node)
         return loader.construct_document(node)
+    except RecursionError:
+        # (Aliases nest what they name: within the depth limit, a document can still be deeper once
+        # they are expanded.)
+        raise YamlTooLarge("nested too deeply once its aliases are expanded") from None
     finally:
         loader.dispose()
 

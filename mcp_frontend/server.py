@@ -161,16 +161,25 @@ def _publish(path: Path, version: str | None) -> dict[str, Any]:
 def _fetch_from_registry(item_type: str, item_id: str, version: str | None) -> tuple[Any, dict[str, str]]:
     """load(source='registry'): the registry's version, its hash and signature checked (written into the
     project by the caller, never over a local item)."""
+    from kiwi.registry import parse_version
     from kiwi.registry.embedded import registry_for_command
     from kiwi.registry.lock import lock_entry
 
     with registry_for_command() as registry:
         bundle, info = registry.fetch(item_type, item_id, version)
         source = registry.label()
+        latest = registry.latest_versions(item_type, [item_id]).get(item_id) if version else None
     if info["yanked"]:
         # A yanked version may have been withdrawn for a reason: a human pins it, not the agent.
         raise RegistryRefused(
             f"{item_type} '{item_id}' {info['version']} is yanked",
+            hint=f"load the latest (no version); a human can still take this one: "
+            f"`kiwi pull {item_id}@{info['version']}`",
+        )
+    if item_type == "directive" and latest and parse_version(info["version"]) < parse_version(latest):
+        # An older version may carry grants its publisher has since removed: a human pins one.
+        raise RegistryRefused(
+            f"directive '{item_id}' {info['version']} is older than the latest, {latest}",
             hint=f"load the latest (no version); a human can still take this one: "
             f"`kiwi pull {item_id}@{info['version']}`",
         )

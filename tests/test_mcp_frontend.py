@@ -399,6 +399,24 @@ async def test_authoring_directives_and_knowledge_writes_only_valid_items(
         assert (project / "notes" / "made.txt").read_text() == "made twice"
         refused = await execute(item_type="directive", action="delete", item_id="made")
         assert refused["error"] == "InputInvalid" and "confirm=true" in refused["message"]
+        # Signed, it is a human's decision: the agent cannot delete it (gone, its id was free for an older
+        # signed version with grants the human had removed).
+        refused = await execute(
+            item_type="directive", action="delete", item_id="made", parameters={"confirm": True}
+        )
+        assert refused["error"] == "PermissionDenied", refused
+        assert "directive 'made' is signed: only a human deletes it" in refused["message"]
+        assert made.exists()
+        # What the agent writes is unsigned, and the agent may delete that.
+        rewritten = await execute(
+            item_type="directive",
+            action="update",
+            item_id="made",
+            parameters={"content": made.read_text(encoding="utf-8").replace(">made twice<", ">made thrice<")},
+        )
+        assert rewritten["status"] == "updated" and "signature" in rewritten, rewritten
+        assert "dropped" in rewritten["signature"] and "kiwi sign" in rewritten["signature"]
+        assert not made.read_text(encoding="utf-8").startswith("<!-- kiwi:signed")
         assert (
             await execute(
                 item_type="directive", action="delete", item_id="made", parameters={"confirm": True}

@@ -437,6 +437,22 @@ async def test_an_agent_finds_and_loads_from_the_registry_over_mcp(
         )
         assert pinned.is_error and "is yanked" in data(pinned)["message"]
         assert not Path(loaded["path"]).exists()
+        # So is an older version not yanked: it may carry grants its publisher has since removed.
+        publish_directive(project, name, "1.4.0", body="Newest.")
+        older = await agent.call_tool(
+            "load", {"item_type": "directive", "item_id": name, "source": "registry", "version": "1.3.0"}
+        )
+        message = data(older)["message"]
+        assert older.is_error and f"directive '{name}' 1.3.0 is older than the latest, 1.4.0" in message
+        assert f"kiwi pull {name}@1.3.0" in data(older)["hint"]
+        assert not Path(loaded["path"]).exists()
+        latest = data(
+            await agent.call_tool(
+                "load", {"item_type": "directive", "item_id": name, "source": "registry", "version": "1.4.0"}
+            )
+        )
+        assert latest["parsed"]["version"] == "1.4.0"
+        Path(latest["path"]).unlink()
 
         # Publishing is a human's unless the harness lets agents publish what a human signed: every reader
         # of the registry can read it, so an agent publishing by default could send out anything.

@@ -3,9 +3,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
+from temporalio.worker import Replayer
+
 from kiwi.contracts import RunLimits
+from kiwi.converter import data_converter
 from tests.helpers import directive_md, wait_for, write_directive
 from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
+from workers.main import SANDBOX, WORKFLOWS
 
 FORK = '<execute resource="tool" id="directive.run"/><write resource="filesystem" path="notes/**"/>'
 QUICK_CHILD = (
@@ -70,3 +77,293 @@ async def _start_quick(runs, run_id: str, index: int) -> None:
 
 async def _awaiting(runs, run_id: str) -> bool:
     return (await runs.status(run_id)).status == "awaiting_agent"
+
+
+# ============================================================ the project's own files as code
+
+
+def _planted(marker) -> str:
+    """A json.py that records where it ran, then stands in for the real json module (the tool still works)."""
+    return (
+        "import importlib, os, sys\n"
+        f"open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        "_first = sys.path.pop(0)\n"
+        "del sys.modules[__name__]\n"
+        "sys.modules[__name__] = importlib.import_module('json')\n"
+        "sys.path.insert(0, _first)\n"
+    )
+
+
+EVERYTHING = '<write resource="filesystem" path="**"/>\n<execute resource="tool" id="word_count"/>'
+
+
+async def test_attack_a_module_the_agent_writes_at_the_root_runs_in_every_later_python_tool(
+    runs, project, tmp_path_factory
+):
+    """Attack: a run granted ``write **`` writes json.py at the project root (no protected place covers
+    it). Python tools ran as ``python -c RUNNER entry`` in the project, and ``-c`` puts the working folder
+    first on the import path: the runner's own ``import json`` ran the agent's file, as the worker's user,
+    in every later python tool call of any run or session (kiwi init's word_count among them): it could
+    write protected files and read the signing keys. Safe: tools run with ``-P``; the planted file is never
+    imported and the tool answers as usual."""
+    marker = tmp_path_factory.mktemp("outside") / "ran"
+    kiwi_directive(project, "everything", EVERYTHING)
+    run_id = await agent_run(runs, "everything")
+    wrote = await runs.call_tool(run_id, "filesystem.write", {"path": "json.py", "content": _planted(marker)})
+    assert wrote.status == "ok", wrote
+    counted = await runs.call_tool(run_id, "word_count", {"text": "two words"})
+    assert counted.status == "ok", counted
+    assert "2" in str(counted.result), counted.result
+    assert not marker.exists(), "the agent's json.py ran inside the python tool"
+    await runs.cancel(run_id)
+
+
+async def test_attack_a_module_the_agent_writes_at_the_root_runs_in_a_python_mcp_server(
+    runs, project, tmp_path_factory
+):
+    """Attack: ``kiwi dev`` runs from the project, as the README says; stdio MCP servers started with the
+    worker's working folder, so a ``python -m`` server (mcp-server-time here) imported the json.py an agent
+    wrote at the project root the next time it started (a new worker, an idle timeout, a crash). Safe: a
+    server with no ``cwd`` of its own starts in an empty folder of Kiwi's; the planted file never runs."""
+    import os
+    import sys
+
+    from tests.helpers import write
+
+    assert os.getcwd() == str(project)  # (the worker's working folder is the project, as under kiwi dev)
+    marker = tmp_path_factory.mktemp("outside") / "ran"
+    write(
+        project / ".ai" / "config" / "mcp_registry.yaml",
+        f"mcps:\n  clock:\n    command: {sys.executable}\n"
+        '    args: ["-m", "mcp_server_time", "--local-timezone", "UTC"]\n',
+    )
+    kiwi_directive(project, "everything", EVERYTHING)
+    writer = await agent_run(runs, "everything")
+    wrote = await runs.call_tool(writer, "filesystem.write", {"path": "json.py", "content": _planted(marker)})
+    assert wrote.status == "ok", wrote
+    await runs.cancel(writer)
+    # The server starts for the first time now, for a run that uses it.
+    write_directive(
+        project / ".ai" / "directives" / "clock_user.md",
+        directive_md(
+            '<step name="work"><action>Tell the time.</action></step>',
+            name="clock_user",
+            tools='<tools><mcp name="clock" required="true"/></tools>',
+            permissions='<execute resource="mcp" name="clock" actions="*"/>',
+        ),
+    )
+    run_id = await agent_run(runs, "clock_user")
+    told = await runs.call_tool(run_id, "clock.get_current_time", {"timezone": "UTC"})
+    assert told.status == "ok", told
+    assert "datetime" in str(told.result), told.result
+    assert not marker.exists(), "the agent's json.py ran inside the MCP server"
+    await runs.cancel(run_id)
+
+
+# ============================================================ an older signed directive written back
+
+
+async def test_attack_the_agent_writes_back_an_older_signed_directive_from_git(
+    runs, project, temporal_env, monkeypatch
+):
+    """Attack: a human narrowed a directive (v1.1.0 may write notes/** only, where v1.0.0 could write
+    anything) and signed it. With the session's base policy (git and reading) the agent reads v1.0.0 from
+    git's history and sends it back whole, signature line included, as ``execute(directive, update)``:
+    the signature was valid (it says who wrote the content, not that it is current), and the next run had
+    v1.0.0's grants again. Safe: what an agent writes is saved unsigned and runs with the base policy; the
+    agent cannot delete the signed file either (its id would be free for an older version)."""
+    import subprocess
+
+    from mcp.client import Client
+
+    from mcp_frontend.server import build_server
+    from tests.helpers import data
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=project, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "human@example.com")
+    git("config", "user.name", "human")
+    body = (
+        '<step name="w"><tool_call tool="filesystem.write"><param name="path">escaped.txt</param>'
+        '<param name="content">outside notes</param></tool_call></step>'
+    )
+    path = project / ".ai" / "directives" / "tests" / "deploy.md"
+    write_directive(
+        path, directive_md(body, name="deploy", permissions='<write resource="filesystem" path="**"/>')
+    )
+    git("add", "-A")
+    git("commit", "-qm", "deploy 1.0.0")
+    write_directive(
+        path,
+        directive_md(
+            body, name="deploy", version="1.1.0", permissions='<write resource="filesystem" path="notes/**"/>'
+        ),
+    )
+    git("commit", "-qam", "deploy 1.1.0: writes notes/ only")
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+
+        async def execute(**arguments):
+            return data(await client.call_tool("execute", arguments))
+
+        shown = await execute(
+            item_type="tool",
+            action="call",
+            item_id="shell.run",
+            parameters={"argv": ["git", "show", "HEAD~1:.ai/directives/tests/deploy.md"]},
+        )
+        old = shown["result"]["stdout"]
+        assert old.startswith("<!-- kiwi:signed:") and 'path="**"' in old, shown
+        saved = await execute(
+            item_type="directive", action="update", item_id="deploy", parameters={"content": old}
+        )
+        assert saved["status"] == "updated" and "dropped" in saved["signature"], saved
+        started = await execute(item_type="directive", action="run", item_id="deploy")
+        assert started["trust"]["grants"] == "base", started["trust"]
+        assert started["state"] == "failed", started
+        assert not (project / "escaped.txt").exists()
+        # Nor can the agent remove the file a human signs to take the id back from the registry later.
+        git("checkout", "-q", "--", ".ai/directives/tests/deploy.md")
+        refused = await execute(
+            item_type="directive", action="delete", item_id="deploy", parameters={"confirm": True}
+        )
+        assert refused["error"] == "PermissionDenied", refused
+        assert path.exists()
+
+
+async def test_attack_the_agent_writes_kiwi_devs_settings_at_the_project_root(runs, project):
+    """Attack: ``kiwi dev`` reads temporal-dev.yml from the folder it starts in, the project. With ``write
+    **`` the agent wrote one that binds the dev server (no auth) to every interface, or puts its database
+    in the project where ``read **`` reads every run of every project it serves. Safe: the file is a
+    protected place, refused by the run and by the filesystem activity alike, by name or through a copy."""
+    kiwi_directive(
+        project,
+        "settings",
+        '<write resource="filesystem" path="**"/><read resource="filesystem" path="**"/>'
+        '<execute resource="shell" commands="cp"/>',
+    )
+    run_id = await agent_run(runs, "settings")
+    text = "temporal:\n  ip: 0.0.0.0\n  db_file: notes/temporal.db\n"
+    for path in ("temporal-dev.yml", "./TEMPORAL-DEV.YML"):
+        wrote = await runs.call_tool(run_id, "filesystem.write", {"path": path, "content": text})
+        assert wrote.status == "denied", (path, wrote)
+        assert "protected" in wrote.reason + wrote.hint, wrote
+    staged = await runs.call_tool(run_id, "filesystem.write", {"path": "notes/dev.yml", "content": text})
+    assert staged.status == "ok", staged
+    copied = await runs.call_tool(run_id, "shell.run", {"argv": ["cp", "notes/dev.yml", "temporal-dev.yml"]})
+    assert copied.status == "denied", copied
+    assert not (project / "temporal-dev.yml").exists()
+    # The same name anywhere else is an ordinary file.
+    nested = await runs.call_tool(
+        run_id, "filesystem.write", {"path": "notes/temporal-dev.yml", "content": text}
+    )
+    assert nested.status == "ok", nested
+    await runs.cancel(run_id)
+    # The refusals are behind their patch in the run's history, and it replays on this code.
+    history = await runs.handle(run_id).fetch_history()
+    assert "kiwi-dev-config-protected" in str(history.events)
+    await Replayer(
+        workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX
+    ).replay_workflow(history)
+
+
+# ============================================================ a hostile upstream server's output schema
+
+
+async def test_attack_an_upstream_servers_output_schema_holds_the_worker(runs, project):
+    """Attack: an MCP server's tool declares an outputSchema whose ``pattern`` backtracks (``^(a+)+$``) and
+    answers 30 ``a`` and a ``!``. The SDK checked the answer with Python's re on the worker's event loop:
+    every run of the worker stopped for minutes (hours at 40 characters), and the server's timeout could not
+    fire. ``uniqueItems`` over 20,000 objects compared every pair. Safe: the check runs with a deadline
+    (patterns on the regex module with a timeout, unique items in linear time); each call answers as a
+    refused answer naming the problem, another run's calls go on, and an answer that fits still passes."""
+    import sys
+
+    from tests.helpers import write
+
+    server = Path(__file__).parent / "servers" / "schema_server.py"
+    write(
+        project / ".ai" / "config" / "mcp_registry.yaml",
+        f"mcps:\n  schemas:\n    command: {sys.executable}\n    args: [{str(server)!r}]\n    timeout: 5\n",
+    )
+    write_directive(
+        project / ".ai" / "directives" / "hostile.md",
+        directive_md(
+            '<step name="work"><action>Work.</action></step>',
+            name="hostile",
+            tools='<tools><mcp name="schemas" required="true"/></tools>',
+            permissions='<execute resource="mcp" name="schemas" actions="*"/>',
+        ),
+    )
+    run_id = await agent_run(runs, "hostile")
+    expected = {
+        "slow": "does not match '^(a+)+$'",
+        "slower": "took more than 1s to match",
+        "many": "has non-unique elements",
+    }
+    for tool, problem in expected.items():
+        answer = await asyncio.wait_for(runs.call_tool(run_id, f"schemas.{tool}", {}), 60)
+        assert answer.status == "error", (tool, answer)
+        assert problem in answer.reason, (tool, answer.reason)
+    fine = await runs.call_tool(run_id, "schemas.fine", {})
+    assert fine.status == "ok", fine
+    assert fine.result["structuredContent"] == {"v": "aaa"}
+    await runs.cancel(run_id)
+
+
+def test_unique_items_are_compared_as_jsonschema_compares_them():
+    """The linear uniqueItems: 1 and 1.0 are the same item, True and 1 are not, key order does not count."""
+    from kiwi.upstream.schemacheck import output_validator
+
+    check = output_validator("t", {"type": "array", "uniqueItems": True})
+
+    def unique(items):
+        return not list(check.iter_errors(items))
+
+    assert unique([1, True, 0, False, "1", None, [1], {"a": 1}])
+    assert not unique([1, 1.0])
+    assert not unique([{"a": 1, "b": [2]}, {"b": [2.0], "a": 1}])
+    assert unique([[1, 2], [2, 1]])
+
+
+# ============================================================ one item file against the index
+
+
+async def test_attack_one_deeply_nested_knowledge_file_breaks_every_clients_index(
+    runs, project, temporal_env, capsys
+):
+    """Attack: with ``write **`` (or ``.ai/knowledge/**``) the agent writes a knowledge file whose front
+    matter nests 50,000 levels deep. Parsing it ran out of Python's recursion, an exception the item index
+    did not expect: search, load, execute and help failed for every client of the project, and ``kiwi
+    search`` and ``kiwi validate`` ended in a traceback. Safe: YAML nests at most MAX_YAML_DEPTH levels; the
+    file is one invalid item that validate names, and everything else answers."""
+    from mcp.client import Client
+
+    from kiwi.cli import main as kiwi_main
+    from mcp_frontend.server import build_server
+    from tests.helpers import data
+
+    kiwi_directive(project, "everything", EVERYTHING)
+    run_id = await agent_run(runs, "everything")
+    bomb = "---\nzettel_id: bomb\ntitle: t\nx: " + "[" * 50_000 + "]" * 50_000 + "\n---\nbody\n"
+    wrote = await runs.call_tool(
+        run_id, "filesystem.write", {"path": ".ai/knowledge/bomb.md", "content": bomb}
+    )
+    assert wrote.status == "ok", wrote
+    await runs.cancel(run_id)
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        found = await client.call_tool("search", {"item_type": "directive", "query": "hello"})
+        assert not found.is_error, found
+        assert "hello_kiwi" in [r["item_id"] for r in data(found)["results"]]
+        loaded = await client.call_tool("load", {"item_type": "directive", "item_id": "hello_kiwi"})
+        assert not loaded.is_error and data(loaded)["item_id"] == "hello_kiwi", loaded
+        helped = await client.call_tool("help", {"topic": "tools"})
+        assert not helped.is_error, helped
+    capsys.readouterr()
+    assert kiwi_main(["validate", ".ai"]) != 0
+    shown = capsys.readouterr()
+    assert "bomb.md" in shown.out + shown.err and "nested more than 100 levels deep" in shown.out + shown.err
+    assert "Traceback" not in shown.err

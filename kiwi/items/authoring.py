@@ -9,10 +9,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kiwi.errors import InputInvalid, ItemNotFound
+from kiwi.errors import InputInvalid, ItemNotFound, PermissionDenied
 from kiwi.items.directive import parse_directive
 from kiwi.items.knowledge import LINK_KEYS, KnowledgeEntry, parse_knowledge, render_knowledge
 from kiwi.items.store import ItemStore
+from kiwi.signing import split_signature
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -74,7 +75,12 @@ def _existing(store: ItemStore, item_type: str, item_id: str, location: str) -> 
 def save_directive(
     store: ItemStore, content: str, *, item_id: str = "", location: str = "project", create: bool = True
 ) -> dict[str, Any]:
-    """Validate ``content`` (a whole directive file) and write it; create refuses to overwrite, update needs one."""
+    """Validate ``content`` (a whole directive file) and write it; create refuses to overwrite, update needs one.
+
+    What an agent writes is never signed: a signature line it sends is dropped. A signature proves who
+    wrote a content, not that it is the current one, so an older signed version (from git's history, from
+    the registry) written back restored the grants a human had since removed."""
+    signature, unsigned = split_signature(content)
     directive, warnings = parse_directive(content, f"{item_id or 'new'}.md")
     if item_id and directive.name != item_id:
         raise InputInvalid(
@@ -96,13 +102,22 @@ def save_directive(
         f"{directive.name}.md",
         what="category",
     )
-    _atomic_write(path, content)
-    return {
+    if current is not None and current.read_text(encoding="utf-8") == content:
+        signature = None  # (the same file: nothing is written, a signature it has stays)
+    else:
+        _atomic_write(path, unsigned if signature is not None else content)
+    saved = {
         "item_id": directive.name,
         "path": str(path),
         "status": "created" if create else "updated",
         "warnings": [str(w) for w in warnings],
     }
+    if signature is not None:
+        saved["signature"] = (
+            "dropped: a directive an agent writes is unsigned and runs with the base policy only, until a "
+            f"human reads it and signs it (kiwi sign {path})"
+        )
+    return saved
 
 
 def delete_item(
@@ -121,6 +136,13 @@ def delete_item(
     path = _existing(store, item_type, item_id, location)
     if path is None:
         raise ItemNotFound(f"no {item_type} '{item_id}' in the {location} space")
+    if item_type == "directive" and split_signature(path.read_text(encoding="utf-8"))[0] is not None:
+        # A signed directive is a human's decision; gone, its id was free for another version of it (an
+        # older one from the registry) with the grants the human had removed.
+        raise PermissionDenied(
+            f"directive '{item_id}' is signed: only a human deletes it",
+            hint=f"ask the user to remove {path} if it should go",
+        )
     path.unlink()
     return {"item_id": item_id, "path": str(path), "status": "deleted"}
 

@@ -115,6 +115,9 @@ def parse_item(item_type: ItemType, path: Path, text: str | None = None) -> tupl
         return None, exc.problems
     except OSError as exc:
         return None, [Problem(f"cannot read: {exc.strerror}", shown)]
+    except RecursionError:
+        # (A backstop: the YAML and XML parsers bound nesting themselves.)
+        return None, [Problem("nested too deeply to read", shown)]
 
 
 def _describe(item_type: ItemType, parsed: Any, path: Path) -> dict[str, Any]:

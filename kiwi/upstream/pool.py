@@ -33,10 +33,12 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from kiwi import telemetry
+from kiwi.devserver import data_dir
 from kiwi.errors import KiwiError
 from kiwi.items.store import user_space
 from kiwi.metrics import MCP_CONNECTIONS, MCP_DROPPED, process_meter
 from kiwi.upstream.registry import McpRegistry, McpServerConfig, load_registry, registry_paths
+from kiwi.upstream.schemacheck import output_validator
 from kiwi.upstream.stdio import StdioLink
 
 logger = logging.getLogger(__name__)
@@ -93,7 +95,8 @@ class McpConnection:
     def _transport(self) -> Any:
         c = self.config
         if c.type == "stdio":
-            self.link = StdioLink(c.command, c.args, env=c.env or None, cwd=c.cwd, errlog=_errlog())
+            cwd = c.cwd or neutral_folder()
+            self.link = StdioLink(c.command, c.args, env=c.env or None, cwd=cwd, errlog=_errlog())
             return self.link.streams()
         if c.type == "sse":
             return sse_client(c.url, headers=c.headers or None)
@@ -111,6 +114,7 @@ class McpConnection:
                 read_timeout_seconds=self.config.timeout_seconds,
                 cache=None,
             ) as client:
+                _bounded_checks(client.session)
                 self.client = client
                 self._ready.set_result(None)
                 while not self._closing.is_set():
@@ -368,6 +372,32 @@ class McpPool:
             await conn.close()
         self._connections.clear()
         self._retired.clear()
+
+
+def _bounded_checks(session: Any) -> None:
+    """The session checks answers against output schemas in bounded time (kiwi/upstream/schemacheck.py):
+    the SDK's own check is its method ``_output_schema_validator``'s validator, built and cached per tool
+    (rebuilt when the tool's schema changes)."""
+    held: dict[str, tuple[dict[str, Any], Any]] = {}
+
+    def validator(name: str, output_schema: dict[str, Any]) -> Any:
+        cached = held.get(name)
+        if cached is None or cached[0] != output_schema:
+            cached = held[name] = (output_schema, output_validator(name, output_schema))
+        return cached[1]
+
+    session._output_schema_validator = validator
+
+
+def neutral_folder() -> str:
+    """Where a stdio server without a ``cwd`` starts: an empty folder of the user's own (KIWI_HOME/mcp-cwd).
+
+    Not the worker's working folder, which is the project when ``kiwi dev`` runs from it: ``python -m``
+    puts its working folder first on the import path, and npx and uvx read settings from it, so a file an
+    agent wrote into the project (``json.py``, ``.npmrc``) ran in the server the next time it started."""
+    folder = data_dir() / "mcp-cwd"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return str(folder)
 
 
 def _validation_text(exc: ValidationError) -> str:
