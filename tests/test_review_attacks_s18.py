@@ -367,3 +367,28 @@ async def test_attack_one_deeply_nested_knowledge_file_breaks_every_clients_inde
     shown = capsys.readouterr()
     assert "bomb.md" in shown.out + shown.err and "nested more than 100 levels deep" in shown.out + shown.err
     assert "Traceback" not in shown.err
+
+
+def test_a_dtd_hidden_in_another_encoding_is_refused():
+    """Found by the s18 review (defence in depth): the <!DOCTYPE>/<!ENTITY> check ran on the text's UTF-8
+    bytes, but lxml read a document that declared UTF-16 as UTF-16: the declaration hidden between NULs
+    passed the check and its internal entities expanded in attributes. Now the parser reads UTF-8 whatever
+    the document declares, text with a NUL is refused, and a DTD the parser found is refused again."""
+    import pytest
+
+    from kiwi.items.xmlsafe import XmlRefused, parse_xml
+
+    doc = (
+        '<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE d [<!ENTITY a "AAAA"><!ENTITY b "&a;&a;&a;">]>'
+        '<d name="&b;">&b;</d>'
+    )
+    hidden = doc.encode("utf-16-le").decode("latin-1")
+    with pytest.raises(XmlRefused, match="NUL character"):
+        parse_xml(hidden)
+    head = '<?xml version="1.0" encoding="IBM037"?>'
+    ebcdic = head + doc.split("?>", 1)[1].encode("cp037").decode("latin-1")
+    with pytest.raises(XmlRefused):
+        parse_xml(ebcdic)
+    with pytest.raises(XmlRefused, match="DTDs and entity declarations are not allowed"):
+        parse_xml(doc)
+    assert parse_xml('<?xml version="1.0" encoding="UTF-8"?><d a="é">ü</d>').get("a") == "é"

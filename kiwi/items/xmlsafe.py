@@ -36,11 +36,16 @@ def _parser() -> etree.XMLParser:
         huge_tree=False,
         remove_comments=True,
         remove_pis=True,
+        # The bytes are the text's UTF-8, whatever the document's own declaration says: a document that
+        # declared UTF-16 was read as UTF-16, its <!DOCTYPE> hidden from the check above between NULs.
+        encoding="utf-8",
     )
 
 
 def parse_xml(text: str) -> etree._Element:
     """Parse ``text`` into an element tree, or raise :class:`XmlRefused`."""
+    if "\x00" in text:
+        raise XmlRefused("XML holds a NUL character; directives are UTF-8 text")
     data = text.encode("utf-8")
     if len(data) > MAX_XML_BYTES:
         raise XmlRefused(f"XML block is {len(data):,} bytes; the limit is {MAX_XML_BYTES:,}")
@@ -61,4 +66,6 @@ def parse_xml(text: str) -> etree._Element:
         message = exc.msg or str(exc)
         message = re.sub(r",? line \d+, column \d+", "", message)
         raise XmlRefused(f"malformed XML: {message}", line, column + 1 if column else 0) from None
+    if root.getroottree().docinfo.doctype:  # (the check above, again on what the parser read)
+        raise XmlRefused("DTDs are not allowed in directives; remove the <!DOCTYPE>")
     return root
