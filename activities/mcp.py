@@ -33,6 +33,8 @@ from kiwi.upstream.pool import McpPool, McpUnavailable, scrub, scrub_text
 
 # What a run takes of one server's tool listing (JSON bytes, after the directive's and registry's filters).
 MAX_TOOL_LIST_BYTES = 512_000
+# What a progress report's message keeps (the front end shows it while the call runs).
+PROGRESS_MESSAGE_CHARS = 1_000
 # How long after a batched call's own timeout the batch stops waiting for it (see call_tools).
 BACKSTOP_SECONDS = 1.0
 
@@ -125,9 +127,9 @@ class McpActivities:
 
         async def progress(value: float, total: float | None, message: str | None) -> None:
             # Heartbeat details are how the front end reads an upstream call's progress.
-            last[:] = [
-                {"progress": value, "total": total, "message": scrub_text(message) if message else message}
-            ]
+            # (Scrubbed, then cut: Temporal keeps each heartbeat's details, and the front end reads them.)
+            shown = scrub_text(message)[:PROGRESS_MESSAGE_CHARS] if message else message
+            last[:] = [{"progress": value, "total": total, "message": shown}]
             if in_activity:
                 activity.heartbeat(*last)
 

@@ -392,3 +392,42 @@ def test_a_dtd_hidden_in_another_encoding_is_refused():
     with pytest.raises(XmlRefused, match="DTDs and entity declarations are not allowed"):
         parse_xml(doc)
     assert parse_xml('<?xml version="1.0" encoding="UTF-8"?><d a="é">ü</d>').get("a") == "é"
+
+
+async def test_attack_an_upstream_servers_progress_message_is_kept_whole_in_every_heartbeat(runs, project):
+    """Found by the s18 review: a long upstream call's progress reports become its activity's heartbeat
+    details, which Temporal keeps and the front end reads while the call runs; a server's message went in
+    whole (200 KB here, up to what a line may hold). Safe: a message is cut at PROGRESS_MESSAGE_CHARS."""
+    import sys
+
+    from activities.mcp import PROGRESS_MESSAGE_CHARS
+    from tests.helpers import write
+
+    server = Path(__file__).parent / "servers" / "hostile_stdio_server.py"
+    write(
+        project / ".ai" / "config" / "mcp_registry.yaml",
+        f"mcps:\n  hostile:\n    command: {sys.executable}\n    args: [{str(server)!r}]\n    timeout: 120\n",
+    )
+    write_directive(
+        project / ".ai" / "directives" / "chatty.md",
+        directive_md(
+            '<step name="work"><action>Work.</action></step>',
+            name="chatty",
+            tools='<tools><mcp name="hostile" required="true"/></tools>',
+            permissions='<execute resource="mcp" name="hostile" actions="*"/>',
+        ),
+    )
+    run_id = await agent_run(runs, "chatty")
+    held = await runs.call_tool_waiting(
+        run_id, "hostile.hold", {"message": "m" * 200_000}, client_name="agent", wait_seconds=0.5
+    )
+    assert held.status == "pending", held
+
+    async def reported():
+        return await runs.upstream_progress(run_id, "hostile.hold") or None
+
+    shown = await wait_for(reported, what="the held call's progress report")
+    assert "m" * 100 in shown and len(shown) < PROGRESS_MESSAGE_CHARS + 100, len(shown)
+    released = await runs.call_tool(run_id, "hostile.release", {})
+    assert released.status == "ok", released
+    await runs.cancel(run_id)

@@ -4,7 +4,8 @@ Like tests/servers/raw_server.py (no SDK, every line chosen by the test), with t
 tests/test_review_attacks_s13.py as tools: ``nested`` (a line of JSON nested far past Python's recursion
 limit, then its answer), ``string_id`` (answers, and reports progress, with the id echoed as a string, as
 the TypeScript SDK accepts), ``bad_code`` (an error answer whose ``code`` is not an integer), ``hold``
-(a progress report on arrival, then no answer until a ``release`` call), ``release``, ``deaf`` (answers,
+(a progress report on arrival, its ``message`` argument as the report's message, then no answer until a
+``release`` call), ``release``, ``deaf`` (answers,
 then never reads its input again), ``pid`` (its process id), ``chatter``
 (a flood of log notices and forged progress reports, then its answer), ``bad_result`` (a result that is
 no CallToolResult), ``spawn`` (forks a helper into its process group that outlives it; the server itself
@@ -79,7 +80,7 @@ for line in sys.stdin:
                 {
                     "jsonrpc": "2.0",
                     "method": "notifications/progress",
-                    "params": {"progressToken": token, "progress": 0},
+                    "params": {"progressToken": token, "progress": 0, "message": args.get("message")},
                 }
             )
         elif name == "release":
