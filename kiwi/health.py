@@ -31,6 +31,7 @@ class HealthApp:
 
     def __init__(self, ready: Readiness) -> None:
         self.ready = ready
+        self._checking: asyncio.Future[bool] | None = None
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -63,6 +64,13 @@ class HealthApp:
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else payload})
 
     async def _ready(self) -> bool:
+        """Probes that arrive while a check is running share its answer: each check is a call to Temporal
+        (up to 3 s), and a flood of probes made as many at once."""
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.ensure_future(self._check())
+        return await asyncio.shield(self._checking)
+
+    async def _check(self) -> bool:
         # A probe must answer within its own timeout: a readiness check that hangs is a "no".
         try:
             return bool(await asyncio.wait_for(self.ready(), timeout=3))

@@ -431,3 +431,37 @@ async def test_attack_an_upstream_servers_progress_message_is_kept_whole_in_ever
     released = await runs.call_tool(run_id, "hostile.release", {})
     assert released.status == "ok", released
     await runs.cancel(run_id)
+
+
+async def test_a_flood_of_readiness_probes_makes_one_check_at_a_time():
+    """Noticed in session 17: once Temporal answered, each /readyz probe made a health check of its own (up
+    to 3 s each), however many arrived at once. Probes that arrive while a check runs share its answer."""
+    from kiwi.health import HealthApp
+
+    started, release = [], asyncio.Event()
+
+    async def ready() -> bool:
+        started.append(1)
+        await release.wait()
+        return True
+
+    app = HealthApp(ready)
+
+    async def probe() -> int:
+        sent: list[dict] = []
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        await app({"type": "http", "path": "/readyz", "method": "GET"}, None, send)
+        return sent[0]["status"]
+
+    probes = [asyncio.create_task(probe()) for _ in range(50)]
+    while not started:
+        await asyncio.sleep(0)  # (one loop turn at a time until the first check has begun)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    release.set()
+    assert await asyncio.gather(*probes) == [200] * 50
+    assert len(started) == 1
+    assert await probe() == 200 and len(started) == 2  # (a later probe checks again)
