@@ -310,6 +310,8 @@ class RunState(BaseModel):
     window_reserved: dict[str, int] = Field(default_factory=dict)
     # Times (epoch seconds, workflow time) of the calls each windowed rate limit counted, in its window.
     rate_times: dict[str, list[float]] = Field(default_factory=dict)
+    # Calls with arguments in the payload store that did not go through (see STORED_REFUSALS).
+    stored_refusals: int = 0
 
 
 class DirectiveRunInput(BaseModel):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from temporalio.worker import Replayer
 
 from kiwi.contracts import RunLimits
@@ -465,3 +466,58 @@ async def test_a_flood_of_readiness_probes_makes_one_check_at_a_time():
     assert await asyncio.gather(*probes) == [200] * 50
     assert len(started) == 1
     assert await probe() == 200 and len(started) == 2  # (a later probe checks again)
+
+
+# ============================================================ the payload store
+
+
+async def test_attack_refused_calls_with_large_arguments_fill_the_payload_store(
+    runs, project, temporal_env, capsys
+):
+    """Found by the s18 review: arguments of 256 KB and more are stored (kiwi.payloads) before the run
+    decides on the call, and the run's history names them, so prune keeps them. An agent refused each time
+    (a write it may not make, 300 KB of content, each call different so loop detection stays quiet) filled
+    the store without end. Safe: after STORED_REFUSALS such calls a run refuses more in the update's validator,
+    before any history names them, and prune removes their files; small calls still get the run's answer."""
+    import os
+    import time
+
+    from kiwi.cli import main as kiwi_main
+    from kiwi.errors import InputInvalid
+    from kiwi.payloads import THRESHOLD_BYTES, store_folder
+    from workflows.directive_run.options import STORED_ARGUMENT_BYTES, STORED_REFUSALS
+
+    assert STORED_ARGUMENT_BYTES == THRESHOLD_BYTES
+    kiwi_directive(project, "reader", '<read resource="filesystem" path="**"/>')
+    run_id = await agent_run(runs, "reader")
+    folder = store_folder()
+
+    def stored() -> set:
+        return {p for p in folder.rglob("*") if p.is_file()} if folder.exists() else set()
+
+    before = stored()
+    for index in range(STORED_REFUSALS):
+        content = f"{index}" + "x" * 300_000
+        refused = await runs.call_tool(
+            run_id, "filesystem.write", {"path": "notes/big.md", "content": content}
+        )
+        assert refused.status == "denied", (index, refused)
+    kept = stored() - before
+    assert len(kept) >= STORED_REFUSALS
+    with pytest.raises(InputInvalid, match=f"this run has taken {STORED_REFUSALS} calls with arguments"):
+        await runs.call_tool(run_id, "filesystem.write", {"path": "notes/big.md", "content": "y" * 300_000})
+    orphans = stored() - before - kept
+    assert orphans, "the refused call's arguments were not stored at all"
+    small = await runs.call_tool(run_id, "filesystem.write", {"path": "notes/small.md", "content": "z"})
+    assert small.status == "denied", small
+    # Prune (files made two days old, past its one day) removes the refused call's arguments, keeps the run's.
+    day_ago = time.time() - 2 * 86400
+    for path in kept | orphans:
+        os.utime(path, (day_ago, day_ago))
+    where = ["--address", temporal_env.client.service_client.config.target_host]
+    where += ["--namespace", temporal_env.client.namespace]
+    capsys.readouterr()
+    assert await asyncio.to_thread(kiwi_main, ["payloads", "prune", "--older-than", "1", *where]) == 0
+    assert not any(p.exists() for p in orphans)
+    assert all(p.exists() for p in kept)
+    await runs.cancel(run_id)

@@ -164,6 +164,14 @@ HELD_RESULT_BYTES = 16_000
 # in the continue-as-new input as well. (Checked in the update's validator, which history never records.)
 STEP_OUTPUTS_BYTES = 256_000
 RUN_OUTPUTS_BYTES = 1_000_000
+# Arguments this large travel to the run as a reference to the payload store (kiwi.payloads.THRESHOLD_BYTES):
+# the file stays while the run's history names it. A run takes at most STORED_REFUSALS calls with such
+# arguments that did not go through (refused, failed); later ones are refused by the update's validator, so
+# no history names them and `kiwi payloads prune` removes their files. Before it, an agent filled the store
+# with refused calls of 300 KB each, as many as it liked. (The count is the handler's, so replay keeps it;
+# the refusal is the validator's, which no history records.)
+STORED_ARGUMENT_BYTES = 256 * 1024
+STORED_REFUSALS = 20
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 # What a batch of upstream calls gets past the server's timeout, which bounds each of its calls: time to
 # answer for the calls that finished when one did not (see McpCallBatch).

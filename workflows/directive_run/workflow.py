@@ -73,6 +73,8 @@ from workflows.directive_run.options import (
     RECENT_UPDATE_IDS,
     RUN_OUTPUTS_BYTES,
     STEP_OUTPUTS_BYTES,
+    STORED_ARGUMENT_BYTES,
+    STORED_REFUSALS,
     TASK_ARGUMENT_BYTES,
 )
 from workflows.directive_run.steps import StepsMixin
@@ -236,13 +238,16 @@ class DirectiveRun(
         # Temporal may also deliver a completed call again to the successor (see COMMIT_BEFORE_CONTINUE):
         # one whose result is no longer held is answered by its call number, never run twice.
         update_id = workflow.current_update_info().id if workflow.current_update_info() else ""
+        arguments_size = json_bytes(request.arguments) if self.budgeted else 0
         if self.budgeted:
-            self.budget.spend(json_bytes(request.arguments))  # (the update's acceptance carries them)
+            self.budget.spend(arguments_size)  # (the update's acceptance carries them)
         if update_id in self.state.recent_updates:
             return await self._answer(self.state.recent_updates[update_id])
         if self.commit_before_continue and update_id in self.state.update_seqs:
             return self._already_ran(request, update_id, self.state.update_seqs[update_id])
         result = await self._call(request.tool, request.arguments, origin="agent", client=request.client)
+        if arguments_size >= STORED_ARGUMENT_BYTES and result.status != "ok":
+            self.state.stored_refusals += 1
         size = json_bytes(result.model_dump()) if self.budgeted else 0
         if update_id:
             if self._holds(result, size):
@@ -306,6 +311,13 @@ class DirectiveRun(
         goes). Validators do not run again on replay, so this count is the validator's own: nothing the
         run decides reads it."""
         size = json_bytes(request.arguments)
+        if size >= STORED_ARGUMENT_BYTES and self.state.stored_refusals >= STORED_REFUSALS:
+            raise InputInvalid.error(
+                f"this run has taken {self.state.stored_refusals} calls with arguments of "
+                f"{STORED_ARGUMENT_BYTES // 1024} KB or more that did not go through, and takes no more of "
+                f"them (this call's are {size:,} bytes); each is kept on disk while the run lasts. Send "
+                "smaller calls, or start a new run"
+            )
         task = workflow.info().get_current_history_length()
         if self.accepting[0] != task:
             self.accepting = (task, 0)
