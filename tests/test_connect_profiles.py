@@ -237,6 +237,19 @@ async def test_commands_run_beside_kiwi_dev_find_it_on_the_port_its_temporal_dev
     monkeypatch.delenv("TEMPORAL_ADDRESS")
     (folder / "temporal-dev.yml").write_text("temporal:\n  ip: 203.0.113.7\n  port: 7233\n")
     assert target()[0] == "127.0.0.1:7233"
-    # Outside that folder, the default.
-    monkeypatch.chdir(tmp_path)
-    assert target()[0] == "127.0.0.1:7233"
+    # In a sub-folder of the project, and from anywhere with --project (KIWI_PROJECT), the project's file
+    # (found by the s18 trial: `kiwi runs` in notes/ and `kiwi mcp --project` looked at 127.0.0.1:7233).
+    (folder / "temporal-dev.yml").write_text(f"temporal:\n  ip: {host}\n  port: {port}\n")
+    (folder / "notes").mkdir()
+    monkeypatch.chdir(folder / "notes")
+    assert target()[0] == f"{host}:{port}"
+    code, out, err = await kiwi_cli("runs", "--json", cwd=folder / "notes")
+    assert code == 0 and json.loads(out) == [], err
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert target()[0] == "127.0.0.1:7233"  # outside the project, the default
+    monkeypatch.setenv("KIWI_PROJECT", str(folder))
+    assert target()[0] == f"{host}:{port}"
+    code, out, err = await kiwi_cli("runs", "--json", "--project", str(folder), cwd=elsewhere)
+    assert code == 0 and json.loads(out) == [], err

@@ -663,3 +663,24 @@ def test_a_publisher_who_registers_a_new_key_keeps_the_old_versions_pullable(pos
             "insert into kiwi_publisher_keys (namespace, key_name, public_key) values ('dora', %s, 'x')",
             (old,),
         )
+
+
+def test_a_command_in_the_process_holding_the_local_registry_leaves_it_running(project, monkeypatch, capsys):
+    """Found by the s18 README trial: `kiwi dev` holds the local registry and serves MCP in the same process;
+    one agent `load(source="registry")` there took a handle on the running server and gave it back, and the
+    wheel, which counts handles by process id, stopped the server under `kiwi dev`. A command uses a running
+    local registry as it is."""
+    from kiwi.registry.embedded import registry_for_command, running_url, start
+
+    monkeypatch.delenv("KIWI_REGISTRY_URL", raising=False)
+    held = start()  # (as kiwi dev does)
+    try:
+        with registry_for_command() as registry:
+            registry.migrate()
+            assert registry.status()
+        assert running_url(), "the command stopped the registry kiwi dev holds"
+        with registry_for_command() as registry:
+            assert registry.status()
+    finally:
+        held.cleanup()
+    assert not running_url()

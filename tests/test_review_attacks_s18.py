@@ -521,3 +521,19 @@ async def test_attack_refused_calls_with_large_arguments_fill_the_payload_store(
     assert not any(p.exists() for p in orphans)
     assert all(p.exists() for p in kept)
     await runs.cancel(run_id)
+
+
+async def test_a_call_past_its_servers_timeout_is_made_once_and_says_so(temporal_env, project, tmp_path):
+    """Found by the s18 README trial: a call to a server with ``timeout: 3`` that takes longer answered
+    ``error 1: Activity timed out`` after 24 s: its local activity ran out of time, Temporal retried it, and
+    the server's operation ran again each time. Safe: the call's own timeout comes first and answers
+    ToolTimeout naming the timeout, and the call is never sent again (the server may have done it)."""
+    from tests.test_review_attacks_s10 import _answers, _ledger_run, _lines
+
+    runs, run_id, queue, ledger = await _ledger_run(temporal_env, project, tmp_path, extra="    timeout: 2\n")
+    (answer,) = await _answers(
+        temporal_env, runs, run_id, queue, [("ledger.slow", {"tag": "s", "seconds": 30})]
+    )
+    assert answer.status == "error" and answer.error_type == "ToolTimeout", answer
+    assert "ledger.slow: no answer within 2s (the server's timeout in mcp_registry.yaml)" in answer.reason
+    assert _lines(ledger) == ["slow s"]

@@ -72,11 +72,13 @@ def _own_socket(folder: Path) -> bool:
 
 @contextlib.contextmanager
 def registry_for_command() -> Iterator[Any]:
-    """The registry a command uses: ``KIWI_REGISTRY_URL``, else the embedded one (migrated), started for
-    this command and stopped after it unless another process (``kiwi dev``) holds it."""
+    """The registry a command uses: ``KIWI_REGISTRY_URL``, else the embedded one: the running one as it is
+    (``kiwi dev`` started and migrated it), or one started (and migrated) for this command and stopped
+    after it. (A handle taken on a running server, then given back, stopped it when the holder was this
+    same process, ``kiwi dev`` serving MCP: the wheel counts handles by process id.)"""
     from kiwi.registry import Registry, registry_url
 
-    url = registry_url()
+    url = registry_url() or running_url()
     server = None
     if not url:
         server = start()

@@ -53,6 +53,10 @@ def schema_hash(tool: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(tool, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+# The least a call waits for its answer, however close its deadline.
+MIN_WAIT_SECONDS = 0.05
+
+
 class McpUnavailable(Exception):
     """The server could not be reached or the connection broke (retryable)."""
 
@@ -259,10 +263,17 @@ class McpPool:
 
     @contextlib.asynccontextmanager
     async def _using(
-        self, project_root: str, config: McpServerConfig, what: str, refused_type: str
+        self,
+        project_root: str,
+        config: McpServerConfig,
+        what: str,
+        refused_type: str,
+        timed_out: float | None = None,
     ) -> AsyncIterator[McpConnection]:
         """The server's connection for one request. An MCP error that will not heal is a refusal
-        (``refused_type``); anything else drops the connection, and the activity's retry reconnects."""
+        (``refused_type``); anything else drops the connection, and the activity's retry reconnects.
+        ``timed_out``: a tool call's timeout, past which it is a refusal too (ToolTimeout): the request
+        reached the server, which may have done what it asked, so sending it again could do it twice."""
         conn = await self.connection(project_root, config)
         conn.busy += 1
         try:
@@ -282,6 +293,16 @@ class McpPool:
                 # the server lost on a restart): later calls go to a fresh connection. An error the server
                 # answered in JSON-RPC leaves its session as it is.
                 self._retire(project_root, config, conn)
+                if exc.code == mcp_types.REQUEST_TIMEOUT and timed_out is not None:
+                    raise McpRefused(
+                        scrub_text(
+                            f"{what}: no answer within {timed_out:g}s (the server's timeout in mcp_registry.yaml); "
+                            "the server may have done it all the same, so Kiwi does not send it again"
+                        ),
+                        "ToolTimeout",
+                        hint="check whether it took effect before calling again; a call that needs longer "
+                        "needs a larger timeout for its server",
+                    ) from None
             raise McpUnavailable(scrub_text(f"{what}: {exc.message}")) from None
         except RuntimeError as exc:
             # The server answered and the MCP client refused the answer (structured content that breaks the
@@ -338,19 +359,27 @@ class McpPool:
         tool: str,
         arguments: dict[str, Any],
         progress: Any = None,
+        deadline: float | None = None,
     ) -> tuple[dict[str, Any], McpConnection]:
+        """One tools/call, waiting for its answer the server's ``timeout`` at most, and not past ``deadline``
+        (``time.monotonic()``) once connected."""
         if config.tools and tool not in config.tools:
             raise McpRefused(
                 f"MCP server '{config.name}' has no tool '{tool}' exposed to Kiwi", "ToolNotFound"
             )
-        async with self._using(project_root, config, f"{config.name}.{tool}", "ToolFailed") as conn:
+        async with self._using(
+            project_root, config, f"{config.name}.{tool}", "ToolFailed", config.timeout_seconds
+        ) as conn:
+            limit = config.timeout_seconds
+            if deadline is not None:
+                limit = max(MIN_WAIT_SECONDS, min(limit, deadline - time.monotonic()))
             try:
                 if conn.short_calls():
                     assert conn.link is not None and conn.client is not None
                     answer = await conn.link.request(
                         "tools/call",
                         {"name": tool, "arguments": arguments},
-                        timeout=config.timeout_seconds,
+                        timeout=limit,
                         progress=progress,
                         traced=telemetry.active(),
                     )
@@ -359,7 +388,9 @@ class McpPool:
                         # The SDK's check of structured content against the tool's output schema, as its call makes.
                         await conn.client.session.validate_tool_result(tool, result)
                 else:
-                    result = await conn.client.call_tool(tool, arguments, progress_callback=progress)
+                    result = await conn.client.call_tool(
+                        tool, arguments, read_timeout_seconds=limit, progress_callback=progress
+                    )
             except ValidationError as exc:
                 # An answer that is no CallToolResult (content that is no list): an answer the client refuses,
                 # as RuntimeError below in _using, not a broken transport (which drops the connection under

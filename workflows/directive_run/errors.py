@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
+from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
     from kiwi.contracts import (
@@ -40,5 +41,13 @@ class CallRefused(Exception):
 def failure_of(exc: BaseException) -> tuple[str, str]:
     """``(type, message)`` of an activity's failure, wrapped in an ActivityError or not."""
     cause = exc.cause if isinstance(exc, ActivityError) and exc.cause is not None else exc
+    if isinstance(cause, TemporalTimeout):
+        # (Temporal's: its ``type`` is which timeout, a number; it read as error type "1".)
+        return (
+            "ToolTimeout",
+            f"the call did not finish in its time ({cause.type.name.lower().replace('_', '-')} timeout)"
+            if cause.type
+            else "the call did not finish in its time",
+        )
     kind = getattr(cause, "type", None) or "ActivityFailed"
     return kind, getattr(cause, "message", None) or str(cause)
