@@ -186,6 +186,35 @@ async def test_a_worker_is_not_ready_while_temporal_does_not_answer(tmp_path):
         server.stop()
 
 
+async def test_a_worker_started_before_temporal_waits_for_it(tmp_path):
+    """Found by the s18 README trial: `kiwi worker` started while its Temporal was not up yet ended in a
+    traceback (once in four with SIGABRT), where the README says it stays alive, not ready. It waits: alive,
+    not ready, until the server answers, then takes work; SIGTERM meanwhile stops it cleanly."""
+    server = loopback_dev_server(tmp_path)
+    port = free_port()
+    readyz = f"http://127.0.0.1:{port}/readyz"
+    worker = await kiwi_worker(
+        server.address, "kiwi-early", "--health-port", str(port), "--drain-seconds", "0"
+    )
+    try:
+        await wait_for(lambda: _status_is(readyz, 503), timeout=30, what="not ready before Temporal")
+        assert await probe(f"http://127.0.0.1:{port}/healthz") == 200
+        assert worker.returncode is None
+        await server.start()
+        await wait_for(lambda: _status_is(readyz, 200), timeout=60, what="ready once Temporal answers")
+        worker.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(worker.wait(), 60) == 0
+    finally:
+        await stop_process(worker)
+        server.stop()
+    # Stopped while it waits: a clean exit.
+    early = await kiwi_worker(f"127.0.0.1:{free_port()}", "kiwi-never")
+    early.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(early.wait(), 30) == 0
+    rest = (await early.stdout.read()).decode()
+    assert "kiwi worker: stopped" in rest and "Traceback" not in rest
+
+
 async def test_a_taken_health_port_stops_the_worker_at_start(temporal_env):
     address = temporal_env.client.service_client.config.target_host
     with socket.create_server(("127.0.0.1", 0)) as taken:

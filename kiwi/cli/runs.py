@@ -512,7 +512,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     telemetry.setup("kiwi-worker")
 
     async def go() -> int:
-        client = await connect(args.address, args.namespace)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
 
@@ -525,6 +524,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, drain)
+        client = await _connected(lambda: connect(args.address, args.namespace), stop, health, args.address)
+        if client is None:
+            _say("kiwi worker: stopped")
+            return 0
 
         def started() -> None:
             # Printed once the worker polls: whoever waits for this line can send it work.
@@ -549,6 +552,49 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(go())
+
+
+async def _connected(
+    connect: Callable[[], Awaitable[Any]],
+    stop: asyncio.Event,
+    health: tuple[str, int] | None,
+    address: str | None,
+) -> Any:
+    """A client once Temporal answers, trying again (every 1 s, then up to every 10 s) until it does or
+    ``stop`` is set (None then). Meanwhile the health endpoints answer: live, not ready. A worker started
+    before its server (a pod beside it, a machine booting) waits for it instead of ending in a traceback."""
+    from kiwi.connect import target
+    from kiwi.health import bind_health, serve_health
+
+    listener = bind_health(*health) if health else None
+    waiting = asyncio.Event()
+
+    async def not_ready() -> bool:
+        return False
+
+    probes = asyncio.create_task(serve_health(listener, not_ready, waiting)) if listener else None
+    delay, said = 1.0, False
+    try:
+        while not stop.is_set():
+            try:
+                return await connect()
+            except RuntimeError as exc:
+                if not said:
+                    said = True
+                    _say(
+                        f"kiwi worker: Temporal at {target(address)[0]} does not answer ({exc}); trying again until it "
+                        "does (Ctrl-C to stop)"
+                    )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(delay * 2, 10.0)
+        return None
+    finally:
+        waiting.set()
+        if probes is not None:
+            await probes
+        if listener is not None:
+            listener.close()
 
 
 def _say(line: str) -> None:
