@@ -20,6 +20,7 @@ import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType, IndexedValueType
@@ -42,6 +43,7 @@ from temporalio.common import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from kiwi.auditlog import read_audit
 from kiwi.contracts import (
     PENDING_APPROVAL_ATTR,
     PROJECT_ATTR,
@@ -87,6 +89,7 @@ from kiwi.errors import (
     display_path,
 )
 from kiwi.explain import not_found_hint, trust_hint
+from kiwi.guards import summarise_call
 from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore
 from kiwi.keys import default_key, human_message, load_private, sign_bytes
@@ -493,6 +496,10 @@ class RunClient:
             status = await self.handle(run_id).query(DirectiveRun.status)
         except RPCError as exc:
             raise _translate(exc, run_id) from None
+        return self._shown(status)
+
+    def _shown(self, status: RunStatus) -> RunStatus:
+        """A run's own status as `kiwi status` shows it: the fix for a run failed on a refusal, ended steps."""
         if status.status == "failed" and status.last_calls and status.last_calls[-1].status == "denied":
             # Failed on a refused call: when the run lacks its own grants, that is the cause to fix.
             status.hint = trust_hint(status.trust, status.directive, self.directive_path(status.directive))
@@ -728,7 +735,9 @@ class RunClient:
         """
         by = default_key(by, option="--as")
         load_private(by)  # no key, no decision: say so before asking the run anything
-        status = await self.status(run_id)
+        status = await self.answered_status(run_id)
+        if status is None:
+            return await self._decide_without_worker(run_id, request_id, approved, by, reason)
         request = next((a for a in status.approvals if a.request_id == request_id), None)
         if request is None:
             pending = ", ".join(a.request_id for a in status.approvals if a.status == "pending") or "none"
@@ -749,6 +758,110 @@ class RunClient:
         return request.model_copy(
             update={"status": ("approved" if approved else "rejected") if taken else "pending"}
         )
+
+    async def answered_status(self, run_id: str) -> RunStatus | None:
+        """The run's status, or None when no worker answers for it soon (none polls its task queue, or one
+        that Temporal saw lately no longer answers within QUERY_SECONDS)."""
+        if not await self.worker_polls():
+            return None
+        await self.check_project(run_id)
+        try:
+            status = await self.handle(run_id).query(
+                DirectiveRun.status, rpc_timeout=timedelta(seconds=QUERY_SECONDS)
+            )
+        except RPCError as exc:
+            # (The client's own timeout comes back as CANCELLED; the server's "no poller" as
+            # FAILED_PRECONDITION.)
+            if exc.status in (
+                RPCStatusCode.CANCELLED,
+                RPCStatusCode.DEADLINE_EXCEEDED,
+                RPCStatusCode.FAILED_PRECONDITION,
+            ):
+                return None
+            raise _translate(exc, run_id) from None
+        return self._shown(status)
+
+    async def worker_polls(self) -> bool:
+        """Whether a worker polls this client's task queue for workflow tasks (a query waits for one: with
+        none, ``status`` hung for 30 s, then failed). True when Temporal will not say."""
+        from temporalio.api.enums.v1 import TaskQueueType
+        from temporalio.api.taskqueue.v1 import TaskQueue
+        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+        try:
+            described = await self.client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=self.client.namespace,
+                    task_queue=TaskQueue(name=self.task_queue),
+                    task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+                ),
+                timeout=timedelta(seconds=5),
+            )
+        except RPCError:
+            return True
+        now = time.time()
+        return any(now - p.last_access_time.ToSeconds() < POLLER_SEEN_SECONDS for p in described.pollers)
+
+    async def approvals_without_worker(self, run_id: str) -> tuple[str, list[ApprovalRequest]]:
+        """The run's execution and its pending approval requests, with no worker to ask: which are pending
+        is the run's own KiwiPendingApproval (Temporal keeps it), what each asks is its ``approval_requested``
+        audit record (written within a second of the request). A request whose record is not written yet
+        is left out."""
+        await self.check_project(run_id)
+        try:
+            description = await self.handle(run_id).describe()
+        except RPCError as exc:
+            raise _translate(exc, run_id) from None
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            raise RunFinished(
+                f"{await self._how_it_ended(run_id, description.status)}; it waits for no approval"
+            )
+        ids = [
+            i for i in (description.typed_search_attributes.get(PENDING_APPROVAL_ATTR) or "").split(",") if i
+        ]
+        asked = {
+            r.get("request_id"): r
+            for r in read_audit(str(self.store.project_root), run_id)
+            if r.get("event") == "approval_requested"
+        }
+        pending = [
+            ApprovalRequest(
+                request_id=i,
+                tool=str(asked[i].get("tool", "")),
+                args_hash=str(asked[i].get("args_hash", "")),
+                summary=summarise_call(str(asked[i].get("tool", "")), asked[i].get("arguments") or {}),
+                requested_by=str(asked[i].get("requested_by", "")),
+                requested_at=str(asked[i].get("time", "")),
+                expires_at=str(asked[i].get("expires_at", "")),
+            )
+            for i in ids
+            if i in asked and asked[i].get("args_hash")
+        ]
+        return description.run_id or "", pending
+
+    async def _decide_without_worker(
+        self, run_id: str, request_id: str, approved: bool, by: str, reason: str
+    ) -> ApprovalRequest:
+        """decide_approval with no worker polling: the request from the audit trail, the signal sent (the
+        run takes it, and checks its signature, when a worker runs); answered as still pending."""
+        execution, pending = await self.approvals_without_worker(run_id)
+        request = next((a for a in pending if a.request_id == request_id), None)
+        if request is None:
+            shown = ", ".join(a.request_id for a in pending) or "none whose record is written"
+            raise KiwiError(
+                f"no worker is running to answer for run {run_id}, and it has no pending approval request "
+                f"'{request_id}' (pending: {shown})",
+                hint="start a worker (`kiwi dev` or `kiwi worker`) and see `kiwi status "
+                f"{run_id}`; its audit trail (`kiwi audit {run_id}`) lists the requests",
+            )
+        if by == request.requested_by:
+            raise KiwiError(f"'{by}' made this call and cannot approve it", hint="another person must decide")
+        await self._signal(
+            run_id,
+            DirectiveRun.decide_approval,
+            signed_decision(run_id, execution, request, approved, by, reason),
+        )
+        return request
 
     async def decide(
         self, run_id: str, request_id: str, option: str, *, by: str | None = None, note: str = ""
@@ -1153,14 +1266,20 @@ class RunClient:
         if not self.all_projects:
             clauses.append(self._project_clause())
         pending = []
+        polled = await self.worker_polls()
         for row in await self._listed(" AND ".join(clauses), limit, None):
             row["project"] = row["project"] or await self.project_of(row["run_id"])
             if not self.all_projects and row["project"] != self.project:
                 continue
             try:
-                status = await self.status(row["run_id"])
+                status = await self.answered_status(row["run_id"]) if polled else None
+                if status is not None:
+                    approvals = status.approvals
+                else:
+                    # (No worker to answer a query: from what Temporal and the audit trail keep.)
+                    approvals = (await self.approvals_without_worker(row["run_id"]))[1]
             except KiwiError:
-                continue  # finished since it was listed, or no worker to answer: nothing to decide now
+                continue  # finished since it was listed: nothing to decide now
             pending += [
                 {
                     "run_id": row["run_id"],
@@ -1168,7 +1287,7 @@ class RunClient:
                     "project": row["project"],
                     **a.model_dump(mode="json"),
                 }
-                for a in status.approvals
+                for a in approvals
                 if a.status == "pending"
             ]
         return pending
@@ -1356,6 +1475,10 @@ POLL_EXECUTIONS = 20
 REPLACES = "kiwi_replaces"
 # How long a decision's sender watches the run take it before saying it is sent but not yet taken.
 DECISION_WAIT_SECONDS = 15.0
+# How long a status query is waited for before the run is taken to have no worker answering for it.
+QUERY_SECONDS = 5.0
+# A poller Temporal last saw this long ago is gone (a live worker polls again at once, at most every 70 s).
+POLLER_SEEN_SECONDS = 90.0
 
 
 def _approval_answered(status: RunStatus, request_id: str) -> bool:

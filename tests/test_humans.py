@@ -488,3 +488,44 @@ async def test_a_call_outside_a_run_waiting_for_approval_answers_pending_and_is_
         ).structured_content
         assert done["status"] == "ok", done
         assert not (project / "notes" / "old.txt").exists()
+
+
+async def test_approvals_are_listed_and_sent_while_no_worker_runs(temporal_env, project):
+    """Found by the s18 README trial: with no worker running, `kiwi approvals` hung 30 s and listed nothing
+    and `kiwi approve` failed ("no poller seen"), though the README says a decision is sent and taken when a
+    worker runs. Without a worker that answers, the pending requests come from what Temporal keeps (the
+    run's KiwiPendingApproval) and the audit trail (what each asks); the signed decision is sent, and the
+    run takes it once a worker runs."""
+    from kiwi.auditlog import read_audit
+
+    setup(
+        project,
+        body='<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/old.txt'
+        "</param></tool_call></step>",
+    )
+    runs = run_client(temporal_env.client, project)
+
+    async def requested():
+        return [r for r in read_audit(str(project), run_id) if r["event"] == "approval_requested"] or None
+
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
+        run_id = await runs.start("tidy", {})
+        (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
+        await wait_for(requested, what="the approval request's audit record")
+    listed = await runs.pending_approvals()
+    assert [(a["run_id"], a["request_id"], a["tool"], a["args_hash"]) for a in listed] == [
+        (run_id, request.request_id, "filesystem.delete", request.args_hash)
+    ]
+    assert "notes/old.txt" in listed[0]["summary"]
+    sent = await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    assert sent.status == "pending" and sent.request_id == request.request_id
+    with pytest.raises(KiwiError, match="no pending approval request 'approval-99'"):
+        await runs.decide_approval(run_id, "approval-99", True, by="alice")
+    assert (project / "notes" / "old.txt").exists()
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
+        result = await runs.handle(run_id).result()
+    assert result.status == "completed" and not (project / "notes" / "old.txt").exists()
+    decided = [r for r in read_audit(str(project), run_id) if r["event"] == "approval_decided"]
+    assert [(r["request_id"], r.get("by") or r.get("decided_by")) for r in decided] == [
+        (request.request_id, "alice")
+    ]

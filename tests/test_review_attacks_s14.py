@@ -544,7 +544,8 @@ async def test_attack_an_agent_that_grants_itself_more_is_not_told_a_signature_i
             parameters={"path": "notes/b.md", "content": "x"},
         )
     assert refused["status"] == "denied", refused
-    assert "was changed after it was signed" in refused["hint"], refused
+    # (Since session 18 what an agent writes is saved unsigned: its signature line is dropped.)
+    assert "directive 'jot' is not signed" in refused["hint"], refused
     assert (
         "whoever wrote them" in refused["hint"]
         and "read them in .ai/directives/jot.md first" in (refused["hint"])

@@ -382,15 +382,19 @@ async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
 
     approved = args.command == "approve"
     if args.print_signal:
-        status = await runs.status(args.run)
-        request = next((a for a in status.approvals if a.request_id == args.request), None)
+        status = await runs.answered_status(args.run)
+        if status is not None:
+            execution, approvals = status.execution, status.approvals
+        else:  # (no worker answers: what Temporal and the audit trail keep)
+            execution, approvals = await runs.approvals_without_worker(args.run)
+        request = next((a for a in approvals if a.request_id == args.request), None)
         if request is None:
             raise KiwiError(
                 f"run {args.run} has no approval request '{args.request}'",
                 hint=f"see `kiwi status {args.run}`",
             )
         decision = signed_decision(
-            args.run, status.execution, request, approved, default_key(args.by, option="--as"), args.reason
+            args.run, execution, request, approved, default_key(args.by, option="--as"), args.reason
         )
         print(decision.model_dump_json())
         return 0

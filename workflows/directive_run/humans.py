@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from kiwi.keys import approval_message, human_message, verify_bytes
 
 from workflows.directive_run.options import (
+    APPROVAL_AUDITED,
     HELD,
     STUCK_ATTEMPTS_FOR_HUMAN,
 )
@@ -96,6 +97,10 @@ class HumansMixin:
             }
         )
         self._publish()
+        if workflow.patched(APPROVAL_AUDITED):
+            # Written before the wait (a human's: hours): `kiwi audit` shows what waits, and an approver
+            # with no worker running finds what to sign in the audit trail (RunClient.approvals_without_worker).
+            self._spawn(self.audit.flush(), f"audit {request.request_id}")
         if snap.limits.approval_webhook:
             payload = {
                 "event": "approval_requested",

@@ -115,6 +115,10 @@ MCP_BATCHED = CURRENT
 # held a share of its budget back for gives that share back: its missing count read as all of it used,
 # so each child started cost the parent half of what was left of every limit for good.
 CHILD_UNUSED_RETURNED = "kiwi-child-unused-returned"
+# (A marker only in runs that meet it.) A call that waits for approval has its audit records written as it
+# starts waiting, not when the wait ends (hours later): the approval_requested record is what an approver
+# with no worker running signs from (RunClient.approvals_without_worker).
+APPROVAL_AUDITED = "kiwi-approval-audited"
 # (A marker only in runs that meet it.) A step's shell.run command over MAX_COMMAND_BYTES, its text filled
 # in from the run's inputs and earlier steps' outputs, fails the step before admission walks its words, as
 # an agent's such call is refused by the run's update validator. Before it, a step's command had no limit.
