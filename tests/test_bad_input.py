@@ -503,10 +503,9 @@ async def test_with_several_keys_the_hint_names_the_option_of_the_command(tmp_pa
 )
 def test_a_port_out_of_range_is_a_usage_error_not_a_traceback(project, capsys, argv):
     # `kiwi dev --port 99999` ended in an OverflowError traceback from the port check.
-    with pytest.raises(SystemExit) as usage:
-        kiwi_main(argv)
+    assert kiwi_main(argv) == 2
     err = capsys.readouterr().err
-    assert usage.value.code == 2 and "is no port number: give one from 1 to 65535" in err
+    assert "is no port number: give one from 1 to 65535" in err
     assert "Traceback" not in err
 
 
@@ -588,3 +587,19 @@ async def test_attack_a_step_command_filled_with_a_huge_input_fails_the_step_bef
     done = await runs.handle(short).result()
     assert done.status == "completed", done.error
     assert done.outputs["list"]["result"]["stdout"].strip() == "notes/a.md"
+
+
+def test_command_line_mistakes_found_by_the_s18_trial(project, capsys):
+    """`kiwi search approval delete` (unquoted words) was a usage error; `--limit 0` and `-1` printed "no
+    runs" and exit 0; a usage error with --json printed argparse's usage, not the JSON the README promises."""
+    assert kiwi_main(["search", "hello", "kiwi"]) == 0
+    assert "hello_kiwi" in capsys.readouterr().out
+    for argv in (["search", "hello", "--limit", "0"], ["runs", "--limit", "-1"]):
+        assert kiwi_main(argv) == 2
+        assert "is no count: give a whole number from 1 up" in capsys.readouterr().err
+    assert kiwi_main(["runs", "--status", "bogus", "--json"]) == 1
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["error"] == "InputInvalid" and "invalid choice: 'bogus'" in shown["message"]
+    assert shown["hint"] == "see `kiwi runs --help`"
+    assert kiwi_main(["runs", "--status", "bogus"]) == 2
+    assert "usage: kiwi runs" in capsys.readouterr().err

@@ -47,13 +47,18 @@ def approval_directive(project: Path) -> None:
 
 async def test_a_wait_on_an_approval_shows_progress_and_ctrl_c_stops_watching_not_the_run(runs, project):
     approval_directive(project)
+    # `kiwi run --wait` stops as the run waits for the approval (s18: it waited out the approval's hour).
+    code, out, err = await asyncio.wait_for(kiwi_cli("run", "tidy", "--wait", *connection(runs)), 120)
+    assert code == 0 and "awaiting_approval" in out, out + err
+    run_id = RUN_ID.search(out).group(0)
+    # `kiwi status --watch` follows it on, with a progress line while nothing changes.
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "kiwi",
-        "run",
-        "tidy",
-        "--wait",
+        "status",
+        run_id,
+        "--watch",
         *connection(runs),
         env={**os.environ, "KIWI_PROGRESS_SECONDS": "1", "NO_COLOR": "1"},
         stdout=asyncio.subprocess.PIPE,
@@ -69,7 +74,6 @@ async def test_a_wait_on_an_approval_shows_progress_and_ctrl_c_stops_watching_no
             seen += line.decode()
 
     await read_until("still awaiting_approval")  # nothing changed for a second: a progress line
-    run_id = RUN_ID.search(seen).group(0)
     await read_until(f"kiwi approve {run_id} approval-1")  # what answers it
     assert "waiting for approval approval-1 of filesystem.delete notes/old.txt" in seen
     assert "until " in seen and "asked " in seen

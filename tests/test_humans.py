@@ -529,3 +529,23 @@ async def test_approvals_are_listed_and_sent_while_no_worker_runs(temporal_env, 
     assert [(r["request_id"], r.get("by") or r.get("decided_by")) for r in decided] == [
         (request.request_id, "alice")
     ]
+
+
+async def test_kiwi_run_wait_stops_when_the_run_waits_for_an_approval(runs, project):
+    """Found by the s18 README trial: `kiwi run --wait` of a run whose step waits for an approval printed a
+    line every 30 s until the approval timed out (an hour by default): a script using it hung. It stops as
+    the run waits for someone, says for what and how to answer, and exits 0."""
+    from tests.helpers import kiwi_cli
+
+    setup(
+        project,
+        body='<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/old.txt'
+        "</param></tool_call></step>",
+    )
+    where = ["--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue]
+    code, out, err = await asyncio.wait_for(kiwi_cli("run", "tidy", "--wait", *where, cwd=project), 120)
+    assert code == 0, out + err
+    assert "awaiting_approval" in out and "kiwi approve" in out, out
+    (run_id,) = [r["run_id"] for r in await runs.list_runs(directive="tidy")]
+    assert (await runs.status(run_id)).status == "awaiting_approval"
+    await runs.cancel(run_id)

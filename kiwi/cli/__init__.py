@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kiwi.cli import progress
 from kiwi.errors import ItemInvalid, KiwiError, Problem
@@ -234,7 +234,19 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def positive(text: str) -> int:
+    """A count given on the command line (--limit): 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is no count: give a whole number from 1 up")
+    return value
+
+
 def cmd_search(args: argparse.Namespace) -> int:
+    args.query = " ".join(args.query)
     args.type = item_kind(args.type) if args.type else None
     if args.type == "mcp":
         if args.category or args.source != "all":
@@ -387,8 +399,21 @@ def cmd_show(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- entry point
 
 
+class _UsageError(Exception):
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser, self.message = parser, message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors main() reports (as JSON with --json, as argparse does else)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(self, message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kiwi",
         description="Kiwi: durable directive workflows for AI agents, on Temporal, reached over MCP.",
     )
@@ -425,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "search", help="relevance search over directives, tools and knowledge (or MCP server tools)"
     )
-    p.add_argument("query", help="words to look for, e.g. 'deploy database'")
+    p.add_argument("query", nargs="+", help="words to look for, e.g. deploy database")
     p.add_argument(
         "--type",
         choices=(*ITEM_TYPES, *ITEM_ALIASES, "mcp"),
@@ -440,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="which space (default all: project and user, plus the registry when KIWI_REGISTRY_URL is set "
         "or the local registry runs); registry: only the registry",
     )
-    p.add_argument("--limit", type=int, default=10, help="at most this many results (default 10)")
+    p.add_argument("--limit", type=positive, default=10, help="at most this many results (default 10)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_search)
 
@@ -556,7 +581,18 @@ def main(argv: list[str] | None = None) -> int:
     args = argparse.Namespace()
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except _UsageError as exc:
+            if "--json" in (sys.argv[1:] if argv is None else argv):
+                # (A script asking for JSON gets JSON for a mistake on the command line too.)
+                hint = f"see `{exc.parser.prog} --help`"
+                print(json.dumps({"error": "InputInvalid", "message": exc.message, "hint": hint}, indent=2))
+                print(f"{exc.parser.prog}: error: {exc.message}", file=sys.stderr)
+                return EXIT_INVALID
+            exc.parser.print_usage(sys.stderr)
+            print(f"{exc.parser.prog}: error: {exc.message}", file=sys.stderr)
+            return EXIT_USAGE
         if not getattr(args, "func", None):
             parser.print_help()
             return EXIT_USAGE

@@ -138,10 +138,16 @@ def progress_every() -> float:
         return 30.0
 
 
+# What `kiwi run --wait` stops at besides the run's end: nothing happens until someone acts (an approval
+# waited an hour, printing a line every 30 s, before the trial's script went on).
+WAITS_FOR_SOMEONE = ("awaiting_agent", "awaiting_approval", "awaiting_human", "stuck")
+
+
 async def watch(runs: Any, run_id: str, *, as_json: bool, until_done: bool, show: Any) -> RunStatus:
     """Follow a run: ``show(status)`` on every change, a progress line on long waits.
 
-    Returns when the run ends (or, unless ``until_done``, when it waits for the agent).
+    Returns when the run ends (or, unless ``until_done``, when it waits for the agent or a human:
+    ``WAITS_FOR_SOMEONE``).
     """
     loop = asyncio.get_running_loop()
     last = None
@@ -176,7 +182,7 @@ async def watch(runs: Any, run_id: str, *, as_json: bool, until_done: bool, show
         elif not as_json and loop.time() >= next_note:
             await _note(runs, status, since)
             next_note = loop.time() + progress_every()
-        if status.status in TERMINAL or (not until_done and status.status == "awaiting_agent"):
+        if status.status in TERMINAL or (not until_done and status.status in WAITS_FOR_SOMEONE):
             return status
         sys.stdout.flush()
         await asyncio.sleep(delay)

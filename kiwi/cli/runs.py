@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from temporalio.service import RPCError
 
 from kiwi import telemetry
-from kiwi.cli import progress
+from kiwi.cli import positive, progress
 from kiwi.contracts import TERMINAL, RunStatusName
 from kiwi.errors import InputInvalid, KiwiError, RunInOtherProject
 from kiwi.explain import outside_run_hint
@@ -180,12 +180,13 @@ async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
         return 0
     if not args.json:
         print(
-            f"started {run_id}; following it until it finishes or waits for the agent (Ctrl-C stops watching)"
+            f"started {run_id}; following it until it finishes or waits for the agent or a human (Ctrl-C stops "
+            "watching)"
         )
     status = await _watch(runs, run_id, args.json, until_done=False, args=args)
     if args.json:
         print(status.model_dump_json(indent=2))
-    return 0 if status.status in ("completed", "awaiting_agent") else 1
+    return 0 if status.status in ("completed", "awaiting_agent", "awaiting_approval") else 1
 
 
 @_with_runs
@@ -911,8 +912,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--wait",
         action="store_true",
-        help="follow the run until it finishes or waits for the agent, printing progress (Ctrl-C stops "
-        "watching, not the run)",
+        help="follow the run until it finishes or waits for the agent or a human (an approval, a hold), "
+        "printing progress (Ctrl-C stops watching, not the run); exit 0 when it completed or waits for the "
+        "agent or an approval",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     _connection(p)
@@ -928,7 +930,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help=f"only runs in this state: {', '.join(get_args(RunStatusName))}",
     )
     p.add_argument("--directive", help="only runs of this directive")
-    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.add_argument("--limit", type=positive, default=50, help="at most this many (default 50)")
     p.add_argument(
         "--sessions",
         action="store_true",
