@@ -48,6 +48,7 @@ from kiwi.contracts import (
     PENDING_APPROVAL_ATTR,
     PROJECT_ATTR,
     SEARCH_ATTRIBUTES,
+    STATUS_ATTR,
     TASK_QUEUE,
     TERMINAL,
     ApprovalRequest,
@@ -496,7 +497,26 @@ class RunClient:
             status = await self.handle(run_id).query(DirectiveRun.status)
         except RPCError as exc:
             raise _translate(exc, run_id) from None
+        await self._children_now(status)
         return self._shown(status)
+
+    async def _children_now(self, status: RunStatus) -> None:
+        """An ended run's children it last saw running, as Temporal has them now: the run stopped watching
+        them when it ended (a cancelled parent listed the child its cancel had cancelled as running)."""
+        if status.status not in TERMINAL:
+            return
+        for child in status.children:
+            if child.status != "running":
+                continue
+            try:
+                described = await self.handle(child.run_id).describe()
+            except RPCError:
+                continue
+            if described.status in (None, WorkflowExecutionStatus.RUNNING):
+                continue
+            # (A run cancelled by kiwi cancel completes, its own status saying "cancelled".)
+            attributes = described.typed_search_attributes
+            child.status = attributes.get(STATUS_ATTR) or _CLOSED_AS.get(described.status, child.status)
 
     def _shown(self, status: RunStatus) -> RunStatus:
         """A run's own status as `kiwi status` shows it: the fix for a run failed on a refusal, ended steps."""
@@ -1475,6 +1495,14 @@ POLL_EXECUTIONS = 20
 REPLACES = "kiwi_replaces"
 # How long a decision's sender watches the run take it before saying it is sent but not yet taken.
 DECISION_WAIT_SECONDS = 15.0
+# A child run's status in its ended parent's status, from how Temporal closed it (when it has no KiwiStatus).
+_CLOSED_AS = {
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed_out",
+}
 # How long a status query is waited for before the run is taken to have no worker answering for it.
 QUERY_SECONDS = 5.0
 # A poller Temporal last saw this long ago is gone (a live worker polls again at once, at most every 70 s).

@@ -281,6 +281,8 @@ async def test_the_agent_cannot_approve_its_own_call_by_sending_the_signal(runs,
     refused = await audit_events(project, run_id, "approval_decision_refused", count=4)
     reasons = [r["reason"] for r in refused]
     assert "not signed by alice's key" in reasons[0] and "'agent-key' is not a trusted approver" in reasons[1]
+    # (s18 trial: an approver added after the run started was not told why the run refuses them.)
+    assert "a run takes its approvers from trusted_keys.yaml when it starts" in reasons[1]
     assert all("not signed by alice's key" in r for r in reasons[2:])
     status = await runs.status(run_id)
     assert [a.status for a in status.approvals] == ["pending"] and len(status.refused_decisions) == 4

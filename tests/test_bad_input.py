@@ -603,3 +603,27 @@ def test_command_line_mistakes_found_by_the_s18_trial(project, capsys):
     assert shown["hint"] == "see `kiwi runs --help`"
     assert kiwi_main(["runs", "--status", "bogus"]) == 2
     assert "usage: kiwi runs" in capsys.readouterr().err
+
+
+def test_kiwi_status_text_lists_refused_decisions(capsys):
+    """Found by the s18 trial: the DecisionRefused hint says `kiwi status RUN` lists refused decisions, but
+    only --json had them."""
+    from kiwi.cli.runs import _print_status
+    from kiwi.contracts import RefusedDecision, RunStatus
+
+    refused = RefusedDecision(
+        request_id="approval-1", by="mallory", reason="'mallory' is not a trusted approver"
+    )
+    _print_status(
+        RunStatus(
+            run_id="run-x",
+            directive="d",
+            version="1.0.0",
+            status="awaiting_approval",
+            refused_decisions=[refused],
+        )
+    )
+    assert (
+        "refused decision on approval-1 by 'mallory': 'mallory' is not a trusted approver"
+        in capsys.readouterr().out
+    )

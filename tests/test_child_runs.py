@@ -150,6 +150,8 @@ async def test_cancelling_a_run_cancels_the_child_runs_it_started_unless_kept(ru
         assert (await runs.handle(run_id).result()).status == "cancelled"
     reasons = [r["reason"] for r in read_audit(str(project), child) if r["event"] == "cancel_requested"]
     assert reasons == [f"its parent run {parent} was cancelled (cancelled from the CLI)"]
+    # The cancelled parent lists its child as it is now (found by the s18 trial: still 'running').
+    assert [(c.run_id, c.status) for c in (await runs.status(parent)).children] == [(child, "cancelled")]
 
     # --keep-children leaves them running, as a parent that completes does.
     kept_parent, kept_child = await start_parent_with_child(runs)

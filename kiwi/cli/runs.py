@@ -118,6 +118,9 @@ def _print_status(status: Any) -> None:
             f"  {decision.request_id} {decision.reason} [{', '.join(decision.options)}]: "
             + (f"{decision.answer} (by {decision.by})" if decision.answer else "open")
         )
+    for refused in status.refused_decisions[-5:]:
+        # (The DecisionRefused hint sends the approver here: it listed them in --json only.)
+        print(f"  refused decision on {refused.request_id} by '{refused.by or '?'}': {refused.reason}")
     for child in status.children:
         print(
             f"  child {child.run_id} ({child.directive}): {child.status}"

@@ -170,7 +170,11 @@ class HumansMixin:
             return "no approvers are configured (trusted_keys.yaml role approve): create one with `kiwi keys init`"
         key = approvers.get(by)
         if key is None:
-            return f"'{by or 'nobody'}' is not a trusted approver (approvers: {', '.join(sorted(approvers))})"
+            return (
+                f"'{by or 'nobody'}' is not a trusted approver of this run (approvers: "
+                f"{', '.join(sorted(approvers)) or 'none'}; a run takes its approvers from trusted_keys.yaml "
+                "when it starts, so a key trusted since then decides for runs started after it)"
+            )
         if not signature or not verify_bytes(key, message, signature):
             return f"not signed by {by}'s key for exactly this decision; send it with `{command} --as {by}`"
         return ""
