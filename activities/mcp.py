@@ -105,7 +105,7 @@ class McpActivities:
             config = self.pool.config(req.project_root, req.server)
             tools, hashes = await self.pool.listing(req.project_root, config, refresh=req.refresh)
         except McpUnavailable as exc:
-            raise errors.McpUnavailable.error(scrub_text(str(exc))) from None
+            raise errors.McpUnavailable.error(scrub_text(str(exc)), retryable=not exc.lasting) from None
         except KiwiError as exc:
             raise ApplicationError(scrub_text(exc.message), type=exc.type, non_retryable=True) from None
         if req.tools:
@@ -151,7 +151,7 @@ class McpActivities:
                 _deadline(),
             )
         except McpUnavailable as exc:
-            raise errors.McpUnavailable.error(scrub_text(str(exc))) from None
+            raise errors.McpUnavailable.error(scrub_text(str(exc)), retryable=not exc.lasting) from None
         except KiwiError as exc:
             raise ApplicationError(scrub_text(exc.message), type=exc.type, non_retryable=True) from None
         finally:

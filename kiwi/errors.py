@@ -53,6 +53,8 @@ class KiwiError(Exception):
     type = "KiwiError"
     # Whether Temporal may retry an activity that failed with it (a transport failure: yes).
     retryable: bool = False
+    # Logged without a stack trace even when retried: an expected failure of something outside Kiwi.
+    benign: bool = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -74,7 +76,9 @@ class KiwiError(Exception):
             *details,
             type=cls.type,
             non_retryable=not again,
-            category=ApplicationErrorCategory.UNSPECIFIED if again else ApplicationErrorCategory.BENIGN,
+            category=ApplicationErrorCategory.BENIGN
+            if cls.benign or not again
+            else ApplicationErrorCategory.UNSPECIFIED,
         )
 
 
@@ -209,6 +213,9 @@ class McpUnavailable(Failure):
     """The upstream MCP server could not be reached; the pool reconnects on the next attempt."""
 
     retryable = True
+    # (A server that cannot start left a full traceback per attempt in `kiwi dev`'s output: 31 in one
+    # trial. The failure's message says why; the final one reaches the run.)
+    benign = True
 
 
 class ActivityNotFound(Failure):

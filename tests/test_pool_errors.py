@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from kiwi.upstream.pool import McpPool, McpUnavailable
+from kiwi.upstream.pool import McpPool, McpRefused, McpUnavailable
 from tests.test_mcp_servers import SERVERS, registry, text_of
 from tests.test_review_attacks_s10 import _answers, _ledger_run, _lines
 from workers.main import build_worker
@@ -83,8 +83,9 @@ async def test_a_call_past_the_timeout_retires_its_connection(project, ledger, e
     try:
         first = await _text(pool, project, config, "pid", {"tag": "before"})
         assert await _short(pool, project, config) == (era == "handshake")
-        with pytest.raises(McpUnavailable, match="timed out"):
+        with pytest.raises(McpRefused, match="no answer within 1s") as refused:
             await _text(pool, project, config, "slow", {"tag": "s", "seconds": 60})
+        assert refused.value.type == "ToolTimeout"  # (never sent again: the server may have done it)
         # The server may be stuck: the next call goes to a fresh connection (a new process), and the old
         # one, with no call left in flight, is closed (its process has ended).
         assert await _text(pool, project, config, "pid", {"tag": "after"}) != first
@@ -96,13 +97,13 @@ async def test_a_call_past_the_timeout_retires_its_connection(project, ledger, e
 
 async def test_a_batched_call_past_the_timeout_retires_its_connection(temporal_env, project, tmp_path):
     """In a batch too: the MCP client's timeout fires before the batch's own bound, so the connection whose
-    server may be stuck is retired (the call is made again alone, on a fresh connection), not kept for
-    every later call to time out on."""
+    server may be stuck is retired, not kept for every later call to time out on; the slow call answers
+    ToolTimeout and is not made again (since s18: before, it was made again alone and ran twice)."""
     runs, run_id, queue, ledger = await _ledger_run(temporal_env, project, tmp_path, extra="    timeout: 2\n")
     calls = [("ledger.pid", {"tag": "p"}), ("ledger.slow", {"tag": "s", "seconds": 60})]
     first, slow = await _answers(temporal_env, runs, run_id, queue, calls)
-    assert slow.status == "ok" and text_of(slow.result) == "slept s", slow
-    assert _lines(ledger).count("slow s") == 2  # the batch's attempt, then once alone
+    assert slow.status == "error" and slow.error_type == "ToolTimeout", slow
+    assert _lines(ledger).count("slow s") == 1
     async with build_worker(temporal_env.client, queue, sandboxed=True):
         after = await runs.call_tool(run_id, "ledger.pid", {"tag": "q"})
     assert text_of(after.result) != text_of(first.result)

@@ -537,3 +537,42 @@ async def test_a_call_past_its_servers_timeout_is_made_once_and_says_so(temporal
     assert answer.status == "error" and answer.error_type == "ToolTimeout", answer
     assert "ledger.slow: no answer within 2s (the server's timeout in mcp_registry.yaml)" in answer.reason
     assert _lines(ledger) == ["slow s"]
+
+
+async def test_a_server_whose_command_is_missing_fails_once_without_a_traceback(project):
+    """Found by the s18 README trial: an MCP server whose command does not exist (and one that exits at
+    start) was tried three times at every run and session start, each attempt a full traceback in `kiwi
+    dev`'s output (31 in one trial). A missing command fails at once, not retried; every McpUnavailable is
+    a BENIGN failure (its message says why, without a stack trace); one that may heal is still retried."""
+    import sys
+
+    from temporalio.api.enums.v1 import ApplicationErrorCategory
+    from temporalio.exceptions import ApplicationError
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.mcp import McpActivities
+    from kiwi.contracts import McpListToolsRequest
+    from kiwi.upstream.pool import McpPool
+    from tests.helpers import write
+
+    write(
+        project / ".ai" / "config" / "mcp_registry.yaml",
+        "mcps:\n  ghost:\n    command: /nonexistent/kiwi-ghost-server\n"
+        f"  crashy:\n    command: {sys.executable}\n    args: ['-c', 'raise SystemExit(3)']\n",
+    )
+    pool = McpPool()
+    acts = McpActivities(pool)
+    try:
+        for server, lasting, says in (
+            ("ghost", True, "could not start: /nonexistent/kiwi-ghost-server not found"),
+            ("crashy", False, "exited at start (exit code 3)"),
+        ):
+            with pytest.raises(ApplicationError) as failed:
+                await ActivityEnvironment().run(
+                    acts.list_tools, McpListToolsRequest(project_root=str(project), server=server)
+                )
+            assert failed.value.type == "McpUnavailable" and says in failed.value.message
+            assert failed.value.non_retryable is lasting, server
+            assert failed.value.category == ApplicationErrorCategory.APPLICATION_ERROR_CATEGORY_BENIGN
+    finally:
+        await pool.close()

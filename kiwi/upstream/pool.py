@@ -58,7 +58,12 @@ MIN_WAIT_SECONDS = 0.05
 
 
 class McpUnavailable(Exception):
-    """The server could not be reached or the connection broke (retryable)."""
+    """The server could not be reached or the connection broke (retryable, unless ``lasting``: its
+    command is not there, which no retry a second later finds)."""
+
+    def __init__(self, message: str, *, lasting: bool = False) -> None:
+        super().__init__(message)
+        self.lasting = lasting
 
 
 class McpRefused(KiwiError):
@@ -136,7 +141,10 @@ class McpConnection:
                 exited = None
                 if self.link is not None and not isinstance(exc, asyncio.CancelledError):
                     exited = await self.link.exit_code()
-                self._ready.set_exception(McpUnavailable(_describe(exc, self.config.name, exited)))
+                lasting = _root(exc).__class__ is FileNotFoundError and exited is None
+                self._ready.set_exception(
+                    McpUnavailable(_describe(exc, self.config.name, exited), lasting=lasting)
+                )
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
@@ -524,11 +532,17 @@ def install_log_scrubber() -> None:
     logging.setLogRecordFactory(scrubbed)
 
 
+def _root(exc: BaseException) -> BaseException:
+    """The first failure inside task groups."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _describe(exc: BaseException, server: str, exited: int | None = None) -> str:
     """Why a server is unavailable, from what ended its connection (the first failure inside task groups);
     ``exited``: the exit code of its process, when it ended before the connection was made."""
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
+    exc = _root(exc)
     if exited is not None:
         return scrub_text(
             f"MCP server '{server}' exited at start (exit code {exited}): {type(exc).__name__}: {exc}; its stderr "
