@@ -145,6 +145,12 @@ _AGENT_CALLS = (
     (re.compile(r"`kiwi runs[^`]*`"), "`search(item_type='run')`"),
     (re.compile(r"`kiwi search[^`]*`"), "`search(item_type=..., query=...)`"),
     (re.compile(r"`kiwi validate[^`]*`"), "`execute(item_type='directive', action='validate', item_id=...)`"),
+    # (A pull's conflict: --replace is the command line's; the agent loads the copy it has.)
+    (
+        re.compile(r"pass --replace to take the registry's version"),
+        "load the copy there (no source='registry'), or a human takes the registry's version over it with "
+        "`kiwi pull ITEM --replace`",
+    ),
 )
 _HUMAN_COMMAND = re.compile(r"`(kiwi [^`]+)`")
 

@@ -426,6 +426,11 @@ async def test_an_agent_finds_and_loads_from_the_registry_over_mcp(
             "load", {"item_type": "directive", "item_id": name, "source": "registry"}
         )
         assert again.is_error and "already in the project space" in data(again)["message"]
+        # (s18 trial: the agent was told to "pass --replace", an option of the command line only.)
+        assert "--replace" not in data(again)["hint"].split("`kiwi pull ITEM --replace`")[0]
+        assert (
+            "load the copy there" in data(again)["hint"] and "a command a human runs" in data(again)["hint"]
+        )
 
         # A yanked version is a human's to take, not the agent's.
         monkeypatch.chdir(project)
@@ -684,3 +689,15 @@ def test_a_command_in_the_process_holding_the_local_registry_leaves_it_running(p
     finally:
         held.cleanup()
     assert not running_url()
+
+
+def test_add_publisher_mistakes_are_named_not_tracebacks(postgres):
+    """Found by the s18 README trial: a role the database does not have and a namespace the table refuses
+    ended in psycopg tracebacks (UndefinedObject, CheckViolation)."""
+    from kiwi.registry import RegistryRefused
+
+    with Registry(postgres) as registry:
+        with pytest.raises(RegistryRefused, match="the database has no role 'nosuchrole'"):
+            registry.add_publisher("team", "nosuchrole", "k", "AAAA")
+        with pytest.raises(RegistryRefused, match="namespace 'Bad_NS' is not lowercase letters"):
+            registry.add_publisher("Bad_NS", "bob", "k", "AAAA")

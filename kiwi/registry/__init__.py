@@ -28,6 +28,8 @@ MAX_ITEM_BYTES = 1_000_000
 KINDS = ("directive", "tool", "knowledge")
 _TABLE = {"directive": "directives", "tool": "tools", "knowledge": "knowledge"}
 _VERSION = re.compile(r"^(\d{1,9})\.(\d{1,9})\.(\d{1,9})$")
+# A namespace, as the kiwi_publishers table checks it.
+_NAMESPACE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
 class RegistryUnavailable(KiwiError):
@@ -226,8 +228,27 @@ class Registry:
 
     def add_publisher(self, namespace: str, role: str, key_name: str, public_key: str) -> None:
         """Register ``role`` as the publisher of ``namespace`` (an administrator's act)."""
+        import psycopg
         from psycopg import sql
 
+        if not _NAMESPACE.fullmatch(namespace):
+            raise RegistryRefused(
+                f"namespace '{namespace}' is not lowercase letters, digits, '-' and '_' (from a letter or digit)",
+                hint="e.g. `kiwi registry add-publisher team-a --role ROLE --key KEY`",
+            )
+        try:
+            self._register(namespace, role, key_name, public_key, sql)
+        except psycopg.errors.UndefinedObject:
+            raise RegistryRefused(
+                f"the database has no role '{role}'",
+                hint=f"create it first (`create role {role} login password '...'`), or name an existing one",
+            ) from None
+        except psycopg.errors.CheckViolation as exc:
+            raise RegistryRefused(
+                f"the registry refused the publisher: {exc.diag.message_primary or exc}"
+            ) from None
+
+    def _register(self, namespace: str, role: str, key_name: str, public_key: str, sql: Any) -> None:
         with self._conn() as conn, conn.transaction():
             conn.execute(sql.SQL("grant kiwi_publisher to {}").format(sql.Identifier(role)))
             conn.execute(
