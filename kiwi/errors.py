@@ -64,6 +64,8 @@ class KiwiError(Exception):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        # What else a command's --json error carries (kiwi run: the run it started all the same).
+        self.details: dict[str, object] = {}
 
     @classmethod
     def error(cls, message: str, *details: object, retryable: bool | None = None) -> ApplicationError:

@@ -474,3 +474,25 @@ def test_bootstrap_installs_only_when_the_caller_needs_more(tmp_path):
     assert bootstrap("test") == []
     (fake / "pyproject.toml").write_text("[project]\nname = 'x'\nversion = '2'\n")
     assert [line.split()[-1] for line in bootstrap("")] == [".[test]"]  # keeps the extras it had
+
+
+async def test_kiwi_run_json_with_no_worker_names_the_run_it_started(runs, project):
+    """Found by the s18 README trial: `kiwi run --json` with no worker answered an error without the run's
+    id, though the run had started (only the message's text named it)."""
+    address = runs.client.service_client.config.target_host
+    code, out, err = await kiwi_cli(
+        "run",
+        "hello_kiwi",
+        "--input",
+        "name=Ada",
+        "--json",
+        "--address",
+        address,
+        "--task-queue",
+        "kiwi-nobody",
+        env={"KIWI_STATUS_SECONDS": "1"},
+    )
+    assert code == 1, out + err
+    shown = json.loads(out)
+    assert shown["run_id"].startswith("run-hello_kiwi-") and shown["run_id"] in shown["message"], shown
+    await runs.client.get_workflow_handle(shown["run_id"]).terminate("test over")

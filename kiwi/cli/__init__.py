@@ -631,7 +631,8 @@ def main(argv: list[str] | None = None) -> int:
 def _json_error(args: argparse.Namespace, exc: KiwiError, **more: Any) -> None:
     """With --json, the error as JSON on standard output too (a script reading it gets JSON either way)."""
     if getattr(args, "json", False):
-        print(json.dumps({"error": exc.type, "message": exc.message, "hint": exc.hint, **more}, indent=2))
+        shown = {"error": exc.type, "message": exc.message, "hint": exc.hint, **exc.details, **more}
+        print(json.dumps(shown, indent=2))
 
 
 def run() -> None:

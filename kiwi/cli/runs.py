@@ -172,6 +172,15 @@ async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
         idempotency_key=args.idempotency_key,
         deadline_seconds=args.deadline,
     )
+    try:
+        return await _follow_started(args, runs, run_id)
+    except KiwiError as exc:
+        exc.details = {"run_id": run_id}  # (started all the same: --json says which run)
+        raise
+
+
+async def _follow_started(args: argparse.Namespace, runs: RunClient, run_id: str) -> int:
+    """What `kiwi run` prints once its run started: the run's status, or with --wait its progress."""
     await runs.first_task_done(run_id)  # a status asked during it would cost the run another task
     if not args.wait:
         status = await progress.read_status(runs, run_id)
