@@ -627,3 +627,20 @@ def test_kiwi_status_text_lists_refused_decisions(capsys):
         "refused decision on approval-1 by 'mallory': 'mallory' is not a trusted approver"
         in capsys.readouterr().out
     )
+
+
+def test_an_open_question_of_a_resumed_run_says_the_run_went_on_without_an_answer():
+    """Found by the s18 trial: after `kiwi resume` of a run held by the agent's question, its status showed
+    both the open escalation and awaiting_agent, with nothing saying how the two fit."""
+    from kiwi.cli.progress import answers
+    from kiwi.contracts import DecisionRequest, RunStatus
+
+    asked = DecisionRequest(request_id="decision-x", reason="two ways", options=["a", "b"])
+    held = answers(
+        RunStatus(run_id="run-x", directive="d", version="1", status="awaiting_human", decisions=[asked])
+    )
+    went_on = answers(
+        RunStatus(run_id="run-x", directive="d", version="1", status="awaiting_agent", decisions=[asked])
+    )
+    assert "resumed without an answer" not in held[0] and "`kiwi decide run-x decision-x a|b`" in held[0]
+    assert "the run was resumed without an answer, and an answer still reaches the agent" in went_on[0]

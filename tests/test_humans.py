@@ -311,6 +311,8 @@ async def test_an_escalation_waits_for_a_human_decision_that_goes_back_to_the_ag
     # The refusal names the command that answers the question, not only `kiwi resume` (which lets the run
     # carry on with it unanswered): a new-user trial followed the refusal and left the question open.
     assert f"`kiwi decide {run_id} decision-x OPTION`" in held_call.value.hint
+    # ...and so does the refusal itself (s18 trial: it said "a human must resume it", its hint kiwi decide).
+    assert f"a human answers it with `kiwi decide {run_id} decision-x OPTION`" in held_call.value.message
     with pytest.raises(InputInvalid, match="archive, delete"):
         await runs.decide(run_id, "decision-x", "burn", by="bob")
     await runs.decide(run_id, "decision-x", "archive", by="bob", note="keep history")

@@ -106,9 +106,15 @@ def answers(status: RunStatus) -> list[str]:
             )
     for d in status.decisions:
         if not d.answer:
+            # (A human may resume the run without answering: the run goes on, the question stays open.)
+            went_on = (
+                "; the run was resumed without an answer, and an answer still reaches the agent"
+                if status.status not in ("stuck", "awaiting_human")
+                else ""
+            )
             lines.append(
-                f"escalation {d.request_id}: {d.reason} (asked {readable_time(d.asked_at)}): answer with "
-                f"`kiwi decide {run} {d.request_id} {'|'.join(d.options) or 'OPTION'}`"
+                f"escalation {d.request_id}: {d.reason} (asked {readable_time(d.asked_at)}{went_on}): answer "
+                f"with `kiwi decide {run} {d.request_id} {'|'.join(d.options) or 'OPTION'}`"
             )
     if status.status == "awaiting_agent" and is_session(status.run_id, status.directive):
         lines.append(

@@ -278,10 +278,15 @@ class HumansMixin:
 
     def _refuse_if_held(self: DirectiveRun) -> None:
         if self.state.status in HELD:
-            raise RunStateConflict.error(
-                f"run {self.snap.run_id} is {self.state.status} ({self.state.hold_reason}); a human must resume it "
-                f"with `kiwi resume {self.snap.run_id}`"
-            )
+            run_id, reason = self.snap.run_id, self.state.hold_reason
+            # (A validator's refusal: no history records its text.)
+            if reason.startswith("escalation "):
+                # The hint of the escalation itself says kiwi decide: the refusal said only resume (s18 trial).
+                asked = reason.split()[1].rstrip(":")
+                action = f"a human answers it with `kiwi decide {run_id} {asked} OPTION` (or resumes it: `kiwi resume {run_id}`)"
+            else:
+                action = f"a human must resume it with `kiwi resume {run_id}`"
+            raise RunStateConflict.error(f"run {run_id} is {self.state.status} ({reason}); {action}")
 
     def _execution(self: DirectiveRun) -> str:
         """This execution of the run: its first run id, kept across continue-as-new, new when the id is reused."""
