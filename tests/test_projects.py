@@ -38,6 +38,8 @@ async def test_a_run_is_listed_and_steered_only_from_its_own_project(runs, proje
     await wait_for(listed_here, what="the run listed in its own project")
     code, out, _ = await kiwi_cli("runs", *common, cwd=other_project)
     assert code == 0 and run_id not in out and f"no runs in {other_project}" in out
+    # (s18 trial: runs are listed per task queue, and an empty list did not say which one it looked at.)
+    assert "on task queue '" in out and "`kiwi runs --task-queue NAME`" in out
     code, out, _ = await kiwi_cli("runs", "--all-projects", *common, cwd=other_project)
     assert run_id in out and str(project) in out  # every project's runs, each with its project
 

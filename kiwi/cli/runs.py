@@ -211,9 +211,16 @@ async def cmd_runs(args: argparse.Namespace, runs: RunClient) -> int:
         return 0
     where = "in any project" if runs.all_projects else f"in {runs.project}"
     if not rows:
-        print("no runs" + (f" with status {args.status}" if args.status else "") + f" {where}")
-        if not runs.all_projects:
-            print("(runs of other projects: `kiwi runs --all-projects`)")
+        # (Runs are listed per task queue: runs started with --task-queue X are X's. s18 trial.)
+        print(
+            "no runs"
+            + (f" with status {args.status}" if args.status else "")
+            + f" {where} on task queue '{runs.task_queue}'"
+        )
+        print(
+            "(runs of other projects: `kiwi runs --all-projects`; started on another task queue: "
+            "`kiwi runs --task-queue NAME`)"
+        )
         return 0
     header = f"{'RUN':<40} {'STATUS':<17} {'STEP':<20} STARTED"
     print(header + ("  PROJECT" if runs.all_projects else ""))
