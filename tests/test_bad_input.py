@@ -644,3 +644,21 @@ def test_an_open_question_of_a_resumed_run_says_the_run_went_on_without_an_answe
     )
     assert "resumed without an answer" not in held[0] and "`kiwi decide run-x decision-x a|b`" in held[0]
     assert "the run was resumed without an answer, and an answer still reaches the agent" in went_on[0]
+
+
+def test_the_help_offers_only_what_a_command_uses(capsys):
+    """Found by the s18 trial: every --address help ended 'else 127.0.0.1:7233', leaving out the
+    temporal-dev.yml step the commands take; `kiwi worker` offered --project (which it never used: it
+    serves runs of every project); `kiwi run` offered --all-projects (a run starts in one project)."""
+    for argv, absent in (
+        (["worker", "--project", "x"], "--project"),
+        (["run", "d", "--all-projects"], "--all-projects"),
+    ):
+        assert kiwi_main(argv) == 2
+        assert f"unrecognized arguments: {absent}" in capsys.readouterr().err
+    from kiwi.cli import build_parser
+
+    with pytest.raises(SystemExit):  # (--help prints and exits, as argparse does)
+        build_parser().parse_args(["runs", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "else the address the project's temporal-dev.yml gives `kiwi dev`" in shown

@@ -824,8 +824,10 @@ def _project(parser: argparse.ArgumentParser, scope: bool = True) -> None:
         )
 
 
-def _connection(parser: argparse.ArgumentParser, scope: bool = True) -> None:
-    _project(parser, scope)
+def _connection(parser: argparse.ArgumentParser, scope: bool = True, project: bool = True) -> None:
+    """--project (and, with ``scope``, --all-projects), --address, --namespace and --task-queue."""
+    if project:
+        _project(parser, scope)
     _temporal(parser)
     parser.add_argument("--task-queue", default="kiwi", help="task queue of the Kiwi workers (default: kiwi)")
 
@@ -836,7 +838,8 @@ def _temporal(parser: argparse.ArgumentParser) -> None:
         "--address",
         help="Temporal address (default: KIWI_TEMPORAL_ADDRESS, else Temporal's environment configuration: "
         "TEMPORAL_ADDRESS or the temporal.toml profile TEMPORAL_PROFILE in TEMPORAL_CONFIG_FILE, with its "
-        "TLS and API key; else 127.0.0.1:7233)",
+        "TLS and API key; else the address the project's temporal-dev.yml gives `kiwi dev`, when it is this "
+        "machine's; else 127.0.0.1:7233)",
     )
     parser.add_argument(
         "--namespace",
@@ -849,8 +852,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dev", help="start the embedded stack: Temporal dev server + worker + MCP front end")
     p.add_argument(
         "--config",
-        help="temporal-dev.yml to read (default: KIWI_DEV_CONFIG, else ./temporal-dev.yml, else built-in "
-        "defaults)",
+        help="temporal-dev.yml to read (default: KIWI_DEV_CONFIG, else the --project's temporal-dev.yml, else "
+        "./temporal-dev.yml, else the one at the project's root, else built-in defaults)",
     )
     p.add_argument("--port", type=_port, help="Temporal gRPC port (default 7233; overrides temporal.port)")
     p.add_argument(
@@ -875,7 +878,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="run a worker: DirectiveRun workflows and all activities (for runs of any project; each "
         "run's activities work in its own project folder)",
     )
-    _connection(p, scope=False)
+    _connection(p, scope=False, project=False)
     p.add_argument(
         "--sandboxed",
         action="store_true",
@@ -936,7 +939,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "agent or an approval",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
-    _connection(p)
+    _connection(p, scope=False)  # (a run starts in this project: --all-projects means nothing here)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
