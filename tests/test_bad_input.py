@@ -662,3 +662,22 @@ def test_the_help_offers_only_what_a_command_uses(capsys):
         build_parser().parse_args(["runs", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
     assert "else the address the project's temporal-dev.yml gives `kiwi dev`" in shown
+
+
+def test_the_audit_text_says_who_decided_what(capsys):
+    """Found by the s18 trial: `kiwi audit`'s text showed no request id, option, approver, note or error type,
+    and long event names pushed its columns out of line."""
+    from kiwi.cli.runs import _audit_detail
+
+    assert _audit_detail(
+        {"event": "approval_requested", "tool": "filesystem.delete", "request_id": "approval-3"}
+    ) == ("approval-3")
+    assert _audit_detail(
+        {"event": "decided", "request_id": "d-1", "option": "archive", "by": "bob", "note": "keep"}
+    ) == ("option archive by bob note: keep")
+    assert _audit_detail(
+        {"event": "approval_decided", "tool": "t", "request_id": "approval-3", "by": "alice"}
+    ) == ("approval-3 by alice")
+    assert _audit_detail(
+        {"event": "tool_call", "tool": "x.y", "reason": "gone", "error_type": "McpUnavailable"}
+    ) == ("gone (McpUnavailable)")

@@ -443,6 +443,25 @@ async def cmd_decide(args: argparse.Namespace, runs: RunClient) -> int:
     return 0
 
 
+def _audit_detail(record: dict[str, Any]) -> str:
+    """What an audit record says besides its event and subject: the reason or result, and who decided what
+    (the text view showed no request id, option, approver or error type: s18 trial)."""
+    parts = [
+        str(record.get("reason") or record.get("result") or record.get("status") or record.get("error") or "")
+    ]
+    if record.get("request_id") and (record.get("tool") or record.get("step")):
+        parts.append(str(record["request_id"]))
+    if record.get("option"):
+        parts.append(f"option {record['option']}")
+    if record.get("by"):
+        parts.append(f"by {record['by']}")
+    if record.get("note"):
+        parts.append(f"note: {record['note']}")
+    if record.get("error_type"):
+        parts.append(f"({record['error_type']})")
+    return " ".join(p for p in parts if p)
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     """Print a run's audit trail; a file or line that cannot be read is named on stderr (exit 1)."""
     from activities.audit import read_audit_trail
@@ -476,13 +495,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(trail.records, indent=2))
     else:
+        width = max((len(str(r.get("event", ""))) for r in trail.records), default=15)
         for r in trail.records:
-            what = r.get("tool") or r.get("step") or ""
-            detail = r.get("reason") or r.get("result") or r.get("status") or ""
+            what = r.get("tool") or r.get("step") or r.get("child_run") or r.get("request_id") or ""
             decision = r.get("decision", "")
             print(
-                f"{r['seq']:>4} {str(r.get('time', ''))[:23]} {str(r.get('event', '')):<15} {decision:<12} "
-                f"{what:<22} {str(detail)[:80]}"
+                f"{r['seq']:>4} {str(r.get('time', ''))[:23]} {str(r.get('event', '')):<{width}} {decision:<12} "
+                f"{what:<22} {_audit_detail(r)[:120]}"
             )
     for problem in trail.problems:
         print(f"kiwi: {problem}", file=sys.stderr)

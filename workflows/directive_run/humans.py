@@ -446,7 +446,13 @@ class HumansMixin:
             return
         request.answer, request.by, request.note = answer.option, answer.by or "unknown", answer.note
         self.audit.record(
-            {"event": "decided", "request_id": request.request_id, "option": answer.option, "by": request.by}
+            {
+                "event": "decided",
+                "request_id": request.request_id,
+                "option": answer.option,
+                "by": request.by,
+                "note": answer.note,
+            }
         )
         if (
             self.state.status == "awaiting_human"
