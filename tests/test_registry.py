@@ -133,9 +133,15 @@ def test_publish_search_pull_round_trip_across_two_projects(alice, project, tmp_
     )
     assert any(r["source"] == "project" and r["item_id"] == name for r in results)
 
-    # Into the user's space (another user: another user space) as well.
+    # Into the user's space (another user: another user space) as well; this project's copy would shadow it,
+    # which is said first (s18 trial: it went through silently), and --replace pulls it all the same.
     monkeypatch.setenv("AI_USER_SPACE", str(tmp_path / "second-user"))
-    assert kiwi(["pull", name, "--to", "user", "--json"]) == 0
+    assert kiwi(["pull", name, "--to", "user"]) == 1
+    said = capsys.readouterr().err
+    assert (
+        "is already in the project space at" in said and "this project's copy stays, and shadows it" in said
+    )
+    assert kiwi(["pull", name, "--to", "user", "--replace", "--json"]) == 0
     assert Path(out_json(capsys)["path"]).is_relative_to(tmp_path / "second-user")
 
 

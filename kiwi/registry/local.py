@@ -227,7 +227,10 @@ def _write(store: ItemStore, bundle: Bundle, target: Path, location: str, replac
         raise RegistryConflict(
             f"{bundle.kind} '{bundle.item_id}' is already in the {where}",
             hint="pass --replace to take the registry's version (the copy in this space is not kept; a copy "
-            "in your user space would be shadowed by the project's)",
+            "in your user space would be shadowed by the project's)"
+            if location != "user"
+            else "pass --replace to pull it into your user space all the same (a copy there is not kept; this "
+            "project's copy stays, and shadows it here)",
         )
     if bundle.kind == "tool":
         tools = store.spaces[location] / "tools"
@@ -286,8 +289,10 @@ def _write(store: ItemStore, bundle: Bundle, target: Path, location: str, replac
 def _existing_anywhere(store: ItemStore, bundle: Bundle, location: str) -> list[tuple[str, Path]]:
     """The items of this id a pull would replace or shadow: never silently."""
     found = []
-    # The target space, and the user space under a project pull (the project's copy would shadow it).
-    for source in [location] + (["user"] if location == "project" and "user" in store.spaces else []):
+    # The target space, and the other space: under a project pull the user space's copy (the project's
+    # copy would shadow it), under a pull --to user the project's (it shadows what is pulled: s18 trial).
+    other = {"project": "user", "user": "project"}.get(location)
+    for source in [location] + ([other] if other and other in store.spaces else []):
         path = _existing_path(store, bundle, source)
         if path is not None:
             found.append((source, path))
