@@ -707,3 +707,16 @@ def test_add_publisher_mistakes_are_named_not_tracebacks(postgres):
             registry.add_publisher("team", "nosuchrole", "k", "AAAA")
         with pytest.raises(RegistryRefused, match="namespace 'Bad_NS' is not lowercase letters"):
             registry.add_publisher("Bad_NS", "bob", "k", "AAAA")
+
+
+def test_publishing_with_a_key_you_do_not_have_says_so(alice, project, capsys):
+    """Found by the s18 README trial: `kiwi publish FILE --key nobody` said the file's signer was not one of
+    your keys, when the problem was the key named."""
+    path = write_directive(
+        project / ".ai" / "directives" / "nokey.md",
+        directive_md('<step name="s"><action>Say.</action></step>', name="nokey", version="1.0.0"),
+    )
+    capsys.readouterr()
+    assert kiwi(["publish", str(path), "--key", "nobody"]) == 1
+    said = capsys.readouterr().err
+    assert "you have no key 'nobody'" in said and "kiwi keys list" in said

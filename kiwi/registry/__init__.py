@@ -336,8 +336,9 @@ class Registry:
                     raise RegistryRefused(
                         f"the namespace '{namespace}' publishes with the key '{key_name}'; this version is signed "
                         f"by '{signer}'",
-                        hint=f"publish with --key {key_name}, or have the registry's owner register your key "
-                        "(`kiwi registry add-publisher`)",
+                        hint=f"sign the item with that key and publish with it (`kiwi sign FILE --key {key_name}`, "
+                        f"then `kiwi publish FILE --key {key_name}`), or have the registry's owner register your "
+                        "key (`kiwi registry add-publisher`)",
                     )
                 latest = conn.execute(
                     "select version, version_order from item_versions where item_type = %s and item_id = %s "

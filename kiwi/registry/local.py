@@ -114,7 +114,14 @@ def publish_item(registry: Any, path: Path, *, version: str | None, key: str | N
     bundle = bundle_from_path(path, version)
     signed_by = verify(bundle.main).signer
     signer = check_name(key) if key else signed_by
-    if signer not in own_keys():
+    mine = own_keys()
+    if key and signer not in mine:
+        # (s18 trial: `--key nobody` was reported as the file's signer not being one of your keys.)
+        raise InputInvalid(
+            f"you have no key '{signer}'",
+            hint=f"your keys: {', '.join(sorted(mine)) or 'none'} (`kiwi keys list`); `kiwi keys init` makes one",
+        )
+    if signer not in mine:
         raise InputInvalid(
             f"{path.name} is signed by '{signed_by}', which is not one of your keys",
             hint=f"read it, then sign it yourself: `kiwi sign {path}`",
