@@ -681,3 +681,19 @@ def test_the_audit_text_says_who_decided_what(capsys):
     assert _audit_detail(
         {"event": "tool_call", "tool": "x.y", "reason": "gone", "error_type": "McpUnavailable"}
     ) == ("gone (McpUnavailable)")
+
+
+def test_kiwi_call_reads_large_arguments_from_a_file_or_standard_input(tmp_path, monkeypatch):
+    """Found by the s18 trial: `kiwi call` took its arguments as one command-line word only, so 300 KB
+    (what the payload store is for) failed in the shell ('Argument list too long')."""
+    import io
+
+    from kiwi.cli.runs import _call_arguments
+
+    big = {"path": "notes/big.md", "content": "x" * 300_000}
+    (tmp_path / "args.json").write_text(json.dumps(big))
+    assert _call_arguments("filesystem.write", f"@{tmp_path / 'args.json'}") == big
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(big)))
+    assert _call_arguments("filesystem.write", "-") == big
+    with pytest.raises(KiwiError, match="cannot read the arguments from .*missing.json"):
+        _call_arguments("filesystem.write", f"@{tmp_path / 'missing.json'}")

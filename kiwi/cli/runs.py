@@ -298,6 +298,25 @@ def cmd_call(args: argparse.Namespace) -> int:
     return _make_call(args)
 
 
+def _arguments_text(text: str | None) -> str | None:
+    """The arguments as given: ``@FILE`` is the file's text, ``-`` standard input's (a command line holds
+    a few hundred KB at most: a 300 KB write failed with 'Argument list too long'; s18 trial)."""
+    if text == "-":
+        return sys.stdin.read()
+    if text and text.startswith("@"):
+        path = Path(text[1:]).expanduser()
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputInvalid(
+                f"cannot read the arguments from {path}: {exc.strerror}",
+                hint="@FILE names a file holding the JSON object; - reads it from standard input",
+            ) from None
+        except UnicodeDecodeError:
+            raise InputInvalid(f"{path} is not UTF-8 text", hint="the arguments are a JSON object") from None
+    return text
+
+
 def _call_arguments(tool: str, text: str | None) -> dict[str, Any]:
     """``kiwi call``'s arguments: a JSON object that fits the tool (raises InputInvalid saying what to send)."""
     from kiwi.toolargs import check_arguments
@@ -305,6 +324,7 @@ def _call_arguments(tool: str, text: str | None) -> dict[str, Any]:
     example = (
         'e.g. kiwi call filesystem.read \'{"path": "notes/hello.md"}\' (a JSON object, in single quotes)'
     )
+    text = _arguments_text(text)
     try:
         arguments = json.loads(text) if text else {}
     except json.JSONDecodeError as exc:
@@ -1014,7 +1034,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "call", help="make a tool call through a run's policy, or the base policy outside runs"
     )
     p.add_argument("tool", help="tool id, e.g. filesystem.read or word_count")
-    p.add_argument("arguments", nargs="?", help="arguments as a JSON object")
+    p.add_argument(
+        "arguments",
+        nargs="?",
+        help="arguments as a JSON object; @FILE reads them from a file, - from standard input (for large ones)",
+    )
     p.add_argument(
         "--run",
         help="the run whose grants apply (default: your session, with the base policy of agent_harness.yaml)",
