@@ -210,7 +210,9 @@ async def read_status(runs: Any, run_id: str) -> RunStatus:
     except TimeoutError:
         raise KiwiError(
             f"no worker answered {run_id}'s status within {limit:g}s (the run waits on without one)",
-            hint=f"start `kiwi dev` or `kiwi worker` on task queue '{runs.task_queue}'",
+            hint=f"start `kiwi dev` or `kiwi worker` on task queue '{runs.task_queue}' (with Worker Versioning, "
+            "a worker of the run's deployment version: a plain worker takes nothing once the queue has a "
+            "current version; see README, Upgrading workers)",
         ) from None
 
 
