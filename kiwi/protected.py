@@ -1,8 +1,10 @@
 """Protected paths: places no grant reaches unless it names them.
 
 ``.git`` (at any depth: a nested ``.git`` file or folder points git at a config of its own),
-Kiwi's configuration, audit trail, cache, the code of local tools, and ``temporal-dev.yml`` at the root
-(``kiwi dev`` reads it from the folder it starts in: the address its server listens on, its database). A file written there
+Kiwi's configuration, audit trail, cache, the code of local tools, ``temporal-dev.yml`` at any depth
+(``kiwi dev`` and the other commands read the one of the folder they start in: the address its server
+listens on, its database), and a ``.ai`` folder below the root (a command run below it would take that
+folder for its project's). A file written there
 would change what a later tool executes (``.git/config``'s ``core.fsmonitor``, a hook, a
 tool's ``main.py``) or what the harness allows, so ``write **`` does not reach them; a grant
 whose literal part names the place does (``write .ai/tools/**``, ``read .git/**``).
@@ -17,9 +19,12 @@ from kiwi.globs import first_match
 # Project-relative folders, as POSIX paths. ".git" is matched as a segment anywhere.
 PROTECTED_ROOTS = (".ai/config", ".ai/logs", ".ai/tools", ".ai/scripts", ".ai/.cache", ".kiwi")
 GIT_DIR = ".git"
+# Protected in workflow code behind DEV_CONFIG_PROTECTED (see protected_root).
+DIRECTIVES = ".ai/directives"
 # kiwi dev's settings file, at the project's root (kiwi.devserver.load_dev_config).
 DEV_CONFIG = "temporal-dev.yml"
-# Workflow code protects it behind this patch: runs that wrote it before replay as they ran.
+# Workflow code protects it (and nested .ai folders) behind this patch: runs that wrote them before replay as
+# they ran.
 DEV_CONFIG_PROTECTED = "kiwi-dev-config-protected"
 
 
@@ -47,8 +52,20 @@ def protected_root(rel: str) -> str | None:
     for parts in _ROOT_PARTS:
         if folded[: len(parts)] == parts:
             return "/".join(segments[: len(parts)])
-    if len(segments) == 1 and folded[0] == DEV_CONFIG and _dev_config_protected():
-        return segments[0]
+    if folded[:2] == [".ai", "directives"] and _dev_config_protected():
+        # Directives carry grants by their signature: an older signed version written back (a file write, git
+        # restore) had the grants a human had removed since. Agents write them through execute(directive,
+        # update), which drops a signature line.
+        return "/".join(segments[:2])
+    text = rel.casefold()
+    if DEV_CONFIG in text or ".ai" in text:
+        # temporal-dev.yml anywhere (a command run from a sub-folder reads the one there), and a .ai folder
+        # below the root (a command run below it takes that folder for the project: its trusted keys, its
+        # harness). Behind DEV_CONFIG_PROTECTED in workflow code.
+        for index, segment in enumerate(segments):
+            name = _fold(segment)
+            if (name == DEV_CONFIG or (name == ".ai" and index > 0)) and _dev_config_protected():
+                return "/".join(segments[: index + 1])
     return None
 
 

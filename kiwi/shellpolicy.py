@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kiwi.globs import first_match, glob_covered
-from kiwi.protected import GIT_DIR, PROTECTED_ROOTS, protected_root
+from kiwi.protected import DEV_CONFIG, DIRECTIVES, GIT_DIR, PROTECTED_ROOTS, protected_root
 from kiwi.protected import granted as protected_granted
 
 # ---------------------------------------------------------------- programs that run other programs
@@ -709,9 +709,11 @@ def _check_path(p: PathArgument, g: _Grants) -> ShellVerdict | None:
             patterns,
         )
     if p.tree and p.mode == "write":
-        for root in (GIT_DIR, *PROTECTED_ROOTS):
+        for root in (GIT_DIR, *PROTECTED_ROOTS, DIRECTIVES, DEV_CONFIG):
             if p.rel == "." or root.startswith(p.rel + "/"):
-                inside = posixpath.join(root, "x") if p.rel == "." else root + "/x"
+                inside = (
+                    root if root == DEV_CONFIG else posixpath.join(root, "x") if p.rel == "." else root + "/x"
+                )
                 if protected_granted(list(patterns), inside) is None:
                     return _no(
                         f"'{p.raw}' contains the protected place '{root}', which only a grant naming "
@@ -736,6 +738,8 @@ def _operands(name: str, spec: Spec, parsed: _Parsed, cwd: str) -> list[tuple[st
             found.append((value, "read", False))
     ops = parsed.operands
     how = spec.operands
+    if how in ("copy", "link") or name == "mv":
+        found += _into_folder(parsed, ops)
     if how == "none":
         return found
     if how == "read":
@@ -786,6 +790,31 @@ def _operands(name: str, spec: Spec, parsed: _Parsed, cwd: str) -> list[tuple[st
         found += [(o, "read", False) for o in ops[:1]]
         return found if listing else found + [(into[-1], "write", True)]
     return found + [(o, "read", False) for o in ops]
+
+
+def _into_folder(parsed: _Parsed, ops: Sequence[str]) -> list[tuple[str, str, bool]]:
+    """``cp``/``mv``/``ln`` into a folder write FOLDER/NAME for each source: each is a probe (``into``) that
+    counts only where it is a protected place (``cp src/temporal-dev.yml .`` wrote the root's, the folder
+    ``.`` being all that was checked). Whether the destination is a folder is not known here: a probe past
+    a file's name is a path no grant names, and is dropped unless protected."""
+    targets = [v for _, k, v in parsed.values if k == "write"]
+    sources = list(ops) if targets else list(ops[:-1])
+    folders = targets or list(ops[-1:])
+    probes = [
+        (posixpath.join(folder, posixpath.basename(source.rstrip("/")) or source), "into", False)
+        for folder in folders
+        for source in sources
+        if source
+    ]
+    # A backup of what is replaced is written as NAME + suffix (-b, --backup; -S/--suffix, default "~"):
+    # `cp -b -S l x temporal-dev.ym` wrote temporal-dev.yml.
+    suffixes = [v for o, _, v in parsed.values if o in ("-S", "--suffix")]
+    if suffixes or any(o in ("-b", "--backup") or o.startswith("--backup") for o in parsed.options):
+        names = [*folders, *(p for p, _, _ in probes)]
+        probes += [
+            (name.rstrip("/") + suffix, "into", False) for name in names for suffix in suffixes or ["~"]
+        ]
+    return probes
 
 
 def _tar(parsed: _Parsed, found: list[tuple[str, str, bool]], cwd: str) -> list[tuple[str, str, bool]]:
@@ -1244,6 +1273,8 @@ _GIT_VALUES: dict[str, dict[str, str]] = {
 # Subcommands whose paths (operands) are written; those that rewrite the work tree need write on ".".
 _GIT_WRITE_PATHS = {"add", "rm", "mv", "restore", "checkout", "init"}
 _GIT_TREE_WRITERS = {"switch", "stash", "merge", "cherry-pick", "revert"}
+# Subcommands that rewrite the working tree at the paths they name (git add only stages them).
+_GIT_TREE_PATHS = {"rm", "mv", "restore", "checkout"}
 _GIT_REVISION_FIRST = {
     "log",
     "show",
@@ -1401,25 +1432,46 @@ def _git(args: Sequence[str]) -> list[tuple[str, str, bool]] | ShellVerdict:
         or (sub == "checkout" and after is None)
         or (sub == "add" and not before and not after)
     )
-    if tree_writer:
-        found.append((".", "write", False))
+    new_branch_here = (
+        sub in ("checkout", "switch")
+        and any(o in opts for o in ("-b", "-B", "-c", "-C", "--create", "--force-create"))
+        and not before
+        and after is None
+    )
+    if tree_writer and not new_branch_here:
+        # (A new branch where HEAD is leaves the working tree as it is: `git checkout -b other`.)
+        found.append((".", "write*", False))
     mode = "write" if writes else "read"
+    if sub in _GIT_TREE_PATHS:
+        # Paths it rewrites in the working tree: each a whole tree (`git restore --source=REV -- .ai` wrote the
+        # protected places inside .ai), and no pathspec magic or glob (`:(icase).AI/CONFIG`, `temporal-dev.ym?`)
+        # the literal check would read as a name.
+        mode = "write*"
+        if "--pathspec-from-file" in opts:
+            found.append(("--pathspec-from-file", "magic", False))
     if after is not None:
-        found += [(p, mode, False) for p in after]
+        found += [_git_path(p, mode) for p in after]
         if sub in ("add", "rm", "mv", "restore", "init"):
-            found += [(p, mode, False) for p in before]
+            found += [_git_path(p, mode) for p in before]
         else:
             found += [(p, "read", False) for p in before if _path_like(p)]
     elif no_index or sub == "diff" and any(_path_like(p) for p in before):
         # Outside a repository "git diff a b" compares files on disk: they are paths.
         found += [(p, "read", False) for p in before]
     elif writes and sub != "checkout":
-        found += [(p, mode, False) for p in before]
+        found += [_git_path(p, mode) for p in before]
         if sub == "init" and not before:
             found.append((".", "write", False))
     else:
         found += [(p, mode, False) for p in before if _path_like(p)]
     return found
+
+
+def _git_path(path: str, mode: str) -> tuple[str, str, bool]:
+    """A path git writes: ``magic`` when git would read it as a pattern (see path_arguments)."""
+    if mode == "write*" and (path.startswith(":") or any(c in path for c in "*?[")):
+        return (path, "magic", False)
+    return (path, mode, False)
 
 
 def git_reads_everything(g: _Grants) -> ShellVerdict | None:
@@ -1549,12 +1601,57 @@ def path_arguments(
     if isinstance(raw, ShellVerdict):
         return raw
     out = [PathArgument(".", base, "read")]
+    stricter: list[bool] = []  # (asked once, and only where the stricter rules change the answer)
+
+    def strict() -> bool:
+        if not stricter:
+            stricter.append(_stricter())
+        return stricter[0]
+
     for text, mode, tree in raw:
+        if mode == "magic":
+            if strict():
+                return _no(
+                    f"'{text}': git reads it as a pattern (pathspec magic, a glob or a file of paths), and "
+                    "paths git rewrites are checked as names",
+                    "name each path as it is, after --",
+                )
+            mode = "write"
         rel = lexical_path(base, text)
         if isinstance(rel, ShellVerdict):
+            if mode == "into":
+                continue  # (a probe past the destination: the destination itself is checked)
             return rel
+        if mode == "into":
+            if protected_root(rel) is None or not strict():
+                continue
+            mode = "write"
+        elif mode == "write*":
+            tree = _contains_protected(rel) and strict()
+            mode = "write"
         out.append(PathArgument(text, rel, mode, tree))
     return out
+
+
+# Workflow code checks with the rules of _into_folder, _git_path and git's whole-tree paths behind this
+# patch (a marker only in runs that meet them): runs that ran such commands before replay as they ran.
+SHELL_PATHS_WHOLE = "kiwi-shell-paths-whole"
+
+
+def _stricter() -> bool:
+    from temporalio import workflow
+
+    return not workflow.in_workflow() or workflow.patched(SHELL_PATHS_WHOLE)
+
+
+def _contains_protected(rel: str) -> bool:
+    """Whether the folder ``rel`` is, or holds, a protected place (as a whole-tree write checks it)."""
+    if protected_root(rel) is not None:
+        return True
+    return any(
+        rel == "." or root.startswith(rel + "/")
+        for root in (GIT_DIR, *PROTECTED_ROOTS, DIRECTIVES, DEV_CONFIG)
+    )
 
 
 def _unknown(args: Sequence[str]) -> list[tuple[str, str, bool]]:

@@ -11,7 +11,7 @@ from temporalio.worker import Replayer
 
 from kiwi.contracts import RunLimits
 from kiwi.converter import data_converter
-from tests.helpers import directive_md, wait_for, write_directive
+from tests.helpers import directive_md, wait_for, write, write_directive
 from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
 from workers.main import SANDBOX, WORKFLOWS
 
@@ -129,8 +129,6 @@ async def test_attack_a_module_the_agent_writes_at_the_root_runs_in_a_python_mcp
     import os
     import sys
 
-    from tests.helpers import write
-
     assert os.getcwd() == str(project)  # (the worker's working folder is the project, as under kiwi dev)
     marker = tmp_path_factory.mktemp("outside") / "ran"
     write(
@@ -238,7 +236,8 @@ async def test_attack_the_agent_writes_kiwi_devs_settings_at_the_project_root(ru
     """Attack: ``kiwi dev`` reads temporal-dev.yml from the folder it starts in, the project. With ``write
     **`` the agent wrote one that binds the dev server (no auth) to every interface, or puts its database
     in the project where ``read **`` reads every run of every project it serves. Safe: the file is a
-    protected place, refused by the run and by the filesystem activity alike, by name or through a copy."""
+    protected place, refused by the run and by the filesystem activity alike, by name or through a copy, in
+    any folder; so is a .ai folder below the root (commands run below it take it for the project's)."""
     kiwi_directive(
         project,
         "settings",
@@ -256,11 +255,16 @@ async def test_attack_the_agent_writes_kiwi_devs_settings_at_the_project_root(ru
     copied = await runs.call_tool(run_id, "shell.run", {"argv": ["cp", "notes/dev.yml", "temporal-dev.yml"]})
     assert copied.status == "denied", copied
     assert not (project / "temporal-dev.yml").exists()
-    # The same name anywhere else is an ordinary file.
+    # The same name in a sub-folder too (a command run there reads that one: second s18 review).
     nested = await runs.call_tool(
         run_id, "filesystem.write", {"path": "notes/temporal-dev.yml", "content": text}
     )
-    assert nested.status == "ok", nested
+    assert nested.status == "denied", nested
+    assert not (project / "notes" / "temporal-dev.yml").exists()
+    inner = await runs.call_tool(
+        run_id, "filesystem.write", {"path": "src/.ai/config/trusted_keys.yaml", "content": "x"}
+    )
+    assert inner.status == "denied" and "protected place 'src/.ai'" in inner.reason, inner
     await runs.cancel(run_id)
     # The refusals are behind their patch in the run's history, and it replays on this code.
     history = await runs.handle(run_id).fetch_history()
@@ -281,8 +285,6 @@ async def test_attack_an_upstream_servers_output_schema_holds_the_worker(runs, p
     (patterns on the regex module with a timeout, unique items in linear time); each call answers as a
     refused answer naming the problem, another run's calls go on, and an answer that fits still passes."""
     import sys
-
-    from tests.helpers import write
 
     server = Path(__file__).parent / "servers" / "schema_server.py"
     write(
@@ -402,7 +404,6 @@ async def test_attack_an_upstream_servers_progress_message_is_kept_whole_in_ever
     import sys
 
     from activities.mcp import PROGRESS_MESSAGE_CHARS
-    from tests.helpers import write
 
     server = Path(__file__).parent / "servers" / "hostile_stdio_server.py"
     write(
@@ -553,7 +554,6 @@ async def test_a_server_whose_command_is_missing_fails_once_without_a_traceback(
     from activities.mcp import McpActivities
     from kiwi.contracts import McpListToolsRequest
     from kiwi.upstream.pool import McpPool
-    from tests.helpers import write
 
     write(
         project / ".ai" / "config" / "mcp_registry.yaml",
@@ -576,3 +576,98 @@ async def test_a_server_whose_command_is_missing_fails_once_without_a_traceback(
             assert failed.value.category == ApplicationErrorCategory.APPLICATION_ERROR_CATEGORY_BENIGN
     finally:
         await pool.close()
+
+
+# ============================================================ second review: git, folders, directive files
+
+
+def _git(project, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(
+        ["git", "-c", "user.name=h", "-c", "user.email=h@example.com", "-c", "commit.gpgsign=false", *args],
+        cwd=project,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+async def test_attack_shell_commands_rewrite_protected_places_and_signed_directives(runs, project):
+    """Found by the second s18 review. A signed directive grants ``write **`` and the shell's git and cp.
+    git's paths were checked as single names, never as the trees they are: ``git restore --source=HEAD~1
+    -- .ai`` and ``:(icase).AI/CONFIG`` brought back the harness and trusted keys of an older commit,
+    ``temporal-dev.ym?`` and ``git checkout REV`` the rest; ``git mv .ai .ai_old`` then ``git mv fake .ai``
+    swapped in the agent's own .ai (its trusted keys); ``cp src/temporal-dev.yml .`` checked the folder
+    only; and a plain write of an older signed directive (or ``git restore`` of one) brought its grants
+    back. Safe: every one is refused, naming the protected place; ordinary git and cp still work."""
+    write_directive(
+        project / ".ai" / "directives" / "deploy.md",
+        directive_md(BODY_NOTE, name="deploy", permissions='<write resource="filesystem" path="**"/>'),
+    )
+    _git(project, "init", "-q")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-qm", "one")
+    write_directive(
+        project / ".ai" / "directives" / "deploy.md",
+        directive_md(
+            BODY_NOTE,
+            name="deploy",
+            version="1.1.0",
+            permissions='<write resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    _git(project, "add", "-A")
+    _git(project, "commit", "-qm", "two")
+    old_deploy = _git(project, "show", "HEAD~1:.ai/directives/deploy.md")
+    kiwi_directive(
+        project,
+        "refactor",
+        '<write resource="filesystem" path="**"/><read resource="filesystem" path="**"/>'
+        '<execute resource="shell" commands="git,cp"/>',
+    )
+    run_id = await agent_run(runs, "refactor")
+    before = {
+        p: p.read_bytes() for p in (project / ".ai").rglob("*") if p.is_file() and "logs" not in p.parts
+    }
+    for command in (
+        "git restore --source=HEAD~1 -- .ai",
+        "git restore --source=HEAD~1 -- :(icase).AI/CONFIG",
+        "git checkout HEAD~1 -- temporal-dev.ym?",
+        "git checkout HEAD~1",
+        "git reset --hard HEAD~1",
+        "git rm -r --cached -q .ai",
+        "git mv .ai .ai_old",
+        "git restore -s HEAD~1 .ai/directives/deploy.md",
+        "cp notes/temporal-dev.yml .",
+        "cp -b -S l notes/x temporal-dev.ym",
+        "cp -t . notes/temporal-dev.yml",
+    ):
+        refused = await runs.call_tool(run_id, "shell.run", {"command": command})
+        assert refused.status == "denied", (command, refused)
+    wrote = await runs.call_tool(
+        run_id, "filesystem.write", {"path": ".ai/directives/deploy.md", "content": old_deploy}
+    )
+    assert wrote.status == "denied" and "protected place '.ai/directives'" in wrote.reason, wrote
+    after = {p: p.read_bytes() for p in (project / ".ai").rglob("*") if p.is_file() and "logs" not in p.parts}
+    assert after == before
+    assert not (project / "temporal-dev.yml").exists()
+    # What a refactoring directive does with git and cp still works.
+    write(project / "notes" / "a.md", "a\n")
+    for command in (
+        "git status --porcelain",
+        "git checkout -b other",
+        "cp notes/a.md notes/b.md",
+        "cp notes/a.md .",
+    ):
+        done = await runs.call_tool(run_id, "shell.run", {"command": command})
+        assert done.status == "ok" and done.result["exit_code"] == 0, (command, done)
+    await runs.cancel(run_id)
+    history = await runs.handle(run_id).fetch_history()
+    assert "kiwi-shell-paths-whole" in str(history.events)
+    await Replayer(
+        workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX
+    ).replay_workflow(history)
+
+
+BODY_NOTE = '<step name="work"><action>Work.</action></step>'
