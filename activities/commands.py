@@ -262,6 +262,9 @@ class CommandActivities:
             raise ToolTypeUnsupported.error(
                 f"tool '{tool.tool_id}' has type {tool.tool_type}, which this worker cannot run yet"
             )
+        # Any Python the tool starts (a bash tool's `python3 -m json.tool`) puts nothing of its working folder,
+        # the project, on its import path either (second s18 review).
+        env.setdefault("PYTHONSAFEPATH", "1")
         result = await run_process(
             argv,
             cwd=req.project_root,

@@ -346,6 +346,8 @@ class DirectiveRunResult(BaseModel):
     # ... and its audit records' last number: the trail is one file per session id and day, and a flush skips
     # the numbers the file holds, so a successor counting from 1 again was left out of it.
     audit_seq: int = 0
+    # ... and how many calls with stored arguments did not go through (a new session started from 0).
+    stored_refusals: int = 0
 
 
 # ---------------------------------------------------------------- updates, signals, queries

@@ -480,6 +480,7 @@ class RunClient:
             children=[c for c in last.children if c.status == "running"],
             window_reserved=last.window_reserved,
             audit_seq=last.audit_seq,
+            stored_refusals=last.stored_refusals,
         )
         if last.hold_reason:
             # Ended while held (stuck in a loop, say): the new session is held until a human resumes it.

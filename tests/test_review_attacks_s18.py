@@ -472,6 +472,14 @@ async def test_a_flood_of_readiness_probes_makes_one_check_at_a_time():
 # ============================================================ the payload store
 
 
+def _just_under(threshold: int, index: int) -> int:
+    """A content length whose filesystem.write arguments are 40 bytes under ``threshold`` as JSON."""
+    from workflows.directive_run.task_budget import json_bytes
+
+    probe = {"path": "notes/big.md", "content": f"{index:02d}"}
+    return threshold - 40 - json_bytes(probe) + 2
+
+
 async def test_attack_refused_calls_with_large_arguments_fill_the_payload_store(
     runs, project, temporal_env, capsys
 ):
@@ -498,7 +506,10 @@ async def test_attack_refused_calls_with_large_arguments_fill_the_payload_store(
 
     before = stored()
     for index in range(STORED_REFUSALS):
-        content = f"{index}" + "x" * 300_000
+        # Half of them just under the threshold as arguments, over it as the stored request (the wrapper's
+        # bytes): counted too (second s18 review: 262,143 bytes of arguments went uncounted).
+        size = 300_000 if index % 2 else _just_under(STORED_ARGUMENT_BYTES, index)
+        content = f"{index:02d}" + "x" * (size - 2)
         refused = await runs.call_tool(
             run_id, "filesystem.write", {"path": "notes/big.md", "content": content}
         )
@@ -671,3 +682,123 @@ async def test_attack_shell_commands_rewrite_protected_places_and_signed_directi
 
 
 BODY_NOTE = '<step name="work"><action>Work.</action></step>'
+
+
+def test_an_output_schema_with_unevaluated_properties_is_checked_in_time():
+    """Found by the second s18 review: jsonschema works out unevaluatedProperties with Python's re over
+    patternProperties, outside the keywords the deadline bounds: `^(a+)+$` against 28 characters took 8 s of
+    the worker's loop. unevaluatedProperties/Items are not checked; the rest of the schema is, in time."""
+    import time
+
+    from kiwi.upstream.schemacheck import CHECK_SECONDS, output_validator
+
+    check = output_validator(
+        "t",
+        {
+            "type": "object",
+            "unevaluatedProperties": False,
+            "patternProperties": {"^(a+)+$": {"type": "string"}},
+        },
+    )
+    started = time.monotonic()
+    problems = list(check.iter_errors({"a" * 30 + "!": 1, "aaa": 2}))
+    assert time.monotonic() - started < CHECK_SECONDS
+    assert [p.message for p in problems] == ["2 is not of type 'string'"]
+
+
+async def test_attack_rewrite_then_delete_a_signed_directive_or_copy_a_user_one_beside_it(
+    runs, project, temporal_env, monkeypatch, tmp_path_factory
+):
+    """Found by the second s18 review: the agent could not delete a signed directive, but could rewrite it
+    (saved unsigned) and then delete it, its id free for the registry's version with the grants a human had
+    removed; and `load(copy_to_project=true)` of a user-space directive of the same id (broad grants) wrote
+    a second file beside the project's (narrow), and won by its path. Safe: a directive that was signed when
+    the agent rewrote it stays the human's to delete; a copy beside a project item of the same id is refused."""
+    from mcp.client import Client
+
+    from mcp_frontend.server import build_server
+    from tests.helpers import data
+
+    user = tmp_path_factory.mktemp("user-ai")
+    monkeypatch.setenv("AI_USER_SPACE", str(user))
+    narrow = '<read resource="filesystem" path="notes/**"/>'
+    write_directive(
+        project / ".ai" / "directives" / "ops" / "deploy.md",
+        directive_md(BODY_NOTE, name="deploy", permissions=narrow),
+    )
+    write_directive(
+        user / "directives" / "deploy.md",
+        directive_md(BODY_NOTE, name="deploy", permissions='<write resource="filesystem" path="**"/>'),
+    )
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+
+        async def execute(**arguments):
+            return data(await client.call_tool("execute", arguments))
+
+        copied = data(
+            await client.call_tool(
+                "load",
+                {"item_type": "directive", "item_id": "deploy", "source": "user", "copy_to_project": True},
+            )
+        )
+        assert copied.get("error") == "InputInvalid" and "already in the project" in copied["message"], copied
+        assert [p.name for p in (project / ".ai" / "directives").rglob("deploy.md")] == ["deploy.md"]
+        rewritten = await execute(
+            item_type="directive",
+            action="update",
+            item_id="deploy",
+            parameters={"content": directive_md(BODY_NOTE, name="deploy", permissions=narrow)},
+        )
+        assert rewritten["status"] == "updated", rewritten
+        refused = await execute(
+            item_type="directive", action="delete", item_id="deploy", parameters={"confirm": True}
+        )
+        assert refused["error"] == "PermissionDenied" and "only a human deletes it" in refused["message"], (
+            refused
+        )
+        assert (project / ".ai" / "directives" / "ops" / "deploy.md").exists()
+        # A directive the agent made itself, never signed, it may still delete.
+        made = await execute(
+            item_type="directive",
+            action="create",
+            item_id="draft",
+            parameters={"content": directive_md(BODY_NOTE, name="draft")},
+        )
+        assert made["status"] == "created", made
+        gone = await execute(
+            item_type="directive", action="delete", item_id="draft", parameters={"confirm": True}
+        )
+        assert gone["status"] == "deleted", gone
+
+
+async def test_attack_a_module_the_agent_writes_runs_in_a_python_a_bash_tool_starts(
+    runs, project, tmp_path_factory
+):
+    """Found by the second s18 review: `-P` kept the agent's json.py out of python tools, but a human's bash
+    tool that runs `python3 -m json.tool` (in the project, as tools run) imported it. Tools run with
+    PYTHONSAFEPATH=1: no Python they start imports from its working folder."""
+    import sys
+
+    from tests.helpers import write
+
+    marker = tmp_path_factory.mktemp("outside") / "ran"
+    tool = project / ".ai" / "tools" / "ops" / "pretty"
+    write(
+        tool / "tool.yaml",
+        "tool_id: pretty\ntool_type: bash\nversion: '1.0.0'\ncategory: ops\ndescription: Pretty-prints JSON\n"
+        "executor:\n  entrypoint: run.sh\nmutates_state: false\n",
+    )
+    write(tool / "run.sh", f"echo '{{\"a\": 1}}' | {sys.executable} -m json.tool\n")
+    kiwi_directive(
+        project,
+        "everything",
+        '<write resource="filesystem" path="**"/>\n<execute resource="tool" id="pretty"/>',
+    )
+    run_id = await agent_run(runs, "everything")
+    wrote = await runs.call_tool(run_id, "filesystem.write", {"path": "json.py", "content": _planted(marker)})
+    assert wrote.status == "ok", wrote
+    called = await runs.call_tool(run_id, "pretty", {})
+    assert called.status == "ok" and called.result == {"a": 1}, called
+    assert not marker.exists(), "the agent's json.py ran in the Python the bash tool started"
+    await runs.cancel(run_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -105,6 +106,10 @@ def save_directive(
     if current is not None and current.read_text(encoding="utf-8") == content:
         signature = None  # (the same file: nothing is written, a signature it has stays)
     else:
+        if current is not None and split_signature(current.read_text(encoding="utf-8"))[0] is not None:
+            # A signed directive the agent rewrites stays a human's: the agent cannot delete it next (its id
+            # free for the registry's version, with grants the human had removed: second s18 review).
+            _remember_signed(store, location, directive.name)
         _atomic_write(path, unsigned if signature is not None else content)
     saved = {
         "item_id": directive.name,
@@ -118,6 +123,26 @@ def save_directive(
             f"human reads it and signs it (kiwi sign {path})"
         )
     return saved
+
+
+def _signed_list(store: ItemStore, location: str) -> Path:
+    """Where a space keeps the ids of directives that were signed when an agent rewrote them."""
+    return _space(store, location) / ".cache" / "signed-directives.json"
+
+
+def _signed_before(store: ItemStore, location: str) -> set[str]:
+    try:
+        return set(json.loads(_signed_list(store, location).read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return set()
+
+
+def _remember_signed(store: ItemStore, location: str, item_id: str) -> None:
+    known = _signed_before(store, location)
+    if item_id not in known:
+        path = _signed_list(store, location)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, json.dumps(sorted(known | {item_id})))
 
 
 def delete_item(
@@ -136,7 +161,10 @@ def delete_item(
     path = _existing(store, item_type, item_id, location)
     if path is None:
         raise ItemNotFound(f"no {item_type} '{item_id}' in the {location} space")
-    if item_type == "directive" and split_signature(path.read_text(encoding="utf-8"))[0] is not None:
+    if item_type == "directive" and (
+        split_signature(path.read_text(encoding="utf-8"))[0] is not None
+        or item_id in _signed_before(store, location)
+    ):
         # A signed directive is a human's decision; gone, its id was free for another version of it (an
         # older one from the registry) with the grants the human had removed.
         raise PermissionDenied(
@@ -192,7 +220,14 @@ def link_knowledge(
 
 
 def copy_to_project(store: ItemStore, item_type: str, item_id: str) -> dict[str, Any]:
-    """Copy an item from the user space into the project space (same relative path)."""
+    """Copy an item from the user space into the project space (same relative path); never beside a project
+    item of the same id (a second file of one id, in another category, would win by its path)."""
+    here = _existing(store, item_type, item_id, "project")
+    if here is not None:
+        raise InputInvalid(
+            f"{item_type} '{item_id}' is already in the project at {here}",
+            hint="load it from the project (source='project'); the user space's copy stays where it is",
+        )
     record = store.find(item_type, item_id, source="user")  # type: ignore[arg-type]
     source = Path(record.path)
     user_base = store.spaces["user"]

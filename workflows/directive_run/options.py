@@ -176,6 +176,8 @@ RUN_OUTPUTS_BYTES = 1_000_000
 # the refusal is the validator's, which no history records.)
 STORED_ARGUMENT_BYTES = 256 * 1024
 STORED_REFUSALS = 20
+# What a stored call's payload holds besides its arguments and names (JSON keys, metadata), and then some.
+STORED_MARGIN_BYTES = 1024
 MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activities, with progress
 # What a batch of upstream calls gets past the server's timeout, which bounds each of its calls: time to
 # answer for the calls that finished when one did not (see McpCallBatch).

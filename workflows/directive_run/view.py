@@ -121,6 +121,7 @@ class ViewMixin:
                         "children",
                         "window_reserved",
                         "audit_seq",
+                        "stored_refusals",
                     }
                 )
                 if is_session(self.snap.run_id, self.snap.directive.name)

@@ -74,6 +74,7 @@ from workflows.directive_run.options import (
     RUN_OUTPUTS_BYTES,
     STEP_OUTPUTS_BYTES,
     STORED_ARGUMENT_BYTES,
+    STORED_MARGIN_BYTES,
     STORED_REFUSALS,
     TASK_ARGUMENT_BYTES,
 )
@@ -81,6 +82,13 @@ from workflows.directive_run.steps import StepsMixin
 from workflows.directive_run.task_budget import TaskBudget, json_bytes
 from workflows.directive_run.upstream import UpstreamMixin
 from workflows.directive_run.view import ViewMixin
+
+
+def stored_size(request: CallToolRequest, arguments_size: int) -> int:
+    """About the bytes of the payload the client stores for this call (the store decides on the whole
+    request, not its arguments alone: arguments of 262,143 bytes were stored and never counted; second s18
+    review): the arguments, the tool's and client's names, and a margin for the rest."""
+    return arguments_size + len(request.tool) + len(request.client) + STORED_MARGIN_BYTES
 
 
 @workflow.defn(name="DirectiveRun", failure_exception_types=[TemplateError, ConditionError])
@@ -246,7 +254,7 @@ class DirectiveRun(
         if self.commit_before_continue and update_id in self.state.update_seqs:
             return self._already_ran(request, update_id, self.state.update_seqs[update_id])
         result = await self._call(request.tool, request.arguments, origin="agent", client=request.client)
-        if arguments_size >= STORED_ARGUMENT_BYTES and result.status != "ok":
+        if stored_size(request, arguments_size) >= STORED_ARGUMENT_BYTES and result.status != "ok":
             self.state.stored_refusals += 1
         size = json_bytes(result.model_dump()) if self.budgeted else 0
         if update_id:
@@ -311,7 +319,10 @@ class DirectiveRun(
         goes). Validators do not run again on replay, so this count is the validator's own: nothing the
         run decides reads it."""
         size = json_bytes(request.arguments)
-        if size >= STORED_ARGUMENT_BYTES and self.state.stored_refusals >= STORED_REFUSALS:
+        if (
+            stored_size(request, size) >= STORED_ARGUMENT_BYTES
+            and self.state.stored_refusals >= STORED_REFUSALS
+        ):
             raise InputInvalid.error(
                 f"this run has taken {self.state.stored_refusals} calls with arguments of "
                 f"{STORED_ARGUMENT_BYTES // 1024} KB or more that did not go through, and takes no more of "
