@@ -277,6 +277,27 @@ async def test_attack_the_agent_writes_kiwi_devs_settings_at_the_project_root(ru
 # ============================================================ a hostile upstream server's output schema
 
 
+async def _server_run(runs, project, server: str, script: str, *, timeout: float) -> str:
+    """A run waiting for the agent that may call every tool of the stdio server ``tests/servers/SCRIPT``."""
+    import sys
+
+    path = Path(__file__).parent / "servers" / script
+    write(
+        project / ".ai" / "config" / "mcp_registry.yaml",
+        f"mcps:\n  {server}:\n    command: {sys.executable}\n    args: [{str(path)!r}]\n    timeout: {timeout:g}\n",
+    )
+    write_directive(
+        project / ".ai" / "directives" / f"uses_{server}.md",
+        directive_md(
+            BODY_NOTE,
+            name=f"uses_{server}",
+            tools=f'<tools><mcp name="{server}" required="true"/></tools>',
+            permissions=f'<execute resource="mcp" name="{server}" actions="*"/>',
+        ),
+    )
+    return await agent_run(runs, f"uses_{server}")
+
+
 async def test_attack_an_upstream_servers_output_schema_holds_the_worker(runs, project):
     """Attack: an MCP server's tool declares an outputSchema whose ``pattern`` backtracks (``^(a+)+$``) and
     answers 30 ``a`` and a ``!``. The SDK checked the answer with Python's re on the worker's event loop:
@@ -284,23 +305,7 @@ async def test_attack_an_upstream_servers_output_schema_holds_the_worker(runs, p
     fire. ``uniqueItems`` over 20,000 objects compared every pair. Safe: the check runs with a deadline
     (patterns on the regex module with a timeout, unique items in linear time); each call answers as a
     refused answer naming the problem, another run's calls go on, and an answer that fits still passes."""
-    import sys
-
-    server = Path(__file__).parent / "servers" / "schema_server.py"
-    write(
-        project / ".ai" / "config" / "mcp_registry.yaml",
-        f"mcps:\n  schemas:\n    command: {sys.executable}\n    args: [{str(server)!r}]\n    timeout: 5\n",
-    )
-    write_directive(
-        project / ".ai" / "directives" / "hostile.md",
-        directive_md(
-            '<step name="work"><action>Work.</action></step>',
-            name="hostile",
-            tools='<tools><mcp name="schemas" required="true"/></tools>',
-            permissions='<execute resource="mcp" name="schemas" actions="*"/>',
-        ),
-    )
-    run_id = await agent_run(runs, "hostile")
+    run_id = await _server_run(runs, project, "schemas", "schema_server.py", timeout=5)
     expected = {
         "slow": "does not match '^(a+)+$'",
         "slower": "took more than 1s to match",
@@ -401,25 +406,9 @@ async def test_attack_an_upstream_servers_progress_message_is_kept_whole_in_ever
     """Found by the s18 review: a long upstream call's progress reports become its activity's heartbeat
     details, which Temporal keeps and the front end reads while the call runs; a server's message went in
     whole (200 KB here, up to what a line may hold). Safe: a message is cut at PROGRESS_MESSAGE_CHARS."""
-    import sys
-
     from activities.mcp import PROGRESS_MESSAGE_CHARS
 
-    server = Path(__file__).parent / "servers" / "hostile_stdio_server.py"
-    write(
-        project / ".ai" / "config" / "mcp_registry.yaml",
-        f"mcps:\n  hostile:\n    command: {sys.executable}\n    args: [{str(server)!r}]\n    timeout: 120\n",
-    )
-    write_directive(
-        project / ".ai" / "directives" / "chatty.md",
-        directive_md(
-            '<step name="work"><action>Work.</action></step>',
-            name="chatty",
-            tools='<tools><mcp name="hostile" required="true"/></tools>',
-            permissions='<execute resource="mcp" name="hostile" actions="*"/>',
-        ),
-    )
-    run_id = await agent_run(runs, "chatty")
+    run_id = await _server_run(runs, project, "hostile", "hostile_stdio_server.py", timeout=120)
     held = await runs.call_tool_waiting(
         run_id, "hostile.hold", {"message": "m" * 200_000}, client_name="agent", wait_seconds=0.5
     )
