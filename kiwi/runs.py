@@ -493,10 +493,25 @@ class RunClient:
         return self.client.get_workflow_handle(run_id, result_type=DirectiveRunResult)
 
     async def status(self, run_id: str) -> RunStatus:
+        status = await self._status(run_id)
+        assert status is not None  # (no rpc_timeout: a query that is not answered raises)
+        return status
+
+    async def _status(self, run_id: str, rpc_timeout: timedelta | None = None) -> RunStatus | None:
+        """The run's status as `kiwi status` shows it; with ``rpc_timeout``, None when no worker answers
+        within it (the client's own timeout comes back as CANCELLED, the server's "no poller" as
+        FAILED_PRECONDITION)."""
         await self.check_project(run_id)
         try:
-            status = await self.handle(run_id).query(DirectiveRun.status)
+            status = await self.handle(run_id).query(DirectiveRun.status, rpc_timeout=rpc_timeout)
         except RPCError as exc:
+            unanswered = (
+                RPCStatusCode.CANCELLED,
+                RPCStatusCode.DEADLINE_EXCEEDED,
+                RPCStatusCode.FAILED_PRECONDITION,
+            )
+            if rpc_timeout is not None and exc.status in unanswered:
+                return None
             raise _translate(exc, run_id) from None
         await self._children_now(status)
         return self._shown(status)
@@ -780,27 +795,13 @@ class RunClient:
             update={"status": ("approved" if approved else "rejected") if taken else "pending"}
         )
 
-    async def answered_status(self, run_id: str) -> RunStatus | None:
+    async def answered_status(self, run_id: str, *, polled: bool | None = None) -> RunStatus | None:
         """The run's status, or None when no worker answers for it soon (none polls its task queue, or one
-        that Temporal saw lately no longer answers within QUERY_SECONDS)."""
-        if not await self.worker_polls():
+        that Temporal saw lately no longer answers within QUERY_SECONDS). ``polled``: ``worker_polls()``,
+        when the caller asked it already."""
+        if not (await self.worker_polls() if polled is None else polled):
             return None
-        await self.check_project(run_id)
-        try:
-            status = await self.handle(run_id).query(
-                DirectiveRun.status, rpc_timeout=timedelta(seconds=QUERY_SECONDS)
-            )
-        except RPCError as exc:
-            # (The client's own timeout comes back as CANCELLED; the server's "no poller" as
-            # FAILED_PRECONDITION.)
-            if exc.status in (
-                RPCStatusCode.CANCELLED,
-                RPCStatusCode.DEADLINE_EXCEEDED,
-                RPCStatusCode.FAILED_PRECONDITION,
-            ):
-                return None
-            raise _translate(exc, run_id) from None
-        return self._shown(status)
+        return await self._status(run_id, timedelta(seconds=QUERY_SECONDS))
 
     async def worker_polls(self) -> bool:
         """Whether a worker polls this client's task queue for workflow tasks (a query waits for one: with
@@ -1293,7 +1294,7 @@ class RunClient:
             if not self.all_projects and row["project"] != self.project:
                 continue
             try:
-                status = await self.answered_status(row["run_id"]) if polled else None
+                status = await self.answered_status(row["run_id"], polled=polled)
                 if status is not None:
                     approvals = status.approvals
                 else:

@@ -98,6 +98,15 @@ def _planted(marker) -> str:
 EVERYTHING = '<write resource="filesystem" path="**"/>\n<execute resource="tool" id="word_count"/>'
 
 
+async def _run_that_planted(runs, project, marker, permissions: str = EVERYTHING) -> str:
+    """A run (its directive granting ``permissions``) whose agent wrote json.py (``_planted``) at the root."""
+    kiwi_directive(project, "everything", permissions)
+    run_id = await agent_run(runs, "everything")
+    wrote = await runs.call_tool(run_id, "filesystem.write", {"path": "json.py", "content": _planted(marker)})
+    assert wrote.status == "ok", wrote
+    return run_id
+
+
 async def test_attack_a_module_the_agent_writes_at_the_root_runs_in_every_later_python_tool(
     runs, project, tmp_path_factory
 ):
@@ -108,10 +117,7 @@ async def test_attack_a_module_the_agent_writes_at_the_root_runs_in_every_later_
     write protected files and read the signing keys. Safe: tools run with ``-P``; the planted file is never
     imported and the tool answers as usual."""
     marker = tmp_path_factory.mktemp("outside") / "ran"
-    kiwi_directive(project, "everything", EVERYTHING)
-    run_id = await agent_run(runs, "everything")
-    wrote = await runs.call_tool(run_id, "filesystem.write", {"path": "json.py", "content": _planted(marker)})
-    assert wrote.status == "ok", wrote
+    run_id = await _run_that_planted(runs, project, marker)
     counted = await runs.call_tool(run_id, "word_count", {"text": "two words"})
     assert counted.status == "ok", counted
     assert "2" in str(counted.result), counted.result
@@ -136,11 +142,7 @@ async def test_attack_a_module_the_agent_writes_at_the_root_runs_in_a_python_mcp
         f"mcps:\n  clock:\n    command: {sys.executable}\n"
         '    args: ["-m", "mcp_server_time", "--local-timezone", "UTC"]\n',
     )
-    kiwi_directive(project, "everything", EVERYTHING)
-    writer = await agent_run(runs, "everything")
-    wrote = await runs.call_tool(writer, "filesystem.write", {"path": "json.py", "content": _planted(marker)})
-    assert wrote.status == "ok", wrote
-    await runs.cancel(writer)
+    await runs.cancel(await _run_that_planted(runs, project, marker))
     # The server starts for the first time now, for a run that uses it.
     write_directive(
         project / ".ai" / "directives" / "clock_user.md",
@@ -677,9 +679,7 @@ def test_an_output_schema_with_unevaluated_properties_is_checked_in_time():
     """Found by the second s18 review: jsonschema works out unevaluatedProperties with Python's re over
     patternProperties, outside the keywords the deadline bounds: `^(a+)+$` against 28 characters took 8 s of
     the worker's loop. unevaluatedProperties/Items are not checked; the rest of the schema is, in time."""
-    import time
-
-    from kiwi.upstream.schemacheck import CHECK_SECONDS, output_validator
+    from kiwi.upstream.schemacheck import output_validator
 
     check = output_validator(
         "t",
@@ -689,9 +689,8 @@ def test_an_output_schema_with_unevaluated_properties_is_checked_in_time():
             "patternProperties": {"^(a+)+$": {"type": "string"}},
         },
     )
-    started = time.monotonic()
+    # (Unbounded, the unevaluatedProperties walk ran out the deadline and the next keyword raised CheckTooSlow.)
     problems = list(check.iter_errors({"a" * 30 + "!": 1, "aaa": 2}))
-    assert time.monotonic() - started < CHECK_SECONDS
     assert [p.message for p in problems] == ["2 is not of type 'string'"]
 
 
@@ -779,14 +778,8 @@ async def test_attack_a_module_the_agent_writes_runs_in_a_python_a_bash_tool_sta
         "executor:\n  entrypoint: run.sh\nmutates_state: false\n",
     )
     write(tool / "run.sh", f"echo '{{\"a\": 1}}' | {sys.executable} -m json.tool\n")
-    kiwi_directive(
-        project,
-        "everything",
-        '<write resource="filesystem" path="**"/>\n<execute resource="tool" id="pretty"/>',
-    )
-    run_id = await agent_run(runs, "everything")
-    wrote = await runs.call_tool(run_id, "filesystem.write", {"path": "json.py", "content": _planted(marker)})
-    assert wrote.status == "ok", wrote
+    grants = '<write resource="filesystem" path="**"/>\n<execute resource="tool" id="pretty"/>'
+    run_id = await _run_that_planted(runs, project, marker, grants)
     called = await runs.call_tool(run_id, "pretty", {})
     assert called.status == "ok" and called.result == {"a": 1}, called
     assert not marker.exists(), "the agent's json.py ran in the Python the bash tool started"

@@ -103,10 +103,11 @@ def save_directive(
         f"{directive.name}.md",
         what="category",
     )
-    if current is not None and current.read_text(encoding="utf-8") == content:
+    before = current.read_text(encoding="utf-8") if current is not None else None
+    if before == content:
         signature = None  # (the same file: nothing is written, a signature it has stays)
     else:
-        if current is not None and split_signature(current.read_text(encoding="utf-8"))[0] is not None:
+        if before is not None and split_signature(before)[0] is not None:
             # A signed directive the agent rewrites stays a human's: the agent cannot delete it next (its id
             # free for the registry's version, with grants the human had removed: second s18 review).
             _remember_signed(store, location, directive.name)
