@@ -32,7 +32,14 @@ from kiwi.errors import (
 )
 from kiwi.globs import first_match
 from kiwi.protected import granted as protected_granted
-from kiwi.shellpolicy import FIND_GRANTABLE, PathArgument, ShellVerdict, path_arguments, program_name
+from kiwi.shellpolicy import (
+    FIND_GRANTABLE,
+    PathArgument,
+    ShellVerdict,
+    later_refused,
+    path_arguments,
+    program_name,
+)
 from kiwi.upstream.pool import remember_secrets, scrub, scrub_text
 from kiwi.upstream.registry import lookup_secret
 
@@ -199,6 +206,8 @@ async def _check_git_repository(req: CommandRequest, cwd: str, env: dict[str, st
 def _checked_cwd(req: CommandRequest) -> Path:
     """The command's working folder, once every path it names is checked against its grants on disk."""
     cwd = confine(req.project_root, req.cwd or ".", ["**"], [])
+    if why := later_refused(req.argv[0]):  # (the run's decision may predate the rule: see shellpolicy)
+        raise _denied(f"'{req.argv[0]}' is refused: it {why}")
     paths = path_arguments(req.argv, cwd=req.cwd or ".", options_granted={"*": FIND_GRANTABLE})
     if isinstance(paths, ShellVerdict):
         raise _denied(paths.reason)

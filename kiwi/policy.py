@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from kiwi.globs import first_match, glob_covered
 from kiwi.protected import granted as protected_granted
 from kiwi.protected import protected_root
-from kiwi.shellpolicy import check_argv
+from kiwi.shellpolicy import check_argv, known_program, later_refused, refused_program
 
 FILESYSTEM_TOOLS = (
     "filesystem.read",
@@ -226,6 +226,26 @@ def entry_problems(entry: PermissionEntry) -> list[str]:
             '(or actions="*" for every tool of the server)'
         )
     return problems
+
+
+def shell_grant_warnings(entry: PermissionEntry) -> list[str]:
+    """What a valid shell grant does not do that its signer may think it does: programs Kiwi refuses even when
+    granted, and programs it does not know (their writes are not confined)."""
+    if entry.tag != "execute" or entry.attrs.get("resource") != "shell":
+        return []
+    warnings = []
+    for program in _split(entry.attrs.get("commands", entry.attrs.get("action", ""))):
+        if program == "*":
+            continue
+        why = refused_program(program) or later_refused(program)
+        if why:
+            warnings.append(f"shell command '{program}' is refused even when granted: it {why}")
+        elif not known_program(program):
+            warnings.append(
+                f"Kiwi does not know shell command '{program}': it checks only the path-like arguments it is "
+                "given, as reads, so what it writes is not confined to the write grants"
+            )
+    return warnings
 
 
 def _kiwi_action_problems(tag: str, actions: list[str]) -> list[str]:

@@ -78,6 +78,44 @@ def refused_program(arg0: str) -> str:
     return REFUSED_PROGRAMS.get(program_name(arg0), "")
 
 
+# Programs that run another program, or code, they are given, refused since session 19: in workflow code
+# behind SHELL_KNOWN_ONLY (a run that ran one before replays as it ran); the worker refuses them always.
+_LATER_LAUNCHERS = (
+    "prlimit chrt setpriv valgrind tmux screen dtach unbuffer faketime fakeroot proot xvfb-run "
+    "dbus-run-session sg newgrp numactl cpulimit catchsegv ssh-agent flatpak snap systemd-nspawn ip "
+    "chpst daemonize start-stop-daemon lldb perf hyperfine entr watchexec openvt tini dumb-init gosu "
+    "su-exec chronic ifne pee mispipe sem srun mpirun mpiexec sbatch qsub cgexec run-parts busctl "
+    "machinectl kubectl ansible terraform"
+)
+_LATER_INTERPRETERS = (
+    "dc m4 sqlite3 psql mysql gnuplot octave mail mailx nmap ssh-keygen openssl "
+    "gpg gpg2 vipe rpm dpkg apt apt-get yum dnf zypper apk brew gem bundle composer"
+)
+LATER_REFUSED: dict[str, str] = {
+    **{p: "starts other programs" for p in _LATER_LAUNCHERS.split()},
+    **{
+        p: "runs code or commands it is given (or loads a library it is named)"
+        for p in _LATER_INTERPRETERS.split()
+    },
+}
+
+
+def later_refused(arg0: str) -> str:
+    """Why Kiwi refuses ``arg0`` since session 19 (see _LATER_LAUNCHERS), or ''."""
+    name = program_name(arg0)
+    if name not in LATER_REFUSED:
+        found = _VERSION_SUFFIX.match(name)
+        name = found.group("base") if found else name
+    return LATER_REFUSED.get(name, "")
+
+
+def known_program(arg0: str) -> bool:
+    """Whether Kiwi knows how ``arg0`` reads its arguments (which files it writes, which options run code):
+    only those are covered by ``commands="*"``."""
+    name = program_name(arg0)
+    return name in SPECS or name in ("git", "find")
+
+
 # ---------------------------------------------------------------- results
 
 
@@ -1644,6 +1682,17 @@ def _stricter() -> bool:
     return not workflow.in_workflow() or workflow.patched(SHELL_PATHS_WHOLE)
 
 
+# Workflow code refuses LATER_REFUSED programs, and programs Kiwi does not know under commands="*", behind
+# this patch (a marker only in runs that meet it).
+SHELL_KNOWN_ONLY = "kiwi-shell-known-only"
+
+
+def _known_only() -> bool:
+    from temporalio import workflow
+
+    return not workflow.in_workflow() or workflow.patched(SHELL_KNOWN_ONLY)
+
+
 def _contains_protected(rel: str) -> bool:
     """Whether the folder ``rel`` is, or holds, a protected place (as a whole-tree write checks it)."""
     if protected_root(rel) is not None:
@@ -1701,10 +1750,25 @@ def check_argv(
             return _no(
                 f"shell command '{program}' is explicitly denied" + (f" ('{entry}')" if entry != name else "")
             )
-    if not any(a == "*" or a == program or a == argv[0] for a in allowed):
+    named = any(a == program or a == argv[0] for a in allowed)
+    if not named and "*" not in allowed:
         return _no(
             f"shell command '{program}' is not in the allowlist",
             f'add <execute resource="shell" commands="{program}"/> to <permissions>',
+            allowed,
+        )
+    why = later_refused(argv[0])
+    if why and _known_only():
+        return _no(
+            f"'{program}' is refused: it {why}, so a grant for it would grant every program", _LOCAL_HINT
+        )
+    if not named and not known_program(argv[0]) and not refused_program(argv[0]) and _known_only():
+        return _no(
+            f"'{program}' is not a program Kiwi knows, and commands=\"*\" covers only the programs whose "
+            "options and written files Kiwi checks",
+            f'name it in <execute resource="shell" commands="{program}"/> if the directive really needs it '
+            "(a human signs that directive; Kiwi then checks only the paths its arguments name, as reads), "
+            "or " + _LOCAL_HINT,
             allowed,
         )
     g = _Grants(tuple(read_grants), tuple(write_grants), tuple(deny_fs))

@@ -13,16 +13,19 @@ from hypothesis import strategies as st
 
 from activities.process import GIT_FORCED_CONFIG, child_env
 from kiwi.globs import first_match
+from kiwi.items.directive import parse_directive
 from kiwi.policy import PermissionEntry, PermissionSet
 from kiwi.protected import granted
 from kiwi.shellpolicy import (
     GIT_REFUSED_OPTIONS,
     GIT_SUBCOMMANDS,
+    LATER_REFUSED,
     REFUSED_PROGRAMS,
     blocked_by,
     check_argv,
     path_arguments,
 )
+from tests.helpers import directive_md
 
 EVERYTHING = {"read_grants": ["**"], "write_grants": ["**"]}
 
@@ -79,8 +82,20 @@ def check(argv, *, allowed=("*",), blocked=("sudo", "rm -rf"), **grants):
         (["ln", "-s", "/etc/passwd", "x"], "'/etc/passwd'"),
         (["touch", ".ai/logs/x"], "'.ai/logs'"),
         (["rm", "-r", "."], "'.git'"),
-        (["dd", "if=/etc/passwd", "of=x"], "'/etc/passwd'"),
-        (["frob", "--config=/etc/shadow"], "'/etc/shadow'"),
+        (
+            ["dd", "if=/etc/passwd", "of=x"],
+            "'dd'",
+        ),  # (not a program Kiwi knows: commands="*" does not cover it)
+        (["prlimit", "bash", "-c", "touch PWNED"], "'prlimit'"),
+        (["chrt", "0", "bash"], "'chrt'"),
+        (["setpriv", "--reuid=0", "bash"], "'setpriv'"),
+        (["sqlite3", ":memory:", ".shell touch PWNED"], "'sqlite3'"),
+        (["dc", "-e", "!touch PWNED"], "'dc'"),
+        (["m4"], "'m4'"),
+        (["ip", "netns", "exec", "x", "bash"], "'ip'"),
+        (["tmux", "new", "touch PWNED"], "'tmux'"),
+        (["openssl", "req", "-engine", "./evil.so"], "'openssl'"),
+        (["frob", "--config=/etc/shadow"], "'frob'"),
         (["env", "touch", "PWNED"], "'env'"),
         (["python3.11", "-c", "print(1)"], "'python3.11'"),
         (["bash", "-c", "id"], "'bash'"),
@@ -131,6 +146,34 @@ def test_each_way_to_run_or_reach_something_else_is_refused_by_name(argv, named)
 def test_ordinary_uses_stay_allowed(argv):
     decision = check(argv)
     assert decision.allowed, decision
+
+
+def test_star_covers_only_programs_kiwi_knows_and_a_named_one_still_has_its_paths_checked():
+    # A program Kiwi has no model of (which files it writes, whether an option runs something) is not
+    # covered by commands="*": a human names it.
+    unknown = check(["jq", ".a", "src/a.json"])
+    assert not unknown.allowed and "not a program Kiwi knows" in unknown.reason
+    assert 'commands="jq"' in unknown.hint
+    assert check(["jq", ".a", "src/a.json"], allowed=("jq",)).allowed
+    escaped = check(["dd", "if=/etc/passwd", "of=x"], allowed=("dd",))
+    assert not escaped.allowed and "'/etc/passwd'" in escaped.reason
+    shadow = check(["frob", "--config=/etc/shadow"], allowed=("frob",))
+    assert not shadow.allowed and "'/etc/shadow'" in shadow.reason
+    # Naming one that starts other programs does not make it run.
+    named = check(["prlimit", "bash"], allowed=("prlimit", "bash"))
+    assert not named.allowed and "'prlimit' is refused" in named.reason
+
+
+def test_a_directive_naming_a_refused_or_unknown_program_is_warned_at_validation(tmp_path):
+    text = directive_md(
+        '<step name="a"><description>a</description></step>',
+        permissions='<execute resource="shell" commands="ls,prlimit,jq,*"/>',
+    )
+    _, problems = parse_directive(text, str(tmp_path / "d.md"))
+    warnings = [p.message for p in problems if p.severity == "warning"]
+    assert any("'prlimit' is refused even when granted" in w for w in warnings), warnings
+    assert any("does not know shell command 'jq'" in w for w in warnings), warnings
+    assert not any("'ls'" in w or "'*'" in w for w in warnings), warnings
 
 
 def test_the_cwd_must_be_a_folder_the_run_reads_inside_the_project():
@@ -254,7 +297,7 @@ def test_an_allowed_command_names_only_granted_paths_inside_the_project(
 ):
     argv = [program, *words]
     decision = check_argv(
-        argv, allowed=["*"], read_grants=read + write, write_grants=write, deny_fs=deny, cwd=cwd
+        argv, allowed=["*", "frob"], read_grants=read + write, write_grants=write, deny_fs=deny, cwd=cwd
     )
     if not decision.allowed:
         return
@@ -323,7 +366,7 @@ def test_every_spelling_of_rm_with_r_and_f_is_blocked_by_rm_rf(flags, target, sh
 
 @settings(max_examples=300, deadline=None)
 @given(
-    program=st.sampled_from(sorted(REFUSED_PROGRAMS)),
+    program=st.sampled_from(sorted({*REFUSED_PROGRAMS, *LATER_REFUSED})),
     version=st.sampled_from(["", "3", "3.11", "-5.2", "18"]),
     words=st.lists(st.sampled_from(["-c", "x", "src/a", "--", "-e", "id", "."]), max_size=4),
 )

@@ -22,6 +22,7 @@ from kiwi.policy import (
     PermissionEntry,
     PermissionSet,
     entry_problems,
+    shell_grant_warnings,
 )
 from kiwi.templating import placeholders
 
@@ -431,6 +432,8 @@ def _metadata(element: Any, ctx: _Ctx) -> Metadata:
                     ctx.error(perm, problem)
                 if not problems:
                     meta.permissions.append(entry)
+                    for warning in shell_grant_warnings(entry):
+                        ctx.warn(perm, warning)
         elif tag in ("tools", "mcps"):
             _tools_decl(child, meta.tools, ctx)
         elif tag in ("deviation_rules", "context_budget"):

@@ -1,0 +1,75 @@
+"""Session 19: attacks found in this session's review. Each test is the attack against the real stack (a
+Temporal dev server, a real worker) where one applies; it fails while the hole is open."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Replayer
+
+from activities.commands import _checked_cwd
+from kiwi.contracts import CommandRequest
+from kiwi.converter import data_converter
+from tests.helpers import write
+from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
+from workers.main import SANDBOX, WORKFLOWS
+
+
+async def test_attack_commands_star_runs_any_program_through_one_kiwi_did_not_list(runs, project):
+    """A signed directive grants ``commands="*"``, documented as "never a way to run another program".
+    Kiwi refused the programs on its list of launchers and interpreters and let every other program run:
+    ``prlimit bash -c ...``, ``setpriv``, ``chrt`` and ``sqlite3``'s ``.shell`` ran a shell as the worker's
+    user. Safe: ``*`` covers only the programs Kiwi has a model of; the rest are refused by name, and
+    those that start other programs are refused even when named."""
+    kiwi_directive(
+        project,
+        "anything",
+        '<write resource="filesystem" path="**"/><read resource="filesystem" path="**"/>'
+        '<execute resource="shell" commands="*"/>',
+    )
+    run_id = await agent_run(runs, "anything")
+    for argv in (
+        ["prlimit", "bash", "-c", "touch PWNED"],
+        ["setpriv", "bash", "-c", "touch PWNED"],
+        ["chrt", "0", "bash", "-c", "touch PWNED"],
+        ["sqlite3", ":memory:", ".shell touch PWNED"],
+    ):
+        refused = await runs.call_tool(run_id, "shell.run", {"argv": argv})
+        assert refused.status == "denied" and f"'{argv[0]}' is refused" in refused.reason, (argv, refused)
+    unknown = await runs.call_tool(run_id, "shell.run", {"argv": ["jq", "-n", "1"]})
+    assert unknown.status == "denied" and "not a program Kiwi knows" in unknown.reason, unknown
+    assert not (project / "PWNED").exists()
+    write(project / "notes" / "a.md", "a\n")
+    listed = await runs.call_tool(run_id, "shell.run", {"argv": ["ls", "notes"]})
+    assert listed.status == "ok" and "a.md" in listed.result["stdout"], listed
+    await runs.cancel(run_id)
+    history = await runs.handle(run_id).fetch_history()
+    assert "kiwi-shell-known-only" in str(history.events)
+    await Replayer(
+        workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX
+    ).replay_workflow(history)
+
+
+async def test_a_program_named_by_the_directive_runs_and_a_launcher_named_does_not(runs, project):
+    """Naming a program Kiwi does not know is the signer's call (validation warns); naming one that starts
+    other programs grants nothing."""
+    kiwi_directive(
+        project,
+        "named",
+        '<read resource="filesystem" path="**"/><execute resource="shell" commands="jq,prlimit"/>',
+    )
+    run_id = await agent_run(runs, "named")
+    ran = await runs.call_tool(run_id, "shell.run", {"argv": ["jq", "-n", "1+1"]})
+    assert ran.status == "ok" and ran.result["stdout"].strip() == "2", ran
+    refused = await runs.call_tool(run_id, "shell.run", {"argv": ["prlimit", "bash", "-c", "touch PWNED"]})
+    assert refused.status == "denied" and "'prlimit' is refused" in refused.reason, refused
+    assert not (project / "PWNED").exists()
+    await runs.cancel(run_id)
+
+
+def test_the_worker_refuses_a_launcher_a_run_allowed_before_the_rule(project):
+    """A run whose decision predates the rule (it replays as it ran) still gets no launcher from the
+    worker: the command activity refuses it whatever the run decided."""
+    request = CommandRequest(project_root=str(project), argv=["prlimit", "bash", "-c", "touch PWNED"])
+    with pytest.raises(ApplicationError, match="'prlimit' is refused"):
+        _checked_cwd(request)
