@@ -28,9 +28,10 @@ import re
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.converter import (
@@ -257,7 +258,7 @@ async def prune(
                 untaken_since = min(untaken_since, scheduled.seconds + scheduled.nanos / 1e9)
         history = await handle.fetch_history()
         for event in history.events:
-            referenced.update(d.decode() for d in _REFERENCE.findall(event.SerializeToString()))
+            referenced.update(references_in(event))
         runs += 1
         if progress is not None and runs % 500 == 0:
             progress(runs)
@@ -295,6 +296,47 @@ async def prune(
         "kept_in_use": len(candidates) - len(removed),
         "dry_run": dry_run,
     }
+
+
+def references_in(message: Message) -> set[str]:
+    """The digests of the store's payloads ``message`` (a history event) refers to: read from the payloads
+    Temporal marks as external-storage references only. A digest in a payload's own data (an agent's
+    arguments holding ``"sha256": "<hex>"``) is no reference: it would keep a payload nobody refers to."""
+    if b"sha256" not in message.SerializeToString():
+        return set()  # (most events: no reference, and no walk over their fields)
+    found: set[str] = set()
+    for payload in _payloads(message):
+        metadata = payload.metadata
+        encoding = metadata.get("encoding", b"")
+        if (
+            encoding == b"json/external-storage-reference"
+            or metadata.get("__temporal_external_storage_reference") == b"true"
+            or (encoding == b"json/protobuf" and metadata.get("messageType") == _REFERENCE_TYPE)
+        ):
+            found.update(d.decode() for d in _REFERENCE.findall(payload.data))
+    return found
+
+
+_REFERENCE_TYPE = b"temporal.api.sdk.v1.ExternalStorageReference"
+
+
+def _payloads(message: Message) -> Iterator[Payload]:
+    """Every Payload message inside ``message``, however deep (lists and maps included)."""
+    if isinstance(message, Payload):
+        yield message
+        return
+    for field, value in message.ListFields():
+        if field.type != field.TYPE_MESSAGE:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            if field.message_type.fields_by_name["value"].type == field.TYPE_MESSAGE:
+                for item in value.values():
+                    yield from _payloads(item)
+        elif isinstance(value, Message):
+            yield from _payloads(value)
+        else:  # (a repeated field)
+            for item in value:
+                yield from _payloads(item)
 
 
 async def _namespaces(client: Client) -> list[str]:

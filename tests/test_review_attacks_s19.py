@@ -3,13 +3,18 @@ Temporal dev server, a real worker) where one applies; it fails while the hole i
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
+from temporalio.converter import StorageDriverStoreContext
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
 from activities.commands import _checked_cwd
 from kiwi.contracts import CommandRequest
 from kiwi.converter import data_converter
+from kiwi.payloads import FilePayloadStore, prune, store_folder
 from tests.helpers import write
 from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
 from workers.main import SANDBOX, WORKFLOWS
@@ -73,3 +78,25 @@ def test_the_worker_refuses_a_launcher_a_run_allowed_before_the_rule(project):
     request = CommandRequest(project_root=str(project), argv=["prlimit", "bash", "-c", "touch PWNED"])
     with pytest.raises(ApplicationError, match="'prlimit' is refused"):
         _checked_cwd(request)
+
+
+async def test_attack_an_agent_pins_a_payload_by_naming_its_digest_in_its_arguments(runs, project):
+    """`kiwi payloads prune` kept every payload whose digest appeared as ``"sha256": "<hex>"`` anywhere in a
+    history, the agent's own arguments included: an agent that knew a payload's digest kept it in the store
+    for as long as its run's history lived. Safe: only the payloads Temporal marks as external-storage
+    references count."""
+    (orphan_claim,) = await FilePayloadStore().store(
+        StorageDriverStoreContext(), [data_converter.payload_converter.to_payload({"text": "o" * 300_000})]
+    )
+    digest = orphan_claim.claim_data["sha256"]
+    orphan = store_folder() / digest[:2] / digest
+    kiwi_directive(project, "pinning", '<read resource="filesystem" path="**"/>')
+    run_id = await agent_run(runs, "pinning")
+    await runs.call_tool(run_id, "filesystem.list", {"path": ".", "sha256": digest})
+    history = await runs.handle(run_id).fetch_history()
+    assert any(f'"sha256":"{digest}"' in str(e).replace(" ", "").replace("\\", "") for e in history.events)
+    three_days_ago = time.time() - 3 * 86400
+    os.utime(orphan, (three_days_ago, three_days_ago))
+    pruned = await prune(runs.client, older_than_seconds=86400)
+    assert orphan.name in pruned["removed"] and not orphan.exists(), pruned
+    await runs.cancel(run_id)
