@@ -13,7 +13,7 @@ from opentelemetry import propagate, trace
 from temporalio import activity
 
 from kiwi.errors import CommandNotFound, ToolTimeout
-from kiwi.lifetime import dies_with_parent
+from kiwi.lifetime import dies_with_parent, kept
 
 HEARTBEAT_SECONDS = 2.0
 
@@ -115,24 +115,25 @@ async def run_process(
         raise CommandNotFound.error(f"command not found: {argv[0]}") from None
     except PermissionError:
         raise CommandNotFound.error(f"not executable: {argv[0]}") from None
-    communicate = asyncio.ensure_future(proc.communicate(stdin.encode()))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    try:
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                _kill_group(proc)
-                await asyncio.shield(communicate)
-                raise ToolTimeout.error(f"{argv[0]} timed out after {timeout:g}s")
-            done, _ = await asyncio.wait({communicate}, timeout=min(HEARTBEAT_SECONDS, remaining))
-            if done:
-                break
-            if activity.in_activity():
-                activity.heartbeat()
-    except asyncio.CancelledError:
-        _kill_group(proc)
-        raise
+    with kept(proc.pid):  # (its own children die with it, and with a worker killed by kill -9)
+        communicate = asyncio.ensure_future(proc.communicate(stdin.encode()))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    _kill_group(proc)
+                    await asyncio.shield(communicate)
+                    raise ToolTimeout.error(f"{argv[0]} timed out after {timeout:g}s")
+                done, _ = await asyncio.wait({communicate}, timeout=min(HEARTBEAT_SECONDS, remaining))
+                if done:
+                    break
+                if activity.in_activity():
+                    activity.heartbeat()
+        except asyncio.CancelledError:
+            _kill_group(proc)
+            raise
     stdout, stderr = communicate.result()
     truncated = len(stdout) > max_output or len(stderr) > max_output
     return ProcessResult(

@@ -1,6 +1,7 @@
 """What Kiwi starts dies with the worker that started it, even a worker killed with ``kill -9``
-(kiwi/lifetime.py): MCP servers over stdio, and the commands of shell.run, git and local tools. Each runs
-in a session of its own, out of the worker's process group, so nothing else would stop it."""
+(kiwi/lifetime.py): MCP servers over stdio, and the commands of shell.run, git and local tools, with what
+they start in their process groups. Each runs in a session of its own, out of the worker's process group,
+so nothing else would stop it: the kernel's parent-death signal and the keeper (kiwi/keeper.py) do."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from activities.process import run_process
 from kiwi.items.store import ItemStore
+from kiwi.lifetime import Keeper
 from kiwi.runs import RunClient
 from tests.helpers import kiwi_worker, wait_for
 from tests.test_mcp_servers import SERVERS, mcp_directive, registry
@@ -157,3 +160,55 @@ async def test_a_command_dies_with_the_process_that_ran_it_when_that_is_killed_b
         if pid_file.exists():
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+async def test_what_a_command_leaves_running_in_its_group_ends_with_the_call(tmp_path):
+    """A command that starts a helper in the background and exits (its output sent elsewhere, so the call
+    ends) leaves nothing running: the call's end stops the command's whole process group."""
+    result = await run_process(
+        ["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"], cwd=str(tmp_path), timeout=30, max_output=1000
+    )
+    helper = int(result.stdout)
+    try:
+        await wait_for(lambda: _dead(helper), what="the command's helper to end with the call", timeout=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(helper, signal.SIGKILL)
+
+
+def _session_sleeper() -> int:
+    import subprocess
+
+    return subprocess.Popen(["sleep", "300"], start_new_session=True).pid
+
+
+async def test_the_keeper_is_started_again_if_it_dies_and_kills_every_group_still_named():
+    """The keeper (kiwi/keeper.py) kills the groups it was told of when its input ends (Kiwi's process gone).
+    Killed itself, it is started again with the next group and told of every group still running; a group
+    Kiwi released is not killed."""
+    keeper = Keeper()
+    first, released, second = _session_sleeper(), _session_sleeper(), _session_sleeper()
+    try:
+        keeper.keep(first)
+        keeper.keep(released)
+        keeper.release(released)
+        killed = keeper._process
+        killed.kill()
+        killed.wait()
+        keeper.keep(second)
+        assert keeper._process is not killed and keeper._process.poll() is None
+        keeper._process.stdin.close()  # (as when this process dies: the pipe's only writer is gone)
+        keeper._process.wait(10)
+        for pid in (first, second):
+            await wait_for(lambda pid=pid: _dead(pid), what=f"group {pid} to be killed", timeout=10)
+        assert not await _dead(released)
+    finally:
+        for pid in (first, released, second):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+async def _dead(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # (reaped if it is ours, so a killed child does not linger as a zombie)
+    return not _alive(pid)

@@ -2,7 +2,7 @@
 against the real stack: a Temporal dev server, real `kiwi worker` processes, real MCP servers, real files.
 
 - a run is held as soon as its loop warnings reach the limit (workflows/directive_run/calls.py, HOLD_AT_ONCE);
-- what Kiwi starts dies with the worker that started it (kiwi/lifetime.py: the kernel's parent-death signal);
+- what Kiwi starts dies with the worker that started it (kiwi/lifetime.py: the kernel's parent-death signal and the keeper);
 - a refused call's hint is computed by the client from the run's snapshot (kiwi/explain.py, kiwi/runs.py);
 - ``kiwi dev`` holds ``<db>.lock`` and writes ``<db>.log`` beside the database (kiwi/devserver.py).
 
@@ -175,15 +175,6 @@ async def test_attack_two_kiwi_devs_racing_for_one_database_and_a_holder_killed_
 
 
 @pytest.mark.skipif(not LINUX, reason="the kernel's parent-death signal is Linux's")
-@pytest.mark.xfail(
-    strict=True,
-    reason="the parent-death signal (prctl PR_SET_PDEATHSIG) is set on the process Kiwi starts only; the "
-    "kernel clears it in every process that one forks. A command's own children (a local tool's program that "
-    "starts a helper or a server, git's own helpers such as a detached `git gc --auto`) are not killed when "
-    "the worker dies by kill -9: they go on running while Temporal retries the activity on another worker, "
-    "as before the change. Closing it needs something that outlives the worker to stop the command's process "
-    "group (a small supervisor process, or a cgroup per command), not a flag on one process.",
-)
 async def test_attack_a_commands_own_child_outlives_a_worker_killed_by_kill_9(tmp_path):
     """Attack: a command run_process starts (a local tool's program, git) forks a child and waits for it
     (here `sh -c 'sleep & ...; wait'` stands for it: shell.run refuses shells, but not a local tool that
@@ -217,14 +208,6 @@ async def _gone(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not LINUX, reason="the kernel's parent-death signal is Linux's")
-@pytest.mark.xfail(
-    strict=True,
-    reason="the parent-death signal reaches only the process the registry's command starts. A server "
-    "behind a launcher that does not exec it (npx, which every npm server in the README runs under, uv run, "
-    "a shell script) is that process's child: a worker killed by kill -9 kills the launcher, and the server, "
-    "stuck in a call so it never reads the end of its input, stays behind for good. kiwi/lifetime.py's "
-    "docstring promises otherwise.",
-)
 @pytest.mark.temporal
 async def test_attack_a_server_behind_a_launcher_outlives_a_worker_killed_by_kill_9(
     temporal_env, project, tmp_path

@@ -4,8 +4,8 @@ The MCP SDK's client speaks over this transport as over its own ``stdio_client``
 (only the SDK's safe environment plus the registry's ``env``, a session of its own so the whole process
 tree can be stopped, stderr to the worker's scrubbed copy) and the same shutdown (stdin closed, a grace
 period, then SIGTERM and SIGKILL to the process group). On Linux the server also dies with the process that
-started it: a worker killed with ``kill -9`` leaves no server behind, even one stuck in a call that would
-never read the end of its stdin. Every message reaches the SDK, save one kind: the
+started it, and so does what the server started in its process group (``kiwi/lifetime.py``): a worker killed
+with ``kill -9`` leaves no server behind, even one stuck in a call that would never read the end of its stdin. Every message reaches the SDK, save one kind: the
 answer to a request sent with :meth:`StdioLink.request`. Those are written as one JSON line and their
 answers picked out as the line arrives, in the pipe's own callback. The SDK's way (a reader task, memory
 streams, a receive loop, a response stream per request, models built and validated at each end) handed
@@ -38,7 +38,7 @@ from mcp.shared.message import SessionMessage
 from opentelemetry.propagate import inject
 from opentelemetry.trace import SpanKind, StatusCode, get_tracer
 
-from kiwi.lifetime import dies_with_parent
+from kiwi.lifetime import dies_with_parent, kept
 
 logger = logging.getLogger(__name__)
 
@@ -109,15 +109,17 @@ class StdioLink(asyncio.SubprocessProtocol):
         to_sdk, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, from_sdk = anyio.create_memory_object_stream[SessionMessage](0)
         try:
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self._deliver, to_sdk)
-                tasks.start_soon(self._write_sdk, from_sdk)
-                try:
-                    yield read_stream, write_stream
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await self.stop()
-                    tasks.cancel_scope.cancel()
+            # (What the server starts in its group, behind npx or uv run, dies with it and with the worker.)
+            with kept(self.pid) if self.pid else contextlib.nullcontext():
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(self._deliver, to_sdk)
+                    tasks.start_soon(self._write_sdk, from_sdk)
+                    try:
+                        yield read_stream, write_stream
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            await self.stop()
+                        tasks.cancel_scope.cancel()
         finally:
             for stream in (read_stream, write_stream, to_sdk, from_sdk):
                 await stream.aclose()
