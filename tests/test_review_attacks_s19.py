@@ -3,20 +3,26 @@ Temporal dev server, a real worker) where one applies; it fails while the hole i
 
 from __future__ import annotations
 
+import json
 import os
 import time
+import uuid
 
 import pytest
 from temporalio.converter import StorageDriverStoreContext
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
+from activities.audit import read_audit
 from activities.commands import _checked_cwd
 from kiwi.contracts import CommandRequest
 from kiwi.converter import data_converter
+from kiwi.errors import ItemInvalid
 from kiwi.payloads import FilePayloadStore, prune, store_folder
+from kiwi.upstream.registry import load_registry
 from tests.helpers import write
 from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
+from tests.test_mcp_servers import EVERYTHING, mcp_directive, registry, text_of
 from workers.main import SANDBOX, WORKFLOWS
 
 
@@ -100,3 +106,49 @@ async def test_attack_an_agent_pins_a_payload_by_naming_its_digest_in_its_argume
     pruned = await prune(runs.client, older_than_seconds=86400)
     assert orphan.name in pruned["removed"] and not orphan.exists(), pruned
     await runs.cancel(run_id)
+
+
+async def test_attack_a_secret_with_quotes_or_newlines_comes_back_inside_json_text(
+    runs, project, monkeypatch
+):
+    """Found by the s19 review. An MCP server's ``env`` secret holding characters JSON escapes (a service
+    account's JSON key, a PEM) was scrubbed only where it appeared escaped once: a server answering with its
+    configuration as JSON text (escaped twice) handed it to the agent, the run's history and the audit
+    trail in clear. Safe: every form is scrubbed, and no part of the secret is anywhere."""
+    marker = f"MIIEv{uuid.uuid4().hex}"
+    secret = json.dumps(
+        {"type": "service_account", "private_key": f"-----BEGIN KEY-----\n{marker}\n-----END KEY-----"}
+    )
+    monkeypatch.setenv("S19_SA_KEY", secret)
+    registry(
+        project,
+        f'mcps:\n  everything:\n    command: node\n    args: ["{EVERYTHING}", "stdio"]\n'
+        "    env:\n      SA_KEY: ${S19_SA_KEY}\n",
+    )
+    mcp_directive(
+        project,
+        "peek_json",
+        tools='<mcp name="everything" required="true"/>',
+        permissions='<execute resource="mcp" name="everything" actions="*"/>',
+        body='<step name="env"><tool_call tool="everything.get-env"/></step>',
+    )
+    run_id = await runs.start("peek_json", {})
+    result = await runs.handle(run_id).result()
+    shown = text_of(result.outputs["env"]["result"])
+    assert '"SA_KEY": "[secret S19_SA_KEY]"' in shown, shown[:500]
+    history = await runs.handle(run_id).fetch_history()
+    assert marker not in shown and marker not in str(history.events)
+    assert marker not in json.dumps(read_audit(str(project), run_id))
+
+
+def test_a_secret_in_a_servers_arguments_is_refused_naming_the_key(project, monkeypatch):
+    """Found by the s19 review: ``${NAME}`` in ``args`` put the secret on the server's command line, which
+    every user of the machine reads with ps. Safe: the registry refuses it and says where it goes."""
+    monkeypatch.setenv("S19_TOKEN", "s19-token-value")
+    registry(project, 'mcps:\n  api:\n    command: node\n    args: ["server.js", "--api-key=${S19_TOKEN}"]\n')
+    with pytest.raises(
+        ItemInvalid, match=r"mcps\.api\.args: \$\{S19_TOKEN\} would put its value on the server"
+    ):
+        load_registry(project, project / "no-user-space")
+    registry(project, 'mcps:\n  api:\n    command: node\n    args: ["${PROJECT_PATH}/server.js"]\n')
+    assert "api" in load_registry(project, project / "no-user-space").servers

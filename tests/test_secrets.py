@@ -146,7 +146,8 @@ mcps:
     env:
       UPSTREAM_TOKEN: ${{KIWI_TEST_SECRET}}
   broken:
-    command: /nonexistent/${{KIWI_TEST_SECRET}}/server
+    command: {sys.executable}
+    cwd: /nonexistent/${{KIWI_TEST_SECRET}}/server
 """,
     )
     write_directive(

@@ -19,6 +19,7 @@ import re
 import stat
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -457,7 +458,9 @@ def _stamp(path: Path) -> tuple[int, int, int]:
 
 
 def scrub(value: Any, secrets: dict[str, str] | None = None) -> Any:
-    """``value`` with every secret's text replaced by ``[secret NAME]``.
+    """``value`` with every secret's text replaced by ``[secret NAME]``, in every string (and key) however
+    deep, in each form a server may send it back in: as it is, JSON-escaped once, twice or three times (a
+    JSON document holding it, as text inside JSON), or percent-encoded (in a URL).
 
     ``secrets`` defaults to every value this process has resolved for an MCP server (see
     :func:`remember_secrets`), so error texts and logs are scrubbed even before a connection exists.
@@ -465,11 +468,36 @@ def scrub(value: Any, secrets: dict[str, str] | None = None) -> Any:
     secrets = KNOWN_SECRETS if secrets is None else secrets
     if not secrets:
         return value
-    text = json.dumps(value)
-    for name, secret in sorted(secrets.items(), key=lambda kv: -len(kv[1])):
-        if len(secret) >= 4:
-            text = text.replace(json.dumps(secret)[1:-1], f"[secret {name}]")
-    return json.loads(text)
+    forms = _secret_forms(secrets)
+    return _scrubbed(value, forms) if forms else value
+
+
+def _secret_forms(secrets: dict[str, str]) -> list[tuple[str, str]]:
+    """(text, replacement) for each form of each secret of 4 characters or more, longest first."""
+    forms: dict[str, str] = {}
+    for name, secret in secrets.items():
+        if len(secret) < 4:
+            continue
+        escaped = secret
+        for _ in range(4):  # (as it is, then JSON-escaped once, twice, three times)
+            forms.setdefault(escaped, f"[secret {name}]")
+            escaped = json.dumps(escaped)[1:-1]
+        for encoded in (urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)):
+            forms.setdefault(encoded, f"[secret {name}]")
+    return sorted(forms.items(), key=lambda kv: -len(kv[0]))
+
+
+def _scrubbed(value: Any, forms: list[tuple[str, str]]) -> Any:
+    if isinstance(value, str):
+        for text, replacement in forms:
+            if text in value:
+                value = value.replace(text, replacement)
+        return value
+    if isinstance(value, dict):
+        return {_scrubbed(k, forms): _scrubbed(v, forms) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrubbed(v, forms) for v in value]
+    return value
 
 
 # Every ${NAME} value resolved in this process, by name: what scrub() and the log filter hide.
@@ -488,8 +516,8 @@ def remember_secrets(secrets: dict[str, str]) -> None:
 
 def scrub_text(text: str) -> str:
     """``text`` without known secret values and without credential query values (``?api_key=...``)."""
-    for name, secret in sorted(KNOWN_SECRETS.items(), key=lambda kv: -len(kv[1])):
-        text = text.replace(secret, f"[secret {name}]")
+    if KNOWN_SECRETS:
+        text = _scrubbed(text, _secret_forms(KNOWN_SECRETS))
     return _CREDENTIAL_QUERY.sub(r"\1[redacted]", text)
 
 

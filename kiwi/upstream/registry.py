@@ -1,11 +1,12 @@
 """``mcp_registry.yaml``: the external MCP servers Kiwi may call, by name.
 
 Project ``.ai/config/`` over user ``~/.ai/config/`` (a project entry replaces the user's entry of
-the same name). ``${NAME}`` in ``command``, ``args``, ``env``, ``url`` and ``headers`` is a
+the same name). ``${NAME}`` in ``env``, ``url`` and ``headers`` is a
 secret or setting resolved from the environment (then the OS keyring, when the ``keyring``
 package is installed) only where the connection is made, in the worker's activities. Resolved
 values never enter a run's snapshot, workflow history, logs or the audit trail: the snapshot
-carries only :class:`McpServerInfo`, which has no connection details.
+carries only :class:`McpServerInfo`, which has no connection details. ``command`` and ``args`` take only
+``${PROJECT_PATH}`` and ``${HOME}``: a process's command line is readable by every user of the machine.
 """
 
 from __future__ import annotations
@@ -364,6 +365,15 @@ def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
         raise bad(key, first["msg"]) from None
     if config.type == "stdio" and not config.command:
         raise bad("command", "a stdio server needs a command (e.g. npx) and args")
+    for key, texts in (("command", [config.command]), ("args", config.args)):
+        secret = next((n for t in texts for n in PLACEHOLDER.findall(t) if n not in BUILTIN_VARIABLES), None)
+        if secret:
+            raise bad(
+                key,
+                f"${{{secret}}} would put its value on the server's command line, which every user of the "
+                "machine can read (ps); pass it in env: instead (a server that takes it only as an argument "
+                "can be started by a script that reads it from its environment)",
+            )
     if config.type != "stdio" and not config.url.startswith(("http://", "https://", "${")):
         raise bad("url", f"a {config.type} server needs an http(s) url")
     return config
