@@ -3,6 +3,7 @@ Temporal dev server, a real worker) where one applies; it fails while the hole i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -20,7 +21,7 @@ from kiwi.converter import data_converter
 from kiwi.errors import ItemInvalid
 from kiwi.payloads import FilePayloadStore, prune, store_folder
 from kiwi.upstream.registry import load_registry
-from tests.helpers import write
+from tests.helpers import kiwi_cli, pending_approvals, wait_for, write
 from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
 from tests.test_mcp_servers import EVERYTHING, mcp_directive, registry, text_of
 from workers.main import SANDBOX, WORKFLOWS
@@ -152,3 +153,37 @@ def test_a_secret_in_a_servers_arguments_is_refused_naming_the_key(project, monk
         load_registry(project, project / "no-user-space")
     registry(project, 'mcps:\n  api:\n    command: node\n    args: ["${PROJECT_PATH}/server.js"]\n')
     assert "api" in load_registry(project, project / "no-user-space").servers
+
+
+async def test_attack_control_characters_in_a_call_hide_what_the_human_approves(runs, project):
+    """Found by the s19 review. A call waiting for approval is shown to the human by `kiwi approvals`,
+    `kiwi status` and `kiwi approve` with the agent's own text in it. Backspaces and an erase-line sequence in
+    the last argument made ``rm -f notes/important.md notes/...`` show as ``shell.run ls notes``, and the human
+    approved the rm. Safe: the CLI shows every such character as an escape; what the call does is in plain
+    sight."""
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [shell.run]\n")
+    write(project / "notes" / "important.md", "keep me\n")
+    kiwi_directive(
+        project,
+        "tidy_up",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
+        '<execute resource="shell" commands="rm,ls"/>',
+    )
+    run_id = await agent_run(runs, "tidy_up")
+    hidden = "notes/" + "\b" * 31 + "\x1b[K" + "ls notes"
+    call = asyncio.create_task(
+        runs.call_tool(run_id, "shell.run", {"argv": ["rm", "-f", "notes/important.md", hidden]})
+    )
+    await wait_for(lambda: pending_approvals(runs, run_id), what="the call to wait for approval")
+    where = ["--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue]
+    for argv in (["approvals"], ["status", run_id]):
+        code, out, err = await kiwi_cli(*argv, *where, cwd=project)
+        assert code == 0, err
+        assert "\b" not in out and "\x1b[K" not in out, (argv, out)
+        assert "rm -f notes/important.md notes/\\x08" in out and "\\x1b[Kls notes" in out, (argv, out)
+    code, out, _ = await kiwi_cli("approvals", "--json", *where, cwd=project)
+    (pending,) = json.loads(out)
+    assert hidden in pending["summary"]  # (JSON keeps the text as it is: a script sees what runs)
+    call.cancel()
+    await runs.cancel(run_id)
+    assert (project / "notes" / "important.md").exists()

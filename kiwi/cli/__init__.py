@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kiwi.cli import progress
+from kiwi.cli.safeout import safe_output
 from kiwi.errors import ItemInvalid, KiwiError, Problem
 from kiwi.items.store import ITEM_ALIASES, ITEM_TYPES, ItemStore, find_project_root, item_kind
 from kiwi.items.validation import validate_file
@@ -578,6 +579,11 @@ def _choose_project(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with safe_output():  # (agent-written text cannot steer the terminal: kiwi/cli/safeout.py)
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = argparse.Namespace()
     try:
         parser = build_parser()
