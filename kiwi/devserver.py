@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
@@ -241,7 +242,12 @@ class DevServer:
                 "(or `kiwi dev --ui-port N`)",
             )
         if self.db_file:
-            self.db_file.parent.mkdir(parents=True, exist_ok=True)
+            # Every run's history is in it (files read, call arguments and answers): owner-only, as the
+            # payload store is. A new folder is the user's alone; files made before are narrowed.
+            self.db_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for suffix in ("", "-wal", "-shm", ".log", ".lock"):
+                with contextlib.suppress(OSError):  # (absent, or not ours: the server's own error says)
+                    os.chmod(f"{self.db_file}{suffix}", 0o600, follow_symlinks=False)
             self._lock_database()
         own_log = None
         if log is None and self.log_file is not None:
@@ -258,6 +264,7 @@ class DevServer:
                 stderr=own_log or log or subprocess.DEVNULL,
                 start_new_session=True,
                 pass_fds=(self.lock.fileno(),) if self.lock is not None else (),
+                umask=0o077,  # (the database, its WAL and everything else it writes: owner-only)
             )
         finally:
             if own_log is not None:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 import time
 import uuid
 
 import pytest
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+from temporalio.client import Client
 from temporalio.converter import StorageDriverStoreContext
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
@@ -21,7 +24,7 @@ from kiwi.converter import data_converter
 from kiwi.errors import ItemInvalid
 from kiwi.payloads import FilePayloadStore, prune, store_folder
 from kiwi.upstream.registry import load_registry
-from tests.helpers import kiwi_cli, pending_approvals, wait_for, write
+from tests.helpers import kiwi_cli, loopback_dev_server, pending_approvals, wait_for, write
 from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
 from tests.test_mcp_servers import EVERYTHING, mcp_directive, registry, text_of
 from workers.main import SANDBOX, WORKFLOWS
@@ -187,3 +190,26 @@ async def test_attack_control_characters_in_a_call_hide_what_the_human_approves(
     call.cancel()
     await runs.cancel(run_id)
     assert (project / "notes" / "important.md").exists()
+
+
+async def test_the_dev_servers_database_is_the_users_alone(tmp_path):
+    """Found by the s19 review: `kiwi dev`'s database (every run's history: files read, call arguments and
+    answers) and its WAL were created under the default umask, readable by every user of the machine, while
+    the payload store holding the same kind of data is owner-only. Safe: a new state folder is 0700, the
+    database and its WAL 0600, and files an older Kiwi made are narrowed at the next start."""
+    server = loopback_dev_server(tmp_path / "new" / "state")
+    try:
+        await server.start()
+        assert stat.S_IMODE(server.db_file.parent.stat().st_mode) == 0o700
+        server.stop()
+        for path in server.db_file.parent.iterdir():
+            path.chmod(0o644)  # (as an older Kiwi left them)
+        await server.start()
+        client = await Client.connect(server.address)
+        await client.workflow_service.get_system_info(GetSystemInfoRequest())
+        made = [p for p in server.db_file.parent.iterdir() if p.name.startswith(server.db_file.name)]
+        assert server.db_file in made and any(p.name.endswith("-wal") for p in made), made
+        for path in made:
+            assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, (path, oct(path.stat().st_mode))
+    finally:
+        server.stop()
