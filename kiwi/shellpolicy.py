@@ -91,10 +91,22 @@ _LATER_INTERPRETERS = (
     "dc m4 sqlite3 psql mysql gnuplot octave mail mailx nmap ssh-keygen openssl "
     "gpg gpg2 vipe rpm dpkg apt apt-get yum dnf zypper apk brew gem bundle composer"
 )
+# Network clients: what they reach is no file a path grant covers, and the run's network grants (checked for
+# api tools) do not see their URLs. The local Temporal server's HTTP API is one request away.
+_LATER_NETWORK = "curl wget http https xh httpie aria2c lynx w3m links elinks tftp grpcurl websocat"
 LATER_REFUSED: dict[str, str] = {
-    **{p: "starts other programs" for p in _LATER_LAUNCHERS.split()},
     **{
-        p: "runs code or commands it is given (or loads a library it is named)"
+        p: "starts other programs, so a grant for it would grant every program"
+        for p in _LATER_LAUNCHERS.split()
+    },
+    **{
+        p: "reaches the network, which the run's network grants do not check for shell programs (an api "
+        "tool's URLs are checked against them)"
+        for p in _LATER_NETWORK.split()
+    },
+    **{
+        p: "runs code or commands it is given (or loads a library it is named), so a grant for it would "
+        "grant every program"
         for p in _LATER_INTERPRETERS.split()
     },
 }
@@ -1759,9 +1771,7 @@ def check_argv(
         )
     why = later_refused(argv[0])
     if why and _known_only():
-        return _no(
-            f"'{program}' is refused: it {why}, so a grant for it would grant every program", _LOCAL_HINT
-        )
+        return _no(f"'{program}' is refused: it {why}", _LOCAL_HINT)
     if not named and not known_program(argv[0]) and not refused_program(argv[0]) and _known_only():
         return _no(
             f"'{program}' is not a program Kiwi knows, and commands=\"*\" covers only the programs whose "

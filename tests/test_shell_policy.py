@@ -95,6 +95,9 @@ def check(argv, *, allowed=("*",), blocked=("sudo", "rm -rf"), **grants):
         (["ip", "netns", "exec", "x", "bash"], "'ip'"),
         (["tmux", "new", "touch PWNED"], "'tmux'"),
         (["openssl", "req", "-engine", "./evil.so"], "'openssl'"),
+        # (s19 review: curl posted a workflow start to the local Temporal's HTTP API)
+        (["curl", "--data-binary", "@notes/body.json", "http://127.0.0.1:8233/api/v1/x"], "'curl'"),
+        (["wget", "-qO-", "http://127.0.0.1:7243"], "'wget'"),
         (["frob", "--config=/etc/shadow"], "'frob'"),
         (["env", "touch", "PWNED"], "'env'"),
         (["python3.11", "-c", "print(1)"], "'python3.11'"),
