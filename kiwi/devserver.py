@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import ipaddress
 import json
 import os
 import re
@@ -140,6 +141,7 @@ class DevServer:
     pragmas: dict[str, str] = field(default_factory=dict)
     dynamic_config: dict[str, Any] = field(default_factory=dict)
     process: subprocess.Popen | None = None
+    http_port: int = 0  # (its HTTP API's: chosen when the command line is made)
     reused: bool = False
     lock: Any = None  # the open lock file while this object runs a server on db_file
 
@@ -182,6 +184,14 @@ class DevServer:
         """The server a ``temporal-dev.yml`` describes; its database is the user's own unless the
         file names one (relative to the file), never chosen by the working folder."""
         t = config["temporal"]
+        if not loopback(str(t["ip"])):
+            raise KiwiError(
+                f"temporal.ip in kiwi dev's settings (temporal-dev.yml) is {t['ip']}: its Temporal server takes "
+                "no credentials (anyone who reaches it can start, read and steer runs), so it serves this "
+                "machine only",
+                hint="use 127.0.0.1; to serve runs past this machine, run Temporal with TLS or Temporal "
+                "Cloud (see `deploy/` and 'Temporal Cloud and TLS' in the README)",
+            )
         return cls(
             ip=t["ip"],
             port=int(port or t["port"]),
@@ -216,7 +226,14 @@ class DevServer:
             argv += ["--db-filename", str(self.db_file)]
         for key, value in self.pragmas.items():
             argv += ["--sqlite-pragma", f"{key}={value}"]
-        for key, value in self.dynamic_config.items():
+        # Its HTTP API answers only requests addressed to this machine by name: a web page whose name was
+        # rebound to 127.0.0.1 (DNS rebinding) is refused. The port is chosen here so the names can carry it.
+        http_port = self.http_port or free_port()
+        self.http_port = http_port
+        allowed = [f"{host}:{http_port}" for host in ("127.0.0.1", "localhost", "[::1]")]
+        dynamic = {**self.dynamic_config, "frontend.httpAllowedHosts": allowed}
+        argv += ["--http-port", str(http_port)]
+        for key, value in dynamic.items():
             argv += ["--dynamic-config-value", f"{key}={json.dumps(value)}"]
         for attr in SEARCH_ATTRIBUTES:
             argv += ["--search-attribute", f"{attr.name}=Keyword"]
@@ -225,6 +242,13 @@ class DevServer:
     async def start(self, timeout: float = 60.0, log: Any = None) -> None:
         """Start the server, or reuse a Temporal server already on the port."""
         if port_open(self.ip, self.port):
+            owner = listener_uid(self.port)
+            if owner is not None and owner != os.getuid():
+                raise KiwiError(
+                    f"port {self.port} on {self.ip} is held by a Temporal server another user (uid {owner}) "
+                    "runs: kiwi dev would hand it every run's history and let it steer them",
+                    hint="set temporal.port (and ui_port) in temporal-dev.yml to ports of your own",
+                )
             try:
                 client = await asyncio.wait_for(Client.connect(self.address, namespace=self.namespace), 5)
                 await ensure_search_attributes(client)
@@ -356,6 +380,32 @@ async def answers_as_temporal(address: str, namespace: str = "default", timeout:
     except (RPCError, RuntimeError, OSError, TimeoutError):
         return False
     return True
+
+
+def loopback(ip: str) -> bool:
+    """Whether ``ip`` (an address or ``localhost``) is this machine's loopback."""
+    if ip == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(ip.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def listener_uid(port: int) -> int | None:
+    """The user id that owns the TCP socket listening on ``port`` (Linux: /proc/net/tcp and tcp6); None
+    where that cannot be read."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            # sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid ...
+            if len(fields) > 7 and fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
+                return int(fields[7])
+    return None
 
 
 def port_open(ip: str, port: int) -> bool:

@@ -10,6 +10,7 @@ import stat
 import time
 import uuid
 
+import httpx
 import pytest
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
@@ -21,7 +22,8 @@ from activities.audit import read_audit
 from activities.commands import _checked_cwd
 from kiwi.contracts import CommandRequest
 from kiwi.converter import data_converter
-from kiwi.errors import ItemInvalid
+from kiwi.devserver import DevServer, listener_uid, load_dev_config
+from kiwi.errors import ItemInvalid, KiwiError
 from kiwi.payloads import FilePayloadStore, prune, store_folder
 from kiwi.upstream.registry import load_registry
 from tests.helpers import kiwi_cli, loopback_dev_server, pending_approvals, wait_for, write
@@ -211,5 +213,59 @@ async def test_the_dev_servers_database_is_the_users_alone(tmp_path):
         assert server.db_file in made and any(p.name.endswith("-wal") for p in made), made
         for path in made:
             assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, (path, oct(path.stat().st_mode))
+    finally:
+        server.stop()
+
+
+async def test_attack_a_web_page_rebound_to_this_machine_reaches_the_dev_servers_http_api(tmp_path):
+    """Found by the s19 review: the dev server's HTTP API (and UI) answered any Host, so a web page whose
+    name was rebound to 127.0.0.1 (DNS rebinding) could start and steer runs. Safe: the HTTP API answers only
+    requests addressed to this machine by name and port."""
+    server = loopback_dev_server(tmp_path / "state")
+    try:
+        await server.start()
+        url = f"http://127.0.0.1:{server.http_port}/api/v1/namespaces"
+        async with httpx.AsyncClient() as client:
+            ours = await client.get(url)
+            assert ours.status_code == 200, ours.text
+            for host in (
+                f"evil.example:{server.http_port}",
+                "evil.example",
+                f"localhost.evil.example:{server.http_port}",
+            ):
+                rebound = await client.get(url, headers={"Host": host})
+                assert rebound.status_code == 403, (host, rebound.status_code)
+    finally:
+        server.stop()
+
+
+def test_a_temporal_dev_yml_cannot_open_the_dev_server_to_the_network(tmp_path):
+    """Found by the s19 review: a cloned repository's temporal-dev.yml with ``temporal.ip: 0.0.0.0`` made
+    `kiwi dev` serve Temporal, which takes no credentials, on every interface. Safe: loopback only."""
+    write(tmp_path / "temporal-dev.yml", "temporal:\n  ip: 0.0.0.0\n  port: 7233\n")
+    config, base = load_dev_config(tmp_path / "temporal-dev.yml")
+    with pytest.raises(KiwiError, match="serves this machine only"):
+        DevServer.from_config(config, base)
+    write(tmp_path / "temporal-dev.yml", "temporal:\n  ip: 127.0.0.1\n  port: 7233\n")
+    config, base = load_dev_config(tmp_path / "temporal-dev.yml")
+    assert DevServer.from_config(config, base).ip == "127.0.0.1"
+
+
+async def test_kiwi_dev_does_not_use_a_temporal_server_another_user_runs(tmp_path, monkeypatch):
+    """Found by the s19 review: `kiwi dev` reused whatever Temporal server held its port, so another user
+    who started one first received every run. Safe: a server on the port whose socket another user owns is
+    refused (the other user is this test's server seen with another uid)."""
+    server = loopback_dev_server(tmp_path / "theirs")
+    try:
+        await server.start()
+        assert listener_uid(server.port) == os.getuid()
+        ours = DevServer(ip="127.0.0.1", port=server.port, ui_port=server.ui_port, db_file=tmp_path / "db")
+        real_uid = os.getuid()
+        monkeypatch.setattr("kiwi.devserver.os.getuid", lambda: real_uid + 1)
+        with pytest.raises(KiwiError, match="another user"):
+            await ours.start()
+        monkeypatch.undo()
+        await ours.start()
+        assert ours.reused
     finally:
         server.stop()
