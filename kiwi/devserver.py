@@ -142,6 +142,8 @@ class DevServer:
     dynamic_config: dict[str, Any] = field(default_factory=dict)
     process: subprocess.Popen | None = None
     http_port: int = 0  # (its HTTP API's: chosen when the command line is made)
+    ui_inner_port: int = 0  # (where the UI itself listens, behind the gate on ui_port: see _ui_gate)
+    ui_gate: Any = None  # the asyncio server on ui_port while this object runs a server
     reused: bool = False
     lock: Any = None  # the open lock file while this object runs a server on db_file
 
@@ -216,7 +218,7 @@ class DevServer:
             "--port",
             str(self.port),
             "--ui-port",
-            str(self.ui_port),
+            str(self._ui_inner_port()),
             "--namespace",
             self.namespace,
             "--log-level",
@@ -239,8 +241,52 @@ class DevServer:
             argv += ["--search-attribute", f"{attr.name}=Keyword"]
         return argv
 
+    def _ui_inner_port(self) -> int:
+        self.ui_inner_port = self.ui_inner_port or free_port()
+        return self.ui_inner_port
+
+    def ui_names(self) -> set[str]:
+        """The Host headers the UI answers: this machine by name, with the UI's port."""
+        hosts = {"127.0.0.1", "localhost", "[::1]", self.ip if ":" not in self.ip else f"[{self.ip}]"}
+        return {f"{host}:{self.ui_port}".lower() for host in hosts}
+
+    async def _open_ui_gate(self) -> None:
+        """The UI on ``ui_port``, behind a gate that reads each connection's first request and passes it on
+        only when its Host names this machine. The UI itself answers any name, and can start and steer
+        runs: a web page whose name was rebound to 127.0.0.1 (DNS rebinding) would have driven it. Each request
+        is passed on with ``Connection: close``, so every request comes on a connection of its own and is
+        checked."""
+        self.ui_gate = await asyncio.start_server(self._ui_gate, self.ip, self.ui_port)
+
+    async def _ui_gate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream: asyncio.StreamWriter | None = None
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            if _host_header(head) not in self.ui_names():
+                body = b"kiwi dev: the Temporal UI answers only http://127.0.0.1 or http://localhost with its port\n"
+                writer.write(
+                    b"HTTP/1.1 421 Misdirected Request\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+                return
+            up_reader, upstream = await asyncio.open_connection(self.ip, self.ui_inner_port)
+            upstream.write(_closing(head))
+            await asyncio.gather(_pipe(reader, upstream), _pipe(up_reader, writer))
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            pass
+        finally:
+            for stream in (writer, upstream):
+                if stream is not None:
+                    with contextlib.suppress(Exception):
+                        stream.close()
+
     async def start(self, timeout: float = 60.0, log: Any = None) -> None:
         """Start the server, or reuse a Temporal server already on the port."""
+        if self.ui_gate is not None:  # (started again after its process died: the gate is ours)
+            self.ui_gate.close()
+            self.ui_gate = None
         if port_open(self.ip, self.port):
             owner = listener_uid(self.port)
             if owner is not None and owner != os.getuid():
@@ -293,6 +339,14 @@ class DevServer:
         finally:
             if own_log is not None:
                 own_log.close()
+        try:
+            await self._open_ui_gate()
+        except OSError as exc:
+            self.stop()
+            raise KiwiError(
+                f"the Temporal UI port {self.ip}:{self.ui_port} cannot be served ({exc.strerror})",
+                hint="set temporal.ui_port in temporal-dev.yml (or `kiwi dev --ui-port N`)",
+            ) from None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
@@ -312,6 +366,9 @@ class DevServer:
         raise KiwiError(f"the Temporal dev server did not answer on {self.address} within {timeout:g}s")
 
     def stop(self) -> None:
+        if self.ui_gate is not None:
+            self.ui_gate.close()
+            self.ui_gate = None
         if self.process and self.process.poll() is None:
             self.process.terminate()
             try:
@@ -380,6 +437,33 @@ async def answers_as_temporal(address: str, namespace: str = "default", timeout:
     except (RPCError, RuntimeError, OSError, TimeoutError):
         return False
     return True
+
+
+def _host_header(head: bytes) -> str:
+    """The Host header of an HTTP request head, lower-cased ('' when it has none or several)."""
+    hosts = [
+        line.partition(b":")[2].strip().decode("latin-1").lower()
+        for line in head.split(b"\r\n")[1:]
+        if line.lower().startswith(b"host:")
+    ]
+    return hosts[0] if len(hosts) == 1 else ""
+
+
+def _closing(head: bytes) -> bytes:
+    """The request head with ``Connection: close`` (the UI closes the connection after its answer)."""
+    lines = [line for line in head.split(b"\r\n") if line and not line.lower().startswith(b"connection:")]
+    return b"\r\n".join([*lines, b"Connection: close"]) + b"\r\n\r\n"
+
+
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    try:
+        while chunk := await source.read(65536):
+            sink.write(chunk)
+            await sink.drain()
+        if sink.can_write_eof():
+            sink.write_eof()
+    except (OSError, RuntimeError):
+        pass
 
 
 def loopback(ip: str) -> bool:

@@ -4,6 +4,7 @@ Temporal dev server, a real worker) where one applies; it fails while the hole i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import stat
@@ -267,5 +268,31 @@ async def test_kiwi_dev_does_not_use_a_temporal_server_another_user_runs(tmp_pat
         monkeypatch.undo()
         await ours.start()
         assert ours.reused
+    finally:
+        server.stop()
+
+
+async def test_attack_a_web_page_rebound_to_this_machine_drives_the_dev_ui(tmp_path):
+    """Found by the s19 review: the dev server's UI (port 8233) answered any Host and can start workflows,
+    so a web page whose name was rebound to 127.0.0.1 could start the forged run of F3 from a browser tab.
+    Safe: the UI's port is a gate that passes on only requests addressed to this machine by name."""
+    server = loopback_dev_server(tmp_path / "state")
+    try:
+        await server.start()
+        async with httpx.AsyncClient(timeout=30) as client:
+
+            async def ui_answers():
+                with contextlib.suppress(httpx.HTTPError):
+                    return (await client.get(f"http://127.0.0.1:{server.ui_port}/")).status_code == 200
+                return False
+
+            await wait_for(ui_answers, what="the Temporal UI through its gate")
+            local = await client.get(f"http://localhost:{server.ui_port}/api/v1/settings")
+            assert local.status_code == 200, local.text
+            for host in (f"evil.example:{server.ui_port}", f"localhost.evil.example:{server.ui_port}", ""):
+                rebound = await client.get(
+                    f"http://127.0.0.1:{server.ui_port}/api/v1/settings", headers={"Host": host}
+                )
+                assert rebound.status_code == 421, (host, rebound.status_code)
     finally:
         server.stop()
