@@ -89,7 +89,10 @@ _LATER_LAUNCHERS = (
 )
 _LATER_INTERPRETERS = (
     "dc m4 sqlite3 psql mysql gnuplot octave mail mailx nmap ssh-keygen openssl "
-    "gpg gpg2 vipe rpm dpkg apt apt-get yum dnf zypper apk brew gem bundle composer"
+    "gpg gpg2 vipe rpm dpkg apt apt-get yum dnf zypper apk brew gem bundle composer pandoc fd fdfind "
+    "ipython irb pwsh powershell nu xonsh tsx ts-node bunx conda mamba pixi hatch pdm pytest tox nox jest "
+    "vitest mocha eslint prettier mypy pylint flake8 latex pdflatex xelatex lualatex tex "
+    "pre-commit"
 )
 # Network clients: what they reach is no file a path grant covers, and the run's network grants (checked for
 # api tools) do not see their URLs. The local Temporal server's HTTP API is one request away.
