@@ -1,7 +1,8 @@
 """Protected paths: places no grant reaches unless it names them.
 
 ``.git`` (at any depth: a nested ``.git`` file or folder points git at a config of its own),
-Kiwi's configuration, audit trail, cache, the code of local tools, ``temporal-dev.yml`` at any depth
+Kiwi's configuration, audit trail, cache, the code of local tools and the tools agents proposed,
+``temporal-dev.yml`` at any depth
 (``kiwi dev`` and the other commands read the one of the folder they start in: the address its server
 listens on, its database), and a ``.ai`` folder below the root (a command run below it would take that
 folder for its project's). A file written there
@@ -21,6 +22,10 @@ PROTECTED_ROOTS = (".ai/config", ".ai/logs", ".ai/tools", ".ai/scripts", ".ai/.c
 GIT_DIR = ".git"
 # Protected in workflow code behind DEV_CONFIG_PROTECTED (see protected_root).
 DIRECTIVES = ".ai/directives"
+# Tools an agent proposed, waiting for a human (kiwi.items.proposals): rewritten after the human read them,
+# `kiwi tools accept` installed the new code. Protected in workflow code behind PROPOSALS_PROTECTED.
+PROPOSALS = ".ai/proposals"
+PROPOSALS_PROTECTED = "kiwi-proposals-protected"
 # kiwi dev's settings file, at the project's root (kiwi.devserver.load_dev_config).
 DEV_CONFIG = "temporal-dev.yml"
 # Workflow code protects it (and nested .ai folders) behind this patch: runs that wrote them before replay as
@@ -57,6 +62,8 @@ def protected_root(rel: str) -> str | None:
         # restore) had the grants a human had removed since. Agents write them through execute(directive,
         # update), which drops a signature line.
         return "/".join(segments[:2])
+    if folded[:2] == [".ai", "proposals"] and _patched(PROPOSALS_PROTECTED):
+        return "/".join(segments[:2])
     text = rel.casefold()
     if DEV_CONFIG in text or ".ai" in text:
         # temporal-dev.yml anywhere (a command run from a sub-folder reads the one there), and a .ai folder
@@ -67,6 +74,13 @@ def protected_root(rel: str) -> str | None:
             if (name == DEV_CONFIG or (name == ".ai" and index > 0)) and _dev_config_protected():
                 return "/".join(segments[: index + 1])
     return None
+
+
+def _patched(patch: str) -> bool:
+    """Always, outside workflow code; in a run, once it has met ``patch`` (a marker only in runs that meet it)."""
+    from temporalio import workflow
+
+    return not workflow.in_workflow() or workflow.patched(patch)
 
 
 def _dev_config_protected() -> bool:

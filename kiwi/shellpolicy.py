@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kiwi.globs import first_match, glob_covered
-from kiwi.protected import DEV_CONFIG, DIRECTIVES, GIT_DIR, PROTECTED_ROOTS, protected_root
+from kiwi.protected import DEV_CONFIG, DIRECTIVES, GIT_DIR, PROPOSALS, PROTECTED_ROOTS, protected_root
 from kiwi.protected import granted as protected_granted
 
 # ---------------------------------------------------------------- programs that run other programs
@@ -762,7 +762,7 @@ def _check_path(p: PathArgument, g: _Grants) -> ShellVerdict | None:
             patterns,
         )
     if p.tree and p.mode == "write":
-        for root in (GIT_DIR, *PROTECTED_ROOTS, DIRECTIVES, DEV_CONFIG):
+        for root in (GIT_DIR, *PROTECTED_ROOTS, DIRECTIVES, DEV_CONFIG, PROPOSALS):
             if p.rel == "." or root.startswith(p.rel + "/"):
                 inside = (
                     root if root == DEV_CONFIG else posixpath.join(root, "x") if p.rel == "." else root + "/x"
@@ -1714,7 +1714,7 @@ def _contains_protected(rel: str) -> bool:
         return True
     return any(
         rel == "." or root.startswith(rel + "/")
-        for root in (GIT_DIR, *PROTECTED_ROOTS, DIRECTIVES, DEV_CONFIG)
+        for root in (GIT_DIR, *PROTECTED_ROOTS, DIRECTIVES, DEV_CONFIG, PROPOSALS)
     )
 
 

@@ -24,12 +24,15 @@ from activities.commands import _checked_cwd
 from kiwi.contracts import CommandRequest
 from kiwi.converter import data_converter
 from kiwi.devserver import DevServer, listener_uid, load_dev_config
-from kiwi.errors import ItemInvalid, KiwiError
+from kiwi.errors import InputInvalid, ItemInvalid, KiwiError
+from kiwi.items.proposals import propose_tool
+from kiwi.items.store import ItemStore
 from kiwi.payloads import FilePayloadStore, prune, store_folder
 from kiwi.upstream.registry import load_registry
 from tests.helpers import kiwi_cli, loopback_dev_server, pending_approvals, wait_for, write
 from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
 from tests.test_mcp_servers import EVERYTHING, mcp_directive, registry, text_of
+from tests.test_tool_proposals import MANIFEST
 from workers.main import SANDBOX, WORKFLOWS
 
 
@@ -296,3 +299,51 @@ async def test_attack_a_web_page_rebound_to_this_machine_drives_the_dev_ui(tmp_p
                 assert rebound.status_code == 421, (host, rebound.status_code)
     finally:
         server.stop()
+
+
+async def test_attack_the_agent_rewrites_a_proposal_after_the_human_read_it(runs, project):
+    """Found by the s19 review: `.ai/proposals` was no protected place, so an agent with ``write **``
+    rewrote a proposed tool's code after the human had read it, and `kiwi tools accept` installed the new
+    code; proposing the same id again did the same. Safe: the proposal is a protected place, and a pending
+    proposal is never replaced."""
+    manifest = MANIFEST.format(id="helper", description="Help")
+    propose_tool(
+        ItemStore(project), "helper", {"manifest": manifest, "files": {"main.py": HARMLESS}}, update=False
+    )
+    read_by_the_human = (project / ".ai" / "proposals" / "tools" / "helper" / "main.py").read_text()
+    kiwi_directive(
+        project,
+        "coder",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="**"/>'
+        '<execute resource="shell" commands="cp"/>',
+    )
+    run_id = await agent_run(runs, "coder")
+    write(project / "notes" / "evil.py", EVIL)
+    for tool, args in (
+        ("filesystem.write", {"path": ".ai/proposals/tools/helper/main.py", "content": EVIL}),
+        ("shell.run", {"argv": ["cp", "notes/evil.py", ".ai/proposals/tools/helper/main.py"]}),
+        ("filesystem.move", {"source": "notes/evil.py", "destination": ".ai/proposals/tools/helper/main.py"}),
+    ):
+        refused = await runs.call_tool(run_id, tool, args)
+        assert refused.status == "denied" and "'.ai/proposals'" in refused.reason, (tool, refused)
+    with pytest.raises(InputInvalid, match="already waits for a human"):
+        propose_tool(
+            ItemStore(project), "helper", {"manifest": manifest, "files": {"main.py": EVIL}}, update=False
+        )
+    assert (project / ".ai" / "proposals" / "tools" / "helper" / "main.py").read_text() == read_by_the_human
+    await runs.cancel(run_id)
+    history = await runs.handle(run_id).fetch_history()
+    assert "kiwi-proposals-protected" in str(history.events)
+
+
+def test_a_proposed_tool_carries_no_second_yaml_file_nor_a_hidden_one(project):
+    manifest = MANIFEST.format(id="carrier", description="Carry")
+    for rel in ("conf/settings.yaml", "x.yml", ".hidden.py", "lib/.env"):
+        files = {"main.py": HARMLESS, rel: "'tool_id': word_count\n"}
+        with pytest.raises(InputInvalid, match="which a tool may not"):
+            propose_tool(ItemStore(project), "carrier", {"manifest": manifest, "files": files}, update=False)
+    assert not (project / ".ai" / "proposals" / "tools" / "carrier").exists()
+
+
+HARMLESS = "def main(text):\n    return text.strip()\n"
+EVIL = "import os\n\ndef main(text):\n    return os.getuid()\n"

@@ -376,7 +376,7 @@ def test_every_spelling_of_rm_with_r_and_f_is_blocked_by_rm_rf(flags, target, sh
 def test_no_argv_makes_a_refused_program_allowed(program, version, words):
     decision = check([program + version, *words])
     assert not decision.allowed
-    if not (version and program[-1].isdigit()):
+    if not (version and any(c.isdigit() for c in program)):  # (aria2c3: not read as a versioned name)
         assert "is refused" in decision.reason or "blocked by the harness" in decision.reason
 
 

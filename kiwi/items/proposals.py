@@ -18,7 +18,7 @@ from typing import Any
 from kiwi.errors import InputInvalid, ItemInvalid, ItemNotFound
 from kiwi.items.authoring import _inside
 from kiwi.items.store import ItemStore
-from kiwi.items.tools import parse_manifest
+from kiwi.items.tools import foreign_tool_file, parse_manifest
 
 PROPOSALS = Path("proposals") / "tools"
 MAX_BYTES = 1_000_000
@@ -53,8 +53,17 @@ def propose_tool(
     entry = parsed.entrypoint
     if entry and entry not in files and parsed.tool_type in ("python", "bash"):
         raise InputInvalid(f"the manifest runs {entry}, which parameters.files does not hold")
+    for rel in files:
+        if rel != "tool.yaml" and (why := foreign_tool_file(rel)) is not None:
+            raise InputInvalid(f"parameters.files holds {rel}, which a tool may not: {why}")
     space = store.spaces["project"]
     folder = _inside(space / PROPOSALS, parsed.tool_id, what="tool id")
+    if folder.exists():
+        # What a human read stays what a human accepts: a proposal is not rewritten under them.
+        raise InputInvalid(
+            f"a proposal for tool '{parsed.tool_id}' already waits for a human ({folder})",
+            hint="ask the human to accept or remove it (`kiwi tools proposals`), then propose again",
+        )
     staging = Path(tempfile.mkdtemp(dir=_mkdir(folder.parent), prefix=f".{parsed.tool_id}-"))
     try:
         (staging / "tool.yaml").write_text(manifest, encoding="utf-8")
@@ -64,9 +73,7 @@ def propose_tool(
             file = _inside(staging, rel, what="file path")
             file.parent.mkdir(parents=True, exist_ok=True)
             file.write_text(text, encoding="utf-8")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(staging, folder)
+        os.rename(staging, folder)  # (fails if one appeared meanwhile: never replaced)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

@@ -370,3 +370,16 @@ def legacy_script_manifest(path: Path) -> ToolManifest:
         legacy=True,
         path=str(path),
     )
+
+
+def foreign_tool_file(rel: str) -> str | None:
+    """Why a file beside a tool's ``tool.yaml`` (``rel``, relative to the tool's folder) may not be there,
+    or None. The index takes every YAML file under ``.ai/tools`` for a manifest, so another one (quoted,
+    flow-style or not, whatever its name) could declare a second tool and take over another tool's id; a
+    hidden file is out of a reader's sight."""
+    parts = rel.replace("\\", "/").split("/")
+    if any(part.startswith(".") and part not in (".", "..") for part in parts):
+        return "a hidden file"  # (a path leaving the folder is refused where it is written)
+    if parts[-1].lower().endswith((".yaml", ".yml")):
+        return "a second YAML file: the index would read it as a tool manifest; use JSON or another format"
+    return None

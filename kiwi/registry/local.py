@@ -14,7 +14,7 @@ from kiwi.errors import InputInvalid, ItemInvalid, KiwiError
 from kiwi.items.directive import Directive
 from kiwi.items.knowledge import KnowledgeEntry
 from kiwi.items.store import ItemStore, parse_item
-from kiwi.items.tools import ToolManifest
+from kiwi.items.tools import ToolManifest, foreign_tool_file
 from kiwi.items.validation import item_type_of
 from kiwi.registry import Bundle, RegistryConflict, RegistryRefused, bundle_message, parse_version
 from kiwi.signing import verify
@@ -189,14 +189,10 @@ def check_identity(bundle: Bundle) -> None:
     bundle.category = category
     if bundle.kind == "tool":
         for rel in bundle.files:
-            name = rel.rsplit("/", 1)[-1]
-            manifest_like = name.endswith((".yaml", ".yml")) and re.search(
-                r"^tool_id\s*:", bundle.files[rel], re.MULTILINE
-            )
-            if name == "tool.yaml" or manifest_like or any(part.startswith(".") for part in rel.split("/")):
+            if (why := foreign_tool_file(rel)) is not None:
                 raise RegistryRefused(
                     f"tool '{bundle.item_id}' {bundle.version} carries the file {rel}, which a tool may not "
-                    "(a second manifest, or a hidden file): refused",
+                    f"({why}): refused",
                     hint="tell the registry's administrator",
                 )
     if found != (bundle.item_id, bundle.version):
