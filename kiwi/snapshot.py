@@ -17,10 +17,10 @@ from kiwi.contracts import (
     RunTrust,
     session_workflow_id,
 )
-from kiwi.errors import InputInvalid
+from kiwi.errors import InputInvalid, KiwiError
 from kiwi.harness import load_harness
 from kiwi.items.directive import Directive, McpDeclaration, Metadata, Step, ToolsDeclaration
-from kiwi.items.store import ItemStore
+from kiwi.items.store import ItemStore, project_root_problem
 from kiwi.keys import approval_message, load_trusted, sign_bytes
 from kiwi.signing import check_trust, content_hash, verify
 from kiwi.templating import bind_inputs
@@ -76,6 +76,11 @@ def build_snapshot(
     search_attributes: bool = False,
 ) -> RunSnapshot:
     """Resolve, validate and bind a directive into a run's fixed input (raises typed Kiwi errors)."""
+    if problem := project_root_problem(store.project_root):
+        raise KiwiError(
+            f"no run works in this folder: {problem}",
+            hint="run Kiwi from a project folder (`kiwi init` makes one), or pass --project PATH",
+        )
     directive, text, path = store.load_directive(name)
     bound = bind_inputs(directive, inputs)
     specs = local_tool_specs(store)

@@ -39,7 +39,7 @@ from kiwi.health import HealthApp, OwnedServer, Readiness, WithHealth
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.items.directive import Directive
-from kiwi.items.store import ItemStore, find_project_root, item_kind
+from kiwi.items.store import ItemStore, find_project_root, item_kind, project_root_problem
 from kiwi.policy import PermissionSet
 from kiwi.registry import RegistryRefused
 from kiwi.registry.local import write_pulled
@@ -387,6 +387,11 @@ def build_server(
 ) -> MCPServer:
     """The four tools. With ``client`` None, Temporal is reached on the first run action (``address``)."""
     root = project_root or find_project_root()
+    if problem := project_root_problem(root):
+        raise KiwiError(
+            f"kiwi mcp serves a project, and {problem}",
+            hint="start it with --project PATH (a folder `kiwi init` made), or from inside the project",
+        )
 
     # One store and client for the server's life: the store re-scans changed files on every query,
     # and the client remembers whether the search attributes are registered.

@@ -10,6 +10,7 @@ import os
 import stat
 import time
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
@@ -28,7 +29,9 @@ from kiwi.errors import InputInvalid, ItemInvalid, KiwiError
 from kiwi.items.proposals import propose_tool
 from kiwi.items.store import ItemStore
 from kiwi.payloads import FilePayloadStore, prune, store_folder
+from kiwi.runs import RunClient
 from kiwi.upstream.registry import load_registry
+from mcp_frontend.server import build_server
 from tests.helpers import kiwi_cli, loopback_dev_server, pending_approvals, wait_for, write
 from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
 from tests.test_mcp_servers import EVERYTHING, mcp_directive, registry, text_of
@@ -347,3 +350,27 @@ def test_a_proposed_tool_carries_no_second_yaml_file_nor_a_hidden_one(project):
 
 HARMLESS = "def main(text):\n    return text.strip()\n"
 EVIL = "import os\n\ndef main(text):\n    return os.getuid()\n"
+
+
+async def test_attack_a_front_end_started_in_the_home_folder_hands_the_agent_the_signing_key(
+    temporal_env, tmp_path, monkeypatch
+):
+    """Found by the s19 review: `kiwi mcp` started with no --project in the home folder took the home folder
+    for the project, and a user-level ``read **`` let the agent read ``~/.config/kiwi/keys/NAME.key``. Safe:
+    no run works in a folder holding the home folder, the keys, Kiwi's state or the user space, and the
+    front end refuses to serve one."""
+    home = tmp_path / "home"
+    (home / ".config" / "kiwi" / "keys").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("KIWI_KEYS_DIR", str(home / ".config" / "kiwi" / "keys"))
+    with pytest.raises(KiwiError, match="holds your home folder"):
+        build_server(temporal_env.client, home)
+    runs = RunClient(temporal_env.client, ItemStore(home), task_queue="kiwi-s19-home")
+    with pytest.raises(KiwiError, match="no run works in this folder"):
+        await runs.start("anything", {})
+    with pytest.raises(KiwiError, match="filesystem's root"):
+        build_server(temporal_env.client, Path("/"))
+    keys_inside = tmp_path / "project"
+    monkeypatch.setenv("KIWI_KEYS_DIR", str(keys_inside / "keys"))
+    with pytest.raises(KiwiError, match="holds your keys"):
+        build_server(temporal_env.client, keys_inside)

@@ -56,6 +56,30 @@ def find_project_root(start: Path | None = None) -> Path:
     return here
 
 
+def project_root_problem(root: Path) -> str:
+    """Why ``root`` cannot be a project an agent works in, or ''. Everything below a project's root is the
+    agent's to read and write as its grants say: the filesystem's root, the home folder, or a folder holding
+    the user's keys, Kiwi's state (the payload store, the dev server's database) or the user space would put
+    the human's private signing key and every run's data within a ``read **``."""
+    from kiwi.devserver import data_dir
+    from kiwi.keys import keys_dir
+
+    root = root.resolve()
+    if root == Path(root.anchor):
+        return f"{root} is the filesystem's root"
+    private = {
+        "your home folder": Path.home(),
+        "your keys": keys_dir(),
+        "Kiwi's state (KIWI_HOME)": data_dir(),
+        "your user space (~/.ai)": user_space(),
+    }
+    for what, place in private.items():
+        place = place.expanduser().resolve()
+        if place == root or root in place.parents:
+            return f"{root} holds {what} ({place})"
+    return ""
+
+
 @dataclass
 class ItemRecord:
     """One item as indexed: enough to list, rank and locate it."""
