@@ -873,6 +873,24 @@ def _deviation_guidance(rules: dict[str, str], run_id: str) -> list[dict[str, st
 
 def _author(store: ItemStore, item_type: str, action: str, item_id: str, parameters: dict[str, Any]) -> dict:
     location = str(parameters.get("location", "project"))
+    if location != "project":
+        # The user space (~/.ai) is every project's and the human's: an agent of one project wrote, rewrote
+        # (a signed directive) and deleted items there that every other project's agent then found.
+        raise PermissionDenied(
+            f"an agent writes items in its project only, not in the {location!r} space",
+            hint="leave out parameters.location; a human puts items in the user space (`kiwi pull --to user`, "
+            "or by hand)",
+        )
+    if action == "create" and item_type in ("directive", "knowledge"):
+        other = _in_other_space(store, item_type, item_id or _directive_name(parameters))
+        if other:
+            # A project copy would shadow the user's own for every run of the project (a signed one
+            # replaced, unseen, by the agent's unsigned text): as copy_to_project and pull refuse.
+            raise InputInvalid(
+                f"the user space holds {item_type} '{item_id or _directive_name(parameters)}' ({other}); a "
+                "project copy would shadow it",
+                hint="choose another id",
+            )
     if action == "delete":
         return delete_item(
             store, item_type, item_id, location=location, confirm=parameters.get("confirm") is True
@@ -902,6 +920,24 @@ def _author(store: ItemStore, item_type: str, action: str, item_id: str, paramet
             location,
         )
     raise KiwiError(f"action '{action}' does not apply to item_type '{item_type}'")
+
+
+def _in_other_space(store: ItemStore, item_type: str, item_id: str) -> str:
+    """Where the user space holds ``item_id`` ('' when it does not)."""
+    if not item_id:
+        return ""
+    try:
+        found = store.find(item_type, item_id, source="user")
+    except KiwiError:
+        return ""
+    return found.path
+
+
+def _directive_name(parameters: dict[str, Any]) -> str:
+    """The name a directive's content declares ('' when it cannot be read: the save says why)."""
+    content = parameters.get("content")
+    match = re.search(r'<directive\s[^>]*\bname="([^"]+)"', content) if isinstance(content, str) else None
+    return match.group(1) if match else ""
 
 
 async def _settled(runs: RunClient, run_id: str, timeout: float = 20.0):
