@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 from dataclasses import dataclass
 
@@ -56,6 +57,8 @@ def child_env(
     git's hardening last, so neither the caller nor the worker can switch it off."""
     env = {k: v for k, v in os.environ.items() if k in INHERITED_ENV or k.startswith("LC_")}
     env.update({k: v for k, v in (extra or {}).items() if not k.startswith("GIT_CONFIG")})
+    if "PATH" in env:
+        env["PATH"] = absolute_path_list(env["PATH"])
     env.update(trace_env())
     env.update(GIT_ENV)
     pairs = [*GIT_FORCED_CONFIG, *(git_config or [])]
@@ -64,6 +67,13 @@ def child_env(
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
     return env
+
+
+def absolute_path_list(value: str) -> str:
+    """``PATH`` without empty or relative entries: a command runs in the project, where a relative entry
+    (``bin``, ``node_modules/.bin``, ``.``, an empty one) would find a program the agent wrote in place of
+    ``ls`` or ``git``."""
+    return os.pathsep.join(entry for entry in value.split(os.pathsep) if os.path.isabs(entry))
 
 
 def trace_env() -> dict[str, str]:
@@ -100,16 +110,25 @@ async def run_process(
     git_config: list[tuple[str, str]] | None = None,
 ) -> ProcessResult:
     """Run ``argv`` in ``cwd`` with a scrubbed environment (``child_env``) plus ``env``."""
+    environment = child_env(env, git_config)
+    program = argv[0]
+    if os.sep not in program:
+        # Found on the absolute entries of PATH before the command starts, never from its folder.
+        found = shutil.which(program, path=environment.get("PATH", os.defpath))
+        if found is None:
+            raise CommandNotFound.error(f"command not found: {program}")
+        program = found
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,
+            executable=program,  # (argv[0] stays as given: a program may read its own name)
             cwd=cwd,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
             preexec_fn=dies_with_parent(),  # a worker killed with kill -9 takes the command with it
-            env=child_env(env, git_config),
+            env=environment,
         )
     except FileNotFoundError:
         raise CommandNotFound.error(f"command not found: {argv[0]}") from None

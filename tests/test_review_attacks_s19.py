@@ -23,6 +23,7 @@ from temporalio.worker import Replayer
 
 from activities.audit import read_audit
 from activities.commands import _checked_cwd
+from activities.process import child_env, run_process
 from kiwi.contracts import CommandRequest
 from kiwi.converter import data_converter
 from kiwi.devserver import DevServer, listener_uid, load_dev_config
@@ -427,3 +428,17 @@ async def test_attack_an_agent_writes_the_user_space_every_project_shares(tempor
 
 
 BODY = '<step name="work"><action>Work.</action></step>'
+
+
+async def test_attack_a_relative_path_entry_runs_the_agents_program_for_ls(tmp_path, monkeypatch):
+    """Found by the s19 review: with a relative entry in the worker's PATH (``bin``, ``node_modules/.bin``),
+    a command found its program in the folder it ran in: an agent that wrote ``bin/ls`` in the project had
+    its script run for every ``ls``. Safe: programs are found on the absolute entries of PATH only."""
+    fake = tmp_path / "bin" / "ls"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho hijacked\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"bin:{os.environ['PATH']}")
+    result = await run_process(["ls"], cwd=str(tmp_path), timeout=30, max_output=1000)
+    assert "hijacked" not in result.stdout and "bin" in result.stdout.split(), result
+    assert "bin" not in child_env()["PATH"].split(os.pathsep)
