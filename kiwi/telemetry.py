@@ -102,13 +102,61 @@ def setup(service: str) -> bool:
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or service})
     provider = TracerProvider(resource=resource)
     if os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() != "none":
-        provider.add_span_processor(BatchSpanProcessor(_span_exporter()))
+        provider.add_span_processor(BatchSpanProcessor(ScrubbingExporter(_span_exporter())))
     trace.set_tracer_provider(provider)
     _active["tracer_provider"] = provider
     if os.environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() != "none":
         _start_runtime_metrics(service)
     atexit.register(shutdown)
     return True
+
+
+class ScrubbingExporter:
+    """A span exporter that hands ``inner`` each span without the secret values this process resolved (and
+    without credential query values): an upstream error quoting its key reached the MCP client span's status
+    as it was, while the run and the agent got ``[secret NAME]`` (kiwi.upstream.pool.scrub_text)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def export(self, spans: Any) -> Any:
+        from kiwi.upstream.pool import KNOWN_SECRETS
+
+        return self.inner.export([_scrubbed(span) for span in spans] if KNOWN_SECRETS else spans)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def _scrubbed(span: Any) -> Any:
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.trace import Status
+
+    from kiwi.upstream.pool import scrub_text
+
+    def values(attributes: Any) -> dict[str, Any]:
+        return {k: scrub_text(v) if isinstance(v, str) else v for k, v in (attributes or {}).items()}
+
+    status = span.status
+    if status.description:
+        status = Status(status.status_code, scrub_text(status.description))
+    return ReadableSpan(
+        name=scrub_text(span.name),
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=values(span.attributes),
+        events=[Event(e.name, values(e.attributes), e.timestamp) for e in span.events],
+        links=span.links,
+        kind=span.kind,
+        status=status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
 
 
 def _span_exporter() -> Any:

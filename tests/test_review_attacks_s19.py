@@ -32,6 +32,7 @@ from kiwi.items.proposals import propose_tool
 from kiwi.items.store import ItemStore
 from kiwi.payloads import FilePayloadStore, prune, store_folder
 from kiwi.runs import RunClient
+from kiwi.telemetry import ScrubbingExporter
 from kiwi.upstream.registry import load_registry
 from mcp_frontend.server import build_server
 from tests.helpers import (
@@ -442,3 +443,32 @@ async def test_attack_a_relative_path_entry_runs_the_agents_program_for_ls(tmp_p
     result = await run_process(["ls"], cwd=str(tmp_path), timeout=30, max_output=1000)
     assert "hijacked" not in result.stdout and "bin" in result.stdout.split(), result
     assert "bin" not in child_env()["PATH"].split(os.pathsep)
+
+
+def test_a_secret_an_upstream_error_quotes_is_scrubbed_from_exported_spans(monkeypatch):
+    """Found by the s19 review: with tracing on, an upstream error quoting its key reached the exported MCP
+    client span's status as it was (the run and the agent got ``[secret NAME]``). Safe: every exported span
+    goes through the scrubber: its name, status, attributes and events."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    secret = f"sk-live-{uuid.uuid4().hex}"
+    monkeypatch.setattr("kiwi.upstream.pool.KNOWN_SECRETS", {"S19_API_KEY": secret})
+    sink = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(ScrubbingExporter(sink)))
+    with provider.get_tracer("s19").start_as_current_span("MCP send tools/call lookup") as span:
+        span.set_attribute("error.detail", f"refused key {secret}")
+        span.add_event("exception", {"exception.message": f"refused key {secret} (quota)"})
+        span.set_status(StatusCode.ERROR, f"upstream API refused key {secret} (quota)")
+    (exported,) = sink.get_finished_spans()
+    shown = json.dumps(
+        {
+            "status": exported.status.description,
+            "attributes": dict(exported.attributes),
+            "events": [dict(e.attributes) for e in exported.events],
+        }
+    )
+    assert secret not in shown and shown.count("[secret S19_API_KEY]") == 3, shown

@@ -191,7 +191,9 @@ class StdioLink(asyncio.SubprocessProtocol):
                 if isinstance(error, dict):
                     code = str(error.get("code"))
                     span.set_attributes({"error.type": code, "rpc.response.status_code": code})
-                    span.set_status(StatusCode.ERROR, str(error.get("message", "")))
+                    from kiwi.upstream.pool import scrub_text  # (pool imports this module)
+
+                    span.set_status(StatusCode.ERROR, scrub_text(str(error.get("message", ""))))
         error = answer.get("error")
         if error is not None:
             if not isinstance(error, dict):
