@@ -46,6 +46,7 @@ from tests.helpers import (
 )
 from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
 from tests.test_mcp_servers import EVERYTHING, mcp_directive, registry, text_of
+from tests.test_review_attacks_s18 import _git
 from tests.test_tool_proposals import MANIFEST
 from workers.main import SANDBOX, WORKFLOWS
 
@@ -472,3 +473,33 @@ def test_a_secret_an_upstream_error_quotes_is_scrubbed_from_exported_spans(monke
         }
     )
     assert secret not in shown and shown.count("[secret S19_API_KEY]") == 3, shown
+
+
+async def test_attack_git_show_reads_a_protected_file_as_it_was_committed(runs, project):
+    """Found by the s19 review: ``git show HEAD:.ai/config/mcp_registry.yaml`` printed a protected file that
+    filesystem.read refuses: the object name REV:PATH was taken for a plain relative path, and the path in it
+    never checked. Safe: the PATH of an object name is checked as a read, as filesystem.read checks it."""
+    write(project / ".ai" / "config" / "mcp_registry.yaml", "mcps: {}\n# the servers and their settings\n")
+    write(project / "notes" / "a.md", "a\n")
+    _git(project, "init", "-q")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-qm", "one")
+    kiwi_directive(
+        project, "reader", '<read resource="filesystem" path="**"/><execute resource="shell" commands="git"/>'
+    )
+    run_id = await agent_run(runs, "reader")
+    for name in (
+        "HEAD:.ai/config/mcp_registry.yaml",
+        ":.ai/config/mcp_registry.yaml",
+        ":0:.ai/config/mcp_registry.yaml",
+    ):
+        refused = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "show", name]})
+        assert refused.status == "denied" and "protected place '.ai/config'" in refused.reason, (
+            name,
+            refused,
+        )
+    shown = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "show", "HEAD:notes/a.md"]})
+    assert shown.status == "ok" and shown.result["stdout"] == "a\n", shown
+    await runs.cancel(run_id)
+    history = await runs.handle(run_id).fetch_history()
+    assert "kiwi-git-object-paths" in str(history.events)
