@@ -215,8 +215,11 @@ async def test_attack_the_agent_writes_back_an_older_signed_directive_from_git(
             item_id="shell.run",
             parameters={"argv": ["git", "show", "HEAD~1:.ai/directives/tests/deploy.md"]},
         )
-        old = shown["result"]["stdout"]
-        assert old.startswith("<!-- kiwi:signed:") and 'path="**"' in old, shown
+        # (Since s19 the object's path is checked as a read: .ai/directives is a protected place. An agent
+        # may still know the old text some other way, e.g. from a copy elsewhere: the write-back is the attack.)
+        assert shown["status"] == "denied" and "'.ai/directives'" in shown["reason"], shown
+        old = git("show", "HEAD~1:.ai/directives/tests/deploy.md")
+        assert old.startswith("<!-- kiwi:signed:") and 'path="**"' in old
         saved = await execute(
             item_type="directive", action="update", item_id="deploy", parameters={"content": old}
         )
