@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
@@ -43,15 +44,31 @@ def profile() -> dict[str, Any]:
     """
     from temporalio.envconfig import ClientConfig
 
+    named = os.environ.get("TEMPORAL_CONFIG_FILE")
+    if named and not Path(named).expanduser().is_file():
+        # (Temporal's loader takes a missing file for no file: a typo or an unmounted volume would send the
+        # commands to a local server without the TLS or key the file holds.)
+        raise KiwiError(
+            f"TEMPORAL_CONFIG_FILE names {named}, which is no file"
+            + (" (it is a folder)" if Path(named).expanduser().is_dir() else ""),
+            hint="fix the path (README: Temporal Cloud and TLS), or unset TEMPORAL_CONFIG_FILE",
+        )
     try:
         return dict(ClientConfig.load_client_connect_config())
     except RuntimeError as exc:  # temporalio's ConfigError
         name = os.environ.get("TEMPORAL_PROFILE") or "default"
         where = os.environ.get("TEMPORAL_CONFIG_FILE") or "~/.config/temporalio/temporal.toml"
         found = str(exc).startswith("Profile ")
+        exists = Path(where).expanduser().is_file()
         raise KiwiError(
             f"cannot use the Temporal profile '{name}' of {where}: "
-            + ("no such profile" if found else "the file is not a valid temporal.toml"),
+            + (
+                "no such file"
+                if not exists
+                else "no such profile"
+                if found
+                else "the file is not a valid temporal.toml"
+            ),
             hint="fix the file, or choose another with TEMPORAL_CONFIG_FILE and TEMPORAL_PROFILE "
             "(README: Temporal Cloud and TLS)",
         ) from None

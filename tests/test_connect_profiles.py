@@ -28,12 +28,13 @@ pytestmark = pytest.mark.temporal
 
 
 @pytest.fixture
-def no_temporal_env(monkeypatch, tmp_path):
-    """No address or profile from the machine: an empty HOME (no ~/.config/temporalio) and no variables."""
+def no_temporal_env(monkeypatch, tmp_path_factory):
+    """No address or profile from the machine: an empty HOME (no ~/.config/temporalio) and no variables.
+    (The home folder beside the project, never in it: no run works in a folder holding the home folder.)"""
     for name in list(os.environ):
         if name.startswith(("TEMPORAL_", "KIWI_TEMPORAL_")):
             monkeypatch.delenv(name)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
 
 
 async def namespace_on(temporal_env) -> str:
@@ -253,3 +254,22 @@ async def test_commands_run_beside_kiwi_dev_find_it_on_the_port_its_temporal_dev
     assert target()[0] == f"{host}:{port}"
     code, out, err = await kiwi_cli("runs", "--json", "--project", str(folder), cwd=elsewhere)
     assert code == 0 and json.loads(out) == [], err
+
+
+def test_a_config_file_that_is_not_there_is_an_error_not_a_fallback(
+    tmp_path, monkeypatch, capsys, no_temporal_env
+):
+    from kiwi.cli import main as kiwi_main
+
+    """Found by the s19 README trial: TEMPORAL_CONFIG_FILE naming a file that is not there (a typo, a volume
+    not mounted) was taken for no file, and the commands went to the local server in plain text; with a
+    profile the error said "no such profile". Both now name the missing file."""
+    missing = tmp_path / "tls" / "nofile.toml"
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(missing))
+    monkeypatch.delenv("TEMPORAL_PROFILE", raising=False)
+    assert kiwi_main(["runs"]) == 1
+    err = capsys.readouterr().err
+    assert f"TEMPORAL_CONFIG_FILE names {missing}, which is no file" in err, err
+    monkeypatch.setenv("TEMPORAL_PROFILE", "cloud")
+    assert kiwi_main(["runs"]) == 1
+    assert "which is no file" in capsys.readouterr().err
