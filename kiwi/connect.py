@@ -137,6 +137,36 @@ async def connect(address: str | None = None, namespace: str | None = None) -> C
     settings = {} if address or os.environ.get("KIWI_TEMPORAL_ADDRESS") else profile()
     addr, ns = target(address, namespace)
     settings.update(target_host=addr, namespace=ns)
-    return await Client.connect(
+    client = await Client.connect(
         **settings, data_converter=data_converter, interceptors=telemetry.interceptors()
     )
+    await _namespace_there(client, addr, ns)
+    return client
+
+
+async def _namespace_there(client: Client, address: str, namespace: str) -> None:
+    """Refuse a namespace the server does not have, naming it (every command ended in a traceback, and a
+    worker polled it for ever). Other answers (a key that may not describe namespaces) are left to the call
+    that follows."""
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+    from temporalio.service import RPCError, RPCStatusCode
+
+    try:
+        await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise KiwiError(
+                f"Temporal at {address} has no namespace '{namespace}'",
+                hint="check --namespace, KIWI_TEMPORAL_NAMESPACE, TEMPORAL_NAMESPACE or the profile's namespace "
+                f"(`temporal operator namespace list --address {address}` lists them)",
+            ) from None
+
+
+def unreachable_hint() -> str:
+    """What to check when Temporal does not answer: the profile when one is in use, else `kiwi dev`."""
+    if any(os.environ.get(v) for v in ("TEMPORAL_CONFIG_FILE", "TEMPORAL_PROFILE", "TEMPORAL_ADDRESS")):
+        return (
+            "check the Temporal profile in use (TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE, TEMPORAL_ADDRESS): its "
+            "address, its TLS certificate and key files, its API key"
+        )
+    return "start it with `kiwi dev` (or set KIWI_TEMPORAL_ADDRESS / --address / TEMPORAL_ADDRESS)"

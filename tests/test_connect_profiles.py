@@ -19,9 +19,10 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, Register
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from kiwi.connect import profile, target
+from kiwi.connect import connect, profile, target
 from kiwi.converter import data_converter
 from kiwi.devserver import ensure_search_attributes
+from kiwi.errors import KiwiError
 from tests.helpers import kiwi_cli, wait_for
 
 pytestmark = pytest.mark.temporal
@@ -273,3 +274,19 @@ def test_a_config_file_that_is_not_there_is_an_error_not_a_fallback(
     monkeypatch.setenv("TEMPORAL_PROFILE", "cloud")
     assert kiwi_main(["runs"]) == 1
     assert "which is no file" in capsys.readouterr().err
+
+
+async def test_a_namespace_the_server_does_not_have_is_named_not_a_traceback(temporal_env, project):
+    """Found by the s19 README trial: `kiwi runs --namespace nosuchns` ended in a traceback (nothing on
+    stdout with --json), and `kiwi worker` polled it for ever. Each now says the server has no such
+    namespace, and --json answers JSON."""
+    address = temporal_env.client.service_client.config.target_host
+    with pytest.raises(KiwiError, match="has no namespace 'nosuchns'"):
+        await connect(address, "nosuchns")
+    code, out, err = await kiwi_cli(
+        "runs", "--json", "--address", address, "--namespace", "nosuchns", cwd=project
+    )
+    assert code == 1 and "Traceback" not in err, err
+    assert json.loads(out)["message"] == f"Temporal at {address} has no namespace 'nosuchns'"
+    code, out, err = await kiwi_cli("worker", "--address", address, "--namespace", "nosuchns", cwd=project)
+    assert code == 1 and "has no namespace 'nosuchns'" in err and "Traceback" not in err, err

@@ -53,17 +53,14 @@ def _outputs(values: list[str] | None) -> dict[str, Any]:
 
 
 async def _run_client(args: argparse.Namespace):
-    from kiwi.connect import connect
+    from kiwi.connect import connect, unreachable_hint
     from kiwi.items.store import ItemStore, find_project_root
     from kiwi.runs import RunClient
 
     try:
         client = await connect(getattr(args, "address", None), getattr(args, "namespace", None))
     except RuntimeError as exc:
-        raise KiwiError(
-            f"cannot reach Temporal: {exc}",
-            hint="start it with `kiwi dev` (or set KIWI_TEMPORAL_ADDRESS / --address)",
-        ) from None
+        raise KiwiError(f"cannot reach Temporal: {exc}", hint=unreachable_hint()) from None
     return RunClient(
         client,
         ItemStore(find_project_root()),
