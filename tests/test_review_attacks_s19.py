@@ -1,5 +1,6 @@
-"""Session 19: attacks found in this session's review. Each test is the attack against the real stack (a
-Temporal dev server, a real worker) where one applies; it fails while the hole is open."""
+"""Session 19: what this session's hostile review and README trial found. Each attack test is the attack
+against the real stack (a Temporal dev server, a real worker) where one applies; it fails while the hole is
+open. The trial's tests are the operator's steps that went wrong."""
 
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ from temporalio.worker import Replayer
 from activities.audit import read_audit
 from activities.commands import _checked_cwd
 from activities.process import child_env, run_process
+from kiwi.cli import main as kiwi_main
 from kiwi.contracts import CommandRequest
 from kiwi.converter import data_converter
 from kiwi.devserver import DevServer, listener_uid, load_dev_config
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError
 from kiwi.items.proposals import propose_tool
 from kiwi.items.store import ItemStore
+from kiwi.keys import keys_dir
 from kiwi.payloads import FilePayloadStore, prune, store_folder
 from kiwi.runs import RunClient
 from kiwi.telemetry import ScrubbingExporter
@@ -503,3 +506,37 @@ async def test_attack_git_show_reads_a_protected_file_as_it_was_committed(runs, 
     await runs.cancel(run_id)
     history = await runs.handle(run_id).fetch_history()
     assert "kiwi-git-object-paths" in str(history.events)
+
+
+def test_keys_init_checks_its_roles_before_it_writes_a_key(capsys):
+    """Found by the s19 README trial: `kiwi keys init --roles foo` ended in a pydantic traceback after the
+    private key was written, so the retry found the name taken; ``"sign, approve"`` failed the same way."""
+    assert kiwi_main(["keys", "init", "--name", "carol", "--roles", "foo"]) == 1
+    assert "unknown role 'foo'" in capsys.readouterr().err
+    assert not (keys_dir() / "carol.key").exists()
+    assert kiwi_main(["keys", "init", "--name", "carol", "--roles", "sign, approve", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["roles"] == ["sign", "approve"]
+
+
+async def test_a_run_whose_payloads_are_stored_read_with_the_store_off_says_so(runs, project):
+    """Found by the s19 README trial: `KIWI_PAYLOAD_STORE=off kiwi status RUN` on a run with stored payloads
+    ended in Temporal's TMPRL1105 traceback. It says what is wrong and what to set."""
+    write_directive(
+        project / ".ai" / "directives" / "echo_big.md",
+        directive_md(
+            '<step name="work"><action>Read {input:text}.</action></step>',
+            name="echo_big",
+            inputs='<input name="text" type="string" required="true"/>',
+        ),
+    )
+    run_id = await runs.start("echo_big", {"text": "b" * 300_000})
+    await wait_for(lambda: _awaiting_agent(runs, run_id), what="the run to wait for the agent")
+    where = ["--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue]
+    code, out, err = await kiwi_cli("status", run_id, *where, cwd=project, env={"KIWI_PAYLOAD_STORE": "off"})
+    assert code == 1 and "Traceback" not in err, err
+    assert "KIWI_PAYLOAD_STORE=off in this process" in err and "set KIWI_PAYLOAD_STORE" in err, err
+    await runs.cancel(run_id)
+
+
+async def _awaiting_agent(runs, run_id):
+    return (await runs.status(run_id)).status == "awaiting_agent"

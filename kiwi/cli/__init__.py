@@ -632,6 +632,18 @@ def _main(argv: list[str] | None) -> int:
     except FileNotFoundError as exc:
         print(f"kiwi: no such file or folder: {exc.filename or exc}", file=sys.stderr)
         return EXIT_INVALID
+    except RuntimeError as exc:
+        if "TMPRL1105" not in str(exc):
+            raise
+        # (Temporal's converter, reading a run whose payloads are in the store, with the store off here.)
+        error = KiwiError(
+            "this run's payloads are in a payload store, and KIWI_PAYLOAD_STORE=off in this process",
+            hint="set KIWI_PAYLOAD_STORE to the store's folder (every Kiwi process needs the same one; README: "
+            "Large payloads)",
+        )
+        print(f"kiwi: {error.message}\nhint: {error.hint}", file=sys.stderr)
+        _json_error(args, error)
+        return EXIT_INVALID
 
 
 def _json_error(args: argparse.Namespace, exc: KiwiError, **more: Any) -> None:

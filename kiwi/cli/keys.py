@@ -8,6 +8,7 @@ import json
 import re
 import sys
 
+from kiwi.errors import InputInvalid
 from kiwi.items.store import find_project_root, user_space
 from kiwi.keys import create_key, keys_dir, load_trusted, own_keys, trust_key
 
@@ -33,11 +34,28 @@ def ensure_key() -> tuple[str, str]:
     return name, f"created your key '{name}' ({path}) and trusted it in {trusted}"
 
 
+ROLES = ("sign", "approve")
+
+
+def _roles(text: str | None) -> list[str]:
+    """``--roles``: comma-separated, spaces around the commas ignored; both when not given."""
+    if text is None:
+        return list(ROLES)
+    roles = [r.strip() for r in text.split(",") if r.strip()]
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown or not roles:
+        raise InputInvalid(
+            f"--roles {text!r}: " + (f"unknown role '{unknown[0]}'" if unknown else "no role named"),
+            hint="roles are sign and approve: --roles sign, --roles approve or --roles sign,approve",
+        )
+    return list(dict.fromkeys(roles))
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     if args.keys_command == "init":
         name = args.name or default_name()
+        roles = _roles(args.roles)  # (checked before anything is written: a bad value left a key behind)
         path, public = create_key(name)
-        roles = args.roles.split(",") if args.roles else ["sign", "approve"]
         trusted = trust_key(user_space(), name, public, roles)  # type: ignore[arg-type]
         if getattr(args, "json", False):
             data = {"name": name, "path": str(path), "roles": roles, "trusted_in": str(trusted)}
