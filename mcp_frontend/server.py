@@ -14,6 +14,7 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -1045,6 +1046,20 @@ def http_app(
     return WithHealth(BearerToken(app, token) if token else app, HealthApp(ready or _always_ready))
 
 
+def _port_free(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be bound now (uvicorn, finding it taken, ended in a traceback)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]") or "0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
 async def _always_ready() -> bool:
     return True
 
@@ -1108,10 +1123,12 @@ async def serve_http(
     stateless: bool = False,
     address: str | None = None,
     namespace: str | None = None,
+    announce: Callable[[], None] | None = None,
 ) -> None:
     """``kiwi mcp --http``: serve until ``stop`` is set. ``/readyz`` is ready while Temporal answers a
     health check and the front end is not stopping. With ``client`` None, up whether or not Temporal is
-    (see :class:`TemporalLink`): a probe tries to connect, within its own 2 s."""
+    (see :class:`TemporalLink`): a probe tries to connect, within its own 2 s. ``announce`` is called once
+    the settings are checked and the port is free (a front end that refuses to start never said it serves)."""
     import uvicorn
 
     server = build_server(client, task_queue=task_queue, address=address, namespace=namespace)
@@ -1126,6 +1143,13 @@ async def serve_http(
             return False
 
     app = http_app(server, host, port, ready, stateless=stateless)
+    if not _port_free(host, port):
+        raise KiwiError(
+            f"the MCP port {host}:{port} is in use (another `kiwi mcp` or `kiwi dev`, perhaps)",
+            hint="stop it, or choose another with --port",
+        )
+    if announce is not None:
+        announce()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     web = OwnedServer(config) if stop is not None else uvicorn.Server(config)
     task = asyncio.create_task(web.serve())

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import stat
 import time
 import uuid
@@ -540,3 +541,17 @@ async def test_a_run_whose_payloads_are_stored_read_with_the_store_off_says_so(r
 
 async def _awaiting_agent(runs, run_id):
     return (await runs.status(run_id)).status == "awaiting_agent"
+
+
+async def test_kiwi_mcp_that_cannot_serve_says_why_without_announcing_itself(project):
+    """Found by the s19 README trial: `kiwi mcp --http --host 0.0.0.0` without a token printed "streamable HTTP
+    at ..." and then refused; on a port in use it printed a 40-line uvicorn traceback and exited 3."""
+    code, out, err = await kiwi_cli("mcp", "--http", "--host", "0.0.0.0", "--port", "1", cwd=project)
+    assert code == 1 and "without a token" in err and "streamable HTTP at" not in err, err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = await kiwi_cli("mcp", "--http", "--port", str(port), cwd=project)
+    assert code == 1 and f"the MCP port 127.0.0.1:{port} is in use" in err, err
+    assert "Traceback" not in err and "streamable HTTP at" not in err, err

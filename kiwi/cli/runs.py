@@ -812,7 +812,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        print(f"kiwi mcp: streamable HTTP at http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
         await serve_http(
             None,
             args.host,
@@ -822,6 +821,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             stateless=args.stateless,
             address=args.address,
             namespace=args.namespace,
+            announce=lambda: print(
+                f"kiwi mcp: streamable HTTP at http://{args.host}:{args.port}/mcp",
+                file=sys.stderr,
+                flush=True,
+            ),
         )
         return 0
 
