@@ -66,7 +66,15 @@ def store_folder() -> Path | None:
     if named.lower() == "off":
         return None
     if named:
-        return Path(named).expanduser()
+        folder = Path(named).expanduser()
+        if not folder.is_absolute():
+            # Each process would read it from its own working folder: a worker started in /srv and the CLI
+            # run from a project would use two stores, and neither would find the other's payloads.
+            raise PayloadStoreError(
+                f"{STORE_VARIABLE}={named} is a relative path: every Kiwi process must see the same folder",
+                hint=f"give an absolute path (e.g. {STORE_VARIABLE}=$HOME/kiwi-payloads), or off",
+            )
+        return folder
     return data_dir() / "payloads"
 
 

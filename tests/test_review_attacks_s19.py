@@ -555,3 +555,20 @@ async def test_kiwi_mcp_that_cannot_serve_says_why_without_announcing_itself(pro
         code, out, err = await kiwi_cli("mcp", "--http", "--port", str(port), cwd=project)
     assert code == 1 and f"the MCP port 127.0.0.1:{port} is in use" in err, err
     assert "Traceback" not in err and "streamable HTTP at" not in err, err
+
+
+async def test_a_relative_payload_store_and_a_stray_versioning_flag_are_refused(project, tmp_path):
+    """Found by the s19 README trial: a relative KIWI_PAYLOAD_STORE was taken against each process's own
+    folder (two processes, two stores) and `kiwi doctor` made the folder and said ok; `kiwi worker
+    --versioning-behavior auto-upgrade` without a deployment started an unversioned worker silently."""
+    code, out, err = await kiwi_cli(
+        "doctor", "--no-mcp", cwd=project, env={"KIWI_PAYLOAD_STORE": "relative/dir"}
+    )
+    assert code == 1 and "is a relative path" in err, err
+    assert not (project / "relative").exists()
+    code, out, err = await kiwi_cli(
+        "worker", "--address", "127.0.0.1:1", cwd=project, env={"KIWI_PAYLOAD_STORE": "relative/dir"}
+    )
+    assert code == 1 and "is a relative path" in err and "Traceback" not in err, err
+    code, out, err = await kiwi_cli("worker", "--versioning-behavior", "auto-upgrade", cwd=project)
+    assert code == 1 and "with Worker Versioning only" in err, err

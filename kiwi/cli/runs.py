@@ -562,8 +562,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
             "--deployment-name and --build-id go together",
             hint="give both to use Worker Versioning, or neither",
         )
+    from kiwi.payloads import store_folder
+
+    store_folder()  # (a store setting no process could use stops the worker before it waits for Temporal)
+    if args.versioning_behavior and not args.deployment_name:
+        raise KiwiError(
+            "--versioning-behavior means something with Worker Versioning only",
+            hint="give --deployment-name and --build-id with it (README: Upgrading workers), or leave it out",
+        )
     deployment = (
-        deployment_config(args.deployment_name, args.build_id, args.versioning_behavior)
+        deployment_config(args.deployment_name, args.build_id, args.versioning_behavior or "pinned")
         if args.deployment_name
         else None
     )
@@ -958,7 +966,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--versioning-behavior",
         choices=["pinned", "auto-upgrade"],
-        default="pinned",
+        default=None,
         help="with Worker Versioning: pinned keeps a run on the build it started on (default); auto-upgrade "
         "moves running runs to the current build",
     )
