@@ -326,6 +326,16 @@ def test_a_tool_is_published_and_pulled_with_all_its_files(alice, project, tmp_p
         "tool.yaml",
     ]
     assert (pulled / "lib" / "slug.py").read_text() == (folder / "lib" / "slug.py").read_text()
+    # Pulled again over a local copy the user worked in (s19 trial: --replace deleted the whole folder, its
+    # .env and the user's notes with it): the hidden files come along, the rest is kept beside it.
+    write(pulled / ".env", "SLUG_TOKEN=local\n")
+    write(pulled / "NOTES.md", "my notes\n")
+    assert kiwi(["pull", name, "--replace", "--json"]) == 0
+    answer = out_json(capsys)
+    assert (pulled / ".env").read_text() == "SLUG_TOKEN=local\n"
+    assert not (pulled / "NOTES.md").exists()
+    assert (Path(answer["kept"]) / "NOTES.md").read_text() == "my notes\n"
+    assert Path(answer["kept"]).name.startswith(f".{name}-replaced-")
 
 
 def test_unsigned_or_invalid_items_are_not_published(alice, project, capsys):

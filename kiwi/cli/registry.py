@@ -54,11 +54,19 @@ def cmd_pull(args: argparse.Namespace) -> int:
         store, bundle, location=args.to, replace=args.replace, provenance=lock_entry(source, provenance)
     )
     data = {"item_type": bundle.kind, "item_id": bundle.item_id, "path": str(path), **provenance}
+    if bundle.kept:
+        data["kept"] = bundle.kept
     _print(
         data,
         args.json,
         f"pulled {bundle.kind} {bundle.item_id} {provenance['version']} from {provenance['namespace']} "
-        f"(signed by {provenance['signer']}, hash checked) into {path}",
+        f"(signed by {provenance['signer']}, hash checked) into {path}"
+        + (
+            f"\nthe replaced tool's files the published one does not have are kept in {bundle.kept} "
+            "(its hidden files, such as .env, were carried over)"
+            if bundle.kept
+            else ""
+        ),
     )
     return EXIT_OK
 

@@ -76,6 +76,8 @@ class Bundle:
     description: str = ""
     category: str = ""
     tags: list[str] = field(default_factory=list)
+    # Set by a pull that replaced a tool: where the files of the old folder it did not carry over are kept.
+    kept: str = ""
 
     def all_files(self) -> dict[str, str]:
         return {"": self.main, **self.files}

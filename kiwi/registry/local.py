@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -277,16 +278,43 @@ def _write(store: ItemStore, bundle: Bundle, target: Path, location: str, replac
             file.parent.mkdir(parents=True, exist_ok=True)
             file.write_text(text, encoding="utf-8")
         old = None
+        dropped = _carry_local_files(target, staging, bundle) if target.exists() else []
         if target.exists():
             old = target.parent / f".{bundle.item_id}-old-{os.getpid()}"
             os.replace(target, old)
         os.replace(staging, target)
-        if old is not None:
+        if old is not None and dropped:
+            # Files of the local tool the published one does not have (the user's notes, a helper): kept
+            # beside it, never deleted unseen.
+            kept = target.parent / f".{bundle.item_id}-replaced-{time.strftime('%Y%m%d-%H%M%S')}"
+            os.replace(old, kept)
+            bundle.kept = str(kept)
+        elif old is not None:
             shutil.rmtree(old, ignore_errors=True)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return target / "tool.yaml"
+
+
+def _carry_local_files(target: Path, staging: Path, bundle: Bundle) -> list[str]:
+    """Copy the replaced tool's hidden files (``.env`` and the like: never published, the user's own) into
+    the new folder; the other files the bundle does not have, by relative path (kept by the caller)."""
+    dropped = []
+    published = {"tool.yaml", *bundle.files}
+    for path in sorted(target.rglob("*")):
+        if not path.is_file() or path.is_symlink():
+            continue
+        rel = path.relative_to(target).as_posix()
+        if rel in published or "__pycache__" in rel.split("/"):
+            continue
+        if any(part.startswith(".") for part in rel.split("/")):
+            copy = staging / rel
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, copy)
+        else:
+            dropped.append(rel)
+    return dropped
 
 
 def _existing_anywhere(store: ItemStore, bundle: Bundle, location: str) -> list[tuple[str, Path]]:
