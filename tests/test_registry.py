@@ -24,6 +24,9 @@ from kiwi.registry import MIGRATIONS, Registry, RegistryConflict, RegistryRefuse
 from kiwi.registry.local import bundle_from_path, sign_bundle
 from tests.helpers import directive_md, write, write_directive
 
+# An Ed25519 public key as Kiwi writes one (no private key behind it: for rows that need a key).
+SOME_PUBLIC_KEY = "ed25519:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"
+
 pytestmark = pytest.mark.postgres
 
 
@@ -230,7 +233,7 @@ def test_row_level_security_keeps_each_publisher_to_its_namespace(alice, postgre
     name = unique("owned")
     publish_directive(project, name, "1.0.0")
     with Registry(postgres) as registry:
-        registry.add_publisher("bob", "bob", "bob-key", "AAAA")
+        registry.add_publisher("bob", "bob", "bob-key", SOME_PUBLIC_KEY)
     with psycopg.connect(as_role(postgres, "bob"), autocommit=True) as bob:
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
             bob.execute(
@@ -714,9 +717,17 @@ def test_add_publisher_mistakes_are_named_not_tracebacks(postgres):
 
     with Registry(postgres) as registry:
         with pytest.raises(RegistryRefused, match="the database has no role 'nosuchrole'"):
-            registry.add_publisher("team", "nosuchrole", "k", "AAAA")
+            registry.add_publisher("team", "nosuchrole", "k", SOME_PUBLIC_KEY)
         with pytest.raises(RegistryRefused, match="namespace 'Bad_NS' is not lowercase letters"):
-            registry.add_publisher("Bad_NS", "bob", "k", "AAAA")
+            registry.add_publisher("Bad_NS", "bob", "k", SOME_PUBLIC_KEY)
+        # s19 trial: any text was taken for the public key, and a role already publishing elsewhere ended in a
+        # UniqueViolation traceback.
+        for garbage in ("garbage", "ed25519:notbase64!!", "ed25519:AAAA"):
+            with pytest.raises(RegistryRefused, match="not an Ed25519 public key"):
+                registry.add_publisher("team", "bob", "k", garbage)
+        registry.add_publisher("bob", "bob", "bob-key", SOME_PUBLIC_KEY)  # (bob's own, as other tests have it)
+        with pytest.raises(RegistryRefused, match="'bob' already publishes under another namespace"):
+            registry.add_publisher("team-two", "bob", "k", SOME_PUBLIC_KEY)
 
 
 def test_publishing_with_a_key_you_do_not_have_says_so(alice, project, capsys):

@@ -25,6 +25,9 @@ from tests.helpers import directive_md, wait_for, write, write_directive
 from tests.test_registry import alice, as_role, postgres, unique  # noqa: F401 - fixtures
 from tests.test_tool_types import TOKEN, Api, agent_directive, api_tool, started  # noqa: F401
 
+# An Ed25519 public key as Kiwi writes one (no private key behind it: for rows that need a key).
+SOME_PUBLIC_KEY = "ed25519:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"
+
 
 def tool_yaml(tool_id: str, version: str = "1.0.0", category: str = "") -> str:
     return (
@@ -199,7 +202,7 @@ def test_defence_rls_another_publisher_cannot_add_files_delete_or_claim(alice, p
         postgres, "alice", Bundle("tool", name, "1.0.0", tool_yaml(name), {"main.py": "x = 1\n"}), alice
     )
     with Registry(postgres) as registry:
-        registry.add_publisher("bob", "bob", "bob-key", "AAAA")
+        registry.add_publisher("bob", "bob", "bob-key", SOME_PUBLIC_KEY)
     with psycopg.connect(as_role(postgres, "bob"), autocommit=True) as bob:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             bob.execute(
@@ -670,7 +673,7 @@ def test_attack_rls_bypass_by_shadowing_the_policy_tables_with_temp_tables(alice
         postgres, "alice", Bundle("tool", name, "1.0.0", tool_yaml(name), {"main.py": "x = 1\n"}), alice
     )
     with Registry(postgres) as registry:
-        registry.add_publisher("bob", "bob", "bob-key", "AAAA")
+        registry.add_publisher("bob", "bob", "bob-key", SOME_PUBLIC_KEY)
     done = []
     with psycopg.connect(as_role(postgres, "bob"), autocommit=True) as bob:
         bob.execute("create temp table kiwi_publishers (namespace text, role_name text)")

@@ -238,8 +238,19 @@ class Registry:
                 f"namespace '{namespace}' is not lowercase letters, digits, '-' and '_' (from a letter or digit)",
                 hint="e.g. `kiwi registry add-publisher team-a --role ROLE --key KEY`",
             )
+        if not _ed25519_public(public_key):
+            raise RegistryRefused(
+                "--public-key is not an Ed25519 public key as `kiwi keys list` prints one (ed25519:...)",
+                hint="copy the publisher's key from `kiwi keys list` on their machine, or leave --public-key "
+                "out to use your own key named by --key",
+            )
         try:
             self._register(namespace, role, key_name, public_key, sql)
+        except psycopg.errors.UniqueViolation:
+            raise RegistryRefused(
+                f"the role '{role}' already publishes under another namespace (one namespace per role)",
+                hint="`kiwi registry status` lists the publishers; create another role for this namespace",
+            ) from None
         except psycopg.errors.UndefinedObject:
             raise RegistryRefused(
                 f"the database has no role '{role}'",
@@ -251,6 +262,7 @@ class Registry:
             ) from None
 
     def _register(self, namespace: str, role: str, key_name: str, public_key: str, sql: Any) -> None:
+        # (UniqueViolation: the role publishes elsewhere; nothing is granted then, the transaction rolls back.)
         with self._conn() as conn, conn.transaction():
             conn.execute(sql.SQL("grant kiwi_publisher to {}").format(sql.Identifier(role)))
             conn.execute(
@@ -533,3 +545,19 @@ class Registry:
             "content_hash": digest,
             "yanked": row[9],
         }
+
+
+def _ed25519_public(text: str) -> bool:
+    """Whether ``text`` is an Ed25519 public key as Kiwi writes one (``ed25519:`` and 32 bytes, base64url)."""
+    import base64
+
+    from kiwi.keys import PREFIX
+
+    if not text.startswith(PREFIX):
+        return False
+    body = text[len(PREFIX) :]
+    try:
+        raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    except (ValueError, TypeError):
+        return False
+    return len(raw) == 32
