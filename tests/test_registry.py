@@ -741,3 +741,18 @@ def test_publishing_with_a_key_you_do_not_have_says_so(alice, project, capsys):
     assert kiwi(["publish", str(path), "--key", "nobody"]) == 1
     said = capsys.readouterr().err
     assert "you have no key 'nobody'" in said and "kiwi keys list" in said
+
+
+def test_registry_status_answers_a_publisher_and_owner_acts_name_the_owner(alice, postgres):
+    """Found by the s19 README trial: `kiwi registry status` failed for every role but the database's owner
+    (the migrations table is the owner's), with a hint about publishing; migrate and add-publisher run as a
+    publisher got the same wrong hint."""
+    from kiwi.registry import RegistryRefused
+
+    with Registry(as_role(postgres, "alice")) as registry:
+        status = registry.status()
+        assert status["role"] == "alice" and status["namespace"] == "alice"
+        assert status["migrations"] == "not visible to this role"
+        with pytest.raises(RegistryRefused) as refused:
+            registry.add_publisher("team-three", "alice", "k", SOME_PUBLIC_KEY)
+        assert "the database's owner" in refused.value.hint

@@ -90,7 +90,9 @@ def cmd_registry(args: argparse.Namespace) -> int:
                 "\n".join(
                     [
                         f"registry: {status['url']} (PostgreSQL {status['server_version']})",
-                        f"migrations: {', '.join(status['migrations']) or 'none'}"
+                        f"migrations: {status['migrations']}"
+                        if isinstance(status["migrations"], str)
+                        else f"migrations: {', '.join(status['migrations']) or 'none'}"
                         + (
                             f"; pending: {', '.join(status['pending_migrations'])}"
                             if status["pending_migrations"]

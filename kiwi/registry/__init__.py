@@ -179,7 +179,9 @@ class Registry:
         self.close()
 
     @contextmanager
-    def _conn(self) -> Iterator[Any]:
+    def _conn(self, *, owner: bool = False) -> Iterator[Any]:
+        """A pooled connection, the database's errors as Kiwi's. ``owner``: an act of the database's owner
+        (migrate, add-publisher), whose refusal names the owner, not publishing."""
         import psycopg
 
         try:
@@ -198,7 +200,10 @@ class Registry:
         except psycopg.errors.InsufficientPrivilege as exc:
             raise RegistryRefused(
                 f"the registry refused this: {exc.diag.message_primary or exc}",
-                hint="publishing needs a role registered as a publisher (`kiwi registry add-publisher`), "
+                hint="run it as the database's owner (the role that applied the migrations), not as a publisher "
+                "or reader"
+                if owner
+                else "publishing needs a role registered as a publisher (`kiwi registry add-publisher`), "
                 "and only under that publisher's namespace",
             ) from None
         except psycopg.OperationalError as exc:
@@ -213,7 +218,7 @@ class Registry:
     def migrate(self) -> list[str]:
         """Apply the migrations not yet applied, each in its own transaction; the names applied."""
         applied: list[str] = []
-        with self._conn() as conn:
+        with self._conn(owner=True) as conn:
             conn.execute(
                 "create table if not exists kiwi_schema_migrations "
                 "(name text primary key, applied_at timestamptz not null default now())"
@@ -263,7 +268,7 @@ class Registry:
 
     def _register(self, namespace: str, role: str, key_name: str, public_key: str, sql: Any) -> None:
         # (UniqueViolation: the role publishes elsewhere; nothing is granted then, the transaction rolls back.)
-        with self._conn() as conn, conn.transaction():
+        with self._conn(owner=True) as conn, conn.transaction():
             conn.execute(sql.SQL("grant kiwi_publisher to {}").format(sql.Identifier(role)))
             conn.execute(
                 "insert into kiwi_publishers (namespace, role_name, key_name, public_key) values (%s, %s, %s, %s) "
@@ -279,9 +284,17 @@ class Registry:
             )
 
     def status(self) -> dict[str, Any]:
+        import psycopg
+
         with self._conn() as conn:
             version = conn.execute("show server_version").fetchone()[0]
-            migrations = [r[0] for r in conn.execute("select name from kiwi_schema_migrations order by name")]
+            try:
+                with conn.transaction():
+                    migrations: list[str] | None = [
+                        r[0] for r in conn.execute("select name from kiwi_schema_migrations order by name")
+                    ]
+            except psycopg.errors.InsufficientPrivilege:
+                migrations = None  # (the owner's table: a publisher or reader sees the rest)
             counts = dict(
                 conn.execute("select item_type, count(*) from item_versions group by item_type").fetchall()
             )
@@ -290,8 +303,10 @@ class Registry:
         return {
             "url": describe_url(self.url),
             "server_version": version,
-            "migrations": migrations,
-            "pending_migrations": [m for m in wanted if m not in migrations],
+            "migrations": migrations if migrations is not None else "not visible to this role",
+            "pending_migrations": [m for m in wanted if m not in migrations]
+            if migrations is not None
+            else [],
             "versions": counts,
             "role": me[0],
             "namespace": me[1] or "",
