@@ -24,6 +24,7 @@ from kiwi.errors import (
     CommandNotFound,
     GitFailed,
     GitUnavailable,
+    InputInvalid,
     PermissionDenied,
     SecretMissing,
     ToolFailed,
@@ -249,6 +250,7 @@ class CommandActivities:
         entry = Path(tool.entrypoint)
         if not entry.is_file():
             raise ToolNotFound.error(f"tool '{tool.tool_id}': entrypoint {entry.name} is missing")
+        _check_parameters(tool, req.params)
         passed = _check_requirements(tool)
         if tool.tool_type == "python":
             # -P: nothing from the working folder (the project, which agents may write) is imported: with
@@ -291,6 +293,22 @@ class CommandActivities:
             return scrub(_parse_output(result.stdout), passed)
         except json.JSONDecodeError as exc:
             raise ToolFailed.error(f"tool '{tool.tool_id}' printed invalid JSON: {exc}") from None
+
+
+def _check_parameters(tool: LocalToolSpec, params: dict[str, Any]) -> None:
+    """The call's arguments against the manifest's parameters, before the tool runs: a name the tool does not
+    take, or a required one missing, ended in the tool's own traceback (a TypeError from its main())."""
+    schema = tool.input_schema or {}
+    declared = schema.get("properties")
+    if not isinstance(declared, dict) or not declared:
+        return  # (no parameters declared: the tool takes what it is given)
+    unknown = sorted(set(params) - set(declared)) if schema.get("additionalProperties") is not True else []
+    missing = sorted(n for n in schema.get("required") or [] if n not in params)
+    if unknown or missing:
+        takes = ", ".join(sorted(declared))
+        problems = [f"'{n}' is not a parameter of tool '{tool.tool_id}'" for n in unknown]
+        problems += [f"'{n}' is required" for n in missing]
+        raise InputInvalid.error("; ".join(problems) + f" (it takes: {takes})")
 
 
 def _check_requirements(tool: LocalToolSpec) -> dict[str, str]:

@@ -572,3 +572,20 @@ async def test_a_relative_payload_store_and_a_stray_versioning_flag_are_refused(
     assert code == 1 and "is a relative path" in err and "Traceback" not in err, err
     code, out, err = await kiwi_cli("worker", "--versioning-behavior", "auto-upgrade", cwd=project)
     assert code == 1 and "with Worker Versioning only" in err, err
+
+
+async def test_a_local_tool_called_with_a_name_it_does_not_take_is_refused_before_it_runs(runs, project):
+    """Found by the s19 README trial: word_count called with {"path": ...} ran and failed with its own
+    TypeError traceback. The arguments are checked against the manifest's parameters first."""
+    kiwi_directive(project, "counting", '<execute resource="tool" id="word_count"/>')
+    run_id = await agent_run(runs, "counting")
+    wrong = await runs.call_tool(run_id, "word_count", {"path": "notes/hello.md"})
+    assert wrong.status == "error" and wrong.error_type == "InputInvalid", wrong
+    assert (
+        "'path' is not a parameter of tool 'word_count'" in wrong.reason
+        and "'text' is required" in wrong.reason
+    )
+    assert "Traceback" not in wrong.reason
+    right = await runs.call_tool(run_id, "word_count", {"text": "one two three"})
+    assert right.status == "ok", right
+    await runs.cancel(run_id)
