@@ -589,3 +589,20 @@ async def test_a_local_tool_called_with_a_name_it_does_not_take_is_refused_befor
     right = await runs.call_tool(run_id, "word_count", {"text": "one two three"})
     assert right.status == "ok", right
     await runs.cancel(run_id)
+
+
+async def test_project_scoped_commands_take_project_and_pull_outside_a_project_says_so(
+    project, tmp_path_factory
+):
+    """Found by the s19 README trial: `kiwi search --project P` was an unknown option (the README says the
+    other commands take it), and `kiwi pull` outside a project made a new .ai/ wherever it ran."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # (not inside the project)
+    code, out, err = await kiwi_cli("search", "hello", "--project", str(project), cwd=elsewhere)
+    assert code == 0 and "hello_kiwi" in out, err
+    code, out, err = await kiwi_cli("show", "hello_kiwi", "--project", str(project), "--json", cwd=elsewhere)
+    assert code == 0 and json.loads(out)["item_id"] == "hello_kiwi", err
+    code, out, err = await kiwi_cli("tools", "proposals", "--project", str(project), cwd=elsewhere)
+    assert code == 0, err
+    code, out, err = await kiwi_cli("pull", "anything", cwd=elsewhere)
+    assert code == 1 and "no Kiwi project at" in err, err
+    assert not (elsewhere / ".ai").exists()

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kiwi.errors import InputInvalid
+from kiwi.errors import InputInvalid, KiwiError
 from kiwi.registry import KINDS
 
 EXIT_OK = 0
@@ -46,7 +46,15 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from kiwi.registry.lock import lock_entry
 
     item_id, version = _split(args.ref)
-    store = ItemStore(find_project_root())
+    root = find_project_root()
+    if args.to == "project" and not (root / ".ai").is_dir():
+        # (It made a new .ai/ in whatever folder it ran from.)
+        raise KiwiError(
+            f"no Kiwi project at {root} (no .ai/ folder here or above)",
+            hint="run it inside a project or pass --project PATH; `kiwi init` makes one; --to user pulls into "
+            "your user space",
+        )
+    store = ItemStore(root)
     with registry_for_command() as registry:
         bundle, provenance = registry.fetch(registry.kind_of(item_id, args.type), item_id, version)
         source = registry.label()
@@ -151,6 +159,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--replace", action="store_true", help="overwrite a local item with the same id")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--project",
+        metavar="PATH",
+        help="the project to pull into (default: KIWI_PROJECT, else the nearest folder above holding .ai/)",
+    )
     p.set_defaults(func=cmd_pull)
 
     p = sub.add_parser("registry", help="the registry's database: migrate, status, yank, add-publisher")
