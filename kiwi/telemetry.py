@@ -184,6 +184,9 @@ def _start_runtime_metrics(service: str) -> None:
     from temporalio.runtime import OpenTelemetryConfig, Runtime, TelemetryConfig
 
     url, http = metrics_endpoint()
+    # Temporal's core names the metrics' resource (service.name) and every data point (service_name) from
+    # OTEL_SERVICE_NAME, else "temporal-core-sdk": every Kiwi process's metrics landed under that name.
+    os.environ.setdefault("OTEL_SERVICE_NAME", service)
     runtime = Runtime(
         telemetry=TelemetryConfig(
             metrics=OpenTelemetryConfig(
@@ -195,7 +198,10 @@ def _start_runtime_metrics(service: str) -> None:
                 ),
                 durations_as_seconds=True,
             ),
-            global_tags={"service_name": os.environ.get("OTEL_SERVICE_NAME") or service},
+            # (The core's own service_name on every data point said "temporal-core-sdk": the process's name
+            # is the resource's, from OTEL_SERVICE_NAME above, and on every point through global_tags.)
+            attach_service_name=False,
+            global_tags={"service_name": os.environ["OTEL_SERVICE_NAME"]},
         )
     )
     Runtime.set_default(runtime, error_if_already_set=False)

@@ -340,6 +340,9 @@ class OtlpReceiver:
 
         self.spans: list[dict[str, Any]] = []
         self.metrics: set[str] = set()
+        self.metric_services: set[str] = (
+            set()
+        )  # ("resource:NAME" per metrics resource, "point:NAME" per data point)
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -350,8 +353,19 @@ class OtlpReceiver:
                 elif self.path == "/v1/metrics":
                     request = ExportMetricsServiceRequest.FromString(body)
                     for rm in request.resource_metrics:
+                        resource = {a.key: _value(a.value) for a in rm.resource.attributes}
+                        receiver.metric_services.add("resource:" + str(resource.get("service.name", "")))
                         for sm in rm.scope_metrics:
                             receiver.metrics.update(m.name for m in sm.metrics)
+                            for m in sm.metrics:
+                                for kind in ("sum", "gauge", "histogram"):
+                                    if m.HasField(kind):
+                                        receiver.metric_services.update(
+                                            "point:" + str(_value(a.value))
+                                            for point in getattr(m, kind).data_points
+                                            for a in point.attributes
+                                            if a.key == "service_name"
+                                        )
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")

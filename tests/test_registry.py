@@ -725,7 +725,9 @@ def test_add_publisher_mistakes_are_named_not_tracebacks(postgres):
         for garbage in ("garbage", "ed25519:notbase64!!", "ed25519:AAAA"):
             with pytest.raises(RegistryRefused, match="not an Ed25519 public key"):
                 registry.add_publisher("team", "bob", "k", garbage)
-        registry.add_publisher("bob", "bob", "bob-key", SOME_PUBLIC_KEY)  # (bob's own, as other tests have it)
+        registry.add_publisher(
+            "bob", "bob", "bob-key", SOME_PUBLIC_KEY
+        )  # (bob's own, as other tests have it)
         with pytest.raises(RegistryRefused, match="'bob' already publishes under another namespace"):
             registry.add_publisher("team-two", "bob", "k", SOME_PUBLIC_KEY)
 

@@ -228,6 +228,10 @@ async def test_one_trace_from_the_agent_request_to_the_upstream_server(temporal_
                 # Temporal's runtime metrics went out over OTLP too.
                 await wait_for(received(lambda: bool(otlp.metrics)), what="metrics", timeout=30)
                 assert any(name.startswith("temporal_") for name in otlp.metrics), otlp.metrics
+                # Under Kiwi's service names, not the SDK core's default (s19 trial).
+                assert otlp.metric_services and not any(
+                    s.endswith("temporal-core-sdk") for s in otlp.metric_services
+                ), otlp.metric_services
                 # And Kiwi's own, from the run's records, the audit flushes and the MCP pool.
                 kiwi_metrics = {
                     TOOL_CALLS,
