@@ -97,6 +97,7 @@ from kiwi.keys import default_key, human_message, load_private, sign_bytes
 from kiwi.policy import BUILTIN_TOOLS, PermissionSet
 from kiwi.snapshot import build_session_snapshot, build_snapshot, signed_decision
 from kiwi.toolargs import arguments_bytes, inner_call, oversized_command, unsendable
+from kiwi.upstream.pool import scrub_text
 from workflows.directive_run import DirectiveRun
 from workflows.directive_run.options import HELD
 
@@ -504,7 +505,13 @@ class RunClient:
         await self.check_project(run_id)
         try:
             status = await self.handle(run_id).query(DirectiveRun.status, rpc_timeout=rpc_timeout)
+        except WorkflowQueryFailedError as exc:
+            if "failed state" not in str(exc):
+                raise
+            raise await self._stalled(run_id) from None
         except RPCError as exc:
+            if "failed state" in (exc.message or ""):
+                raise await self._stalled(run_id) from None
             unanswered = (
                 RPCStatusCode.CANCELLED,
                 RPCStatusCode.DEADLINE_EXCEEDED,
@@ -515,6 +522,23 @@ class RunClient:
             raise _translate(exc, run_id) from None
         await self._children_now(status)
         return self._shown(status)
+
+    async def _stalled(self, run_id: str) -> KiwiError:
+        """A run whose workflow task keeps failing (a payload its worker cannot read, a worker that cannot
+        decode its state): why, from the last failure in its history, instead of Temporal's "Workflow Task
+        in failed state" (the reason was only in the worker's log)."""
+        why = ""
+        with contextlib.suppress(RPCError):
+            async for event in self.handle(run_id).fetch_history_events():
+                if event.HasField("workflow_task_failed_event_attributes"):
+                    failure = event.workflow_task_failed_event_attributes.failure
+                    why = failure.message or why
+        return KiwiError(
+            f"run {run_id} cannot take its next step: its worker fails it"
+            + (f": {scrub_text(why[:500])}" if why else ""),
+            hint="fix what it says (every Kiwi process needs the same KIWI_PAYLOAD_STORE, for one); the worker "
+            "retries the step, and the run goes on from where it was",
+        )
 
     async def _children_now(self, status: RunStatus) -> None:
         """An ended run's children it last saw running, as Temporal has them now: the run stopped watching

@@ -17,6 +17,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.converter import StorageDriverClaim, StorageDriverRetrieveContext, StorageDriverStoreContext
 
 from kiwi.converter import data_converter
+from kiwi.errors import KiwiError
 from kiwi.payloads import THRESHOLD_BYTES, FilePayloadStore, PayloadStoreError, external_storage, store_folder
 from tests.test_batches import _admitted
 from tests.test_mcp_servers import text_of
@@ -138,6 +139,27 @@ async def test_a_large_call_travels_as_a_reference_and_a_swapped_payload_file_ne
     (call,) = [r for r in accepted if r.input.name == "call_tool"]
     assert call.input.args.ByteSize() < 2000  # the reference, not the 400 KB
     await _replays(runs, run_id)
+
+
+async def test_status_of_a_run_its_worker_cannot_go_on_with_says_why(temporal_env, project, tmp_path):
+    """Found by the s19 README trial: a run whose workflow task fails (a payload changed on disk, a store
+    the worker does not see) showed only "Workflow Task in failed state"; the reason was in the worker's
+    log alone. `kiwi status` now says it, from the run's history."""
+    runs, run_id, queue, _ = await _ledger_run(temporal_env, project, tmp_path)
+    folder = store_folder()
+    before = set(folder.rglob("*")) if folder.exists() else set()
+    (task,) = await _admitted(runs, run_id, [("ledger.length", {"tag": "s" * 400_000})])
+    (stored,) = [p for p in set(folder.rglob("*")) - before if p.is_file()]
+    stored.write_bytes(b"not the payload")
+    async with build_worker(temporal_env.client, queue, sandboxed=True):
+        async with asyncio.timeout(60):
+            async for event in runs.handle(run_id).fetch_history_events(wait_new_event=True):
+                if event.HasField("workflow_task_failed_event_attributes"):
+                    break
+        with pytest.raises(KiwiError, match="cannot take its next step: its worker fails it: payload .*"):
+            await runs.status(run_id)
+    task.cancel()
+    await runs.handle(run_id).terminate("test over")
 
 
 def _echo_input_runs(temporal_env, project):
