@@ -30,7 +30,7 @@ import httpx  # noqa: E402
 from temporalio.client import Client as TemporalClient  # noqa: E402
 
 from activities.container import LIMITS, container_engine  # noqa: E402
-from bench.common import pct, scratch_project, tuned_dev_server  # noqa: E402
+from bench.common import beside, pct, scratch_project, tuned_dev_server  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
@@ -89,7 +89,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         scratch_project(root)
-        os.environ["KIWI_HOME"] = str(root / "kiwi-home")
+        os.environ["KIWI_HOME"] = beside(root, "kiwi-home")
         write(
             root / ".ai" / "config" / "agent_harness.yaml",
             "loop_detection:\n  repeat_threshold: 1000000\n  max_warnings: 1000000\n",

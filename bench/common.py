@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 from kiwi.cli import main as kiwi
@@ -12,15 +15,23 @@ from kiwi.devserver import DEFAULTS, DevServer, free_port
 
 
 def scratch_project(root: Path) -> None:
-    """`kiwi init` in ``root`` (made the current folder), with an empty user space and key folder beside it.
+    """`kiwi init` in ``root`` (made the current folder), with an empty user space and key folder beside it
+    (never inside: no run works in a folder that holds them), removed when the bench ends.
 
     init makes a signing key there and signs the example; benches sign their own directives with
     ``tests.helpers.write_directive`` so the runs have their declared grants.
     """
-    os.environ["AI_USER_SPACE"] = str(root / "user")
-    os.environ["KIWI_KEYS_DIR"] = str(root / "keys")
+    os.environ["AI_USER_SPACE"] = beside(root, "user")
+    os.environ["KIWI_KEYS_DIR"] = beside(root, "keys")
     os.chdir(root)
     kiwi(["init", "--json"])
+
+
+def beside(root: Path, what: str) -> str:
+    """A new folder next to ``root`` (a bench's scratch project), removed when the process ends."""
+    folder = tempfile.mkdtemp(prefix=f"{root.name}-{what}-", dir=root.parent)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def wait_directive(root: Path) -> None:

@@ -148,7 +148,9 @@ def _hostile_script(wide: int = 10) -> str:
 
 
 def _hostile_pool(project, tmp_path, monkeypatch, extra: str = ""):
-    monkeypatch.setenv("AI_USER_SPACE", str(tmp_path / "user"))
+    monkeypatch.setenv(
+        "AI_USER_SPACE", str(tmp_path.with_name(tmp_path.name + "-user"))
+    )  # (beside the project)
     ledger = tmp_path / "ledger.txt"
     script = tmp_path / "hostile_server.py"
     script.write_text(_hostile_script())
@@ -215,7 +217,9 @@ async def test_an_http_servers_error_answer_keeps_the_shared_session(project, tm
     from kiwi.devserver import free_port
     from tests.helpers import wait_for
 
-    monkeypatch.setenv("AI_USER_SPACE", str(tmp_path / "user"))
+    monkeypatch.setenv(
+        "AI_USER_SPACE", str(tmp_path.with_name(tmp_path.name + "-user"))
+    )  # (beside the project)
     port = free_port()
     script = tmp_path / "http_ledger.py"
     script.write_text(HTTP_LEDGER.format(ledger=str(SERVERS / "ledger_server.py"), port=port))
@@ -277,7 +281,9 @@ async def test_a_servers_large_tool_list_asked_for_together_does_not_end_the_run
     from tests.test_mcp_servers import mcp_directive
     from workflows.directive_run import DirectiveRun
 
-    monkeypatch.setenv("AI_USER_SPACE", str(tmp_path / "user"))
+    monkeypatch.setenv(
+        "AI_USER_SPACE", str(tmp_path.with_name(tmp_path.name + "-user"))
+    )  # (beside the project)
     script = tmp_path / "hostile_server.py"
     script.write_text(_hostile_script(wide=450_000))
     registry(
@@ -391,7 +397,9 @@ async def test_servers_large_tool_lists_do_not_end_the_runs_that_declare_them(
     from tests.helpers import wait_for
     from tests.test_mcp_servers import mcp_directive
 
-    monkeypatch.setenv("AI_USER_SPACE", str(tmp_path / "user"))
+    monkeypatch.setenv(
+        "AI_USER_SPACE", str(tmp_path.with_name(tmp_path.name + "-user"))
+    )  # (beside the project)
     script = tmp_path / "hostile_server.py"
     script.write_text(_hostile_script(wide=1_300_000))
     names = ("alpha", "beta", "gamma")
@@ -512,7 +520,9 @@ async def _hostile_run(temporal_env, project, tmp_path, monkeypatch, extra: str 
     """A run that may call the hostile server (as 'ledger'), waiting for the agent on a queue with no worker."""
     from tests.test_mcp_servers import mcp_directive
 
-    monkeypatch.setenv("AI_USER_SPACE", str(tmp_path / "user"))
+    monkeypatch.setenv(
+        "AI_USER_SPACE", str(tmp_path.with_name(tmp_path.name + "-user"))
+    )  # (beside the project)
     ledger = tmp_path / "ledger.txt"
     script = tmp_path / "hostile_server.py"
     script.write_text(_hostile_script())
