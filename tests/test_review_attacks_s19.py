@@ -606,3 +606,23 @@ async def test_project_scoped_commands_take_project_and_pull_outside_a_project_s
     code, out, err = await kiwi_cli("pull", "anything", cwd=elsewhere)
     assert code == 1 and "no Kiwi project at" in err, err
     assert not (elsewhere / ".ai").exists()
+
+
+def test_worker_dev_and_mcp_log_plain_text_when_stderr_is_no_terminal(monkeypatch, capsys):
+    """Found by the s19 README trial: `kiwi worker > w.log 2>&1` filled the file with Temporal core's ANSI
+    colour codes (it colours unless NO_COLOR is set). The processes set NO_COLOR when stderr is no
+    terminal, and leave a terminal's colours alone."""
+    from kiwi.cli.runs import _plain_logs
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    _plain_logs()  # (pytest's captured stderr is no terminal)
+    assert os.environ.get("NO_COLOR") == "1"
+
+    class Terminal:
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR")
+    monkeypatch.setattr("sys.stderr", Terminal())
+    _plain_logs()
+    assert "NO_COLOR" not in os.environ

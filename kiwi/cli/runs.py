@@ -553,7 +553,15 @@ def _run_in_temporal(args: argparse.Namespace) -> tuple[str, str]:
         return pool.submit(asyncio.run, go()).result()
 
 
+def _plain_logs() -> None:
+    """Temporal's core colours its log lines unless NO_COLOR is set: written to a file or a pipe (a container's
+    log, `> worker.log`), the escape codes went with them. Plain text unless stderr is a terminal."""
+    if not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
+        os.environ.setdefault("NO_COLOR", "1")
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
+    _plain_logs()
     from kiwi.connect import connect
     from workers.main import deployment_config, run_worker
 
@@ -695,6 +703,7 @@ def _start_local_registry() -> Any:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    _plain_logs()
     from kiwi.connect import connect, target
     from kiwi.devserver import DevServer, load_dev_config, port_open
     from kiwi.items.store import find_project_root
@@ -805,6 +814,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
+    _plain_logs()
     from mcp_frontend.server import serve_http, serve_stdio
 
     telemetry.setup("kiwi-frontend")
