@@ -113,7 +113,9 @@ _KEEPER = Keeper()
 def kept(group: int) -> Iterator[None]:
     """While inside, the process group ``group`` (a process Kiwi started in a session of its own) is killed
     if this process dies. On the way out the group is killed (what the process left running in it ends
-    with it) and the keeper forgets it."""
+    with it) and the keeper forgets it. (The leader may have been reaped by then: its group's id stays
+    taken while a member lives, and a free id is given out again only after the system's pids wrap
+    around, not in the moment between the leader's end and this kill.)"""
     _KEEPER.keep(group)
     try:
         yield
