@@ -438,7 +438,9 @@ async def test_status_without_any_worker_says_so_instead_of_hanging(temporal_env
         temporal_env.client, ItemStore(project), task_queue="kiwi-test-noworker-" + os.urandom(4).hex()
     )
     run_id = await runs.start("hello_kiwi", {"name": "Ada"})
-    code, _, err = await kiwi_cli("status", run_id, *connection(runs), env={"KIWI_STATUS_SECONDS": "1"})
+    # (No --task-queue: the hint names the run's own queue, not this command's default; s19 trial.)
+    address = ["--address", runs.client.service_client.config.target_host]
+    code, _, err = await kiwi_cli("status", run_id, *address, env={"KIWI_STATUS_SECONDS": "1"})
     assert code == 1 and f"no worker answered {run_id}'s status within 1s" in err
     assert f"`kiwi worker` on task queue '{runs.task_queue}'" in err and "Traceback" not in err
     await runs.handle(run_id).terminate("test over")

@@ -7,6 +7,7 @@ while nothing changes: what the run waits for, since when, until when, and the c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from datetime import UTC, datetime
@@ -208,9 +209,12 @@ async def read_status(runs: Any, run_id: str) -> RunStatus:
     try:
         return await asyncio.wait_for(runs.status(run_id), limit)
     except TimeoutError:
+        queue = runs.task_queue
+        with contextlib.suppress(Exception):  # (the run's own queue, not this command's --task-queue)
+            queue = (await asyncio.wait_for(runs.handle(run_id).describe(), 5)).task_queue or queue
         raise KiwiError(
             f"no worker answered {run_id}'s status within {limit:g}s (the run waits on without one)",
-            hint=f"start `kiwi dev` or `kiwi worker` on task queue '{runs.task_queue}' (with Worker Versioning, "
+            hint=f"start `kiwi dev` or `kiwi worker` on task queue '{queue}' (with Worker Versioning, "
             "a worker of the run's deployment version: a plain worker takes nothing once the queue has a "
             "current version; see README, Upgrading workers)",
         ) from None
