@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -473,9 +474,15 @@ def scrub(value: Any, secrets: dict[str, str] | None = None) -> Any:
 
 
 def _secret_forms(secrets: dict[str, str]) -> list[tuple[str, str]]:
-    """(text, replacement) for each form of each secret of 4 characters or more, longest first."""
+    """(text, replacement) for each form of each secret of 4 characters or more, longest first. Worked out
+    once per set of secrets: scrub_text runs on every log record of the process."""
+    return _forms_of(tuple(sorted(secrets.items())))
+
+
+@functools.lru_cache(maxsize=64)
+def _forms_of(secrets: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
     forms: dict[str, str] = {}
-    for name, secret in secrets.items():
+    for name, secret in secrets:
         if len(secret) < 4:
             continue
         escaped = secret
