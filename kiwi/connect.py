@@ -114,13 +114,14 @@ def _this_machine(host: str) -> bool:
     """A loopback (or every-interface) address: where `kiwi dev` on this machine listens."""
     import ipaddress
 
-    if host == "localhost":
+    from kiwi.devserver import loopback
+
+    if loopback(host):
         return True
     try:
-        ip = ipaddress.ip_address(host.strip("[]"))
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
     except ValueError:
         return False
-    return ip.is_loopback or ip.is_unspecified
 
 
 async def connect(address: str | None = None, namespace: str | None = None) -> Client:

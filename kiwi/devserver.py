@@ -230,11 +230,10 @@ class DevServer:
             argv += ["--sqlite-pragma", f"{key}={value}"]
         # Its HTTP API answers only requests addressed to this machine by name: a web page whose name was
         # rebound to 127.0.0.1 (DNS rebinding) is refused. The port is chosen here so the names can carry it.
-        http_port = self.http_port or free_port()
-        self.http_port = http_port
-        allowed = [f"{host}:{http_port}" for host in ("127.0.0.1", "localhost", "[::1]")]
+        self.http_port = self.http_port or free_port()
+        allowed = [f"{host}:{self.http_port}" for host in ("127.0.0.1", "localhost", "[::1]")]
         dynamic = {**self.dynamic_config, "frontend.httpAllowedHosts": allowed}
-        argv += ["--http-port", str(http_port)]
+        argv += ["--http-port", str(self.http_port)]
         for key, value in dynamic.items():
             argv += ["--dynamic-config-value", f"{key}={json.dumps(value)}"]
         for attr in SEARCH_ATTRIBUTES:
@@ -253,9 +252,9 @@ class DevServer:
     async def _open_ui_gate(self) -> None:
         """The UI on ``ui_port``, behind a gate that reads each connection's first request and passes it on
         only when its Host names this machine. The UI itself answers any name, and can start and steer
-        runs: a web page whose name was rebound to 127.0.0.1 (DNS rebinding) would have driven it. Each request
-        is passed on with ``Connection: close``, so every request comes on a connection of its own and is
-        checked."""
+        runs: a web page whose name was rebound to 127.0.0.1 (DNS rebinding) would have driven it. Each
+        request is passed on with ``Connection: close``, so every request comes on a connection of its own
+        and is checked."""
         self.ui_gate = await asyncio.start_server(self._ui_gate, self.ip, self.ui_port)
 
     async def _ui_gate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -263,7 +262,7 @@ class DevServer:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
             if _host_header(head) not in self.ui_names():
-                body = b"kiwi dev: the Temporal UI answers only http://127.0.0.1 or http://localhost with its port\n"
+                body = b"kiwi dev: the Temporal UI answers http://127.0.0.1 or http://localhost with its port only\n"
                 writer.write(
                     b"HTTP/1.1 421 Misdirected Request\r\nContent-Type: text/plain\r\nConnection: close\r\n"
                     + f"Content-Length: {len(body)}\r\n\r\n".encode()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest
+from kiwi.devserver import loopback  # ("" and 0.0.0.0, ::, bind every interface: not loopback)
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError, PermissionDenied, RunInOtherProject
 from kiwi.explain import grants_some_call, outside_run_hint
 from kiwi.harness import load_harness
@@ -882,16 +882,6 @@ def _author(store: ItemStore, item_type: str, action: str, item_id: str, paramet
             hint="leave out parameters.location; a human puts items in the user space (`kiwi pull --to user`, "
             "or by hand)",
         )
-    if action == "create" and item_type in ("directive", "knowledge"):
-        other = _in_other_space(store, item_type, item_id or _directive_name(parameters))
-        if other:
-            # A project copy would shadow the user's own for every run of the project (a signed one
-            # replaced, unseen, by the agent's unsigned text): as copy_to_project and pull refuse.
-            raise InputInvalid(
-                f"the user space holds {item_type} '{item_id or _directive_name(parameters)}' ({other}); a "
-                "project copy would shadow it",
-                hint="choose another id",
-            )
     if action == "delete":
         return delete_item(
             store, item_type, item_id, location=location, confirm=parameters.get("confirm") is True
@@ -921,24 +911,6 @@ def _author(store: ItemStore, item_type: str, action: str, item_id: str, paramet
             location,
         )
     raise KiwiError(f"action '{action}' does not apply to item_type '{item_type}'")
-
-
-def _in_other_space(store: ItemStore, item_type: str, item_id: str) -> str:
-    """Where the user space holds ``item_id`` ('' when it does not)."""
-    if not item_id:
-        return ""
-    try:
-        found = store.find(item_type, item_id, source="user")
-    except KiwiError:
-        return ""
-    return found.path
-
-
-def _directive_name(parameters: dict[str, Any]) -> str:
-    """The name a directive's content declares ('' when it cannot be read: the save says why)."""
-    content = parameters.get("content")
-    match = re.search(r'<directive\s[^>]*\bname="([^"]+)"', content) if isinstance(content, str) else None
-    return match.group(1) if match else ""
 
 
 async def _settled(runs: RunClient, run_id: str, timeout: float = 20.0):
@@ -972,16 +944,6 @@ def _guidance(topic: str, store: ItemStore) -> str:
         + "\n\nDirectives here: "
         + (", ".join(directives) or "none")
     )
-
-
-def _is_loopback(host: str) -> bool:
-    # "" (and 0.0.0.0, ::) bind every interface: not loopback.
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class BearerToken:
@@ -1026,17 +988,15 @@ def http_app(
     token = os.environ.get("KIWI_MCP_TOKEN", "")
     # Behind a proxy or a Service the Host header is the name clients use, not the bind address.
     public = [name.strip() for name in os.environ.get(ALLOWED_HOSTS_ENV, "").split(",") if name.strip()]
-    if not token and (not _is_loopback(host) or public):
+    if not token and (not loopback(host) or public):
         # Names for a proxy mean clients from elsewhere: a loopback bind behind a proxy is no protection.
-        why = (
-            f"on {host or 'every interface'}" if not _is_loopback(host) else f"for {ALLOWED_HOSTS_ENV} names"
-        )
+        why = f"on {host or 'every interface'}" if not loopback(host) else f"for {ALLOWED_HOSTS_ENV} names"
         raise KiwiError(
             f"refusing to serve MCP {why} without a token",
             hint="set KIWI_MCP_TOKEN (clients send it as Authorization: Bearer), or bind to 127.0.0.1 "
             f"without {ALLOWED_HOSTS_ENV}",
         )
-    hosts = ["127.0.0.1", "localhost", "[::1]"] if _is_loopback(host) else [host]
+    hosts = ["127.0.0.1", "localhost", "[::1]"] if loopback(host) else [host]
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=[f"{h}:{port}" for h in hosts] + hosts + public,

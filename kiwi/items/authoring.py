@@ -73,6 +73,20 @@ def _existing(store: ItemStore, item_type: str, item_id: str, location: str) -> 
         return None
 
 
+def _refuse_shadowing(store: ItemStore, item_type: str, item_id: str, location: str) -> None:
+    """A new project item with the id of a user-space one would shadow it for every run of the project (a
+    human's signed directive replaced, unseen, by an agent's unsigned text), as copy_to_project and pull
+    refuse."""
+    if location != "project":
+        return
+    other = _existing(store, item_type, item_id, "user")
+    if other is not None:
+        raise InputInvalid(
+            f"the user space holds {item_type} '{item_id}' ({other}); a project copy would shadow it",
+            hint="choose another id",
+        )
+
+
 def save_directive(
     store: ItemStore, content: str, *, item_id: str = "", location: str = "project", create: bool = True
 ) -> dict[str, Any]:
@@ -93,6 +107,8 @@ def save_directive(
         raise InputInvalid(
             f"directive '{directive.name}' already exists at {current}", hint="use action 'update'"
         )
+    if create:
+        _refuse_shadowing(store, "directive", directive.name, location)
     if not create and current is None:
         raise ItemNotFound(
             f"no directive '{directive.name}' in the {location} space", hint="use action 'create'"
@@ -182,6 +198,8 @@ def save_knowledge(
     current = _existing(store, "knowledge", item_id, location)
     if create and current is not None:
         raise InputInvalid(f"knowledge '{item_id}' already exists at {current}", hint="use action 'update'")
+    if create:
+        _refuse_shadowing(store, "knowledge", item_id, location)
     if not create and current is None:
         raise ItemNotFound(f"no knowledge '{item_id}' in the {location} space", hint="use action 'create'")
     base = (
