@@ -57,12 +57,12 @@ def protected_root(rel: str) -> str | None:
     for parts in _ROOT_PARTS:
         if folded[: len(parts)] == parts:
             return "/".join(segments[: len(parts)])
-    if folded[:2] == [".ai", "directives"] and _dev_config_protected():
+    if folded[:2] == [".ai", "directives"] and rule_in_force(DEV_CONFIG_PROTECTED):
         # Directives carry grants by their signature: an older signed version written back (a file write, git
         # restore) had the grants a human had removed since. Agents write them through execute(directive,
         # update), which drops a signature line.
         return "/".join(segments[:2])
-    if folded[:2] == [".ai", "proposals"] and _patched(PROPOSALS_PROTECTED):
+    if folded[:2] == [".ai", "proposals"] and rule_in_force(PROPOSALS_PROTECTED):
         return "/".join(segments[:2])
     text = rel.casefold()
     if DEV_CONFIG in text or ".ai" in text:
@@ -71,24 +71,18 @@ def protected_root(rel: str) -> str | None:
         # harness). Behind DEV_CONFIG_PROTECTED in workflow code.
         for index, segment in enumerate(segments):
             name = _fold(segment)
-            if (name == DEV_CONFIG or (name == ".ai" and index > 0)) and _dev_config_protected():
+            if (name == DEV_CONFIG or (name == ".ai" and index > 0)) and rule_in_force(DEV_CONFIG_PROTECTED):
                 return "/".join(segments[: index + 1])
     return None
 
 
-def _patched(patch: str) -> bool:
-    """Always, outside workflow code; in a run, once it has met ``patch`` (a marker only in runs that meet it)."""
+def rule_in_force(patch: str) -> bool:
+    """Whether a rule that came with the workflow patch ``patch`` applies: always outside workflow code; in a
+    run, once it has met the patch (a marker only in runs that meet it, so runs from before replay as they
+    ran). Called only where the rule can change the answer."""
     from temporalio import workflow
 
     return not workflow.in_workflow() or workflow.patched(patch)
-
-
-def _dev_config_protected() -> bool:
-    """Always, outside workflow code; in a run, once it has met the DEV_CONFIG_PROTECTED patch (a marker only
-    in runs that name the file)."""
-    from temporalio import workflow
-
-    return not workflow.in_workflow() or workflow.patched(DEV_CONFIG_PROTECTED)
 
 
 def _literal_segments(pattern: str) -> list[str]:

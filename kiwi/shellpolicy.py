@@ -27,7 +27,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kiwi.globs import first_match, glob_covered
-from kiwi.protected import DEV_CONFIG, DIRECTIVES, GIT_DIR, PROPOSALS, PROTECTED_ROOTS, protected_root
+from kiwi.protected import (
+    DEV_CONFIG,
+    DIRECTIVES,
+    GIT_DIR,
+    PROPOSALS,
+    PROTECTED_ROOTS,
+    protected_root,
+    rule_in_force,
+)
 from kiwi.protected import granted as protected_granted
 
 # ---------------------------------------------------------------- programs that run other programs
@@ -1672,12 +1680,12 @@ def path_arguments(
 
     def strict() -> bool:
         if not stricter:
-            stricter.append(_stricter())
+            stricter.append(rule_in_force(SHELL_PATHS_WHOLE))
         return stricter[0]
 
     for text, mode, tree in raw:
         if mode == "object":
-            if not _patched_rule(GIT_OBJECT_PATHS):
+            if not rule_in_force(GIT_OBJECT_PATHS):
                 continue
             mode = "read"
             if not text.startswith(("./", "../")):
@@ -1715,32 +1723,14 @@ def path_arguments(
 SHELL_PATHS_WHOLE = "kiwi-shell-paths-whole"
 
 
-def _stricter() -> bool:
-    from temporalio import workflow
-
-    return not workflow.in_workflow() or workflow.patched(SHELL_PATHS_WHOLE)
-
-
 # Workflow code refuses LATER_REFUSED programs, and programs Kiwi does not know under commands="*", behind
 # this patch (a marker only in runs that meet it).
 SHELL_KNOWN_ONLY = "kiwi-shell-known-only"
 
 
-def _known_only() -> bool:
-    from temporalio import workflow
-
-    return not workflow.in_workflow() or workflow.patched(SHELL_KNOWN_ONLY)
-
-
 # Workflow code checks the PATH of a git object named REV:PATH behind this patch (a marker only in runs that
 # name one).
 GIT_OBJECT_PATHS = "kiwi-git-object-paths"
-
-
-def _patched_rule(patch: str) -> bool:
-    from temporalio import workflow
-
-    return not workflow.in_workflow() or workflow.patched(patch)
 
 
 def _contains_protected(rel: str) -> bool:
@@ -1808,9 +1798,14 @@ def check_argv(
             allowed,
         )
     why = later_refused(argv[0])
-    if why and _known_only():
+    if why and rule_in_force(SHELL_KNOWN_ONLY):
         return _no(f"'{program}' is refused: it {why}", _LOCAL_HINT)
-    if not named and not known_program(argv[0]) and not refused_program(argv[0]) and _known_only():
+    if (
+        not named
+        and not known_program(argv[0])
+        and not refused_program(argv[0])
+        and rule_in_force(SHELL_KNOWN_ONLY)
+    ):
         return _no(
             f"'{program}' is not a program Kiwi knows, and commands=\"*\" covers only the programs whose "
             "options and written files Kiwi checks",
