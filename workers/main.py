@@ -203,9 +203,6 @@ async def run_worker(
     ready while the worker polls and Temporal answers; not ready before, while the server does not
     answer, and while the worker drains.
     """
-    from kiwi.payloads import store_folder
-
-    store_folder()  # (a store setting no process could use stops the worker here, not its first large call)
     listener = bind_health(*health) if health else None
     worker = build_worker(
         client, task_queue, sandboxed=sandboxed, drain=drain, deployment=deployment, threaded=threaded

@@ -468,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--limit", type=positive, default=10, help="at most this many results (default 10)")
     p.add_argument("--json", action="store_true", help="print JSON")
-    _project_option(p)
+    project_option(p)
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("show", help="show one item by id (project space first)")
@@ -480,7 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
         "one tool's schema",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
-    _project_option(p)
+    project_option(p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser(
@@ -520,10 +520,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tsub = p.add_subparsers(dest="tools_command", metavar="ACTION", required=True)
     t = tsub.add_parser("proposals", help="list the proposed tools (and which tool each replaces)")
-    _project_option(t)
+    project_option(t)
     t.add_argument("--json", action="store_true", help="print JSON")
     t = tsub.add_parser("accept", help="move a proposed tool into .ai/tools (replacing the tool it updates)")
-    _project_option(t)
+    project_option(t)
     t.add_argument("id", help="the proposed tool's id")
     t.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_tools)
@@ -565,7 +565,8 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _project_option(parser: argparse.ArgumentParser) -> None:
+def project_option(parser: argparse.ArgumentParser) -> None:
+    """``--project PATH`` on a command (read by _choose_project)."""
     parser.add_argument(
         "--project",
         metavar="PATH",

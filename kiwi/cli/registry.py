@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kiwi.cli import project_option
 from kiwi.errors import InputInvalid, KiwiError
 from kiwi.registry import KINDS
 
@@ -159,11 +160,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--replace", action="store_true", help="overwrite a local item with the same id")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument(
-        "--project",
-        metavar="PATH",
-        help="the project to pull into (default: KIWI_PROJECT, else the nearest folder above holding .ai/)",
-    )
+    project_option(p)
     p.set_defaults(func=cmd_pull)
 
     p = sub.add_parser("registry", help="the registry's database: migrate, status, yank, add-publisher")

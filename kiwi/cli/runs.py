@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from temporalio.service import RPCError
 
 from kiwi import telemetry
-from kiwi.cli import positive, progress
+from kiwi.cli import positive, progress, project_option
 from kiwi.contracts import TERMINAL, RunStatusName
 from kiwi.errors import InputInvalid, KiwiError, RunInOtherProject
 from kiwi.explain import outside_run_hint
@@ -553,6 +553,16 @@ def _run_in_temporal(args: argparse.Namespace) -> tuple[str, str]:
         return pool.submit(asyncio.run, go()).result()
 
 
+def _process_start() -> None:
+    """What `kiwi worker`, `dev` and `mcp` settle before anything else: plain logs off a terminal, and a
+    payload store setting every process can use (refused here, not at the first large call, and before the
+    process waits for Temporal)."""
+    from kiwi.payloads import store_folder
+
+    _plain_logs()
+    store_folder()
+
+
 def _plain_logs() -> None:
     """Temporal's core colours its log lines unless NO_COLOR is set: written to a file or a pipe (a container's
     log, `> worker.log`), the escape codes went with them. Plain text unless stderr is a terminal."""
@@ -561,7 +571,7 @@ def _plain_logs() -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    _plain_logs()
+    _process_start()
     from kiwi.connect import connect
     from workers.main import deployment_config, run_worker
 
@@ -570,9 +580,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
             "--deployment-name and --build-id go together",
             hint="give both to use Worker Versioning, or neither",
         )
-    from kiwi.payloads import store_folder
-
-    store_folder()  # (a store setting no process could use stops the worker before it waits for Temporal)
     if args.versioning_behavior and not args.deployment_name:
         raise KiwiError(
             "--versioning-behavior means something with Worker Versioning only",
@@ -703,7 +710,7 @@ def _start_local_registry() -> Any:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    _plain_logs()
+    _process_start()
     from kiwi.connect import connect, target
     from kiwi.devserver import DevServer, load_dev_config, port_open
     from kiwi.items.store import find_project_root
@@ -814,7 +821,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    _plain_logs()
+    _process_start()
     from mcp_frontend.server import serve_http, serve_stdio
 
     telemetry.setup("kiwi-frontend")
@@ -869,11 +876,7 @@ def _seconds(text: str) -> float:
 
 
 def _project(parser: argparse.ArgumentParser, scope: bool = True) -> None:
-    parser.add_argument(
-        "--project",
-        metavar="PATH",
-        help="the project folder (default: KIWI_PROJECT, else the nearest folder above holding .ai/)",
-    )
+    project_option(parser)
     if scope:
         parser.add_argument(
             "--all-projects",

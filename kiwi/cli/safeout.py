@@ -5,8 +5,9 @@ escalation's question and options, a step's outputs, a path, an item's descripti
 characters in them rewrite what the human sees: backspaces and an erase-line sequence made
 ``rm -f notes/important.md notes/<\\b x31>\\x1b[K ls notes`` show as ``ls notes`` in `kiwi approvals`, and the
 human approved the ``rm``. Every line the CLI writes goes through :class:`SafeStream`, which shows such
-characters as escapes (``\\x08``, ``\\x1b``, ``\\u202e``; inside ``--json`` output the same text as before) and lets through only newlines, tabs and the colour
-codes Kiwi itself writes (kiwi.cli.progress.paint).
+characters as escapes (``\\x08``, ``\\x1b``, ``\\u202e``; inside ``--json`` output the same text as
+before) and lets through only newlines, tabs and the colour codes Kiwi itself writes
+(kiwi.cli.progress.paint).
 """
 
 from __future__ import annotations
