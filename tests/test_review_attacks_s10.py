@@ -14,6 +14,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -331,14 +332,17 @@ async def test_a_run_that_continues_as_new_with_a_batch_in_flight_loses_and_repe
     assert sorted(r["call_seq"] for r in audit) == list(range(1, 8))
 
 
-async def _replays(runs: RunClient, run_id: str) -> None:
+async def _replays(runs: RunClient, run_id: str) -> Any:
+    """The run's history, once it has replayed on this code (a non-determinism would raise)."""
     from temporalio.worker import Replayer
 
     from kiwi.converter import data_converter
     from workers.main import SANDBOX, WORKFLOWS
 
+    history = await runs.handle(run_id).fetch_history()
     replayer = Replayer(workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX)
-    await replayer.replay_workflow(await runs.handle(run_id).fetch_history())
+    await replayer.replay_workflow(history)
+    return history
 
 
 # ---------------------------------------------------------------- file reads and listings

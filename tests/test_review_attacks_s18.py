@@ -7,13 +7,11 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from temporalio.worker import Replayer
 
 from kiwi.contracts import RunLimits
-from kiwi.converter import data_converter
 from tests.helpers import directive_md, wait_for, write, write_directive
 from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
-from workers.main import SANDBOX, WORKFLOWS
+from tests.test_review_attacks_s10 import _replays
 
 FORK = '<execute resource="tool" id="directive.run"/><write resource="filesystem" path="notes/**"/>'
 QUICK_CHILD = (
@@ -272,11 +270,8 @@ async def test_attack_the_agent_writes_kiwi_devs_settings_at_the_project_root(ru
     assert inner.status == "denied" and "protected place 'src/.ai'" in inner.reason, inner
     await runs.cancel(run_id)
     # The refusals are behind their patch in the run's history, and it replays on this code.
-    history = await runs.handle(run_id).fetch_history()
+    history = await _replays(runs, run_id)
     assert "kiwi-dev-config-protected" in str(history.events)
-    await Replayer(
-        workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX
-    ).replay_workflow(history)
 
 
 # ============================================================ a hostile upstream server's output schema
@@ -668,11 +663,8 @@ async def test_attack_shell_commands_rewrite_protected_places_and_signed_directi
         done = await runs.call_tool(run_id, "shell.run", {"command": command})
         assert done.status == "ok" and done.result["exit_code"] == 0, (command, done)
     await runs.cancel(run_id)
-    history = await runs.handle(run_id).fetch_history()
+    history = await _replays(runs, run_id)
     assert "kiwi-shell-paths-whole" in str(history.events)
-    await Replayer(
-        workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX
-    ).replay_workflow(history)
 
 
 BODY_NOTE = '<step name="work"><action>Work.</action></step>'

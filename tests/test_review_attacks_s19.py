@@ -21,7 +21,6 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 from temporalio.converter import StorageDriverStoreContext
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import Replayer
 
 from activities.audit import read_audit
 from activities.commands import _checked_cwd
@@ -50,9 +49,9 @@ from tests.helpers import (
 )
 from tests.test_kiwi_mcp_tools import agent_run, kiwi_directive
 from tests.test_mcp_servers import EVERYTHING, mcp_directive, registry, text_of
+from tests.test_review_attacks_s10 import _replays
 from tests.test_review_attacks_s18 import _git
 from tests.test_tool_proposals import MANIFEST
-from workers.main import SANDBOX, WORKFLOWS
 
 
 async def test_attack_commands_star_runs_any_program_through_one_kiwi_did_not_list(runs, project):
@@ -83,11 +82,8 @@ async def test_attack_commands_star_runs_any_program_through_one_kiwi_did_not_li
     listed = await runs.call_tool(run_id, "shell.run", {"argv": ["ls", "notes"]})
     assert listed.status == "ok" and "a.md" in listed.result["stdout"], listed
     await runs.cancel(run_id)
-    history = await runs.handle(run_id).fetch_history()
+    history = await _replays(runs, run_id)
     assert "kiwi-shell-known-only" in str(history.events)
-    await Replayer(
-        workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX
-    ).replay_workflow(history)
 
 
 async def test_a_program_named_by_the_directive_runs_and_a_launcher_named_does_not(runs, project):
@@ -128,7 +124,7 @@ async def test_attack_an_agent_pins_a_payload_by_naming_its_digest_in_its_argume
     kiwi_directive(project, "pinning", '<read resource="filesystem" path="**"/>')
     run_id = await agent_run(runs, "pinning")
     await runs.call_tool(run_id, "filesystem.list", {"path": ".", "sha256": digest})
-    history = await runs.handle(run_id).fetch_history()
+    history = await _replays(runs, run_id)
     assert any(f'"sha256":"{digest}"' in str(e).replace(" ", "").replace("\\", "") for e in history.events)
     three_days_ago = time.time() - 3 * 86400
     os.utime(orphan, (three_days_ago, three_days_ago))
@@ -165,7 +161,7 @@ async def test_attack_a_secret_with_quotes_or_newlines_comes_back_inside_json_te
     result = await runs.handle(run_id).result()
     shown = text_of(result.outputs["env"]["result"])
     assert '"SA_KEY": "[secret S19_SA_KEY]"' in shown, shown[:500]
-    history = await runs.handle(run_id).fetch_history()
+    history = await _replays(runs, run_id)
     assert marker not in shown and marker not in str(history.events)
     assert marker not in json.dumps(read_audit(str(project), run_id))
 
@@ -351,7 +347,7 @@ async def test_attack_the_agent_rewrites_a_proposal_after_the_human_read_it(runs
         )
     assert (project / ".ai" / "proposals" / "tools" / "helper" / "main.py").read_text() == read_by_the_human
     await runs.cancel(run_id)
-    history = await runs.handle(run_id).fetch_history()
+    history = await _replays(runs, run_id)
     assert "kiwi-proposals-protected" in str(history.events)
 
 
@@ -505,7 +501,7 @@ async def test_attack_git_show_reads_a_protected_file_as_it_was_committed(runs, 
     shown = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "show", "HEAD:notes/a.md"]})
     assert shown.status == "ok" and shown.result["stdout"] == "a\n", shown
     await runs.cancel(run_id)
-    history = await runs.handle(run_id).fetch_history()
+    history = await _replays(runs, run_id)
     assert "kiwi-git-object-paths" in str(history.events)
 
 
