@@ -31,9 +31,10 @@ from bench.common import (  # noqa: E402
 )
 from kiwi.cli.keys import ensure_key  # noqa: E402
 from kiwi.contracts import ApprovalRequest  # noqa: E402
-from kiwi.converter import data_converter  # noqa: E402
+from kiwi.converter import data_converter
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient
+from kiwi.seal import seal_interceptors  # noqa: E402
 from kiwi.snapshot import signed_decision  # noqa: E402
 from tests.helpers import directive_md, write, write_directive  # noqa: E402
 
@@ -73,7 +74,9 @@ async def main() -> None:
             server.stop()  # (a worker that did not start leaves no dev server behind)
             raise
         try:
-            client = await Client.connect(server.address, data_converter=data_converter)
+            client = await Client.connect(
+                server.address, data_converter=data_converter, interceptors=seal_interceptors()
+            )
             runs = RunClient(client, ItemStore(root))
             phase(f"starting {args.runs} runs")
             ids = await gather_limited(

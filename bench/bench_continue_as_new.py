@@ -31,9 +31,10 @@ from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 
 from bench import common  # noqa: E402
-from kiwi.converter import data_converter  # noqa: E402
+from kiwi.converter import data_converter
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
+from kiwi.seal import seal_interceptors  # noqa: E402
 from tests.helpers import write  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
@@ -140,7 +141,9 @@ async def main() -> None:
         server = common.tuned_dev_server(root)
         await server.start()
         try:
-            temporal = await Client.connect(server.address, data_converter=data_converter)
+            temporal = await Client.connect(
+                server.address, data_converter=data_converter, interceptors=seal_interceptors()
+            )
             queue = f"bare-{uuid.uuid4().hex[:8]}"
             async with Worker(
                 temporal,

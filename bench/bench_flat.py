@@ -41,9 +41,10 @@ from bench.common import (  # noqa: E402
     tuned_dev_server,
     wait_directive,
 )
-from kiwi.converter import data_converter  # noqa: E402
+from kiwi.converter import data_converter
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
+from kiwi.seal import seal_interceptors  # noqa: E402
 from tests.helpers import write  # noqa: E402
 
 WINDOW = 500
@@ -95,7 +96,9 @@ async def main() -> None:
             server.stop()  # (a worker that did not start leaves no dev server behind)
             raise
         try:
-            client = await Client.connect(server.address, data_converter=data_converter)
+            client = await Client.connect(
+                server.address, data_converter=data_converter, interceptors=seal_interceptors()
+            )
             runs = RunClient(client, ItemStore(root))
             meter = CpuMeter(worker.pid, server.process.pid)
 

@@ -18,9 +18,10 @@ from temporalio.client import Client  # noqa: E402
 
 from activities.audit import read_audit  # noqa: E402
 from bench.common import scratch_project, tuned_dev_server  # noqa: E402
-from kiwi.converter import data_converter  # noqa: E402
+from kiwi.converter import data_converter
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
+from kiwi.seal import seal_interceptors  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
 
@@ -38,7 +39,9 @@ async def main() -> None:
         server = tuned_dev_server(root)
         await server.start()
         try:
-            client = await Client.connect(server.address, data_converter=data_converter)
+            client = await Client.connect(
+                server.address, data_converter=data_converter, interceptors=seal_interceptors()
+            )
             runs = RunClient(client, ItemStore(root))
             async with build_worker(client):
                 run_id = await runs.start("hello_kiwi", {"name": "Long"})

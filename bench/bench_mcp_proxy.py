@@ -40,9 +40,10 @@ from temporalio.client import Client as TemporalClient  # noqa: E402
 from bench import common  # noqa: E402
 from bench.floor import floor_callers, floor_rates  # noqa: E402
 from kiwi.contracts import CallToolRequest  # noqa: E402
-from kiwi.converter import data_converter  # noqa: E402
+from kiwi.converter import data_converter
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
+from kiwi.seal import seal_interceptors  # noqa: E402
 from tests.helpers import write_directive  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 from workflows.directive_run.workflow import DirectiveRun  # noqa: E402
@@ -146,7 +147,9 @@ async def main() -> None:
         server = common.tuned_dev_server(root)
         await server.start()
         try:
-            temporal = await TemporalClient.connect(server.address, data_converter=data_converter)
+            temporal = await TemporalClient.connect(
+                server.address, data_converter=data_converter, interceptors=seal_interceptors()
+            )
             direct_params = StdioServerParameters(command="node", args=[str(EVERYTHING), "stdio"])
             worker = await common.start_worker(server.address) if args.worker_process else None
             # The floor's worker runs where Kiwi's does: its own process with --worker-process, else here.
@@ -362,11 +365,13 @@ async def tracing_cost(calls: int) -> None:
         server = common.tuned_dev_server(root)
         await server.start()
         try:
-            plain = await TemporalClient.connect(server.address, data_converter=data_converter)
+            plain = await TemporalClient.connect(
+                server.address, data_converter=data_converter, interceptors=seal_interceptors()
+            )
             traced = await TemporalClient.connect(
                 server.address,
                 data_converter=data_converter,
-                interceptors=[KiwiTracingInterceptor(tracer)],
+                interceptors=[*seal_interceptors(), KiwiTracingInterceptor(tracer)],
             )
             # Both workers at once, each on its own task queue, and the calls alternate between a traced
             # run and an untraced one: drift in the host's load hits both sides alike.

@@ -22,7 +22,8 @@ from mcp.client.stdio import StdioServerParameters  # noqa: E402
 from temporalio.client import Client as TemporalClient  # noqa: E402
 
 from bench.common import pct, scratch_project, tuned_dev_server  # noqa: E402
-from kiwi.converter import data_converter  # noqa: E402
+from kiwi.converter import data_converter
+from kiwi.seal import seal_interceptors  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
 SERVER_FS = (
@@ -66,7 +67,9 @@ async def main() -> None:
         server = tuned_dev_server(root)
         await server.start()
         try:
-            temporal = await TemporalClient.connect(server.address, data_converter=data_converter)
+            temporal = await TemporalClient.connect(
+                server.address, data_converter=data_converter, interceptors=seal_interceptors()
+            )
             async with build_worker(temporal):
                 kiwi_mcp = StdioServerParameters(
                     command=sys.executable,

@@ -44,9 +44,10 @@ from temporalio.client import Client  # noqa: E402
 from bench import common  # noqa: E402
 from bench.bench_mcp_proxy import EVERYTHING, _project  # noqa: E402
 from bench.floor import floor_callers  # noqa: E402
-from kiwi.converter import data_converter  # noqa: E402
+from kiwi.converter import data_converter
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
+from kiwi.seal import seal_interceptors  # noqa: E402
 
 HOOKS = """
 import os
@@ -177,7 +178,9 @@ async def main() -> None:
         if args.floor_inline:
             os.environ["TEMPORAL_DEBUG"] = "1"  # (read by the SDK's worker in the floor's process)
         try:
-            client = await Client.connect(server.address, data_converter=data_converter)
+            client = await Client.connect(
+                server.address, data_converter=data_converter, interceptors=seal_interceptors()
+            )
             runs = RunClient(client, ItemStore(root))
             run_id = await runs.start("echo_bench", {})
 

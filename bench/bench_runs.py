@@ -29,9 +29,10 @@ from bench.common import (  # noqa: E402
     stop_worker,
     tuned_dev_server,
 )
-from kiwi.converter import data_converter  # noqa: E402
+from kiwi.converter import data_converter
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
+from kiwi.seal import seal_interceptors  # noqa: E402
 from tests.helpers import directive_md, write_directive  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
@@ -67,7 +68,9 @@ async def main() -> None:
         server = tuned_dev_server(root)
         await server.start()
         try:
-            client = await Client.connect(server.address, data_converter=data_converter)
+            client = await Client.connect(
+                server.address, data_converter=data_converter, interceptors=seal_interceptors()
+            )
             runs = RunClient(client, ItemStore(root))
             worker = await start_worker(server.address) if args.worker_process else None
             async with build_worker(client) if worker is None else contextlib.nullcontext():

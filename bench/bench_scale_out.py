@@ -30,9 +30,10 @@ from temporalio.client import Client  # noqa: E402
 
 from bench.common import gather_limited, scratch_project, start_worker, stop_worker, tuned_dev_server  # noqa: E402
 from kiwi.cli.keys import ensure_key  # noqa: E402
-from kiwi.converter import data_converter  # noqa: E402
+from kiwi.converter import data_converter
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
+from kiwi.seal import seal_interceptors  # noqa: E402
 from kiwi.snapshot import signed_decision  # noqa: E402
 from tests.helpers import directive_md, write, write_directive  # noqa: E402
 
@@ -120,7 +121,9 @@ async def main() -> None:
         workers = [await start_worker(server.address) for _ in range(args.workers)]
         killed_pid, killed_at = 0, 0.0
         try:
-            client = await Client.connect(server.address, data_converter=data_converter)
+            client = await Client.connect(
+                server.address, data_converter=data_converter, interceptors=seal_interceptors()
+            )
             runs = RunClient(client, ItemStore(root))
             approver = ensure_key()[0]
             phase(f"{args.runs} runs over {args.workers} workers")

@@ -31,9 +31,10 @@ from temporalio.client import Client as TemporalClient  # noqa: E402
 
 from activities.container import LIMITS, container_engine  # noqa: E402
 from bench.common import beside, pct, scratch_project, tuned_dev_server  # noqa: E402
-from kiwi.converter import data_converter  # noqa: E402
+from kiwi.converter import data_converter
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
+from kiwi.seal import seal_interceptors  # noqa: E402
 from tests.helpers import directive_md, write, write_directive  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
@@ -127,7 +128,9 @@ async def main() -> None:
         server = tuned_dev_server(root)
         await server.start()
         try:
-            temporal = await TemporalClient.connect(server.address, data_converter=data_converter)
+            temporal = await TemporalClient.connect(
+                server.address, data_converter=data_converter, interceptors=seal_interceptors()
+            )
             async with build_worker(temporal, "kiwi-bench-tools"):
                 runs = RunClient(temporal, ItemStore(root), task_queue="kiwi-bench-tools")
                 run_id = await runs.start("bench", {})

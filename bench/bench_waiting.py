@@ -37,10 +37,11 @@ from bench.common import (
     wait_directive,
 )
 from bench.floor import AuditedFloorWorkflow, FloorWorkflow, start_floor_worker  # noqa: E402
-from kiwi.converter import data_converter  # noqa: E402
+from kiwi.converter import data_converter
 from kiwi.devserver import DevServer  # noqa: E402
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
+from kiwi.seal import seal_interceptors  # noqa: E402
 
 
 async def main() -> None:
@@ -62,7 +63,9 @@ async def main() -> None:
         await server.start()
         worker = await start_worker(server.address)
         try:
-            client = await Client.connect(server.address, data_converter=data_converter)
+            client = await Client.connect(
+                server.address, data_converter=data_converter, interceptors=seal_interceptors()
+            )
             runs = RunClient(client, ItemStore(root))
             snapshot = runs.snapshot("wait", {}, "run-wait-x")
             assert snapshot.directive.steps[0].name == "decide"

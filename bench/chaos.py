@@ -43,11 +43,12 @@ from bench.bench_scale_out import KINDS, activity_retried, make_project, read_ti
 from bench.common import start_worker, stop_worker, tuned_dev_server  # noqa: E402
 from kiwi.auditlog import read_audit  # noqa: E402
 from kiwi.cli.keys import ensure_key  # noqa: E402
-from kiwi.converter import data_converter  # noqa: E402
+from kiwi.converter import data_converter
 from kiwi.devserver import free_port  # noqa: E402
 from kiwi.errors import TemporalUnavailable  # noqa: E402
 from kiwi.items.store import ItemStore  # noqa: E402
 from kiwi.runs import RunClient  # noqa: E402
+from kiwi.seal import seal_interceptors  # noqa: E402
 from kiwi.snapshot import signed_decision  # noqa: E402
 
 # Errors of a call made while a process is down: the caller waits and tries again, as a real agent or
@@ -258,7 +259,9 @@ async def main() -> int:
         await stack.start()
         out: dict = {"ids": {}, "status": {}, "approved": set()}
         try:
-            client = await Client.connect(stack.server.address, data_converter=data_converter)
+            client = await Client.connect(
+                stack.server.address, data_converter=data_converter, interceptors=seal_interceptors()
+            )
             runs = RunClient(client, ItemStore(root))
             approver = ensure_key()[0]
             loop = asyncio.get_running_loop()

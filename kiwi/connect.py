@@ -11,6 +11,7 @@ from temporalio.client import Client
 from kiwi import telemetry
 from kiwi.converter import data_converter
 from kiwi.errors import KiwiError
+from kiwi.seal import SealInterceptor
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 
@@ -139,7 +140,10 @@ async def connect(address: str | None = None, namespace: str | None = None) -> C
     addr, ns = target(address, namespace)
     settings.update(target_host=addr, namespace=ns)
     client = await Client.connect(
-        **settings, data_converter=data_converter, interceptors=telemetry.interceptors()
+        **settings,
+        data_converter=data_converter,
+        # (The seal first: a request is sealed as sent, and a worker checks it before anything else.)
+        interceptors=[SealInterceptor(), *telemetry.interceptors()],
     )
     await _namespace_there(client, addr, ns)
     return client

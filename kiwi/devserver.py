@@ -491,6 +491,35 @@ def listener_uid(port: int) -> int | None:
     return None
 
 
+def _proc_address(field: str) -> tuple[str, int]:
+    """An address of /proc/net/tcp{,6} (``0100007F:1F90``: the IP as little-endian 32-bit words, hex) as
+    (ip, port)."""
+    hex_ip, _, hex_port = field.partition(":")
+    raw = bytes.fromhex(hex_ip)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    ip = ipaddress.ip_address(words)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return str(ip), int(hex_port, 16)
+
+
+def peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
+    """The user id owning the other end of a TCP connection on this machine, from ``peer`` to ``local``
+    (Linux: /proc/net/tcp and tcp6); None where that cannot be read or no such connection is listed."""
+    want = ((str(ipaddress.ip_address(peer[0])), peer[1]), (str(ipaddress.ip_address(local[0])), local[1]))
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            # sl local_address rem_address st ... uid: the peer's own socket has the peer as its local end.
+            if len(fields) > 7 and (_proc_address(fields[1]), _proc_address(fields[2])) == want:
+                return int(fields[7])
+    return None
+
+
 def port_open(ip: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)

@@ -153,6 +153,10 @@ class ItemListing:
         return {**result, "resources": listed}
 
 
+# A connection's state key: its subscriptions are released when it closes (set at its first one).
+RELEASED_AT_CLOSE = "kiwi.subscriptions-released-at-close"
+
+
 class RunWatches:
     """Middleware: while a ``subscriptions/listen`` stream names run URIs, watch those runs.
 
@@ -215,8 +219,14 @@ class RunWatches:
     async def subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
     ) -> EmptyResult:
-        key = (_connection(ctx), str(params.uri))
+        connection = _connection(ctx)
+        key = (connection, str(params.uri))
         if key not in self._legacy:
+            if not connection.state.get(RELEASED_AT_CLOSE):
+                # The connection's end releases what it subscribed to: a client that went without
+                # unsubscribing held its entries (and the runs' watchers) for the life of the process.
+                connection.state[RELEASED_AT_CLOSE] = True
+                connection.exit_stack.callback(self._forget_connection, connection)
             # Any session object of the connection sends on its standalone stream, after this request too.
             self._legacy[key] = ctx.session
             if run_id := _run_of(key[1]):
@@ -228,6 +238,14 @@ class RunWatches:
     ) -> EmptyResult:
         self._forget((_connection(ctx), str(params.uri)))
         return EmptyResult()
+
+    def _forget_connection(self, connection: Any) -> None:
+        for key in [k for k in self._legacy if k[0] is connection]:
+            self._forget(key)
+
+    def subscribed(self) -> int:
+        """How many 2025-era subscriptions are held (connection and URI)."""
+        return len(self._legacy)
 
     def _forget(self, key: tuple[Any, str]) -> None:
         if self._legacy.pop(key, None) is not None and (run_id := _run_of(key[1])):

@@ -32,7 +32,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest
-from kiwi.devserver import loopback  # ("" and 0.0.0.0, ::, bind every interface: not loopback)
+from kiwi.devserver import loopback, peer_uid  # ("" and 0.0.0.0, ::, bind every interface: not loopback)
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError, PermissionDenied, RunInOtherProject
 from kiwi.explain import grants_some_call, outside_run_hint
 from kiwi.harness import load_harness
@@ -48,6 +48,7 @@ from kiwi.runs import RunClient
 from kiwi.toolargs import check_arguments
 from kiwi.upstream.catalog import McpCatalog
 from mcp_frontend.capabilities import BeyondTools
+from mcp_frontend.resources import RunWatches
 
 INSTRUCTIONS = """Kiwi runs directives (reusable workflow specs) durably on Temporal.
 Typical flow: search(item_type="directive", query=...) → load(...) to read its steps and inputs →
@@ -302,6 +303,7 @@ class KiwiMCPServer(MCPServer):
     """MCPServer whose argument errors carry the seeds' error shape and name allowed values (no links)."""
 
     temporal: TemporalLink  # (set by build_server: the way to Temporal its tools share)
+    watches: RunWatches  # (set by build_server: the runs its subscribers watch)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
@@ -403,6 +405,7 @@ def build_server(
     beyond = BeyondTools(link, store, client_name)  # resources, prompts, tasks: mcp_frontend/capabilities.py
     server = KiwiMCPServer(name="kiwi", instructions=INSTRUCTIONS, version="0.1.0", **beyond.server_options())
     server.temporal = link
+    server.watches = beyond.watches
     beyond.attach(server)
 
     @server.tool(
@@ -972,6 +975,40 @@ class BearerToken:
         await self.app(scope, receive, send)
 
 
+class SameUser:
+    """ASGI middleware for a front end on loopback without a token: only processes of the user running it
+    may call it.
+
+    Every local user of the machine reaches 127.0.0.1, so without this any of them was the agent in your
+    project, with your runs' grants. Whose process sent a request is whose socket the other end of its
+    connection is (``kiwi.devserver.peer_uid``); where that cannot be read (not Linux), requests pass.
+    """
+
+    def __init__(self, app: Any, uid: int | None = None) -> None:
+        self.app = app
+        self.uid = os.getuid() if uid is None else uid
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("client") and scope.get("server"):
+            owner = peer_uid(tuple(scope["client"]), tuple(scope["server"]))
+            if owner is not None and owner != self.uid:
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 403,
+                        "headers": [(b"content-type", b"application/json")],
+                    }
+                )
+                body = {
+                    "error": "this MCP front end answers its own user's processes only",
+                    "hint": "run your own `kiwi dev` or `kiwi mcp --http`; to share one, its owner sets "
+                    "KIWI_MCP_TOKEN and gives you the token",
+                }
+                await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+                return
+        await self.app(scope, receive, send)
+
+
 # Host names (``name`` or ``name:port``) the HTTP front end answers besides its bind address.
 ALLOWED_HOSTS_ENV = "KIWI_MCP_ALLOWED_HOSTS"
 
@@ -1003,7 +1040,8 @@ def http_app(
         allowed_origins=[f"http://{h}:{port}" for h in hosts] + [f"https://{name}" for name in public],
     )
     app = server.streamable_http_app(transport_security=security, host=host, stateless_http=stateless)
-    return WithHealth(BearerToken(app, token) if token else app, HealthApp(ready or _always_ready))
+    # (Without a token the bind is loopback, see above: only this user's processes are let in.)
+    return WithHealth(BearerToken(app, token) if token else SameUser(app), HealthApp(ready or _always_ready))
 
 
 def _port_free(host: str, port: int) -> bool:

@@ -1,6 +1,13 @@
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# One seal key (kiwi/seal.py) for the session: the in-process clients and workers, and every `kiwi`
+# subprocess a test starts, hold the same one, as one deployment's processes do. Tests of the key file
+# itself remove the variable.
+SEAL_KEY = os.urandom(32).hex()
 
 
 @pytest.fixture(autouse=True)
@@ -10,6 +17,7 @@ def _isolated_user_space(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("KIWI_KEYS_DIR", str(tmp_path_factory.mktemp("keys")))
     monkeypatch.setenv("KIWI_HOME", str(tmp_path_factory.mktemp("kiwi-home")))
     monkeypatch.delenv("KIWI_PROJECT", raising=False)
+    monkeypatch.setenv("KIWI_SEAL_KEY", SEAL_KEY)
 
 
 import pytest_asyncio  # noqa: E402
@@ -19,6 +27,7 @@ from kiwi.cli import main as kiwi_main  # noqa: E402
 from kiwi.contracts import SEARCH_ATTRIBUTES  # noqa: E402
 from kiwi.converter import data_converter  # noqa: E402
 from kiwi.devserver import temporal_binary, test_server_binary  # noqa: E402
+from kiwi.seal import SealInterceptor  # noqa: E402
 from tests.helpers import run_client  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 
@@ -29,6 +38,7 @@ async def temporal_env():
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         data_converter=data_converter,
+        interceptors=[SealInterceptor(bytes.fromhex(SEAL_KEY))],
         search_attributes=list(SEARCH_ATTRIBUTES),
         ip="127.0.0.1",
         dev_server_extra_args=["--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"],
@@ -40,7 +50,9 @@ async def temporal_env():
 @pytest_asyncio.fixture(scope="session")
 async def time_skipping_env():
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=test_server_binary(), data_converter=data_converter
+        test_server_existing_path=test_server_binary(),
+        data_converter=data_converter,
+        interceptors=[SealInterceptor(bytes.fromhex(SEAL_KEY))],
     )
     yield env
     await env.shutdown()

@@ -383,7 +383,7 @@ def test_k8s_front_ends_probe_beside_mcp_and_the_service_reaches_them():
     assert container["livenessProbe"]["httpGet"] == {"path": LIVENESS_PATH, "port": args.port}
     assert {"KIWI_MCP_TOKEN", "KIWI_MCP_STATE_KEY"} <= container_env_names(pod, container)
     secrets = {e["valueFrom"]["secretKeyRef"]["key"] for e in container["env"] if "valueFrom" in e}
-    assert secrets == {"KIWI_MCP_TOKEN", "KIWI_MCP_STATE_KEY", "KIWI_REGISTRY_URL"}
+    assert secrets == {"KIWI_MCP_TOKEN", "KIWI_MCP_STATE_KEY", "KIWI_SEAL_KEY", "KIWI_REGISTRY_URL"}
     (service,) = [d for d in manifests() if d["kind"] == "Service"]
     assert service["spec"]["selector"] == spec["selector"]["matchLabels"]
     assert [p["targetPort"] for p in service["spec"]["ports"]] == [args.port]
@@ -406,6 +406,29 @@ def test_k8s_pods_run_the_image_user_with_settings_the_code_reads(name):
     assert mounts["projects"] == "/srv/project"
     assert volumes["projects"]["persistentVolumeClaim"]["claimName"] in claims
     assert set(mounts) == set(volumes)
+
+
+def test_every_worker_and_front_end_holds_the_one_seal_key():
+    """A worker runs only what a process holding its seal key sent (kiwi/seal.py): every worker and front end
+    of the stack takes the same one, from one required setting, never a key each of its own."""
+    refs = []
+    for name in ("kiwi-worker", "kiwi-mcp"):
+        (container,) = deployment(name)["spec"]["template"]["spec"]["containers"]
+        (ref,) = [e["valueFrom"]["secretKeyRef"] for e in container["env"] if e["name"] == "KIWI_SEAL_KEY"]
+        assert not ref.get("optional"), name
+        refs.append(ref)
+    assert refs[0] == refs[1] and refs[0]["key"] == "KIWI_SEAL_KEY"
+    assert (
+        f"secret generic {refs[0]['name']} --from-literal=KIWI_SEAL_KEY="
+        in (DEPLOY / "k8s" / "kiwi.yaml").read_text()
+    )
+    services = kiwi_services()
+    assert services["kiwi-worker"]["environment"]["KIWI_SEAL_KEY"].startswith("${KIWI_SEAL_KEY:?")
+    assert (
+        services["kiwi-mcp"]["environment"]["KIWI_SEAL_KEY"]
+        == services["kiwi-worker"]["environment"]["KIWI_SEAL_KEY"]
+    )
+    assert "KIWI_SEAL_KEY" in names_read_by_kiwi()
 
 
 def test_k8s_workers_and_front_ends_share_one_payload_store():

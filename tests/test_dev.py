@@ -17,6 +17,7 @@ from kiwi.errors import KiwiError
 from kiwi.items.store import ItemStore
 from kiwi.metrics import RUNS_STARTED
 from kiwi.runs import RunClient
+from kiwi.seal import seal_interceptors
 from tests.helpers import OtlpReceiver, wait_for
 
 
@@ -69,7 +70,9 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeyp
         assert b"kiwi dev: registry (PostgreSQL, Unix socket) in" in out
         assert f"OpenTelemetry traces and metrics to {otlp.url} (http/protobuf)".encode() in out
         assert (tmp_path / "state" / "temporal.sqlite").exists()
-        client = await Client.connect(f"127.0.0.1:{port}", data_converter=data_converter)
+        client = await Client.connect(
+            f"127.0.0.1:{port}", data_converter=data_converter, interceptors=seal_interceptors()
+        )
         runs = RunClient(client, ItemStore(project))
         run_id = await runs.start("hello_kiwi", {"name": "Dev"})
         assert run_id.startswith("run-hello_kiwi-")

@@ -20,6 +20,7 @@ from kiwi.converter import data_converter
 from kiwi.errors import RunFinished
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
+from kiwi.seal import seal_interceptors
 from tests.helpers import (
     awaiting_step,
     directive_md,
@@ -99,7 +100,9 @@ async def test_dev_server_killed_and_restarted_on_its_sqlite_file_keeps_waiting_
     await server.start()
     queue = "kiwi-restart"
     try:
-        client = await Client.connect(server.address, data_converter=data_converter)
+        client = await Client.connect(
+            server.address, data_converter=data_converter, interceptors=seal_interceptors()
+        )
         runs = RunClient(client, ItemStore(project), task_queue=queue)
         async with build_worker(client, queue, sandboxed=True):
             run_id = await runs.start("ticker", {})
@@ -107,7 +110,9 @@ async def test_dev_server_killed_and_restarted_on_its_sqlite_file_keeps_waiting_
         os.killpg(server.process.pid, signal.SIGKILL)
         server.process.wait()
         await server.start()
-        client = await Client.connect(server.address, data_converter=data_converter)
+        client = await Client.connect(
+            server.address, data_converter=data_converter, interceptors=seal_interceptors()
+        )
         runs = RunClient(client, ItemStore(project), task_queue=queue)
         async with build_worker(client, queue, sandboxed=True):
             await awaiting_step(runs, run_id, "review")

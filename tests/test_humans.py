@@ -17,7 +17,7 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowFailureError, WorkflowUpdateStage
 
 from activities.audit import read_audit
-from kiwi.contracts import ApprovalDecision, HelpRequest
+from kiwi.contracts import ApprovalDecision, CallToolRequest, HelpRequest
 from kiwi.errors import InputInvalid, KiwiError, RunStateConflict
 from kiwi.keys import create_key
 from kiwi.runs import RunClient
@@ -237,7 +237,8 @@ async def test_an_unanswered_approval_times_out_as_denied(time_skipping_env, pro
         await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
         update = await runs.handle(run_id).start_update(
             "call_tool",
-            {"tool": "filesystem.delete", "arguments": {"path": "notes/old.txt"}},
+            # (The request as Kiwi's clients send it: a seal covers the request model's own JSON.)
+            CallToolRequest(tool="filesystem.delete", arguments={"path": "notes/old.txt"}),
             id="the-call",
             wait_for_stage=WorkflowUpdateStage.ACCEPTED,
         )

@@ -183,3 +183,19 @@ async def test_subscriptions_over_streamable_http_with_the_kiwi_mcp_command(runs
         prompts = [p.name for p in (await client.list_prompts()).prompts]
         assert "hello_kiwi" in prompts
         assert data(await client.call_tool("search", {"item_type": "directive", "query": "greeting"}))
+
+
+async def test_a_2025_subscriber_that_leaves_without_unsubscribing_is_forgotten(runs, project, temporal_env):
+    """Review F9: `resources/subscribe` entries (and the run's watcher) stayed for the life of the front end
+    when the client went away without unsubscribing. The connection's end releases them."""
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        run_id = await start_hello(client, "Gone")
+    uris = [f"kiwi://runs/{run_id}", f"kiwi://runs/{run_id}/audit"]
+    async with Client(server, mode="legacy") as legacy:
+        with pytest.warns(MCPDeprecationWarning):
+            for uri in uris:
+                await legacy.subscribe_resource(uri)
+        assert server.watches.subscribed() == 2 and run_id in server.watches._watchers
+    assert server.watches.subscribed() == 0
+    assert run_id not in server.watches._watchers and run_id not in server.watches._counts

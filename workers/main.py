@@ -27,6 +27,7 @@ from activities.mcp import McpActivities
 from kiwi.contracts import TASK_QUEUE
 from kiwi.health import bind_health, serve_health
 from kiwi.loopwatch import LoopWatch
+from kiwi.seal import SealInterceptor, seal_key
 from kiwi.upstream.pool import McpPool
 from workers.answer_limit import AnswerLimit
 from workflows.directive_run import DirectiveRun
@@ -172,9 +173,19 @@ def build_worker(
         deployment_config=deployment,
         # (A deployment names its own build.)
         build_id=None if deployment else build_id(),
-        interceptors=[AnswerLimit()],
+        interceptors=[*sealing(client), AnswerLimit()],
         debug_mode=inline_workflow_tasks(sandboxed=sandboxed, threaded=threaded),
     )
+
+
+def sealing(client: Client) -> list[SealInterceptor]:
+    """The seal check (kiwi/seal.py) for a worker whose client does not already bring it: a worker never
+    runs what it cannot tell came from Kiwi."""
+    held = [i for i in client.config()["interceptors"] if isinstance(i, SealInterceptor)]
+    for seals in held:
+        seals.key  # noqa: B018 - read now: a worker with a bad key stops before it polls, naming the key
+    # (The client's worker interceptors apply to its workers.)
+    return [] if held else [SealInterceptor(seal_key())]
 
 
 def inline_workflow_tasks(*, sandboxed: bool, threaded: bool) -> bool:

@@ -101,6 +101,23 @@ def _payload_store() -> Check:
     return Check("payload store", True, f"{folder}, writable{shared}")
 
 
+def _seal() -> Check:
+    """The seal key (kiwi/seal.py): readable, and where it comes from."""
+    import os
+
+    from kiwi.seal import KEY_VARIABLE, key_path, seal_key
+
+    try:
+        seal_key()
+    except KiwiError as exc:
+        return Check("seal key", False, exc.message, exc.hint)
+    if os.environ.get(KEY_VARIABLE, "").strip():
+        where = f"{KEY_VARIABLE}: every worker, front end and CLI of the deployment must hold the same one"
+    else:
+        where = f"{key_path()} (every Kiwi process of this user on this machine)"
+    return Check("seal key", True, where)
+
+
 def _temporal_binary() -> Check:
     from kiwi.devserver import temporal_binary
 
@@ -296,7 +313,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     root = find_project_root()
 
     async def go() -> list[Check]:
-        checks = [_python(), _node(), _containers(), _temporal_binary(), _payload_store()]
+        checks = [_python(), _node(), _containers(), _temporal_binary(), _payload_store(), _seal()]
         temporal = await _temporal(args.address, args.namespace)
         checks += temporal
         checks += await _ports()

@@ -137,6 +137,11 @@ class DirectiveRun(
         self.budget = TaskBudget()
         self.accepting = (-1, 0)  # (task, call argument bytes accepted in it): see _accept_arguments
 
+    def refuse_start(self, why: str) -> None:
+        """The run's start was refused before its first step (kiwi/seal.py): its status says why."""
+        self.state.status = "failed"
+        self.state.error = why
+
     def _spawn(self, work: Awaitable[Any], what: str, *, wait: bool = True) -> None:
         """Start ``work`` without waiting for it; a failure is audited, not lost. ``wait``: the run awaits it
         before it ends (not for children, which outlive their parent)."""
@@ -414,6 +419,10 @@ class DirectiveRun(
         if self.budgeted:
             await self.budget.room(json_bytes(context.model_dump()))  # (each answer carries the listings)
         return context
+
+    @tool_context.validator
+    def _validate_tool_context(self, request: ToolContextRequest) -> None:
+        """Nothing to refuse here; with a validator, the seal check (kiwi/seal.py) runs for this update too."""
 
     @workflow.signal
     def cancel(self, request: CancelRequest) -> None:

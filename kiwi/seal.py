@@ -1,0 +1,359 @@
+"""Seals: what a Kiwi worker runs must come from Kiwi, not from whoever reaches Temporal.
+
+A run's input (its grants, local tools, approvers, project folder) is worked out by the client that
+starts it, and its activities run whatever the workflow task that scheduled them says. Without seals,
+whoever can start a workflow on Kiwi's task queue (on ``kiwi dev``: every local user, over loopback
+gRPC), or can poll that queue with a worker of their own, runs code as the worker's user with grants
+of their choosing.
+
+Every Kiwi process that starts runs or runs them holds one secret, the seal key (``KIWI_SEAL_KEY``, 64
+hex digits, shared by every front end and worker of a deployment; else ``$KIWI_HOME/seal.key``, made
+owner-only on first use). Each request that makes a worker act carries a header, an HMAC over what it
+asks for, and the worker checks it before acting:
+
+- a run's start (``kiwi run``, the front end's sessions, a child run, continue-as-new): over the
+  workflow type, its id and its input; checked before the run's first step;
+- a call into a run (the ``call_tool``, ``complete_step`` and ``tool_context`` updates): over the run,
+  the update's name and id and its arguments; checked by the update's validator, so a refused call
+  leaves no trace in the run;
+- an activity: over the run (id and execution), the activity's name and its arguments; checked before
+  the activity runs. Local activities run inside the worker that ran the workflow task, so they need none.
+
+A check runs when the request is new, never in replay, so a run's history replays without the key. The
+one command a check makes is a marker (``kiwi-not-sealed``) in a run it refused, which then replays as
+refused. What a seal does not cover: signals (a human's approval carries its own Ed25519 signature; the
+others can only stop or steer a run, which Temporal's own API lets its users do anyway), queries, and
+reading a run's history. Those need Temporal's own access control (mTLS, API keys).
+
+The key never reaches what a run starts: commands, local tools and MCP servers get an allow-listed
+environment (``activities.process.child_env``, the MCP SDK's default one), and ``$KIWI_HOME`` is outside
+every project a run may work in (``kiwi.items.store.project_root_problem``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import re
+import stat
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import temporalio.client
+import temporalio.worker
+from temporalio import activity, workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
+from temporalio.converter import PayloadConverter
+
+from kiwi.errors import Failure, KiwiError
+
+KEY_VARIABLE = "KIWI_SEAL_KEY"
+KEY_FILE = "seal.key"
+HEADER = "kiwi-seal"
+# The marker a refused start records, so that it replays as refused (queries, `kiwi status`).
+NOT_SEALED = "kiwi-not-sealed"
+# Activities scheduled before seals existed carry none: one a worker of the older code scheduled and a new
+# worker picks up (a retry after an upgrade) runs as it would have. When it was scheduled is Temporal's
+# record (the first attempt's time), not something the request says, so no new request passes as one.
+SEALS_SINCE = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+# Updates that act on a run (a call, a step's end) or read its tools; each has a validator that checks the seal.
+SEALED_UPDATES = frozenset({"call_tool", "complete_step", "tool_context"})
+
+
+class NotSealed(Failure):
+    """A start, call or activity without a valid seal: it came from outside Kiwi, or from a Kiwi process
+    holding another seal key."""
+
+
+def _converter() -> PayloadConverter:
+    from kiwi.converter import KiwiPayloadConverter
+
+    return KiwiPayloadConverter()
+
+
+def digest(args: Sequence[Any], converter: PayloadConverter | None = None) -> bytes:
+    """What a seal covers of a request's arguments: their payloads as Kiwi's converter writes them."""
+    h = hashlib.sha256()
+    convert = converter or _converter()
+    # (A dynamic activity's arguments come as one list of the payloads themselves.)
+    raw = args[0] if len(args) == 1 and isinstance(args[0], list | tuple) else None
+    payloads = (
+        [a.payload for a in raw]
+        if raw and all(isinstance(a, RawValue) for a in raw)
+        else convert.to_payloads(args)
+    )
+    for payload in payloads:
+        h.update(len(payload.data).to_bytes(8, "big"))
+        h.update(payload.data)
+    return h.digest()
+
+
+def mac(
+    key: bytes, kind: str, *names: str, args: Sequence[Any], converter: PayloadConverter | None = None
+) -> bytes:
+    """The seal of one request: ``kind`` (start, update, activity), the names it is for, its arguments."""
+    message = "\0".join((kind, *names)).encode() + b"\0" + digest(args, converter)
+    return hmac.new(key, message, hashlib.sha256).digest()
+
+
+def _header(value: bytes) -> Payload:
+    return Payload(metadata={"encoding": b"binary/plain"}, data=value)
+
+
+def _sealed(headers: Mapping[str, Payload], expected: bytes) -> bool:
+    payload = headers.get(HEADER)
+    return payload is not None and hmac.compare_digest(payload.data, expected)
+
+
+# ---------------------------------------------------------------------------------------------- the key
+
+_KEYS: dict[tuple[str, str], bytes] = {}
+
+
+def key_path() -> Path:
+    from kiwi.devserver import data_dir
+
+    return data_dir() / KEY_FILE
+
+
+def seal_key() -> bytes:
+    """This process's seal key: ``KIWI_SEAL_KEY``, else ``$KIWI_HOME/seal.key`` (made on first use)."""
+    text = os.environ.get(KEY_VARIABLE, "").strip()
+    path = "" if text else str(key_path())
+    if (text, path) not in _KEYS:
+        _KEYS[(text, path)] = _from_text(text) if text else _from_file(Path(path))
+    return _KEYS[(text, path)]
+
+
+def _from_text(text: str) -> bytes:
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", text):
+        raise KiwiError(
+            f"{KEY_VARIABLE} must be 64 hex digits (a 32-byte key)",
+            hint=f"make one with `openssl rand -hex 32` and give every front end and worker the same {KEY_VARIABLE}",
+        )
+    return bytes.fromhex(text)
+
+
+def _from_file(path: Path) -> bytes:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        # Written whole under another name, then linked into place: processes starting together (a
+        # shared volume) all read the one key that won, never a half-written file.
+        draft = path.with_name(f".{KEY_FILE}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(os.urandom(32).hex() + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+            with contextlib.suppress(FileExistsError):
+                os.link(draft, path)
+        finally:
+            draft.unlink()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise KiwiError(f"cannot read the seal key {path}: {exc.strerror}", hint=_file_hint(path)) from exc
+    with os.fdopen(fd) as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise KiwiError(
+                f"the seal key {path} must be a file of yours that no one else can read",
+                hint=f"chmod 600 {path} (or remove it: the next Kiwi process makes a new one)",
+            )
+        text = file.read().strip()
+    try:
+        return _from_text(text)
+    except KiwiError as exc:
+        raise KiwiError(f"the seal key {path} is not 64 hex digits", hint=_file_hint(path)) from exc
+
+
+def _file_hint(path: Path) -> str:
+    return f"remove {path} and start Kiwi again (it makes a new one), or set {KEY_VARIABLE}"
+
+
+# ------------------------------------------------------------------------------------- client side
+
+
+def seal_interceptors() -> list[SealInterceptor]:
+    """The interceptors a Temporal client made outside :func:`kiwi.connect.connect` needs to start runs."""
+    return [SealInterceptor()]
+
+
+class SealInterceptor(temporalio.client.Interceptor, temporalio.worker.Interceptor):
+    """Seals what a Kiwi client asks of a worker, and checks seals in a Kiwi worker (see the module)."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self._key = key
+
+    @property
+    def key(self) -> bytes:
+        """The key given, else this process's (:func:`seal_key`), read when first needed: a client that only
+        reads runs works without one, and a worker reads it before it polls (``workers.main``)."""
+        if self._key is None:
+            self._key = seal_key()
+        return self._key
+
+    def intercept_client(
+        self, next: temporalio.client.OutboundInterceptor
+    ) -> temporalio.client.OutboundInterceptor:
+        return _ClientOutbound(next, self)
+
+    def intercept_activity(
+        self, next: temporalio.worker.ActivityInboundInterceptor
+    ) -> temporalio.worker.ActivityInboundInterceptor:
+        return _ActivityInbound(next, self.key)
+
+    def workflow_interceptor_class(
+        self, input: temporalio.worker.WorkflowInterceptorClassInput
+    ) -> type[temporalio.worker.WorkflowInboundInterceptor]:
+        return type("SealedWorkflowInbound", (_WorkflowInbound,), {"key": self.key})
+
+
+class _ClientOutbound(temporalio.client.OutboundInterceptor):
+    def __init__(self, next: temporalio.client.OutboundInterceptor, seals: SealInterceptor) -> None:
+        super().__init__(next)
+        self.seals = seals
+
+    def _seal(self, headers: Mapping[str, Payload], kind: str, *names: str, args: Sequence[Any]) -> dict:
+        return {**headers, HEADER: _header(mac(self.seals.key, kind, *names, args=args))}
+
+    async def start_workflow(self, input: temporalio.client.StartWorkflowInput) -> Any:
+        input.headers = self._seal(input.headers, "start", input.workflow, input.id, args=input.args)
+        return await super().start_workflow(input)
+
+    async def start_workflow_update(self, input: temporalio.client.StartWorkflowUpdateInput) -> Any:
+        input.update_id = input.update_id or str(uuid.uuid4())
+        input.headers = self._seal(
+            input.headers, "update", input.id, input.update, input.update_id, args=input.args
+        )
+        return await super().start_workflow_update(input)
+
+    async def start_update_with_start_workflow(
+        self, input: temporalio.client.StartWorkflowUpdateWithStartInput
+    ) -> Any:
+        start, update = input.start_workflow_input, input.update_workflow_input
+        start.headers = self._seal(start.headers, "start", start.workflow, start.id, args=start.args)
+        update.update_id = update.update_id or str(uuid.uuid4())
+        update.headers = self._seal(
+            update.headers, "update", start.id, update.update, update.update_id, args=update.args
+        )
+        return await super().start_update_with_start_workflow(input)
+
+
+# ------------------------------------------------------------------------------------- worker side
+
+
+class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):
+    key: bytes  # (set on the class made for each worker)
+
+    def init(self, outbound: temporalio.worker.WorkflowOutboundInterceptor) -> None:
+        super().init(_WorkflowOutbound(outbound, self.key))
+
+    async def execute_workflow(self, input: temporalio.worker.ExecuteWorkflowInput) -> Any:
+        info = workflow.info()
+        if workflow.unsafe.is_replaying():
+            # A refused run recorded that it was (the marker); a sealed run, or one older than seals,
+            # carries none, and replays as it ran.
+            refused = workflow.patched(NOT_SEALED)
+        else:
+            expected = mac(
+                self.key,
+                "start",
+                info.workflow_type,
+                info.workflow_id,
+                args=input.args,
+                converter=workflow.payload_converter(),
+            )
+            refused = not _sealed(input.headers, expected) and workflow.patched(NOT_SEALED)
+        if refused:
+            message = (
+                f"run {info.workflow_id} was not started by Kiwi: its start carries no valid seal, so its "
+                "input (grants, tools, project) is not trusted and nothing of it ran. Start runs with kiwi "
+                f"(`kiwi run`, an agent through `kiwi mcp`); a Kiwi process with another {KEY_VARIABLE} than "
+                "this worker's cannot start them either"
+            )
+            # (So that its status, a query, says so too.)
+            if (refuse := getattr(workflow.instance(), "refuse_start", None)) is not None:
+                refuse(message)
+            raise NotSealed.error(message)
+        return await super().execute_workflow(input)
+
+    def handle_update_validator(self, input: temporalio.worker.HandleUpdateInput) -> None:
+        if input.update in SEALED_UPDATES:
+            info = workflow.info()
+            expected = mac(
+                self.key,
+                "update",
+                info.workflow_id,
+                input.update,
+                input.id,
+                args=input.args,
+                converter=workflow.payload_converter(),
+            )
+            if not _sealed(input.headers, expected):
+                raise NotSealed.error(
+                    f"this {input.update} was not sent by Kiwi (no valid seal): refused. Send calls through "
+                    f"kiwi (`kiwi mcp`, `kiwi call`) with this worker's {KEY_VARIABLE}"
+                )
+        super().handle_update_validator(input)
+
+
+class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):
+    def __init__(self, next: temporalio.worker.WorkflowOutboundInterceptor, key: bytes) -> None:
+        super().__init__(next)
+        self.key = key
+
+    def _seal(self, headers: Mapping[str, Payload], kind: str, *names: str, args: Sequence[Any]) -> dict:
+        value = mac(self.key, kind, *names, args=args, converter=workflow.payload_converter())
+        return {**headers, HEADER: _header(value)}
+
+    def start_activity(self, input: temporalio.worker.StartActivityInput) -> workflow.ActivityHandle:
+        info = workflow.info()
+        input.headers = self._seal(
+            input.headers, "activity", info.workflow_id, info.run_id, input.activity, args=input.args
+        )
+        return super().start_activity(input)
+
+    async def start_child_workflow(
+        self, input: temporalio.worker.StartChildWorkflowInput
+    ) -> workflow.ChildWorkflowHandle:
+        input.headers = self._seal(input.headers, "start", input.workflow, input.id, args=input.args)
+        return await super().start_child_workflow(input)
+
+    def continue_as_new(self, input: temporalio.worker.ContinueAsNewInput) -> Any:
+        info = workflow.info()
+        kind = input.workflow or info.workflow_type
+        input.headers = self._seal(input.headers, "start", kind, info.workflow_id, args=input.args)
+        return super().continue_as_new(input)
+
+
+class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
+    def __init__(self, next: temporalio.worker.ActivityInboundInterceptor, key: bytes) -> None:
+        super().__init__(next)
+        self.key = key
+
+    async def execute_activity(self, input: temporalio.worker.ExecuteActivityInput) -> Any:
+        info = activity.info()
+        if not info.is_local and info.scheduled_time >= SEALS_SINCE:
+            expected = mac(
+                self.key,
+                "activity",
+                info.workflow_id or "",
+                info.workflow_run_id or "",
+                info.activity_type,
+                args=input.args,
+                converter=activity.payload_converter(),
+            )
+            if not _sealed(input.headers, expected):
+                raise NotSealed.error(
+                    f"activity {info.activity_type} was not scheduled by a Kiwi run (no valid seal): refused, "
+                    "nothing ran"
+                )
+        return await super().execute_activity(input)

@@ -1,0 +1,292 @@
+"""Attacks by whoever reaches Temporal but holds no seal key (kiwi/seal.py).
+
+On `kiwi dev` every local user reaches the server (gRPC on loopback); in a deployment, whoever holds the
+namespace's credentials. Before seals, such a client could start a run with an input of its own making
+(grants, local tools, project folder: code run as the worker's user), poll a task queue of its own and
+schedule Kiwi's activities on Kiwi's queue, and send calls into a human's run. Each test is the attack,
+made with a plain Temporal client (no seal), and beside it the same request made by a client holding the
+key, which goes through: the seal, not something else, is what stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio import workflow
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.common import RetryPolicy
+from temporalio.worker import Worker
+
+from kiwi import seal
+from kiwi.auditlog import read_audit
+from kiwi.contracts import DirectiveRunInput, FilesystemRequest
+from kiwi.converter import data_converter
+from kiwi.errors import KiwiError
+from kiwi.seal import NOT_SEALED, SealInterceptor, key_path, seal_key
+from tests.helpers import awaiting_step, run_client, wait_for
+from workers.main import build_worker
+from workflows.directive_run import DirectiveRun
+
+
+def _plain(temporal_env) -> Client:
+    """A client of the same server with no seal key: what any local user can make."""
+    return Client(
+        temporal_env.client.service_client,
+        namespace=temporal_env.client.namespace,
+        data_converter=data_converter,
+    )
+
+
+def _evil_tool(folder: Path, marker: Path) -> Path:
+    script = folder / "evil.py"
+    script.write_text(f"from pathlib import Path\nPath({str(marker)!r}).write_text('pwned')\nprint('{{}}')\n")
+    return script
+
+
+async def test_a_start_without_a_seal_runs_nothing_of_its_forged_input(
+    temporal_env, project, tmp_path_factory
+):
+    """Attack: start DirectiveRun with a snapshot whose local tool is the attacker's script (a start names
+    its own tools, grants and project). The run fails before its first step: no tool ran, not even the
+    step that writes notes/hello.md, and `kiwi status` (a query, which replays the run) says why."""
+    outside = tmp_path_factory.mktemp("attacker")
+    marker = outside / "pwned"
+    runs = run_client(temporal_env.client, project)
+    forged = runs.snapshot(
+        "hello_kiwi", {"name": "Ada"}, f"run-hello_kiwi-{uuid.uuid4().hex[:10]}", "cli", None
+    )
+    assert forged.local_tools, "hello_kiwi's count step calls a local tool"
+    for spec in forged.local_tools.values():
+        spec.entrypoint = str(_evil_tool(outside, marker))
+
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
+        handle = await _plain(temporal_env).start_workflow(
+            DirectiveRun.run, DirectiveRunInput(snapshot=forged), id=forged.run_id, task_queue=runs.task_queue
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        assert failed.value.cause.type == "NotSealed", failed.value.cause
+        assert "not started by Kiwi" in str(failed.value.cause)
+        assert not marker.exists() and not (project / "notes" / "hello.md").exists()
+        # Replayed (a query), the refused run is refused again: no nondeterminism error.
+        status = await runs.status(forged.run_id)
+        assert status.status == "failed" and "not started by Kiwi" in status.error, status
+        history = await handle.fetch_history()
+        markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
+        assert any(NOT_SEALED.encode() in e.SerializeToString() for e in markers), markers
+        assert not any(e.HasField("activity_task_scheduled_event_attributes") for e in history.events)
+
+        # The same forged start from a client holding the key does run the attacker's script.
+        forged.run_id = f"run-hello_kiwi-{uuid.uuid4().hex[:10]}"
+        await temporal_env.client.start_workflow(
+            DirectiveRun.run, DirectiveRunInput(snapshot=forged), id=forged.run_id, task_queue=runs.task_queue
+        )
+
+        async def ran() -> bool:
+            return marker.exists()
+
+        await wait_for(ran, what="the forged tool, started with the key")
+
+
+@workflow.defn(name="Rogue", sandboxed=False)
+class Rogue:
+    """A workflow of the attacker's own, on a queue of its own, scheduling Kiwi's activity on Kiwi's queue."""
+
+    @workflow.run
+    async def run(self, queue: str, request: dict) -> object:
+        return await workflow.execute_activity(
+            "write_file",
+            FilesystemRequest(**request),
+            task_queue=queue,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
+
+
+async def test_an_activity_a_foreign_workflow_schedules_does_not_run(temporal_env, project, tmp_path_factory):
+    """Attack: a worker of the attacker's own runs a workflow that schedules Kiwi's `write_file` activity
+    on Kiwi's task queue, with the project folder and the grants it likes. Kiwi's worker refuses it."""
+    victim = tmp_path_factory.mktemp("victim")
+    request = {"project_root": str(victim), "path": "pwned.txt", "content": "pwned", "allowed": ["**"]}
+    kiwi_queue, rogue_queue = f"kiwi-{uuid.uuid4().hex[:8]}", f"rogue-{uuid.uuid4().hex[:8]}"
+    plain = _plain(temporal_env)
+    async with (
+        build_worker(temporal_env.client, kiwi_queue, sandboxed=True),
+        Worker(plain, task_queue=rogue_queue, workflows=[Rogue]),
+    ):
+        with pytest.raises(WorkflowFailureError) as failed:
+            await plain.execute_workflow(
+                Rogue.run,
+                args=[kiwi_queue, request],
+                id=f"rogue-{uuid.uuid4().hex[:8]}",
+                task_queue=rogue_queue,
+            )
+        cause = failed.value.cause.cause
+        assert cause.type == "NotSealed" and "not scheduled by a Kiwi run" in str(cause), cause
+        assert not (victim / "pwned.txt").exists()
+
+    # Control: the same workflow run by a worker holding the key gets its activity run.
+    async with (
+        build_worker(temporal_env.client, kiwi_queue, sandboxed=True),
+        Worker(temporal_env.client, task_queue=rogue_queue, workflows=[Rogue]),
+    ):
+        await temporal_env.client.execute_workflow(
+            Rogue.run, args=[kiwi_queue, request], id=f"rogue-{uuid.uuid4().hex[:8]}", task_queue=rogue_queue
+        )
+    assert (victim / "pwned.txt").read_text() == "pwned"
+
+
+async def test_a_call_without_a_seal_never_reaches_a_run(temporal_env, project):
+    """Attack: send `call_tool` into a human's run (its id is in `temporal workflow list`) to act with the
+    run's grants. The update is refused by its validator: no call, no audit record, nothing in history."""
+    runs = run_client(temporal_env.client, project)
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
+        run_id = await runs.start("hello_kiwi", {"name": "Ada"})
+        await awaiting_step(runs, run_id, "confirm")
+        before = read_audit(str(project), run_id)
+        handle = _plain(temporal_env).get_workflow_handle(run_id)
+        call = {"tool": "filesystem.write", "arguments": {"path": "notes/pwned.md", "content": "pwned"}}
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update("call_tool", call)
+        assert refused.value.cause.type == "NotSealed", refused.value.cause
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update("complete_step", {"step": "confirm", "outputs": {"confirmed": True}})
+        assert not (project / "notes" / "pwned.md").exists()
+        assert read_audit(str(project), run_id) == before
+        history = await handle.fetch_history()
+        assert not any(
+            e.HasField("workflow_execution_update_accepted_event_attributes") for e in history.events
+        )
+
+        # The human's own client (the key) makes the same call.
+        done = await runs.call_tool(run_id, "filesystem.write", call["arguments"])
+        assert done.status == "ok" and (project / "notes" / "pwned.md").read_text() == "pwned"
+
+
+def test_the_key_is_made_once_owner_only_and_refused_when_others_can_read_it(monkeypatch, tmp_path):
+    monkeypatch.delenv("KIWI_SEAL_KEY")
+    monkeypatch.setenv("KIWI_HOME", str(tmp_path / "home"))
+    key = seal_key()
+    path = key_path()
+    assert path == tmp_path / "home" / "seal.key" and len(key) == 32
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert seal_key() == key and bytes.fromhex(path.read_text().strip()) == key
+
+    os.chmod(path, 0o644)
+    monkeypatch.setattr(seal, "_KEYS", {})  # (a new process)
+    with pytest.raises(KiwiError, match="no one else can read") as loose:
+        seal_key()
+    assert f"chmod 600 {path}" in loose.value.hint
+
+    monkeypatch.setenv("KIWI_SEAL_KEY", "not-hex")
+    with pytest.raises(KiwiError, match="KIWI_SEAL_KEY must be 64 hex digits") as bad:
+        seal_key()
+    assert "openssl rand -hex 32" in bad.value.hint
+    monkeypatch.setenv("KIWI_SEAL_KEY", "ab" * 32)
+    assert seal_key() == bytes.fromhex("ab" * 32)
+    # What a run starts (a command, a local tool, an MCP server) never sees it.
+    from mcp.client.stdio import get_default_environment
+
+    from activities.process import child_env
+
+    assert "ab" * 32 not in json.dumps([child_env({"A": "1"}), get_default_environment()])
+    assert SealInterceptor(seal_key()).key == bytes.fromhex("ab" * 32)
+
+
+async def test_the_cli_names_a_bad_key_and_doctor_says_where_the_key_comes_from(temporal_env, project):
+    from tests.helpers import kiwi_cli
+
+    address = temporal_env.client.service_client.config.target_host
+    code, out, err = await kiwi_cli(
+        "run",
+        "hello_kiwi",
+        "--input",
+        "name=x",
+        "--address",
+        address,
+        cwd=project,
+        env={"KIWI_SEAL_KEY": "xyz"},
+    )
+    assert code == 1 and "KIWI_SEAL_KEY must be 64 hex digits" in err and "openssl rand -hex 32" in err, err
+    assert "Traceback" not in err
+    # Reading runs needs no key.
+    code, out, err = await kiwi_cli("runs", "--address", address, cwd=project, env={"KIWI_SEAL_KEY": "xyz"})
+    assert code == 0, err
+    code, out, _ = await kiwi_cli(
+        "doctor", "--no-mcp", "--json", "--address", address, cwd=project, env={"KIWI_SEAL_KEY": "xyz"}
+    )
+    check = {c["name"]: c for c in json.loads(out)["checks"]}["seal key"]
+    assert code == 1 and not check["ok"] and "openssl rand -hex 32" in check["hint"]
+    code, out, _ = await kiwi_cli("doctor", "--no-mcp", "--json", "--address", address, cwd=project)
+    check = {c["name"]: c for c in json.loads(out)["checks"]}["seal key"]
+    assert check["ok"] and check["detail"].startswith("KIWI_SEAL_KEY: every worker"), check
+    code, out, _ = await kiwi_cli(
+        "doctor", "--no-mcp", "--json", "--address", address, cwd=project, env={"KIWI_SEAL_KEY": ""}
+    )
+    check = {c["name"]: c for c in json.loads(out)["checks"]}["seal key"]
+    home = Path(os.environ["KIWI_HOME"])
+    assert check["ok"] and check["detail"].startswith(str(home / "seal.key")), check
+    assert stat.S_IMODE((home / "seal.key").stat().st_mode) == 0o600
+
+
+INITIALIZE = (
+    "import json, sys, urllib.request, urllib.error\n"
+    "body = json.dumps({'jsonrpc': '2.0', 'id': 1, 'method': 'initialize', 'params': {"
+    "'protocolVersion': '2025-06-18', 'capabilities': {}, 'clientInfo': {'name': 'x', 'version': '1'}}}).encode()\n"
+    "request = urllib.request.Request(sys.argv[1], data=body, headers={"
+    "'Content-Type': 'application/json', 'Accept': 'application/json, text/event-stream'})\n"
+    "try:\n"
+    "    answer = urllib.request.urlopen(request, timeout=20)\n"
+    "    print(answer.status, answer.read()[:300].decode())\n"
+    "except urllib.error.HTTPError as exc:\n"
+    "    print(exc.code, exc.read().decode())\n"
+)
+
+
+def _others_run(path: str) -> bool:
+    """Whether a user other than the file's owner may run ``path`` (every folder above it let through)."""
+    target = Path(path)
+    if not target.is_file():
+        return False
+    return all(p.stat().st_mode & stat.S_IXOTH for p in (target, *target.parents))
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a request as another user")
+async def test_another_local_user_cannot_be_the_agent_of_a_loopback_front_end(temporal_env, project):
+    """Attack (review F5): another user of the machine POSTs to `kiwi mcp --http` on 127.0.0.1 (no token:
+    loopback) and is the agent in your project. The front end answers its own user's processes only."""
+    import asyncio
+    import sys
+
+    from kiwi.devserver import free_port
+    from tests.helpers import kiwi_mcp_http
+
+    python = next((p for p in (os.path.realpath(sys.executable), "/usr/bin/python3") if _others_run(p)), None)
+    if python is None:
+        pytest.skip("no Python here that another user may run")
+
+    async def initialize(url: str, **user: int) -> str:
+        proc = await asyncio.create_subprocess_exec(
+            python if user else sys.executable,
+            "-c",
+            INITIALIZE,
+            url,
+            stdout=asyncio.subprocess.PIPE,
+            cwd="/",
+            **user,
+        )
+        out, _ = await proc.communicate()
+        return out.decode()
+
+    async with kiwi_mcp_http(temporal_env, None, project, free_port()) as (url, _):
+        stranger = await initialize(url, user=65534, group=65534)
+        assert stranger.startswith("403") and "its own user's processes only" in stranger, stranger
+        assert "KIWI_MCP_TOKEN" in stranger
+        mine = await initialize(url)
+        assert mine.startswith("200"), mine
