@@ -498,6 +498,14 @@ def build_server(
     ) -> LoadAnswer:
         item_type = item_kind(item_type)  # type: ignore[assignment]
         try:
+            if version is not None and source != "registry":
+                # (Trial F34: a version asked of a local item was ignored, and the file served as if it were.)
+                raise InputInvalid(
+                    "'version' is for source='registry' only: a project or user item is the one version its "
+                    "file holds",
+                    hint="leave version out to load the local item, or load(source='registry', version=...) "
+                    "to pull that version into the project",
+                )
             if item_type == "mcp":
                 return LoadAnswer.model_validate(await catalog.load(item_id))
             if source == "registry":

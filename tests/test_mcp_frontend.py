@@ -692,3 +692,18 @@ async def test_starting_a_run_over_mcp_adds_no_workflow_task_of_its_own(runs, pr
             EventType.Name(k) for k in kinds
         ]
         await runs.cancel(run_id)
+
+
+async def test_a_version_asked_of_a_local_item_is_refused_not_ignored(project, temporal_env):
+    """Trial F34: load(version=...) of a project item answered the file whatever the version asked."""
+    server = build_server(temporal_env.client, project)
+    async with Client(server) as client:
+        answer = await client.call_tool(
+            "load", {"item_type": "directive", "item_id": "hello_kiwi", "version": "9.9.9"}
+        )
+        assert answer.is_error
+        refused = data(answer)
+        assert refused["error"] == "InputInvalid" and "source='registry' only" in refused["message"]
+        assert "load(source='registry', version=...)" in refused["hint"]
+        loaded = data(await client.call_tool("load", {"item_type": "directive", "item_id": "hello_kiwi"}))
+        assert loaded["parsed"]["version"] == "1.0.0"

@@ -136,9 +136,15 @@ def test_cli_search_and_show(project, capsys):
     assert results[0]["item_id"] == "hello_kiwi"
     assert kiwi(["show", "hello_kiwi"]) == 0
     assert "step count_words: auto" in capsys.readouterr().out
-    assert kiwi(["show", "no_such_thing"]) == 1
+    assert kiwi(["show", "zzqx"]) == 1
     err = capsys.readouterr().err
-    assert "kiwi: no knowledge 'no_such_thing'" in err
+    # (Trial F27: it said "no knowledge", the last kind it looked for.)
+    assert "kiwi: no item named 'zzqx' (directive, tool or knowledge)" in err
+    assert "hint: run `kiwi search` to list items" in err
+    assert kiwi(["show", "hello_kiwy"]) == 1
+    assert "hint: did you mean: directive hello_kiwi?" in capsys.readouterr().err
+    assert kiwi(["show", "--type", "tool", "hello_kiwy"]) == 1
+    assert "kiwi: no tool 'hello_kiwy'" in capsys.readouterr().err
 
 
 def test_console_script_help_lists_every_command():
@@ -147,3 +153,16 @@ def test_console_script_help_lists_every_command():
     ).stdout
     for command in ("init", "validate", "sign", "search", "show"):
         assert command in out
+
+
+def test_init_says_which_of_several_keys_signed(tmp_path, monkeypatch, capsys):
+    """Trial F23: with several signing keys, init signed with the first one without a word."""
+    monkeypatch.chdir(tmp_path)
+    assert kiwi(["keys", "init", "--name", "alpha"]) == 0
+    assert kiwi(["keys", "init", "--name", "beta"]) == 0
+    capsys.readouterr()
+    (tmp_path / "p").mkdir()
+    assert kiwi(["init", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "you have 2 signing keys (alpha, beta); 'alpha' signs here" in out
+    assert "signed .ai/directives/hello_kiwi.md with your key 'alpha'" in out

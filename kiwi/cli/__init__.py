@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 from kiwi.cli import progress
 from kiwi.cli.safeout import safe_output
-from kiwi.errors import ItemInvalid, KiwiError, Problem
+from kiwi.errors import ItemInvalid, ItemNotFound, KiwiError, Problem
 from kiwi.items.store import ITEM_ALIASES, ITEM_TYPES, ItemStore, find_project_root, item_kind
 from kiwi.items.validation import validate_file
 
@@ -394,6 +394,14 @@ def cmd_show(args: argparse.Namespace) -> int:
                 print(item.text)
         return EXIT_OK
     assert last is not None
+    if len(types) > 1 and isinstance(last, ItemNotFound):
+        # (Each kind was looked for: the last one's "no knowledge" named one of them only.)
+        similar = [f"{r.item_type} {r.item_id}" for r in store.search(args.id, limit=3, refresh=False)]
+        raise ItemNotFound(
+            f"no item named '{args.id}' (directive, tool or knowledge) in "
+            f"{', '.join(str(p) for p in store.spaces.values())}",
+            hint=f"did you mean: {', '.join(similar)}?" if similar else "run `kiwi search` to list items",
+        )
     raise last
 
 

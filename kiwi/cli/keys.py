@@ -24,6 +24,12 @@ def ensure_key() -> tuple[str, str]:
     """
     signers = load_trusted(find_project_root(), user_space()).with_role("sign")
     names = [n for n in own_keys() if n in signers]
+    if len(names) > 1:
+        # (Trial F23: one of several was taken without a word.)
+        return names[0], (
+            f"you have {len(names)} signing keys ({', '.join(names)}); '{names[0]}' signs here (another: "
+            "`kiwi sign --key NAME .ai/directives`)"
+        )
     if names:
         return names[0], ""
     name = default_name()

@@ -473,7 +473,7 @@ class ItemStore:
             hint = (
                 f"did you mean: {', '.join(similar)}?"
                 if similar
-                else f"run `kiwi search` to list {item_type}s"
+                else f"run `kiwi search --type {item_type}` to list them"
                 if (self.project_root / ".ai").is_dir()
                 else f"{self.project_root} is no Kiwi project (no .ai/ at or above it): `kiwi init` makes one "
                 "here, or run this from your project's folder (or with --project PATH)"
