@@ -497,16 +497,21 @@ def _proc_address(field: str) -> tuple[str, int]:
     hex_ip, _, hex_port = field.partition(":")
     raw = bytes.fromhex(hex_ip)
     words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    ip = ipaddress.ip_address(words)
+    return _plain_ip(ipaddress.ip_address(words)), int(hex_port, 16)
+
+
+def _plain_ip(value: str | ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """An IP as text, an IPv4-mapped IPv6 address as its IPv4 one (so both ends compare alike)."""
+    ip = ipaddress.ip_address(value) if isinstance(value, str) else value
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
         ip = ip.ipv4_mapped
-    return str(ip), int(hex_port, 16)
+    return str(ip)
 
 
 def peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
     """The user id owning the other end of a TCP connection on this machine, from ``peer`` to ``local``
     (Linux: /proc/net/tcp and tcp6); None where that cannot be read or no such connection is listed."""
-    want = ((str(ipaddress.ip_address(peer[0])), peer[1]), (str(ipaddress.ip_address(local[0])), local[1]))
+    want = ((_plain_ip(peer[0]), peer[1]), (_plain_ip(local[0]), local[1]))
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]

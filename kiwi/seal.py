@@ -19,9 +19,14 @@ asks for, and the worker checks it before acting:
 - an activity: over the run (id and execution), the activity's name and its arguments; checked before
   the activity runs. Local activities run inside the worker that ran the workflow task, so they need none.
 
-A check runs when the request is new, never in replay, so a run's history replays without the key. The
-one command a check makes is a marker (``kiwi-not-sealed``) in a run it refused, which then replays as
-refused. What a seal does not cover: signals (a human's approval carries its own Ed25519 signature; the
+A start's check runs when the run's first workflow task is new, by the workflow's own ``__init__`` on its
+input as it came (signals and calls in that task change the run's state before anything else could look),
+and a refused run records a marker (``kiwi-not-sealed``) so that it replays as refused. A call's check runs
+in the validator (a refused call leaves no trace) and again where the call would act, in replay too, in a
+run whose own start is sealed: whoever can poll Kiwi's task queue can answer a workflow task and accept an
+update no validator saw. Runs older than seals, or whose seal no longer verifies (a new key), replay their
+calls as they ran.
+What a seal does not cover: signals (a human's approval carries its own Ed25519 signature; the
 others can only stop or steer a run, which Temporal's own API lets its users do anyway), queries, and
 reading a run's history. Those need Temporal's own access control (mTLS, API keys).
 
@@ -213,7 +218,9 @@ class SealInterceptor(temporalio.client.Interceptor, temporalio.worker.Intercept
     def workflow_interceptor_class(
         self, input: temporalio.worker.WorkflowInterceptorClassInput
     ) -> type[temporalio.worker.WorkflowInboundInterceptor]:
-        return type("SealedWorkflowInbound", (_WorkflowInbound,), {"key": self.key})
+        key = self.key
+        input.unsafe_extern_functions[EXTERN] = lambda: key  # (for start_sealed, in the workflow's __init__)
+        return type("SealedWorkflowInbound", (_WorkflowInbound,), {"key": key})
 
 
 class _ClientOutbound(temporalio.client.OutboundInterceptor):
@@ -249,6 +256,26 @@ class _ClientOutbound(temporalio.client.OutboundInterceptor):
 
 # ------------------------------------------------------------------------------------- worker side
 
+EXTERN = "kiwi_seal_key"
+
+
+def start_sealed(args: Sequence[Any]) -> bool:
+    """Whether this run's start carries its seal; called by the workflow's ``__init__``, on its input as it
+    came (pure: the same answer in every replay with the same key; a worker without seals says no)."""
+    key = workflow.extern_functions().get(EXTERN)
+    if key is None:
+        return False
+    info = workflow.info()
+    expected = mac(
+        key(),
+        "start",
+        info.workflow_type,
+        info.workflow_id,
+        args=args,
+        converter=workflow.payload_converter(),
+    )
+    return _sealed(info.headers, expected)
+
 
 class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):
     key: bytes  # (set on the class made for each worker)
@@ -263,15 +290,13 @@ class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):
             # carries none, and replays as it ran.
             refused = workflow.patched(NOT_SEALED)
         else:
-            expected = mac(
-                self.key,
-                "start",
-                info.workflow_type,
-                info.workflow_id,
-                args=input.args,
-                converter=workflow.payload_converter(),
-            )
-            refused = not _sealed(input.headers, expected) and workflow.patched(NOT_SEALED)
+            # Checked by the workflow's own __init__ (``start_sealed``), on its input as it came: signals
+            # and calls handled in the first task change that input (the run's state) before this runs.
+            # (A workflow type without that check is checked here.)
+            sealed = getattr(workflow.instance(), "sealed", None)
+            if sealed is None:
+                sealed = start_sealed(input.args)
+            refused = not sealed and workflow.patched(NOT_SEALED)
         if refused:
             message = (
                 f"run {info.workflow_id} was not started by Kiwi: its start carries no valid seal, so its "
@@ -285,24 +310,43 @@ class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):
             raise NotSealed.error(message)
         return await super().execute_workflow(input)
 
+    def _update_sealed(self, input: temporalio.worker.HandleUpdateInput) -> bool:
+        info = workflow.info()
+        expected = mac(
+            self.key,
+            "update",
+            info.workflow_id,
+            input.update,
+            input.id,
+            args=input.args,
+            converter=workflow.payload_converter(),
+        )
+        return _sealed(input.headers, expected)
+
+    def _refused_update(self, input: temporalio.worker.HandleUpdateInput) -> Exception:
+        return NotSealed.error(
+            f"this {input.update} was not sent by Kiwi (no valid seal): refused. Send calls through "
+            f"kiwi (`kiwi mcp`, `kiwi call`) with this worker's {KEY_VARIABLE}"
+        )
+
     def handle_update_validator(self, input: temporalio.worker.HandleUpdateInput) -> None:
-        if input.update in SEALED_UPDATES:
-            info = workflow.info()
-            expected = mac(
-                self.key,
-                "update",
-                info.workflow_id,
-                input.update,
-                input.id,
-                args=input.args,
-                converter=workflow.payload_converter(),
-            )
-            if not _sealed(input.headers, expected):
-                raise NotSealed.error(
-                    f"this {input.update} was not sent by Kiwi (no valid seal): refused. Send calls through "
-                    f"kiwi (`kiwi mcp`, `kiwi call`) with this worker's {KEY_VARIABLE}"
-                )
+        # Refused here, the update never enters history (Kiwi's worker took the workflow task).
+        if input.update in SEALED_UPDATES and not self._update_sealed(input):
+            raise self._refused_update(input)
         super().handle_update_validator(input)
+
+    async def handle_update_handler(self, input: temporalio.worker.HandleUpdateInput) -> Any:
+        # Again where it would act, in replay too: a workflow task answered by someone else's poller can
+        # accept an update no validator saw. Only in runs whose own start is sealed (runs older than seals
+        # took unsealed calls, and replay them as they ran); a refusal here stops the run's workflow
+        # tasks (the run stalls, visibly) rather than answer an update its history says was accepted.
+        if (
+            input.update in SEALED_UPDATES
+            and getattr(workflow.instance(), "sealed", False)
+            and not self._update_sealed(input)
+        ):
+            raise RuntimeError(str(self._refused_update(input)))
+        return await super().handle_update_handler(input)
 
 
 class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):

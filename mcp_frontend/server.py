@@ -983,6 +983,10 @@ class BearerToken:
         await self.app(scope, receive, send)
 
 
+# Where the kernel lists TCP connections with their owners (Linux); see SameUser.
+PROC_TABLES = Path("/proc/net/tcp").exists()
+
+
 class SameUser:
     """ASGI middleware for a front end on loopback without a token: only processes of the user running it
     may call it.
@@ -997,8 +1001,14 @@ class SameUser:
         self.uid = os.getuid() if uid is None else uid
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope.get("client") and scope.get("server"):
-            owner = peer_uid(tuple(scope["client"]), tuple(scope["server"]))
+        if scope["type"] == "http":
+            # (The connection's own ends: uvicorn runs with proxy headers off, so no X-Forwarded-For can
+            # name another client. A connection the tables do not list is refused; only where there are no
+            # such tables at all, not Linux, is every local process let in.)
+            client, server = scope.get("client"), scope.get("server")
+            owner = peer_uid(tuple(client), tuple(server)) if client and server else None
+            if owner is None and PROC_TABLES:
+                owner = -1
             if owner is not None and owner != self.uid:
                 await send(
                     {
@@ -1156,7 +1166,11 @@ async def serve_http(
         )
     if announce is not None:
         announce()
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    # No proxy headers: uvicorn's default took X-Forwarded-For from any local client (it trusts 127.0.0.1 as a
+    # proxy), so the client address SameUser checks was whatever the client said.
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="on", proxy_headers=False
+    )
     web = OwnedServer(config) if stop is not None else uvicorn.Server(config)
     task = asyncio.create_task(web.serve())
     if stop is not None:

@@ -239,8 +239,9 @@ INITIALIZE = (
     "import json, sys, urllib.request, urllib.error\n"
     "body = json.dumps({'jsonrpc': '2.0', 'id': 1, 'method': 'initialize', 'params': {"
     "'protocolVersion': '2025-06-18', 'capabilities': {}, 'clientInfo': {'name': 'x', 'version': '1'}}}).encode()\n"
-    "request = urllib.request.Request(sys.argv[1], data=body, headers={"
-    "'Content-Type': 'application/json', 'Accept': 'application/json, text/event-stream'})\n"
+    "headers = {'Content-Type': 'application/json', 'Accept': 'application/json, text/event-stream'}\n"
+    "if len(sys.argv) > 2: headers['X-Forwarded-For'] = sys.argv[2]\n"
+    "request = urllib.request.Request(sys.argv[1], data=body, headers=headers)\n"
     "try:\n"
     "    answer = urllib.request.urlopen(request, timeout=20)\n"
     "    print(answer.status, answer.read()[:300].decode())\n"
@@ -271,12 +272,13 @@ async def test_another_local_user_cannot_be_the_agent_of_a_loopback_front_end(te
     if python is None:
         pytest.skip("no Python here that another user may run")
 
-    async def initialize(url: str, **user: int) -> str:
+    async def initialize(url: str, *extra: str, **user: int) -> str:
         proc = await asyncio.create_subprocess_exec(
             python if user else sys.executable,
             "-c",
             INITIALIZE,
             url,
+            *extra,
             stdout=asyncio.subprocess.PIPE,
             cwd="/",
             **user,
@@ -288,5 +290,9 @@ async def test_another_local_user_cannot_be_the_agent_of_a_loopback_front_end(te
         stranger = await initialize(url, user=65534, group=65534)
         assert stranger.startswith("403") and "its own user's processes only" in stranger, stranger
         assert "KIWI_MCP_TOKEN" in stranger
+        # Review s20 F5: uvicorn took the client's address from X-Forwarded-For (it trusts 127.0.0.1 as a
+        # proxy), so the stranger named an address no connection had, and the check let it through.
+        forwarded = await initialize(url, "10.9.8.7", user=65534, group=65534)
+        assert forwarded.startswith("403"), forwarded
         mine = await initialize(url)
         assert mine.startswith("200"), mine

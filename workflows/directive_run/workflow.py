@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         RunTimedOut,
         StepFailed,
     )
+    from kiwi.seal import start_sealed
     from kiwi.templating import TemplateError
     from kiwi.toolargs import oversized_command
 
@@ -97,6 +98,8 @@ class DirectiveRun(
 ):
     @workflow.init
     def __init__(self, input: DirectiveRunInput) -> None:
+        # Whether its start carries its seal (kiwi/seal.py), on the input as it came, before any handler.
+        self.sealed = start_sealed([input])
         self.snap = input.snapshot
         self.state = input.state or RunState()
         self.updates = 0
