@@ -146,7 +146,9 @@ def _from_text(text: str) -> bytes:
 
 
 def _from_file(path: Path) -> bytes:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # (The folder as any Kiwi process makes it: the file alone is owner-only. $KIWI_HOME holds the local
+    # registry's PostgreSQL, which runs as a user of its own when Kiwi runs as root.)
+    path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():
         # Written whole under another name, then linked into place: processes starting together (a
         # shared volume) all read the one key that won, never a half-written file.
