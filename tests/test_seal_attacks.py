@@ -10,6 +10,7 @@ key, which goes through: the seal, not something else, is what stops it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -25,7 +26,7 @@ from temporalio.worker import Worker
 
 from kiwi import seal
 from kiwi.auditlog import read_audit
-from kiwi.contracts import DirectiveRunInput, FilesystemRequest
+from kiwi.contracts import CallToolRequest, DirectiveRunInput, FilesystemRequest
 from kiwi.converter import data_converter
 from kiwi.errors import KiwiError
 from kiwi.seal import NOT_SEALED, SealInterceptor, key_path, seal_key
@@ -296,3 +297,118 @@ async def test_another_local_user_cannot_be_the_agent_of_a_loopback_front_end(te
         assert forwarded.startswith("403"), forwarded
         mine = await initialize(url)
         assert mine.startswith("200"), mine
+
+
+async def test_a_call_a_foreign_poller_accepted_is_never_run_by_kiwis_worker(temporal_env, project):
+    """Attack (review s20 F1): with a poller of its own on Kiwi's task queue (raw gRPC, no key), the attacker
+    answers a human's run's workflow task and accepts its own unsealed call_tool; no validator sees it. Kiwi's
+    worker, taking the next task, replays the accepted call: the call's handler checks the seal too, in
+    replay, and stops the run's workflow task instead of running the call."""
+    import asyncio
+
+    from google.protobuf.any_pb2 import Any as PbAny
+    from temporalio.api.command.v1 import Command, ProtocolMessageCommandAttributes
+    from temporalio.api.common.v1 import WorkflowExecution
+    from temporalio.api.enums.v1 import CommandType
+    from temporalio.api.protocol.v1 import Message
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.update.v1 import Acceptance
+    from temporalio.api.update.v1 import Request as UpdateRequest
+    from temporalio.api.workflowservice.v1 import (
+        PollWorkflowTaskQueueRequest,
+        ResetStickyTaskQueueRequest,
+        RespondWorkflowTaskCompletedRequest,
+    )
+    from temporalio.client import WorkflowUpdateStage
+
+    runs = run_client(temporal_env.client, project)
+    plain = _plain(temporal_env)
+    service, namespace = plain.workflow_service, plain.namespace
+    target = project / "notes" / "pwned.md"
+
+    async def rogue(stop: asyncio.Event, won: asyncio.Event) -> None:
+        while not stop.is_set():
+            task = await service.poll_workflow_task_queue(
+                PollWorkflowTaskQueueRequest(
+                    namespace=namespace, task_queue=TaskQueue(name=runs.task_queue), identity="rogue"
+                )
+            )
+            if not task.task_token:
+                continue
+            messages, commands = [], []
+            for m in task.messages:
+                request = UpdateRequest()
+                m.body.Unpack(request)
+                body = PbAny()
+                body.Pack(
+                    Acceptance(
+                        accepted_request_message_id=m.id,
+                        accepted_request_sequencing_event_id=m.event_id,
+                        accepted_request=request,
+                    )
+                )
+                messages.append(
+                    Message(id=m.id + "/accept", protocol_instance_id=m.protocol_instance_id, body=body)
+                )
+                commands.append(
+                    Command(
+                        command_type=CommandType.COMMAND_TYPE_PROTOCOL_MESSAGE,
+                        protocol_message_command_attributes=ProtocolMessageCommandAttributes(
+                            message_id=m.id + "/accept"
+                        ),
+                    )
+                )
+            await service.respond_workflow_task_completed(
+                RespondWorkflowTaskCompletedRequest(
+                    namespace=namespace, task_token=task.task_token, messages=messages, commands=commands
+                )
+            )
+            if messages:
+                won.set()
+
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
+        run_id = await runs.start("hello_kiwi", {"name": "Ada"})
+        await awaiting_step(runs, run_id, "confirm")
+        handle = plain.get_workflow_handle(run_id)
+        call = CallToolRequest(
+            tool="filesystem.write", arguments={"path": "notes/pwned.md", "content": "pwned"}
+        )
+        for _ in range(20):  # (Kiwi's worker may take the task first and refuse the call: try again)
+            stop, won = asyncio.Event(), asyncio.Event()
+            await service.reset_sticky_task_queue(
+                ResetStickyTaskQueueRequest(
+                    namespace=namespace, execution=WorkflowExecution(workflow_id=run_id)
+                )
+            )
+            pollers = [asyncio.create_task(rogue(stop, won)) for _ in range(20)]
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    handle.start_update(
+                        "call_tool",
+                        call,
+                        id=f"evil-{uuid.uuid4().hex[:6]}",
+                        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                    ),
+                    15,
+                )
+            stop.set()
+            for p in pollers:
+                p.cancel()
+            await asyncio.gather(*pollers, return_exceptions=True)
+            if won.is_set():
+                break
+        assert won.is_set(), "the foreign poller never took the run's workflow task"
+        await handle.signal("anything", "x")  # (a new workflow task, for Kiwi's worker)
+
+        async def refused() -> bool:
+            history = await handle.fetch_history()
+            return any(
+                e.HasField("workflow_task_failed_event_attributes")
+                and "not sent by Kiwi" in e.workflow_task_failed_event_attributes.failure.message
+                for e in history.events
+            )
+
+        await wait_for(refused, what="Kiwi's worker to refuse the accepted call")
+        assert not target.exists()
+        assert not [r for r in read_audit(str(project), run_id) if "pwned" in json.dumps(r)]
+        await handle.terminate()
