@@ -14,6 +14,7 @@ import socket
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -475,19 +476,24 @@ def loopback(ip: str) -> bool:
         return False
 
 
-def listener_uid(port: int) -> int | None:
-    """The user id that owns the TCP socket listening on ``port`` (Linux: /proc/net/tcp and tcp6); None
-    where that cannot be read."""
+def _tcp_sockets() -> Iterator[list[str]]:
+    """The fields of each TCP socket the kernel lists (Linux: /proc/net/tcp and tcp6): sl local_address
+    rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid ...; nothing where they cannot be read."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
         except OSError:
             continue
         for line in lines:
-            fields = line.split()
-            # sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid ...
-            if len(fields) > 7 and fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
-                return int(fields[7])
+            if len(fields := line.split()) > 7:
+                yield fields
+
+
+def listener_uid(port: int) -> int | None:
+    """The user id that owns the TCP socket listening on ``port``; None where that cannot be read."""
+    for fields in _tcp_sockets():
+        if fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
+            return int(fields[7])
     return None
 
 
@@ -512,16 +518,10 @@ def peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
     """The user id owning the other end of a TCP connection on this machine, from ``peer`` to ``local``
     (Linux: /proc/net/tcp and tcp6); None where that cannot be read or no such connection is listed."""
     want = ((_plain_ip(peer[0]), peer[1]), (_plain_ip(local[0]), local[1]))
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            # sl local_address rem_address st ... uid: the peer's own socket has the peer as its local end.
-            if len(fields) > 7 and (_proc_address(fields[1]), _proc_address(fields[2])) == want:
-                return int(fields[7])
+    for fields in _tcp_sockets():
+        # (The peer's own socket has the peer as its local end.)
+        if (_proc_address(fields[1]), _proc_address(fields[2])) == want:
+            return int(fields[7])
     return None
 
 
