@@ -400,7 +400,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise ItemNotFound(
             f"no item named '{args.id}' (directive, tool or knowledge) in "
             f"{', '.join(str(p) for p in store.spaces.values())}",
-            hint=f"did you mean: {', '.join(similar)}?" if similar else "run `kiwi search` to list items",
+            hint=f"did you mean: {', '.join(similar)}?"
+            if similar
+            else "run `kiwi search` to list items"
+            if (store.project_root / ".ai").is_dir()
+            else last.hint,  # (no project here: the store's hint says so, and how to make one)
         )
     raise last
 
