@@ -26,13 +26,14 @@ in the validator (a refused call leaves no trace) and again where the call would
 run whose own start is sealed: whoever can poll Kiwi's task queue can answer a workflow task and accept an
 update no validator saw. Runs older than seals, or whose seal no longer verifies (a new key), replay their
 calls as they ran.
-What a seal does not cover: signals (a human's approval carries its own Ed25519 signature; the
-others can only stop or steer a run, which Temporal's own API lets its users do anyway), queries, and
-reading a run's history. Those need Temporal's own access control (mTLS, API keys).
 
-The key never reaches what a run starts: commands, local tools and MCP servers get an allow-listed
-environment (``activities.process.child_env``, the MCP SDK's default one), and ``$KIWI_HOME`` is outside
-every project a run may work in (``kiwi.items.store.project_root_problem``).
+What seals stop is a Temporal client without the key. They do not stop someone who works at Temporal's
+protocol level: a poller of their own answering a forged run's first workflow task, an activity completed
+by its id with a result of their making, a reset, a start copied from history; nor code a run starts as the
+worker's user reading the key (``/proc/<worker>/environ``, the key file), though commands, local tools and
+MCP servers get an allow-listed environment without it. Signals (a human's decision carries its own
+Ed25519 signature), queries and history are not sealed. README, Security: "What seals stop, and what they
+do not"; Temporal's own access control (mTLS, API keys) is the boundary.
 """
 
 from __future__ import annotations
