@@ -11,6 +11,7 @@ from temporalio.exceptions import ApplicationError
 from kiwi.contracts import ResolveDirectiveRequest, RunSnapshot
 from kiwi.errors import ItemInvalid, KiwiError
 from kiwi.items.store import ItemStore
+from kiwi.seal import seal_resolved
 from kiwi.snapshot import build_snapshot
 
 
@@ -19,13 +20,15 @@ class DirectiveActivities:
     async def resolve_directive(self, req: ResolveDirectiveRequest) -> RunSnapshot:
         store = ItemStore(Path(req.project_root))
         try:
-            return build_snapshot(
-                store,
-                req.directive,
-                req.inputs,
-                req.run_id,
-                client_name=req.client,
-                search_attributes=req.search_attributes,
+            return seal_resolved(
+                build_snapshot(
+                    store,
+                    req.directive,
+                    req.inputs,
+                    req.run_id,
+                    client_name=req.client,
+                    search_attributes=req.search_attributes,
+                )
             )
         except ItemInvalid as exc:
             raise ItemInvalid.error(str(exc)) from None

@@ -161,6 +161,9 @@ class RunSnapshot(BaseModel):
     mcp_servers: dict[str, McpServerInfo] = Field(default_factory=dict)
     mcp_skipped: dict[str, str] = Field(default_factory=dict)
     trust: RunTrust = Field(default_factory=RunTrust)
+    # A child's snapshot as its parent's resolve_directive activity made it: the seal of that activity's
+    # answer (kiwi.seal.seal_resolved), so an answer completed by someone else is refused.
+    seal: str = ""
 
 
 class ToolCallResult(BaseModel):

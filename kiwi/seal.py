@@ -280,6 +280,29 @@ def start_sealed(args: Sequence[Any]) -> bool:
     return _sealed(info.headers, expected)
 
 
+def _resolved_mac(key: bytes, parent: str, parent_run: str, snapshot: Any, converter: Any = None) -> str:
+    bare = snapshot.model_copy(update={"seal": ""})
+    return mac(key, "resolved", parent, parent_run, snapshot.run_id, args=[bare], converter=converter).hex()
+
+
+def seal_resolved(snapshot: Any) -> Any:
+    """``resolve_directive``'s answer (a child's snapshot) with its seal, for the run that asked
+    (review s20 F3: an answer completed by its activity id, no key needed, was the child the parent started)."""
+    info = activity.info()
+    value = _resolved_mac(seal_key(), info.workflow_id or "", info.workflow_run_id or "", snapshot)
+    return snapshot.model_copy(update={"seal": value})
+
+
+def resolved_sealed(snapshot: Any) -> bool:
+    """Whether a child's snapshot is the one this run's own ``resolve_directive`` made (workflow code; pure)."""
+    key = workflow.extern_functions().get(EXTERN)
+    if key is None:
+        return False
+    info = workflow.info()
+    expected = _resolved_mac(key(), info.workflow_id, info.run_id, snapshot, workflow.payload_converter())
+    return hmac.compare_digest(snapshot.seal, expected)
+
+
 class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):
     key: bytes  # (set on the class made for each worker)
 

@@ -412,3 +412,117 @@ async def test_a_call_a_foreign_poller_accepted_is_never_run_by_kiwis_worker(tem
         assert not target.exists()
         assert not [r for r in read_audit(str(project), run_id) if "pwned" in json.dumps(r)]
         await handle.terminate()
+
+
+async def test_a_childs_snapshot_completed_by_its_activity_id_starts_no_child(
+    temporal_env, project, tmp_path_factory
+):
+    """Attack (review s20 F3): no poller needed. The attacker watches a run's history and, as soon as the
+    run asks resolve_directive for a child's snapshot, completes that activity by its id with a snapshot of
+    their own: the parent's grants (read from its start), a local tool that is the attacker's script. The
+    parent took it, started the child (sealed, by its own worker) and the script ran. The activity's answer
+    now carries a seal the parent checks."""
+    import asyncio
+
+    from temporalio.api.common.v1 import Payloads, WorkflowExecution
+    from temporalio.api.workflowservice.v1 import (
+        GetWorkflowExecutionHistoryRequest,
+        RespondActivityTaskCompletedByIdRequest,
+    )
+
+    from kiwi.contracts import ResolveDirectiveRequest
+    from tests.helpers import directive_md, write_directive
+
+    grants = (
+        '<read resource="filesystem" path="notes/**"/><execute resource="tool" id="directive.run"/>'
+        '<execute resource="tool" id="word_count"/>'
+    )
+    write_directive(
+        project / ".ai/directives/boss.md",
+        directive_md(
+            '<step name="lead" mode="agent"><action>lead</action></step>',
+            name="boss",
+            permissions=grants,
+            tools='<tool name="word_count" />',
+        ),
+    )
+    write_directive(
+        project / ".ai/directives/helper.md",
+        directive_md(
+            '<step name="help" mode="agent"><action>help</action></step>', name="helper", permissions=grants
+        ),
+    )
+    outside = tmp_path_factory.mktemp("attacker")
+    marker = outside / "pwned"
+    evil = _evil_tool(outside, marker)
+    runs = run_client(temporal_env.client, project)
+    plain = _plain(temporal_env)
+    service, namespace, convert = plain.workflow_service, plain.namespace, data_converter.payload_converter
+    answered: list[str] = []
+
+    async def rogue(parent: str, parent_input: DirectiveRunInput) -> None:
+        token, done = b"", set()
+        while True:
+            page = await service.get_workflow_execution_history(
+                GetWorkflowExecutionHistoryRequest(
+                    namespace=namespace,
+                    execution=WorkflowExecution(workflow_id=parent),
+                    next_page_token=token,
+                    wait_new_event=True,
+                )
+            )
+            token = page.next_page_token
+            for e in page.history.events:
+                scheduled = e.activity_task_scheduled_event_attributes
+                if (
+                    not e.HasField("activity_task_scheduled_event_attributes")
+                    or scheduled.activity_id in done
+                ):
+                    continue
+                if scheduled.activity_type.name != "resolve_directive":
+                    continue
+                done.add(scheduled.activity_id)
+                (asked,) = convert.from_payloads(list(scheduled.input.payloads), [ResolveDirectiveRequest])
+                forged = runs.snapshot("hello_kiwi", {"name": "x"}, asked.run_id, asked.client, None)
+                forged.grants = parent_input.snapshot.grants
+                forged.directive.steps = [s for s in forged.directive.steps if s.name == "count_words"]
+                for spec in forged.local_tools.values():
+                    spec.entrypoint = str(evil)
+                with contextlib.suppress(Exception):  # (Kiwi's own worker may have answered first)
+                    await service.respond_activity_task_completed_by_id(
+                        RespondActivityTaskCompletedByIdRequest(
+                            namespace=namespace,
+                            workflow_id=parent,
+                            activity_id=scheduled.activity_id,
+                            result=Payloads(payloads=convert.to_payloads([forged])),
+                        )
+                    )
+                    answered.append(asked.run_id)
+
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
+        parent = await runs.start("boss", {})
+        await awaiting_step(runs, parent, "lead")
+        started = next(
+            e.workflow_execution_started_event_attributes
+            for e in (await runs.handle(parent).fetch_history()).events
+            if e.HasField("workflow_execution_started_event_attributes")
+        )
+        (parent_input,) = await data_converter.decode(started.input.payloads, [DirectiveRunInput])
+        watcher = asyncio.create_task(rogue(parent, parent_input))
+        try:
+            outcomes = []
+            for _ in range(8):  # (until the attacker's answer is the one the run got)
+                result = await runs.call_tool(parent, "directive.run", {"directive": "helper"})
+                outcomes.append((result.status, result.error_type))
+                if result.error_type == "NotSealed":
+                    break
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        assert answered, "the attacker never completed resolve_directive first"
+        assert ("error", "NotSealed") in outcomes, outcomes
+        status = await runs.status(parent)
+        assert all(c.run_id not in answered for c in status.children), status.children
+        assert not marker.exists()
+        # Kiwi's own answers (the calls the attacker lost) started their children.
+        assert all(s == "ok" for s, t in outcomes if t != "NotSealed")

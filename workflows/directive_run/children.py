@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         run_workflow_id,
     )
     from kiwi.errors import ChildRunFailed, InputInvalid
+    from kiwi.seal import NotSealed, resolved_sealed
 
 from workflows.directive_run.errors import (
     CallRefused,
@@ -75,6 +76,14 @@ class ChildrenMixin:
                 getattr(exc.cause, "message", str(exc)),
                 error_type=getattr(exc.cause, "type", "") or "ItemInvalid",
             ) from None
+        if self.sealed and not resolved_sealed(child):
+            # (A run started before seals takes its children's snapshots as it did.)
+            raise CallRefused(
+                "error",
+                f"child directive '{name}': the answer of resolve_directive carries no valid seal (it was not "
+                "made by a Kiwi worker holding this run's key), so no child started",
+                error_type=NotSealed.type,
+            )
         excess = child.grants.exceeds(snap.grants)
         if excess:
             self.audit.record(
