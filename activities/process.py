@@ -14,7 +14,7 @@ from opentelemetry import propagate, trace
 from temporalio import activity
 
 from kiwi.errors import CommandNotFound, ToolTimeout
-from kiwi.lifetime import dies_with_parent, kept
+from kiwi.lifetime import dies_with_parent, keeper_ready, kept
 
 HEARTBEAT_SECONDS = 2.0
 
@@ -118,6 +118,7 @@ async def run_process(
         if found is None:
             raise CommandNotFound.error(f"command not found: {program}")
         program = found
+    keeper_ready()
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,

@@ -60,6 +60,16 @@ class Keeper:
         self._process: subprocess.Popen[bytes] | None = None
         self._groups: set[int] = set()
 
+    def ready(self) -> None:
+        """Start the keeper now if none runs, so that telling it of a group just started is one write
+        (started on the first group, it came up while that group already ran: a Kiwi process killed then
+        left the group behind, as a loaded test host showed)."""
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                self._process = self._start()
+                if self._process is not None and self._groups:
+                    self._send("".join(f"+{g}\n" for g in self._groups), again=False)
+
     def keep(self, group: int) -> None:
         with self._lock:
             self._groups.add(group)
@@ -107,6 +117,11 @@ class Keeper:
 
 
 _KEEPER = Keeper()
+
+
+def keeper_ready() -> None:
+    """Call before starting a process :func:`kept` will hold (see :meth:`Keeper.ready`)."""
+    _KEEPER.ready()
 
 
 @contextlib.contextmanager

@@ -38,7 +38,7 @@ from mcp.shared.message import SessionMessage
 from opentelemetry.propagate import inject
 from opentelemetry.trace import SpanKind, StatusCode, get_tracer
 
-from kiwi.lifetime import dies_with_parent, kept
+from kiwi.lifetime import dies_with_parent, keeper_ready, kept
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ class StdioLink(asyncio.SubprocessProtocol):
         """Start the server and yield ``(read_stream, write_stream)`` for ``mcp.client.Client``; on exit,
         stop the server (stdin closed, then SIGTERM and SIGKILL to its process group, each after a grace)."""
         loop = asyncio.get_running_loop()
+        keeper_ready()
         await loop.subprocess_exec(
             lambda: self,
             self.command,
