@@ -518,9 +518,14 @@ def peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
     """The user id owning the other end of a TCP connection on this machine, from ``peer`` to ``local``
     (Linux: /proc/net/tcp and tcp6); None where that cannot be read or no such connection is listed."""
     want = ((_plain_ip(peer[0]), peer[1]), (_plain_ip(local[0]), local[1]))
+    ports = (f":{peer[1]:04X}", f":{local[1]:04X}")
     for fields in _tcp_sockets():
-        # (The peer's own socket has the peer as its local end.)
-        if (_proc_address(fields[1]), _proc_address(fields[2])) == want:
+        # (The peer's own socket has the peer as its local end. The ports are compared as the table writes
+        # them first: this runs for every request a loopback front end takes, over every socket listed.)
+        if (fields[1].endswith(ports[0]) and fields[2].endswith(ports[1])) and (
+            _proc_address(fields[1]),
+            _proc_address(fields[2]),
+        ) == want:
             return int(fields[7])
     return None
 

@@ -65,10 +65,7 @@ class Keeper:
         (started on the first group, it came up while that group already ran: a Kiwi process killed then
         left the group behind, as a loaded test host showed)."""
         with self._lock:
-            if self._process is None or self._process.poll() is not None:
-                self._process = self._start()
-                if self._process is not None and self._groups:
-                    self._send("".join(f"+{g}\n" for g in self._groups), again=False)
+            self._send("", again=True)  # (nothing to say; a keeper that is not running is started)
 
     def keep(self, group: int) -> None:
         with self._lock:
