@@ -83,21 +83,35 @@ def _converter() -> PayloadConverter:
     return KiwiPayloadConverter()
 
 
+def payloads_of(args: Sequence[Any], converter: PayloadConverter | None = None) -> list[Payload]:
+    """Arguments as the payloads Kiwi's converter writes (those already payloads, as they are)."""
+    # (A dynamic activity's arguments come as one list of the payloads themselves.)
+    if (
+        len(args) == 1
+        and isinstance(args[0], list | tuple)
+        and args[0]
+        and all(isinstance(a, RawValue) for a in args[0])
+    ):
+        return [a.payload for a in args[0]]
+    if all(isinstance(a, RawValue) for a in args):
+        return [a.payload for a in args]
+    convert = converter or _converter()
+    return [a.payload if isinstance(a, RawValue) else convert.to_payload(a) for a in args]
+
+
 def digest(args: Sequence[Any], converter: PayloadConverter | None = None) -> bytes:
     """What a seal covers of a request's arguments: their payloads as Kiwi's converter writes them."""
     h = hashlib.sha256()
-    convert = converter or _converter()
-    # (A dynamic activity's arguments come as one list of the payloads themselves.)
-    raw = args[0] if len(args) == 1 and isinstance(args[0], list | tuple) else None
-    payloads = (
-        [a.payload for a in raw]
-        if raw and all(isinstance(a, RawValue) for a in raw)
-        else convert.to_payloads(args)
-    )
-    for payload in payloads:
+    for payload in payloads_of(args, converter):
         h.update(len(payload.data).to_bytes(8, "big"))
         h.update(payload.data)
     return h.digest()
+
+
+def frozen(args: Sequence[Any], converter: PayloadConverter | None = None) -> list[RawValue]:
+    """``args`` converted now, as the payloads that will be sent: what is sealed is what goes, even if an
+    argument (a run's state) changes before the SDK would have converted it."""
+    return [RawValue(p) for p in payloads_of(args, converter)]
 
 
 def mac(
@@ -231,29 +245,26 @@ class _ClientOutbound(temporalio.client.OutboundInterceptor):
         super().__init__(next)
         self.seals = seals
 
-    def _seal(self, headers: Mapping[str, Payload], kind: str, *names: str, args: Sequence[Any]) -> dict:
-        return {**headers, HEADER: _header(mac(self.seals.key, kind, *names, args=args))}
+    def _seal(self, input: Any, kind: str, *names: str) -> None:
+        input.args = frozen(input.args)
+        input.headers = {**input.headers, HEADER: _header(mac(self.seals.key, kind, *names, args=input.args))}
 
     async def start_workflow(self, input: temporalio.client.StartWorkflowInput) -> Any:
-        input.headers = self._seal(input.headers, "start", input.workflow, input.id, args=input.args)
+        self._seal(input, "start", input.workflow, input.id)
         return await super().start_workflow(input)
 
     async def start_workflow_update(self, input: temporalio.client.StartWorkflowUpdateInput) -> Any:
         input.update_id = input.update_id or str(uuid.uuid4())
-        input.headers = self._seal(
-            input.headers, "update", input.id, input.update, input.update_id, args=input.args
-        )
+        self._seal(input, "update", input.id, input.update, input.update_id)
         return await super().start_workflow_update(input)
 
     async def start_update_with_start_workflow(
         self, input: temporalio.client.StartWorkflowUpdateWithStartInput
     ) -> Any:
         start, update = input.start_workflow_input, input.update_workflow_input
-        start.headers = self._seal(start.headers, "start", start.workflow, start.id, args=start.args)
+        self._seal(start, "start", start.workflow, start.id)
         update.update_id = update.update_id or str(uuid.uuid4())
-        update.headers = self._seal(
-            update.headers, "update", start.id, update.update, update.update_id, args=update.args
-        )
+        self._seal(update, "update", start.id, update.update, update.update_id)
         return await super().start_update_with_start_workflow(input)
 
 
@@ -380,27 +391,26 @@ class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):
         super().__init__(next)
         self.key = key
 
-    def _seal(self, headers: Mapping[str, Payload], kind: str, *names: str, args: Sequence[Any]) -> dict:
-        value = mac(self.key, kind, *names, args=args, converter=workflow.payload_converter())
-        return {**headers, HEADER: _header(value)}
+    def _seal(self, input: Any, kind: str, *names: str) -> None:
+        input.args = frozen(input.args, workflow.payload_converter())
+        input.headers = {**input.headers, HEADER: _header(mac(self.key, kind, *names, args=input.args))}
 
     def start_activity(self, input: temporalio.worker.StartActivityInput) -> workflow.ActivityHandle:
         info = workflow.info()
-        input.headers = self._seal(
-            input.headers, "activity", info.workflow_id, info.run_id, input.activity, args=input.args
-        )
+        self._seal(input, "activity", info.workflow_id, info.run_id, input.activity)
         return super().start_activity(input)
 
     async def start_child_workflow(
         self, input: temporalio.worker.StartChildWorkflowInput
     ) -> workflow.ChildWorkflowHandle:
-        input.headers = self._seal(input.headers, "start", input.workflow, input.id, args=input.args)
+        self._seal(input, "start", input.workflow, input.id)
         return await super().start_child_workflow(input)
 
     def continue_as_new(self, input: temporalio.worker.ContinueAsNewInput) -> Any:
+        # (Converted here: the argument is the run's state, which the task's other coroutines may still
+        # change before the SDK would convert it at the task's end.)
         info = workflow.info()
-        kind = input.workflow or info.workflow_type
-        input.headers = self._seal(input.headers, "start", kind, info.workflow_id, args=input.args)
+        self._seal(input, "start", input.workflow or info.workflow_type, info.workflow_id)
         return super().continue_as_new(input)
 
 
