@@ -1016,6 +1016,28 @@ class RunClient:
                 )
         return _translate(exc, run_id)
 
+    async def _ended_during_call(self, run_id: str) -> RunFinished | None:
+        """A call whose run ended before answering it (Temporal says only "the workflow completed before
+        the update"): how the run ended, and why when it failed."""
+        try:
+            description = await self.handle(run_id).describe()
+        except RPCError:
+            return None
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            return None
+        why = ""
+        if description.status == WorkflowExecutionStatus.FAILED:
+            try:
+                await self.handle(run_id).result(follow_runs=False)
+            except WorkflowFailureError as exc:
+                why = f": {getattr(exc.cause, 'message', '') or exc.cause}"
+            except (RPCError, KiwiError, ValueError):
+                pass
+        return RunFinished(
+            f"{await self._how_it_ended(run_id, description.status)} before answering this call{why}",
+            hint=f"see `kiwi status {run_id}` and `kiwi audit {run_id}`; start a new run to go on",
+        )
+
     async def _how_it_ended(self, run_id: str, closed: WorkflowExecutionStatus | None) -> str:
         """ "run X was cancelled" or "run X has finished (failed)": a run cancelled or failed in Kiwi's terms
         returns normally, so Temporal calls it completed; its result says how it really ended."""
@@ -1082,6 +1104,8 @@ class RunClient:
                     raise RunStateConflict(message, hint=_held_hint(run_id, message)) from None
                 if kind == InputInvalid.type:
                     raise InputInvalid(message) from None
+                if (ended := await self._ended_during_call(run_id)) is not None:
+                    raise ended from None
                 raise KiwiError(message) from None
             except RPCError as exc:
                 # The run continued-as-new between our send and its acceptance: send it again

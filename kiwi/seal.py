@@ -17,7 +17,11 @@ asks for, and the worker checks it before acting:
   the update's name and id and its arguments; checked by the update's validator, so a refused call
   leaves no trace in the run;
 - an activity: over the run (id and execution), the activity's name and its arguments; checked before
-  the activity runs. Local activities run inside the worker that ran the workflow task, so they need none.
+  the activity runs. Local activities run inside the worker that ran the workflow task, so they need none;
+- an activity's result: over the run, the activity's id and name, and the result's payload (its metadata
+  ``kiwi-result-seal``); checked by the run before the result is decoded, in runs that met the patch
+  ``RESULTS_SEALED``. Whoever reaches Temporal can complete an activity by its id with a result of their
+  making; a run that gets one fails (``NotSealed``) rather than act on it.
 
 A start's check runs when the run's first workflow task is new, by the workflow's own ``__init__`` on its
 input as it came (signals and calls in that task change the run's state before anything else could look),
@@ -28,22 +32,26 @@ update no validator saw. Runs older than seals, or whose seal no longer verifies
 calls as they ran.
 
 What seals stop is a Temporal client without the key. They do not stop someone who works at Temporal's
-protocol level: a poller of their own answering a forged run's first workflow task, an activity completed
-by its id with a result of their making, a reset, a start copied from history; nor code a run starts as the
-worker's user reading the key (``/proc/<worker>/environ``, the key file), though commands, local tools and
-MCP servers get an allow-listed environment without it. Signals (a human's decision carries its own
-Ed25519 signature), queries and history are not sealed. README, Security: "What seals stop, and what they
-do not"; Temporal's own access control (mTLS, API keys) is the boundary.
+protocol level: a poller of their own answering a forged run's first workflow task, an activity failed by its
+id with a failure of their making (failures carry no seal), a reset, a start copied from history; nor code a
+run starts as the worker's user reading the key file (``$KIWI_HOME/seal.key``: set ``KIWI_SEAL_KEY`` instead).
+Commands, local tools and MCP servers get an allow-listed environment without the key, and a process holding
+it is not dumpable (Linux), so they cannot read it from ``/proc/<worker>/environ`` or the worker's memory.
+Signals (a human's decision carries its own Ed25519 signature), queries and history are not sealed. README,
+Security: "What seals stop, and what they do not"; Temporal's own access control (mTLS, API keys) is the
+boundary.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import hmac
 import os
 import re
 import stat
+import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -62,6 +70,8 @@ from kiwi.errors import Failure, KiwiError
 KEY_VARIABLE = "KIWI_SEAL_KEY"
 KEY_FILE = "seal.key"
 HEADER = "kiwi-seal"
+# The metadata a sealed activity result carries (on the result's payload, which travels in history as is).
+RESULT = "kiwi-result-seal"
 # The marker a refused start records, so that it replays as refused (queries, `kiwi status`).
 NOT_SEALED = "kiwi-not-sealed"
 # Activities scheduled before seals existed carry none: one a worker of the older code scheduled and a new
@@ -148,7 +158,18 @@ def seal_key() -> bytes:
     path = "" if text else str(key_path())
     if (text, path) not in _KEYS:
         _KEYS[(text, path)] = _from_text(text) if text else _from_file(Path(path))
+        _undumpable()
     return _KEYS[(text, path)]
+
+
+def _undumpable() -> None:
+    """Linux: no other process of this user may read this one's memory or environment, where the key now
+    is (``/proc/<pid>/environ``, ``/proc/<pid>/mem``, ptrace): the commands, local tools and MCP servers a
+    worker starts run as its user (review s20 F6). Core dumps go with it."""
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
 
 
 def _from_text(text: str) -> bytes:
@@ -398,7 +419,19 @@ class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):
     def start_activity(self, input: temporalio.worker.StartActivityInput) -> workflow.ActivityHandle:
         info = workflow.info()
         self._seal(input, "activity", info.workflow_id, info.run_id, input.activity)
-        return super().start_activity(input)
+        handle = super().start_activity(input)
+        run = workflow.instance()
+        # Checked in runs that met RESULTS_SEALED and whose own start is sealed: one whose seal no longer
+        # verifies (a new key) took results sealed with the old one, and replays as it ran.
+        if getattr(run, "results_sealed", False) and getattr(run, "sealed", False):
+            # (The activity's id is the SDK's sequence number unless the workflow names one; the SDK reads
+            # the result's type from this input when the result comes.)
+            activity_id = input.activity_id or str(handle._seq)  # type: ignore[attr-defined]
+            message = _result_message(info.workflow_id, info.run_id, activity_id, input.activity)
+            # (A result with no payload never reaches the run: Temporal's core refuses it, and the run's
+            # workflow task fails until someone looks.)
+            input.ret_type = SealedResult(self.key, message, input.ret_type)  # type: ignore[assignment]
+        return handle
 
     async def start_child_workflow(
         self, input: temporalio.worker.StartChildWorkflowInput
@@ -412,6 +445,46 @@ class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):
         info = workflow.info()
         self._seal(input, "start", input.workflow or info.workflow_type, info.workflow_id)
         return super().continue_as_new(input)
+
+
+# ------------------------------------------------------------------------------------ activity results
+
+
+def _result_mac(key: bytes, message: bytes, payload: Payload) -> bytes:
+    encoding = payload.metadata.get("encoding", b"")
+    h = hmac.new(key, message, hashlib.sha256)
+    h.update(b"\0" + encoding + b"\0" + hashlib.sha256(payload.data).digest())
+    return h.digest()
+
+
+def _result_message(workflow_id: str, run_id: str, activity_id: str, activity_type: str) -> bytes:
+    return "\0".join(("result", workflow_id, run_id, activity_id, activity_type)).encode()
+
+
+class SealedResult:
+    """The type hint a run that checks its activities' results decodes one with (set by the run's outbound
+    interceptor when it schedules the activity; :meth:`opened` by Kiwi's payload converter)."""
+
+    __slots__ = ("key", "message", "type")
+
+    def __init__(self, key: bytes, message: bytes, type: Any) -> None:
+        self.key, self.message, self.type = key, message, type
+
+    def opened(self, payload: Payload) -> Any:
+        """The type the result decodes to, once its seal is checked; :class:`NotSealed` (which fails the
+        run: the result is in its history, and every replay would meet it again) when it is not Kiwi's."""
+        seal = payload.metadata.get(RESULT)
+        if seal is None or not hmac.compare_digest(seal, _result_mac(self.key, self.message, payload)):
+            raise self.refused()
+        return self.type
+
+    def refused(self) -> Exception:
+        activity_id, activity_type = self.message.decode().split("\0")[3:5]
+        return NotSealed.error(
+            f"the result of activity {activity_id} ({activity_type}) carries no valid seal: it was not "
+            "made by a Kiwi worker (an activity completed by its id from outside Kiwi, or by a worker "
+            f"holding another {KEY_VARIABLE}), so this run stops rather than act on it"
+        )
 
 
 class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
@@ -436,4 +509,18 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                     f"activity {info.activity_type} was not scheduled by a Kiwi run (no valid seal): refused, "
                     "nothing ran"
                 )
-        return await super().execute_activity(input)
+        result = await super().execute_activity(input)
+        if info.is_local:
+            return result
+        # Sealed as the payload that is sent, for the run to check (SealedResult).
+        payload = Payload()
+        payload.CopyFrom(
+            result.payload
+            if isinstance(result, RawValue)
+            else activity.payload_converter().to_payload(result)
+        )
+        message = _result_message(
+            info.workflow_id or "", info.workflow_run_id or "", info.activity_id, info.activity_type
+        )
+        payload.metadata[RESULT] = _result_mac(self.key, message, payload)
+        return RawValue(payload)

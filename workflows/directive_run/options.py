@@ -75,7 +75,13 @@ ALL_CHANGES = "kiwi-run-changes-2026-11"
 # each marker is a history event and a search-attribute upsert, and a run replays them on every worker
 # that takes it over. Runs started before it replay the
 # markers they recorded. Check it with ``self.current or workflow.patched(OLD_ID)``, never alone.
-CURRENT = "kiwi-run-changes-2026-11-26"
+CURRENT = "kiwi-run-changes-2026-11-26b"
+# What CURRENT stood for until it also stood for RESULTS_SEALED: runs started in between replay it.
+CHANGES_2026_11_26 = "kiwi-run-changes-2026-11-26"
+# (In CURRENT only.) The run checks the seal of every activity result it gets (kiwi/seal.py, SealedResult):
+# whoever reaches Temporal could complete an activity by its id with a result of their making, and the run
+# acted on it. (No command changes: the check is in the worker's seal interceptor and payload converter.)
+RESULTS_SEALED = CURRENT
 # What CURRENT stood for until it also stood for PARENT_HOLDS_CHILDREN: runs started in between replay it.
 CHANGES_2026_11_25 = "kiwi-run-changes-2026-11-25"
 # (In CURRENT only.) A run that is held (stuck, awaiting_human) holds its running child runs too: it
