@@ -68,6 +68,8 @@ from temporalio.converter import PayloadConverter
 from kiwi.errors import Failure, KiwiError
 
 KEY_VARIABLE = "KIWI_SEAL_KEY"
+# More keys seals are checked against (never made with), while the key changes: comma-separated.
+ACCEPTED_VARIABLE = "KIWI_SEAL_KEYS_ACCEPTED"
 KEY_FILE = "seal.key"
 HEADER = "kiwi-seal"
 # The metadata a sealed activity result carries (on the result's payload, which travels in history as is).
@@ -124,21 +126,29 @@ def frozen(args: Sequence[Any], converter: PayloadConverter | None = None) -> li
     return [RawValue(p) for p in payloads_of(args, converter)]
 
 
+def message(kind: str, *names: str, args: Sequence[Any], converter: PayloadConverter | None = None) -> bytes:
+    """What the seal of one request covers: ``kind`` (start, update, activity), the names it is for, its
+    arguments."""
+    return "\0".join((kind, *names)).encode() + b"\0" + digest(args, converter)
+
+
 def mac(
     key: bytes, kind: str, *names: str, args: Sequence[Any], converter: PayloadConverter | None = None
 ) -> bytes:
-    """The seal of one request: ``kind`` (start, update, activity), the names it is for, its arguments."""
-    message = "\0".join((kind, *names)).encode() + b"\0" + digest(args, converter)
-    return hmac.new(key, message, hashlib.sha256).digest()
+    """The seal of one request (see :func:`message`)."""
+    return hmac.new(key, message(kind, *names, args=args, converter=converter), hashlib.sha256).digest()
 
 
 def _header(value: bytes) -> Payload:
     return Payload(metadata={"encoding": b"binary/plain"}, data=value)
 
 
-def _sealed(headers: Mapping[str, Payload], expected: bytes) -> bool:
+def _sealed(headers: Mapping[str, Payload], keys: Sequence[bytes], covered: bytes) -> bool:
+    """Whether ``headers`` carry the seal of ``covered`` (a :func:`message`) by one of ``keys``."""
     payload = headers.get(HEADER)
-    return payload is not None and hmac.compare_digest(payload.data, expected)
+    return payload is not None and any(
+        hmac.compare_digest(payload.data, hmac.new(key, covered, hashlib.sha256).digest()) for key in keys
+    )
 
 
 # ---------------------------------------------------------------------------------------------- the key
@@ -172,10 +182,19 @@ def _undumpable() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
 
 
-def _from_text(text: str) -> bytes:
+def accepted_keys() -> tuple[bytes, ...]:
+    """The keys of ``KIWI_SEAL_KEYS_ACCEPTED`` (comma-separated): seals made with them pass too, while the
+    key changes (the new one before every process seals with it, the old one after; README: "Changing the
+    key")."""
+    text = os.environ.get(ACCEPTED_VARIABLE, "")
+    return tuple(_from_text(part.strip(), ACCEPTED_VARIABLE) for part in text.split(",") if part.strip())
+
+
+def _from_text(text: str, variable: str = KEY_VARIABLE) -> bytes:
     if not re.fullmatch(r"[0-9a-fA-F]{64}", text):
         raise KiwiError(
-            f"{KEY_VARIABLE} must be 64 hex digits (a 32-byte key)",
+            f"{variable} must be 64 hex digits (a 32-byte key)"
+            + (", commas between keys" if variable == ACCEPTED_VARIABLE else ""),
             hint=f"make one with `openssl rand -hex 32` and give every front end and worker the same {KEY_VARIABLE}",
         )
     return bytes.fromhex(text)
@@ -232,8 +251,9 @@ def seal_interceptors() -> list[SealInterceptor]:
 class SealInterceptor(temporalio.client.Interceptor, temporalio.worker.Interceptor):
     """Seals what a Kiwi client asks of a worker, and checks seals in a Kiwi worker (see the module)."""
 
-    def __init__(self, key: bytes | None = None) -> None:
+    def __init__(self, key: bytes | None = None, accepted: Sequence[bytes] | None = None) -> None:
         self._key = key
+        self._accepted = None if accepted is None else tuple(accepted)
 
     @property
     def key(self) -> bytes:
@@ -243,6 +263,14 @@ class SealInterceptor(temporalio.client.Interceptor, temporalio.worker.Intercept
             self._key = seal_key()
         return self._key
 
+    @property
+    def keys(self) -> tuple[bytes, ...]:
+        """The keys a seal is checked against: :attr:`key`, then the accepted ones given, else those of
+        ``KIWI_SEAL_KEYS_ACCEPTED``. Seals are made with :attr:`key` alone."""
+        if self._accepted is None:
+            self._accepted = accepted_keys()
+        return (self.key, *(k for k in self._accepted if k != self.key))
+
     def intercept_client(
         self, next: temporalio.client.OutboundInterceptor
     ) -> temporalio.client.OutboundInterceptor:
@@ -251,14 +279,14 @@ class SealInterceptor(temporalio.client.Interceptor, temporalio.worker.Intercept
     def intercept_activity(
         self, next: temporalio.worker.ActivityInboundInterceptor
     ) -> temporalio.worker.ActivityInboundInterceptor:
-        return _ActivityInbound(next, self.key)
+        return _ActivityInbound(next, self.keys)
 
     def workflow_interceptor_class(
         self, input: temporalio.worker.WorkflowInterceptorClassInput
     ) -> type[temporalio.worker.WorkflowInboundInterceptor]:
-        key = self.key
-        input.unsafe_extern_functions[EXTERN] = lambda: key  # (for start_sealed, in the workflow's __init__)
-        return type("SealedWorkflowInbound", (_WorkflowInbound,), {"key": key})
+        keys = self.keys
+        input.unsafe_extern_functions[EXTERN] = lambda: keys  # (for start_sealed, in the workflow's __init__)
+        return type("SealedWorkflowInbound", (_WorkflowInbound,), {"keys": keys})
 
 
 class _ClientOutbound(temporalio.client.OutboundInterceptor):
@@ -297,19 +325,14 @@ EXTERN = "kiwi_seal_key"
 def start_sealed(args: Sequence[Any]) -> bool:
     """Whether this run's start carries its seal; called by the workflow's ``__init__``, on its input as it
     came (pure: the same answer in every replay with the same key; a worker without seals says no)."""
-    key = workflow.extern_functions().get(EXTERN)
-    if key is None:
+    keys = workflow.extern_functions().get(EXTERN)
+    if keys is None:
         return False
     info = workflow.info()
-    expected = mac(
-        key(),
-        "start",
-        info.workflow_type,
-        info.workflow_id,
-        args=args,
-        converter=workflow.payload_converter(),
+    covered = message(
+        "start", info.workflow_type, info.workflow_id, args=args, converter=workflow.payload_converter()
     )
-    return _sealed(info.headers, expected)
+    return _sealed(info.headers, keys(), covered)
 
 
 def _resolved_mac(key: bytes, parent: str, parent_run: str, snapshot: Any, converter: Any = None) -> str:
@@ -327,19 +350,24 @@ def seal_resolved(snapshot: Any) -> Any:
 
 def resolved_sealed(snapshot: Any) -> bool:
     """Whether a child's snapshot is the one this run's own ``resolve_directive`` made (workflow code; pure)."""
-    key = workflow.extern_functions().get(EXTERN)
-    if key is None:
+    keys = workflow.extern_functions().get(EXTERN)
+    if keys is None:
         return False
     info = workflow.info()
-    expected = _resolved_mac(key(), info.workflow_id, info.run_id, snapshot, workflow.payload_converter())
-    return hmac.compare_digest(snapshot.seal, expected)
+    return any(
+        hmac.compare_digest(
+            snapshot.seal,
+            _resolved_mac(key, info.workflow_id, info.run_id, snapshot, workflow.payload_converter()),
+        )
+        for key in keys()
+    )
 
 
 class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):
-    key: bytes  # (set on the class made for each worker)
+    keys: tuple[bytes, ...]  # (set on the class made for each worker: the first seals, all of them check)
 
     def init(self, outbound: temporalio.worker.WorkflowOutboundInterceptor) -> None:
-        super().init(_WorkflowOutbound(outbound, self.key))
+        super().init(_WorkflowOutbound(outbound, self.keys))
 
     async def execute_workflow(self, input: temporalio.worker.ExecuteWorkflowInput) -> Any:
         info = workflow.info()
@@ -370,8 +398,7 @@ class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):
 
     def _update_sealed(self, input: temporalio.worker.HandleUpdateInput) -> bool:
         info = workflow.info()
-        expected = mac(
-            self.key,
+        covered = message(
             "update",
             info.workflow_id,
             input.update,
@@ -379,7 +406,7 @@ class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):
             args=input.args,
             converter=workflow.payload_converter(),
         )
-        return _sealed(input.headers, expected)
+        return _sealed(input.headers, self.keys, covered)
 
     def _refused_update(self, input: temporalio.worker.HandleUpdateInput) -> Exception:
         return NotSealed.error(
@@ -408,9 +435,10 @@ class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):
 
 
 class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):
-    def __init__(self, next: temporalio.worker.WorkflowOutboundInterceptor, key: bytes) -> None:
+    def __init__(self, next: temporalio.worker.WorkflowOutboundInterceptor, keys: tuple[bytes, ...]) -> None:
         super().__init__(next)
-        self.key = key
+        self.keys = keys
+        self.key = keys[0]
 
     def _seal(self, input: Any, kind: str, *names: str) -> None:
         input.args = frozen(input.args, workflow.payload_converter())
@@ -427,10 +455,10 @@ class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):
             # (The activity's id is the SDK's sequence number unless the workflow names one; the SDK reads
             # the result's type from this input when the result comes.)
             activity_id = input.activity_id or str(handle._seq)  # type: ignore[attr-defined]
-            message = _result_message(info.workflow_id, info.run_id, activity_id, input.activity)
+            covered = _result_message(info.workflow_id, info.run_id, activity_id, input.activity)
             # (A result with no payload never reaches the run: Temporal's core refuses it, and the run's
             # workflow task fails until someone looks.)
-            input.ret_type = SealedResult(self.key, message, input.ret_type)  # type: ignore[assignment]
+            input.ret_type = SealedResult(self.keys, covered, input.ret_type)  # type: ignore[assignment]
         return handle
 
     async def start_child_workflow(
@@ -465,16 +493,18 @@ class SealedResult:
     """The type hint a run that checks its activities' results decodes one with (set by the run's outbound
     interceptor when it schedules the activity; :meth:`opened` by Kiwi's payload converter)."""
 
-    __slots__ = ("key", "message", "type")
+    __slots__ = ("keys", "message", "type")
 
-    def __init__(self, key: bytes, message: bytes, type: Any) -> None:
-        self.key, self.message, self.type = key, message, type
+    def __init__(self, keys: Sequence[bytes], message: bytes, type: Any) -> None:
+        self.keys, self.message, self.type = keys, message, type
 
     def opened(self, payload: Payload) -> Any:
         """The type the result decodes to, once its seal is checked; :class:`NotSealed` (which fails the
         run: the result is in its history, and every replay would meet it again) when it is not Kiwi's."""
         seal = payload.metadata.get(RESULT)
-        if seal is None or not hmac.compare_digest(seal, _result_mac(self.key, self.message, payload)):
+        if seal is None or not any(
+            hmac.compare_digest(seal, _result_mac(key, self.message, payload)) for key in self.keys
+        ):
             raise self.refused()
         return self.type
 
@@ -488,15 +518,15 @@ class SealedResult:
 
 
 class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
-    def __init__(self, next: temporalio.worker.ActivityInboundInterceptor, key: bytes) -> None:
+    def __init__(self, next: temporalio.worker.ActivityInboundInterceptor, keys: tuple[bytes, ...]) -> None:
         super().__init__(next)
-        self.key = key
+        self.keys = keys
+        self.key = keys[0]
 
     async def execute_activity(self, input: temporalio.worker.ExecuteActivityInput) -> Any:
         info = activity.info()
         if not info.is_local and info.scheduled_time >= SEALS_SINCE:
-            expected = mac(
-                self.key,
+            covered = message(
                 "activity",
                 info.workflow_id or "",
                 info.workflow_run_id or "",
@@ -504,7 +534,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 args=input.args,
                 converter=activity.payload_converter(),
             )
-            if not _sealed(input.headers, expected):
+            if not _sealed(input.headers, self.keys, covered):
                 raise NotSealed.error(
                     f"activity {info.activity_type} was not scheduled by a Kiwi run (no valid seal): refused, "
                     "nothing ran"
@@ -519,8 +549,8 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             if isinstance(result, RawValue)
             else activity.payload_converter().to_payload(result)
         )
-        message = _result_message(
+        covered = _result_message(
             info.workflow_id or "", info.workflow_run_id or "", info.activity_id, info.activity_type
         )
-        payload.metadata[RESULT] = _result_mac(self.key, message, payload)
+        payload.metadata[RESULT] = _result_mac(self.key, covered, payload)
         return RawValue(payload)

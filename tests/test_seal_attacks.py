@@ -705,3 +705,62 @@ def test_code_run_as_the_workers_user_cannot_read_the_key_from_the_worker(tmp_pa
             holder.communicate("", timeout=60)
     assert key in seen["control"], seen["control"]  # (the reader can: the attack is real)
     assert key not in seen["holds"] and "refused: PermissionError" in seen["holds"], seen["holds"]
+
+
+async def test_a_new_key_takes_over_while_the_old_one_is_still_accepted(temporal_env, project):
+    """Changing the key without stopping runs: workers hold the new key with the old one in
+    KIWI_SEAL_KEYS_ACCEPTED (the README's second step). A run started and called under the old key goes on under the new one (its
+    history, sealed with the old key, replays checked); a process still on the old key is still heard.
+    Beside it, a worker holding only the new key refuses that old process's call: the accepted key, and
+    nothing else, is what lets it through."""
+    from kiwi.runs import RunClient
+    from tests.helpers import directive_md, write_directive
+
+    write_directive(
+        project / ".ai/directives/sheller.md",
+        directive_md(
+            '<step name="work"><action>Work with the shell.</action></step>',
+            name="sheller",
+            permissions='<read resource="filesystem" path="**"/><execute resource="shell" commands="cat"/>',
+        ),
+    )
+    (project / "notes.txt").write_text("kept\n")
+    old, new = bytes.fromhex(os.environ[seal.KEY_VARIABLE]), os.urandom(32)
+
+    def client(*keys: bytes) -> Client:
+        return Client(
+            temporal_env.client.service_client,
+            namespace=temporal_env.client.namespace,
+            data_converter=data_converter,
+            interceptors=[SealInterceptor(keys[0], keys[1:])],
+        )
+
+    first = run_client(client(old), project)
+    queue = first.task_queue
+
+    def runs_with(*keys: bytes) -> RunClient:
+        return RunClient(client(*keys), first.store, task_queue=queue)
+
+    cat = {"command": "cat notes.txt"}
+    async with build_worker(client(old), queue, sandboxed=True):
+        run_id = await first.start("sheller", {})
+        await awaiting_step(first, run_id, "work")
+        assert (await first.call_tool(run_id, "shell.run", cat)).status == "ok"
+    # (A worker that takes a run over replays its history: the calls and results sealed with the old key.)
+    async with build_worker(client(new, old), queue, sandboxed=True):
+        for keys in ((new,), (old,)):  # (a process with the new key; one not yet given it)
+            result = await runs_with(*keys).call_tool(run_id, "shell.run", cat)
+            assert result.status == "ok" and "kept" in str(result.result), result
+    async with build_worker(client(new), queue, sandboxed=True):
+        with pytest.raises(KiwiError, match="not sent by Kiwi"):
+            await runs_with(old).call_tool(run_id, "shell.run", cat)
+        result = await runs_with(new).call_tool(run_id, "shell.run", cat)
+        assert result.status == "ok" and "kept" in str(result.result), result
+
+
+def test_an_accepted_key_that_is_not_a_key_is_named(monkeypatch):
+    monkeypatch.setenv(seal.ACCEPTED_VARIABLE, "ab" * 32 + ",nope")
+    with pytest.raises(KiwiError, match="KIWI_SEAL_KEYS_ACCEPTED must be 64 hex digits"):
+        seal.accepted_keys()
+    monkeypatch.setenv(seal.ACCEPTED_VARIABLE, " " + "ab" * 32 + " , " + "cd" * 32)
+    assert seal.accepted_keys() == (bytes.fromhex("ab" * 32), bytes.fromhex("cd" * 32))

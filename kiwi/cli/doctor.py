@@ -105,16 +105,22 @@ def _seal() -> Check:
     """The seal key (kiwi/seal.py): readable, and where it comes from."""
     import os
 
-    from kiwi.seal import KEY_VARIABLE, key_path, seal_key
+    from kiwi.seal import ACCEPTED_VARIABLE, KEY_VARIABLE, accepted_keys, key_path, seal_key
 
     try:
         seal_key()
+        accepted = accepted_keys()
     except KiwiError as exc:
         return Check("seal key", False, exc.message, exc.hint)
     if os.environ.get(KEY_VARIABLE, "").strip():
         where = f"{KEY_VARIABLE}: every worker, front end and CLI of the deployment must hold the same one"
     else:
         where = f"{key_path()} (every Kiwi process of this user on this machine)"
+    if accepted:
+        where += (
+            f"; {len(accepted)} more key(s) accepted ({ACCEPTED_VARIABLE}, while the key changes: remove it "
+            "once every process holds the new one)"
+        )
     return Check("seal key", True, where)
 
 
