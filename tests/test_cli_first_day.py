@@ -92,6 +92,22 @@ async def test_a_wait_on_an_approval_shows_progress_and_ctrl_c_stops_watching_no
     assert pending["run_id"] == run_id and pending["request_id"] == "approval-1" and pending["args_hash"]
     assert pending["project"] == str(project)
 
+    # `kiwi status --watch --json` (trial F27: it printed nothing while the run waited): a JSON line per
+    # change, the last one the run's end.
+    watcher = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kiwi",
+        "status",
+        run_id,
+        "--watch",
+        "--json",
+        *connection(runs),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    first = json.loads(await asyncio.wait_for(watcher.stdout.readline(), 60))
+    assert first["run_id"] == run_id and first["status"] == "awaiting_approval", first
     code, out, err = await kiwi_cli(
         "approve", run_id, "approval-1", "--by", "alice", "--json", *connection(runs)
     )
@@ -99,6 +115,11 @@ async def test_a_wait_on_an_approval_shows_progress_and_ctrl_c_stops_watching_no
     decided = json.loads(out)
     assert decided["approved"] is True and decided["request_id"] == "approval-1"
     await wait_for(lambda: _status(runs, run_id, "completed"), what="the approved run to finish")
+    rest, err = await asyncio.wait_for(watcher.communicate(), 60)
+    assert watcher.returncode == 0, err.decode()
+    lines = [json.loads(line) for line in rest.decode().splitlines()]
+    assert lines and lines[-1]["status"] == "completed" and "activities" in lines[-1], lines
+    assert all(line["status"] != "completed" for line in lines[:-1]), lines
     assert not (project / "notes" / "old.txt").exists()
     code, out, _ = await kiwi_cli("approvals", *connection(runs))
     assert code == 0 and "no pending approvals" in out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import sys
 from datetime import UTC, datetime
@@ -150,11 +151,14 @@ def progress_every() -> float:
 WAITS_FOR_SOMEONE = ("awaiting_agent", "awaiting_approval", "awaiting_human", "stuck")
 
 
-async def watch(runs: Any, run_id: str, *, as_json: bool, until_done: bool, show: Any) -> RunStatus:
+async def watch(
+    runs: Any, run_id: str, *, as_json: bool, until_done: bool, show: Any, json_lines: bool = False
+) -> RunStatus:
     """Follow a run: ``show(status)`` on every change, a progress line on long waits.
 
     Returns when the run ends (or, unless ``until_done``, when it waits for the agent or a human:
-    ``WAITS_FOR_SOMEONE``).
+    ``WAITS_FOR_SOMEONE``). With ``as_json`` nothing is printed on the way, unless ``json_lines``: then
+    each change before the end is one line of JSON (the caller prints the end).
     """
     loop = asyncio.get_running_loop()
     last = None
@@ -184,6 +188,8 @@ async def watch(runs: Any, run_id: str, *, as_json: bool, until_done: bool, show
         if key != last:
             if not as_json:
                 show(status)
+            elif json_lines and status.status not in TERMINAL:
+                print(json.dumps(status.model_dump(mode="json"), default=str), flush=True)
             last, since = key, datetime.now(UTC)
             next_note = loop.time() + progress_every()
         elif not as_json and loop.time() >= next_note:

@@ -131,7 +131,14 @@ async def _watch(runs, run_id: str, as_json: bool, until_done: bool, args: Any =
     """Follow a run (see kiwi.cli.progress); Ctrl-C stops the watching, never the run."""
     if args is not None:
         args.watching = run_id  # main() tells the user the run goes on
-    return await progress.watch(runs, run_id, as_json=as_json, until_done=until_done, show=_print_status)
+    return await progress.watch(
+        runs,
+        run_id,
+        as_json=as_json,
+        until_done=until_done,
+        show=_print_status,
+        json_lines=until_done and as_json,  # (`status --watch --json`: a line per change, then the end)
+    )
 
 
 def _with_runs(
@@ -262,9 +269,16 @@ async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
     link = ui_url(args.run, args.address, args.namespace)
     trace_link = telemetry.trace_url(status.trace_id)
     if args.json:
-        _print_json(
-            {**status.model_dump(mode="json"), "activities": activities, "ui": link, "trace_url": trace_link}
-        )
+        data = {
+            **status.model_dump(mode="json"),
+            "activities": activities,
+            "ui": link,
+            "trace_url": trace_link,
+        }
+        if args.watch:  # (JSON lines: this last one is the run's end)
+            print(json.dumps(data, default=str), flush=True)
+        else:
+            _print_json(data)
         return 0
     if not args.watch:
         _print_status(status)
@@ -1032,7 +1046,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--watch",
         action="store_true",
-        help="follow until the run finishes, printing progress (Ctrl-C stops watching, not the run)",
+        help="follow until the run finishes, printing progress (Ctrl-C stops watching, not the run); with "
+        "--json, one line of JSON per change, the last one the run's end",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     _connection(p)
