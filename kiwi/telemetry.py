@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -218,11 +219,27 @@ def describe_endpoint() -> str:
     return f"{url} ({kind})"
 
 
-def shutdown() -> None:
-    """Flush what is buffered (spans end with the process otherwise)."""
+# How long a process that ends waits for its last spans to be sent (trial F9: a collector that is down held
+# every CLI command ~7 s, the exporter retrying).
+FLUSH_SECONDS = 2.0
+
+
+def shutdown(wait: float = FLUSH_SECONDS) -> None:
+    """Flush what is buffered (spans end with the process otherwise), for at most ``wait`` seconds."""
     provider = _active.pop("tracer_provider", None)
-    if provider is not None:
-        provider.shutdown()
+    if provider is None:
+        return
+    import threading
+
+    flushing = threading.Thread(target=provider.shutdown, name="kiwi-otel-flush", daemon=True)
+    flushing.start()
+    flushing.join(wait)
+    if flushing.is_alive():
+        sys.stderr.write(
+            f"kiwi: the last traces were not sent: {describe_endpoint()} took none within {wait:g} s (is the "
+            "collector running? unset OTEL_EXPORTER_OTLP_ENDPOINT to turn traces off)\n"
+        )
+        sys.stderr.flush()
 
 
 def interceptors() -> list[Any]:

@@ -459,3 +459,36 @@ async def test_otlp_over_grpc_when_the_protocol_says_so(temporal_env, runs, proj
         receiver._spans(request)
     started = one(receiver.spans, "StartWorkflow:DirectiveRun")
     assert started["service"] == "kiwi-cli-test"
+
+
+async def test_a_collector_that_is_down_holds_a_command_only_briefly_and_is_named(
+    temporal_env, runs, project
+):
+    """Trial F9: with OTLP set and the collector down, every CLI command waited ~7 s at its end while the
+    exporter retried. The last spans get telemetry.FLUSH_SECONDS; then the command ends, saying where its
+    traces did not go and how to turn them off. (A closed port: nothing listens there.)"""
+    from kiwi import telemetry
+    from kiwi.devserver import free_port
+
+    closed = free_port()
+    code, out, err = await kiwi_cli(
+        "run",
+        "hello_kiwi",
+        "--input",
+        "name=down",
+        "--address",
+        temporal_env.client.service_client.config.target_host,
+        "--task-queue",
+        runs.task_queue,
+        cwd=project,
+        env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        },
+    )
+    assert code == 0, err
+    assert (
+        f"the last traces were not sent: http://127.0.0.1:{closed} (http/protobuf) took none within "
+        f"{telemetry.FLUSH_SECONDS:g} s" in err
+    ), err
+    assert "unset OTEL_EXPORTER_OTLP_ENDPOINT" in err
