@@ -1123,18 +1123,25 @@ class RunClient:
                 continue
         raise RunStateConflict(f"run {run_id} kept continuing while the call was sent; try again")
 
-    async def first_task_done(self, run_id: str, deadline: float = 10.0) -> None:
+    async def first_task_done(self, run_id: str, deadline: float = 10.0) -> bool:
         """Wait until the run's first workflow task has completed: a long poll on its history, not a query.
+        False only when ``deadline`` passed first (no worker took it); a history that cannot be read is left
+        to the status query that follows.
 
         A query sent while a workflow task runs is answered through one more workflow task, scheduled for
         it alone (three more events in the run's history and a replay on every worker that takes it over);
         reading the status once this first task is done costs nothing of the kind."""
         handle = self.handle(run_id)
-        with contextlib.suppress(RPCError, TimeoutError):
+        try:
             async with asyncio.timeout(deadline):
                 async for event in handle.fetch_history_events(wait_new_event=True):
                     if event.event_type in _FIRST_TASK_OVER:
-                        return
+                        return True
+        except TimeoutError:
+            return False
+        except RPCError:
+            pass
+        return True
 
     async def _await_successor(self, run_id: str, deadline: float = 30.0) -> None:
         """Wait until the execution that refused us as 'continuing' has closed, so the next send reaches

@@ -518,4 +518,8 @@ async def test_kiwi_run_json_with_no_worker_names_the_run_it_started(runs, proje
     assert code == 1, out + err
     shown = json.loads(out)
     assert shown["run_id"].startswith("run-hello_kiwi-") and shown["run_id"] in shown["message"], shown
+    # Said as soon as no worker took the run's first task (it also waited out the status query's own
+    # KIWI_STATUS_SECONDS after that: 20 s by default before a new user without `kiwi dev` heard anything).
+    assert f"no worker took {shown['run_id']}'s first task within 1s" in shown["message"], shown
+    assert "kiwi-nobody" in shown["hint"], shown
     await runs.client.get_workflow_handle(shown["run_id"]).terminate("test over")

@@ -208,22 +208,32 @@ async def read_status(runs: Any, run_id: str) -> RunStatus:
     A worker answers the query; with none running, Temporal holds it. ``KIWI_STATUS_SECONDS``
     (default 10) bounds the wait.
     """
-    try:
-        limit = max(0.1, float(os.environ.get("KIWI_STATUS_SECONDS", "10")))
-    except ValueError:
-        limit = 10.0
+    limit = status_seconds()
     try:
         return await asyncio.wait_for(runs.status(run_id), limit)
     except TimeoutError:
-        queue = runs.task_queue
-        with contextlib.suppress(Exception):  # (the run's own queue, not this command's --task-queue)
-            queue = (await asyncio.wait_for(runs.handle(run_id).describe(), 5)).task_queue or queue
-        raise KiwiError(
-            f"no worker answered {run_id}'s status within {limit:g}s (the run waits on without one)",
-            hint=f"start `kiwi dev` or `kiwi worker` on task queue '{queue}' (with Worker Versioning, "
-            "a worker of the run's deployment version: a plain worker takes nothing once the queue has a "
-            "current version; see README, Upgrading workers)",
-        ) from None
+        raise await no_worker(runs, run_id, f"answered {run_id}'s status within {limit:g}s") from None
+
+
+def status_seconds() -> float:
+    """How long a command waits for a worker to answer (``KIWI_STATUS_SECONDS``, default 10)."""
+    try:
+        return max(0.1, float(os.environ.get("KIWI_STATUS_SECONDS", "10")))
+    except ValueError:
+        return 10.0
+
+
+async def no_worker(runs: Any, run_id: str, what: str) -> KiwiError:
+    """The error of a command no worker answered: ``what`` it did not do, and which worker to start."""
+    queue = runs.task_queue
+    with contextlib.suppress(Exception):  # (the run's own queue, not this command's --task-queue)
+        queue = (await asyncio.wait_for(runs.handle(run_id).describe(), 5)).task_queue or queue
+    return KiwiError(
+        f"no worker {what} (the run waits on without one)",
+        hint=f"start `kiwi dev` or `kiwi worker` on task queue '{queue}' (with Worker Versioning, "
+        "a worker of the run's deployment version: a plain worker takes nothing once the queue has a "
+        "current version; see README, Upgrading workers)",
+    )
 
 
 async def _note(runs: Any, status: RunStatus, since: datetime) -> None:

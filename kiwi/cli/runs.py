@@ -185,7 +185,11 @@ async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
 
 async def _follow_started(args: argparse.Namespace, runs: RunClient, run_id: str) -> int:
     """What `kiwi run` prints once its run started: the run's status, or with --wait its progress."""
-    await runs.first_task_done(run_id)  # a status asked during it would cost the run another task
+    # (A status asked during the first task would cost the run another task. No worker took the task: said
+    # at once, not after the status query's own wait too.)
+    limit = progress.status_seconds()
+    if not await runs.first_task_done(run_id, deadline=limit):
+        raise await progress.no_worker(runs, run_id, f"took {run_id}'s first task within {limit:g}s")
     if not args.wait:
         status = await progress.read_status(runs, run_id)
         if args.json:
