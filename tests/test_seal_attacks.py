@@ -535,7 +535,8 @@ async def test_a_childs_snapshot_completed_by_its_activity_id_starts_no_child(
         assert all(s == "ok" for s, t in outcomes if t != "NotSealed"), outcomes
 
 
-async def test_an_activity_result_completed_by_its_id_is_never_acted_on(temporal_env, project):
+@pytest.mark.parametrize("sandboxed", [False, True], ids=["as-kiwi-worker-runs", "sandboxed"])
+async def test_an_activity_result_completed_by_its_id_is_never_acted_on(temporal_env, project, sandboxed):
     """Attack (review s20 F3, every activity): no poller needed. While the agent's shell.run is running,
     the attacker completes its activity by its id with a result of their making (an output that tells the
     agent something false). The run took it as the command's output. Results now carry a seal over the
@@ -585,7 +586,7 @@ async def test_an_activity_result_completed_by_its_id_is_never_acted_on(temporal
                 ):
                     return attributes.activity_id
 
-    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=sandboxed):
         for attacked in (None, [forged]):
             gate = project / f"gate-{attacked is None}"
             os.mkfifo(gate)  # (cat waits on it until the test opens it: the activity is running meanwhile)
