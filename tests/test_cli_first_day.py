@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from temporalio import activity
 
@@ -27,6 +28,16 @@ RUN_ID = re.compile(r"run-[a-z_]+-[0-9a-f]{10}")
 
 def connection(runs) -> list[str]:
     return ["--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue]
+
+
+async def _watching(runs, run_id: str, *more: str, env: dict[str, str] | None = None) -> Any:
+    """`kiwi status RUN --watch` as a process of its own, its output piped."""
+    return await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "kiwi", "status", run_id, "--watch", *more, *connection(runs)),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
 
 
 def approval_directive(project: Path) -> None:
@@ -52,18 +63,7 @@ async def test_a_wait_on_an_approval_shows_progress_and_ctrl_c_stops_watching_no
     assert code == 0 and "awaiting_approval" in out, out + err
     run_id = RUN_ID.search(out).group(0)
     # `kiwi status --watch` follows it on, with a progress line while nothing changes.
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kiwi",
-        "status",
-        run_id,
-        "--watch",
-        *connection(runs),
-        env={**os.environ, "KIWI_PROGRESS_SECONDS": "1", "NO_COLOR": "1"},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    proc = await _watching(runs, run_id, env={**os.environ, "KIWI_PROGRESS_SECONDS": "1", "NO_COLOR": "1"})
     seen = ""
 
     async def read_until(marker: str) -> None:
@@ -94,18 +94,7 @@ async def test_a_wait_on_an_approval_shows_progress_and_ctrl_c_stops_watching_no
 
     # `kiwi status --watch --json` (trial F27: it printed nothing while the run waited): a JSON line per
     # change, the last one the run's end.
-    watcher = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kiwi",
-        "status",
-        run_id,
-        "--watch",
-        "--json",
-        *connection(runs),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    watcher = await _watching(runs, run_id, "--json")
     first = json.loads(await asyncio.wait_for(watcher.stdout.readline(), 60))
     assert first["run_id"] == run_id and first["status"] == "awaiting_approval", first
     code, out, err = await kiwi_cli(

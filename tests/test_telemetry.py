@@ -416,6 +416,23 @@ def test_an_unknown_otlp_protocol_names_the_ones_that_work():
         telemetry.protocol(environ={"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
 
 
+async def _kiwi_run(runs, project, **env: str) -> tuple[int, str, str]:
+    """`kiwi run hello_kiwi` against the test's worker, with ``env`` (the OTLP settings) added."""
+    address = runs.client.service_client.config.target_host
+    return await kiwi_cli(
+        "run",
+        "hello_kiwi",
+        "--input",
+        "name=otel",
+        "--address",
+        address,
+        "--task-queue",
+        runs.task_queue,
+        cwd=project,
+        env=env,
+    )
+
+
 async def test_otlp_over_grpc_when_the_protocol_says_so(temporal_env, runs, project):
     """`OTEL_EXPORTER_OTLP_PROTOCOL=grpc`: the CLI's span of starting a run reaches a gRPC receiver."""
     from concurrent import futures
@@ -435,21 +452,12 @@ async def test_otlp_over_grpc_when_the_protocol_says_so(temporal_env, runs, proj
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        code, out, err = await kiwi_cli(
-            "run",
-            "hello_kiwi",
-            "--input",
-            "name=grpc",
-            "--address",
-            temporal_env.client.service_client.config.target_host,
-            "--task-queue",
-            runs.task_queue,
-            cwd=project,
-            env={
-                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
-                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-                "OTEL_SERVICE_NAME": "kiwi-cli-test",
-            },
+        code, out, err = await _kiwi_run(
+            runs,
+            project,
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+            OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+            OTEL_SERVICE_NAME="kiwi-cli-test",
         )
         assert code == 0, err
     finally:
@@ -471,20 +479,11 @@ async def test_a_collector_that_is_down_holds_a_command_only_briefly_and_is_name
     from kiwi.devserver import free_port
 
     closed = free_port()
-    code, out, err = await kiwi_cli(
-        "run",
-        "hello_kiwi",
-        "--input",
-        "name=down",
-        "--address",
-        temporal_env.client.service_client.config.target_host,
-        "--task-queue",
-        runs.task_queue,
-        cwd=project,
-        env={
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed}",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-        },
+    code, out, err = await _kiwi_run(
+        runs,
+        project,
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed}",
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
     )
     assert code == 0, err
     assert (
