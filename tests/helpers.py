@@ -420,10 +420,11 @@ async def mcp_answers(url: str) -> bool:
 
 
 async def kiwi_worker(
-    address: str, queue: str, *extra: str, env: dict[str, str] | None = None
+    address: str, queue: str, *extra: str, env: dict[str, str] | None = None, stderr: bool = False
 ) -> asyncio.subprocess.Process:
     """`kiwi worker` as a process (and process group) of its own; returns once it printed its first line.
-    Its stderr is discarded, so a chatty worker never blocks on a full pipe. ``env``: variables added."""
+    Its stderr is discarded, so a chatty worker never blocks on a full pipe, unless ``stderr`` (piped: read
+    it). ``env``: variables added."""
     import sys
 
     proc = await asyncio.create_subprocess_exec(
@@ -437,7 +438,7 @@ async def kiwi_worker(
         queue,
         *extra,
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE if stderr else asyncio.subprocess.DEVNULL,
         start_new_session=True,
         env={**os.environ, **(env or {})},
     )

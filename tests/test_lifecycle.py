@@ -5,6 +5,7 @@ a Worker Versioning deployment pins the runs it starts to its build."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -85,6 +86,33 @@ async def probe(url: str) -> int:
             return (await http.get(url)).status_code
     except httpx.TransportError:
         return 0
+
+
+async def test_a_drain_that_runs_out_says_which_activity_it_cancelled(temporal_env, project):
+    """Trial F32: the activity still running when the drain time ran out was cancelled without a word (an
+    operator saw a clean stop; the tool ran again elsewhere). The worker now names it on stderr."""
+    slow_project(project)
+    address = temporal_env.client.service_client.config.target_host
+    queue = f"kiwi-drain-{uuid.uuid4().hex[:8]}"
+    runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
+    worker = await kiwi_worker(address, queue, "--drain-seconds", "0.5", stderr=True)
+    run_id = ""
+    try:
+        run_id = await runs.start("slowpoke", {})
+        log = project / "ticks.log"
+        await wait_for(lambda: _has_line(log, "first started"), timeout=60, what="the activity to start")
+        worker.send_signal(signal.SIGTERM)  # (and no "go": the activity is still running when the drain ends)
+        out, err = await asyncio.wait_for(worker.communicate(), 90)
+        assert worker.returncode == 0, err.decode()
+        assert b"in-flight activities have 0.5s to finish" in out
+        assert f"run_local_tool (attempt 1) of run {run_id} was cancelled" in err.decode(), err.decode()
+        assert "drain time ran out" in err.decode() and "--drain-seconds" in err.decode()
+        assert log.read_text().splitlines() == ["first started"]
+    finally:
+        await stop_process(worker)
+        if run_id:
+            with contextlib.suppress(Exception):
+                await runs.handle(run_id).terminate("test over")
 
 
 async def test_sigterm_drains_the_running_activity_and_the_run_carries_on(temporal_env, project):

@@ -30,6 +30,7 @@ from kiwi.loopwatch import LoopWatch
 from kiwi.seal import SealInterceptor, seal_key
 from kiwi.upstream.pool import McpPool
 from workers.answer_limit import AnswerLimit
+from workers.drain import DrainNotice
 from workflows.directive_run import DirectiveRun
 
 WORKFLOWS = [DirectiveRun]
@@ -173,7 +174,7 @@ def build_worker(
         deployment_config=deployment,
         # (A deployment names its own build.)
         build_id=None if deployment else build_id(),
-        interceptors=[*sealing(client), AnswerLimit()],
+        interceptors=[*sealing(client), AnswerLimit(), DrainNotice()],
         debug_mode=inline_workflow_tasks(sandboxed=sandboxed, threaded=threaded),
     )
 
