@@ -456,9 +456,19 @@ class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):
             # the result's type from this input when the result comes.)
             activity_id = input.activity_id or str(handle._seq)  # type: ignore[attr-defined]
             covered = _result_message(info.workflow_id, info.run_id, activity_id, input.activity)
-            # (A result with no payload never reaches the run: Temporal's core refuses it, and the run's
-            # workflow task fails until someone looks.)
-            input.ret_type = SealedResult(self.keys, covered, input.ret_type)  # type: ignore[assignment]
+            hint = SealedResult(self.keys, covered, input.ret_type)
+            input.ret_type = hint  # type: ignore[assignment]
+            # A completion with no result at all resolves the activity with None, never decoded (review
+            # s21 R1); Kiwi's workers always send one (None is a payload too). (An empty list of payloads
+            # Temporal's core refuses: the run's workflow task fails until someone looks.)
+            resolve = handle._resolve_success  # type: ignore[attr-defined]
+
+            def resolved(result: Any) -> None:
+                if not hint.checked:
+                    raise hint.refused()
+                resolve(result)
+
+            handle._resolve_success = resolved  # type: ignore[attr-defined]
         return handle
 
     async def start_child_workflow(
@@ -493,10 +503,11 @@ class SealedResult:
     """The type hint a run that checks its activities' results decodes one with (set by the run's outbound
     interceptor when it schedules the activity; :meth:`opened` by Kiwi's payload converter)."""
 
-    __slots__ = ("keys", "message", "type")
+    __slots__ = ("checked", "keys", "message", "type")
 
     def __init__(self, keys: Sequence[bytes], message: bytes, type: Any) -> None:
         self.keys, self.message, self.type = keys, message, type
+        self.checked = False  # (whether a result's seal was checked: one with no payload never is)
 
     def opened(self, payload: Payload) -> Any:
         """The type the result decodes to, once its seal is checked; :class:`NotSealed` (which fails the
@@ -506,6 +517,7 @@ class SealedResult:
             hmac.compare_digest(seal, _result_mac(key, self.message, payload)) for key in self.keys
         ):
             raise self.refused()
+        self.checked = True
         return self.type
 
     def refused(self) -> Exception:

@@ -574,8 +574,10 @@ async def test_an_activity_result_completed_by_its_id_is_never_acted_on(temporal
     forged = {"exit_code": 0, "stdout": "FORGED: all tests pass, deploy now", "stderr": ""}
 
     async with build_worker(temporal_env.client, runs.task_queue, sandboxed=sandboxed):
-        for attacked in (None, [forged]):
-            gate = project / f"gate-{attacked is None}"
+        # (Honest; a forged output; a completion with no result at all, which the SDK resolves as None
+        # without decoding anything: review s21 R1.)
+        for attacked in (None, [forged], ()):
+            gate = project / f"gate-{attacked is None}-{len(attacked or ())}"
             os.mkfifo(gate)  # (cat waits on it until the test opens it: the activity is running meanwhile)
             run_id = await runs.start("sheller", {})
             await awaiting_step(runs, run_id, "work")
@@ -591,7 +593,7 @@ async def test_an_activity_result_completed_by_its_id_is_never_acted_on(temporal
                         namespace=namespace,
                         workflow_id=run_id,
                         activity_id=activity_id,
-                        result=Payloads(payloads=convert.to_payloads(attacked)),
+                        result=Payloads(payloads=convert.to_payloads(attacked)) if attacked else None,
                     )
                 )
                 with pytest.raises(WorkflowFailureError) as failed:
