@@ -24,7 +24,7 @@ from kiwi.contracts import ApiToolRequest
 from kiwi.errors import PermissionDenied, SecretMissing, ToolFailed, ToolTimeout
 from kiwi.policy import PermissionSet
 from kiwi.upstream.pool import remember_secrets, scrub, scrub_text
-from kiwi.upstream.registry import lookup_secret
+from kiwi.upstream.registry import kiwi_own, lookup_secret
 
 MAX_REDIRECTS = 5
 HEARTBEAT_SECONDS = 2.0
@@ -43,6 +43,10 @@ class _Secrets:
     def __call__(self, name: str) -> str:
         value = lookup_secret(name)
         if value is None:
+            if refused := kiwi_own(name):
+                raise SecretMissing.error(
+                    f"api tool '{self.tool_id}' needs ${{{name}}}, which is refused", {"hint": refused}
+                )
             raise SecretMissing.error(
                 f"api tool '{self.tool_id}' needs ${{{name}}}, which is not set in the worker's environment",
                 {

@@ -327,9 +327,12 @@ class DevServer:
                 self.stop()  # (lets the database's lock go: no server of ours runs on it)
                 raise
             own_log.truncate()  # (closed below once the child has it)
+        from kiwi.seal import without_keys
+
         try:
             self.process = subprocess.Popen(
                 self.command(),
+                env=without_keys(os.environ),  # (its environment is readable by the user's processes)
                 stdout=own_log or log or subprocess.DEVNULL,
                 stderr=own_log or log or subprocess.DEVNULL,
                 start_new_session=True,

@@ -164,12 +164,50 @@ def key_path() -> Path:
 
 def seal_key() -> bytes:
     """This process's seal key: ``KIWI_SEAL_KEY``, else ``$KIWI_HOME/seal.key`` (made on first use)."""
-    text = os.environ.get(KEY_VARIABLE, "").strip()
+    text = _variable(KEY_VARIABLE).strip()
     path = "" if text else str(key_path())
     if (text, path) not in _KEYS:
         _KEYS[(text, path)] = _from_text(text) if text else _from_file(Path(path))
         _undumpable()
     return _KEYS[(text, path)]
+
+
+# The key variables while :func:`keys_hidden` keeps them out of the environment (this process still uses them).
+_HIDDEN: dict[str, str] = {}
+
+
+def _variable(name: str) -> str:
+    return os.environ.get(name) or _HIDDEN.get(name, "")
+
+
+def without_keys(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without the seal key variables: for a server Kiwi starts that is not Kiwi (Temporal's dev
+    server), whose environment other processes of the user can read (review s21 R3)."""
+    return {k: v for k, v in env.items() if k not in (KEY_VARIABLE, ACCEPTED_VARIABLE)}
+
+
+@contextlib.contextmanager
+def keys_hidden() -> Any:
+    """The seal key variables out of this process's environment while a server that takes it whole starts
+    (the embedded PostgreSQL: its processes' environments are readable by the user's other processes, and
+    the tools a run starts are such processes; review s21 R3). This process goes on reading them here."""
+    held = {name: os.environ[name] for name in (KEY_VARIABLE, ACCEPTED_VARIABLE) if name in os.environ}
+    _HIDDEN.update(held)
+    for name in held:
+        del os.environ[name]
+    try:
+        yield
+    finally:
+        for name, value in held.items():
+            os.environ.setdefault(name, value)
+            _HIDDEN.pop(name, None)
+
+
+def guard() -> None:
+    """At a Kiwi command's start: a process with the key in its environment is not dumpable from the start
+    (the key sits in ``/proc/<pid>/environ`` from the first instruction; review s21 R7)."""
+    if os.environ.get(KEY_VARIABLE) or os.environ.get(ACCEPTED_VARIABLE):
+        _undumpable()
 
 
 def _undumpable() -> None:
@@ -186,7 +224,7 @@ def accepted_keys() -> tuple[bytes, ...]:
     """The keys of ``KIWI_SEAL_KEYS_ACCEPTED`` (comma-separated): seals made with them pass too, while the
     key changes (the new one before every process seals with it, the old one after; README: "Changing the
     key")."""
-    text = os.environ.get(ACCEPTED_VARIABLE, "")
+    text = _variable(ACCEPTED_VARIABLE)
     return tuple(_from_text(part.strip(), ACCEPTED_VARIABLE) for part in text.split(",") if part.strip())
 
 

@@ -23,7 +23,7 @@ from activities.audit import read_audit
 from kiwi.contracts import session_workflow_id
 from kiwi.devserver import free_port
 from kiwi.errors import ItemInvalid, McpServerMissing
-from kiwi.upstream.registry import load_registry
+from kiwi.upstream.registry import McpServerConfig, SecretMissing, load_registry
 from tests.helpers import directive_md, wait_for, write, write_directive
 
 NPM = Path(__file__).parent / "npm" / "node_modules" / "@modelcontextprotocol"
@@ -629,3 +629,39 @@ mcps:
     assert json.loads(capsys.readouterr().out)["tool"]["inputSchema"]["required"] == ["timezone"]
     assert kiwi(["search", "time", "--type", "mcp", "--category", "x"]) != 0
     assert "--category and --source do not apply to --type mcp" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["KIWI_SEAL_KEY", "KIWI_MCP_TOKEN", "TEMPORAL_API_KEY"])
+async def test_kiwis_own_secrets_are_never_a_servers(runs, project, monkeypatch, name):
+    """Attack (review s21 R6): one line of a project's mcp_registry.yaml, `env: {TOKEN: ${KIWI_SEAL_KEY}}`,
+    started the server with the seal key (the key that makes workers act: whoever has it can start runs of
+    their own making), or the front end's token, or Temporal's API key. Kiwi's own secrets are refused
+    there: the server does not start with them, and the run says why. Beside it, the same line with a
+    secret of the server's own (the test above) reaches the server."""
+    monkeypatch.setenv(name, "ab" * 32)
+    registry(
+        project,
+        f"""\
+mcps:
+  everything:
+    command: node
+    args: ["{EVERYTHING}", "stdio"]
+    env:
+      UPSTREAM_TOKEN: ${{{name}}}
+""",
+    )
+    mcp_directive(
+        project,
+        "peek",
+        tools='<mcp name="everything" required="true"/>',
+        permissions='<execute resource="mcp" name="everything" actions="*"/>',
+        body='<step name="env"><tool_call tool="everything.get-env"/></step>',
+    )
+    with pytest.raises(McpServerMissing) as refused:
+        await runs.start("peek", {})
+    assert f"${{{name}}} is one of Kiwi's or Temporal's own secrets" in str(refused.value), refused.value
+    assert "ab" * 32 not in str(refused.value)
+    # The worker refuses it too, whatever the client said (its own registry read, its own environment).
+    server = McpServerConfig(name="everything", command="node", env={"UPSTREAM_TOKEN": f"${{{name}}}"})
+    with pytest.raises(SecretMissing, match="which is refused"):
+        server.resolved(str(project))

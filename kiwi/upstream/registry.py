@@ -128,8 +128,10 @@ class McpServerConfig(BaseModel):
                 value = lookup_secret(name)
                 if value is None:
                     raise SecretMissing(
-                        f"MCP server '{self.name}' needs ${{{name}}}, which is not set",
-                        hint=f"export {name}=... in the worker's environment (or store it in the "
+                        f"MCP server '{self.name}' needs ${{{name}}}, which is "
+                        + ("refused" if kiwi_own(name) else "not set"),
+                        hint=kiwi_own(name)
+                        or f"export {name}=... in the worker's environment (or store it in the "
                         f"OS keyring under service 'kiwi'), then retry",
                     )
                 if value:
@@ -177,7 +179,40 @@ class McpRegistry(BaseModel):
         )
 
 
+# Kiwi's own secrets (the seal key, the front end's token and state key, the registry's password) and the
+# Temporal connection's (an API key, a client key): never a value for a server's or a tool's ${NAME} (review
+# s21 R6: `env: {TOKEN: ${KIWI_SEAL_KEY}}` handed an MCP server the key that makes workers act; reaching
+# Temporal is what seals guard).
+KIWI_OWN = frozenset(
+    {
+        "KIWI_SEAL_KEY",
+        "KIWI_SEAL_KEYS_ACCEPTED",
+        "KIWI_MCP_TOKEN",
+        "KIWI_MCP_STATE_KEY",
+        "KIWI_REGISTRY_URL",
+        "TEMPORAL_API_KEY",
+        "TEMPORAL_TLS_CLIENT_KEY_DATA",
+        "TEMPORAL_TLS_CLIENT_KEY_PATH",
+    }
+)
+
+
+def kiwi_own(name: str) -> str | None:
+    """Why ``name`` is never looked up for a server or a tool (None: it may be)."""
+    if name.upper() not in KIWI_OWN:
+        return None
+    return (
+        f"${{{name}}} is one of Kiwi's or Temporal's own secrets (the seal key, a token, a connection "
+        "secret), never given to an MCP server or a tool: give the server a secret of its own, under "
+        "another name"
+    )
+
+
 def lookup_secret(name: str) -> str | None:
+    """The value of ``${name}``: the worker's environment, else the OS keyring (service 'kiwi'); None when
+    neither has it, or when it is Kiwi's own (:func:`kiwi_own`)."""
+    if kiwi_own(name):
+        return None
     value = os.environ.get(name)
     if value is not None:
         return value
@@ -214,7 +249,10 @@ def load_registry(project_root: Path, user_space: Path) -> McpRegistry:
             registry.skipped.pop(name, None)
     for name, config in list(registry.servers.items()):
         missing = config.missing_variables()
-        if missing:
+        if refused := next((kiwi_own(m) for m in missing if kiwi_own(m)), None):
+            registry.servers.pop(name)
+            registry.skipped[name] = refused
+        elif missing:
             registry.servers.pop(name)
             registry.skipped[name] = f"${{{missing[0]}}} is not set in the environment" + (
                 f" (nor {', '.join('$' + m for m in missing[1:])})" if len(missing) > 1 else ""
