@@ -21,7 +21,9 @@ asks for, and the worker checks it before acting:
 - an activity's result: over the run, the activity's id and name, and the result's payload (its metadata
   ``kiwi-result-seal``); checked by the run before the result is decoded, in runs that met the patch
   ``RESULTS_SEALED``. Whoever reaches Temporal can complete an activity by its id with a result of their
-  making; a run that gets one fails (``NotSealed``) rather than act on it.
+  making; a run that gets one fails (``NotSealed``) rather than act on it. An activity's failure carries a
+  seal too (its last detail, over its type, message and retry); one without is taken as a failure whose
+  words are not shown (the agent would read them).
 
 A start's check runs when the run's first workflow task is new, by the workflow's own ``__init__`` on its
 input as it came (signals and calls in that task change the run's state before anything else could look),
@@ -32,14 +34,13 @@ update no validator saw. Runs older than seals, or whose seal no longer verifies
 calls as they ran.
 
 What seals stop is a Temporal client without the key. They do not stop someone who works at Temporal's
-protocol level: a poller of their own answering a forged run's first workflow task, an activity failed by its
-id with a failure of their making (failures carry no seal), a reset, a start copied from history; nor code a
-run starts as the worker's user reading the key file (``$KIWI_HOME/seal.key``: set ``KIWI_SEAL_KEY`` instead).
-Commands, local tools and MCP servers get an allow-listed environment without the key, and a process holding
-it is not dumpable (Linux), so they cannot read it from ``/proc/<worker>/environ`` or the worker's memory.
-Signals (a human's decision carries its own Ed25519 signature), queries and history are not sealed. README,
-Security: "What seals stop, and what they do not"; Temporal's own access control (mTLS, API keys) is the
-boundary.
+protocol level: a poller of their own answering a forged run's first workflow task, heartbeat details of their
+making (a long call's progress text), a reset, a start copied from history; nor code a run starts as the
+worker's user reading the key file (``$KIWI_HOME/seal.key``: set ``KIWI_SEAL_KEY`` instead). Commands, local
+tools and MCP servers get an allow-listed environment without the key, and a process holding it is not
+dumpable (Linux), so they cannot read it from ``/proc/<worker>/environ`` or the worker's memory. Signals (a
+human's decision carries its own Ed25519 signature), queries and history are not sealed. README, Security:
+"What seals stop, and what they do not"; Temporal's own access control (mTLS, API keys) is the boundary.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from temporalio import activity, workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from kiwi.errors import Failure, KiwiError
 
@@ -74,6 +76,8 @@ KEY_FILE = "seal.key"
 HEADER = "kiwi-seal"
 # The metadata a sealed activity result carries (on the result's payload, which travels in history as is).
 RESULT = "kiwi-result-seal"
+# The detail a sealed activity failure carries (the last of its details).
+FAILURE_SEAL = "kiwi-failure-seal"
 # The marker a refused start records, so that it replays as refused (queries, `kiwi status`).
 NOT_SEALED = "kiwi-not-sealed"
 # Activities scheduled before seals existed carry none: one a worker of the older code scheduled and a new
@@ -507,6 +511,8 @@ class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):
                 resolve(result)
 
             handle._resolve_success = resolved  # type: ignore[attr-defined]
+            fail = handle._resolve_failure  # type: ignore[attr-defined]
+            handle._resolve_failure = lambda err: fail(hint.vetted(err))  # type: ignore[attr-defined]
         return handle
 
     async def start_child_workflow(
@@ -537,6 +543,26 @@ def _result_message(workflow_id: str, run_id: str, activity_id: str, activity_ty
     return "\0".join(("result", workflow_id, run_id, activity_id, activity_type)).encode()
 
 
+def _failure_mac(key: bytes, message: bytes, kind: str, text: str, non_retryable: bool) -> str:
+    covered = "\0".join(("failure", kind, text, "1" if non_retryable else "0")).encode()
+    return hmac.new(key, message + b"\0" + covered, hashlib.sha256).hexdigest()
+
+
+def _sealed_failure(key: bytes, message: bytes, err: ApplicationError) -> ApplicationError:
+    """``err`` with its seal as one more detail (the run reads a failure's type and message, never its
+    details): over the run, the activity's id and name, the failure's type, message and retry."""
+    seal = _failure_mac(key, message, err.type or "", err.message, err.non_retryable)
+    return ApplicationError(
+        err.message,
+        *err.details,
+        {FAILURE_SEAL: seal},
+        type=err.type,
+        non_retryable=err.non_retryable,
+        next_retry_delay=err.next_retry_delay,
+        category=err.category,
+    )
+
+
 class SealedResult:
     """The type hint a run that checks its activities' results decodes one with (set by the run's outbound
     interceptor when it schedules the activity; :meth:`opened` by Kiwi's payload converter)."""
@@ -557,6 +583,29 @@ class SealedResult:
             raise self.refused()
         self.checked = True
         return self.type
+
+    def vetted(self, err: BaseException) -> BaseException:
+        """An activity's failure as the run takes it: one whose application error carries no valid seal
+        keeps its place (the call fails) but not its words: whoever reaches Temporal can fail an activity
+        by its id with a type and message of their making, which the agent would read (review s21 R2)."""
+        cause = err.__cause__ if isinstance(err, ActivityError) else None
+        if not isinstance(cause, ApplicationError):
+            return err  # (a timeout or a cancellation: Temporal's, and shown to the agent in words of Kiwi's)
+        seal = cause.details[-1] if cause.details else None
+        given = seal.get(FAILURE_SEAL) if isinstance(seal, dict) else None
+        if isinstance(given, str) and any(
+            hmac.compare_digest(
+                given, _failure_mac(key, self.message, cause.type or "", cause.message, cause.non_retryable)
+            )
+            for key in self.keys
+        ):
+            return err
+        activity_id, activity_type = self.message.decode().split("\0")[3:5]
+        err.__cause__ = NotSealed.error(
+            f"activity {activity_id} ({activity_type}) failed, and its failure carries no valid seal: it was "
+            "not made by a Kiwi worker, so what it says is not shown (the worker's log has a real one)"
+        )
+        return err
 
     def refused(self) -> Exception:
         activity_id, activity_type = self.message.decode().split("\0")[3:5]
@@ -589,18 +638,26 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                     f"activity {info.activity_type} was not scheduled by a Kiwi run (no valid seal): refused, "
                     "nothing ran"
                 )
-        result = await super().execute_activity(input)
         if info.is_local:
-            return result
+            return await super().execute_activity(input)
+        covered = _result_message(
+            info.workflow_id or "", info.workflow_run_id or "", info.activity_id, info.activity_type
+        )
+        try:
+            result = await super().execute_activity(input)
+        except ApplicationError as err:
+            raise _sealed_failure(self.key, covered, err) from err.__cause__
+        except FailureError:
+            raise  # (a cancellation: Temporal's own)
+        except Exception as err:  # noqa: BLE001 - what the SDK would make of it, sealed
+            failure = ApplicationError(str(err) or type(err).__name__, type=type(err).__name__)
+            raise _sealed_failure(self.key, covered, failure) from err
         # Sealed as the payload that is sent, for the run to check (SealedResult).
         payload = Payload()
         payload.CopyFrom(
             result.payload
             if isinstance(result, RawValue)
             else activity.payload_converter().to_payload(result)
-        )
-        covered = _result_message(
-            info.workflow_id or "", info.workflow_run_id or "", info.activity_id, info.activity_type
         )
         payload.metadata[RESULT] = _result_mac(self.key, covered, payload)
         return RawValue(payload)
