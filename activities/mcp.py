@@ -10,6 +10,7 @@ schemas), error messages and progress messages.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from kiwi.contracts import (
     McpListToolsResult,
 )
 from kiwi.errors import ActivityNotFound, KiwiError
+from kiwi.seal import seal_progress
 from kiwi.upstream.pool import McpPool, McpUnavailable, scrub, scrub_text
 
 # What a run takes of one server's tool listing (JSON bytes, after the directive's and registry's filters).
@@ -127,19 +129,22 @@ class McpActivities:
         )
 
     async def call_tool(self, req: McpCallRequest) -> McpCallResult:
-        in_activity = not activity.info().is_local  # local activities cannot heartbeat
+        info = activity.info()  # (this activity's: the progress callback runs in the connection's task)
+        in_activity = not info.is_local  # local activities cannot heartbeat
 
         last: list[dict[str, Any]] = []
+        reported = asyncio.Event()
 
         async def progress(value: float, total: float | None, message: str | None) -> None:
             # Heartbeat details are how the front end reads an upstream call's progress.
             # (Scrubbed, then cut: Temporal keeps each heartbeat's details, and the front end reads them.)
+            # This runs in the pooled connection's task, whose activity context is the one that opened the
+            # connection (another call's, maybe another run's): the heartbeat goes from this call's own task.
             shown = scrub_text(message)[:PROGRESS_MESSAGE_CHARS] if message else message
-            last[:] = [{"progress": value, "total": total, "message": shown}]
-            if in_activity:
-                activity.heartbeat(*last)
+            last[:] = [seal_progress({"progress": value, "total": total, "message": shown}, info)]
+            reported.set()
 
-        beat = asyncio.create_task(_heartbeat(last)) if in_activity else None
+        beat = asyncio.create_task(_heartbeat(last, reported)) if in_activity else None
         try:
             config = self.pool.config(req.project_root, req.server)
             result, conn = await self.pool.call_tool(
@@ -203,8 +208,11 @@ def _unavailable(exc: BaseException) -> ApplicationError:
     return errors.McpUnavailable.error(scrub_text(f"{type(exc).__name__}: {exc}"))
 
 
-async def _heartbeat(last: list[dict[str, Any]]) -> None:
-    """Keep a long upstream call's activity alive (and cancellable) between progress reports."""
+async def _heartbeat(last: list[dict[str, Any]], reported: asyncio.Event) -> None:
+    """Keep a long upstream call's activity alive (and cancellable): a heartbeat with its last progress as
+    soon as the server reports some, and every 2 s between reports."""
     while True:
         activity.heartbeat(*last)
-        await asyncio.sleep(2)
+        reported.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(reported.wait(), 2)

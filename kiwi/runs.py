@@ -95,6 +95,7 @@ from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore
 from kiwi.keys import default_key, human_message, load_private, sign_bytes
 from kiwi.policy import BUILTIN_TOOLS, PermissionSet
+from kiwi.seal import progress_sealed
 from kiwi.snapshot import build_session_snapshot, build_snapshot, signed_decision
 from kiwi.toolargs import arguments_bytes, inner_call, oversized_command, unsendable
 from kiwi.upstream.pool import scrub_text
@@ -1291,6 +1292,8 @@ class RunClient:
                 )
             except Exception:  # noqa: BLE001 - progress is a courtesy; a detail we cannot read is skipped
                 continue
+            if not progress_sealed(detail, run_id, description.run_id, pending.activity_id):
+                continue  # (recorded from outside Kiwi, by the activity's id: never shown to the agent)
             total = detail.get("total")
             done = f"{detail.get('progress', 0):g}" + (
                 f"/{total:g}" if isinstance(total, int | float) else ""

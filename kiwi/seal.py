@@ -563,6 +563,41 @@ def _sealed_failure(key: bytes, message: bytes, err: ApplicationError) -> Applic
     )
 
 
+def _progress_mac(
+    key: bytes, workflow_id: str, run_id: str, activity_id: str, detail: Mapping[str, Any]
+) -> str:
+    import json
+
+    shown = [detail.get("progress"), detail.get("total"), detail.get("message")]
+    covered = json.dumps(["progress", workflow_id, run_id, activity_id, *shown], separators=(",", ":"))
+    return hmac.new(key, covered.encode(), hashlib.sha256).hexdigest()
+
+
+def seal_progress(detail: dict[str, Any], info: activity.Info) -> dict[str, Any]:
+    """A long call's progress (its activity's heartbeat details, which the front end shows the agent) with
+    its seal (review s21 R4: heartbeat details can be recorded by the activity's id, from outside Kiwi).
+    ``info``: the activity's, taken in its own task (a progress callback may run in another activity's)."""
+    key = seal_key()
+    return {
+        **detail,
+        "seal": _progress_mac(
+            key, info.workflow_id or "", info.workflow_run_id or "", info.activity_id, detail
+        ),
+    }
+
+
+def progress_sealed(detail: Mapping[str, Any], workflow_id: str, run_id: str, activity_id: str) -> bool:
+    """Whether a long call's progress is one a Kiwi worker reported (no key here: no)."""
+    try:
+        keys = (seal_key(), *accepted_keys())
+    except KiwiError:
+        return False
+    given = detail.get("seal")
+    return isinstance(given, str) and any(
+        hmac.compare_digest(given, _progress_mac(k, workflow_id, run_id, activity_id, detail)) for k in keys
+    )
+
+
 class SealedResult:
     """The type hint a run that checks its activities' results decodes one with (set by the run's outbound
     interceptor when it schedules the activity; :meth:`opened` by Kiwi's payload converter)."""
