@@ -34,13 +34,14 @@ update no validator saw. Runs older than seals, or whose seal no longer verifies
 calls as they ran.
 
 What seals stop is a Temporal client without the key. They do not stop someone who works at Temporal's
-protocol level: a poller of their own answering a forged run's first workflow task, heartbeat details of their
-making (a long call's progress text), a reset, a start copied from history; nor code a run starts as the
-worker's user reading the key file (``$KIWI_HOME/seal.key``: set ``KIWI_SEAL_KEY`` instead). Commands, local
-tools and MCP servers get an allow-listed environment without the key, and a process holding it is not
-dumpable (Linux), so they cannot read it from ``/proc/<worker>/environ`` or the worker's memory. Signals (a
-human's decision carries its own Ed25519 signature), queries and history are not sealed. README, Security:
-"What seals stop, and what they do not"; Temporal's own access control (mTLS, API keys) is the boundary.
+protocol level: a poller of their own answering a forged run's first workflow task, a running activity made to
+run again (a retryable failure by its id, a reset of the activity), a reset, a start copied from history; nor
+code a run starts as the worker's user reading the key file (``$KIWI_HOME/seal.key``: set ``KIWI_SEAL_KEY``
+instead). Commands, local tools and MCP servers get an allow-listed environment without the key, and a process
+holding it is not dumpable (Linux), so they cannot read it from ``/proc/<worker>/environ`` or the worker's
+memory. Signals (a human's decision carries its own Ed25519 signature), queries and history are not sealed.
+README, Security: "What seals stop, and what they do not"; Temporal's own access control (mTLS, API keys) is
+the boundary.
 """
 
 from __future__ import annotations
