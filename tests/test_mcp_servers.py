@@ -212,11 +212,8 @@ mcps:
     assert call.status == "error" and call.error_type == "McpUnavailable"
 
 
-async def test_secrets_are_resolved_in_the_worker_and_never_reach_history(
-    runs, project, monkeypatch, temporal_env
-):
-    token = f"tok-{uuid.uuid4().hex}"
-    monkeypatch.setenv("KIWI_TEST_TOKEN", token)
+def _peek_env(project, variable: str) -> None:
+    """The directive "peek": server-everything started with UPSTREAM_TOKEN=${variable}, its env listed."""
     registry(
         project,
         f"""\
@@ -225,7 +222,7 @@ mcps:
     command: node
     args: ["{EVERYTHING}", "stdio"]
     env:
-      UPSTREAM_TOKEN: ${{KIWI_TEST_TOKEN}}
+      UPSTREAM_TOKEN: ${{{variable}}}
 """,
     )
     mcp_directive(
@@ -235,6 +232,14 @@ mcps:
         permissions='<execute resource="mcp" name="everything" actions="*"/>',
         body='<step name="env"><tool_call tool="everything.get-env"/></step>',
     )
+
+
+async def test_secrets_are_resolved_in_the_worker_and_never_reach_history(
+    runs, project, monkeypatch, temporal_env
+):
+    token = f"tok-{uuid.uuid4().hex}"
+    monkeypatch.setenv("KIWI_TEST_TOKEN", token)
+    _peek_env(project, "KIWI_TEST_TOKEN")
     run_id = await runs.start("peek", {})
     result = await runs.handle(run_id).result()
     shown = text_of(result.outputs["env"]["result"])
@@ -679,24 +684,7 @@ async def test_kiwis_own_secrets_are_never_a_servers(runs, project, monkeypatch,
     there: the server does not start with them, and the run says why. Beside it, the same line with a
     secret of the server's own (the test above) reaches the server."""
     monkeypatch.setenv(name, "ab" * 32)
-    registry(
-        project,
-        f"""\
-mcps:
-  everything:
-    command: node
-    args: ["{EVERYTHING}", "stdio"]
-    env:
-      UPSTREAM_TOKEN: ${{{name}}}
-""",
-    )
-    mcp_directive(
-        project,
-        "peek",
-        tools='<mcp name="everything" required="true"/>',
-        permissions='<execute resource="mcp" name="everything" actions="*"/>',
-        body='<step name="env"><tool_call tool="everything.get-env"/></step>',
-    )
+    _peek_env(project, name)
     with pytest.raises(McpServerMissing) as refused:
         await runs.start("peek", {})
     assert f"${{{name}}} is one of Kiwi's or Temporal's own secrets" in str(refused.value), refused.value
