@@ -50,6 +50,7 @@ import contextlib
 import ctypes
 import hashlib
 import hmac
+import json
 import os
 import re
 import stat
@@ -567,8 +568,6 @@ def _sealed_failure(key: bytes, message: bytes, err: ApplicationError) -> Applic
 def _progress_mac(
     key: bytes, workflow_id: str, run_id: str, activity_id: str, detail: Mapping[str, Any]
 ) -> str:
-    import json
-
     shown = [detail.get("progress"), detail.get("total"), detail.get("message")]
     covered = json.dumps(["progress", workflow_id, run_id, activity_id, *shown], separators=(",", ":"))
     return hmac.new(key, covered.encode(), hashlib.sha256).hexdigest()
@@ -636,17 +635,21 @@ class SealedResult:
             for key in self.keys
         ):
             return err
-        activity_id, activity_type = self.message.decode().split("\0")[3:5]
         err.__cause__ = NotSealed.error(
-            f"activity {activity_id} ({activity_type}) failed, and its failure carries no valid seal: it was "
+            f"activity {self.activity} failed, and its failure carries no valid seal: it was "
             "not made by a Kiwi worker, so what it says is not shown (the worker's log has a real one)"
         )
         return err
 
-    def refused(self) -> Exception:
+    @property
+    def activity(self) -> str:
+        """``ID (TYPE)`` of the activity whose result this is (from what the seal covers)."""
         activity_id, activity_type = self.message.decode().split("\0")[3:5]
+        return f"{activity_id} ({activity_type})"
+
+    def refused(self) -> Exception:
         return NotSealed.error(
-            f"the result of activity {activity_id} ({activity_type}) carries no valid seal: it was not "
+            f"the result of activity {self.activity} carries no valid seal: it was not "
             "made by a Kiwi worker (an activity completed by its id from outside Kiwi, or by a worker "
             f"holding another {KEY_VARIABLE}), so this run stops rather than act on it"
         )
