@@ -222,16 +222,23 @@ async def unfinished(runs: RunClient, n: int, run_id: str | None) -> str:
     return f"run {n} ({KINDS[n % len(KINDS)]}, {run_id}) unfinished: {said}; {failed}"
 
 
-async def replayed_here(runs: RunClient, run_id: str) -> str:
-    """Why a run's history does not replay, from a replay in this process (the worker's own log has it too,
-    but the test keeps only the end of this process's output)."""
+async def keep_history(runs: RunClient, run_id: str, folder: str | None, name: str = "") -> None:
+    """With --keep-histories: the run's history as JSON, for a replay test of what went wrong."""
+    if folder:
+        history = await runs.handle(run_id).fetch_history()
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / f"{name}{run_id}.json").write_text(history.to_json())
+        say(f"  history kept in {folder}/{name}{run_id}.json")
+
+
+async def does_not_replay(history) -> str:
+    """Why a run's history does not replay in this process ('' when it does): a history a worker cannot
+    replay leaves its run unreadable, and stuck for good once its worker's cache loses it."""
     from temporalio.worker import Replayer
 
     from kiwi.seal import SealInterceptor
     from workers.main import WORKFLOWS
 
-    history = await runs.handle(run_id).fetch_history()
-    events = " ".join(str(e.event_type) for e in history.events)
     try:
         await Replayer(
             workflows=WORKFLOWS, data_converter=data_converter, interceptors=[SealInterceptor()]
@@ -241,8 +248,35 @@ async def replayed_here(runs: RunClient, run_id: str) -> str:
         while link is not None and len(chain) < 6:
             chain.append(f"{type(link).__name__}: {str(link)[:600]}")
             link = link.__cause__ or link.__context__
-        return f"  replayed here: {' <- '.join(chain)}; event types: {events}"
-    return f"  replayed here without a failure; event types: {events}"
+        return " <- ".join(chain)
+    return ""
+
+
+def raced(history) -> bool:
+    """Whether a human's decision reached the run in the same workflow task as an activity result (it came
+    first in the task, a status read from a task that did not finish having shown what it answers)."""
+    result_pending = False
+    for event in history.events:
+        if event.HasField("activity_task_completed_event_attributes"):
+            result_pending = True
+        elif event.HasField("workflow_task_completed_event_attributes"):
+            result_pending = False
+        elif (
+            result_pending
+            and event.HasField("workflow_execution_signaled_event_attributes")
+            and event.workflow_execution_signaled_event_attributes.signal_name == "decide_approval"
+        ):
+            return True
+    return False
+
+
+async def replayed_here(runs: RunClient, run_id: str) -> str:
+    """Why a run's history does not replay, from a replay in this process (the worker's own log has it too,
+    but the test keeps only the end of this process's output)."""
+    history = await runs.handle(run_id).fetch_history()
+    events = " ".join(str(e.event_type) for e in history.events)
+    why = await does_not_replay(history)
+    return f"  replayed here: {why or 'without a failure'}; event types: {events}"
 
 
 async def main() -> int:
@@ -264,6 +298,11 @@ async def main() -> int:
         help="stop killing after this many kills and let the runs left finish (0: kill until all finish). A run "
         "still unfinished then is lost, not starved: on a slow host, kills every 1.5 s left one run's player "
         "no window for 140 s",
+    )
+    parser.add_argument(
+        "--keep-histories",
+        metavar="DIR",
+        help="write the history of each run that went wrong (unfinished, unreadable, approval lost) to DIR",
     )
     parser.add_argument(
         "--timeout", type=float, default=600, help="seconds before unfinished runs count as lost"
@@ -311,6 +350,8 @@ async def main() -> int:
             for n in range(args.runs):
                 if n not in out["status"]:
                     say(await unfinished(runs, n, out["ids"].get(n)))
+                    if out["ids"].get(n):
+                        await keep_history(runs, out["ids"][n], args.keep_histories)
             lines = read_ticks(root / "ticks.log")
             retried = {
                 label
@@ -326,8 +367,24 @@ async def main() -> int:
                     unreadable += 1
                     say(f"run {n} ({out['ids'][n]}): status not read ({type(exc).__name__}: {exc})")
                     say(await replayed_here(runs, out["ids"][n]))
+                    await keep_history(runs, out["ids"][n], args.keep_histories)
                     continue
-                waiting += any(a.status == "pending" for a in status.approvals)
+                if any(a.status == "pending" for a in status.approvals):
+                    waiting += 1
+                    say(f"run {n} ({out['ids'][n]}): an approval still pending after it was sent")
+                    await keep_history(runs, out["ids"][n], args.keep_histories)
+            # Every run's history replays, those where a decision raced an activity result included.
+            unreplayable = races = 0
+            for n, run_id in out["ids"].items():
+                history = await runs.handle(run_id).fetch_history()
+                if raced(history):
+                    races += 1
+                    await keep_history(runs, run_id, args.keep_histories, "raced-")
+                why = await does_not_replay(history)
+                if why:
+                    unreplayable += 1
+                    say(f"run {n} ({run_id}): its history does not replay here: {why}")
+                    await keep_history(runs, run_id, args.keep_histories)
             audit_missing = audit_duplicated = 0
             for run_id in out["ids"].values():
                 seqs = Counter(r.get("seq") for r in read_audit(str(root), run_id))
@@ -344,7 +401,19 @@ async def main() -> int:
     print(f"audit records missing {audit_missing} / duplicated {audit_duplicated}")
     print(f"approvals lost {waiting} of {len(out['approved'])}")
     print(f"runs whose status no worker could read (their history did not replay) {unreadable}")
-    failed = args.runs - completed or again or audit_missing or audit_duplicated or waiting or unreadable
+    print(
+        f"histories that do not replay {unreplayable} of {len(out['ids'])} "
+        f"(approvals that raced an activity result: {races})"
+    )
+    failed = (
+        args.runs - completed
+        or again
+        or audit_missing
+        or audit_duplicated
+        or waiting
+        or unreadable
+        or unreplayable
+    )
     if failed:
         print(f"FAILED: replay with --seed {seed}")
     return 1 if failed else 0

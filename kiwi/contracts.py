@@ -315,6 +315,9 @@ class RunState(BaseModel):
     rate_times: dict[str, list[float]] = Field(default_factory=dict)
     # Calls with arguments in the payload store that did not go through (see STORED_REFUSALS).
     stored_refusals: int = 0
+    # Signed approvals of calls the run has not asked about yet (EARLY_APPROVALS): applied, and checked
+    # again, when the request comes.
+    early_approvals: list[ApprovalDecision] = Field(default_factory=list)
 
 
 class DirectiveRunInput(BaseModel):

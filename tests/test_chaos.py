@@ -39,3 +39,4 @@ async def test_twenty_runs_lose_nothing_while_every_kind_of_process_is_killed():
     assert "completed steps re-executed 0 " in text
     assert "audit records missing 0 / duplicated 0" in text
     assert re.search(r"approvals lost 0 of [1-9]", text), text
+    assert "histories that do not replay 0 of 20 " in text, text

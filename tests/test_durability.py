@@ -283,6 +283,35 @@ async def test_record_held_again_history(runs, project):
         await _save_history(runs.handle(run_id), name, project)
 
 
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_early_approval_history(runs, project):
+    """Record a run that keeps a signed approval sent before its call asked for it (EARLY_APPROVALS) and
+    applies it when the call asks (tests/histories/early_approval-{patch id}.json)."""
+    from kiwi.contracts import ApprovalRequest
+    from kiwi.guards import digest
+    from kiwi.snapshot import signed_decision
+    from tests.helpers import approver
+
+    approver("alice")
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [filesystem.delete]\n")
+    write(project / "notes" / "old.txt", "old")
+    run_id = await runs.start("hello_kiwi", {"name": "Replay"})
+    await awaiting_step(runs, run_id, "confirm")
+    execution, handle = await runs.execution(run_id), runs.handle(run_id)
+    args = {"path": "notes/old.txt"}
+    coming = ApprovalRequest(
+        request_id=f"approval-{(await runs.status(run_id)).calls + 1}", tool="filesystem.delete", args_hash=digest(["filesystem.delete", args]),
+        summary="", requested_by="", requested_at="", expires_at="",
+    )  # fmt: skip
+    await handle.signal("decide_approval", signed_decision(run_id, execution, coming, True, "alice"))
+    assert (await runs.call_tool(run_id, "filesystem.delete", args)).status == "ok"
+    await runs.complete_step(run_id, "confirm", {"confirmed": True})
+    assert (await runs.handle(run_id).result()).status == "completed"
+    await _save_history(runs.handle(run_id), "early_approval", project)
+
+
 async def _save_history(handle, name: str, project) -> None:
     """Write ``handle``'s history to tests/histories/{name}-{patch id}.json, with the test's temporary
     folder replaced so no machine path is committed."""

@@ -17,8 +17,9 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowFailureError, WorkflowUpdateStage
 
 from activities.audit import read_audit
-from kiwi.contracts import ApprovalDecision, CallToolRequest, HelpRequest
+from kiwi.contracts import ApprovalDecision, ApprovalRequest, CallToolRequest, HelpRequest
 from kiwi.errors import InputInvalid, KiwiError, RunStateConflict
+from kiwi.guards import digest
 from kiwi.keys import create_key
 from kiwi.runs import RunClient
 from kiwi.snapshot import signed_decision
@@ -552,3 +553,70 @@ async def test_kiwi_run_wait_stops_when_the_run_waits_for_an_approval(runs, proj
     (run_id,) = [r["run_id"] for r in await runs.list_runs(directive="tidy")]
     assert (await runs.status(run_id)).status == "awaiting_approval"
     await runs.cancel(run_id)
+
+
+async def test_a_signed_decision_that_comes_before_its_request_is_kept_for_it(runs, project):
+    """A status read while a workflow task ran can show what that task did before the task failed; the
+    task's next attempt takes the human's signal first (Temporal hands signals to a task before activity
+    results), before the request it answers exists. The chaos bench lost an approval so: refused as 'no
+    approval request', sent once, waited for for ever. Kept only when a trusted approver signed it."""
+    setup(project)
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+    execution = await runs.execution(run_id)
+    call = {"path": "notes/old.txt"}
+    coming = ApprovalRequest(
+        request_id="approval-1",
+        tool="filesystem.delete",
+        args_hash=digest(["filesystem.delete", call]),
+        summary="",
+        requested_by="",
+        requested_at="",
+        expires_at="",
+    )
+    handle = runs.handle(run_id)
+    # Not kept: an unsigned rejection, and one signed by a key nobody trusts (an agent's own).
+    await handle.signal(
+        "decide_approval", ApprovalDecision(request_id="approval-1", approved=False, by="alice", args_hash=coming.args_hash)
+    )  # fmt: skip
+    create_key("mallory")
+    await handle.signal("decide_approval", signed_decision(run_id, execution, coming, False, "mallory"))
+    await handle.signal("decide_approval", signed_decision(run_id, execution, coming, True, "alice"))
+
+    async def kept():
+        records = read_audit(str(project), run_id)
+        return records if any(r["event"] == "approval_decision_kept" for r in records) else None
+
+    records = await wait_for(kept, what="the signed approval to be kept")
+    refused = [r for r in records if r["event"] == "approval_decision_refused"]
+    assert [(r["by"], r["reason"]) for r in refused] == [
+        ("alice", "no approval request 'approval-1'"),
+        ("mallory", "no approval request 'approval-1'"),
+    ], refused
+    assert [r["by"] for r in records if r["event"] == "approval_decision_kept"] == ["alice"]
+    # The call it approves runs without waiting for anyone; the file is gone.
+    result = await asyncio.wait_for(runs.call_tool(run_id, "filesystem.delete", call), timeout=60)
+    assert result.status == "ok", result
+    assert not (project / "notes" / "old.txt").exists()
+    status = await runs.status(run_id)
+    assert [(a.request_id, a.status, a.decided_by) for a in status.approvals] == [
+        ("approval-1", "approved", "alice")
+    ]
+    # The same approver's decision signed for other arguments is kept too, and refused when its request
+    # comes: the call waits for a decision on what it really does.
+    write(project / "notes" / "new.txt", "new")
+    other = coming.model_copy(
+        update={
+            "request_id": "approval-2",
+            "args_hash": digest(["filesystem.delete", {"path": "notes/x.txt"}]),
+        }
+    )
+    await handle.signal("decide_approval", signed_decision(run_id, execution, other, True, "alice"))
+    waiting = asyncio.create_task(runs.call_tool(run_id, "filesystem.delete", {"path": "notes/new.txt"}))
+    (pending,) = await wait_for(lambda: pending_approval(runs, run_id), what="the second call to wait")
+    assert pending.request_id == "approval-2"
+    last = [r for r in read_audit(str(project), run_id) if r["event"] == "approval_decision_refused"][-1]
+    assert "other arguments" in last["reason"], last
+    await runs.decide_approval(run_id, "approval-2", False, by="bob")
+    assert (await asyncio.wait_for(waiting, timeout=30)).error_type == "ApprovalRejected"
+    assert (project / "notes" / "new.txt").exists()

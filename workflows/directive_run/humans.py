@@ -126,6 +126,13 @@ class HumansMixin:
                 ),
                 f"notify approvers of {request.request_id}",
             )
+        early = next((d for d in state.early_approvals if d.request_id == request.request_id), None)
+        if early is not None:
+            # Signed before this request was made (EARLY_APPROVALS), checked again now as any decision is.
+            # Applied here, where the call starts waiting, it makes the commands a decision taken during
+            # the wait makes: a run replays alike whichever of the two its worker saw first.
+            state.early_approvals = [d for d in state.early_approvals if d is not early]
+            self._on_decide_approval(early)
         try:
             await workflow.wait_condition(
                 lambda: request.status != "pending" or bool(state.cancel_reason),
@@ -371,9 +378,40 @@ class HumansMixin:
                 return
         self._release(request)
 
+    def _kept_for_later(self: DirectiveRun, decision: ApprovalDecision) -> bool:
+        """Whether a decision on a call the run has not asked about yet is kept for it (EARLY_APPROVALS):
+        only one a trusted approver signed for exactly that request and those arguments, so nobody else can
+        fill the run's keeping. Kept with no command (a marker or an upsert here would be made in one
+        order of events and not the other)."""
+        if not self.keeps_early or not decision.args_hash or not decision.signature:
+            return False
+        message = approval_message(
+            self.snap.run_id,
+            self._execution(),
+            decision.request_id,
+            decision.args_hash,
+            decision.approved,
+            decision.by,
+        )
+        if self._human_problem(decision.by, decision.signature, message, ""):
+            return False
+        kept = [d for d in self.state.early_approvals if d.request_id != decision.request_id]
+        self.state.early_approvals = [*kept, decision][-10:]
+        self.audit.record(
+            {
+                "event": "approval_decision_kept",
+                "request_id": decision.request_id,
+                "by": decision.by,
+                "reason": "signed for a call the run has not asked about yet: applied when it asks",
+            }
+        )
+        return True
+
     def _on_decide_approval(self: DirectiveRun, decision: ApprovalDecision) -> None:
         request = next((a for a in self.state.approvals if a.request_id == decision.request_id), None)
         refused = ""
+        if request is None and self._kept_for_later(decision):
+            return
         if request is None:
             refused = f"no approval request '{decision.request_id}'"
         elif request.status != "pending":

@@ -75,13 +75,26 @@ ALL_CHANGES = "kiwi-run-changes-2026-11"
 # each marker is a history event and a search-attribute upsert, and a run replays them on every worker
 # that takes it over. Runs started before it replay the
 # markers they recorded. Check it with ``self.current or workflow.patched(OLD_ID)``, never alone.
-CURRENT = "kiwi-run-changes-2026-11-26b"
+CURRENT = "kiwi-run-changes-2026-11-26c"
+# What CURRENT stood for until it also stood for EARLY_APPROVALS: runs started in between replay it.
+CHANGES_2026_11_26B = "kiwi-run-changes-2026-11-26b"
+# (In CURRENT only, never a marker of its own.) A trusted approver's signed decision on a call the run has not
+# asked about yet is kept, and applied as the call starts waiting, instead of refused. A worker can show a
+# request the history does not have yet: after a crash, a status query replayed the run past an activity
+# result whose workflow task had not run, and the approver answered what it showed. The next attempt of that
+# task takes the signal first (Temporal hands a task its signals before activity results): refused, the
+# approval was lost and the run waited for ever (chaos bench). And when the worker that answered the query
+# ran that task itself, it took the result first and the decision second: the run's history then did not
+# replay (its status unreadable). Applied where the call starts waiting, a kept decision makes the same
+# commands as one that comes while it waits, so both orders replay alike. Not in runs started before it: a
+# decision they refused stays refused on replay.
+EARLY_APPROVALS = CURRENT
 # What CURRENT stood for until it also stood for RESULTS_SEALED: runs started in between replay it.
 CHANGES_2026_11_26 = "kiwi-run-changes-2026-11-26"
 # (In CURRENT only.) The run checks the seal of every activity result it gets (kiwi/seal.py, SealedResult):
 # whoever reaches Temporal could complete an activity by its id with a result of their making, and the run
 # acted on it. (No command changes: the check is in the worker's seal interceptor and payload converter.)
-RESULTS_SEALED = CURRENT
+RESULTS_SEALED = CHANGES_2026_11_26B
 # What CURRENT stood for until it also stood for PARENT_HOLDS_CHILDREN: runs started in between replay it.
 CHANGES_2026_11_25 = "kiwi-run-changes-2026-11-25"
 # (In CURRENT only.) A run that is held (stuck, awaiting_human) holds its running child runs too: it

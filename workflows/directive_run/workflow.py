@@ -65,6 +65,7 @@ from workflows.directive_run.options import (
     CHANGES_2026_11_23C,
     CHANGES_2026_11_25,
     CHANGES_2026_11_26,
+    CHANGES_2026_11_26B,
     COMMIT_BEFORE_CONTINUE,
     CURRENT,
     HARDENED,
@@ -114,11 +115,14 @@ class DirectiveRun(
         self.published: dict[str, Any] = {}
         # Checked here, not in run(): signals that arrive with the first task are handled before
         # run() starts, and must already be held to the hardened rules.
-        # CURRENT stands for every change, RESULTS_SEALED included; runs started before it replay the
-        # marker of the changes up to CHANGES_2026_11_26 (PARENT_HOLDS_CHILDREN), CHANGES_2026_11_25
-        # (HOLD_AT_ONCE), CHANGES_2026_11_23C (the task budget), CHANGES_2026_11_23B (MCP_BATCHED) or
-        # CHANGES_2026_11_23 (each checked only when the newer ones are not in their history).
-        self.results_sealed = workflow.patched(CURRENT)  # RESULTS_SEALED (read by kiwi/seal.py)
+        # CURRENT stands for every change, EARLY_APPROVALS included; runs started before it replay the
+        # marker of the changes up to CHANGES_2026_11_26B (RESULTS_SEALED), CHANGES_2026_11_26
+        # (PARENT_HOLDS_CHILDREN), CHANGES_2026_11_25 (HOLD_AT_ONCE), CHANGES_2026_11_23C (the task
+        # budget), CHANGES_2026_11_23B (MCP_BATCHED) or CHANGES_2026_11_23 (each checked only when the
+        # newer ones are not in their history).
+        self.keeps_early = workflow.patched(CURRENT)  # EARLY_APPROVALS
+        # RESULTS_SEALED (read by kiwi/seal.py)
+        self.results_sealed = self.keeps_early or workflow.patched(CHANGES_2026_11_26B)
         self.holds_children = self.results_sealed or workflow.patched(CHANGES_2026_11_26)
         self.newest = self.holds_children or workflow.patched(
             CHANGES_2026_11_25
