@@ -103,6 +103,46 @@ class WithHealth:
         await self.app(scope, receive, send)
 
 
+class InFlight:
+    """ASGI: counts the requests in flight that carry an answer (every one but a GET that only listens), so a
+    front end stopping on SIGTERM keeps serving until the answers it owes are given (:meth:`drained`).
+
+    A call's answer streams back on its POST; a client that lost that stream resumes it with a GET naming
+    the last event it had (``Last-Event-ID``): both are counted. A GET that only listens for notifications
+    never ends by itself and is not waited for."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        counted = scope["type"] == "http" and (
+            scope.get("method") != "GET"
+            or any(name == b"last-event-id" for name, _ in scope.get("headers", ()))
+        )
+        if not counted:
+            await self.app(scope, receive, send)
+            return
+        self.count += 1
+        self._idle.clear()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.count -= 1
+            if not self.count:
+                self._idle.set()
+
+    async def drained(self, seconds: float) -> bool:
+        """Wait until no answer is in flight, at most ``seconds``; False when some still were then."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+
 class OwnedServer(uvicorn.Server):
     """A uvicorn server that leaves SIGTERM and SIGINT to the process that runs it.
 

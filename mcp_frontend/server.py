@@ -12,6 +12,7 @@ import hmac
 import json
 import os
 import re
+import sys
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -36,7 +37,7 @@ from kiwi.devserver import loopback, peer_uid  # ("" and 0.0.0.0, ::, bind every
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError, PermissionDenied, RunInOtherProject
 from kiwi.explain import grants_some_call, outside_run_hint
 from kiwi.harness import load_harness
-from kiwi.health import HealthApp, OwnedServer, Readiness, WithHealth
+from kiwi.health import HealthApp, InFlight, OwnedServer, Readiness, WithHealth
 from kiwi.items.authoring import copy_to_project as copy_to_project_
 from kiwi.items.authoring import delete_item, link_knowledge, save_directive, save_knowledge
 from kiwi.items.directive import Directive
@@ -377,6 +378,9 @@ class TemporalLink:
 CONNECT_TIMEOUT = 10.0
 # How long a readiness probe waits for Temporal (a connection, then its health check).
 PROBE_SECONDS = 2.0
+# On SIGTERM, how long the answers in flight have before the HTTP front end closes its port (kiwi mcp
+# --drain-seconds; the worker's drain has the same default).
+DRAIN_SECONDS = 30.0
 
 
 def build_server(
@@ -1076,6 +1080,11 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 async def _always_ready() -> bool:
     return True
 
@@ -1140,11 +1149,13 @@ async def serve_http(
     address: str | None = None,
     namespace: str | None = None,
     announce: Callable[[], None] | None = None,
+    drain_seconds: float = DRAIN_SECONDS,
 ) -> None:
     """``kiwi mcp --http``: serve until ``stop`` is set. ``/readyz`` is ready while Temporal answers a
     health check and the front end is not stopping. With ``client`` None, up whether or not Temporal is
     (see :class:`TemporalLink`): a probe tries to connect, within its own 2 s. ``announce`` is called once
-    the settings are checked and the port is free (a front end that refuses to start never said it serves)."""
+    the settings are checked and the port is free (a front end that refuses to start never said it serves).
+    Once ``stop`` is set, the answers in flight have ``drain_seconds`` to be given before the port closes."""
     import uvicorn
 
     server = build_server(client, task_queue=task_queue, address=address, namespace=namespace)
@@ -1158,7 +1169,7 @@ async def serve_http(
         except (RPCError, TemporalUnavailable):
             return False
 
-    app = http_app(server, host, port, ready, stateless=stateless)
+    app = InFlight(http_app(server, host, port, ready, stateless=stateless))
     if not _port_free(host, port):
         raise KiwiError(
             f"the MCP port {host}:{port} is in use (another `kiwi mcp` or `kiwi dev`, perhaps)",
@@ -1175,5 +1186,12 @@ async def serve_http(
     task = asyncio.create_task(web.serve())
     if stop is not None:
         await stop.wait()
+        # Draining: /readyz answers 503 from now on, and the port stays open until the answers in flight
+        # are given (trial F37: closed at once, it cut a call's answer off, and the client's resume of its
+        # stream found nothing listening).
+        if app.count:
+            _say(f"kiwi mcp: stopping; {app.count} answer(s) in flight have {drain_seconds:g}s to be given")
+        if not await app.drained(drain_seconds):
+            _say(f"kiwi mcp: {app.count} answer(s) still in flight after {drain_seconds:g}s: cut off")
         web.should_exit = True
     await task

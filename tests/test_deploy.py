@@ -238,6 +238,7 @@ def test_compose_front_ends_are_stateless_behind_caddy_with_a_token():
     services = compose()["services"]
     mcp = kiwi_services()["kiwi-mcp"]
     args = kiwi_args(mcp["command"])
+    assert seconds(mcp["stop_grace_period"]) > args.drain_seconds > 0
     assert args.func.__name__ == "cmd_mcp" and args.http
     # Several replicas behind a round-robin proxy: no MCP session may live in one of them.
     assert args.stateless
@@ -379,6 +380,7 @@ def test_k8s_front_ends_probe_beside_mcp_and_the_service_reaches_them():
     args = kiwi_args(container["args"])
     assert args.func.__name__ == "cmd_mcp" and args.http and args.host == "0.0.0.0"
     assert args.stateless or spec["replicas"] == 1
+    assert pod["terminationGracePeriodSeconds"] > args.drain_seconds > 0
     assert container["readinessProbe"]["httpGet"] == {"path": READINESS_PATH, "port": args.port}
     assert container["livenessProbe"]["httpGet"] == {"path": LIVENESS_PATH, "port": args.port}
     assert {"KIWI_MCP_TOKEN", "KIWI_MCP_STATE_KEY"} <= container_env_names(pod, container)

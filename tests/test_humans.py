@@ -583,17 +583,16 @@ async def test_a_signed_decision_that_comes_before_its_request_is_kept_for_it(ru
     await handle.signal("decide_approval", signed_decision(run_id, execution, coming, False, "mallory"))
     await handle.signal("decide_approval", signed_decision(run_id, execution, coming, True, "alice"))
 
-    async def kept():
+    async def refused():
         records = read_audit(str(project), run_id)
-        return records if any(r["event"] == "approval_decision_kept" for r in records) else None
+        refusals = [r for r in records if r["event"] == "approval_decision_refused"]
+        return refusals if len(refusals) == 2 else None
 
-    records = await wait_for(kept, what="the signed approval to be kept")
-    refused = [r for r in records if r["event"] == "approval_decision_refused"]
-    assert [(r["by"], r["reason"]) for r in refused] == [
+    refusals = await wait_for(refused, what="the unsigned and the untrusted decisions to be refused")
+    assert [(r["by"], r["reason"]) for r in refusals] == [
         ("alice", "no approval request 'approval-1'"),
         ("mallory", "no approval request 'approval-1'"),
-    ], refused
-    assert [r["by"] for r in records if r["event"] == "approval_decision_kept"] == ["alice"]
+    ], refusals
     # The call it approves runs without waiting for anyone; the file is gone.
     result = await asyncio.wait_for(runs.call_tool(run_id, "filesystem.delete", call), timeout=60)
     assert result.status == "ok", result
@@ -602,6 +601,13 @@ async def test_a_signed_decision_that_comes_before_its_request_is_kept_for_it(ru
     assert [(a.request_id, a.status, a.decided_by) for a in status.approvals] == [
         ("approval-1", "approved", "alice")
     ]
+
+    async def decided():
+        records = read_audit(str(project), run_id)
+        return [r for r in records if r["event"] == "approval_decided"] or None
+
+    (record,) = await wait_for(decided, what="the decision in the audit trail")
+    assert (record["request_id"], record["decision"], record["by"]) == ("approval-1", "approved", "alice")
     # The same approver's decision signed for other arguments is kept too, and refused when its request
     # comes: the call waits for a decision on what it really does.
     write(project / "notes" / "new.txt", "new")
@@ -615,8 +621,17 @@ async def test_a_signed_decision_that_comes_before_its_request_is_kept_for_it(ru
     waiting = asyncio.create_task(runs.call_tool(run_id, "filesystem.delete", {"path": "notes/new.txt"}))
     (pending,) = await wait_for(lambda: pending_approval(runs, run_id), what="the second call to wait")
     assert pending.request_id == "approval-2"
-    last = [r for r in read_audit(str(project), run_id) if r["event"] == "approval_decision_refused"][-1]
-    assert "other arguments" in last["reason"], last
+
+    async def mismatch():
+        records = read_audit(str(project), run_id)
+        return [r for r in records if "other arguments" in r.get("reason", "")] or None
+
+    (last,) = await wait_for(mismatch, what="the decision on other arguments to be refused")
+    assert (last["event"], last["request_id"], last["by"]) == (
+        "approval_decision_refused",
+        "approval-2",
+        "alice",
+    )
     await runs.decide_approval(run_id, "approval-2", False, by="bob")
     assert (await asyncio.wait_for(waiting, timeout=30)).error_type == "ApprovalRejected"
     assert (project / "notes" / "new.txt").exists()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from mcp.client import Client
 from temporalio.api.enums.v1 import VersioningBehavior
 from temporalio.api.workflowservice.v1 import (
     DescribeWorkerDeploymentRequest,
@@ -27,6 +28,7 @@ from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
 from tests.helpers import (
     awaiting_step,
+    data,
     directive_md,
     kiwi_mcp_http,
     kiwi_worker,
@@ -476,3 +478,55 @@ async def test_mcp_front_end_over_http_starts_without_temporal_and_is_ready_once
             assert await asyncio.wait_for(front.wait(), 60) == 0
     finally:
         temporal.stop()
+
+
+async def test_sigterm_lets_the_front_end_finish_the_answer_it_is_giving(temporal_env, project):
+    """Trial F37: an MCP front end stopped while a call was in flight. On SIGTERM it says it is not ready
+    (503), keeps its port open while answers are in flight (a client resuming its stream finds it), and the
+    agent's call in flight gets its answer before the front end exits."""
+    slow_project(project)
+    write_directive(
+        project / ".ai" / "directives" / "slowhand.md",
+        directive_md(
+            '<step name="work"><action>Call slow.</action></step>',
+            name="slowhand",
+            permissions='<execute resource="tool" id="slow"/>',
+        ),
+    )
+    address = temporal_env.client.service_client.config.target_host
+    queue = f"kiwi-front-{uuid.uuid4().hex[:8]}"
+    runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)
+    worker = await kiwi_worker(address, queue)
+    port = free_port()
+    try:
+        async with kiwi_mcp_http(temporal_env, runs, project, port) as (url, front):
+            run_id = await runs.start("slowhand", {})
+            await awaiting_step(runs, run_id, "work")
+            async with Client(url) as agent:
+                call = asyncio.create_task(
+                    agent.call_tool(
+                        "execute",
+                        {
+                            "item_type": "tool",
+                            "action": "call",
+                            "item_id": "slow",
+                            "run_id": run_id,
+                            "parameters": {"label": "late"},
+                            "wait_seconds": 60,
+                        },
+                    )  # fmt: skip
+                )
+                log = project / "ticks.log"
+                await wait_for(lambda: _has_line(log, "late started"), timeout=60, what="the call to start")
+                front.send_signal(signal.SIGTERM)
+                # Draining: not ready (no new work should come here), the port still open for what it owes.
+                await wait_for(
+                    lambda: _status_is(f"http://127.0.0.1:{port}/readyz", 503), timeout=30, what="readyz 503"
+                )
+                assert front.returncode is None and not call.done()
+                (project / "go").write_text("")
+                answer = data(await asyncio.wait_for(call, 60))
+            assert answer["status"] == "ok" and answer["result"] == {"done": "late"}, answer
+            assert await asyncio.wait_for(front.wait(), 30) == 0
+    finally:
+        await stop_process(worker)

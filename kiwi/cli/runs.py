@@ -864,6 +864,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             stateless=args.stateless,
             address=args.address,
             namespace=args.namespace,
+            drain_seconds=args.drain_seconds,
             announce=lambda: print(
                 f"kiwi mcp: streamable HTTP at http://{args.host}:{args.port}/mcp",
                 file=sys.stderr,
@@ -1119,6 +1120,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --http: keep no MCP session in this process, so several front ends behind a load "
         "balancer can serve one client in turn",
+    )
+    p.add_argument(
+        "--drain-seconds",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="with --http, on SIGTERM or Ctrl-C: answer 503 on /readyz and give the answers in flight this long "
+        "before closing the port (default 30; keep an orchestrator's kill deadline longer)",
     )
     _connection(p, scope=False)
     p.set_defaults(func=cmd_mcp)

@@ -128,11 +128,16 @@ class HumansMixin:
             )
         early = next((d for d in state.early_approvals if d.request_id == request.request_id), None)
         if early is not None:
-            # Signed before this request was made (EARLY_APPROVALS), checked again now as any decision is.
-            # Applied here, where the call starts waiting, it makes the commands a decision taken during
-            # the wait makes: a run replays alike whichever of the two its worker saw first.
+            # Signed before this request was made (EARLY_APPROVALS), checked now as any decision is, in a
+            # task of its own: it runs after the audit flush above took its records, as a signal taken
+            # during the wait would, so the run makes the same commands and audit batches whichever of the
+            # two orders its worker saw (a replay sees the other one).
             state.early_approvals = [d for d in state.early_approvals if d is not early]
-            self._on_decide_approval(early)
+
+            async def decide() -> None:
+                self._on_decide_approval(early)
+
+            self._spawn(decide(), f"decision on {request.request_id} signed before it was asked")
         try:
             await workflow.wait_condition(
                 lambda: request.status != "pending" or bool(state.cancel_reason),
@@ -381,8 +386,8 @@ class HumansMixin:
     def _kept_for_later(self: DirectiveRun, decision: ApprovalDecision) -> bool:
         """Whether a decision on a call the run has not asked about yet is kept for it (EARLY_APPROVALS):
         only one a trusted approver signed for exactly that request and those arguments, so nobody else can
-        fill the run's keeping. Kept with no command (a marker or an upsert here would be made in one
-        order of events and not the other)."""
+        fill the run's keeping. Kept with no command and no audit record: whatever it did now, a replay
+        that sees the decision after its request would do later (audit batches and their flushes included)."""
         if not self.keeps_early or not decision.args_hash or not decision.signature:
             return False
         message = approval_message(
@@ -397,14 +402,6 @@ class HumansMixin:
             return False
         kept = [d for d in self.state.early_approvals if d.request_id != decision.request_id]
         self.state.early_approvals = [*kept, decision][-10:]
-        self.audit.record(
-            {
-                "event": "approval_decision_kept",
-                "request_id": decision.request_id,
-                "by": decision.by,
-                "reason": "signed for a call the run has not asked about yet: applied when it asks",
-            }
-        )
         return True
 
     def _on_decide_approval(self: DirectiveRun, decision: ApprovalDecision) -> None:
