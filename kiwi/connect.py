@@ -55,7 +55,7 @@ def profile() -> dict[str, Any]:
             hint="fix the path (README: Temporal Cloud and TLS), or unset TEMPORAL_CONFIG_FILE",
         )
     try:
-        return dict(ClientConfig.load_client_connect_config())
+        settings = dict(ClientConfig.load_client_connect_config())
     except RuntimeError as exc:  # temporalio's ConfigError
         name = os.environ.get("TEMPORAL_PROFILE") or "default"
         where = os.environ.get("TEMPORAL_CONFIG_FILE") or "~/.config/temporalio/temporal.toml"
@@ -73,6 +73,52 @@ def profile() -> dict[str, Any]:
             hint="fix the file, or choose another with TEMPORAL_CONFIG_FILE and TEMPORAL_PROFILE "
             "(README: Temporal Cloud and TLS)",
         ) from None
+    _check_tls(settings.get("tls"))
+    return settings
+
+
+# What each TLS part of a profile is, and the variables that give it (trial F5: a key file that was no key
+# ended in "tonic::transport::Error(Transport, PrivateKeyParseError)", and a worker tried it again for ever).
+_TLS_PARTS = (
+    ("client_cert", "client certificate", "TEMPORAL_TLS_CLIENT_CERT_PATH", "certificate"),
+    ("client_private_key", "client key", "TEMPORAL_TLS_CLIENT_KEY_PATH", "key"),
+    ("server_root_ca_cert", "server CA certificate", "TEMPORAL_TLS_SERVER_CA_CERT_PATH", "certificate"),
+)
+
+
+def _check_tls(tls: Any) -> None:
+    """Refuse TLS files that are not what they are named for, naming the part and where it comes from (never
+    its contents): no connection attempt can succeed with them, so a worker must not wait for one."""
+    from cryptography import x509
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+
+    for field, what, variable, kind in _TLS_PARTS:
+        data = getattr(tls, field, None)
+        if not data:
+            continue
+        try:
+            if kind == "key":
+                serialization.load_pem_private_key(data, password=None)
+            else:
+                x509.load_pem_x509_certificates(data)
+        except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+            inline = variable.replace("_PATH", "_DATA")
+            if os.environ.get(variable):
+                source = f"{variable}={os.environ[variable]}"
+            elif os.environ.get(inline):
+                source = inline
+            else:
+                source = f"the Temporal profile '{os.environ.get('TEMPORAL_PROFILE') or 'default'}'"
+            if isinstance(exc, TypeError):
+                problem = "is encrypted (Temporal takes no passphrase)"
+            else:
+                problem = f"is no PEM {'private key' if kind == 'key' else 'certificate'} it can use"
+            raise KiwiError(
+                f"the Temporal {what} from {source} {problem}",
+                hint="give the PEM file your Temporal server or Temporal Cloud issued (README: Temporal Cloud "
+                "and TLS)",
+            ) from None
 
 
 def target(address: str | None = None, namespace: str | None = None) -> tuple[str, str]:

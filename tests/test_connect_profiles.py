@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import uuid
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from google.protobuf.duration_pb2 import Duration
@@ -134,11 +134,84 @@ async def test_temporal_address_and_namespace_variables_override_the_profile(
     assert target() == ("kiwi.example:7233", "other-ns")
 
 
+def client_pair(folder, passphrase: bytes | None = None) -> None:
+    """A self-signed client certificate (client.pem) and its key (client.key) in ``folder``."""
+    from datetime import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kiwi-test-client")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    (folder / "client.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    encryption = (
+        serialization.BestAvailableEncryption(passphrase) if passphrase else serialization.NoEncryption()
+    )
+    (folder / "client.key").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
+    )
+
+
+async def test_tls_files_that_cannot_be_used_stop_the_cli_and_the_worker_at_once(
+    tmp_path, project, no_temporal_env
+):
+    """Trial F5: a key file that was no key ended in 'tonic::transport::Error(Transport, PrivateKeyParseError)',
+    and `kiwi worker` tried to connect with it again for ever. Each part is named, with where it came from,
+    never with what it holds."""
+    client_pair(tmp_path)
+    (tmp_path / "wrong.key").write_text(
+        "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWJ5dGVz\n-----END PRIVATE KEY-----\n"
+    )
+    env = {
+        "TEMPORAL_ADDRESS": "127.0.0.1:1",
+        "TEMPORAL_TLS_CLIENT_CERT_PATH": str(tmp_path / "client.pem"),
+        "TEMPORAL_TLS_CLIENT_KEY_PATH": str(tmp_path / "wrong.key"),
+    }
+    for argv in (("runs",), ("worker",)):
+        code, out, err = await asyncio.wait_for(kiwi_cli(*argv, cwd=project, env=env), 60)
+        assert code == 1, (argv, out, err)
+        assert (
+            f"client key from TEMPORAL_TLS_CLIENT_KEY_PATH={tmp_path / 'wrong.key'} is no PEM private key"
+            in err
+        )
+        assert "c2VjcmV0LWJ5dGVz" not in out + err and "tonic" not in err
+    (tmp_path / "wrong.pem").write_text("not a certificate")
+    code, out, err = await kiwi_cli(
+        "worker", cwd=project, env={**env, "TEMPORAL_TLS_CLIENT_CERT_PATH": str(tmp_path / "wrong.pem")}
+    )
+    assert code == 1 and "client certificate from TEMPORAL_TLS_CLIENT_CERT_PATH=" in err, err
+    # A key under a passphrase: Temporal takes none, so it says so.
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    client_pair(locked, passphrase=b"open sesame")
+    code, out, err = await kiwi_cli(
+        "runs", cwd=project, env={**env, "TEMPORAL_TLS_CLIENT_KEY_PATH": str(locked / "client.key")}
+    )
+    assert code == 1 and "is encrypted (Temporal takes no passphrase)" in err, err
+    # The right pair passes the check: what fails then is the connection (nothing listens on port 1).
+    code, out, err = await kiwi_cli(
+        "runs", cwd=project, env={**env, "TEMPORAL_TLS_CLIENT_KEY_PATH": str(tmp_path / "client.key")}
+    )
+    assert code == 1 and "cannot reach Temporal" in err and "PEM" not in err, err
+
+
 def test_cloud_profiles_carry_the_api_key_and_the_mtls_client_certificate(
     tmp_path, monkeypatch, no_temporal_env
 ):
-    (tmp_path / "client.pem").write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-    (tmp_path / "client.key").write_text("-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n")
+    client_pair(tmp_path)
     config = tmp_path / "temporal.toml"
     config.write_text(
         "[profile.cloud-api-key]\n"
