@@ -422,6 +422,17 @@ async def test_kiwi_dev_says_when_its_mcp_port_is_taken(temporal_env, project, t
 
 
 async def test_doctor_starts_each_configured_mcp_server(project):
+    # A server that talks on stderr and works, and one that says why it stops (trial F36: their stderr was
+    # mixed into doctor's report; now only a failing server's is shown, with its check).
+    write(
+        project / "chatty.py",
+        "import os, sys\nsys.stderr.write('chatty: starting up, all fine\\n')\nsys.stderr.flush()\n"
+        "os.execv(sys.executable, [sys.executable, '-m', 'mcp_server_time', '--local-timezone', 'UTC'])\n",
+    )
+    write(
+        project / "dies.py",
+        "import sys\nsys.stderr.write('fatal: no config at /etc/dies.conf\\n')\nsys.exit(3)\n",
+    )
     write(
         project / ".ai" / "config" / "mcp_registry.yaml",
         f"""\
@@ -431,12 +442,23 @@ mcps:
     args: ["-m", "mcp_server_time", "--local-timezone", "UTC"]
   broken:
     command: /nonexistent/mcp-server
+  chatty:
+    command: {sys.executable}
+    args: ["{project / "chatty.py"}"]
+  dies:
+    command: {sys.executable}
+    args: ["{project / "dies.py"}"]
 """,
     )
-    code, out, _ = await kiwi_cli("doctor", "--json", "--address", "127.0.0.1:1", cwd=project)
+    code, out, err = await kiwi_cli("doctor", "--json", "--address", "127.0.0.1:1", cwd=project)
     checks = {c["name"]: c for c in json.loads(out)["checks"]}
     assert checks["mcp clock"]["ok"] and "tools" in checks["mcp clock"]["detail"]
     assert not checks["mcp broken"]["ok"] and "mcp_registry.yaml" in checks["mcp broken"]["hint"]
+    assert checks["mcp chatty"]["ok"], checks["mcp chatty"]
+    assert "chatty: starting up" not in out + err
+    assert not checks["mcp dies"]["ok"]
+    assert "its stderr ended: fatal: no config at /etc/dies.conf" in checks["mcp dies"]["detail"]
+    assert "fatal: no config" not in err
     assert code == 1
 
 

@@ -278,6 +278,7 @@ def _configs(root: Path) -> list[Check]:
 
 async def _mcp_servers(root: Path) -> list[Check]:
     from kiwi.upstream.catalog import McpCatalog
+    from kiwi.upstream.pool import divert_server_stderr
     from kiwi.upstream.registry import load_registry
 
     try:
@@ -286,23 +287,34 @@ async def _mcp_servers(root: Path) -> list[Check]:
         return []  # reported by the config check
     catalog = McpCatalog(root)
     checks = []
+    # The servers' stderr is kept, not printed among the checks: shown with a check that fails.
+    said: list[str] = []
+    divert_server_stderr(said.append)
     try:
         for name, why in registry.skipped.items():
             checks.append(
                 Check(f"mcp {name}", False, f"skipped: {why}", "see mcp_registry.yaml", warning=True)
             )
         for name in sorted(registry.servers):
+            said.clear()
             try:
                 tools = await asyncio.wait_for(catalog._tools(name), 60)  # noqa: SLF001 - the same start a run makes
             except (KiwiError, TimeoutError) as exc:
                 message = exc.message if isinstance(exc, KiwiError) else "did not answer within 60s"
+                tail = " | ".join(line.strip() for line in said[-5:] if line.strip())
                 checks.append(
-                    Check(f"mcp {name}", False, message, f"check the '{name}' entry of mcp_registry.yaml")
+                    Check(
+                        f"mcp {name}",
+                        False,
+                        message + (f"; its stderr ended: {tail[-600:]}" if tail else ""),
+                        f"check the '{name}' entry of mcp_registry.yaml",
+                    )
                 )
             else:
                 checks.append(Check(f"mcp {name}", True, f"starts; {len(tools)} tools"))
     finally:
         await catalog.pool.close()
+        divert_server_stderr(None)
     return checks
 
 

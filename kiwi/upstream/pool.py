@@ -21,7 +21,7 @@ import stat
 import threading
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -605,6 +605,16 @@ def _errlog() -> Any:
 
 _SERVER_STDERR: Any = None
 _SERVER_STDERR_LOCK = threading.Lock()
+# Where the scrubbed lines go instead of file descriptor 2, when set (see divert_server_stderr).
+_STDERR_SINK: Callable[[str], None] | None = None
+
+
+def divert_server_stderr(sink: Callable[[str], None] | None) -> None:
+    """Hand stdio servers' stderr lines (scrubbed) to ``sink`` instead of this process's stderr; None puts
+    them back. `kiwi doctor` shows a server's lines only with its failed check (trial F36: they were mixed
+    into its report)."""
+    global _STDERR_SINK
+    _STDERR_SINK = sink
 
 
 def _copy_scrubbed(read_fd: int) -> None:
@@ -612,5 +622,9 @@ def _copy_scrubbed(read_fd: int) -> None:
         # A line at most 64 kB at a time: a server writing without newlines cannot fill this process's memory.
         while line := source.readline(65_536):
             text = scrub_text(line.decode("utf-8", errors="replace"))
+            sink = _STDERR_SINK
+            if sink is not None:
+                sink(text)
+                continue
             with contextlib.suppress(OSError):
                 os.write(2, text.encode("utf-8", errors="replace"))
