@@ -78,6 +78,30 @@ def store_folder() -> Path | None:
     return data_dir() / "payloads"
 
 
+def unwritable(folder: Path) -> str:
+    """Why this process cannot keep payloads in ``folder`` ('' when it can): made if missing, and written."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        return f"{folder} cannot be written: {exc.strerror or exc}"
+    return ""
+
+
+def check_store() -> None:
+    """Refuse a payload store this process cannot use, at start (trial F35: a front end and a worker started
+    with one, and the first large call failed, long after): `kiwi worker`, `kiwi mcp` and `kiwi dev`."""
+    folder = store_folder()
+    problem = unwritable(folder) if folder is not None else ""
+    if problem:
+        raise PayloadStoreError(
+            f"the payload store {problem}",
+            hint=f"make it writable for this user, or set {STORE_VARIABLE} to a folder that is (every Kiwi process "
+            "must reach the same one; off keeps payloads inline)",
+        )
+
+
 class FilePayloadStore(StorageDriver):
     """Temporal storage driver over a folder of content-addressed files (see the module's docstring).
 

@@ -534,3 +534,19 @@ async def test_kiwi_run_json_with_no_worker_names_the_run_it_started(runs, proje
     assert f"no worker took {shown['run_id']}'s first task within 1s" in shown["message"], shown
     assert "kiwi-nobody" in shown["hint"], shown
     await runs.client.get_workflow_handle(shown["run_id"]).terminate("test over")
+
+
+async def test_a_payload_store_that_cannot_be_written_stops_worker_and_front_ends_at_start(project, tmp_path):
+    """Trial F35: `kiwi worker` and `kiwi mcp` started with a store they could not write, and the first
+    large call failed long after. Each refuses at start now (a store under a file: not even root writes there),
+    before it waits for Temporal."""
+    (tmp_path / "a-file").write_text("")
+    env = {"KIWI_PAYLOAD_STORE": str(tmp_path / "a-file" / "store")}
+    for argv in (("worker", "--address", "127.0.0.1:1"), ("mcp", "--http", "--port", "1"), ("mcp",)):
+        code, out, err = await asyncio.wait_for(kiwi_cli(*argv, cwd=project, env=env), 60)
+        assert code == 1, (argv, out, err)
+        assert f"the payload store {tmp_path / 'a-file' / 'store'} cannot be written" in err, (argv, err)
+        assert "Traceback" not in err and "does not answer" not in err, (argv, err)
+    code, out, err = await kiwi_cli("doctor", "--no-mcp", "--json", cwd=project, env=env)
+    checks = {c["name"]: c for c in json.loads(out)["checks"]}
+    assert not checks["payload store"]["ok"] and "cannot be written" in checks["payload store"]["detail"]

@@ -60,9 +60,8 @@ def _payload_store() -> Check:
     """Where payloads of 256 KB and more go (kiwi/payloads.py), and whether this process can write there."""
     import os
     import stat
-    import tempfile
 
-    from kiwi.payloads import STORE_VARIABLE, store_folder
+    from kiwi.payloads import STORE_VARIABLE, store_folder, unwritable
 
     folder = store_folder()
     if folder is None:
@@ -73,15 +72,12 @@ def _payload_store() -> Check:
             f"unset {STORE_VARIABLE} (or name a folder every Kiwi process shares)",
             warning=True,
         )
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
+    problem = unwritable(folder)
+    if problem:
         return Check(
             "payload store",
             False,
-            f"{folder} cannot be written: {exc.strerror or exc}",
+            problem,
             f"make {folder} writable for this user, or set {STORE_VARIABLE} to a folder that is",
         )
     mode = folder.stat().st_mode

@@ -575,10 +575,10 @@ def _process_start() -> None:
     """What `kiwi worker`, `dev` and `mcp` settle before anything else: plain logs off a terminal, and a
     payload store setting every process can use (refused here, not at the first large call, and before the
     process waits for Temporal)."""
-    from kiwi.payloads import store_folder
+    from kiwi.payloads import check_store
 
     _plain_logs()
-    store_folder()
+    check_store()
 
 
 def _plain_logs() -> None:
