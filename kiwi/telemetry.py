@@ -1,7 +1,8 @@
 """OpenTelemetry for Kiwi's processes: one trace from the agent's MCP request to the upstream tool.
 
 Off unless asked for: ``KIWI_OTEL=1`` (what ``kiwi dev --otel`` sets) or an OTLP endpoint in
-``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` turns it on;
+``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` turns it on (and
+``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` alone turns metrics on, not traces);
 ``OTEL_SDK_DISABLED=true`` keeps it off. Everything else is the standard ``OTEL_*`` settings the
 OpenTelemetry SDK reads itself: service name, resource attributes, sampler, headers, timeouts, and
 ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``http/protobuf``, the default, or ``grpc``).
@@ -40,6 +41,14 @@ def wanted(environ: Mapping[str, str] | None = None) -> bool:
     env = os.environ if environ is None else environ
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
+    # (A metrics endpoint alone asks for metrics: trial F28, it turned nothing on.)
+    return traces_wanted(env) or bool(env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"))
+
+
+def traces_wanted(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process should export traces: KIWI_OTEL, or an endpoint that traces go to (the general
+    one or the traces one; a metrics endpoint alone turns metrics on, not traces to a default collector)."""
+    env = os.environ if environ is None else environ
     if env.get(ON_VARIABLE, "").strip().lower() in ("1", "true", "on", "yes"):
         return True
     return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
@@ -102,7 +111,7 @@ def setup(service: str) -> bool:
 
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or service})
     provider = TracerProvider(resource=resource)
-    if os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() != "none":
+    if traces_wanted() and os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() != "none":
         provider.add_span_processor(BatchSpanProcessor(ScrubbingExporter(_span_exporter())))
     trace.set_tracer_provider(provider)
     _active["tracer_provider"] = provider

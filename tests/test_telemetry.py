@@ -395,6 +395,31 @@ def test_telemetry_is_off_unless_asked_for():
     assert telemetry.wanted({"KIWI_OTEL": "1"})
     assert telemetry.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})
     assert not telemetry.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"})
+    # A metrics endpoint alone: metrics, not traces to a default collector (trial F28: nothing at all).
+    metrics_only = {"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://c:4318/v1/metrics"}
+    assert telemetry.wanted(metrics_only) and not telemetry.traces_wanted(metrics_only)
+    assert telemetry.traces_wanted({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"})
+
+
+async def test_a_metrics_endpoint_alone_sends_the_workers_metrics_and_no_traces(temporal_env, project):
+    """Trial F28: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT alone turned nothing on."""
+    address = temporal_env.client.service_client.config.target_host
+    with OtlpReceiver() as otlp:
+        worker = await kiwi_worker(
+            address,
+            f"kiwi-metrics-{uuid.uuid4().hex[:8]}",
+            env={
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"{otlp.url}/v1/metrics",
+                "OTEL_METRIC_EXPORT_INTERVAL": "300",
+            },
+        )
+        try:
+            await wait_for(received(lambda: bool(otlp.metrics)), timeout=60, what="the worker's metrics")
+        finally:
+            stop(worker)
+            await worker.wait()
+        assert any(name.startswith("temporal") for name in otlp.metrics), otlp.metrics
+        assert otlp.spans == []
 
 
 def test_metrics_endpoint_follows_the_otlp_settings():
