@@ -298,6 +298,10 @@ class SealInterceptor(temporalio.client.Interceptor, temporalio.worker.Intercept
     def __init__(self, key: bytes | None = None, accepted: Sequence[bytes] | None = None) -> None:
         self._key = key
         self._accepted = None if accepted is None else tuple(accepted)
+        if key is not None or accepted:
+            # A key given here is in this process's memory as one read from the environment is (review s21
+            # R9: only a key this module read made the process undumpable).
+            _undumpable()
 
     @property
     def key(self) -> bytes:

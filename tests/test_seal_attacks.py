@@ -14,6 +14,8 @@ import contextlib
 import json
 import os
 import stat
+import subprocess
+import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -825,3 +827,24 @@ def test_an_accepted_key_that_is_not_a_key_is_named(monkeypatch):
         seal.accepted_keys()
     monkeypatch.setenv(seal.ACCEPTED_VARIABLE, " " + "ab" * 32 + " , " + "cd" * 32)
     assert seal.accepted_keys() == (bytes.fromhex("ab" * 32), bytes.fromhex("cd" * 32))
+
+
+def test_a_key_given_to_the_interceptor_makes_its_process_undumpable_too():
+    """Review s21 R9: only a key read by kiwi.seal itself made the process undumpable; one handed to
+    SealInterceptor (tests, benches, an embedding program) left it readable by any process of its user."""
+    probe = (
+        "import ctypes, sys\n"
+        "from kiwi.seal import SealInterceptor\n"
+        "before = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)\n"  # PR_GET_DUMPABLE
+        "SealInterceptor(b'k' * 32) if sys.argv[1] == 'key' else SealInterceptor()\n"
+        "print(before, ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KIWI_SEAL")}
+    given = subprocess.run(
+        [sys.executable, "-c", probe, "key"], capture_output=True, text=True, env=env, check=True
+    )
+    none = subprocess.run(
+        [sys.executable, "-c", probe, "none"], capture_output=True, text=True, env=env, check=True
+    )
+    assert given.stdout.split() == ["1", "0"], given
+    assert none.stdout.split() == ["1", "1"], none
