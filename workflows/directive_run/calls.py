@@ -36,6 +36,7 @@ from workflows.directive_run.errors import (
     CallRefused,
     ToolReportedError,
     failure_of,
+    hint_of,
 )
 from workflows.directive_run.options import (
     API_RETRY,
@@ -132,6 +133,8 @@ class CallsMixin:
                     status="denied" if kind == PermissionDenied.type else "error",
                     tool=tool,
                     reason=message,
+                    # (FAILURE_HINTS: new runs only, as the answer's size counts in the task budget.)
+                    hint=hint_of(exc) if self.latest else "",  # type: ignore[arg-type]
                     error_type=kind,
                     call_seq=seq,
                 )

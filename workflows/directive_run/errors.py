@@ -51,3 +51,13 @@ def failure_of(exc: BaseException) -> tuple[str, str]:
         )
     kind = getattr(cause, "type", None) or "ActivityFailed"
     return kind, getattr(cause, "message", None) or str(cause)
+
+
+def hint_of(exc: BaseException) -> str:
+    """The hint an activity's failure carries (``Kind.error(message, {"hint": ...})``), '' when none: what
+    the agent is told to do about it (it was dropped, and the agent saw the message alone)."""
+    cause = exc.cause if isinstance(exc, ActivityError) and exc.cause is not None else exc
+    for detail in getattr(cause, "details", None) or ():
+        if isinstance(detail, dict) and isinstance(detail.get("hint"), str):
+            return detail["hint"]
+    return ""

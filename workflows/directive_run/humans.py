@@ -388,7 +388,7 @@ class HumansMixin:
         only one a trusted approver signed for exactly that request and those arguments, so nobody else can
         fill the run's keeping. Kept with no command and no audit record: whatever it did now, a replay
         that sees the decision after its request would do later (audit batches and their flushes included)."""
-        if not self.keeps_early or not decision.args_hash or not decision.signature:
+        if not self.latest or not decision.args_hash or not decision.signature:
             return False
         message = approval_message(
             self.snap.run_id,

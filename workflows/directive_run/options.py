@@ -89,6 +89,10 @@ CHANGES_2026_11_26B = "kiwi-run-changes-2026-11-26b"
 # commands as one that comes while it waits, so both orders replay alike. Not in runs started before it: a
 # decision they refused stays refused on replay.
 EARLY_APPROVALS = CURRENT
+# (In CURRENT only, never a marker of its own.) A tool call that fails in its activity answers with the hint
+# the failure carries (what to set, install or fix): the agent got the message alone. Not in older runs: the
+# answer is bigger, and its size counts in what a workflow task may send (task_budget.py).
+FAILURE_HINTS = CURRENT
 # What CURRENT stood for until it also stood for RESULTS_SEALED: runs started in between replay it.
 CHANGES_2026_11_26 = "kiwi-run-changes-2026-11-26"
 # (In CURRENT only.) The run checks the seal of every activity result it gets (kiwi/seal.py, SealedResult):

@@ -120,9 +120,9 @@ class DirectiveRun(
         # (PARENT_HOLDS_CHILDREN), CHANGES_2026_11_25 (HOLD_AT_ONCE), CHANGES_2026_11_23C (the task
         # budget), CHANGES_2026_11_23B (MCP_BATCHED) or CHANGES_2026_11_23 (each checked only when the
         # newer ones are not in their history).
-        self.keeps_early = workflow.patched(CURRENT)  # EARLY_APPROVALS
+        self.latest = workflow.patched(CURRENT)  # EARLY_APPROVALS, FAILURE_HINTS
         # RESULTS_SEALED (read by kiwi/seal.py)
-        self.results_sealed = self.keeps_early or workflow.patched(CHANGES_2026_11_26B)
+        self.results_sealed = self.latest or workflow.patched(CHANGES_2026_11_26B)
         self.holds_children = self.results_sealed or workflow.patched(CHANGES_2026_11_26)
         self.newest = self.holds_children or workflow.patched(
             CHANGES_2026_11_25
