@@ -474,3 +474,16 @@ async def start_parent_with_child(runs: Any) -> tuple[str, str]:
     child = (await runs.call_tool(parent, "directive.run", {"directive": "helper"})).result["run_id"]
     await awaiting_step(runs, child, "help")
     return parent, child
+
+
+def agent_directive(project: Path, tools: list[str], hosts: str = "", name: str = "calls") -> None:
+    """A directive ``name`` whose one step waits for the agent, granted ``tools`` (and ``hosts`` to reach)."""
+    grants = "".join(f'<execute resource="tool" id="{t}"/>' for t in tools)
+    if hosts:
+        grants += f'<execute resource="network" hosts="{hosts}"/>'
+    write_directive(
+        project / ".ai" / "directives" / f"{name}.md",
+        directive_md(
+            '<step name="work"><action>Call the tools.</action></step>', name=name, permissions=grants
+        ),
+    )

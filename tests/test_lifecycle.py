@@ -27,6 +27,7 @@ from kiwi.devserver import free_port
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
 from tests.helpers import (
+    agent_directive,
     awaiting_step,
     data,
     directive_md,
@@ -485,14 +486,7 @@ async def test_sigterm_lets_the_front_end_finish_the_answer_it_is_giving(tempora
     (503), keeps its port open while answers are in flight (a client resuming its stream finds it), and the
     agent's call in flight gets its answer before the front end exits."""
     slow_project(project)
-    write_directive(
-        project / ".ai" / "directives" / "slowhand.md",
-        directive_md(
-            '<step name="work"><action>Call slow.</action></step>',
-            name="slowhand",
-            permissions='<execute resource="tool" id="slow"/>',
-        ),
-    )
+    agent_directive(project, ["slow"], name="slowhand")
     address = temporal_env.client.service_client.config.target_host
     queue = f"kiwi-front-{uuid.uuid4().hex[:8]}"
     runs = RunClient(temporal_env.client, ItemStore(project), task_queue=queue)

@@ -17,7 +17,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from kiwi.devserver import free_port
-from tests.helpers import directive_md, execute, wait_for, write, write_directive
+from tests.helpers import agent_directive, execute, wait_for, write
 
 pytestmark = pytest.mark.temporal
 
@@ -191,14 +191,7 @@ async def test_a_call_whose_front_end_dies_mid_call_is_sent_again_through_anothe
         "  - name: label\n    type: string\n    required: true\nmutates_state: true\n",
     )
     write(project / ".ai" / "tools" / "hold" / "main.py", HOLD)
-    write_directive(
-        project / ".ai" / "directives" / "holder.md",
-        directive_md(
-            '<step name="work"><action>Call hold once.</action></step>',
-            name="holder",
-            permissions='<execute resource="tool" id="hold"/>',
-        ),
-    )
+    agent_directive(project, ["hold"], name="holder")
     address = temporal_env.client.service_client.config.target_host
     ports = [free_port(), free_port()]
     fronts = [await start_front_end(address, runs.task_queue, project, port, proxied=False) for port in ports]

@@ -18,7 +18,7 @@ from kiwi.auditlog import read_audit
 from kiwi.errors import InputInvalid, ItemInvalid
 from kiwi.items.store import ItemStore
 from kiwi.items.tools import parse_manifest
-from tests.helpers import awaiting_step, directive_md, wait_for, write, write_directive
+from tests.helpers import agent_directive, awaiting_step, directive_md, wait_for, write, write_directive
 
 TOKEN = "kiwi-test-token-3f9a61c2"
 
@@ -125,18 +125,6 @@ def api_tool(project: Path, tool_id: str, executor: str, parameters: str = "") -
         f"tool_id: {tool_id}\ntool_type: api\ndescription: calls an API\nexecutor:\n"
         + textwrap.indent(textwrap.dedent(executor), "  ")
         + (f"parameters:\n{textwrap.indent(textwrap.dedent(parameters), '  ')}" if parameters else ""),
-    )
-
-
-def agent_directive(project: Path, tools: list[str], hosts: str = "", name: str = "calls") -> None:
-    grants = "".join(f'<execute resource="tool" id="{t}"/>' for t in tools)
-    if hosts:
-        grants += f'<execute resource="network" hosts="{hosts}"/>'
-    write_directive(
-        project / ".ai" / "directives" / f"{name}.md",
-        directive_md(
-            '<step name="work"><action>Call the API.</action></step>', name=name, permissions=grants
-        ),
     )
 
 
