@@ -104,12 +104,9 @@ class WithHealth:
 
 
 class InFlight:
-    """ASGI: counts the requests in flight that carry an answer (every one but a GET that only listens), so a
-    front end stopping on SIGTERM keeps serving until the answers it owes are given (:meth:`drained`).
-
-    A call's answer streams back on its POST; a client that lost that stream resumes it with a GET naming
-    the last event it had (``Last-Event-ID``): both are counted. A GET that only listens for notifications
-    never ends by itself and is not waited for."""
+    """ASGI: counts the requests in flight that carry an answer (every one but a GET), so a front end stopping
+    on SIGTERM keeps serving until the answers it owes are given (:meth:`drained`). A call's answer streams
+    back on its POST; a GET only listens for notifications, never ends by itself, and is not waited for."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -118,10 +115,7 @@ class InFlight:
         self._idle.set()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        counted = scope["type"] == "http" and (
-            scope.get("method") != "GET"
-            or any(name == b"last-event-id" for name, _ in scope.get("headers", ()))
-        )
+        counted = scope["type"] == "http" and scope.get("method") not in ("GET", "HEAD")
         if not counted:
             await self.app(scope, receive, send)
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import os
 import re
 import sys
@@ -381,6 +382,9 @@ PROBE_SECONDS = 2.0
 # On SIGTERM, how long the answers in flight have before the HTTP front end closes its port (kiwi mcp
 # --drain-seconds; the worker's drain has the same default).
 DRAIN_SECONDS = 30.0
+# After the drain, how long the connections still open (listening streams, requests never finished) have to
+# close before they are cut.
+CLOSE_SECONDS = 3.0
 
 
 def build_server(
@@ -1080,6 +1084,13 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+def _not_cut_off(record: logging.LogRecord) -> bool:
+    """Keep uvicorn from logging a traceback for each request it cuts off after the drain (serve_http says
+    how many it cut off)."""
+    error = record.exc_info[1] if record.exc_info else None
+    return not (isinstance(error, asyncio.CancelledError) and "graceful shutdown" in str(error))
+
+
 def _say(line: str) -> None:
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
@@ -1179,9 +1190,18 @@ async def serve_http(
         announce()
     # No proxy headers: uvicorn's default took X-Forwarded-For from any local client (it trusts 127.0.0.1 as a
     # proxy), so the client address SameUser checks was whatever the client said.
+    # A bounded close after the drain: uvicorn waited for every open connection, a client's listening stream
+    # or a request it never finished sending included, and the front end never exited (review s22 F-1).
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", lifespan="on", proxy_headers=False
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        proxy_headers=False,
+        timeout_graceful_shutdown=CLOSE_SECONDS,
     )
+    logging.getLogger("uvicorn.error").addFilter(_not_cut_off)
     web = OwnedServer(config) if stop is not None else uvicorn.Server(config)
     task = asyncio.create_task(web.serve())
     if stop is not None:

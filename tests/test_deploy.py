@@ -24,6 +24,7 @@ from kiwi.cli import build_parser
 from kiwi.contracts import SEARCH_ATTRIBUTES
 from kiwi.devserver import temporal_binary
 from kiwi.health import LIVENESS_PATH, READINESS_PATH
+from mcp_frontend.server import CLOSE_SECONDS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -238,7 +239,7 @@ def test_compose_front_ends_are_stateless_behind_caddy_with_a_token():
     services = compose()["services"]
     mcp = kiwi_services()["kiwi-mcp"]
     args = kiwi_args(mcp["command"])
-    assert seconds(mcp["stop_grace_period"]) > args.drain_seconds > 0
+    assert seconds(mcp["stop_grace_period"]) > args.drain_seconds + CLOSE_SECONDS and args.drain_seconds > 0
     assert args.func.__name__ == "cmd_mcp" and args.http
     # Several replicas behind a round-robin proxy: no MCP session may live in one of them.
     assert args.stateless
@@ -380,7 +381,9 @@ def test_k8s_front_ends_probe_beside_mcp_and_the_service_reaches_them():
     args = kiwi_args(container["args"])
     assert args.func.__name__ == "cmd_mcp" and args.http and args.host == "0.0.0.0"
     assert args.stateless or spec["replicas"] == 1
-    assert pod["terminationGracePeriodSeconds"] > args.drain_seconds > 0
+    assert (
+        pod["terminationGracePeriodSeconds"] > args.drain_seconds + CLOSE_SECONDS and args.drain_seconds > 0
+    )
     assert container["readinessProbe"]["httpGet"] == {"path": READINESS_PATH, "port": args.port}
     assert container["livenessProbe"]["httpGet"] == {"path": LIVENESS_PATH, "port": args.port}
     assert {"KIWI_MCP_TOKEN", "KIWI_MCP_STATE_KEY"} <= container_env_names(pod, container)

@@ -635,3 +635,37 @@ async def test_a_signed_decision_that_comes_before_its_request_is_kept_for_it(ru
     await runs.decide_approval(run_id, "approval-2", False, by="bob")
     assert (await asyncio.wait_for(waiting, timeout=30)).error_type == "ApprovalRejected"
     assert (project / "notes" / "new.txt").exists()
+    # Two signed early decisions, a rejection then an approval (the approval sent twice): the first decides,
+    # as during the wait; the later one is refused and audited (review s22 F-2: the last one won).
+    third = coming.model_copy(
+        update={
+            "request_id": "approval-3",
+            "args_hash": digest(["filesystem.delete", {"path": "notes/new.txt"}]),
+        }
+    )
+    await handle.signal("decide_approval", signed_decision(run_id, execution, third, False, "bob"))
+    approval = signed_decision(run_id, execution, third, True, "alice")
+    for _ in range(2):
+        await handle.signal("decide_approval", approval)
+    rejected = await asyncio.wait_for(
+        runs.call_tool(run_id, "filesystem.delete", {"path": "notes/new.txt"}), 60
+    )
+    assert rejected.error_type == "ApprovalRejected" and "by bob" in rejected.reason, rejected
+    assert (project / "notes" / "new.txt").exists()
+
+    async def overruled():
+        records = read_audit(str(project), run_id)
+        return [
+            r for r in records if r.get("request_id") == "approval-3" and r["event"].startswith("approval_")
+        ]
+
+    async def settled():
+        records = await overruled()
+        return records if any(r["event"] == "approval_decision_refused" for r in records) else None
+
+    records = await wait_for(settled, what="the later early decision to be refused")
+    assert [(r["event"], r.get("by"), r.get("reason", "")[:30]) for r in records] == [
+        ("approval_requested", None, ""),
+        ("approval_decided", "bob", ""),
+        ("approval_decision_refused", "alice", "approval-3 is already rejected"),
+    ], records

@@ -524,3 +524,44 @@ async def test_sigterm_lets_the_front_end_finish_the_answer_it_is_giving(tempora
             assert await asyncio.wait_for(front.wait(), 30) == 0
     finally:
         await stop_process(worker)
+
+
+async def test_a_client_that_holds_its_connection_does_not_keep_a_stopping_front_end_alive(project):
+    """Review s22 F-1: after its drain the front end waited for every open connection without limit; a
+    client holding a request it never finished sending, or a listening stream, kept it running after SIGTERM.
+    It now exits once the drain and CLOSE_SECONDS are over, and says what it cut off. (No Temporal needed.)"""
+    from mcp_frontend.server import CLOSE_SECONDS
+
+    port = free_port()
+    front = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kiwi", "mcp", "--http", "--port", str(port), "--drain-seconds", "1",
+        "--address", "127.0.0.1:1", cwd=str(project), start_new_session=True,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    held = []
+    try:
+        await wait_for(
+            lambda: _status_is(f"http://127.0.0.1:{port}/healthz", 200), timeout=60, what="front end up"
+        )
+        for head in (
+            # A POST whose body never comes, and a GET that listens.
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 1000\r\n\r\n{",
+            f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n\r\n",
+        ):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(head.encode())
+            await writer.drain()
+            held.append(writer)
+        # (A round trip after both: the held requests are in by then, as a rule; the bound holds either way.)
+        assert await probe(f"http://127.0.0.1:{port}/healthz") == 200
+        front.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(front.wait(), 1 + CLOSE_SECONDS + 20) == 0
+        err = (await front.stderr.read()).decode()
+        assert "Traceback" not in err, err
+        if "in flight" in err:
+            assert "1 answer(s) still in flight after 1s: cut off" in err, err
+    finally:
+        for writer in held:
+            writer.close()
+        await stop_process(front)

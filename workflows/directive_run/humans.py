@@ -126,16 +126,18 @@ class HumansMixin:
                 ),
                 f"notify approvers of {request.request_id}",
             )
-        early = next((d for d in state.early_approvals if d.request_id == request.request_id), None)
-        if early is not None:
-            # Signed before this request was made (EARLY_APPROVALS), checked now as any decision is, in a
-            # task of its own: it runs after the audit flush above took its records, as a signal taken
-            # during the wait would, so the run makes the same commands and audit batches whichever of the
-            # two orders its worker saw (a replay sees the other one).
-            state.early_approvals = [d for d in state.early_approvals if d is not early]
+        early = [d for d in state.early_approvals if d.request_id == request.request_id]
+        if early:
+            # Signed before this request was made (EARLY_APPROVALS), checked now as any decision is, in the
+            # order they came (the first decides; a later one is refused as 'already ...' and audited, as
+            # during the wait), in a task of their own: it runs after the audit flush above took its records,
+            # as signals taken during the wait would, so the run makes the same commands and audit batches
+            # whichever of the two orders its worker saw (a replay sees the other one).
+            state.early_approvals = [d for d in state.early_approvals if d.request_id != request.request_id]
 
             async def decide() -> None:
-                self._on_decide_approval(early)
+                for decision in early:
+                    self._on_decide_approval(decision)
 
             self._spawn(decide(), f"decision on {request.request_id} signed before it was asked")
         try:
@@ -400,8 +402,11 @@ class HumansMixin:
         )
         if self._human_problem(decision.by, decision.signature, message, ""):
             return False
-        kept = [d for d in self.state.early_approvals if d.request_id != decision.request_id]
-        self.state.early_approvals = [*kept, decision][-10:]
+        if any(d.signature == decision.signature for d in self.state.early_approvals):
+            return True  # (the same signal again: kept once)
+        # In the order they came, each applied in turn when the request comes: the first decides (a later
+        # rejection does not override an approval, nor the other way round: review s22 F-2).
+        self.state.early_approvals = [*self.state.early_approvals, decision][-10:]
         return True
 
     def _on_decide_approval(self: DirectiveRun, decision: ApprovalDecision) -> None:
