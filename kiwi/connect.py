@@ -92,14 +92,21 @@ def _check_tls(tls: Any) -> None:
     from cryptography import x509
     from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
     for field, what, variable, kind in _TLS_PARTS:
         data = getattr(tls, field, None)
         if not data:
             continue
+        data = data.encode() if isinstance(data, str) else data
         try:
             if kind == "key":
-                serialization.load_pem_private_key(data, password=None)
+                key = serialization.load_pem_private_key(data, password=None)
+                if not isinstance(
+                    key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+                ):
+                    # (A DSA key parses, and the TLS library cannot use it: review s22 F-3.)
+                    raise UnsupportedAlgorithm(type(key).__name__)
             else:
                 x509.load_pem_x509_certificates(data)
         except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
@@ -112,6 +119,8 @@ def _check_tls(tls: Any) -> None:
                 source = f"the Temporal profile '{os.environ.get('TEMPORAL_PROFILE') or 'default'}'"
             if isinstance(exc, TypeError):
                 problem = "is encrypted (Temporal takes no passphrase)"
+            elif isinstance(exc, UnsupportedAlgorithm):
+                problem = "is a kind of key TLS here cannot use (give an RSA, EC or Ed25519 key)"
             else:
                 problem = f"is no PEM {'private key' if kind == 'key' else 'certificate'} it can use"
             raise KiwiError(

@@ -201,6 +201,18 @@ async def test_tls_files_that_cannot_be_used_stop_the_cli_and_the_worker_at_once
         "runs", cwd=project, env={**env, "TEMPORAL_TLS_CLIENT_KEY_PATH": str(locked / "client.key")}
     )
     assert code == 1 and "is encrypted (Temporal takes no passphrase)" in err, err
+    # A DSA key parses, and TLS cannot use it (review s22 F-3: it passed, and the worker retried for ever).
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import dsa
+
+    dsa_key = dsa.generate_private_key(key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    (tmp_path / "dsa.key").write_bytes(dsa_key)
+    code, out, err = await kiwi_cli(
+        "worker", cwd=project, env={**env, "TEMPORAL_TLS_CLIENT_KEY_PATH": str(tmp_path / "dsa.key")}
+    )
+    assert code == 1 and "is a kind of key TLS here cannot use" in err, err
     # The right pair passes the check: what fails then is the connection (nothing listens on port 1).
     code, out, err = await kiwi_cli(
         "runs", cwd=project, env={**env, "TEMPORAL_TLS_CLIENT_KEY_PATH": str(tmp_path / "client.key")}

@@ -669,3 +669,56 @@ async def test_a_signed_decision_that_comes_before_its_request_is_kept_for_it(ru
         ("approval_decided", "bob", ""),
         ("approval_decision_refused", "alice", "approval-3 is already rejected"),
     ], records
+
+
+def audit_flushes(history) -> list[int]:
+    """How many records each audit flush of a run wrote, in order (from its local activities' markers)."""
+    counts = []
+    for event in history.events:
+        if not event.HasField("marker_recorded_event_attributes"):
+            continue
+        details = event.marker_recorded_event_attributes.details
+        if "data" not in details or "result" not in details:
+            continue
+        data = json.loads(details["data"].payloads[0].data)
+        if data.get("activity_type") == "write_audit_records":
+            counts.append(json.loads(details["result"].payloads[0].data))
+    return counts
+
+
+async def test_a_decision_is_taken_when_its_call_waits_so_both_orders_write_the_same_batches(runs, project):
+    """Review s22 F-6: a kept decision was taken while the approval's audit flush still waited for the lock
+    (right after a step transition), so it landed in another batch than the same decision taken during the
+    wait: one order of events on the worker, another on replay. A decision is now taken only once its call
+    waits, after that flush: the runs' audit flushes are the same whichever came first."""
+    body = (
+        '<step name="work"><action>Tidy notes.</action></step><step name="clean"><tool_call '
+        'tool="filesystem.delete"><param name="path">notes/old.txt</param></tool_call></step>'
+    )
+    setup(project, body=body, harness=HARNESS + "runs:\n  audit_batch_size: 2\n")
+    flushes = {}
+    for early in (True, False):
+        write(project / "notes" / "old.txt", "old")
+        run_id = await runs.start("tidy", {})
+        await wait_for(lambda run_id=run_id: agent_waits(runs, run_id), what="the agent step")
+        execution, handle = await runs.execution(run_id), runs.handle(run_id)
+        coming = ApprovalRequest(
+            request_id=f"approval-{(await runs.status(run_id)).calls + 1}",
+            tool="filesystem.delete",
+            args_hash=digest(["filesystem.delete", {"path": "notes/old.txt"}]),
+            summary="", requested_by="", requested_at="", expires_at="",
+        )  # fmt: skip
+        decision = signed_decision(run_id, execution, coming, True, "alice")
+        if early:
+            await handle.signal("decide_approval", decision)
+        await runs.complete_step(run_id, "work", {})
+        if not early:
+            await wait_for(
+                lambda run_id=run_id: pending_approval(runs, run_id), what="the step's call to wait"
+            )
+            await handle.signal("decide_approval", decision)
+        assert (await asyncio.wait_for(handle.result(), 60)).status == "completed"
+        assert not (project / "notes" / "old.txt").exists()
+        flushes[early] = audit_flushes(await handle.fetch_history())
+    assert flushes[True] == flushes[False], flushes
+    assert len(flushes[True]) >= 3, flushes

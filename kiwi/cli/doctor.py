@@ -281,21 +281,22 @@ async def _mcp_servers(root: Path) -> list[Check]:
         registry = load_registry(root, _user_space())
     except KiwiError:
         return []  # reported by the config check
-    catalog = McpCatalog(root)
     checks = []
-    # The servers' stderr is kept, not printed among the checks: shown with a check that fails.
+    for name, why in registry.skipped.items():
+        checks.append(Check(f"mcp {name}", False, f"skipped: {why}", "see mcp_registry.yaml", warning=True))
+    # The servers' stderr is kept, not printed among the checks: shown with a check that fails. One server at a
+    # time, stopped (its process group with it) before the next starts, so what a failing check shows is its
+    # own server's (review s22 F-4: a server still running spoke into the next one's check).
     said: list[str] = []
     divert_server_stderr(said.append)
     try:
-        for name, why in registry.skipped.items():
-            checks.append(
-                Check(f"mcp {name}", False, f"skipped: {why}", "see mcp_registry.yaml", warning=True)
-            )
         for name in sorted(registry.servers):
             said.clear()
+            catalog = McpCatalog(root)
             try:
                 tools = await asyncio.wait_for(catalog._tools(name), 60)  # noqa: SLF001 - the same start a run makes
             except (KiwiError, TimeoutError) as exc:
+                await catalog.pool.close()
                 message = exc.message if isinstance(exc, KiwiError) else "did not answer within 60s"
                 tail = " | ".join(line.strip() for line in said[-5:] if line.strip())
                 checks.append(
@@ -307,9 +308,9 @@ async def _mcp_servers(root: Path) -> list[Check]:
                     )
                 )
             else:
+                await catalog.pool.close()
                 checks.append(Check(f"mcp {name}", True, f"starts; {len(tools)} tools"))
     finally:
-        await catalog.pool.close()
         divert_server_stderr(None)
     return checks
 

@@ -97,7 +97,8 @@ class HumansMixin:
             }
         )
         self._publish()
-        if workflow.patched(APPROVAL_AUDITED):
+        audited = workflow.patched(APPROVAL_AUDITED)
+        if audited and not self.latest:
             # Written before the wait (a human's: hours): `kiwi audit` shows what waits, and an approver
             # with no worker running finds what to sign in the audit trail (RunClient.approvals_without_worker).
             self._spawn(self.audit.flush(), f"audit {request.request_id}")
@@ -126,20 +127,17 @@ class HumansMixin:
                 ),
                 f"notify approvers of {request.request_id}",
             )
+        if audited and self.latest:
+            # (EARLY_APPROVALS) Written before any decision is taken: a decision is taken once its call waits,
+            # so the flush holds the request and never the decision, whichever came first to the worker.
+            await self.audit.flush()
+        self.waiting.add(request.request_id)
+        # Decisions kept until now (EARLY_APPROVALS: signed before the request, or while its audit was written),
+        # taken in the order they came: the first decides, a later one is refused and audited, as during the wait.
         early = [d for d in state.early_approvals if d.request_id == request.request_id]
-        if early:
-            # Signed before this request was made (EARLY_APPROVALS), checked now as any decision is, in the
-            # order they came (the first decides; a later one is refused as 'already ...' and audited, as
-            # during the wait), in a task of their own: it runs after the audit flush above took its records,
-            # as signals taken during the wait would, so the run makes the same commands and audit batches
-            # whichever of the two orders its worker saw (a replay sees the other one).
-            state.early_approvals = [d for d in state.early_approvals if d.request_id != request.request_id]
-
-            async def decide() -> None:
-                for decision in early:
-                    self._on_decide_approval(decision)
-
-            self._spawn(decide(), f"decision on {request.request_id} signed before it was asked")
+        state.early_approvals = [d for d in state.early_approvals if d.request_id != request.request_id]
+        for decision in early:
+            self._on_decide_approval(decision)
         try:
             await workflow.wait_condition(
                 lambda: request.status != "pending" or bool(state.cancel_reason),
@@ -150,6 +148,7 @@ class HumansMixin:
             request.status = "timed_out"
             request.reason = f"no decision within {timeout:g}s; a timeout denies"
             self.audit.record({"event": "approval_timed_out", "request_id": request.request_id, "tool": tool})
+        self.waiting.discard(request.request_id)
         if request.status == "pending":
             request.status = "cancelled"
         if state.status == "awaiting_approval" and not any(a.status == "pending" for a in state.approvals):
@@ -385,12 +384,24 @@ class HumansMixin:
                 return
         self._release(request)
 
-    def _kept_for_later(self: DirectiveRun, decision: ApprovalDecision) -> bool:
-        """Whether a decision on a call the run has not asked about yet is kept for it (EARLY_APPROVALS):
-        only one a trusted approver signed for exactly that request and those arguments, so nobody else can
-        fill the run's keeping. Kept with no command and no audit record: whatever it did now, a replay
-        that sees the decision after its request would do later (audit batches and their flushes included)."""
+    def _kept_for_later(
+        self: DirectiveRun, decision: ApprovalDecision, request: ApprovalRequest | None
+    ) -> bool:
+        """Whether a decision is kept until its call waits (EARLY_APPROVALS): a decision on a call the run has
+        not asked about yet, or on one whose request is being written to the audit trail. Only one a trusted
+        approver signed for exactly that request and those arguments (nobody else can fill the keeping), on a
+        request still to come (its number above the run's calls). Kept with no command and no audit record:
+        whatever it did now, a replay that sees it later would do later (audit batches and flushes included)."""
         if not self.latest or not decision.args_hash or not decision.signature:
+            return False
+        if request is None:
+            try:
+                number = int(decision.request_id.removeprefix("approval-"))
+            except ValueError:
+                return False
+            if number <= self.state.call_seq:
+                return False  # (a request the run has passed, scrolled out of its list: it never comes again)
+        elif request.status != "pending" or request.request_id in self.waiting:
             return False
         message = approval_message(
             self.snap.run_id,
@@ -404,15 +415,15 @@ class HumansMixin:
             return False
         if any(d.signature == decision.signature for d in self.state.early_approvals):
             return True  # (the same signal again: kept once)
-        # In the order they came, each applied in turn when the request comes: the first decides (a later
-        # rejection does not override an approval, nor the other way round: review s22 F-2).
+        # In the order they came, each taken in turn when the call waits: the first decides (a later rejection
+        # does not override an approval, nor the other way round: review s22 F-2).
         self.state.early_approvals = [*self.state.early_approvals, decision][-10:]
         return True
 
     def _on_decide_approval(self: DirectiveRun, decision: ApprovalDecision) -> None:
         request = next((a for a in self.state.approvals if a.request_id == decision.request_id), None)
         refused = ""
-        if request is None and self._kept_for_later(decision):
+        if self._kept_for_later(decision, request):
             return
         if request is None:
             refused = f"no approval request '{decision.request_id}'"

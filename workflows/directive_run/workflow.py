@@ -123,6 +123,8 @@ class DirectiveRun(
         self.latest = workflow.patched(CURRENT)  # EARLY_APPROVALS, FAILURE_HINTS
         # RESULTS_SEALED (read by kiwi/seal.py)
         self.results_sealed = self.latest or workflow.patched(CHANGES_2026_11_26B)
+        # Approval requests whose calls wait for a decision now (EARLY_APPROVALS: one is taken only then).
+        self.waiting: set[str] = set()
         self.holds_children = self.results_sealed or workflow.patched(CHANGES_2026_11_26)
         self.newest = self.holds_children or workflow.patched(
             CHANGES_2026_11_25
