@@ -608,6 +608,20 @@ async def test_a_signed_decision_that_comes_before_its_request_is_kept_for_it(ru
 
     (record,) = await wait_for(decided, what="the decision in the audit trail")
     assert (record["request_id"], record["decision"], record["by"]) == ("approval-1", "approved", "alice")
+    # A request number below the run's latest call never comes (review s22 F-6: re-sent old decisions could
+    # fill the keeping): refused, not kept.
+    past = coming.model_copy(update={"request_id": "approval-0"})
+    await handle.signal("decide_approval", signed_decision(run_id, execution, past, True, "alice"))
+
+    async def past_refused():
+        records = read_audit(str(project), run_id)
+        return [r for r in records if r.get("request_id") == "approval-0"] or None
+
+    (gone,) = await wait_for(past_refused, what="the decision on a past request to be refused")
+    assert (gone["event"], gone["reason"]) == (
+        "approval_decision_refused",
+        "no approval request 'approval-0'",
+    )
     # The same approver's decision signed for other arguments is kept too, and refused when its request
     # comes: the call waits for a decision on what it really does.
     write(project / "notes" / "new.txt", "new")

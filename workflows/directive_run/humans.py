@@ -390,7 +390,7 @@ class HumansMixin:
         """Whether a decision is kept until its call waits (EARLY_APPROVALS): a decision on a call the run has
         not asked about yet, or on one whose request is being written to the audit trail. Only one a trusted
         approver signed for exactly that request and those arguments (nobody else can fill the keeping), on a
-        request still to come (its number above the run's calls). Kept with no command and no audit record:
+        request still to come (its number not below the run's latest call). Kept with no command and no audit record:
         whatever it did now, a replay that sees it later would do later (audit batches and flushes included)."""
         if not self.latest or not decision.args_hash or not decision.signature:
             return False
@@ -399,8 +399,10 @@ class HumansMixin:
                 number = int(decision.request_id.removeprefix("approval-"))
             except ValueError:
                 return False
-            if number <= self.state.call_seq:
-                return False  # (a request the run has passed, scrolled out of its list: it never comes again)
+            if number < self.state.call_seq:
+                # (A call before the latest: its request, if it made one, scrolled out of the run's list, and
+                # never comes again. The latest call may still be on its way to its request.)
+                return False
         elif request.status != "pending" or request.request_id in self.waiting:
             return False
         message = approval_message(
