@@ -14,7 +14,7 @@ import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,6 +147,8 @@ class DevServer:
     ui_gate: Any = None  # the asyncio server on ui_port while this object runs a server
     reused: bool = False
     lock: Any = None  # the open lock file while this object runs a server on db_file
+    # Ports that others will bind (kiwi dev's MCP port): never chosen for the ones picked here.
+    taken: set[int] = field(default_factory=set)
 
     @property
     def log_file(self) -> Path | None:
@@ -231,7 +233,7 @@ class DevServer:
             argv += ["--sqlite-pragma", f"{key}={value}"]
         # Its HTTP API answers only requests addressed to this machine by name: a web page whose name was
         # rebound to 127.0.0.1 (DNS rebinding) is refused. The port is chosen here so the names can carry it.
-        self.http_port = self.http_port or free_port()
+        self.http_port = self.http_port or free_port(avoid=self._planned())
         allowed = [f"{host}:{self.http_port}" for host in ("127.0.0.1", "localhost", "[::1]")]
         dynamic = {**self.dynamic_config, "frontend.httpAllowedHosts": allowed}
         argv += ["--http-port", str(self.http_port)]
@@ -242,8 +244,14 @@ class DevServer:
         return argv
 
     def _ui_inner_port(self) -> int:
-        self.ui_inner_port = self.ui_inner_port or free_port()
+        self.ui_inner_port = self.ui_inner_port or free_port(avoid=self._planned())
         return self.ui_inner_port
+
+    def _planned(self) -> set[int]:
+        """The ports this server, its UI gate and ``taken`` will bind, free now but not for long: a port picked
+        for something else must not be one of them (a CI run's dev server got its UI gate's port as the UI's
+        own, and did not start)."""
+        return {self.port, self.ui_port, self.http_port, self.ui_inner_port, *self.taken} - {0}
 
     def ui_names(self) -> set[str]:
         """The Host headers the UI answers: this machine by name, with the UI's port."""
@@ -539,10 +547,15 @@ def port_open(ip: str, port: int) -> bool:
         return sock.connect_ex((ip, port)) == 0
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_port(avoid: Iterable[int] = ()) -> int:
+    """A port of 127.0.0.1 nothing listens on now, and none of ``avoid`` (ports others are about to bind)."""
+    avoid = set(avoid)
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in avoid:
+            return port
 
 
 async def ensure_search_attributes(client: Client) -> None:

@@ -39,7 +39,7 @@ async def read_until(stream, marker: bytes, timeout: float = 90) -> bytes:
 
 
 async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeypatch):
-    port, ui, mcp = free_port(), free_port(), free_port()
+    port, ui, mcp = distinct_ports(3)
     # With --otel (and its endpoint): Temporal's and Kiwi's metrics reach the OTLP endpoint.
     otlp = OtlpReceiver().__enter__()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
@@ -115,8 +115,8 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeyp
 
         # A second kiwi dev on other ports but the same database stops before starting a server.
         second = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "kiwi", "dev", "--config", str(config), "--port", str(free_port()),
-            "--ui-port", str(free_port()), "--mcp-port", str(free_port()),
+            sys.executable, "-m", "kiwi", "dev", "--config", str(config), "--port", str(free_port(avoid={port, ui, mcp})),
+            "--ui-port", str(free_port(avoid={port, ui, mcp})), "--mcp-port", str(free_port(avoid={port, ui, mcp})),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
         )  # fmt: skip
         _, err = await asyncio.wait_for(second.communicate(), 60)
@@ -209,3 +209,38 @@ async def test_a_dev_server_that_exits_at_start_is_quoted_from_its_log(tmp_path)
     assert "unable to open database file" in caught.value.message
     assert caught.value.hint == f"its whole output is in {tmp_path / 'taken.sqlite.log'}"
     assert "unable to open database file" in (tmp_path / "taken.sqlite.log").read_text()
+
+
+def test_ports_picked_for_the_dev_server_are_never_ones_it_or_kiwi_dev_will_bind(monkeypatch):
+    """A CI run's `kiwi dev` did not start: the port picked for Temporal's own UI (behind Kiwi's gate) was the
+    gate's port, free at that moment. The kernel hands out the ports below in turn: the taken ones are passed."""
+    import kiwi.devserver as devserver
+
+    handed = iter([5002, 5001, 5003, 5002, 6001, 6002])
+
+    class Socket:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, address):
+            self.port = next(handed)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(devserver.socket, "socket", Socket)
+    server = DevServer(ip="127.0.0.1", port=5001, ui_port=5002)
+    server.taken.add(5003)  # kiwi dev's MCP port
+    argv = server.command()
+    assert argv[argv.index("--ui-port") + 1] == "6001" and argv[argv.index("--http-port") + 1] == "6002", argv
+
+
+def distinct_ports(count: int) -> list[int]:
+    """``count`` free ports, no two alike (the kernel may hand out a port it just handed out)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        ports.append(free_port(avoid=ports))
+    return ports

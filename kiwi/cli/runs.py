@@ -738,6 +738,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
     server = DevServer.from_config(config, base, args.port, args.ui_port)
     if args.mcp_port:
         config["mcp"]["port"] = args.mcp_port
+    if (config.get("mcp") or {}).get("port"):
+        server.taken.add(int(config["mcp"]["port"]))  # (bound after the server starts: never its own)
     if args.otel:
         os.environ[telemetry.ON_VARIABLE] = "1"
     if telemetry.setup("kiwi-dev"):
