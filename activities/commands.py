@@ -42,7 +42,7 @@ from kiwi.shellpolicy import (
     program_name,
 )
 from kiwi.upstream.pool import remember_secrets, scrub, scrub_text
-from kiwi.upstream.registry import kiwi_own, lookup_secret
+from kiwi.upstream.registry import first_own, lookup_secret
 
 # Runs a Python tool: main(**params) when the entrypoint defines main, else the file as a
 # script with the parameters as JSON on stdin. The result is one JSON document on stdout.
@@ -339,7 +339,7 @@ def _check_requirements(tool: LocalToolSpec) -> dict[str, str]:
         )
     values = {name: lookup_secret(name) for name in tool.required_environment}
     unset = [name for name, value in values.items() if value is None]
-    if refused := next((kiwi_own(name) for name in unset if kiwi_own(name)), None):
+    if refused := first_own(unset):
         raise SecretMissing.error(
             f"tool '{tool.tool_id}' requires a variable it may not have", {"hint": refused}
         )

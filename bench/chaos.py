@@ -30,6 +30,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -222,10 +223,13 @@ async def unfinished(runs: RunClient, n: int, run_id: str | None) -> str:
     return f"run {n} ({KINDS[n % len(KINDS)]}, {run_id}) unfinished: {said}; {failed}"
 
 
-async def keep_history(runs: RunClient, run_id: str, folder: str | None, name: str = "") -> None:
-    """With --keep-histories: the run's history as JSON, for a replay test of what went wrong."""
+async def keep_history(
+    runs: RunClient, run_id: str, folder: str | None, name: str = "", history: Any = None
+) -> None:
+    """With --keep-histories: the run's history (``history``, else fetched) as JSON, for a replay test of
+    what went wrong."""
     if folder:
-        history = await runs.handle(run_id).fetch_history()
+        history = history or await runs.handle(run_id).fetch_history()
         Path(folder).mkdir(parents=True, exist_ok=True)
         (Path(folder) / f"{name}{run_id}.json").write_text(history.to_json())
         say(f"  history kept in {folder}/{name}{run_id}.json")
@@ -268,15 +272,6 @@ def raced(history) -> bool:
         ):
             return True
     return False
-
-
-async def replayed_here(runs: RunClient, run_id: str) -> str:
-    """Why a run's history does not replay, from a replay in this process (the worker's own log has it too,
-    but the test keeps only the end of this process's output)."""
-    history = await runs.handle(run_id).fetch_history()
-    events = " ".join(str(e.event_type) for e in history.events)
-    why = await does_not_replay(history)
-    return f"  replayed here: {why or 'without a failure'}; event types: {events}"
 
 
 async def main() -> int:
@@ -365,9 +360,8 @@ async def main() -> int:
                     status = await runs.status(out["ids"][n])
                 except Exception as exc:  # noqa: BLE001 - a run whose history no worker replays: say which, and why
                     unreadable += 1
+                    # (Why its history does not replay is said, and the history kept, below.)
                     say(f"run {n} ({out['ids'][n]}): status not read ({type(exc).__name__}: {exc})")
-                    say(await replayed_here(runs, out["ids"][n]))
-                    await keep_history(runs, out["ids"][n], args.keep_histories)
                     continue
                 if any(a.status == "pending" for a in status.approvals):
                     waiting += 1
@@ -379,12 +373,13 @@ async def main() -> int:
                 history = await runs.handle(run_id).fetch_history()
                 if raced(history):
                     races += 1
-                    await keep_history(runs, run_id, args.keep_histories, "raced-")
+                    await keep_history(runs, run_id, args.keep_histories, "raced-", history)
                 why = await does_not_replay(history)
                 if why:
                     unreplayable += 1
-                    say(f"run {n} ({run_id}): its history does not replay here: {why}")
-                    await keep_history(runs, run_id, args.keep_histories)
+                    events = " ".join(str(e.event_type) for e in history.events)
+                    say(f"run {n} ({run_id}): its history does not replay here: {why}; event types: {events}")
+                    await keep_history(runs, run_id, args.keep_histories, history=history)
             audit_missing = audit_duplicated = 0
             for run_id in out["ids"].values():
                 seqs = Counter(r.get("seq") for r in read_audit(str(root), run_id))

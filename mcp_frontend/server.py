@@ -1201,7 +1201,7 @@ async def serve_http(
         proxy_headers=False,
         timeout_graceful_shutdown=CLOSE_SECONDS,
     )
-    logging.getLogger("uvicorn.error").addFilter(_not_cut_off)
+    logging.getLogger("uvicorn.error").addFilter(_not_cut_off)  # (a filter added again is kept once)
     web = OwnedServer(config) if stop is not None else uvicorn.Server(config)
     task = asyncio.create_task(web.serve())
     if stop is not None:

@@ -295,21 +295,23 @@ async def _mcp_servers(root: Path) -> list[Check]:
             catalog = McpCatalog(root)
             try:
                 tools = await asyncio.wait_for(catalog._tools(name), 60)  # noqa: SLF001 - the same start a run makes
+                failed = ""
             except (KiwiError, TimeoutError) as exc:
+                failed = exc.message if isinstance(exc, KiwiError) else "did not answer within 60s"
+            finally:
                 await catalog.pool.close()
-                message = exc.message if isinstance(exc, KiwiError) else "did not answer within 60s"
-                tail = " | ".join(line.strip() for line in said[-5:] if line.strip())
-                checks.append(
-                    Check(
-                        f"mcp {name}",
-                        False,
-                        message + (f"; its stderr ended: {tail[-600:]}" if tail else ""),
-                        f"check the '{name}' entry of mcp_registry.yaml",
-                    )
-                )
-            else:
-                await catalog.pool.close()
+            if not failed:
                 checks.append(Check(f"mcp {name}", True, f"starts; {len(tools)} tools"))
+                continue
+            tail = " | ".join(line.strip() for line in said[-5:] if line.strip())
+            checks.append(
+                Check(
+                    f"mcp {name}",
+                    False,
+                    failed + (f"; its stderr ended: {tail[-600:]}" if tail else ""),
+                    f"check the '{name}' entry of mcp_registry.yaml",
+                )
+            )
     finally:
         divert_server_stderr(None)
     return checks

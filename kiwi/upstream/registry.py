@@ -208,6 +208,11 @@ def kiwi_own(name: str) -> str | None:
     )
 
 
+def first_own(names: list[str]) -> str | None:
+    """Why the first of ``names`` that is Kiwi's own is never looked up (:func:`kiwi_own`); None if none is."""
+    return next((why for why in map(kiwi_own, names) if why), None)
+
+
 def lookup_secret(name: str) -> str | None:
     """The value of ``${name}``: the worker's environment, else the OS keyring (service 'kiwi'); None when
     neither has it, or when it is Kiwi's own (:func:`kiwi_own`)."""
@@ -249,7 +254,7 @@ def load_registry(project_root: Path, user_space: Path) -> McpRegistry:
             registry.skipped.pop(name, None)
     for name, config in list(registry.servers.items()):
         missing = config.missing_variables()
-        if refused := next((kiwi_own(m) for m in missing if kiwi_own(m)), None):
+        if refused := first_own(missing):
             registry.servers.pop(name)
             registry.skipped[name] = refused
         elif missing:

@@ -38,9 +38,14 @@ class CallRefused(Exception):
         self.status, self.reason, self.hint, self.error_type = status, reason, hint, error_type
 
 
+def _cause(exc: BaseException) -> BaseException:
+    """An activity's failure itself, unwrapped from its ActivityError if it is in one."""
+    return exc.cause if isinstance(exc, ActivityError) and exc.cause is not None else exc
+
+
 def failure_of(exc: BaseException) -> tuple[str, str]:
     """``(type, message)`` of an activity's failure, wrapped in an ActivityError or not."""
-    cause = exc.cause if isinstance(exc, ActivityError) and exc.cause is not None else exc
+    cause = _cause(exc)
     if isinstance(cause, TemporalTimeout):
         # (Temporal's: its ``type`` is which timeout, a number; it read as error type "1".)
         return (
@@ -56,8 +61,7 @@ def failure_of(exc: BaseException) -> tuple[str, str]:
 def hint_of(exc: BaseException) -> str:
     """The hint an activity's failure carries (``Kind.error(message, {"hint": ...})``), '' when none: what
     the agent is told to do about it (it was dropped, and the agent saw the message alone)."""
-    cause = exc.cause if isinstance(exc, ActivityError) and exc.cause is not None else exc
-    for detail in getattr(cause, "details", None) or ():
+    for detail in getattr(_cause(exc), "details", None) or ():
         if isinstance(detail, dict) and isinstance(detail.get("hint"), str):
             return detail["hint"]
     return ""

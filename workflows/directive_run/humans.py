@@ -384,6 +384,20 @@ class HumansMixin:
                 return
         self._release(request)
 
+    def _unsigned(self: DirectiveRun, decision: ApprovalDecision, args_hash: str) -> str:
+        """Why ``decision`` is not a trusted approver's signature over its request and ``args_hash`` ('' when
+        it is)."""
+        message = approval_message(
+            self.snap.run_id,
+            self._execution(),
+            decision.request_id,
+            args_hash,
+            decision.approved,
+            decision.by,
+        )
+        command = f"kiwi approve {self.snap.run_id} {decision.request_id}"
+        return self._human_problem(decision.by, decision.signature, message, command)
+
     def _kept_for_later(
         self: DirectiveRun, decision: ApprovalDecision, request: ApprovalRequest | None
     ) -> bool:
@@ -405,15 +419,7 @@ class HumansMixin:
                 return False
         elif request.status != "pending" or request.request_id in self.waiting:
             return False
-        message = approval_message(
-            self.snap.run_id,
-            self._execution(),
-            decision.request_id,
-            decision.args_hash,
-            decision.approved,
-            decision.by,
-        )
-        if self._human_problem(decision.by, decision.signature, message, ""):
+        if self._unsigned(decision, decision.args_hash):
             return False
         if any(d.signature == decision.signature for d in self.state.early_approvals):
             return True  # (the same signal again: kept once)
@@ -436,19 +442,7 @@ class HumansMixin:
         elif decision.by and decision.by == request.requested_by:
             refused = f"'{decision.by}' made the call and cannot approve it"
         elif self.hardened:
-            refused = self._human_problem(
-                decision.by,
-                decision.signature,
-                approval_message(
-                    self.snap.run_id,
-                    self._execution(),
-                    request.request_id,
-                    request.args_hash,
-                    decision.approved,
-                    decision.by,
-                ),
-                f"kiwi approve {self.snap.run_id} {request.request_id}",
-            )
+            refused = self._unsigned(decision, request.args_hash)
         if refused or request is None:
             self._refuse_decision("approval_decision_refused", decision.request_id, decision.by, refused)
             return
