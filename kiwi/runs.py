@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType, IndexedValueType
+from temporalio.api.enums.v1 import EventType, IndexedValueType, WorkflowTaskFailedCause
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import (
     Client,
@@ -527,13 +527,19 @@ class RunClient:
     async def _stalled(self, run_id: str) -> KiwiError:
         """A run whose workflow task keeps failing (a payload its worker cannot read, a worker that cannot
         decode its state): why, from the last failure in its history, instead of Temporal's "Workflow Task
-        in failed state" (the reason was only in the worker's log)."""
-        why = ""
+        in failed state" (the reason was only in the worker's log). A task that timed out (a worker too
+        busy or stuck to answer in time) says so: it has no failure to show."""
+        why, timed_out = "", 0
         with contextlib.suppress(RPCError):
             async for event in self.handle(run_id).fetch_history_events():
                 if event.HasField("workflow_task_failed_event_attributes"):
-                    failure = event.workflow_task_failed_event_attributes.failure
-                    why = failure.message or why
+                    attributes = event.workflow_task_failed_event_attributes
+                    cause = WorkflowTaskFailedCause.Name(attributes.cause).removeprefix(_FAILED_CAUSE)
+                    why = attributes.failure.message or cause.lower().replace("_", " ")
+                elif event.HasField("workflow_task_timed_out_event_attributes"):
+                    timed_out += 1
+        if not why and timed_out:
+            why = f"its workflow task timed out ({timed_out}x): the worker is too busy or stuck to answer"
         return KiwiError(
             f"run {run_id} cannot take its next step: its worker fails it"
             + (f": {scrub_text(why[:500])}" if why else ""),
@@ -1565,6 +1571,8 @@ _CLOSED_AS = {
 }
 # How long a status query is waited for before the run is taken to have no worker answering for it.
 QUERY_SECONDS = 5.0
+
+_FAILED_CAUSE = "WORKFLOW_TASK_FAILED_CAUSE_"
 # A poller Temporal last saw this long ago is gone (a live worker polls again at once, at most every 70 s).
 POLLER_SEEN_SECONDS = 90.0
 
