@@ -977,15 +977,8 @@ class BearerToken:
             headers = dict(scope.get("headers") or [])
             given = headers.get(b"authorization", b"")
             if not hmac.compare_digest(given, b"Bearer " + self.token):
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
-                    }
-                )
-                await send(
-                    {"type": "http.response.body", "body": b'{"error": "missing or wrong bearer token"}'}
+                await _answer(
+                    send, 401, {"error": "missing or wrong bearer token"}, (b"www-authenticate", b"Bearer")
                 )
                 return
         await self.app(scope, receive, send)
@@ -1018,21 +1011,44 @@ class SameUser:
             if owner is None and PROC_TABLES:
                 owner = -1
             if owner is not None and owner != self.uid:
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 403,
-                        "headers": [(b"content-type", b"application/json")],
-                    }
-                )
                 body = {
                     "error": "this MCP front end answers its own user's processes only",
                     "hint": "run your own `kiwi dev` or `kiwi mcp --http`; to share one, its owner sets "
                     "KIWI_MCP_TOKEN and gives you the token",
                 }
-                await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+                await _answer(send, 403, body)
                 return
         await self.app(scope, receive, send)
+
+
+class NoResume:
+    """ASGI middleware: a GET that asks to resume a stream (``Last-Event-ID``) opens a fresh one, as if it did
+    not ask (the spec lets a server replay, not makes it). Without an event store the SDK gave no answer at
+    all (a 500 and an ASGI error in the log per request). Kiwi's events carry no ids, so nothing was missed
+    that an id could name; a run's state is in Temporal, and ``tasks/get`` or the tools read it again."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("method") == "GET":
+            headers = scope.get("headers") or []
+            if any(name.lower() == b"last-event-id" for name, _ in headers):
+                kept = [(name, value) for name, value in headers if name.lower() != b"last-event-id"]
+                scope = {**scope, "headers": kept}
+        await self.app(scope, receive, send)
+
+
+async def _answer(send: Any, status: int, body: dict[str, str], *headers: tuple[bytes, bytes]) -> None:
+    """A JSON answer a middleware gives itself (a refusal), the request going no further."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
 
 # Host names (``name`` or ``name:port``) the HTTP front end answers besides its bind address.
@@ -1066,6 +1082,7 @@ def http_app(
         allowed_origins=[f"http://{h}:{port}" for h in hosts] + [f"https://{name}" for name in public],
     )
     app = server.streamable_http_app(transport_security=security, host=host, stateless_http=stateless)
+    app = NoResume(app)
     # (Without a token the bind is loopback, see above: only this user's processes are let in.)
     return WithHealth(BearerToken(app, token) if token else SameUser(app), HealthApp(ready or _always_ready))
 

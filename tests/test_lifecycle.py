@@ -565,3 +565,38 @@ async def test_a_client_that_holds_its_connection_does_not_keep_a_stopping_front
         for writer in held:
             writer.close()
         await stop_process(front)
+
+
+async def test_a_stream_asked_to_resume_opens_afresh_instead_of_failing(project):
+    """Review s22 F-5: a GET carrying Last-Event-ID got a 500 (the SDK, with no event store, gave no answer)
+    and an ASGI error in the log for each. Kiwi keeps no events to replay: the stream opens as a new one.
+    (No Temporal needed.)"""
+    port = free_port()
+    front = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kiwi", "mcp", "--http", "--port", str(port), "--address", "127.0.0.1:1",
+        cwd=str(project), start_new_session=True, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        await wait_for(lambda: _status_is(f"http://127.0.0.1:{port}/healthz", 200), timeout=60, what="up")
+        headers = {"accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient(timeout=10, headers=headers) as http:
+            started = await http.post(url, json=INITIALIZE)
+            assert started.status_code == 200, started.text
+            session = {
+                "mcp-session-id": started.headers["mcp-session-id"],
+                "mcp-protocol-version": "2025-06-18",
+            }
+            listen = {**session, "accept": "text/event-stream"}
+            async with http.stream("GET", url, headers={**listen, "last-event-id": "guessed-7"}) as resumed:
+                assert resumed.status_code == 200
+                assert resumed.headers["content-type"].startswith("text/event-stream")
+            # The session still answers after it.
+            pong = await http.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=session)
+            assert pong.status_code == 200 and '"result"' in pong.text, pong.text
+        front.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(front.wait(), 60) == 0
+        err = (await front.stderr.read()).decode()
+        assert "without starting response" not in err and "Traceback" not in err, err
+    finally:
+        await stop_process(front)
