@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.filesystem import confine
 from activities.process import child_env, run_process
+from activities.staging import Staged, links_in, write_back
 from activities.toolenv import lib_folder, tool_python
 from kiwi.contracts import CheckpointResult, CommandRequest, GitRequest, LocalToolRequest, LocalToolSpec
 from kiwi.errors import (
@@ -37,9 +38,11 @@ from kiwi.shellpolicy import (
     FIND_GRANTABLE,
     PathArgument,
     ShellVerdict,
+    Unpacking,
     later_refused,
     path_arguments,
     program_name,
+    unpacking,
 )
 from kiwi.upstream.pool import remember_secrets, scrub, scrub_text
 from kiwi.upstream.registry import first_own, lookup_secret
@@ -216,6 +219,43 @@ def _checked_cwd(req: CommandRequest) -> Path:
     return cwd
 
 
+async def _unpack(req: CommandRequest, unpack: Unpacking, cwd: Path, env: dict[str, str]) -> dict[str, Any]:
+    """``tar -x`` or ``unzip`` run into a folder of the worker's own, then what it unpacked copied into the
+    project by the worker (see :class:`kiwi.shellpolicy.Unpacking`): every path checked against the run's
+    write grants first (nothing is kept if one is not covered), files written through descriptors that never
+    follow a link, links left out (and named)."""
+    folder = tempfile.mkdtemp(prefix="kiwi-unpack-")
+    staged = Staged(rel=unpack.target, path=os.path.join(folder, "into"), is_dir=True)
+    try:
+        os.mkdir(staged.path, 0o700)
+        result = await run_process(
+            unpack.argv(staged.path),
+            cwd=str(cwd),
+            timeout=req.timeout_seconds,
+            max_output=req.max_output_bytes,
+            stdin=req.stdin,
+            env=env,
+        )
+        left_out = await asyncio.to_thread(links_in, staged.path)
+        what = f"{unpack.program} (unpacking into '{unpack.target}')"
+        await asyncio.to_thread(
+            write_back, req.project_root, staged, req.write_grants, req.deny_fs, what, keep=unpack.keep
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    # (The worker's own folder is no place of the project: its name is not shown.)
+    stdout, stderr = (text.replace(staged.path, unpack.target) for text in (result.stdout, result.stderr))
+    if left_out:
+        shown = ", ".join(f"{unpack.target}/{p}" for p in left_out[:10]) + (
+            " ..." if len(left_out) > 10 else ""
+        )
+        stderr += (
+            f"kiwi: {len(left_out)} link(s) or special file(s) in the archive were not unpacked (Kiwi writes "
+            f"no links into the project): {shown}\n"
+        )
+    return {"exit_code": result.exit_code, "stdout": stdout, "stderr": stderr, "truncated": result.truncated}
+
+
 class CommandActivities:
     @activity.defn(name="run_command")
     async def run_command(self, req: CommandRequest) -> dict[str, Any]:
@@ -228,6 +268,11 @@ class CommandActivities:
         if program_name(req.argv[0]) == "git":
             git_config = await _check_git_repository(req, str(cwd), env)
             env = {**await git_identity(str(cwd)), **env}
+        unpack = unpacking(req.argv, req.cwd or ".")
+        if isinstance(unpack, ShellVerdict):
+            raise _denied(f"{unpack.reason} ({unpack.hint})" if unpack.hint else unpack.reason)
+        if unpack is not None:
+            return await _unpack(req, unpack, cwd, env)
         result = await run_process(
             req.argv,
             cwd=str(cwd),

@@ -126,8 +126,11 @@ def _copy_tree(folder: int, target: str, prefix: str, staged: Staged, budget: _B
         # Links, sockets, devices: not copied (a link would name a place of the host, not of the tool).
 
 
-def write_back(root: str, staged: Staged, allowed: list[str], denied: list[str], what: str) -> list[str]:
-    """The tool's changes to a writable mount, into the project; the project paths written or removed."""
+def write_back(
+    root: str, staged: Staged, allowed: list[str], denied: list[str], what: str, *, keep: bool = False
+) -> list[str]:
+    """The tool's changes to a writable mount, into the project; the project paths written or removed.
+    ``keep``: a file the project already has is left as it is (an unpacking told not to overwrite)."""
     if not staged.is_dir:
         after = {"": _sha256(staged.path)} if os.path.isfile(staged.path) else {}
         dirs: set[str] = set()
@@ -153,6 +156,8 @@ def write_back(root: str, staged: Staged, allowed: list[str], denied: list[str],
         with open(source, "rb") as handle:
             data = handle.read()
         with walk(root, targets[inner], targets[inner], create=True) as (parent, name):
+            if keep and _present(parent, name):
+                continue
             _write_atomic(parent, name, data, stat.S_IMODE(os.stat(source).st_mode) & 0o777)
     for inner in removed:
         with walk(root, targets[inner], targets[inner]) as (parent, name):
@@ -160,6 +165,25 @@ def write_back(root: str, staged: Staged, allowed: list[str], denied: list[str],
             if stat.S_ISREG(info.st_mode):
                 os.unlink(name, dir_fd=parent)
     return sorted(targets[p] for p in [*changed, *removed, *made])
+
+
+def _present(parent: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def links_in(top: str) -> list[str]:
+    """The links (and sockets, devices...) below ``top``, relative to it: what a write-back leaves out."""
+    found = []
+    for folder, subdirs, names in os.walk(top, followlinks=False):
+        for name in [*subdirs, *names]:
+            path = os.path.join(folder, name)
+            if not stat.S_ISREG(os.lstat(path).st_mode) and not stat.S_ISDIR(os.lstat(path).st_mode):
+                found.append(os.path.relpath(path, top).replace(os.sep, "/"))
+    return sorted(found)
 
 
 def _listing(top: str) -> tuple[dict[str, str], set[str]]:

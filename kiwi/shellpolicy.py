@@ -915,6 +915,138 @@ def _tar(parsed: _Parsed, found: list[tuple[str, str, bool]], cwd: str) -> list[
     return found + [(o, "read", False) for o in ops]
 
 
+# ---------------------------------------------------------------- unpacking, staged
+
+# Old-style tar letters that take a value (``tar xfC A DIR``): only ``f`` is read in that form here.
+_TAR_LETTERS_WITH_VALUE = frozenset("bCfFgHIKLNTVX")
+_TAR_KEEP = ("--keep-old-files", "--skip-old-files", "--keep-newer-files")
+_UNZIP_LISTING = frozenset({"-l", "-t", "-p", "-c", "-v", "-z", "-Z"})
+
+
+@dataclass(frozen=True)
+class Unpacking:
+    """A command that unpacks an archive into the project (``tar -x``, ``unzip``), to be run into a folder of
+    the worker's own instead: an archive can hold a link (``sub/x -> /home/you``), and a second archive a file
+    below it (``sub/x/.bashrc``), which the program writes through the link, out of the project. The worker
+    copies what was unpacked into ``target`` (project-relative) itself, never following a link, each path
+    checked against the run's grants, and links not at all (activities/staging.py). ``keep``: files already
+    there are left as they are (tar -k, unzip -n)."""
+
+    program: str
+    args: tuple[str, ...]
+    target: str
+    keep: bool
+    folder_options: frozenset[str]
+
+    def argv(self, into: str) -> list[str]:
+        """The command, unpacking into ``into`` (an absolute folder) and nowhere else."""
+        spec = SPECS[self.program]
+        out: list[str] = []
+        replaced = False
+        args = list(self.args)
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            i += 1
+            if arg == "--":
+                out += args[i - 1 :]
+                break
+            if arg.startswith("--"):
+                raw, eq, _ = arg.partition("=")
+                name = _resolve_long(raw, spec)
+                if name in self.folder_options:
+                    out += [f"{raw}={into}"] if eq else [raw, into]
+                    i += 0 if eq else 1
+                    replaced = True
+                elif name in spec.values and not eq and i < len(args):
+                    out += [arg, args[i]]
+                    i += 1
+                else:
+                    out.append(arg)
+                continue
+            if arg.startswith("-") and len(arg) > 1 and arg not in spec.values:
+                for index, char in enumerate(arg[1:], start=1):
+                    option = f"-{char}"
+                    if option not in spec.values:
+                        continue
+                    taken = index == len(arg) - 1  # (its value is the next word, not the rest of this one)
+                    if option in self.folder_options:
+                        out += [arg[: index + 1], into]
+                        replaced = True
+                    else:
+                        out.append(arg)
+                        if taken and i < len(args):
+                            out.append(args[i])
+                    i += 1 if taken else 0
+                    break
+                else:
+                    out.append(arg)
+                continue
+            if arg in spec.values and arg in self.folder_options:
+                out += [arg, into]
+                i += 1
+                replaced = True
+                continue
+            if arg in spec.values and i < len(args):
+                out += [arg, args[i]]
+                i += 1
+                continue
+            out.append(arg)
+        if replaced:
+            return [self.program, *out]
+        if self.program == "tar":
+            return ["tar", "-C", into, *out]  # (first: -C applies to what follows it)
+        return [self.program, *out, "-d", into]
+
+
+def unpacking(argv: Sequence[str], cwd: str = ".") -> Unpacking | ShellVerdict | None:
+    """How ``argv`` unpacks an archive into the project (see :class:`Unpacking`), or None when it does not
+    (any other program, ``tar -t``/``-c``/``-O``, ``unzip -l``/``-p``...). ``cwd``: project-relative."""
+    if not argv:
+        return None
+    name = program_name(argv[0])
+    if name not in ("tar", "unzip"):
+        return None
+    spec = SPECS[name]
+    args = list(argv[1:])
+    if name == "tar" and args and not args[0].startswith("-") and re.fullmatch(r"[A-Za-z]+", args[0]):
+        letters = args.pop(0)
+        if "x" in letters and set(letters) & (_TAR_LETTERS_WITH_VALUE - {"f"}):
+            return _no(
+                f"tar's old-style options '{letters}' name a value Kiwi does not read in that form",
+                "write them with dashes, e.g. tar -x -f ARCHIVE -C FOLDER",
+            )
+        archive = ["-f", args.pop(0)] if "f" in letters and args else []
+        args = [f"-{c}" for c in letters if c != "f"] + archive + args
+    parsed = _parse(args, spec, set())
+    if isinstance(parsed, ShellVerdict):
+        return parsed
+    options = set(parsed.options)
+    if name == "tar":
+        if not options & {"-x", "--extract", "--get"} or options & {"-O", "--to-stdout"}:
+            return None
+        folders = [value for _, kind, value in parsed.values if kind == "cwd"]
+        folder_options = frozenset({"-C", "--directory"})
+        keep = "-k" in options or any(
+            o.startswith("--") and any(k.startswith(o) for k in _TAR_KEEP) for o in options
+        )
+    else:
+        if options & _UNZIP_LISTING:
+            return None
+        folders = [value for _, kind, value in parsed.values if kind == "extract"]
+        folder_options = frozenset({"-d"})
+        keep = "-n" in options
+    if len(folders) > 1:
+        return _no(
+            f"{name} is given the folder to unpack into {len(folders)} times",
+            f"give it once ({'-C' if name == 'tar' else '-d'} FOLDER)",
+        )
+    target = lexical_path(cwd, folders[0]) if folders else lexical_path(".", cwd)
+    if isinstance(target, ShellVerdict):
+        return target
+    return Unpacking(name, tuple(args), target, keep, folder_options)
+
+
 # find: tests and actions taking one argument; which of them name files.
 _FIND_ARG = {
     "-name",

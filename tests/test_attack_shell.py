@@ -241,3 +241,105 @@ async def test_a_bare_repository_written_into_a_plain_project_runs_nothing(runs,
     ):
         await runs.call_tool(run_id, tool, args)
     assert list(marks.iterdir()) == [] and not pwned(project)
+
+
+def _tar_bytes(members: list[tuple[str, str | None, str]]) -> str:
+    """A ustar archive as text (names, links and contents ASCII: every byte below 0x80), so the agent can
+    write it with filesystem.write. ``members``: (name, link target or None, content)."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        for name, target, content in members:
+            info = tarfile.TarInfo(name)
+            info.mtime = 0
+            if target is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, target
+                archive.addfile(info)
+            else:
+                info.size = len(content)
+                archive.addfile(info, io.BytesIO(content.encode()))
+    data = buffer.getvalue()
+    assert max(data) < 0x80
+    return data.decode("ascii")
+
+
+async def test_attack_two_archives_write_through_a_link_the_first_unpacked(runs, project, tmp_path_factory):
+    """Review s19 F21: one archive unpacks a link to a place outside the project, a second a file below the
+    link: tar wrote that file through the link, outside the project (a ~/.bashrc, a tool's code). Archives
+    are now unpacked into the worker's own folder, and what they hold copied in without following a link;
+    links are left out and named. The agent writes both archives itself."""
+    outside = tmp_path_factory.mktemp("outside")
+    run_id = await start(runs, project, "tar")
+    (project / "sub").mkdir()
+    for name, members in (
+        ("a.tar", [("link", str(outside), "")]),
+        ("b.tar", [("link/PWNED.txt", None, "written outside"), ("notes/fine.txt", None, "unpacked")]),
+    ):
+        wrote = await runs.call_tool(
+            run_id, "filesystem.write", {"path": name, "content": _tar_bytes(members)}
+        )
+        assert wrote.status == "ok", wrote
+    first = await runs.call_tool(run_id, "shell.run", {"command": "tar -xvf a.tar -C sub"})
+    second = await runs.call_tool(run_id, "shell.run", {"command": "tar -xf b.tar -C sub"})
+    assert not list(outside.iterdir())
+    assert first.status == "ok" and first.result["exit_code"] == 0, first
+    assert "1 link(s)" in first.result["stderr"] and "sub/link" in first.result["stderr"], first.result
+    assert "kiwi-unpack" not in str(first.result)  # (the worker's own folder is not shown)
+    assert second.status == "ok" and second.result["exit_code"] == 0, second
+    assert not (project / "sub" / "link").is_symlink()
+    assert (project / "sub" / "notes" / "fine.txt").read_text() == "unpacked"
+    assert (project / "sub" / "link" / "PWNED.txt").read_text() == "written outside"  # (a folder of its own)
+
+    # A link that got into the project some other way (a user's, or one moved so it points elsewhere) is
+    # not followed either: nothing is written, and the call says why.
+    (project / "sub2").mkdir()
+    (project / "sub2" / "link").symlink_to(outside)
+    third = await runs.call_tool(run_id, "shell.run", {"command": "tar -xf b.tar -C sub2"})
+    assert third.status == "denied" and "sub2/link" in third.reason and "symbolic link" in third.reason, third
+    assert not list(outside.iterdir())
+
+
+async def test_an_unpacking_keeps_what_the_project_has_when_told_to(runs, project):
+    """tar -k (and unzip -n) still leave files already there as they are; without it they are replaced."""
+    run_id = await start(runs, project, "tar")
+    write(project / "out" / "same.txt", "mine")
+    archive = _tar_bytes([("same.txt", None, "theirs"), ("new.txt", None, "new")])
+    assert (
+        await runs.call_tool(run_id, "filesystem.write", {"path": "a.tar", "content": archive})
+    ).status == "ok"
+    kept = await runs.call_tool(run_id, "shell.run", {"command": "tar -xkf a.tar -C out"})
+    assert kept.status == "ok", kept
+    assert (project / "out" / "same.txt").read_text() == "mine"
+    assert (project / "out" / "new.txt").read_text() == "new"
+    replaced = await runs.call_tool(run_id, "shell.run", {"argv": ["tar", "xf", "a.tar", "-C", "out"]})
+    assert replaced.status == "ok" and replaced.result["exit_code"] == 0, replaced
+    assert (project / "out" / "same.txt").read_text() == "theirs"
+
+
+async def test_attack_two_zip_archives_write_through_a_link_the_first_unpacked(
+    runs, project, tmp_path_factory
+):
+    """The same as the tar attack above with unzip, which also restores links (Info-ZIP, on Unix)."""
+    import shutil
+    import stat
+    import zipfile
+
+    if shutil.which("unzip") is None:
+        pytest.skip("no unzip on this machine (Debian: unzip)")
+    outside = tmp_path_factory.mktemp("outside")
+    link = zipfile.ZipInfo("link")
+    link.external_attr = (stat.S_IFLNK | 0o777) << 16
+    with zipfile.ZipFile(project / "a.zip", "w") as archive:
+        archive.writestr(link, str(outside))
+    with zipfile.ZipFile(project / "b.zip", "w") as archive:
+        archive.writestr("link/PWNED.txt", "written outside")
+    run_id = await start(runs, project, "unzip")
+    (project / "sub").mkdir()
+    first = await runs.call_tool(run_id, "shell.run", {"command": "unzip a.zip -d sub"})
+    second = await runs.call_tool(run_id, "shell.run", {"command": "unzip -o b.zip -d sub"})
+    assert not list(outside.iterdir())
+    assert not (project / "sub" / "link").is_symlink()
+    assert first.status == "ok" and "1 link(s)" in first.result["stderr"], first
+    assert second.status == "ok" and (project / "sub" / "link" / "PWNED.txt").is_file(), second

@@ -459,3 +459,63 @@ def test_each_forced_git_setting_wins_over_the_repositorys_own_config(tmp_path):
         assert shown.stdout.rstrip("\n") == value, key
     status = subprocess.run(["git", "status"], cwd=tmp_path, env=child_env(), capture_output=True, text=True)
     assert status.returncode == 0 and not (tmp_path / "PWNED").exists()
+
+
+INTO = "/worker/own/folder"
+
+
+@pytest.mark.parametrize(
+    ("argv", "cwd", "expected", "target", "keep"),
+    [
+        (["tar", "-xzf", "a.tgz"], ".", ["tar", "-C", INTO, "-xzf", "a.tgz"], ".", False),
+        (["tar", "xzf", "a.tgz"], ".", ["tar", "-C", INTO, "-x", "-z", "-f", "a.tgz"], ".", False),
+        (["tar", "-xf", "a.tar", "-C", "out"], ".", ["tar", "-xf", "a.tar", "-C", INTO], "out", False),
+        (["tar", "-x", "--directory=out", "-f", "a.tar"], ".", ["tar", "-x", f"--directory={INTO}", "-f", "a.tar"],
+         "out", False),
+        (["tar", "-x", "--dir", "out", "-f", "a.tar"], ".", ["tar", "-x", "--dir", INTO, "-f", "a.tar"], "out", False),
+        (["tar", "-xCout", "-f", "a.tar"], ".", ["tar", "-xC", INTO, "-f", "a.tar"], "out", False),
+        (["tar", "-xf", "a.tar", "-C", "../out", "member"], "sub", ["tar", "-xf", "a.tar", "-C", INTO, "member"],
+         "out", False),
+        (["tar", "-xkf", "a.tar"], "sub", ["tar", "-C", INTO, "-xkf", "a.tar"], "sub", True),
+        (["tar", "-x", "--skip-old", "-f", "a.tar"], ".", ["tar", "-C", INTO, "-x", "--skip-old", "-f", "a.tar"],
+         ".", True),
+        (["unzip", "a.zip"], ".", ["unzip", "a.zip", "-d", INTO], ".", False),
+        (["unzip", "-o", "a.zip", "-d", "out"], ".", ["unzip", "-o", "a.zip", "-d", INTO], "out", False),
+        (["unzip", "-n", "a.zip", "-x", "skip.txt"], ".", ["unzip", "-n", "a.zip", "-x", "skip.txt", "-d", INTO],
+         ".", True),
+    ],
+)  # fmt: skip
+def test_an_unpacking_is_sent_into_the_workers_own_folder(argv, cwd, expected, target, keep):
+    from kiwi.shellpolicy import Unpacking, unpacking
+
+    plan = unpacking(argv, cwd)
+    assert isinstance(plan, Unpacking), plan
+    assert plan.argv(INTO) == expected
+    assert (plan.target, plan.keep) == (target, keep)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["tar", "-tf", "a.tar"], ["tar", "-xOf", "a.tar"], ["tar", "-cf", "a.tar", "src"], ["tar", "tf", "a.tar"],
+     ["unzip", "-l", "a.zip"], ["unzip", "-p", "a.zip", "x"], ["cat", "a.tar"]],
+)  # fmt: skip
+def test_what_unpacks_nothing_into_the_project_runs_as_it_is(argv):
+    from kiwi.shellpolicy import unpacking
+
+    assert unpacking(argv) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["tar", "-x", "-C", "a", "-C", "b", "-f", "x.tar"], "2 times"),
+        (["tar", "xfC", "a.tar", "out"], "old-style"),
+        (["unzip", "a.zip", "-d", "a", "-d", "b"], "2 times"),
+    ],
+)
+def test_an_unpacking_kiwi_cannot_send_elsewhere_is_refused_with_the_fix(argv, named):
+    from kiwi.shellpolicy import ShellVerdict, unpacking
+
+    verdict = unpacking(argv)
+    assert isinstance(verdict, ShellVerdict) and not verdict.allowed
+    assert named in verdict.reason and verdict.hint, verdict
