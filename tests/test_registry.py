@@ -170,6 +170,41 @@ def test_versions_only_go_up_and_a_yanked_version_is_skipped(alice, postgres, pr
     assert [r["version"] for r in out_json(capsys)["results"]] == ["1.0.0"]
 
 
+def test_versions_are_listed_and_a_pinned_yanked_version_is_pulled_with_a_warning(alice, project, capsys):
+    """Trial F12 (no way to see an item's versions) and F11 (a yanked version pulled by its number said
+    nothing): `kiwi registry versions` lists them, and the pull warns, naming the version to take instead."""
+    name = unique("roll")
+    publish_directive(project, name, "1.0.0")
+    publish_directive(project, name, "1.1.0", body="Roll on.")
+    assert kiwi(["registry", "yank", f"{name}@1.1.0"]) == 0
+    (project / ".ai" / "directives" / f"{name}.md").unlink()
+    assert kiwi(["pull", f"{name}@1.0.0"]) == 0
+    capsys.readouterr()
+    assert kiwi(["registry", "versions", name, "--json"]) == 0
+    listed = out_json(capsys)
+    assert listed["item_type"] == "directive"
+    assert [(v["version"], v["yanked"], v["downloads"], v["namespace"]) for v in listed["versions"]] == [
+        ("1.1.0", True, 0, "alice"),
+        ("1.0.0", False, 1, "alice"),
+    ]
+    assert kiwi(["registry", "versions", name]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("1.1.0") and lines[0].endswith("YANKED") and "alice/" in lines[0]
+    assert lines[1].startswith("1.0.0") and "1 download(s)" in lines[1] and "YANKED" not in lines[1]
+
+    assert kiwi(["pull", f"{name}@1.1.0", "--replace", "--json"]) == 0
+    out = capsys.readouterr()
+    assert f"{name} 1.1.0 is yanked" in out.err and f"kiwi pull {name}@1.0.0" in out.err, out.err
+    pulled = json.loads(out.out)
+    assert pulled["yanked"] is True and "Roll on." in Path(pulled["path"]).read_text()
+    assert kiwi(["pull", f"{name}", "--replace"]) == 0
+    assert "yanked" not in capsys.readouterr().err
+
+    assert kiwi(["registry", "versions", unique("nosuch"), "--type", "directive"]) == 1
+    err = capsys.readouterr().err
+    assert "not in the registry" in err or "no directive" in err, err
+
+
 def test_a_row_changed_in_the_database_is_refused_on_pull(alice, postgres, project, capsys):
     name = unique("tamper")
     publish_directive(project, name, "1.0.0")

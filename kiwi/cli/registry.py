@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -57,14 +58,31 @@ def cmd_pull(args: argparse.Namespace) -> int:
         )
     store = ItemStore(root)
     with registry_for_command() as registry:
-        bundle, provenance = registry.fetch(registry.kind_of(item_id, args.type), item_id, version)
+        kind = registry.kind_of(item_id, args.type)
+        bundle, provenance = registry.fetch(kind, item_id, version)
         source = registry.label()
+        latest_not_yanked = (
+            registry.latest_versions(kind, [item_id]).get(item_id) if provenance["yanked"] else None
+        )
     path = write_pulled(
         store, bundle, location=args.to, replace=args.replace, provenance=lock_entry(source, provenance)
     )
     data = {"item_type": bundle.kind, "item_id": bundle.item_id, "path": str(path), **provenance}
     if bundle.kept:
         data["kept"] = bundle.kept
+    if provenance["yanked"]:
+        # (Asked for by version: pulled, as cargo and pip do, but not quietly.)
+        latest = latest_not_yanked
+        sys.stderr.write(
+            f"kiwi pull: warning: {bundle.item_id} {provenance['version']} is yanked (its publisher withdrew "
+            "it); "
+            + (
+                f"the latest version not yanked is {latest}: kiwi pull {bundle.item_id}@{latest}"
+                if latest
+                else "no version of it is left that is not yanked"
+            )
+            + "\n"
+        )
     _print(
         data,
         args.json,
@@ -119,6 +137,19 @@ def cmd_registry(args: argparse.Namespace) -> int:
             kind = registry.kind_of(item_id, args.type)
             registry.yank(kind, item_id, version)
             _print({"yanked": f"{item_id}@{version}"}, args.json, f"yanked {kind} {item_id} {version}")
+        elif args.registry_command == "versions":
+            kind = registry.kind_of(args.item_id, args.type)
+            versions = registry.versions(kind, args.item_id)
+            _print(
+                {"item_type": kind, "item_id": args.item_id, "versions": versions},
+                args.json,
+                "\n".join(
+                    f"{v['version']:<12} {v['published_at'][:10]}  {v['namespace']}/{v['signer']}  "
+                    f"{v['size_bytes']:,} bytes  {v['downloads']} download(s)"
+                    + ("  YANKED" if v["yanked"] else "")
+                    for v in versions
+                ),
+            )
         elif args.registry_command == "add-publisher":
             from kiwi.keys import load_private, public_key_text
 
@@ -163,7 +194,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     project_option(p)
     p.set_defaults(func=cmd_pull)
 
-    p = sub.add_parser("registry", help="the registry's database: migrate, status, yank, add-publisher")
+    p = sub.add_parser(
+        "registry", help="the registry's database: migrate, status, versions, yank, add-publisher"
+    )
     rsub = p.add_subparsers(dest="registry_command", metavar="ACTION", required=True)
     r = rsub.add_parser("migrate", help="apply Kiwi's SQL migrations to the registry database")
     r.add_argument("--json", action="store_true", help="print JSON")
@@ -171,6 +204,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--json", action="store_true", help="print JSON")
     r = rsub.add_parser("yank", help="mark a version yanked (pulls skip it unless asked for by version)")
     r.add_argument("ref", metavar="ID@VERSION")
+    r.add_argument("--type", choices=KINDS, help="item type, when an id is published as several")
+    r.add_argument("--json", action="store_true", help="print JSON")
+    r = rsub.add_parser(
+        "versions",
+        help="every published version of an item, newest first: when, by whom, size, downloads, yanked",
+    )
+    r.add_argument("item_id", metavar="ID")
     r.add_argument("--type", choices=KINDS, help="item type, when an id is published as several")
     r.add_argument("--json", action="store_true", help="print JSON")
     r = rsub.add_parser(

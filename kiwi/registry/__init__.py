@@ -504,6 +504,35 @@ class Registry:
             ).fetchall()
         return dict(rows)
 
+    def versions(self, kind: str, item_id: str) -> list[dict[str, Any]]:
+        """Every published version of ``item_id``, newest first, yanked ones too (marked): what
+        `kiwi registry versions` shows, and what a pull of ``ID@VERSION`` picks from."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                "select v.version, v.published_at, v.namespace, v.signer, v.size_bytes, v.yanked, "
+                "(select count(*) from kiwi_downloads d where d.item_type = v.item_type and d.item_id = v.item_id "
+                "and d.version = v.version) from item_versions v where v.item_type = %s and v.item_id = %s "
+                "order by v.version_order desc",
+                (kind, item_id),
+            ).fetchall()
+        if not rows:
+            raise RegistryRefused(
+                f"no {kind} '{item_id}' in the registry",
+                hint=f"`kiwi search --source registry {item_id}` lists what is published",
+            )
+        return [
+            {
+                "version": r[0],
+                "published_at": r[1].isoformat(),
+                "namespace": r[2],
+                "signer": r[3],
+                "size_bytes": r[4],
+                "yanked": r[5],
+                "downloads": r[6],
+            }
+            for r in rows
+        ]
+
     def fetch(self, kind: str, item_id: str, version: str | None = None) -> tuple[Bundle, dict[str, Any]]:
         """One version (the latest not yanked when ``version`` is None), checked: its files hash to the
         stored hash and the publisher's key signed that hash. A row that fails is refused."""
