@@ -237,7 +237,8 @@ def test_version_completion_and_json_everywhere():
     from kiwi.cli import build_parser
     from kiwi.cli.doctor import _words
 
-    _, commands = _words(build_parser())
+    _, commands, actions = _words(build_parser())
+    assert {"yank", "versions"} <= set(actions["registry"]) and "--json" in commands["registry versions"]
     for name in ("run", "runs", "status", "call", "complete-step", "approve", "reject", "decide", "resume",
                  "cancel", "audit", "approvals", "doctor", "validate", "search", "show", "init", "sign"):  # fmt: skip
         assert "--json" in commands[name], name
@@ -249,9 +250,13 @@ def test_version_completion_and_json_everywhere():
         script
         + '\nCOMP_WORDS=(kiwi sta); COMP_CWORD=1; _kiwi; echo "${COMPREPLY[@]}"'
         + '\nCOMP_WORDS=(kiwi status --wa); COMP_CWORD=2; _kiwi; echo "${COMPREPLY[@]}"'
+        # Trial F17: the actions of a command that has them, and an action's own options.
+        + '\nCOMP_WORDS=(kiwi registry ve); COMP_CWORD=2; _kiwi; echo "${COMPREPLY[@]}"'
+        + '\nCOMP_WORDS=(kiwi registry versions --ty); COMP_CWORD=3; _kiwi; echo "${COMPREPLY[@]}"'
+        + '\nCOMP_WORDS=(kiwi payloads --he); COMP_CWORD=2; _kiwi; echo "${COMPREPLY[@]}"'
     )
     lines = subprocess.run(["bash", "-c", probe], capture_output=True, text=True).stdout.splitlines()
-    assert lines == ["status", "--watch"]
+    assert lines == ["status", "--watch", "versions", "--type", "--help"]
     zsh = subprocess.run([sys.executable, "-m", "kiwi", "completion", "zsh"], capture_output=True, text=True)
     assert "bashcompinit" in zsh.stdout and "complete -o filenames -F _kiwi kiwi" in zsh.stdout
 

@@ -362,33 +362,65 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- completion
 
 
-def _words(parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, list[str]]]:
-    """The subcommands and each one's options, read from the parser (so completion cannot drift)."""
-    commands: dict[str, list[str]] = {}
-    for action in parser._actions:  # noqa: SLF001 - argparse offers no public walk of its parsers
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    return sorted(o for a in parser._actions for o in a.option_strings)  # noqa: SLF001
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """A parser's subcommands by name (argparse offers no public walk of its parsers)."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:  # noqa: SLF001
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
-            for name, sub in action.choices.items():
-                commands[name] = sorted(o for a in sub._actions for o in a.option_strings)  # noqa: SLF001
-    top = sorted(o for a in parser._actions for o in a.option_strings)  # noqa: SLF001
-    return top, commands
+            found.update(action.choices)
+    return found
+
+
+def _words(
+    parser: argparse.ArgumentParser,
+) -> tuple[list[str], dict[str, list[str]], dict[str, list[str]]]:
+    """The top-level options, each command's options (``registry`` and ``registry yank`` alike) and the
+    actions of the commands that have them (``keys``, ``registry``...), read from the parser (so
+    completion cannot drift)."""
+    commands: dict[str, list[str]] = {}
+    actions: dict[str, list[str]] = {}
+    for name, sub in _subparsers(parser).items():
+        commands[name] = _options(sub)
+        nested = _subparsers(sub)
+        if nested:
+            actions[name] = sorted(nested)
+            for action, inner in nested.items():
+                commands[f"{name} {action}"] = _options(inner)
+    return _options(parser), commands, actions
 
 
 def completion_script(shell: str, parser: argparse.ArgumentParser) -> str:
-    top, commands = _words(parser)
-    names = " ".join(sorted(commands))
+    top, commands, actions = _words(parser)
+    names = " ".join(sorted(c for c in commands if " " not in c))
     cases = "\n".join(
-        f'        {name}) opts="{" ".join(opts)}" ;;' for name, opts in sorted(commands.items())
+        f'        "{name}") opts="{" ".join(opts)}" ;;' for name, opts in sorted(commands.items())
+    )
+    nested = "\n".join(
+        f'        {name}) acts="{" ".join(acts)}" ;;' for name, acts in sorted(actions.items())
     )
     bash = f"""# kiwi completion for bash: eval "$(kiwi completion bash)" (or save it under bash-completion's folder)
 _kiwi() {{
-    local cur="${{COMP_WORDS[COMP_CWORD]}}" cmd="" i opts=""
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" cmd="" act="" acts="" i opts=""
     for ((i = 1; i < COMP_CWORD; i++)); do
-        case "${{COMP_WORDS[i]}}" in -*) ;; *) cmd="${{COMP_WORDS[i]}}"; break ;; esac
+        case "${{COMP_WORDS[i]}}" in -*) ;; *) if [ -z "$cmd" ]; then cmd="${{COMP_WORDS[i]}}"; \
+elif [ -z "$act" ]; then act="${{COMP_WORDS[i]}}"; fi ;; esac
     done
     if [ -z "$cmd" ]; then
         COMPREPLY=($(compgen -W "{names} {" ".join(top)}" -- "$cur"))
         return
     fi
+    case "$cmd" in
+{nested}
+    esac
+    if [ -n "$acts" ] && [ -z "$act" ] && [[ "$cur" != -* ]]; then
+        COMPREPLY=($(compgen -W "$acts" -- "$cur"))
+        return
+    fi
+    [ -n "$acts" ] && [ -n "$act" ] && cmd="$cmd $act"
     case "$cmd" in
 {cases}
     esac
