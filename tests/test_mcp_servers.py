@@ -676,6 +676,44 @@ mcps:
     assert "--category and --source do not apply to --type mcp" in capsys.readouterr().err
 
 
+def test_kiwi_search_keeps_the_servers_stderr_out_of_its_answer_unless_one_fails(project, capfd):
+    """Trial: `kiwi search/show --type mcp` printed every server's stderr (server-filesystem's banner among
+    the results). It is kept, and shown only beside a server that did not start."""
+    from kiwi.cli import main as kiwi
+
+    files = Path(__file__).parent / "npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+    registry(
+        project,
+        f"""\
+mcps:
+  clock:
+    command: {sys.executable}
+    args: ["-m", "mcp_server_time", "--local-timezone", "UTC"]
+  files:
+    command: node
+    args: [{json.dumps(str(files))}, {json.dumps(str(project))}]
+  broken:
+    command: {sys.executable}
+    args: ["-c", "import sys; print('broken: API_TOKEN is not set', file=sys.stderr); raise SystemExit(3)"]
+""",
+    )
+    capfd.readouterr()
+    assert kiwi(["show", "files", "--type", "mcp"]) == 0
+    shown = capfd.readouterr()
+    assert "files.read_text_file" in shown.out and "Secure MCP Filesystem Server" not in shown.out + shown.err
+    assert kiwi(["search", "time", "--type", "mcp"]) == 0
+    searched = capfd.readouterr()
+    assert "clock.get_current_time" in searched.out
+    assert "Secure MCP Filesystem Server" not in searched.out + searched.err, searched
+    assert (
+        "unavailable: broken" in searched.err
+        and "broken stderr: broken: API_TOKEN is not set" in searched.err
+    )
+    assert kiwi(["show", "broken", "--type", "mcp"]) == 1
+    failed = capfd.readouterr().err
+    assert "its stderr ended: broken: API_TOKEN is not set" in failed, failed
+
+
 @pytest.mark.parametrize("name", ["KIWI_SEAL_KEY", "KIWI_MCP_TOKEN", "TEMPORAL_API_KEY"])
 async def test_kiwis_own_secrets_are_never_a_servers(runs, project, monkeypatch, name):
     """Attack (review s21 R6): one line of a project's mcp_registry.yaml, `env: {TOKEN: ${KIWI_SEAL_KEY}}`,

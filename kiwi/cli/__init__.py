@@ -205,19 +205,40 @@ def cmd_sign(args: argparse.Namespace) -> int:
 
 
 def _mcp_catalog(operation: Callable[[Any], Any]) -> Any:
-    """Run one catalog operation against the configured MCP servers, then stop the servers it started."""
+    """Run one catalog operation against the configured MCP servers, then stop the servers it started.
+
+    What the servers write on stderr is kept, not mixed into the answer (one server's banner among the
+    tools: trial), and shown only for a server that failed: after a search, each unavailable server's lines
+    on stderr (``server_stderr`` in JSON); with the error of a `show`."""
     import asyncio
 
     from kiwi.upstream.catalog import McpCatalog
+    from kiwi.upstream.pool import divert_server_stderr
+
+    catalog = McpCatalog(find_project_root())
+    said: dict[str, list[str]] = {}
 
     async def go() -> Any:
-        catalog = McpCatalog(find_project_root())
         try:
             return await operation(catalog)
         finally:
             await catalog.pool.close()
 
-    return asyncio.run(go())
+    divert_server_stderr(lambda line: said.setdefault(catalog.current, []).append(line.rstrip("\n")))
+    try:
+        data = asyncio.run(go())
+    except KiwiError as exc:
+        tail = " | ".join(line.strip() for line in said.get(catalog.current, [])[-5:] if line.strip())
+        if tail:
+            exc.message = f"{exc.message}; its stderr ended: {tail[-600:]}"
+        raise
+    finally:
+        divert_server_stderr(None)
+    if isinstance(data, dict) and data.get("unavailable"):
+        kept = {name: said[name][-20:] for name in data["unavailable"] if said.get(name)}
+        if kept:
+            data["server_stderr"] = kept
+    return data
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -265,6 +286,11 @@ def cmd_search(args: argparse.Namespace) -> int:
                 [
                     print(f"unavailable: {name}: {why}", file=sys.stderr)
                     for name, why in data["unavailable"].items()
+                ],
+                [
+                    print(f"  {name} stderr: {line}", file=sys.stderr)
+                    for name, lines in data.get("server_stderr", {}).items()
+                    for line in lines
                 ],
             ),
         )

@@ -18,8 +18,11 @@ class McpCatalog:
     def __init__(self, project_root: Path, pool: McpPool | None = None) -> None:
         self.root = str(project_root)
         self.pool = pool or McpPool()
+        # The server being listed now (servers are listed one at a time): whose stderr a line is.
+        self.current = ""
 
     async def _tools(self, server: str) -> list[dict[str, Any]]:
+        self.current = server
         config = self.pool.config(self.root, server)
         try:
             return await self.pool.list_tools(self.root, config)
