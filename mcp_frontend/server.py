@@ -168,6 +168,38 @@ def _publish(path: Path, version: str | None) -> dict[str, Any]:
         return publish_item(registry, path, version=version, key=None)
 
 
+def _tool_pull_hint(item_id: str, version: str | None) -> str:
+    """What the agent tells its user to run for a registry tool: the pull, when there is a version to pull
+    (the hint named `kiwi pull` for tools the registry did not have, or had only yanked)."""
+    from kiwi.registry.embedded import registry_for_command
+
+    ref = f"{item_id}@{version}" if version else item_id
+    pull = f"ask the user to read it and run `kiwi pull {ref} --type tool`"
+    try:
+        with registry_for_command() as registry:
+            published = registry.versions("tool", item_id) if "tool" in registry.kinds_of(item_id) else []
+    except KiwiError:
+        return pull  # (the registry is down: the pull will say what is wrong)
+    if not published:
+        return (
+            f"the registry has no tool '{item_id}'; `search(item_type='tool', source='registry')` lists them"
+        )
+    if version:
+        if any(v["version"] == version for v in published):
+            return pull
+        return (
+            f"the registry has no version {version} of tool '{item_id}' (its versions: "
+            + ", ".join(v["version"] for v in published)
+            + ")"
+        )
+    if all(v["yanked"] for v in published):
+        return (
+            f"every version of tool '{item_id}' in the registry is yanked (withdrawn by its publisher); a human "
+            f"can still take one by number: `kiwi registry versions {item_id}` lists them"
+        )
+    return pull
+
+
 def _fetch_from_registry(item_type: str, item_id: str, version: str | None) -> tuple[Any, dict[str, str]]:
     """load(source='registry'): the registry's version, its hash and signature checked (written into the
     project by the caller, never over a local item)."""
@@ -519,9 +551,9 @@ def build_server(
             if source == "registry":
                 if item_type == "tool":
                     # A tool is code Kiwi runs, in a place only a human writes.
+                    hint = await anyio.to_thread.run_sync(lambda: _tool_pull_hint(item_id, version))
                     raise KiwiError(
-                        "tools are pulled from the registry by a human, not by the agent",
-                        hint=f"ask the user to read it and run `kiwi pull {item_id} --type tool`",
+                        "tools are pulled from the registry by a human, not by the agent", hint=hint
                     )
                 # The database work in a thread; the item store (SQLite) stays on this one.
                 bundle, entry = await anyio.to_thread.run_sync(

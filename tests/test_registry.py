@@ -793,3 +793,46 @@ def test_registry_status_answers_a_publisher_and_owner_acts_name_the_owner(alice
         with pytest.raises(RegistryRefused) as refused:
             registry.add_publisher("team-three", "alice", "k", SOME_PUBLIC_KEY)
         assert "the database's owner" in refused.value.hint
+
+
+async def test_the_agent_is_told_what_a_human_can_pull_of_a_registry_tool(
+    alice, project, tmp_path, monkeypatch
+):
+    """load(item_type='tool', source='registry') is a human's pull; the hint named `kiwi pull` even for a
+    tool the registry did not have, or had only yanked (carried over from the s19 trial)."""
+    import os
+    import sys
+
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from tests.helpers import data
+
+    name = unique("shout")
+    folder = project / ".ai" / "tools" / "text" / name
+    write(
+        folder / "tool.yaml",
+        f"tool_id: {name}\ntool_type: python\nversion: '1.0.0'\ncategory: text\ndescription: Shout\n"
+        "executor:\n  type: python\n  entrypoint: main.py\n",
+    )
+    write(folder / "main.py", "def main():\n    return 'HEY'\n")
+    assert kiwi(["sign", str(folder / "tool.yaml")]) == 0
+    assert kiwi(["publish", str(folder)]) == 0
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "kiwi", "mcp"], cwd=str(project), env=dict(os.environ)
+    )
+
+    async def hint(item_id: str, version: str | None = None) -> str:
+        asked = {"item_type": "tool", "item_id": item_id, "source": "registry"}
+        answer = await agent.call_tool("load", {**asked, **({"version": version} if version else {})})
+        assert answer.is_error and "pulled from the registry by a human" in data(answer)["message"]
+        return data(answer)["hint"]
+
+    async with Client(params) as agent:
+        assert f"`kiwi pull {name} --type tool`" in await hint(name)
+        assert "has no version 9.9.9" in await hint(name, "9.9.9") and "1.0.0" in await hint(name, "9.9.9")
+        assert f"the registry has no tool '{name}x'" in await hint(f"{name}x")
+        assert kiwi(["registry", "yank", f"{name}@1.0.0"]) == 0
+        said = await hint(name)
+        assert "every version" in said and "yanked" in said and f"kiwi registry versions {name}" in said, said
+        assert f"`kiwi pull {name}@1.0.0 --type tool`" in await hint(name, "1.0.0")
