@@ -222,11 +222,20 @@ async def _namespace_there(client: Client, address: str, namespace: str) -> None
             ) from None
 
 
-def unreachable_hint() -> str:
-    """What to check when Temporal does not answer: the profile when one is in use, else `kiwi dev`."""
+def unreachable_hint(tried: str | None = None) -> str:
+    """What to check when Temporal does not answer at ``tried`` (None: the address :func:`target` gives):
+    the profile when one is in use, else the `kiwi dev` that runs elsewhere, else `kiwi dev`."""
     if any(os.environ.get(v) for v in ("TEMPORAL_CONFIG_FILE", "TEMPORAL_PROFILE", "TEMPORAL_ADDRESS")):
         return (
             "check the Temporal profile in use (TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE, TEMPORAL_ADDRESS): its "
             "address, its TLS certificate and key files, its API key"
+        )
+    from kiwi.devserver import running_dev_address
+
+    running = running_dev_address()
+    if running and running != target(tried)[0]:
+        return (
+            f"`kiwi dev` runs at {running} (for another project, or with another port): use it with "
+            f"--address {running} (or KIWI_TEMPORAL_ADDRESS), or give this project's temporal-dev.yml its port"
         )
     return "start it with `kiwi dev` (or set KIWI_TEMPORAL_ADDRESS / --address / TEMPORAL_ADDRESS)"

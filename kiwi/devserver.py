@@ -396,6 +396,27 @@ class DevServer:
 _HOLDER = re.compile(r"pid \d{1,10}, gRPC port [0-9A-Za-z.:\[\]-]{1,100}")
 
 
+def running_dev_address() -> str | None:
+    """The address of the dev server `kiwi dev` runs on the user's own database, when one runs (its lock is
+    held): a project whose commands look elsewhere (another port in its temporal-dev.yml, or none) is told
+    where it is instead of "start kiwi dev" (trial F15, second half)."""
+    path = data_dir() / "temporal.sqlite.lock"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = handle.read(200).strip()
+            found = _HOLDER.fullmatch(holder)
+            return holder.rpartition("gRPC port ")[2] if found else None
+        except OSError:
+            return None
+        return None  # (nobody holds it: no server runs on it)
+
+
 def _own_file(path: Path, what: str) -> int:
     """A file beside the database that ``kiwi dev`` writes (its lock, its log), opened for reading and
     writing without following a link: whoever may write in the database's folder (an agent with a shell in

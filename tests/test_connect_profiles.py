@@ -375,3 +375,24 @@ async def test_a_namespace_the_server_does_not_have_is_named_not_a_traceback(tem
     assert json.loads(out)["message"] == f"Temporal at {address} has no namespace 'nosuchns'"
     code, out, err = await kiwi_cli("worker", "--address", address, "--namespace", "nosuchns", cwd=project)
     assert code == 1 and "has no namespace 'nosuchns'" in err and "Traceback" not in err, err
+
+
+async def test_a_project_that_cannot_reach_temporal_is_told_where_kiwi_dev_runs(
+    project, tmp_path, no_temporal_env
+):
+    """Trial F15 (second half): with `kiwi dev` running for another project (or on another port), a command
+    here said "start it with `kiwi dev`". It now names the address that dev server serves, read from the
+    lock `kiwi dev` holds on the user's database (held here by the same code, without a server)."""
+    from kiwi.devserver import DevServer, load_dev_config
+
+    config, base = load_dev_config(None)
+    server = DevServer.from_config(config, base, port=7399)
+    server._lock_database()  # noqa: SLF001 - what `kiwi dev` does first, and only that
+    try:
+        code, _, err = await kiwi_cli("runs", "--address", "127.0.0.1:1", cwd=project)
+        assert code == 1 and "cannot reach Temporal" in err, err
+        assert "`kiwi dev` runs at 127.0.0.1:7399" in err and "--address 127.0.0.1:7399" in err, err
+    finally:
+        server.lock.close()
+    code, _, err = await kiwi_cli("runs", "--address", "127.0.0.1:1", cwd=project)
+    assert code == 1 and "start it with `kiwi dev`" in err and "7399" not in err, err

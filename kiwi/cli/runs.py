@@ -60,7 +60,8 @@ async def _run_client(args: argparse.Namespace):
     try:
         client = await connect(getattr(args, "address", None), getattr(args, "namespace", None))
     except RuntimeError as exc:
-        raise KiwiError(f"cannot reach Temporal: {exc}", hint=unreachable_hint()) from None
+        tried = getattr(args, "address", None)
+        raise KiwiError(f"cannot reach Temporal: {exc}", hint=unreachable_hint(tried)) from None
     return RunClient(
         client,
         ItemStore(find_project_root()),
