@@ -17,7 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.filesystem import confine
 from activities.process import child_env, run_process
-from activities.staging import Staged, links_in, write_back
+from activities.staging import Staged, links_in, unpack_back
 from activities.toolenv import lib_folder, tool_python
 from kiwi.contracts import CheckpointResult, CommandRequest, GitRequest, LocalToolRequest, LocalToolSpec
 from kiwi.errors import (
@@ -238,22 +238,35 @@ async def _unpack(req: CommandRequest, unpack: Unpacking, cwd: Path, env: dict[s
         )
         left_out = await asyncio.to_thread(links_in, staged.path)
         what = f"{unpack.program} (unpacking into '{unpack.target}')"
-        await asyncio.to_thread(
-            write_back, req.project_root, staged, req.write_grants, req.deny_fs, what, keep=unpack.keep
+        _, problems = await asyncio.to_thread(
+            unpack_back, req.project_root, staged, req.write_grants, req.deny_fs, what, keep=unpack.keep
         )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    # (The worker's own folder is no place of the project: its name is not shown.)
-    stdout, stderr = (text.replace(staged.path, unpack.target) for text in (result.stdout, result.stderr))
+    # (The worker's own folder is no place of the project: its name is not shown, cut short or whole.)
+    stdout, stderr = (_unnamed(text, staged.path, unpack.target) for text in (result.stdout, result.stderr))
     if left_out:
-        shown = ", ".join(f"{unpack.target}/{p}" for p in left_out[:10]) + (
-            " ..." if len(left_out) > 10 else ""
-        )
+        more = " ..." if len(left_out) > 10 else ""
+        shown = ", ".join(f"{unpack.target}/{p}" for p in left_out[:10]) + more
         stderr += (
             f"kiwi: {len(left_out)} link(s) or special file(s) in the archive were not unpacked (Kiwi writes "
             f"no links into the project): {shown}\n"
         )
-    return {"exit_code": result.exit_code, "stdout": stdout, "stderr": stderr, "truncated": result.truncated}
+    for problem in problems[:20]:
+        stderr += f"kiwi: {problem}\n"
+    # (As tar does with a member it cannot write: the others are unpacked, and the command fails.)
+    exit_code = result.exit_code or (2 if problems else 0)
+    return {"exit_code": exit_code, "stdout": stdout, "stderr": stderr, "truncated": result.truncated}
+
+
+def _unnamed(text: str, path: str, shown: str) -> str:
+    """``text`` with ``path`` written as ``shown``, and a start of ``path`` that ends it (output cut at the
+    limit) dropped."""
+    text = text.replace(path, shown)
+    for length in range(len(path) - 1, 4, -1):
+        if text.endswith(path[:length]):
+            return text[:-length]
+    return text
 
 
 class CommandActivities:
@@ -264,6 +277,9 @@ class CommandActivities:
         cwd = await asyncio.to_thread(_checked_cwd, req)
         # git looks for a repository no higher than the project's own folder.
         env = {**req.env, "GIT_CEILING_DIRECTORIES": os.path.dirname(os.path.realpath(req.project_root))}
+        if program_name(req.argv[0]) == "tar":
+            # A -T list is names only: GNU tar also reads options there (-C /elsewhere), which Kiwi never saw.
+            env["TAR_OPTIONS"] = "--verbatim-files-from"
         git_config: list[tuple[str, str]] = []
         if program_name(req.argv[0]) == "git":
             git_config = await _check_git_repository(req, str(cwd), env)

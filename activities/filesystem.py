@@ -26,7 +26,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -277,17 +277,20 @@ def _read_all(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _write_atomic(parent: int, name: str, data: bytes, mode: int | None) -> None:
-    """A temp file made with O_EXCL|O_NOFOLLOW in ``parent``, then renamed over ``name`` (same folder fd)."""
+def _write_atomic(parent: int, name: str, data: bytes | BinaryIO, mode: int | None) -> None:
+    """A temp file made with O_EXCL|O_NOFOLLOW in ``parent``, then renamed over ``name`` (same folder fd).
+    ``data``: the bytes, or an open file to copy a MB at a time (an unpacked file may be large)."""
     tmp = f".kiwi-{secrets.token_hex(8)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o666, dir_fd=parent)
     try:
         try:
             if mode is not None:
                 os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            chunks = iter(lambda: data.read(1 << 20), b"") if not isinstance(data, bytes) else iter((data,))
+            for chunk in chunks:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)

@@ -20,6 +20,8 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 
+from temporalio.exceptions import ApplicationError
+
 from activities.filesystem import _CLOEXEC, _write_atomic, covered, open_dir, walk
 from kiwi.errors import PermissionDenied, ToolFailed
 
@@ -126,11 +128,8 @@ def _copy_tree(folder: int, target: str, prefix: str, staged: Staged, budget: _B
         # Links, sockets, devices: not copied (a link would name a place of the host, not of the tool).
 
 
-def write_back(
-    root: str, staged: Staged, allowed: list[str], denied: list[str], what: str, *, keep: bool = False
-) -> list[str]:
-    """The tool's changes to a writable mount, into the project; the project paths written or removed.
-    ``keep``: a file the project already has is left as it is (an unpacking told not to overwrite)."""
+def write_back(root: str, staged: Staged, allowed: list[str], denied: list[str], what: str) -> list[str]:
+    """The tool's changes to a writable mount, into the project; the project paths written or removed."""
     if not staged.is_dir:
         after = {"": _sha256(staged.path)} if os.path.isfile(staged.path) else {}
         dirs: set[str] = set()
@@ -156,8 +155,6 @@ def write_back(
         with open(source, "rb") as handle:
             data = handle.read()
         with walk(root, targets[inner], targets[inner], create=True) as (parent, name):
-            if keep and _present(parent, name):
-                continue
             _write_atomic(parent, name, data, stat.S_IMODE(os.stat(source).st_mode) & 0o777)
     for inner in removed:
         with walk(root, targets[inner], targets[inner]) as (parent, name):
@@ -165,6 +162,70 @@ def write_back(
             if stat.S_ISREG(info.st_mode):
                 os.unlink(name, dir_fd=parent)
     return sorted(targets[p] for p in [*changed, *removed, *made])
+
+
+# What an unpacking may bring into the project (its apparent size: a 10 KB archive can hold a sparse 2 GB
+# file, review of the staged unpacking F5).
+UNPACK_MAX_BYTES = 1024 * 1024 * 1024
+UNPACK_MAX_ENTRIES = 100_000
+
+
+def unpack_back(
+    root: str, staged: Staged, allowed: list[str], denied: list[str], what: str, *, keep: bool
+) -> tuple[list[str], list[str]]:
+    """What an archive program unpacked into ``staged`` (a folder of the worker's own), into the project
+    under ``staged.rel``: every path checked against the grants first (nothing is written if one is not
+    covered), then folders made and files written through descriptors that never follow a link, a MB at a
+    time, keeping their times. ``keep``: files already there are left as they are. A file the project
+    cannot take (a folder of that name, a link on the way) is left out and named, as tar leaves out a member
+    it cannot write; the written paths and those problems."""
+    files: dict[str, os.stat_result] = {}
+    dirs: list[str] = []
+    total = 0
+    for folder, subdirs, names in os.walk(staged.path, followlinks=False):
+        inner = os.path.relpath(folder, staged.path)
+        prefix = "" if inner == "." else inner.replace(os.sep, "/") + "/"
+        for name in [*subdirs, *names]:
+            info = os.lstat(os.path.join(folder, name))
+            if stat.S_ISDIR(info.st_mode):
+                dirs.append(prefix + name)
+            elif stat.S_ISREG(info.st_mode):
+                files[prefix + name] = info
+                total += info.st_size
+            if len(files) + len(dirs) > UNPACK_MAX_ENTRIES or total > UNPACK_MAX_BYTES:
+                raise ToolFailed.error(
+                    f"{what}: the archive unpacks to more than {UNPACK_MAX_ENTRIES:,} entries or "
+                    f"{UNPACK_MAX_BYTES // 2**30} GB; nothing it unpacked was kept",
+                    {"hint": "unpack a part of it (name the members to take), or use a tool of your own"},
+                )
+    targets = {p: _project_path(staged.rel, p) for p in [*dirs, *files]}
+    refused = [t for t in targets.values() if not covered(allowed, denied, t)]
+    if refused:
+        raise PermissionDenied.error(
+            f"{what}: the archive holds '{refused[0]}', which this run may not write; nothing it unpacked was "
+            "kept",
+            {"hint": f'grant <write resource="filesystem" path="{refused[0]}"/>, or unpack elsewhere'},
+        )
+    written: list[str] = []
+    problems: list[str] = []
+    for inner in [*sorted(dirs), *files]:
+        try:
+            info = files.get(inner)
+            if info is None:
+                with walk(root, targets[inner], targets[inner], create=True, whole=True):
+                    pass
+                continue
+            with walk(root, targets[inner], targets[inner], create=True) as (parent, name):
+                if keep and _present(parent, name):
+                    continue
+                with open(os.path.join(staged.path, inner), "rb") as source:
+                    _write_atomic(parent, name, source, stat.S_IMODE(info.st_mode) & 0o777)
+                os.utime(name, ns=(info.st_atime_ns, info.st_mtime_ns), dir_fd=parent, follow_symlinks=False)
+            written.append(targets[inner])
+        except (OSError, ApplicationError) as exc:
+            why = exc.message if isinstance(exc, ApplicationError) else (exc.strerror or str(exc))
+            problems.append(f"{targets[inner]}: not written: {why}")
+    return written, problems
 
 
 def _present(parent: int, name: str) -> bool:

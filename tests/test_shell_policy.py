@@ -474,12 +474,13 @@ INTO = "/worker/own/folder"
          "out", False),
         (["tar", "-x", "--dir", "out", "-f", "a.tar"], ".", ["tar", "-x", "--dir", INTO, "-f", "a.tar"], "out", False),
         (["tar", "-xCout", "-f", "a.tar"], ".", ["tar", "-xC", INTO, "-f", "a.tar"], "out", False),
+        (["tar", "xfC", "a.tar", "out"], ".", ["tar", "-x", "-f", "a.tar", "-C", INTO], "out", False),
         (["tar", "-xf", "a.tar", "-C", "../out", "member"], "sub", ["tar", "-xf", "a.tar", "-C", INTO, "member"],
          "out", False),
         (["tar", "-xkf", "a.tar"], "sub", ["tar", "-C", INTO, "-xkf", "a.tar"], "sub", True),
         (["tar", "-x", "--skip-old", "-f", "a.tar"], ".", ["tar", "-C", INTO, "-x", "--skip-old", "-f", "a.tar"],
          ".", True),
-        (["unzip", "a.zip"], ".", ["unzip", "a.zip", "-d", INTO], ".", False),
+        (["unzip", "a.zip"], ".", ["unzip", "a.zip", "-d", INTO], ".", True),
         (["unzip", "-o", "a.zip", "-d", "out"], ".", ["unzip", "-o", "a.zip", "-d", INTO], "out", False),
         (["unzip", "-n", "a.zip", "-x", "skip.txt"], ".", ["unzip", "-n", "a.zip", "-x", "skip.txt", "-d", INTO],
          ".", True),
@@ -509,7 +510,6 @@ def test_what_unpacks_nothing_into_the_project_runs_as_it_is(argv):
     ("argv", "named"),
     [
         (["tar", "-x", "-C", "a", "-C", "b", "-f", "x.tar"], "2 times"),
-        (["tar", "xfC", "a.tar", "out"], "old-style"),
         (["unzip", "a.zip", "-d", "a", "-d", "b"], "2 times"),
     ],
 )
