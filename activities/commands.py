@@ -279,7 +279,8 @@ class CommandActivities:
         env = {**req.env, "GIT_CEILING_DIRECTORIES": os.path.dirname(os.path.realpath(req.project_root))}
         if program_name(req.argv[0]) == "tar":
             # A -T list is names only: GNU tar also reads options there (-C /elsewhere), which Kiwi never saw.
-            env["TAR_OPTIONS"] = "--verbatim-files-from"
+            # An archive named HOST:PATH is a file here, not a remote one reached by running rsh or ssh.
+            env["TAR_OPTIONS"] = "--verbatim-files-from --force-local"
         git_config: list[tuple[str, str]] = []
         if program_name(req.argv[0]) == "git":
             git_config = await _check_git_repository(req, str(cwd), env)

@@ -563,6 +563,7 @@ SPECS: dict[str, Spec] = {
             "--listed-incremental": "writes the snapshot file it names, which Kiwi does not check",
             "--one-top-level": "unpacks into the folder it names, which Kiwi does not check",
             "--no-verbatim-files-from": "lets a -T list carry options (-C, --directory) Kiwi does not check",
+            "--no-force-local": "makes an archive named HOST:PATH a remote one, reached by running rsh",
         },
         flags=frozenset(
             {
@@ -1902,7 +1903,7 @@ GIT_OBJECT_PATHS = "kiwi-git-object-paths"
 ARCHIVE_OPTIONS = "kiwi-archive-options"
 _LATER_OPTIONS = frozenset(
     {"--index-file", "--volno-file", "-g", "--listed-incremental", "--one-top-level", "--no-verbatim-files-from",
-     "-:", "-^"}
+     "--no-force-local", "-:", "-^"}
 )  # fmt: skip
 
 

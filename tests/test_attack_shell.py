@@ -290,7 +290,9 @@ async def test_attack_two_archives_write_through_a_link_the_first_unpacked(runs,
     assert second.status == "ok" and second.result["exit_code"] == 0, second
     assert not (project / "sub" / "link").is_symlink()
     assert (project / "sub" / "notes" / "fine.txt").read_text() == "unpacked"
-    assert (project / "sub" / "link" / "ESCAPED.txt").read_text() == "written outside"  # (a folder of its own)
+    assert (
+        project / "sub" / "link" / "ESCAPED.txt"
+    ).read_text() == "written outside"  # (a folder of its own)
 
     # A link that got into the project some other way (a user's, or one moved so it points elsewhere) is
     # not followed either: nothing is written, and the call says why.
@@ -411,6 +413,16 @@ async def test_attack_archive_options_that_write_or_run_what_kiwi_does_not_check
     assert result.status == "denied" and named in result.reason, result
     assert (project / "src" / "main.py").read_text() == "important = True\n"
     assert not pwned(project)
+
+
+async def test_an_archive_named_host_colon_path_is_a_local_file_not_a_remote_shell(runs, project):
+    """GNU tar takes `-f HOST:PATH` for a remote archive and runs rsh (ssh where rsh is ssh) to reach it."""
+    run_id = await start(runs, project, "tar")
+    result = await runs.call_tool(run_id, "shell.run", {"command": "tar -tf localhost:x"})
+    assert result.status == "ok" and result.result["exit_code"] != 0, result
+    assert "remote shell" not in result.result["stderr"] and "Cannot open" in result.result["stderr"], result
+    refused = await runs.call_tool(run_id, "shell.run", {"command": "tar --no-force-local -tf localhost:x"})
+    assert refused.status == "denied" and "'--no-force-local'" in refused.reason, refused
 
 
 async def test_a_sparse_archive_cannot_bring_gigabytes_into_the_project(runs, project, tmp_path):
