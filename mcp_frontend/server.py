@@ -1251,6 +1251,10 @@ async def serve_http(
         timeout_graceful_shutdown=CLOSE_SECONDS,
     )
     logging.getLogger("uvicorn.error").addFilter(_not_cut_off)  # (a filter added again is kept once)
+    # The SDK says at INFO that it started and that each client's session began: a line per client on the
+    # front end's stderr, which is for what needs an operator (warnings, errors).
+    for name in ("mcp.server.streamable_http_manager", "mcp.server.streamable_http"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     web = OwnedServer(config) if stop is not None else uvicorn.Server(config)
     task = asyncio.create_task(web.serve())
     if stop is not None:
