@@ -17,7 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.filesystem import confine
 from activities.process import child_env, run_process
-from activities.staging import Staged, links_in, unpack_back
+from activities.staging import Staged, unpack_back
 from activities.toolenv import lib_folder, tool_python
 from kiwi.contracts import CheckpointResult, CommandRequest, GitRequest, LocalToolRequest, LocalToolSpec
 from kiwi.errors import (
@@ -236,9 +236,8 @@ async def _unpack(req: CommandRequest, unpack: Unpacking, cwd: Path, env: dict[s
             stdin=req.stdin,
             env=env,
         )
-        left_out = await asyncio.to_thread(links_in, staged.path)
         what = f"{unpack.program} (unpacking into '{unpack.target}')"
-        _, problems = await asyncio.to_thread(
+        _, problems, left_out = await asyncio.to_thread(
             unpack_back, req.project_root, staged, req.write_grants, req.deny_fs, what, keep=unpack.keep
         )
     finally:

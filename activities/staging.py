@@ -172,15 +172,17 @@ UNPACK_MAX_ENTRIES = 100_000
 
 def unpack_back(
     root: str, staged: Staged, allowed: list[str], denied: list[str], what: str, *, keep: bool
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[str], list[str], list[str]]:
     """What an archive program unpacked into ``staged`` (a folder of the worker's own), into the project
     under ``staged.rel``: every path checked against the grants first (nothing is written if one is not
     covered), then folders made and files written through descriptors that never follow a link, a MB at a
     time, keeping their times. ``keep``: files already there are left as they are. A file the project
     cannot take (a folder of that name, a link on the way) is left out and named, as tar leaves out a member
-    it cannot write; the written paths and those problems."""
+    it cannot write. The paths written, those problems, and what was left out as no file or folder (links,
+    devices...: relative to ``staged.path``)."""
     files: dict[str, os.stat_result] = {}
     dirs: list[str] = []
+    others: list[str] = []
     total = 0
     for folder, subdirs, names in os.walk(staged.path, followlinks=False):
         inner = os.path.relpath(folder, staged.path)
@@ -192,6 +194,8 @@ def unpack_back(
             elif stat.S_ISREG(info.st_mode):
                 files[prefix + name] = info
                 total += info.st_size
+            else:
+                others.append(prefix + name)
             if len(files) + len(dirs) > UNPACK_MAX_ENTRIES or total > UNPACK_MAX_BYTES:
                 raise ToolFailed.error(
                     f"{what}: the archive unpacks to more than {UNPACK_MAX_ENTRIES:,} entries or "
@@ -225,7 +229,7 @@ def unpack_back(
         except (OSError, ApplicationError) as exc:
             why = exc.message if isinstance(exc, ApplicationError) else (exc.strerror or str(exc))
             problems.append(f"{targets[inner]}: not written: {why}")
-    return written, problems
+    return written, problems, sorted(others)
 
 
 def _present(parent: int, name: str) -> bool:
@@ -234,17 +238,6 @@ def _present(parent: int, name: str) -> bool:
     except FileNotFoundError:
         return False
     return True
-
-
-def links_in(top: str) -> list[str]:
-    """The links (and sockets, devices...) below ``top``, relative to it: what a write-back leaves out."""
-    found = []
-    for folder, subdirs, names in os.walk(top, followlinks=False):
-        for name in [*subdirs, *names]:
-            path = os.path.join(folder, name)
-            if not stat.S_ISREG(os.lstat(path).st_mode) and not stat.S_ISDIR(os.lstat(path).st_mode):
-                found.append(os.path.relpath(path, top).replace(os.sep, "/"))
-    return sorted(found)
 
 
 def _listing(top: str) -> tuple[dict[str, str], set[str]]:

@@ -933,7 +933,7 @@ def _tar(parsed: _Parsed, found: list[tuple[str, str, bool]], cwd: str) -> list[
 
 # ---------------------------------------------------------------- unpacking, staged
 
-# Old-style tar letters that take a value (``tar xfC A DIR``): only ``f`` is read in that form here.
+# tar's letters that take a value: in the old style (``tar xfC A DIR``) each takes the next word, in order.
 _TAR_LETTERS_WITH_VALUE = frozenset("bCfFgHIKLNTVX")
 _TAR_KEEP = ("--keep-old-files", "--skip-old-files", "--keep-newer-files")
 _UNZIP_LISTING = frozenset({"-l", "-t", "-p", "-c", "-v", "-z", "-Z"})
@@ -946,7 +946,7 @@ class Unpacking:
     below it (``sub/x/.bashrc``), which the program writes through the link, out of the project. The worker
     copies what was unpacked into ``target`` (project-relative) itself, never following a link, each path
     checked against the run's grants, and links not at all (activities/staging.py). ``keep``: files already
-    there are left as they are (tar -k, unzip -n)."""
+    there are left as they are (tar -k and its kin; unzip unless -o)."""
 
     program: str
     args: tuple[str, ...]
