@@ -1569,10 +1569,10 @@ _CLOSED_AS = {
     WorkflowExecutionStatus.TERMINATED: "terminated",
     WorkflowExecutionStatus.TIMED_OUT: "timed_out",
 }
+# The prefix of a failed workflow task's cause, left out when the cause stands in for an empty message.
+_FAILED_CAUSE = "WORKFLOW_TASK_FAILED_CAUSE_"
 # How long a status query is waited for before the run is taken to have no worker answering for it.
 QUERY_SECONDS = 5.0
-
-_FAILED_CAUSE = "WORKFLOW_TASK_FAILED_CAUSE_"
 # A poller Temporal last saw this long ago is gone (a live worker polls again at once, at most every 70 s).
 POLLER_SEEN_SECONDS = 90.0
 

@@ -61,9 +61,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
         kind = registry.kind_of(item_id, args.type)
         bundle, provenance = registry.fetch(kind, item_id, version)
         source = registry.label()
-        latest_not_yanked = (
-            registry.latest_versions(kind, [item_id]).get(item_id) if provenance["yanked"] else None
-        )
+        latest = registry.latest_versions(kind, [item_id]).get(item_id) if provenance["yanked"] else None
     path = write_pulled(
         store, bundle, location=args.to, replace=args.replace, provenance=lock_entry(source, provenance)
     )
@@ -72,7 +70,6 @@ def cmd_pull(args: argparse.Namespace) -> int:
         data["kept"] = bundle.kept
     if provenance["yanked"]:
         # (Asked for by version: pulled, as cargo and pip do, but not quietly.)
-        latest = latest_not_yanked
         sys.stderr.write(
             f"kiwi pull: warning: {bundle.item_id} {provenance['version']} is yanked (its publisher withdrew "
             "it); "
