@@ -650,35 +650,9 @@ mcps:
         assert missing["error"] == "McpServerUnknown" and "mcp_registry.yaml" in missing["hint"]
 
 
-def test_kiwi_search_and_show_reach_the_configured_mcp_servers(project, capsys):
-    from kiwi.cli import main as kiwi
-
-    registry(
-        project,
-        f"""\
-mcps:
-  clock:
-    command: {sys.executable}
-    args: ["-m", "mcp_server_time", "--local-timezone", "UTC"]
-  broken:
-    command: {sys.executable}
-    args: ["-c", "raise SystemExit(3)"]
-""",
-    )
-    capsys.readouterr()
-    assert kiwi(["search", "convert timezones", "--type", "mcp", "--json"]) == 0
-    found = json.loads(capsys.readouterr().out)
-    assert [r["item_id"] for r in found["results"]] == ["clock.convert_time"]
-    assert "broken" in found["unavailable"]
-    assert kiwi(["show", "clock.get_current_time", "--type", "mcp", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["tool"]["inputSchema"]["required"] == ["timezone"]
-    assert kiwi(["search", "time", "--type", "mcp", "--category", "x"]) != 0
-    assert "--category and --source do not apply to --type mcp" in capsys.readouterr().err
-
-
-def test_kiwi_search_keeps_the_servers_stderr_out_of_its_answer_unless_one_fails(project, capfd):
-    """Trial: `kiwi search/show --type mcp` printed every server's stderr (server-filesystem's banner among
-    the results). It is kept, and shown only beside a server that did not start."""
+def test_kiwi_search_and_show_reach_the_configured_mcp_servers(project, capfd):
+    """Also (trial): `kiwi search/show --type mcp` printed every server's stderr (server-filesystem's banner
+    among the results). It is kept, and shown only beside a server that did not start."""
     from kiwi.cli import main as kiwi
 
     files = Path(__file__).parent / "npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
@@ -698,6 +672,17 @@ mcps:
 """,
     )
     capfd.readouterr()
+    assert kiwi(["search", "convert timezones", "--type", "mcp", "--json"]) == 0
+    found = json.loads(capfd.readouterr().out)
+    assert [r["item_id"] for r in found["results"]] == ["clock.convert_time"]
+    assert "broken" in found["unavailable"] and found["server_stderr"] == {
+        "broken": ["broken: API_TOKEN is not set"]
+    }
+    assert kiwi(["show", "clock.get_current_time", "--type", "mcp", "--json"]) == 0
+    assert json.loads(capfd.readouterr().out)["tool"]["inputSchema"]["required"] == ["timezone"]
+    assert kiwi(["search", "time", "--type", "mcp", "--category", "x"]) != 0
+    assert "--category and --source do not apply to --type mcp" in capfd.readouterr().err
+
     assert kiwi(["show", "files", "--type", "mcp"]) == 0
     shown = capfd.readouterr()
     assert "files.read_text_file" in shown.out and "Secure MCP Filesystem Server" not in shown.out + shown.err
@@ -705,10 +690,8 @@ mcps:
     searched = capfd.readouterr()
     assert "clock.get_current_time" in searched.out
     assert "Secure MCP Filesystem Server" not in searched.out + searched.err, searched
-    assert (
-        "unavailable: broken" in searched.err
-        and "broken stderr: broken: API_TOKEN is not set" in searched.err
-    )
+    assert "unavailable: broken" in searched.err
+    assert "broken stderr: broken: API_TOKEN is not set" in searched.err, searched.err
     assert kiwi(["show", "broken", "--type", "mcp"]) == 1
     failed = capfd.readouterr().err
     assert "its stderr ended: broken: API_TOKEN is not set" in failed, failed

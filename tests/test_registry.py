@@ -83,6 +83,21 @@ def publish_directive(project: Path, name: str, version: str, body: str = "Say h
     return path
 
 
+def signed_tool(
+    project: Path, name: str, category: str, description: str, main: str, extra: str = ""
+) -> Path:
+    """A python tool's folder under .ai/tools/CATEGORY/NAME, its manifest signed with the user's key."""
+    folder = project / ".ai" / "tools" / category / name
+    write(
+        folder / "tool.yaml",
+        f"tool_id: {name}\ntool_type: python\nversion: '1.0.0'\ncategory: {category}\ndescription: {description}\n"
+        "executor:\n  type: python\n  entrypoint: main.py\n" + extra,
+    )
+    write(folder / "main.py", main)
+    assert kiwi(["sign", str(folder / "tool.yaml")]) == 0
+    return folder
+
+
 def out_json(capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
@@ -337,18 +352,15 @@ def test_two_publishers_of_the_same_version_at_once_exactly_one_wins(alice, post
 
 def test_a_tool_is_published_and_pulled_with_all_its_files(alice, project, tmp_path, monkeypatch, capsys):
     name = unique("slugify")
-    folder = project / ".ai" / "tools" / "text" / name
     write(
-        folder / "tool.yaml",
-        f"tool_id: {name}\ntool_type: python\nversion: '1.0.0'\ncategory: text\ndescription: Make a slug\n"
-        "executor:\n  type: python\n  entrypoint: main.py\nparameters:\n  - name: text\n    type: string\n",
+        project / ".ai" / "tools" / "text" / name / "lib" / "slug.py",
+        "def slug(text):\n    return '-'.join(text.lower().split())\n",
     )
-    write(
-        folder / "main.py",
+    folder = signed_tool(
+        project, name, "text", "Make a slug",
         "from lib.slug import slug\n\n\ndef main(text: str) -> str:\n    return slug(text)\n",
-    )
-    write(folder / "lib" / "slug.py", "def slug(text):\n    return '-'.join(text.lower().split())\n")
-    assert kiwi(["sign", str(folder / "tool.yaml")]) == 0
+        "parameters:\n  - name: text\n    type: string\n",
+    )  # fmt: skip
     assert kiwi(["publish", str(folder)]) == 0
     other = tmp_path / "other"
     other.mkdir()
@@ -618,15 +630,8 @@ def test_wrong_credentials_and_oversized_items_get_clear_errors(
     assert "KIWI_REGISTRY_URL" in err
     monkeypatch.setenv("KIWI_REGISTRY_URL", as_role(postgres, "alice"))
     name = unique("huge")
-    folder = project / ".ai" / "tools" / "data" / name
-    write(
-        folder / "tool.yaml",
-        f"tool_id: {name}\ntool_type: python\nversion: '1.0.0'\ndescription: Big\n"
-        "executor:\n  type: python\n  entrypoint: main.py\n",
-    )
-    write(folder / "main.py", "def main():\n    return 1\n")
-    write(folder / "data.txt", "x" * 1_100_000)
-    assert kiwi(["sign", str(folder / "tool.yaml")]) == 0
+    write(project / ".ai" / "tools" / "data" / name / "data.txt", "x" * 1_100_000)
+    folder = signed_tool(project, name, "data", "Big", "def main():\n    return 1\n")
     capsys.readouterr()
     assert kiwi(["publish", str(folder)]) == 1
     assert "the registry takes at most 1,000,000" in capsys.readouterr().err
@@ -809,14 +814,7 @@ async def test_the_agent_is_told_what_a_human_can_pull_of_a_registry_tool(
     from tests.helpers import data
 
     name = unique("shout")
-    folder = project / ".ai" / "tools" / "text" / name
-    write(
-        folder / "tool.yaml",
-        f"tool_id: {name}\ntool_type: python\nversion: '1.0.0'\ncategory: text\ndescription: Shout\n"
-        "executor:\n  type: python\n  entrypoint: main.py\n",
-    )
-    write(folder / "main.py", "def main():\n    return 'HEY'\n")
-    assert kiwi(["sign", str(folder / "tool.yaml")]) == 0
+    folder = signed_tool(project, name, "text", "Shout", "def main():\n    return 'HEY'\n")
     assert kiwi(["publish", str(folder)]) == 0
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "kiwi", "mcp"], cwd=str(project), env=dict(os.environ)
