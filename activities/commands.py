@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.filesystem import confine
 from activities.process import child_env, run_process
-from activities.staging import Staged, unpack_back
+from activities.staging import UNPACK_MAX_BYTES, UNPACK_MAX_ENTRIES, Staged, disk_usage, too_big, unpack_back
 from activities.toolenv import lib_folder, tool_python
 from kiwi.contracts import CheckpointResult, CommandRequest, GitRequest, LocalToolRequest, LocalToolSpec
 from kiwi.errors import (
@@ -228,15 +229,18 @@ async def _unpack(req: CommandRequest, unpack: Unpacking, cwd: Path, env: dict[s
     staged = Staged(rel=unpack.target, path=os.path.join(folder, "into"), is_dir=True)
     try:
         os.mkdir(staged.path, 0o700)
-        result = await run_process(
-            unpack.argv(staged.path),
-            cwd=str(cwd),
-            timeout=req.timeout_seconds,
-            max_output=req.max_output_bytes,
-            stdin=req.stdin,
-            env=env,
-        )
         what = f"{unpack.program} (unpacking into '{unpack.target}')"
+        running = asyncio.ensure_future(
+            run_process(
+                unpack.argv(staged.path),
+                cwd=str(cwd),
+                timeout=req.timeout_seconds,
+                max_output=req.max_output_bytes,
+                stdin=req.stdin,
+                env=env,
+            )
+        )
+        result = await _within_limits(running, staged.path, what)
         _, problems, left_out = await asyncio.to_thread(
             unpack_back, req.project_root, staged, req.write_grants, req.deny_fs, what, keep=unpack.keep
         )
@@ -256,6 +260,28 @@ async def _unpack(req: CommandRequest, unpack: Unpacking, cwd: Path, env: dict[s
     # (As tar does with a member it cannot write: the others are unpacked, and the command fails.)
     exit_code = result.exit_code or (2 if problems else 0)
     return {"exit_code": exit_code, "stdout": stdout, "stderr": stderr, "truncated": result.truncated}
+
+
+async def _within_limits(running: asyncio.Future[Any], folder: str, what: str) -> Any:
+    """The unpacking's result, once it ends; stopped (its process group killed) as soon as what it wrote
+    passes the limits, so that a small archive cannot fill the worker's disk before they are checked."""
+    try:
+        while True:
+            done, _ = await asyncio.wait({running}, timeout=UNPACK_WATCH_SECONDS)
+            if done:
+                return running.result()
+            used, entries = await asyncio.to_thread(disk_usage, folder)
+            if used > UNPACK_MAX_BYTES or entries > UNPACK_MAX_ENTRIES:
+                raise too_big(what)
+    finally:
+        if not running.done():
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await running
+
+
+# How often an unpacking's folder is measured while the program runs.
+UNPACK_WATCH_SECONDS = 0.5
 
 
 def _unnamed(text: str, path: str, shown: str) -> str:

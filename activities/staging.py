@@ -12,6 +12,7 @@ the tool made are not copied back.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -170,6 +171,25 @@ UNPACK_MAX_BYTES = 1024 * 1024 * 1024
 UNPACK_MAX_ENTRIES = 100_000
 
 
+def disk_usage(top: str) -> tuple[int, int]:
+    """The bytes ``top``'s files take on disk (a sparse file only what it holds) and its entries."""
+    used = entries = 0
+    for folder, subdirs, names in os.walk(top, followlinks=False):
+        entries += len(subdirs) + len(names)
+        for name in names:
+            with contextlib.suppress(OSError):
+                used += os.lstat(os.path.join(folder, name)).st_blocks * 512
+    return used, entries
+
+
+def too_big(what: str) -> ApplicationError:
+    return ToolFailed.error(
+        f"{what}: the archive unpacks to more than {UNPACK_MAX_ENTRIES:,} entries or "
+        f"{UNPACK_MAX_BYTES // 2**30} GB; nothing it unpacked was kept",
+        {"hint": "unpack a part of it (name the members to take), or use a tool of your own"},
+    )
+
+
 def unpack_back(
     root: str, staged: Staged, allowed: list[str], denied: list[str], what: str, *, keep: bool
 ) -> tuple[list[str], list[str], list[str]]:
@@ -197,11 +217,7 @@ def unpack_back(
             else:
                 others.append(prefix + name)
             if len(files) + len(dirs) > UNPACK_MAX_ENTRIES or total > UNPACK_MAX_BYTES:
-                raise ToolFailed.error(
-                    f"{what}: the archive unpacks to more than {UNPACK_MAX_ENTRIES:,} entries or "
-                    f"{UNPACK_MAX_BYTES // 2**30} GB; nothing it unpacked was kept",
-                    {"hint": "unpack a part of it (name the members to take), or use a tool of your own"},
-                )
+                raise too_big(what)
     targets = {p: _project_path(staged.rel, p) for p in [*dirs, *files]}
     refused = [t for t in targets.values() if not covered(allowed, denied, t)]
     if refused:

@@ -20,6 +20,7 @@ with symlinks resolved (``path_arguments`` says which arguments are paths).
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 import shlex
@@ -541,6 +542,11 @@ SPECS: dict[str, Spec] = {
             "--strip-components": "value",
             "-N": "value",
             "--newer": "value",
+            # (Read since ARCHIVE_OPTIONS: as unknown options with a value, they were checked only when the
+            # value had a '/', and tar --add-file=.env read a denied file.)
+            "--add-file": "read",
+            "--owner-map": "read",
+            "--group-map": "read",
         },
         forbidden={
             "--to-command": "runs the program it names for every file",
@@ -564,6 +570,7 @@ SPECS: dict[str, Spec] = {
             "--one-top-level": "unpacks into the folder it names, which Kiwi does not check",
             "--no-verbatim-files-from": "lets a -T list carry options (-C, --directory) Kiwi does not check",
             "--no-force-local": "makes an archive named HOST:PATH a remote one, reached by running rsh",
+            "--no-null": "lets a -T list carry options (-C, --directory) Kiwi does not check",
         },
         flags=frozenset(
             {
@@ -584,6 +591,8 @@ SPECS: dict[str, Spec] = {
                 "--zstd",
                 "--verbose",
                 "--to-stdout",
+                "--checkpoint",  # (not an abbreviation of --checkpoint-action)
+                "--remove-files",
             }
         ),
         operands="tar",
@@ -604,11 +613,20 @@ SPECS: dict[str, Spec] = {
             "--compression-method": "value",
             "-t": "value",
             "-tt": "value",
+            # (Since ARCHIVE_OPTIONS; zip adds .zip or .log to a name without an extension.)
+            "-O": "write",
+            "--output-file": "write",
+            "--out": "write",
+            "-lf": "write",
+            "--logfile-path": "write",
         },
         forbidden={
             "-TT": "runs the program it names to test the archive",
             "--unzip-command": "runs the program it names to test the archive",
+            "-T": "runs unzip (through sh) to test the archive",
+            "--test": "runs unzip (through sh) to test the archive",
         },
+        aliases={"--recurse-paths": "-r", "--recurse-patterns": "-R", "--symlinks": "-y", "--move": "-m"},
         operands="zip",
     ),
     "unzip": Spec(
@@ -713,7 +731,7 @@ def _is_number(arg: str) -> bool:
 
 
 def _option_problem(name: str, spec: Spec, allow_grant: set[str], arg: str) -> ShellVerdict | None:
-    if name in spec.forbidden and (name not in _LATER_OPTIONS or rule_in_force(ARCHIVE_OPTIONS)):
+    if name in spec.forbidden:
         return _no(
             f"option '{name}'{'' if arg.startswith(name) else f' (in {arg!r})'} is refused: it "
             f"{spec.forbidden[name]}",
@@ -804,8 +822,11 @@ def _check_path(p: PathArgument, g: _Grants) -> ShellVerdict | None:
 # ---------------------------------------------------------------- per-program operands
 
 
-def _operands(name: str, spec: Spec, parsed: _Parsed, cwd: str) -> list[tuple[str, str, bool]] | ShellVerdict:
-    """(raw path, mode, whole tree) for each path a known program's operands and option values name."""
+def _operands(
+    name: str, spec: Spec, parsed: _Parsed, cwd: str, archives: bool = True
+) -> list[tuple[str, str, bool]] | ShellVerdict:
+    """(raw path, mode, whole tree) for each path a known program's operands and option values name.
+    ``archives``: by the rules of ARCHIVE_OPTIONS (False: as runs from before them replay)."""
     found: list[tuple[str, str, bool]] = []
     recursive = "-r" in parsed.options
     for _option, kind, value in parsed.values:
@@ -853,17 +874,28 @@ def _operands(name: str, spec: Spec, parsed: _Parsed, cwd: str) -> list[tuple[st
         paths = ops if patterned else ops[1:]
         return found + [(o, "read", False) for o in paths]
     if how == "tar":
-        return _tar(parsed, found, cwd)
+        return _tar(parsed, found, cwd, archives)
     if how == "zip":
         if ("-r" in parsed.options or "-R" in parsed.options) and "-y" not in parsed.options:
             return _no(
                 "zip -r follows symbolic links out of the project",
                 "add -y (store links as links), e.g. zip -r -y out.zip src",
             )
-        return found + [(o, "write", False) for o in ops[:1]] + [(o, "read", False) for o in ops[1:]]
+        sources = "write" if archives and "-m" in parsed.options else "read"  # (-m deletes them)
+        if archives:
+            # zip writes NAME.zip (-O) and NAME.log (-lf) for a name without an extension.
+            for option, kind, value in parsed.values:
+                suffix = {"-O": ".zip", "--output-file": ".zip", "--out": ".zip", "-lf": ".log"}.get(
+                    option, ""
+                )
+                if kind == "write" and suffix and "." not in posixpath.basename(value):
+                    found.append((value + suffix, "write", False))
+        return found + [(o, "write", False) for o in ops[:1]] + [(o, sources, False) for o in ops[1:]]
     if how == "unzip":
         into = [v for _, k, v in parsed.values if k == "extract"] or ["."]
-        listing = any(o in ("-l", "-t", "-p", "-c", "-v", "-z") for o in parsed.options)
+        listing = any(
+            o in ("-l", "-t", "-p", "-c", "-v", "-z", *(("-Z",) if archives else ())) for o in parsed.options
+        )
         found += [(o, "read", False) for o in ops[:1]]
         return found if listing else found + [(into[-1], "write", True)]
     return found + [(o, "read", False) for o in ops]
@@ -894,7 +926,9 @@ def _into_folder(parsed: _Parsed, ops: Sequence[str]) -> list[tuple[str, str, bo
     return probes
 
 
-def _tar(parsed: _Parsed, found: list[tuple[str, str, bool]], cwd: str) -> list[tuple[str, str, bool]]:
+def _tar(
+    parsed: _Parsed, found: list[tuple[str, str, bool]], cwd: str, archives: bool = True
+) -> list[tuple[str, str, bool]] | ShellVerdict:
     opts = set(parsed.options)
     ops = list(parsed.operands)
     # Old-style "tar cf out.tar src": the first operand is a cluster of letters.
@@ -928,7 +962,27 @@ def _tar(parsed: _Parsed, found: list[tuple[str, str, bool]], cwd: str) -> list[
             where = value
     if extracting:
         found.append((where if where != cwd else ".", "write", True))
-    return found + [(o, "read", False) for o in ops]
+    if not archives:
+        return found + [(o, "read", False) for o in ops]
+    listing_names = extracting or bool(opts & {"-x", "--extract", "--get", "-t", "--list"})
+    if not listing_names and any(
+        kind == "read" and o in ("-T", "--files-from") for o, kind, _ in parsed.values
+    ):
+        return _no(
+            "tar -T names the files to put in the archive in a list, whose names Kiwi does not check",
+            "name the files on the command line (tar -c -f out.tar src docs)",
+        )
+    # Names read from disk (not members of an archive) are relative to the -C before them: checked against
+    # each folder -C names, and each chain of them (-C a -C b is a/b), as well as the command's own.
+    folders = [value for _, kind, value in parsed.values if kind == "cwd"]
+    chains = {posixpath.join(*folders[: k + 1]) for k in range(len(folders))} | set(folders)
+    mode = "write" if "--remove-files" in opts else "read"  # (it deletes them)
+    names = [] if listing_names else [posixpath.join(d, o) for d in sorted(chains) for o in ops]
+    return (
+        found
+        + [(o, "read" if listing_names else mode, False) for o in ops]
+        + [(n, mode, False) for n in names]
+    )
 
 
 # ---------------------------------------------------------------- unpacking, staged
@@ -1008,11 +1062,11 @@ class Unpacking:
                 i += 1
                 continue
             out.append(arg)
-        if replaced:
-            return [self.program, *out]
         if self.program == "tar":
-            return ["tar", "-C", into, *out]  # (first: -C applies to what follows it)
-        return [self.program, *out, "-d", into]
+            # First, whether or not a -C was replaced: tar's -C applies to the names after it, and members
+            # named before a later -C went to the command's own folder, the project (second review s23 F1).
+            return ["tar", "-C", into, *out]
+        return [self.program, *out] if replaced else [self.program, *out, "-d", into]
 
 
 def _tar_old_style(args: Sequence[str]) -> list[str]:
@@ -1802,6 +1856,21 @@ def path_arguments(
 
     Used by ``check_argv`` and by the worker, which re-checks them on disk with symlinks resolved.
     """
+    found = _path_arguments(argv, cwd, options_granted, archives=True)
+    if argv and program_name(argv[0]) in _SPECS_BEFORE_ARCHIVES:
+        before = _path_arguments(argv, cwd, options_granted, archives=False)
+        if before != found and not rule_in_force(ARCHIVE_OPTIONS):
+            return before
+    return found
+
+
+def _path_arguments(
+    argv: Sequence[str],
+    cwd: str,
+    options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None,
+    *,
+    archives: bool,
+) -> list[PathArgument] | ShellVerdict:
     if not argv:
         return _no("empty command")
     why = refused_program(argv[0])
@@ -1815,26 +1884,19 @@ def path_arguments(
         return _no(f"cwd {base.reason}", base.hint)
     name = program_name(argv[0])
     args = list(argv[1:])
-    spec = SPECS.get(name)
+    spec = SPECS.get(name) if archives else _SPECS_BEFORE_ARCHIVES.get(name, SPECS.get(name))
     allow = _options_for(name, options_granted)
     raw: list[tuple[str, str, bool]] | ShellVerdict
-    if name == "tar" and (expanded := _tar_old_style(args)) != args:
+    if name == "tar" and archives:
         # `tar xIf PROG a.tar`: the letters were read as flags, and I, F, h, P went unchecked (PROG ran).
-        # Read as tar reads them (each letter that takes a value takes the next word) behind ARCHIVE_OPTIONS
-        # where that changes the answer.
-        letters = set(args[0])
-        if not (
-            letters & (_TAR_LETTERS_WITH_VALUE - {"f"})
-            or any(f"-{c}" in SPECS["tar"].forbidden for c in letters)
-        ) or rule_in_force(ARCHIVE_OPTIONS):
-            args = expanded
+        args = _tar_old_style(args)
     if name == "git":
         raw = _git(args)
     elif name == "find":
         raw = _find(args, allow)
     elif spec is not None:
         parsed = _parse(args, spec, allow)
-        raw = parsed if isinstance(parsed, ShellVerdict) else _operands(name, spec, parsed, base)
+        raw = parsed if isinstance(parsed, ShellVerdict) else _operands(name, spec, parsed, base, archives)
     else:
         raw = _unknown(args)
     if isinstance(raw, ShellVerdict):
@@ -1897,14 +1959,51 @@ SHELL_KNOWN_ONLY = "kiwi-shell-known-only"
 GIT_OBJECT_PATHS = "kiwi-git-object-paths"
 
 
-# Options refused since session 23 (review of the staged unpacking): tar's that write a file or pick a folder
-# Kiwi does not check, or let a -T list carry options; unzip's that unpack ../ names. Workflow code refuses
-# them behind this patch (a marker only in runs that use one); the worker refuses them always.
+# Since session 23 (two reviews of the staged unpacking), tar, zip and unzip are read as they read themselves:
+# tar's old-style letters, options that write a file or pick a folder Kiwi did not check, names after -C, -T
+# lists in create mode, --remove-files and zip -m sources as writes, zip -O/-lf as writes, zip -T. Workflow
+# code answers by these rules behind this patch, asked only where they change the answer (a marker only in
+# runs that meet them); _SPECS_BEFORE_ARCHIVES are the specs runs from before replay with. The worker
+# checks by them always.
 ARCHIVE_OPTIONS = "kiwi-archive-options"
-_LATER_OPTIONS = frozenset(
-    {"--index-file", "--volno-file", "-g", "--listed-incremental", "--one-top-level", "--no-verbatim-files-from",
-     "--no-force-local", "-:", "-^"}
-)  # fmt: skip
+
+
+def _before(spec: Spec, values: Iterable[str] = (), forbidden: Iterable[str] = (), aliases: Iterable[str] = (),
+            flags: Iterable[str] = ()) -> Spec:  # fmt: skip
+    """``spec`` without what ARCHIVE_OPTIONS added to it."""
+    return dataclasses.replace(
+        spec,
+        values={k: v for k, v in spec.values.items() if k not in set(values)},
+        forbidden={k: v for k, v in spec.forbidden.items() if k not in set(forbidden)},
+        aliases={k: v for k, v in spec.aliases.items() if k not in set(aliases)},
+        flags=spec.flags - set(flags),
+    )
+
+
+_SPECS_BEFORE_ARCHIVES = {
+    "tar": _before(
+        SPECS["tar"],
+        values=("--add-file", "--owner-map", "--group-map"),
+        forbidden=(
+            "--index-file",
+            "--volno-file",
+            "-g",
+            "--listed-incremental",
+            "--one-top-level",
+            "--no-verbatim-files-from",
+            "--no-force-local",
+            "--no-null",
+        ),
+        flags=("--checkpoint", "--remove-files"),
+    ),  # fmt: skip
+    "zip": _before(
+        SPECS["zip"],
+        values=("-O", "--output-file", "--out", "-lf", "--logfile-path"),
+        forbidden=("-T", "--test"),
+        aliases=("--recurse-paths", "--recurse-patterns", "--symlinks", "--move"),
+    ),
+    "unzip": _before(SPECS["unzip"], forbidden=("-:", "-^")),
+}
 
 
 def _contains_protected(rel: str) -> bool:

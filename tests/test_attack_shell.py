@@ -381,7 +381,7 @@ async def test_attack_a_files_from_list_carries_no_options_for_tar(runs, project
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
     assert "SECRET" not in str(shown.result), shown
     assert unpacked.status == "ok" and "Not found in archive" in unpacked.result["stderr"], unpacked
-    assert made.status == "ok" and made.result["exit_code"] != 0, made
+    assert made.status == "denied" and "tar -T names the files" in made.reason, made  # (and refused now)
 
 
 @pytest.mark.parametrize(
@@ -400,6 +400,13 @@ async def test_attack_a_files_from_list_carries_no_options_for_tar(runs, project
         ("tar", ["tar", "cFf", "x.sh", "b.tar", "out"], "'-F'"),
         ("tar", ["tar", "xgf", "src/main.py", "a.tar"], "'-g'"),
         ("unzip", ["unzip", "-:", "a.zip", "-d", "out"], "'-:'"),
+        # Second review s23: --no-null turned the forced --verbatim-files-from off again; a -T list's names
+        # were never checked in create mode (any host file); zip -qTT CMD ran CMD (-TT only refused whole);
+        # zip -T runs unzip through sh; --recurse-paths is -r without the rule that -r needs -y.
+        ("tar", ["tar", "-x", "--no-null", "-T", "list.txt", "-f", "a.tar", "-C", "out"], "'--no-null'"),
+        ("tar", ["tar", "-c", "-f", "out/o.tar", "-T", "list.txt"], "tar -T names the files"),
+        ("zip", ["zip", "-T", "-qTT", "touch PWNED;", "out/o.zip", "x.sh"], "'-T'"),
+        ("zip", ["zip", "--recurse-paths", "out/o.zip", "src"], "zip -r follows symbolic links"),
     ],
 )
 async def test_attack_archive_options_that_write_or_run_what_kiwi_does_not_check(
@@ -466,3 +473,98 @@ def test_the_workers_own_folder_is_not_shown_even_cut_short():
     assert _unnamed(f"x: {into}/a.txt\n", into, "sub") == "x: sub/a.txt\n"
     assert _unnamed(f"x: {into}/a\n extracting: {into[:17]}", into, "sub") == "x: sub/a\n extracting: "
     assert _unnamed("extracting: /tmp", into, "sub") == "extracting: /tmp"  # (too short to tell)
+
+
+async def test_an_unpacking_is_stopped_once_it_writes_past_the_limit(tmp_path, monkeypatch):
+    """Second review s23 F10: a 988-byte archive of one 1.2 GB member wrote all of it to the worker's disk
+    before the limit was checked. The folder is measured while the program runs, and the program's process
+    group is killed once it passes the limit (here 8 MB; a writer that never stops stands for the archive)."""
+    import asyncio
+
+    from activities import commands
+    from activities.process import run_process
+    from kiwi.errors import ToolFailed
+
+    monkeypatch.setattr(commands, "UNPACK_MAX_BYTES", 8 * 1024 * 1024)
+    monkeypatch.setattr(commands, "UNPACK_WATCH_SECONDS", 0.05)
+    folder = tmp_path / "into"
+    folder.mkdir()
+    script = f'i=0; while true; do i=$((i+1)); head -c 1048576 /dev/zero > "{folder}/f$i"; done'
+    running = asyncio.ensure_future(
+        run_process(["sh", "-c", script], cwd=str(tmp_path), timeout=60, max_output=1000)
+    )
+    with pytest.raises(Exception) as stopped:
+        await commands._within_limits(running, str(folder), "tar (unpacking into 'sub')")
+    assert ToolFailed.type in repr(stopped.value) and "unpacks to more than" in str(stopped.value)
+    assert running.done()
+    assert sum(p.stat().st_size for p in folder.iterdir()) < 60 * 1024 * 1024
+
+
+async def test_attack_tar_members_named_before_c_reach_no_protected_place(runs, project):
+    """Second review s23 F1: -C applies to the names after it, and the rewriting replaced the one -C without
+    putting one first: members matched before it went to the command's folder, the project (.git/hooks)."""
+    run_id = await start(runs, project, "tar")
+    archive = _tar_bytes([(".git/hooks/pre-commit", None, "touch PWNED\n"), ("ok.txt", None, "ok")])
+    await _put(runs, run_id, "a.tar", archive.encode())
+    (project / "sub").mkdir()
+    argv = ["tar", "-x", "--wildcards", "-f", "a.tar", "*", "-C", "sub", "ok.txt"]
+    result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
+    assert not (project / ".git" / "hooks" / "pre-commit").exists()
+    assert result.status == "denied" and "sub/.git" in result.reason, result  # (protected at any depth)
+    assert not (project / "sub" / ".git").exists()
+
+
+async def test_attack_tar_names_after_c_are_checked_where_tar_reads_them(runs, project, tmp_path_factory):
+    """Second review s23 F4: in create mode, a name after -C DIR was checked against the command's folder:
+    from cwd sub, `tar -c -f ../o.tar -C .. ../outside/secret.txt` archived a file outside the project."""
+    outside = project.parent / f"outside-{project.name}"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("SECRET")
+    run_id = await start(runs, project, "tar")
+    (project / "sub").mkdir()
+    argv = ["tar", "-c", "-f", "../o.tar", "-C", "..", f"../{outside.name}/secret.txt"]
+    result = await runs.call_tool(run_id, "shell.run", {"argv": argv, "cwd": "sub"})
+    assert result.status == "denied" and "leaves the project root" in result.reason, result
+    assert not (project / "o.tar").exists()
+    fine = await runs.call_tool(
+        run_id, "shell.run", {"argv": ["tar", "-c", "-f", "../o.tar", "-C", "..", "x"], "cwd": "sub"}
+    )
+    assert fine.status == "ok", fine  # (a name in the project, after -C: as before)
+
+
+async def test_attack_archive_writes_and_deletes_are_checked_as_writes(runs, project):
+    """Second review s23 F6, F7: zip -lf (a log file) and zip -O wrote, zip -m and tar --remove-files
+    deleted, and tar --add-file=.env read a denied file, each checked as a read (or not at all)."""
+    from tests.helpers import directive_md, wait_for, write_directive
+
+    write_directive(
+        project / ".ai" / "directives" / "packer.md",
+        directive_md(
+            '<step name="work"><action>Pack.</action></step>',
+            name="packer",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+            '<deny resource="filesystem" path=".env"/><execute resource="shell" commands="tar,zip"/>',
+        ),
+    )
+    write(project / "src" / "log.py", "keep = True\n")
+    write(project / "src" / "moved.txt", "stays")
+    write(project / ".env", "API_KEY=SECRET")
+    (project / "out").mkdir()
+    run_id = await runs.start("packer", {})
+
+    async def waiting():
+        return (await runs.status(run_id)).status == "awaiting_agent"
+
+    await wait_for(waiting, what="packer to wait for the agent")
+    for argv, named in (
+        (["zip", "out/a.zip", "-lf", "src/log.py", "src/moved.txt"], "src/log.py"),
+        (["zip", "-O", "src/new", "out/a.zip", "src/moved.txt"], "src/new"),
+        (["zip", "-m", "out/b.zip", "src/moved.txt"], "src/moved.txt"),
+        (["tar", "-c", "-f", "out/c.tar", "--remove-files", "src/moved.txt"], "src/moved.txt"),
+        (["tar", "-c", "-f", "out/d.tar", "--add-file=.env"], ".env"),
+    ):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
+        assert result.status == "denied" and named in result.reason, (argv, result)
+    assert (project / "src" / "log.py").read_text() == "keep = True\n"
+    assert (project / "src" / "moved.txt").read_text() == "stays"
+    assert not (project / "out" / "d.tar").exists()
