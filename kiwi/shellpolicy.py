@@ -1856,8 +1856,11 @@ def path_arguments(
 
     Used by ``check_argv`` and by the worker, which re-checks them on disk with symlinks resolved.
     """
+    from temporalio import workflow
+
     found = _path_arguments(argv, cwd, options_granted, archives=True)
-    if argv and program_name(argv[0]) in _SPECS_BEFORE_ARCHIVES:
+    if argv and program_name(argv[0]) in _SPECS_BEFORE_ARCHIVES and workflow.in_workflow():
+        # (In a run only: outside one, the worker's check, the rules apply always.)
         before = _path_arguments(argv, cwd, options_granted, archives=False)
         if before != found and not rule_in_force(ARCHIVE_OPTIONS):
             return before
