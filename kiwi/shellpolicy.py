@@ -883,6 +883,8 @@ def _operands(
             )
         sources = "write" if archives and "-m" in parsed.options else "read"  # (-m deletes them)
         if archives:
+            # zip writes NAME.zip for an archive named without an extension.
+            found += [(o + ".zip", "write", False) for o in ops[:1] if "." not in posixpath.basename(o)]
             # zip writes NAME.zip (-O) and NAME.log (-lf) for a name without an extension.
             for option, kind, value in parsed.values:
                 suffix = {"-O": ".zip", "--output-file": ".zip", "--out": ".zip", "-lf": ".log"}.get(
@@ -897,6 +899,14 @@ def _operands(
             o in ("-l", "-t", "-p", "-c", "-v", "-z", *(("-Z",) if archives else ())) for o in parsed.options
         )
         found += [(o, "read", False) for o in ops[:1]]
+        if archives:
+            # unzip opens NAME, else NAME.zip, else NAME.ZIP.
+            found += [
+                (o + x, "read", False)
+                for o in ops[:1]
+                if "." not in posixpath.basename(o)
+                for x in (".zip", ".ZIP")
+            ]
         return found if listing else found + [(into[-1], "write", True)]
     return found + [(o, "read", False) for o in ops]
 
@@ -1012,7 +1022,6 @@ class Unpacking:
         """The command, unpacking into ``into`` (an absolute folder) and nowhere else."""
         spec = SPECS[self.program]
         out: list[str] = []
-        replaced = False
         args = list(self.args)
         i = 0
         while i < len(args):
@@ -1027,7 +1036,6 @@ class Unpacking:
                 if name in self.folder_options:
                     out += [f"{raw}={into}"] if eq else [raw, into]
                     i += 0 if eq else 1
-                    replaced = True
                 elif name in spec.values and not eq and i < len(args):
                     out += [arg, args[i]]
                     i += 1
@@ -1041,8 +1049,10 @@ class Unpacking:
                         continue
                     taken = index == len(arg) - 1  # (its value is the next word, not the rest of this one)
                     if option in self.folder_options:
-                        out += [arg[: index + 1], into]
-                        replaced = True
+                        if self.program == "tar":
+                            out += [arg[: index + 1], into]
+                        elif index > 1:
+                            out.append(arg[:index])  # (unzip -qd DIR: -q kept, -d DIR dropped)
                     else:
                         out.append(arg)
                         if taken and i < len(args):
@@ -1053,9 +1063,10 @@ class Unpacking:
                     out.append(arg)
                 continue
             if arg in spec.values and arg in self.folder_options:
-                out += [arg, into]
+                # (tar: rewritten in place, as -C applies from where it stands; unzip: dropped, its folder is
+                # the private one given first, and a second -d after the zipfile would be a member name.)
+                out += [arg, into] if self.program == "tar" else []
                 i += 1
-                replaced = True
                 continue
             if arg in spec.values and i < len(args):
                 out += [arg, args[i]]
@@ -1066,7 +1077,177 @@ class Unpacking:
             # First, whether or not a -C was replaced: tar's -C applies to the names after it, and members
             # named before a later -C went to the command's own folder, the project (second review s23 F1).
             return ["tar", "-C", into, *out]
-        return [self.program, *out] if replaced else [self.program, *out, "-d", into]
+        # unzip takes the first -d it meets, inside an -x list too (`-x -d ../elsewhere`): the private
+        # folder's comes first (review s23, third).
+        return ["unzip", "-d", into, *out]
+
+
+# The forms of tar, zip and unzip Kiwi reads (since ARCHIVE_OPTIONS, after three reviews found options each
+# program reads differently from Kiwi's parser: value letters taken as flags, `=` values, multi-letter zip
+# options, unzip words after the zipfile). Anything else is refused, naming what is allowed.
+_TAR_SHORT = frozenset("xctzjJvkOapmCfTX")
+_TAR_SHORT_VALUE = frozenset("fCTX")
+_TAR_LONG_FLAGS = frozenset(
+    [
+        "--extract",
+        "--get",
+        "--create",
+        "--list",
+        "--gzip",
+        "--gunzip",
+        "--bzip2",
+        "--xz",
+        "--zstd",
+        "--auto-compress",
+        "--verbose",
+        "--keep-old-files",
+        "--skip-old-files",
+        "--to-stdout",
+        "--wildcards",
+        "--no-wildcards",
+        "--anchored",
+        "--no-anchored",
+        "--numeric-owner",
+        "--no-same-owner",
+        "--no-same-permissions",
+        "--same-permissions",
+        "--preserve-permissions",
+        "--touch",
+        "--totals",
+        "--exclude-vcs",
+        "--exclude-vcs-ignores",
+        "--ignore-failed-read",
+        "--no-recursion",
+        "--recursion",
+        "--checkpoint",
+        "--remove-files",
+        "--one-file-system",
+        "--sparse",
+        "--append",
+        "--update",
+        "--delete",
+    ]
+)
+_TAR_LONG_VALUES = frozenset(
+    [
+        "--file",
+        "--directory",
+        "--files-from",
+        "--exclude",
+        "--exclude-from",
+        "--transform",
+        "--xform",
+        "--strip-components",
+        "--owner",
+        "--group",
+        "--mode",
+        "--sort",
+        "--format",
+        "--mtime",
+        "--newer",
+        "--after-date",
+        "--newer-mtime",
+    ]
+)
+_UNZIP_SHORT = frozenset("onqjltvpuf")
+_ZIP_SHORT = frozenset("ryqvjmDXuf0123456789")
+_ZIP_LONG = {"--recurse-paths", "--symlinks", "--quiet", "--junk-paths", "--move", "--exclude", "--include"}
+
+
+def _archive_shape(name: str, args: Sequence[str]) -> ShellVerdict | None:
+    """Why ``args`` are not a form of tar, zip or unzip Kiwi reads the way the program does (None: they are)."""
+
+    def no(word: str, allowed: str) -> ShellVerdict:
+        return _no(
+            f"{name}: '{word}' is not a form Kiwi reads as {name} does, so it is refused",
+            f"use {allowed}",
+        )
+
+    if name == "tar":
+        words = list(args)
+        if words and not words[0].startswith("-"):
+            if not set(words[0]) <= _TAR_SHORT:
+                return no(
+                    words[0], "letters from " + "".join(sorted(_TAR_SHORT)) + " in tar's old style, or dashes"
+                )
+            words = words[1:]
+        skip = 0
+        for index, word in enumerate(words):
+            if skip:
+                skip -= 1
+                continue
+            if word == "--":
+                break
+            if word.startswith("--"):
+                option, eq, value = word.partition("=")
+                if option in _TAR_LONG_FLAGS and not eq:
+                    continue
+                if option in _TAR_LONG_VALUES:
+                    if option in ("--mtime", "--newer", "--after-date", "--newer-mtime") and (
+                        (value if eq else (words[index + 1] if index + 1 < len(words) else "")).startswith(
+                            ("/", ".")
+                        )
+                    ):
+                        return no(word, "a date for it (a file's time reads the file)")
+                    skip = 0 if eq else 1
+                    continue
+                return no(
+                    word, "tar's common options (--file, --directory, --exclude, --strip-components, ...)"
+                )
+            if word.startswith("-") and len(word) > 1:
+                for position, letter in enumerate(word[1:], start=1):
+                    if letter not in _TAR_SHORT:
+                        return no(word, "-x, -c, -t with -z/-j/-J, -v, -f FILE, -C DIR, -k, -O")
+                    if letter in _TAR_SHORT_VALUE:
+                        skip = 0 if position < len(word) - 1 else 1
+                        break
+        return None
+    if name == "unzip":
+        zipfile = None
+        skip = 0
+        for word in args:
+            if skip:
+                skip -= 1
+                continue
+            if word.startswith("-d") or (word == "-P" and zipfile is None):
+                skip = 1 if word in ("-d", "-P") else 0
+                continue
+            if zipfile is None:
+                if word.startswith("-") and len(word) > 1:
+                    if not set(word[1:]) <= _UNZIP_SHORT:
+                        return no(
+                            word,
+                            "-o, -n, -q, -j, -l, -t, -v, -p, -u, -f before the zipfile, -x and -d after it",
+                        )
+                    continue
+                if any(c in word for c in "*?["):
+                    return no(word, "the zipfile's own name (unzip expands patterns in it)")
+                zipfile = word
+                continue
+            if word.startswith("-") and word != "-x":
+                return no(word, "member names after the zipfile, then -x NAMES and -d FOLDER")
+        return None
+    # zip
+    skip_list = False
+    for word in args:
+        if word.startswith("-") and len(word) > 1:
+            skip_list = False
+            if word in ("-x", "-i", "--exclude", "--include"):
+                skip_list = True
+                continue
+            if word.startswith("--"):
+                if word not in _ZIP_LONG:
+                    return no(word, "zip's common options (-r -y, -q, -j, -m, -x NAMES, -i NAMES)")
+                continue
+            if "=" in word or not set(word[1:]) <= _ZIP_SHORT:
+                return no(
+                    word,
+                    "-r -y, -q, -v, -j, -m, -u, -f, -D, -X, -0 to -9, -x NAMES, -i NAMES, each on its own",
+                )
+            continue
+        if skip_list and word.startswith("@"):
+            return no(word, "the names themselves (a list in a file is not read by Kiwi)")
+    return None
 
 
 def _tar_old_style(args: Sequence[str]) -> list[str]:
@@ -1899,6 +2080,10 @@ def _path_arguments(
         raw = _find(args, allow)
     elif spec is not None:
         parsed = _parse(args, spec, allow)
+        if not isinstance(parsed, ShellVerdict) and archives and name in _SPECS_BEFORE_ARCHIVES:
+            # (After the parse: an option refused by name says why; any other form not read as the program
+            # reads it is refused here.)
+            parsed = _archive_shape(name, argv[1:]) or parsed
         raw = parsed if isinstance(parsed, ShellVerdict) else _operands(name, spec, parsed, base, archives)
     else:
         raw = _unknown(args)

@@ -407,6 +407,16 @@ async def test_attack_a_files_from_list_carries_no_options_for_tar(runs, project
         ("tar", ["tar", "-c", "-f", "out/o.tar", "-T", "list.txt"], "tar -T names the files"),
         ("zip", ["zip", "-T", "-qTT", "touch PWNED;", "out/o.zip", "x.sh"], "'-T'"),
         ("zip", ["zip", "--recurse-paths", "out/o.zip", "src"], "zip -r follows symbolic links"),
+        # Third review s23 (code against the real binaries): forms each program reads otherwise than Kiwi's
+        # parser did. `xIf-` is old style to tar (its first word has no dash) and ran ./x.sh; -V takes the rest
+        # of its word, so -xVO unpacked into the project unstaged; after the zipfile, unzip takes '-l*' for a
+        # member, not a listing; zip -O=../x wrote outside; unzip -x before the zipfile makes the next word it.
+        ("tar", ["tar", "xIf-", "./x.sh", "a.tar"], "not a form Kiwi reads"),
+        ("tar", ["tar", "-xVO", "-f", "a.tar"], "not a form Kiwi reads"),
+        ("unzip", ["unzip", "-o", "a.zip", "-l*"], "not a form Kiwi reads"),
+        ("zip", ["zip", "-q", "-O=../z.zip", "out/o.zip", "x.sh"], "not a form Kiwi reads"),
+        ("unzip", ["unzip", "-p", "-x", "../secret.zip"], "not a form Kiwi reads"),
+        ("tar", ["tar", "-d", "-f", "a.tar"], "not a form Kiwi reads"),
     ],
 )
 async def test_attack_archive_options_that_write_or_run_what_kiwi_does_not_check(
@@ -557,8 +567,9 @@ async def test_attack_archive_writes_and_deletes_are_checked_as_writes(runs, pro
 
     await wait_for(waiting, what="packer to wait for the agent")
     for argv, named in (
-        (["zip", "out/a.zip", "-lf", "src/log.py", "src/moved.txt"], "src/log.py"),
-        (["zip", "-O", "src/new", "out/a.zip", "src/moved.txt"], "src/new"),
+        # (zip -lf and -O: refused as forms Kiwi does not read, since the third review.)
+        (["zip", "out/a.zip", "-lf", "src/log.py", "src/moved.txt"], "'-lf'"),
+        (["zip", "-O", "src/new", "out/a.zip", "src/moved.txt"], "'-O'"),
         (["zip", "-m", "out/b.zip", "src/moved.txt"], "src/moved.txt"),
         (["tar", "-c", "-f", "out/c.tar", "--remove-files", "src/moved.txt"], "src/moved.txt"),
         (["tar", "-c", "-f", "out/d.tar", "--add-file=.env"], ".env"),
@@ -568,3 +579,21 @@ async def test_attack_archive_writes_and_deletes_are_checked_as_writes(runs, pro
     assert (project / "src" / "log.py").read_text() == "keep = True\n"
     assert (project / "src" / "moved.txt").read_text() == "stays"
     assert not (project / "out" / "d.tar").exists()
+
+
+async def test_attack_a_folder_inside_unzips_exclude_list_is_not_where_it_unpacks(runs, project):
+    """Third review s23 F3: unzip takes the first -d it meets, inside an -x list too: `-x -d ../evil` beat
+    the private folder's -d added at the end, and the files went outside the project."""
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("f.txt", "unpacked")
+    run_id = await start(runs, project, "unzip")
+    await _put(runs, run_id, "a.zip", buffer.getvalue())
+    evil = project.parent / f"evil-{project.name}"
+    argv = ["unzip", "-o", "a.zip", "-d", "sub", "-x", "-d", f"../{evil.name}"]
+    result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
+    assert not evil.exists()
+    assert result.status == "ok" and (project / "sub" / "f.txt").read_text() == "unpacked", result
