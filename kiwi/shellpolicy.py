@@ -547,6 +547,9 @@ SPECS: dict[str, Spec] = {
             "--add-file": "read",
             "--owner-map": "read",
             "--group-map": "read",
+            "--sort": "value",
+            "--after-date": "value",
+            "--newer-mtime": "value",
         },
         forbidden={
             "--to-command": "runs the program it names for every file",
@@ -593,6 +596,8 @@ SPECS: dict[str, Spec] = {
                 "--to-stdout",
                 "--checkpoint",  # (not an abbreviation of --checkpoint-action)
                 "--remove-files",
+                "--overwrite",
+                "--no-overwrite-dir",
             }
         ),
         operands="tar",
@@ -881,7 +886,11 @@ def _operands(
                 "zip -r follows symbolic links out of the project",
                 "add -y (store links as links), e.g. zip -r -y out.zip src",
             )
+        if archives:
+            # -0 to -9 are compression levels to zip, not operands (_parse keeps -N as a number for head -5).
+            ops = [o for o in ops if not re.fullmatch(r"-\d", o)]
         sources = "write" if archives and "-m" in parsed.options else "read"  # (-m deletes them)
+        whole = sources == "write" and "-r" in parsed.options  # (-r -m deletes folders whole)
         if archives:
             # zip writes NAME.zip for an archive named without an extension.
             found += [(o + ".zip", "write", False) for o in ops[:1] if "." not in posixpath.basename(o)]
@@ -892,7 +901,7 @@ def _operands(
                 )
                 if kind == "write" and suffix and "." not in posixpath.basename(value):
                     found.append((value + suffix, "write", False))
-        return found + [(o, "write", False) for o in ops[:1]] + [(o, sources, False) for o in ops[1:]]
+        return found + [(o, "write", False) for o in ops[:1]] + [(o, sources, whole) for o in ops[1:]]
     if how == "unzip":
         into = [v for _, k, v in parsed.values if k == "extract"] or ["."]
         listing = any(
@@ -941,8 +950,14 @@ def _tar(
 ) -> list[tuple[str, str, bool]] | ShellVerdict:
     opts = set(parsed.options)
     ops = list(parsed.operands)
-    # Old-style "tar cf out.tar src": the first operand is a cluster of letters.
-    if ops and not (opts & {"-c", "-x", "-t", "-r", "-u", "-A", "-d"}) and re.fullmatch(r"[A-Za-z]+", ops[0]):
+    # Old-style "tar cf out.tar src": the first operand is a cluster of letters. (Since ARCHIVE_OPTIONS,
+    # _tar_old_style has read it already: a file named in letters after --create is a file.)
+    if (
+        not archives
+        and ops
+        and not (opts & {"-c", "-x", "-t", "-r", "-u", "-A", "-d"})
+        and re.fullmatch(r"[A-Za-z]+", ops[0])
+    ):
         letters = ops.pop(0)
         opts |= {f"-{c}" for c in letters}
         if "f" in letters and ops:
@@ -986,12 +1001,13 @@ def _tar(
     # each folder -C names, and each chain of them (-C a -C b is a/b), as well as the command's own.
     folders = [value for _, kind, value in parsed.values if kind == "cwd"]
     chains = {posixpath.join(*folders[: k + 1]) for k in range(len(folders))} | set(folders)
-    mode = "write" if "--remove-files" in opts else "read"  # (it deletes them)
+    mode = "write" if "--remove-files" in opts else "read"  # (it deletes them, folders whole)
+    tree = mode == "write" and "--no-recursion" not in opts
     names = [] if listing_names else [posixpath.join(d, o) for d in sorted(chains) for o in ops]
     return (
         found
-        + [(o, "read" if listing_names else mode, False) for o in ops]
-        + [(n, mode, False) for n in names]
+        + [(o, "read" if listing_names else mode, tree and not listing_names) for o in ops]
+        + [(n, mode, tree) for n in names]
     )
 
 
@@ -1085,7 +1101,7 @@ class Unpacking:
 # The forms of tar, zip and unzip Kiwi reads (since ARCHIVE_OPTIONS, after three reviews found options each
 # program reads differently from Kiwi's parser: value letters taken as flags, `=` values, multi-letter zip
 # options, unzip words after the zipfile). Anything else is refused, naming what is allowed.
-_TAR_SHORT = frozenset("xctzjJvkOapmCfTX")
+_TAR_SHORT = frozenset("xctruzjJvkOapmCfTX")
 _TAR_SHORT_VALUE = frozenset("fCTX")
 _TAR_LONG_FLAGS = frozenset(
     [
@@ -1164,29 +1180,32 @@ def _archive_shape(name: str, args: Sequence[str]) -> ShellVerdict | None:
         )
 
     if name == "tar":
-        words = list(args)
-        if words and not words[0].startswith("-"):
-            if not set(words[0]) <= _TAR_SHORT:
-                return no(
-                    words[0], "letters from " + "".join(sorted(_TAR_SHORT)) + " in tar's old style, or dashes"
-                )
-            words = words[1:]
+        if args and not args[0].startswith("-") and not set(args[0]) <= _TAR_SHORT:
+            return no(
+                args[0], "letters from " + "".join(sorted(_TAR_SHORT)) + " in tar's old style, or dashes"
+            )
+        # Checked in the form tar reads (old-style letters spread into options with their words), and no
+        # option's value may look like an option: tar reads `--after-date --` as a date, Kiwi's parser read
+        # the `--` as the end of options (review s23, fourth).
+        words = _tar_old_style(args)
         skip = 0
         for index, word in enumerate(words):
+            value = words[index + 1] if index + 1 < len(words) else ""
             if skip:
                 skip -= 1
                 continue
             if word == "--":
-                break
+                return no(word, "names that do not start with '-' (./-name for one that does)")
             if word.startswith("--"):
-                option, eq, value = word.partition("=")
+                option, eq, given = word.partition("=")
                 if option in _TAR_LONG_FLAGS and not eq:
                     continue
                 if option in _TAR_LONG_VALUES:
-                    if option in ("--mtime", "--newer", "--after-date", "--newer-mtime") and (
-                        (value if eq else (words[index + 1] if index + 1 < len(words) else "")).startswith(
-                            ("/", ".")
-                        )
+                    taken = given if eq else value
+                    if not eq and (not value or value.startswith("-")):
+                        return no(f"{word} {value}".strip(), f"a value for {option} that is not an option")
+                    if option in ("--mtime", "--newer", "--after-date", "--newer-mtime") and taken.startswith(
+                        ("/", ".")
                     ):
                         return no(word, "a date for it (a file's time reads the file)")
                     skip = 0 if eq else 1
@@ -1197,9 +1216,16 @@ def _archive_shape(name: str, args: Sequence[str]) -> ShellVerdict | None:
             if word.startswith("-") and len(word) > 1:
                 for position, letter in enumerate(word[1:], start=1):
                     if letter not in _TAR_SHORT:
-                        return no(word, "-x, -c, -t with -z/-j/-J, -v, -f FILE, -C DIR, -k, -O")
+                        return no(word, "-x, -c, -t, -r, -u with -z/-j/-J, -v, -f FILE, -C DIR, -k, -O")
                     if letter in _TAR_SHORT_VALUE:
-                        skip = 0 if position < len(word) - 1 else 1
+                        if position == len(word) - 1:
+                            if not value or (value.startswith("-") and value != "-"):  # (-f -: stdin, stdout)
+                                return no(
+                                    f"{word} {value}".strip(), f"a value for -{letter} that is not an option"
+                                )
+                            skip = 1
+                        elif word[position + 1] == "-":
+                            return no(word, f"a value for -{letter} that is not an option")
                         break
         return None
     if name == "unzip":
@@ -1212,6 +1238,16 @@ def _archive_shape(name: str, args: Sequence[str]) -> ShellVerdict | None:
             if word.startswith("-d") or (word == "-P" and zipfile is None):
                 skip = 1 if word in ("-d", "-P") else 0
                 continue
+            if (
+                word.startswith("-")
+                and len(word) > 2
+                and word.endswith("d")
+                and set(word[1:-1]) <= _UNZIP_SHORT
+            ):
+                skip = 1  # (-qd DIR)
+                continue
+            if word == "--":
+                return no(word, "names that do not start with '-'")
             if zipfile is None:
                 if word.startswith("-") and len(word) > 1:
                     if not set(word[1:]) <= _UNZIP_SHORT:
@@ -1228,12 +1264,18 @@ def _archive_shape(name: str, args: Sequence[str]) -> ShellVerdict | None:
                 return no(word, "member names after the zipfile, then -x NAMES and -d FOLDER")
         return None
     # zip
-    skip_list = False
+    in_list = False
+    archive = False
     for word in args:
+        if word == "--":
+            return no(word, "names that do not start with '-'")
         if word.startswith("-") and len(word) > 1:
-            skip_list = False
+            in_list = False
             if word in ("-x", "-i", "--exclude", "--include"):
-                skip_list = True
+                if not archive:
+                    # (zip's list runs to the next option: before the archive's name, it took the name.)
+                    return no(word, "-x NAMES and -i NAMES after the archive's name and the files")
+                in_list = True
                 continue
             if word.startswith("--"):
                 if word not in _ZIP_LONG:
@@ -1245,8 +1287,9 @@ def _archive_shape(name: str, args: Sequence[str]) -> ShellVerdict | None:
                     "-r -y, -q, -v, -j, -m, -u, -f, -D, -X, -0 to -9, -x NAMES, -i NAMES, each on its own",
                 )
             continue
-        if skip_list and word.startswith("@"):
+        if in_list and word.startswith("@"):
             return no(word, "the names themselves (a list in a file is not read by Kiwi)")
+        archive = archive or not in_list
     return None
 
 
@@ -1273,6 +1316,8 @@ def unpacking(argv: Sequence[str], cwd: str = ".") -> Unpacking | ShellVerdict |
     if name not in ("tar", "unzip"):
         return None
     spec = SPECS[name]
+    if (shape := _archive_shape(name, argv[1:])) is not None:
+        return shape
     args = _tar_old_style(argv[1:]) if name == "tar" else list(argv[1:])
     parsed = _parse(args, spec, set())
     if isinstance(parsed, ShellVerdict):
@@ -2171,7 +2216,7 @@ def _before(spec: Spec, values: Iterable[str] = (), forbidden: Iterable[str] = (
 _SPECS_BEFORE_ARCHIVES = {
     "tar": _before(
         SPECS["tar"],
-        values=("--add-file", "--owner-map", "--group-map"),
+        values=("--add-file", "--owner-map", "--group-map", "--sort", "--after-date", "--newer-mtime"),
         forbidden=(
             "--index-file",
             "--volno-file",
@@ -2182,7 +2227,7 @@ _SPECS_BEFORE_ARCHIVES = {
             "--no-force-local",
             "--no-null",
         ),
-        flags=("--checkpoint", "--remove-files"),
+        flags=("--checkpoint", "--remove-files", "--overwrite", "--no-overwrite-dir"),
     ),  # fmt: skip
     "zip": _before(
         SPECS["zip"],

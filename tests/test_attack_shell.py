@@ -417,6 +417,15 @@ async def test_attack_a_files_from_list_carries_no_options_for_tar(runs, project
         ("zip", ["zip", "-q", "-O=../z.zip", "out/o.zip", "x.sh"], "not a form Kiwi reads"),
         ("unzip", ["unzip", "-p", "-x", "../secret.zip"], "not a form Kiwi reads"),
         ("tar", ["tar", "-d", "-f", "a.tar"], "not a form Kiwi reads"),
+        # Fourth review s23: tar reads `--newer-mtime --` as a date and goes on with options, where Kiwi's
+        # parser took the end of options (`-f/anywhere` then written, `--checkpoint-action=exec=` run);
+        # old-style f took `-C` for the archive's name and tar then read --diff; zip's -x list before the
+        # archive's name took it; zip -m -r and tar --remove-files of `.` deleted .git (checked as files).
+        ("tar", ["tar", "-c", "--newer-mtime", "--", "-fout/o.tar", "x.sh"], "not a form Kiwi reads"),
+        ("tar", ["tar", "f", "-C", "--diff"], "not a form Kiwi reads"),
+        ("zip", ["zip", "-x", "a", "out/o.zip", "-q", "src/main.py", "x.sh"], "not a form Kiwi reads"),
+        ("zip", ["zip", "-r", "-y", "-m", "out/o.zip", "."], "protected place '.git'"),
+        ("tar", ["tar", "--remove-files", "-cf", "out/o.tar", "."], "protected place '.git'"),
     ],
 )
 async def test_attack_archive_options_that_write_or_run_what_kiwi_does_not_check(

@@ -472,15 +472,12 @@ INTO = "/worker/own/folder"
         (["tar", "-xf", "a.tar", "-C", "out"], ".", ["tar", "-C", INTO, "-xf", "a.tar", "-C", INTO], "out", False),
         (["tar", "-x", "--directory=out", "-f", "a.tar"], ".", ["tar", "-C", INTO, "-x", f"--directory={INTO}", "-f", "a.tar"],
          "out", False),
-        (["tar", "-x", "--dir", "out", "-f", "a.tar"], ".", ["tar", "-C", INTO, "-x", "--dir", INTO, "-f", "a.tar"], "out", False),
         (["tar", "-xCout", "-f", "a.tar"], ".", ["tar", "-C", INTO, "-xC", INTO, "-f", "a.tar"], "out", False),
         (["tar", "xfC", "a.tar", "out"], ".", ["tar", "-C", INTO, "-x", "-f", "a.tar", "-C", INTO], "out", False),
         (["tar", "-x", "-f", "a.tar", "*", "-C", "out", "ok.txt"], ".", ["tar", "-C", INTO, "-x", "-f", "a.tar", "*", "-C", INTO, "ok.txt"], "out", False),
         (["tar", "-xf", "a.tar", "-C", "../out", "member"], "sub", ["tar", "-C", INTO, "-xf", "a.tar", "-C", INTO, "member"],
          "out", False),
         (["tar", "-xkf", "a.tar"], "sub", ["tar", "-C", INTO, "-xkf", "a.tar"], "sub", True),
-        (["tar", "-x", "--skip-old", "-f", "a.tar"], ".", ["tar", "-C", INTO, "-x", "--skip-old", "-f", "a.tar"],
-         ".", True),
         (["unzip", "a.zip"], ".", ["unzip", "-d", INTO, "a.zip"], ".", True),
         (["unzip", "-o", "a.zip", "-d", "out"], ".", ["unzip", "-d", INTO, "-o", "a.zip"], "out", False),
         (["unzip", "-qd", "out", "a.zip"], ".", ["unzip", "-d", INTO, "-q", "a.zip"], "out", True),
@@ -514,6 +511,9 @@ def test_what_unpacks_nothing_into_the_project_runs_as_it_is(argv):
     [
         (["tar", "-x", "-C", "a", "-C", "b", "-f", "x.tar"], "2 times"),
         (["unzip", "a.zip", "-d", "a", "-d", "b"], "2 times"),
+        # (Long options by their whole names only: GNU tar's abbreviations are refused.)
+        (["tar", "-x", "--dir", "out", "-f", "a.tar"], "not a form Kiwi reads"),
+        (["tar", "-x", "--skip-old", "-f", "a.tar"], "not a form Kiwi reads"),
     ],
 )
 def test_an_unpacking_kiwi_cannot_send_elsewhere_is_refused_with_the_fix(argv, named):
@@ -522,3 +522,21 @@ def test_an_unpacking_kiwi_cannot_send_elsewhere_is_refused_with_the_fix(argv, n
     verdict = unpacking(argv)
     assert isinstance(verdict, ShellVerdict) and not verdict.allowed
     assert named in verdict.reason and verdict.hint, verdict
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # (Fourth review s23: -9 was an operand, so zip's archive was checked as a source; a file named in
+        # letters after --create was taken for old-style options and not checked at all.)
+        (["zip", "-9", "out.zip", "a.txt"], [("out.zip", "write"), ("a.txt", "read")]),
+        (["tar", "--create", "-f", "out.tar", "secrets"], [("out.tar", "write"), ("secrets", "read")]),
+        (["tar", "-czf", "-", "src"], [("src", "read")]),
+    ],
+)
+def test_archive_programs_name_what_they_read_and_write(argv, expected):
+    from kiwi.shellpolicy import path_arguments
+
+    found = path_arguments(argv)
+    assert not hasattr(found, "reason"), found
+    assert [(p.rel, p.mode) for p in found if p.rel != "."] == expected
