@@ -909,13 +909,8 @@ def _operands(
         )
         found += [(o, "read", False) for o in ops[:1]]
         if archives:
-            # unzip opens NAME, else NAME.zip, else NAME.ZIP.
-            found += [
-                (o + x, "read", False)
-                for o in ops[:1]
-                if "." not in posixpath.basename(o)
-                for x in (".zip", ".ZIP")
-            ]
+            # unzip opens NAME, else NAME.zip, else NAME.ZIP (a dotted NAME too: fifth review s23).
+            found += [(o + x, "read", False) for o in ops[:1] for x in (".zip", ".ZIP")]
         return found if listing else found + [(into[-1], "write", True)]
     return found + [(o, "read", False) for o in ops]
 
@@ -1101,7 +1096,7 @@ class Unpacking:
 # The forms of tar, zip and unzip Kiwi reads (since ARCHIVE_OPTIONS, after three reviews found options each
 # program reads differently from Kiwi's parser: value letters taken as flags, `=` values, multi-letter zip
 # options, unzip words after the zipfile). Anything else is refused, naming what is allowed.
-_TAR_SHORT = frozenset("xctruzjJvkOapmCfTX")
+_TAR_SHORT = frozenset("xctruzjJvkOpmCfTX")
 _TAR_SHORT_VALUE = frozenset("fCTX")
 _TAR_LONG_FLAGS = frozenset(
     [
@@ -1114,7 +1109,6 @@ _TAR_LONG_FLAGS = frozenset(
         "--bzip2",
         "--xz",
         "--zstd",
-        "--auto-compress",
         "--verbose",
         "--keep-old-files",
         "--skip-old-files",
@@ -1166,7 +1160,9 @@ _TAR_LONG_VALUES = frozenset(
     ]
 )
 _UNZIP_SHORT = frozenset("onqjltvpuf")
-_ZIP_SHORT = frozenset("ryqvjmDXuf0123456789")
+# (Not -u or -f: they update the archive's entries from the files their names give, which an archive
+# brought in can set anywhere, `../../x`, and with -m delete: fifth review s23.)
+_ZIP_SHORT = frozenset("ryqvjmDX0123456789")
 _ZIP_LONG = {"--recurse-paths", "--symlinks", "--quiet", "--junk-paths", "--move", "--exclude", "--include"}
 
 
@@ -1284,7 +1280,7 @@ def _archive_shape(name: str, args: Sequence[str]) -> ShellVerdict | None:
             if "=" in word or not set(word[1:]) <= _ZIP_SHORT:
                 return no(
                     word,
-                    "-r -y, -q, -v, -j, -m, -u, -f, -D, -X, -0 to -9, -x NAMES, -i NAMES, each on its own",
+                    "-r -y, -q, -v, -j, -m, -D, -X, -0 to -9, -x NAMES, -i NAMES, each on its own",
                 )
             continue
         if in_list and word.startswith("@"):

@@ -426,6 +426,11 @@ async def test_attack_a_files_from_list_carries_no_options_for_tar(runs, project
         ("zip", ["zip", "-x", "a", "out/o.zip", "-q", "src/main.py", "x.sh"], "not a form Kiwi reads"),
         ("zip", ["zip", "-r", "-y", "-m", "out/o.zip", "."], "protected place '.git'"),
         ("tar", ["tar", "--remove-files", "-cf", "out/o.tar", "."], "protected place '.git'"),
+        # Fifth review s23: zip -f/-u act on the archive's own entries, whose names it carries (`../../x`):
+        # -fm read and deleted files outside the project; tar -a starts a compressor picked by the name.
+        ("zip", ["zip", "-fm", "out/o.zip"], "not a form Kiwi reads"),
+        ("zip", ["zip", "-u", "out/o.zip"], "not a form Kiwi reads"),
+        ("tar", ["tar", "-caf", "out/o.tar.lzo", "src"], "not a form Kiwi reads"),
     ],
 )
 async def test_attack_archive_options_that_write_or_run_what_kiwi_does_not_check(

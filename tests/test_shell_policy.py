@@ -532,6 +532,11 @@ def test_an_unpacking_kiwi_cannot_send_elsewhere_is_refused_with_the_fix(argv, n
         (["zip", "-9", "out.zip", "a.txt"], [("out.zip", "write"), ("a.txt", "read")]),
         (["tar", "--create", "-f", "out.tar", "secrets"], [("out.tar", "write"), ("secrets", "read")]),
         (["tar", "-czf", "-", "src"], [("src", "read")]),
+        # (unzip opens NAME.zip and NAME.ZIP when NAME is missing, a dotted NAME too: fifth review s23.)
+        (
+            ["unzip", "-p", "creds.env"],
+            [("creds.env", "read"), ("creds.env.zip", "read"), ("creds.env.ZIP", "read")],
+        ),
     ],
 )
 def test_archive_programs_name_what_they_read_and_write(argv, expected):
