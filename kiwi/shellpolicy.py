@@ -618,12 +618,6 @@ SPECS: dict[str, Spec] = {
             "--compression-method": "value",
             "-t": "value",
             "-tt": "value",
-            # (Since ARCHIVE_OPTIONS; zip adds .zip or .log to a name without an extension.)
-            "-O": "write",
-            "--output-file": "write",
-            "--out": "write",
-            "-lf": "write",
-            "--logfile-path": "write",
         },
         forbidden={
             "-TT": "runs the program it names to test the archive",
@@ -894,19 +888,10 @@ def _operands(
         if archives:
             # zip writes NAME.zip for an archive named without an extension.
             found += [(o + ".zip", "write", False) for o in ops[:1] if "." not in posixpath.basename(o)]
-            # zip writes NAME.zip (-O) and NAME.log (-lf) for a name without an extension.
-            for option, kind, value in parsed.values:
-                suffix = {"-O": ".zip", "--output-file": ".zip", "--out": ".zip", "-lf": ".log"}.get(
-                    option, ""
-                )
-                if kind == "write" and suffix and "." not in posixpath.basename(value):
-                    found.append((value + suffix, "write", False))
         return found + [(o, "write", False) for o in ops[:1]] + [(o, sources, whole) for o in ops[1:]]
     if how == "unzip":
         into = [v for _, k, v in parsed.values if k == "extract"] or ["."]
-        listing = any(
-            o in ("-l", "-t", "-p", "-c", "-v", "-z", *(("-Z",) if archives else ())) for o in parsed.options
-        )
+        listing = any(o in ("-l", "-t", "-p", "-c", "-v", "-z") for o in parsed.options)
         found += [(o, "read", False) for o in ops[:1]]
         if archives:
             # unzip opens NAME, else NAME.zip, else NAME.ZIP (a dotted NAME too: fifth review s23).
@@ -1027,7 +1012,11 @@ class Unpacking:
     args: tuple[str, ...]
     target: str
     keep: bool
-    folder_options: frozenset[str]
+
+    @property
+    def folder_options(self) -> frozenset[str]:
+        """The options that name the folder to unpack into."""
+        return frozenset({"-C", "--directory"}) if self.program == "tar" else frozenset({"-d"})
 
     def argv(self, into: str) -> list[str]:
         """The command, unpacking into ``into`` (an absolute folder) and nowhere else."""
@@ -1323,7 +1312,6 @@ def unpacking(argv: Sequence[str], cwd: str = ".") -> Unpacking | ShellVerdict |
         if not options & {"-x", "--extract", "--get"} or options & {"-O", "--to-stdout"}:
             return None
         folders = [value for _, kind, value in parsed.values if kind == "cwd"]
-        folder_options = frozenset({"-C", "--directory"})
         keep = "-k" in options or any(
             o.startswith("--") and any(k.startswith(o) for k in _TAR_KEEP) for o in options
         )
@@ -1331,7 +1319,6 @@ def unpacking(argv: Sequence[str], cwd: str = ".") -> Unpacking | ShellVerdict |
         if options & _UNZIP_LISTING:
             return None
         folders = [value for _, kind, value in parsed.values if kind == "extract"]
-        folder_options = frozenset({"-d"})
         # (Run without a terminal, unzip keeps what is there unless told -o: it asks, reads nothing, skips.)
         keep = "-o" not in options
     if len(folders) > 1:
@@ -1342,7 +1329,7 @@ def unpacking(argv: Sequence[str], cwd: str = ".") -> Unpacking | ShellVerdict |
     target = lexical_path(cwd, folders[0]) if folders else lexical_path(".", cwd)
     if isinstance(target, ShellVerdict):
         return target
-    return Unpacking(name, tuple(args), target, keep, folder_options)
+    return Unpacking(name, tuple(args), target, keep)
 
 
 # find: tests and actions taking one argument; which of them name files.
@@ -2227,7 +2214,6 @@ _SPECS_BEFORE_ARCHIVES = {
     ),  # fmt: skip
     "zip": _before(
         SPECS["zip"],
-        values=("-O", "--output-file", "--out", "-lf", "--logfile-path"),
         forbidden=("-T", "--test"),
         aliases=("--recurse-paths", "--recurse-patterns", "--symlinks", "--move"),
     ),

@@ -545,3 +545,13 @@ def test_archive_programs_name_what_they_read_and_write(argv, expected):
     found = path_arguments(argv)
     assert not hasattr(found, "reason"), found
     assert [(p.rel, p.mode) for p in found if p.rel != "."] == expected
+
+
+def test_every_long_tar_option_the_grammar_takes_a_value_for_is_one_the_parser_reads_a_value_for():
+    """Fourth review s23: --after-date was a value option to the grammar and a flag to the parser, so the
+    parser read its value `--` as the end of options, and tar read what followed as options. The two lists
+    must agree."""
+    from kiwi.shellpolicy import _TAR_LONG_FLAGS, _TAR_LONG_VALUES, SPECS
+
+    assert _TAR_LONG_VALUES.issubset(SPECS["tar"].values)
+    assert not _TAR_LONG_FLAGS & set(SPECS["tar"].values)
