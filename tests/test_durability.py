@@ -312,6 +312,91 @@ async def test_record_early_approval_history(runs, project):
     await _save_history(runs.handle(run_id), "early_approval", project)
 
 
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_ticker_history(runs, project):
+    """Record a run whose agent step waits after an activity's result (the first step's tool), completed by
+    the agent (tests/histories/ticker-{patch id}.json): the source of the merged history below."""
+    tick_project(project)
+    run_id = await runs.start("ticker", {})
+    await awaiting_step(runs, run_id, "review")
+    await runs.complete_step(run_id, "review", {"ok": True})
+    assert (await runs.handle(run_id).result()).status == "completed"
+    await _save_history(runs.handle(run_id), "ticker", project)
+
+
+def merge_into_previous_task(history: dict, update: str) -> dict:
+    """``history`` as a worker that had run ahead would have recorded it: the workflow task that accepted
+    the first ``update`` taken into the task before it, so the activity result that task took and the
+    update arrive together (the chaos bench's `KeyError: 'review'`: a worker that answered a status query had
+    taken the result, the agent saw the step waiting, and one task then carried both). Event ids are
+    renumbered and every reference to one follows."""
+    events = history["events"]
+    index = {e["eventId"]: n for n, e in enumerate(events)}
+    accepted = next(
+        n
+        for n, e in enumerate(events)
+        if e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED"
+        and e["workflowExecutionUpdateAcceptedEventAttributes"]["acceptedRequest"]["input"]["name"] == update
+    )
+    completed = max(
+        n for n in range(accepted) if events[n]["eventType"] == "EVENT_TYPE_WORKFLOW_TASK_COMPLETED"
+    )
+    later_task = events[completed]["workflowTaskCompletedEventAttributes"]
+    earlier = max(
+        n
+        for n in range(index[later_task["scheduledEventId"]])
+        if events[n]["eventType"] == "EVENT_TYPE_WORKFLOW_TASK_COMPLETED"
+    )
+    earlier_task = events[earlier]["workflowTaskCompletedEventAttributes"]
+    dropped = {index[later_task["scheduledEventId"]], index[later_task["startedEventId"]], completed}
+    order = [n for n in range(earlier + 1) if n not in dropped] + [accepted]
+    order += [n for n in range(earlier + 1, len(events)) if n not in dropped and n != accepted]
+    new_id = {events[old]["eventId"]: str(position + 1) for position, old in enumerate(order)}
+    # What pointed at the dropped task points at the one it was merged into.
+    new_id[events[completed]["eventId"]] = new_id[events[earlier]["eventId"]]
+    new_id[later_task["scheduledEventId"]] = new_id[earlier_task["scheduledEventId"]]
+    new_id[later_task["startedEventId"]] = new_id[earlier_task["startedEventId"]]
+
+    def renumber(node):
+        if isinstance(node, dict):
+            return {
+                k: new_id.get(v, v) if k.endswith("EventId") and isinstance(v, str) else renumber(v)
+                for k, v in node.items()
+            }
+        if isinstance(node, list):
+            return [renumber(v) for v in node]
+        return node
+
+    merged = [renumber(events[n]) for n in order]
+    for position, event in enumerate(merged):
+        event["eventId"] = str(position + 1)
+    return {**history, "events": merged}
+
+
+async def test_a_step_completed_in_the_task_that_made_it_wait_replays():
+    """STEP_AWAITED: complete_step's validator saw its step waiting; on replay the update may come before
+    the activity result that made the step wait, in one task. The handler waits for the step, so the
+    history replays (the handler looked the step up at once: KeyError, a run no worker could take again)."""
+    from temporalio.client import WorkflowHistory
+
+    source = json.loads((HISTORIES / f"ticker-{CURRENT}.json").read_text())
+    merged = merge_into_previous_task(source, "complete_step")
+    types = [e["eventType"].removeprefix("EVENT_TYPE_") for e in merged["events"]]
+    accepted = types.index("WORKFLOW_EXECUTION_UPDATE_ACCEPTED")
+    # One task took the tool's result and accepted the update, which the step's wait came from.
+    assert types[accepted - 4 : accepted + 1] == [
+        "ACTIVITY_TASK_COMPLETED",
+        "WORKFLOW_TASK_SCHEDULED",
+        "WORKFLOW_TASK_STARTED",
+        "WORKFLOW_TASK_COMPLETED",
+        "WORKFLOW_EXECUTION_UPDATE_ACCEPTED",
+    ]
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX)
+    await replayer.replay_workflow(WorkflowHistory.from_json("merged", merged))
+
+
 async def _save_history(handle, name: str, project) -> None:
     """Write ``handle``'s history to tests/histories/{name}-{patch id}.json, with the test's temporary
     folder replaced so no machine path is committed."""

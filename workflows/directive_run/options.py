@@ -75,10 +75,21 @@ ALL_CHANGES = "kiwi-run-changes-2026-11"
 # each marker is a history event and a search-attribute upsert, and a run replays them on every worker
 # that takes it over. Runs started before it replay the
 # markers they recorded. Check it with ``self.current or workflow.patched(OLD_ID)``, never alone.
-CURRENT = "kiwi-run-changes-2026-11-26c"
-# What CURRENT stood for until it also stood for EARLY_APPROVALS: runs started in between replay it.
+CURRENT = "kiwi-run-changes-2026-11-26d"
+# What CURRENT stood for until it also stood for STEP_AWAITED: runs started in between replay it.
+CHANGES_2026_11_26C = "kiwi-run-changes-2026-11-26c"
+# (In CURRENT only, never a marker of its own.) complete_step finishes its step once the step waits for the
+# agent, not at once. Its validator checked that the step waited, but validators do not run on replay, and
+# Temporal does not always hand a replay the events of a task in the order the run took them: a worker that
+# answered a status query had taken an activity's result (the step then waited for the agent) before the
+# task that carried both the result and the agent's complete_step; on replay the update came first and its
+# handler found no such step (KeyError, chaos bench): a history that no worker could replay again. Waiting
+# for the step makes the same commands in both orders.
+STEP_AWAITED = CURRENT
+# What CHANGES_2026_11_26C stood for until it also stood for EARLY_APPROVALS: runs started in between replay
+# it.
 CHANGES_2026_11_26B = "kiwi-run-changes-2026-11-26b"
-# (In CURRENT only, never a marker of its own.) A trusted approver's signed decision on a call the run has not
+# (In CHANGES_2026_11_26C and after, never a marker of its own.) A trusted approver's signed decision on a call the run has not
 # asked about yet is kept, and applied as the call starts waiting, instead of refused. A worker can show a
 # request the history does not have yet: after a crash, a status query replayed the run past an activity
 # result whose workflow task had not run, and the approver answered what it showed. The next attempt of that
@@ -88,11 +99,11 @@ CHANGES_2026_11_26B = "kiwi-run-changes-2026-11-26b"
 # replay (its status unreadable). Applied where the call starts waiting, a kept decision makes the same
 # commands as one that comes while it waits, so both orders replay alike. Not in runs started before it: a
 # decision they refused stays refused on replay.
-EARLY_APPROVALS = CURRENT
-# (In CURRENT only, never a marker of its own.) A tool call that fails in its activity answers with the hint
+EARLY_APPROVALS = CHANGES_2026_11_26C
+# (In CHANGES_2026_11_26C and after, never a marker of its own.) A tool call that fails in its activity answers with the hint
 # the failure carries (what to set, install or fix): the agent got the message alone. Not in older runs: the
 # answer is bigger, and its size counts in what a workflow task may send (task_budget.py).
-FAILURE_HINTS = CURRENT
+FAILURE_HINTS = CHANGES_2026_11_26C
 # What CURRENT stood for until it also stood for RESULTS_SEALED: runs started in between replay it.
 CHANGES_2026_11_26 = "kiwi-run-changes-2026-11-26"
 # (In CURRENT only.) The run checks the seal of every activity result it gets (kiwi/seal.py, SealedResult):

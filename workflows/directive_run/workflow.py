@@ -66,6 +66,7 @@ from workflows.directive_run.options import (
     CHANGES_2026_11_25,
     CHANGES_2026_11_26,
     CHANGES_2026_11_26B,
+    CHANGES_2026_11_26C,
     COMMIT_BEFORE_CONTINUE,
     CURRENT,
     HARDENED,
@@ -115,12 +116,15 @@ class DirectiveRun(
         self.published: dict[str, Any] = {}
         # Checked here, not in run(): signals that arrive with the first task are handled before
         # run() starts, and must already be held to the hardened rules.
-        # CURRENT stands for every change, EARLY_APPROVALS included; runs started before it replay the
-        # marker of the changes up to CHANGES_2026_11_26B (RESULTS_SEALED), CHANGES_2026_11_26
-        # (PARENT_HOLDS_CHILDREN), CHANGES_2026_11_25 (HOLD_AT_ONCE), CHANGES_2026_11_23C (the task
-        # budget), CHANGES_2026_11_23B (MCP_BATCHED) or CHANGES_2026_11_23 (each checked only when the
-        # newer ones are not in their history).
-        self.latest = workflow.patched(CURRENT)  # EARLY_APPROVALS, FAILURE_HINTS
+        # CURRENT stands for every change, STEP_AWAITED included. Runs started before it replay the marker
+        # of the changes up to CHANGES_2026_11_26C for EARLY_APPROVALS, CHANGES_2026_11_26B for
+        # RESULTS_SEALED, CHANGES_2026_11_26 for PARENT_HOLDS_CHILDREN, CHANGES_2026_11_25 for HOLD_AT_ONCE,
+        # CHANGES_2026_11_23C for the task budget, CHANGES_2026_11_23B for MCP_BATCHED, or CHANGES_2026_11_23:
+        # each checked only when the newer ones are not in their history.
+        self.step_awaited = workflow.patched(CURRENT)  # STEP_AWAITED
+        self.latest = self.step_awaited or workflow.patched(
+            CHANGES_2026_11_26C
+        )  # EARLY_APPROVALS, FAILURE_HINTS
         # RESULTS_SEALED (read by kiwi/seal.py)
         self.results_sealed = self.latest or workflow.patched(CHANGES_2026_11_26B)
         # Approval requests whose calls wait for a decision now (EARLY_APPROVALS: one is taken only then).
@@ -360,6 +364,15 @@ class DirectiveRun(
     async def complete_step(self, request: CompleteStepRequest) -> CompleteStepResult:
         """The agent finished the current step; ``outputs`` become ``{steps.NAME.outputs.KEY}``."""
         self.updates += 1
+        if self.step_awaited and not self._awaits_agent(request.step):
+            # (STEP_AWAITED) The validator saw the step waiting; a replay may hand this update over before the
+            # activity result that made it wait (see options.py). Not awaited when it waits: a second
+            # complete_step for the step is then refused by its validator, as before.
+            await workflow.wait_condition(
+                lambda: self._awaits_agent(request.step) or self.state.status in TERMINAL
+            )
+            if not self._awaits_agent(request.step):
+                raise RunFinished.error(f"run {self.snap.run_id} has finished ({self.state.status})")
         record = self.state.steps[request.step]
         record.outputs = {
             **({"prerun_results": record.prerun_results} if record.prerun_results else {}),
@@ -375,6 +388,10 @@ class DirectiveRun(
         )
         next_step = self._current_step_name()
         return CompleteStepResult(step=request.step, status=self.state.status, next_step=next_step)
+
+    def _awaits_agent(self, step: str) -> bool:
+        record = self.state.steps.get(step)
+        return record is not None and record.status == "awaiting_agent"
 
     @complete_step.validator
     def _validate_complete_step(self, request: CompleteStepRequest) -> None:
