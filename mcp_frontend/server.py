@@ -8,6 +8,7 @@ It keeps no run state, so restarting it mid-run loses nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -15,7 +16,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -1163,6 +1164,11 @@ async def serve_stdio(
     (-32700 parse error, -32600 invalid request) instead of the SDK's silence.
     """
     server = build_server(client, project_root, task_queue=task_queue, address=address, namespace=namespace)
+    with registry_kept():
+        await _serve_stdio(server)
+
+
+async def _serve_stdio(server: MCPServer) -> None:
     lowlevel = server._lowlevel_server  # noqa: SLF001 - run() over our own streams; the SDK offers no hook
     async with stdio_server() as (read_stream, write_stream):
         checked_send, checked_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -1179,6 +1185,19 @@ async def serve_stdio(
             group.start_soon(answer_malformed)
             await lowlevel.run(checked_receive, write_stream, lowlevel.create_initialization_options())
             group.cancel_scope.cancel()
+
+
+@contextlib.contextmanager
+def registry_kept() -> Iterator[None]:
+    """The local registry a request starts stays up for the next ones while the front end serves (each
+    started and stopped its own PostgreSQL, and two at once stopped it under each other: trial F19)."""
+    from kiwi.registry.embedded import keep_while_serving, release_kept
+
+    keep_while_serving()
+    try:
+        yield
+    finally:
+        release_kept()
 
 
 def malformed_reply(exc: Exception) -> mcp_types.JSONRPCError:
@@ -1256,6 +1275,11 @@ async def serve_http(
     for name in ("mcp.server.streamable_http_manager", "mcp.server.streamable_http"):
         logging.getLogger(name).setLevel(logging.WARNING)
     web = OwnedServer(config) if stop is not None else uvicorn.Server(config)
+    with registry_kept():
+        await _serve_until(web, app, stop, drain_seconds)
+
+
+async def _serve_until(web: Any, app: InFlight, stop: asyncio.Event | None, drain_seconds: float) -> None:
     task = asyncio.create_task(web.serve())
     if stop is not None:
         await stop.wait()

@@ -7,6 +7,7 @@ database is refused.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -732,22 +733,98 @@ def test_a_publisher_who_registers_a_new_key_keeps_the_old_versions_pullable(pos
 def test_a_command_in_the_process_holding_the_local_registry_leaves_it_running(project, monkeypatch, capsys):
     """Found by the s18 README trial: `kiwi dev` holds the local registry and serves MCP in the same process;
     one agent `load(source="registry")` there took a handle on the running server and gave it back, and the
-    wheel, which counts handles by process id, stopped the server under `kiwi dev`. A command uses a running
-    local registry as it is."""
-    from kiwi.registry.embedded import registry_for_command, running_url, start
+    wheel, which counts handles by process id, stopped the server under `kiwi dev`. A process holds one
+    handle, which its commands share."""
+    from kiwi.registry.embedded import (
+        held,
+        keep_while_serving,
+        registry_for_command,
+        release_kept,
+        running_url,
+    )
 
     monkeypatch.delenv("KIWI_REGISTRY_URL", raising=False)
-    held = start()  # (as kiwi dev does)
+    keep_while_serving()  # (as kiwi dev does)
     try:
+        with held():
+            pass
         with registry_for_command() as registry:
-            registry.migrate()
             assert registry.status()
         assert running_url(), "the command stopped the registry kiwi dev holds"
         with registry_for_command() as registry:
             assert registry.status()
     finally:
-        held.cleanup()
+        release_kept()
     assert not running_url()
+
+
+def test_registry_requests_at_once_share_one_local_registry(project, monkeypatch):
+    """Trial F19: without KIWI_REGISTRY_URL each request started and stopped its own PostgreSQL, and two at
+    once (an HTTP front end serving two agents) broke the wheel's lock or stopped the server under each
+    other: 8 of 15 requests from three threads failed. They share the process's one handle now."""
+    import threading
+
+    from kiwi.registry.embedded import registry_for_command, running_url
+
+    monkeypatch.delenv("KIWI_REGISTRY_URL", raising=False)
+    failures: list[str] = []
+    done: list[int] = []
+
+    def requests() -> None:
+        for _ in range(5):
+            try:
+                with registry_for_command() as registry:
+                    registry.status()
+                    registry.search("anything")
+                done.append(1)
+            except Exception as exc:  # noqa: BLE001 - every failure is the finding
+                failures.append(repr(exc))
+
+    threads = [threading.Thread(target=requests) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == [] and len(done) == 15
+    assert not running_url(), "the last request left the local registry running"
+
+
+async def test_the_front_end_keeps_the_local_registry_and_a_command_beside_it_does_not_stop_it(
+    project, tmp_path
+):
+    """Trial F19: `kiwi mcp` without KIWI_REGISTRY_URL started and stopped PostgreSQL for every registry
+    request. It keeps the one it starts until it stops; a command run meanwhile in another process (`kiwi
+    registry versions`) joins it and leaves it running; the front end stops it as it exits."""
+    import os
+    import sys
+
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from kiwi.registry.embedded import data_folder, running_url
+
+    env = {k: v for k, v in os.environ.items() if k != "KIWI_REGISTRY_URL"}
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "kiwi", "mcp"], cwd=str(project), env=env
+    )
+
+    def postmaster() -> int:
+        return int((data_folder() / "postmaster.pid").read_text().split()[0])
+
+    asked = {"item_type": "directive", "query": "nothing here", "source": "registry"}
+    async with Client(params) as agent:
+        assert not (await agent.call_tool("search", asked)).is_error
+        first = postmaster()
+        command = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kiwi", "registry", "versions", "nosuch", cwd=str(project), env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await command.communicate()
+        assert b"nosuch" in err and b"Traceback" not in err, err
+        assert running_url() and postmaster() == first, "the command stopped the front end's registry"
+        assert not (await agent.call_tool("search", asked)).is_error
+        assert postmaster() == first, "the second request started PostgreSQL again"
+    assert not running_url(), "the front end left the local registry running"
 
 
 def test_add_publisher_mistakes_are_named_not_tracebacks(postgres):

@@ -708,24 +708,25 @@ def _say(line: str) -> None:
             progress.quiet_stdout()
 
 
-def _start_local_registry() -> Any:
-    """The user's local registry (embedded PostgreSQL), started and migrated for `kiwi dev`'s lifetime;
-    None when KIWI_REGISTRY_URL names another one, or when it cannot start (said, and dev goes on)."""
-    from kiwi.registry import Registry, registry_url
-    from kiwi.registry.embedded import data_folder, start
+def _start_local_registry() -> bool:
+    """The user's local registry (embedded PostgreSQL), started and migrated for `kiwi dev`'s lifetime (False
+    when KIWI_REGISTRY_URL names another one, or when it cannot start: said, and dev goes on)."""
+    from kiwi.registry import registry_url
+    from kiwi.registry.embedded import data_folder, held, keep_while_serving, release_kept
 
     if registry_url():
         print("kiwi dev: registry at KIWI_REGISTRY_URL", flush=True)
-        return None
+        return False
+    keep_while_serving()
     try:
-        registry_server = start()
-        with Registry(registry_server.get_uri()) as registry:
-            registry.migrate()
+        with held():
+            pass  # (taken now, kept until kiwi dev stops)
     except KiwiError as exc:
+        release_kept()
         print(f"kiwi dev: the local registry did not start: {exc.message} ({exc.hint})", flush=True)
-        return None
+        return False
     print(f"kiwi dev: registry (PostgreSQL, Unix socket) in {data_folder()}", flush=True)
-    return registry_server
+    return True
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -764,7 +765,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 "mcp.port in temporal-dev.yml",
             )
         await server.start(log=None if not args.verbose else sys.stderr)
-        registry_server = None
+        registry_kept = False
         try:
             if server.reused:
                 print(
@@ -785,7 +786,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                     "temporal-dev.yml here)",
                     flush=True,
                 )
-            registry_server = _start_local_registry()
+            registry_kept = _start_local_registry()
             # Search attributes: registered by start-dev's flags, or checked on a reused server.
             client = await connect(server.address, server.namespace)
             tasks = [
@@ -832,8 +833,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
-            if registry_server is not None:
-                registry_server.cleanup()
+            if registry_kept:
+                from kiwi.registry.embedded import release_kept
+
+                release_kept()
             server.stop()
             print("kiwi dev: stopped", flush=True)
         return 0
