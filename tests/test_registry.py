@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -787,6 +788,31 @@ def test_registry_requests_at_once_share_one_local_registry(project, monkeypatch
         thread.join()
     assert failures == [] and len(done) == 15
     assert not running_url(), "the last request left the local registry running"
+
+
+def test_a_holder_killed_while_holding_the_local_registry_does_not_keep_it_running(project, monkeypatch):
+    """The wheel stops its server when the last process holding it lets go; a holder killed with kill -9 stayed
+    on its list, so nobody ever stopped the server again. A command forgets dead holders, joins the server
+    it left running, and stops it as it ends."""
+    import sys
+
+    from kiwi.registry.embedded import data_folder, registry_for_command, running_url
+
+    monkeypatch.delenv("KIWI_REGISTRY_URL", raising=False)
+    killed = subprocess.run(
+        [sys.executable, "-c", "import os, signal\nfrom kiwi.registry.embedded import held\n"
+         "with held():\n    os.kill(os.getpid(), signal.SIGKILL)"],
+        cwd=str(project), capture_output=True, timeout=120,
+    )  # fmt: skip
+    try:
+        assert killed.returncode == -9, killed.stderr
+        assert running_url(), "the killed holder's server should still run"
+        with registry_for_command() as registry:
+            assert registry.status()
+        assert not running_url(), "a dead holder kept the local registry running"
+    finally:
+        if running_url():  # (stopped here when the test fails, not left behind)
+            os.kill(int((data_folder() / "postmaster.pid").read_text().split()[0]), signal.SIGTERM)
 
 
 async def test_the_front_end_keeps_the_local_registry_and_a_command_beside_it_does_not_stop_it(
