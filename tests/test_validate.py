@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -96,3 +97,15 @@ async def test_validate_and_the_run_refuse_the_same_call(runs, project, temporal
 
         text = await wait_for(refused, timeout=30, what="the run's refusal of shell.run")
         assert "sort" in text
+    # `kiwi run` says so before it starts the run (carried over: it started what validate marks FAIL, silent).
+    from tests.helpers import kiwi_cli
+
+    address = runs.client.service_client.config.target_host
+    code, out, err = await kiwi_cli("run", "sorter", "--address", address, "--task-queue", runs.task_queue)
+    assert code == 0 and "started run-sorter-" in out, out + err
+    assert re.search(
+        r'kiwi run: warning: \.ai/directives/sorter\.md:\d+:1: step "sorted" calls shell\.run, which the run '
+        r"would refuse: shell command 'sort' is not in the allowlist",
+        err,
+    ), err
+    assert "the run stops there if it reaches it (`kiwi validate .ai/directives/sorter.md`)" in err

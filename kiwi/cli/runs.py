@@ -171,6 +171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 @_with_runs
 async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
+    _warn_refused_steps(runs, args.name)
     run_id = await runs.start(
         args.name,
         _pairs(args.input, "input"),
@@ -182,6 +183,29 @@ async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
     except KiwiError as exc:
         exc.details = {"run_id": run_id}  # (started all the same: --json says which run)
         raise
+
+
+def _warn_refused_steps(runs: RunClient, name: str) -> None:
+    """The step calls `kiwi validate` marks FAIL because the directive's own permissions refuse them: the run
+    starts (a step behind a condition may never run), and stops at such a step if it reaches it; said first."""
+    from kiwi.items.validation import ungranted_calls
+
+    try:
+        directive, _, path = runs.store.load_directive(name)
+    except KiwiError:
+        return  # (the start says what is wrong with it)
+    shown = _relative(path)
+    for problem in ungranted_calls(directive, shown):
+        sys.stderr.write(
+            f"kiwi run: warning: {problem}; the run stops there if it reaches it (`kiwi validate {shown}`)\n"
+        )
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 async def _follow_started(args: argparse.Namespace, runs: RunClient, run_id: str) -> int:
