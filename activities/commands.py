@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -40,6 +41,7 @@ from kiwi.shellpolicy import (
     PathArgument,
     ShellVerdict,
     Unpacking,
+    denied_inside,
     later_refused,
     path_arguments,
     program_name,
@@ -217,6 +219,12 @@ def _checked_cwd(req: CommandRequest) -> Path:
     if isinstance(paths, ShellVerdict):
         raise _denied(paths.reason)
     recheck_paths(req, paths)
+    # A folder read is checked for the denied paths below it as named and as it resolves (grep -r follows a
+    # link it is given), whatever the run decided (see shellpolicy.DENY_INSIDE).
+    real = [dataclasses.replace(p, rel=_real_relative(req.project_root, p.rel) or p.rel) for p in paths]
+    for checked in (paths, real):
+        if (problem := denied_inside(req.argv, checked, req.deny_fs, {"*": FIND_GRANTABLE})) is not None:
+            raise _denied(problem.reason)
     return cwd
 
 

@@ -139,6 +139,37 @@ def glob_match(pattern: str, path: str) -> bool:
     return compile_glob(pattern).match(path) is not None
 
 
+def glob_reaches_below(pattern: str, folder: str) -> bool:
+    """True when ``pattern`` can match a path below the normalised relative ``folder`` (``.``: the root): a
+    program that reads every file below ``folder`` may read one the pattern names. Sound: a ``True`` where
+    no such file can exist only costs a refusal, never a read."""
+    segments = glob_segments(pattern)
+    names = [s for s in folder.strip("/").split("/") if s not in ("", ".")]
+
+    def closure(states: set[int]) -> set[int]:
+        # (``**`` also matches no segment at all.)
+        out = set(states)
+        for i in states:
+            while i < len(segments) and segments[i] == "**":
+                i += 1
+                out.add(i)
+        return out
+
+    states = closure({0})
+    for name in names:
+        after: set[int] = set()
+        for i in states:
+            if i < len(segments):
+                if segments[i] == "**":
+                    after.add(i)
+                elif re.fullmatch(_segment(segments[i]), name):
+                    after.add(i + 1)
+        states = closure(after)
+        if not states:
+            return False
+    return any(i < len(segments) for i in states)
+
+
 def _segment_covered(inner: str, outer: str) -> bool:
     """Every name ``inner`` matches is matched by ``outer`` (single segment, sound)."""
     if inner == outer or outer == "*":

@@ -27,7 +27,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kiwi.globs import first_match, glob_covered
+from kiwi.globs import first_match, glob_covered, glob_reaches_below
 from kiwi.protected import (
     DEV_CONFIG,
     DIRECTIVES,
@@ -2320,4 +2320,73 @@ def check_argv(
                     problem.checked_against,
                 )
             return problem
+    problem = denied_inside(argv, paths, g.deny, options_granted)
+    if problem is not None and rule_in_force(DENY_INSIDE):
+        return problem
     return ShellVerdict(True, checked_against=tuple(allowed))
+
+
+# Programs that read every file below a folder they are given (or below the cwd, given none), with the options
+# that make them do it (None: always). A folder that holds a path the run denies is then refused, as git is
+# (git_reads_everything): `grep -r KEY .` read secrets/ under `<deny path="secrets/**"/>`.
+_READS_FOLDERS: dict[str, frozenset[str] | None] = {
+    "rg": None,
+    "du": None,
+    "tree": None,
+    "find": None,
+    "grep": frozenset({"-r", "--recursive", "--dereference-recursive"}),
+    "cp": frozenset({"-r", "-a", "--archive", "--recursive"}),
+    "ls": frozenset({"-R", "--recursive"}),
+    "zip": frozenset({"-r", "-R"}),
+    "tar": frozenset({"-c", "--create", "-r", "--append", "-u", "--update"}),
+}
+# Whether a program given no path reads below the cwd.
+_READS_CWD = frozenset({"rg", "du", "tree", "find", "grep", "ls"})
+# Workflow code refuses such folder reads behind this patch, asked only where it changes the answer (a marker
+# only in runs that meet it). The worker refuses them always.
+DENY_INSIDE = "kiwi-deny-inside"
+
+
+def denied_inside(
+    argv: Sequence[str],
+    paths: Sequence[PathArgument],
+    deny: Sequence[str],
+    options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None = None,
+) -> ShellVerdict | None:
+    """Why ``argv`` may not run when it reads every file below a folder that holds a path ``deny`` names
+    (None when it may): ``paths`` are its path arguments (path_arguments), the cwd first."""
+    if not deny or not argv:
+        return None
+    name = program_name(argv[0])
+    if name not in _READS_FOLDERS:
+        return None
+    options = _READS_FOLDERS[name]
+    if options is not None:
+        spec = SPECS[name]
+        parsed = _parse(
+            _tar_old_style(list(argv[1:])) if name == "tar" else argv[1:],
+            spec,
+            _options_for(name, options_granted),
+        )
+        if isinstance(parsed, ShellVerdict):
+            return None  # (refused already by path_arguments)
+        recursing = bool(options & set(parsed.options)) or any(
+            o in ("-d", "--directories") and v == "recurse" for o, _, v in parsed.values
+        )
+        if not recursing or (name == "tar" and "--no-recursion" in parsed.options):
+            return None
+    reads = [p for p in paths[1:] if p.mode == "read"]
+    if not reads and name in _READS_CWD:
+        reads = list(paths[:1])
+    for p in reads:
+        for pattern in deny:
+            if glob_reaches_below(pattern, p.rel):
+                where = "the cwd" if p is paths[0] else f"'{p.raw}'"
+                return _no(
+                    f"{posixpath.basename(argv[0])} reads everything below {where} ({p.rel}), which holds paths "
+                    f"this run denies ('{pattern}')",
+                    "name folders or files that hold nothing the run denies, or read files one at a time "
+                    "(filesystem.read)",
+                    deny,
+                )
+    return None

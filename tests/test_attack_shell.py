@@ -611,3 +611,48 @@ async def test_attack_a_folder_inside_unzips_exclude_list_is_not_where_it_unpack
     result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
     assert not evil.exists()
     assert result.status == "ok" and (project / "sub" / "f.txt").read_text() == "unpacked", result
+
+
+async def test_attack_a_folder_read_reaches_no_path_the_run_denies(runs, project):
+    """Left by session 23: a program that reads everything below a folder (grep -r, rg, tar -c, zip -r, cp -r,
+    ls -R, find, du) checked the folder against the run's denied paths, not what lies below it: `grep -r KEY
+    .` read secrets/ under <deny path="secrets/**"/>. A link given as the folder (grep -r follows it) is
+    checked where it leads, by the worker."""
+    write_directive(
+        project / ".ai" / "directives" / "searcher.md",
+        directive_md(
+            '<step name="work"><action>Search.</action></step>',
+            name="searcher",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+            '<deny resource="filesystem" path="secrets/**"/>'
+            '<execute resource="shell" commands="grep,rg,tar,zip,cp,ls,find,du"/>',
+        ),
+    )
+    write(project / "secrets" / "key.txt", "TOPSECRET\n")
+    write(project / "src" / "app.py", "keep = 'TOPSECRET is not here'\n")
+    (project / "out").mkdir()
+    (project / "everything").symlink_to(".")
+    run_id = await runs.start("searcher", {})
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="searcher to wait for the agent")
+    for argv in (
+        ["grep", "-r", "TOPSECRET", "."],
+        ["grep", "-rn", "TOPSECRET"],
+        ["grep", "--recursive", "TOPSECRET", "."],
+        ["grep", "-d", "recurse", "TOPSECRET", "."],
+        ["rg", "TOPSECRET"],
+        ["tar", "-c", "-f", "out/a.tar", "."],
+        ["tar", "cf", "out/b.tar", "secrets/.."],
+        ["zip", "-r", "-y", "out/c.zip", "."],
+        ["cp", "-r", ".", "out/copy"],
+        ["ls", "-R"],
+        ["find", ".", "-name", "*.txt"],
+        ["du", "-a"],
+        ["grep", "-r", "TOPSECRET", "everything"],
+    ):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
+        assert result.status == "denied", (argv, result)
+        assert "secrets/**" in result.reason and "TOPSECRET" not in str(result.result), (argv, result)
+    assert sorted(p.name for p in (project / "out").iterdir()) == []
+    # A folder that holds nothing the run denies is read as before.
+    result = await runs.call_tool(run_id, "shell.run", {"argv": ["grep", "-rn", "TOPSECRET", "src"]})
+    assert result.status == "ok" and "is not here" in result.result["stdout"], result

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiwi.globs import first_match, glob_covered, glob_match
+from kiwi.globs import first_match, glob_covered, glob_match, glob_reaches_below
 from kiwi.policy import PermissionEntry, PermissionSet
 
 
@@ -127,6 +127,24 @@ PATHS = st.lists(st.sampled_from(["src", "a", "b", "x.py", "y.ts", "ab", "z"]), 
 def test_glob_covered_is_sound(inner, outer, path):
     if glob_covered(inner, outer) and glob_match(inner, path):
         assert glob_match(outer, path)
+
+
+@settings(max_examples=600, deadline=None)
+@given(PATTERNS, PATHS, PATHS)
+def test_glob_reaches_below_is_sound_and_exact_for_a_path_below(pattern, folder, rest):
+    """A folder read (grep -r FOLDER) is refused when a denied pattern reaches below the folder: never
+    missing a path below it that the pattern matches."""
+    if glob_match(pattern, f"{folder}/{rest}"):
+        assert glob_reaches_below(pattern, folder)
+        assert glob_reaches_below(pattern, ".")
+
+
+def test_glob_reaches_below_leaves_folders_the_pattern_cannot_reach():
+    assert not glob_reaches_below("secrets/**", "src")
+    assert not glob_reaches_below("*.env", "src")  # (* stays in the root folder)
+    assert not glob_reaches_below("src/*/key.pem", "src/a/b")
+    assert not glob_reaches_below("src/key.pem", "src/key.pem")
+    assert glob_reaches_below("**/*.pem", "docs") and glob_reaches_below("secrets/**", "secrets")
 
 
 @settings(max_examples=300, deadline=None)

@@ -198,6 +198,35 @@ def test_paths_resolve_against_the_cwd_and_grants_decide_read_and_write():
     assert not denied.allowed and "explicitly denied" in denied.reason
 
 
+@pytest.mark.parametrize(
+    ("argv", "cwd", "allowed"),
+    [
+        (["grep", "-r", "KEY", "."], ".", False),
+        (["grep", "-r", "KEY"], ".", False),  # (no path: grep -r reads the cwd)
+        (["grep", "-r", "KEY", "src"], ".", True),
+        (["grep", "KEY", "notes.txt", "src/a.py"], ".", True),  # (files, no recursion)
+        (["grep", "-r", "KEY"], "src", True),
+        (["rg", "KEY"], ".", False),
+        (["rg", "KEY", "docs"], ".", True),
+        (["tar", "-czf", "out/a.tgz", "."], ".", False),
+        (["tar", "-czf", "out/a.tgz", "--no-recursion", "."], ".", True),
+        (["tar", "-C", "secrets/..", "-cf", "out/a.tar", "src"], ".", False),
+        (["zip", "-r", "-y", "out/a.zip", "src"], ".", True),
+        (["cp", "-a", ".", "out/all"], ".", False),
+        (["cp", "src/a.py", "out/a.py"], ".", True),
+        (["ls", "-R"], ".", False),
+        (["ls", "-la"], ".", True),  # (names of the cwd only: not below it)
+        (["find", "."], ".", False),
+        (["du", "-sh", "src"], ".", True),
+    ],
+)
+def test_a_folder_read_is_refused_when_the_run_denies_a_path_below_the_folder(argv, cwd, allowed):
+    verdict = check(argv, read_grants=["**"], write_grants=["out/**"], deny_fs=["secrets/**"], cwd=cwd)
+    assert verdict.allowed is allowed, verdict
+    if not allowed:
+        assert "which holds paths this run denies ('secrets/**')" in verdict.reason
+
+
 def test_a_symbolic_link_target_is_checked_from_the_links_folder():
     # From the cwd "../../x" stays inside (a/b/../../x is x), from the link's folder it leaves.
     assert not check(["ln", "-s", "../../x", "../../link"], cwd="a/b").allowed
