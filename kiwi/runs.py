@@ -529,7 +529,7 @@ class RunClient:
         decode its state): why, from the last failure in its history, instead of Temporal's "Workflow Task
         in failed state" (the reason was only in the worker's log). A task that timed out (a worker too
         busy or stuck to answer in time) says so: it has no failure to show."""
-        why, timed_out = "", 0
+        why, timed_out, cause = "", 0, ""
         with contextlib.suppress(RPCError):
             async for event in self.handle(run_id).fetch_history_events():
                 if event.HasField("workflow_task_failed_event_attributes"):
@@ -540,6 +540,16 @@ class RunClient:
                     timed_out += 1
         if not why and timed_out:
             why = f"its workflow task timed out ({timed_out}x): the worker is too busy or stuck to answer"
+        if cause == "NON_DETERMINISTIC_ERROR" or "Nondeterminism" in why:
+            # Retrying never helps here: the same code fails on the same history.
+            return KiwiError(
+                f"run {run_id} cannot take its next step: its history does not replay with the code of the "
+                f"worker that took it: {scrub_text(why[:500])}",
+                hint="a worker of another Kiwi build is polling its task queue (runs need workers of the build "
+                "that started them or a later one: stop the other, or use Worker Versioning, see Upgrading "
+                "workers in the README); if every worker runs the same build, it is a bug in Kiwi: keep the "
+                f"run's history (`temporal workflow show --workflow-id {run_id} --output json`) for the report",
+            )
         return KiwiError(
             f"run {run_id} cannot take its next step: its worker fails it"
             + (f": {scrub_text(why[:500])}" if why else ""),

@@ -17,7 +17,7 @@ from temporalio.worker import Replayer
 
 from kiwi.contracts import HelpRequest
 from kiwi.converter import data_converter
-from kiwi.errors import RunFinished
+from kiwi.errors import KiwiError, RunFinished
 from kiwi.items.store import ItemStore
 from kiwi.runs import RunClient
 from kiwi.seal import seal_interceptors
@@ -395,6 +395,40 @@ async def test_a_step_completed_in_the_task_that_made_it_wait_replays():
     ]
     replayer = Replayer(workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=SANDBOX)
     await replayer.replay_workflow(WorkflowHistory.from_json("merged", merged))
+
+
+async def test_status_of_a_run_whose_history_does_not_replay_says_what_to_do(
+    temporal_env, project, monkeypatch
+):
+    """A run whose workflow tasks fail with a nondeterminism error (a worker of other code took it) said "fix
+    what it says ... the worker retries the step": it never goes on by retrying. Its status says what it is
+    and what an operator does about it."""
+    from tests.helpers import run_client, wait_for
+    from workflows.directive_run import DirectiveRun
+
+    runs = run_client(temporal_env.client, project)
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
+        run_id = await runs.start("hello_kiwi", {"name": "Replay"})
+        await awaiting_step(runs, run_id, "confirm")
+    # Another build's code: it publishes nothing where this run's history has its search attributes.
+    monkeypatch.setattr(DirectiveRun, "_publish", lambda self, *args, **kwargs: None)
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=False):
+        await runs.help(run_id, HelpRequest(kind="checkpoint", reason="a new task for the other code"))
+
+        async def stalled():
+            # (Temporal answers a query with "failed state" once the task has failed a few times in a row;
+            # before that, the query waits on it.)
+            try:
+                await runs._status(run_id, rpc_timeout=timedelta(seconds=3))
+            except KiwiError as exc:
+                return exc if "cannot take its next step" in exc.message else None
+            return None
+
+        error = await wait_for(stalled, timeout=90, what="the status to say why the run cannot go on")
+    assert "its history does not replay with the code of the worker that took it" in error.message, error
+    assert "Nondeterminism" in error.message
+    assert "Upgrading workers" in error.hint and "retries" not in error.hint
+    await runs.handle(run_id).terminate("test over")
 
 
 async def _save_history(handle, name: str, project) -> None:
