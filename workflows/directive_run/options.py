@@ -79,12 +79,11 @@ CURRENT = "kiwi-run-changes-2026-11-26d"
 # What CURRENT stood for until it also stood for STEP_AWAITED: runs started in between replay it.
 CHANGES_2026_11_26C = "kiwi-run-changes-2026-11-26c"
 # (In CURRENT only, never a marker of its own.) complete_step finishes its step once the step waits for the
-# agent, not at once. Its validator checked that the step waited, but validators do not run on replay, and
-# Temporal does not always hand a replay the events of a task in the order the run took them: a worker that
-# answered a status query had taken an activity's result (the step then waited for the agent) before the
-# task that carried both the result and the agent's complete_step; on replay the update came first and its
-# handler found no such step (KeyError, chaos bench): a history that no worker could replay again. Waiting
-# for the step makes the same commands in both orders.
+# agent, not at once. Its validator checked that the step waited, but validators do not run on replay, and a
+# replay hands a task's updates over before its activity results: an update accepted in the task that took
+# the result which made its step wait (by a worker that had taken that result already) found no such step on
+# replay (KeyError, seen once in the chaos bench): a history no worker could replay again. Waiting for the
+# step makes the same commands in both orders (tests/test_durability.py builds that history and replays it).
 STEP_AWAITED = CURRENT
 # What CHANGES_2026_11_26C stood for until it also stood for EARLY_APPROVALS: runs started in between replay
 # it.
