@@ -42,7 +42,10 @@ from kiwi.shellpolicy import (
     ShellVerdict,
     Unpacking,
     denied_inside,
+    folder_uses,
+    inside_refusal,
     later_refused,
+    names_from_a_list,
     path_arguments,
     program_name,
     unpacking,
@@ -102,6 +105,9 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
     for path in paths:
         real = _real_relative(req.project_root, path.rel)
         what = "the command's cwd" if path is paths[0] else f"'{path.raw}'"
+        if (named := first_match(req.deny_fs, path.rel)) is not None:
+            # (The run refused it already; checked here too, as every other path is.)
+            raise _denied(f"{what} is '{path.rel}', which this run denies ('{named}')")
         if real is None:
             raise _denied(f"{what} resolves (through a symbolic link) to a place outside the project")
         if real == path.rel or not (req.read_grants or req.write_grants):
@@ -219,13 +225,58 @@ def _checked_cwd(req: CommandRequest) -> Path:
     if isinstance(paths, ShellVerdict):
         raise _denied(paths.reason)
     recheck_paths(req, paths)
-    # A folder read is checked for the denied paths below it as named and as it resolves (grep -r follows a
-    # link it is given), whatever the run decided (see shellpolicy.DENY_INSIDE).
+    if (listed := names_from_a_list(req.argv)) is not None:  # (whatever the run decided: LIST_FILES)
+        raise _denied(listed.reason)
+    if req.deny_fs:
+        _check_folders(req, paths)
+    return cwd
+
+
+# How many entries below a folder the worker looks at for a denied path before it refuses the command.
+DENIED_WALK_LIMIT = 200_000
+
+
+def _check_folders(req: CommandRequest, paths: list[PathArgument]) -> None:
+    """Refuse a command that reads, moves, deletes or changes a whole folder below which a path the run denies
+    is (shellpolicy.folder_uses), whatever the run decided: each folder as named and as it resolves (grep -r
+    follows a link it is given), the denials whose first segment names a place by their patterns, every
+    denial by what is on disk (`**/.env` refuses `grep -r KEY src` only where src holds a .env)."""
     real = [dataclasses.replace(p, rel=_real_relative(req.project_root, p.rel) or p.rel) for p in paths]
     for checked in (paths, real):
         if (problem := denied_inside(req.argv, checked, req.deny_fs, {"*": FIND_GRANTABLE})) is not None:
             raise _denied(problem.reason)
-    return cwd
+        for p, verb, depth in folder_uses(req.argv, checked, {"*": FIND_GRANTABLE}):
+            hit = _denied_below(req.project_root, p.rel, req.deny_fs, depth)
+            if hit is not None:
+                raise _denied(inside_refusal(req.argv, p, checked, verb, hit, req.deny_fs).reason)
+
+
+def _denied_below(root: str, rel: str, deny: list[str], depth: int | None) -> str | None:
+    """The first denial that matches a path below the folder ``rel`` on disk (links not followed), or None;
+    a folder with more than DENIED_WALK_LIMIT entries is refused whole."""
+    real_root = os.path.realpath(root)
+    start = os.path.join(real_root, rel) if rel != "." else real_root
+    if not os.path.isdir(start) or os.path.islink(start):
+        return None
+    seen = 0
+    pending: list[tuple[str, str, int]] = [(start, "" if rel == "." else rel, 0)]
+    while pending:
+        folder, prefix, level = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > DENIED_WALK_LIMIT:
+                return f"(more than {DENIED_WALK_LIMIT:,} entries to look through)"
+            name = f"{prefix}/{entry.name}" if prefix else entry.name
+            hit = first_match(deny, name)
+            if hit is not None:
+                return hit
+            if (depth is None or level + 1 < depth) and entry.is_dir(follow_symlinks=False):
+                pending.append((entry.path, name, level + 1))
+    return None
 
 
 async def _unpack(req: CommandRequest, unpack: Unpacking, cwd: Path, env: dict[str, str]) -> dict[str, Any]:

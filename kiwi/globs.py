@@ -139,10 +139,11 @@ def glob_match(pattern: str, path: str) -> bool:
     return compile_glob(pattern).match(path) is not None
 
 
-def glob_reaches_below(pattern: str, folder: str) -> bool:
-    """True when ``pattern`` can match a path below the normalised relative ``folder`` (``.``: the root): a
-    program that reads every file below ``folder`` may read one the pattern names. Sound: a ``True`` where
-    no such file can exist only costs a refusal, never a read."""
+def glob_reaches_below(pattern: str, folder: str, depth: int | None = None) -> bool:
+    """True when ``pattern`` can match a path below the normalised relative ``folder`` (``.``: the root), at
+    most ``depth`` segments below it (None: any): a program that reads every file below ``folder`` may read
+    one the pattern names. Sound: a ``True`` where no such file can exist only costs a refusal, never a
+    read."""
     segments = glob_segments(pattern)
     names = [s for s in folder.strip("/").split("/") if s not in ("", ".")]
 
@@ -167,7 +168,14 @@ def glob_reaches_below(pattern: str, folder: str) -> bool:
         states = closure(after)
         if not states:
             return False
-    return any(i < len(segments) for i in states)
+    if depth is None:
+        return any(i < len(segments) for i in states)
+    for _ in range(depth):
+        # One more name below, whatever it is (every segment's glob matches some name).
+        states = closure({i if segments[i] == "**" else i + 1 for i in states if i < len(segments)})
+        if len(segments) in states:
+            return True
+    return False
 
 
 def _segment_covered(inner: str, outer: str) -> bool:

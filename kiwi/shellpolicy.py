@@ -27,7 +27,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kiwi.globs import first_match, glob_covered, glob_reaches_below
+from kiwi.globs import first_match, glob_covered, glob_reaches_below, glob_segments
 from kiwi.protected import (
     DEV_CONFIG,
     DIRECTIVES,
@@ -2320,31 +2320,80 @@ def check_argv(
                     problem.checked_against,
                 )
             return problem
+    problem = names_from_a_list(argv)
+    if problem is not None and rule_in_force(LIST_FILES):
+        return problem
     problem = denied_inside(argv, paths, g.deny, options_granted)
     if problem is not None and rule_in_force(DENY_INSIDE):
         return problem
     return ShellVerdict(True, checked_against=tuple(allowed))
 
 
-# Programs that read every file below a folder they are given (or below the cwd, given none), with the options
-# that make them do it (None: always). A folder that holds a path the run denies is then refused, as git is
-# (git_reads_everything): `grep -r KEY .` read secrets/ under `<deny path="secrets/**"/>`.
+# Programs that read every file below a folder they are given (or below the cwd, given no path), with the
+# options that make them do it (None: always). A folder below which the run denies a path is then refused, as
+# git is (git_reads_everything): `grep -r KEY .` read secrets/ under `<deny path="secrets/**"/>`. diff reads
+# the files directly inside a folder it is given (`diff out/key.txt secrets` compared secrets/key.txt).
 _READS_FOLDERS: dict[str, frozenset[str] | None] = {
     "rg": None,
     "du": None,
     "tree": None,
     "find": None,
+    "diff": None,
     "grep": frozenset({"-r", "--recursive", "--dereference-recursive"}),
     "cp": frozenset({"-r", "-a", "--archive", "--recursive"}),
     "ls": frozenset({"-R", "--recursive"}),
-    "zip": frozenset({"-r", "-R"}),
+    "zip": frozenset({"-r", "-R", "--recurse-paths", "--recurse-patterns"}),
     "tar": frozenset({"-c", "--create", "-r", "--append", "-u", "--update"}),
 }
-# Whether a program given no path reads below the cwd.
+# Names a grant may give these programs under (their paths are read as an unknown program's, path-like words
+# as reads): `egrep -r KEY .` is grep's recursion; rgrep always recurses; dir and vdir are ls.
+_SAME_AS = {"egrep": "grep", "fgrep": "grep", "rgrep": "grep", "dir": "ls", "vdir": "ls"}
+# Programs that, given no path operand, read below the cwd (an option's file, grep -f PATTERNS or
+# --exclude-from, is no path operand: `grep -r KEY --exclude-from=-` searched `.`).
 _READS_CWD = frozenset({"rg", "du", "tree", "find", "grep", "ls"})
-# Workflow code refuses such folder reads behind this patch, asked only where it changes the answer (a marker
-# only in runs that meet it). The worker refuses them always.
+# Workflow code refuses such folder reads (and whole-folder moves and deletes, _CHANGES_FOLDERS) behind this
+# patch, asked only where it changes the answer (a marker only in runs that meet it), for denials whose first
+# segment names a place (`secrets/**`); the worker checks every denial on disk (activities/commands.py), so
+# `**/.env` refuses a folder only where one is below it. The worker refuses them whatever the run decided.
 DENY_INSIDE = "kiwi-deny-inside"
+
+
+def folder_uses(
+    argv: Sequence[str],
+    paths: Sequence[PathArgument],
+    options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None = None,
+) -> list[tuple[PathArgument, str, int | None]]:
+    """The folders ``argv`` reads, moves, deletes or changes as a whole: each path argument (``paths``, from
+    path_arguments, the cwd first) with what the program does below it and how deep (None: all the way)."""
+    if not argv:
+        return []
+    given = program_name(argv[0])
+    name = _SAME_AS.get(given, given)
+    spec = SPECS.get(name)
+    if spec is None or name not in (*_READS_FOLDERS, *_CHANGES_FOLDERS):
+        return []
+    if name == "find":
+        parsed = _Parsed()
+    else:
+        args = _tar_old_style(list(argv[1:])) if name == "tar" else list(argv[1:])
+        found = _parse(args, spec, _options_for(name, options_granted))
+        if isinstance(found, ShellVerdict):
+            return []  # (refused already by path_arguments)
+        parsed = found
+    uses: list[tuple[PathArgument, str, int | None]] = []
+    if name in _READS_FOLDERS and (given == "rgrep" or _reads_folders(name, parsed)):
+        reads = [p for p in paths[1:] if p.mode == "read"]
+        if name in _READS_CWD and not _path_operands(name, parsed):
+            reads.append(paths[0])
+        uses += [(p, "reads", 1 if name == "diff" else None) for p in reads]
+    if name in _CHANGES_FOLDERS and (name != "tar" or "--remove-files" in parsed.options):
+        kept = _destination(name, parsed)
+        uses += [
+            (p, _CHANGES_FOLDERS[name], None)
+            for p in paths[1:]
+            if p.mode == "write" and p.tree and p.raw != kept
+        ]
+    return uses
 
 
 def denied_inside(
@@ -2353,40 +2402,128 @@ def denied_inside(
     deny: Sequence[str],
     options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None = None,
 ) -> ShellVerdict | None:
-    """Why ``argv`` may not run when it reads every file below a folder that holds a path ``deny`` names
-    (None when it may): ``paths`` are its path arguments (path_arguments), the cwd first."""
-    if not deny or not argv:
+    """Why ``argv`` may not run when it reads, moves, deletes or changes everything below a folder where a
+    denial whose first segment names a place can match (None when it may). (`mv data out/` put
+    data/secrets where no denial named it; `rm -r data` deleted it.) The worker checks the rest on disk."""
+    placed = [d for d in deny if not any(c in glob_segments(d)[0] for c in "*?")]
+    if not placed:
+        return None
+    for p, verb, depth in folder_uses(argv, paths, options_granted):
+        for pattern in placed:
+            if glob_reaches_below(pattern, p.rel, depth):
+                return inside_refusal(argv, p, paths, verb, pattern, deny)
+    return None
+
+
+def inside_refusal(
+    argv: Sequence[str],
+    p: PathArgument,
+    paths: Sequence[PathArgument],
+    verb: str,
+    pattern: str,
+    deny: Sequence[str],
+) -> ShellVerdict:
+    where = "the cwd" if p is paths[0] else f"'{p.raw}'"
+    below = (
+        "the files directly in" if verb == "reads" and program_name(argv[0]) == "diff" else "everything below"
+    )
+    return _no(
+        f"{posixpath.basename(argv[0])} {verb} {below} {where} ({p.rel}), which holds paths this run denies "
+        f"('{pattern}')",
+        "name folders or files that hold nothing the run denies"
+        + (", or read files one at a time (filesystem.read)" if verb == "reads" else ""),
+        deny,
+    )
+
+
+# Programs whose whole-folder writes act on what is already below the folder (what they delete, move away or
+# change), and what they do to it; a destination they move or copy into is not one (_destination).
+_CHANGES_FOLDERS = {"rm": "deletes", "mv": "moves", "chmod": "changes", "zip": "deletes", "tar": "deletes"}
+# Long options that turn recursion on, as GNU getopt takes them: any unique start (`grep --recur`).
+_RECURSING_LONG = {
+    "grep": ("--recursive", "--dereference-recursive"),
+    "ls": ("--recursive",),
+    "cp": ("--recursive", "--archive"),
+    "zip": ("--recurse-paths", "--recurse-patterns"),
+}
+
+
+def _reads_folders(name: str, parsed: _Parsed) -> bool:
+    options = _READS_FOLDERS[name]
+    if options is None:
+        return True
+    if name == "tar" and "--no-recursion" in parsed.options:
+        return False
+    if options & set(parsed.options):
+        return True
+    if any(
+        o.startswith("--") and len(o) > 3 and any(t.startswith(o) for t in _RECURSING_LONG.get(name, ()))
+        for o in parsed.options
+    ):
+        return True
+    # grep -d ACTION takes any unique start of read, recurse, skip (`-d rec`).
+    return any(
+        o in ("-d", "--directories") or (o.startswith("--dir") and "--directories".startswith(o))
+        for o, _, v in parsed.values
+        if len(v) >= 3 and "recurse".startswith(v)
+    )
+
+
+def _path_operands(name: str, parsed: _Parsed) -> list[str]:
+    """The operands that name paths (grep's and rg's first is the pattern unless -e or -f gives it)."""
+    if name in ("grep", "rg"):
+        patterned = any(o in ("-e", "--regexp", "-f", "--file") for o in parsed.options)
+        return list(parsed.operands if patterned else parsed.operands[1:])
+    return list(parsed.operands)
+
+
+# Options that read the names of the files to work on from a list (a file, or standard input, which shell.run
+# can give): the names in it are never checked, so `sort --files0-from=out/list` read /etc/passwd, and a
+# checksum's -c read whatever its sums file named. Refused as tar -T is, behind this patch in workflow code
+# (asked only where it changes the answer); always by the worker.
+_NAMES_FROM_A_LIST: dict[str, tuple[str, ...]] = {
+    "sort": ("--files0-from",),
+    "wc": ("--files0-from",),
+    "du": ("--files0-from",),
+    "find": ("-files0-from",),
+    "file": ("-f", "--files-from"),
+    **{
+        f"{algorithm}sum": ("-c", "--check")
+        for algorithm in ("md5", "sha1", "sha224", "sha256", "sha384", "sha512", "b2", "ck")
+    },
+}
+LIST_FILES = "kiwi-list-files"
+
+
+def names_from_a_list(argv: Sequence[str]) -> ShellVerdict | None:
+    """Why ``argv`` may not run when it takes the names of the files it reads from a list (None when not)."""
+    if not argv:
         return None
     name = program_name(argv[0])
-    if name not in _READS_FOLDERS:
+    listed = _NAMES_FROM_A_LIST.get(name)
+    if not listed:
         return None
-    options = _READS_FOLDERS[name]
-    if options is not None:
-        spec = SPECS[name]
-        parsed = _parse(
-            _tar_old_style(list(argv[1:])) if name == "tar" else argv[1:],
-            spec,
-            _options_for(name, options_granted),
-        )
-        if isinstance(parsed, ShellVerdict):
-            return None  # (refused already by path_arguments)
-        recursing = bool(options & set(parsed.options)) or any(
-            o in ("-d", "--directories") and v == "recurse" for o, _, v in parsed.values
-        )
-        if not recursing or (name == "tar" and "--no-recursion" in parsed.options):
-            return None
-    reads = [p for p in paths[1:] if p.mode == "read"]
-    if not reads and name in _READS_CWD:
-        reads = list(paths[:1])
-    for p in reads:
-        for pattern in deny:
-            if glob_reaches_below(pattern, p.rel):
-                where = "the cwd" if p is paths[0] else f"'{p.raw}'"
-                return _no(
-                    f"{posixpath.basename(argv[0])} reads everything below {where} ({p.rel}), which holds paths "
-                    f"this run denies ('{pattern}')",
-                    "name folders or files that hold nothing the run denies, or read files one at a time "
-                    "(filesystem.read)",
-                    deny,
-                )
+    longs = [o for o in listed if o.startswith("--") or name == "find"]
+    letters = {o[1] for o in listed if not o.startswith("--") and name != "find"}
+    for arg in argv[1:]:
+        if arg == "--":
+            break
+        option = arg.split("=", 1)[0]
+        hit = next((o for o in longs if len(option) > 3 and o.startswith(option)), None)
+        if hit is None and arg.startswith("-") and not arg.startswith("--") and letters & set(arg[1:]):
+            hit = f"-{sorted(letters & set(arg[1:]))[0]}"
+        if hit is not None:
+            return _no(
+                f"{posixpath.basename(argv[0])} {hit} reads the names of the files to work on from a list, whose "
+                "names Kiwi does not check",
+                "name the files on the command line",
+            )
     return None
+
+
+def _destination(name: str, parsed: _Parsed) -> str | None:
+    """The folder ``mv`` moves into (its -t value, else its last operand): written into, not moved away."""
+    if name != "mv":
+        return None
+    targets = [v for _, k, v in parsed.values if k == "write"]
+    return targets[-1] if targets else (parsed.operands[-1] if parsed.operands else None)

@@ -648,6 +648,11 @@ async def test_attack_a_folder_read_reaches_no_path_the_run_denies(runs, project
         ["find", ".", "-name", "*.txt"],
         ["du", "-a"],
         ["grep", "-r", "TOPSECRET", "everything"],
+        # The review of the rule (s24): an option's file is no path; GNU's unique starts of long options.
+        ["grep", "-r", "TOPSECRET", "--exclude-from=-"],
+        ["grep", "--recur", "TOPSECRET"],
+        ["grep", "-d", "rec", "TOPSECRET", "."],
+        ["cp", "--arc", ".", "out/copy"],
     ):
         result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
         assert result.status == "denied", (argv, result)
@@ -656,3 +661,92 @@ async def test_attack_a_folder_read_reaches_no_path_the_run_denies(runs, project
     # A folder that holds nothing the run denies is read as before.
     result = await runs.call_tool(run_id, "shell.run", {"argv": ["grep", "-rn", "TOPSECRET", "src"]})
     assert result.status == "ok" and "is not here" in result.result["stdout"], result
+
+
+async def test_attack_a_folder_moved_or_deleted_takes_no_denied_path_with_it(runs, project):
+    """Found with the folder reads: `mv data out/data` put data/secrets/ where no denial named it (and `cat`
+    then read it), `rm -r data` deleted it and `chmod -R` changed it, each checked as the folder alone."""
+    write_directive(
+        project / ".ai" / "directives" / "mover.md",
+        directive_md(
+            '<step name="work"><action>Tidy up.</action></step>',
+            name="mover",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="**"/>'
+            '<deny resource="filesystem" path="data/secrets/**"/>'
+            '<execute resource="shell" commands="mv,rm,chmod,cat"/>',
+        ),
+    )
+    key = project / "data" / "secrets" / "key.txt"
+    write(key, "TOPSECRET\n")
+    write(project / "data" / "notes.txt", "notes\n")
+    (project / "out").mkdir()
+    run_id = await runs.start("mover", {})
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="mover to wait for the agent")
+    for argv in (
+        ["mv", "data", "out/data"],
+        ["mv", "-t", "out", "data"],
+        ["rm", "-r", "data"],
+        ["chmod", "-R", "000", "data"],
+    ):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
+        assert result.status == "denied" and "data/secrets/**" in result.reason, (argv, result)
+    assert key.read_text() == "TOPSECRET\n" and oct(key.stat().st_mode & 0o777) != "0o0"
+    assert not (project / "out" / "data").exists()
+    # What holds nothing denied moves as before.
+    result = await runs.call_tool(run_id, "shell.run", {"argv": ["mv", "data/notes.txt", "out/notes.txt"]})
+    assert result.status == "ok" and (project / "out" / "notes.txt").read_text() == "notes\n", result
+
+
+async def test_attack_a_list_of_names_reads_no_file_outside_the_project(runs, project, tmp_path_factory):
+    """s24 review: `sort --files0-from=LIST` (and wc's, du's, find's, file -f, a checksum's -c) read the files
+    a list names, never checked: a list the agent wrote (or sent on standard input) named a file outside the
+    project, and sort printed it."""
+    outside = tmp_path_factory.mktemp("outside") / "secret.txt"
+    outside.write_text("OUTSIDE-SECRET\n")
+    write_directive(
+        project / ".ai" / "directives" / "lister.md",
+        directive_md(
+            '<step name="work"><action>Count.</action></step>',
+            name="lister",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+            '<execute resource="shell" commands="sort,wc,file,sha256sum"/>',
+        ),
+    )
+    write(project / "out" / "list", f"{outside}\0")
+    write(project / "out" / "names", f"{outside}\n")
+    write(project / "out" / "sums", f"{'0' * 64}  {outside}\n")
+    run_id = await runs.start("lister", {})
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="lister to wait for the agent")
+    for arguments in (
+        {"argv": ["sort", "--files0-from=out/list"]},
+        {"argv": ["wc", "--files0-from=-"], "stdin": f"{outside}\0"},
+        {"argv": ["file", "-f", "out/names"]},
+        {"argv": ["sha256sum", "-c", "out/sums"]},
+    ):
+        result = await runs.call_tool(run_id, "shell.run", arguments)
+        assert result.status == "denied" and "from a list" in result.reason, (arguments, result)
+        assert "OUTSIDE-SECRET" not in str(result.result)
+
+
+async def test_a_denial_that_names_no_place_refuses_a_folder_only_where_it_matches_on_disk(runs, project):
+    """`<deny path="**/.env"/>` can match below any folder: the run leaves it to the worker, which refuses
+    `grep -r` over a folder that holds a .env and runs it over one that does not."""
+    write_directive(
+        project / ".ai" / "directives" / "envsafe.md",
+        directive_md(
+            '<step name="work"><action>Search.</action></step>',
+            name="envsafe",
+            permissions='<read resource="filesystem" path="**"/><deny resource="filesystem" path="**/.env"/>'
+            '<execute resource="shell" commands="grep"/>',
+        ),
+    )
+    write(project / "src" / "app.py", "TOKEN = 'from the environment'\n")
+    write(project / "deploy" / ".env", "TOKEN=TOPSECRET\n")
+    run_id = await runs.start("envsafe", {})
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="envsafe to wait for the agent")
+    result = await runs.call_tool(run_id, "shell.run", {"argv": ["grep", "-rn", "TOKEN", "src"]})
+    assert result.status == "ok" and "from the environment" in result.result["stdout"], result
+    for argv in (["grep", "-rn", "TOKEN", "deploy"], ["grep", "-rn", "TOKEN", "."], ["grep", "-rn", "TOKEN"]):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
+        assert result.status == "denied" and "'**/.env'" in result.reason, (argv, result)
+        assert "TOPSECRET" not in str(result.result)

@@ -218,13 +218,78 @@ def test_paths_resolve_against_the_cwd_and_grants_decide_read_and_write():
         (["ls", "-la"], ".", True),  # (names of the cwd only: not below it)
         (["find", "."], ".", False),
         (["du", "-sh", "src"], ".", True),
+        # The review of the rule (s24): an option's file is no path operand; GNU's unique starts of long
+        # options and of grep -d's action; grep and ls under their other names; diff's folders.
+        (["grep", "-r", "KEY", "--exclude-from=-"], ".", False),
+        (["grep", "-r", "-e", "KEY", "-f", "src/a.py"], ".", False),
+        (["du", "-a", "-X", "-"], ".", False),
+        (["grep", "--recur", "KEY"], ".", False),
+        (["ls", "--recursiv", "."], ".", False),
+        (["cp", "--arc", ".", "out/x"], ".", False),
+        (["grep", "-d", "rec", "KEY", "."], ".", False),
+        (["grep", "--directories=recu", "KEY", "."], ".", False),
+        (["egrep", "-r", "KEY", "."], ".", False),
+        (["rgrep", "KEY", "."], ".", False),
+        (["dir", "-R", "."], ".", False),
+        (["diff", "src/a.py", "src/b.py"], ".", True),
+        (["mv", "data", "out/data"], ".", True),  # (nothing denied below data)
     ],
 )
 def test_a_folder_read_is_refused_when_the_run_denies_a_path_below_the_folder(argv, cwd, allowed):
-    verdict = check(argv, read_grants=["**"], write_grants=["out/**"], deny_fs=["secrets/**"], cwd=cwd)
+    verdict = check_argv(
+        argv,
+        allowed=["*", "egrep", "rgrep", "dir"],
+        read_grants=["**"],
+        write_grants=["out/**", "data/**"],
+        deny_fs=["secrets/**"],
+        cwd=cwd,
+    )
     assert verdict.allowed is allowed, verdict
     if not allowed:
         assert "which holds paths this run denies ('secrets/**')" in verdict.reason
+
+
+def test_a_folder_moved_deleted_or_changed_whole_takes_no_denied_path_with_it():
+    deny = {"read_grants": ["**"], "write_grants": ["**"], "deny_fs": ["data/secrets/**"]}
+    for argv in (
+        ["mv", "data", "out/data"],
+        ["mv", "-t", "out", "data"],
+        ["rm", "-r", "data"],
+        ["chmod", "-R", "000", "data"],
+        ["zip", "-r", "-y", "-m", "out/a.zip", "data"],
+        ["tar", "-c", "-f", "out/a.tar", "--remove-files", "data"],
+    ):
+        verdict = check(argv, **deny)
+        assert not verdict.allowed and "('data/secrets/**')" in verdict.reason, (argv, verdict)
+    for argv in (
+        ["mv", "notes.txt", "data"],
+        ["rm", "data/a.txt"],
+        ["chmod", "600", "data"],
+        ["rm", "-r", "out"],
+    ):
+        assert check(argv, **deny).allowed, argv
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sort", "--files0-from=out/list"],
+        ["sort", "--files0", "out/list"],
+        ["wc", "--files0-from=-"],
+        ["du", "--files0-from=out/list"],
+        ["find", "-files0-from", "out/list"],
+        ["file", "-f", "out/list"],
+        ["file", "--files-from=out/list"],
+        ["sha256sum", "-c", "out/sums"],
+        ["md5sum", "-wc", "out/sums"],
+        ["b2sum", "--check", "out/sums"],
+    ],
+)
+def test_a_list_of_file_names_is_refused_as_tar_t_is(argv):
+    """s24 review: the names in such a list are never checked: `sort --files0-from=out/list` read a file
+    outside the project (a denial or not)."""
+    verdict = check(argv, read_grants=["**"], write_grants=["out/**"])
+    assert not verdict.allowed and "reads the names of the files to work on from a list" in verdict.reason
 
 
 def test_a_symbolic_link_target_is_checked_from_the_links_folder():
