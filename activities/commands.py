@@ -247,8 +247,17 @@ def _check_folders(req: CommandRequest, paths: list[PathArgument]) -> None:
             raise _denied(problem.reason)
         for p, verb, depth in folder_uses(req.argv, checked, {"*": FIND_GRANTABLE}):
             hit = _denied_below(req.project_root, p.rel, req.deny_fs, depth)
+            if hit is _TOO_MANY:
+                raise _denied(
+                    f"{os.path.basename(req.argv[0])} {verb} everything below '{p.rel}', which has more than "
+                    f"{DENIED_WALK_LIMIT:,} entries to look through for the paths this run denies; name a "
+                    "smaller folder"
+                )
             if hit is not None:
                 raise _denied(inside_refusal(req.argv, p, checked, verb, hit, req.deny_fs).reason)
+
+
+_TOO_MANY = "(too many entries)"
 
 
 def _denied_below(root: str, rel: str, deny: list[str], depth: int | None) -> str | None:
@@ -269,7 +278,7 @@ def _denied_below(root: str, rel: str, deny: list[str], depth: int | None) -> st
         for entry in entries:
             seen += 1
             if seen > DENIED_WALK_LIMIT:
-                return f"(more than {DENIED_WALK_LIMIT:,} entries to look through)"
+                return _TOO_MANY
             name = f"{prefix}/{entry.name}" if prefix else entry.name
             hit = first_match(deny, name)
             if hit is not None:

@@ -750,3 +750,29 @@ async def test_a_denial_that_names_no_place_refuses_a_folder_only_where_it_match
         result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
         assert result.status == "denied" and "'**/.env'" in result.reason, (argv, result)
         assert "TOPSECRET" not in str(result.result)
+
+
+def test_the_worker_looks_through_a_bounded_number_of_entries_for_a_denied_path(tmp_path, monkeypatch):
+    """The worker's on-disk check of a folder read walks the folder (links not followed) and refuses a folder
+    too big to look through, naming the limit, rather than reading it unchecked."""
+    from temporalio.exceptions import ApplicationError
+
+    from activities import commands
+    from kiwi.contracts import CommandRequest
+
+    for name in ("a.py", "b.py", "c.py", "deep/er/d.py"):
+        write(tmp_path / "src" / name, "x = 1\n")
+    (tmp_path / "src" / "link").symlink_to(tmp_path / "deploy")
+    write(tmp_path / "deploy" / ".env", "TOKEN=TOPSECRET\n")
+
+    def request(*argv: str) -> CommandRequest:
+        return CommandRequest(
+            project_root=str(tmp_path), argv=list(argv), read_grants=["**"], deny_fs=["**/.env"]
+        )
+
+    commands._checked_cwd(request("grep", "-r", "x", "src"))  # (the link to deploy/ is not followed)
+    with pytest.raises(ApplicationError, match=r"'\*\*/\.env'"):
+        commands._checked_cwd(request("grep", "-r", "x", "."))
+    monkeypatch.setattr(commands, "DENIED_WALK_LIMIT", 3)
+    with pytest.raises(ApplicationError, match="more than 3 entries to look through"):
+        commands._checked_cwd(request("grep", "-r", "x", "src"))
