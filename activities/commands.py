@@ -99,24 +99,40 @@ def _real_relative(root: str, rel: str) -> str | None:
     return os.path.relpath(real, real_root).replace(os.sep, "/")
 
 
+def physical(req: CommandRequest, path: PathArgument) -> str | None:
+    """Where ``path`` is on disk, as the program will open it, relative to the real project root (None: out
+    of it). From the argument as given, against the command's cwd: the kernel takes `..` after a link from
+    where the link leads (`X/X/../../outside` with X a link to `.` left the project though its text stays
+    in it), and `\\` is part of a name here, not a separator (`a\\b/../../x`)."""
+    if path.in_repository:
+        return _real_relative(req.project_root, path.rel)
+    real_root = os.path.realpath(req.project_root)
+    cwd = os.path.normpath(req.cwd or ".")
+    real = os.path.realpath(os.path.join(real_root, cwd, path.raw))
+    if real != real_root and not real.startswith(real_root + os.sep):
+        return None
+    return os.path.relpath(real, real_root).replace(os.sep, "/")
+
+
 def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
-    """The workflow checked the arguments lexically; here each is checked again with symlinks resolved,
-    so a link in the project pointing at /etc (or at a file the grant does not cover) is refused."""
+    """The workflow checked the arguments lexically; here each is checked again where it is on disk
+    (physical), so a link in the project pointing at /etc (or at a file the grant does not cover), or a `..`
+    after one, is refused."""
     for path in paths:
-        real = _real_relative(req.project_root, path.rel)
+        real = physical(req, path)
         what = "the command's cwd" if path is paths[0] else f"'{path.raw}'"
         if (named := first_match(req.deny_fs, path.rel)) is not None:
             # (The run refused it already; checked here too, as every other path is.)
             raise _denied(f"{what} is '{path.rel}', which this run denies ('{named}')")
         if real is None:
-            raise _denied(f"{what} resolves (through a symbolic link) to a place outside the project")
+            raise _denied(f"{what} resolves (through a symbolic link or `..`) to a place outside the project")
         if real == path.rel or not (req.read_grants or req.write_grants):
             continue
         grants = req.read_grants if path.mode == "read" else req.write_grants
         denied = first_match(req.deny_fs, real)
         if denied is not None or protected_granted(grants, real) is None:
             raise _denied(
-                f"{what} resolves (through a symbolic link) to '{real}', which this run may not "
+                f"{what} resolves (through a symbolic link or `..`) to '{real}', which this run may not "
                 f"{path.mode}" + (f" (denied by '{denied}')" if denied else "")
             )
 
@@ -241,7 +257,7 @@ def _check_folders(req: CommandRequest, paths: list[PathArgument]) -> None:
     is (shellpolicy.folder_uses), whatever the run decided: each folder as named and as it resolves (grep -r
     follows a link it is given), the denials whose first segment names a place by their patterns, every
     denial by what is on disk (`**/.env` refuses `grep -r KEY src` only where src holds a .env)."""
-    real = [dataclasses.replace(p, rel=_real_relative(req.project_root, p.rel) or p.rel) for p in paths]
+    real = [dataclasses.replace(p, rel=physical(req, p) or p.rel) for p in paths]
     for checked in (paths, real):
         if (problem := denied_inside(req.argv, checked, req.deny_fs, {"*": FIND_GRANTABLE})) is not None:
             raise _denied(problem.reason)

@@ -161,6 +161,8 @@ class PathArgument:
     rel: str
     mode: str  # "read" | "write"
     tree: bool = False  # the program works on everything below it (rm -r, tar -x into it)
+    # A path in a git object's name (REV:PATH): read from the repository, named from its root, not the cwd.
+    in_repository: bool = False
 
 
 def _no(reason: str, hint: str = "", against: Iterable[str] = ()) -> ShellVerdict:
@@ -2134,7 +2136,7 @@ def _path_arguments(
                 rel = lexical_path(".", text)  # (REV:PATH is from the repository's root)
                 if isinstance(rel, ShellVerdict):
                     return rel
-                out.append(PathArgument(text, rel, mode, False))
+                out.append(PathArgument(text, rel, mode, False, in_repository=True))
                 continue
         if mode == "magic":
             if strict():

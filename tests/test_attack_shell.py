@@ -776,3 +776,40 @@ def test_the_worker_looks_through_a_bounded_number_of_entries_for_a_denied_path(
     monkeypatch.setattr(commands, "DENIED_WALK_LIMIT", 3)
     with pytest.raises(ApplicationError, match="more than 3 entries to look through"):
         commands._checked_cwd(request("grep", "-r", "x", "src"))
+
+
+async def test_attack_dot_dot_after_a_link_or_a_backslash_name_leaves_no_project(
+    runs, project, tmp_path_factory
+):
+    """Second review s24: Kiwi read `X/X/../../outside/f` as its text says (inside the project), the kernel
+    from where the link X leads (outside); and `\\` is a separator to Kiwi but part of a name here, so
+    `a\\b\\c\\d/../../../outside/f` went three folders up from one. Each read and write left the project."""
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "secret.txt").write_text("OUTSIDE-SECRET\n")
+    write_directive(
+        project / ".ai" / "directives" / "linker.md",
+        directive_md(
+            '<step name="work"><action>Work.</action></step>',
+            name="linker",
+            permissions='<read resource="filesystem" path="out/**"/><write resource="filesystem" path="out/**"/>'
+            '<execute resource="shell" commands="cat,cp,tee,mkdir"/>',
+        ),
+    )
+    (project / "out" / "a\\b\\c\\d").mkdir(parents=True)
+    (project / "out" / "X").symlink_to(".")
+    # From out/ the project's parent is two folders up, the outside folder beside the project.
+    up = f"../../{outside.name}"
+    run_id = await runs.start("linker", {})
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="linker to wait for the agent")
+    for arguments in (
+        {"argv": ["cat", f"X/X/{up}/secret.txt"], "cwd": "out"},
+        {"argv": ["cp", f"X/X/{up}/secret.txt", "copied.txt"], "cwd": "out"},
+        {"argv": ["tee", f"X/X/{up}/written.txt"], "cwd": "out", "stdin": "PWNED"},
+        {"argv": ["cat", f"a\\b\\c\\d/../{up}/secret.txt"], "cwd": "out"},
+        {"argv": ["tee", f"a\\b\\c\\d/../{up}/written.txt"], "cwd": "out", "stdin": "PWNED"},
+    ):
+        result = await runs.call_tool(run_id, "shell.run", arguments)
+        assert result.status != "ok", (arguments, result)
+        assert "OUTSIDE-SECRET" not in str(result.result), (arguments, result)
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert not (project / "out" / "copied.txt").exists()
