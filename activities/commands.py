@@ -243,8 +243,7 @@ def _checked_cwd(req: CommandRequest) -> Path:
     recheck_paths(req, paths)
     if (listed := names_from_a_list(req.argv)) is not None:  # (whatever the run decided: LIST_FILES)
         raise _denied(listed.reason)
-    if req.deny_fs:
-        _check_folders(req, paths)
+    _check_folders(req, paths)
     return cwd
 
 
@@ -257,17 +256,27 @@ def _check_folders(req: CommandRequest, paths: list[PathArgument]) -> None:
     is (shellpolicy.folder_uses), whatever the run decided: each folder as named and as it resolves (grep -r
     follows a link it is given), the denials whose first segment names a place by their patterns, every
     denial by what is on disk (`**/.env` refuses `grep -r KEY src` only where src holds a .env)."""
+    uses = folder_uses(req.argv, paths, {"*": FIND_GRANTABLE})
+    if not req.deny_fs and not any(depth is not None for _, _, depth in uses):
+        return  # (only diff follows the links in a folder it reads: see _denied_below)
     real = [dataclasses.replace(p, rel=physical(req, p) or p.rel) for p in paths]
     for checked in (paths, real):
         if (problem := denied_inside(req.argv, checked, req.deny_fs, {"*": FIND_GRANTABLE})) is not None:
             raise _denied(problem.reason)
         for p, verb, depth in folder_uses(req.argv, checked, {"*": FIND_GRANTABLE}):
-            hit = _denied_below(req.project_root, p.rel, req.deny_fs, depth)
+            if not req.deny_fs and depth is None:
+                continue
+            hit = _denied_below(req.project_root, p.rel, req.deny_fs, depth, req.read_grants)
             if hit is _TOO_MANY:
                 raise _denied(
                     f"{os.path.basename(req.argv[0])} {verb} everything below '{p.rel}', which has more than "
                     f"{DENIED_WALK_LIMIT:,} entries to look through for the paths this run denies; name a "
                     "smaller folder"
+                )
+            if hit is not None and hit.startswith("(the link"):
+                raise _denied(
+                    f"{os.path.basename(req.argv[0])} {verb} the files directly in '{p.rel}' and follows their "
+                    f"links: {hit[1:-1]}"
                 )
             if hit is not None:
                 raise _denied(inside_refusal(req.argv, p, checked, verb, hit, req.deny_fs).reason)
@@ -276,9 +285,13 @@ def _check_folders(req: CommandRequest, paths: list[PathArgument]) -> None:
 _TOO_MANY = "(too many entries)"
 
 
-def _denied_below(root: str, rel: str, deny: list[str], depth: int | None) -> str | None:
+def _denied_below(
+    root: str, rel: str, deny: list[str], depth: int | None, grants: list[str] | None = None
+) -> str | None:
     """The first denial that matches a path below the folder ``rel`` on disk (links not followed), or None;
-    a folder with more than DENIED_WALK_LIMIT entries is refused whole."""
+    a folder with more than DENIED_WALK_LIMIT entries is refused whole. A read of the files directly in a
+    folder (``depth`` given: diff, which follows the links there) also meets each link where it leads: out of
+    the project, or to a place the run may not read (``grants``), it is a hit."""
     real_root = os.path.realpath(root)
     start = os.path.join(real_root, rel) if rel != "." else real_root
     if not os.path.isdir(start) or os.path.islink(start):
@@ -299,6 +312,14 @@ def _denied_below(root: str, rel: str, deny: list[str], depth: int | None) -> st
             hit = first_match(deny, name)
             if hit is not None:
                 return hit
+            if depth is not None and entry.is_symlink():
+                target = os.path.realpath(entry.path)
+                if target != real_root and not target.startswith(real_root + os.sep):
+                    return f"(the link {name}, which leads out of the project)"
+                led = os.path.relpath(target, real_root).replace(os.sep, "/")
+                hit = first_match(deny, led)
+                if hit is not None or (grants and protected_granted(grants, led) is None):
+                    return hit or f"(the link {name}, which leads to '{led}', a place this run may not read)"
             if (depth is None or level + 1 < depth) and entry.is_dir(follow_symlinks=False):
                 pending.append((entry.path, name, level + 1))
     return None

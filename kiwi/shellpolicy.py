@@ -222,7 +222,7 @@ SPECS: dict[str, Spec] = {
         ),
     ),
     "rmdir": Spec(operands="write"),
-    "mkdir": Spec(values={"-m": "value", "--mode": "value", "--context": "value"}, operands="write"),
+    "mkdir": Spec(values={"-m": "value", "--mode": "value", "--context": "optional"}, operands="write"),
     "touch": Spec(
         values={"-r": "read", "--reference": "read", "-d": "value", "--date": "value", "-t": "value"},
         operands="write",
@@ -261,7 +261,7 @@ SPECS: dict[str, Spec] = {
             "--format": "value",
             "--time": "value",
             "--time-style": "value",
-            "--color": "value",
+            "--color": "optional",
             "--block-size": "value",
             "--quoting-style": "value",
             "--indicator-style": "value",
@@ -272,7 +272,13 @@ SPECS: dict[str, Spec] = {
     "wc": Spec(),
     "nl": Spec(),
     "stat": Spec(values={"-c": "value", "--format": "value", "--printf": "value"}),
-    "file": Spec(values={"-m": "read", "--magic-file": "read", "-f": "read", "--files-from": "read"}),
+    "file": Spec(
+        values={"-m": "read", "--magic-file": "read", "-f": "read", "--files-from": "read"},
+        forbidden={
+            "-C": "writes a compiled magic file into the cwd, which Kiwi does not check",
+            "--compile": "writes a compiled magic file into the cwd, which Kiwi does not check",
+        },
+    ),
     "head": Spec(values={"-n": "value", "--lines": "value", "-c": "value", "--bytes": "value"}),
     "tail": Spec(
         values={
@@ -341,8 +347,8 @@ SPECS: dict[str, Spec] = {
             "--skip-chars": "value",
             "-w": "value",
             "--check-chars": "value",
-            "--group": "value",
-            "--all-repeated": "value",
+            "--group": "optional",
+            "--all-repeated": "optional",
         },
         operands="in-out",
     ),
@@ -362,9 +368,9 @@ SPECS: dict[str, Spec] = {
     "diff": Spec(
         values={
             "-U": "value",
-            "--unified": "value",
+            "--unified": "optional",
             "-C": "value",
-            "--context": "value",
+            "--context": "optional",
             "-x": "value",
             "--exclude": "value",
             "-X": "read",
@@ -381,7 +387,7 @@ SPECS: dict[str, Spec] = {
             "-F": "value",
             "--show-function-line": "value",
             "--palette": "value",
-            "--color": "value",
+            "--color": "optional",
             "--tabsize": "value",
             "--line-format": "value",
             "--horizon-lines": "value",
@@ -417,8 +423,8 @@ SPECS: dict[str, Spec] = {
             "--file": "read",
             "-r": "read",
             "--reference": "read",
-            "-I": "value",
-            "--iso-8601": "value",
+            "-I": "optional",
+            "--iso-8601": "optional",
         },
         forbidden={"-s": "sets the clock", "--set": "sets the clock"},
     ),
@@ -453,8 +459,8 @@ SPECS: dict[str, Spec] = {
             "-D": "value",
             "--devices": "value",
             "--label": "value",
-            "--color": "value",
-            "--colour": "value",
+            "--color": "optional",
+            "--colour": "optional",
             "--binary-files": "value",
             "--group-separator": "value",
         },
@@ -516,6 +522,7 @@ SPECS: dict[str, Spec] = {
             "--search-zip": "runs decompression programs",
             "-L": _FOLLOW,
             "--follow": _FOLLOW,
+            "--hostname-bin": "runs the program it names to learn the host's name",
         },
         flags=frozenset({"--files", "--hidden", "--no-ignore", "--fixed-strings", "--count"}),
         operands="pattern",
@@ -689,6 +696,11 @@ def _parse(args: Sequence[str], spec: Spec, allow_grant: set[str]) -> _Parsed | 
             name = spec.aliases.get(name, name)
             out.options.append(name)
             kind = spec.values.get(name)
+            if kind == "optional":
+                # (GNU takes an optional value only as --opt=VALUE: the next word is an operand.)
+                if eq:
+                    out.values.append((name, "value", value))
+                continue
             if kind:
                 if not eq:
                     if i >= len(args):
@@ -711,6 +723,12 @@ def _parse(args: Sequence[str], spec: Spec, allow_grant: set[str]) -> _Parsed | 
                 canonical = spec.aliases.get(opt, opt)
                 out.options.append(canonical)
                 kind = spec.values.get(opt)
+                if kind == "optional":
+                    # (A short option's optional value is only the rest of its word: date -Iseconds.)
+                    rest = "".join(c[1:] for c in chars[index + 1 :])
+                    if rest:
+                        out.values.append((canonical, "value", rest))
+                    break
                 if kind:
                     rest = "".join(c[1:] for c in chars[index + 1 :])
                     if rest:
@@ -824,10 +842,11 @@ def _check_path(p: PathArgument, g: _Grants) -> ShellVerdict | None:
 
 
 def _operands(
-    name: str, spec: Spec, parsed: _Parsed, cwd: str, archives: bool = True
+    name: str, spec: Spec, parsed: _Parsed, cwd: str, archives: bool = True, options: bool = True
 ) -> list[tuple[str, str, bool]] | ShellVerdict:
     """(raw path, mode, whole tree) for each path a known program's operands and option values name.
-    ``archives``: by the rules of ARCHIVE_OPTIONS (False: as runs from before them replay)."""
+    ``archives``: by the rules of ARCHIVE_OPTIONS; ``options``: by those of SHELL_OPTIONS (False: as runs
+    from before them replay)."""
     found: list[tuple[str, str, bool]] = []
     recursive = "-r" in parsed.options
     for _option, kind, value in parsed.values:
@@ -853,6 +872,21 @@ def _operands(
     if how == "link":
         target = any(k == "write" for _, k, _ in parsed.values)
         sources, link = (ops, None) if target else (ops[:-1], ops[-1] if ops else None)
+        if options and "-s" in parsed.options and {"-r", "--relative"} & set(parsed.options):
+            # ln -sr makes the link's text from a target named from the cwd (`ln -sr ../x a/b/L`).
+            return (
+                found
+                + ([(link, "write", False)] if link is not None else [])
+                + [(o, "read", False) for o in sources]
+            )
+        if options and "-s" in parsed.options and target:
+            # With -t DIR, a symbolic link's text is read from DIR, where the link is.
+            folders = [v for _, k, v in parsed.values if k == "write"]
+            return found + [
+                (o if o.startswith(("/", "~")) else posixpath.join(folder, o), "read", False)
+                for folder in folders[-1:]
+                for o in sources
+            ]
         if link is not None:
             found.append((link, "write", False))
             if "-s" in parsed.options:
@@ -2070,6 +2104,15 @@ def path_arguments(
     from temporalio import workflow
 
     found = _path_arguments(argv, cwd, options_granted, archives=True)
+    if (
+        argv
+        and workflow.in_workflow()
+        and (program_name(argv[0]) in _OPTIONS_REWRITTEN or any("\\" in a for a in (*argv[1:], cwd or "")))
+    ):
+        # (In a run only, asked where the rules of SHELL_OPTIONS change the answer.)
+        before = _path_arguments(argv, cwd, options_granted, archives=True, options=False)
+        if before != found and not rule_in_force(SHELL_OPTIONS):
+            return before
     if argv and program_name(argv[0]) in _SPECS_BEFORE_ARCHIVES and workflow.in_workflow():
         # (In a run only: outside one, the worker's check, the rules apply always.)
         before = _path_arguments(argv, cwd, options_granted, archives=False)
@@ -2084,6 +2127,7 @@ def _path_arguments(
     options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None,
     *,
     archives: bool,
+    options: bool = True,
 ) -> list[PathArgument] | ShellVerdict:
     if not argv:
         return _no("empty command")
@@ -2093,12 +2137,16 @@ def _path_arguments(
         return _no(
             f"'{given}' is refused: it {why}, so a grant for it would grant every program", _LOCAL_HINT
         )
+    if options and "\\" in (cwd or ""):
+        return _BACKSLASH
     base = lexical_path(".", cwd or ".")
     if isinstance(base, ShellVerdict):
         return _no(f"cwd {base.reason}", base.hint)
     name = program_name(argv[0])
     args = list(argv[1:])
     spec = SPECS.get(name) if archives else _SPECS_BEFORE_ARCHIVES.get(name, SPECS.get(name))
+    if not options and name in _OPTIONS_REWRITTEN:
+        spec = _OPTIONS_REWRITTEN[name]
     allow = _options_for(name, options_granted)
     raw: list[tuple[str, str, bool]] | ShellVerdict
     if name == "tar" and archives:
@@ -2114,11 +2162,17 @@ def _path_arguments(
             # (After the parse: an option refused by name says why; any other form not read as the program
             # reads it is refused here.)
             parsed = _archive_shape(name, argv[1:]) or parsed
-        raw = parsed if isinstance(parsed, ShellVerdict) else _operands(name, spec, parsed, base, archives)
+        raw = (
+            parsed
+            if isinstance(parsed, ShellVerdict)
+            else _operands(name, spec, parsed, base, archives, options)
+        )
     else:
         raw = _unknown(args)
     if isinstance(raw, ShellVerdict):
         return raw
+    if options and any("\\" in text for text, _, _ in raw):
+        return _BACKSLASH
     out = [PathArgument(".", base, "read")]
     stricter: list[bool] = []  # (asked once, and only where the stricter rules change the answer)
 
@@ -2220,6 +2274,41 @@ _SPECS_BEFORE_ARCHIVES = {
         aliases=("--recurse-paths", "--recurse-patterns", "--symlinks", "--move"),
     ),
     "unzip": _before(SPECS["unzip"], forbidden=("-:", "-^")),
+}
+
+
+# Since session 24 (the second review of the folder rules): options whose value GNU takes only as
+# --opt=VALUE (the next word is an operand: `grep --color KEY ../../outside/f` read outside the project),
+# `rg --hostname-bin` (it runs the program it names) and `file -C` (it writes a compiled magic file in the
+# cwd), `\` in a path (a separator to Kiwi, part of a name here), and `ln -s` targets with -r (named from
+# the cwd) and -t DIR (read from DIR). Workflow code answers by these rules behind this patch, asked only
+# where they change the answer; the worker checks by them always.
+SHELL_OPTIONS = "kiwi-shell-options"
+_BACKSLASH = _no(
+    "a path with '\\' is refused: on this system it is part of a name, not a folder separator",
+    "separate folders with '/'",
+)
+
+
+def _optional_as_before(spec: Spec, forbidden: Iterable[str] = ()) -> Spec:
+    """``spec`` as it was before SHELL_OPTIONS: optional values read as required ones, no new refusals."""
+    return dataclasses.replace(
+        spec,
+        values={k: "value" if v == "optional" else v for k, v in spec.values.items()},
+        forbidden={k: v for k, v in spec.forbidden.items() if k not in set(forbidden)},
+    )
+
+
+_OPTIONS_REWRITTEN = {
+    "ls": _optional_as_before(SPECS["ls"]),
+    "grep": _optional_as_before(SPECS["grep"]),
+    "diff": _optional_as_before(SPECS["diff"]),
+    "uniq": _optional_as_before(SPECS["uniq"]),
+    "mkdir": _optional_as_before(SPECS["mkdir"]),
+    "date": _optional_as_before(SPECS["date"]),
+    "rg": _optional_as_before(SPECS["rg"], forbidden=("--hostname-bin",)),
+    "file": _optional_as_before(SPECS["file"], forbidden=("-C", "--compile")),
+    "ln": SPECS["ln"],
 }
 
 

@@ -813,3 +813,30 @@ async def test_attack_dot_dot_after_a_link_or_a_backslash_name_leaves_no_project
         assert "OUTSIDE-SECRET" not in str(result.result), (arguments, result)
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
     assert not (project / "out" / "copied.txt").exists()
+
+
+def test_diff_of_a_folder_does_not_follow_a_link_in_it_out_of_the_project(tmp_path, tmp_path_factory):
+    """Second review s24: `diff L a/b` compared L with a/b/L, following a/b/L, a link out of the project (or to
+    a place the run may not read). The worker meets each link in a folder diff reads where it leads."""
+    from temporalio.exceptions import ApplicationError
+
+    from activities import commands
+    from kiwi.contracts import CommandRequest
+
+    outside = tmp_path_factory.mktemp("outside") / "secret.txt"
+    outside.write_text("OUTSIDE-SECRET\n")
+    write(tmp_path / "out" / "L", "")
+    (tmp_path / "out" / "a").mkdir()
+    (tmp_path / "out" / "a" / "L").symlink_to(outside)
+    write(tmp_path / "secrets" / "key.txt", "KEY\n")
+    (tmp_path / "out" / "b").mkdir()
+    (tmp_path / "out" / "b" / "L").symlink_to(tmp_path / "secrets" / "key.txt")
+
+    def request(*argv: str) -> CommandRequest:
+        return CommandRequest(project_root=str(tmp_path), argv=list(argv), read_grants=["out/**"], cwd="out")
+
+    with pytest.raises(ApplicationError, match="which leads out of the project"):
+        commands._checked_cwd(request("diff", "L", "a"))
+    with pytest.raises(ApplicationError, match="a place this run may not read"):
+        commands._checked_cwd(request("diff", "L", "b"))
+    commands._checked_cwd(request("diff", "L", "L"))

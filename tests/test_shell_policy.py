@@ -292,6 +292,50 @@ def test_a_list_of_file_names_is_refused_as_tar_t_is(argv):
     assert not verdict.allowed and "reads the names of the files to work on from a list" in verdict.reason
 
 
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        # Second review s24: GNU takes these options' values only as --opt=VALUE; the next word is a file.
+        (["uniq", "--group", "../../outside/secret.txt"], "leaves the project"),
+        (["grep", "--color", "KEY", "../../outside/secret.txt"], "leaves the project"),
+        (["grep", "--colour", "KEY", "../../outside/secret.txt"], "leaves the project"),
+        (["diff", "--unified", "../../outside/secret.txt", "a.txt"], "leaves the project"),
+        (["diff", "--uni", "../../outside/secret.txt", "a.txt"], "leaves the project"),
+        (["diff", "--context", "../../outside/secret.txt", "a.txt"], "leaves the project"),
+        (["ls", "--color", "../../outside"], "leaves the project"),
+        (["mkdir", "--context", "../../outside/made"], "leaves the project"),
+        (["rg", "--hostname-bin=evil.sh", "--hyperlink-format=default", "x", "."], "runs the program"),
+        (["rg", "--hostname", "evil.sh", "x"], "runs the program"),
+        (["file", "-C", "-m", "magic"], "compiled magic file"),
+        (["cat", "a\\b\\c/../../../x"], "part of a name"),
+        (["ln", "-sr", "../../outside/secret.txt", "a/b/c/d/link"], "leaves the project"),
+    ],
+)
+def test_option_values_and_link_targets_are_read_as_the_program_reads_them(argv, named):
+    verdict = check(argv, read_grants=["**"], write_grants=["**"], cwd="out")
+    assert not verdict.allowed and named in verdict.reason, verdict
+
+
+def test_a_link_made_with_t_has_its_target_read_from_that_folder():
+    # ln -s -t DIR TARGET writes DIR/NAME -> TARGET: TARGET is read from DIR, not from the cwd (s24 review).
+    argv = ["ln", "-s", "-t", "../../../..", "../../../outside/secret.txt"]
+    verdict = check(argv, read_grants=["**"], write_grants=["**"], cwd="out/a/b/c/d/e")
+    assert not verdict.allowed and "leaves the project" in verdict.reason, verdict
+    assert check(["ln", "-s", "-t", "out", "../src/a.txt"], read_grants=["**"], write_grants=["**"]).allowed
+
+
+def test_optional_values_given_with_equals_stay_allowed():
+    for argv in (
+        ["grep", "--color=always", "KEY", "a.txt"],
+        ["diff", "--unified=3", "a.txt", "b.txt"],
+        ["diff", "-U", "3", "a.txt", "b.txt"],
+        ["ls", "--color=never", "src"],
+        ["date", "-Iseconds"],
+        ["ln", "-sr", "src/a.txt", "out/link"],
+    ):
+        assert check(argv, read_grants=["**"], write_grants=["**"]).allowed, argv
+
+
 def test_a_symbolic_link_target_is_checked_from_the_links_folder():
     # From the cwd "../../x" stays inside (a/b/../../x is x), from the link's folder it leaves.
     assert not check(["ln", "-s", "../../x", "../../link"], cwd="a/b").allowed
