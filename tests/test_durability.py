@@ -326,6 +326,42 @@ async def test_record_ticker_history(runs, project):
     await _save_history(runs.handle(run_id), "ticker", project)
 
 
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_first_task_call_history(runs, project):
+    """Record a run whose first workflow task carries a call (update-with-start), handled before run() starts
+    (FIRST_TASK_RULES: the run's rules are in force from its first activation), then completed
+    (tests/histories/first_task_call-{patch id}.json)."""
+    from temporalio.client import WithStartWorkflowOperation, WorkflowUpdateStage
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    from kiwi.contracts import CallToolRequest, DirectiveRunInput, run_workflow_id
+    from workflows.directive_run import DirectiveRun
+
+    write(project / "notes" / "first.md", "before the run\n")
+    run_id = run_workflow_id("hello_kiwi", "firsttask")
+    start = WithStartWorkflowOperation(
+        DirectiveRun.run,
+        DirectiveRunInput(snapshot=runs.snapshot("hello_kiwi", {"name": "Replay"}, run_id)),
+        id=run_id,
+        task_queue=runs.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+    )
+    update = await runs.client.start_update_with_start_workflow(
+        DirectiveRun.call_tool,
+        CallToolRequest(tool="filesystem.read", arguments={"path": "notes/first.md"}),
+        start_workflow_operation=start,
+        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+    )
+    answer = await update.result()
+    assert answer.status == "ok", answer
+    await awaiting_step(runs, run_id, "confirm")
+    await runs.complete_step(run_id, "confirm", {"confirmed": True})
+    assert (await runs.handle(run_id).result()).status == "completed"
+    await _save_history(runs.handle(run_id), "first_task_call", project)
+
+
 def merge_into_previous_task(history: dict, update: str) -> dict:
     """``history`` as a worker that had run ahead would have recorded it: the workflow task that accepted
     the first ``update`` taken into the task before it, so the activity result that task took and the

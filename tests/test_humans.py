@@ -736,3 +736,40 @@ async def test_a_decision_is_taken_when_its_call_waits_so_both_orders_write_the_
         flushes[early] = audit_flushes(await handle.fetch_history())
     assert flushes[True] == flushes[False], flushes
     assert len(flushes[True]) >= 3, flushes
+
+
+async def test_attack_a_call_in_the_runs_first_task_still_needs_its_approval(runs, project):
+    """Found by a CI flake (s24): a call_tool update in a run's first workflow task (sent with the start, or
+    handed to the successor of a continue-as-new) is handled before run() starts, where the run switched its
+    approvals on: the call that needs a human's approval ran without one. Update-with-start puts it there."""
+    from temporalio.client import WithStartWorkflowOperation
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    from kiwi.contracts import DirectiveRunInput, run_workflow_id
+    from workflows.directive_run import DirectiveRun
+
+    setup(project)
+    run_id = run_workflow_id("tidy", "firsttask")
+    start = WithStartWorkflowOperation(
+        DirectiveRun.run,
+        DirectiveRunInput(snapshot=runs.snapshot("tidy", {}, run_id)),
+        id=run_id,
+        task_queue=runs.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+    )
+    update = await runs.client.start_update_with_start_workflow(
+        DirectiveRun.call_tool,
+        CallToolRequest(tool="filesystem.delete", arguments={"path": "notes/old.txt"}),
+        start_workflow_operation=start,
+        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+    )
+
+    async def waiting():
+        return [a for a in (await runs.status(run_id)).approvals if a.status == "pending"]
+
+    (request,) = await wait_for(waiting, what="the call to wait for approval")
+    assert request.tool == "filesystem.delete" and (project / "notes" / "old.txt").exists()
+    await runs.decide_approval(run_id, request.request_id, False, by="alice")
+    result = await update.result()
+    assert result.status == "denied" and (project / "notes" / "old.txt").exists(), result
+    await runs.cancel(run_id)

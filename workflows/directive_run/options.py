@@ -85,6 +85,11 @@ CHANGES_2026_11_26C = "kiwi-run-changes-2026-11-26c"
 # replay (KeyError, seen once in the chaos bench): a history no worker could replay again. Waiting for the
 # step makes the same commands in both orders (tests/test_durability.py builds that history and replays it).
 STEP_AWAITED = CURRENT
+# (In CURRENT only, never a marker of its own.) The rules ALL_CHANGES stands for (approvals among them) are in
+# force from the run's first activation, not from when run() starts: a call_tool update in the first task
+# (sent with the start, or handed to a continue-as-new's successor) is handled before run(), and a call that
+# needs approval ran without it.
+FIRST_TASK_RULES = CURRENT
 # What CHANGES_2026_11_26C stood for until it also stood for EARLY_APPROVALS: runs started in between replay
 # it.
 CHANGES_2026_11_26B = "kiwi-run-changes-2026-11-26b"

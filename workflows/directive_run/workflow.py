@@ -140,6 +140,11 @@ class DirectiveRun(
         self.commit_before_continue = self.current or workflow.patched(COMMIT_BEFORE_CONTINUE)
         # Also here for the same reason: the first task's call_tool updates already look tools up.
         self.kiwi_tools = self.current or workflow.patched(KIWI_MCP_TOOLS)
+        if self.step_awaited:
+            # (FIRST_TASK_RULES) Updates in a run's first task (sent with its start, or handed to the successor
+            # of a continue-as-new) are handled before run() starts: set there, human_loop was still off, and
+            # a call that needs a human's approval ran without one.
+            self.audit.local = self.idle_flush = self.human_loop = self.fs_local = self.lean = True
         # Work the run starts and does not wait for at once (audit flushes, checkpoints, notices,
         # watching children): owned here, failures audited, awaited before the run ends.
         self.background: list[tuple[asyncio.Future[Any], bool]] = []
