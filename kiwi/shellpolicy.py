@@ -277,6 +277,10 @@ SPECS: dict[str, Spec] = {
         forbidden={
             "-C": "writes a compiled magic file into the cwd, which Kiwi does not check",
             "--compile": "writes a compiled magic file into the cwd, which Kiwi does not check",
+            "-z": "runs decompression programs",
+            "--uncompress": "runs decompression programs",
+            "-Z": "runs decompression programs",
+            "--uncompress-noreport": "runs decompression programs",
         },
     ),
     "head": Spec(values={"-n": "value", "--lines": "value", "-c": "value", "--bytes": "value"}),
@@ -304,6 +308,7 @@ SPECS: dict[str, Spec] = {
             "--exclude-from": "read",
             "--files0-from": "read",
             "--time-style": "value",
+            "--time": "optional",
         },
         forbidden={"-L": _FOLLOW, "--dereference": _FOLLOW},
     ),
@@ -313,9 +318,15 @@ SPECS: dict[str, Spec] = {
             "-P": "value",
             "-I": "value",
             "-o": "write",
+            "-H": "value",
+            "-T": "value",
             "--charset": "value",
             "--filelimit": "value",
             "--timefmt": "value",
+            "--hintro": "read",
+            "--houtro": "read",
+            "--gitfile": "read",
+            "--infofile": "read",
         },
         forbidden={"-l": _FOLLOW, "-R": "runs tree again in every folder"},
     ),
@@ -367,6 +378,8 @@ SPECS: dict[str, Spec] = {
     ),
     "diff": Spec(
         values={
+            "-D": "value",
+            "--ifdef": "value",
             "-U": "value",
             "--unified": "optional",
             "-C": "value",
@@ -465,6 +478,7 @@ SPECS: dict[str, Spec] = {
             "--group-separator": "value",
         },
         forbidden={"-R": _FOLLOW, "--dereference-recursive": _FOLLOW},
+        flags=frozenset({"--binary"}),  # (exact: not an abbreviation of --binary-files)
         operands="pattern",
     ),
     "rg": Spec(
@@ -677,8 +691,17 @@ class _Parsed:
     operands: list[str] = field(default_factory=list)
 
 
-def _parse(args: Sequence[str], spec: Spec, allow_grant: set[str]) -> _Parsed | ShellVerdict:
-    """GNU-style options (clusters, ``--x=v``, abbreviations, ``--``) of a known program."""
+def _parse(
+    args: Sequence[str],
+    spec: Spec,
+    allow_grant: set[str],
+    *,
+    abbreviations: bool = True,
+    equals_sign: bool = False,
+) -> _Parsed | ShellVerdict:
+    """GNU-style options (clusters, ``--x=v``, abbreviations, ``--``) of a known program. Without
+    ``abbreviations`` a long option is only its exact name; with ``equals_sign`` a short option's `=VALUE`
+    is VALUE (rg's parser)."""
     out = _Parsed()
     i = 0
     while i < len(args):
@@ -689,7 +712,7 @@ def _parse(args: Sequence[str], spec: Spec, allow_grant: set[str]) -> _Parsed | 
             break
         if arg.startswith("--"):
             raw, eq, value = arg.partition("=")
-            name = _resolve_long(raw, spec)
+            name = _resolve_long(raw, spec) if abbreviations else raw
             problem = _option_problem(name, spec, allow_grant, arg)
             if problem:
                 return problem
@@ -731,6 +754,8 @@ def _parse(args: Sequence[str], spec: Spec, allow_grant: set[str]) -> _Parsed | 
                     break
                 if kind:
                     rest = "".join(c[1:] for c in chars[index + 1 :])
+                    if equals_sign and rest.startswith("="):
+                        rest = rest[1:] or "="
                     if rest:
                         value = rest
                     elif i < len(args):
@@ -743,6 +768,46 @@ def _parse(args: Sequence[str], spec: Spec, allow_grant: set[str]) -> _Parsed | 
             continue
         out.operands.append(arg)
     return out
+
+
+def _tree_cluster(args: Sequence[str]) -> str:
+    """A word of tree's single-letter options holding one that takes a value (`-Lo`: tree gives -L and -o
+    the next words, in order), or ''."""
+    for arg in args:
+        if arg == "--":
+            break
+        if arg.startswith("-") and not arg.startswith("--") and len(arg) > 2 and set(arg[1:]) & set("LPIoHT"):
+            return arg
+    return ""
+
+
+_CHMOD_OPTIONS = re.compile(r"-[cfvR]+")
+_CHMOD_MODE = re.compile(r"-[rwxXstugoa0-7,+=-]+")
+
+
+def _chmod_mode_first(args: Sequence[str]) -> list[str]:
+    """chmod's arguments with a mode written as an option (`chmod -w,a+rwx FILE`, `chmod -r FILE`: GNU takes
+    it for the MODE, and every other word for a file) moved to the front as the mode operand."""
+    for arg in args:
+        if arg == "--":
+            break
+        if _CHMOD_MODE.fullmatch(arg) and not _CHMOD_OPTIONS.fullmatch(arg):
+            options = [a for a in args if a.startswith("-") and a not in (arg, "--")]
+            files = [a for a in args if not a.startswith("-")]
+            return [*options, "--", arg.lstrip("-") or "=", *files]
+    return list(args)
+
+
+def _down_and_up(text: str) -> bool:
+    """Whether a path goes into a folder and back up (`a/../b`, `X/X/../..`): '..' after a named segment."""
+    named = False
+    for segment in text.replace("\\", "/").split("/"):
+        if segment == "..":
+            if named:
+                return True
+        elif segment not in ("", "."):
+            named = True
+    return False
 
 
 def _is_number(arg: str) -> bool:
@@ -856,6 +921,20 @@ def _operands(
             found.append((value, "read", False))
     ops = parsed.operands
     how = spec.operands
+    if options:
+        if name == "uniq":
+            # uniq's obsolete -N and +N (skip fields, skip characters) are options, not its input or output.
+            ops = [o for o in ops if not re.fullmatch(r"[+-]\d+", o)]
+        if name == "date" and any(not o.startswith("+") for o in ops):
+            return _no(
+                "date with an operand other than +FORMAT sets the system clock",
+                "print the date with date or date +FORMAT",
+            )
+        if name == "file" and any(":" in v for o, _, v in parsed.values if o in ("-m", "--magic-file")):
+            return _no(
+                "file -m reads every magic file of a ':' list, which Kiwi does not check one by one",
+                "give file -m one magic file",
+            )
     if how in ("copy", "link") or name == "mv":
         found += _into_folder(parsed, ops)
     if how == "none":
@@ -1412,19 +1491,29 @@ _FIND_WRITE = {"-fprint": 1, "-fprint0": 1, "-fls": 1, "-fprintf": 2}
 FIND_GRANTABLE = ("-delete", *_FIND_WRITE)
 
 
-def _find(args: Sequence[str], allow: set[str]) -> list[tuple[str, str, bool]] | ShellVerdict:
+def _find(
+    args: Sequence[str], allow: set[str], options: bool = True
+) -> list[tuple[str, str, bool]] | ShellVerdict:
+    """find's start points and what its expression reads and writes. ``options``: as findutils reads the
+    leading words since SHELL_OPTIONS (`--` ends them, -O takes any number, a lone `-` is a start point:
+    `find -- ../outside` listed a folder Kiwi never saw)."""
     i = 0
     found: list[tuple[str, str, bool]] = []
+    level = r"-O\d+" if options else r"-O\d"
     while (
         i < len(args)
         and args[i] in ("-H", "-P", "-L", "-D")
-        or (i < len(args) and re.fullmatch(r"-O\d", args[i]))
+        or (i < len(args) and re.fullmatch(level, args[i]))
     ):
         if args[i] in ("-L",):
             return _no(f"option '-L' is refused: it {_FOLLOW}", "run find without -L")
         i += 2 if args[i] == "-D" else 1
+    if options and i < len(args) and args[i] == "--":
+        i += 1
     starts = []
-    while i < len(args) and not (args[i].startswith("-") or args[i] in ("(", ")", "!", ",")):
+    while i < len(args) and not (
+        (args[i].startswith("-") and not (options and args[i] == "-")) or args[i] in ("(", ")", "!", ",")
+    ):
         starts.append(args[i])
         i += 1
     starts = starts or ["."]
@@ -1845,7 +1934,14 @@ def _git_option(token: str, values: Mapping[str, str]) -> tuple[str, str]:
     return (known[0] if len(known) == 1 else name), value
 
 
-def _git(args: Sequence[str]) -> list[tuple[str, str, bool]] | ShellVerdict:
+# git subcommands whose -S, -G, -L, -n take a value (pickaxe, line ranges, counts); elsewhere they are flags
+# (`git restore -S PATH` is --staged: PATH was taken for a value and never checked). Since SHELL_OPTIONS.
+_GIT_LOG_FAMILY = frozenset({"log", "show", "whatchanged", "shortlog", "diff", "blame"})
+# Long options git takes by a unique start that make a subcommand rewrite the working tree.
+_GIT_REWRITING = {"reset": ("--hard", "--merge", "--keep")}
+
+
+def _git(args: Sequence[str], options: bool = True) -> list[tuple[str, str, bool]] | ShellVerdict:
     i = 0
     while i < len(args) and args[i].startswith("-"):
         token = args[i]
@@ -1883,6 +1979,11 @@ def _git(args: Sequence[str]) -> list[tuple[str, str, bool]] | ShellVerdict:
         )
     rest = list(args[i + 1 :])
     values = {**_GIT_VALUES["*"], **_GIT_VALUES.get(sub, {})}
+    if options:
+        if sub not in _GIT_LOG_FAMILY:
+            values = {k: v for k, v in values.items() if k not in ("-S", "-G", "-L", "-n")}
+        if sub == "init":
+            values.pop("--shared", None)  # (--shared[=PERMS]: the next word is the folder)
     found: list[tuple[str, str, bool]] = []
     before: list[str] = []
     after: list[str] | None = None
@@ -1896,6 +1997,10 @@ def _git(args: Sequence[str]) -> list[tuple[str, str, bool]] | ShellVerdict:
             break
         if token.startswith("--"):
             name, value = _git_option(token, values)
+            if options and name not in values:
+                name = next(
+                    (o for o in _GIT_REWRITING.get(sub, ()) if len(name) > 3 and o.startswith(name)), name
+                )
             if name in GIT_REFUSED_OPTIONS:
                 return _no(
                     f"git option '{name}' is refused: it {GIT_REFUSED_OPTIONS[name]}", "run git without it"
@@ -1953,8 +2058,10 @@ def _git(args: Sequence[str]) -> list[tuple[str, str, bool]] | ShellVerdict:
         and after is None
     )
     if tree_writer and not new_branch_here:
-        # (A new branch where HEAD is leaves the working tree as it is: `git checkout -b other`.)
-        found.append((".", "write*", False))
+        # (A new branch where HEAD is leaves the working tree as it is: `git checkout -b other`.) The whole
+        # repository's working tree, wherever the cwd is (since SHELL_OPTIONS: `git reset --hard` run in out/
+        # was checked as a write of out/, and rewrote src/).
+        found.append((".", "root*" if options else "write*", False))
     mode = "write" if writes else "read"
     if sub in _GIT_TREE_PATHS:
         # Paths it rewrites in the working tree: each a whole tree (`git restore --source=REV -- .ai` wrote the
@@ -2152,12 +2259,21 @@ def _path_arguments(
     if name == "tar" and archives:
         # `tar xIf PROG a.tar`: the letters were read as flags, and I, F, h, P went unchecked (PROG ran).
         args = _tar_old_style(args)
+    if options and name == "tree" and (cluster := _tree_cluster(args)):
+        return _no(
+            f"tree's '{cluster}' gives each option in it the next word, in order, which Kiwi does not read so",
+            "give tree's options one word each (tree -L 2 -o out/t.txt)",
+        )
+    if options and name == "chmod":
+        args = _chmod_mode_first(args)
     if name == "git":
-        raw = _git(args)
+        raw = _git(args, options)
     elif name == "find":
-        raw = _find(args, allow)
+        raw = _find(args, allow, options)
     elif spec is not None:
-        parsed = _parse(args, spec, allow)
+        # (rg's parser takes no abbreviation, and `-f=FILE` is FILE: since SHELL_OPTIONS.)
+        clap = options and name == "rg"
+        parsed = _parse(args, spec, allow, abbreviations=not clap, equals_sign=clap)
         if not isinstance(parsed, ShellVerdict) and archives and name in _SPECS_BEFORE_ARCHIVES:
             # (After the parse: an option refused by name says why; any other form not read as the program
             # reads it is refused here.)
@@ -2173,6 +2289,17 @@ def _path_arguments(
         return raw
     if options and any("\\" in text for text, _, _ in raw):
         return _BACKSLASH
+    # (The words as given: a link's target joined to its folder, `out/../src/a.py`, is Kiwi's own reading.)
+    if (
+        options
+        and (back := next((a for a in args if _down_and_up(a) or _down_and_up(a.partition("=")[2])), None))
+        is not None
+    ):
+        return _no(
+            f"'{back}' goes down into a folder and back up with '..': on disk '..' leaves where a link in it "
+            "leads, and `mkdir -p` makes the folders it passes",
+            "name the path without going down and back up (a/../b is b)",
+        )
     out = [PathArgument(".", base, "read")]
     stricter: list[bool] = []  # (asked once, and only where the stricter rules change the answer)
 
@@ -2182,6 +2309,9 @@ def _path_arguments(
         return stricter[0]
 
     for text, mode, tree in raw:
+        if mode == "root*":
+            out.append(PathArgument(text, ".", "write", strict(), in_repository=True))
+            continue
         if mode == "object":
             if not rule_in_force(GIT_OBJECT_PATHS):
                 continue
@@ -2290,25 +2420,39 @@ _BACKSLASH = _no(
 )
 
 
-def _optional_as_before(spec: Spec, forbidden: Iterable[str] = ()) -> Spec:
-    """``spec`` as it was before SHELL_OPTIONS: optional values read as required ones, no new refusals."""
+def _optional_as_before(
+    spec: Spec, forbidden: Iterable[str] = (), values: Iterable[str] = (), flags: Iterable[str] = ()
+) -> Spec:
+    """``spec`` as it was before SHELL_OPTIONS: optional values read as required ones, without the options it
+    added (``values``, ``flags``) and refusals (``forbidden``)."""
     return dataclasses.replace(
         spec,
-        values={k: "value" if v == "optional" else v for k, v in spec.values.items()},
+        values={k: "value" if v == "optional" else v for k, v in spec.values.items() if k not in set(values)},
         forbidden={k: v for k, v in spec.forbidden.items() if k not in set(forbidden)},
+        flags=spec.flags - set(flags),
     )
 
 
 _OPTIONS_REWRITTEN = {
     "ls": _optional_as_before(SPECS["ls"]),
-    "grep": _optional_as_before(SPECS["grep"]),
-    "diff": _optional_as_before(SPECS["diff"]),
+    "grep": _optional_as_before(SPECS["grep"], flags=("--binary",)),
+    "diff": _optional_as_before(SPECS["diff"], values=("-D", "--ifdef")),
     "uniq": _optional_as_before(SPECS["uniq"]),
     "mkdir": _optional_as_before(SPECS["mkdir"]),
     "date": _optional_as_before(SPECS["date"]),
+    "du": _optional_as_before(SPECS["du"], values=("--time",)),
     "rg": _optional_as_before(SPECS["rg"], forbidden=("--hostname-bin",)),
-    "file": _optional_as_before(SPECS["file"], forbidden=("-C", "--compile")),
+    "file": _optional_as_before(
+        SPECS["file"], forbidden=("-C", "--compile", "-z", "--uncompress", "-Z", "--uncompress-noreport")
+    ),
+    "tree": _optional_as_before(
+        SPECS["tree"], values=("-H", "-T", "--hintro", "--houtro", "--gitfile", "--infofile")
+    ),
+    # (Read by rules of their own since SHELL_OPTIONS: see _path_arguments, _operands, _find, _git.)
     "ln": SPECS["ln"],
+    "chmod": SPECS["chmod"],
+    "find": SPECS["find"],
+    "git": SPECS["git"],
 }
 
 
@@ -2600,7 +2744,7 @@ def names_from_a_list(argv: Sequence[str]) -> ShellVerdict | None:
         if arg == "--":
             break
         option = arg.split("=", 1)[0]
-        hit = next((o for o in longs if len(option) > 3 and o.startswith(option)), None)
+        hit = next((o for o in longs if len(option) > 2 and o.startswith(option)), None)
         if hit is None and arg.startswith("-") and not arg.startswith("--") and letters & set(arg[1:]):
             hit = f"-{sorted(letters & set(arg[1:]))[0]}"
         if hit is not None:

@@ -641,7 +641,7 @@ async def test_attack_a_folder_read_reaches_no_path_the_run_denies(runs, project
         ["grep", "-d", "recurse", "TOPSECRET", "."],
         ["rg", "TOPSECRET"],
         ["tar", "-c", "-f", "out/a.tar", "."],
-        ["tar", "cf", "out/b.tar", "secrets/.."],
+        ["tar", "cf", "out/b.tar", "."],
         ["zip", "-r", "-y", "out/c.zip", "."],
         ["cp", "-r", ".", "out/copy"],
         ["ls", "-R"],
@@ -840,3 +840,37 @@ def test_diff_of_a_folder_does_not_follow_a_link_in_it_out_of_the_project(tmp_pa
     with pytest.raises(ApplicationError, match="a place this run may not read"):
         commands._checked_cwd(request("diff", "L", "b"))
     commands._checked_cwd(request("diff", "L", "L"))
+
+
+async def test_attack_options_read_as_the_program_reads_them_write_and_read_nothing_outside(
+    runs, project, tmp_path_factory
+):
+    """Third review s24: `uniq -5 IN OUT` wrote OUT unchecked (Kiwi took -5 for an operand), `chmod -w,a+rwx
+    FILE` changed a file outside the project (the mode read as options), `grep --binary KEY FILE` printed a
+    file outside it (--binary taken for an abbreviation of --binary-files, swallowing the pattern)."""
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "secret.txt").write_text("OUTSIDE-SECRET\n")
+    (outside / "secret.txt").chmod(0o600)
+    write_directive(
+        project / ".ai" / "directives" / "opts.md",
+        directive_md(
+            '<step name="work"><action>Work.</action></step>',
+            name="opts",
+            permissions='<read resource="filesystem" path="out/**"/><write resource="filesystem" path="out/**"/>'
+            '<execute resource="shell" commands="uniq,chmod,grep"/>',
+        ),
+    )
+    write(project / "out" / "in.txt", "a\na\n")
+    up = f"../../{outside.name}"
+    run_id = await runs.start("opts", {})
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="opts to wait for the agent")
+    for argv in (
+        ["uniq", "-5", "in.txt", f"{up}/made.txt"],
+        ["chmod", "-w,a+rwx", f"{up}/secret.txt"],
+        ["grep", "--binary", "OUTSIDE", f"{up}/secret.txt"],
+    ):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv, "cwd": "out"})
+        assert result.status == "denied" and "leaves the project" in result.reason, (argv, result)
+        assert "OUTSIDE-SECRET" not in str(result.result)
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert oct((outside / "secret.txt").stat().st_mode & 0o777) == "0o600"
