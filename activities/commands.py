@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -114,6 +115,15 @@ def physical(req: CommandRequest, path: PathArgument) -> str | None:
     return os.path.relpath(real, real_root).replace(os.sep, "/")
 
 
+def _hard_linked(root: str, rel: str) -> bool:
+    """Whether ``rel`` is a regular file with more than one name (`ln src/a.txt out/h` made out/h src/a.txt)."""
+    try:
+        info = os.lstat(os.path.join(os.path.realpath(root), rel))
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_nlink > 1
+
+
 def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
     """The workflow checked the arguments lexically; here each is checked again where it is on disk
     (physical), so a link in the project pointing at /etc (or at a file the grant does not cover), or a `..`
@@ -126,6 +136,11 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
             raise _denied(f"{what} is '{path.rel}', which this run denies ('{named}')")
         if real is None:
             raise _denied(f"{what} resolves (through a symbolic link or `..`) to a place outside the project")
+        if path.mode == "write" and _hard_linked(req.project_root, real):
+            raise _denied(
+                f"{what} is a file with other names (hard links): writing it writes them, where this run may "
+                "not be allowed to write"
+            )
         if real == path.rel or not (req.read_grants or req.write_grants):
             continue
         grants = req.read_grants if path.mode == "read" else req.write_grants

@@ -33,6 +33,9 @@ GIT_ENV = {
     "PAGER": "cat",
     "GIT_EDITOR": "false",
     "GIT_SEQUENCE_EDITOR": "false",
+    # git takes no abbreviated option (`git rm --f` is --force to git, and was --format to Kiwi's reading):
+    # an abbreviation stops git with an error instead (fourth review s24).
+    "GIT_TEST_DISALLOW_ABBREVIATED_OPTIONS": "1",
 }
 GIT_FORCED_CONFIG = (
     ("core.hooksPath", "/dev/null"),

@@ -235,6 +235,7 @@ SPECS: dict[str, Spec] = {
         values={"-t": "write", "--target-directory": "write", "-S": "value", "--suffix": "value"},
         forbidden={"-L": _FOLLOW, "--dereference": _FOLLOW},
         aliases={"-R": "-r", "--recursive": "-r", "--force": "-f"},
+        flags=frozenset({"--link"}),
         operands="copy",
     ),
     "mv": Spec(
@@ -787,14 +788,15 @@ _CHMOD_MODE = re.compile(r"-[rwxXstugoa0-7,+=-]+")
 
 def _chmod_mode_first(args: Sequence[str]) -> list[str]:
     """chmod's arguments with a mode written as an option (`chmod -w,a+rwx FILE`, `chmod -r FILE`: GNU takes
-    it for the MODE, and every other word for a file) moved to the front as the mode operand."""
-    for arg in args:
-        if arg == "--":
-            break
+    it for the MODE, and every other word for a file) moved to the front as the mode operand. After `--`
+    every word is a file (`chmod -w -- -l`)."""
+    cut = list(args).index("--") if "--" in args else len(args)
+    before, after = list(args[:cut]), list(args[cut + 1 :])
+    for arg in before:
         if _CHMOD_MODE.fullmatch(arg) and not _CHMOD_OPTIONS.fullmatch(arg):
-            options = [a for a in args if a.startswith("-") and a not in (arg, "--")]
-            files = [a for a in args if not a.startswith("-")]
-            return [*options, "--", arg.lstrip("-") or "=", *files]
+            options = [a for a in before if a.startswith("-") and a != arg]
+            files = [a for a in before if not a.startswith("-")]
+            return [*options, "--", arg.lstrip("-") or "=", *files, *after]
     return list(args)
 
 
@@ -947,10 +949,24 @@ def _operands(
         target = any(k == "write" for _, k, _ in parsed.values)
         sources = ops if target else ops[:-1]
         dest = [] if target else ops[-1:]
-        return found + [(o, "read", False) for o in sources] + [(o, "write", recursive) for o in dest]
+        # cp -l (and -a's kin that link) makes hard links: the copy is the source under another name.
+        linking = options and bool({"-l", "--link"} & set(parsed.options))
+        source_mode = "write" if linking else "read"
+        return (
+            found
+            + [(o, source_mode, recursive and linking) for o in sources]
+            + [(o, "write", recursive) for o in dest]
+        )
     if how == "link":
         target = any(k == "write" for _, k, _ in parsed.values)
         sources, link = (ops, None) if target else (ops[:-1], ops[-1] if ops else None)
+        if options and "-s" not in parsed.options:
+            # A hard link is the source under another name: writing it writes the source.
+            return (
+                found
+                + ([(link, "write", False)] if link is not None else [])
+                + [(o, "write", False) for o in sources]
+            )
         if options and "-s" in parsed.options and {"-r", "--relative"} & set(parsed.options):
             # ln -sr makes the link's text from a target named from the cwd (`ln -sr ../x a/b/L`).
             return (
@@ -1936,7 +1952,7 @@ def _git_option(token: str, values: Mapping[str, str]) -> tuple[str, str]:
 
 # git subcommands whose -S, -G, -L, -n take a value (pickaxe, line ranges, counts); elsewhere they are flags
 # (`git restore -S PATH` is --staged: PATH was taken for a value and never checked). Since SHELL_OPTIONS.
-_GIT_LOG_FAMILY = frozenset({"log", "show", "whatchanged", "shortlog", "diff", "blame"})
+_GIT_LOG_FAMILY = frozenset({"log", "show", "whatchanged", "shortlog", "diff", "blame", "annotate"})
 # Long options git takes by a unique start that make a subcommand rewrite the working tree.
 _GIT_REWRITING = {"reset": ("--hard", "--merge", "--keep")}
 
@@ -1980,6 +1996,11 @@ def _git(args: Sequence[str], options: bool = True) -> list[tuple[str, str, bool
     rest = list(args[i + 1 :])
     values = {**_GIT_VALUES["*"], **_GIT_VALUES.get(sub, {})}
     if options:
+        if sub == "annotate":
+            values = {
+                **values,
+                **_GIT_VALUES["blame"],
+            }  # (annotate is blame's older name: -S FILE, --contents)
         if sub not in _GIT_LOG_FAMILY:
             values = {k: v for k, v in values.items() if k not in ("-S", "-G", "-L", "-n")}
         if sub == "init":
@@ -2014,6 +2035,10 @@ def _git(args: Sequence[str], options: bool = True) -> list[tuple[str, str, bool
                 j += 1
             if kind in ("read", "write"):
                 found.append((value, kind, False))
+                if options:
+                    # (Some git commands open these from the repository's root, not the cwd: blame
+                    # --contents, grep -f, ls-files -X: `../outside/f` from out/ left the project.)
+                    found.append((value, kind + "@root", False))
             elif value and _path_like(value):
                 found.append((value, "read", False))
             continue
@@ -2040,6 +2065,8 @@ def _git(args: Sequence[str], options: bool = True) -> list[tuple[str, str, bool
                         j += 1
                     if kind in ("read", "write"):
                         found.append((value, kind, False))
+                        if options:
+                            found.append((value, kind + "@root", False))
                     break
             continue
         before.append(token)
@@ -2048,7 +2075,7 @@ def _git(args: Sequence[str], options: bool = True) -> list[tuple[str, str, bool
     tree_writer = (
         sub in _GIT_TREE_WRITERS
         or (sub == "reset" and any(o in opts for o in ("--hard", "--merge", "--keep")))
-        or (sub == "checkout" and after is None)
+        or (sub == "checkout" and (after is None or (options and not after)))
         or (sub == "add" and not before and not after)
     )
     new_branch_here = (
@@ -2312,6 +2339,12 @@ def _path_arguments(
         if mode == "root*":
             out.append(PathArgument(text, ".", "write", strict(), in_repository=True))
             continue
+        if mode.endswith("@root"):
+            rel = lexical_path(".", text)
+            if isinstance(rel, ShellVerdict):
+                return rel
+            out.append(PathArgument(text, rel, mode.removesuffix("@root"), False, in_repository=True))
+            continue
         if mode == "object":
             if not rule_in_force(GIT_OBJECT_PATHS):
                 continue
@@ -2450,6 +2483,7 @@ _OPTIONS_REWRITTEN = {
     ),
     # (Read by rules of their own since SHELL_OPTIONS: see _path_arguments, _operands, _find, _git.)
     "ln": SPECS["ln"],
+    "cp": _optional_as_before(SPECS["cp"], flags=("--link",)),
     "chmod": SPECS["chmod"],
     "find": SPECS["find"],
     "git": SPECS["git"],

@@ -4,6 +4,7 @@ what a planted .git/config says. Each is denied (or runs nothing), and the audit
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -874,3 +875,31 @@ async def test_attack_options_read_as_the_program_reads_them_write_and_read_noth
         assert "OUTSIDE-SECRET" not in str(result.result)
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
     assert oct((outside / "secret.txt").stat().st_mode & 0o777) == "0o600"
+
+
+async def test_attack_abbreviations_and_hard_links_change_no_file_the_run_may_not_write(runs, project):
+    """Fourth review s24: `git rm --f src/a.txt` deleted it (git read --force, Kiwi --format, swallowing the
+    path); a hard link made out/h another name for src/a.txt, so writing out/h wrote src/a.txt. git now takes
+    no abbreviation (it stops with an error), and the worker refuses to write a file with other names."""
+    write_directive(
+        project / ".ai" / "directives" / "linked.md",
+        directive_md(
+            '<step name="work"><action>Work.</action></step>',
+            name="linked",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+            '<execute resource="shell" commands="git,tee"/>',
+        ),
+    )
+    write(project / "src" / "a.txt", "hello\n")
+    (project / "out").mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run(["git", "-C", str(project), "add", "src/a.txt"], check=True)
+    os.link(project / "src" / "a.txt", project / "out" / "h")  # (made by a human, or before the rules)
+    run_id = await runs.start("linked", {})
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="linked to wait for the agent")
+    removed = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "rm", "--f", "src/a.txt"]})
+    assert removed.status != "ok" or removed.result["exit_code"] != 0, removed
+    assert "abbreviated" in str(removed.result) + removed.reason, removed
+    written = await runs.call_tool(run_id, "shell.run", {"argv": ["tee", "out/h"], "stdin": "PAYLOAD"})
+    assert written.status == "denied" and "hard links" in written.reason, written
+    assert (project / "src" / "a.txt").read_text() == "hello\n"

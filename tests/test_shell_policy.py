@@ -345,6 +345,27 @@ def test_each_program_is_read_as_it_reads_its_own_options(argv, named):
     assert not verdict.allowed and named in verdict.reason, verdict
 
 
+@pytest.mark.parametrize(
+    ("argv", "cwd", "named"),
+    [
+        # Fourth review s24.
+        (["git", "checkout", "evil", "--"], ".", "write not allowed on '.'"),
+        (["git", "checkout", "-b", "x2", "evil", "--"], ".", "write not allowed on '.'"),
+        (["git", "annotate", "-S../outside/secret", "src/a.txt"], ".", "leaves the project"),
+        (["git", "blame", "--contents", "../outside/secret", "../src/a.txt"], "out", "leaves the project"),
+        (["git", "grep", "--untracked", "-f", "../outside/secret"], "out", "leaves the project"),
+        (["git", "ls-files", "-X", "../outside/secret"], "out", "leaves the project"),
+        (["ln", "src/a.txt", "out/h"], ".", "write not allowed on 'src/a.txt'"),
+        (["cp", "-l", "src/a.txt", "out/h"], ".", "write not allowed on 'src/a.txt'"),
+        (["cp", "-al", "src", "out/x"], ".", "write not allowed on 'src'"),
+        (["chmod", "-w", "--", "../src/a.txt"], "out", "write not allowed on 'src/a.txt'"),
+    ],
+)
+def test_git_files_from_the_repository_root_and_hard_links_as_writes(argv, cwd, named):
+    verdict = check(argv, read_grants=["**"], write_grants=["out/**"], cwd=cwd)
+    assert not verdict.allowed and named in verdict.reason, verdict
+
+
 def test_git_options_are_read_as_git_reads_them():
     # git reset takes --har for --hard; restore's -S is --staged (no value); init's --shared takes no next word.
     for argv in (
