@@ -487,3 +487,30 @@ def agent_directive(project: Path, tools: list[str], hosts: str = "", name: str 
             '<step name="work"><action>Call the tools.</action></step>', name=name, permissions=grants
         ),
     )
+
+
+async def call_with_start(runs: RunClient, directive: str, inputs: dict[str, Any], short: str, tool: str,
+                          arguments: dict[str, Any]) -> Any:  # fmt: skip
+    """Start ``directive`` and send a call_tool in the same request (update-with-start), so the run's first
+    workflow task carries the call; the run's id and the update's handle."""
+    from temporalio.client import WithStartWorkflowOperation, WorkflowUpdateStage
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    from kiwi.contracts import CallToolRequest, DirectiveRunInput, run_workflow_id
+    from workflows.directive_run import DirectiveRun
+
+    run_id = run_workflow_id(directive, short)
+    start = WithStartWorkflowOperation(
+        DirectiveRun.run,
+        DirectiveRunInput(snapshot=runs.snapshot(directive, inputs, run_id)),
+        id=run_id,
+        task_queue=runs.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+    )
+    update = await runs.client.start_update_with_start_workflow(
+        DirectiveRun.call_tool,
+        CallToolRequest(tool=tool, arguments=arguments),
+        start_workflow_operation=start,
+        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+    )
+    return run_id, update

@@ -333,26 +333,11 @@ async def test_record_first_task_call_history(runs, project):
     """Record a run whose first workflow task carries a call (update-with-start), handled before run() starts
     (FIRST_TASK_RULES: the run's rules are in force from its first activation), then completed
     (tests/histories/first_task_call-{patch id}.json)."""
-    from temporalio.client import WithStartWorkflowOperation, WorkflowUpdateStage
-    from temporalio.common import WorkflowIDConflictPolicy
-
-    from kiwi.contracts import CallToolRequest, DirectiveRunInput, run_workflow_id
-    from workflows.directive_run import DirectiveRun
+    from tests.helpers import call_with_start
 
     write(project / "notes" / "first.md", "before the run\n")
-    run_id = run_workflow_id("hello_kiwi", "firsttask")
-    start = WithStartWorkflowOperation(
-        DirectiveRun.run,
-        DirectiveRunInput(snapshot=runs.snapshot("hello_kiwi", {"name": "Replay"}, run_id)),
-        id=run_id,
-        task_queue=runs.task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-    )
-    update = await runs.client.start_update_with_start_workflow(
-        DirectiveRun.call_tool,
-        CallToolRequest(tool="filesystem.read", arguments={"path": "notes/first.md"}),
-        start_workflow_operation=start,
-        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+    run_id, update = await call_with_start(
+        runs, "hello_kiwi", {"name": "Replay"}, "firsttask", "filesystem.read", {"path": "notes/first.md"}
     )
     answer = await update.result()
     assert answer.status == "ok", answer

@@ -742,26 +742,11 @@ async def test_attack_a_call_in_the_runs_first_task_still_needs_its_approval(run
     """Found by a CI flake (s24): a call_tool update in a run's first workflow task (sent with the start, or
     handed to the successor of a continue-as-new) is handled before run() starts, where the run switched its
     approvals on: the call that needs a human's approval ran without one. Update-with-start puts it there."""
-    from temporalio.client import WithStartWorkflowOperation
-    from temporalio.common import WorkflowIDConflictPolicy
-
-    from kiwi.contracts import DirectiveRunInput, run_workflow_id
-    from workflows.directive_run import DirectiveRun
+    from tests.helpers import call_with_start
 
     setup(project)
-    run_id = run_workflow_id("tidy", "firsttask")
-    start = WithStartWorkflowOperation(
-        DirectiveRun.run,
-        DirectiveRunInput(snapshot=runs.snapshot("tidy", {}, run_id)),
-        id=run_id,
-        task_queue=runs.task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-    )
-    update = await runs.client.start_update_with_start_workflow(
-        DirectiveRun.call_tool,
-        CallToolRequest(tool="filesystem.delete", arguments={"path": "notes/old.txt"}),
-        start_workflow_operation=start,
-        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+    run_id, update = await call_with_start(
+        runs, "tidy", {}, "firsttask", "filesystem.delete", {"path": "notes/old.txt"}
     )
 
     async def waiting():
