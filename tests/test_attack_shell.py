@@ -51,6 +51,17 @@ async def audited_denial(project: Path, run_id: str, reason: str) -> dict:
     return await wait_for(found, what=f"the denial '{reason}' in the audit trail")
 
 
+async def agent_run(runs, project: Path, name: str, permissions: str) -> str:
+    """A run of a one-step agent directive ``name`` with ``permissions``, waiting for the agent."""
+    write_directive(
+        project / ".ai" / "directives" / f"{name}.md",
+        directive_md('<step name="work"><action>Work.</action></step>', name=name, permissions=permissions),
+    )
+    run_id = await runs.start(name, {})
+    await wait_for(lambda: waits_for_agent(runs, run_id), what=f"{name} to wait for the agent")
+    return run_id
+
+
 def pwned(*places: Path) -> list[Path]:
     return [p for place in places for p in place.rglob("PWNED*")]
 
@@ -619,22 +630,18 @@ async def test_attack_a_folder_read_reaches_no_path_the_run_denies(runs, project
     ls -R, find, du) checked the folder against the run's denied paths, not what lies below it: `grep -r KEY
     .` read secrets/ under <deny path="secrets/**"/>. A link given as the folder (grep -r follows it) is
     checked where it leads, by the worker."""
-    write_directive(
-        project / ".ai" / "directives" / "searcher.md",
-        directive_md(
-            '<step name="work"><action>Search.</action></step>',
-            name="searcher",
-            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
-            '<deny resource="filesystem" path="secrets/**"/>'
-            '<execute resource="shell" commands="grep,rg,tar,zip,cp,ls,find,du"/>',
-        ),
-    )
     write(project / "secrets" / "key.txt", "TOPSECRET\n")
     write(project / "src" / "app.py", "keep = 'TOPSECRET is not here'\n")
     (project / "out").mkdir()
     (project / "everything").symlink_to(".")
-    run_id = await runs.start("searcher", {})
-    await wait_for(lambda: waits_for_agent(runs, run_id), what="searcher to wait for the agent")
+    run_id = await agent_run(
+        runs,
+        project,
+        "searcher",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+        '<deny resource="filesystem" path="secrets/**"/>'
+        '<execute resource="shell" commands="grep,rg,tar,zip,cp,ls,find,du"/>',
+    )
     for argv in (
         ["grep", "-r", "TOPSECRET", "."],
         ["grep", "-rn", "TOPSECRET"],
@@ -667,22 +674,18 @@ async def test_attack_a_folder_read_reaches_no_path_the_run_denies(runs, project
 async def test_attack_a_folder_moved_or_deleted_takes_no_denied_path_with_it(runs, project):
     """Found with the folder reads: `mv data out/data` put data/secrets/ where no denial named it (and `cat`
     then read it), `rm -r data` deleted it and `chmod -R` changed it, each checked as the folder alone."""
-    write_directive(
-        project / ".ai" / "directives" / "mover.md",
-        directive_md(
-            '<step name="work"><action>Tidy up.</action></step>',
-            name="mover",
-            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="**"/>'
-            '<deny resource="filesystem" path="data/secrets/**"/>'
-            '<execute resource="shell" commands="mv,rm,chmod,cat"/>',
-        ),
-    )
     key = project / "data" / "secrets" / "key.txt"
     write(key, "TOPSECRET\n")
     write(project / "data" / "notes.txt", "notes\n")
     (project / "out").mkdir()
-    run_id = await runs.start("mover", {})
-    await wait_for(lambda: waits_for_agent(runs, run_id), what="mover to wait for the agent")
+    run_id = await agent_run(
+        runs,
+        project,
+        "mover",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="**"/>'
+        '<deny resource="filesystem" path="data/secrets/**"/>'
+        '<execute resource="shell" commands="mv,rm,chmod,cat"/>',
+    )
     for argv in (
         ["mv", "data", "out/data"],
         ["mv", "-t", "out", "data"],
@@ -704,20 +707,16 @@ async def test_attack_a_list_of_names_reads_no_file_outside_the_project(runs, pr
     project, and sort printed it."""
     outside = tmp_path_factory.mktemp("outside") / "secret.txt"
     outside.write_text("OUTSIDE-SECRET\n")
-    write_directive(
-        project / ".ai" / "directives" / "lister.md",
-        directive_md(
-            '<step name="work"><action>Count.</action></step>',
-            name="lister",
-            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
-            '<execute resource="shell" commands="sort,wc,file,sha256sum"/>',
-        ),
-    )
     write(project / "out" / "list", f"{outside}\0")
     write(project / "out" / "names", f"{outside}\n")
     write(project / "out" / "sums", f"{'0' * 64}  {outside}\n")
-    run_id = await runs.start("lister", {})
-    await wait_for(lambda: waits_for_agent(runs, run_id), what="lister to wait for the agent")
+    run_id = await agent_run(
+        runs,
+        project,
+        "lister",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+        '<execute resource="shell" commands="sort,wc,file,sha256sum"/>',
+    )
     for arguments in (
         {"argv": ["sort", "--files0-from=out/list"]},
         {"argv": ["wc", "--files0-from=-"], "stdin": f"{outside}\0"},
@@ -732,19 +731,15 @@ async def test_attack_a_list_of_names_reads_no_file_outside_the_project(runs, pr
 async def test_a_denial_that_names_no_place_refuses_a_folder_only_where_it_matches_on_disk(runs, project):
     """`<deny path="**/.env"/>` can match below any folder: the run leaves it to the worker, which refuses
     `grep -r` over a folder that holds a .env and runs it over one that does not."""
-    write_directive(
-        project / ".ai" / "directives" / "envsafe.md",
-        directive_md(
-            '<step name="work"><action>Search.</action></step>',
-            name="envsafe",
-            permissions='<read resource="filesystem" path="**"/><deny resource="filesystem" path="**/.env"/>'
-            '<execute resource="shell" commands="grep"/>',
-        ),
-    )
     write(project / "src" / "app.py", "TOKEN = 'from the environment'\n")
     write(project / "deploy" / ".env", "TOKEN=TOPSECRET\n")
-    run_id = await runs.start("envsafe", {})
-    await wait_for(lambda: waits_for_agent(runs, run_id), what="envsafe to wait for the agent")
+    run_id = await agent_run(
+        runs,
+        project,
+        "envsafe",
+        '<read resource="filesystem" path="**"/><deny resource="filesystem" path="**/.env"/>'
+        '<execute resource="shell" commands="grep"/>',
+    )
     result = await runs.call_tool(run_id, "shell.run", {"argv": ["grep", "-rn", "TOKEN", "src"]})
     assert result.status == "ok" and "from the environment" in result.result["stdout"], result
     for argv in (["grep", "-rn", "TOKEN", "deploy"], ["grep", "-rn", "TOKEN", "."], ["grep", "-rn", "TOKEN"]):
@@ -787,21 +782,17 @@ async def test_attack_dot_dot_after_a_link_or_a_backslash_name_leaves_no_project
     `a\\b\\c\\d/../../../outside/f` went three folders up from one. Each read and write left the project."""
     outside = tmp_path_factory.mktemp("outside")
     (outside / "secret.txt").write_text("OUTSIDE-SECRET\n")
-    write_directive(
-        project / ".ai" / "directives" / "linker.md",
-        directive_md(
-            '<step name="work"><action>Work.</action></step>',
-            name="linker",
-            permissions='<read resource="filesystem" path="out/**"/><write resource="filesystem" path="out/**"/>'
-            '<execute resource="shell" commands="cat,cp,tee,mkdir"/>',
-        ),
-    )
     (project / "out" / "a\\b\\c\\d").mkdir(parents=True)
     (project / "out" / "X").symlink_to(".")
     # From out/ the project's parent is two folders up, the outside folder beside the project.
     up = f"../../{outside.name}"
-    run_id = await runs.start("linker", {})
-    await wait_for(lambda: waits_for_agent(runs, run_id), what="linker to wait for the agent")
+    run_id = await agent_run(
+        runs,
+        project,
+        "linker",
+        '<read resource="filesystem" path="out/**"/><write resource="filesystem" path="out/**"/>'
+        '<execute resource="shell" commands="cat,cp,tee,mkdir"/>',
+    )
     for arguments in (
         {"argv": ["cat", f"X/X/{up}/secret.txt"], "cwd": "out"},
         {"argv": ["cp", f"X/X/{up}/secret.txt", "copied.txt"], "cwd": "out"},
@@ -852,19 +843,15 @@ async def test_attack_options_read_as_the_program_reads_them_write_and_read_noth
     outside = tmp_path_factory.mktemp("outside")
     (outside / "secret.txt").write_text("OUTSIDE-SECRET\n")
     (outside / "secret.txt").chmod(0o600)
-    write_directive(
-        project / ".ai" / "directives" / "opts.md",
-        directive_md(
-            '<step name="work"><action>Work.</action></step>',
-            name="opts",
-            permissions='<read resource="filesystem" path="out/**"/><write resource="filesystem" path="out/**"/>'
-            '<execute resource="shell" commands="uniq,chmod,grep"/>',
-        ),
-    )
     write(project / "out" / "in.txt", "a\na\n")
     up = f"../../{outside.name}"
-    run_id = await runs.start("opts", {})
-    await wait_for(lambda: waits_for_agent(runs, run_id), what="opts to wait for the agent")
+    run_id = await agent_run(
+        runs,
+        project,
+        "opts",
+        '<read resource="filesystem" path="out/**"/><write resource="filesystem" path="out/**"/>'
+        '<execute resource="shell" commands="uniq,chmod,grep"/>',
+    )
     for argv in (
         ["uniq", "-5", "in.txt", f"{up}/made.txt"],
         ["chmod", "-w,a+rwx", f"{up}/secret.txt"],
@@ -881,22 +868,18 @@ async def test_attack_abbreviations_and_hard_links_change_no_file_the_run_may_no
     """Fourth review s24: `git rm --f src/a.txt` deleted it (git read --force, Kiwi --format, swallowing the
     path); a hard link made out/h another name for src/a.txt, so writing out/h wrote src/a.txt. git now takes
     no abbreviation (it stops with an error), and the worker refuses to write a file with other names."""
-    write_directive(
-        project / ".ai" / "directives" / "linked.md",
-        directive_md(
-            '<step name="work"><action>Work.</action></step>',
-            name="linked",
-            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
-            '<execute resource="shell" commands="git,tee"/>',
-        ),
-    )
     write(project / "src" / "a.txt", "hello\n")
     (project / "out").mkdir()
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     subprocess.run(["git", "-C", str(project), "add", "src/a.txt"], check=True)
     os.link(project / "src" / "a.txt", project / "out" / "h")  # (made by a human, or before the rules)
-    run_id = await runs.start("linked", {})
-    await wait_for(lambda: waits_for_agent(runs, run_id), what="linked to wait for the agent")
+    run_id = await agent_run(
+        runs,
+        project,
+        "linked",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+        '<execute resource="shell" commands="git,tee"/>',
+    )
     removed = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "rm", "--f", "src/a.txt"]})
     assert removed.status != "ok" or removed.result["exit_code"] != 0, removed
     assert "abbreviated" in str(removed.result) + removed.reason, removed
