@@ -1953,6 +1953,13 @@ def _git_option(token: str, values: Mapping[str, str]) -> tuple[str, str]:
 # git subcommands whose -S, -G, -L, -n take a value (pickaxe, line ranges, counts); elsewhere they are flags
 # (`git restore -S PATH` is --staged: PATH was taken for a value and never checked). Since SHELL_OPTIONS.
 _GIT_LOG_FAMILY = frozenset({"log", "show", "whatchanged", "shortlog", "diff", "blame", "annotate"})
+# git subcommands where -p is --patch (interactive hunks).
+_GIT_PATCHING = frozenset({"restore", "checkout", "reset", "stash", "commit", "switch"})
+# Options with which `git checkout -b NAME` / `git switch -c NAME` only make a branch where HEAD is.
+_GIT_NEW_BRANCH_ONLY = frozenset(
+    {"-b", "-B", "-c", "-C", "--create", "--force-create", "-q", "--quiet", "-t", "--track", "--no-track",
+     "--guess", "--no-guess"}
+)  # fmt: skip
 # Long options git takes by a unique start that make a subcommand rewrite the working tree.
 _GIT_REWRITING = {"reset": ("--hard", "--merge", "--keep")}
 
@@ -2054,6 +2061,13 @@ def _git(args: Sequence[str], options: bool = True) -> list[tuple[str, str, bool
                         f"'git add {opt}' is refused: it starts an interactive session or an editor",
                         "stage paths with git add PATH",
                     )
+                if options and opt == "-p" and sub in _GIT_PATCHING:
+                    # (-p is --patch here: it asks hunk by hunk, and `git restore -p` with no path names
+                    # none for Kiwi to check while it may write anywhere in the tree.)
+                    return _no(
+                        f"'git {sub} -p' is refused: it picks hunks interactively, anywhere in the tree",
+                        f"name the paths: git {sub} PATH",
+                    )
                 opts.append(opt)
                 kind = values.get(opt)
                 if kind:
@@ -2083,6 +2097,9 @@ def _git(args: Sequence[str], options: bool = True) -> list[tuple[str, str, bool
         and any(o in opts for o in ("-b", "-B", "-c", "-C", "--create", "--force-create"))
         and not before
         and after is None
+        # (Since SHELL_OPTIONS, only with options that leave the tree as it is: `git checkout -f -b x`
+        # reset every tracked file to HEAD, which the agent can point anywhere.)
+        and (not options or all(o in _GIT_NEW_BRANCH_ONLY for o in opts))
     )
     if tree_writer and not new_branch_here:
         # (A new branch where HEAD is leaves the working tree as it is: `git checkout -b other`.) The whole

@@ -886,3 +886,36 @@ async def test_attack_abbreviations_and_hard_links_change_no_file_the_run_may_no
     written = await runs.call_tool(run_id, "shell.run", {"argv": ["tee", "out/h"], "stdin": "PAYLOAD"})
     assert written.status == "denied" and "hard links" in written.reason, written
     assert (project / "src" / "a.txt").read_text() == "hello\n"
+
+
+async def test_attack_a_new_branch_with_force_rewrites_no_file(runs, project):
+    """Fifth review s24: `git checkout -f -b NAME` was taken for a new branch where HEAD is (the tree left as
+    it is), but -f resets every tracked file to HEAD, which the agent can point at any tree: a human's
+    uncommitted edit was lost and protected files rolled back."""
+    write(project / "src" / "a.txt", "committed\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run(["git", "-C", str(project), "add", "src/a.txt"], check=True)
+    subprocess.run(
+        ["git", "-C", str(project), "-c", "user.name=h", "-c", "user.email=h@x", "commit", "-qm", "c"],
+        check=True,
+    )
+    write(project / "src" / "a.txt", "the human's edit\n")
+    (project / "out").mkdir()
+    run_id = await agent_run(
+        runs,
+        project,
+        "brancher",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+        '<execute resource="shell" commands="git"/>',
+    )
+    for argv in (
+        ["git", "checkout", "-f", "-b", "evil"],
+        ["git", "checkout", "-fb", "evil"],
+        ["git", "restore", "-p"],
+    ):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv, "cwd": "out"})
+        assert result.status == "denied", (argv, result)
+    assert (project / "src" / "a.txt").read_text() == "the human's edit\n"
+    made = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "checkout", "-q", "-b", "topic"]})
+    assert made.status == "ok" and made.result["exit_code"] == 0, made
+    assert (project / "src" / "a.txt").read_text() == "the human's edit\n"

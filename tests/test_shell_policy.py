@@ -376,10 +376,22 @@ def test_git_options_are_read_as_git_reads_them():
         ["git", "reset", "--hard"],
         ["git", "checkout", "HEAD~1"],
         ["git", "stash"],
+        # Fifth review s24: a new branch with -f resets every tracked file to HEAD, which the agent can
+        # point at any tree (`git reset HEAD:out -- src/a.txt`, commit): src/a.txt and .ai/config rewritten.
+        ["git", "checkout", "-f", "-b", "evil"],
+        ["git", "checkout", "-fb", "evil"],
+        ["git", "checkout", "--force", "-B", "evil"],
     ):
         verdict = check(argv, read_grants=["**"], write_grants=["out/**"], cwd="out")
         assert not verdict.allowed and "write not allowed" in verdict.reason, (argv, verdict)
     assert check(["git", "log", "-S", "needle", "-n", "3"], read_grants=["**"]).allowed
+    assert check(
+        ["git", "checkout", "-q", "-b", "topic"], read_grants=["**"], write_grants=["out/**"]
+    ).allowed
+    for sub in ("restore", "checkout", "reset", "stash"):
+        # -p picks hunks anywhere in the tree, with no path named for Kiwi to check.
+        verdict = check(["git", sub, "-p"], read_grants=["**"], write_grants=["**"])
+        assert not verdict.allowed and "interactively" in verdict.reason, (sub, verdict)
 
 
 def test_a_link_made_with_t_has_its_target_read_from_that_folder():
