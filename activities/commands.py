@@ -276,9 +276,11 @@ def _check_folders(req: CommandRequest, paths: list[PathArgument]) -> None:
         return  # (only diff follows the links in a folder it reads: see _denied_below)
     real = [dataclasses.replace(p, rel=physical(req, p) or p.rel) for p in paths]
     for checked in (paths, real):
-        if (problem := denied_inside(req.argv, checked, req.deny_fs, {"*": FIND_GRANTABLE})) is not None:
+        if checked is real:
+            uses = folder_uses(req.argv, checked, {"*": FIND_GRANTABLE})
+        if (problem := denied_inside(req.argv, checked, req.deny_fs, uses=uses)) is not None:
             raise _denied(problem.reason)
-        for p, verb, depth in folder_uses(req.argv, checked, {"*": FIND_GRANTABLE}):
+        for p, verb, depth in uses:
             if not req.deny_fs and depth is None:
                 continue
             hit = _denied_below(req.project_root, p.rel, req.deny_fs, depth, req.read_grants)

@@ -960,20 +960,13 @@ def _operands(
     if how == "link":
         target = any(k == "write" for _, k, _ in parsed.values)
         sources, link = (ops, None) if target else (ops[:-1], ops[-1] if ops else None)
+        linked = [(link, "write", False)] if link is not None else []
         if options and "-s" not in parsed.options:
             # A hard link is the source under another name: writing it writes the source.
-            return (
-                found
-                + ([(link, "write", False)] if link is not None else [])
-                + [(o, "write", False) for o in sources]
-            )
-        if options and "-s" in parsed.options and {"-r", "--relative"} & set(parsed.options):
+            return found + linked + [(o, "write", False) for o in sources]
+        if options and {"-r", "--relative"} & set(parsed.options):
             # ln -sr makes the link's text from a target named from the cwd (`ln -sr ../x a/b/L`).
-            return (
-                found
-                + ([(link, "write", False)] if link is not None else [])
-                + [(o, "read", False) for o in sources]
-            )
+            return found + linked + [(o, "read", False) for o in sources]
         if options and "-s" in parsed.options and target:
             # With -t DIR, a symbolic link's text is read from DIR, where the link is.
             folders = [v for _, k, v in parsed.values if k == "write"]
@@ -998,11 +991,7 @@ def _operands(
     if how == "in-out":
         return found + [(o, "read", False) for o in ops[:1]] + [(o, "write", False) for o in ops[1:2]]
     if how == "pattern":
-        patterned = any(o in ("-e", "--regexp", "-f", "--file") for o in parsed.options) or (
-            "--files" in parsed.options or "--type-list" in parsed.options
-        )
-        paths = ops if patterned else ops[1:]
-        return found + [(o, "read", False) for o in paths]
+        return found + [(o, "read", False) for o in _pattern_paths(parsed, ops)]
     if how == "tar":
         return _tar(parsed, found, cwd, archives)
     if how == "zip":
@@ -2475,11 +2464,9 @@ def _optional_as_before(
 ) -> Spec:
     """``spec`` as it was before SHELL_OPTIONS: optional values read as required ones, without the options it
     added (``values``, ``flags``) and refusals (``forbidden``)."""
+    older = _before(spec, values=values, forbidden=forbidden, flags=flags)
     return dataclasses.replace(
-        spec,
-        values={k: "value" if v == "optional" else v for k, v in spec.values.items() if k not in set(values)},
-        forbidden={k: v for k, v in spec.forbidden.items() if k not in set(forbidden)},
-        flags=spec.flags - set(flags),
+        older, values={k: "value" if v == "optional" else v for k, v in older.values.items()}
     )
 
 
@@ -2687,6 +2674,7 @@ def denied_inside(
     paths: Sequence[PathArgument],
     deny: Sequence[str],
     options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None = None,
+    uses: list[tuple[PathArgument, str, int | None]] | None = None,
 ) -> ShellVerdict | None:
     """Why ``argv`` may not run when it reads, moves, deletes or changes everything below a folder where a
     denial whose first segment names a place can match (None when it may). (`mv data out/` put
@@ -2694,7 +2682,7 @@ def denied_inside(
     placed = [d for d in deny if not any(c in glob_segments(d)[0] for c in "*?")]
     if not placed:
         return None
-    for p, verb, depth in folder_uses(argv, paths, options_granted):
+    for p, verb, depth in folder_uses(argv, paths, options_granted) if uses is None else uses:
         for pattern in placed:
             if glob_reaches_below(pattern, p.rel, depth):
                 return inside_refusal(argv, p, paths, verb, pattern, deny)
@@ -2749,18 +2737,24 @@ def _reads_folders(name: str, parsed: _Parsed) -> bool:
         return True
     # grep -d ACTION takes any unique start of read, recurse, skip (`-d rec`).
     return any(
-        o in ("-d", "--directories") or (o.startswith("--dir") and "--directories".startswith(o))
-        for o, _, v in parsed.values
-        if len(v) >= 3 and "recurse".startswith(v)
+        o in ("-d", "--directories") and len(v) >= 3 and "recurse".startswith(v) for o, _, v in parsed.values
     )
 
 
 def _path_operands(name: str, parsed: _Parsed) -> list[str]:
     """The operands that name paths (grep's and rg's first is the pattern unless -e or -f gives it)."""
-    if name in ("grep", "rg"):
-        patterned = any(o in ("-e", "--regexp", "-f", "--file") for o in parsed.options)
-        return list(parsed.operands if patterned else parsed.operands[1:])
+    if SPECS[name].operands == "pattern":
+        return _pattern_paths(parsed, parsed.operands)
     return list(parsed.operands)
+
+
+def _pattern_paths(parsed: _Parsed, ops: Sequence[str]) -> list[str]:
+    """A grep-like program's operands that name paths: all but the first, the pattern, unless an option gives
+    the pattern (-e, -f) or there is none (rg --files, --type-list)."""
+    patterned = any(o in ("-e", "--regexp", "-f", "--file") for o in parsed.options) or (
+        "--files" in parsed.options or "--type-list" in parsed.options
+    )
+    return list(ops if patterned else ops[1:])
 
 
 # Options that read the names of the files to work on from a list (a file, or standard input, which shell.run

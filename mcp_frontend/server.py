@@ -8,7 +8,6 @@ It keeps no run state, so restarting it mid-run loses nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import json
 import logging
@@ -16,7 +15,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -46,6 +45,7 @@ from kiwi.items.directive import Directive
 from kiwi.items.store import ItemStore, find_project_root, item_kind, project_root_problem
 from kiwi.policy import PermissionSet
 from kiwi.registry import RegistryRefused
+from kiwi.registry.embedded import kept_while_serving
 from kiwi.registry.local import write_pulled
 from kiwi.runs import RunClient
 from kiwi.toolargs import check_arguments
@@ -1164,7 +1164,8 @@ async def serve_stdio(
     (-32700 parse error, -32600 invalid request) instead of the SDK's silence.
     """
     server = build_server(client, project_root, task_queue=task_queue, address=address, namespace=namespace)
-    with registry_kept():
+    # (A local registry a request starts stays up for the next ones: trial F19.)
+    with kept_while_serving():
         await _serve_stdio(server)
 
 
@@ -1185,19 +1186,6 @@ async def _serve_stdio(server: MCPServer) -> None:
             group.start_soon(answer_malformed)
             await lowlevel.run(checked_receive, write_stream, lowlevel.create_initialization_options())
             group.cancel_scope.cancel()
-
-
-@contextlib.contextmanager
-def registry_kept() -> Iterator[None]:
-    """The local registry a request starts stays up for the next ones while the front end serves (each
-    started and stopped its own PostgreSQL, and two at once stopped it under each other: trial F19)."""
-    from kiwi.registry.embedded import keep_while_serving, release_kept
-
-    keep_while_serving()
-    try:
-        yield
-    finally:
-        release_kept()
 
 
 def malformed_reply(exc: Exception) -> mcp_types.JSONRPCError:
@@ -1275,7 +1263,7 @@ async def serve_http(
     for name in ("mcp.server.streamable_http_manager", "mcp.server.streamable_http"):
         logging.getLogger(name).setLevel(logging.WARNING)
     web = OwnedServer(config) if stop is not None else uvicorn.Server(config)
-    with registry_kept():
+    with kept_while_serving():
         await _serve_until(web, app, stop, drain_seconds)
 
 

@@ -8,6 +8,7 @@ command run without them starts it for its own duration. Processes share a runni
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import warnings
@@ -118,9 +119,7 @@ def held() -> Iterator[str]:
     finally:
         with _Holder.lock:
             _Holder.users -= 1
-            if not _Holder.users and not _Holder.keepers and _Holder.handle is not None:
-                _Holder.handle.cleanup()
-                _Holder.handle = None
+            _let_go()
 
 
 def keep_while_serving() -> None:
@@ -135,9 +134,24 @@ def release_kept() -> None:
     stops when no other process holds it)."""
     with _Holder.lock:
         _Holder.keepers = max(_Holder.keepers - 1, 0)
-        if not _Holder.keepers and not _Holder.users and _Holder.handle is not None:
-            _Holder.handle.cleanup()
-            _Holder.handle = None
+        _let_go()
+
+
+def _let_go() -> None:
+    """Give the handle back once nobody uses or keeps it (called holding ``_Holder.lock``)."""
+    if not _Holder.users and not _Holder.keepers and _Holder.handle is not None:
+        _Holder.handle.cleanup()
+        _Holder.handle = None
+
+
+@contextlib.contextmanager
+def kept_while_serving() -> Iterator[None]:
+    """:func:`keep_while_serving` for the length of a block (the MCP front end's life)."""
+    keep_while_serving()
+    try:
+        yield
+    finally:
+        release_kept()
 
 
 def _running(handle: Any) -> bool:
@@ -152,8 +166,6 @@ def _forget_dead_holders(folder: Path) -> None:
     live holder stops it again: a dead one listed kept it running for ever."""
     listed = folder / ".handle_pids.json"
     try:
-        import json
-
         import psutil
 
         with warnings.catch_warnings():
