@@ -583,6 +583,8 @@ async def _git_ok(root: str, *args: str, env: dict[str, str] | None = None) -> s
 
 
 CHECKPOINT_REFS = "refs/kiwi/checkpoints"
+# A checkpoint's label (RUN/N): a rollback reaches only refs below CHECKPOINT_REFS.
+_CHECKPOINT_LABEL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/-]*")
 # Kiwi's own records stay out of checkpoints, and a rollback never rewrites the audit trail.
 KIWI_PRIVATE = (".ai/logs/", ".ai/.cache/")
 
@@ -703,9 +705,16 @@ class GitActivities:
                 "available": False,
                 "reason": "checkpoints unavailable: the project is not a git repository",
             }
-        name = req.checkpoint if req.checkpoint.startswith("refs/") else f"{CHECKPOINT_REFS}/{req.checkpoint}"
+        label = req.checkpoint.removeprefix(f"{CHECKPOINT_REFS}/")
+        if not _CHECKPOINT_LABEL.fullmatch(label) or ".." in label or "//" in label or label.endswith("/"):
+            # (Any ref was taken: `refs/heads/B` made the files any commit's, protected ones too.)
+            raise CheckpointNotFound.error(
+                f"'{req.checkpoint}' is not a Kiwi checkpoint",
+                {"hint": f"name one the run's status lists (RUN/N, or {CHECKPOINT_REFS}/RUN/N)"},
+            )
+        name = f"{CHECKPOINT_REFS}/{label}"
         code, commit, _ = await _git(root, "rev-parse", "--verify", "-q", f"{name}^{{commit}}")
-        if not req.checkpoint or code != 0:
+        if code != 0:
             raise CheckpointNotFound.error(
                 f"no checkpoint '{req.checkpoint}'", {"hint": "the run's status lists its checkpoints"}
             )

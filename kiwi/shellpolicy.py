@@ -193,6 +193,17 @@ class Spec:
     operands: str = "read"
     aliases: Mapping[str, str] = field(default_factory=dict)
     flags: frozenset[str] = frozenset()  # known long flags without a value (for abbreviations)
+    # Since KNOWN_OPTIONS: every other option the program has (``known``: without a value; ``later_values``,
+    # ``later_forbidden``: as ``values``, ``forbidden``). A spec with them is closed: an option it does not
+    # name is refused. ``negations``: ``--no-NAME`` is known for every known ``--NAME`` (rg).
+    known: frozenset[str] = frozenset()
+    later_values: Mapping[str, str] = field(default_factory=dict)
+    later_forbidden: Mapping[str, str] = field(default_factory=dict)
+    negations: bool = False
+
+
+def _k(text: str) -> frozenset[str]:
+    return frozenset(text.split())
 
 
 _FOLLOW = "follows symbolic links out of the project"
@@ -665,6 +676,228 @@ SPECS: dict[str, Spec] = {
     "git": Spec(operands="git"),
 }
 
+# Every other option these programs have (GNU coreutils 9.1, grep 3.8, diffutils 3.8, file 5.44, tree 2.1,
+# ripgrep 13): since KNOWN_OPTIONS an option a program's spec does not name is refused, so that an option
+# Kiwi never read (`diff -l` runs pr, `sort --compress-program` any program) cannot pass as a harmless flag.
+# Per program: options without a value, options with one (and what it is), options refused. tar, zip and
+# unzip are held to a grammar of their own (_archive_shape), find and git are read by _find and _git, and
+# the words of echo, printf, true, false and yes are text.
+_COREUTILS = "--help --version"
+_SUMS = (
+    "-b -c -t -w -z --binary --check --ignore-missing --quiet --status --strict --tag --text --warn --zero"
+)
+_KNOWN: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
+    "rm": ("-f -i -I -r -R -d -v", {"--interactive": "optional", "--preserve-root": "optional"}, {}),
+    "rmdir": ("-p -v --parents --verbose --ignore-fail-on-non-empty", {}, {}),
+    "mkdir": ("-p -v -Z --parents --verbose", {}, {}),
+    "touch": ("-a -c -f -h -m --no-create --no-dereference", {"--time": "value"}, {}),
+    "tee": ("-a -i -p --append --ignore-interrupts", {"--output-error": "optional"}, {}),
+    "truncate": ("-c -o --no-create --io-blocks", {}, {}),
+    "cp": (
+        "-H -P -R -T -Z -a -b -d -f -i -l -n -p -r -s -u -v -x --archive --attributes-only --copy-contents "
+        "--force --interactive --link --no-clobber --no-dereference --no-target-directory --one-file-system "
+        "--parents --recursive --remove-destination --strip-trailing-slashes --symbolic-link --verbose",
+        {
+            "--backup": "optional",
+            "--context": "optional",
+            "--no-preserve": "value",
+            "--preserve": "optional",
+            "--reflink": "optional",
+            "--sparse": "value",
+            "--update": "optional",
+        },
+        {},
+    ),
+    "mv": (
+        "-T -Z -b -f -i -n -u -v --context --force --interactive --no-clobber --no-target-directory "
+        "--strip-trailing-slashes --verbose",
+        {"--backup": "optional", "--update": "optional"},
+        {},
+    ),
+    "ln": (
+        "-F -L -P -T -b -d -f -i -n -r -s -v --directory --force --interactive --logical --no-dereference "
+        "--no-target-directory --physical --relative --symbolic --verbose",
+        {"--backup": "optional"},
+        {},
+    ),
+    "chmod": (
+        "-R -c -f -v --changes --no-preserve-root --preserve-root --quiet --recursive --silent --verbose",
+        {},
+        {},
+    ),
+    "ls": (
+        "-1 -A -B -C -D -F -G -H -N -Q -R -S -U -X -Z -a -b -c -d -f -g -h -i -k -l -m -n -o -p -q -r -s -t "
+        "-u -v -x --all --almost-all --author --context --dereference-command-line "
+        "--dereference-command-line-symlink-to-dir --directory --dired --escape --file-type --full-time "
+        "--group-directories-first --hide-control-chars --human-readable --ignore-backups --inode --kibibytes "
+        "--literal --no-group --numeric-uid-gid --quote-name --recursive --reverse --show-control-chars --si "
+        "--size --zero",
+        {"--classify": "optional", "--hyperlink": "optional"},
+        {},
+    ),
+    "cat": (
+        "-A -E -T -b -e -n -s -t -u -v --number --number-nonblank --show-all --show-ends --show-nonprinting "
+        "--show-tabs --squeeze-blank",
+        {},
+        {},
+    ),
+    "wc": ("-L -c -l -m -w --bytes --chars --lines --max-line-length --words", {"--files0-from": "read"}, {}),
+    "nl": (
+        "-p --no-renumber",
+        {
+            **dict.fromkeys(("-b", "-d", "-f", "-h", "-i", "-l", "-n", "-s", "-v", "-w"), "value"),
+            **dict.fromkeys(
+                (
+                    "--body-numbering",
+                    "--section-delimiter",
+                    "--footer-numbering",
+                    "--header-numbering",
+                    "--line-increment",
+                    "--join-blank-lines",
+                    "--number-format",
+                    "--number-separator",
+                    "--starting-line-number",
+                    "--number-width",
+                ),
+                "value",
+            ),
+        },
+        {},
+    ),
+    "stat": ("-L -f -t --dereference --file-system --terse", {"--cached": "value"}, {}),
+    "file": (
+        "-0 -L -N -S -b -c -d -h -i -k -l -n -p -r -s -v --apple --brief --checking-printout --debug "
+        "--dereference --extension --keep-going --list --mime --mime-encoding --mime-type --no-buffer "
+        "--no-dereference --no-pad --no-sandbox --preserve-date --print0 --raw --special-files",
+        {
+            "-e": "value",
+            "--exclude": "value",
+            "--exclude-quiet": "value",
+            "-F": "value",
+            "--separator": "value",
+            "-P": "value",
+            "--parameter": "value",
+        },
+        {},
+    ),
+    "head": ("-q -v -z --quiet --silent --verbose --zero-terminated", {}, {}),
+    "tail": (
+        "-F -f -q -v -z --quiet --retry --silent --verbose --zero-terminated",
+        {"--follow": "optional", "--max-unchanged-stats": "value"},
+        {},
+    ),
+    "du": (
+        "-0 -D -H -P -S -a -b -c -h -k -l -m -s -x --all --apparent-size --bytes --count-links "
+        "--dereference-args --human-readable --inodes --no-dereference --null --one-file-system "
+        "--separate-dirs --si --summarize --total",
+        {},
+        {},
+    ),
+    "tree": (
+        "-A -C -D -F -J -N -Q -U -X -a -c -d -f -g -h -i -n -p -q -r -s -t -u -v -x --device --dirsfirst --du "
+        "--fflinks --filesfirst --fromfile --gitignore --ignore-case --info --inodes --matchdirs --metafirst "
+        "--nolinks --noreport --prune --si",
+        {"--sort": "value"},
+        {},
+    ),
+    "sort": (
+        "-C -M -R -V -b -c -d -f -g -h -i -m -n -r -s -u -z --debug --dictionary-order --general-numeric-sort "
+        "--human-numeric-sort --ignore-case --ignore-leading-blanks --ignore-nonprinting --merge --month-sort "
+        "--numeric-sort --random-sort --reverse --stable --unique --version-sort --zero-terminated",
+        {"--check": "optional"},
+        {},
+    ),
+    "uniq": ("-D -c -d -i -u -z --count --ignore-case --repeated --unique --zero-terminated", {}, {}),
+    "cut": ("-n -s -z --complement --only-delimited --zero-terminated", {}, {}),
+    "diff": (
+        "-B -E -N -T -Z -a -b -c -d -e -i -n -p -q -s -t -u -v -w -y --brief --ed --expand-tabs "
+        "--ignore-all-space --ignore-blank-lines --ignore-case --ignore-file-name-case --ignore-space-change "
+        "--ignore-tab-expansion --ignore-trailing-space --initial-tab --left-column --minimal --new-file "
+        "--no-dereference --no-ignore-file-name-case --normal --rcs --report-identical-files "
+        "--show-c-function --side-by-side --speed-large-files --strip-trailing-cr --suppress-blank-empty "
+        "--suppress-common-lines --text --unidirectional-new-file",
+        dict.fromkeys(
+            (
+                "--old-group-format",
+                "--new-group-format",
+                "--unchanged-group-format",
+                "--changed-group-format",
+                "--old-line-format",
+                "--new-line-format",
+                "--unchanged-line-format",
+            ),
+            "value",
+        ),
+        {"-l": "runs the program pr", "--paginate": "runs the program pr"},
+    ),
+    "cmp": ("-b -l -s -v --print-bytes --quiet --silent --verbose", {}, {}),
+    "comm": ("-1 -2 -3 -z --check-order --nocheck-order --total --zero-terminated", {}, {}),
+    "md5sum": (_SUMS, {}, {}),
+    "sha1sum": (_SUMS, {}, {}),
+    "sha256sum": (_SUMS, {}, {}),
+    "sha512sum": (_SUMS, {}, {}),
+    "b2sum": (_SUMS, {"-l": "value", "--length": "value"}, {}),
+    "readlink": (
+        "-e -f -m -n -q -s -v -z --canonicalize --canonicalize-existing --canonicalize-missing --no-newline "
+        "--quiet --silent --verbose --zero",
+        {},
+        {},
+    ),
+    "realpath": (
+        "-L -P -e -m -q -s -z --canonicalize-existing --canonicalize-missing --logical --no-symlinks "
+        "--physical --quiet --strip --zero",
+        {},
+        {},
+    ),
+    "printenv": ("-0 --null", {}, {}),
+    "pwd": ("-L -P --logical --physical", {}, {}),
+    "basename": ("-a -z --multiple --zero", {}, {}),
+    "dirname": ("-z --zero", {}, {}),
+    "date": ("-R -u --debug --resolution --rfc-email --universal --utc", {"--rfc-3339": "value"}, {}),
+    "seq": ("-w --equal-width", {}, {}),
+    "tr": ("-C -c -d -s -t --complement --delete --squeeze-repeats --truncate-set1", {}, {}),
+    "whoami": ("", {}, {}),
+    "uname": (
+        "-a -i -m -n -o -p -r -s -v --all --hardware-platform --kernel-name --kernel-release --kernel-version "
+        "--machine --nodename --operating-system --processor",
+        {},
+        {},
+    ),
+    "id": ("-G -Z -a -g -n -r -u -z --context --group --groups --name --real --user --zero", {}, {}),
+    "grep": (
+        "-E -F -G -H -I -L -P -T -U -V -Z -a -b -c -h -i -l -n -o -q -r -s -v -w -x -y -z --basic-regexp "
+        "--byte-offset --count --extended-regexp --files-with-matches --files-without-match --fixed-strings "
+        "--ignore-case --initial-tab --invert-match --line-buffered --line-number --line-regexp --no-filename "
+        "--no-group-separator --no-ignore-case --no-messages --null --null-data --only-matching "
+        "--perl-regexp --quiet --recursive --silent --text --with-filename --word-regexp",
+        {},
+        {},
+    ),
+    "rg": (
+        "-. -0 -F -H -I -N -P -S -U -V -a -b -c -h -i -l -n -o -p -q -s -u -v -w -x --auto-hybrid-regex "
+        "--binary --block-buffered --byte-offset --case-sensitive --column --count-matches --crlf --debug "
+        "--files-with-matches --files-without-match --glob-case-insensitive --heading --hidden "
+        "--ignore-case --ignore-file-case-insensitive --include-zero --invert-match --json --line-buffered "
+        "--line-number --line-regexp --max-columns-preview --mmap --multiline --multiline-dotall --no-config "
+        "--no-context-separator --no-filename --no-heading --no-ignore-dot --no-ignore-exclude "
+        "--no-ignore-files --no-ignore-global --no-ignore-messages --no-ignore-parent --no-ignore-vcs "
+        "--no-line-number --no-messages --no-mmap --no-pcre2-unicode --no-require-git --no-unicode --null "
+        "--null-data --one-file-system --only-matching --passthru --pcre2 --pcre2-unicode --pcre2-version "
+        "--pretty --quiet --smart-case --sort-files --stats --text --trace --trim --type-list --unicode "
+        "--unrestricted --vimgrep --with-filename --word-regexp",
+        {},
+        {},
+    ),
+}
+for _name, (_known, _values, _forbidden) in _KNOWN.items():
+    SPECS[_name] = dataclasses.replace(
+        SPECS[_name],
+        known=_k(_known) | _k(_COREUTILS),
+        later_values=_values,
+        later_forbidden=_forbidden,
+        negations=_name == "rg",
+    )
+
 
 # ---------------------------------------------------------------- option parsing
 
@@ -692,6 +925,47 @@ class _Parsed:
     operands: list[str] = field(default_factory=list)
 
 
+class UnknownOption(ShellVerdict):
+    """An option a closed spec does not name (refused since KNOWN_OPTIONS)."""
+
+
+_CLOSED: dict[int, tuple[Spec, frozenset[str]]] = {}
+
+
+def _closed(spec: Spec) -> tuple[Spec, frozenset[str]]:
+    """``spec`` with every option it knows since KNOWN_OPTIONS, and the names of all of them."""
+    if id(spec) not in _CLOSED:
+        full = dataclasses.replace(
+            spec,
+            values={**spec.values, **spec.later_values},
+            forbidden={**spec.forbidden, **spec.later_forbidden},
+            flags=spec.flags | spec.known,
+        )
+        names = frozenset((*full.values, *full.forbidden, *full.granted, *full.aliases, *full.flags))
+        _CLOSED[id(spec)] = (full, names)
+    return _CLOSED[id(spec)]
+
+
+def _not_known(
+    program: str, name: str, arg: str, names: frozenset[str], abbreviations: bool = True
+) -> UnknownOption:
+    several = sorted(
+        k for k in names if abbreviations and name.startswith("--") and k.startswith(name) and len(name) > 2
+    )
+    what = (
+        f"abbreviates several of {program}'s options ({', '.join(several)})"
+        if len(several) > 1
+        else f"is not an option of {program} that Kiwi knows"
+    )
+    return UnknownOption(
+        False,
+        f"option '{name}'{'' if arg.startswith(name) else f' (in {arg!r})'} {what}: Kiwi refuses options it "
+        "has not read, so that none can run a program or write a file it does not check",
+        f"run {program} with the options `{program} --help` lists (whole long names), or use a Kiwi built-in "
+        "for the step",
+    )
+
+
 def _parse(
     args: Sequence[str],
     spec: Spec,
@@ -699,10 +973,15 @@ def _parse(
     *,
     abbreviations: bool = True,
     equals_sign: bool = False,
+    program: str = "",
 ) -> _Parsed | ShellVerdict:
     """GNU-style options (clusters, ``--x=v``, abbreviations, ``--``) of a known program. Without
     ``abbreviations`` a long option is only its exact name; with ``equals_sign`` a short option's `=VALUE`
-    is VALUE (rg's parser)."""
+    is VALUE (rg's parser). Given the ``program``'s name, a spec that lists all its options (KNOWN_OPTIONS)
+    is read with them, and an option it does not name is refused."""
+    names: frozenset[str] | None = None
+    if program and spec.known:
+        spec, names = _closed(spec)
     out = _Parsed()
     i = 0
     while i < len(args):
@@ -714,6 +993,10 @@ def _parse(
         if arg.startswith("--"):
             raw, eq, value = arg.partition("=")
             name = _resolve_long(raw, spec) if abbreviations else raw
+            if names is not None and name not in names:
+                negation = spec.negations and name.startswith("--no-") and f"--{name[5:]}" in names
+                if not negation:
+                    return _not_known(program, name, arg, names, abbreviations)
             problem = _option_problem(name, spec, allow_grant, arg)
             if problem:
                 return problem
@@ -741,6 +1024,8 @@ def _parse(
             else:
                 chars = [f"-{c}" for c in arg[1:]]
             for index, opt in enumerate(chars):
+                if names is not None and opt not in names:
+                    return _not_known(program, opt, arg, names)
                 problem = _option_problem(opt, spec, allow_grant, arg)
                 if problem:
                     return problem
@@ -1953,7 +2238,43 @@ _GIT_NEW_BRANCH_ONLY = frozenset(
 _GIT_REWRITING = {"reset": ("--hard", "--merge", "--keep")}
 
 
-def _git(args: Sequence[str], options: bool = True) -> list[tuple[str, str, bool]] | ShellVerdict:
+# The merge strategies git has built in: any other NAME runs the program git-merge-NAME found on PATH.
+_GIT_STRATEGIES = frozenset({"ort", "recursive", "resolve", "octopus", "ours", "subtree"})
+_GIT_MERGE_SHORT_VALUES = "mFsX"
+
+
+def _git_strategy(sub: str, rest: Sequence[str]) -> ShellVerdict | None:
+    """Why ``git merge -s NAME`` (or merge's, cherry-pick's, revert's --strategy) may not run, or None."""
+    i = 0
+    while i < len(rest):
+        token = rest[i]
+        i += 1
+        if token == "--":
+            break
+        value: str | None = None
+        if token == "--strategy":
+            value = rest[i] if i < len(rest) else ""
+            i += 1
+        elif token.startswith("--strategy="):
+            value = token.partition("=")[2]
+        elif sub == "merge" and token.startswith("-") and not token.startswith("--"):
+            for index, char in enumerate(token[1:], start=2):
+                if char in _GIT_MERGE_SHORT_VALUES:
+                    taken = token[index:] or (rest[i] if i < len(rest) else "")
+                    i += 0 if token[index:] else 1
+                    value = taken if char == "s" else None
+                    break
+        if value is not None and value not in _GIT_STRATEGIES:
+            return _no(
+                f"git merge strategy '{value}' is refused: git runs a program named git-merge-{value} for it",
+                f"use one of git's own: {', '.join(sorted(_GIT_STRATEGIES))}",
+            )
+    return None
+
+
+def _git(
+    args: Sequence[str], options: bool = True, known: bool = False
+) -> list[tuple[str, str, bool]] | ShellVerdict:
     i = 0
     while i < len(args) and args[i].startswith("-"):
         token = args[i]
@@ -1990,6 +2311,8 @@ def _git(args: Sequence[str], options: bool = True) -> list[tuple[str, str, bool
             "allowed: " + ", ".join(sorted(GIT_SUBCOMMANDS)),
         )
     rest = list(args[i + 1 :])
+    if known and sub in ("merge", "cherry-pick", "revert") and (problem := _git_strategy(sub, rest)):
+        return problem  # (since KNOWN_OPTIONS)
     values = {**_GIT_VALUES["*"], **_GIT_VALUES.get(sub, {})}
     if options:
         if sub == "annotate":
@@ -2241,24 +2564,43 @@ def path_arguments(
 
     Used by ``check_argv`` and by the worker, which re-checks them on disk with symlinks resolved.
     """
+    return _read(argv, cwd, options_granted)[0]
+
+
+def _in_workflow() -> bool:
     from temporalio import workflow
 
+    return workflow.in_workflow()
+
+
+def _read(
+    argv: Sequence[str], cwd: str, options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None
+) -> tuple[list[PathArgument] | ShellVerdict, bool]:
+    """path_arguments, and whether it read the options by KNOWN_OPTIONS (folder_uses reads them alike)."""
     found = _path_arguments(argv, cwd, options_granted, archives=True)
+    if not argv or not _in_workflow():
+        return found, True  # (outside a run, the worker's check, the rules apply always)
+    # In a run, each later rule is asked only where it changes the answer, newest first.
+    name = program_name(argv[0])
+    spec = SPECS.get(name)
+    known = True
     if (
-        argv
-        and workflow.in_workflow()
-        and (program_name(argv[0]) in _OPTIONS_REWRITTEN or any("\\" in a for a in (*argv[1:], cwd or "")))
+        spec is not None
+        and (spec.known or name == "git")
+        and any(a.startswith("-") and len(a) > 1 for a in argv[1:])
     ):
-        # (In a run only, asked where the rules of SHELL_OPTIONS change the answer.)
+        before = _path_arguments(argv, cwd, options_granted, archives=True, known=False)
+        if before != found and not rule_in_force(KNOWN_OPTIONS):
+            found, known = before, False
+    if name in _OPTIONS_REWRITTEN or any("\\" in a for a in (*argv[1:], cwd or "")):
         before = _path_arguments(argv, cwd, options_granted, archives=True, options=False)
         if before != found and not rule_in_force(SHELL_OPTIONS):
-            return before
-    if argv and program_name(argv[0]) in _SPECS_BEFORE_ARCHIVES and workflow.in_workflow():
-        # (In a run only: outside one, the worker's check, the rules apply always.)
+            return before, known
+    if name in _SPECS_BEFORE_ARCHIVES:
         before = _path_arguments(argv, cwd, options_granted, archives=False)
         if before != found and not rule_in_force(ARCHIVE_OPTIONS):
-            return before
-    return found
+            return before, known
+    return found, known
 
 
 def _path_arguments(
@@ -2268,6 +2610,7 @@ def _path_arguments(
     *,
     archives: bool,
     options: bool = True,
+    known: bool = True,
 ) -> list[PathArgument] | ShellVerdict:
     if not argv:
         return _no("empty command")
@@ -2300,13 +2643,20 @@ def _path_arguments(
     if options and name == "chmod":
         args = _chmod_mode_first(args)
     if name == "git":
-        raw = _git(args, options)
+        raw = _git(args, options, known and options)
     elif name == "find":
         raw = _find(args, allow, options)
     elif spec is not None:
         # (rg's parser takes no abbreviation, and `-f=FILE` is FILE: since SHELL_OPTIONS.)
         clap = options and name == "rg"
-        parsed = _parse(args, spec, allow, abbreviations=not clap, equals_sign=clap)
+        parsed = _parse(
+            args,
+            spec,
+            allow,
+            abbreviations=not clap,
+            equals_sign=clap,
+            program=name if known and options else "",
+        )
         if not isinstance(parsed, ShellVerdict) and archives and name in _SPECS_BEFORE_ARCHIVES:
             # (After the parse: an option refused by name says why; any other form not read as the program
             # reads it is refused here.)
@@ -2383,6 +2733,12 @@ def _path_arguments(
             mode = "write"
         out.append(PathArgument(text, rel, mode, tree))
     return out
+
+
+# Since session 25: an option a program's spec does not name is refused (Spec.known: `diff -l` ran pr, and
+# every option Kiwi had not read passed as a flag). Workflow code answers by this rule behind this patch,
+# asked only where it changes the answer (a marker only in runs that meet it); the worker checks by it always.
+KNOWN_OPTIONS = "kiwi-known-options"
 
 
 # Workflow code checks with the rules of _into_folder, _git_path and git's whole-tree paths behind this
@@ -2580,7 +2936,7 @@ def check_argv(
         problem = git_reads_everything(g)
         if problem:
             return problem
-    paths = path_arguments(argv, cwd=cwd, options_granted=options_granted)
+    paths, known = _read(argv, cwd or ".", options_granted)
     if isinstance(paths, ShellVerdict):
         return paths
     for p in paths:
@@ -2596,7 +2952,12 @@ def check_argv(
     problem = names_from_a_list(argv)
     if problem is not None and rule_in_force(LIST_FILES):
         return problem
-    problem = denied_inside(argv, paths, g.deny, options_granted)
+    problem = denied_inside(argv, paths, g.deny, options_granted, known=known)
+    if known and _in_workflow() and SPECS.get(name, Spec()).known:
+        # (The folders read by the same options as the paths: an abbreviation can name another option.)
+        older = denied_inside(argv, paths, g.deny, options_granted, known=False)
+        if older != problem and not rule_in_force(KNOWN_OPTIONS):
+            problem = older
     if problem is not None and rule_in_force(DENY_INSIDE):
         return problem
     return ShellVerdict(True, checked_against=tuple(allowed))
@@ -2635,9 +2996,11 @@ def folder_uses(
     argv: Sequence[str],
     paths: Sequence[PathArgument],
     options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None = None,
+    known: bool = True,
 ) -> list[tuple[PathArgument, str, int | None]]:
     """The folders ``argv`` reads, moves, deletes or changes as a whole: each path argument (``paths``, from
-    path_arguments, the cwd first) with what the program does below it and how deep (None: all the way)."""
+    path_arguments, the cwd first) with what the program does below it and how deep (None: all the way).
+    ``known``: the options read as path_arguments read them, by KNOWN_OPTIONS or not."""
     if not argv:
         return []
     given = program_name(argv[0])
@@ -2649,7 +3012,7 @@ def folder_uses(
         parsed = _Parsed()
     else:
         args = _tar_old_style(list(argv[1:])) if name == "tar" else list(argv[1:])
-        found = _parse(args, spec, _options_for(name, options_granted))
+        found = _parse(args, spec, _options_for(name, options_granted), program=name if known else "")
         if isinstance(found, ShellVerdict):
             return []  # (refused already by path_arguments)
         parsed = found
@@ -2675,6 +3038,7 @@ def denied_inside(
     deny: Sequence[str],
     options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None = None,
     uses: list[tuple[PathArgument, str, int | None]] | None = None,
+    known: bool = True,
 ) -> ShellVerdict | None:
     """Why ``argv`` may not run when it reads, moves, deletes or changes everything below a folder where a
     denial whose first segment names a place can match (None when it may). (`mv data out/` put
@@ -2682,7 +3046,7 @@ def denied_inside(
     placed = [d for d in deny if not any(c in glob_segments(d)[0] for c in "*?")]
     if not placed:
         return None
-    for p, verb, depth in folder_uses(argv, paths, options_granted) if uses is None else uses:
+    for p, verb, depth in folder_uses(argv, paths, options_granted, known) if uses is None else uses:
         for pattern in placed:
             if glob_reaches_below(pattern, p.rel, depth):
                 return inside_refusal(argv, p, paths, verb, pattern, deny)

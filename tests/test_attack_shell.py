@@ -919,3 +919,99 @@ async def test_attack_a_new_branch_with_force_rewrites_no_file(runs, project):
     made = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "checkout", "-q", "-b", "topic"]})
     assert made.status == "ok" and made.result["exit_code"] == 0, made
     assert (project / "src" / "a.txt").read_text() == "the human's edit\n"
+
+
+async def test_attack_an_option_kiwi_never_read_runs_nothing(runs, project):
+    """Session 25: an option a program's spec did not name passed as a harmless flag, so `diff --paginate A B`
+    (or `diff -l`) ran the program pr; the recorded history of the code before shows its page header
+    (tests/histories/shell_options_before-*). Every option is now one Kiwi has read: the rest are refused,
+    an abbreviation of several too; the options a program has still run."""
+    write(project / "out" / "a.txt", "a\n")
+    write(project / "out" / "b.txt", "b\n")
+    run_id = await agent_run(
+        runs,
+        project,
+        "closed",
+        '<read resource="filesystem" path="out/**"/><execute resource="shell" commands="diff,ls,sort"/>',
+    )
+    for argv, named in (
+        (["diff", "--paginate", "a.txt", "b.txt"], "runs the program pr"),
+        (["diff", "-ul", "a.txt", "b.txt"], "runs the program pr"),
+        (["sort", "--no-such-option", "a.txt"], "is not an option of sort that Kiwi knows"),
+        (["ls", "--co", "."], "abbreviates several of ls's options"),
+    ):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv, "cwd": "out"})
+        assert result.status == "denied" and named in result.reason, (argv, result)
+        assert result.result is None
+    for argv in (
+        ["diff", "-u", "a.txt", "b.txt"],
+        ["ls", "-la", "--color=never", "."],
+        ["sort", "-r", "a.txt"],
+    ):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv, "cwd": "out"})
+        assert result.status == "ok" and result.result["exit_code"] in (0, 1), (argv, result)
+        assert "Page 1" not in result.result["stdout"]
+
+
+def test_the_worker_refuses_an_option_kiwi_never_read_whatever_the_run_decided(tmp_path):
+    """A run that started before KNOWN_OPTIONS decides as it did (it allowed `diff --paginate`); the worker
+    that runs the command refuses it all the same."""
+    from temporalio.exceptions import ApplicationError
+
+    from activities import commands
+    from kiwi.contracts import CommandRequest
+
+    write(tmp_path / "a.txt", "a\n")
+
+    def request(*argv: str) -> CommandRequest:
+        return CommandRequest(project_root=str(tmp_path), argv=list(argv), read_grants=["**"])
+
+    with pytest.raises(ApplicationError, match="runs the program pr"):
+        commands._checked_cwd(request("diff", "--paginate", "a.txt", "a.txt"))
+    with pytest.raises(ApplicationError, match="is not an option of sort that Kiwi knows"):
+        commands._checked_cwd(request("sort", "--no-such-option", "a.txt"))
+    commands._checked_cwd(request("diff", "-u", "a.txt", "a.txt"))
+
+
+async def test_attack_a_merge_strategy_runs_no_program(runs, project, tmp_path_factory, monkeypatch):
+    """`git merge -s NAME` runs the program git-merge-NAME from PATH (a folder on the worker's PATH that
+    someone can write to, here one made by the test). Only git's own strategies are taken."""
+    from kiwi.protected import PROTECTED_ROOTS
+
+    bin_dir = tmp_path_factory.mktemp("bin")
+    marker = bin_dir / "PWNED"
+    script = bin_dir / "git-merge-pwn"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    write(project / "src" / "a.txt", "one\n")
+    subprocess.run(["git", "init", "-q", "-b", "main", str(project)], check=True)
+    identity = ["-c", "user.name=h", "-c", "user.email=h@x"]
+    subprocess.run(["git", "-C", str(project), "add", "src/a.txt"], check=True)
+    subprocess.run(["git", "-C", str(project), *identity, "commit", "-qm", "one"], check=True)
+    subprocess.run(["git", "-C", str(project), "checkout", "-q", "-b", "other"], check=True)
+    for branch, name in (("other", "b.txt"), ("main", "c.txt")):  # (so that a merge needs its strategy)
+        subprocess.run(["git", "-C", str(project), "checkout", "-q", branch], check=True)
+        write(project / "src" / name, f"{branch}\n")
+        subprocess.run(["git", "-C", str(project), "add", f"src/{name}"], check=True)
+        subprocess.run(["git", "-C", str(project), *identity, "commit", "-qm", branch], check=True)
+    run_id = await agent_run(
+        runs,
+        project,
+        "merger",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="**"/>'.join(
+            f'<write resource="filesystem" path="{place}/**"/>'
+            for place in (".git", *PROTECTED_ROOTS, ".ai/directives", ".ai/proposals", "temporal-dev.yml")
+        )
+        + '<execute resource="shell" commands="git"/>',
+    )
+    for argv in (
+        ["git", "merge", "-s", "pwn", "other"],
+        ["git", "merge", "-qspwn", "other"],
+        ["git", "merge", "--strategy=pwn", "other"],
+    ):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
+        assert not marker.exists(), (argv, result)
+        assert result.status == "denied" and "git-merge-pwn" in result.reason, (argv, result)
+    merged = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "merge", "-s", "ort", "other"]})
+    assert merged.status == "ok" and merged.result["exit_code"] == 0, merged

@@ -481,3 +481,31 @@ def _scrub(node, old: str, new: str):
     if isinstance(node, str):
         return node.replace(old, new)
     return node
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_shell_options_history(runs, project):
+    """Record a run whose agent runs `ls --co .` (ls refuses the abbreviation as ambiguous) and `diff
+    --paginate A B` (it runs pr): allowed before KNOWN_OPTIONS, refused since (tests/histories/shell_options-{patch id}.json; the one recorded by the code
+    before it is shell_options_before-...)."""
+    write(project / "notes" / "a.txt", "a\n")
+    write(project / "notes" / "b.txt", "b\n")
+    write_directive(
+        project / ".ai" / "directives" / "shell_options.md",
+        directive_md(
+            '<step name="work"><action>Work.</action></step>',
+            name="shell_options",
+            permissions=(
+                '<read resource="filesystem" path="**"/><execute resource="shell" commands="ls,diff"/>'
+            ),
+        ),
+    )
+    run_id = await runs.start("shell_options", {})
+    await awaiting_step(runs, run_id, "work")
+    for argv in (["ls", "--co", "."], ["diff", "--paginate", "notes/a.txt", "notes/b.txt"]):
+        await runs.call_tool(run_id, "shell.run", {"argv": argv})
+    await runs.complete_step(run_id, "work", {"done": True})
+    assert (await runs.handle(run_id).result()).status == "completed"
+    await _save_history(runs.handle(run_id), "shell_options", project)

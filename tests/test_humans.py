@@ -758,3 +758,37 @@ async def test_attack_a_call_in_the_runs_first_task_still_needs_its_approval(run
     result = await update.result()
     assert result.status == "denied" and (project / "notes" / "old.txt").exists(), result
     await runs.cancel(run_id)
+
+
+async def test_attack_a_rollback_reaches_only_kiwi_checkpoints(runs, project):
+    """A rollback took any ref: `git.rollback {"checkpoint": "refs/heads/B"}` made the project's files those of
+    any commit, protected ones (the harness policy) too, and a branch is something shell git can make. Only
+    refs below refs/kiwi/checkpoints are checkpoints now."""
+    setup(project, harness="approvals:\n  tools: []\n")
+    git(project, "init", "-q", "-b", "main")
+    git(project, "-c", "user.email=t@example.com", "-c", "user.name=t", "add", ".")
+    git(project, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q", "-m", "base")
+    policy = (project / ".ai" / "config" / "agent_harness.yaml").read_text()
+    git(project, "checkout", "-q", "-b", "evil")
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: []\n# rewritten\n")
+    git(project, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "evil")
+    git(project, "checkout", "-q", "main")
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+    made = await runs.call_tool(run_id, "git.checkpoint", {"message": "mine"})
+    assert made.status == "ok" and made.result["available"], made
+    for name in (
+        "refs/heads/evil",
+        "evil",
+        "refs/kiwi/checkpoints/../../heads/evil",
+        "evil^{commit}",
+        "main~0",
+    ):
+        rolled = await runs.call_tool(run_id, "git.rollback", {"checkpoint": name})
+        assert rolled.status != "ok", (name, rolled)
+        assert "is not a Kiwi checkpoint" in rolled.reason or "no checkpoint" in rolled.reason, (name, rolled)
+    assert (project / ".ai" / "config" / "agent_harness.yaml").read_text() == policy
+    full = await runs.call_tool(
+        run_id, "git.rollback", {"checkpoint": f"refs/kiwi/checkpoints/{made.result['checkpoint']}"}
+    )
+    assert full.status == "ok" and full.result["available"], full
