@@ -252,7 +252,7 @@ def _checked_cwd(req: CommandRequest) -> Path:
     cwd = confine(req.project_root, req.cwd or ".", ["**"], [])
     if why := later_refused(req.argv[0]):  # (the run's decision may predate the rule: see shellpolicy)
         raise _denied(f"'{req.argv[0]}' is refused: it {why}")
-    paths = path_arguments(req.argv, cwd=req.cwd or ".", options_granted={"*": FIND_GRANTABLE})
+    paths = path_arguments(req.argv, cwd=req.cwd or ".", options_granted={"*": FIND_GRANTABLE}, probes=True)
     if isinstance(paths, ShellVerdict):
         raise _denied(paths.reason)
     recheck_paths(req, paths)
@@ -712,8 +712,11 @@ class GitActivities:
                 f"'{req.checkpoint}' is not a Kiwi checkpoint",
                 {"hint": f"name one the run's status lists (RUN/N, or {CHECKPOINT_REFS}/RUN/N)"},
             )
-        name = f"{CHECKPOINT_REFS}/{label}"
-        code, commit, _ = await _git(root, "rev-parse", "--verify", "-q", f"{name}^{{commit}}")
+        # (The exact ref: rev-parse also tries refs/heads/NAME and refs/tags/NAME, where `git branch
+        # refs/kiwi/checkpoints/X` puts one.)
+        code, found, _ = await _git(root, "show-ref", "--verify", "--hash", f"{CHECKPOINT_REFS}/{label}")
+        if code == 0:
+            code, commit, _ = await _git(root, "rev-parse", "--verify", "-q", f"{found.strip()}^{{commit}}")
         if code != 0:
             raise CheckpointNotFound.error(
                 f"no checkpoint '{req.checkpoint}'", {"hint": "the run's status lists its checkpoints"}

@@ -923,6 +923,7 @@ class _Parsed:
     options: list[str] = field(default_factory=list)  # canonical names, in order
     values: list[tuple[str, str, str]] = field(default_factory=list)  # (option, kind, value)
     operands: list[str] = field(default_factory=list)
+    plain: int | None = None  # (how many operands came before `--`: after it every word is an operand)
 
 
 class UnknownOption(ShellVerdict):
@@ -988,6 +989,7 @@ def _parse(
         arg = args[i]
         i += 1
         if arg == "--":
+            out.plain = len(out.operands)
             out.operands.extend(args[i:])
             break
         if arg.startswith("--"):
@@ -1194,11 +1196,17 @@ def _check_path(p: PathArgument, g: _Grants) -> ShellVerdict | None:
 
 
 def _operands(
-    name: str, spec: Spec, parsed: _Parsed, cwd: str, archives: bool = True, options: bool = True
+    name: str,
+    spec: Spec,
+    parsed: _Parsed,
+    cwd: str,
+    archives: bool = True,
+    options: bool = True,
+    known: bool = False,
 ) -> list[tuple[str, str, bool]] | ShellVerdict:
     """(raw path, mode, whole tree) for each path a known program's operands and option values name.
     ``archives``: by the rules of ARCHIVE_OPTIONS; ``options``: by those of SHELL_OPTIONS (False: as runs
-    from before them replay)."""
+    from before them replay); ``known``: by those of KNOWN_OPTIONS."""
     found: list[tuple[str, str, bool]] = []
     recursive = "-r" in parsed.options
     for _option, kind, value in parsed.values:
@@ -1210,8 +1218,19 @@ def _operands(
     how = spec.operands
     if options:
         if name == "uniq":
-            # uniq's obsolete -N and +N (skip fields, skip characters) are options, not its input or output.
-            ops = [o for o in ops if not re.fullmatch(r"[+-]\d+", o)]
+            # uniq's obsolete -N and +N (skip fields, skip characters) are options, not its input or output;
+            # since KNOWN_OPTIONS only before `--`, and +N only while N fits its counter (`uniq -- -5 OUT`
+            # and `uniq +99999999999999999999 IN OUT` wrote OUT unchecked).
+            cut = len(ops) if parsed.plain is None or not known else parsed.plain
+            ops = [
+                o
+                for index, o in enumerate(ops)
+                if not (
+                    index < cut
+                    and re.fullmatch(r"[+-]\d+", o)
+                    and (not known or o.startswith("-") or int(o[1:]) < 2**64)
+                )
+            ]
         if name == "date" and any(not o.startswith("+") for o in ops):
             return _no(
                 "date with an operand other than +FORMAT sets the system clock",
@@ -1222,12 +1241,19 @@ def _operands(
                 "file -m reads every magic file of a ':' list, which Kiwi does not check one by one",
                 "give file -m one magic file",
             )
+    if how == "link" and known and len(ops) == 1 and not any(k == "write" for _, k, _ in parsed.values):
+        # `ln [-s] TARGET` makes ./NAME in the cwd, NAME being TARGET's last part (`ln -sf ../out/f` in
+        # src replaced src/f, and only the target was checked): since KNOWN_OPTIONS.
+        ops = [ops[0], posixpath.basename(ops[0].rstrip("/")) or ops[0]]
     if how in ("copy", "link") or name == "mv":
-        found += _into_folder(parsed, ops)
+        found += _into_folder(parsed, ops, parents=known and "--parents" in parsed.options)
     if how == "none":
         return found
     if how == "read":
         return found + [(o, "read", False) for o in ops]
+    if how == "write" and name == "rmdir" and known and {"-p", "--parents"} & set(parsed.options):
+        # rmdir -p A/B/C removes A/B and A too (`rmdir -p gen/sub/x` removed gen): since KNOWN_OPTIONS.
+        ops = [a for o in ops for a in _and_parents(o)]
     if how == "write":
         return found + [(o, "write", recursive or name == "mv") for o in ops]
     if how == "copy":
@@ -1305,7 +1331,16 @@ def _operands(
     return found + [(o, "read", False) for o in ops]
 
 
-def _into_folder(parsed: _Parsed, ops: Sequence[str]) -> list[tuple[str, str, bool]]:
+def _and_parents(path: str) -> list[str]:
+    """``path`` and each folder above it that it names (a/b/c: a/b/c, a/b, a)."""
+    out = []
+    while path.strip("/") not in ("", ".", ".."):
+        out.append(path)
+        path = posixpath.dirname(path.rstrip("/"))
+    return out
+
+
+def _into_folder(parsed: _Parsed, ops: Sequence[str], parents: bool = False) -> list[tuple[str, str, bool]]:
     """``cp``/``mv``/``ln`` into a folder write FOLDER/NAME for each source: each is a probe (``into``) that
     counts only where it is a protected place (``cp src/temporal-dev.yml .`` wrote the root's, the folder
     ``.`` being all that was checked). Whether the destination is a folder is not known here: a probe past
@@ -1314,7 +1349,12 @@ def _into_folder(parsed: _Parsed, ops: Sequence[str]) -> list[tuple[str, str, bo
     sources = list(ops) if targets else list(ops[:-1])
     folders = targets or list(ops[-1:])
     probes = [
-        (posixpath.join(folder, posixpath.basename(source.rstrip("/")) or source), "into", False)
+        # (`cp --parents a/b/f DIR` writes DIR/a/b/f: since KNOWN_OPTIONS.)
+        (
+            posixpath.join(folder, source if parents else posixpath.basename(source.rstrip("/")) or source),
+            "into",
+            False,
+        )
         for folder in folders
         for source in sources
         if source
@@ -2295,6 +2335,12 @@ def _git(
                 f"git option '{name}' before the subcommand is not one Kiwi allows",
                 f"allowed there: {', '.join(sorted(_GIT_GLOBAL_OK))}",
             )
+        if known and name in ("--icase-pathspecs", "--glob-pathspecs"):
+            # (`git --icase-pathspecs rm -r out` deleted OUT/: since KNOWN_OPTIONS.)
+            return _no(
+                f"git option '{name}' is refused: it makes every path a pattern, and Kiwi checks paths as names",
+                "name each path as it is",
+            )
         i += 1
     if i >= len(args):
         return []
@@ -2313,6 +2359,11 @@ def _git(
     rest = list(args[i + 1 :])
     if known and sub in ("merge", "cherry-pick", "revert") and (problem := _git_strategy(sub, rest)):
         return problem  # (since KNOWN_OPTIONS)
+    if known and sub == "reflog" and rest[:1] and rest[0] in ("expire", "delete"):
+        return _no(
+            f"'git reflog {rest[0]}' is refused: it rewrites the repository's records of where refs were",
+            "read them with git reflog [show]",
+        )
     values = {**_GIT_VALUES["*"], **_GIT_VALUES.get(sub, {})}
     if options:
         if sub == "annotate":
@@ -2439,6 +2490,9 @@ def _git(
         found += [_git_path(p, mode) for p in before]
         if sub == "init" and not before:
             found.append((".", "write", False))
+        if sub == "init" and known:
+            # (It makes FOLDER/.git, a protected place: `git init` in out/ made out/.git. Since KNOWN_OPTIONS.)
+            found += [(posixpath.join(p, ".git"), "write", False) for p in (before[-1:] or ["."])]
     else:
         found += [(p, mode, False) for p in before if _path_like(p)]
     # An object named REV:PATH (`git show HEAD:.ai/config/x`, `:PATH` in the index, `:N:PATH`) reads the file
@@ -2559,11 +2613,15 @@ def path_arguments(
     *,
     cwd: str = ".",
     options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None = None,
+    probes: bool = False,
 ) -> list[PathArgument] | ShellVerdict:
     """The paths ``argv`` names (project-relative), or why its program or options are refused.
 
-    Used by ``check_argv`` and by the worker, which re-checks them on disk with symlinks resolved.
+    Used by ``check_argv`` and by the worker, which re-checks them on disk with symlinks resolved; with
+    ``probes`` (the worker) each FOLDER/NAME that cp, mv or ln write into a folder is a path too.
     """
+    if probes and not _in_workflow():
+        return _path_arguments(argv, cwd, options_granted, archives=True, probes=True)
     return _read(argv, cwd, options_granted)[0]
 
 
@@ -2584,11 +2642,8 @@ def _read(
     name = program_name(argv[0])
     spec = SPECS.get(name)
     known = True
-    if (
-        spec is not None
-        and (spec.known or name == "git")
-        and any(a.startswith("-") and len(a) > 1 for a in argv[1:])
-    ):
+    if spec is not None and (spec.known or name == "git"):
+        # (Options, and operands too: `ln TARGET`, `uniq -- -5 OUT`, `cp --parents`, git's own rules.)
         before = _path_arguments(argv, cwd, options_granted, archives=True, known=False)
         if before != found and not rule_in_force(KNOWN_OPTIONS):
             found, known = before, False
@@ -2611,6 +2666,7 @@ def _path_arguments(
     archives: bool,
     options: bool = True,
     known: bool = True,
+    probes: bool = False,
 ) -> list[PathArgument] | ShellVerdict:
     if not argv:
         return _no("empty command")
@@ -2664,7 +2720,7 @@ def _path_arguments(
         raw = (
             parsed
             if isinstance(parsed, ShellVerdict)
-            else _operands(name, spec, parsed, base, archives, options)
+            else _operands(name, spec, parsed, base, archives, options, known and options)
         )
     else:
         raw = _unknown(args)
@@ -2725,7 +2781,9 @@ def _path_arguments(
                 continue  # (a probe past the destination: the destination itself is checked)
             return rel
         if mode == "into":
-            if protected_root(rel) is None or not strict():
+            # (The worker checks each on disk: `cp f out` wrote through out/f, a link moved there whose
+            # text led out of the project, and over a denied config/f with `cp f config`.)
+            if not probes and (protected_root(rel) is None or not strict()):
                 continue
             mode = "write"
         elif mode == "write*":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -1015,3 +1016,66 @@ async def test_attack_a_merge_strategy_runs_no_program(runs, project, tmp_path_f
         assert result.status == "denied" and "git-merge-pwn" in result.reason, (argv, result)
     merged = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "merge", "-s", "ort", "other"]})
     assert merged.status == "ok" and merged.result["exit_code"] == 0, merged
+
+
+async def test_attack_a_link_moved_into_place_or_named_by_its_target_writes_nothing_it_may_not(runs, project):
+    """Review s25: a link's text is checked where the link is made; moved (`mv`), it can lead elsewhere, and
+    `cp f out` then wrote through out/f, never checked, to a file outside the project. `cp f config` replaced
+    a denied config/f the same way, `ln -sf ../out/f` in config replaced it with a link (ln with one operand
+    makes ./NAME), and `uniq -- -5 OUT` wrote OUT (after `--`, -5 is uniq's input, OUT its output)."""
+    outside = project.parent / f"outside-{uuid.uuid4().hex[:8]}"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("untouched\n")
+    write(project / "src" / "a.txt", "PAYLOAD\n")
+    write(project / "out" / "prod.env", "DB_PASSWORD=attacker\n")
+    write(project / "out" / "-5", "PAYLOAD\n")
+    write(project / "config" / "prod.env", "DB_PASSWORD=real\n")
+    run_id = await agent_run(
+        runs,
+        project,
+        "mover",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+        '<execute resource="shell" commands="mkdir,ln,mv,cp,uniq"/>',
+    )
+
+    async def sh(*argv: str, cwd: str = ".") -> object:
+        return await runs.call_tool(run_id, "shell.run", {"argv": list(argv), "cwd": cwd})
+
+    for argv in (
+        ["mkdir", "-p", "out/a/b"],
+        ["ln", "-s", f"../../{outside.name}/victim.txt", "out/a/b/a.txt"],  # (out/outside-.../victim.txt)
+        ["mv", "out/a/b/a.txt", "out"],
+    ):
+        made = await sh(*argv)
+        assert made.status == "ok" and made.result["exit_code"] == 0, (argv, made)
+    copied = await sh("cp", "src/a.txt", "out")
+    assert copied.status == "denied" and "outside the project" in copied.reason, copied
+    assert (outside / "victim.txt").read_text() == "untouched\n"
+    written = await sh("uniq", "--", "-5", "../src/a.txt", cwd="out")
+    assert written.status == "denied" and "src/a.txt" in written.reason, written
+    assert (project / "src" / "a.txt").read_text() == "PAYLOAD\n"
+    linked = await sh("ln", "-s", "out/a.txt")
+    assert linked.status == "denied" and "write" in linked.reason, linked
+    assert not (project / "a.txt").is_symlink()
+
+
+async def test_attack_a_copy_into_a_folder_replaces_no_denied_file(runs, project):
+    write(project / "out" / "prod.env", "DB_PASSWORD=attacker\n")
+    write(project / "config" / "prod.env", "DB_PASSWORD=real\n")
+    run_id = await agent_run(
+        runs,
+        project,
+        "copier",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="**"/>'
+        '<deny resource="filesystem" path="config/prod.env"/><execute resource="shell" commands="cp,mv,ln"/>',
+    )
+    for argv, cwd in (
+        (["cp", "out/prod.env", "config"], "."),
+        (["cp", "-t", "config", "out/prod.env"], "."),
+        (["mv", "out/prod.env", "config"], "."),
+        (["ln", "-sf", "../out/prod.env"], "config"),
+    ):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv, "cwd": cwd})
+        assert result.status == "denied" and "config/prod.env" in result.reason, (argv, result)
+    assert (project / "config" / "prod.env").read_text() == "DB_PASSWORD=real\n"
+    assert not (project / "config" / "prod.env").is_symlink()

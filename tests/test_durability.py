@@ -509,3 +509,39 @@ async def test_record_shell_options_history(runs, project):
     await runs.complete_step(run_id, "work", {"done": True})
     assert (await runs.handle(run_id).result()).status == "completed"
     await _save_history(runs.handle(run_id), "shell_options", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_first_task_approval_history(runs, project):
+    """Record a run whose first task carries a call that waits for approval while the step starts, then is
+    approved (tests/histories/first_task_approval-{patch id}.json; APPROVAL_STATUS_KEPT: the run stays
+    awaiting_approval; the one recorded by the code before it is first_task_approval_before-...)."""
+    from tests.helpers import approver, call_with_start
+
+    approver("alice")
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [filesystem.delete]\n")
+    write(project / "notes" / "old.txt", "old")
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md(
+            '<step name="confirm"><action>Tidy notes.</action></step>',
+            name="tidy",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    run_id, update = await call_with_start(
+        runs, "tidy", {}, "approvalfirst", "filesystem.delete", {"path": "notes/old.txt"}
+    )
+
+    async def pending():
+        return [a for a in (await runs.status(run_id)).approvals if a.status == "pending"]
+
+    (request,) = await wait_for(pending, what="the call to wait for approval")
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    assert (await update.result()).status == "ok"
+    await awaiting_step(runs, run_id, "confirm")
+    await runs.complete_step(run_id, "confirm", {"confirmed": True})
+    assert (await runs.handle(run_id).result()).status == "completed"
+    await _save_history(runs.handle(run_id), "first_task_approval", project)

@@ -754,9 +754,12 @@ async def test_attack_a_call_in_the_runs_first_task_still_needs_its_approval(run
 
     (request,) = await wait_for(waiting, what="the call to wait for approval")
     assert request.tool == "filesystem.delete" and (project / "notes" / "old.txt").exists()
+    # (The step started after the call asked: the run said awaiting_agent while it waited for a human.)
+    assert (await runs.status(run_id)).status == "awaiting_approval"
     await runs.decide_approval(run_id, request.request_id, False, by="alice")
     result = await update.result()
     assert result.status == "denied" and (project / "notes" / "old.txt").exists(), result
+    assert (await runs.status(run_id)).status == "awaiting_agent"
     await runs.cancel(run_id)
 
 
@@ -773,6 +776,9 @@ async def test_attack_a_rollback_reaches_only_kiwi_checkpoints(runs, project):
     write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: []\n# rewritten\n")
     git(project, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "evil")
     git(project, "checkout", "-q", "main")
+    # (Branches and tags named like a checkpoint: rev-parse finds refs/heads/refs/kiwi/checkpoints/X too.)
+    git(project, "branch", "refs/kiwi/checkpoints/tidy/99", "evil")
+    git(project, "tag", "refs/kiwi/checkpoints/tidy/98", "evil")
     run_id = await runs.start("tidy", {})
     await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
     made = await runs.call_tool(run_id, "git.checkpoint", {"message": "mine"})
@@ -783,6 +789,8 @@ async def test_attack_a_rollback_reaches_only_kiwi_checkpoints(runs, project):
         "refs/kiwi/checkpoints/../../heads/evil",
         "evil^{commit}",
         "main~0",
+        "tidy/99",
+        "refs/kiwi/checkpoints/tidy/98",
     ):
         rolled = await runs.call_tool(run_id, "git.rollback", {"checkpoint": name})
         assert rolled.status != "ok", (name, rolled)

@@ -837,3 +837,36 @@ def test_options_that_are_text_or_negations_stay_allowed():
         ["tree", "--sort", "name", "-L", "2", "."],
     ):
         assert check(argv).allowed, argv
+
+
+@pytest.mark.parametrize(
+    ("argv", "cwd", "named"),
+    [
+        # Review s25: each wrote, deleted or replaced what the run may not write (proven on the real programs).
+        (["git", "--icase-pathspecs", "rm", "-r", "-q", "--", "out"], ".", "makes every path a pattern"),
+        (["git", "--glob-pathspecs", "rm", "-q", "--", "out/*"], ".", "makes every path a pattern"),
+        (["git", "init"], "out", "protected place 'out/.git'"),
+        (["git", "reflog", "expire", "--expire=now", "--all"], ".", "rewrites the repository's records"),
+        (["git", "reflog", "delete", "HEAD@{1}"], ".", "rewrites the repository's records"),
+        (["rmdir", "-p", "gen/sub/x"], ".", "write not allowed on 'gen'"),
+        (["ln", "-s", "out/x"], ".", "write not allowed on 'x'"),
+        (["ln", "-sf", "../out/b.txt"], "src", "write not allowed on 'src/b.txt'"),
+        (["uniq", "--", "-5", "../src/a.txt"], "out", "write not allowed on 'src/a.txt'"),
+        (["uniq", "+99999999999999999999999", "../src/a.txt"], "out", "write not allowed on 'src/a.txt'"),
+    ],
+)
+def test_what_a_command_writes_is_read_as_the_program_writes_it(argv, cwd, named):
+    verdict = check(argv, read_grants=["**"], write_grants=["out/**", "gen/sub/**"], cwd=cwd)
+    assert not verdict.allowed and named in verdict.reason, verdict
+
+
+def test_what_such_commands_may_still_do():
+    grants = {"read_grants": ["**"], "write_grants": ["out/**", "gen/sub/**"]}
+    for argv, cwd in (
+        (["rmdir", "gen/sub/x"], "."),
+        (["git", "reflog"], "."),
+        (["uniq", "-5", "in.txt", "o.txt"], "out"),
+        (["ln", "-s", "../src/a.txt"], "out"),
+        (["cp", "--parents", "src/a.txt", "out"], "."),
+    ):
+        assert check(argv, cwd=cwd, **grants).allowed, argv

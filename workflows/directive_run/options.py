@@ -59,6 +59,10 @@ MUTATING_TOOLS = (
     "shell.run",
 )
 HELD = ("stuck", "awaiting_human")
+# A step that starts while a call waits for its approval (a call in the run's first task, or one made before
+# the step began) leaves the run awaiting_approval; it said awaiting_agent with the request pending. Asked only
+# where it changes the answer (a marker only in runs that meet it).
+APPROVAL_STATUS_KEPT = "kiwi-approval-status-kept"
 # Upstream MCP servers: transport failures retry (the pool reconnects); refusals do not.
 MCP_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=300),

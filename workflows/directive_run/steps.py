@@ -22,6 +22,7 @@ from workflows.directive_run.errors import (
     StepAborted,
 )
 from workflows.directive_run.options import (
+    APPROVAL_STATUS_KEPT,
     AUDIT_IDLE_FLUSH,
     CONTINUE_COMMIT_TIMER,
     HELD,
@@ -118,7 +119,9 @@ class StepsMixin:
             self._finish_step(record)
             return
         record.status = "awaiting_agent"
-        if state.status not in HELD:
+        if state.status == "awaiting_approval" and workflow.patched(APPROVAL_STATUS_KEPT):
+            state.approval_from = "awaiting_agent"  # (what the run goes back to once no call waits)
+        elif state.status not in HELD:
             state.status = "awaiting_agent"
         self._publish()
         if self.current and state.audit_pending:
@@ -158,7 +161,10 @@ class StepsMixin:
                 state.status = "cancelled"
                 return
             if record.status != "awaiting_agent":
-                state.status = "running"
+                if state.status == "awaiting_approval" and workflow.patched(APPROVAL_STATUS_KEPT):
+                    state.approval_from = "running"
+                else:
+                    state.status = "running"
                 return
             if self._should_continue():
                 await self._continue_as_new()
