@@ -42,6 +42,7 @@ from kiwi.shellpolicy import (
     PathArgument,
     ShellVerdict,
     Unpacking,
+    copies_folders,
     denied_inside,
     folder_uses,
     inside_refusal,
@@ -256,6 +257,8 @@ def _checked_cwd(req: CommandRequest) -> Path:
     if isinstance(paths, ShellVerdict):
         raise _denied(paths.reason)
     recheck_paths(req, paths)
+    if copies_folders(req.argv):
+        _no_link_in_the_way(req, [p for p in paths[1:] if p.mode == "write"])
     if (listed := names_from_a_list(req.argv)) is not None:  # (whatever the run decided: LIST_FILES)
         raise _denied(listed.reason)
     _check_folders(req, paths)
@@ -300,6 +303,51 @@ def _check_folders(req: CommandRequest, paths: list[PathArgument]) -> None:
 
 
 _TOO_MANY = "(too many entries)"
+
+
+def _no_link_in_the_way(req: CommandRequest, written: list[PathArgument]) -> None:
+    """``cp -r`` into a folder that exists writes every file below it through any link already there: each
+    link below each such folder must lead to a place the run may write (a link moved into out/src, its text
+    leading out of the project, took `cp -r src out`'s write outside)."""
+    real_root = os.path.realpath(req.project_root)
+    seen = 0
+    for path in written:
+        start = physical(req, path)
+        if start is None or not os.path.isdir(os.path.join(real_root, start)):
+            continue
+        pending = [os.path.join(real_root, start)]
+        while pending:
+            try:
+                entries = list(os.scandir(pending.pop()))
+            except OSError:
+                continue
+            for entry in entries:
+                seen += 1
+                if seen > DENIED_WALK_LIMIT:
+                    raise _denied(
+                        f"cp copies folders into '{path.raw}', which has more than {DENIED_WALK_LIMIT:,} "
+                        "entries to look through for links in the way; name a smaller folder"
+                    )
+                if entry.is_symlink():
+                    target = os.path.realpath(entry.path)
+                    name = os.path.relpath(entry.path, real_root).replace(os.sep, "/")
+                    inside = target == real_root or target.startswith(real_root + os.sep)
+                    led = os.path.relpath(target, real_root).replace(os.sep, "/") if inside else None
+                    granted = not (req.read_grants or req.write_grants) or (
+                        led is not None and protected_granted(req.write_grants, led) is not None
+                    )
+                    if led is None or first_match(req.deny_fs, led) is not None or not granted:
+                        raise _denied(
+                            f"cp copies folders into '{path.raw}', which holds the link '{name}' leading "
+                            + (
+                                "out of the project"
+                                if led is None
+                                else f"to '{led}', where this run may not write"
+                            )
+                            + ": cp writes through a link in its way",
+                        )
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
 
 
 def _denied_below(

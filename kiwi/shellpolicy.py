@@ -3144,6 +3144,15 @@ _RECURSING_LONG = {
 }
 
 
+def copies_folders(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` is a ``cp`` that copies folders whole (-r, -R, -a): it writes every file below its
+    destination, through any link in the way."""
+    if not argv or program_name(argv[0]) != "cp":
+        return False
+    parsed = _parse(list(argv[1:]), SPECS["cp"], set(), program="cp")
+    return not isinstance(parsed, ShellVerdict) and _reads_folders("cp", parsed)
+
+
 def _reads_folders(name: str, parsed: _Parsed) -> bool:
     options = _READS_FOLDERS[name]
     if options is None:

@@ -1079,3 +1079,32 @@ async def test_attack_a_copy_into_a_folder_replaces_no_denied_file(runs, project
         assert result.status == "denied" and "config/prod.env" in result.reason, (argv, result)
     assert (project / "config" / "prod.env").read_text() == "DB_PASSWORD=real\n"
     assert not (project / "config" / "prod.env").is_symlink()
+
+
+async def test_attack_a_folder_copied_whole_writes_through_no_link_in_its_way(runs, project):
+    """`cp -r src out` into an existing out/src writes every file below it through any link already there (one
+    moved into place, its text leading out of the project): the worker looks below each folder cp -r writes
+    into, and every link there must lead where the run may write."""
+    outside = project.parent / f"outside-{uuid.uuid4().hex[:8]}"
+    outside.mkdir()
+    (outside / "a.txt").write_text("untouched\n")
+    write(project / "src" / "a.txt", "PAYLOAD\n")
+    (project / "out" / "src").mkdir(parents=True)
+    (project / "out" / "src" / "a.txt").symlink_to(outside / "a.txt")
+    run_id = await agent_run(
+        runs,
+        project,
+        "treecopy",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+        '<execute resource="shell" commands="cp"/>',
+    )
+    for argv in (["cp", "-r", "src", "out"], ["cp", "-a", "src", "out/"], ["cp", "-R", "src/.", "out/src"]):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
+        assert result.status == "denied" and "out/src/a.txt" in result.reason, (argv, result)
+        assert (outside / "a.txt").read_text() == "untouched\n"
+    (project / "out" / "src" / "a.txt").unlink()
+    write(project / "out" / "elsewhere.txt", "old\n")
+    (project / "out" / "src" / "a.txt").symlink_to(project / "out" / "elsewhere.txt")  # (a link it may write)
+    copied = await runs.call_tool(run_id, "shell.run", {"argv": ["cp", "-r", "src", "out"]})
+    assert copied.status == "ok" and copied.result["exit_code"] == 0, copied
+    assert (project / "out" / "elsewhere.txt").read_text() == "PAYLOAD\n"
