@@ -49,6 +49,8 @@ GIT_FORCED_CONFIG = (
     ("credential.helper", ""),
     ("uploadpack.packObjectsHook", ""),
     ("gpg.program", "false"),
+    ("gpg.ssh.program", "false"),
+    ("gpg.x509.program", "false"),
     ("core.askPass", ""),
 )
 

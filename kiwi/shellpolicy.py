@@ -2338,7 +2338,7 @@ def _git(
         if known and name in ("--icase-pathspecs", "--glob-pathspecs"):
             # (`git --icase-pathspecs rm -r out` deleted OUT/: since KNOWN_OPTIONS.)
             return _no(
-                f"git option '{name}' is refused: it makes every path a pattern, and Kiwi checks paths as names",
+                f"git option '{name}' is refused: it makes every path a pattern, and Kiwi checks names",
                 "name each path as it is",
             )
         i += 1
@@ -2491,7 +2491,7 @@ def _git(
         if sub == "init" and not before:
             found.append((".", "write", False))
         if sub == "init" and known:
-            # (It makes FOLDER/.git, a protected place: `git init` in out/ made out/.git. Since KNOWN_OPTIONS.)
+            # (It makes FOLDER/.git, a protected place: `git init` in out/ made out/.git; KNOWN_OPTIONS.)
             found += [(posixpath.join(p, ".git"), "write", False) for p in (before[-1:] or ["."])]
     else:
         found += [(p, mode, False) for p in before if _path_like(p)]

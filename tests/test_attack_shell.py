@@ -124,7 +124,7 @@ def plant_malicious_git_config(project: Path, marks: Path) -> None:
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     hook = f"#!/bin/sh\ntouch {marks}/PWNED_hook_$(basename $0)\n"
     for place in (project / ".git" / "hooks", project / "evilhooks"):
-        for name in ("pre-commit", "post-commit", "post-checkout", "commit-msg"):
+        for name in ("pre-commit", "post-commit", "post-checkout", "commit-msg", "sign"):
             write(place / name, hook).chmod(0o755)
     write(project / ".gitattributes", "* filter=evil\n")
     with (project / ".git" / "config").open("a") as config:
@@ -134,8 +134,12 @@ def plant_malicious_git_config(project: Path, marks: Path) -> None:
             f"[alias]\n\tst = !touch {marks}/PWNED_alias\n"
             f'[filter "evil"]\n\tclean = touch {marks}/PWNED_clean\n\tsmudge = touch {marks}/PWNED_smudge\n'
             f"\trequired = true\n"
-            f"[gpg]\n\tprogram = touch {marks}/PWNED_gpg\n[commit]\n\tgpgSign = false\n"
+            # (format = ssh: signing runs gpg.ssh.program, which Kiwi's forced settings did not name.)
+            f"[gpg]\n\tprogram = touch {marks}/PWNED_gpg\n\tformat = ssh\n[commit]\n\tgpgSign = false\n"
+            f'[gpg "ssh"]\n\tprogram = {project}/evilhooks/sign\n'
+            f'[gpg "x509"]\n\tprogram = {project}/evilhooks/sign\n'
             "[user]\n\tname = Repo Owner\n\temail = owner@example.com\n"
+            f"\tsigningkey = {project}/evilhooks/key\n"
         )
 
 

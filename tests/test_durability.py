@@ -488,8 +488,9 @@ def _scrub(node, old: str, new: str):
 )
 async def test_record_shell_options_history(runs, project):
     """Record a run whose agent runs `ls --co .` (ls refuses the abbreviation as ambiguous) and `diff
-    --paginate A B` (it runs pr): allowed before KNOWN_OPTIONS, refused since (tests/histories/shell_options-{patch id}.json; the one recorded by the code
-    before it is shell_options_before-...)."""
+    --paginate A B` (it runs pr): allowed before KNOWN_OPTIONS, refused since
+    (tests/histories/shell_options-{patch id}.json; the one recorded by the code before it is
+    shell_options_before-...)."""
     write(project / "notes" / "a.txt", "a\n")
     write(project / "notes" / "b.txt", "b\n")
     write_directive(
