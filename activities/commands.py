@@ -39,6 +39,7 @@ from kiwi.globs import first_match
 from kiwi.protected import granted as protected_granted
 from kiwi.shellpolicy import (
     FIND_GRANTABLE,
+    LinkMoves,
     PathArgument,
     ShellVerdict,
     Unpacking,
@@ -47,6 +48,7 @@ from kiwi.shellpolicy import (
     folder_uses,
     inside_refusal,
     later_refused,
+    link_moves,
     names_from_a_list,
     path_arguments,
     program_name,
@@ -259,6 +261,8 @@ def _checked_cwd(req: CommandRequest) -> Path:
     recheck_paths(req, paths)
     if copies_folders(req.argv):
         _no_link_in_the_way(req, [p for p in paths[1:] if p.mode == "write"])
+    if (moves := link_moves(req.argv)) is not None:
+        _links_land_where_they_may(req, moves)
     if (listed := names_from_a_list(req.argv)) is not None:  # (whatever the run decided: LIST_FILES)
         raise _denied(listed.reason)
     _check_folders(req, paths)
@@ -303,6 +307,72 @@ def _check_folders(req: CommandRequest, paths: list[PathArgument]) -> None:
 
 
 _TOO_MANY = "(too many entries)"
+
+
+def _links_land_where_they_may(req: CommandRequest, moves: LinkMoves) -> None:
+    """A link moved or copied as a link (mv, cp -r/-a/-d, a hard ln of a link) keeps its text, which is read
+    from where it lands: each must lead, from there, to a place the run may write. (A link made in out/a/b
+    with its text leading to out/x, moved to out/, led out of the project; moved within one command with a
+    later operand going through it, `cp -r A B out` wrote, read, and `mv`/`ln` moved or linked files outside
+    the project or denied, all checked before the command ran.)"""
+    real_root = os.path.realpath(req.project_root)
+    cwd = os.path.join(real_root, os.path.normpath(req.cwd or "."))
+    given = os.path.join(cwd, moves.into)
+    into = os.path.realpath(given)
+    folder = moves.folder or os.path.isdir(into)
+    seen = 0
+
+    def check(landing: str, text: str, shown: str) -> None:
+        target = os.path.realpath(os.path.join(os.path.dirname(landing), text))
+        inside = target == real_root or target.startswith(real_root + os.sep)
+        led = os.path.relpath(target, real_root).replace(os.sep, "/") if inside else None
+        granted = not (req.read_grants or req.write_grants) or (
+            led is not None and protected_granted(req.write_grants, led) is not None
+        )
+        if led is None or first_match(req.deny_fs, led) is not None or not granted:
+            where = os.path.relpath(landing, real_root).replace(os.sep, "/")
+            raise _denied(
+                f"'{shown}' is a symbolic link ('{text}'); at '{where}', where {os.path.basename(req.argv[0])} "
+                "puts it, it leads "
+                + ("out of the project" if led is None else f"to '{led}', where this run may not write")
+                + "; a link keeps its text wherever it goes"
+            )
+
+    for source in moves.sources:
+        named = os.path.join(cwd, source.rstrip("/") or source)
+        here = os.path.join(os.path.realpath(os.path.dirname(named)), os.path.basename(named))
+        if not folder:
+            landing = os.path.join(os.path.realpath(os.path.dirname(given)), os.path.basename(given))
+        elif moves.parents:
+            landing = os.path.join(into, os.path.normpath(source))
+        else:
+            landing = os.path.join(into, os.path.basename(named))
+        if os.path.islink(here):
+            if moves.top:
+                check(landing, os.readlink(here), source)
+            continue
+        if not moves.below or not os.path.isdir(here):
+            continue
+        pending = [(here, landing)]
+        while pending:
+            folder_here, folder_there = pending.pop()
+            try:
+                entries = list(os.scandir(folder_here))
+            except OSError:
+                continue
+            for entry in entries:
+                seen += 1
+                if seen > DENIED_WALK_LIMIT:
+                    raise _denied(
+                        f"'{source}' has more than {DENIED_WALK_LIMIT:,} entries to look through for links "
+                        "it would move; name a smaller folder"
+                    )
+                there = os.path.join(folder_there, entry.name)
+                if entry.is_symlink():
+                    shown = os.path.relpath(entry.path, real_root).replace(os.sep, "/")
+                    check(there, os.readlink(entry.path), shown)
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, there))
 
 
 def _no_link_in_the_way(req: CommandRequest, written: list[PathArgument]) -> None:

@@ -3153,6 +3153,58 @@ def copies_folders(argv: Sequence[str]) -> bool:
     return not isinstance(parsed, ShellVerdict) and _reads_folders("cp", parsed)
 
 
+@dataclass(frozen=True)
+class LinkMoves:
+    """Where ``cp``/``mv``/``ln`` put what they are given, as links stay links: each source lands at
+    ``into``/NAME (``into``/SOURCE with ``parents``) when ``into`` is a folder, else at ``into`` itself.
+    ``top``: a source that is a symbolic link moves as one (mv, cp -r/-a/-d/-P, a hard ln); ``below``: so do
+    the links below a source folder (mv, cp -r)."""
+
+    sources: tuple[str, ...]
+    into: str
+    folder: bool  # (given as the folder to write into: -t DIR)
+    parents: bool
+    top: bool
+    below: bool
+
+
+def link_moves(argv: Sequence[str]) -> LinkMoves | None:
+    """How ``argv`` moves or copies links (see :class:`LinkMoves`), or None when it moves none."""
+    if not argv:
+        return None
+    name = program_name(argv[0])
+    if name not in ("cp", "mv", "ln"):
+        return None
+    parsed = _parse(list(argv[1:]), SPECS[name], set(), program=name)
+    if isinstance(parsed, ShellVerdict):
+        return None
+    options = set(parsed.options)
+    if name == "ln" and "-s" in options:
+        return None  # (its new link's text is checked as a path from where the link is: _operands)
+    folders = [v for _, k, v in parsed.values if k == "write"]
+    ops = list(parsed.operands)
+    if name == "ln" and not folders and len(ops) == 1:
+        ops.append(".")
+    sources, into = (ops, folders[-1]) if folders else (ops[:-1], ops[-1] if ops else "")
+    if not sources or not into:
+        return None
+    recursive = name == "mv" or (name == "cp" and _reads_folders("cp", parsed))
+    as_links = name in ("mv", "ln") or recursive or bool({"-d", "-P", "--no-dereference"} & options)
+    follows = bool(
+        {"-L", "-H", "--dereference"} & options
+        if name == "cp"
+        else name == "ln" and {"-L", "--logical"} & options
+    )
+    return LinkMoves(
+        tuple(sources),
+        into,
+        bool(folders),
+        "--parents" in options,
+        as_links and not follows,
+        recursive and not (name == "cp" and "-L" in options),
+    )
+
+
 def _reads_folders(name: str, parsed: _Parsed) -> bool:
     options = _READS_FOLDERS[name]
     if options is None:

@@ -1048,10 +1048,12 @@ async def test_attack_a_link_moved_into_place_or_named_by_its_target_writes_noth
     for argv in (
         ["mkdir", "-p", "out/a/b"],
         ["ln", "-s", f"../../{outside.name}/victim.txt", "out/a/b/a.txt"],  # (out/outside-.../victim.txt)
-        ["mv", "out/a/b/a.txt", "out"],
     ):
         made = await sh(*argv)
         assert made.status == "ok" and made.result["exit_code"] == 0, (argv, made)
+    moved = await sh("mv", "out/a/b/a.txt", "out")  # (since the second review: see the test below)
+    assert moved.status == "denied" and "a link keeps its text" in moved.reason, moved
+    (project / "out" / "a/b/a.txt").rename(project / "out" / "a.txt")  # (moved by a human, or before)
     copied = await sh("cp", "src/a.txt", "out")
     assert copied.status == "denied" and "outside the project" in copied.reason, copied
     assert (outside / "victim.txt").read_text() == "untouched\n"
@@ -1112,3 +1114,61 @@ async def test_attack_a_folder_copied_whole_writes_through_no_link_in_its_way(ru
     copied = await runs.call_tool(run_id, "shell.run", {"argv": ["cp", "-r", "src", "out"]})
     assert copied.status == "ok" and copied.result["exit_code"] == 0, copied
     assert (project / "out" / "elsewhere.txt").read_text() == "PAYLOAD\n"
+
+
+async def test_attack_a_link_moved_by_the_command_itself_leads_nowhere_it_may_not(runs, project):
+    """Second review s25: each check is made before the command runs, and cp, mv and ln take their operands in
+    order, so one operand can put a link where its text leads out of the project and a later one go through
+    it: `cp -r A B out` overwrote a file outside, `cp -r --parents` wrote into a folder outside, `mv` moved
+    outside and denied files into out/, `ln` hard-linked them. A link moved or copied as a link is now
+    checked from where it lands: it must lead where the run may write."""
+    outside = project.parent / f"outside-{uuid.uuid4().hex[:8]}"
+    (outside / "dir").mkdir(parents=True)
+    (outside / "victim").write_text("ORIGINAL\n")
+    (outside / "dir" / "v").write_text("ORIGINAL\n")
+    write(project / "src" / "a.txt", "SRC\n")
+    write(project / "config" / "prod.env", "SECRET=1\n")
+    harness = project / ".ai" / "config" / "agent_harness.yaml"
+    harness.write_text(harness.read_text().replace("max_warnings: 5", "max_warnings: 50"))  # (quiet steps)
+    run_id = await agent_run(
+        runs,
+        project,
+        "chains",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+        '<deny resource="filesystem" path="config/prod.env"/><execute resource="shell" commands="mkdir,ln,cp,mv"/>',
+    )
+
+    async def sh(*argv: str, cwd: str = ".") -> object:
+        return await runs.call_tool(run_id, "shell.run", {"argv": list(argv), "cwd": cwd})
+
+    up = f"../../../{outside.name}"
+    for argv, cwd in (
+        (["mkdir", "-p", "out/p/x/c", "out/q/c", "out/p/x/y/c", "out/t"], "."),
+        (["ln", "-s", f"{up}/victim", "out/p/x/c/F"], "."),  # (out/outside-.../victim, from out/p/x/c)
+        (["ln", "-s", f"../{up}/dir", "out/p/x/y/c/D"], "."),
+        (["ln", "-s", "../../../config", "out/p/x/y/c/K"], "."),  # (out/config)
+        (["cp", "src/a.txt", "out/q/c/F"], "."),
+    ):
+        made = await sh(*argv, cwd=cwd)
+        assert made.status == "ok" and made.result["exit_code"] == 0, (argv, made)
+    for argv, cwd in (
+        (["cp", "-r", "out/p/x/c", "out/q/c", "out"], "."),
+        (["cp", "-a", "out/p/x/c", "out/q/c", "out"], "."),
+        (["cp", "-r", "--parents", "c", "c/D/v", "../../../t"], "out/p/x/y"),
+        (["mv", "out/p/x/y/c", "out/t/c/D/v", "out/t/c/K/prod.env", "out/t"], "."),
+        (["ln", "out/p/x/y/c/D", "out/p/x/y/c/K", "out/t"], "."),
+    ):
+        result = await sh(*argv, cwd=cwd)
+        assert result.status == "denied" and "a link keeps its text" in result.reason, (argv, result)
+    assert (outside / "victim").read_text() == "ORIGINAL\n"
+    assert (outside / "dir" / "v").read_text() == "ORIGINAL\n"
+    assert (project / "config" / "prod.env").read_text() == "SECRET=1\n"
+    assert sorted(p.name for p in (project / "out" / "t").iterdir()) == []
+    # A link that leads where the run may write goes where it likes.
+    for argv in (
+        ["ln", "-s", "a.txt", "out/t/L"],
+        ["mv", "out/t/L", "out/t/M"],
+        ["cp", "-a", "out/t/M", "out/t/N"],
+    ):
+        moved = await sh(*argv)
+        assert moved.status == "ok" and moved.result["exit_code"] == 0, (argv, moved)
