@@ -263,6 +263,8 @@ def _checked_cwd(req: CommandRequest) -> Path:
         _no_link_in_the_way(req, [p for p in paths[1:] if p.mode == "write"])
     if (moves := link_moves(req.argv)) is not None:
         _links_land_where_they_may(req, moves)
+    if program_name(req.argv[0]) == "chmod":
+        _no_hard_link_below(req, [p for p in paths[1:] if p.mode == "write" and p.tree])
     if (listed := names_from_a_list(req.argv)) is not None:  # (whatever the run decided: LIST_FILES)
         raise _denied(listed.reason)
     _check_folders(req, paths)
@@ -418,6 +420,42 @@ def _no_link_in_the_way(req: CommandRequest, written: list[PathArgument]) -> Non
                         )
                 elif entry.is_dir(follow_symlinks=False):
                     pending.append(entry.path)
+                elif entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_nlink > 1:
+                    name = os.path.relpath(entry.path, real_root).replace(os.sep, "/")
+                    raise _denied(
+                        f"cp copies folders into '{path.raw}', which holds '{name}', a file with other names "
+                        "(hard links): cp writes into it, and so into them"
+                    )
+
+
+def _no_hard_link_below(req: CommandRequest, changed: list[PathArgument]) -> None:
+    """chmod -R changes every file below a folder, and a file with other names (hard links) is one file:
+    changing it changes them, wherever they are."""
+    real_root = os.path.realpath(req.project_root)
+    seen = 0
+    for path in changed:
+        start = physical(req, path)
+        pending = [os.path.join(real_root, start)] if start is not None else []
+        while pending:
+            try:
+                entries = list(os.scandir(pending.pop()))
+            except OSError:
+                continue
+            for entry in entries:
+                seen += 1
+                if seen > DENIED_WALK_LIMIT:
+                    raise _denied(
+                        f"'{path.raw}' has more than {DENIED_WALK_LIMIT:,} entries to look through for files "
+                        "with other names; name a smaller folder"
+                    )
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_nlink > 1:
+                    name = os.path.relpath(entry.path, real_root).replace(os.sep, "/")
+                    raise _denied(
+                        f"'{path.raw}' holds '{name}', a file with other names (hard links): changing it "
+                        "changes them, where this run may not be allowed to"
+                    )
 
 
 def _denied_below(

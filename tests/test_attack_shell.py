@@ -883,14 +883,21 @@ async def test_attack_abbreviations_and_hard_links_change_no_file_the_run_may_no
         project,
         "linked",
         '<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
-        '<execute resource="shell" commands="git,tee"/>',
+        '<execute resource="shell" commands="git,tee,chmod,cp"/>',
     )
     removed = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "rm", "--f", "src/a.txt"]})
     assert removed.status != "ok" or removed.result["exit_code"] != 0, removed
     assert "abbreviated" in str(removed.result) + removed.reason, removed
     written = await runs.call_tool(run_id, "shell.run", {"argv": ["tee", "out/h"], "stdin": "PAYLOAD"})
     assert written.status == "denied" and "hard links" in written.reason, written
+    # Third review s25: nor through a folder the program works on whole (chmod -R, cp -r into it).
+    write(project / "out" / "new" / "h", "PAYLOAD\n")
+    mode = (project / "src" / "a.txt").stat().st_mode
+    for argv in (["chmod", "-R", "777", "out"], ["cp", "-rT", "out/new", "out"]):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
+        assert result.status == "denied" and "hard links" in result.reason, (argv, result)
     assert (project / "src" / "a.txt").read_text() == "hello\n"
+    assert (project / "src" / "a.txt").stat().st_mode == mode
 
 
 async def test_attack_a_new_branch_with_force_rewrites_no_file(runs, project):
