@@ -313,49 +313,40 @@ _TOO_MANY = "(too many entries)"
 
 def _links_land_where_they_may(req: CommandRequest, moves: LinkMoves) -> None:
     """A link moved or copied as a link (mv, cp -r/-a/-d, a hard ln of a link) keeps its text, which is read
-    from where it lands: each must lead, from there, to a place the run may write. (A link made in out/a/b
-    with its text leading to out/x, moved to out/, led out of the project; moved within one command with a
-    later operand going through it, `cp -r A B out` wrote, read, and `mv`/`ln` moved or linked files outside
-    the project or denied, all checked before the command ran.)"""
+    from where it lands: each must lead, from there, to a place the run may write (a link ln -s makes: may
+    read). (A link made in out/a/b with its text leading to out/x, moved to out/, led out of the project.)
+    Every check is made before the program runs, and it takes its operands in order, so a later operand
+    could go through a link an earlier one put in place (`cp -r A B out` wrote, read, and `mv`/`ln` moved or
+    linked files outside the project or denied): with links among several sources, or a source that does
+    not exist yet, the command is refused (one source at a time)."""
     real_root = os.path.realpath(req.project_root)
     cwd = os.path.join(real_root, os.path.normpath(req.cwd or "."))
+    program = os.path.basename(req.argv[0])
     given = os.path.join(cwd, moves.into)
     into = os.path.realpath(given)
-    folder = moves.folder or os.path.isdir(into)
-    seen = 0
+    folder = (moves.folder or os.path.isdir(into)) and not moves.named
+    seen = [0]
 
-    def check(landing: str, text: str, shown: str) -> None:
+    def check(landing: str, text: str, shown: str, may: str) -> None:
         target = os.path.realpath(os.path.join(os.path.dirname(landing), text))
         inside = target == real_root or target.startswith(real_root + os.sep)
         led = os.path.relpath(target, real_root).replace(os.sep, "/") if inside else None
+        grants = req.write_grants if may == "write" else req.read_grants
         granted = not (req.read_grants or req.write_grants) or (
-            led is not None and protected_granted(req.write_grants, led) is not None
+            led is not None and protected_granted(grants, led) is not None
         )
         if led is None or first_match(req.deny_fs, led) is not None or not granted:
             where = os.path.relpath(landing, real_root).replace(os.sep, "/")
             raise _denied(
-                f"'{shown}' is a symbolic link ('{text}'); at '{where}', where {os.path.basename(req.argv[0])} "
-                "puts it, it leads "
-                + ("out of the project" if led is None else f"to '{led}', where this run may not write")
+                f"'{shown}' is a symbolic link ('{text}'); at '{where}', where {program} puts it, it leads "
+                + ("out of the project" if led is None else f"to '{led}', where this run may not {may}")
                 + "; a link keeps its text wherever it goes"
             )
 
-    for source in moves.sources:
-        named = os.path.join(cwd, source.rstrip("/") or source)
-        here = os.path.join(os.path.realpath(os.path.dirname(named)), os.path.basename(named))
-        if not folder:
-            landing = os.path.join(os.path.realpath(os.path.dirname(given)), os.path.basename(given))
-        elif moves.parents:
-            landing = os.path.join(into, os.path.normpath(source))
-        else:
-            landing = os.path.join(into, os.path.basename(named))
-        if os.path.islink(here):
-            if moves.top:
-                check(landing, os.readlink(here), source)
-            continue
-        if not moves.below or not os.path.isdir(here):
-            continue
-        pending = [(here, landing)]
+    def links_below(here: str, there: str, source: str) -> list[tuple[str, str, str]]:
+        """(landing, text, shown) of each link below the folder ``here``, put at ``there``."""
+        found: list[tuple[str, str, str]] = []
+        pending = [(here, there)]
         while pending:
             folder_here, folder_there = pending.pop()
             try:
@@ -363,18 +354,58 @@ def _links_land_where_they_may(req: CommandRequest, moves: LinkMoves) -> None:
             except OSError:
                 continue
             for entry in entries:
-                seen += 1
-                if seen > DENIED_WALK_LIMIT:
+                seen[0] += 1
+                if seen[0] > DENIED_WALK_LIMIT:
                     raise _denied(
                         f"'{source}' has more than {DENIED_WALK_LIMIT:,} entries to look through for links "
                         "it would move; name a smaller folder"
                     )
-                there = os.path.join(folder_there, entry.name)
+                landed = os.path.join(folder_there, entry.name)
                 if entry.is_symlink():
                     shown = os.path.relpath(entry.path, real_root).replace(os.sep, "/")
-                    check(there, os.readlink(entry.path), shown)
+                    found.append((landed, os.readlink(entry.path), shown))
                 elif entry.is_dir(follow_symlinks=False):
-                    pending.append((entry.path, there))
+                    pending.append((entry.path, landed))
+        return found
+
+    def landing_of(source: str, named: str) -> str:
+        if not folder:
+            return os.path.join(os.path.realpath(os.path.dirname(given)), os.path.basename(given))
+        if moves.parents:
+            return os.path.join(into, os.path.normpath(source))
+        return os.path.join(into, os.path.basename(named))
+
+    if moves.made:
+        for text in moves.sources:  # (ln -s TEXT...: the new link's text is the operand itself)
+            landing = os.path.join(cwd, "-") if moves.relative else landing_of(text, text.rstrip("/") or text)
+            check(landing, text, text, "read")
+        return
+    several = len(moves.sources) > 1
+    for source in moves.sources:
+        named = os.path.join(cwd, source.rstrip("/") or source)
+        here = os.path.join(os.path.realpath(os.path.dirname(named)), os.path.basename(named))
+        landing = landing_of(source, named)
+        if several and not os.path.lexists(here):
+            raise _denied(
+                f"'{source}' does not exist before {program} runs (an earlier operand would make it); give "
+                f"{program} one source at a time"
+            )
+        if os.path.islink(here):
+            links = [(landing, os.readlink(here), source)] if moves.top else []
+            if moves.follows and os.path.isdir(here):  # (cp -rH: the folder it leads to, copied whole)
+                links += links_below(os.path.realpath(here), landing, source)
+        elif moves.below and os.path.isdir(here):
+            links = links_below(here, landing, source)
+        else:
+            links = []
+        if links and several:
+            raise _denied(
+                f"'{links[0][2]}' is a symbolic link {program} would move or copy among several sources: a "
+                "later one can go through it where it lands, and every check is made before the command "
+                f"runs; give {program} one source at a time"
+            )
+        for landed, text, shown in links:
+            check(landed, text, shown, "write")
 
 
 def _no_link_in_the_way(req: CommandRequest, written: list[PathArgument]) -> None:

@@ -3156,9 +3156,11 @@ def copies_folders(argv: Sequence[str]) -> bool:
 @dataclass(frozen=True)
 class LinkMoves:
     """Where ``cp``/``mv``/``ln`` put what they are given, as links stay links: each source lands at
-    ``into``/NAME (``into``/SOURCE with ``parents``) when ``into`` is a folder, else at ``into`` itself.
-    ``top``: a source that is a symbolic link moves as one (mv, cp -r/-a/-d/-P, a hard ln); ``below``: so do
-    the links below a source folder (mv, cp -r)."""
+    ``into``/NAME (``into``/SOURCE with ``parents``) when ``into`` is a folder and ``named`` is False (-T),
+    else at ``into`` itself. ``top``: a source that is a symbolic link moves as one (mv, cp -r/-a/-d/-P, a
+    hard ln); ``below``: so do the links below a source folder (mv, cp -r), and below the folder a source
+    link leads to when cp follows it (``follows``: -H). ``made``: ln -s, whose sources are the new links'
+    texts."""
 
     sources: tuple[str, ...]
     into: str
@@ -3166,10 +3168,14 @@ class LinkMoves:
     parents: bool
     top: bool
     below: bool
+    follows: bool = False
+    named: bool = False  # (-T, --no-target-directory; ln -n: `into` is the new name, even if a folder)
+    made: bool = False
+    relative: bool = False  # (ln -sr: each text is named from the cwd, and ln makes it relative)
 
 
 def link_moves(argv: Sequence[str]) -> LinkMoves | None:
-    """How ``argv`` moves or copies links (see :class:`LinkMoves`), or None when it moves none."""
+    """How ``argv`` moves, copies or makes links (see :class:`LinkMoves`), or None when it does none."""
     if not argv:
         return None
     name = program_name(argv[0])
@@ -3179,8 +3185,6 @@ def link_moves(argv: Sequence[str]) -> LinkMoves | None:
     if isinstance(parsed, ShellVerdict):
         return None
     options = set(parsed.options)
-    if name == "ln" and "-s" in options:
-        return None  # (its new link's text is checked as a path from where the link is: _operands)
     folders = [v for _, k, v in parsed.values if k == "write"]
     ops = list(parsed.operands)
     if name == "ln" and not folders and len(ops) == 1:
@@ -3188,6 +3192,22 @@ def link_moves(argv: Sequence[str]) -> LinkMoves | None:
     sources, into = (ops, folders[-1]) if folders else (ops[:-1], ops[-1] if ops else "")
     if not sources or not into:
         return None
+    named = bool({"-T", "--no-target-directory"} & options) or (
+        name == "ln" and bool({"-n", "--no-dereference"} & options)
+    )
+    if name == "ln" and "-s" in options:
+        relative = bool({"-r", "--relative"} & options)
+        return LinkMoves(
+            tuple(sources),
+            into,
+            bool(folders),
+            False,
+            False,
+            False,
+            named=named,
+            made=True,
+            relative=relative,
+        )
     recursive = name == "mv" or (name == "cp" and _reads_folders("cp", parsed))
     as_links = name in ("mv", "ln") or recursive or bool({"-d", "-P", "--no-dereference"} & options)
     follows = bool(
@@ -3202,6 +3222,8 @@ def link_moves(argv: Sequence[str]) -> LinkMoves | None:
         "--parents" in options,
         as_links and not follows,
         recursive and not (name == "cp" and "-L" in options),
+        follows=name == "cp" and recursive and "-H" in options,
+        named=named,
     )
 
 

@@ -1155,18 +1155,30 @@ async def test_attack_a_link_moved_by_the_command_itself_leads_nowhere_it_may_no
         (["ln", "-s", f"../{up}/dir", "out/p/x/y/c/D"], "."),
         (["ln", "-s", "../../../config", "out/p/x/y/c/K"], "."),  # (out/config)
         (["cp", "src/a.txt", "out/q/c/F"], "."),
+        (["ln", "-s", "c", "out/p/x/y/L"], "."),  # (a link to the folder c, for cp -H)
+        (["ln", "-s", "..", "out/p/x/y/U"], "."),  # (a link to out/p/x: ln -s into it makes out/p/x/NAME)
     ):
         made = await sh(*argv, cwd=cwd)
         assert made.status == "ok" and made.result["exit_code"] == 0, (argv, made)
-    for argv, cwd in (
-        (["cp", "-r", "out/p/x/c", "out/q/c", "out"], "."),
-        (["cp", "-a", "out/p/x/c", "out/q/c", "out"], "."),
-        (["cp", "-r", "--parents", "c", "c/D/v", "../../../t"], "out/p/x/y"),
-        (["mv", "out/p/x/y/c", "out/t/c/D/v", "out/t/c/K/prod.env", "out/t"], "."),
-        (["ln", "out/p/x/y/c/D", "out/p/x/y/c/K", "out/t"], "."),
+    several = "give {} one source at a time"
+    for argv, cwd, named in (
+        (["cp", "-r", "out/p/x/c", "out/q/c", "out"], ".", several.format("cp")),
+        (["cp", "-a", "out/p/x/c", "out/q/c", "out"], ".", several.format("cp")),
+        (["cp", "-r", "--parents", "c", "c/D/v", "../../../t"], "out/p/x/y", several.format("cp")),
+        (["mv", "out/p/x/y/c", "out/t/c/D/v", "out/t/c/K/prod.env", "out/t"], ".", several.format("mv")),
+        (["ln", "out/p/x/y/c/D", "out/p/x/y/c/K", "out/t"], ".", several.format("ln")),
+        (["mv", "out/p/x/c", "out/t"], ".", "a link keeps its text"),
+        (["cp", "-a", "out/p/x/y/c", "out/t"], ".", "a link keeps its text"),
+        (["ln", "out/p/x/c/F", "out/t"], ".", "a link keeps its text"),
+        # Third review s25: -T puts a folder's entries in the destination itself, -H copies the folder a
+        # link leads to (links below it too), and ln -s into a folder makes FOLDER/NAME, read from there.
+        (["cp", "-rT", "out/p/x/c", "out/t"], ".", "a link keeps its text"),
+        (["mv", "-T", "out/p/x/c", "out/t"], ".", "a link keeps its text"),
+        (["cp", "-rH", "out/p/x/y/L", "out/t"], ".", "a link keeps its text"),
+        (["ln", "-s", f"../{up}/victim", "out/p/x/y/U"], ".", "a link keeps its text"),
     ):
         result = await sh(*argv, cwd=cwd)
-        assert result.status == "denied" and "a link keeps its text" in result.reason, (argv, result)
+        assert result.status == "denied" and named in result.reason, (argv, result)
     assert (outside / "victim").read_text() == "ORIGINAL\n"
     assert (outside / "dir" / "v").read_text() == "ORIGINAL\n"
     assert (project / "config" / "prod.env").read_text() == "SECRET=1\n"
