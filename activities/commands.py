@@ -144,6 +144,11 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
                 f"{what} is a file with other names (hard links): writing it writes them, where this run may "
                 "not be allowed to write"
             )
+        if path.mode == "read" and req.deny_fs and _hard_linked(req.project_root, real):
+            raise _denied(
+                f"{what} is a file with other names (hard links), and this run denies paths: one of its "
+                "names may be one of them"
+            )
         if real == path.rel or not (req.read_grants or req.write_grants):
             continue
         grants = req.read_grants if path.mode == "read" else req.write_grants
@@ -298,6 +303,10 @@ def _check_folders(req: CommandRequest, paths: list[PathArgument]) -> None:
                     f"{os.path.basename(req.argv[0])} {verb} everything below '{p.rel}', which has more than "
                     f"{DENIED_WALK_LIMIT:,} entries to look through for the paths this run denies; name a "
                     "smaller folder"
+                )
+            if hit is not None and hit.startswith("(the file"):
+                raise _denied(
+                    f"{os.path.basename(req.argv[0])} {verb} everything below '{p.rel}': {hit[1:-1]}"
                 )
             if hit is not None and hit.startswith("(the link"):
                 raise _denied(
@@ -516,6 +525,12 @@ def _denied_below(
             hit = first_match(deny, name)
             if hit is not None:
                 return hit
+            if (
+                deny
+                and entry.is_file(follow_symlinks=False)
+                and entry.stat(follow_symlinks=False).st_nlink > 1
+            ):
+                return f"(the file {name}, which has other names (hard links): one may be a path this run denies)"
             if depth is not None and entry.is_symlink():
                 target = os.path.realpath(entry.path)
                 if target != real_root and not target.startswith(real_root + os.sep):

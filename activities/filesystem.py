@@ -340,6 +340,12 @@ class FilesystemActivities:
                     raise _error(f"'{req.path}' is a folder; use filesystem.list", "IsADirectory")
                 if not stat.S_ISREG(info.st_mode):
                     raise _error(f"'{req.path}' is not a regular file", "FileNotFound")
+                if req.denied and info.st_nlink > 1:
+                    # (A human's hard link docs/notes to secrets/key is that file: its name is no denial's.)
+                    raise _denied(
+                        f"'{req.path}' is a file with other names (hard links), and this run denies paths: one "
+                        "of its names may be one of them"
+                    )
                 data = _read_all(fd, req.max_bytes)
             finally:
                 os.close(fd)

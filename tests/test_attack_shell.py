@@ -1191,3 +1191,27 @@ async def test_attack_a_link_moved_by_the_command_itself_leads_nowhere_it_may_no
     ):
         moved = await sh(*argv)
         assert moved.status == "ok" and moved.result["exit_code"] == 0, (argv, moved)
+
+
+async def test_attack_a_hard_link_to_a_denied_file_reads_nothing(runs, project):
+    """Third review s25: a denied file with another name (a human's hard link, docs/notes for secrets/key) was
+    read under that name, alone or in a folder (`cat docs/notes`, `grep -r KEY docs`). With denials in force,
+    a file with other names is not read."""
+    write(project / "secrets" / "key", "TOPSECRET\n")
+    write(project / "docs" / "readme", "hello\n")
+    os.link(project / "secrets" / "key", project / "docs" / "notes")
+    run_id = await agent_run(
+        runs,
+        project,
+        "hardread",
+        '<read resource="filesystem" path="**"/><deny resource="filesystem" path="secrets/**"/>'
+        '<execute resource="shell" commands="cat,grep"/>',
+    )
+    for argv in (["cat", "docs/notes"], ["grep", "-r", "TOP", "docs"]):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
+        assert result.status == "denied" and "hard links" in result.reason, (argv, result)
+        assert "TOPSECRET" not in str(result.result)
+    read = await runs.call_tool(run_id, "filesystem.read", {"path": "docs/notes"})
+    assert read.status == "denied" and "hard links" in read.reason, read
+    shown = await runs.call_tool(run_id, "shell.run", {"argv": ["cat", "docs/readme"]})
+    assert shown.status == "ok" and shown.result["stdout"] == "hello\n", shown
