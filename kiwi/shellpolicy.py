@@ -2375,6 +2375,12 @@ def _git(
             values = {k: v for k, v in values.items() if k not in ("-S", "-G", "-L", "-n")}
         if sub == "init":
             values.pop("--shared", None)  # (--shared[=PERMS]: the next word is the folder)
+    if options and known:
+        # (Since KNOWN_OPTIONS: `git blame -n FILE` is --show-number and `git show --pretty REV:PATH` takes
+        # no value from the next word; each swallowed the path it then read unchecked.)
+        if sub not in ("log", "show", "whatchanged"):
+            values.pop("-n", None)
+        values.pop("--pretty", None)
     found: list[tuple[str, str, bool]] = []
     before: list[str] = []
     after: list[str] | None = None
@@ -2493,6 +2499,10 @@ def _git(
         if sub == "init" and known:
             # (It makes FOLDER/.git, a protected place: `git init` in out/ made out/.git; KNOWN_OPTIONS.)
             found += [(posixpath.join(p, ".git"), "write", False) for p in (before[-1:] or ["."])]
+    elif known and sub in ("blame", "annotate"):
+        # (Its file is read as it is in the working tree, a name without '/' too: `git blame temporal-dev.yml`.
+        # Since KNOWN_OPTIONS.)
+        found += [(p, "read", False) for p in before]
     else:
         found += [(p, mode, False) for p in before if _path_like(p)]
     # An object named REV:PATH (`git show HEAD:.ai/config/x`, `:PATH` in the index, `:N:PATH`) reads the file

@@ -853,6 +853,10 @@ def test_options_that_are_text_or_negations_stay_allowed():
         (["ln", "-sf", "../out/b.txt"], "src", "write not allowed on 'src/b.txt'"),
         (["uniq", "--", "-5", "../src/a.txt"], "out", "write not allowed on 'src/a.txt'"),
         (["uniq", "+99999999999999999999999", "../src/a.txt"], "out", "write not allowed on 'src/a.txt'"),
+        # (Reads: each swallowed the path it then read, a protected one here.)
+        (["git", "show", "--pretty", "HEAD~1:.ai/config/x.yaml"], ".", "protected place '.ai/config'"),
+        (["git", "blame", "-n", ".ai/config/x.yaml"], ".", "protected place '.ai/config'"),
+        (["git", "blame", "temporal-dev.yml"], ".", "protected place 'temporal-dev.yml'"),
     ],
 )
 def test_what_a_command_writes_is_read_as_the_program_writes_it(argv, cwd, named):
@@ -868,5 +872,8 @@ def test_what_such_commands_may_still_do():
         (["uniq", "-5", "in.txt", "o.txt"], "out"),
         (["ln", "-s", "../src/a.txt"], "out"),
         (["cp", "--parents", "src/a.txt", "out"], "."),
+        (["git", "log", "-n", "3"], "."),
+        (["git", "show", "--pretty=oneline", "HEAD"], "."),
+        (["git", "blame", "HEAD", "--", "src/a.py"], "."),
     ):
         assert check(argv, cwd=cwd, **grants).allowed, argv
