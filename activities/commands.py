@@ -270,6 +270,8 @@ def _checked_cwd(req: CommandRequest) -> Path:
         _links_land_where_they_may(req, moves)
     if program_name(req.argv[0]) == "chmod":
         _no_hard_link_below(req, [p for p in paths[1:] if p.mode == "write" and p.tree])
+    if program_name(req.argv[0]) == "rg":
+        _no_ignore_file_elsewhere(req, [p for p, verb, _ in folder_uses(req.argv, paths) if verb == "reads"])
     if (listed := names_from_a_list(req.argv)) is not None:  # (whatever the run decided: LIST_FILES)
         raise _denied(listed.reason)
     _check_folders(req, paths)
@@ -333,7 +335,8 @@ def _links_land_where_they_may(req: CommandRequest, moves: LinkMoves) -> None:
     program = os.path.basename(req.argv[0])
     given = os.path.join(cwd, moves.into)
     into = os.path.realpath(given)
-    folder = (moves.folder or os.path.isdir(into)) and not moves.named
+    named = moves.named or (moves.named_if_link and os.path.islink(given))
+    folder = (moves.folder or os.path.isdir(into)) and not named
     seen = [0]
 
     def check(landing: str, text: str, shown: str, may: str) -> None:
@@ -400,8 +403,10 @@ def _links_land_where_they_may(req: CommandRequest, moves: LinkMoves) -> None:
                 f"{program} one source at a time"
             )
         if os.path.islink(here):
-            links = [(landing, os.readlink(here), source)] if moves.top else []
-            if moves.follows and os.path.isdir(here):  # (cp -rH: the folder it leads to, copied whole)
+            # (`cp -r L/ DEST`: the slash makes cp follow L, as -H does.)
+            followed = moves.below and os.path.isdir(here) and (moves.follows or source.endswith("/"))
+            links = [(landing, os.readlink(here), source)] if moves.top and not source.endswith("/") else []
+            if followed:  # (the folder it leads to, copied whole)
                 links += links_below(os.path.realpath(here), landing, source)
         elif moves.below and os.path.isdir(here):
             links = links_below(here, landing, source)
@@ -466,6 +471,57 @@ def _no_link_in_the_way(req: CommandRequest, written: list[PathArgument]) -> Non
                         f"cp copies folders into '{path.raw}', which holds '{name}', a file with other names "
                         "(hard links): cp writes into it, and so into them"
                     )
+
+
+_IGNORE_FILES = frozenset({".ignore", ".rgignore", ".gitignore"})
+
+
+def _no_ignore_file_elsewhere(req: CommandRequest, folders: list[PathArgument]) -> None:
+    """rg reads an ignore file in every folder it searches and in the folders above (its lines printed in
+    its errors, and each one hides the names it matches): none of them may be a link or a file with other
+    names (a link out/.ignore made to lead to config/prod.env printed the denied file's lines)."""
+    real_root = os.path.realpath(req.project_root)
+
+    def check(folder: str, name: str) -> None:
+        try:
+            info = os.lstat(os.path.join(folder, name))
+        except OSError:
+            return
+        if stat.S_ISLNK(info.st_mode) or info.st_nlink > 1:
+            shown = os.path.relpath(os.path.join(folder, name), real_root).replace(os.sep, "/")
+            raise _denied(
+                f"rg reads the ignore file '{shown}', which is a link or a file with other names: it may be "
+                "a file this run may not read"
+            )
+
+    seen = 0
+    for path in folders:
+        start = physical(req, path)
+        if start is None:
+            continue
+        folder = os.path.join(real_root, start) if start != "." else real_root
+        while folder != real_root:  # (the folders above it, up to the project's root)
+            folder = os.path.dirname(folder)
+            for name in _IGNORE_FILES:
+                check(folder, name)
+        pending = [os.path.join(real_root, start) if start != "." else real_root]
+        while pending:
+            here = pending.pop()
+            for name in _IGNORE_FILES:
+                check(here, name)
+            try:
+                entries = list(os.scandir(here))
+            except OSError:
+                continue
+            for entry in entries:
+                seen += 1
+                if seen > DENIED_WALK_LIMIT:
+                    raise _denied(
+                        f"rg searches '{path.raw}', which has more than {DENIED_WALK_LIMIT:,} entries to look "
+                        "through for ignore files; name a smaller folder"
+                    )
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
 
 
 def _no_hard_link_below(req: CommandRequest, changed: list[PathArgument]) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import errno
 import os
+import posixpath
 import secrets
 import stat
 from collections.abc import Iterator
@@ -235,6 +236,27 @@ def _check_tree(
                     f"'{raw}' holds '{child}'"
                     + (f" (it would become '{target}')" if target != child else "")
                     + f": {why}"
+                )
+        if moved_to is not None and entry.is_symlink():
+            # A link keeps its text, read from where it lands (a link below out/p/t leading to out/x led out
+            # of the project once out/p/t was moved to out/z): it must lead where the run may write.
+            landed = targets[-1]
+            text = os.readlink(entry.name, dir_fd=folder)
+            led = posixpath.normpath(posixpath.join(posixpath.dirname(landed), text))
+            if (
+                text.startswith("/")
+                or led == ".."
+                or led.startswith("../")
+                or not covered(allowed, denied, led)
+            ):
+                raise _denied(
+                    f"'{raw}' holds '{child}', a symbolic link ('{text}'): at '{landed}' it would lead "
+                    + (
+                        "out of the project"
+                        if text.startswith("/") or led.startswith("..")
+                        else f"to '{led}'"
+                    )
+                    + ", where this run may not write; a link keeps its text wherever it goes"
                 )
         if entry.is_dir(follow_symlinks=False):
             inner = open_dir(folder, entry.name, raw, child)

@@ -795,10 +795,13 @@ _KNOWN: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
     ),
     "tree": (
         "-A -C -D -F -J -N -Q -U -X -a -c -d -f -g -h -i -n -p -q -r -s -t -u -v -x --device --dirsfirst --du "
-        "--fflinks --filesfirst --fromfile --gitignore --ignore-case --info --inodes --matchdirs --metafirst "
+        "--fflinks --filesfirst --fromfile --ignore-case --inodes --matchdirs --metafirst "
         "--nolinks --noreport --prune --si",
         {"--sort": "value"},
-        {},
+        {
+            "--info": "reads a .info file in every folder, through links Kiwi does not check",
+            "--gitignore": "reads a .gitignore file in every folder, through links Kiwi does not check",
+        },
     ),
     "sort": (
         "-C -M -R -V -b -c -d -f -g -h -i -m -n -r -s -u -z --debug --dictionary-order --general-numeric-sort "
@@ -2701,6 +2704,12 @@ def _path_arguments(
     if name == "tar" and archives:
         # `tar xIf PROG a.tar`: the letters were read as flags, and I, F, h, P went unchecked (PROG ran).
         args = _tar_old_style(args)
+    if name == "tar" and known and options and any(a.startswith("--exclude-vcs-ignores") for a in args):
+        return _no(
+            "tar's option '--exclude-vcs-ignores' is refused: it reads a .gitignore file in every folder, "
+            "through links Kiwi does not check",
+            "name what to leave out with --exclude",
+        )
     if options and name == "tree" and (cluster := _tree_cluster(args)):
         return _no(
             f"tree's '{cluster}' gives each option in it the next word, in order, which Kiwi does not read so",
@@ -3182,6 +3191,7 @@ class LinkMoves:
     named: bool = False  # (-T, --no-target-directory; ln -n: `into` is the new name, even if a folder)
     made: bool = False
     relative: bool = False  # (ln -sr: each text is named from the cwd, and ln makes it relative)
+    named_if_link: bool = False  # (ln -n: `into` is the new name when it is a link, to a folder or not)
 
 
 def link_moves(argv: Sequence[str]) -> LinkMoves | None:
@@ -3189,6 +3199,8 @@ def link_moves(argv: Sequence[str]) -> LinkMoves | None:
     if not argv:
         return None
     name = program_name(argv[0])
+    if name == "git":
+        return _git_mv(argv[1:])
     if name not in ("cp", "mv", "ln"):
         return None
     parsed = _parse(list(argv[1:]), SPECS[name], set(), program=name)
@@ -3202,9 +3214,8 @@ def link_moves(argv: Sequence[str]) -> LinkMoves | None:
     sources, into = (ops, folders[-1]) if folders else (ops[:-1], ops[-1] if ops else "")
     if not sources or not into:
         return None
-    named = bool({"-T", "--no-target-directory"} & options) or (
-        name == "ln" and bool({"-n", "--no-dereference"} & options)
-    )
+    named = bool({"-T", "--no-target-directory"} & options)
+    if_link = name == "ln" and bool({"-n", "--no-dereference"} & options)
     if name == "ln" and "-s" in options:
         relative = bool({"-r", "--relative"} & options)
         return LinkMoves(
@@ -3217,6 +3228,7 @@ def link_moves(argv: Sequence[str]) -> LinkMoves | None:
             named=named,
             made=True,
             relative=relative,
+            named_if_link=if_link,
         )
     recursive = name == "mv" or (name == "cp" and _reads_folders("cp", parsed))
     as_links = name in ("mv", "ln") or recursive or bool({"-d", "-P", "--no-dereference"} & options)
@@ -3234,7 +3246,28 @@ def link_moves(argv: Sequence[str]) -> LinkMoves | None:
         recursive and not (name == "cp" and "-L" in options),
         follows=name == "cp" and recursive and "-H" in options,
         named=named,
+        named_if_link=if_link,
     )
+
+
+def _git_mv(args: Sequence[str]) -> LinkMoves | None:
+    """``git mv SOURCE... DEST`` moves links as mv does (see :class:`LinkMoves`), or None for any other git."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 1
+    if i >= len(args) or args[i] != "mv":
+        return None
+    ops: list[str] = []
+    rest = list(args[i + 1 :])
+    for index, word in enumerate(rest):
+        if word == "--":
+            ops += rest[index + 1 :]
+            break
+        if not word.startswith("-"):
+            ops.append(word)
+    if len(ops) < 2:
+        return None
+    return LinkMoves(tuple(ops[:-1]), ops[-1], False, False, True, True)
 
 
 def _reads_folders(name: str, parsed: _Parsed) -> bool:

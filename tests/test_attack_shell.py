@@ -1215,3 +1215,70 @@ async def test_attack_a_hard_link_to_a_denied_file_reads_nothing(runs, project):
     assert read.status == "denied" and "hard links" in read.reason, read
     shown = await runs.call_tool(run_id, "shell.run", {"argv": ["cat", "docs/readme"]})
     assert shown.status == "ok" and shown.result["stdout"] == "hello\n", shown
+
+
+async def test_attack_a_file_read_on_the_side_or_a_link_moved_another_way_reads_nothing(runs, project):
+    """Fourth review s25: rg reads an ignore file in every folder it searches (printing its lines in errors),
+    tree --info reads .info files: a link out/.ignore made while out/c was a folder, then out/c made a link to
+    config, printed the denied config/prod.env. `cp -r L/ DEST` (the slash follows L) and filesystem.move of
+    a folder moved links unchecked, and `ln -sn TEXT DIR` read TEXT from DIR's parent."""
+    outside = project.parent / f"outside-{uuid.uuid4().hex[:8]}"
+    outside.mkdir()
+    (outside / "victim").write_text("OUTSIDE_SECRET\n")
+    write(project / "config" / "prod.env", "DB_PASSWORD=hunter2\n")
+    write(project / "out" / "hello.txt", "hello\n")
+    (project / "out" / "c").mkdir()
+    (project / "out" / ".ignore").symlink_to("c/prod.env")  # (made while out/c was a folder)
+    (project / "out" / "c").rmdir()
+    (project / "out" / "c").symlink_to("../config")
+    (project / "out" / "p" / "t").mkdir(parents=True)
+    (project / "out" / "p" / "t" / "v").symlink_to(
+        f"../../../{outside.name}/victim"
+    )  # (out/outside-.../victim)
+    (project / "out" / "L").symlink_to("p/t")
+    (project / "out" / "d").mkdir()
+    (project / "out" / "d" / "k").symlink_to("../../config")  # (config, from out/d)
+    harness = project / ".ai" / "config" / "agent_harness.yaml"
+    harness.write_text(harness.read_text().replace("max_warnings: 5", "max_warnings: 50"))
+    run_id = await agent_run(
+        runs,
+        project,
+        "sideread",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+        '<deny resource="filesystem" path="config/prod.env"/>'
+        '<execute resource="shell" commands="rg,tree,cp,ln"/>',
+    )
+    for argv, named in (
+        (["rg", "hello", "out"], "rg reads the ignore file 'out/.ignore'"),
+        (["tree", "--info", "out"], "reads a .info file in every folder"),
+        (["cp", "-r", "out/L/", "out/z"], "a link keeps its text"),
+        (["ln", "-sn", "k/prod.env", "out/d"], "a link keeps its text"),
+    ):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
+        assert result.status == "denied" and named in result.reason, (argv, result)
+        assert "hunter2" not in str(result.result) and "OUTSIDE_SECRET" not in str(result.result)
+    moved = await runs.call_tool(run_id, "filesystem.move", {"source": "out/p/t", "destination": "out/z"})
+    assert moved.status == "denied" and "a link keeps its text" in moved.reason, moved
+    assert not (project / "out" / "z").exists()
+    (project / "out" / ".ignore").unlink()
+    found = await runs.call_tool(run_id, "shell.run", {"argv": ["rg", "hello", "out"]})
+    assert found.status == "ok" and "hello" in found.result["stdout"], found
+
+
+async def test_attack_git_mv_moves_no_link_where_it_leads_elsewhere(runs, project):
+    outside = project.parent / f"outside-{uuid.uuid4().hex[:8]}"
+    outside.mkdir()
+    (project / "out" / "a" / "b").mkdir(parents=True)
+    (project / "out" / "a" / "b" / "v").symlink_to(f"../../../{outside.name}/victim")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run(["git", "-C", str(project), "add", "out/a"], check=True)
+    run_id = await agent_run(
+        runs,
+        project,
+        "gitmover",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+        '<execute resource="shell" commands="git"/>',
+    )
+    moved = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "mv", "out/a/b", "out/b"]})
+    assert moved.status == "denied" and "a link keeps its text" in moved.reason, moved
+    assert (project / "out" / "a" / "b" / "v").is_symlink()
