@@ -252,7 +252,39 @@ async def _check_git_repository(req: CommandRequest, cwd: str, env: dict[str, st
             f"the repository's configuration sets {', '.join(unsafe)}, which makes git run a program; "
             "Kiwi runs no shell git command in it until a human removes it from .git/config"
         )
+    if result.exit_code == 0 and result.stdout.splitlines()[1:]:
+        await _no_tracked_path_beyond_a_link(result.stdout.splitlines()[1], cwd, env)
     return overrides
+
+
+async def _no_tracked_path_beyond_a_link(top: str, cwd: str, env: dict[str, str]) -> None:
+    """git opens and unlinks the files it tracks by their names, so a folder on a tracked path that is now a
+    link leads git through it (`git rm -r -f out` with out/c made a link to ../.ai deleted the audit trail, and
+    through a link to a folder outside the project, files outside it; `git grep` printed them): refused."""
+    listed = await run_process(
+        ["git", "ls-files", "-z", "--full-name", "--", ":/"],
+        cwd=cwd,
+        timeout=60,
+        max_output=200_000_000,
+        env=env,
+    )
+    if listed.exit_code != 0:
+        return
+    real_top = os.path.realpath(top)
+    prefixes = {
+        "/".join(parts[:depth])
+        for folder in {os.path.dirname(p) for p in listed.stdout.split("\0") if p}
+        if folder
+        for parts in [folder.split("/")]
+        for depth in range(1, len(parts) + 1)
+    }
+    for shown in sorted(prefixes):
+        if os.path.islink(os.path.join(real_top, shown)):
+            raise _denied(
+                f"the repository tracks files below '{shown}', which is now a symbolic link: git would "
+                f"open and remove them through it; put the folder back (git checkout -- {shown}) or "
+                "remove the link first"
+            )
 
 
 def _checked_cwd(req: CommandRequest) -> Path:

@@ -1282,3 +1282,34 @@ async def test_attack_git_mv_moves_no_link_where_it_leads_elsewhere(runs, projec
     moved = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "mv", "out/a/b", "out/b"]})
     assert moved.status == "denied" and "a link keeps its text" in moved.reason, moved
     assert (project / "out" / "a" / "b" / "v").is_symlink()
+
+
+async def test_attack_git_goes_through_no_link_standing_where_a_tracked_folder_was(runs, project):
+    """Fifth review s25: git opens and unlinks the files it tracks by their names. With out/c (tracked) moved
+    away and a link to ../.ai put in its place, `git rm -r -f out` deleted the audit trail and `git grep`
+    printed protected files; through a link to a folder outside the project, files outside it."""
+    outside = project.parent / f"outside-{uuid.uuid4().hex[:8]}"
+    outside.mkdir()
+    (outside / "logs").mkdir()
+    (outside / "logs" / "a.txt").write_text("OUTSIDE\n")
+    write(project / "out" / "c" / "logs" / "a.txt", "mine\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run(["git", "-C", str(project), "add", "out"], check=True)
+    (project / "out" / "c").rename(project / "out" / "c_old")
+    (project / "out" / "c").symlink_to(f"../../{outside.name}")  # (made as the review showed it can be)
+    run_id = await agent_run(
+        runs,
+        project,
+        "gitthrough",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="out/**"/>'
+        '<execute resource="shell" commands="git"/>',
+    )
+    for argv in (["git", "rm", "-r", "-f", "-q", "out"], ["git", "grep", "-e", ".", "--", "out"]):
+        result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
+        assert result.status == "denied" and "is now a symbolic link" in result.reason, (argv, result)
+        assert "OUTSIDE" not in str(result.result)
+    assert (outside / "logs" / "a.txt").read_text() == "OUTSIDE\n"
+    (project / "out" / "c").unlink()
+    (project / "out" / "c_old").rename(project / "out" / "c")
+    listed = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "grep", "-e", "mine", "--", "out"]})
+    assert listed.status == "ok" and "mine" in listed.result["stdout"], listed
