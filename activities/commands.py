@@ -12,6 +12,7 @@ import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -354,6 +355,49 @@ def _check_folders(req: CommandRequest, paths: list[PathArgument]) -> None:
 _TOO_MANY = "(too many entries)"
 
 
+class _Walk:
+    """Everything below some folders, links not followed, at most DENIED_WALK_LIMIT entries in all: past it
+    the command is refused with ``too_many`` (a folder's name in its ``{}``)."""
+
+    def __init__(self, too_many: str) -> None:
+        self.too_many = too_many
+        self.seen = 0
+
+    def below(self, start: str, shown: str) -> Iterator[tuple[os.DirEntry[str], str]]:
+        """Each entry below the folder ``start`` (absolute), with its path relative to ``start``."""
+        pending = [(start, "")]
+        while pending:
+            folder, prefix = pending.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                self.seen += 1
+                if self.seen > DENIED_WALK_LIMIT:
+                    raise _denied(self.too_many.format(shown))
+                rel = f"{prefix}/{entry.name}" if prefix else entry.name
+                yield entry, rel
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, rel))
+
+
+def _may_write(req: CommandRequest, real_root: str, target: str) -> tuple[str | None, bool]:
+    """Where ``target`` (absolute, resolved) is in the project (None: outside it), and whether the run may
+    write there (not denied, within its write grants)."""
+    inside = target == real_root or target.startswith(real_root + os.sep)
+    led = os.path.relpath(target, real_root).replace(os.sep, "/") if inside else None
+    if led is None or first_match(req.deny_fs, led) is not None:
+        return led, False
+    return led, not (req.read_grants or req.write_grants) or protected_granted(
+        req.write_grants, led
+    ) is not None
+
+
+def _several_names(entry: os.DirEntry[str]) -> bool:
+    return entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_nlink > 1
+
+
 def _links_land_where_they_may(req: CommandRequest, moves: LinkMoves) -> None:
     """A link moved or copied as a link (mv, cp -r/-a/-d, a hard ln of a link) keeps its text, which is read
     from where it lands: each must lead, from there, to a place the run may write (a link ln -s makes: may
@@ -369,17 +413,21 @@ def _links_land_where_they_may(req: CommandRequest, moves: LinkMoves) -> None:
     into = os.path.realpath(given)
     named = moves.named or (moves.named_if_link and os.path.islink(given))
     folder = (moves.folder or os.path.isdir(into)) and not named
-    seen = [0]
+    walk = _Walk(
+        f"'{{}}' has more than {DENIED_WALK_LIMIT:,} entries to look through for links it would move"
+    )
 
     def check(landing: str, text: str, shown: str, may: str) -> None:
         target = os.path.realpath(os.path.join(os.path.dirname(landing), text))
-        inside = target == real_root or target.startswith(real_root + os.sep)
-        led = os.path.relpath(target, real_root).replace(os.sep, "/") if inside else None
-        grants = req.write_grants if may == "write" else req.read_grants
-        granted = not (req.read_grants or req.write_grants) or (
-            led is not None and protected_granted(grants, led) is not None
-        )
-        if led is None or first_match(req.deny_fs, led) is not None or not granted:
+        led, writable = _may_write(req, real_root, target)
+        if may == "read":
+            readable = not (req.read_grants or req.write_grants) or (
+                led is not None and protected_granted(req.read_grants, led) is not None
+            )
+            allowed = led is not None and first_match(req.deny_fs, led) is None and readable
+        else:
+            allowed = writable
+        if not allowed:
             where = os.path.relpath(landing, real_root).replace(os.sep, "/")
             raise _denied(
                 f"'{shown}' is a symbolic link ('{text}'); at '{where}', where {program} puts it, it leads "
@@ -389,28 +437,15 @@ def _links_land_where_they_may(req: CommandRequest, moves: LinkMoves) -> None:
 
     def links_below(here: str, there: str, source: str) -> list[tuple[str, str, str]]:
         """(landing, text, shown) of each link below the folder ``here``, put at ``there``."""
-        found: list[tuple[str, str, str]] = []
-        pending = [(here, there)]
-        while pending:
-            folder_here, folder_there = pending.pop()
-            try:
-                entries = list(os.scandir(folder_here))
-            except OSError:
-                continue
-            for entry in entries:
-                seen[0] += 1
-                if seen[0] > DENIED_WALK_LIMIT:
-                    raise _denied(
-                        f"'{source}' has more than {DENIED_WALK_LIMIT:,} entries to look through for links "
-                        "it would move; name a smaller folder"
-                    )
-                landed = os.path.join(folder_there, entry.name)
-                if entry.is_symlink():
-                    shown = os.path.relpath(entry.path, real_root).replace(os.sep, "/")
-                    found.append((landed, os.readlink(entry.path), shown))
-                elif entry.is_dir(follow_symlinks=False):
-                    pending.append((entry.path, landed))
-        return found
+        return [
+            (
+                os.path.join(there, rel),
+                os.readlink(entry.path),
+                os.path.relpath(entry.path, real_root).replace(os.sep, "/"),
+            )
+            for entry, rel in walk.below(here, source)
+            if entry.is_symlink()
+        ]
 
     def landing_of(source: str, named: str) -> str:
         if not folder:
@@ -457,52 +492,53 @@ def _links_land_where_they_may(req: CommandRequest, moves: LinkMoves) -> None:
 def _no_link_in_the_way(req: CommandRequest, written: list[PathArgument]) -> None:
     """``cp -r`` into a folder that exists writes every file below it through any link already there: each
     link below each such folder must lead to a place the run may write (a link moved into out/src, its text
-    leading out of the project, took `cp -r src out`'s write outside)."""
+    leading out of the project, took `cp -r src out`'s write outside), and no file there may have other
+    names (writing it writes them)."""
     real_root = os.path.realpath(req.project_root)
-    seen = 0
+    walk = _Walk(f"cp copies folders into '{{}}', which has more than {DENIED_WALK_LIMIT:,} entries to look "
+                 "through for links in the way; name a smaller folder")  # fmt: skip
     for path in written:
         start = physical(req, path)
         if start is None or not os.path.isdir(os.path.join(real_root, start)):
             continue
-        pending = [os.path.join(real_root, start)]
-        while pending:
-            try:
-                entries = list(os.scandir(pending.pop()))
-            except OSError:
-                continue
-            for entry in entries:
-                seen += 1
-                if seen > DENIED_WALK_LIMIT:
+        for entry, _ in walk.below(os.path.join(real_root, start), path.raw):
+            name = os.path.relpath(entry.path, real_root).replace(os.sep, "/")
+            if entry.is_symlink():
+                led, writable = _may_write(req, real_root, os.path.realpath(entry.path))
+                if not writable:
                     raise _denied(
-                        f"cp copies folders into '{path.raw}', which has more than {DENIED_WALK_LIMIT:,} "
-                        "entries to look through for links in the way; name a smaller folder"
-                    )
-                if entry.is_symlink():
-                    target = os.path.realpath(entry.path)
-                    name = os.path.relpath(entry.path, real_root).replace(os.sep, "/")
-                    inside = target == real_root or target.startswith(real_root + os.sep)
-                    led = os.path.relpath(target, real_root).replace(os.sep, "/") if inside else None
-                    granted = not (req.read_grants or req.write_grants) or (
-                        led is not None and protected_granted(req.write_grants, led) is not None
-                    )
-                    if led is None or first_match(req.deny_fs, led) is not None or not granted:
-                        raise _denied(
-                            f"cp copies folders into '{path.raw}', which holds the link '{name}' leading "
-                            + (
-                                "out of the project"
-                                if led is None
-                                else f"to '{led}', where this run may not write"
-                            )
-                            + ": cp writes through a link in its way",
+                        f"cp copies folders into '{path.raw}', which holds the link '{name}' leading "
+                        + (
+                            "out of the project"
+                            if led is None
+                            else f"to '{led}', where this run may not write"
                         )
-                elif entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
-                elif entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_nlink > 1:
-                    name = os.path.relpath(entry.path, real_root).replace(os.sep, "/")
-                    raise _denied(
-                        f"cp copies folders into '{path.raw}', which holds '{name}', a file with other names "
-                        "(hard links): cp writes into it, and so into them"
+                        + ": cp writes through a link in its way"
                     )
+            elif _several_names(entry):
+                raise _denied(
+                    f"cp copies folders into '{path.raw}', which holds '{name}', a file with other names "
+                    "(hard links): cp writes into it, and so into them"
+                )
+
+
+def _no_hard_link_below(req: CommandRequest, changed: list[PathArgument]) -> None:
+    """chmod -R changes every file below a folder, and a file with other names (hard links) is one file:
+    changing it changes them, wherever they are."""
+    real_root = os.path.realpath(req.project_root)
+    walk = _Walk(f"'{{}}' has more than {DENIED_WALK_LIMIT:,} entries to look through for files with other "
+                 "names; name a smaller folder")  # fmt: skip
+    for path in changed:
+        start = physical(req, path)
+        if start is None:
+            continue
+        for entry, _ in walk.below(os.path.join(real_root, start), path.raw):
+            if _several_names(entry):
+                name = os.path.relpath(entry.path, real_root).replace(os.sep, "/")
+                raise _denied(
+                    f"'{path.raw}' holds '{name}', a file with other names (hard links): changing it "
+                    "changes them, where this run may not be allowed to"
+                )
 
 
 _IGNORE_FILES = frozenset({".ignore", ".rgignore", ".gitignore"})
@@ -513,6 +549,8 @@ def _no_ignore_file_elsewhere(req: CommandRequest, folders: list[PathArgument]) 
     its errors, and each one hides the names it matches): none of them may be a link or a file with other
     names (a link out/.ignore made to lead to config/prod.env printed the denied file's lines)."""
     real_root = os.path.realpath(req.project_root)
+    walk = _Walk(f"rg searches '{{}}', which has more than {DENIED_WALK_LIMIT:,} entries to look through for "
+                 "ignore files; name a smaller folder")  # fmt: skip
 
     def check(folder: str, name: str) -> None:
         try:
@@ -526,64 +564,22 @@ def _no_ignore_file_elsewhere(req: CommandRequest, folders: list[PathArgument]) 
                 "a file this run may not read"
             )
 
-    seen = 0
     for path in folders:
         start = physical(req, path)
         if start is None:
             continue
         folder = os.path.join(real_root, start) if start != "." else real_root
-        while folder != real_root:  # (the folders above it, up to the project's root)
-            folder = os.path.dirname(folder)
-            for name in _IGNORE_FILES:
-                check(folder, name)
-        pending = [os.path.join(real_root, start) if start != "." else real_root]
-        while pending:
-            here = pending.pop()
+        for name in _IGNORE_FILES:
+            check(folder, name)
+        here = folder
+        while here != real_root:  # (the folders above it, up to the project's root)
+            here = os.path.dirname(here)
             for name in _IGNORE_FILES:
                 check(here, name)
-            try:
-                entries = list(os.scandir(here))
-            except OSError:
-                continue
-            for entry in entries:
-                seen += 1
-                if seen > DENIED_WALK_LIMIT:
-                    raise _denied(
-                        f"rg searches '{path.raw}', which has more than {DENIED_WALK_LIMIT:,} entries to look "
-                        "through for ignore files; name a smaller folder"
-                    )
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
-
-
-def _no_hard_link_below(req: CommandRequest, changed: list[PathArgument]) -> None:
-    """chmod -R changes every file below a folder, and a file with other names (hard links) is one file:
-    changing it changes them, wherever they are."""
-    real_root = os.path.realpath(req.project_root)
-    seen = 0
-    for path in changed:
-        start = physical(req, path)
-        pending = [os.path.join(real_root, start)] if start is not None else []
-        while pending:
-            try:
-                entries = list(os.scandir(pending.pop()))
-            except OSError:
-                continue
-            for entry in entries:
-                seen += 1
-                if seen > DENIED_WALK_LIMIT:
-                    raise _denied(
-                        f"'{path.raw}' has more than {DENIED_WALK_LIMIT:,} entries to look through for files "
-                        "with other names; name a smaller folder"
-                    )
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
-                elif entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_nlink > 1:
-                    name = os.path.relpath(entry.path, real_root).replace(os.sep, "/")
-                    raise _denied(
-                        f"'{path.raw}' holds '{name}', a file with other names (hard links): changing it "
-                        "changes them, where this run may not be allowed to"
-                    )
+        for entry, _ in walk.below(folder, path.raw):
+            if entry.is_dir(follow_symlinks=False):
+                for name in _IGNORE_FILES:
+                    check(entry.path, name)
 
 
 def _denied_below(

@@ -4,6 +4,7 @@ what a planted .git/config says. Each is denied (or runs nothing), and the audit
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import uuid
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from activities.audit import read_audit
+from kiwi.contracts import ToolCallResult
 from tests.helpers import directive_md, wait_for, waits_for_agent, write, write_directive
 
 SHELL = "git,find,ls,cat,rm,printenv"
@@ -61,6 +63,18 @@ async def agent_run(runs, project: Path, name: str, permissions: str) -> str:
     run_id = await runs.start(name, {})
     await wait_for(lambda: waits_for_agent(runs, run_id), what=f"{name} to wait for the agent")
     return run_id
+
+
+async def shell(runs, run_id: str, *argv: str, cwd: str = ".") -> ToolCallResult:
+    """The agent's shell.run of ``argv`` in ``cwd``."""
+    return await runs.call_tool(run_id, "shell.run", {"argv": list(argv), "cwd": cwd})
+
+
+def outside_folder(project: Path) -> Path:
+    """A folder of its own beside the project (a place no run may reach)."""
+    outside = project.parent / f"outside-{uuid.uuid4().hex[:8]}"
+    outside.mkdir()
+    return outside
 
 
 def pwned(*places: Path) -> list[Path]:
@@ -1034,8 +1048,7 @@ async def test_attack_a_link_moved_into_place_or_named_by_its_target_writes_noth
     `cp f out` then wrote through out/f, never checked, to a file outside the project. `cp f config` replaced
     a denied config/f the same way, `ln -sf ../out/f` in config replaced it with a link (ln with one operand
     makes ./NAME), and `uniq -- -5 OUT` wrote OUT (after `--`, -5 is uniq's input, OUT its output)."""
-    outside = project.parent / f"outside-{uuid.uuid4().hex[:8]}"
-    outside.mkdir()
+    outside = outside_folder(project)
     (outside / "victim.txt").write_text("untouched\n")
     write(project / "src" / "a.txt", "PAYLOAD\n")
     write(project / "out" / "prod.env", "DB_PASSWORD=attacker\n")
@@ -1049,8 +1062,7 @@ async def test_attack_a_link_moved_into_place_or_named_by_its_target_writes_noth
         '<execute resource="shell" commands="mkdir,ln,mv,cp,uniq"/>',
     )
 
-    async def sh(*argv: str, cwd: str = ".") -> object:
-        return await runs.call_tool(run_id, "shell.run", {"argv": list(argv), "cwd": cwd})
+    sh = functools.partial(shell, runs, run_id)
 
     for argv in (
         ["mkdir", "-p", "out/a/b"],
@@ -1098,8 +1110,7 @@ async def test_attack_a_folder_copied_whole_writes_through_no_link_in_its_way(ru
     """`cp -r src out` into an existing out/src writes every file below it through any link already there (one
     moved into place, its text leading out of the project): the worker looks below each folder cp -r writes
     into, and every link there must lead where the run may write."""
-    outside = project.parent / f"outside-{uuid.uuid4().hex[:8]}"
-    outside.mkdir()
+    outside = outside_folder(project)
     (outside / "a.txt").write_text("untouched\n")
     write(project / "src" / "a.txt", "PAYLOAD\n")
     (project / "out" / "src").mkdir(parents=True)
@@ -1129,8 +1140,8 @@ async def test_attack_a_link_moved_by_the_command_itself_leads_nowhere_it_may_no
     it: `cp -r A B out` overwrote a file outside, `cp -r --parents` wrote into a folder outside, `mv` moved
     outside and denied files into out/, `ln` hard-linked them. A link moved or copied as a link is now
     checked from where it lands: it must lead where the run may write."""
-    outside = project.parent / f"outside-{uuid.uuid4().hex[:8]}"
-    (outside / "dir").mkdir(parents=True)
+    outside = outside_folder(project)
+    (outside / "dir").mkdir()
     (outside / "victim").write_text("ORIGINAL\n")
     (outside / "dir" / "v").write_text("ORIGINAL\n")
     write(project / "src" / "a.txt", "SRC\n")
@@ -1145,8 +1156,7 @@ async def test_attack_a_link_moved_by_the_command_itself_leads_nowhere_it_may_no
         '<deny resource="filesystem" path="config/prod.env"/><execute resource="shell" commands="mkdir,ln,cp,mv"/>',
     )
 
-    async def sh(*argv: str, cwd: str = ".") -> object:
-        return await runs.call_tool(run_id, "shell.run", {"argv": list(argv), "cwd": cwd})
+    sh = functools.partial(shell, runs, run_id)
 
     up = f"../../../{outside.name}"
     for argv, cwd in (
@@ -1222,8 +1232,7 @@ async def test_attack_a_file_read_on_the_side_or_a_link_moved_another_way_reads_
     tree --info reads .info files: a link out/.ignore made while out/c was a folder, then out/c made a link to
     config, printed the denied config/prod.env. `cp -r L/ DEST` (the slash follows L) and filesystem.move of
     a folder moved links unchecked, and `ln -sn TEXT DIR` read TEXT from DIR's parent."""
-    outside = project.parent / f"outside-{uuid.uuid4().hex[:8]}"
-    outside.mkdir()
+    outside = outside_folder(project)
     (outside / "victim").write_text("OUTSIDE_SECRET\n")
     write(project / "config" / "prod.env", "DB_PASSWORD=hunter2\n")
     write(project / "out" / "hello.txt", "hello\n")
@@ -1266,8 +1275,7 @@ async def test_attack_a_file_read_on_the_side_or_a_link_moved_another_way_reads_
 
 
 async def test_attack_git_mv_moves_no_link_where_it_leads_elsewhere(runs, project):
-    outside = project.parent / f"outside-{uuid.uuid4().hex[:8]}"
-    outside.mkdir()
+    outside = outside_folder(project)
     (project / "out" / "a" / "b").mkdir(parents=True)
     (project / "out" / "a" / "b" / "v").symlink_to(f"../../../{outside.name}/victim")
     subprocess.run(["git", "init", "-q", str(project)], check=True)
@@ -1288,8 +1296,7 @@ async def test_attack_git_goes_through_no_link_standing_where_a_tracked_folder_w
     """Fifth review s25: git opens and unlinks the files it tracks by their names. With out/c (tracked) moved
     away and a link to ../.ai put in its place, `git rm -r -f out` deleted the audit trail and `git grep`
     printed protected files; through a link to a folder outside the project, files outside it."""
-    outside = project.parent / f"outside-{uuid.uuid4().hex[:8]}"
-    outside.mkdir()
+    outside = outside_folder(project)
     (outside / "logs").mkdir()
     (outside / "logs" / "a.txt").write_text("OUTSIDE\n")
     write(project / "out" / "c" / "logs" / "a.txt", "mine\n")
