@@ -46,6 +46,7 @@ from kiwi.shellpolicy import (
     Unpacking,
     copies_folders,
     denied_inside,
+    down_and_up,
     folder_uses,
     inside_refusal,
     later_refused,
@@ -269,8 +270,11 @@ async def _no_tracked_path_beyond_a_link(top: str, cwd: str, env: dict[str, str]
         max_output=200_000_000,
         env=env,
     )
-    if listed.exit_code != 0:
-        return
+    if listed.exit_code != 0 or listed.truncated:
+        raise _denied(
+            "Kiwi could not list what the repository tracks to check that no folder on it is a symbolic link "
+            f"(git ls-files: {listed.stderr.strip()[:200] or 'its list was cut short'})"
+        )
     real_top = os.path.realpath(top)
     prefixes = {
         "/".join(parts[:depth])
@@ -332,7 +336,7 @@ def _check_folders(req: CommandRequest, paths: list[PathArgument]) -> None:
         for p, verb, depth in uses:
             if not req.deny_fs and depth is None:
                 continue
-            hit = _denied_below(req.project_root, p.rel, req.deny_fs, depth, req.read_grants)
+            hit = _denied_below(req.project_root, p.rel, req.deny_fs, depth, req.read_grants, verb == "reads")
             if hit is _TOO_MANY:
                 raise _denied(
                     f"{os.path.basename(req.argv[0])} {verb} everything below '{p.rel}', which has more than "
@@ -418,6 +422,12 @@ def _links_land_where_they_may(req: CommandRequest, moves: LinkMoves) -> None:
     )
 
     def check(landing: str, text: str, shown: str, may: str) -> None:
+        if down_and_up(text):
+            # (`L -> q/../x` with q a link moved along: where it leads once moved is not known before.)
+            raise _denied(
+                f"'{shown}' is a symbolic link whose text ('{text}') goes into a folder and back up: where it "
+                f"leads once {program} has moved it is not known before; a link keeps its text wherever it goes"
+            )
         target = os.path.realpath(os.path.join(os.path.dirname(landing), text))
         led, writable = _may_write(req, real_root, target)
         if may == "read":
@@ -541,7 +551,7 @@ def _no_hard_link_below(req: CommandRequest, changed: list[PathArgument]) -> Non
                 )
 
 
-_IGNORE_FILES = frozenset({".ignore", ".rgignore", ".gitignore"})
+_IGNORE_FILES = (".ignore", ".rgignore", ".gitignore")
 
 
 def _no_ignore_file_elsewhere(req: CommandRequest, folders: list[PathArgument]) -> None:
@@ -583,7 +593,12 @@ def _no_ignore_file_elsewhere(req: CommandRequest, folders: list[PathArgument]) 
 
 
 def _denied_below(
-    root: str, rel: str, deny: list[str], depth: int | None, grants: list[str] | None = None
+    root: str,
+    rel: str,
+    deny: list[str],
+    depth: int | None,
+    grants: list[str] | None = None,
+    reads: bool = True,
 ) -> str | None:
     """The first denial that matches a path below the folder ``rel`` on disk (links not followed), or None;
     a folder with more than DENIED_WALK_LIMIT entries is refused whole. A read of the files directly in a
@@ -609,11 +624,7 @@ def _denied_below(
             hit = first_match(deny, name)
             if hit is not None:
                 return hit
-            if (
-                deny
-                and entry.is_file(follow_symlinks=False)
-                and entry.stat(follow_symlinks=False).st_nlink > 1
-            ):
+            if reads and deny and _several_names(entry):
                 return f"(the file {name}, which has other names (hard links): one may be a path this run denies)"
             if depth is not None and entry.is_symlink():
                 target = os.path.realpath(entry.path)

@@ -38,6 +38,7 @@ from kiwi.errors import ACTIVITY_REFUSALS, FileNotFound, PermissionDenied, non_r
 from kiwi.globs import first_match, glob_match
 from kiwi.policy import normalise_path
 from kiwi.protected import granted, protected_root
+from kiwi.shellpolicy import down_and_up
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
@@ -245,6 +246,7 @@ def _check_tree(
             led = posixpath.normpath(posixpath.join(posixpath.dirname(landed), text))
             if (
                 text.startswith("/")
+                or down_and_up(text)  # (`L -> q/../x`, q a link moved along: on disk not where the text says)
                 or led == ".."
                 or led.startswith("../")
                 or not covered(allowed, denied, led)

@@ -51,6 +51,9 @@ GIT_FORCED_CONFIG = (
     ("gpg.program", "false"),
     ("gpg.ssh.program", "false"),
     ("gpg.x509.program", "false"),
+    # (A merge's default strategy from configuration: any other name runs git-merge-NAME.)
+    ("pull.twohead", "ort"),
+    ("pull.octopus", "octopus"),
     ("core.askPass", ""),
 )
 

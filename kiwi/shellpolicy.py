@@ -36,6 +36,7 @@ from kiwi.protected import (
     PROTECTED_ROOTS,
     protected_root,
     rule_in_force,
+    rules_assumed,
 )
 from kiwi.protected import granted as protected_granted
 
@@ -933,12 +934,12 @@ class UnknownOption(ShellVerdict):
     """An option a closed spec does not name (refused since KNOWN_OPTIONS)."""
 
 
-_CLOSED: dict[int, tuple[Spec, frozenset[str]]] = {}
+_CLOSED: dict[str, tuple[Spec, frozenset[str]]] = {}
 
 
-def _closed(spec: Spec) -> tuple[Spec, frozenset[str]]:
-    """``spec`` with every option it knows since KNOWN_OPTIONS, and the names of all of them."""
-    if id(spec) not in _CLOSED:
+def _closed(program: str, spec: Spec) -> tuple[Spec, frozenset[str]]:
+    """``spec`` (the ``program``'s) with every option it knows since KNOWN_OPTIONS, and all their names."""
+    if program not in _CLOSED:
         full = dataclasses.replace(
             spec,
             values={**spec.values, **spec.later_values},
@@ -946,8 +947,8 @@ def _closed(spec: Spec) -> tuple[Spec, frozenset[str]]:
             flags=spec.flags | spec.known,
         )
         names = frozenset((*full.values, *full.forbidden, *full.granted, *full.aliases, *full.flags))
-        _CLOSED[id(spec)] = (full, names)
-    return _CLOSED[id(spec)]
+        _CLOSED[program] = (full, names)
+    return _CLOSED[program]
 
 
 def _not_known(
@@ -985,7 +986,7 @@ def _parse(
     is read with them, and an option it does not name is refused."""
     names: frozenset[str] | None = None
     if program and spec.known:
-        spec, names = _closed(spec)
+        spec, names = _closed(program, spec)
     out = _Parsed()
     i = 0
     while i < len(args):
@@ -1100,6 +1101,11 @@ def _down_and_up(text: str) -> bool:
         elif segment not in ("", "."):
             named = True
     return False
+
+
+def down_and_up(text: str) -> bool:
+    """Whether a path goes into a folder and back up (see _down_and_up): the worker's name for it."""
+    return _down_and_up(text)
 
 
 def _is_number(arg: str) -> bool:
@@ -1230,7 +1236,7 @@ def _operands(
                 for index, o in enumerate(ops)
                 if not (
                     index < cut
-                    and re.fullmatch(r"[+-]\d+", o)
+                    and re.fullmatch(r"[+-][0-9]+" if known else r"[+-]\d+", o)
                     and (not known or o.startswith("-") or int(o[1:]) < 2**64)
                 )
             ]
@@ -2300,8 +2306,12 @@ def _git_strategy(sub: str, rest: Sequence[str]) -> ShellVerdict | None:
             i += 1
         elif token.startswith("--strategy="):
             value = token.partition("=")[2]
+        elif token.startswith("--") and token in (*_GIT_VALUES.get(sub, {}), "--message"):
+            i += 1  # (its value: `--message -sfoo` names no strategy)
         elif sub == "merge" and token.startswith("-") and not token.startswith("--"):
             for index, char in enumerate(token[1:], start=2):
+                if char == "S":
+                    break  # (-S[KEYID]: the rest of the word is a key id)
                 if char in _GIT_MERGE_SHORT_VALUES:
                     taken = token[index:] or (rest[i] if i < len(rest) else "")
                     i += 0 if token[index:] else 1
@@ -2362,7 +2372,7 @@ def _git(
     rest = list(args[i + 1 :])
     if known and sub in ("merge", "cherry-pick", "revert") and (problem := _git_strategy(sub, rest)):
         return problem  # (since KNOWN_OPTIONS)
-    if known and sub == "reflog" and rest[:1] and rest[0] in ("expire", "delete"):
+    if known and sub == "reflog" and rest[:1] and rest[0] in ("expire", "delete", "drop"):
         return _no(
             f"'git reflog {rest[0]}' is refused: it rewrites the repository's records of where refs were",
             "read them with git reflog [show]",
@@ -2648,24 +2658,34 @@ def _read(
     argv: Sequence[str], cwd: str, options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None
 ) -> tuple[list[PathArgument] | ShellVerdict, bool]:
     """path_arguments, and whether it read the options by KNOWN_OPTIONS (folder_uses reads them alike)."""
-    found = _path_arguments(argv, cwd, options_granted, archives=True)
     if not argv or not _in_workflow():
-        return found, True  # (outside a run, the worker's check, the rules apply always)
+        # (Outside a run, the worker's check, the rules apply always.)
+        return _path_arguments(argv, cwd, options_granted, archives=True), True
     # In a run, each later rule is asked only where it changes the answer, newest first.
     name = program_name(argv[0])
-    spec = SPECS.get(name)
     known = True
-    if spec is not None and (spec.known or name == "git"):
-        # (Options, and operands too: `ln TARGET`, `uniq -- -5 OUT`, `cp --parents`, git's own rules.)
-        before = _path_arguments(argv, cwd, options_granted, archives=True, known=False)
-        if before != found and not rule_in_force(KNOWN_OPTIONS):
-            found, known = before, False
+    if name in SPECS:
+        # The reading by KNOWN_OPTIONS is made first with every rule taken as in force, asking none (a run
+        # keeps the first answer to each patch: asked where the code before never asked, a replay could
+        # answer False and keep it for a later command), then compared with the reading before it, made as
+        # the code before made it; only where they differ is KNOWN_OPTIONS asked, and the reading made again
+        # asking what it asks.
+        with rules_assumed():
+            tentative = _path_arguments(argv, cwd, options_granted, archives=True)
+        found = _path_arguments(argv, cwd, options_granted, archives=True, known=False)
+        if tentative != found:
+            if rule_in_force(KNOWN_OPTIONS):
+                found = _path_arguments(argv, cwd, options_granted, archives=True)
+            else:
+                known = False
+    else:
+        found = _path_arguments(argv, cwd, options_granted, archives=True)
     if name in _OPTIONS_REWRITTEN or any("\\" in a for a in (*argv[1:], cwd or "")):
-        before = _path_arguments(argv, cwd, options_granted, archives=True, options=False)
+        before = _path_arguments(argv, cwd, options_granted, archives=True, options=False, known=known)
         if before != found and not rule_in_force(SHELL_OPTIONS):
             return before, known
     if name in _SPECS_BEFORE_ARCHIVES:
-        before = _path_arguments(argv, cwd, options_granted, archives=False)
+        before = _path_arguments(argv, cwd, options_granted, archives=False, known=known)
         if before != found and not rule_in_force(ARCHIVE_OPTIONS):
             return before, known
     return found, known
@@ -3030,7 +3050,7 @@ def check_argv(
     if problem is not None and rule_in_force(LIST_FILES):
         return problem
     problem = denied_inside(argv, paths, g.deny, options_granted, known=known)
-    if known and _in_workflow() and SPECS.get(name, Spec()).known:
+    if known and _in_workflow() and SPECS.get(_SAME_AS.get(name, name), Spec()).known:
         # (The folders read by the same options as the paths: an abbreviation can name another option.)
         older = denied_inside(argv, paths, g.deny, options_granted, known=False)
         if older != problem and not rule_in_force(KNOWN_OPTIONS):
@@ -3090,6 +3110,10 @@ def folder_uses(
     else:
         args = _tar_old_style(list(argv[1:])) if name == "tar" else list(argv[1:])
         found = _parse(args, spec, _options_for(name, options_granted), program=name if known else "")
+        if isinstance(found, UnknownOption):
+            # (egrep, rgrep, dir and vdir are read as programs Kiwi does not know, their options unchecked:
+            # the folders they read are found as before, not lost with the option.)
+            found = _parse(args, spec, _options_for(name, options_granted))
         if isinstance(found, ShellVerdict):
             return []  # (refused already by path_arguments)
         parsed = found
@@ -3232,11 +3256,7 @@ def link_moves(argv: Sequence[str]) -> LinkMoves | None:
         )
     recursive = name == "mv" or (name == "cp" and _reads_folders("cp", parsed))
     as_links = name in ("mv", "ln") or recursive or bool({"-d", "-P", "--no-dereference"} & options)
-    follows = bool(
-        {"-L", "-H", "--dereference"} & options
-        if name == "cp"
-        else name == "ln" and {"-L", "--logical"} & options
-    )
+    follows = _follows_last(name, parsed.options)
     return LinkMoves(
         tuple(sources),
         into,
@@ -3244,10 +3264,20 @@ def link_moves(argv: Sequence[str]) -> LinkMoves | None:
         "--parents" in options,
         as_links and not follows,
         recursive and not (name == "cp" and "-L" in options),
-        follows=name == "cp" and recursive and "-H" in options,
+        follows=name == "cp" and recursive and follows,
         named=named,
         named_if_link=if_link,
     )
+
+
+def _follows_last(name: str, options: Sequence[str]) -> bool:
+    """Whether cp (-H, -L) or ln (-L) follows a source link: the last of them and -P (-d, -a for cp) wins."""
+    follow = {"cp": ("-H", "-L", "--dereference"), "ln": ("-L", "--logical")}.get(name, ())
+    keep = {"cp": ("-P", "--no-dereference", "-d", "-a", "--archive"), "ln": ("-P", "--physical")}.get(
+        name, ()
+    )
+    last = [o for o in options if o in (*follow, *keep)]
+    return bool(last) and last[-1] in follow
 
 
 def _git_mv(args: Sequence[str]) -> LinkMoves | None:

@@ -1320,3 +1320,29 @@ async def test_attack_git_goes_through_no_link_standing_where_a_tracked_folder_w
     (project / "out" / "c_old").rename(project / "out" / "c")
     listed = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "grep", "-e", "mine", "--", "out"]})
     assert listed.status == "ok" and "mine" in listed.result["stdout"], listed
+
+
+def test_the_last_of_h_l_p_decides_whether_cp_and_ln_follow_a_source_link(tmp_path):
+    """Sixth review s25: GNU cp and ln take the last of -H/-L/-P; Kiwi took any -H or -L for following, so
+    `cp -H -P -r L out` (L a link whose text leads out of the project from out/) went unchecked."""
+    from temporalio.exceptions import ApplicationError
+
+    from activities import commands
+    from kiwi.contracts import CommandRequest
+
+    (tmp_path / "a" / "b" / "c").mkdir(parents=True)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "a" / "b" / "c" / "L").symlink_to(
+        "../../../x"
+    )  # (x at the root from a/b/c; outside from out/)
+
+    def request(*argv: str) -> CommandRequest:
+        return CommandRequest(
+            project_root=str(tmp_path), argv=list(argv), read_grants=["**"], write_grants=["**"]
+        )
+
+    for argv in (["cp", "-H", "-P", "-r", "a/b/c/L", "out"], ["cp", "-HPr", "a/b/c/L", "out"]):
+        with pytest.raises(ApplicationError, match="a link keeps its text"):
+            commands._checked_cwd(request(*argv))
+    with pytest.raises(ApplicationError, match="a link keeps its text"):
+        commands._checked_cwd(request("ln", "-L", "-P", "a/b/c/L", "out"))

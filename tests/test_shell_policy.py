@@ -877,3 +877,23 @@ def test_what_such_commands_may_still_do():
         (["git", "blame", "HEAD", "--", "src/a.py"], "."),
     ):
         assert check(argv, cwd=cwd, **grants).allowed, argv
+
+
+def test_sixth_review_s25_readings():
+    """egrep/rgrep/dir (read as programs Kiwi does not know) keep the folder rule whatever options they get;
+    uniq's +N is ASCII digits only (uniq takes `+٣` for a file); git's -S[KEYID] and a long option's value
+    name no merge strategy; reflog drop rewrites the reflog as expire and delete do."""
+    deny = {"read_grants": ["**"], "deny_fs": ["secrets/**"]}
+    for argv in (
+        ["egrep", "-r", "--foo", "KEY", "."],
+        ["egrep", "-r", "-u", "KEY", "."],
+        ["dir", "-R", "--x", "."],
+    ):
+        verdict = check(argv, allowed=(argv[0],), **deny)
+        assert not verdict.allowed and "which holds paths this run denies" in verdict.reason, (argv, verdict)
+    assert check(["egrep", "-r", "KEY", "src"], allowed=("egrep",), **deny).allowed
+    uniq = check(["uniq", "+\u0663", "a.txt", "out/x"], read_grants=["**"], write_grants=["out/**"])
+    assert not uniq.allowed and "write not allowed on 'a.txt'" in uniq.reason, uniq
+    for argv in (["git", "merge", "-Sjsmith", "x"], ["git", "merge", "--message", "-sfoo", "x"]):
+        assert "strategy" not in check(argv).reason, argv
+    assert "rewrites the repository's records" in check(["git", "reflog", "drop"]).reason
