@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -1271,7 +1272,10 @@ async def test_attack_a_file_read_on_the_side_or_a_link_moved_another_way_reads_
     assert not (project / "out" / "z").exists()
     (project / "out" / ".ignore").unlink()
     found = await runs.call_tool(run_id, "shell.run", {"argv": ["rg", "hello", "out"]})
-    assert found.status == "ok" and "hello" in found.result["stdout"], found
+    if shutil.which("rg"):  # (the refusals above are the worker's, made before it looks for the program)
+        assert found.status == "ok" and "hello" in found.result["stdout"], found
+    else:
+        assert "rg reads the ignore file" not in found.reason, found
 
 
 async def test_attack_git_mv_moves_no_link_where_it_leads_elsewhere(runs, project):
