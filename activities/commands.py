@@ -44,7 +44,6 @@ from kiwi.shellpolicy import (
     PathArgument,
     ShellVerdict,
     Unpacking,
-    copies_folders,
     denied_inside,
     down_and_up,
     folder_uses,
@@ -301,9 +300,9 @@ def _checked_cwd(req: CommandRequest) -> Path:
     if isinstance(paths, ShellVerdict):
         raise _denied(paths.reason)
     recheck_paths(req, paths)
-    if copies_folders(req.argv):
-        _no_link_in_the_way(req, [p for p in paths[1:] if p.mode == "write"])
     if (moves := link_moves(req.argv)) is not None:
+        if moves.below and program_name(req.argv[0]) == "cp":  # (cp -r, -a: folders copied whole)
+            _no_link_in_the_way(req, [p for p in paths[1:] if p.mode == "write"])
         _links_land_where_they_may(req, moves)
     if program_name(req.argv[0]) == "chmod":
         _no_hard_link_below(req, [p for p in paths[1:] if p.mode == "write" and p.tree])

@@ -1091,7 +1091,7 @@ def _chmod_mode_first(args: Sequence[str]) -> list[str]:
     return list(args)
 
 
-def _down_and_up(text: str) -> bool:
+def down_and_up(text: str) -> bool:
     """Whether a path goes into a folder and back up (`a/../b`, `X/X/../..`): '..' after a named segment."""
     named = False
     for segment in text.replace("\\", "/").split("/"):
@@ -1101,11 +1101,6 @@ def _down_and_up(text: str) -> bool:
         elif segment not in ("", "."):
             named = True
     return False
-
-
-def down_and_up(text: str) -> bool:
-    """Whether a path goes into a folder and back up (see _down_and_up): the worker's name for it."""
-    return _down_and_up(text)
 
 
 def _is_number(arg: str) -> bool:
@@ -2770,7 +2765,7 @@ def _path_arguments(
     # (The words as given: a link's target joined to its folder, `out/../src/a.py`, is Kiwi's own reading.)
     if (
         options
-        and (back := next((a for a in args if _down_and_up(a) or _down_and_up(a.partition("=")[2])), None))
+        and (back := next((a for a in args if down_and_up(a) or down_and_up(a.partition("=")[2])), None))
         is not None
     ):
         return _no(
@@ -3185,15 +3180,6 @@ _RECURSING_LONG = {
     "cp": ("--recursive", "--archive"),
     "zip": ("--recurse-paths", "--recurse-patterns"),
 }
-
-
-def copies_folders(argv: Sequence[str]) -> bool:
-    """Whether ``argv`` is a ``cp`` that copies folders whole (-r, -R, -a): it writes every file below its
-    destination, through any link in the way."""
-    if not argv or program_name(argv[0]) != "cp":
-        return False
-    parsed = _parse(list(argv[1:]), SPECS["cp"], set(), program="cp")
-    return not isinstance(parsed, ShellVerdict) and _reads_folders("cp", parsed)
 
 
 @dataclass(frozen=True)
