@@ -19,6 +19,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import confinement
 from activities.filesystem import confine
 from activities.process import child_env, run_process
 from activities.staging import UNPACK_MAX_BYTES, UNPACK_MAX_ENTRIES, Staged, disk_usage, too_big, unpack_back
@@ -741,6 +742,7 @@ class CommandActivities:
             stdin=req.stdin,
             env=env,
             git_config=git_config,
+            confine=_confinement(req),
         )
         return {
             "exit_code": result.exit_code,
@@ -798,6 +800,19 @@ class CommandActivities:
             return scrub(_parse_output(result.stdout), passed)
         except json.JSONDecodeError as exc:
             raise ToolFailed.error(f"tool '{tool.tool_id}' printed invalid JSON: {exc}") from None
+
+
+def _confinement(req: CommandRequest) -> tuple[int, Any] | None:
+    """How the command's program is confined (``activities/confinement.py``); None where it cannot be."""
+    abi = confinement.available()
+    if abi:
+        return abi, lambda program, temp: confinement.shell_rules(req, program, temp)
+    if confinement.mode() == "required":
+        raise ToolFailed.error(
+            "shell commands must be confined (KIWI_CONFINE=required) and this worker's kernel has no Landlock",
+            {"hint": "run the worker on Linux 5.13 or newer with Landlock enabled, or set KIWI_CONFINE=auto"},
+        )
+    return None
 
 
 def _check_parameters(tool: LocalToolSpec, params: dict[str, Any]) -> None:

@@ -8,12 +8,16 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from opentelemetry import propagate, trace
 from temporalio import activity
 
-from kiwi.errors import CommandNotFound, ToolTimeout
+from kiwi import landlock
+from kiwi.errors import CommandNotFound, ToolFailed, ToolTimeout
 from kiwi.lifetime import dies_with_parent, keeper_ready, kept
 
 HEARTBEAT_SECONDS = 2.0
@@ -102,6 +106,17 @@ class ProcessResult:
     truncated: bool
 
 
+def _then(first: Callable[[], None] | None, second: Callable[[], None]) -> Callable[[], None]:
+    if first is None:
+        return second
+
+    def both() -> None:
+        first()
+        second()
+
+    return both
+
+
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -116,9 +131,28 @@ async def run_process(
     stdin: str = "",
     env: dict[str, str] | None = None,
     git_config: list[tuple[str, str]] | None = None,
+    confine: tuple[int, Callable[[str, str], landlock.Rules]] | None = None,
 ) -> ProcessResult:
-    """Run ``argv`` in ``cwd`` with a scrubbed environment (``child_env``) plus ``env``."""
-    environment = child_env(env, git_config)
+    """Run ``argv`` in ``cwd`` with a scrubbed environment (``child_env``) plus ``env``.
+
+    ``confine``: (Landlock ABI, the rules for (the program's absolute path, its own temporary folder)); the
+    program then runs confined to them (``activities/confinement.py``), with ``TMPDIR`` that folder."""
+    if confine is None:
+        return await _run(argv, cwd, timeout, max_output, stdin, child_env(env, git_config), None)
+    with tempfile.TemporaryDirectory(prefix="kiwi-cmd-") as temp:
+        environment = {**child_env(env, git_config), "TMPDIR": temp}
+        return await _run(argv, cwd, timeout, max_output, stdin, environment, (confine[0], confine[1], temp))
+
+
+async def _run(
+    argv: list[str],
+    cwd: str,
+    timeout: float,
+    max_output: int,
+    stdin: str,
+    environment: dict[str, str],
+    confine: tuple[int, Callable[[str, str], landlock.Rules], str] | None,
+) -> ProcessResult:
     program = argv[0]
     if os.sep not in program:
         # Found on the absolute entries of PATH before the command starts, never from its folder.
@@ -126,6 +160,17 @@ async def run_process(
         if found is None:
             raise CommandNotFound.error(f"command not found: {program}")
         program = found
+    preexec = dies_with_parent()  # a worker killed with kill -9 takes the command with it
+    restrict = None
+    if confine is not None:
+        abi, rules, temp = confine
+        try:
+            restrict = rules(os.path.abspath(program), temp).restrictor(abi)
+        except landlock.LandlockError as exc:
+            raise ToolFailed.error(
+                f"{argv[0]} did not start: its confinement failed ({exc.strerror})"
+            ) from None
+        preexec = _then(preexec, restrict)
     keeper_ready()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -136,13 +181,20 @@ async def run_process(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=dies_with_parent(),  # a worker killed with kill -9 takes the command with it
+            preexec_fn=preexec,
             env=environment,
         )
     except FileNotFoundError:
         raise CommandNotFound.error(f"command not found: {argv[0]}") from None
     except PermissionError:
         raise CommandNotFound.error(f"not executable: {argv[0]}") from None
+    except subprocess.SubprocessError:  # (the child could not confine itself: it did not run)
+        raise ToolFailed.error(
+            f"{argv[0]} did not start: the kernel refused to confine it (Landlock)"
+        ) from None
+    finally:
+        if restrict is not None:
+            restrict.close()
     with kept(proc.pid):  # (its own children die with it, and with a worker killed by kill -9)
         communicate = asyncio.ensure_future(proc.communicate(stdin.encode()))
         loop = asyncio.get_running_loop()

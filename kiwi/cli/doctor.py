@@ -56,6 +56,28 @@ def _containers() -> Check:
     )
 
 
+def _confinement() -> Check:
+    """Whether the worker's kernel confines shell commands (activities/confinement.py)."""
+    from activities import confinement
+
+    try:
+        note, abi, mode = confinement.platform_note(), confinement.available(), confinement.mode()
+    except ValueError as exc:
+        return Check("confinement", False, str(exc), "set KIWI_CONFINE to auto, required or off")
+    if abi:
+        return Check("confinement", True, note)
+    return Check(
+        "confinement",
+        False,
+        note,
+        "shell commands still pass Kiwi's checks; for the kernel's wall too, run the worker on Linux 5.13+ "
+        "with Landlock enabled (lsm=...,landlock)"
+        if mode != "off"
+        else "unset KIWI_CONFINE to confine them where the kernel can",
+        warning=mode != "required",
+    )
+
+
 def _payload_store() -> Check:
     """Where payloads of 256 KB and more go (kiwi/payloads.py), and whether this process can write there."""
     import os
@@ -330,7 +352,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     root = find_project_root()
 
     async def go() -> list[Check]:
-        checks = [_python(), _node(), _containers(), _temporal_binary(), _payload_store(), _seal()]
+        checks = [
+            _python(),
+            _node(),
+            _containers(),
+            _confinement(),
+            _temporal_binary(),
+            _payload_store(),
+            _seal(),
+        ]
         temporal = await _temporal(args.address, args.namespace)
         checks += temporal
         checks += await _ports()

@@ -600,10 +600,17 @@ def _process_start() -> None:
     """What `kiwi worker`, `dev` and `mcp` settle before anything else: plain logs off a terminal, and a
     payload store setting every process can use (refused here, not at the first large call, and before the
     process waits for Temporal)."""
+    from activities import confinement
     from kiwi.payloads import check_store
 
     _plain_logs()
     check_store()
+    try:
+        confinement.mode()
+    except ValueError as exc:
+        raise KiwiError(
+            str(exc), hint="KIWI_CONFINE: auto (the default), required or off (README: Security)"
+        ) from None
 
 
 def _plain_logs() -> None:
@@ -615,6 +622,7 @@ def _plain_logs() -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     _process_start()
+    from activities import confinement
     from kiwi.connect import connect
     from workers.main import deployment_config, run_worker
 
@@ -658,6 +666,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         def started() -> None:
             # Printed once the worker polls: whoever waits for this line can send it work.
             _say(f"kiwi worker: task queue '{args.task_queue}' on {client.service_client.config.target_host}")
+            _say(f"kiwi worker: {confinement.platform_note()}")
             if health:
                 _say(f"kiwi worker: health at http://{health[0]}:{health[1]}/healthz and /readyz")
             if deployment:
@@ -770,6 +779,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
         os.environ[telemetry.ON_VARIABLE] = "1"
     if telemetry.setup("kiwi-dev"):
         print(f"kiwi dev: OpenTelemetry traces and metrics to {telemetry.describe_endpoint()}", flush=True)
+    from activities import confinement
+
+    print(f"kiwi dev: {confinement.platform_note()}", flush=True)
 
     async def go() -> int:
         stop = asyncio.Event()

@@ -1,0 +1,222 @@
+"""Landlock: the kernel confines a program to the folders it is given, whatever the program does.
+
+Kiwi's shell policy reads a command before it runs and checks every path it names on disk; the program then
+runs on a file system that can change between the check and the use (a link put in place, a folder swapped),
+and may open files no argument names. Landlock (Linux 5.13 and newer, no privilege needed) closes that gap
+by construction: once a process has restricted itself, every open, create, rename, link, delete and execute
+it (and every program it starts) makes is checked by the kernel against a set of rules, each rule a file or
+a folder below which some rights hold. Links are followed to where they lead before the check.
+
+This module is the mechanism: :class:`Rules` collects rules for a child process and gives the
+``preexec_fn`` that restricts the child before it executes its program. What a shell command gets is
+decided in ``activities/confinement.py``. Constants and layouts are those of ``linux/landlock.h``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import platform
+import stat
+import struct
+import sys
+from dataclasses import dataclass, field
+
+# System call numbers: the same on every architecture that has Landlock (the generic table's).
+_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+# Rights on files and folders (linux/landlock.h), with the ABI version that introduced each.
+EXECUTE = 1 << 0
+WRITE_FILE = 1 << 1
+READ_FILE = 1 << 2
+READ_DIR = 1 << 3
+REMOVE_DIR = 1 << 4
+REMOVE_FILE = 1 << 5
+MAKE_CHAR = 1 << 6
+MAKE_DIR = 1 << 7
+MAKE_REG = 1 << 8
+MAKE_SOCK = 1 << 9
+MAKE_FIFO = 1 << 10
+MAKE_BLOCK = 1 << 11
+MAKE_SYM = 1 << 12
+REFER = 1 << 13  # ABI 2: link or rename a file into another folder
+TRUNCATE = 1 << 14  # ABI 3
+IOCTL_DEV = 1 << 15  # ABI 5
+_FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1, 5: (1 << 16) - 1}
+# Rights a rule on a file (not a folder) may carry.
+FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
+
+# Network (ABI 4): TCP bind and connect; handled with no rule, neither is allowed.
+_NET_TCP = (1 << 0) | (1 << 1)
+# Scopes (ABI 6): no connecting to abstract UNIX sockets, no signals, outside the confined processes.
+_SCOPES = (1 << 0) | (1 << 1)
+
+READ = READ_FILE | READ_DIR
+WRITE = (
+    READ
+    | WRITE_FILE
+    | REMOVE_DIR
+    | REMOVE_FILE
+    | MAKE_DIR
+    | MAKE_REG
+    | MAKE_SYM
+    | MAKE_FIFO
+    | REFER
+    | TRUNCATE
+)
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+
+
+def abi_version() -> int:
+    """The Landlock ABI this kernel answers (0: none, not Linux, or switched off at boot)."""
+    if _LIBC is None or platform.machine() not in ("x86_64", "aarch64", "riscv64", "arm64"):
+        return 0
+    _LIBC.syscall.restype = ctypes.c_long
+    version = _LIBC.syscall(
+        ctypes.c_long(_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)
+    )
+    return max(int(version), 0)
+
+
+class LandlockError(OSError):
+    """A rule the kernel did not take (a path that vanished, a right a file cannot have)."""
+
+
+_OPENAT2 = 437
+_RESOLVE_NO_MAGICLINKS, _RESOLVE_BENEATH = 0x02, 0x08
+
+
+@dataclass
+class Rules:
+    """The rules of one child process: each path with the rights that hold at and below it.
+
+    Rights add up: a path named twice holds both. A path that does not exist is left out (nothing can
+    be opened there, and Landlock denies what no rule allows). A path given with a folder to stay in
+    (:meth:`allow_beneath`) is opened from that folder by the kernel without ever leaving it (``openat2``
+    with ``RESOLVE_BENEATH``): a link on the way that leads out leaves the rule out, whatever the link
+    was when Kiwi last looked."""
+
+    paths: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def allow(self, path: str, rights: int) -> None:
+        self.paths[("", path)] = self.paths.get(("", path), 0) | rights
+
+    def allow_beneath(self, root: str, rel: str, rights: int) -> None:
+        self.paths[(root, rel)] = self.paths.get((root, rel), 0) | rights
+
+    def restrictor(self, abi: int) -> _Restrict:
+        """Make the ruleset now, in this process, and return the ``preexec_fn`` that applies it to the child
+        (after fork, before exec: two system calls). Close it (``.close()``) once the child has started."""
+        assert _LIBC is not None and abi > 0
+        handled = _FS_BY_ABI.get(abi, _FS_BY_ABI[5])
+        attr = struct.pack("=QQQ", handled, _NET_TCP if abi >= 4 else 0, _SCOPES if abi >= 6 else 0)
+        size = 8 if abi < 4 else 16 if abi < 6 else 24
+        buffer = ctypes.create_string_buffer(attr, len(attr))
+        fd = _LIBC.syscall(ctypes.c_long(_CREATE_RULESET), buffer, ctypes.c_size_t(size), ctypes.c_uint32(0))
+        if fd < 0:
+            raise LandlockError(ctypes.get_errno(), "landlock_create_ruleset failed")
+        roots: dict[str, int] = {}
+        try:
+            for (root, path), rights in self.paths.items():
+                if root and root not in roots:
+                    roots[root] = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                target = _open_beneath(roots[root], path) if root else _open(path)
+                if target is not None:
+                    try:
+                        _add(fd, target, rights & handled, path)
+                    finally:
+                        os.close(target)
+        except BaseException:
+            os.close(fd)
+            raise
+        finally:
+            for opened in roots.values():
+                os.close(opened)
+        return _Restrict(fd)
+
+
+def _open(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _open_beneath(root: int, rel: str) -> int | None:
+    """``rel`` opened from the folder ``root`` without leaving it (None: it does not exist, or leads out)."""
+    assert _LIBC is not None
+    how = ctypes.create_string_buffer(
+        struct.pack("=QQQ", os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS), 24
+    )
+    fd = _LIBC.syscall(
+        ctypes.c_long(_OPENAT2), ctypes.c_int(root), os.fsencode(rel or "."), how, ctypes.c_size_t(24)
+    )
+    if fd < 0:
+        errno = ctypes.get_errno()
+        if errno in (2, 18, 20, 40):  # ENOENT, EXDEV (leads out), ENOTDIR, ELOOP
+            return None
+        raise LandlockError(errno, f"openat2 failed for {rel}")
+    return int(fd)
+
+
+def _add(ruleset: int, target: int, rights: int, shown: str) -> None:
+    if not stat.S_ISDIR(os.fstat(target).st_mode):
+        rights &= FILE_RIGHTS
+    if not rights:
+        return
+    rule = ctypes.create_string_buffer(struct.pack("=Qi", rights, target), 12)
+    assert _LIBC is not None
+    if (
+        _LIBC.syscall(
+            ctypes.c_long(_ADD_RULE),
+            ctypes.c_int(ruleset),
+            ctypes.c_int(_RULE_PATH_BENEATH),
+            rule,
+            ctypes.c_uint32(0),
+        )
+        != 0
+    ):
+        raise LandlockError(ctypes.get_errno(), f"landlock_add_rule failed for {shown}")
+
+
+class _Restrict:
+    """The child's side: no new privileges (required to restrict oneself unprivileged, and a set-uid program
+    could not shed the rules anyway), then the ruleset. Calls resolved in the parent; the child allocates
+    nothing. A failure stops the child before its program runs (the parent sees SubprocessError): it never
+    runs unconfined."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        assert _LIBC is not None
+        self._prctl = _LIBC.prctl
+        self._syscall = _LIBC.syscall
+        self._args = (ctypes.c_long(_RESTRICT_SELF), ctypes.c_int(fd), ctypes.c_uint32(0))
+        self._no_new_privs = (ctypes.c_int(_PR_SET_NO_NEW_PRIVS), *(ctypes.c_ulong(v) for v in (1, 0, 0, 0)))
+
+    def __call__(self) -> None:
+        if self._prctl(*self._no_new_privs) != 0 or self._syscall(*self._args) != 0:
+            raise OSError(ctypes.get_errno(), "Landlock restriction failed")
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()

@@ -1,0 +1,205 @@
+"""The kernel's wall behind Kiwi's shell checks (activities/confinement.py, kiwi/landlock.py): attacks that get
+past a check made before the program runs, or that no check sees, against a real Temporal server and worker,
+and the wall itself, on real programs and the real kernel. Skipped where the kernel has no Landlock."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from activities import confinement
+from activities.process import run_process
+from kiwi.contracts import CommandRequest
+from tests.test_attack_shell import agent_run, outside_folder, shell
+
+pytestmark = pytest.mark.skipif(
+    confinement.landlock.abi_version() == 0,
+    reason="this kernel has no Landlock (Linux 5.13+, enabled at boot)",
+)
+
+
+def permissions(commands: str, write: str = "out/**") -> str:
+    return (
+        f'<read resource="filesystem" path="**"/><write resource="filesystem" path="{write}"/>'
+        f'<execute resource="shell" commands="{commands}"/>'
+    )
+
+
+@pytest.mark.parametrize("confine", ["auto", "off"])
+async def test_a_folder_swapped_for_a_link_while_the_program_runs_is_not_written_through(
+    runs, project, monkeypatch, confine
+):
+    """`split pipe out/part-` passes every check (out/ is a folder of the project the run may write); split
+    then waits for its input, and makes its first output file only once it has read some. Meanwhile out/ becomes a link to
+    a folder outside the project (another run, or a process of the agent's). The kernel's wall holds where
+    the check made before could not; with KIWI_CONFINE=off, the same race writes outside."""
+    monkeypatch.setenv("KIWI_CONFINE", confine)
+    (project / "out").mkdir()
+    os.mkfifo(project / "pipe")
+    outside = outside_folder(project)
+    run_id = await agent_run(runs, project, "splitter", permissions("split"))
+    call = asyncio.create_task(shell(runs, run_id, "split", "pipe", "out/part-"))
+
+    # Opening the pipe for writing returns once split has opened it for reading: the checks are behind it.
+    writer = await asyncio.to_thread(open, project / "pipe", "w")
+    (project / "out").rename(project / "out.before")
+    (project / "out").symlink_to(outside)
+    with writer:
+        writer.write("taken\n")
+    result = await call
+
+    assert result.status == "ok", result
+    if confine == "off":
+        assert (outside / "part-aa").read_text() == "taken\n"  # (the attack is real: what the wall stops)
+        return
+    assert not (outside / "part-aa").exists()
+    assert result.result["exit_code"] != 0 and "Permission denied" in result.result["stderr"], result.result
+
+
+async def test_a_granted_program_that_starts_another_starts_nothing(
+    runs, project, monkeypatch, tmp_path_factory
+):
+    """A directive grants a program Kiwi does not know (`launch`, which is env under another name): Kiwi cannot
+    tell that it starts the program it is given. The kernel lets it execute nothing but itself."""
+    tools = tmp_path_factory.mktemp("bin")
+    shutil.copy("/usr/bin/env", tools / "launch")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    (project / "out").mkdir()
+    run_id = await agent_run(runs, project, "launcher", permissions("launch"))
+
+    result = await shell(runs, run_id, "launch", "touch", "out/PWNED")
+
+    assert result.status == "ok", result
+    assert result.result["exit_code"] == 126 and "Permission denied" in result.result["stderr"], result.result
+    assert not (project / "out" / "PWNED").exists()
+
+
+# ---------------------------------------------------------------- the wall itself, program by program
+
+
+def request(project: Path, read: list[str] | None = None, write: list[str] | None = None) -> CommandRequest:
+    return CommandRequest(
+        project_root=str(project), argv=["true"], read_grants=read or ["**"], write_grants=write or ["out/**"]
+    )
+
+
+async def confined(req: CommandRequest, *argv: str, cwd: Path | None = None):
+    return await run_process(
+        list(argv),
+        cwd=str(cwd or req.project_root),
+        timeout=30,
+        max_output=100_000,
+        confine=(confinement.available(), lambda program, temp: confinement.shell_rules(req, program, temp)),
+    )
+
+
+@pytest.fixture
+def tree(tmp_path):
+    project = tmp_path / "project"
+    (project / "out").mkdir(parents=True)
+    (project / "config").mkdir()
+    (project / "config" / "prod.env").write_text("TOKEN=1\n")
+    (project / "src").mkdir()
+    (project / "src" / "a.txt").write_text("a\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("outside secret\n")
+    return project, outside
+
+
+async def test_a_program_reads_and_writes_only_where_the_run_may(tree):
+    project, outside = tree
+    req = request(project, read=["src/**"], write=["out/**"])
+
+    assert (await confined(req, "cat", "src/a.txt")).stdout == "a\n"
+    assert (await confined(req, "cp", "src/a.txt", "out/b.txt")).exit_code == 0
+    assert (project / "out" / "b.txt").read_text() == "a\n"
+    for argv in (
+        ["cat", str(outside / "secret")],
+        ["cat", "config/prod.env"],  # (in the project, no grant reaches it)
+        ["cp", "src/a.txt", "config/x"],
+        ["cp", "src/a.txt", str(outside / "x")],
+        ["rm", "src/a.txt"],
+        ["ln", "-s", "x", "src/link"],
+    ):
+        result = await confined(req, *argv)
+        assert result.exit_code != 0 and "Permission denied" in result.stderr, (argv, result)
+    assert (project / "src" / "a.txt").exists() and not (project / "config" / "x").exists()
+    assert not (outside / "x").exists() and not (project / "src" / "link").exists()
+
+
+async def test_the_workers_own_files_and_processes_are_out_of_reach(tree):
+    """/proc (the worker's environment and its secrets), the worker's home, other folders of the machine."""
+    project, _ = tree
+    req = request(project)
+    for argv in (["cat", f"/proc/{os.getpid()}/environ"], ["ls", str(Path.home())], ["cat", "/etc/hostname"]):
+        result = await confined(req, *argv)
+        assert result.exit_code != 0 and "Permission denied" in result.stderr, (argv, result)
+
+
+async def test_a_program_the_agent_wrote_is_not_executed(tree):
+    project, _ = tree
+    shutil.copy("/usr/bin/true", project / "out" / "mine")
+    req = request(project)
+    result = await confined(req, "env", "out/mine")
+    assert result.exit_code == 126 and "Permission denied" in result.stderr, result
+    assert (await confined(req, "env", "--version")).exit_code == 0  # (the program itself runs)
+
+
+async def test_no_tcp_connection_and_no_signal_leaves_the_command(tree):
+    project, _ = tree
+    req = request(project)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        result = await confined(req, "bash", "-c", f": > /dev/tcp/127.0.0.1/{port}")
+        assert result.exit_code != 0 and "Permission denied" in result.stderr, result
+        assert select.select([server], [], [], 0)[0] == []  # (no connection waits to be accepted)
+    if confinement.available() < 6:
+        return  # (signals are scoped from Landlock ABI 6)
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        result = await confined(req, "kill", "-9", str(victim.pid))
+        assert result.exit_code != 0, result
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+async def test_what_programs_need_still_works(tree):
+    """A temporary folder of the command's own, scripts (egrep runs grep), git with its repository."""
+    project, _ = tree
+    req = request(project, write=["**"])
+    made = await confined(req, "mktemp")
+    assert made.exit_code == 0 and made.stdout.strip(), made
+    assert not Path(made.stdout.strip()).exists()  # (the command's folder goes with it)
+    if shutil.which("egrep"):
+        assert (await confined(req, "egrep", "a|b", "src/a.txt")).stdout == "a\n"
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    assert (await confined(req, "git", "add", "src/a.txt")).exit_code == 0
+    committed = await confined(
+        req, "git", "-c", "user.name=k", "-c", "user.email=k@example.com", "commit", "-q", "-m", "one"
+    )
+    assert committed.exit_code == 0, committed
+    assert "one" in (await confined(req, "git", "log", "--oneline")).stdout
+
+
+def test_a_grants_folder_is_its_part_before_the_first_wildcard():
+    assert confinement.literal_part("src/**") == "src"
+    assert confinement.literal_part("out/*.txt") == "out"
+    assert confinement.literal_part("*.md") == ""
+    assert confinement.literal_part("docs/api/index.md") == "docs/api/index.md"
+    assert confinement.literal_part("a/{b,c}/d") == "a"
+
+
+def test_a_bad_setting_is_named(monkeypatch):
+    monkeypatch.setenv("KIWI_CONFINE", "maybe")
+    with pytest.raises(ValueError, match="KIWI_CONFINE='maybe': use auto, required or off"):
+        confinement.mode()
