@@ -657,6 +657,7 @@ async def _unpack(req: CommandRequest, unpack: Unpacking, cwd: Path, env: dict[s
                 max_output=req.max_output_bytes,
                 stdin=req.stdin,
                 env=env,
+                confine=_confinement(req, into=staged.path),
             )
         )
         result = await _within_limits(running, staged.path, what)
@@ -802,11 +803,12 @@ class CommandActivities:
             raise ToolFailed.error(f"tool '{tool.tool_id}' printed invalid JSON: {exc}") from None
 
 
-def _confinement(req: CommandRequest) -> tuple[int, Any] | None:
-    """How the command's program is confined (``activities/confinement.py``); None where it cannot be."""
+def _confinement(req: CommandRequest, into: str = "") -> tuple[int, Any] | None:
+    """How the command's program is confined (``activities/confinement.py``); None where it cannot be.
+    ``into``: the one folder it may write (an archive unpacked into Kiwi's staging folder)."""
     abi = confinement.available()
     if abi:
-        return abi, lambda program, temp: confinement.shell_rules(req, program, temp)
+        return abi, lambda program, temp: confinement.shell_rules(req, program, temp, into)
     if confinement.mode() == "required":
         raise ToolFailed.error(
             "shell commands must be confined (KIWI_CONFINE=required) and this worker's kernel has no Landlock",

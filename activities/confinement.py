@@ -74,14 +74,18 @@ def literal_part(pattern: str) -> str:
     return "/".join(kept)
 
 
-def shell_rules(req: CommandRequest, program: str, temp: str) -> landlock.Rules:
-    """The rules for ``req``'s program (``program``: its absolute path) with ``temp`` as its own folder."""
+def shell_rules(req: CommandRequest, program: str, temp: str, into: str = "") -> landlock.Rules:
+    """The rules for ``req``'s program (``program``: its absolute path) with ``temp`` as its own folder.
+    ``into``: the one folder it writes, in place of the project (an archive unpacked into Kiwi's staging
+    folder, which Kiwi then writes into the project itself)."""
     rules = landlock.Rules()
     root = os.path.realpath(req.project_root)
     grants = bool(req.read_grants or req.write_grants)
     for pattern in [*req.read_grants, *req.write_grants] if grants else ["**"]:
         rules.allow_beneath(root, literal_part(pattern), landlock.READ)
-    writes = [literal_part(p) for p in req.write_grants] if grants else [""]
+    writes = [] if into else [literal_part(p) for p in req.write_grants] if grants else [""]
+    if into:
+        rules.allow(into, landlock.WRITE)
     for rel in writes:
         # A file not made yet is made in its folder: the nearest one that exists holds the rule.
         rules.allow_beneath(root, _existing(root, rel), landlock.WRITE)

@@ -90,13 +90,16 @@ def request(project: Path, read: list[str] | None = None, write: list[str] | Non
     )
 
 
-async def confined(req: CommandRequest, *argv: str, cwd: Path | None = None):
+async def confined(req: CommandRequest, *argv: str, into: str = ""):
     return await run_process(
         list(argv),
-        cwd=str(cwd or req.project_root),
+        cwd=req.project_root,
         timeout=30,
         max_output=100_000,
-        confine=(confinement.available(), lambda program, temp: confinement.shell_rules(req, program, temp)),
+        confine=(
+            confinement.available(),
+            lambda program, temp: confinement.shell_rules(req, program, temp, into),
+        ),
     )
 
 
@@ -189,6 +192,28 @@ async def test_what_programs_need_still_works(tree):
     )
     assert committed.exit_code == 0, committed
     assert "one" in (await confined(req, "git", "log", "--oneline")).stdout
+
+
+async def test_an_archive_unpacks_only_into_kiwis_staging_folder(tree, tmp_path):
+    """tar and unzip unpack into a folder of the worker's, from which Kiwi copies into the project without
+    following a link (see README: Shell): the program itself writes nowhere else, not even the run's folders."""
+    project, outside = tree
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    member = outside / "planted"
+    member.write_text("from the archive\n")
+    subprocess.run(["tar", "-c", "-P", "-f", str(project / "src" / "a.tar"), str(member)], check=True)
+    member.unlink()
+    req = request(project, write=["**"])
+
+    escaped = await confined(req, "tar", "-x", "-P", "-f", "src/a.tar", into=str(staging))
+    into_project = await confined(req, "tar", "-x", "-f", "src/a.tar", "-C", "out", into=str(staging))
+    staged = await confined(req, "tar", "-x", "-f", "src/a.tar", "-C", str(staging), into=str(staging))
+
+    assert escaped.exit_code != 0 and not member.exists(), escaped
+    assert into_project.exit_code != 0 and not any((project / "out").iterdir()), into_project
+    assert staged.exit_code == 0, staged
+    assert (staging / str(member).lstrip("/")).read_text() == "from the archive\n"
 
 
 def test_a_grants_folder_is_its_part_before_the_first_wildcard():
