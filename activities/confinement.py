@@ -4,10 +4,11 @@ The shell policy (``kiwi/shellpolicy.py``) and the worker's checks on disk decid
 model of what the program will do, before it runs. The confinement is the wall behind them, set up by the
 kernel for the program and everything it starts, and checked at each use:
 
-- reads: below the literal part of each read and write grant (``src/**`` gives ``src``, ``*.md`` the
-  project), resolved inside the project; the project when the run names no grant;
-- writes (create, change, remove, rename, link): below the literal part of each write grant, the same way;
-  for git, the project's ``.git`` too when the run may write at all;
+- reads: below the literal part of each read grant (``src/**`` gives ``src``, ``*.md`` the project), inside
+  the project, never through a link, and not in the protected places the grant does not name (the root's
+  ``.git``, ``.ai/config``, ...); the project when the run names no grant;
+- writes (create, change, remove, rename, link; not reading): below the literal part of each write grant,
+  the same way; git reads its ``.git`` and, when the run may write at all, writes it;
 - the system's programs and libraries, read only (``/usr``, ``/lib*``, ``/bin``, ``/sbin``, the few files of
   ``/etc`` programs read), ``/dev/null``, and a temporary folder of the command's own (``TMPDIR``);
 - execute: the program itself and its ELF interpreter, nothing else (git: its own helpers; a script: its
@@ -31,6 +32,7 @@ import sys
 
 from kiwi import landlock
 from kiwi.contracts import CommandRequest
+from kiwi.protected import names, protected_root
 
 _GLOB = set("*?[{")
 _SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin")
@@ -81,21 +83,21 @@ def shell_rules(req: CommandRequest, program: str, temp: str, into: str = "") ->
     rules = landlock.Rules()
     root = os.path.realpath(req.project_root)
     grants = bool(req.read_grants or req.write_grants)
-    for pattern in [*req.read_grants, *req.write_grants] if grants else ["**"]:
-        rules.allow_beneath(root, literal_part(pattern), landlock.READ)
+    for pattern in req.read_grants if grants else ["**"]:
+        _read_below(rules, root, literal_part(pattern), pattern)
     writes = [] if into else [literal_part(p) for p in req.write_grants] if grants else [""]
     if into:
-        rules.allow(into, landlock.WRITE)
+        rules.allow(into, landlock.READ | landlock.WRITE)
     for rel in writes:
         # A file not made yet is made in its folder: the nearest one that exists holds the rule.
         rules.allow_beneath(root, _existing(root, rel), landlock.WRITE)
     name = os.path.basename(program)
-    if name == "git" and writes:
-        rules.allow_beneath(root, ".git", landlock.WRITE)
+    if name == "git":  # (its repository: git's reading of protected places is its own, see README: Shell)
+        rules.allow_beneath(root, ".git", landlock.READ | (landlock.WRITE if writes else 0))
     for path in _SYSTEM_READ + _ETC + _DEVICES_READ:
         rules.allow(path, landlock.READ)
     rules.allow("/dev/null", landlock.READ_FILE | landlock.WRITE_FILE | landlock.TRUNCATE)
-    rules.allow(temp, landlock.WRITE)
+    rules.allow(temp, landlock.READ | landlock.WRITE)
     rules.allow(os.path.dirname(program), landlock.READ)
     for executable in _executables(program):
         rules.allow(executable, landlock.EXECUTE | landlock.READ_FILE)
@@ -107,6 +109,34 @@ def shell_rules(req: CommandRequest, program: str, temp: str, into: str = "") ->
         for folder in _SYSTEM_PROGRAMS:
             rules.allow(folder, landlock.EXECUTE | landlock.READ)
     return rules
+
+
+def _read_below(rules: landlock.Rules, root: str, rel: str, pattern: str) -> None:
+    """Read below ``rel`` (the literal part of the read grant ``pattern``), but not the protected places there
+    that the grant does not name (``.git``, ``.ai/config``, ``.ai/logs``, ``temporal-dev.yml``, ...: as
+    kiwi/protected.py, for the project's root and its ``.ai``): the folder's names may be listed, and each
+    entry but those read. ``grep -r KEY .`` then reads the project and not ``.git/config``."""
+    if rel and _fold(rel) != ".ai":
+        rules.allow_beneath(root, rel, landlock.READ)
+        return
+    rules.allow_beneath(root, rel, landlock.READ_DIR)
+    try:
+        entries = [entry.name for entry in os.scandir(os.path.join(root, rel))]
+    except OSError:
+        return
+    for entry in entries:
+        child = f"{rel}/{entry}" if rel else entry
+        place = protected_root(child)
+        if place is not None and not names(pattern, place):
+            continue
+        if _fold(child) == ".ai":
+            _read_below(rules, root, child, pattern)
+        else:
+            rules.allow_beneath(root, child, landlock.READ)
+
+
+def _fold(rel: str) -> str:
+    return rel.casefold().rstrip(" .")
 
 
 def _existing(root: str, rel: str) -> str:

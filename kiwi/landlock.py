@@ -56,8 +56,10 @@ _NET_TCP = (1 << 0) | (1 << 1)
 _SCOPES = (1 << 0) | (1 << 1)
 
 READ = READ_FILE | READ_DIR
+# Writing needs no reading: what a program reads is what the read rules give (as Kiwi's checks read a
+# command). Listing names (READ_DIR) is kept: mkdir -p and rm -r walk the folders they change.
 WRITE = (
-    READ
+    READ_DIR
     | WRITE_FILE
     | REMOVE_DIR
     | REMOVE_FILE
@@ -98,7 +100,7 @@ class LandlockError(OSError):
 
 
 _OPENAT2 = 437
-_RESOLVE_NO_MAGICLINKS, _RESOLVE_BENEATH = 0x02, 0x08
+_RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x02, 0x04, 0x08
 
 
 @dataclass
@@ -107,9 +109,10 @@ class Rules:
 
     Rights add up: a path named twice holds both. A path that does not exist is left out (nothing can
     be opened there, and Landlock denies what no rule allows). A path given with a folder to stay in
-    (:meth:`allow_beneath`) is opened from that folder by the kernel without ever leaving it (``openat2``
-    with ``RESOLVE_BENEATH``): a link on the way that leads out leaves the rule out, whatever the link
-    was when Kiwi last looked."""
+    (:meth:`allow_beneath`) is opened from that folder by the kernel without following a link on the way
+    (``openat2`` with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``): a path that is or goes through a link gets
+    no rule, whatever the link was when Kiwi last looked (what the link leads to is covered, or not, by
+    where it is)."""
 
     paths: dict[tuple[str, str], int] = field(default_factory=dict)
 
@@ -158,10 +161,11 @@ def _open(path: str) -> int | None:
 
 
 def _open_beneath(root: int, rel: str) -> int | None:
-    """``rel`` opened from the folder ``root`` without leaving it (None: it does not exist, or leads out)."""
+    """``rel`` opened from the folder ``root`` without leaving it or following a link (None: it does not
+    exist, or is or goes through a link)."""
     assert _LIBC is not None
     how = ctypes.create_string_buffer(
-        struct.pack("=QQQ", os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS), 24
+        struct.pack("=QQQ", os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS), 24
     )
     fd = _LIBC.syscall(
         ctypes.c_long(_OPENAT2), ctypes.c_int(root), os.fsencode(rel or "."), how, ctypes.c_size_t(24)

@@ -63,6 +63,32 @@ async def test_a_folder_swapped_for_a_link_while_the_program_runs_is_not_written
     assert result.result["exit_code"] != 0 and "Permission denied" in result.result["stderr"], result.result
 
 
+@pytest.mark.parametrize("confine", ["auto", "off"])
+async def test_a_folder_read_does_not_read_the_protected_places_in_it(runs, project, monkeypatch, confine):
+    """`grep -r TOKEN .` with read `**`: Kiwi's checks let it run (refusing it would refuse every search of the
+    project), and grep read the repository's credentials and Kiwi's configuration along with the project.
+    The wall lets it list them and read none; `cat .git/config` is refused by the checks, as before."""
+    monkeypatch.setenv("KIWI_CONFINE", confine)
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    with (project / ".git" / "config").open("a") as config:
+        config.write('[remote "origin"]\n\turl = https://kiwi:canary-token@example.com/r.git\n')
+    (project / ".ai" / "config" / "canary.yaml").write_text("secret: canary-token\n")
+    (project / "src").mkdir()
+    (project / "src" / "notes.txt").write_text("where is the canary-token?\n")
+    run_id = await agent_run(runs, project, "searcher", permissions("grep"))
+
+    result = await shell(runs, run_id, "grep", "-r", "canary-token", ".")
+
+    assert result.status == "ok", result
+    found = result.result["stdout"]
+    assert "./src/notes.txt:where is the canary-token?" in found, result.result
+    if confine == "off":
+        assert "kiwi:canary-token@" in found  # (the attack is real: what the wall stops)
+        return
+    assert "kiwi:canary-token@" not in found and "secret: canary-token" not in found, found
+    assert "./.git/config: Permission denied" in result.result["stderr"], result.result
+
+
 async def test_a_granted_program_that_starts_another_starts_nothing(
     runs, project, monkeypatch, tmp_path_factory
 ):
