@@ -26,15 +26,18 @@ without it refuses shell commands), ``off``.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+import stat
 import struct
 import sys
 
 from kiwi import landlock
 from kiwi.contracts import CommandRequest
+from kiwi.globs import glob_segments
 from kiwi.protected import names, protected_root
 
-_GLOB = set("*?[{")
 _SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin")
 _ETC = (
     "/etc/ld.so.cache",
@@ -50,7 +53,7 @@ _ETC = (
     "/etc/mime.types",
 )
 _DEVICES_READ = ("/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
-_SYSTEM_PROGRAMS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/lib", "/usr/libexec", "/usr/local/bin")
+_SYSTEM_PROGRAMS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin")
 
 
 def mode() -> str:
@@ -69,8 +72,8 @@ def available() -> int:
 def literal_part(pattern: str) -> str:
     """The folder or file a grant's pattern starts with, before its first wildcard ('' for the project)."""
     kept: list[str] = []
-    for segment in pattern.strip("/").split("/"):
-        if not segment or any(c in _GLOB for c in segment):
+    for segment in glob_segments(pattern):
+        if "*" in segment or "?" in segment or segment == "..":
             break
         kept.append(segment)
     return "/".join(kept)
@@ -83,40 +86,74 @@ def shell_rules(req: CommandRequest, program: str, temp: str, into: str = "") ->
     rules = landlock.Rules()
     root = os.path.realpath(req.project_root)
     grants = bool(req.read_grants or req.write_grants)
-    for pattern in req.read_grants if grants else ["**"]:
+    # (What a run may write it may read, as Kiwi's checks read a command.)
+    for pattern in [*req.read_grants, *req.write_grants] if grants else ["**"]:
         _read_below(rules, root, literal_part(pattern), pattern)
     writes = [] if into else [literal_part(p) for p in req.write_grants] if grants else [""]
     if into:
         rules.allow(into, landlock.READ | landlock.WRITE)
     for rel in writes:
-        # A file not made yet is made in its folder: the nearest one that exists holds the rule.
-        rules.allow_beneath(root, _existing(root, rel), landlock.WRITE)
-    name = os.path.basename(program)
-    if name == "git":  # (its repository: git's reading of protected places is its own, see README: Shell)
+        if os.path.lexists(os.path.join(root, rel)):
+            rules.allow_beneath(root, rel, landlock.WRITE)
+        else:
+            # Not made yet: its nearest folder may make folders (`mkdir -p build/x` for `build/**`), and the
+            # next command writes in them; never files there, which would widen the grant to that folder.
+            rules.allow_beneath(root, _existing(root, rel), landlock.MAKE_DIR | landlock.READ_DIR)
+    # A program of the project (one the agent may have written) is no system program: nothing read from
+    # it decides a rule (its #! line, its ELF interpreter, its name), and it runs with the system's loader.
+    real = os.path.realpath(program)
+    ours = _inside(real, root) or _inside(real, temp)
+    if not ours and os.path.basename(real) == "git":
+        # Its repository (git's reading of protected places through history is its own, see README: Shell).
         rules.allow_beneath(root, ".git", landlock.READ | (landlock.WRITE if writes else 0))
+        for folder in ("/usr/lib/git-core", "/usr/libexec/git-core", "/usr/local/libexec/git-core"):
+            rules.allow(folder, landlock.EXECUTE | landlock.READ)
     for path in _SYSTEM_READ + _ETC + _DEVICES_READ:
         rules.allow(path, landlock.READ)
     rules.allow("/dev/null", landlock.READ_FILE | landlock.WRITE_FILE | landlock.TRUNCATE)
     rules.allow(temp, landlock.READ | landlock.WRITE)
-    rules.allow(os.path.dirname(program), landlock.READ)
-    for executable in _executables(program):
-        rules.allow(executable, landlock.EXECUTE | landlock.READ_FILE)
-    if name == "git":
-        for folder in ("/usr/lib/git-core", "/usr/libexec/git-core", "/usr/local/libexec/git-core"):
-            rules.allow(folder, landlock.EXECUTE | landlock.READ)
-    elif _script(program):
-        # A script (egrep runs `grep -E`) may start the system's programs, none the agent wrote.
+    run = landlock.EXECUTE | landlock.READ_FILE
+    for loader in _system_loaders():
+        rules.allow(loader, run, file=True)
+    if ours:
+        # (Placed from the project's folder without following a link, as the read rules are.)
+        inside, rel = (
+            (root, os.path.relpath(real, root))
+            if _inside(real, root)
+            else (temp, os.path.relpath(real, temp))
+        )
+        rules.allow_beneath(inside, rel, run, file=True)
+        return rules
+    rules.allow(real, run, file=True)
+    rules.allow(os.path.dirname(real), landlock.READ)
+    script = False
+    for executable, kind in _started_by(real, root):
+        rules.allow(executable, run, file=True)
+        script = script or kind == "script"
+    if script:
+        # A system script (egrep runs `grep -E`) may start the system's programs, none the agent wrote.
         for folder in _SYSTEM_PROGRAMS:
             rules.allow(folder, landlock.EXECUTE | landlock.READ)
     return rules
 
 
+# What a folder read does not read unless its grant names the protected place (kiwi/protected.py): the
+# repository's settings (a remote's credentials, an http.extraHeader) and Kiwi's configuration. Their names
+# may be listed; `grep -r KEY .` then says `Permission denied` for each of their files.
+UNREAD = (".git/config", ".ai/config")
+
+
 def _read_below(rules: landlock.Rules, root: str, rel: str, pattern: str) -> None:
-    """Read below ``rel`` (the literal part of the read grant ``pattern``), but not the protected places there
-    that the grant does not name (``.git``, ``.ai/config``, ``.ai/logs``, ``temporal-dev.yml``, ...: as
-    kiwi/protected.py, for the project's root and its ``.ai``): the folder's names may be listed, and each
-    entry but those read. ``grep -r KEY .`` then reads the project and not ``.git/config``."""
-    if rel and _fold(rel) != ".ai":
+    """Read below ``rel`` (the literal part of the grant ``pattern``) but not the places of UNREAD there that
+    ``pattern`` does not name: the folders on the way to one are listed and each of their other entries read
+    (as they are when the rules are made: an entry made later by the command is not read by it)."""
+    hidden = [
+        place
+        for place in UNREAD
+        if (not rel or _fold(place).startswith(_fold(rel) + "/"))
+        and not names(pattern, protected_root(place) or place)
+    ]
+    if not hidden:
         rules.allow_beneath(root, rel, landlock.READ)
         return
     rules.allow_beneath(root, rel, landlock.READ_DIR)
@@ -126,17 +163,21 @@ def _read_below(rules: landlock.Rules, root: str, rel: str, pattern: str) -> Non
         return
     for entry in entries:
         child = f"{rel}/{entry}" if rel else entry
-        place = protected_root(child)
-        if place is not None and not names(pattern, place):
+        if any(_fold(child) == _fold(place) for place in hidden):
             continue
-        if _fold(child) == ".ai":
+        if any(_fold(place).startswith(_fold(child) + "/") for place in hidden):
             _read_below(rules, root, child, pattern)
         else:
             rules.allow_beneath(root, child, landlock.READ)
 
 
 def _fold(rel: str) -> str:
-    return rel.casefold().rstrip(" .")
+    """As kiwi/protected.py folds a name (``.GIT``, ``.git.``), segment by segment."""
+    return "/".join(segment.casefold().rstrip(" .") or segment for segment in rel.split("/"))
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _existing(root: str, rel: str) -> str:
@@ -145,52 +186,79 @@ def _existing(root: str, rel: str) -> str:
     return rel
 
 
-def _executables(program: str, depth: int = 0) -> list[str]:
-    """``program`` and what the kernel opens to execute it: its ELF interpreter, or its script's."""
-    real = os.path.realpath(program)
-    found = [program, real]
+def _started_by(program: str, root: str, depth: int = 0) -> list[tuple[str, str]]:
+    """What the kernel opens to execute the system program ``program`` (resolved): its ELF interpreter, or
+    its ``#!`` line's interpreter and that one's, read as the kernel reads them. Nothing in the project."""
     if depth > 3:
-        return found
+        return []
+    head = _head(program)
+    if head.startswith(b"#!"):
+        # The kernel: blanks after "#!", then the name up to a blank, a tab or the end of the line.
+        line = head[2:].split(b"\n")[0].lstrip(b" \t")
+        name = re.split(rb"[ \t\0]", line)[0]
+        kind = "script"
+    elif head.startswith(b"\x7fELF"):
+        name, kind = _elf_interpreter(program, head), "elf"
+    else:
+        return []
+    if not name.startswith(b"/"):
+        return []
+    interpreter = os.path.realpath(os.fsdecode(name))
+    if _inside(interpreter, root):
+        return []
+    return [(interpreter, kind), *_started_by(interpreter, root, depth + 1)]
+
+
+def _head(path: str) -> bytes:
+    """The first bytes of a regular file ('' for anything else: a FIFO would hold the worker)."""
     try:
-        with open(real, "rb") as file:
-            head = file.read(256)
-            if head.startswith(b"#!"):
-                interpreter = head[2:].split(b"\n")[0].strip().split(b" ")[0]
-                if interpreter:
-                    found += _executables(os.fsdecode(interpreter), depth + 1)
-            elif head.startswith(b"\x7fELF") and (interp := _elf_interpreter(file, head)):
-                found += _executables(interp, depth + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        pass
-    return found
-
-
-def _script(program: str) -> bool:
+        return b""
     try:
-        with open(os.path.realpath(program), "rb") as file:
-            return file.read(2) == b"#!"
-    except OSError:
-        return False
+        return os.read(fd, 256) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    finally:
+        os.close(fd)
 
 
-def _elf_interpreter(file, head: bytes) -> str:  # type: ignore[no-untyped-def]
-    """The PT_INTERP of an ELF file ('' for a static one)."""
+def _elf_interpreter(path: str, head: bytes) -> bytes:
+    """The PT_INTERP of an ELF file (b'' for a static one), as bytes."""
+    if len(head) < 64:
+        return b""
     wide, order = head[4] == 2, "<" if head[5] == 1 else ">"
     phoff = struct.unpack_from(order + ("Q" if wide else "I"), head, 32 if wide else 28)[0]
     phentsize, phnum = struct.unpack_from(order + "HH", head, 54 if wide else 42)
-    for index in range(min(phnum, 64)):
-        file.seek(phoff + index * phentsize)
-        entry = file.read(phentsize)
-        if len(entry) < phentsize or struct.unpack_from(order + "I", entry, 0)[0] != 3:  # PT_INTERP
-            continue
-        offset, size = (
-            struct.unpack_from(order + "Q8x8xQ", entry, 8)
-            if wide
-            else struct.unpack_from(order + "I4x4xI", entry, 4)
-        )
-        file.seek(offset)
-        return file.read(min(size, 4096)).rstrip(b"\0").decode("utf-8", "replace")
-    return ""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        for index in range(min(phnum, 64)):
+            entry = os.pread(fd, phentsize, phoff + index * phentsize)
+            if (
+                len(entry) < max(phentsize, 24) or struct.unpack_from(order + "I", entry, 0)[0] != 3
+            ):  # PT_INTERP
+                continue
+            offset, size = (
+                struct.unpack_from(order + "Q8x8xQ", entry, 8)
+                if wide
+                else struct.unpack_from(order + "I4x4xI", entry, 4)
+            )
+            name = os.pread(fd, min(size, 4096), offset)
+            return name[: name.index(b"\0")] if b"\0" in name else name
+        return b""
+    finally:
+        os.close(fd)
+
+
+@functools.cache
+def _system_loaders() -> tuple[str, ...]:
+    """The system's ELF interpreter, as /bin/sh names it: what runs a program of the project."""
+    for program in ("/bin/sh", "/usr/bin/env", sys.executable):
+        found = _started_by(os.path.realpath(program), "/nonexistent")
+        if found:
+            return tuple(path for path, kind in found if kind == "elf")[:1]
+    return ()
 
 
 def platform_note() -> str:
@@ -202,4 +270,15 @@ def platform_note() -> str:
         return "shell commands are not confined (KIWI_CONFINE=off)"
     if abi == 0:
         return "shell commands are not confined: this kernel has no Landlock (Linux 5.13+, enabled at boot)"
-    return f"shell commands are confined by Landlock (ABI {abi})"
+    missing = [
+        what
+        for since, what in ((3, "truncation"), (4, "TCP"), (6, "signals, abstract sockets"))
+        if abi < since
+    ]
+    lacks = f"; this ABI does not cover {', '.join(missing)} (README: Security)" if missing else ""
+    filtered = (
+        " and seccomp (no sockets)"
+        if landlock.seccomp_filtered()
+        else ", sockets not filtered on this machine"
+    )
+    return f"shell commands are confined by Landlock (ABI {abi}){filtered}{lacks}"

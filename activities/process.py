@@ -165,7 +165,7 @@ async def _run(
     if confine is not None:
         abi, rules, temp = confine
         try:
-            restrict = rules(os.path.abspath(program), temp).restrictor(abi)
+            restrict = rules(os.path.join(cwd, program), temp).restrictor(abi)
         except landlock.LandlockError as exc:
             raise ToolFailed.error(
                 f"{argv[0]} did not start: its confinement failed ({exc.strerror})"

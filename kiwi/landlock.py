@@ -114,13 +114,18 @@ class Rules:
     no rule, whatever the link was when Kiwi last looked (what the link leads to is covered, or not, by
     where it is)."""
 
-    paths: dict[tuple[str, str], int] = field(default_factory=dict)
+    paths: dict[tuple[str, str, bool], int] = field(default_factory=dict)
 
-    def allow(self, path: str, rights: int) -> None:
-        self.paths[("", path)] = self.paths.get(("", path), 0) | rights
+    def allow(self, path: str, rights: int, *, file: bool = False) -> None:
+        """``rights`` at and below ``path``. ``file``: only if it is a regular file, not a link (the rule is
+        left out otherwise): for EXECUTE, which on a folder would hold for everything below it."""
+        self._add((("", path, file)), rights)
 
-    def allow_beneath(self, root: str, rel: str, rights: int) -> None:
-        self.paths[(root, rel)] = self.paths.get((root, rel), 0) | rights
+    def allow_beneath(self, root: str, rel: str, rights: int, *, file: bool = False) -> None:
+        self._add((root, rel, file), rights)
+
+    def _add(self, key: tuple[str, str, bool], rights: int) -> None:
+        self.paths[key] = self.paths.get(key, 0) | rights
 
     def restrictor(self, abi: int) -> _Restrict:
         """Make the ruleset now, in this process, and return the ``preexec_fn`` that applies it to the child
@@ -135,15 +140,17 @@ class Rules:
             raise LandlockError(ctypes.get_errno(), "landlock_create_ruleset failed")
         roots: dict[str, int] = {}
         try:
-            for (root, path), rights in self.paths.items():
+            for (root, path, file), rights in self.paths.items():
                 if root and root not in roots:
                     roots[root] = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-                target = _open_beneath(roots[root], path) if root else _open(path)
-                if target is not None:
-                    try:
+                target = _open_beneath(roots[root], path) if root else _open(path, file)
+                if target is None:
+                    continue
+                try:
+                    if not file or stat.S_ISREG(os.fstat(target).st_mode):
                         _add(fd, target, rights & handled, path)
-                    finally:
-                        os.close(target)
+                finally:
+                    os.close(target)
         except BaseException:
             os.close(fd)
             raise
@@ -153,9 +160,9 @@ class Rules:
         return _Restrict(fd)
 
 
-def _open(path: str) -> int | None:
+def _open(path: str, file: bool = False) -> int | None:
     try:
-        return os.open(path, os.O_PATH | os.O_CLOEXEC)
+        return os.open(path, os.O_PATH | os.O_CLOEXEC | (os.O_NOFOLLOW if file else 0))
     except (FileNotFoundError, NotADirectoryError):
         return None
 
@@ -198,11 +205,62 @@ def _add(ruleset: int, target: int, rights: int, shown: str) -> None:
         raise LandlockError(ctypes.get_errno(), f"landlock_add_rule failed for {shown}")
 
 
+# Capabilities (linux/capability.h, linux/prctl.h): a worker running as root hands its command none.
+_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+_CAPABILITY_VERSION_3 = 0x20080522
+_CAP_LAST = 63
+_CAPSET = {"x86_64": 126, "aarch64": 91, "arm64": 91, "riscv64": 91}
+
+# seccomp (linux/seccomp.h, linux/filter.h): what Landlock does not cover. No socket at all (UDP, raw and
+# packet sockets, UNIX sockets by path such as a container engine's, netlink), no io_uring (which opens
+# sockets without the socket call), and no system call of another architecture's table.
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_EACCES, _ENOSYS = 13, 38
+# (audit architecture, socket, io_uring_setup/enter/register, first number of a second table or 0)
+_SECCOMP_ARCH = {
+    "x86_64": (0xC000003E, 41, (425, 426, 427), 0x40000000),
+    "aarch64": (0xC00000B7, 198, (425, 426, 427), 0),
+    "arm64": (0xC00000B7, 198, (425, 426, 427), 0),
+    "riscv64": (0xC00000F3, 198, (425, 426, 427), 0),
+}
+
+
+def seccomp_filtered() -> bool:
+    """Whether a confined command also gets the seccomp filter (an architecture whose numbers Kiwi knows)."""
+    return platform.machine() in _SECCOMP_ARCH
+
+
+def _seccomp_program() -> ctypes.Array[ctypes.c_char] | None:
+    """The filter as ``struct sock_filter[]``: the architecture checked, then the refused calls."""
+    known = _SECCOMP_ARCH.get(platform.machine())
+    if known is None:
+        return None
+    arch, socket_call, rings, second_table = known
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    refused = (socket_call, *rings)
+    code: list[tuple[int, int, int, int]] = [(ld, 0, 0, 4)]  # the architecture
+    # (each jump counts the instructions it skips)
+    tail = 3 + (1 if second_table else 0) + len(refused)
+    code.append((jeq, 0, tail, arch))  # another architecture: to the last, ENOSYS
+    code.append((ld, 0, 0, 0))  # the call's number
+    if second_table:
+        code.append((jge, len(refused) + 1, 0, second_table))  # x32's table: EACCES
+    for index, number in enumerate(refused):
+        code.append((jeq, len(refused) - index, 0, number))
+    code.append((ret, 0, 0, _RET_ALLOW))
+    code.append((ret, 0, 0, _RET_ERRNO | _EACCES))
+    code.append((ret, 0, 0, _RET_ERRNO | _ENOSYS))
+    raw = b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
+    return ctypes.create_string_buffer(raw, len(raw))
+
+
 class _Restrict:
-    """The child's side: no new privileges (required to restrict oneself unprivileged, and a set-uid program
-    could not shed the rules anyway), then the ruleset. Calls resolved in the parent; the child allocates
-    nothing. A failure stops the child before its program runs (the parent sees SubprocessError): it never
-    runs unconfined."""
+    """The child's side, after fork and before exec, in this order: the capabilities a worker running as root
+    holds dropped (bounding, ambient, then its own sets), no new privileges (required to restrict oneself
+    unprivileged; a set-uid or file-capability program gains nothing), the seccomp filter, then the Landlock
+    ruleset. Every call and argument is made ready in the parent. A failure stops the child before its program
+    runs (the parent sees SubprocessError): it never runs unconfined."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -211,9 +269,54 @@ class _Restrict:
         self._syscall = _LIBC.syscall
         self._args = (ctypes.c_long(_RESTRICT_SELF), ctypes.c_int(fd), ctypes.c_uint32(0))
         self._no_new_privs = (ctypes.c_int(_PR_SET_NO_NEW_PRIVS), *(ctypes.c_ulong(v) for v in (1, 0, 0, 0)))
+        self._root = os.geteuid() == 0 or os.getuid() == 0
+        self._drops = [
+            (ctypes.c_int(_PR_CAPBSET_DROP), ctypes.c_ulong(cap), *(ctypes.c_ulong(0),) * 3)
+            for cap in range(_CAP_LAST + 1)
+        ]
+        self._ambient = (
+            ctypes.c_int(_PR_CAP_AMBIENT),
+            ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL),
+            *(ctypes.c_ulong(0),) * 3,
+        )
+        self._cap_header = ctypes.create_string_buffer(struct.pack("=Ii", _CAPABILITY_VERSION_3, 0), 8)
+        self._cap_data = ctypes.create_string_buffer(bytes(24), 24)
+        self._capset = _CAPSET.get(platform.machine())
+        self._filter = _seccomp_program()
+        self._fprog = (
+            ctypes.create_string_buffer(
+                struct.pack("=H6xQ", len(self._filter) // 8, ctypes.addressof(self._filter)), 16
+            )
+            if self._filter is not None
+            else None
+        )
+        self._seccomp = (
+            (
+                ctypes.c_int(_PR_SET_SECCOMP),
+                ctypes.c_ulong(_SECCOMP_MODE_FILTER),
+                self._fprog,
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+            )
+            if self._fprog is not None
+            else None
+        )
 
     def __call__(self) -> None:
-        if self._prctl(*self._no_new_privs) != 0 or self._syscall(*self._args) != 0:
+        if self._root:
+            for drop in self._drops:
+                self._prctl(*drop)  # (numbers past the kernel's last capability fail: nothing to drop)
+            self._prctl(*self._ambient)
+            if (
+                self._capset is None
+                or self._syscall(ctypes.c_long(self._capset), self._cap_header, self._cap_data) != 0
+            ):
+                raise OSError(ctypes.get_errno(), "dropping capabilities failed")
+        if self._prctl(*self._no_new_privs) != 0:
+            raise OSError(ctypes.get_errno(), "no_new_privs failed")
+        if self._seccomp is not None and self._prctl(*self._seccomp) != 0:
+            raise OSError(ctypes.get_errno(), "seccomp filter failed")
+        if self._syscall(*self._args) != 0:
             raise OSError(ctypes.get_errno(), "Landlock restriction failed")
 
     def close(self) -> None:

@@ -25,6 +25,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+# A Python of the system's, whose library is in /usr (a user's Python elsewhere is no place a command reads).
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
 def permissions(commands: str, write: str = "out/**") -> str:
     return (
         f'<read resource="filesystem" path="**"/><write resource="filesystem" path="{write}"/>'
@@ -242,12 +246,105 @@ async def test_an_archive_unpacks_only_into_kiwis_staging_folder(tree, tmp_path)
     assert (staging / str(member).lstrip("/")).read_text() == "from the archive\n"
 
 
+# Review s26 (a helper attacking the wall alone, its checks bypassed): each of these got past the first version.
+
+
+async def test_a_program_of_the_project_decides_no_rule(tree):
+    """An agent's script whose #! line names, as Kiwi read it, a link to / (the kernel keeps the \\r Kiwi
+    stripped, and runs the link named with it) got EXECUTE and READ on every file of the machine; a program at
+    the project's root made the root readable, and a FIFO named as the interpreter held the worker. Nothing
+    read from a program of the project decides a rule now: it runs with the system's loader, or not at all."""
+    project, outside = tree
+    out = project / "out"
+    (out / "a").symlink_to("/")
+    (out / "a\r").symlink_to(shutil.which("cat"))
+    script = out / "s"
+    script.write_text(f"#!{out}/a\r {outside}/secret\n")
+    script.chmod(0o755)
+    os.mkfifo(out / "fifo")
+    held = out / "h"
+    held.write_text(f"#!{out}/fifo\n")
+    held.chmod(0o755)
+    shutil.copy(shutil.which("cat"), project / "mycat")
+    req = request(project, read=["src/**"], write=["out/**"])
+
+    for argv in ([str(script)], [str(held)]):
+        ran = await asyncio.wait_for(_outcome(req, *argv), timeout=20)
+        assert "outside secret" not in ran and "Permission denied" in ran, (argv, ran)
+    assert (await confined(req, "./mycat", "src/a.txt")).stdout == "a\n"  # (the system's loader runs it)
+    refused = await confined(req, "./mycat", "config/prod.env")
+    assert refused.exit_code != 0 and "TOKEN" not in refused.stdout, refused
+
+
+async def _outcome(req: CommandRequest, *argv: str) -> str:
+    """What running ``argv`` confined showed: its output, or the error that it could not start."""
+    try:
+        result = await confined(req, *argv)
+    except Exception as exc:  # (an ApplicationError: the program could not be executed)
+        return f"Permission denied ({exc})"
+    return result.stdout + result.stderr
+
+
+async def test_no_socket_of_any_kind_and_no_capability(tree, tmp_path):
+    """Landlock has no rule for UDP, raw or UNIX sockets reached by path (a container engine's is root on the
+    host), or for a file's owner: a seccomp filter refuses every socket, and a worker running as root hands
+    its command no capability."""
+    if not os.path.exists(SYSTEM_PYTHON):
+        pytest.skip("no system Python (/usr/bin/python3) to make the calls from")
+    project, _ = tree
+    req = request(project, write=["**"])
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with listening, udp:
+        listening.bind(str(tmp_path / "engine.sock"))
+        listening.listen()
+        udp.bind(("127.0.0.1", 0))
+        engine, port = str(tmp_path / "engine.sock"), udp.getsockname()[1]
+        code = (
+            "import os, socket\n"
+            f"for family, kind, to in ((socket.AF_UNIX, socket.SOCK_STREAM, {engine!r}), "
+            f"(socket.AF_INET, socket.SOCK_DGRAM, ('127.0.0.1', {port}))):\n"
+            "    try:\n"
+            "        s = socket.socket(family, kind); s.connect(to); s.send(b'x'); print('reached')\n"
+            "    except OSError as e: print('refused', e.errno)\n"
+            "try:\n"
+            "    os.chown('src/a.txt', 12345, 12345); print('chowned')\n"
+            "except OSError as e: print('refused', e.errno)\n"
+        )
+        result = await confined(req, SYSTEM_PYTHON, "-c", code)
+        assert result.stdout.split("\n")[:2] == ["refused 13", "refused 13"], result
+        assert select.select([listening, udp], [], [], 0)[0] == []
+    if os.geteuid() == 0:
+        assert "chowned" not in result.stdout and (project / "src" / "a.txt").stat().st_uid == 0, result
+
+
+async def test_a_grant_is_never_widened_to_the_folder_around_it(tree):
+    """A write grant for a folder not made yet gave its nearest folder (the project) to the command; a grant
+    for one file gave the folder it is in."""
+    project, _ = tree
+    (project / "real").mkdir()
+    (project / "real" / "f.txt").write_text("old\n")
+    req = request(project, write=["build/**", "real/f.txt"])
+
+    assert (await confined(req, "mkdir", "-p", "build/x")).exit_code == 0
+    assert (await confined(req, "cp", "src/a.txt", "real/f.txt")).exit_code == 0
+    assert (project / "real" / "f.txt").read_text() == "a\n"
+    for argv in (["touch", "src/new"], ["touch", "real/other"], ["cp", "src/a.txt", "new.txt"]):
+        result = await confined(req, *argv)
+        assert result.exit_code != 0 and "Permission denied" in result.stderr, (argv, result)
+    assert (
+        await confined(req, "cp", "src/a.txt", "build/x/b.txt")
+    ).exit_code == 0  # (made: the next command)
+
+
 def test_a_grants_folder_is_its_part_before_the_first_wildcard():
     assert confinement.literal_part("src/**") == "src"
     assert confinement.literal_part("out/*.txt") == "out"
     assert confinement.literal_part("*.md") == ""
     assert confinement.literal_part("docs/api/index.md") == "docs/api/index.md"
-    assert confinement.literal_part("a/{b,c}/d") == "a"
+    assert confinement.literal_part("a/{b,c}/d") == "a/{b,c}/d"  # (Kiwi's globs have no braces)
+    assert confinement.literal_part("real//b/./c/**") == "real/b/c"
+    assert confinement.literal_part("out/../src/**") == "out"  # (stops there: never wider)
 
 
 def test_a_bad_setting_is_named(monkeypatch):

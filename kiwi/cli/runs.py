@@ -666,11 +666,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         def started() -> None:
             # Printed once the worker polls: whoever waits for this line can send it work.
             _say(f"kiwi worker: task queue '{args.task_queue}' on {client.service_client.config.target_host}")
-            _say(f"kiwi worker: {confinement.platform_note()}")
             if health:
                 _say(f"kiwi worker: health at http://{health[0]}:{health[1]}/healthz and /readyz")
             if deployment:
                 _say(f"kiwi worker: deployment '{args.deployment_name}', build '{args.build_id}'")
+            _say(f"kiwi worker: {confinement.platform_note()}")
 
         await run_worker(
             client,
