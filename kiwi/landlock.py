@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import platform
 import stat
@@ -255,6 +256,48 @@ def _seccomp_program() -> ctypes.Array[ctypes.c_char] | None:
     return ctypes.create_string_buffer(raw, len(raw))
 
 
+class _ChildCalls:
+    """The calls a confined child makes before its ruleset, with their arguments: the same for every child,
+    made once per process."""
+
+    def __init__(self) -> None:
+        assert _LIBC is not None
+        self.prctl = _LIBC.prctl
+        self.syscall = _LIBC.syscall
+        self.no_new_privs = (ctypes.c_int(_PR_SET_NO_NEW_PRIVS), *(ctypes.c_ulong(v) for v in (1, 0, 0, 0)))
+        self.root = os.geteuid() == 0 or os.getuid() == 0
+        self.drops = [
+            (ctypes.c_int(_PR_CAPBSET_DROP), ctypes.c_ulong(cap), *(ctypes.c_ulong(0),) * 3)
+            for cap in range(_CAP_LAST + 1)
+        ]
+        self.ambient = (
+            ctypes.c_int(_PR_CAP_AMBIENT),
+            ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL),
+            *(ctypes.c_ulong(0),) * 3,
+        )
+        self.cap_header = ctypes.create_string_buffer(struct.pack("=Ii", _CAPABILITY_VERSION_3, 0), 8)
+        self.cap_data = ctypes.create_string_buffer(bytes(24), 24)
+        self.capset = _CAPSET.get(platform.machine())
+        self.filter = _seccomp_program()
+        self.seccomp = None
+        if self.filter is not None:
+            self.fprog = ctypes.create_string_buffer(
+                struct.pack("=H6xQ", len(self.filter) // 8, ctypes.addressof(self.filter)), 16
+            )
+            self.seccomp = (
+                ctypes.c_int(_PR_SET_SECCOMP),
+                ctypes.c_ulong(_SECCOMP_MODE_FILTER),
+                self.fprog,
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+            )
+
+
+@functools.cache
+def _child_calls() -> _ChildCalls:
+    return _ChildCalls()
+
+
 class _Restrict:
     """The child's side, after fork and before exec, in this order: the capabilities a worker running as root
     holds dropped (bounding, ambient, then its own sets), no new privileges (required to restrict oneself
@@ -264,59 +307,24 @@ class _Restrict:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        assert _LIBC is not None
-        self._prctl = _LIBC.prctl
-        self._syscall = _LIBC.syscall
+        self._calls = _child_calls()
         self._args = (ctypes.c_long(_RESTRICT_SELF), ctypes.c_int(fd), ctypes.c_uint32(0))
-        self._no_new_privs = (ctypes.c_int(_PR_SET_NO_NEW_PRIVS), *(ctypes.c_ulong(v) for v in (1, 0, 0, 0)))
-        self._root = os.geteuid() == 0 or os.getuid() == 0
-        self._drops = [
-            (ctypes.c_int(_PR_CAPBSET_DROP), ctypes.c_ulong(cap), *(ctypes.c_ulong(0),) * 3)
-            for cap in range(_CAP_LAST + 1)
-        ]
-        self._ambient = (
-            ctypes.c_int(_PR_CAP_AMBIENT),
-            ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL),
-            *(ctypes.c_ulong(0),) * 3,
-        )
-        self._cap_header = ctypes.create_string_buffer(struct.pack("=Ii", _CAPABILITY_VERSION_3, 0), 8)
-        self._cap_data = ctypes.create_string_buffer(bytes(24), 24)
-        self._capset = _CAPSET.get(platform.machine())
-        self._filter = _seccomp_program()
-        self._fprog = (
-            ctypes.create_string_buffer(
-                struct.pack("=H6xQ", len(self._filter) // 8, ctypes.addressof(self._filter)), 16
-            )
-            if self._filter is not None
-            else None
-        )
-        self._seccomp = (
-            (
-                ctypes.c_int(_PR_SET_SECCOMP),
-                ctypes.c_ulong(_SECCOMP_MODE_FILTER),
-                self._fprog,
-                ctypes.c_ulong(0),
-                ctypes.c_ulong(0),
-            )
-            if self._fprog is not None
-            else None
-        )
 
     def __call__(self) -> None:
-        if self._root:
-            for drop in self._drops:
-                self._prctl(*drop)  # (numbers past the kernel's last capability fail: nothing to drop)
-            self._prctl(*self._ambient)
-            if (
-                self._capset is None
-                or self._syscall(ctypes.c_long(self._capset), self._cap_header, self._cap_data) != 0
+        calls = self._calls
+        if calls.root:
+            for drop in calls.drops:
+                calls.prctl(*drop)  # (numbers past the kernel's last capability fail: nothing to drop)
+            calls.prctl(*calls.ambient)
+            if calls.capset is None or calls.syscall(
+                ctypes.c_long(calls.capset), calls.cap_header, calls.cap_data
             ):
                 raise OSError(ctypes.get_errno(), "dropping capabilities failed")
-        if self._prctl(*self._no_new_privs) != 0:
+        if calls.prctl(*calls.no_new_privs) != 0:
             raise OSError(ctypes.get_errno(), "no_new_privs failed")
-        if self._seccomp is not None and self._prctl(*self._seccomp) != 0:
+        if calls.seccomp is not None and calls.prctl(*calls.seccomp) != 0:
             raise OSError(ctypes.get_errno(), "seccomp filter failed")
-        if self._syscall(*self._args) != 0:
+        if calls.syscall(*self._args) != 0:
             raise OSError(ctypes.get_errno(), "Landlock restriction failed")
 
     def close(self) -> None:
