@@ -808,6 +808,11 @@ def _confinement(req: CommandRequest, into: str = "") -> tuple[int, Any] | None:
     ``into``: the one folder it may write (an archive unpacked into Kiwi's staging folder)."""
     abi = confinement.available()
     if abi:
+        if linked := confinement.unread_elsewhere(req.project_root):
+            raise _denied(
+                f"'{linked}' has another name in the project (a hard link), by which a command could read it; "
+                "a human removes the other name (find . -samefile " + linked + ")"
+            )
         return abi, lambda program, temp: confinement.shell_rules(req, program, temp, into)
     if confinement.mode() == "required":
         raise ToolFailed.error(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 import stat
 import struct
 import sys
@@ -55,6 +56,19 @@ _ETC = (
     "/etc/mime.types",
 )
 _DEVICES_READ = ("/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
+_COMPRESSORS = (
+    "gzip",
+    "bzip2",
+    "xz",
+    "zstd",
+    "lzip",
+    "lzma",
+    "lzop",
+    "compress",
+    "unxz",
+    "gunzip",
+    "bunzip2",
+)
 _SYSTEM_PROGRAMS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin")
 
 
@@ -127,7 +141,18 @@ def shell_rules(req: CommandRequest, program: str, temp: str, into: str = "") ->
         rules.allow_beneath(inside, rel, run, file=True)
         return rules
     rules.allow(real, run, file=True)
-    rules.allow(os.path.dirname(real), landlock.READ)
+    folder = os.path.dirname(real)
+    home = os.path.realpath(os.path.expanduser("~"))
+    if not (_inside(home, folder) or _inside(root, folder)):  # (never "/", the home or the project around it)
+        rules.allow(folder, landlock.READ)
+    if os.path.basename(real) == "tar":
+        # GNU tar runs the compressor of -z, -j, -J, --zstd, ... (`gzip -d` unpacking) as `/bin/sh -c gzip`:
+        # the shell and those, which is all the shell may start in turn.
+        for executable, _ in _started_by("/bin/sh", root):
+            rules.allow(executable, run, file=True)
+        for name in ("sh", *_COMPRESSORS):
+            if found := shutil.which(name):
+                rules.allow(os.path.realpath(found), run, file=True)
     script = False
     for executable, kind in _started_by(real, root):
         rules.allow(executable, run, file=True)
@@ -142,7 +167,24 @@ def shell_rules(req: CommandRequest, program: str, temp: str, into: str = "") ->
 # What a folder read does not read unless its grant names the protected place (kiwi/protected.py): the
 # repository's settings (a remote's credentials, an http.extraHeader) and Kiwi's configuration. Their names
 # may be listed; `grep -r KEY .` then says `Permission denied` for each of their files.
-UNREAD = (".git/config", ".ai/config")
+UNREAD = (".git/config", ".git/config.lock", ".ai/config")  # (git writes config.lock, then renames it over)
+
+
+def unread_elsewhere(project_root: str) -> str:
+    """A file of UNREAD that has another name (a hard link), '' if none: a rule is held by a file, not by a
+    name, so the other name would read it (`ln .git/config notes`; review s26). What a grant names is not
+    looked at."""
+    root = os.path.realpath(project_root)
+    for place in UNREAD:
+        path = os.path.join(root, place)
+        try:
+            found = [path] if not os.path.isdir(path) else [e.path for e in os.scandir(path) if e.is_file()]
+            for file in found:
+                if os.lstat(file).st_nlink > 1:
+                    return os.path.relpath(file, root)
+        except OSError:
+            continue
+    return ""
 
 
 def _read_below(rules: landlock.Rules, root: str, rel: str, pattern: str) -> None:

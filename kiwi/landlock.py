@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import os
 import platform
@@ -212,18 +213,45 @@ _CAPABILITY_VERSION_3 = 0x20080522
 _CAP_LAST = 63
 _CAPSET = {"x86_64": 126, "aarch64": 91, "arm64": 91, "riscv64": 91}
 
-# seccomp (linux/seccomp.h, linux/filter.h): what Landlock does not cover. No socket at all (UDP, raw and
-# packet sockets, UNIX sockets by path such as a container engine's, netlink), no io_uring (which opens
-# sockets without the socket call), and no system call of another architecture's table.
+# seccomp (linux/seccomp.h, linux/filter.h): what Landlock does not cover. No socket at all (socket and
+# socketpair: UDP, raw and packet sockets, UNIX sockets by path such as a container engine's or syslog's,
+# netlink), no io_uring (which opens sockets without the socket call), no System V or POSIX IPC (another
+# process's shared memory), no keyrings, no perf events; no set-user-ID or set-group-ID bit in a mode (chmod,
+# open, mknod: a worker running as root owns the system's files); openat2 answered ENOSYS (its mode is in a
+# struct; callers fall back to openat); and no system call of another architecture's table.
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
-_EACCES, _ENOSYS = 13, 38
-# (audit architecture, socket, io_uring_setup/enter/register, first number of a second table or 0)
+_EPERM, _EACCES, _ENOSYS = 1, 13, 38
+_SET_ID_BITS = 0o6000
+
+
+@dataclass(frozen=True)
+class _Table:
+    arch: int  # AUDIT_ARCH_*
+    refused: tuple[int, ...]
+    modes: tuple[tuple[int, int], ...]  # (call, index of its mode argument)
+    second_table: int = 0  # the first number of another table in the same architecture (x32), or 0
+
+
+_OPENAT2 = 437
+_GENERIC = _Table(
+    0,
+    # socket, socketpair, io_uring_setup/enter/register, msgget..shmdt, mq_open, add_key, request_key, keyctl,
+    # perf_event_open
+    (198, 199, 425, 426, 427, *range(186, 198), 180, 217, 218, 219, 241),
+    ((52, 1), (53, 2), (452, 2), (56, 3), (33, 2)),  # fchmod, fchmodat, fchmodat2, openat, mknodat
+)
 _SECCOMP_ARCH = {
-    "x86_64": (0xC000003E, 41, (425, 426, 427), 0x40000000),
-    "aarch64": (0xC00000B7, 198, (425, 426, 427), 0),
-    "arm64": (0xC00000B7, 198, (425, 426, 427), 0),
-    "riscv64": (0xC00000F3, 198, (425, 426, 427), 0),
+    "x86_64": _Table(
+        0xC000003E,
+        (41, 53, 425, 426, 427, 29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220, 240, 248, 249, 250, 298),
+        # chmod, fchmod, fchmodat, fchmodat2, open, openat, creat, mknod, mknodat
+        ((90, 1), (91, 1), (268, 2), (452, 2), (2, 2), (257, 3), (85, 1), (133, 1), (259, 2)),
+        0x40000000,
+    ),
+    "aarch64": dataclasses.replace(_GENERIC, arch=0xC00000B7),
+    "arm64": dataclasses.replace(_GENERIC, arch=0xC00000B7),
+    "riscv64": dataclasses.replace(_GENERIC, arch=0xC00000F3),
 }
 
 
@@ -233,26 +261,42 @@ def seccomp_filtered() -> bool:
 
 
 def _seccomp_program() -> ctypes.Array[ctypes.c_char] | None:
-    """The filter as ``struct sock_filter[]``: the architecture checked, then the refused calls."""
-    known = _SECCOMP_ARCH.get(platform.machine())
-    if known is None:
+    """The filter as ``struct sock_filter[]`` (classic BPF over ``struct seccomp_data``: the call's number at
+    0, the architecture at 4, argument i's low word at 16 + 8i on these little-endian machines)."""
+    table = _SECCOMP_ARCH.get(platform.machine())
+    if table is None:
         return None
-    arch, socket_call, rings, second_table = known
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    refused = (socket_call, *rings)
-    code: list[tuple[int, int, int, int]] = [(ld, 0, 0, 4)]  # the architecture
-    # (each jump counts the instructions it skips)
-    tail = 3 + (1 if second_table else 0) + len(refused)
-    code.append((jeq, 0, tail, arch))  # another architecture: to the last, ENOSYS
-    code.append((ld, 0, 0, 0))  # the call's number
-    if second_table:
-        code.append((jge, len(refused) + 1, 0, second_table))  # x32's table: EACCES
-    for index, number in enumerate(refused):
-        code.append((jeq, len(refused) - index, 0, number))
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    code: list[tuple[int, int | str, int | str, int]] = [
+        (ld, 0, 0, 4),
+        (jeq, 0, "enosys", table.arch),
+        (ld, 0, 0, 0),
+    ]
+    if table.second_table:
+        code.append((jge, "eacces", 0, table.second_table))
+    code.append((jeq, "enosys", 0, _OPENAT2))
+    code += [(jeq, "eacces", 0, number) for number in table.refused]
+    code += [(jeq, f"mode{index}", 0, number) for number, index in table.modes]
     code.append((ret, 0, 0, _RET_ALLOW))
-    code.append((ret, 0, 0, _RET_ERRNO | _EACCES))
-    code.append((ret, 0, 0, _RET_ERRNO | _ENOSYS))
-    raw = b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
+    labels: dict[str, int] = {}
+    for index in sorted({index for _, index in table.modes}):
+        labels[f"mode{index}"] = len(code)
+        code += [(ld, 0, 0, 16 + 8 * index), (jset, "eperm", "allow", _SET_ID_BITS)]
+    for name, answer in (
+        ("allow", _RET_ALLOW),
+        ("eacces", _RET_ERRNO | _EACCES),
+        ("eperm", _RET_ERRNO | _EPERM),
+        ("enosys", _RET_ERRNO | _ENOSYS),
+    ):
+        labels[name] = len(code)
+        code.append((ret, 0, 0, answer))
+
+    def offset(at: int, target: int | str) -> int:  # (a jump counts the instructions it skips)
+        return target if isinstance(target, int) else labels[target] - at - 1
+
+    raw = b"".join(
+        struct.pack("=HBBI", op, offset(at, jt), offset(at, jf), k) for at, (op, jt, jf, k) in enumerate(code)
+    )
     return ctypes.create_string_buffer(raw, len(raw))
 
 

@@ -93,6 +93,45 @@ async def test_a_folder_read_does_not_read_the_protected_places_in_it(runs, proj
     assert "./.git/config: Permission denied" in result.result["stderr"], result.result
 
 
+async def test_git_config_written_during_a_folder_read_is_not_read(runs, project):
+    """A rule is held by a file, not by a name: git writes .git/config.lock and renames it over .git/config, so
+    a command whose rules were made while the lock existed read the new config (review s26: `grep -r` beside
+    `git branch -u`, seven times in 3,181). Made certain here: grep reads a pipe first, and the rename
+    happens while it waits."""
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    lock = project / ".git" / "config.lock"
+    lock.write_text(
+        (project / ".git" / "config").read_text() + "[x]\n\turl = https://kiwi:canary-token@h/r\n"
+    )
+    os.mkfifo(project / "pipe")
+    run_id = await agent_run(runs, project, "racer", permissions("grep"))
+    call = asyncio.create_task(shell(runs, run_id, "grep", "-r", "canary-token", "pipe", "."))
+
+    writer = await asyncio.to_thread(open, project / "pipe", "w")  # (grep holds the pipe: its rules are made)
+    lock.rename(project / ".git" / "config")
+    with writer:
+        writer.write("nothing\n")
+    result = await call
+
+    assert result.status == "ok", result
+    assert "kiwi:canary-token@" not in result.result["stdout"], result.result
+    assert "./.git/config: Permission denied" in result.result["stderr"], result.result
+
+
+async def test_a_hidden_file_with_another_name_refuses_the_command(runs, project):
+    """A hard link to .git/config elsewhere in the project (made before, by anyone) would read it under its
+    other name: shell commands are refused until a human removes it."""
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    os.link(project / ".git" / "config", project / "notes")
+    run_id = await agent_run(runs, project, "searcher", permissions("grep"))
+
+    result = await shell(runs, run_id, "grep", "-r", "core", ".")
+
+    assert result.status == "error" or result.status == "denied", result
+    assert "'.git/config' has another name in the project (a hard link)" in str(result), result
+    assert "repositoryformatversion" not in str(result)
+
+
 async def test_a_granted_program_that_starts_another_starts_nothing(
     runs, project, monkeypatch, tmp_path_factory
 ):
@@ -313,9 +352,49 @@ async def test_no_socket_of_any_kind_and_no_capability(tree, tmp_path):
         )
         result = await confined(req, SYSTEM_PYTHON, "-c", code)
         assert result.stdout.split("\n")[:2] == ["refused 13", "refused 13"], result
+        # A datagram from an end of a socket pair, addressed by path (review s26), and System V shared memory.
+        code = (
+            "import ctypes, socket\n"
+            "try:\n"
+            f"    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM); a.sendto(b'x', {engine!r})\n"
+            "    print('reached')\n"
+            "except OSError as e: print('refused', e.errno)\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "print('shm', libc.shmget(0, 4096, 0o1600), ctypes.get_errno())\n"
+        )
+        more = await confined(req, SYSTEM_PYTHON, "-c", code)
+        assert more.stdout.split("\n")[:2] == ["refused 13", "shm -1 13"], more
         assert select.select([listening, udp], [], [], 0)[0] == []
     if os.geteuid() == 0:
         assert "chowned" not in result.stdout and (project / "src" / "a.txt").stat().st_uid == 0, result
+
+
+async def test_no_set_id_bit_is_set(tree):
+    """A worker running as root owns the system's files: a set-user-ID bit set on one (or on a file made in
+    the project) would hand root to any local user. Every other mode is the command's to set."""
+    project, _ = tree
+    req = request(project, write=["**"])
+    for argv in (
+        ["chmod", "u+s", "src/a.txt"],
+        ["chmod", "4755", "src/a.txt"],
+        ["install", "-m", "2755", "src/a.txt", "out/b"],
+    ):
+        result = await confined(req, *argv)
+        assert result.exit_code != 0 and "Operation not permitted" in result.stderr, (argv, result)
+    assert not (project / "src" / "a.txt").stat().st_mode & 0o6000
+    assert not (project / "out" / "b").exists() or not (project / "out" / "b").stat().st_mode & 0o6000
+    assert (await confined(req, "chmod", "755", "src/a.txt")).exit_code == 0
+    assert (project / "src" / "a.txt").stat().st_mode & 0o777 == 0o755
+
+
+async def test_compressed_archives_are_made_and_read(tree):
+    """GNU tar runs the compressor its option names (gzip for -z) through /bin/sh: the programs besides itself
+    it may start (review s26: compressed archives could be neither made nor unpacked)."""
+    project, _ = tree
+    req = request(project, write=["out/**"])
+    made = await confined(req, "tar", "-czf", "out/src.tgz", "src")
+    listed = await confined(req, "tar", "-tzf", "out/src.tgz")
+    assert made.exit_code == 0 and listed.stdout.split() == ["src/", "src/a.txt"], (made, listed)
 
 
 async def test_a_grant_is_never_widened_to_the_folder_around_it(tree):

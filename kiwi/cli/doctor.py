@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import sys
 from dataclasses import asdict, dataclass
@@ -64,6 +65,15 @@ def _confinement() -> Check:
         note, abi, mode = confinement.platform_note(), confinement.available(), confinement.mode()
     except ValueError as exc:
         return Check("confinement", False, str(exc), "set KIWI_CONFINE to auto, required or off")
+    if abi and os.geteuid() == 0:
+        return Check(
+            "confinement",
+            False,
+            f"{note}; this process runs as root, which owns the system's files: a command can still change "
+            "their modes",
+            "run Kiwi's worker as a user of its own (deploy/ does: README, Security, The kernel's wall)",
+            warning=True,
+        )
     if abi:
         return Check("confinement", True, note)
     return Check(
