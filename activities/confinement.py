@@ -28,6 +28,7 @@ without it refuses shell commands), ``off``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -103,8 +104,9 @@ def shell_rules(req: CommandRequest, program: str, temp: str, into: str = "") ->
     root = os.path.realpath(req.project_root)
     grants = bool(req.read_grants or req.write_grants)
     # (What a run may write it may read, as Kiwi's checks read a command.)
+    places = hidden_places(root)
     for pattern in [*req.read_grants, *req.write_grants] if grants else ["**"]:
-        _read_below(rules, root, literal_part(pattern), pattern)
+        _read_below(rules, root, literal_part(pattern), pattern, places)
     writes = [] if into else [literal_part(p) for p in req.write_grants] if grants else [""]
     if into:
         rules.allow(into, landlock.READ | landlock.WRITE)
@@ -124,6 +126,9 @@ def shell_rules(req: CommandRequest, program: str, temp: str, into: str = "") ->
         rules.allow_beneath(root, ".git", landlock.READ | (landlock.WRITE if writes else 0))
         for folder in ("/usr/lib/git-core", "/usr/libexec/git-core", "/usr/local/libexec/git-core"):
             rules.allow(folder, landlock.EXECUTE | landlock.READ)
+        # (Some of them are scripts: git-merge-octopus, -resolve, -one-file run in /bin/sh.)
+        if found := shutil.which("sh"):
+            rules.allow(os.path.realpath(found), landlock.EXECUTE | landlock.READ_FILE, file=True)
     for path in _SYSTEM_READ + _ETC + _DEVICES_READ:
         rules.allow(path, landlock.READ)
     rules.allow("/dev/null", landlock.READ_FILE | landlock.WRITE_FILE | landlock.TRUNCATE)
@@ -165,17 +170,48 @@ def shell_rules(req: CommandRequest, program: str, temp: str, into: str = "") ->
 
 
 # What a folder read does not read unless its grant names the protected place (kiwi/protected.py): the
-# repository's settings (a remote's credentials, an http.extraHeader) and Kiwi's configuration. Their names
-# may be listed; `grep -r KEY .` then says `Permission denied` for each of their files.
-UNREAD = (".git/config", ".git/config.lock", ".ai/config")  # (git writes config.lock, then renames it over)
+# repository's settings (a remote's credentials, an http.extraHeader; git writes config.lock, then renames it
+# over config) and Kiwi's configuration; and the same files of each submodule's and worktree's git folder
+# (actions/checkout writes a token's extraHeader in .git/modules/NAME/config). Their names may be listed;
+# `grep -r KEY .` then says `Permission denied` for each of their files.
+UNREAD = (".git/config", ".git/config.lock", ".git/config.worktree", ".ai/config")
+_GIT_SETTINGS = ("config", "config.lock", "config.worktree", "config.worktree.lock")
+_MODULES_WALK_LIMIT = 10_000
+
+
+def hidden_places(root: str) -> list[str]:
+    """UNREAD, and the settings of the git folders of submodules (``.git/modules/...``) and worktrees
+    (``.git/worktrees/*``) as they are on disk."""
+    found = list(UNREAD)
+    looked = 0
+    pending = [".git/modules"]
+    while pending and looked < _MODULES_WALK_LIMIT:
+        rel = pending.pop()
+        try:
+            entries = {e.name: e.is_dir(follow_symlinks=False) for e in os.scandir(os.path.join(root, rel))}
+        except OSError:
+            continue
+        looked += len(entries)
+        if "HEAD" in entries and "config" in entries:  # (a submodule's git folder; its own below "modules")
+            found += [f"{rel}/{name}" for name in _GIT_SETTINGS]
+            pending += [f"{rel}/modules"] if entries.get("modules") else []
+        else:  # (a folder on the way to one: a submodule's name may hold slashes)
+            pending += [f"{rel}/{name}" for name, is_dir in entries.items() if is_dir]
+    with contextlib.suppress(OSError):
+        found += [
+            f".git/worktrees/{e.name}/{name}"
+            for e in os.scandir(os.path.join(root, ".git", "worktrees"))
+            if e.is_dir(follow_symlinks=False)
+            for name in _GIT_SETTINGS
+        ]
+    return found
 
 
 def unread_elsewhere(project_root: str) -> str:
-    """A file of UNREAD that has another name (a hard link), '' if none: a rule is held by a file, not by a
-    name, so the other name would read it (`ln .git/config notes`; review s26). What a grant names is not
-    looked at."""
+    """A hidden file (hidden_places) that has another name (a hard link), '' if none: a rule is held by a
+    file, not by a name, so the other name would read it (`ln .git/config notes`; review s26)."""
     root = os.path.realpath(project_root)
-    for place in UNREAD:
+    for place in hidden_places(root):
         path = os.path.join(root, place)
         try:
             found = [path] if not os.path.isdir(path) else [e.path for e in os.scandir(path) if e.is_file()]
@@ -187,13 +223,13 @@ def unread_elsewhere(project_root: str) -> str:
     return ""
 
 
-def _read_below(rules: landlock.Rules, root: str, rel: str, pattern: str) -> None:
+def _read_below(rules: landlock.Rules, root: str, rel: str, pattern: str, places: list[str]) -> None:
     """Read below ``rel`` (the literal part of the grant ``pattern``) but not the places of UNREAD there that
     ``pattern`` does not name: the folders on the way to one are listed and each of their other entries read
     (as they are when the rules are made: an entry made later by the command is not read by it)."""
     hidden = [
         place
-        for place in UNREAD
+        for place in places
         if (not rel or _fold(place).startswith(_fold(rel) + "/"))
         and not names(pattern, protected_root(place) or place)
     ]
@@ -210,7 +246,7 @@ def _read_below(rules: landlock.Rules, root: str, rel: str, pattern: str) -> Non
         if any(_fold(child) == _fold(place) for place in hidden):
             continue
         if any(_fold(place).startswith(_fold(child) + "/") for place in hidden):
-            _read_below(rules, root, child, pattern)
+            _read_below(rules, root, child, pattern, hidden)
         else:
             rules.allow_beneath(root, child, landlock.READ)
 

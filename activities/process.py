@@ -165,10 +165,14 @@ async def _run(
     if confine is not None:
         abi, rules, temp = confine
         try:
-            restrict = rules(os.path.join(cwd, program), temp).restrictor(abi)
-        except landlock.LandlockError as exc:
+            # (On a thread: a root of many entries takes a rule each, and the event loop serves every run.)
+            restrict = await asyncio.to_thread(
+                lambda: rules(os.path.join(cwd, program), temp).restrictor(abi)
+            )
+        except (OSError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise ToolFailed.error(
-                f"{argv[0]} did not start: its confinement failed ({exc.strerror})"
+                f"{argv[0]} did not start: its confinement could not be set up ({why})"
             ) from None
         preexec = _then(preexec, restrict)
     keeper_ready()

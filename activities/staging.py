@@ -20,6 +20,7 @@ import shutil
 import stat
 import tempfile
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from temporalio.exceptions import ApplicationError
 
@@ -238,7 +239,7 @@ def unpack_back(
             with walk(root, targets[inner], targets[inner], create=True) as (parent, name):
                 if keep and _present(parent, name):
                     continue
-                with open(os.path.join(staged.path, inner), "rb") as source:
+                with _staged_file(staged.path, inner) as source:
                     _write_atomic(parent, name, source, stat.S_IMODE(info.st_mode) & 0o777)
                 os.utime(name, ns=(info.st_atime_ns, info.st_mtime_ns), dir_fd=parent, follow_symlinks=False)
             written.append(targets[inner])
@@ -246,6 +247,26 @@ def unpack_back(
             why = exc.message if isinstance(exc, ApplicationError) else (exc.strerror or str(exc))
             problems.append(f"{targets[inner]}: not written: {why}")
     return written, problems, sorted(others)
+
+
+def _staged_file(top: str, inner: str) -> BinaryIO:
+    """``inner`` below the staging folder ``top``, opened without following a link on the way and only if it
+    is a regular file: a process the archive program left behind could have swapped a folder for a link to a
+    file the worker may read (review s26: 592 copies of a root-only file out of 2,000)."""
+    folder = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        *parts, name = inner.split("/")
+        for part in parts:
+            inside = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+            os.close(folder)
+            folder = inside
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
+    finally:
+        os.close(folder)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "no longer a file")
+    return os.fdopen(fd, "rb")
 
 
 def _present(parent: int, name: str) -> bool:

@@ -173,6 +173,8 @@ def _open_beneath(root: int, rel: str) -> int | None:
     """``rel`` opened from the folder ``root`` without leaving it or following a link (None: it does not
     exist, or is or goes through a link)."""
     assert _LIBC is not None
+    if "\0" in rel:  # (the kernel would read the name up to it: another, wider place)
+        raise LandlockError(22, f"a path with a NUL: {rel!r}")
     how = ctypes.create_string_buffer(
         struct.pack("=QQQ", os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS), 24
     )
@@ -216,7 +218,9 @@ _CAPSET = {"x86_64": 126, "aarch64": 91, "arm64": 91, "riscv64": 91}
 # seccomp (linux/seccomp.h, linux/filter.h): what Landlock does not cover. No socket at all (socket and
 # socketpair: UDP, raw and packet sockets, UNIX sockets by path such as a container engine's or syslog's,
 # netlink), no io_uring (which opens sockets without the socket call), no System V or POSIX IPC (another
-# process's shared memory), no keyrings, no perf events; no set-user-ID or set-group-ID bit in a mode (chmod,
+# process's shared memory), no keyrings, no perf events, no memfd to execute (Landlock does not check a
+# private file's execution), no execveat, no fanotify; no resource limit or scheduling of another process
+# (prlimit reaches every process of the same user: a signal scope does not cover it); no set-user-ID or set-group-ID bit in a mode (chmod,
 # open, mknod: a worker running as root owns the system's files); openat2 answered ENOSYS (its mode is in a
 # struct; callers fall back to openat); and no system call of another architecture's table.
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
@@ -230,6 +234,7 @@ class _Table:
     arch: int  # AUDIT_ARCH_*
     refused: tuple[int, ...]
     modes: tuple[tuple[int, int], ...]  # (call, index of its mode argument)
+    own: tuple[int, ...]  # calls whose first argument, a process, must be 0 (the caller itself)
     second_table: int = 0  # the first number of another table in the same architecture (x32), or 0
 
 
@@ -237,16 +242,31 @@ _OPENAT2 = 437
 _GENERIC = _Table(
     0,
     # socket, socketpair, io_uring_setup/enter/register, msgget..shmdt, mq_open, add_key, request_key, keyctl,
-    # perf_event_open
-    (198, 199, 425, 426, 427, *range(186, 198), 180, 217, 218, 219, 241),
+    # perf_event_open, memfd_create, execveat, fanotify_init
+    (198, 199, 425, 426, 427, *range(186, 198), 180, 217, 218, 219, 241, 279, 281, 262),
     ((52, 1), (53, 2), (452, 2), (56, 3), (33, 2)),  # fchmod, fchmodat, fchmodat2, openat, mknodat
+    (
+        261,
+        122,
+        118,
+        119,
+        274,
+    ),  # prlimit64, sched_setaffinity, sched_setparam, sched_setscheduler, sched_setattr
 )
 _SECCOMP_ARCH = {
     "x86_64": _Table(
         0xC000003E,
-        (41, 53, 425, 426, 427, 29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220, 240, 248, 249, 250, 298),
+        (41, 53, 425, 426, 427, 29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220, 240, 248, 249, 250, 298)
+        + (319, 322, 300),  # memfd_create, execveat, fanotify_init
         # chmod, fchmod, fchmodat, fchmodat2, open, openat, creat, mknod, mknodat
         ((90, 1), (91, 1), (268, 2), (452, 2), (2, 2), (257, 3), (85, 1), (133, 1), (259, 2)),
+        (
+            302,
+            203,
+            142,
+            144,
+            314,
+        ),  # prlimit64, sched_setaffinity, sched_setparam, sched_setscheduler, sched_setattr
         0x40000000,
     ),
     "aarch64": dataclasses.replace(_GENERIC, arch=0xC00000B7),
@@ -277,8 +297,10 @@ def _seccomp_program() -> ctypes.Array[ctypes.c_char] | None:
     code.append((jeq, "enosys", 0, _OPENAT2))
     code += [(jeq, "eacces", 0, number) for number in table.refused]
     code += [(jeq, f"mode{index}", 0, number) for number, index in table.modes]
+    code += [(jeq, "own", 0, number) for number in table.own]
     code.append((ret, 0, 0, _RET_ALLOW))
-    labels: dict[str, int] = {}
+    labels: dict[str, int] = {"own": len(code)}
+    code += [(ld, 0, 0, 16), (jeq, "allow", "eperm", 0)]
     for index in sorted({index for _, index in table.modes}):
         labels[f"mode{index}"] = len(code)
         code += [(ld, 0, 0, 16 + 8 * index), (jset, "eperm", "allow", _SET_ID_BITS)]

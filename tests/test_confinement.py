@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import select
 import shutil
 import socket
@@ -16,6 +17,7 @@ import pytest
 
 from activities import confinement
 from activities.process import run_process
+from activities.staging import _staged_file
 from kiwi.contracts import CommandRequest
 from tests.test_attack_shell import agent_run, outside_folder, shell
 
@@ -77,6 +79,13 @@ async def test_a_folder_read_does_not_read_the_protected_places_in_it(runs, proj
     with (project / ".git" / "config").open("a") as config:
         config.write('[remote "origin"]\n\turl = https://kiwi:canary-token@example.com/r.git\n')
     (project / ".ai" / "config" / "canary.yaml").write_text("secret: canary-token\n")
+    # A submodule's git folder (actions/checkout writes a token's extraHeader there) and a worktree's settings.
+    submodule = project / ".git" / "modules" / "vendor" / "lib"
+    submodule.mkdir(parents=True)
+    (submodule / "HEAD").write_text("ref: refs/heads/main\n")
+    (submodule / "config").write_text("[http]\n\textraheader = AUTHORIZATION: basic canary-token-sub\n")
+    (project / ".git" / "worktrees" / "wt").mkdir(parents=True)
+    (project / ".git" / "worktrees" / "wt" / "config.worktree").write_text("[x]\n\ty = canary-token-wt\n")
     (project / "src").mkdir()
     (project / "src" / "notes.txt").write_text("where is the canary-token?\n")
     run_id = await agent_run(runs, project, "searcher", permissions("grep"))
@@ -87,9 +96,10 @@ async def test_a_folder_read_does_not_read_the_protected_places_in_it(runs, proj
     found = result.result["stdout"]
     assert "./src/notes.txt:where is the canary-token?" in found, result.result
     if confine == "off":
-        assert "kiwi:canary-token@" in found  # (the attack is real: what the wall stops)
+        assert "kiwi:canary-token@" in found and "canary-token-sub" in found  # (what the wall stops)
         return
     assert "kiwi:canary-token@" not in found and "secret: canary-token" not in found, found
+    assert "canary-token-sub" not in found and "canary-token-wt" not in found, found
     assert "./.git/config: Permission denied" in result.result["stderr"], result.result
 
 
@@ -395,6 +405,71 @@ async def test_compressed_archives_are_made_and_read(tree):
     made = await confined(req, "tar", "-czf", "out/src.tgz", "src")
     listed = await confined(req, "tar", "-tzf", "out/src.tgz")
     assert made.exit_code == 0 and listed.stdout.split() == ["src/", "src/a.txt"], (made, listed)
+
+
+async def test_no_other_process_is_limited_and_no_memory_file_is_executed(tree):
+    """prlimit reaches every process of the same user (a limit of 5 files, or 1 s of CPU, on the worker), which
+    Landlock's signal scope does not cover; a program written into a memory file executes without Landlock's
+    check (review s26)."""
+    if not os.path.exists(SYSTEM_PYTHON):
+        pytest.skip("no system Python (/usr/bin/python3) to make the calls from")
+    project, _ = tree
+    code = (
+        "import os, resource\n"
+        "for what, call in (('prlimit', lambda: resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (5, 5))),"
+        " ('memfd', lambda: os.memfd_create('x')), ('own', lambda: resource.prlimit(0, resource.RLIMIT_CORE)),"
+        " ('affinity', lambda: os.sched_setaffinity(os.getppid(), {0}))):\n"
+        "    try:\n"
+        "        call(); print(what, 'done')\n"
+        "    except OSError as e: print(what, 'refused', e.errno)\n"
+    )
+    result = await confined(request(project), SYSTEM_PYTHON, "-c", code)
+    assert result.stdout.split("\n")[:4] == [
+        "prlimit refused 1",
+        "memfd refused 13",
+        "own done",
+        "affinity refused 1",
+    ]
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 5
+
+
+async def test_git_runs_its_merge_scripts(tree):
+    """An octopus merge runs git-merge-octopus, a /bin/sh script of git's own (review s26: refused)."""
+    project, _ = tree
+    req = request(project, write=["**"])
+    git = ["git", "-c", "user.name=k", "-c", "user.email=k@example.com"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(project)], check=True)
+    for step in (["add", "."], ["commit", "-qm", "one"], ["branch", "b1"], ["branch", "b2"]):
+        subprocess.run([*git, *step], cwd=project, check=True)
+    for branch in ("b1", "b2"):
+        subprocess.run([*git, "checkout", "-q", branch], cwd=project, check=True)
+        (project / "src" / f"{branch}.txt").write_text(branch)
+        subprocess.run([*git, "add", "."], cwd=project, check=True)
+        subprocess.run([*git, "commit", "-qm", branch], cwd=project, check=True)
+    subprocess.run([*git, "checkout", "-q", "main"], cwd=project, check=True)
+
+    merged = await confined(req, *git, "merge", "--no-edit", "b1", "b2")
+
+    assert merged.exit_code == 0, merged
+    assert (project / "src" / "b1.txt").exists() and (project / "src" / "b2.txt").exists()
+
+
+def test_an_unpacked_file_is_copied_from_kiwis_folder_only(tmp_path):
+    """What an archive program left in the staging folder is opened without following a link on the way: a
+    process it left behind swapped a folder for a link to one outside, and the worker copied 592 files it may
+    read (review s26)."""
+    staging, outside = tmp_path / "staging", tmp_path / "outside"
+    staging.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("outside secret")
+    (staging / "d").symlink_to(outside)
+    (staging / "e").mkdir()
+    (staging / "e" / "f.txt").write_text("unpacked")
+
+    with _staged_file(str(staging), "e/f.txt") as source:
+        assert source.read() == b"unpacked"
+    with pytest.raises(OSError):
+        _staged_file(str(staging), "d/secret.txt")
 
 
 async def test_a_grant_is_never_widened_to_the_folder_around_it(tree):
