@@ -22,7 +22,15 @@ from temporalio.exceptions import ApplicationError
 from activities import confinement
 from activities.filesystem import confine
 from activities.process import child_env, run_process
-from activities.staging import UNPACK_MAX_BYTES, UNPACK_MAX_ENTRIES, Staged, disk_usage, too_big, unpack_back
+from activities.staging import (
+    UNPACK_MAX_BYTES,
+    UNPACK_MAX_ENTRIES,
+    Staged,
+    disk_usage,
+    remove_tree,
+    too_big,
+    unpack_back,
+)
 from activities.toolenv import lib_folder, tool_python
 from kiwi.contracts import CheckpointResult, CommandRequest, GitRequest, LocalToolRequest, LocalToolSpec
 from kiwi.errors import (
@@ -665,7 +673,7 @@ async def _unpack(req: CommandRequest, unpack: Unpacking, cwd: Path, env: dict[s
             unpack_back, req.project_root, staged, req.write_grants, req.deny_fs, what, keep=unpack.keep
         )
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
     # (The worker's own folder is no place of the project: its name is not shown, cut short or whole.)
     stdout, stderr = (_unnamed(text, staged.path, unpack.target) for text in (result.stdout, result.stderr))
     if left_out:

@@ -123,7 +123,8 @@ def shell_rules(req: CommandRequest, program: str, temp: str, into: str = "") ->
     ours = _inside(real, root) or _inside(real, temp)
     if not ours and os.path.basename(real) == "git":
         # Its repository (git's reading of protected places through history is its own, see README: Shell).
-        rules.allow_beneath(root, ".git", landlock.READ | (landlock.WRITE if writes else 0))
+        for git in _git_folders(root):
+            rules.allow_beneath(root, git, landlock.READ | (landlock.WRITE if writes else 0))
         for folder in ("/usr/lib/git-core", "/usr/libexec/git-core", "/usr/local/libexec/git-core"):
             rules.allow(folder, landlock.EXECUTE | landlock.READ)
         # (Some of them are scripts: git-merge-octopus, -resolve, -one-file run in /bin/sh.)
@@ -181,30 +182,56 @@ _MODULES_WALK_LIMIT = 10_000
 
 def hidden_places(root: str) -> list[str]:
     """UNREAD, and the settings of the git folders of submodules (``.git/modules/...``) and worktrees
-    (``.git/worktrees/*``) as they are on disk."""
+    (``.git/worktrees/*``) as they are on disk; for a repository whose git folder is elsewhere in the project
+    (`.git` a file saying `gitdir: .bare`), that folder's. Where a git folder holds too much to look through,
+    all of its ``modules``: never fewer than there are."""
     found = list(UNREAD)
-    looked = 0
-    pending = [".git/modules"]
-    while pending and looked < _MODULES_WALK_LIMIT:
-        rel = pending.pop()
-        try:
-            entries = {e.name: e.is_dir(follow_symlinks=False) for e in os.scandir(os.path.join(root, rel))}
-        except OSError:
-            continue
-        looked += len(entries)
-        if "HEAD" in entries and "config" in entries:  # (a submodule's git folder; its own below "modules")
-            found += [f"{rel}/{name}" for name in _GIT_SETTINGS]
-            pending += [f"{rel}/modules"] if entries.get("modules") else []
-        else:  # (a folder on the way to one: a submodule's name may hold slashes)
-            pending += [f"{rel}/{name}" for name, is_dir in entries.items() if is_dir]
-    with contextlib.suppress(OSError):
-        found += [
-            f".git/worktrees/{e.name}/{name}"
-            for e in os.scandir(os.path.join(root, ".git", "worktrees"))
-            if e.is_dir(follow_symlinks=False)
-            for name in _GIT_SETTINGS
-        ]
+    for git in _git_folders(root):
+        if git != ".git":
+            found += [f"{git}/{name}" for name in _GIT_SETTINGS]
+        looked = 0
+        pending = [f"{git}/modules"]
+        while pending:
+            rel = pending.pop()
+            if looked > _MODULES_WALK_LIMIT:
+                found.append(f"{git}/modules")
+                break
+            try:
+                entries = {
+                    e.name: e.is_dir(follow_symlinks=False) for e in os.scandir(os.path.join(root, rel))
+                }
+            except OSError:
+                continue
+            looked += len(entries)
+            if "HEAD" in entries:  # (a submodule's git folder, its config made or not yet; its own below)
+                found += [f"{rel}/{name}" for name in _GIT_SETTINGS]
+                pending += [f"{rel}/modules"] if entries.get("modules") else []
+            else:  # (a folder on the way to one: a submodule's name may hold slashes)
+                pending += [f"{rel}/{name}" for name, is_dir in entries.items() if is_dir]
+        with contextlib.suppress(OSError):
+            found += [
+                f"{git}/worktrees/{e.name}/{name}"
+                for e in os.scandir(os.path.join(root, git, "worktrees"))
+                if e.is_dir(follow_symlinks=False)
+                for name in _GIT_SETTINGS
+            ]
     return found
+
+
+def _git_folders(root: str) -> list[str]:
+    """The project's git folder: `.git`, or where a `.git` file points inside the project (review s26:
+    `git init --separate-git-dir=.bare .` kept the repository's settings in `.bare/config`)."""
+    try:
+        with open(os.path.join(root, ".git"), "rb") as file:  # (a folder: IsADirectoryError)
+            line = file.read(4096).split(b"\n")[0]
+    except OSError:
+        return [".git"]
+    if not line.startswith(b"gitdir:"):
+        return [".git"]
+    target = os.path.realpath(os.path.join(root, os.fsdecode(line[7:].strip())))
+    if not _inside(target, root) or target == root:
+        return [".git"]
+    return [".git", os.path.relpath(target, root).replace(os.sep, "/")]
 
 
 def unread_elsewhere(project_root: str) -> str:
@@ -233,7 +260,7 @@ def _read_below(rules: landlock.Rules, root: str, rel: str, pattern: str, places
         if (not rel or _fold(place).startswith(_fold(rel) + "/"))
         and not names(pattern, protected_root(place) or place)
     ]
-    if not hidden:
+    if not hidden or not os.path.isdir(os.path.join(root, rel)):  # (a `.git` file: read as any)
         rules.allow_beneath(root, rel, landlock.READ)
         return
     rules.allow_beneath(root, rel, landlock.READ_DIR)

@@ -106,6 +106,14 @@ class ProcessResult:
     truncated: bool
 
 
+def remove_tree(top: str) -> None:
+    """``shutil.rmtree(top, ignore_errors=True)``, and for a tree too deep for it (RecursionError), rm."""
+    try:
+        shutil.rmtree(top, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--", top], check=False, capture_output=True)
+
+
 def _then(first: Callable[[], None] | None, second: Callable[[], None]) -> Callable[[], None]:
     if first is None:
         return second
@@ -115,6 +123,33 @@ def _then(first: Callable[[], None] | None, second: Callable[[], None]) -> Calla
         second()
 
     return both
+
+
+async def _communicate(
+    proc: asyncio.subprocess.Process, stdin: bytes, max_output: int
+) -> tuple[bytes, bytes]:
+    """``proc.communicate(stdin)`` keeping at most ``max_output`` + 1 bytes of each stream (the rest read and
+    dropped, so the program is never blocked on a full pipe): `yes` held 7 GB of the worker's memory before
+    its timeout cut it to ``max_output`` (review s26)."""
+
+    async def feed() -> None:
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            if stdin:
+                proc.stdin.write(stdin)
+                await proc.stdin.drain()
+            proc.stdin.close()
+
+    async def collect(stream: asyncio.StreamReader | None) -> bytes:
+        held = bytearray()
+        while stream is not None and (chunk := await stream.read(1 << 16)):
+            if len(held) <= max_output:
+                held += chunk[: max_output + 1 - len(held)]
+        return bytes(held)
+
+    _, out, err = await asyncio.gather(feed(), collect(proc.stdout), collect(proc.stderr))
+    await proc.wait()
+    return out, err
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
@@ -139,9 +174,12 @@ async def run_process(
     program then runs confined to them (``activities/confinement.py``), with ``TMPDIR`` that folder."""
     if confine is None:
         return await _run(argv, cwd, timeout, max_output, stdin, child_env(env, git_config), None)
-    with tempfile.TemporaryDirectory(prefix="kiwi-cmd-") as temp:
+    temp = tempfile.mkdtemp(prefix="kiwi-cmd-")
+    try:
         environment = {**child_env(env, git_config), "TMPDIR": temp}
         return await _run(argv, cwd, timeout, max_output, stdin, environment, (confine[0], confine[1], temp))
+    finally:
+        await asyncio.to_thread(remove_tree, temp)  # (what the command left there, however deep)
 
 
 async def _run(
@@ -200,7 +238,7 @@ async def _run(
         if restrict is not None:
             restrict.close()
     with kept(proc.pid):  # (its own children die with it, and with a worker killed by kill -9)
-        communicate = asyncio.ensure_future(proc.communicate(stdin.encode()))
+        communicate = asyncio.ensure_future(_communicate(proc, stdin.encode(), max_output))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:

@@ -16,15 +16,16 @@ import contextlib
 import errno
 import hashlib
 import os
-import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from temporalio.exceptions import ApplicationError
 
 from activities.filesystem import _CLOEXEC, _write_atomic, covered, open_dir, walk
+from activities.process import remove_tree
 from kiwi.errors import PermissionDenied, ToolFailed
 
 # What a mount may carry into a container (and back): beyond it the call fails and says so.
@@ -82,12 +83,12 @@ def stage_in(root: str, rel: str, what: str) -> Staged:
             os.close(folder)
         return staged
     except BaseException:
-        shutil.rmtree(parent_dir, ignore_errors=True)
+        remove_tree(parent_dir)
         raise
 
 
 def remove(staged: Staged) -> None:
-    shutil.rmtree(os.path.dirname(staged.path), ignore_errors=True)
+    remove_tree(os.path.dirname(staged.path))
 
 
 def _copy_file(parent: int, name: str, target: str, budget: _Budget) -> str:
@@ -172,10 +173,27 @@ UNPACK_MAX_BYTES = 1024 * 1024 * 1024
 UNPACK_MAX_ENTRIES = 100_000
 
 
+def walk_tree(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk(top, followlinks=False)`` without recursion: Python 3.11's recurses once per level, so a
+    folder 1,500 levels deep (`mkdir -p` of one long path) raised RecursionError in the worker (review s26).
+    A folder that cannot be listed (a path past PATH_MAX) is left out."""
+    pending = [top]
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
+        except OSError:
+            continue
+        subdirs = [name for name, is_dir in entries if is_dir]
+        yield folder, subdirs, [name for name, is_dir in entries if not is_dir]
+        pending += [os.path.join(folder, name) for name in reversed(subdirs)]
+
+
 def disk_usage(top: str) -> tuple[int, int]:
     """The bytes ``top``'s files take on disk (a sparse file only what it holds) and its entries."""
     used = entries = 0
-    for folder, subdirs, names in os.walk(top, followlinks=False):
+    for folder, subdirs, names in walk_tree(top):
         entries += len(subdirs) + len(names)
         for name in names:
             with contextlib.suppress(OSError):
@@ -205,7 +223,7 @@ def unpack_back(
     dirs: list[str] = []
     others: list[str] = []
     total = 0
-    for folder, subdirs, names in os.walk(staged.path, followlinks=False):
+    for folder, subdirs, names in walk_tree(staged.path):
         inner = os.path.relpath(folder, staged.path)
         prefix = "" if inner == "." else inner.replace(os.sep, "/") + "/"
         for name in [*subdirs, *names]:
@@ -280,7 +298,7 @@ def _present(parent: int, name: str) -> bool:
 def _listing(top: str) -> tuple[dict[str, str], set[str]]:
     files: dict[str, str] = {}
     dirs: set[str] = set()
-    for folder, subdirs, names in os.walk(top, followlinks=False):
+    for folder, subdirs, names in walk_tree(top):
         inner = os.path.relpath(folder, top)
         prefix = "" if inner == "." else inner.replace(os.sep, "/") + "/"
         for sub in subdirs:

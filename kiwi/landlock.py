@@ -220,7 +220,8 @@ _CAPSET = {"x86_64": 126, "aarch64": 91, "arm64": 91, "riscv64": 91}
 # netlink), no io_uring (which opens sockets without the socket call), no System V or POSIX IPC (another
 # process's shared memory), no keyrings, no perf events, no memfd to execute (Landlock does not check a
 # private file's execution), no execveat, no fanotify; no resource limit or scheduling of another process
-# (prlimit reaches every process of the same user: a signal scope does not cover it); no set-user-ID or set-group-ID bit in a mode (chmod,
+# (prlimit reaches every process of the same user: a signal scope does not cover it), no priority of any
+# (setpriority and ioprio_set take a whole user's processes); no set-user-ID or set-group-ID bit in a mode (chmod,
 # open, mknod: a worker running as root owns the system's files); openat2 answered ENOSYS (its mode is in a
 # struct; callers fall back to openat); and no system call of another architecture's table.
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
@@ -242,8 +243,8 @@ _OPENAT2 = 437
 _GENERIC = _Table(
     0,
     # socket, socketpair, io_uring_setup/enter/register, msgget..shmdt, mq_open, add_key, request_key, keyctl,
-    # perf_event_open, memfd_create, execveat, fanotify_init
-    (198, 199, 425, 426, 427, *range(186, 198), 180, 217, 218, 219, 241, 279, 281, 262),
+    # perf_event_open, memfd_create, execveat, fanotify_init, setpriority, ioprio_set
+    (198, 199, 425, 426, 427, *range(186, 198), 180, 217, 218, 219, 241, 279, 281, 262, 140, 30),
     ((52, 1), (53, 2), (452, 2), (56, 3), (33, 2)),  # fchmod, fchmodat, fchmodat2, openat, mknodat
     (
         261,
@@ -257,7 +258,7 @@ _SECCOMP_ARCH = {
     "x86_64": _Table(
         0xC000003E,
         (41, 53, 425, 426, 427, 29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220, 240, 248, 249, 250, 298)
-        + (319, 322, 300),  # memfd_create, execveat, fanotify_init
+        + (319, 322, 300, 141, 251),  # memfd_create, execveat, fanotify_init, setpriority, ioprio_set
         # chmod, fchmod, fchmodat, fchmodat2, open, openat, creat, mknod, mknodat
         ((90, 1), (91, 1), (268, 2), (452, 2), (2, 2), (257, 3), (85, 1), (133, 1), (259, 2)),
         (

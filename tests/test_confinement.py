@@ -14,10 +14,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from temporalio.exceptions import ApplicationError
 
 from activities import confinement
-from activities.process import run_process
-from activities.staging import _staged_file
+from activities.process import remove_tree, run_process
+from activities.staging import _staged_file, disk_usage
 from kiwi.contracts import CommandRequest
 from tests.test_attack_shell import agent_run, outside_folder, shell
 
@@ -418,18 +419,20 @@ async def test_no_other_process_is_limited_and_no_memory_file_is_executed(tree):
         "import os, resource\n"
         "for what, call in (('prlimit', lambda: resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (5, 5))),"
         " ('memfd', lambda: os.memfd_create('x')), ('own', lambda: resource.prlimit(0, resource.RLIMIT_CORE)),"
-        " ('affinity', lambda: os.sched_setaffinity(os.getppid(), {0}))):\n"
+        " ('affinity', lambda: os.sched_setaffinity(os.getppid(), {0})),"
+        " ('priority', lambda: os.setpriority(os.PRIO_USER, 0, 15))):\n"
         "    try:\n"
         "        call(); print(what, 'done')\n"
         "    except OSError as e: print(what, 'refused', e.errno)\n"
     )
     result = await confined(request(project), SYSTEM_PYTHON, "-c", code)
-    assert result.stdout.split("\n")[:4] == [
+    assert result.stdout.split("\n")[:5] == [
         "prlimit refused 1",
         "memfd refused 13",
         "own done",
         "affinity refused 1",
-    ]
+        "priority refused 13",  # (review s26: every process of the worker's user reniced)
+    ], result
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 5
 
 
@@ -452,6 +455,52 @@ async def test_git_runs_its_merge_scripts(tree):
 
     assert merged.exit_code == 0, merged
     assert (project / "src" / "b1.txt").exists() and (project / "src" / "b2.txt").exists()
+
+
+async def test_a_repository_kept_elsewhere_in_the_project_keeps_its_settings(tree):
+    """`git init --separate-git-dir=.bare .` keeps the settings in .bare/config, which a folder read printed
+    (review s26); git itself still reads its repository."""
+    project, _ = tree
+    subprocess.run(["git", "init", "-q", f"--separate-git-dir={project / '.bare'}", str(project)], check=True)
+    subprocess.run(
+        ["git", "config", "http.extraheader", "AUTHORIZATION: basic canary-bare"], cwd=project, check=True
+    )
+    req = request(project, write=["**"])
+
+    found = await confined(req, "grep", "-r", "canary-bare", ".")
+    status = await confined(req, "git", "status", "--short")
+
+    assert "AUTHORIZATION" not in found.stdout and "./.bare/config: Permission denied" in found.stderr, found
+    assert status.exit_code == 0 and "src/" in status.stdout, status
+
+
+async def test_a_commands_output_is_not_held_past_its_limit(tree):
+    """`yes` until its timeout: the worker held all it printed before cutting it to the limit (7 GB in 8 s,
+    review s26), enough to end the worker and every run on it."""
+    project, _ = tree
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ApplicationError, match="timed out"):
+        await run_process(["yes"], cwd=str(project), timeout=3, max_output=1000)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 200, f"the worker grew by {grown_mb:.0f} MB"
+
+
+async def test_a_folder_too_deep_for_python_is_walked_and_removed(tree, tmp_path):
+    """1,500 nested folders (one `mkdir -p`) raised RecursionError in the worker's walks and left its folders
+    behind (review s26): the command's own temporary folder, and an archive's staging folder."""
+    project, _ = tree
+    code = (
+        "import os\nos.chdir(os.environ['TMPDIR'])\nfor _ in range(1500):\n    os.mkdir('d'); os.chdir('d')\n"
+    )
+    result = await confined(request(project), SYSTEM_PYTHON, "-c", code + "print(os.environ['TMPDIR'])")
+    assert result.exit_code == 0 and not os.path.exists(result.stdout.strip()), result
+    (tmp_path / "staged").mkdir()
+    subprocess.run(["mkdir", "-p", "/".join(["d"] * 1500)], cwd=tmp_path / "staged", check=True)
+    try:
+        assert disk_usage(str(tmp_path / "staged"))[1] == 1500
+    finally:
+        remove_tree(str(tmp_path / "staged"))  # (pytest's own clean-up of old folders recurses too)
+    assert not (tmp_path / "staged").exists()
 
 
 def test_an_unpacked_file_is_copied_from_kiwis_folder_only(tmp_path):
