@@ -37,6 +37,7 @@ import stat
 import struct
 import sys
 
+from activities.staging import walk_tree
 from kiwi import landlock
 from kiwi.contracts import CommandRequest
 from kiwi.globs import glob_segments
@@ -178,6 +179,7 @@ def shell_rules(req: CommandRequest, program: str, temp: str, into: str = "") ->
 UNREAD = (".git/config", ".git/config.lock", ".git/config.worktree", ".ai/config")
 _GIT_SETTINGS = ("config", "config.lock", "config.worktree", "config.worktree.lock")
 _MODULES_WALK_LIMIT = 10_000
+_LINK_WALK_LIMIT = 200_000
 
 
 def hidden_places(root: str) -> list[str]:
@@ -221,12 +223,15 @@ def hidden_places(root: str) -> list[str]:
 def _git_folders(root: str) -> list[str]:
     """The project's git folder: `.git`, or where a `.git` file points inside the project (review s26:
     `git init --separate-git-dir=.bare .` kept the repository's settings in `.bare/config`)."""
-    try:
-        with open(os.path.join(root, ".git"), "rb") as file:  # (a folder: IsADirectoryError)
-            line = file.read(4096).split(b"\n")[0]
+    try:  # (not blocking, not through a link, a file only: a FIFO named .git held the worker, review s26)
+        fd = os.open(os.path.join(root, ".git"), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return [".git"]
-    if not line.startswith(b"gitdir:"):
+    try:
+        line = os.read(fd, 4096).split(b"\n")[0] if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    finally:
+        os.close(fd)
+    if not line.startswith(b"gitdir:") or b"\0" in line:
         return [".git"]
     target = os.path.realpath(os.path.join(root, os.fsdecode(line[7:].strip())))
     if not _inside(target, root) or target == root:
@@ -236,17 +241,29 @@ def _git_folders(root: str) -> list[str]:
 
 def unread_elsewhere(project_root: str) -> str:
     """A hidden file (hidden_places) that has another name (a hard link), '' if none: a rule is held by a
-    file, not by a name, so the other name would read it (`ln .git/config notes`; review s26)."""
+    file, not by a name, so the other name would read it (`ln .git/config notes`; review s26). Below a hidden
+    folder, every file (git's settings by name in `.git/modules`); past _LINK_WALK_LIMIT entries, that folder
+    is named as if it held one."""
     root = os.path.realpath(project_root)
     for place in hidden_places(root):
         path = os.path.join(root, place)
-        try:
-            found = [path] if not os.path.isdir(path) else [e.path for e in os.scandir(path) if e.is_file()]
-            for file in found:
-                if os.lstat(file).st_nlink > 1:
-                    return os.path.relpath(file, root)
-        except OSError:
+        if not os.path.isdir(path) or os.path.islink(path):
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG((info := os.lstat(path)).st_mode) and info.st_nlink > 1:
+                    return place
             continue
+        looked = 0
+        for folder, _, files in walk_tree(path):
+            looked += len(files)
+            if looked > _LINK_WALK_LIMIT:
+                return place
+            for name in files:
+                if place.endswith("/modules") and name not in _GIT_SETTINGS:
+                    continue
+                with contextlib.suppress(OSError):
+                    info = os.lstat(os.path.join(folder, name))
+                    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                        return os.path.relpath(os.path.join(folder, name), root)
     return ""
 
 

@@ -5,6 +5,8 @@ and the wall itself, on real programs and the real kernel. Skipped where the ker
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import os
 import resource
 import select
@@ -501,6 +503,52 @@ async def test_a_folder_too_deep_for_python_is_walked_and_removed(tree, tmp_path
     finally:
         remove_tree(str(tmp_path / "staged"))  # (pytest's own clean-up of old folders recurses too)
     assert not (tmp_path / "staged").exists()
+
+
+def test_a_fifo_named_git_does_not_hold_the_worker(tmp_path):
+    """The worker reads a `.git` file to find a git folder kept elsewhere: a FIFO in its place held the worker's
+    event loop until something wrote to it (review s26)."""
+    os.mkfifo(tmp_path / ".git")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        looking = pool.submit(confinement.hidden_places, str(tmp_path))
+        try:
+            assert looking.result(timeout=20) == list(confinement.UNREAD)
+        finally:
+            if not looking.done():  # (the old code waits: a writer lets it go, so the test ends)
+                os.close(os.open(tmp_path / ".git", os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_a_hard_link_to_a_settings_file_is_found_however_many_submodules(tmp_path):
+    """Past the 10,000 entries the walk of .git/modules looks through, all of it is hidden; a hard link to a
+    submodule's config deep in it still refuses shell commands (review s26)."""
+    modules = tmp_path / ".git" / "modules" / "a"
+    for index in range(10_001):
+        (modules / f"x{index}").mkdir(parents=True)
+    (modules / "sub").mkdir()
+    (modules / "sub" / "HEAD").write_text("ref: refs/heads/main\n")
+    (modules / "sub" / "config").write_text("[http]\n\textraheader = secret\n")
+    os.link(modules / "sub" / "config", tmp_path / "notes")
+
+    assert ".git/modules" in confinement.hidden_places(str(tmp_path))
+    assert confinement.unread_elsewhere(str(tmp_path)) == ".git/modules/a/sub/config"
+
+
+async def test_a_timed_out_command_ends_though_a_process_it_left_holds_its_output(tmp_path):
+    """A process that leaves the command's group (setsid) and keeps its output open held the call past its
+    timeout, with no heartbeat, until Temporal ran it again beside it (review s26)."""
+    if not os.path.exists(SYSTEM_PYTHON):
+        pytest.skip("no system Python (/usr/bin/python3) to leave a process behind")
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    code = f"import os, time\nif os.fork() == 0:\n    os.setsid(); open({str(gate)!r}).read()\nelse:\n    time.sleep(60)\n"
+    try:
+        with pytest.raises(ApplicationError, match="timed out"):
+            await asyncio.wait_for(
+                run_process([SYSTEM_PYTHON, "-c", code], cwd=str(tmp_path), timeout=1, max_output=100), 60
+            )
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))  # (the process left behind ends)
 
 
 def test_an_unpacked_file_is_copied_from_kiwis_folder_only(tmp_path):
