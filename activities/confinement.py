@@ -5,18 +5,21 @@ model of what the program will do, before it runs. The confinement is the wall b
 kernel for the program and everything it starts, and checked at each use:
 
 - reads: below the literal part of each read and write grant (``src/**`` gives ``src``, ``*.md`` the
-  project), inside the project, never through a link, and not ``.git/config`` or ``.ai/config`` unless the
-  grant names them (UNREAD); the project when the run names no grant;
+  project), inside the project, never through a link, and not the repository's settings or Kiwi's
+  configuration (``.git/config``, its submodules' and worktrees' and a separate git folder's, ``.ai/config``:
+  hidden_places) unless the grant names them; the project when the run names no grant;
 - writes (create, change, remove, rename, link): below the literal part of each write grant, the same way,
   never wider (a grant for one file: that file; for a folder not made yet: folders made in its nearest one);
   git reads its ``.git`` and, when the run may write at all, writes it;
 - the system's programs and libraries, read only (``/usr``, ``/lib*``, ``/bin``, ``/sbin``, the few files of
   ``/etc`` programs read), ``/dev/null``, and a temporary folder of the command's own (``TMPDIR``);
-- execute: the program itself and the system's ELF interpreter, nothing else (git: its own helpers; a system
-  script: its interpreter and the system's program folders), so an allowed program cannot start another;
-  nothing read from a program of the project (its #! line, its interpreter, its name) decides a rule;
+- execute: the program itself and the system's ELF interpreter, nothing else (git: its own helpers and
+  /bin/sh; tar: /bin/sh and the compressors; a system script: its interpreter and the system's program
+  folders), so an allowed program cannot start another; nothing read from a program of the project (its #!
+  line, its interpreter, its name) decides a rule;
 - no signals to processes outside the command, no abstract UNIX sockets outside it, no TCP (Landlock: TCP
-  from ABI 4, the rest from ABI 6); no socket at all, no io_uring (seccomp); no capability (a root worker).
+  from ABI 4, the rest from ABI 6); no socket at all, io_uring, IPC, keyrings, memfd, set-ID bits, limits or
+  priorities of other processes (seccomp, kiwi/landlock.py); no capability (a root worker).
 
 Nothing else: not the worker's home, ``/proc``, the other runs' projects, Kiwi's own files. What the wall
 cannot say, the checks before it still do: denials and the other protected places inside a granted folder,

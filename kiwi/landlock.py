@@ -7,9 +7,14 @@ by construction: once a process has restricted itself, every open, create, renam
 it (and every program it starts) makes is checked by the kernel against a set of rules, each rule a file or
 a folder below which some rights hold. Links are followed to where they lead before the check.
 
+What Landlock has no rule for (sockets other than TCP, IPC, other processes' limits and priorities, a memory
+file's execution, set-ID bits) a seccomp filter refuses, and a worker running as root hands its command no
+capability (``_Restrict``).
+
 This module is the mechanism: :class:`Rules` collects rules for a child process and gives the
 ``preexec_fn`` that restricts the child before it executes its program. What a shell command gets is
-decided in ``activities/confinement.py``. Constants and layouts are those of ``linux/landlock.h``.
+decided in ``activities/confinement.py``. Constants and layouts are those of ``linux/landlock.h``,
+``linux/seccomp.h`` and ``linux/capability.h``.
 """
 
 from __future__ import annotations
