@@ -665,7 +665,7 @@ async def _unpack(req: CommandRequest, unpack: Unpacking, cwd: Path, env: dict[s
                 max_output=req.max_output_bytes,
                 stdin=req.stdin,
                 env=env,
-                confine=await asyncio.to_thread(_confinement, req, staged.path),
+                confine=_confinement(req, into=staged.path),
             )
         )
         result = await _within_limits(running, staged.path, what)
@@ -751,7 +751,7 @@ class CommandActivities:
             stdin=req.stdin,
             env=env,
             git_config=git_config,
-            confine=await asyncio.to_thread(_confinement, req),  # (it looks on disk: off the event loop)
+            confine=_confinement(req),
         )
         return {
             "exit_code": result.exit_code,

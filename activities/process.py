@@ -198,7 +198,7 @@ async def run_process(
         environment = {**child_env(env, git_config), "TMPDIR": temp}
         return await _run(argv, cwd, timeout, max_output, stdin, environment, (confine[0], confine[1], temp))
     finally:
-        await asyncio.to_thread(remove_tree, temp)  # (what the command left there, however deep)
+        remove_tree(temp)  # (what the command left there, however deep)
 
 
 async def _run(
