@@ -816,12 +816,13 @@ def _confinement(req: CommandRequest, into: str = "") -> tuple[int, Any] | None:
     ``into``: the one folder it may write (an archive unpacked into Kiwi's staging folder)."""
     abi = confinement.available()
     if abi:
-        if linked := confinement.unread_elsewhere(req.project_root):
+        places = confinement.hidden_places(os.path.realpath(req.project_root))  # (once: both below use them)
+        if linked := confinement.unread_elsewhere(req.project_root, places):
             raise _denied(
                 f"'{linked}' has another name in the project (a hard link), by which a command could read it; "
                 "a human removes the other name (find . -samefile " + linked + ")"
             )
-        return abi, lambda program, temp: confinement.shell_rules(req, program, temp, into)
+        return abi, lambda program, temp: confinement.shell_rules(req, program, temp, into, places)
     if confinement.mode() == "required":
         raise ToolFailed.error(
             "shell commands must be confined (KIWI_CONFINE=required) and this worker's kernel has no Landlock",

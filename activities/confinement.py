@@ -100,15 +100,17 @@ def literal_part(pattern: str) -> str:
     return "/".join(kept)
 
 
-def shell_rules(req: CommandRequest, program: str, temp: str, into: str = "") -> landlock.Rules:
+def shell_rules(
+    req: CommandRequest, program: str, temp: str, into: str = "", places: list[str] | None = None
+) -> landlock.Rules:
     """The rules for ``req``'s program (``program``: its absolute path) with ``temp`` as its own folder.
     ``into``: the one folder it writes, in place of the project (an archive unpacked into Kiwi's staging
-    folder, which Kiwi then writes into the project itself)."""
+    folder, which Kiwi then writes into the project itself). ``places``: hidden_places, if already looked up."""
     rules = landlock.Rules()
     root = os.path.realpath(req.project_root)
     grants = bool(req.read_grants or req.write_grants)
     # (What a run may write it may read, as Kiwi's checks read a command.)
-    places = hidden_places(root)
+    places = hidden_places(root) if places is None else places
     for pattern in [*req.read_grants, *req.write_grants] if grants else ["**"]:
         _read_below(rules, root, literal_part(pattern), pattern, places)
     writes = [] if into else [literal_part(p) for p in req.write_grants] if grants else [""]
@@ -242,13 +244,13 @@ def _git_folders(root: str) -> list[str]:
     return [".git", os.path.relpath(target, root).replace(os.sep, "/")]
 
 
-def unread_elsewhere(project_root: str) -> str:
+def unread_elsewhere(project_root: str, places: list[str] | None = None) -> str:
     """A hidden file (hidden_places) that has another name (a hard link), '' if none: a rule is held by a
     file, not by a name, so the other name would read it (`ln .git/config notes`; review s26). Below a hidden
     folder, every file (git's settings by name in `.git/modules`); past _LINK_WALK_LIMIT entries, that folder
     is named as if it held one."""
     root = os.path.realpath(project_root)
-    for place in hidden_places(root):
+    for place in hidden_places(root) if places is None else places:
         path = os.path.join(root, place)
         if not os.path.isdir(path) or os.path.islink(path):
             with contextlib.suppress(OSError):
@@ -318,16 +320,22 @@ def _started_by(program: str, root: str, depth: int = 0) -> list[tuple[str, str]
     its ``#!`` line's interpreter and that one's, read as the kernel reads them. Nothing in the project."""
     if depth > 3:
         return []
-    head = _head(program)
-    if head.startswith(b"#!"):
-        # The kernel: blanks after "#!", then the name up to a blank, a tab or the end of the line.
-        line = head[2:].split(b"\n")[0].lstrip(b" \t")
-        name = re.split(rb"[ \t\0]", line)[0]
-        kind = "script"
-    elif head.startswith(b"\x7fELF"):
-        name, kind = _elf_interpreter(program, head), "elf"
-    else:
+    try:
+        fd = os.open(program, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # (a FIFO would hold the worker)
+    except OSError:
         return []
+    try:
+        head = os.read(fd, 256) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        if head.startswith(b"#!"):
+            # The kernel: blanks after "#!", then the name up to a blank, a tab or the end of the line.
+            line = head[2:].split(b"\n")[0].lstrip(b" \t")
+            name, kind = re.split(rb"[ \t\0]", line)[0], "script"
+        elif head.startswith(b"\x7fELF"):
+            name, kind = _elf_interpreter(fd, head), "elf"
+        else:
+            return []
+    finally:
+        os.close(fd)
     if not name.startswith(b"/"):
         return []
     interpreter = os.path.realpath(os.fsdecode(name))
@@ -336,46 +344,25 @@ def _started_by(program: str, root: str, depth: int = 0) -> list[tuple[str, str]
     return [(interpreter, kind), *_started_by(interpreter, root, depth + 1)]
 
 
-def _head(path: str) -> bytes:
-    """The first bytes of a regular file ('' for anything else: a FIFO would hold the worker)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return b""
-    try:
-        return os.read(fd, 256) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-    finally:
-        os.close(fd)
-
-
-def _elf_interpreter(path: str, head: bytes) -> bytes:
-    """The PT_INTERP of an ELF file (b'' for a static one), as bytes."""
+def _elf_interpreter(fd: int, head: bytes) -> bytes:
+    """The PT_INTERP of the ELF file open at ``fd`` (b'' for a static one), as bytes."""
     if len(head) < 64:
         return b""
     wide, order = head[4] == 2, "<" if head[5] == 1 else ">"
     phoff = struct.unpack_from(order + ("Q" if wide else "I"), head, 32 if wide else 28)[0]
     phentsize, phnum = struct.unpack_from(order + "HH", head, 54 if wide else 42)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return b""
-    try:
-        for index in range(min(phnum, 64)):
-            entry = os.pread(fd, phentsize, phoff + index * phentsize)
-            if (
-                len(entry) < max(phentsize, 24) or struct.unpack_from(order + "I", entry, 0)[0] != 3
-            ):  # PT_INTERP
-                continue
-            offset, size = (
-                struct.unpack_from(order + "Q8x8xQ", entry, 8)
-                if wide
-                else struct.unpack_from(order + "I4x4xI", entry, 4)
-            )
-            name = os.pread(fd, min(size, 4096), offset)
-            return name[: name.index(b"\0")] if b"\0" in name else name
-        return b""
-    finally:
-        os.close(fd)
+    for index in range(min(phnum, 64)):
+        entry = os.pread(fd, phentsize, phoff + index * phentsize)
+        if len(entry) < max(phentsize, 24) or struct.unpack_from(order + "I", entry, 0)[0] != 3:  # PT_INTERP
+            continue
+        offset, size = (
+            struct.unpack_from(order + "Q8x8xQ", entry, 8)
+            if wide
+            else struct.unpack_from(order + "I4x4xI", entry, 4)
+        )
+        name = os.pread(fd, min(size, 4096), offset)
+        return name[: name.index(b"\0")] if b"\0" in name else name
+    return b""
 
 
 @functools.cache
