@@ -192,6 +192,7 @@ async def git_repository_settings(
         timeout=30,
         max_output=2_000_000,
         env={"GIT_CEILING_DIRECTORIES": os.path.dirname(os.path.realpath(root))} if cwd else None,
+        direct=True,
     )
     if result.exit_code != 0:
         return [], []
@@ -220,7 +221,7 @@ async def git_identity(root: str) -> dict[str, str]:
 
     async def get(key: str, *where: str) -> str:
         result = await run_process(
-            ["git", "config", *where, "--get", key], cwd=root, timeout=30, max_output=10_000
+            ["git", "config", *where, "--get", key], cwd=root, timeout=30, max_output=10_000, direct=True
         )
         return result.stdout.strip() if result.exit_code == 0 else ""
 
@@ -249,6 +250,7 @@ async def _check_git_repository(req: CommandRequest, cwd: str, env: dict[str, st
         timeout=30,
         max_output=100_000,
         env=env,
+        direct=True,
     )
     if result.exit_code == 0:
         for line in result.stdout.splitlines():
@@ -277,6 +279,7 @@ async def _no_tracked_path_beyond_a_link(top: str, cwd: str, env: dict[str, str]
         timeout=60,
         max_output=200_000_000,
         env=env,
+        direct=True,
     )
     if listed.exit_code != 0 or listed.truncated:
         raise _denied(
@@ -897,7 +900,13 @@ async def _git(
     off, so a planted ``.git/config`` or ``.gitattributes`` runs nothing during a checkpoint."""
     overrides, _ = await git_repository_settings(root)
     result = await run_process(
-        ["git", *args], cwd=root, timeout=timeout, max_output=10_000_000, env=env, git_config=overrides
+        ["git", *args],
+        cwd=root,
+        timeout=timeout,
+        max_output=10_000_000,
+        env=env,
+        git_config=overrides,
+        direct=True,
     )
     return result.exit_code, result.stdout, result.stderr
 
@@ -1072,6 +1081,7 @@ class GitActivities:
                 stdin="\n".join(sorted(kept)) + "\n",
                 env=env,
                 git_config=overrides,
+                direct=True,
             )
             if result.exit_code != 0:
                 raise GitFailed.error(f"git checkout-index failed: {result.stderr.strip()}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -18,7 +19,7 @@ from temporalio import activity
 
 from kiwi import landlock
 from kiwi.errors import CommandNotFound, ToolFailed, ToolTimeout
-from kiwi.lifetime import dies_with_parent, keeper_ready, kept
+from kiwi.lifetime import Launch, NotLaunched, keeper_ready, kept, launches
 
 HEARTBEAT_SECONDS = 2.0
 
@@ -59,6 +60,9 @@ GIT_FORCED_CONFIG = (
     ("pull.twohead", "ort"),
     ("pull.octopus", "octopus"),
     ("core.askPass", ""),
+    # (An automatic gc in the foreground: detached, it outlived the call, and a confined command may not
+    # make the session it detaches into.)
+    ("gc.autoDetach", "false"),
 )
 
 
@@ -133,17 +137,6 @@ def remove_tree(top: str) -> None:
                 break
 
 
-def _then(first: Callable[[], None] | None, second: Callable[[], None]) -> Callable[[], None]:
-    if first is None:
-        return second
-
-    def both() -> None:
-        first()
-        second()
-
-    return both
-
-
 async def _communicate(
     proc: asyncio.subprocess.Process, stdin: bytes, max_output: int
 ) -> tuple[bytes, bytes]:
@@ -171,6 +164,45 @@ async def _communicate(
     return out, err
 
 
+def _not_started(name: str, exc: OSError) -> Exception:
+    """Why the program's ``execve`` failed, as the agent sees it."""
+    if isinstance(exc, FileNotFoundError):
+        return CommandNotFound.error(f"command not found: {name}")
+    if isinstance(exc, PermissionError) or exc.errno == errno.ENOEXEC:
+        return CommandNotFound.error(f"not executable: {name}")
+    return ToolFailed.error(f"{name} did not start: {exc.strerror}")
+
+
+async def _wait(
+    task: asyncio.Future[object], proc: asyncio.subprocess.Process, deadline: float, name: str, timeout: float
+) -> None:
+    """Wait for ``task`` until ``deadline``, heartbeating; past it, or cancelled, the process group is
+    killed (and ``task`` given up on past it: ToolTimeout)."""
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                _kill_group(proc)
+                # (A process that left the group may hold the output open: the call ends all the same.)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(task), HEARTBEAT_SECONDS)
+                if not task.done():
+                    task.cancel()
+                    # (Its pipes too: asyncio's Process gives no public way; the transport is the one held.)
+                    if (transport := getattr(proc, "_transport", None)) is not None:
+                        transport.close()
+                raise ToolTimeout.error(f"{name} timed out after {timeout:g}s")
+            done, _ = await asyncio.wait({task}, timeout=min(HEARTBEAT_SECONDS, remaining))
+            if done:
+                return
+            if activity.in_activity():
+                activity.heartbeat()
+    except asyncio.CancelledError:
+        _kill_group(proc)
+        raise
+
+
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -186,13 +218,18 @@ async def run_process(
     env: dict[str, str] | None = None,
     git_config: list[tuple[str, str]] | None = None,
     confine: tuple[int, Callable[[str, str], landlock.Rules]] | None = None,
+    direct: bool = False,
 ) -> ProcessResult:
     """Run ``argv`` in ``cwd`` with a scrubbed environment (``child_env``) plus ``env``.
 
     ``confine``: (Landlock ABI, the rules for (the program's absolute path, its own temporary folder)); the
-    program then runs confined to them (``activities/confinement.py``), with ``TMPDIR`` that folder."""
+    program then runs confined to them (``activities/confinement.py``), with ``TMPDIR`` that folder.
+    ``direct``: Kiwi's own short git, started without the launcher (which costs ~9 ms a start, and a shell
+    `git` call makes four of them before the command): the keeper alone ends it with a worker killed by
+    ``kill -9``."""
+    assert not (direct and confine), "a confined program starts through the launcher"
     if confine is None:
-        return await _run(argv, cwd, timeout, max_output, stdin, child_env(env, git_config), None)
+        return await _run(argv, cwd, timeout, max_output, stdin, child_env(env, git_config), None, direct)
     temp = tempfile.mkdtemp(prefix="kiwi-cmd-")
     try:
         environment = {**child_env(env, git_config), "TMPDIR": temp}
@@ -209,6 +246,7 @@ async def _run(
     stdin: str,
     environment: dict[str, str],
     confine: tuple[int, Callable[[str, str], landlock.Rules], str] | None,
+    direct: bool = False,
 ) -> ProcessResult:
     program = argv[0]
     if os.sep not in program:
@@ -217,71 +255,75 @@ async def _run(
         if found is None:
             raise CommandNotFound.error(f"command not found: {program}")
         program = found
-    preexec = dies_with_parent()  # a worker killed with kill -9 takes the command with it
-    restrict = None
-    if confine is not None:
-        abi, rules, temp = confine
-        try:
-            # (On a thread: a root of many entries takes a rule each, and the event loop serves every run.)
-            restrict = await asyncio.to_thread(
-                lambda: rules(os.path.join(cwd, program), temp).restrictor(abi)
-            )
-        except (OSError, ValueError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise ToolFailed.error(
-                f"{argv[0]} did not start: its confinement could not be set up ({why})"
-            ) from None
-        preexec = _then(preexec, restrict)
-    keeper_ready()
+    ruleset = launch = None
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            executable=program,  # (argv[0] stays as given: a program may read its own name)
-            cwd=cwd,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=preexec,
-            env=environment,
-        )
-    except FileNotFoundError:
-        raise CommandNotFound.error(f"command not found: {argv[0]}") from None
-    except PermissionError:
-        raise CommandNotFound.error(f"not executable: {argv[0]}") from None
-    except subprocess.SubprocessError:  # (the child could not confine itself: it did not run)
-        raise ToolFailed.error(
-            f"{argv[0]} did not start: the kernel refused to confine it (Landlock)"
-        ) from None
+        if confine is not None:
+            abi, rules, temp = confine
+            try:
+                # (On a thread: a root of many entries takes a rule each; the event loop serves every run.)
+                ruleset = await asyncio.to_thread(
+                    lambda: rules(os.path.join(cwd, program), temp).ruleset(abi)
+                )
+            except (OSError, ValueError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise ToolFailed.error(
+                    f"{argv[0]} did not start: its confinement could not be set up ({why})"
+                ) from None
+        # Through the launcher (kiwi/lifetime.py): it dies with a worker killed by kill -9, and no Python
+        # runs between fork and exec in this threaded process.
+        if launches() and not direct:
+            try:
+                launch = Launch(
+                    program, argv, environment, confinement=ruleset.confinement() if ruleset else None
+                )
+            except UnicodeError:
+                raise ToolFailed.error(
+                    f"{argv[0]} did not start: an argument or environment value is not text a program can take"
+                ) from None
+        if not os.path.isdir(cwd):
+            raise ToolFailed.error(f"{argv[0]} did not start: its working folder does not exist")
+        keeper_ready()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *(launch.argv if launch else argv),
+                executable=None if launch else program,  # (argv[0] stays as given: a program may read it)
+                cwd=cwd,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                env=launch.env if launch else environment,
+                pass_fds=launch.fds if launch else (),
+            )
+        except OSError as exc:
+            if launch is not None:
+                raise ToolFailed.error(f"{argv[0]} did not start: Kiwi's launcher did not ({exc})") from None
+            raise _not_started(argv[0], exc) from None
+    except BaseException:
+        if launch is not None:
+            launch.close()
+        raise
     finally:
-        if restrict is not None:
-            restrict.close()
+        if launch is not None:
+            launch.spawned()
+        if ruleset is not None:
+            ruleset.close()
     with kept(proc.pid):  # (its own children die with it, and with a worker killed by kill -9)
-        communicate = asyncio.ensure_future(_communicate(proc, stdin.encode(), max_output))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        try:
-            while True:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    _kill_group(proc)
-                    # (A process that left the group may hold the output open: the call ends all the same.)
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(communicate), HEARTBEAT_SECONDS)
-                    if not communicate.done():
-                        communicate.cancel()
-                        # (Its pipes too: asyncio's Process gives no public way; the transport is the one held.)
-                        if (transport := getattr(proc, "_transport", None)) is not None:
-                            transport.close()
-                    raise ToolTimeout.error(f"{argv[0]} timed out after {timeout:g}s")
-                done, _ = await asyncio.wait({communicate}, timeout=min(HEARTBEAT_SECONDS, remaining))
-                if done:
-                    break
-                if activity.in_activity():
-                    activity.heartbeat()
-        except asyncio.CancelledError:
-            _kill_group(proc)
-            raise
+        if launch is not None:
+            begun = asyncio.ensure_future(launch.started())
+            try:
+                await _wait(begun, proc, deadline, argv[0], timeout)
+                begun.result()
+            except OSError as exc:
+                await proc.wait()
+                raise _not_started(argv[0], exc) from None
+            except NotLaunched as exc:
+                await proc.wait()
+                raise ToolFailed.error(f"{argv[0]} did not start: {exc}") from None
+        communicate = asyncio.ensure_future(_communicate(proc, stdin.encode(), max_output))
+        await _wait(communicate, proc, deadline, argv[0], timeout)
     stdout, stderr = communicate.result()
     truncated = len(stdout) > max_output or len(stderr) > max_output
     return ProcessResult(

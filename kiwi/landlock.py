@@ -9,10 +9,11 @@ a folder below which some rights hold. Links are followed to where they lead bef
 
 What Landlock has no rule for (sockets other than TCP, IPC, other processes' limits and priorities, a memory
 file's execution, set-ID bits) a seccomp filter refuses, and a worker running as root hands its command no
-capability (``_Restrict``).
+capability (``Ruleset.confinement``).
 
-This module is the mechanism: :class:`Rules` collects rules for a child process and gives the
-``preexec_fn`` that restricts the child before it executes its program. What a shell command gets is
+This module is the mechanism: :class:`Rules` collects rules for a child process and makes the ruleset the
+launcher (``kiwi/launch.py``) applies, with the rest of the child's confinement, before it executes the
+program. What a shell command gets is
 decided in ``activities/confinement.py``. Constants and layouts are those of ``linux/landlock.h``,
 ``linux/seccomp.h`` and ``linux/capability.h``.
 """
@@ -29,12 +30,13 @@ import stat
 import struct
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 # System call numbers: the same on every architecture that has Landlock (the generic table's).
-_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
+# (landlock_restrict_self, 446, is the launcher's: kiwi/launch.py.)
+_CREATE_RULESET, _ADD_RULE = 444, 445
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
-_PR_SET_NO_NEW_PRIVS = 38
 
 # Rights on files and folders (linux/landlock.h), with the ABI version that introduced each.
 EXECUTE = 1 << 0
@@ -134,9 +136,8 @@ class Rules:
     def _add(self, key: tuple[str, str, bool], rights: int) -> None:
         self.paths[key] = self.paths.get(key, 0) | rights
 
-    def restrictor(self, abi: int) -> _Restrict:
-        """Make the ruleset now, in this process, and return the ``preexec_fn`` that applies it to the child
-        (after fork, before exec: two system calls). Close it (``.close()``) once the child has started."""
+    def ruleset(self, abi: int) -> Ruleset:
+        """Make the ruleset now, in this process, for the launcher to apply to the child."""
         assert _LIBC is not None and abi > 0
         handled = _FS_BY_ABI.get(abi, _FS_BY_ABI[5])
         attr = struct.pack("=QQQ", handled, _NET_TCP if abi >= 4 else 0, _SCOPES if abi >= 6 else 0)
@@ -164,7 +165,7 @@ class Rules:
         finally:
             for opened in roots.values():
                 os.close(opened)
-        return _Restrict(fd)
+        return Ruleset(fd)
 
 
 def _open(path: str, file: bool = False) -> int | None:
@@ -214,9 +215,8 @@ def _add(ruleset: int, target: int, rights: int, shown: str) -> None:
         raise LandlockError(ctypes.get_errno(), f"landlock_add_rule failed for {shown}")
 
 
-# Capabilities (linux/capability.h, linux/prctl.h): a worker running as root hands its command none.
-_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
-_CAPABILITY_VERSION_3 = 0x20080522
+# Capabilities (linux/capability.h): a worker running as root hands its command none (the launcher drops
+# each capability up to the last, then the rest with capset, whose number depends on the architecture).
 _CAP_LAST = 63
 _CAPSET = {"x86_64": 126, "aarch64": 91, "arm64": 91, "riscv64": 91}
 
@@ -226,10 +226,12 @@ _CAPSET = {"x86_64": 126, "aarch64": 91, "arm64": 91, "riscv64": 91}
 # process's shared memory), no keyrings, no perf events, no memfd to execute (Landlock does not check a
 # private file's execution), no execveat, no fanotify; no resource limit or scheduling of another process
 # (prlimit reaches every process of the same user: a signal scope does not cover it), no priority of any
-# (setpriority and ioprio_set take a whole user's processes); no set-user-ID or set-group-ID bit in a mode (chmod,
+# (setpriority and ioprio_set take a whole user's processes); no leaving the command's process group (setsid,
+# setpgid: what is left running in it is killed when the call ends, and by the keeper) and no child made the
+# worker's (clone with CLONE_PARENT: nothing reaps it; clone3, whose flags are in memory, answers ENOSYS and
+# callers fall back to clone); no set-user-ID or set-group-ID bit in a mode (chmod,
 # open, mknod: a worker running as root owns the system's files); openat2 answered ENOSYS (its mode is in a
 # struct; callers fall back to openat); and no system call of another architecture's table.
-_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
 _EPERM, _EACCES, _ENOSYS = 1, 13, 38
 _SET_ID_BITS = 0o6000
@@ -241,10 +243,13 @@ class _Table:
     refused: tuple[int, ...]
     modes: tuple[tuple[int, int], ...]  # (call, index of its mode argument)
     own: tuple[int, ...]  # calls whose first argument, a process, must be 0 (the caller itself)
+    denied: tuple[int, ...]  # answered EPERM, as the kernel answers them when it refuses (setsid, setpgid)
+    clone: int  # refused with CLONE_PARENT in its flags (the first argument)
     second_table: int = 0  # the first number of another table in the same architecture (x32), or 0
 
 
-_OPENAT2 = 437
+_OPENAT2, _CLONE3 = 437, 435  # (the same in every table: answered ENOSYS, callers fall back)
+_CLONE_PARENT = 0x8000
 _GENERIC = _Table(
     0,
     # socket, socketpair, io_uring_setup/enter/register, msgget..shmdt, mq_open, add_key, request_key, keyctl,
@@ -258,12 +263,15 @@ _GENERIC = _Table(
         119,
         274,
     ),  # prlimit64, sched_setaffinity, sched_setparam, sched_setscheduler, sched_setattr
+    (157, 154),  # setsid, setpgid
+    220,
 )
 _SECCOMP_ARCH = {
     "x86_64": _Table(
         0xC000003E,
         (41, 53, 425, 426, 427, 29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220, 240, 248, 249, 250, 298)
-        + (319, 322, 300, 141, 251),  # memfd_create, execveat, fanotify_init, setpriority, ioprio_set
+        # memfd_create, execveat, fanotify_init, setpriority, ioprio_set
+        + (319, 322, 300, 141, 251),
         # chmod, fchmod, fchmodat, fchmodat2, open, openat, creat, mknod, mknodat
         ((90, 1), (91, 1), (268, 2), (452, 2), (2, 2), (257, 3), (85, 1), (133, 1), (259, 2)),
         (
@@ -273,6 +281,8 @@ _SECCOMP_ARCH = {
             144,
             314,
         ),  # prlimit64, sched_setaffinity, sched_setparam, sched_setscheduler, sched_setattr
+        (112, 109),  # setsid, setpgid
+        56,
         0x40000000,
     ),
     "aarch64": dataclasses.replace(_GENERIC, arch=0xC00000B7),
@@ -286,7 +296,8 @@ def seccomp_filtered() -> bool:
     return platform.machine() in _SECCOMP_ARCH
 
 
-def _seccomp_program() -> ctypes.Array[ctypes.c_char] | None:
+@functools.cache
+def _seccomp_filter() -> bytes | None:
     """The filter as ``struct sock_filter[]`` (classic BPF over ``struct seccomp_data``: the call's number at
     0, the architecture at 4, argument i's low word at 16 + 8i on these little-endian machines)."""
     table = _SECCOMP_ARCH.get(platform.machine())
@@ -300,13 +311,17 @@ def _seccomp_program() -> ctypes.Array[ctypes.c_char] | None:
     ]
     if table.second_table:
         code.append((jge, "eacces", 0, table.second_table))
-    code.append((jeq, "enosys", 0, _OPENAT2))
+    code += [(jeq, "enosys", 0, _OPENAT2), (jeq, "enosys", 0, _CLONE3)]
     code += [(jeq, "eacces", 0, number) for number in table.refused]
+    code += [(jeq, "eperm", 0, number) for number in table.denied]
+    code.append((jeq, "clone", 0, table.clone))
     code += [(jeq, f"mode{index}", 0, number) for number, index in table.modes]
     code += [(jeq, "own", 0, number) for number in table.own]
     code.append((ret, 0, 0, _RET_ALLOW))
     labels: dict[str, int] = {"own": len(code)}
     code += [(ld, 0, 0, 16), (jeq, "allow", "eperm", 0)]
+    labels["clone"] = len(code)
+    code += [(ld, 0, 0, 16), (jset, "eperm", "allow", _CLONE_PARENT)]
     for index in sorted({index for _, index in table.modes}):
         labels[f"mode{index}"] = len(code)
         code += [(ld, 0, 0, 16 + 8 * index), (jset, "eperm", "allow", _SET_ID_BITS)]
@@ -322,82 +337,31 @@ def _seccomp_program() -> ctypes.Array[ctypes.c_char] | None:
     def offset(at: int, target: int | str) -> int:  # (a jump counts the instructions it skips)
         return target if isinstance(target, int) else labels[target] - at - 1
 
-    raw = b"".join(
+    return b"".join(
         struct.pack("=HBBI", op, offset(at, jt), offset(at, jf), k) for at, (op, jt, jf, k) in enumerate(code)
     )
-    return ctypes.create_string_buffer(raw, len(raw))
 
 
-class _ChildCalls:
-    """The calls a confined child makes before its ruleset, with their arguments: the same for every child,
-    made once per process."""
-
-    def __init__(self) -> None:
-        assert _LIBC is not None
-        self.prctl = _LIBC.prctl
-        self.syscall = _LIBC.syscall
-        self.no_new_privs = (ctypes.c_int(_PR_SET_NO_NEW_PRIVS), *(ctypes.c_ulong(v) for v in (1, 0, 0, 0)))
-        self.root = os.geteuid() == 0 or os.getuid() == 0
-        self.drops = [
-            (ctypes.c_int(_PR_CAPBSET_DROP), ctypes.c_ulong(cap), *(ctypes.c_ulong(0),) * 3)
-            for cap in range(_CAP_LAST + 1)
-        ]
-        self.ambient = (
-            ctypes.c_int(_PR_CAP_AMBIENT),
-            ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL),
-            *(ctypes.c_ulong(0),) * 3,
-        )
-        self.cap_header = ctypes.create_string_buffer(struct.pack("=Ii", _CAPABILITY_VERSION_3, 0), 8)
-        self.cap_data = ctypes.create_string_buffer(bytes(24), 24)
-        self.capset = _CAPSET.get(platform.machine())
-        self.filter = _seccomp_program()
-        self.seccomp = None
-        if self.filter is not None:
-            self.fprog = ctypes.create_string_buffer(
-                struct.pack("=H6xQ", len(self.filter) // 8, ctypes.addressof(self.filter)), 16
-            )
-            self.seccomp = (
-                ctypes.c_int(_PR_SET_SECCOMP),
-                ctypes.c_ulong(_SECCOMP_MODE_FILTER),
-                self.fprog,
-                ctypes.c_ulong(0),
-                ctypes.c_ulong(0),
-            )
-
-
-@functools.cache
-def _child_calls() -> _ChildCalls:
-    return _ChildCalls()
-
-
-class _Restrict:
-    """The child's side, after fork and before exec, in this order: the capabilities a worker running as root
-    holds dropped (bounding, ambient, then its own sets), no new privileges (required to restrict oneself
-    unprivileged; a set-uid or file-capability program gains nothing), the seccomp filter, then the Landlock
-    ruleset. Every call and argument is made ready in the parent. A failure stops the child before its program
-    runs (the parent sees SubprocessError): it never runs unconfined."""
+class Ruleset:
+    """A Landlock ruleset made in this process, for one child: the launcher (``kiwi/launch.py``) applies it
+    with the rest of :meth:`confinement`. Close it (``.close()``) once the child has started."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self._calls = _child_calls()
-        self._args = (ctypes.c_long(_RESTRICT_SELF), ctypes.c_int(fd), ctypes.c_uint32(0))
 
-    def __call__(self) -> None:
-        calls = self._calls
-        if calls.root:
-            for drop in calls.drops:
-                calls.prctl(*drop)  # (numbers past the kernel's last capability fail: nothing to drop)
-            calls.prctl(*calls.ambient)
-            if calls.capset is None or calls.syscall(
-                ctypes.c_long(calls.capset), calls.cap_header, calls.cap_data
-            ):
-                raise OSError(ctypes.get_errno(), "dropping capabilities failed")
-        if calls.prctl(*calls.no_new_privs) != 0:
-            raise OSError(ctypes.get_errno(), "no_new_privs failed")
-        if calls.seccomp is not None and calls.prctl(*calls.seccomp) != 0:
-            raise OSError(ctypes.get_errno(), "seccomp filter failed")
-        if calls.syscall(*self._args) != 0:
-            raise OSError(ctypes.get_errno(), "Landlock restriction failed")
+    def confinement(self) -> dict[str, Any]:
+        """What the launcher does before it executes the program, in this order: a worker running as root
+        drops its capabilities (bounding, ambient, then its own sets), no new privileges (required to
+        restrict oneself unprivileged; a set-uid or file-capability program gains nothing), the seccomp
+        filter, then this ruleset. A failure stops the launcher before the program runs: it never runs
+        unconfined."""
+        return {
+            "ruleset": self.fd,
+            "root": os.geteuid() == 0 or os.getuid() == 0,
+            "capset": _CAPSET.get(platform.machine()),
+            "cap_last": _CAP_LAST,
+            "seccomp": _seccomp_filter(),
+        }
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -6,8 +6,9 @@ one's whole process tree), which also takes them out of the worker's process gro
 behind for good; a command kept running while Temporal retried its activity on another worker, so it ran
 twice at once. Two things stop them now:
 
-- on Linux the kernel sends the process Kiwi starts SIGKILL when the thread that started it ends
-  (:func:`dies_with_parent`; the kernel clears that request in every process it forks);
+- on Linux the kernel sends the process Kiwi starts SIGKILL when the thread that started it ends (asked
+  by the launcher, :class:`Launch`, before it executes the program; the kernel clears that request in
+  every process it forks; Kiwi's own short git commands start directly, without it);
 - the keeper (``kiwi/keeper.py``), one small process per Kiwi process, started with the first group it
   is told of, is told of every process group Kiwi starts (:func:`kept`) and kills those still running when
   Kiwi's end of its pipe closes. That covers what the started process starts in its group: a server behind
@@ -18,37 +19,131 @@ A process that leaves its group (``setsid``, a daemon's double fork) is out of r
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import ctypes
+import marshal
 import os
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
-_PR_SET_PDEATHSIG = 1
+# The launcher's code, read once (see kiwi/launch.py), and the interpreter that runs it: the base one of a
+# virtual environment (whose pyvenv.cfg names the standard library to load, and may be in a project).
+LAUNCHER_CODE = Path(__file__).with_name("launch.py").read_text()
+_BASE = getattr(sys, "_base_executable", "") or sys.executable
+INTERPRETER = _BASE if os.path.isfile(_BASE) and os.access(_BASE, os.X_OK) else sys.executable
 
 
-def dies_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` for a child process: it asks the kernel to SIGKILL the child when the thread that
-    starts it ends, and kills itself if this process died before the request took effect. None where the
-    kernel has no such request (not Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
+class NotLaunched(Exception):
+    """The launcher could not ready the program (``kiwi/launch.py``): it did not run. The message says what
+    failed: the confinement the kernel refused, or the launcher itself."""
 
-    def die_with_parent() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
 
-    return die_with_parent
+def launches() -> bool:
+    """Whether processes start through the launcher: on Linux, where the kernel has a parent-death signal."""
+    return sys.platform.startswith("linux")
+
+
+class Launch:
+    """One process started through the launcher (``kiwi/launch.py``), which makes the kernel calls between
+    ``fork`` and ``exec`` in a process of its own, so no Python runs in a child of the threaded worker (see
+    the launcher's docstring: a ``preexec_fn`` there can wait forever on a lock held at the fork).
+
+    Start :attr:`argv` (with :attr:`env` and ``pass_fds=`` :attr:`fds`, no ``preexec_fn``), call
+    :meth:`spawned`, then await :meth:`started`: it returns once the program runs, and raises what the
+    program's ``execve`` raised (FileNotFoundError, PermissionError, ...) or :class:`NotLaunched`. ``search``:
+    ``program`` is looked up on ``env``'s PATH, as ``execvp`` does; ``confinement``: what the launcher does
+    to confine the program (``landlock.Ruleset.confinement()``), or None."""
+
+    def __init__(
+        self,
+        program: str,
+        argv: list[str],
+        env: Mapping[str, str],
+        *,
+        search: bool = False,
+        confinement: dict[str, Any] | None = None,
+    ) -> None:
+        self.program = program
+        self._mine: list[int] = []
+        self._status_read = -1
+        # (Encoded before any descriptor is made: a value that is not text raises here, leaking nothing.)
+        spec: dict[str, Any] = {
+            "program": os.fsencode(program),
+            "argv": [os.fsencode(a) for a in argv],
+            "env": {os.fsencode(k): os.fsencode(v) for k, v in env.items()},
+            "search": search,
+            "parent": os.getpid(),
+            "ruleset": -1,
+            **(confinement or {}),
+        }
+        spec_fd = os.memfd_create("kiwi-launch", os.MFD_CLOEXEC)
+        self._mine.append(spec_fd)  # (the child's copies are its own: closed here once it started)
+        os.write(spec_fd, marshal.dumps(spec))
+        self._status_read, status = os.pipe2(os.O_CLOEXEC)
+        self._mine.append(status)
+        self.fds = (spec_fd, status) + ((spec["ruleset"],) if spec["ruleset"] >= 0 else ())
+        self.argv = [INTERPRETER, "-I", "-S", "-c", LAUNCHER_CODE, str(spec_fd), str(status)]
+        self.env: dict[str, str] = {}  # (the launcher needs none; the program gets ``env``)
+
+    def spawned(self) -> None:
+        """The launcher has started (or could not): this process's copies of its descriptors are closed."""
+        for fd in self._mine:
+            os.close(fd)
+        self._mine = []
+
+    async def started(self) -> None:
+        """Wait until the program runs (the status pipe closed on its ``execve``), or raise why it did not."""
+        loop = asyncio.get_running_loop()
+        fd, said = self._status_read, b""
+        os.set_blocking(fd, False)
+        try:
+            while True:
+                try:
+                    chunk = os.read(fd, 4096)
+                except BlockingIOError:
+                    readable: asyncio.Future[None] = loop.create_future()
+                    loop.add_reader(fd, _settle, readable)
+                    try:
+                        await readable
+                    finally:
+                        loop.remove_reader(fd)
+                    continue
+                if not chunk:
+                    break
+                said += chunk
+        finally:
+            self.close()
+        if not said:
+            return
+        stage, errno, *rest = said.decode(errors="replace").split("\0")
+        if stage == "exec":
+            raise OSError(int(errno), os.strerror(int(errno)), self.program)
+        why = rest[0] if rest else os.strerror(int(errno)) if int(errno) else "failed"
+        if stage == "launcher":
+            raise NotLaunched(f"Kiwi's launcher failed ({why})")
+        if stage == "parent-death signal":
+            raise NotLaunched(f"the kernel refused the parent-death signal ({why})")
+        raise NotLaunched(f"the kernel refused to confine it ({stage}: {why})")
+
+    def close(self) -> None:
+        self.spawned()
+        if self._status_read >= 0:
+            os.close(self._status_read)
+            self._status_read = -1
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            self.close()
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class Keeper:

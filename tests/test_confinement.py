@@ -22,6 +22,7 @@ from activities import confinement
 from activities.process import remove_tree, run_process
 from activities.staging import _staged_file, disk_usage
 from kiwi.contracts import CommandRequest
+from tests.helpers import wait_for
 from tests.test_attack_shell import agent_run, outside_folder, shell
 
 pytestmark = pytest.mark.skipif(
@@ -436,6 +437,125 @@ async def test_no_other_process_is_limited_and_no_memory_file_is_executed(tree):
         "priority refused 13",  # (review s26: every process of the worker's user reniced)
     ], result
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 5
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _ended(pid: int):
+    async def probe() -> bool:
+        return not _running(pid)
+
+    return probe
+
+
+async def test_nothing_a_command_starts_leaves_its_process_group(tree):
+    """What a command leaves running is killed with its process group when the call ends (and by the keeper
+    when the worker dies). A process that makes a session or a group of its own (setsid, setpgid: a
+    daemon's double fork) was out of reach of both and outlived the call, running on with what the command
+    could reach. The seccomp filter refuses both."""
+    if not os.path.exists(SYSTEM_PYTHON):
+        pytest.skip("no system Python (/usr/bin/python3) to make the calls from")
+    project, _ = tree
+    code = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    for what, call in (('setsid', os.setsid), ('setpgid', lambda: os.setpgid(0, 0))):\n"
+        "        try:\n"
+        "            call(); print(what, 'done')\n"
+        "        except OSError as e: print(what, 'refused', e.errno)\n"
+        "    print(os.getpid(), flush=True)\n"
+        "    os.close(1); os.close(2); time.sleep(120)\n"  # (the call ends once its output is closed)
+    )
+    result = await confined(request(project), SYSTEM_PYTHON, "-c", code)
+    said = result.stdout.split()
+    left = int(said[-1])
+    try:
+        await wait_for(_ended(left), timeout=30, what="the process left behind to be killed")
+        assert said[:6] == ["setsid", "refused", "1", "setpgid", "refused", "1"], result
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(left, 9)
+
+
+def _zombies_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            if fields[0] == "Z" and int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+async def test_no_process_a_command_makes_is_the_workers_child(tree):
+    """clone with CLONE_PARENT makes the new process a child of the command's parent: the worker, which
+    reaps only the processes it started. Twenty such clones left twenty zombies in the worker (review s27),
+    and enough of them take all of its processes. The filter refuses the flag (and clone3, whose flags
+    are in memory: callers fall back to clone); fork and threads still work."""
+    if not os.path.exists(SYSTEM_PYTHON):
+        pytest.skip("no system Python (/usr/bin/python3) to make the calls from")
+    if confinement.landlock.platform.machine() != "x86_64":
+        pytest.skip("the raw clone call is written for x86_64")
+    project, _ = tree
+    before = set(_zombies_of(os.getpid()))
+    code = (
+        "import ctypes, os, threading\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "made = 0\n"
+        "for _ in range(5):\n"
+        "    pid = libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0)\n"  # clone(CLONE_PARENT | SIGCHLD)
+        "    if pid == 0: os._exit(0)\n"
+        "    made += pid > 0\n"
+        "print('clone', made, ctypes.get_errno())\n"
+        "pid = os.fork()\n"
+        "if pid == 0: os._exit(3)\n"
+        "print('fork', os.waitpid(pid, 0)[1] >> 8)\n"
+        "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
+    )
+    result = await confined(request(project), SYSTEM_PYTHON, "-c", code)
+    assert result.stdout.split("\n")[:3] == ["clone 0 1", "fork 3", "thread"], result
+    assert set(_zombies_of(os.getpid())) <= before
+
+
+async def test_a_command_gets_the_signals_the_system_gives_a_program(tree):
+    """Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across execve: through the
+    launcher, a shell loop writing into a pipe whose reader had gone ran until its timeout (review s27). A
+    program now gets both as the system leaves them."""
+    project, _ = tree
+    req = request(project)
+    looped = await confined(req, "sh", "-c", 'while :; do echo x; done | { read line; echo "$line"; }')
+    assert looped.stdout == "x\n" and looped.exit_code == 0, looped
+    plain = await run_process(
+        ["grep", "SigIgn", "/proc/self/status"], cwd=str(project), timeout=30, max_output=1000
+    )
+    assert plain.stdout.split() == ["SigIgn:", "0000000000000000"], plain
+
+
+async def test_gits_automatic_gc_runs_with_the_command(tree):
+    """git detaches its automatic gc into a session of its own, which a confined command may not make
+    (`fatal: setsid failed`), and which outlived the call: Kiwi's git runs it in the foreground."""
+    project, _ = tree
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    subprocess.run(["git", "config", "gc.auto", "1"], cwd=project, check=True)
+    subprocess.run(["git", "config", "gc.autoPackLimit", "1"], cwd=project, check=True)
+    packs = project / ".git" / "objects" / "pack"
+    for index in range(3):  # (three packs: more than gc.autoPackLimit)
+        (project / "src" / f"f{index}.txt").write_text(f"{index}\n")
+        subprocess.run(["git", "add", "-A"], cwd=project, check=True)
+        subprocess.run(["git", "repack", "-q"], cwd=project, check=True)
+    assert len(list(packs.glob("*.pack"))) == 3
+    result = await confined(request(project, write=["**"]), "git", "gc", "--auto")
+    assert result.exit_code == 0 and "setsid" not in result.stderr, result
+    assert "Auto packing the repository for optimum performance" in result.stderr, result
+    assert len(list(packs.glob("*.pack"))) == 1  # (done by the call, not after it)
 
 
 async def test_git_runs_its_merge_scripts(tree):

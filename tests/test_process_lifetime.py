@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporalio.exceptions import ApplicationError
 
 from activities.process import run_process
 from kiwi.items.store import ItemStore
@@ -212,3 +213,125 @@ async def _dead(pid: int) -> bool:
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # (reaped if it is ours, so a killed child does not linger as a zombie)
     return not _alive(pid)
+
+
+# While set, each child the interpreter forks and runs Python in writes its pid to this file.
+_MARK: list[Path] = []
+
+
+def _python_ran_in_a_child() -> None:
+    if _MARK:
+        with open(_MARK[0], "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+os.register_at_fork(after_in_child=_python_ran_in_a_child)
+
+
+async def test_no_python_runs_between_fork_and_exec_in_a_process_kiwi_starts(runs, project, tmp_path):
+    """CPython runs Python in a forked child only for a ``preexec_fn`` (its after-fork hooks, then the
+    function). In the threaded worker such a child can wait forever on a runtime lock another thread held at
+    the fork (CPython 3.11, gh-112275): seen in CI, a child stuck before its MCP server started, and the
+    worker's event loop stuck waiting for it. Every process Kiwi starts now goes through the launcher
+    (kiwi/launch.py): a hook run in each child the interpreter forks is never called, for a shell.run
+    through the real stack, a local command, and an MCP server; what the launcher asks still holds (the
+    parent-death signal: the tests above; the confinement: tests/test_confinement.py)."""
+    from kiwi.upstream.stdio import StdioLink
+    from tests.test_attack_shell import agent_run, shell
+
+    marks = tmp_path / "forked"
+    run_id = await agent_run(
+        runs,
+        project,
+        "forks",
+        '<read resource="filesystem" path="**"/><execute resource="shell" commands="ls"/>',
+    )
+    _MARK.append(marks)
+    try:
+        listed = await shell(runs, run_id, "ls", "-a")
+        local = await run_process(["true"], cwd=str(tmp_path), timeout=30, max_output=100)
+        link = StdioLink(sys.executable, ["-c", "import sys; sys.stdin.read()"])
+        async with link.streams():
+            server = link.pid
+    finally:
+        _MARK.clear()
+    assert listed.status == "ok" and ".ai" in listed.result["stdout"].split(), listed
+    assert local.exit_code == 0 and server is not None
+    assert not marks.exists(), f"Python ran in forked children: {marks.read_text()}"
+
+
+async def _launched(launch, cwd: Path) -> int:
+    """Start ``launch`` as Kiwi does and wait until its program runs (raising why not); its exit code."""
+    proc = await asyncio.create_subprocess_exec(*launch.argv, cwd=cwd, env=launch.env, pass_fds=launch.fds)
+    launch.spawned()
+    try:
+        await launch.started()
+    finally:
+        code = await proc.wait()
+    return code
+
+
+async def test_the_launcher_never_runs_a_program_it_could_not_ready(tmp_path):
+    """What the launcher cannot do before the program (here a ruleset that is no Landlock ruleset) stops it
+    before the program runs: the worker is told why, and the program never ran unconfined. A program that
+    cannot be executed is told apart from one that is not there, as a direct start would tell them."""
+    from kiwi import landlock
+    from kiwi.lifetime import Launch, NotLaunched
+
+    made = tmp_path / "ran"
+    argv = ["/usr/bin/touch", str(made)]
+    assert await _launched(Launch(argv[0], argv, {}), tmp_path) == 0 and made.exists()  # (it works)
+    made.unlink()
+
+    not_a_ruleset, other = os.pipe()
+    try:
+        confinement = landlock.Ruleset(not_a_ruleset).confinement()
+        landlock_absent = landlock.abi_version() == 0
+        with pytest.raises(NotLaunched, match="Landlock restriction" if not landlock_absent else ""):
+            await _launched(Launch(argv[0], argv, {}, confinement=confinement), tmp_path)
+    finally:
+        os.close(other)
+    assert not made.exists()
+
+    plain = tmp_path / "plain"
+    plain.write_text("#!/bin/sh\ntouch ran\n")
+    with pytest.raises(PermissionError):
+        await _launched(Launch(str(plain), [str(plain)], {}), tmp_path)
+    with pytest.raises(FileNotFoundError):
+        await _launched(Launch("kiwi-no-such-program", ["x"], {"PATH": str(tmp_path)}, search=True), tmp_path)
+    for program, says in ((str(plain), "not executable"), (str(tmp_path / "gone"), "command not found")):
+        with pytest.raises(ApplicationError, match=says):
+            await run_process([program], cwd=str(tmp_path), timeout=30, max_output=100)
+    assert not (tmp_path / "ran").exists() and not made.exists()
+
+
+async def test_an_argument_that_is_not_text_fails_the_call_and_leaks_nothing(tmp_path):
+    """A lone surrogate (which a JSON tool call can carry) cannot be given to a program. It failed with a
+    raw UnicodeEncodeError after the launcher's pipe was made, leaking two descriptors a call (review s27:
+    150 calls, 300 descriptors): the call now fails, naming why, and nothing is left open."""
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        with pytest.raises(ApplicationError, match="not text a program can take"):
+            await run_process(["echo", "\ud800"], cwd=str(tmp_path), timeout=30, max_output=100)
+    assert len(os.listdir("/proc/self/fd")) <= before + 1
+
+
+def test_the_launcher_runs_nothing_a_project_could_hold():
+    """The launcher runs before a command is confined. Started as `python kiwi/launch.py` from a virtual
+    environment, it read Kiwi's file and the environment's pyvenv.cfg at each start: a command allowed to
+    write a project holding Kiwi's checkout or environment rewrote either, and the next command's launcher
+    ran the agent's code unconfined, as the worker's user (review s27). Its code is now read once, when the
+    worker starts, and it runs on the base interpreter, with no argument naming a file."""
+    from kiwi import lifetime
+    from kiwi.lifetime import Launch
+
+    launch = Launch("/bin/true", ["true"], {})
+    try:
+        interpreter, *args = launch.argv
+        assert interpreter == lifetime.INTERPRETER and args[:3] == ["-I", "-S", "-c"]
+        assert args[3] == (REPO / "kiwi" / "launch.py").read_text()
+        assert not [a for a in args[4:] if not a.isdigit()]
+        if sys.prefix != sys.base_prefix:  # (a virtual environment's interpreter reads its pyvenv.cfg)
+            assert not Path(interpreter).resolve().is_relative_to(Path(sys.prefix).resolve())
+    finally:
+        launch.close()

@@ -38,7 +38,7 @@ from mcp.shared.message import SessionMessage
 from opentelemetry.propagate import inject
 from opentelemetry.trace import SpanKind, StatusCode, get_tracer
 
-from kiwi.lifetime import dies_with_parent, keeper_ready, kept
+from kiwi.lifetime import Launch, keeper_ready, kept, launches
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ class StdioLink(asyncio.SubprocessProtocol):
         self._closed = False
         self._exited = asyncio.Event()
         self._reports: set[asyncio.Future[None]] = set()
+        self._not_started = False  # (the launcher could not execute the server: no exit code of its)
 
     # ------------------------------------------------------------------ the SDK client's transport
     @contextlib.asynccontextmanager
@@ -94,24 +95,37 @@ class StdioLink(asyncio.SubprocessProtocol):
         """Start the server and yield ``(read_stream, write_stream)`` for ``mcp.client.Client``; on exit,
         stop the server (stdin closed, then SIGTERM and SIGKILL to its process group, each after a grace)."""
         loop = asyncio.get_running_loop()
+        env = get_default_environment() | (self.env or {})
+        # Through the launcher (kiwi/lifetime.py): the server dies with a worker killed by kill -9, and no
+        # Python runs between fork and exec in this threaded process.
+        launch = Launch(self.command, [self.command, *self.args], env, search=True) if launches() else None
         keeper_ready()
-        await loop.subprocess_exec(
-            lambda: self,
-            self.command,
-            *self.args,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=self.errlog,
-            env=get_default_environment() | (self.env or {}),
-            cwd=self.cwd,
-            start_new_session=True,
-            preexec_fn=dies_with_parent(),  # (kiwi/lifetime.py)
-        )
+        try:
+            await loop.subprocess_exec(
+                lambda: self,
+                *(launch.argv if launch else [self.command, *self.args]),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=self.errlog,
+                env=launch.env if launch else env,
+                cwd=self.cwd,
+                start_new_session=True,
+                pass_fds=launch.fds if launch else (),
+            )
+        except BaseException:
+            if launch is not None:
+                launch.close()
+            raise
+        finally:
+            if launch is not None:
+                launch.spawned()
         to_sdk, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, from_sdk = anyio.create_memory_object_stream[SessionMessage](0)
         try:
             # (What the server starts in its group, behind npx or uv run, dies with it and with the worker.)
             with kept(self.pid) if self.pid else contextlib.nullcontext():
+                if launch is not None:
+                    await self._started(launch)
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(self._deliver, to_sdk)
                     tasks.start_soon(self._write_sdk, from_sdk)
@@ -124,6 +138,23 @@ class StdioLink(asyncio.SubprocessProtocol):
         finally:
             for stream in (read_stream, write_stream, to_sdk, from_sdk):
                 await stream.aclose()
+
+    async def _started(self, launch: Launch) -> None:
+        """Wait until the launcher has executed the server; if it could not (no such program: the
+        FileNotFoundError a direct start raises), the launcher is reaped and its pipes closed."""
+        try:
+            await launch.started()
+        except BaseException:
+            self._not_started = True
+            if self.pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.pid, signal.SIGKILL)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(KILL_GRACE_SECONDS):
+                    await self._exited.wait()
+            if self._transport is not None:
+                self._transport.close()
+            raise
 
     async def _deliver(self, to_sdk: Any) -> None:
         """Hand the SDK what the server sent it, in order; its end of the stream closes with the pipe."""
@@ -366,7 +397,7 @@ class StdioLink(asyncio.SubprocessProtocol):
     async def exit_code(self, within: float = 1.0) -> int | None:
         """The server process's exit code once it has exited (waiting ``within`` seconds for it: a process
         whose output ended is reaped a moment later), else None."""
-        if self._transport is None:
+        if self._transport is None or self._not_started:
             return None
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(within):
