@@ -893,26 +893,46 @@ def _check_requirements(tool: LocalToolSpec) -> dict[str, str]:
     return passed
 
 
+# (Kiwi's own git looks at no submodule's files: see _git.)
+_NO_SUBMODULES = [
+    ("submodule.recurse", "false"),
+    ("diff.ignoreSubmodules", "all"),
+    ("status.submoduleSummary", "false"),
+]
+
+
 async def _git(
-    root: str, *args: str, timeout: float = 60.0, env: dict[str, str] | None = None
+    root: str, *args: str, timeout: float = 60.0, env: dict[str, str] | None = None, looks: bool = False
 ) -> tuple[int, str, str]:
     """Kiwi's own git: hardened like every child (``run_process``), and the repository's filter drivers
-    off, so a planted ``.git/config`` or ``.gitattributes`` runs nothing during a checkpoint."""
+    off, so a planted ``.git/config`` or ``.gitattributes`` runs nothing during a checkpoint; and never into
+    a nested repository (a submodule or a repository the agent made and added): git status, diff and commit
+    ran `git status` inside it to see whether it changed, with its own settings, whose filter drivers Kiwi
+    does not turn off (review s27: a clean filter in `vendor/.git/config` ran from `git.status`, unconfined).
+    ``looks``: a command that looks at the project's files (status, diff, add, commit), which git add does in
+    a nested repository whatever the settings say: it runs confined (``confinement.own_git_rules``), where
+    such a repository's filter runs nothing."""
     overrides, _ = await git_repository_settings(root)
+    confine = None
+    if looks and (abi := confinement.available()):
+        index = (env or {}).get("GIT_INDEX_FILE")
+        writes = (os.path.dirname(index),) if index else ()
+        confine = (abi, lambda program, temp: confinement.own_git_rules(root, program, temp, writes))
     result = await run_process(
         ["git", *args],
         cwd=root,
         timeout=timeout,
         max_output=10_000_000,
         env=env,
-        git_config=overrides,
-        direct=True,
+        git_config=[*overrides, *_NO_SUBMODULES],
+        confine=confine,
+        direct=confine is None,
     )
     return result.exit_code, result.stdout, result.stderr
 
 
-async def _git_ok(root: str, *args: str, env: dict[str, str] | None = None) -> str:
-    code, out, err = await _git(root, *args, env=env)
+async def _git_ok(root: str, *args: str, env: dict[str, str] | None = None, looks: bool = False) -> str:
+    code, out, err = await _git(root, *args, env=env, looks=looks)
     if code != 0:
         raise GitFailed.error(f"git {args[0]} failed: {err.strip() or out.strip()}")
     return out
@@ -942,15 +962,13 @@ class _ScratchIndex:
     """A throwaway git index, so checkpoints never touch the user's index."""
 
     def __enter__(self) -> dict[str, str]:
-        fd, self.path = tempfile.mkstemp(prefix="kiwi-index-")
-        os.close(fd)
-        os.unlink(self.path)  # git wants to create it
+        # (In a folder of its own: the only place outside the project a confined git add writes.)
+        self.folder = tempfile.mkdtemp(prefix="kiwi-index-")
+        self.path = os.path.join(self.folder, "index")
         return {"GIT_INDEX_FILE": self.path, **KIWI_IDENTITY}
 
     def __exit__(self, *exc: object) -> None:
-        for path in (self.path, self.path + ".lock"):
-            if os.path.exists(path):
-                os.unlink(path)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 async def _require_repo(root: str) -> None:
@@ -963,14 +981,25 @@ class GitActivities:
     @activity.defn(name="git_status")
     async def git_status(self, req: GitRequest) -> dict[str, Any]:
         await _require_repo(req.project_root)
-        _, out, _ = await _git(req.project_root, "status", "--porcelain=v1", "--branch")
+        _, out, _ = await _git(
+            req.project_root, "status", "--porcelain=v1", "--branch", "--ignore-submodules=all", looks=True
+        )
         lines = out.splitlines()
         return {"branch": lines[0][3:] if lines else "", "changes": lines[1:]}
 
     @activity.defn(name="git_diff")
     async def git_diff(self, req: GitRequest) -> dict[str, Any]:
         await _require_repo(req.project_root)
-        _, out, _ = await _git(req.project_root, "diff", "--no-ext-diff", "--no-textconv", "--", *req.paths)
+        _, out, _ = await _git(
+            req.project_root,
+            "diff",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--ignore-submodules=all",
+            "--",
+            *req.paths,
+            looks=True,
+        )
         return {"diff": out}
 
     @activity.defn(name="git_commit")
@@ -978,7 +1007,7 @@ class GitActivities:
         await _require_repo(req.project_root)
         for path in req.paths or ["."]:
             confine(req.project_root, path, ["**"], [])
-        code, _, err = await _git(req.project_root, "add", "--", *(req.paths or ["."]))
+        code, _, err = await _git(req.project_root, "add", "--", *(req.paths or ["."]), looks=True)
         if code != 0:
             raise GitFailed.error(f"git add failed: {err.strip()}")
         code, out, err = await _git(
@@ -987,6 +1016,7 @@ class GitActivities:
             "-m",
             req.message or "kiwi commit",
             env=await git_identity(req.project_root),
+            looks=True,
         )
         if code != 0 and "nothing to commit" in (out + err):
             return {"committed": False, "reason": "nothing to commit"}
@@ -1013,7 +1043,7 @@ class GitActivities:
         with _ScratchIndex() as env:
             if code == 0:
                 await _git_ok(root, "read-tree", head.strip(), env=env)
-            await _git_ok(root, "add", "-A", "--", ".", env=env)
+            await _git_ok(root, "add", "-A", "--", ".", env=env, looks=True)
             for private in KIWI_PRIVATE:  # added just now or tracked in HEAD; not the checkpoint's business
                 await _git(root, "rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", private, env=env)
             tree = (await _git_ok(root, "write-tree", env=env)).strip()

@@ -10,7 +10,9 @@ kernel for the program and everything it starts, and checked at each use:
   hidden_places) unless the grant names them; the project when the run names no grant;
 - writes (create, change, remove, rename, link): below the literal part of each write grant, the same way,
   never wider (a grant for one file: that file; for a folder not made yet: folders made in its nearest one);
-  git reads its ``.git`` and, when the run may write at all, writes it;
+  git reads its ``.git`` and, when the run may write at all, writes it; Kiwi's protected places at the root
+  that a write rule reaches and no grant names (``write **``: ``.ai``, ``.git``, ...) are held read-only in
+  a mount namespace of the command's own (held_places, kiwi/launch.py), as Landlock cannot leave them out;
 - the system's programs and libraries, read only (``/usr``, ``/lib*``, ``/bin``, ``/sbin``, the few files of
   ``/etc`` programs read), ``/dev/null``, and a temporary folder of the command's own (``TMPDIR``);
 - execute: the program itself and the system's ELF interpreter, nothing else (git: its own helpers and
@@ -19,14 +21,15 @@ kernel for the program and everything it starts, and checked at each use:
   line, its interpreter, its name) decides a rule;
 - no signals to processes outside the command, no abstract UNIX sockets outside it, no TCP (Landlock: TCP
   from ABI 4, the rest from ABI 6); no socket at all, io_uring, IPC, keyrings, memfd, set-ID bits, limits or
-  priorities of other processes (seccomp, kiwi/landlock.py); no capability (a root worker).
+  priorities of other processes, no new session, process group or namespace, no mount (seccomp,
+  kiwi/landlock.py); no capability (a root worker).
 
 Nothing else: not the worker's home, ``/proc``, the other runs' projects, Kiwi's own files. What the wall
 cannot say, the checks before it still do: denials and the other protected places inside a granted folder,
 globs finer than a folder (``out/*.txt``), what a program prints of what it may read (README: Security).
 
 ``KIWI_CONFINE``: ``auto`` (the default: confined where the kernel has Landlock), ``required`` (a worker
-without it refuses shell commands), ``off``.
+without it, or that cannot hold the protected places, refuses shell commands), ``off``.
 """
 
 from __future__ import annotations
@@ -38,13 +41,22 @@ import re
 import shutil
 import stat
 import struct
+import subprocess
 import sys
 
 from activities.staging import walk_tree
 from kiwi import landlock
 from kiwi.contracts import CommandRequest
 from kiwi.globs import glob_segments
-from kiwi.protected import names, protected_root
+from kiwi.protected import (
+    DEV_CONFIG,
+    DIRECTIVES,
+    GIT_DIR,
+    PROPOSALS,
+    PROTECTED_ROOTS,
+    names,
+    protected_root,
+)
 
 _SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin")
 _ETC = (
@@ -127,11 +139,14 @@ def shell_rules(
     # it decides a rule (its #! line, its ELF interpreter, its name), and it runs with the system's loader.
     real = os.path.realpath(program)
     ours = _inside(real, root) or _inside(real, temp)
-    if not ours and os.path.basename(real) == "git":
+    git = not ours and os.path.basename(real) == "git"
+    rules.held_root, rules.held = root, held_places(root, req.write_grants if grants else ["**"], writes, git)
+    rules.held_required = mode() == "required"
+    if git:
         # Its repository (git's reading of protected places through history is its own, see README: Shell).
         for git in _git_folders(root):
             rules.allow_beneath(root, git, landlock.READ | (landlock.WRITE if writes else 0))
-        for folder in ("/usr/lib/git-core", "/usr/libexec/git-core", "/usr/local/libexec/git-core"):
+        for folder in _GIT_CORE:
             rules.allow(folder, landlock.EXECUTE | landlock.READ)
         # (Some of them are scripts: git-merge-octopus, -resolve, -one-file run in /bin/sh.)
         if found := shutil.which("sh"):
@@ -174,6 +189,66 @@ def shell_rules(
         for folder in _SYSTEM_PROGRAMS:
             rules.allow(folder, landlock.EXECUTE | landlock.READ)
     return rules
+
+
+_GIT_CORE = ("/usr/lib/git-core", "/usr/libexec/git-core", "/usr/local/libexec/git-core")
+
+
+def own_git_rules(root: str, program: str, temp: str, writes: tuple[str, ...] = ()) -> landlock.Rules:
+    """The rules of Kiwi's own git where it looks at the project's files (git status, diff, add, commit): it
+    reads the project, writes its git folders and ``writes`` (a scratch index's folder), and executes git
+    and its helpers, no shell. git looks into a repository nested in the project with that repository's own
+    settings, whose filter drivers (a program to run) Kiwi does not turn off: they run nothing here."""
+    rules = landlock.Rules()
+    root = os.path.realpath(root)
+    rules.allow(root, landlock.READ)
+    for git in _git_folders(root):
+        rules.allow_beneath(root, git, landlock.READ | landlock.WRITE)
+    for folder in writes:
+        rules.allow(folder, landlock.READ | landlock.WRITE)
+    run = landlock.EXECUTE | landlock.READ_FILE
+    real = os.path.realpath(program)
+    rules.allow(real, run, file=True)
+    for executable, _ in _started_by(real, root):
+        rules.allow(executable, run, file=True)
+    for loader in _system_loaders():
+        rules.allow(loader, run, file=True)
+    for folder in _GIT_CORE:
+        rules.allow(folder, landlock.EXECUTE | landlock.READ)
+    for path in _SYSTEM_READ + _ETC + _DEVICES_READ:
+        rules.allow(path, landlock.READ)
+    rules.allow("/dev/null", landlock.READ_FILE | landlock.WRITE_FILE | landlock.TRUNCATE)
+    rules.allow(temp, landlock.READ | landlock.WRITE)
+    return rules
+
+
+# Protected places at the project's root (kiwi/protected.py) that a write rule reaches when a grant's literal
+# part is above them (`write **`): Landlock's rule holds for all below its folder and cannot leave them out,
+# so they are held read-only for the command (kiwi/launch.py, a mount namespace of its own). `.ai` as a
+# whole, unless a write grant's literal part is in it (`write .ai/knowledge/**`): then its protected places
+# one by one. Only what exists is held (a file cannot be mounted on a name that is not there).
+_HELD = (".ai", GIT_DIR, ".kiwi", DEV_CONFIG)
+_HELD_IN_AI = tuple(p for p in (*PROTECTED_ROOTS, DIRECTIVES, PROPOSALS) if p.startswith(".ai/"))
+
+
+def held_places(root: str, patterns: list[str], writes: list[str], git: bool) -> list[str]:
+    """The places of _HELD (and of _HELD_IN_AI) that a write rule below ``writes`` (the literal parts of the
+    write grants ``patterns``) reaches and no grant names; ``.git`` is git's own when ``git``."""
+
+    def reached(place: str) -> bool:
+        return any(
+            not rel or _fold(place) == _fold(rel) or _fold(place).startswith(_fold(rel) + "/")
+            for rel in writes
+        )
+
+    def free(place: str) -> bool:
+        return reached(place) and not any(names(p, place) for p in patterns)
+
+    inside_ai = any(_fold(rel) == ".ai" or _fold(rel).startswith(".ai/") for rel in writes)
+    places = [p for p in _HELD if not (p == ".ai" and inside_ai) and not (p == GIT_DIR and git)]
+    if inside_ai:
+        places += _HELD_IN_AI
+    return [p for p in places if free(p) and os.path.lexists(os.path.join(root, p))]
 
 
 # What a folder read does not read unless its grant names the protected place (kiwi/protected.py): the
@@ -395,4 +470,38 @@ def platform_note() -> str:
         if landlock.seccomp_filtered()
         else ", sockets not filtered on this machine"
     )
-    return f"shell commands are confined by Landlock (ABI {abi}){filtered}{lacks}"
+    refused = namespaces_refused()
+    held = (
+        "; protected places held read-only under a write grant (a mount namespace a command)"
+        if not refused
+        else f"; no mount namespace here ({refused}): protected places under a write grant are held by "
+        "the checks alone"
+        + (", and such commands are refused (KIWI_CONFINE=required)" if mode() == "required" else "")
+    )
+    return f"shell commands are confined by Landlock (ABI {abi}){filtered}{lacks}{held}"
+
+
+_PROBE = (
+    "import ctypes, os, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "flags = 0x00020000 | (0x10000000 if os.getuid() else 0)\n"
+    "sys.exit(0 if libc.unshare(ctypes.c_int(flags)) == 0 else ctypes.get_errno())\n"
+)
+
+
+@functools.cache
+def namespaces_refused() -> str:
+    """Why a command cannot have a mount namespace of its own here (a user namespace too, for a worker that
+    is not root: some containers and distributions refuse them), or "" when it can. Asked once, of a
+    process of its own (a threaded process cannot make a user namespace)."""
+    from kiwi.lifetime import INTERPRETER
+
+    try:
+        done = subprocess.run(
+            [INTERPRETER, "-I", "-S", "-c", _PROBE], capture_output=True, timeout=30, check=False, env={}
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    if done.returncode == 0:
+        return ""
+    return os.strerror(done.returncode) if 0 < done.returncode < 200 else f"exit code {done.returncode}"

@@ -63,6 +63,7 @@ GIT_FORCED_CONFIG = (
     # (An automatic gc in the foreground: detached, it outlived the call, and a confined command may not
     # make the session it detaches into.)
     ("gc.autoDetach", "false"),
+    ("maintenance.autoDetach", "false"),  # (git 2.47 and newer: it overrides gc.autoDetach)
 )
 
 
@@ -295,6 +296,8 @@ async def _run(
                 env=launch.env if launch else environment,
                 pass_fds=launch.fds if launch else (),
             )
+        except ValueError as exc:  # (a NUL in an argument or in the environment)
+            raise ToolFailed.error(f"{argv[0]} did not start: {exc}") from None
         except OSError as exc:
             if launch is not None:
                 raise ToolFailed.error(f"{argv[0]} did not start: Kiwi's launcher did not ({exc})") from None

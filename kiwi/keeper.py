@@ -8,7 +8,7 @@ other end only the Kiwi process holds:
 - ``-PGID``: that group has been stopped by Kiwi itself (its processes are gone).
 
 When the input ends (the Kiwi process exited, however: ``kill -9`` included), the keeper sends SIGKILL to
-every group still named and exits. The kernel's parent-death signal reaches only the process Kiwi started;
+every group still named, and to every process of the sessions they lead, and exits. The kernel's parent-death signal reaches only the process Kiwi started;
 this reaches the processes that one started too (a server behind ``npx`` or ``uv run``, a command's own
 children), as long as they stay in its process group.
 
@@ -40,6 +40,12 @@ def main() -> int:
     for group in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
+    if groups:
+        # Each group leads its session: what made a group of its own in it (`timeout`, ninja) goes too.
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry}/stat", "rb") as f:
+                if entry.isdigit() and int(f.read().rpartition(b")")[2].split()[3]) in groups:
+                    os.kill(int(entry), signal.SIGKILL)
     return 0
 
 

@@ -124,6 +124,11 @@ class Rules:
     where it is)."""
 
     paths: dict[tuple[str, str, bool], int] = field(default_factory=dict)
+    # Places below ``held_root`` held read-only (see kiwi/launch.py ``_hold``); ``held_required``: a command
+    # that cannot have them held does not run.
+    held_root: str = ""
+    held: list[str] = field(default_factory=list)
+    held_required: bool = False
 
     def allow(self, path: str, rights: int, *, file: bool = False) -> None:
         """``rights`` at and below ``path``. ``file``: only if it is a regular file, not a link (the rule is
@@ -165,7 +170,7 @@ class Rules:
         finally:
             for opened in roots.values():
                 os.close(opened)
-        return Ruleset(fd)
+        return Ruleset(fd, self.held_root, self.held, self.held_required)
 
 
 def _open(path: str, file: bool = False) -> int | None:
@@ -226,10 +231,11 @@ _CAPSET = {"x86_64": 126, "aarch64": 91, "arm64": 91, "riscv64": 91}
 # process's shared memory), no keyrings, no perf events, no memfd to execute (Landlock does not check a
 # private file's execution), no execveat, no fanotify; no resource limit or scheduling of another process
 # (prlimit reaches every process of the same user: a signal scope does not cover it), no priority of any
-# (setpriority and ioprio_set take a whole user's processes); no leaving the command's process group (setsid,
-# setpgid: what is left running in it is killed when the call ends, and by the keeper) and no child made the
+# (setpriority and ioprio_set take a whole user's processes); no leaving the command's session (setsid:
+# what is left running in it is killed when the call ends, and by the keeper; a process group of its own,
+# which `timeout` and ninja make, stays in it) and no child made the
 # worker's (clone with CLONE_PARENT: nothing reaps it; clone3, whose flags are in memory, answers ENOSYS and
-# callers fall back to clone); no set-user-ID or set-group-ID bit in a mode (chmod,
+# callers fall back to clone); no namespace and no mount (the places held read-only stay so); no set-user-ID or set-group-ID bit in a mode (chmod,
 # open, mknod: a worker running as root owns the system's files); openat2 answered ENOSYS (its mode is in a
 # struct; callers fall back to openat); and no system call of another architecture's table.
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
@@ -243,18 +249,23 @@ class _Table:
     refused: tuple[int, ...]
     modes: tuple[tuple[int, int], ...]  # (call, index of its mode argument)
     own: tuple[int, ...]  # calls whose first argument, a process, must be 0 (the caller itself)
-    denied: tuple[int, ...]  # answered EPERM, as the kernel answers them when it refuses (setsid, setpgid)
+    denied: tuple[int, ...]  # answered EPERM, as the kernel answers it when it refuses (setsid)
     clone: int  # refused with CLONE_PARENT in its flags (the first argument)
     second_table: int = 0  # the first number of another table in the same architecture (x32), or 0
 
 
 _OPENAT2, _CLONE3 = 437, 435  # (the same in every table: answered ENOSYS, callers fall back)
-_CLONE_PARENT = 0x8000
+# clone's flags refused: CLONE_PARENT, and a new namespace of any kind (mount, cgroup, UTS, IPC, user, PID,
+# network): a command's own namespaces could not undo the places held read-only (they are locked there), and
+# are no need of a shell program.
+_CLONE_REFUSED = 0x8000 | 0x7E020000
 _GENERIC = _Table(
     0,
     # socket, socketpair, io_uring_setup/enter/register, msgget..shmdt, mq_open, add_key, request_key, keyctl,
-    # perf_event_open, memfd_create, execveat, fanotify_init, setpriority, ioprio_set
-    (198, 199, 425, 426, 427, *range(186, 198), 180, 217, 218, 219, 241, 279, 281, 262, 140, 30),
+    # perf_event_open, memfd_create, execveat, fanotify_init, setpriority, ioprio_set, unshare, setns, mount,
+    # umount2, pivot_root, chroot, open_tree, move_mount, fsopen, fsconfig, fsmount, fspick, mount_setattr
+    (198, 199, 425, 426, 427, *range(186, 198), 180, 217, 218, 219, 241, 279, 281, 262, 140, 30)
+    + (97, 268, 40, 39, 41, 51, *range(428, 434), 442),
     ((52, 1), (53, 2), (452, 2), (56, 3), (33, 2)),  # fchmod, fchmodat, fchmodat2, openat, mknodat
     (
         261,
@@ -263,15 +274,16 @@ _GENERIC = _Table(
         119,
         274,
     ),  # prlimit64, sched_setaffinity, sched_setparam, sched_setscheduler, sched_setattr
-    (157, 154),  # setsid, setpgid
+    (157,),  # setsid
     220,
 )
 _SECCOMP_ARCH = {
     "x86_64": _Table(
         0xC000003E,
         (41, 53, 425, 426, 427, 29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220, 240, 248, 249, 250, 298)
-        # memfd_create, execveat, fanotify_init, setpriority, ioprio_set
-        + (319, 322, 300, 141, 251),
+        # memfd_create, execveat, fanotify_init, setpriority, ioprio_set, unshare, setns, mount, umount2,
+        # pivot_root, chroot, open_tree, move_mount, fsopen, fsconfig, fsmount, fspick, mount_setattr
+        + (319, 322, 300, 141, 251, 272, 308, 165, 166, 155, 161, *range(428, 434), 442),
         # chmod, fchmod, fchmodat, fchmodat2, open, openat, creat, mknod, mknodat
         ((90, 1), (91, 1), (268, 2), (452, 2), (2, 2), (257, 3), (85, 1), (133, 1), (259, 2)),
         (
@@ -281,7 +293,7 @@ _SECCOMP_ARCH = {
             144,
             314,
         ),  # prlimit64, sched_setaffinity, sched_setparam, sched_setscheduler, sched_setattr
-        (112, 109),  # setsid, setpgid
+        (112,),  # setsid
         56,
         0x40000000,
     ),
@@ -321,7 +333,7 @@ def _seccomp_filter() -> bytes | None:
     labels: dict[str, int] = {"own": len(code)}
     code += [(ld, 0, 0, 16), (jeq, "allow", "eperm", 0)]
     labels["clone"] = len(code)
-    code += [(ld, 0, 0, 16), (jset, "eperm", "allow", _CLONE_PARENT)]
+    code += [(ld, 0, 0, 16), (jset, "eperm", "allow", _CLONE_REFUSED)]
     for index in sorted({index for _, index in table.modes}):
         labels[f"mode{index}"] = len(code)
         code += [(ld, 0, 0, 16 + 8 * index), (jset, "eperm", "allow", _SET_ID_BITS)]
@@ -346,16 +358,22 @@ class Ruleset:
     """A Landlock ruleset made in this process, for one child: the launcher (``kiwi/launch.py``) applies it
     with the rest of :meth:`confinement`. Close it (``.close()``) once the child has started."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(
+        self, fd: int, held_root: str = "", held: list[str] | None = None, required: bool = False
+    ) -> None:
         self.fd = fd
+        self.held_root, self.held, self.required = held_root, held or [], required
 
     def confinement(self) -> dict[str, Any]:
         """What the launcher does before it executes the program, in this order: a worker running as root
         drops its capabilities (bounding, ambient, then its own sets), no new privileges (required to
         restrict oneself unprivileged; a set-uid or file-capability program gains nothing), the seccomp
         filter, then this ruleset. A failure stops the launcher before the program runs: it never runs
-        unconfined."""
+        unconfined. Before them, the places ``held`` are held read-only (a mount namespace)."""
         return {
+            "held_root": os.fsencode(self.held_root),
+            "held": [os.fsencode(rel) for rel in self.held],
+            "held_required": self.required,
             "ruleset": self.fd,
             "root": os.geteuid() == 0 or os.getuid() == 0,
             "capset": _CAPSET.get(platform.machine()),

@@ -19,8 +19,9 @@ text, read once when the worker starts, and ``python`` the base interpreter of t
 environment's (whose ``pyvenv.cfg`` names the standard library to load): a project that holds Kiwi's own
 files or virtual environment cannot change what the next command's launcher runs before it is confined.
 The specification is a ``marshal``-ed dict in a memory file the worker wrote (``SPEC_FD``); a failure is
-written to the status pipe (``STATUS_FD``) as ``stage, errno`` and the launcher exits; the pipe closes on a
-successful ``execve``, which is how the worker knows the program runs. No import of Kiwi's and no site
+written to the status pipe (``STATUS_FD``) as ``stage, errno`` and the launcher exits. Just before ``execve``
+it writes ``ready``; the pipe then closes on a successful ``execve``, which is how the worker knows the
+program runs (nothing at all: the launcher ended before, killed). No import of Kiwi's and no site
 packages: it starts in a few milliseconds and reads nothing of the folder it runs in.
 """
 
@@ -35,7 +36,17 @@ _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER =
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 _CAPABILITY_VERSION_3 = 0x20080522
 _RESTRICT_SELF = 446
+# Mount namespaces (linux/sched.h, linux/mount.h, linux/openat2.h); the calls' numbers are the same on every
+# architecture that has them.
+_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
+_MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
+_OPENAT2, _OPEN_TREE, _MOVE_MOUNT, _MOUNT_SETATTR = 437, 428, 429, 442
+_RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x04, 0x08
+_OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC, _AT_EMPTY_PATH, _AT_RECURSIVE = 1, 0o2000000, 0x1000, 0x8000
+_MOVE_MOUNT_F_EMPTY_PATH, _MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
+_MOUNT_ATTR_RDONLY = 0x1
 _SIGKILL = 9
+_READY = b"ready\0"
 
 
 class _Failed(Exception):
@@ -48,9 +59,73 @@ def _ulongs(*values: int) -> list[ctypes.c_ulong]:
     return [ctypes.c_ulong(v) for v in values]
 
 
+def _hold(libc: ctypes.CDLL, spec: dict) -> None:
+    """The protected places a write rule reaches (``spec["held"]``, relative to ``spec["held_root"]``), held
+    read-only in a mount namespace of the command's own: Landlock's rule holds for all below its folder, and
+    cannot leave them out. A user namespace first for a worker that is not root (its own user, mapped to
+    itself). Each place is opened from the project's folder without following a link, in the new namespace,
+    and a read-only copy of it is mounted on it."""
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(ctypes.c_int(_CLONE_NEWNS | (_CLONE_NEWUSER if uid != 0 else 0))) != 0:
+        raise _Failed("a mount namespace for the protected places", ctypes.get_errno())
+    if uid != 0:
+        for name, line in (
+            ("setgroups", "deny"),
+            ("uid_map", f"{uid} {uid} 1"),
+            ("gid_map", f"{gid} {gid} 1"),
+        ):
+            fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+    # (Nothing mounted here reaches the worker's namespace.)
+    if libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
+        raise _Failed("a mount namespace for the protected places", ctypes.get_errno())
+    root = os.open(spec["held_root"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    how = ctypes.create_string_buffer(
+        struct.pack("=QQQ", os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS), 24
+    )
+    attr = ctypes.create_string_buffer(struct.pack("=QQQQ", _MOUNT_ATTR_RDONLY, 0, 0, 0), 32)
+    for rel in spec["held"]:
+        stage = f"holding {os.fsdecode(rel)} read-only"
+        place = syscall(ctypes.c_long(_OPENAT2), ctypes.c_int(root), rel, how, ctypes.c_size_t(24))
+        if place < 0:
+            if ctypes.get_errno() == 2:  # (gone since the worker looked: nothing to hold)
+                continue
+            raise _Failed(stage, ctypes.get_errno())
+        tree = syscall(
+            ctypes.c_long(_OPEN_TREE), ctypes.c_int(place), b"",
+            ctypes.c_uint(_OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_EMPTY_PATH | _AT_RECURSIVE),
+        )  # fmt: skip
+        if tree < 0:
+            raise _Failed(stage, ctypes.get_errno())
+        if syscall(
+            ctypes.c_long(_MOUNT_SETATTR), ctypes.c_int(tree), b"",
+            ctypes.c_uint(_AT_EMPTY_PATH | _AT_RECURSIVE), attr, ctypes.c_size_t(32),
+        ) != 0 or syscall(
+            ctypes.c_long(_MOVE_MOUNT), ctypes.c_int(tree), b"", ctypes.c_int(place), b"",
+            ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH),
+        ) != 0:  # fmt: skip
+            raise _Failed(stage, ctypes.get_errno())
+        os.close(tree)
+        os.close(place)
+    os.close(root)
+
+
 def _confine(libc: ctypes.CDLL, spec: dict) -> None:
     prctl, syscall = libc.prctl, libc.syscall
     syscall.restype = ctypes.c_long
+    if spec.get("held"):
+        try:
+            _hold(libc, spec)
+        except _Failed:
+            if spec["held_required"]:
+                raise
+            # (No namespace here, as in a container that refuses them: the rest of the wall holds; `kiwi
+            # doctor` says the protected places are not held.)
     if spec["root"]:
         for cap in range(spec["cap_last"] + 1):
             prctl(ctypes.c_int(_PR_CAPBSET_DROP), *_ulongs(cap, 0, 0, 0))  # (past the kernel's last: nothing)
@@ -97,6 +172,9 @@ def main() -> None:
         _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
         _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
         stage = "exec"
+        os.write(
+            status, _READY
+        )  # (then the pipe closes at execve; a launcher killed before this said nothing)
         if spec["search"]:
             os.execvpe(spec["program"], spec["argv"], spec["env"])
         os.execve(spec["program"], spec["argv"], spec["env"])

@@ -14,7 +14,9 @@ twice at once. Two things stop them now:
   Kiwi's end of its pipe closes. That covers what the started process starts in its group: a server behind
   a launcher that does not exec it (``npx``, ``uv run``, a shell script) and a command's own children.
 
-A process that leaves its group (``setsid``, a daemon's double fork) is out of reach of both.
+Both also end every process of the session the started process leads (a helper in a process group of its
+own: ``timeout``, ninja). A process that leaves the session (``setsid``, a daemon's double fork) is out of
+reach of both; a confined shell command cannot (its seccomp filter refuses ``setsid``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from typing import Any
 LAUNCHER_CODE = Path(__file__).with_name("launch.py").read_text()
 _BASE = getattr(sys, "_base_executable", "") or sys.executable
 INTERPRETER = _BASE if os.path.isfile(_BASE) and os.access(_BASE, os.X_OK) else sys.executable
+
+
+_READY = b"ready\0"  # (what the launcher says just before execve)
 
 
 class NotLaunched(Exception):
@@ -118,9 +123,11 @@ class Launch:
                 said += chunk
         finally:
             self.close()
-        if not said:
+        if said == _READY:
             return
-        stage, errno, *rest = said.decode(errors="replace").split("\0")
+        if not said:
+            raise NotLaunched("Kiwi's launcher ended before the program started")
+        stage, errno, *rest = said.removeprefix(_READY).decode(errors="replace").split("\0")
         if stage == "exec":
             raise OSError(int(errno), os.strerror(int(errno)), self.program)
         why = rest[0] if rest else os.strerror(int(errno)) if int(errno) else "failed"
@@ -219,8 +226,8 @@ def keeper_ready() -> None:
 @contextlib.contextmanager
 def kept(group: int) -> Iterator[None]:
     """While inside, the process group ``group`` (a process Kiwi started in a session of its own) is killed
-    if this process dies. On the way out the group is killed (what the process left running in it ends
-    with it) and the keeper forgets it. (The leader may have been reaped by then: its group's id stays
+    if this process dies. On the way out the group and its session are killed (what the process left
+    running in them ends with it) and the keeper forgets it. (The leader may have been reaped by then: its group's id stays
     taken while a member lives, and a free id is given out again only after the system's pids wrap
     around, not in the moment between the leader's end and this kill.)"""
     _KEEPER.keep(group)
@@ -229,4 +236,25 @@ def kept(group: int) -> Iterator[None]:
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
+        kill_session(group)
         _KEEPER.release(group)
+
+
+def kill_session(session: int) -> None:
+    """SIGKILL every process of ``session`` (a process Kiwi started leads it: its id is its pid). What made a
+    process group of its own in it (`timeout`, ninja, ``setpgid``) is out of reach of ``killpg``, not of
+    this; a confined command cannot leave the session (its seccomp filter refuses ``setsid``). Read from
+    ``/proc`` (nothing where there is none)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                if int(f.read().rpartition(b")")[2].split()[3]) == session:
+                    os.kill(int(entry), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue

@@ -11,6 +11,7 @@ import os
 import resource
 import select
 import shutil
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -73,6 +74,45 @@ async def test_a_folder_swapped_for_a_link_while_the_program_runs_is_not_written
     assert result.result["exit_code"] != 0 and "Permission denied" in result.result["stderr"], result.result
 
 
+@pytest.mark.parametrize("held", [True, False])
+async def test_a_write_grant_of_the_whole_project_does_not_reach_its_protected_places(
+    runs, project, monkeypatch, held
+):
+    """`write **` does not reach `.ai/config` (the MCP registry: the commands the worker runs as servers,
+    unconfined), `.git` or Kiwi's other places unless a grant names them; the checks hold that for the paths
+    a command names, but Landlock's rule for the project's folder holds for everything below it. So the race
+    of the first test, aimed at `.ai/config` (`out` swapped for a link to it while `split` waits), wrote
+    Kiwi's configuration with every check passing. Those places are now held read-only for the command (a
+    mount namespace of its own). Without that (held=False), the same race writes there."""
+    if not held:
+        monkeypatch.setattr(confinement, "held_places", lambda *args: [])
+    elif confinement.namespaces_refused():
+        pytest.skip(f"no mount namespace here: {confinement.namespaces_refused()}")
+    (project / "out").mkdir()
+    (project / ".ai" / "config").mkdir(exist_ok=True)
+    os.mkfifo(project / "pipe")
+    run_id = await agent_run(runs, project, "splitter", permissions("split,touch", write="**"))
+    call = asyncio.create_task(shell(runs, run_id, "split", "pipe", "out/part-"))
+
+    writer = await asyncio.to_thread(open, project / "pipe", "w")
+    (project / "out").rename(project / "out.before")
+    (project / "out").symlink_to(project / ".ai" / "config")
+    with writer:
+        writer.write("mcps:\n  everything:\n    command: /tmp/attackers-server\n")
+    result = await call
+
+    assert result.status == "ok", result
+    if not held:
+        assert (project / ".ai" / "config" / "part-aa").exists()  # (the attack is real: what holding stops)
+        return
+    assert not (project / ".ai" / "config" / "part-aa").exists()
+    assert "Read-only file system" in result.result["stderr"], result.result
+    # What the grant is for still works: a new file at the project's root.
+    made = await shell(runs, run_id, "touch", "made-at-the-root.txt")
+    assert made.status == "ok" and made.result["exit_code"] == 0, made
+    assert (project / "made-at-the-root.txt").exists()
+
+
 @pytest.mark.parametrize("confine", ["auto", "off"])
 async def test_a_folder_read_does_not_read_the_protected_places_in_it(runs, project, monkeypatch, confine):
     """`grep -r TOKEN .` with read `**`: Kiwi's checks let it run (refusing it would refuse every search of the
@@ -130,6 +170,43 @@ async def test_git_config_written_during_a_folder_read_is_not_read(runs, project
     assert result.status == "ok", result
     assert "kiwi:canary-token@" not in result.result["stdout"], result.result
     assert "./.git/config: Permission denied" in result.result["stderr"], result.result
+
+
+async def test_kiwis_own_git_runs_nothing_a_nested_repository_configures(runs, project, tmp_path):
+    """Kiwi's own git (the git.status, git.diff and git.commit tools) runs unconfined, with the project's filter
+    drivers turned off. A repository the agent made inside the project and added (a gitlink), with a clean
+    filter in its own `.git/config`, ran that filter: git looked inside to see whether it changed (review
+    s27: the second review of the launcher; the program it ran outlived the call too). Kiwi's git now never
+    looks into a nested repository, and where git add does anyway, it runs confined: no shell, so such a
+    filter runs nothing."""
+    from tests.test_attack_shell import start
+
+    marker = tmp_path / "filter-ran"
+    identity = ["-c", "user.name=k", "-c", "user.email=k@example.com"]
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    vendor = project / "vendor"
+    vendor.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=vendor, check=True)
+    (vendor / "f.txt").write_text("1\n")
+    subprocess.run(["git", *identity, "add", "-A"], cwd=vendor, check=True)
+    subprocess.run(["git", *identity, "commit", "-qm", "v"], cwd=vendor, check=True)
+    subprocess.run(["git", *identity, "add", "-A"], cwd=project, check=True)
+    subprocess.run(["git", *identity, "commit", "-qm", "p"], cwd=project, check=True)
+    # What the agent's commands can do with write **: settings of the nested repository's own, and a change.
+    subprocess.run(["git", "config", "filter.x.clean", f"touch {marker}; cat"], cwd=vendor, check=True)
+    (vendor / ".gitattributes").write_text("* filter=x\n")
+    (vendor / "f.txt").write_text("2\n")
+    run_id = await start(runs, project)
+
+    for tool, args in (
+        ("git.status", {}),
+        ("git.diff", {}),
+        ("git.checkpoint", {}),
+        ("git.commit", {"message": "m"}),
+    ):
+        result = await runs.call_tool(run_id, tool, args)
+        assert result.status == "ok", (tool, result)
+        assert not marker.exists(), f"{tool} ran the nested repository's filter"
 
 
 async def test_a_hidden_file_with_another_name_refuses_the_command(runs, project):
@@ -455,11 +532,13 @@ def _ended(pid: int):
     return probe
 
 
-async def test_nothing_a_command_starts_leaves_its_process_group(tree):
+async def test_nothing_a_command_starts_outlives_the_call(tree):
     """What a command leaves running is killed with its process group when the call ends (and by the keeper
-    when the worker dies). A process that makes a session or a group of its own (setsid, setpgid: a
+    when the worker dies). A process that made a session or a group of its own (setsid, setpgid: a
     daemon's double fork) was out of reach of both and outlived the call, running on with what the command
-    could reach. The seccomp filter refuses both."""
+    could reach. The seccomp filter refuses setsid, and what is left in the command's session is killed
+    too: a group of its own (which `timeout` and ninja make, and which refusing setpgid broke, review s27)
+    is no way out."""
     if not os.path.exists(SYSTEM_PYTHON):
         pytest.skip("no system Python (/usr/bin/python3) to make the calls from")
     project, _ = tree
@@ -478,7 +557,7 @@ async def test_nothing_a_command_starts_leaves_its_process_group(tree):
     left = int(said[-1])
     try:
         await wait_for(_ended(left), timeout=30, what="the process left behind to be killed")
-        assert said[:6] == ["setsid", "refused", "1", "setpgid", "refused", "1"], result
+        assert said[:5] == ["setsid", "refused", "1", "setpgid", "done"], result
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(left, 9)
@@ -536,7 +615,10 @@ async def test_a_command_gets_the_signals_the_system_gives_a_program(tree):
     plain = await run_process(
         ["grep", "SigIgn", "/proc/self/status"], cwd=str(project), timeout=30, max_output=1000
     )
-    assert plain.stdout.split() == ["SigIgn:", "0000000000000000"], plain
+    ignored = int(
+        plain.stdout.split()[1], 16
+    )  # (what the worker inherited ignored, as nohup's SIGHUP, stays so)
+    assert not ignored & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)), plain
 
 
 async def test_gits_automatic_gc_runs_with_the_command(tree):

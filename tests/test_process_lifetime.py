@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import marshal
 import os
 import signal
 import sys
@@ -177,6 +178,51 @@ async def test_what_a_command_leaves_running_in_its_group_ends_with_the_call(tmp
             os.kill(helper, signal.SIGKILL)
 
 
+# A helper `sleep 300` started in a process group of its own; its pid printed.
+_GROUPED = (
+    f"{sys.executable} -c 'import subprocess as s; "
+    'print(s.Popen(["sleep", "300"], process_group=0, stdout=s.DEVNULL, stderr=s.DEVNULL).pid)\''
+)
+
+
+async def test_a_helper_in_a_process_group_of_its_own_ends_with_the_call_and_with_the_worker(tmp_path):
+    """A process group is no way out: a helper a command puts in a group of its own (a shell's job control,
+    `timeout`, ninja) stays in the command's session, and the call's end, or the keeper when the worker is
+    killed with kill -9, ends every process of that session (review s27)."""
+    result = await run_process(["sh", "-c", _GROUPED], cwd=str(tmp_path), timeout=30, max_output=1000)
+    helper = int(result.stdout)
+    try:
+        await wait_for(
+            lambda: _dead(helper), what="the helper in a group of its own to end with the call", timeout=10
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(helper, signal.SIGKILL)
+
+    pid_file = tmp_path / "helper.pid"
+    proc = await run_command_in_a_process(
+        tmp_path,
+        f"{_GROUPED} > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; exec sleep 300",
+    )
+    try:
+
+        async def started() -> bool:
+            return pid_file.exists()
+
+        await wait_for(started, what="the helper to start")
+        helper = int(pid_file.read_text())
+        assert _alive(helper) and os.getpgid(helper) == helper  # (a group of its own)
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        await wait_for(lambda: _dead(helper), what="the helper to die with the worker", timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
 def _session_sleeper() -> int:
     import subprocess
 
@@ -291,6 +337,15 @@ async def test_the_launcher_never_runs_a_program_it_could_not_ready(tmp_path):
             await _launched(Launch(argv[0], argv, {}, confinement=confinement), tmp_path)
     finally:
         os.close(other)
+    assert not made.exists()
+
+    # A launcher that ends before the program (here: it finds its worker gone, and kills itself) is no
+    # program that ran and was killed (review s27).
+    orphaned = Launch(argv[0], argv, {})
+    spec = marshal.loads(os.pread(orphaned.fds[0], 1 << 20, 0))
+    os.pwrite(orphaned.fds[0], marshal.dumps({**spec, "parent": 1}), 0)
+    with pytest.raises(NotLaunched, match="ended before the program started"):
+        await _launched(orphaned, tmp_path)
     assert not made.exists()
 
     plain = tmp_path / "plain"
