@@ -270,6 +270,8 @@ async def _run(
                 raise ToolFailed.error(
                     f"{argv[0]} did not start: its confinement could not be set up ({why})"
                 ) from None
+        if not os.path.isdir(cwd):
+            raise ToolFailed.error(f"{argv[0]} did not start: its working folder does not exist")
         # Through the launcher (kiwi/lifetime.py): it dies with a worker killed by kill -9, and no Python
         # runs between fork and exec in this threaded process.
         if launches() and not direct:
@@ -281,34 +283,29 @@ async def _run(
                 raise ToolFailed.error(
                     f"{argv[0]} did not start: an argument or environment value is not text a program can take"
                 ) from None
-        if not os.path.isdir(cwd):
-            raise ToolFailed.error(f"{argv[0]} did not start: its working folder does not exist")
         keeper_ready()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *(launch.argv if launch else argv),
-                executable=None if launch else program,  # (argv[0] stays as given: a program may read it)
-                cwd=cwd,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-                env=launch.env if launch else environment,
-                pass_fds=launch.fds if launch else (),
-            )
-        except ValueError as exc:  # (a NUL in an argument or in the environment)
-            raise ToolFailed.error(f"{argv[0]} did not start: {exc}") from None
-        except OSError as exc:
-            if launch is not None:
-                raise ToolFailed.error(f"{argv[0]} did not start: Kiwi's launcher did not ({exc})") from None
-            raise _not_started(argv[0], exc) from None
-    except BaseException:
-        if launch is not None:
-            launch.close()
-        raise
+        with launch.spawning() if launch else contextlib.nullcontext():
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *(launch.argv if launch else argv),
+                    executable=None if launch else program,  # (argv[0] stays as given: a program may read it)
+                    cwd=cwd,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    start_new_session=True,
+                    env=launch.env if launch else environment,
+                    pass_fds=launch.fds if launch else (),
+                )
+            except ValueError as exc:  # (a NUL in an argument or in the environment)
+                raise ToolFailed.error(f"{argv[0]} did not start: {exc}") from None
+            except OSError as exc:
+                if launch is not None:
+                    raise ToolFailed.error(
+                        f"{argv[0]} did not start: Kiwi's launcher did not ({exc})"
+                    ) from None
+                raise _not_started(argv[0], exc) from None
     finally:
-        if launch is not None:
-            launch.spawned()
         if ruleset is not None:
             ruleset.close()
     with kept(proc.pid):  # (its own children die with it, and with a worker killed by kill -9)

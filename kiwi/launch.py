@@ -9,8 +9,11 @@ executing the program:
 
 1. the parent-death signal (SIGKILL when the worker's thread that started it ends: a worker killed with
    ``kill -9`` takes the process with it), and a check that the worker still runs;
-2. for a confined shell command (``kiwi/landlock.py``): a root worker's capabilities dropped, no new
-   privileges, the seccomp filter, the Landlock ruleset the worker made;
+2. for a confined shell command (``kiwi/landlock.py``): namespaces of its own (``_isolate``: a mount
+   namespace holding the protected places read-only, a PID namespace the kernel empties when the program
+   ends), where the launcher forks the program and stays outside as its supervisor (``_supervise``); then
+   a root worker's capabilities dropped, no new privileges, the seccomp filter, the Landlock ruleset the
+   worker made;
 3. SIGPIPE and SIGXFSZ back to their defaults (Python ignores both), then ``execve`` of the program, with
    the environment and arguments the worker gave.
 
@@ -38,7 +41,7 @@ _CAPABILITY_VERSION_3 = 0x20080522
 _RESTRICT_SELF = 446
 # Mount namespaces (linux/sched.h, linux/mount.h, linux/openat2.h); the calls' numbers are the same on every
 # architecture that has them.
-_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
 _MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
 _OPENAT2, _OPEN_TREE, _MOVE_MOUNT, _MOUNT_SETATTR = 437, 428, 429, 442
 _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x04, 0x08
@@ -59,17 +62,20 @@ def _ulongs(*values: int) -> list[ctypes.c_ulong]:
     return [ctypes.c_ulong(v) for v in values]
 
 
-def _hold(libc: ctypes.CDLL, spec: dict) -> None:
-    """The protected places a write rule reaches (``spec["held"]``, relative to ``spec["held_root"]``), held
-    read-only in a mount namespace of the command's own: Landlock's rule holds for all below its folder, and
-    cannot leave them out. A user namespace first for a worker that is not root (its own user, mapped to
-    itself). Each place is opened from the project's folder without following a link, in the new namespace,
-    and a read-only copy of it is mounted on it."""
-    syscall = libc.syscall
-    syscall.restype = ctypes.c_long
+class _NoNamespace(Exception):
+    """The kernel gives this process no namespace of its own (a container's or distribution's policy)."""
+
+
+def _isolate(libc: ctypes.CDLL, spec: dict) -> None:
+    """A confined command's namespaces: a mount namespace, where the protected places a write rule reaches
+    are held read-only (``_hold``), and a PID namespace, whose every process the kernel kills when its first
+    one (the program) ends or is killed: nothing the command starts outlives it, however fast it forks (a
+    scan of its session could be outrun, review s27). A user namespace first for a worker that is not root
+    (its own user, mapped to itself). Raises _NoNamespace where the kernel refuses them."""
     uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(ctypes.c_int(_CLONE_NEWNS | (_CLONE_NEWUSER if uid != 0 else 0))) != 0:
-        raise _Failed("a mount namespace for the protected places", ctypes.get_errno())
+    flags = _CLONE_NEWNS | _CLONE_NEWPID | (_CLONE_NEWUSER if uid != 0 else 0)
+    if libc.unshare(ctypes.c_int(flags)) != 0:
+        raise _NoNamespace(ctypes.get_errno())
     if uid != 0:
         for name, line in (
             ("setgroups", "deny"),
@@ -84,6 +90,19 @@ def _hold(libc: ctypes.CDLL, spec: dict) -> None:
     # (Nothing mounted here reaches the worker's namespace.)
     if libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
         raise _Failed("a mount namespace for the protected places", ctypes.get_errno())
+    if spec["held"]:
+        _hold(libc, spec)
+
+
+def _hold(libc: ctypes.CDLL, spec: dict) -> None:
+    """The protected places a write rule reaches (``spec["held"]``, relative to ``spec["held_root"]``), held
+    read-only in the command's mount namespace: Landlock's rule holds for all below its folder, and cannot
+    leave them out. Each place is opened from the project's folder without following a link, in the new
+    namespace, and a read-only copy of it is mounted on it. A place that is there and cannot be held (a
+    link put in its place) refuses the command, whatever KIWI_CONFINE says: holding the others and not it
+    would leave it writable unseen (review s27)."""
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
     root = os.open(spec["held_root"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     how = ctypes.create_string_buffer(
         struct.pack("=QQQ", os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS), 24
@@ -118,14 +137,6 @@ def _hold(libc: ctypes.CDLL, spec: dict) -> None:
 def _confine(libc: ctypes.CDLL, spec: dict) -> None:
     prctl, syscall = libc.prctl, libc.syscall
     syscall.restype = ctypes.c_long
-    if spec.get("held"):
-        try:
-            _hold(libc, spec)
-        except _Failed:
-            if spec["held_required"]:
-                raise
-            # (No namespace here, as in a container that refuses them: the rest of the wall holds; `kiwi
-            # doctor` says the protected places are not held.)
     if spec["root"]:
         for cap in range(spec["cap_last"] + 1):
             prctl(ctypes.c_int(_PR_CAPBSET_DROP), *_ulongs(cap, 0, 0, 0))  # (past the kernel's last: nothing)
@@ -151,6 +162,29 @@ def _confine(libc: ctypes.CDLL, spec: dict) -> None:
     os.close(spec["ruleset"])
 
 
+def _supervise(child: int, status: int, spec: dict) -> None:
+    """The launcher outside the command's PID namespace: it waits for the program (the namespace's first
+    process) and ends as it ended, so the worker sees the program's exit code or signal. Killed (the call's
+    timeout or cancellation kills the command's process group, which holds both; the worker's death, by the
+    parent-death signal), it takes the program with it, and the kernel the rest of the namespace."""
+    os.close(status)  # (the program's copy says ready, and closes at its execve)
+    if spec["ruleset"] >= 0:
+        os.close(spec["ruleset"])
+    quiet = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):  # (the command's output ends with the program's namespace, not with this)
+        os.dup2(quiet, fd)
+    while True:
+        try:
+            _, how = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(how):
+        _signal.signal(os.WTERMSIG(how), _signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(how))
+    os._exit(os.WEXITSTATUS(how) if os.WIFEXITED(how) else 127)
+
+
 def main() -> None:
     status = int(sys.argv[2])
     os.set_inheritable(status, False)  # (closed by a successful execve: the worker's sign)
@@ -166,6 +200,21 @@ def main() -> None:
         if os.getppid() != spec["parent"]:  # (the worker ended before the request took effect)
             os.kill(os.getpid(), _SIGKILL)
         if spec["ruleset"] >= 0:
+            try:
+                _isolate(libc, spec)
+                child = os.fork()  # (this process is single-threaded: a fork is safe here)
+                if child:
+                    _supervise(child, status, spec)
+                # The program's side: the first process of its PID namespace.
+                if libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), *_ulongs(_SIGKILL, 0, 0, 0)) != 0:
+                    raise _Failed(stage, ctypes.get_errno())
+            except _NoNamespace as refused:
+                if spec["held_required"]:
+                    raise _Failed(
+                        "namespaces for the command (KIWI_CONFINE=required)", refused.args[0]
+                    ) from None
+                # (No namespace here, as in a container that refuses them: the rest of the wall holds, and
+                # `kiwi doctor` says the protected places are not held.)
             _confine(libc, spec)
         # Python ignores SIGPIPE and SIGXFSZ; an ignored signal stays ignored across execve. A program
         # expects them as the system leaves them (`yes | head -1`, a loop of `echo` into a closed pipe).

@@ -58,8 +58,8 @@ class Launch:
     ``fork`` and ``exec`` in a process of its own, so no Python runs in a child of the threaded worker (see
     the launcher's docstring: a ``preexec_fn`` there can wait forever on a lock held at the fork).
 
-    Start :attr:`argv` (with :attr:`env` and ``pass_fds=`` :attr:`fds`, no ``preexec_fn``), call
-    :meth:`spawned`, then await :meth:`started`: it returns once the program runs, and raises what the
+    Start :attr:`argv` (with :attr:`env` and ``pass_fds=`` :attr:`fds`, no ``preexec_fn``) inside
+    :meth:`spawning`, then await :meth:`started`: it returns once the program runs, and raises what the
     program's ``execve`` raised (FileNotFoundError, PermissionError, ...) or :class:`NotLaunched`. ``search``:
     ``program`` is looked up on ``env``'s PATH, as ``execvp`` does; ``confinement``: what the launcher does
     to confine the program (``landlock.Ruleset.confinement()``), or None."""
@@ -94,6 +94,18 @@ class Launch:
         self.fds = (spec_fd, status) + ((spec["ruleset"],) if spec["ruleset"] >= 0 else ())
         self.argv = [INTERPRETER, "-I", "-S", "-c", LAUNCHER_CODE, str(spec_fd), str(status)]
         self.env: dict[str, str] = {}  # (the launcher needs none; the program gets ``env``)
+
+    @contextlib.contextmanager
+    def spawning(self) -> Iterator[None]:
+        """Around the start of :attr:`argv`: then this process's copies of the child's descriptors are
+        closed (:meth:`spawned`), and the status pipe too if the start failed."""
+        try:
+            yield
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self.spawned()
 
     def spawned(self) -> None:
         """The launcher has started (or could not): this process's copies of its descriptors are closed."""

@@ -23,7 +23,6 @@ from activities import confinement
 from activities.process import remove_tree, run_process
 from activities.staging import _staged_file, disk_usage
 from kiwi.contracts import CommandRequest
-from tests.helpers import wait_for
 from tests.test_attack_shell import agent_run, outside_folder, shell
 
 pytestmark = pytest.mark.skipif(
@@ -85,7 +84,7 @@ async def test_a_write_grant_of_the_whole_project_does_not_reach_its_protected_p
     Kiwi's configuration with every check passing. Those places are now held read-only for the command (a
     mount namespace of its own). Without that (held=False), the same race writes there."""
     if not held:
-        monkeypatch.setattr(confinement, "held_places", lambda *args: [])
+        monkeypatch.setattr(confinement, "held_places", lambda *args, **kwargs: [])
     elif confinement.namespaces_refused():
         pytest.skip(f"no mount namespace here: {confinement.namespaces_refused()}")
     (project / "out").mkdir()
@@ -94,7 +93,8 @@ async def test_a_write_grant_of_the_whole_project_does_not_reach_its_protected_p
     run_id = await agent_run(runs, project, "splitter", permissions("split,touch", write="**"))
     call = asyncio.create_task(shell(runs, run_id, "split", "pipe", "out/part-"))
 
-    writer = await asyncio.to_thread(open, project / "pipe", "w")
+    # (Opened once split reads it; a command that never starts fails the test instead of holding it.)
+    writer = await asyncio.wait_for(asyncio.to_thread(open, project / "pipe", "w"), 120)
     (project / "out").rename(project / "out.before")
     (project / "out").symlink_to(project / ".ai" / "config")
     with writer:
@@ -111,6 +111,30 @@ async def test_a_write_grant_of_the_whole_project_does_not_reach_its_protected_p
     made = await shell(runs, run_id, "touch", "made-at-the-root.txt")
     assert made.status == "ok" and made.result["exit_code"] == 0, made
     assert (project / "made-at-the-root.txt").exists()
+
+
+async def test_a_protected_place_is_held_made_or_linked(tree):
+    """Review s27, third round. A protected place that was not there (`temporal-dev.yml`, which `kiwi dev`
+    reads; `.kiwi`) cannot be held, so a command that may write the root made it: what a command makes there
+    is removed after it, and the call says so. And a link put in a protected place's stead (`.kiwi` leading
+    to `out`) stopped the holding of every place after it, silently: a place that is there and cannot be
+    held now refuses the command."""
+    project, _ = tree
+    (project / ".ai" / "config").mkdir(parents=True)
+    req = request(project, write=["**"])
+    unmade = confinement.unmade_places(req, git=False)
+    assert {"temporal-dev.yml", ".kiwi", ".git"} <= set(unmade)
+    result = await confined(req, "touch", "temporal-dev.yml")
+    assert result.exit_code == 0 and (project / "temporal-dev.yml").exists()  # (the wall cannot stop it)
+    assert confinement.made_places(str(project), unmade) == ["temporal-dev.yml"]
+    assert not (project / "temporal-dev.yml").exists()
+
+    if confinement.namespaces_refused():
+        pytest.skip(f"no mount namespace here: {confinement.namespaces_refused()}")
+    (project / ".kiwi").symlink_to("out")
+    with pytest.raises(ApplicationError, match=r"holding \.kiwi read-only"):
+        await confined(req, "touch", ".ai/config/mcp_registry.yaml")
+    assert not (project / ".ai" / "config" / "mcp_registry.yaml").exists()
 
 
 @pytest.mark.parametrize("confine", ["auto", "off"])
@@ -495,11 +519,14 @@ async def test_no_other_process_is_limited_and_no_memory_file_is_executed(tree):
     if not os.path.exists(SYSTEM_PYTHON):
         pytest.skip("no system Python (/usr/bin/python3) to make the calls from")
     project, _ = tree
+    # (Another process: in the command's own PID namespace the worker has no number; a child of its own has.)
     code = (
-        "import os, resource\n"
-        "for what, call in (('prlimit', lambda: resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (5, 5))),"
+        "import os, resource, time\n"
+        "other = os.fork()\n"
+        "if other == 0: os.close(1); os.close(2); time.sleep(30); os._exit(0)\n"
+        "for what, call in (('prlimit', lambda: resource.prlimit(other, resource.RLIMIT_NOFILE, (5, 5))),"
         " ('memfd', lambda: os.memfd_create('x')), ('own', lambda: resource.prlimit(0, resource.RLIMIT_CORE)),"
-        " ('affinity', lambda: os.sched_setaffinity(os.getppid(), {0})),"
+        " ('affinity', lambda: os.sched_setaffinity(other, {0})),"
         " ('priority', lambda: os.setpriority(os.PRIO_USER, 0, 15))):\n"
         "    try:\n"
         "        call(); print(what, 'done')\n"
@@ -532,35 +559,71 @@ def _ended(pid: int):
     return probe
 
 
+def _marked(marker: str) -> list[int]:
+    """The processes whose command line holds ``marker``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{entry}/cmdline", "rb") as f:
+            if marker.encode() in f.read() and _running(int(entry)):
+                found.append(int(entry))
+    return found
+
+
 async def test_nothing_a_command_starts_outlives_the_call(tree):
-    """What a command leaves running is killed with its process group when the call ends (and by the keeper
-    when the worker dies). A process that made a session or a group of its own (setsid, setpgid: a
+    """What a command leaves running was killed with its process group when the call ended (and by the
+    keeper when the worker died). A process that made a session or a group of its own (setsid, setpgid: a
     daemon's double fork) was out of reach of both and outlived the call, running on with what the command
-    could reach. The seccomp filter refuses setsid, and what is left in the command's session is killed
-    too: a group of its own (which `timeout` and ninja make, and which refusing setpgid broke, review s27)
-    is no way out."""
+    could reach; so did one that kept changing its process id (a fork, then its parent exits) while the
+    session was looked through (review s27). The seccomp filter refuses setsid, and a confined command runs
+    in a PID namespace of its own, all of whose processes the kernel kills when the program ends."""
     if not os.path.exists(SYSTEM_PYTHON):
         pytest.skip("no system Python (/usr/bin/python3) to make the calls from")
     project, _ = tree
+    marker = f"kiwi-left-behind-{os.getpid()}"
+    os.mkfifo(project / "out" / "ping")
+    # Every process of the walker says it lives into out/ping while someone reads it; a new process id
+    # every half millisecond (a fork, then its parent exits), which a look through /proc could miss.
+    walker = (
+        "import os, sys, time\n"
+        "os.close(int(sys.argv[1]))\n"  # (it runs: the command may end)
+        "end = time.monotonic() + 15\n"  # (a walker that got out ends by itself: this test leaves nothing)
+        "while time.monotonic() < end:\n"
+        "    try:\n"
+        "        fd = os.open('out/ping', os.O_WRONLY | os.O_NONBLOCK); os.write(fd, b'alive\\n'); os.close(fd)\n"
+        "    except OSError: pass\n"
+        "    if os.fork(): os._exit(0)\n"
+        "    time.sleep(0.0005)\n"
+    )
     code = (
         "import os, sys, time\n"
+        "ran, gone = os.pipe()\n"
+        "os.set_inheritable(gone, True)\n"
         "if os.fork() == 0:\n"
+        "    os.close(ran)\n"
         "    for what, call in (('setsid', os.setsid), ('setpgid', lambda: os.setpgid(0, 0))):\n"
         "        try:\n"
         "            call(); print(what, 'done')\n"
         "        except OSError as e: print(what, 'refused', e.errno)\n"
-        "    print(os.getpid(), flush=True)\n"
-        "    os.close(1); os.close(2); time.sleep(120)\n"  # (the call ends once its output is closed)
+        "    sys.stdout.flush(); os.close(1); os.close(2)\n"  # (the call ends once its output is closed)
+        f"    os.execv(sys.executable, [sys.executable, '-c', {walker!r}, str(gone), {marker!r}])\n"
+        "os.close(gone); os.read(ran, 1)\n"  # (the pipe closes when the walker runs)
+        "for _ in range(150):\n"  # (idle members, each in a group of its own: a look through them is longer)
+        "    if os.fork() == 0: os.setpgid(0, 0); os.close(1); os.close(2); time.sleep(60); os._exit(0)\n"
     )
-    result = await confined(request(project), SYSTEM_PYTHON, "-c", code)
-    said = result.stdout.split()
-    left = int(said[-1])
     try:
-        await wait_for(_ended(left), timeout=30, what="the process left behind to be killed")
-        assert said[:5] == ["setsid", "refused", "1", "setpgid", "done"], result
+        result = await confined(request(project), SYSTEM_PYTHON, "-c", code)
+        assert result.stdout.split()[:5] == ["setsid", "refused", "1", "setpgid", "done"], result
+        ping = os.open(project / "out" / "ping", os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            # (No process is left to say it lives: three seconds of silence, the one wait for what must not come.)
+            said = select.select([ping], [], [], 3)[0] and os.read(ping, 100)
+        finally:
+            os.close(ping)
+        assert not said, f"a process the command left outlived the call: {said!r}"
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(left, 9)
+        for pid in _marked(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
 
 
 def _zombies_of(pid: int) -> list[int]:

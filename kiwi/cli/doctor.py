@@ -74,6 +74,17 @@ def _confinement() -> Check:
             "run Kiwi's worker as a user of its own (deploy/ does: README, Security, The kernel's wall)",
             warning=True,
         )
+    if abi and confinement.namespaces_refused():
+        return Check(
+            "confinement",
+            False,
+            note,
+            "allow the worker's user unprivileged user namespaces (Debian: sysctl "
+            "kernel.unprivileged_userns_clone=1; Ubuntu 24.04+: an AppArmor profile that allows userns for the "
+            "worker's Python) so each shell command runs in namespaces of its own (protected places held read-only, "
+            "its processes ending with it)",
+            warning=mode != "required",
+        )
     if abi:
         return Check("confinement", True, note)
     return Check(

@@ -1000,7 +1000,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="run a worker: DirectiveRun workflows and all activities (for runs of any project; each "
         "run's activities work in its own project folder)",
         epilog="Shell commands run confined by the kernel (Landlock) where it can: KIWI_CONFINE=auto (default), "
-        "required (refuse shell commands without it) or off; README: Security, The kernel's wall.",
+        "required (refuse shell commands without it, or whose protected places it cannot hold read-only) or off; "
+        "README: Security, The kernel's wall.",
     )
     _connection(p, scope=False, project=False)
     p.add_argument(

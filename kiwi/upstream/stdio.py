@@ -100,7 +100,7 @@ class StdioLink(asyncio.SubprocessProtocol):
         # Python runs between fork and exec in this threaded process.
         launch = Launch(self.command, [self.command, *self.args], env, search=True) if launches() else None
         keeper_ready()
-        try:
+        with launch.spawning() if launch else contextlib.nullcontext():
             await loop.subprocess_exec(
                 lambda: self,
                 *(launch.argv if launch else [self.command, *self.args]),
@@ -112,13 +112,6 @@ class StdioLink(asyncio.SubprocessProtocol):
                 start_new_session=True,
                 pass_fds=launch.fds if launch else (),
             )
-        except BaseException:
-            if launch is not None:
-                launch.close()
-            raise
-        finally:
-            if launch is not None:
-                launch.spawned()
         to_sdk, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, from_sdk = anyio.create_memory_object_stream[SessionMessage](0)
         try:
