@@ -746,8 +746,6 @@ class CommandActivities:
             raise _denied(f"{unpack.reason} ({unpack.hint})" if unpack.hint else unpack.reason)
         if unpack is not None:
             return await _unpack(req, unpack, cwd, env)
-        confine = _confinement(req)
-        unmade = confinement.unmade_places(req, program_name(req.argv[0]) == "git") if confine else []
         result = await run_process(
             req.argv,
             cwd=str(cwd),
@@ -756,20 +754,12 @@ class CommandActivities:
             stdin=req.stdin,
             env=env,
             git_config=git_config,
-            confine=confine,
+            confine=_confinement(req),
         )
-        exit_code, stderr = result.exit_code, result.stderr
-        # A protected place the command made (one not there to hold read-only) is taken away again.
-        for place in confinement.made_places(req.project_root, unmade):
-            stderr += (
-                f"kiwi: removed {place}, which the command made: a protected place no grant names "
-                f"(name it in a write grant to make it)\n"
-            )
-            exit_code = exit_code or 1
         return {
-            "exit_code": exit_code,
+            "exit_code": result.exit_code,
             "stdout": result.stdout,
-            "stderr": stderr,
+            "stderr": result.stderr,
             "truncated": result.truncated,
         }
 

@@ -44,7 +44,6 @@ import struct
 import subprocess
 import sys
 
-from activities.process import remove_tree
 from activities.staging import walk_tree
 from kiwi import landlock
 from kiwi.contracts import CommandRequest
@@ -232,10 +231,10 @@ _HELD = (".ai", GIT_DIR, ".kiwi", DEV_CONFIG)
 _HELD_IN_AI = tuple(p for p in (*PROTECTED_ROOTS, DIRECTIVES, PROPOSALS) if p.startswith(".ai/"))
 
 
-def held_places(root: str, patterns: list[str], writes: list[str], git: bool, made: bool = True) -> list[str]:
+def held_places(root: str, patterns: list[str], writes: list[str], git: bool) -> list[str]:
     """The places of _HELD (and of _HELD_IN_AI) that a write rule below ``writes`` (the literal parts of the
-    write grants ``patterns``) reaches and no grant names; ``.git`` is git's own when ``git``. ``made``: those
-    that exist (False: those that do not, which a command could make: see unmade_places)."""
+    write grants ``patterns``) reaches, no grant names, and that are there; ``.git`` is git's own when
+    ``git``."""
 
     def reached(place: str) -> bool:
         return any(
@@ -250,33 +249,7 @@ def held_places(root: str, patterns: list[str], writes: list[str], git: bool, ma
     places = [p for p in _HELD if not (p == ".ai" and inside_ai) and not (p == GIT_DIR and git)]
     if inside_ai:
         places += _HELD_IN_AI
-    return [p for p in places if free(p) and os.path.lexists(os.path.join(root, p)) == made]
-
-
-def unmade_places(req: CommandRequest, git: bool) -> list[str]:
-    """The protected places a command of ``req`` could make (a write rule reaches them; they are not there,
-    so they cannot be held read-only): each one the command made is removed after it (made_places)."""
-    root = os.path.realpath(req.project_root)
-    patterns = req.write_grants if (req.read_grants or req.write_grants) else ["**"]
-    writes = [literal_part(p) for p in patterns]
-    return held_places(root, patterns, writes, git, made=False)
-
-
-def made_places(root: str, unmade: list[str]) -> list[str]:
-    """Of ``unmade``, those there now, removed (never following a link): a ``temporal-dev.yml`` that `kiwi
-    dev` would read, a ``.kiwi`` or ``.ai/config`` made by a command that may write the project's root."""
-    made = []
-    for place in unmade:
-        path = os.path.join(os.path.realpath(root), place)
-        if not os.path.lexists(path):
-            continue
-        if os.path.isdir(path) and not os.path.islink(path):
-            remove_tree(path)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        made.append(place)
-    return made
+    return [p for p in places if free(p) and os.path.lexists(os.path.join(root, p))]
 
 
 # What a folder read does not read unless its grant names the protected place (kiwi/protected.py): the

@@ -11,9 +11,9 @@ executing the program:
    ``kill -9`` takes the process with it), and a check that the worker still runs;
 2. for a confined shell command (``kiwi/landlock.py``): namespaces of its own (``_isolate``: a mount
    namespace holding the protected places read-only, a PID namespace the kernel empties when the program
-   ends), where the launcher forks the program and stays outside as its supervisor (``_supervise``); then
-   a root worker's capabilities dropped, no new privileges, the seccomp filter, the Landlock ruleset the
-   worker made;
+   ends), where the launcher stays outside as the supervisor (``_supervise``) of a small init (``_init``),
+   the namespace's first process, whose child the program is; and, for init and program, a root worker's
+   capabilities dropped, no new privileges, the seccomp filter, the Landlock ruleset the worker made;
 3. SIGPIPE and SIGXFSZ back to their defaults (Python ignores both), then ``execve`` of the program, with
    the environment and arguments the worker gave.
 
@@ -48,7 +48,7 @@ _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x04, 0x08
 _OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC, _AT_EMPTY_PATH, _AT_RECURSIVE = 1, 0o2000000, 0x1000, 0x8000
 _MOVE_MOUNT_F_EMPTY_PATH, _MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
 _MOUNT_ATTR_RDONLY = 0x1
-_SIGKILL = 9
+_SIGKILL, _SIGSTOP = _signal.SIGKILL, _signal.SIGSTOP
 _READY = b"ready\0"
 
 
@@ -162,11 +162,12 @@ def _confine(libc: ctypes.CDLL, spec: dict) -> None:
     os.close(spec["ruleset"])
 
 
-def _supervise(child: int, status: int, spec: dict) -> None:
-    """The launcher outside the command's PID namespace: it waits for the program (the namespace's first
-    process) and ends as it ended, so the worker sees the program's exit code or signal. Killed (the call's
-    timeout or cancellation kills the command's process group, which holds both; the worker's death, by the
-    parent-death signal), it takes the program with it, and the kernel the rest of the namespace."""
+def _supervise(child: int, report: int, status: int, spec: dict) -> None:
+    """The launcher outside the command's PID namespace: it waits for the namespace's first process
+    (``_init``), and ends as the program ended (``report``: its wait status, as _init saw it), so the worker
+    sees the program's exit code or signal. Killed (the call's timeout or cancellation kills the command's
+    process group, which holds them all; the worker's death, by the parent-death signal), it takes the
+    namespace with it."""
     os.close(status)  # (the program's copy says ready, and closes at its execve)
     if spec["ruleset"] >= 0:
         os.close(spec["ruleset"])
@@ -179,10 +180,43 @@ def _supervise(child: int, status: int, spec: dict) -> None:
             break
         except InterruptedError:
             continue
-    if os.WIFSIGNALED(how):
-        _signal.signal(os.WTERMSIG(how), _signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(how))
-    os._exit(os.WEXITSTATUS(how) if os.WIFEXITED(how) else 127)
+    said = os.read(report, 4)
+    if len(said) == 4:
+        how = int.from_bytes(said, "little")
+    try:
+        if os.WIFSIGNALED(how):
+            sig = os.WTERMSIG(how)
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # (no core of this process in the project)
+            if sig not in (_SIGKILL, _SIGSTOP):
+                _signal.signal(sig, _signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+            os._exit(128 + sig)
+        os._exit(os.WEXITSTATUS(how) if os.WIFEXITED(how) else 127)
+    except BaseException:  # noqa: BLE001 - never back into main's handlers: their status pipe is closed
+        os._exit(128 + os.WTERMSIG(how) if os.WIFSIGNALED(how) else 127)
+
+
+def _init(program: int, report: int, status: int) -> None:
+    """The first process of the command's PID namespace: it reaps what ends in it and, when the program (its
+    child) ends, tells the supervisor how and exits, and the kernel ends the rest of the namespace. The
+    program is not the namespace's first process, which the kernel shields from the signals it sends itself
+    (`kill $$` did nothing, abort() ended as a segfault: review s27)."""
+    os.close(status)
+    quiet = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(quiet, fd)
+    while True:
+        try:
+            pid, how = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(127)
+        if pid == program:
+            os.write(report, how.to_bytes(4, "little"))
+            os._exit(0)
 
 
 def main() -> None:
@@ -200,14 +234,11 @@ def main() -> None:
         if os.getppid() != spec["parent"]:  # (the worker ended before the request took effect)
             os.kill(os.getpid(), _SIGKILL)
         if spec["ruleset"] >= 0:
+            isolated = False
             try:
+                stage = "namespaces for the command"
                 _isolate(libc, spec)
-                child = os.fork()  # (this process is single-threaded: a fork is safe here)
-                if child:
-                    _supervise(child, status, spec)
-                # The program's side: the first process of its PID namespace.
-                if libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), *_ulongs(_SIGKILL, 0, 0, 0)) != 0:
-                    raise _Failed(stage, ctypes.get_errno())
+                isolated = True
             except _NoNamespace as refused:
                 if spec["held_required"]:
                     raise _Failed(
@@ -215,15 +246,33 @@ def main() -> None:
                     ) from None
                 # (No namespace here, as in a container that refuses them: the rest of the wall holds, and
                 # `kiwi doctor` says the protected places are not held.)
+            if isolated:
+                # (This process is single-threaded: a fork is safe here.) Outside: the supervisor; inside,
+                # the namespace's first process (_init), then the program, its child.
+                report, reported = os.pipe()
+                child = os.fork()
+                if child:
+                    os.close(reported)
+                    _supervise(child, report, status, spec)
+                os.close(report)
+                stage = "parent-death signal"
+                if libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), *_ulongs(_SIGKILL, 0, 0, 0)) != 0:
+                    raise _Failed(stage, ctypes.get_errno())
             _confine(libc, spec)
+            if isolated:
+                program = os.fork()
+                if program:
+                    _init(program, reported, status)
+                if libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), *_ulongs(_SIGKILL, 0, 0, 0)) != 0:
+                    raise _Failed(stage, ctypes.get_errno())
+                os.close(reported)
         # Python ignores SIGPIPE and SIGXFSZ; an ignored signal stays ignored across execve. A program
         # expects them as the system leaves them (`yes | head -1`, a loop of `echo` into a closed pipe).
         _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
         _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
         stage = "exec"
-        os.write(
-            status, _READY
-        )  # (then the pipe closes at execve; a launcher killed before this said nothing)
+        # (Then the pipe closes at execve; a launcher killed before this said nothing.)
+        os.write(status, _READY)
         if spec["search"]:
             os.execvpe(spec["program"], spec["argv"], spec["env"])
         os.execve(spec["program"], spec["argv"], spec["env"])
