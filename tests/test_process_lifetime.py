@@ -141,21 +141,25 @@ async def test_a_command_dies_with_the_process_that_ran_it_when_that_is_killed_b
     proc = await run_command_in_a_process(
         tmp_path, f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file} && exec sleep 300"
     )
+    await _dies_with_the_runner(proc, pid_file, "the command")
+
+
+async def _dies_with_the_runner(
+    proc: asyncio.subprocess.Process, pid_file: Path, what: str, grouped=False
+) -> None:
+    """Once the process whose pid the command writes to ``pid_file`` runs (in a process group of its own if
+    ``grouped``), ``proc`` (standing for the worker) is killed with kill -9: that process dies too."""
     try:
 
         async def started() -> bool:
             return pid_file.exists()
 
-        await wait_for(started, what="the command to start")
-        command = int(pid_file.read_text())
-        assert _alive(command)
+        await wait_for(started, what=f"{what} to start")
+        pid = int(pid_file.read_text())
+        assert _alive(pid) and (not grouped or os.getpgid(pid) == pid)
         os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
-
-        async def gone() -> bool:
-            return not _alive(command)
-
-        await wait_for(gone, what="the command to die with the process that ran it", timeout=30)
+        await wait_for(lambda: _dead(pid), what=f"{what} to die with the process that ran it", timeout=30)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -204,23 +208,7 @@ async def test_a_helper_in_a_process_group_of_its_own_ends_with_the_call_and_wit
         tmp_path,
         f"{_GROUPED} > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; exec sleep 300",
     )
-    try:
-
-        async def started() -> bool:
-            return pid_file.exists()
-
-        await wait_for(started, what="the helper to start")
-        helper = int(pid_file.read_text())
-        assert _alive(helper) and os.getpgid(helper) == helper  # (a group of its own)
-        os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-        await wait_for(lambda: _dead(helper), what="the helper to die with the worker", timeout=30)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        if pid_file.exists():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    await _dies_with_the_runner(proc, pid_file, "the helper in a group of its own", grouped=True)
 
 
 def _session_sleeper() -> int:
