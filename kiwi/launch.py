@@ -36,6 +36,7 @@ import struct
 import sys
 
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 1, 38, 22, 2
+_PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 _CAPABILITY_VERSION_3 = 0x20080522
 _RESTRICT_SELF = 446
@@ -168,6 +169,7 @@ def _supervise(child: int, report: int, status: int, spec: dict) -> None:
     sees the program's exit code or signal. Killed (the call's timeout or cancellation kills the command's
     process group, which holds them all; the worker's death, by the parent-death signal), it takes the
     namespace with it."""
+    _deaf()  # (a program on an older Landlock, without signal scoping, can signal its process group)
     os.close(status)  # (the program's copy says ready, and closes at its execve)
     if spec["ruleset"] >= 0:
         os.close(spec["ruleset"])
@@ -181,8 +183,10 @@ def _supervise(child: int, report: int, status: int, spec: dict) -> None:
         except InterruptedError:
             continue
     said = os.read(report, 4)
-    if len(said) == 4:
-        how = int.from_bytes(said, "little")
+    if len(said) == 4 and os.WIFEXITED(how) and os.WEXITSTATUS(how) == 0:  # (init said it, and ended well)
+        reported = int.from_bytes(said, "little")
+        if os.WIFEXITED(reported) or (os.WIFSIGNALED(reported) and 0 < os.WTERMSIG(reported) < _signal.NSIG):
+            how = reported
     try:
         if os.WIFSIGNALED(how):
             sig = os.WTERMSIG(how)
@@ -198,28 +202,45 @@ def _supervise(child: int, report: int, status: int, spec: dict) -> None:
         os._exit(128 + os.WTERMSIG(how) if os.WIFSIGNALED(how) else 127)
 
 
-def _init(program: int, report: int, status: int) -> None:
+def _init(libc: ctypes.CDLL, program: int, report: int, status: int) -> None:
     """The first process of the command's PID namespace: it reaps what ends in it and, when the program (its
     child) ends, tells the supervisor how and exits, and the kernel ends the rest of the namespace. The
     program is not the namespace's first process, which the kernel shields from the signals it sends itself
-    (`kill $$` did nothing, abort() ended as a segfault: review s27)."""
-    os.close(status)
-    quiet = os.open("/dev/null", os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(quiet, fd)
-    while True:
-        try:
-            pid, how = os.waitpid(-1, 0)
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            os._exit(127)
-        if pid == program:
-            os.write(report, how.to_bytes(4, "little"))
-            os._exit(0)
+    (`kill $$` did nothing, abort() ended as a segfault: review s27). Not dumpable, so no process of the
+    command can trace it or take its report pipe (a forged exit status), and deaf to every signal the
+    command can send it (a SIGINT to the group ended it as a KeyboardInterrupt)."""
+    told = False
+    try:
+        libc.prctl(ctypes.c_int(_PR_SET_DUMPABLE), *_ulongs(0, 0, 0, 0))
+        _deaf()
+        os.close(status)
+        quiet = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(quiet, fd)
+        while True:
+            try:
+                pid, how = os.waitpid(-1, 0)
+            except InterruptedError:
+                continue
+            if pid == program:
+                told = os.write(report, how.to_bytes(4, "little")) == 4
+                break
+    finally:
+        os._exit(0 if told else 127)  # (never back into main: its status pipe is closed here)
+
+
+def _deaf() -> None:
+    """Every signal this process could catch ignored (SIGCHLD left as it is: waitpid needs it)."""
+    for sig in range(1, _signal.NSIG):
+        if sig not in (_SIGKILL, _SIGSTOP, _signal.SIGCHLD):
+            try:
+                _signal.signal(sig, _signal.SIG_IGN)
+            except (OSError, ValueError):
+                continue
 
 
 def main() -> None:
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, [])  # (no signal blocked, whatever the worker's thread had)
     status = int(sys.argv[2])
     os.set_inheritable(status, False)  # (closed by a successful execve: the worker's sign)
     stage = "launcher"
@@ -262,7 +283,7 @@ def main() -> None:
             if isolated:
                 program = os.fork()
                 if program:
-                    _init(program, reported, status)
+                    _init(libc, program, reported, status)
                 if libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), *_ulongs(_SIGKILL, 0, 0, 0)) != 0:
                     raise _Failed(stage, ctypes.get_errno())
                 os.close(reported)

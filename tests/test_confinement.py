@@ -636,6 +636,32 @@ async def test_a_command_ends_as_its_program_ends(tree):
         assert result.stdout.strip() in ("", "True"), (argv, result)
 
 
+async def test_what_the_program_does_cannot_change_how_the_call_says_it_ended(tree):
+    """Review s27, fifth round: the init that reports the program's end ran under the program's own
+    confinement and was dumpable, so a process of the command took its report pipe (pidfd_getfd) and wrote
+    the exit status it liked (a command failing with 42 reported 0); and a SIGINT to the command's group
+    (`trap '' INT; kill -INT 0`) ended the init as a KeyboardInterrupt, reported as exit 1."""
+    project, _ = tree
+    req = request(project)
+    trapped = await confined(req, "sh", "-c", "trap '' INT; kill -INT 0; echo alive; exit 3")
+    assert (trapped.exit_code, trapped.stdout) == (3, "alive\n"), trapped
+    if not os.path.exists(SYSTEM_PYTHON):
+        return
+    forge = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True); libc.syscall.restype = ctypes.c_long\n"
+        "init = libc.syscall(434, 1, 0)\n"  # pidfd_open(1): the namespace's init
+        "for fd in range(3, 16):\n"
+        "    got = libc.syscall(438, init, fd, 0)\n"  # pidfd_getfd
+        "    if got >= 0:\n"
+        "        try: os.write(got, b'\\0\\0\\0\\0')\n"
+        "        except OSError: pass\n"
+        "os._exit(42)\n"
+    )
+    forged = await confined(req, SYSTEM_PYTHON, "-c", forge)
+    assert forged.exit_code == 42, forged
+
+
 def _zombies_of(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
