@@ -151,13 +151,8 @@ def shell_rules(
         # (Some of them are scripts: git-merge-octopus, -resolve, -one-file run in /bin/sh.)
         if found := shutil.which("sh"):
             rules.allow(os.path.realpath(found), landlock.EXECUTE | landlock.READ_FILE, file=True)
-    for path in _SYSTEM_READ + _ETC + _DEVICES_READ:
-        rules.allow(path, landlock.READ)
-    rules.allow("/dev/null", landlock.READ_FILE | landlock.WRITE_FILE | landlock.TRUNCATE)
-    rules.allow(temp, landlock.READ | landlock.WRITE)
+    _every_program(rules, temp)
     run = landlock.EXECUTE | landlock.READ_FILE
-    for loader in _system_loaders():
-        rules.allow(loader, run, file=True)
     if ours:
         # (Placed from the project's folder without following a link, as the read rules are.)
         inside, rel = (
@@ -211,15 +206,21 @@ def own_git_rules(root: str, program: str, temp: str, writes: tuple[str, ...] = 
     rules.allow(real, run, file=True)
     for executable, _ in _started_by(real, root):
         rules.allow(executable, run, file=True)
-    for loader in _system_loaders():
-        rules.allow(loader, run, file=True)
     for folder in _GIT_CORE:
         rules.allow(folder, landlock.EXECUTE | landlock.READ)
+    _every_program(rules, temp)
+    return rules
+
+
+def _every_program(rules: landlock.Rules, temp: str) -> None:
+    """What every confined program gets: the system's files it reads, ``/dev/null``, its own temporary folder
+    ``temp``, and the system's ELF loaders to run it."""
     for path in _SYSTEM_READ + _ETC + _DEVICES_READ:
         rules.allow(path, landlock.READ)
     rules.allow("/dev/null", landlock.READ_FILE | landlock.WRITE_FILE | landlock.TRUNCATE)
     rules.allow(temp, landlock.READ | landlock.WRITE)
-    return rules
+    for loader in _system_loaders():
+        rules.allow(loader, landlock.EXECUTE | landlock.READ_FILE, file=True)
 
 
 # Protected places at the project's root (kiwi/protected.py) that a write rule reaches when a grant's literal

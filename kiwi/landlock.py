@@ -124,8 +124,8 @@ class Rules:
     where it is)."""
 
     paths: dict[tuple[str, str, bool], int] = field(default_factory=dict)
-    # Places below ``held_root`` held read-only (see kiwi/launch.py ``_hold``); ``held_required``: a command
-    # that cannot have them held does not run.
+    # Places below ``held_root`` held read-only (see kiwi/launch.py ``_hold``); ``held_required``: where the
+    # kernel gives the command no namespace of its own, it does not run (KIWI_CONFINE=required).
     held_root: str = ""
     held: list[str] = field(default_factory=list)
     held_required: bool = False
@@ -254,7 +254,8 @@ class _Table:
     second_table: int = 0  # the first number of another table in the same architecture (x32), or 0
 
 
-_OPENAT2, _CLONE3 = 437, 435  # (the same in every table: answered ENOSYS, callers fall back)
+# openat2 (_OPENAT2) and clone3 have the same number in every table: answered ENOSYS, callers fall back.
+_CLONE3 = 435
 # clone's flags refused: CLONE_PARENT, and a new namespace of any kind (mount, cgroup, UTS, IPC, user, PID,
 # network): a command's own namespaces could not undo the places held read-only (they are locked there), and
 # are no need of a shell program.
