@@ -308,7 +308,7 @@ async def _run(
     finally:
         if ruleset is not None:
             ruleset.close()
-    with kept(proc.pid):  # (its own children die with it, and with a worker killed by kill -9)
+    async with kept(proc.pid):  # (its own children die with it, and with a worker killed by kill -9)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         if launch is not None:

@@ -211,6 +211,37 @@ async def test_a_helper_in_a_process_group_of_its_own_ends_with_the_call_and_wit
     await _dies_with_the_runner(proc, pid_file, "the helper in a group of its own", grouped=True)
 
 
+async def test_a_cancelled_call_ends_its_command_and_the_helpers_in_its_session(tmp_path):
+    """A call cancelled while its command runs (an activity cancelled, a worker shutting down) ends the
+    command and what it left in a group of its own, cancelled again while it does so: the session is found
+    and killed on a thread, shielded from the cancellation."""
+    pid_file = tmp_path / "helper.pid"
+    call = asyncio.ensure_future(
+        run_process(
+            ["sh", "-c", f"{_GROUPED} > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; exec sleep 300"],
+            cwd=str(tmp_path),
+            timeout=600,
+            max_output=1000,
+        )
+    )
+
+    async def started() -> bool:
+        return pid_file.exists()
+
+    await wait_for(started, what="the command to start its helper", timeout=30)
+    helper = int(pid_file.read_text())
+    try:
+        call.cancel()
+        await asyncio.sleep(0)
+        call.cancel()  # (again, while the call ends what it started)
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await wait_for(lambda: _dead(helper), what="the helper to end with the cancelled call", timeout=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(helper, signal.SIGKILL)
+
+
 def _session_sleeper() -> int:
     import subprocess
 

@@ -116,7 +116,7 @@ class StdioLink(asyncio.SubprocessProtocol):
         write_stream, from_sdk = anyio.create_memory_object_stream[SessionMessage](0)
         try:
             # (What the server starts in its group, behind npx or uv run, dies with it and with the worker.)
-            with kept(self.pid) if self.pid else contextlib.nullcontext():
+            async with kept(self.pid) if self.pid else contextlib.nullcontext():
                 if launch is not None:
                     await self._started(launch)
                 async with anyio.create_task_group() as tasks:
