@@ -62,6 +62,7 @@ from kiwi.shellpolicy import (
     names_from_a_list,
     path_arguments,
     program_name,
+    unchecked_names,
     unpacking,
 )
 from kiwi.upstream.pool import remember_secrets, scrub, scrub_text
@@ -173,9 +174,12 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
 # Repository settings that run a program and have no value that turns them off from the command line
 # ("diff.x.command=" makes every diff fail instead): shell.run refuses git in such a repository. Filter
 # drivers can be turned off ("filter.x.clean=" and required=false), so Kiwi does that for every git call.
+# (Keys whose command git runs through a shell, which confined git may not start since review s28, are
+# listed too: a worker without Landlock has only this check.)
 _UNSAFE_GIT_KEY = re.compile(
     r"^(diff\.external|diff\..+\.(command|textconv)|merge\..+\.driver|"
-    r"includeif\..*onbranch:.*\.path|core\.worktree)$",
+    r"includeif\..*onbranch:.*\.path|core\.worktree|trailer\..+\.(cmd|command)|"
+    r"gpg\.ssh\.defaultkeycommand|core\.alternaterefscommand|interactive\.difffilter)$",
     re.IGNORECASE,
 )
 _FILTER_KEY = re.compile(r"^filter\.(.+)\.(clean|smudge|process|required)$", re.IGNORECASE)
@@ -308,6 +312,8 @@ def _checked_cwd(req: CommandRequest) -> Path:
     cwd = confine(req.project_root, req.cwd or ".", ["**"], [])
     if why := later_refused(req.argv[0]):  # (the run's decision may predate the rule: see shellpolicy)
         raise _denied(f"'{req.argv[0]}' is refused: it {why}")
+    if (unchecked := unchecked_names(req.argv, req.cwd or ".", req.write_grants)) is not None:
+        raise _denied(f"{unchecked.reason} ({unchecked.hint})")
     paths = path_arguments(req.argv, cwd=req.cwd or ".", options_granted={"*": FIND_GRANTABLE}, probes=True)
     if isinstance(paths, ShellVerdict):
         raise _denied(paths.reason)

@@ -148,9 +148,10 @@ def shell_rules(
             rules.allow_beneath(root, git, landlock.READ | (landlock.WRITE if writes else 0))
         for folder in _GIT_CORE:
             rules.allow(folder, landlock.EXECUTE | landlock.READ)
-        # (Some of them are scripts: git-merge-octopus, -resolve, -one-file run in /bin/sh.)
-        if found := shutil.which("sh"):
-            rules.allow(os.path.realpath(found), landlock.EXECUTE | landlock.READ_FILE, file=True)
+        # No shell: what git runs through one is a command a repository's settings name (a trailer's
+        # `cmd`, an alias, a merge driver), and a shell under git's rules writes the project's `.git`
+        # (review s28: a nested repository's `trailer.t.cmd` wrote the root `.git/config` a `core.fsmonitor`
+        # that the human's next `git status` ran). So git's script strategies (octopus, resolve) fail here.
     _every_program(rules, temp)
     run = landlock.EXECUTE | landlock.READ_FILE
     if ours:

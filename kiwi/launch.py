@@ -187,6 +187,8 @@ def _supervise(child: int, report: int, status: int, spec: dict) -> None:
         reported = int.from_bytes(said, "little")
         if os.WIFEXITED(reported) or (os.WIFSIGNALED(reported) and 0 < os.WTERMSIG(reported) < _signal.NSIG):
             how = reported
+        else:
+            how = 127 << 8  # (no end a program has: not the init's 0, which would read as the program's)
     try:
         if os.WIFSIGNALED(how):
             sig = os.WTERMSIG(how)
@@ -221,6 +223,11 @@ def _init(libc: ctypes.CDLL, program: int, report: int, status: int) -> None:
             try:
                 pid, how = os.waitpid(-1, 0)
             except InterruptedError:
+                continue
+            if pid == program and os.WIFSTOPPED(how):
+                # (Stopped while traced by this process: it asked to be, PTRACE_TRACEME, and this process is
+                # no debugger. Reported as it was, a stop read as an exit 0 (review s28); ended instead.)
+                os.kill(program, _SIGKILL)
                 continue
             if pid == program:
                 told = os.write(report, how.to_bytes(4, "little")) == 4

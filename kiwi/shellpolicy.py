@@ -134,6 +134,72 @@ def later_refused(arg0: str) -> str:
     return LATER_REFUSED.get(name, "")
 
 
+# csplit writes files under names it makes from a prefix and a printf format, which no check of its words can
+# follow (`csplit -f vendor/.gi -b 't/hooks/pre-commit%.0d'` wrote a nested repository's hook: review s28):
+# the worker refuses it. split's names are PREFIX + letters or digits + its additional suffix: see _split_names.
+NAMES_MADE = {
+    "csplit": "writes files under names it makes from a prefix and a format, which Kiwi cannot check",
+}
+# The protected places' last segments (kiwi.protected), and those of .ai's below it.
+_PROTECTED_NAMES = (GIT_DIR, ".ai", ".kiwi", DEV_CONFIG)
+_PROTECTED_IN_AI = tuple(
+    root.split("/")[1] for root in (*PROTECTED_ROOTS, DIRECTIVES, PROPOSALS) if "/" in root
+)
+
+
+def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] = ()) -> ShellVerdict | None:
+    """The worker's refusal of a program Kiwi does not know (a grant names it) whose words name a protected
+    place without looking like a path (`dd of=temporal-dev.yml`, `dd of=.git` run in sub/: review s28), of
+    the programs of NAMES_MADE, and of split where its names could make one; None when none of these (or a
+    write grant, ``writes``, names the place). Path-like words are checked as the run checked them."""
+    name = program_name(argv[0])
+    if name in NAMES_MADE:
+        return _no(f"'{name}' is refused: it {NAMES_MADE[name]}", "write each file by its name")
+    if name == "split" and (made := _split_names(argv[1:], cwd)):
+        return _no(
+            f"'split' is refused here: its output names (a prefix, letters or digits, a suffix) could make the "
+            f"protected place '{made}'",
+            "give split a prefix and suffix that are no part of a protected place's name",
+        )
+    if known_program(argv[0]):
+        return None
+    for arg in argv[1:]:
+        for word in {arg, arg.partition("=")[2]}:
+            rel = lexical_path(cwd, word) if word else None
+            place = protected_root(rel) if isinstance(rel, str) else None
+            if place is not None and protected_granted(list(writes), rel) is None:
+                return _no(
+                    f"'{arg}' names the protected place '{place}', which a program Kiwi does not know may write",
+                    f"leave '{place}' out of the command",
+                )
+    return None
+
+
+def _split_names(args: Sequence[str], cwd: str) -> str:
+    """A protected place split could write (PREFIX + letters or digits + SUFFIX: `split -a 1
+    --additional-suffix=ml FILE temporal-dev.` made temporal-dev.yml), '' if none. Read without split's
+    options: every word is taken as the prefix and as the suffix, so a word that begins or ends a protected
+    name refuses it (`.yml` too)."""
+    words = [w.partition("=")[2] if w.startswith("-") else w for w in args]
+    in_ai = any(
+        isinstance(rel := lexical_path(cwd, w), str) and _fold_name(posixpath.dirname(rel)) == ".ai"
+        for w in words
+        if w
+    )
+    names = _PROTECTED_NAMES + (_PROTECTED_IN_AI if in_ai else ())
+    for word in words:
+        start = _fold_name(posixpath.basename(word.replace("\\", "/")))
+        end = word.casefold().rstrip(" .")
+        for protected in names:
+            if (start and protected.startswith(start)) or (end and protected.endswith(end)):
+                return protected if protected in _PROTECTED_NAMES else f".ai/{protected}"
+    return ""
+
+
+def _fold_name(text: str) -> str:
+    return text.casefold().rstrip(" .")
+
+
 def known_program(arg0: str) -> bool:
     """Whether Kiwi knows how ``arg0`` reads its arguments (which files it writes, which options run code):
     only those are covered by ``commands="*"``."""
@@ -1213,9 +1279,20 @@ def _operands(
     from before them replay); ``known``: by those of KNOWN_OPTIONS."""
     found: list[tuple[str, str, bool]] = []
     recursive = "-r" in parsed.options
-    for _option, kind, value in parsed.values:
+    if not recursive and name == "cp" and _reads_folders("cp", parsed) and rule_in_force(SHELL_REVIEW_S28):
+        # cp -a copies folders whole as -r does (`cp -a stage/. .` made `.ai/config` and `.kiwi`, not made yet
+        # so not held by the kernel, where only -r was read as recursion: review s28).
+        recursive = True
+    for option, kind, value in parsed.values:
         if kind in ("read", "write"):
-            found.append((value, kind, False))
+            # cp -r and mv put whole folders into -t's folder, as into a last operand (`cp -r -t . stage/.`).
+            whole = (
+                kind == "write"
+                and option in ("-t", "--target-directory")
+                and (name == "mv" or name == "cp" and recursive)
+                and rule_in_force(SHELL_REVIEW_S28)
+            )
+            found.append((value, kind, whole))
         elif kind == "unknown" and _path_like(value):
             found.append((value, "read", False))
     ops = parsed.operands
@@ -2462,6 +2539,13 @@ def _git(
             continue
         before.append(token)
     no_index = "--no-index" in opts
+    if no_index and sub == "diff" and rule_in_force(SHELL_REVIEW_S28):
+        # (It reads folders whole, and git's rules let git read the repositories' settings, which other
+        # programs may not: `git diff --no-index empty .` printed .git/config's credentials, review s28.)
+        return _no(
+            "'git diff --no-index' is refused: it compares files outside git, reading git's own settings too",
+            "compare files with diff -u A B (diff -r for folders)",
+        )
     writes = sub in _GIT_WRITE_PATHS
     tree_writer = (
         sub in _GIT_TREE_WRITERS
@@ -2499,7 +2583,7 @@ def _git(
             found += [(p, "read", False) for p in before if _path_like(p)]
     elif no_index or sub == "diff" and any(_path_like(p) for p in before):
         # Outside a repository "git diff a b" compares files on disk: they are paths.
-        found += [(p, "read", False) for p in before]
+        found += [(p, "read", True) for p in before]
     elif writes and sub != "checkout":
         found += [_git_path(p, mode) for p in before]
         if sub == "init" and not before:
@@ -2831,6 +2915,12 @@ def _path_arguments(
 # every option Kiwi had not read passed as a flag). Workflow code answers by this rule behind this patch,
 # asked only where it changes the answer (a marker only in runs that meet it); the worker checks by it always.
 KNOWN_OPTIONS = "kiwi-known-options"
+
+
+# Since session 28 (a hostile review): cp -a read as recursive, cp -r's and mv's -t folder as a whole-tree
+# write, `git diff --no-index` refused. Workflow code answers by these rules behind this patch, asked only
+# where they can change the answer (a marker only in runs that meet them); the worker checks by them always.
+SHELL_REVIEW_S28 = "kiwi-shell-review-s28"
 
 
 # Workflow code checks with the rules of _into_folder, _git_path and git's whole-tree paths behind this

@@ -739,8 +739,10 @@ async def test_gits_automatic_gc_runs_with_the_command(tree):
     assert len(list(packs.glob("*.pack"))) == 1  # (done by the call, not after it)
 
 
-async def test_git_runs_its_merge_scripts(tree):
-    """An octopus merge runs git-merge-octopus, a /bin/sh script of git's own (review s26: refused)."""
+async def test_git_merges_with_its_own_strategy_and_starts_no_shell_for_a_script_one(tree):
+    """A merge of one branch runs in git itself (ort); an octopus merge runs git-merge-octopus, a /bin/sh
+    script of git's own, and git may start no shell (review s28: a shell under git's rules ran what a
+    repository's settings named and wrote its `.git`), so it fails and leaves the tree as it was."""
     project, _ = tree
     req = request(project, write=["**"])
     git = ["git", "-c", "user.name=k", "-c", "user.email=k@example.com"]
@@ -754,10 +756,13 @@ async def test_git_runs_its_merge_scripts(tree):
         subprocess.run([*git, "commit", "-qm", branch], cwd=project, check=True)
     subprocess.run([*git, "checkout", "-q", "main"], cwd=project, check=True)
 
-    merged = await confined(req, *git, "merge", "--no-edit", "b1", "b2")
+    octopus = await confined(req, *git, "merge", "--no-edit", "b1", "b2")
+    assert octopus.exit_code != 0 and "git-merge-octopus" in octopus.stderr, octopus
+    assert not (project / "src" / "b1.txt").exists() and not (project / "src" / "b2.txt").exists()
 
+    merged = await confined(req, *git, "merge", "--no-edit", "b1")
     assert merged.exit_code == 0, merged
-    assert (project / "src" / "b1.txt").exists() and (project / "src" / "b2.txt").exists()
+    assert (project / "src" / "b1.txt").exists()
 
 
 async def test_a_repository_kept_elsewhere_in_the_project_keeps_its_settings(tree):

@@ -1,0 +1,195 @@
+"""Review s28: a hostile review of shell.run's checks and the kernel's wall, as an agent would attack them,
+against the real stack (a Temporal server, Kiwi's worker, real programs confined by the kernel).
+
+The wall holds Kiwi's protected places at the project's root read-only only where they exist; these attacks
+made the ones that did not exist yet (`.kiwi`, `temporal-dev.yml`, `.ai/config`, a nested `.git`) through
+commands the checks let pass, read `.git/config` through git, and made git run a shell that wrote the
+repository's settings a command the human's next `git status` ran. Each test's docstring says the attack and
+the safe outcome.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from activities import confinement
+from kiwi.contracts import CommandRequest
+from tests.test_attack_shell import agent_run, shell
+from tests.test_confinement import SYSTEM_PYTHON, confined
+
+LINUX = sys.platform.startswith("linux")
+
+
+def _commands(names: str, *, write: str = "**") -> str:
+    return (
+        f'<read resource="filesystem" path="**"/><write resource="filesystem" path="{write}"/>'
+        f'<execute resource="shell" commands="{names}"/>'
+    )
+
+
+def _stage(project: Path) -> None:
+    """A folder of the project holding what would be Kiwi's places at the root (a vendored tree, an unpacked
+    archive): the agent copies it over the project's root."""
+    for rel, text in {
+        "stage/.kiwi/planted": "planted\n",
+        "stage/temporal-dev.yml": "mcp: {host: 0.0.0.0}\n",
+        "stage/notes.md": "notes\n",
+    }.items():
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_text(text)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["cp", "-a", "stage/.", "."],
+        ["cp", "--arch", "stage/.", "."],
+        ["cp", "-al", "stage/.", "."],
+        ["cp", "-r", "-t", ".", "stage/."],
+        ["cp", "-r", "--target-directory=.", "stage/."],
+    ],
+)
+async def test_cp_archive_or_into_a_target_folder_makes_no_protected_place_at_the_root(runs, project, argv):
+    """Attack: `cp -a stage/. .` (and `cp -r -t . stage/.`) copies a folder holding `.kiwi` and
+    `temporal-dev.yml` over the project's root, where neither exists yet, so the kernel holds neither: only
+    `-r` was read as copying folders whole, and a `-t` folder as one file. Now refused, as `cp -r stage/. .`
+    is, and nothing is made."""
+    _stage(project)
+    run_id = await agent_run(runs, project, "copier", _commands("cp"))
+    result = await shell(runs, run_id, *argv)
+    assert result.status == "denied", result
+    assert "contains the protected place" in result.reason, result.reason
+    assert not (project / ".kiwi").exists() and not (project / "temporal-dev.yml").exists()
+    copied = await shell(runs, run_id, "cp", "-a", "stage/notes.md", "copied.md")  # (what cp -a is for)
+    assert copied.status == "ok" and (project / "copied.md").read_text() == "notes\n", copied
+
+
+async def test_cp_archive_into_ai_makes_no_config_when_a_grant_is_inside_ai(runs, project):
+    """Attack: with `write .ai/knowledge/**` beside `write **`, `.ai` is held place by place, and a place
+    not made yet (`.ai/config`, here removed) is not held: `cp -a stage/. .ai` made `.ai/config` with the
+    agent's harness and trusted keys. Now refused."""
+    (project / "stage" / "config").mkdir(parents=True)
+    (project / "stage" / "config" / "agent_harness.yaml").write_text("permissions: everything\n")
+    run_id = await agent_run(
+        runs,
+        project,
+        "copier",
+        _commands("cp") + '<write resource="filesystem" path=".ai/knowledge/**"/>',
+    )
+    shutil.rmtree(project / ".ai" / "config")
+    result = await shell(runs, run_id, "cp", "-a", "stage/.", ".ai")
+    assert result.status == "denied" and "'.ai/config'" in result.reason, result
+    assert not (project / ".ai" / "config").exists()
+
+
+async def test_git_diff_no_index_does_not_print_the_repositorys_settings(runs, project):
+    """Attack: `git diff --no-index empty .` compares an empty folder with the project: git's rules let it
+    read `.git` (other programs get `Permission denied` for `.git/config`), so it printed the remote's
+    credentials. Now refused, naming diff -u as the way to compare files."""
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    with (project / ".git" / "config").open("a") as config:
+        config.write('[remote "origin"]\n\turl = https://user:SECRET-TOKEN-123@example.invalid/x.git\n')
+    (project / "empty").mkdir()
+    run_id = await agent_run(runs, project, "differ", _commands("git"))
+    result = await shell(runs, run_id, "git", "diff", "--no-index", "empty", ".")
+    assert result.status == "denied" and "--no-index" in result.reason and "diff -u" in result.hint, result
+    assert "SECRET-TOKEN" not in str(result)
+
+
+@pytest.mark.parametrize(
+    ("argv", "cwd", "made"),
+    [
+        (["dd", "if=notes/y.txt", "of=temporal-dev.yml"], ".", "temporal-dev.yml"),
+        (["dd", "if=../notes/y.txt", "of=.git"], "sub", "sub/.git"),
+        (["dd", "if=notes/y.txt", "of=.KIWI"], ".", ".KIWI"),
+        (
+            ["split", "-l", "1", "-a", "1", "--additional-suffix=ml", "notes/y.txt", "temporal-dev."],
+            ".",
+            "temporal-dev.yml",
+        ),
+        (["split", "-l", "1", "-a", "1", "notes/y.txt", "sub/.gi"], ".", "sub/.git"),
+        (["csplit", "-f", "sub/.gi", "-b", "t%.0d", "notes/y.txt", "2"], ".", "sub/.git"),
+    ],
+)
+async def test_a_program_kiwi_does_not_know_makes_no_protected_place_by_a_word_that_is_no_path(
+    runs, project, argv, cwd, made
+):
+    """Attack: a program a grant names but Kiwi does not know has its path-like words checked; `of=NAME`
+    (no '/') was not one, and split and csplit make their names from a prefix and a suffix, so `dd
+    of=temporal-dev.yml`, `split ... temporal-dev.` and `csplit -f sub/.gi -b 't%.0d'` made protected places
+    (a nested `.git` file pointing git at a repository the agent built). The worker refuses them."""
+    (project / "notes").mkdir(exist_ok=True)
+    (project / "notes" / "y.txt").write_text("gitdir: ../stage\nsecond\nthird\n")
+    (project / "sub").mkdir()
+    run_id = await agent_run(runs, project, "writer", _commands("dd,split,csplit"))
+    result = await shell(runs, run_id, *argv, cwd=cwd)
+    assert result.status == "denied", result
+    assert "protected place" in result.reason or "'csplit' is refused" in result.reason, result.reason
+    assert not (project / made).exists()
+    assert not any(
+        p.name.casefold().startswith(("temporal-dev", ".git", ".kiwi")) for p in project.rglob("*")
+    )
+    split = await shell(runs, run_id, "split", "-l", "1", "notes/y.txt", "sub/part-")  # (what split is for)
+    assert split.status == "ok" and (project / "sub" / "part-ab").read_text() == "second\n", split
+
+
+async def test_git_runs_no_shell_a_repositorys_settings_name(runs, project, monkeypatch):
+    """Attack: the agent builds a git folder under a name that is not protected (`stage/`), whose config
+    sets `trailer.t.cmd` to a shell command appending `core.fsmonitor` to the project's `.git/config`, and a
+    `.git` file in sub/ pointing at it; `git commit --trailer t=1` run in sub/ ran it through /bin/sh, which
+    git's rules let write the project's `.git`: the human's next `git status` then ran the agent's command,
+    unconfined. The worker refuses git in a repository whose settings name such a command, and confined git
+    runs no shell at all (here with that check taken away)."""
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    marker = project.parent / "human-pwned"
+    command = f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' >> ../.git/config; echo X"
+    stage = project / "stage"
+    for rel in ("objects/info", "refs/heads"):
+        (stage / rel).mkdir(parents=True)
+    (stage / "HEAD").write_text("ref: refs/heads/main\n")
+    (stage / "config").write_text(
+        f'[core]\n\trepositoryformatversion = 0\n[trailer "t"]\n\tcmd = "{command}"\n'
+    )
+    (project / "sub").mkdir()
+    (project / "sub" / ".git").write_text("gitdir: ../stage\n")
+    settings = (project / ".git" / "config").read_text()
+    run_id = await agent_run(runs, project, "committer", _commands("git"))
+    argv = ["git", "commit", "--allow-empty", "--trailer", "t=1", "-m", "msg"]
+
+    refused = await shell(runs, run_id, *argv, cwd="sub")
+    assert refused.status == "denied" and "trailer.t.cmd" in refused.reason, refused
+
+    if not confinement.available():
+        return
+    import activities.commands
+
+    monkeypatch.setattr(activities.commands, "_UNSAFE_GIT_KEY", activities.commands._FILTER_KEY)
+    ran = await shell(runs, run_id, *argv, cwd="sub")
+    assert ran.status == "ok", ran
+    assert (project / ".git" / "config").read_text() == settings
+    subprocess.run(["git", "-C", str(project), "status", "--short"], capture_output=True, check=True)
+    assert not marker.exists()
+
+
+@pytest.mark.skipif(not LINUX, reason="Landlock and PID namespaces are Linux's")
+async def test_a_program_that_asks_to_be_traced_and_stops_does_not_end_as_exit_0(tmp_path):
+    """Attack on the exit status Kiwi reports: a program asks the namespace's first process (its parent,
+    Kiwi's init) to trace it and stops itself; the init took the stop for an end and reported it, the
+    supervisor refused that report and exited as the init had, 0: a command that would have failed with 42
+    read as a success. A traced stop now ends the program (SIGKILL)."""
+    if not confinement.available() or confinement.namespaces_refused():
+        pytest.skip("no Landlock or no namespaces here: the program is not below Kiwi's init")
+    req = CommandRequest(project_root=str(tmp_path), argv=["true"], read_grants=["**"], write_grants=["**"])
+    code = (
+        "import ctypes, os, signal; ctypes.CDLL(None).ptrace(0, 0, 0, 0); "
+        "os.kill(os.getpid(), signal.SIGSTOP); os._exit(42)"
+    )
+    result = await confined(req, SYSTEM_PYTHON, "-c", code)
+    assert result.exit_code == -9, result
+    plain = await confined(req, SYSTEM_PYTHON, "-c", "import os; os._exit(42)")
+    assert plain.exit_code == 42, plain  # (an exit is reported as it was)
