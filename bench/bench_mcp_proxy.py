@@ -6,7 +6,9 @@ activity ``mcp.everything.call_tool`` -> the worker's pooled connection -> audit
 p50/p99, then 10 concurrent callers (calls/s). For scale it also prints the floor under every
 proxied call on the same server (bench/floor.py: a bare update, and one running a no-op local
 activity), the same Kiwi update refused by policy before any activity runs, and Kiwi's update sent
-straight to a run without RunClient (the caller's side of Kiwi). ``--pin`` gives the worker processes
+straight to a run without RunClient (the caller's side of Kiwi). Each kind of call has a run of its own,
+as each floor has a workflow of its own (Temporal's time per update grows with the updates an execution has
+taken). ``--pin`` gives the worker processes
 (and the MCP servers they start) a core of their own and the Temporal server and callers the others.
 
     .venv/bin/python bench/bench_mcp_proxy.py [--calls 300] [--callers 10] [--worker-process [--pin]]
@@ -159,6 +161,12 @@ async def main() -> None:
                 floor_rate, bare_rate = rates["local"], rates["upstream"]
                 runs = RunClient(temporal, ItemStore(root))
                 run_id = await runs.start("echo_bench", {})
+                # A run of its own for each kind of call, as the floor has a workflow of its own for each:
+                # Temporal's own time per update grows with the updates an execution has taken (the floor's
+                # p50 went from 6.2 to 8.6 ms over 800 updates), so a run taking three kinds of call was
+                # measured later in that growth than the floor it was set against.
+                refused_run = await runs.start("echo_bench", {})
+                read_run = await runs.start("echo_bench", {})
 
                 async def proxied(i: int) -> None:
                     result = await runs.call_tool(run_id, "everything.echo", {"message": f"m{i}"})
@@ -166,12 +174,12 @@ async def main() -> None:
 
                 async def refused(i: int) -> None:
                     # The same update, refused by the policy before any activity runs.
-                    result = await runs.call_tool(run_id, "everything.nothing", {"message": f"m{i}"})
+                    result = await runs.call_tool(refused_run, "everything.nothing", {"message": f"m{i}"})
                     assert result.error_type == "ToolNotFound", result
 
                 async def read(i: int) -> None:
                     # The built-in filesystem.read, the other proxied call #20 names (a local activity too).
-                    result = await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})
+                    result = await runs.call_tool(read_run, "filesystem.read", {"path": "notes/hello.md"})
                     assert result.status == "ok", result
 
                 # Sequential latencies, one call of each kind in turn: drift in the host's load hits the
@@ -207,13 +215,14 @@ async def main() -> None:
                         ]
                         pinned = common.pin_processes(workers, [mine, server.process.pid])
                     samples = await interleaved(min(args.calls, 900), kinds)
-                await runs.cancel(direct_run)
+                for done in (direct_run, refused_run, read_run):
+                    await runs.cancel(done)
                 floor = {k: samples[k] for k in ("plain", "local", "upstream", "raw", "decided", "recorded")}
                 kiwi_ms, refused_ms, read_ms = samples["kiwi"], samples["refused"], samples["read"]
                 await runs.cancel(run_id)
-                run_id = await runs.start("echo_bench", {})
+                read_run = await runs.start("echo_bench", {})
                 read_rate = await concurrent(args.calls, args.callers, read)
-                await runs.cancel(run_id)
+                await runs.cancel(read_run)
                 # The callers share a fresh run, as the floor's callers share a fresh workflow: what a
                 # continue-as-new inside the window costs is bench_continue_as_new.py's figure.
                 run_id = await runs.start("echo_bench", {})
