@@ -8,10 +8,12 @@ import dataclasses
 import json
 import os
 import re
+import secrets
 import shutil
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -96,6 +98,10 @@ def _parse_output(stdout: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
 def _denied(message: str) -> ApplicationError:
@@ -752,16 +758,32 @@ class CommandActivities:
             raise _denied(f"{unpack.reason} ({unpack.hint})" if unpack.hint else unpack.reason)
         if unpack is not None:
             return await _unpack(req, unpack, cwd, env)
-        result = await run_process(
-            req.argv,
-            cwd=str(cwd),
-            timeout=req.timeout_seconds,
-            max_output=req.max_output_bytes,
-            stdin=req.stdin,
-            env=env,
-            git_config=git_config,
-            confine=_confinement(req),
-        )
+        root = os.path.realpath(req.project_root)
+        missing = confinement.not_made(root, req.write_grants)
+        try:
+            result = await run_process(
+                req.argv,
+                cwd=str(cwd),
+                timeout=req.timeout_seconds,
+                max_output=req.max_output_bytes,
+                stdin=req.stdin,
+                env=env,
+                git_config=git_config,
+                confine=_confinement(req),
+            )
+        finally:
+            moved = confinement.set_aside(root, missing, _stamp()) if missing else []
+        if moved:
+            activity.logger.warning("a shell command made protected places, set aside: %s", moved)
+            raise _denied(
+                "the command made "
+                + ", ".join(f"'{place}'" for place, _ in moved)
+                + ", which only a grant naming it reaches (a protected place that was not there, so the kernel "
+                "could not hold it); set aside for a human to look at: "
+                + ", ".join(
+                    f"'{aside}'" if aside else f"'{place}' (could not be moved)" for place, aside in moved
+                )
+            )
         return {
             "exit_code": result.exit_code,
             "stdout": result.stdout,

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import posixpath
 import re
 import shutil
 import stat
@@ -252,6 +253,69 @@ def held_places(root: str, patterns: list[str], writes: list[str], git: bool) ->
     if inside_ai:
         places += _HELD_IN_AI
     return [p for p in places if free(p) and os.path.lexists(os.path.join(root, p))]
+
+
+# Protected places the kernel cannot hold where they are not made yet (a place is held by mounting on it):
+# looked for after each shell command, and set aside when the command made one (review s28: routes the checks
+# missed made `.kiwi`, `.ai/config` and `temporal-dev.yml`). Not the places Kiwi itself makes while a command
+# may run (`.ai/logs`, `.ai/.cache`, a directive or a proposal an agent saves through Kiwi).
+WATCHED = (GIT_DIR, ".kiwi", DEV_CONFIG, ".ai/config", ".ai/tools", ".ai/scripts")
+
+
+def not_made(root: str, patterns: list[str]) -> list[str]:
+    """The places of WATCHED that are not in ``root`` and that no write grant (``patterns``) names."""
+    missing = []
+    for place in WATCHED:
+        if any(names(p, place) for p in patterns):
+            continue
+        found = _entry(root, place)
+        if found is None:
+            missing.append(place)
+        else:
+            os.close(found[0])
+    return missing
+
+
+def set_aside(root: str, places: list[str], stamp: str) -> list[tuple[str, str]]:
+    """Each of ``places`` (not there before the command) that is there now, renamed beside itself to
+    ``NAME.set-aside-STAMP`` for a human to look at: nothing is deleted, and the rename moves the entry itself,
+    never where a link in its place leads. (place, new name) for each."""
+    moved = []
+    for place in places:
+        found = _entry(root, place)
+        if found is None:
+            continue
+        folder, name = found
+        aside = f"{name}.set-aside-{stamp}"
+        try:
+            os.rename(name, aside, src_dir_fd=folder, dst_dir_fd=folder)
+            moved.append((place, posixpath.join(posixpath.dirname(place), aside)))
+        except OSError:
+            moved.append((place, ""))  # (named all the same: the call fails for it)
+        finally:
+            os.close(folder)
+    return moved
+
+
+def _entry(root: str, place: str) -> tuple[int, str] | None:
+    """An open folder holding ``place`` and its last name, when there is an entry of that name (a link too);
+    None when there is none, or its folder is no folder of the project's (a link)."""
+    parent, name = posixpath.split(place)
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        folder = os.open(root, flags)
+        for part in parent.split("/") if parent else ():
+            inner = os.open(part, flags, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+    except OSError:
+        return None
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except OSError:
+        os.close(folder)
+        return None
+    return folder, name
 
 
 # What a folder read does not read unless its grant names the protected place (kiwi/protected.py): the

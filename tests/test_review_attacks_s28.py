@@ -193,3 +193,29 @@ async def test_a_program_that_asks_to_be_traced_and_stops_does_not_end_as_exit_0
     assert result.exit_code == -9, result
     plain = await confined(req, SYSTEM_PYTHON, "-c", "import os; os._exit(42)")
     assert plain.exit_code == 42, plain  # (an exit is reported as it was)
+
+
+async def test_a_protected_place_a_command_made_where_there_was_none_is_set_aside(runs, project, monkeypatch):
+    """The kernel holds a protected place only where it is (a place is held by mounting on it), so a route
+    the checks miss (here `dd of=temporal-dev.yml` with the worker's check of such words taken away) made
+    `temporal-dev.yml`, which the human's next `kiwi dev` reads. The worker looks for the places that were
+    not there after each command: one the command made is set aside beside itself, nothing deleted, and the
+    call fails naming it. A place that was there before, and what a grant names, are left as they are."""
+    import activities.commands
+
+    monkeypatch.setattr(activities.commands, "unchecked_names", lambda *args, **kwargs: None)
+    (project / "notes").mkdir(exist_ok=True)
+    (project / "notes" / "y.txt").write_text("mcp: {host: 0.0.0.0}\n")
+    (project / ".kiwi").mkdir()
+    run_id = await agent_run(runs, project, "writer", _commands("dd"))
+
+    result = await shell(runs, run_id, "dd", "if=notes/y.txt", "of=temporal-dev.yml")
+    assert result.status == "denied", result
+    assert "'temporal-dev.yml'" in result.reason and "set aside" in result.reason, result.reason
+    assert not (project / "temporal-dev.yml").exists()
+    (aside,) = project.glob("temporal-dev.yml.set-aside-*")
+    assert aside.read_text() == "mcp: {host: 0.0.0.0}\n" and aside.name in result.reason
+
+    kept = await shell(runs, run_id, "dd", "if=notes/y.txt", "of=notes/copy.txt")  # (nothing made there)
+    assert kept.status == "ok" and (project / "notes" / "copy.txt").exists(), kept
+    assert (project / ".kiwi").is_dir() and not list(project.glob(".kiwi.set-aside-*"))
