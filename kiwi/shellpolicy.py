@@ -164,7 +164,8 @@ def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] =
     if known_program(argv[0]):
         return None
     for arg in argv[1:]:
-        for word in {arg, arg.partition("=")[2]}:
+        attached = arg[2:] if arg.startswith("-") and not arg.startswith("--") else ""  # (`-o.kiwi`)
+        for word in {arg, arg.partition("=")[2], attached}:
             rel = lexical_path(cwd, word) if word else None
             place = protected_root(rel) if isinstance(rel, str) else None
             if place is not None and protected_granted(list(writes), rel) is None:

@@ -107,6 +107,7 @@ async def test_git_diff_no_index_does_not_print_the_repositorys_settings(runs, p
         (["dd", "if=notes/y.txt", "of=temporal-dev.yml"], ".", "temporal-dev.yml"),
         (["dd", "if=../notes/y.txt", "of=.git"], "sub", "sub/.git"),
         (["dd", "if=notes/y.txt", "of=.KIWI"], ".", ".KIWI"),
+        (["dd", "-o.kiwi"], ".", ".kiwi"),
         (
             ["split", "-l", "1", "-a", "1", "--additional-suffix=ml", "notes/y.txt", "temporal-dev."],
             ".",
