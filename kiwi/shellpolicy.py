@@ -2584,7 +2584,7 @@ def _git(
             found += [(p, "read", False) for p in before if _path_like(p)]
     elif no_index or sub == "diff" and any(_path_like(p) for p in before):
         # Outside a repository "git diff a b" compares files on disk: they are paths.
-        found += [(p, "read", True) for p in before]
+        found += [(p, "read", False) for p in before]
     elif writes and sub != "checkout":
         found += [_git_path(p, mode) for p in before]
         if sub == "init" and not before:
