@@ -64,6 +64,7 @@ from kiwi.shellpolicy import (
     names_from_a_list,
     path_arguments,
     program_name,
+    protected_inside,
     unchecked_names,
     unpacking,
 )
@@ -168,6 +169,12 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
             )
         if real == path.rel or not (req.read_grants or req.write_grants):
             continue
+        if path.mode == "write" and path.tree and (inside := protected_inside(real, req.write_grants)):
+            # (`cp -r stage/. d`, d a link to the project's root, wrote the protected places there: review s28.)
+            raise _denied(
+                f"{what} resolves (through a symbolic link or `..`) to '{real}', which contains the protected "
+                f"place '{inside}'"
+            )
         grants = req.read_grants if path.mode == "read" else req.write_grants
         denied = first_match(req.deny_fs, real)
         if denied is not None or protected_granted(grants, real) is None:
@@ -268,6 +275,7 @@ async def _check_git_repository(req: CommandRequest, cwd: str, env: dict[str, st
                 raise _denied(
                     f"git here uses '{line}', outside the project (a .git file or core.worktree points there)"
                 )
+    _the_projects_repository(req, result.stdout.splitlines() if result.exit_code == 0 else [])
     overrides, unsafe = await git_repository_settings(req.project_root, cwd)
     if unsafe:
         raise _denied(
@@ -277,6 +285,40 @@ async def _check_git_repository(req: CommandRequest, cwd: str, env: dict[str, st
     if result.exit_code == 0 and result.stdout.splitlines()[1:]:
         await _no_tracked_path_beyond_a_link(result.stdout.splitlines()[1], cwd, env)
     return overrides
+
+
+def _the_projects_repository(req: CommandRequest, found: list[str]) -> None:
+    """shell.run's git works in the project's own repository (its git folder, the project's root its work
+    tree), a submodule's or a worktree's of it; nowhere else (review s28): a repository the agent made (a
+    `.git` file in sub/ pointing at a folder it wrote) has settings of the agent's, and with none found git
+    compares files as `git diff --no-index` does, reading `.git/config` as git's rules let it. ``found``:
+    `git rev-parse --absolute-git-dir --show-toplevel` in the command's folder ([] when it found none); `git
+    init` and `git --version` need none."""
+    words = [w for w in req.argv[1:] if not w.startswith("-")]
+    if not found:
+        if words[:1] in ([], ["init"], ["version"]):
+            return
+        raise _denied(
+            "git finds no repository here: shell git runs in the project's own repository (`git init` makes one)"
+        )
+    root = os.path.realpath(req.project_root)
+    git_dir = os.path.realpath(found[0])
+    top = os.path.realpath(found[1]) if len(found) > 1 and found[1] else ""
+    own = [os.path.realpath(os.path.join(root, rel)) for rel in confinement.git_folders(root)]
+    if (git_dir in own and top == root) or (
+        any(
+            git_dir.startswith(folder + os.sep + kind + os.sep)
+            for folder in own
+            for kind in ("modules", "worktrees")
+        )
+        and _real_relative(req.project_root, top) is not None
+    ):
+        return
+    shown = _real_relative(req.project_root, git_dir) or git_dir
+    raise _denied(
+        f"git here uses the repository '{shown}' (its work tree '{_real_relative(req.project_root, top) or top}'), "
+        "not the project's: shell git runs in the project's own repository, its submodules and worktrees"
+    )
 
 
 async def _no_tracked_path_beyond_a_link(top: str, cwd: str, env: dict[str, str]) -> None:

@@ -145,7 +145,7 @@ def shell_rules(
     rules.held_required = mode() == "required"
     if git:
         # Its repository (git's reading of protected places through history is its own, see README: Shell).
-        for git in _git_folders(root):
+        for git in git_folders(root):
             rules.allow_beneath(root, git, landlock.READ | (landlock.WRITE if writes else 0))
         for folder in _GIT_CORE:
             rules.allow(folder, landlock.EXECUTE | landlock.READ)
@@ -199,7 +199,7 @@ def own_git_rules(root: str, program: str, temp: str, writes: tuple[str, ...] = 
     rules = landlock.Rules()
     root = os.path.realpath(root)
     rules.allow(root, landlock.READ)
-    for git in _git_folders(root):
+    for git in git_folders(root):
         rules.allow_beneath(root, git, landlock.READ | landlock.WRITE)
     for folder in writes:
         rules.allow(folder, landlock.READ | landlock.WRITE)
@@ -259,11 +259,15 @@ def held_places(root: str, patterns: list[str], writes: list[str], git: bool) ->
 # looked for after each shell command, and set aside when the command made one (review s28: routes the checks
 # missed made `.kiwi`, `.ai/config` and `temporal-dev.yml`). Not the places Kiwi itself makes while a command
 # may run (`.ai/logs`, `.ai/.cache`, a directive or a proposal an agent saves through Kiwi).
+# And `.ai` made a link (`ln -s stage .ai` where there was no `.ai`: Kiwi then read the harness and trusted keys
+# of a folder the agent writes, review s28): set aside as a link only, a folder `.ai` being the project's.
 WATCHED = (GIT_DIR, ".kiwi", DEV_CONFIG, ".ai/config", ".ai/tools", ".ai/scripts")
+_AS_LINK = ".ai"
 
 
 def not_made(root: str, patterns: list[str]) -> list[str]:
-    """The places of WATCHED that are not in ``root`` and that no write grant (``patterns``) names."""
+    """The places of WATCHED that are not in ``root`` and that no write grant (``patterns``) names, and `.ai`
+    when it is no link."""
     missing = []
     for place in WATCHED:
         if any(names(p, place) for p in patterns):
@@ -273,6 +277,8 @@ def not_made(root: str, patterns: list[str]) -> list[str]:
             missing.append(place)
         else:
             os.close(found[0])
+    if not _is_link(root, _AS_LINK):
+        missing.append(_AS_LINK)
     return missing
 
 
@@ -282,19 +288,40 @@ def set_aside(root: str, places: list[str], stamp: str) -> list[tuple[str, str]]
     never where a link in its place leads. (place, new name) for each."""
     moved = []
     for place in places:
+        if place == _AS_LINK and not _is_link(root, place):
+            continue
         found = _entry(root, place)
         if found is None:
             continue
         folder, name = found
         aside = f"{name}.set-aside-{stamp}"
         try:
-            os.rename(name, aside, src_dir_fd=folder, dst_dir_fd=folder)
+            try:
+                os.rename(name, aside, src_dir_fd=folder, dst_dir_fd=folder)
+            except PermissionError:
+                # (The command may have taken its write from the folder: `cp -a` of a folder of mode 555
+                # into the project's root gave the root that mode, review s28.)
+                writable = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=folder)
+                try:
+                    os.fchmod(
+                        writable, stat.S_IMODE(os.fstat(writable).st_mode) | stat.S_IWUSR | stat.S_IXUSR
+                    )
+                finally:
+                    os.close(writable)
+                os.rename(name, aside, src_dir_fd=folder, dst_dir_fd=folder)
             moved.append((place, posixpath.join(posixpath.dirname(place), aside)))
         except OSError:
             moved.append((place, ""))  # (named all the same: the call fails for it)
         finally:
             os.close(folder)
     return moved
+
+
+def _is_link(root: str, place: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(os.path.join(root, place)).st_mode)
+    except OSError:
+        return False
 
 
 def _entry(root: str, place: str) -> tuple[int, str] | None:
@@ -335,7 +362,7 @@ def hidden_places(root: str) -> list[str]:
     (`.git` a file saying `gitdir: .bare`), that folder's. Where a git folder holds too much to look through,
     all of its ``modules``: never fewer than there are."""
     found = list(UNREAD)
-    for git in _git_folders(root):
+    for git in git_folders(root):
         if git != ".git":
             found += [f"{git}/{name}" for name in _GIT_SETTINGS]
         looked = 0
@@ -367,7 +394,7 @@ def hidden_places(root: str) -> list[str]:
     return found
 
 
-def _git_folders(root: str) -> list[str]:
+def git_folders(root: str) -> list[str]:
     """The project's git folder: `.git`, or where a `.git` file points inside the project (review s26:
     `git init --separate-git-dir=.bare .` kept the repository's settings in `.bare/config`)."""
     try:  # (not blocking, not through a link, a file only: a FIFO named .git held the worker, review s26)

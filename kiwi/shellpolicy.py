@@ -139,7 +139,52 @@ def later_refused(arg0: str) -> str:
 # the worker refuses it. split's names are PREFIX + letters or digits + its additional suffix: see _split_names.
 NAMES_MADE = {
     "csplit": "writes files under names it makes from a prefix and a format, which Kiwi cannot check",
+    "rename": "renames files by a pattern, to names Kiwi does not see",
+    # (`patch -p0` with a diff on standard input made sub/.git and app/.ai/config: review s28.)
+    **{
+        p: "writes the files named inside what it reads (a diff, an archive), which Kiwi does not see"
+        for p in [
+            "patch",
+            "ar",
+            "cpio",
+            "pax",
+            "7z",
+            "7za",
+            "7zr",
+            "unrar",
+            "unar",
+            "lha",
+            "arj",
+            "cabextract",
+            "bsdtar",
+            "bsdcpio",
+        ]
+    },
 }
+# Decompressors write NAME for NAME.gz (`gzip -d sub/.git.gz` made a nested .git file), or the name kept in
+# the file with -N.
+_DECOMPRESSORS = frozenset(
+    [
+        "gzip",
+        "gunzip",
+        "pigz",
+        "unpigz",
+        "xz",
+        "unxz",
+        "lzma",
+        "unlzma",
+        "bzip2",
+        "bunzip2",
+        "zstd",
+        "unzstd",
+        "lz4",
+        "unlz4",
+        "lzip",
+        "brotli",
+        "compress",
+        "uncompress",
+    ]
+)
 # The protected places' last segments (kiwi.protected), and those of .ai's below it.
 _PROTECTED_NAMES = (GIT_DIR, ".ai", ".kiwi", DEV_CONFIG)
 _PROTECTED_IN_AI = tuple(
@@ -155,6 +200,11 @@ def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] =
     name = program_name(argv[0])
     if name in NAMES_MADE:
         return _no(f"'{name}' is refused: it {NAMES_MADE[name]}", "write each file by its name")
+    if name in _DECOMPRESSORS and (made := _decompressed_names(argv[1:], cwd)):
+        return _no(
+            f"'{name}' is refused here: {made}",
+            "decompress files whose names do not begin with a protected place's (or to standard output, -c)",
+        )
     if name == "split" and (made := _split_names(argv[1:], cwd)):
         return _no(
             f"'split' is refused here: its output names (a prefix, letters or digits, a suffix) could make the "
@@ -189,11 +239,29 @@ def _split_names(args: Sequence[str], cwd: str) -> str:
     )
     names = _PROTECTED_NAMES + (_PROTECTED_IN_AI if in_ai else ())
     for word in words:
-        start = _fold_name(posixpath.basename(word.replace("\\", "/")))
+        # (The prefix as it is: `sub/.` begins `.git`, and folded it was nothing: review s28.)
+        start = posixpath.basename(word.replace("\\", "/")).casefold()
         end = word.casefold().rstrip(" .")
         for protected in names:
             if (start and protected.startswith(start)) or (end and protected.endswith(end)):
                 return protected if protected in _PROTECTED_NAMES else f".ai/{protected}"
+    return ""
+
+
+def _decompressed_names(args: Sequence[str], cwd: str) -> str:
+    """Why a decompressor's output could be a protected place ('' when it could not): -N (the name kept in
+    the file), or a file whose name begins with a protected place's (`temporal-dev.yml.gz`, `.ai/config.xz`:
+    any beginning of the name is taken as what the suffix leaves, so `-S SUFFIX` is covered too)."""
+    for arg in args:
+        if arg in ("--name", "-N") or (arg.startswith("-") and not arg.startswith("--") and "N" in arg[1:]):
+            return f"'{arg}' writes the name kept inside the file, which Kiwi does not see"
+        if arg.startswith("-") or not arg:
+            continue
+        folder, base = posixpath.split(arg.replace("\\", "/"))
+        for end in range(1, len(base)):
+            rel = lexical_path(cwd, posixpath.join(folder, base[:end]))
+            if isinstance(rel, str) and (place := protected_root(rel)) is not None:
+                return f"'{arg}' would be written as '{rel}', in the protected place '{place}'"
     return ""
 
 
@@ -1247,19 +1315,23 @@ def _check_path(p: PathArgument, g: _Grants) -> ShellVerdict | None:
             f'add <{p.mode} resource="filesystem" path="{suggestion}"/> to <permissions>',
             patterns,
         )
-    if p.tree and p.mode == "write":
-        for root in (GIT_DIR, *PROTECTED_ROOTS, DIRECTIVES, DEV_CONFIG, PROPOSALS):
-            if p.rel == "." or root.startswith(p.rel + "/"):
-                inside = (
-                    root if root == DEV_CONFIG else posixpath.join(root, "x") if p.rel == "." else root + "/x"
-                )
-                if protected_granted(list(patterns), inside) is None:
-                    return _no(
-                        f"'{p.raw}' contains the protected place '{root}', which only a grant naming "
-                        "it reaches",
-                        f"name a folder that does not contain '{root}'",
-                        patterns,
-                    )
+    if p.tree and p.mode == "write" and (root := protected_inside(p.rel, patterns)) is not None:
+        return _no(
+            f"'{p.raw}' contains the protected place '{root}', which only a grant naming it reaches",
+            f"name a folder that does not contain '{root}'",
+            patterns,
+        )
+    return None
+
+
+def protected_inside(rel: str, patterns: Sequence[str]) -> str | None:
+    """The protected place at the project's root that the folder ``rel`` is or holds and no grant of
+    ``patterns`` names (a whole-tree write there would write it), or None."""
+    for root in (GIT_DIR, *PROTECTED_ROOTS, DIRECTIVES, DEV_CONFIG, PROPOSALS):
+        if rel == "." or root.startswith(rel + "/"):
+            inside = root if root == DEV_CONFIG else posixpath.join(root, "x") if rel == "." else root + "/x"
+            if protected_granted(list(patterns), inside) is None:
+                return root
     return None
 
 
@@ -2582,6 +2654,9 @@ def _git(
             found += [_git_path(p, mode) for p in before]
         else:
             found += [(p, "read", False) for p in before if _path_like(p)]
+        if sub == "init" and known and rule_in_force(SHELL_REVIEW_S28):
+            # (`git init -- sub` makes sub/.git as `git init sub` does: review s28.)
+            found += [(posixpath.join(p, ".git"), "write", False) for p in ((after or before)[-1:] or ["."])]
     elif no_index or sub == "diff" and any(_path_like(p) for p in before):
         # Outside a repository "git diff a b" compares files on disk: they are paths.
         found += [(p, "read", False) for p in before]

@@ -140,29 +140,22 @@ async def test_a_program_kiwi_does_not_know_makes_no_protected_place_by_a_word_t
 
 
 async def test_git_runs_no_shell_a_repositorys_settings_name(runs, project, monkeypatch):
-    """Attack: the agent builds a git folder under a name that is not protected (`stage/`), whose config
-    sets `trailer.t.cmd` to a shell command appending `core.fsmonitor` to the project's `.git/config`, and a
-    `.git` file in sub/ pointing at it; `git commit --trailer t=1` run in sub/ ran it through /bin/sh, which
-    git's rules let write the project's `.git`: the human's next `git status` then ran the agent's command,
-    unconfined. The worker refuses git in a repository whose settings name such a command, and confined git
-    runs no shell at all (here with that check taken away)."""
+    """Attack: a repository's config sets `trailer.t.cmd` to a shell command appending `core.fsmonitor` to
+    `.git/config` (review s28 planted it in a repository of the agent's, a `.git` file in sub/ pointing at a
+    folder it wrote); `git commit --trailer t=1` ran it through /bin/sh, which git's rules let write the
+    project's `.git`: the human's next `git status` then ran the agent's command, unconfined. The worker
+    refuses git in a repository whose settings name such a command, and confined git runs no shell at all
+    (here with that check taken away)."""
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     marker = project.parent / "human-pwned"
-    command = f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' >> ../.git/config; echo X"
-    stage = project / "stage"
-    for rel in ("objects/info", "refs/heads"):
-        (stage / rel).mkdir(parents=True)
-    (stage / "HEAD").write_text("ref: refs/heads/main\n")
-    (stage / "config").write_text(
-        f'[core]\n\trepositoryformatversion = 0\n[trailer "t"]\n\tcmd = "{command}"\n'
-    )
-    (project / "sub").mkdir()
-    (project / "sub" / ".git").write_text("gitdir: ../stage\n")
+    command = f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' >> .git/config; echo X"
+    with (project / ".git" / "config").open("a") as config:
+        config.write(f'[trailer "t"]\n\tcmd = "{command}"\n')
     settings = (project / ".git" / "config").read_text()
     run_id = await agent_run(runs, project, "committer", _commands("git"))
     argv = ["git", "commit", "--allow-empty", "--trailer", "t=1", "-m", "msg"]
 
-    refused = await shell(runs, run_id, *argv, cwd="sub")
+    refused = await shell(runs, run_id, *argv)
     assert refused.status == "denied" and "trailer.t.cmd" in refused.reason, refused
 
     if not confinement.available():
@@ -170,7 +163,7 @@ async def test_git_runs_no_shell_a_repositorys_settings_name(runs, project, monk
     import activities.commands
 
     monkeypatch.setattr(activities.commands, "_UNSAFE_GIT_KEY", activities.commands._FILTER_KEY)
-    ran = await shell(runs, run_id, *argv, cwd="sub")
+    ran = await shell(runs, run_id, *argv)
     assert ran.status == "ok", ran
     assert (project / ".git" / "config").read_text() == settings
     subprocess.run(["git", "-C", str(project), "status", "--short"], capture_output=True, check=True)
@@ -220,3 +213,126 @@ async def test_a_protected_place_a_command_made_where_there_was_none_is_set_asid
     kept = await shell(runs, run_id, "dd", "if=notes/y.txt", "of=notes/copy.txt")  # (nothing made there)
     assert kept.status == "ok" and (project / "notes" / "copy.txt").exists(), kept
     assert (project / ".kiwi").is_dir() and not list(project.glob(".kiwi.set-aside-*"))
+
+
+# ---------------------------------------------------------------- the second review of the day
+
+
+def _nested_repository(project: Path, points_at: str, *, version: int = 0) -> None:
+    """sub/.git, a `.git` file pointing at ``points_at`` (a git folder the agent wrote under a name that is not
+    protected, or the project's own), as a route the checks missed would leave it."""
+    if points_at == "../stage":
+        stage = project / "stage"
+        for rel in ("objects/info", "refs/heads"):
+            (stage / rel).mkdir(parents=True)
+        (stage / "HEAD").write_text("ref: refs/heads/main\n")
+        (stage / "config").write_text(f"[core]\n\trepositoryformatversion = {version}\n")
+    (project / "sub" / "empty").mkdir(parents=True)
+    (project / "sub" / ".git").write_text(f"gitdir: {points_at}\n")
+
+
+@pytest.mark.parametrize(
+    ("points_at", "version", "argv", "said"),
+    [
+        # git refuses a repository of a format it does not know and works as if there were none: `git diff A
+        # B` is then --no-index, under git's rules that may read .git (it printed the remote's credentials).
+        ("../stage", 99, ["git", "diff", "empty", ".."], "finds no repository"),
+        # A repository of the agent's (its settings the agent's: a trailer's cmd, an fsmonitor).
+        ("../stage", 0, ["git", "status"], "not the project's"),
+        # The project's own git folder with sub/ as its work tree: `git add -- .` staged sub's files at the
+        # root's paths (.ai/config/..., temporal-dev.yml), for the human's next checkout to write.
+        ("../.git", 0, ["git", "add", "--", "."], "not the project's"),
+    ],
+)
+async def test_shell_git_works_only_in_the_projects_own_repository(
+    runs, project, points_at, version, argv, said
+):
+    """Attack: git run in a folder whose `.git` file points elsewhere works in another repository, or in none;
+    each way it reached what the project's repository keeps from it. shell.run's git now runs only in the
+    project's repository (its root the work tree), its submodules and worktrees."""
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    with (project / ".git" / "config").open("a") as config:
+        config.write('[remote "origin"]\n\turl = https://user:SECRET-TOKEN-123@example.invalid/x.git\n')
+    _nested_repository(project, points_at, version=version)
+    run_id = await agent_run(runs, project, "gitter", _commands("git"))
+    result = await shell(runs, run_id, *argv, cwd="sub")
+    assert result.status == "denied" and said in result.reason, result
+    assert "SECRET-TOKEN" not in str(result)
+    at_root = await shell(runs, run_id, "git", "status", "--short")  # (the project's own: runs)
+    assert at_root.status == "ok" and at_root.result["exit_code"] == 0, at_root
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["patch", "-p0"], "'patch' is refused"),
+        (["gzip", "-d", "sub/.git.gz"], "'sub/.git'"),
+        (["gzip", "-dN", "notes/x.gz"], "the name kept inside the file"),
+        (["split", "-l", "1", "-a", "3", "notes/y.txt", "sub/."], "'.git'"),
+        (["git", "init", "--", "sub"], "'sub/.git'"),
+    ],
+)
+async def test_a_nested_protected_place_is_not_made_by_a_name_the_command_does_not_hold(
+    runs, project, argv, said
+):
+    """Attack: programs that take the names they write from what they read (a diff's `+++ sub/.git`, the
+    name kept in a gzip file), from what a suffix leaves (`gzip -d sub/.git.gz`), from a prefix that begins a
+    protected name (`split ... sub/.`), or after `--` (`git init -- sub`) made nested `.git` files and
+    folders, which the kernel holds nowhere. Refused, and nothing is made."""
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / "notes").mkdir(exist_ok=True)
+    (project / "notes" / "y.txt").write_text("gitdir: ../stage\n")
+    (project / "sub").mkdir()
+    subprocess.run(["gzip", "-k", str(project / "notes" / "y.txt")], check=True)
+    (project / "notes" / "y.txt.gz").rename(project / "sub" / ".git.gz")
+    (project / "notes" / "x.gz").write_bytes((project / "sub" / ".git.gz").read_bytes())
+    diff = "--- /dev/null\n+++ sub/.git\n@@ -0,0 +1 @@\n+gitdir: ../stage\n"
+    run_id = await agent_run(runs, project, "maker", _commands("patch,gzip,split,git"))
+    result = await runs.call_tool(
+        run_id, "shell.run", {"argv": argv, **({"stdin": diff} if argv[0] == "patch" else {})}
+    )
+    assert result.status == "denied" and said in result.reason, result
+    assert not (project / "sub" / ".git").exists()
+    assert not [
+        p for p in (project / "sub").iterdir() if p.name.casefold().startswith(".git") and p.suffix != ".gz"
+    ]
+
+
+async def test_ai_made_a_link_to_a_folder_of_the_agents_is_set_aside(tmp_path):
+    """Attack: where a project has no `.ai`, `ln -s stage .ai` (the checks protect the places in `.ai`, not
+    the name `.ai`) gave Kiwi the agent's harness, trusted keys and tools to read through the link. A `.ai`
+    the command made a link is set aside as the other places are; a folder `.ai` it made is the project's."""
+    from temporalio.exceptions import ApplicationError
+
+    from activities.commands import CommandActivities
+
+    project = tmp_path / "project"
+    (project / "stage" / "config").mkdir(parents=True)
+    (project / "stage" / "config" / "agent_harness.yaml").write_text("agent's: true\n")
+
+    def request(*argv: str) -> CommandRequest:
+        return CommandRequest(
+            project_root=str(project), argv=list(argv), read_grants=["**"], write_grants=["**"]
+        )
+
+    with pytest.raises(ApplicationError) as refused:
+        await CommandActivities().run_command(request("ln", "-s", "stage", ".ai"))
+    assert "'.ai'" in str(refused.value) and "set aside" in str(refused.value)
+    assert not (project / ".ai").exists() and not (project / ".ai").is_symlink()
+    (aside,) = project.glob(".ai.set-aside-*")
+    assert aside.is_symlink()
+
+    made = await CommandActivities().run_command(request("mkdir", "-p", ".ai/knowledge"))
+    assert made["exit_code"] == 0 and (project / ".ai" / "knowledge").is_dir()
+
+
+async def test_a_whole_tree_copy_through_a_link_to_the_root_is_refused(runs, project):
+    """Attack: `d` a link to the project's root, `cp -r stage/. d` passed the run's checks (d holds no
+    protected place by its name) and the worker's (d leads into the project), and wrote `.kiwi` there. The
+    worker checks a whole-tree write where it leads as the run checks it by its name."""
+    _stage(project)
+    (project / "d").symlink_to(".")
+    run_id = await agent_run(runs, project, "copier", _commands("cp"))
+    result = await shell(runs, run_id, "cp", "-r", "stage/.", "d")
+    assert result.status == "denied" and "contains the protected place" in result.reason, result
+    assert not (project / ".kiwi").exists() and not list(project.glob(".kiwi*"))
