@@ -49,6 +49,7 @@ from kiwi.errors import (
 )
 from kiwi.globs import first_match
 from kiwi.protected import granted as protected_granted
+from kiwi.protected import protected_root
 from kiwi.shellpolicy import (
     FIND_GRANTABLE,
     LinkMoves,
@@ -1019,6 +1020,14 @@ def _own(path: str) -> bool:
     return not path.startswith(KIWI_PRIVATE)
 
 
+def _rolled_back(path: str) -> bool:
+    """Whether a rollback writes or removes ``path``: not in Kiwi's protected places (kiwi.protected), which
+    a human changes (review s28: a checkpoint taken while `.gitignore` named `.ai/config/`, then rolled back
+    with it emptied, removed the harness and trusted keys as files made since; an older harness, registry or
+    signed directive written back had what a human had taken out since)."""
+    return _own(path) and protected_root(path) is None
+
+
 # Checkpoint commits are Kiwi's, so they work without a configured git identity.
 KIWI_IDENTITY = {
     "GIT_AUTHOR_NAME": "Kiwi",
@@ -1161,14 +1170,14 @@ class GitActivities:
         kept = {
             p
             for p in (await _git_ok(root, "ls-tree", "-r", "--name-only", commit, "--", ".")).splitlines()
-            if _own(p)
+            if _rolled_back(p)
         }
         now = {
             p
             for p in (
                 await _git_ok(root, "ls-files", "-c", "-o", "--exclude-standard", "--", ".")
             ).splitlines()
-            if _own(p)
+            if _rolled_back(p)
         }
         with _ScratchIndex() as env:
             await _git_ok(root, "read-tree", commit, env=env)

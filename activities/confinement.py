@@ -263,13 +263,16 @@ def held_places(root: str, patterns: list[str], writes: list[str], git: bool) ->
 # of a folder the agent writes, review s28): set aside as a link only, a folder `.ai` being the project's.
 WATCHED = (GIT_DIR, ".kiwi", DEV_CONFIG, ".ai/config", ".ai/tools", ".ai/scripts")
 _AS_LINK = ".ai"
+# Places Kiwi makes itself as folders (the audit trail, directives an agent saves through Kiwi): set aside when
+# a command made them anything else (`split ... --additional-suffix=ogs .ai/` made a file `.ai/logs`).
+_AS_FOLDER = (".ai/logs", DIRECTIVES)
 
 
 def not_made(root: str, patterns: list[str]) -> list[str]:
     """The places of WATCHED that are not in ``root`` and that no write grant (``patterns``) names, and `.ai`
     when it is no link."""
     missing = []
-    for place in WATCHED:
+    for place in (*WATCHED, *_AS_FOLDER):
         if any(names(p, place) for p in patterns):
             continue
         found = _entry(root, place)
@@ -294,6 +297,9 @@ def set_aside(root: str, places: list[str], stamp: str) -> list[tuple[str, str]]
         if found is None:
             continue
         folder, name = found
+        if place in _AS_FOLDER and _is_folder(folder, name):
+            os.close(folder)
+            continue
         aside = f"{name}.set-aside-{stamp}"
         try:
             try:
@@ -315,6 +321,13 @@ def set_aside(root: str, places: list[str], stamp: str) -> list[tuple[str, str]]
         finally:
             os.close(folder)
     return moved
+
+
+def _is_folder(folder: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode)
+    except OSError:
+        return True  # (gone: nothing to set aside)
 
 
 def _is_link(root: str, place: str) -> bool:

@@ -200,10 +200,10 @@ def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] =
     name = program_name(argv[0])
     if name in NAMES_MADE:
         return _no(f"'{name}' is refused: it {NAMES_MADE[name]}", "write each file by its name")
-    if name in _DECOMPRESSORS and (made := _decompressed_names(argv[1:], cwd)):
+    if name in _DECOMPRESSORS and (made := _decompressed_names(name, argv[1:], cwd)):
         return _no(
             f"'{name}' is refused here: {made}",
-            "decompress files whose names do not begin with a protected place's (or to standard output, -c)",
+            "decompress files whose names less their suffix are no protected place, with the options Kiwi reads",
         )
     if name == "split" and (made := _split_names(argv[1:], cwd)):
         return _no(
@@ -233,7 +233,9 @@ def _split_names(args: Sequence[str], cwd: str) -> str:
     name refuses it (`.yml` too)."""
     words = [w.partition("=")[2] if w.startswith("-") else w for w in args]
     in_ai = any(
-        isinstance(rel := lexical_path(cwd, w), str) and _fold_name(posixpath.dirname(rel)) == ".ai"
+        isinstance(rel := lexical_path(cwd, w), str)
+        and ".ai"
+        in (_fold_name(rel), _fold_name(posixpath.dirname(rel)))  # (`.ai/` is .ai itself: review s28)
         for w in words
         if w
     )
@@ -248,18 +250,59 @@ def _split_names(args: Sequence[str], cwd: str) -> str:
     return ""
 
 
-def _decompressed_names(args: Sequence[str], cwd: str) -> str:
-    """Why a decompressor's output could be a protected place ('' when it could not): -N (the name kept in
-    the file), or a file whose name begins with a protected place's (`temporal-dev.yml.gz`, `.ai/config.xz`:
-    any beginning of the name is taken as what the suffix leaves, so `-S SUFFIX` is covered too)."""
-    for arg in args:
-        if arg in ("--name", "-N") or (arg.startswith("-") and not arg.startswith("--") and "N" in arg[1:]):
-            return f"'{arg}' writes the name kept inside the file, which Kiwi does not see"
-        if arg.startswith("-") or not arg:
-            continue
+# What Kiwi reads of a decompressor's options: any other (`-r`, which took every file of a folder, `-N` and
+# its abbreviation `--na`, the name kept in the file, `-S`, a suffix of the agent's) is refused (review s28).
+_DECOMPRESSOR_FLAGS = frozenset("cdfklnqtv123456789")
+_DECOMPRESSOR_LONG = frozenset(
+    [
+        "--stdout",
+        "--to-stdout",
+        "--decompress",
+        "--uncompress",
+        "--force",
+        "--keep",
+        "--list",
+        "--no-name",
+        "--quiet",
+        "--test",
+        "--verbose",
+        "--fast",
+        "--best",
+    ]
+)
+_COMPRESSED = (".gz", ".z", "-gz", "-z", "_z", ".xz", ".lzma", ".bz2", ".zst", ".lz4", ".lz", ".br", ".Z")
+_ARCHIVES_COMPRESSED = {".tgz": ".tar", ".taz": ".tar", ".txz": ".tar", ".tbz": ".tar", ".tbz2": ".tar"}
+
+
+def _decompressed_names(name: str, args: Sequence[str], cwd: str) -> str:
+    """Why a decompressor could write a protected place ('' when it could not): an option Kiwi does not read,
+    or, decompressing, a file whose name less its suffix is one (`gzip -d sub/.git.gz`)."""
+    decompress = name.startswith("un") or name in ("gunzip", "bunzip2")
+    files = []
+    for index, arg in enumerate(args):
+        if arg == "--":
+            files += args[index + 1 :]
+            break
+        if arg.startswith("--"):
+            if arg not in _DECOMPRESSOR_LONG:
+                return f"'{arg}' is an option of {name} that Kiwi does not read (it reads {', '.join(sorted(_DECOMPRESSOR_LONG))})"
+            decompress = decompress or arg in ("--decompress", "--uncompress")
+        elif arg.startswith("-") and len(arg) > 1:
+            if not set(arg[1:]) <= _DECOMPRESSOR_FLAGS:
+                return f"'{arg}' holds an option of {name} that Kiwi does not read (it reads -{''.join(sorted(_DECOMPRESSOR_FLAGS))})"
+            decompress = decompress or "d" in arg
+        else:
+            files.append(arg)
+    if not decompress:
+        return ""  # (NAME.gz and its kin: no protected place's name ends so)
+    for arg in files:
         folder, base = posixpath.split(arg.replace("\\", "/"))
-        for end in range(1, len(base)):
-            rel = lexical_path(cwd, posixpath.join(folder, base[:end]))
+        outputs = [base[: -len(end)] for end in _COMPRESSED if base.endswith(end) and len(base) > len(end)]
+        outputs += [
+            base[: -len(end)] + tar for end, tar in _ARCHIVES_COMPRESSED.items() if base.endswith(end)
+        ]
+        for output in outputs:
+            rel = lexical_path(cwd, posixpath.join(folder, output))
             if isinstance(rel, str) and (place := protected_root(rel)) is not None:
                 return f"'{arg}' would be written as '{rel}', in the protected place '{place}'"
     return ""

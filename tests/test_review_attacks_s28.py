@@ -10,6 +10,8 @@ the safe outcome.
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import shutil
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import pytest
 
 from activities import confinement
 from kiwi.contracts import CommandRequest
+from tests.helpers import approver, pending_approvals, wait_for
 from tests.test_attack_shell import agent_run, shell
 from tests.test_confinement import SYSTEM_PYTHON, confined
 
@@ -267,7 +270,7 @@ async def test_shell_git_works_only_in_the_projects_own_repository(
     [
         (["patch", "-p0"], "'patch' is refused"),
         (["gzip", "-d", "sub/.git.gz"], "'sub/.git'"),
-        (["gzip", "-dN", "notes/x.gz"], "the name kept inside the file"),
+        (["gzip", "-dN", "notes/x.gz"], "'-dN'"),
         (["split", "-l", "1", "-a", "3", "notes/y.txt", "sub/."], "'.git'"),
         (["git", "init", "--", "sub"], "'sub/.git'"),
     ],
@@ -336,3 +339,84 @@ async def test_a_whole_tree_copy_through_a_link_to_the_root_is_refused(runs, pro
     result = await shell(runs, run_id, "cp", "-r", "stage/.", "d")
     assert result.status == "denied" and "contains the protected place" in result.reason, result
     assert not (project / ".kiwi").exists() and not list(project.glob(".kiwi*"))
+
+
+# ---------------------------------------------------------------- the third review of the day
+
+
+async def test_a_rollback_neither_removes_nor_writes_back_kiwis_protected_places(runs, project):
+    """Attack: `.gitignore` naming `.ai/config/` while a checkpoint is taken leaves the harness and trusted
+    keys out of it; with `.gitignore` emptied, `git.rollback` took them for files made since and removed them
+    (the project's limits gone to the defaults). A rollback now neither removes nor writes back Kiwi's
+    protected places: a human changes those."""
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    approver("alice")
+    harness = (project / ".ai" / "config" / "agent_harness.yaml").read_text()
+    (project / "temporal-dev.yml").write_text("temporal: {port: 7233}\n")
+    run_id = await agent_run(
+        runs,
+        project,
+        "roller",
+        _commands("ls") + '<execute resource="tool" id="git.checkpoint,git.rollback"/>',
+    )
+    hide = await runs.call_tool(
+        run_id, "filesystem.write", {"path": ".gitignore", "content": ".ai/config/\ntemporal-dev.yml\n"}
+    )
+    assert hide.status == "ok", hide
+    made = await runs.call_tool(run_id, "git.checkpoint", {"message": "before"})
+    assert made.status == "ok" and made.result["available"], made
+    unhide = await runs.call_tool(run_id, "filesystem.write", {"path": ".gitignore", "content": ""})
+    assert unhide.status == "ok", unhide
+    (project / "notes").mkdir(exist_ok=True)
+    (project / "notes" / "since.txt").write_text("made since\n")
+
+    rollback = asyncio.create_task(
+        runs.call_tool(run_id, "git.rollback", {"checkpoint": made.result["checkpoint"]})
+    )  # (a rollback waits for a human's approval: kiwi init's harness)
+
+    async def asked() -> list:
+        return await pending_approvals(runs, run_id)
+
+    (request,) = await wait_for(asked, what="the rollback to ask for approval")
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    rolled = await asyncio.wait_for(rollback, timeout=60)
+    assert rolled.status == "ok", rolled
+    assert rolled.result["removed"] == ["notes/since.txt"], rolled.result
+    assert (project / ".ai" / "config" / "agent_harness.yaml").read_text() == harness
+    assert (project / "temporal-dev.yml").read_text() == "temporal: {port: 7233}\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["gzip", "-d", "-r", "sub"], "'-r'"),
+        (["gzip", "-d", "--rec", "sub"], "'--rec'"),
+        (["gzip", "-d", "--na", "notes/x.gz"], "'--na'"),
+        (["gzip", "-S", "it", "sub/.g"], "'-S'"),
+        (["split", "-a", "1", "-n", "12", "--additional-suffix=ogs", "notes/y.txt", ".ai/"], "'.ai/logs'"),
+    ],
+)
+async def test_options_and_prefixes_the_checks_did_not_read_make_no_protected_place(
+    runs, project, argv, said
+):
+    """Attack: `gzip -d -r sub` (and `--rec`) decompressed `sub/.git.gz` into `sub/.git` without the file's
+    name on the command line; `--na` is `--name`, the name kept in the file; `-S it` made `sub/.git` from
+    `sub/.g` compressed; `split ... .ai/` made a file `.ai/logs` (the prefix `.ai/` was not read as `.ai`).
+    A decompressor takes only the options Kiwi reads; split's prefix `.ai/` is `.ai`."""
+    (project / "notes").mkdir(exist_ok=True)
+    (project / "notes" / "y.txt").write_text("".join(f"line {n}\n" for n in range(24)))
+    (project / "sub").mkdir()
+    (project / "sub" / ".git.gz").write_bytes(gzip.compress(b"gitdir: ../stage\n"))
+    (project / "sub" / ".g").write_text("x\n")
+    (project / "notes" / "x.gz").write_bytes((project / "sub" / ".git.gz").read_bytes())
+    run_id = await agent_run(
+        runs,
+        project,
+        "maker",
+        _commands("gzip,split") + '<write resource="filesystem" path=".ai/knowledge/**"/>',
+    )
+    result = await shell(runs, run_id, *argv)
+    assert result.status == "denied" and said in result.reason, result
+    assert not (project / "sub" / ".git").exists() and not (project / ".ai" / "logs").is_file()
+    plain = await shell(runs, run_id, "gzip", "-dk", "notes/x.gz")  # (what gzip is for)
+    assert plain.status == "ok" and (project / "notes" / "x").read_text() == "gitdir: ../stage\n", plain
