@@ -148,6 +148,7 @@ async def main() -> None:
         _project(root)
         server = common.tuned_dev_server(root)
         await server.start()
+        worker = None
         try:
             temporal = await TemporalClient.connect(
                 server.address, data_converter=data_converter, interceptors=seal_interceptors()
@@ -246,6 +247,8 @@ async def main() -> None:
                 direct_ms = await sequential(args.calls, straight)
                 direct_rate = await concurrent(args.calls, args.callers, straight)
         finally:
+            if worker is not None and worker.returncode is None:  # (a bench that failed leaves none running)
+                await common.stop_worker(worker)
             server.stop()
     print(
         f"{args.calls} echo calls over stdio (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)"
