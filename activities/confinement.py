@@ -50,11 +50,12 @@ from kiwi import landlock
 from kiwi.contracts import CommandRequest
 from kiwi.globs import glob_segments
 from kiwi.protected import (
+    AI_PLACES,
     DEV_CONFIG,
     DIRECTIVES,
     GIT_DIR,
-    PROPOSALS,
-    PROTECTED_ROOTS,
+    ROOT_PLACES,
+    fold_path,
     names,
     protected_root,
 )
@@ -230,8 +231,7 @@ def _every_program(rules: landlock.Rules, temp: str) -> None:
 # so they are held read-only for the command (kiwi/launch.py, a mount namespace of its own). `.ai` as a
 # whole, unless a write grant's literal part is in it (`write .ai/knowledge/**`): then its protected places
 # one by one. Only what exists is held (a file cannot be mounted on a name that is not there).
-_HELD = (".ai", GIT_DIR, ".kiwi", DEV_CONFIG)
-_HELD_IN_AI = tuple(p for p in (*PROTECTED_ROOTS, DIRECTIVES, PROPOSALS) if p.startswith(".ai/"))
+_HELD, _HELD_IN_AI = ROOT_PLACES, AI_PLACES
 
 
 def held_places(root: str, patterns: list[str], writes: list[str], git: bool) -> list[str]:
@@ -241,14 +241,14 @@ def held_places(root: str, patterns: list[str], writes: list[str], git: bool) ->
 
     def reached(place: str) -> bool:
         return any(
-            not rel or _fold(place) == _fold(rel) or _fold(place).startswith(_fold(rel) + "/")
+            not rel or fold_path(place) == fold_path(rel) or fold_path(place).startswith(fold_path(rel) + "/")
             for rel in writes
         )
 
     def free(place: str) -> bool:
         return reached(place) and not any(names(p, place) for p in patterns)
 
-    inside_ai = any(_fold(rel) == ".ai" or _fold(rel).startswith(".ai/") for rel in writes)
+    inside_ai = any(fold_path(rel) == ".ai" or fold_path(rel).startswith(".ai/") for rel in writes)
     places = [p for p in _HELD if not (p == ".ai" and inside_ai) and not (p == GIT_DIR and git)]
     if inside_ai:
         places += _HELD_IN_AI
@@ -461,7 +461,7 @@ def _read_below(rules: landlock.Rules, root: str, rel: str, pattern: str, places
     hidden = [
         place
         for place in places
-        if (not rel or _fold(place).startswith(_fold(rel) + "/"))
+        if (not rel or fold_path(place).startswith(fold_path(rel) + "/"))
         and not names(pattern, protected_root(place) or place)
     ]
     if not hidden or not os.path.isdir(os.path.join(root, rel)):  # (a `.git` file: read as any)
@@ -474,17 +474,12 @@ def _read_below(rules: landlock.Rules, root: str, rel: str, pattern: str, places
         return
     for entry in entries:
         child = f"{rel}/{entry}" if rel else entry
-        if any(_fold(child) == _fold(place) for place in hidden):
+        if any(fold_path(child) == fold_path(place) for place in hidden):
             continue
-        if any(_fold(place).startswith(_fold(child) + "/") for place in hidden):
+        if any(fold_path(place).startswith(fold_path(child) + "/") for place in hidden):
             _read_below(rules, root, child, pattern, hidden)
         else:
             rules.allow_beneath(root, child, landlock.READ)
-
-
-def _fold(rel: str) -> str:
-    """As kiwi/protected.py folds a name (``.GIT``, ``.git.``), segment by segment."""
-    return "/".join(segment.casefold().rstrip(" .") or segment for segment in rel.split("/"))
 
 
 def _inside(path: str, folder: str) -> bool:

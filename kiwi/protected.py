@@ -40,13 +40,23 @@ DEV_CONFIG = "temporal-dev.yml"
 DEV_CONFIG_PROTECTED = "kiwi-dev-config-protected"
 
 
-def _fold(segment: str) -> str:
+def fold(segment: str) -> str:
     """A name as a case-insensitive filesystem (macOS, Windows) may see it: ``.GIT``, ``.git.`` and ``.git ``
     are ``.git`` there, so they are protected everywhere."""
     return segment.casefold().rstrip(" .") or segment
 
 
-_ROOT_PARTS = tuple([_fold(p) for p in root.split("/")] for root in PROTECTED_ROOTS)
+def fold_path(rel: str) -> str:
+    """A project-relative path folded segment by segment (see :func:`fold`)."""
+    return "/".join(fold(segment) for segment in rel.split("/"))
+
+
+# The protected places at the project's root a command's folder can hold, and those below `.ai`.
+ROOT_PLACES = (GIT_DIR, ".ai", ".kiwi", DEV_CONFIG)
+AI_PLACES = tuple(p for p in (*PROTECTED_ROOTS, DIRECTIVES, PROPOSALS) if p.startswith(".ai/"))
+
+
+_ROOT_PARTS = tuple([fold(p) for p in root.split("/")] for root in PROTECTED_ROOTS)
 _ROOT_DEPTH = max(len(parts) for parts in _ROOT_PARTS)
 
 
@@ -58,9 +68,9 @@ def protected_root(rel: str) -> str | None:
     segments = [s for s in rel.split("/") if s not in ("", ".")]
     if GIT_DIR in rel.casefold():
         for index, segment in enumerate(segments):
-            if _fold(segment) == GIT_DIR:
+            if fold(segment) == GIT_DIR:
                 return "/".join(segments[: index + 1])
-    folded = [_fold(s) for s in segments[:_ROOT_DEPTH]]
+    folded = [fold(s) for s in segments[:_ROOT_DEPTH]]
     for parts in _ROOT_PARTS:
         if folded[: len(parts)] == parts:
             return "/".join(segments[: len(parts)])
@@ -77,7 +87,7 @@ def protected_root(rel: str) -> str | None:
         # below the root (a command run below it takes that folder for the project: its trusted keys, its
         # harness). Behind DEV_CONFIG_PROTECTED in workflow code.
         for index, segment in enumerate(segments):
-            name = _fold(segment)
+            name = fold(segment)
             if (name == DEV_CONFIG or (name == ".ai" and index > 0)) and rule_in_force(DEV_CONFIG_PROTECTED):
                 return "/".join(segments[: index + 1])
     return None
@@ -118,8 +128,8 @@ def _literal_segments(pattern: str) -> list[str]:
 
 def names(pattern: str, root: str) -> bool:
     """Whether the grant ``pattern`` names the protected place ``root`` in its literal part."""
-    parts = [_fold(p) for p in root.split("/")]
-    return [_fold(s) for s in _literal_segments(pattern)[: len(parts)]] == parts
+    parts = [fold(p) for p in root.split("/")]
+    return [fold(s) for s in _literal_segments(pattern)[: len(parts)]] == parts
 
 
 def granted(patterns: list[str] | tuple[str, ...], rel: str) -> str | None:

@@ -29,11 +29,14 @@ from dataclasses import dataclass, field
 
 from kiwi.globs import first_match, glob_covered, glob_reaches_below, glob_segments
 from kiwi.protected import (
+    AI_PLACES,
     DEV_CONFIG,
     DIRECTIVES,
     GIT_DIR,
     PROPOSALS,
     PROTECTED_ROOTS,
+    ROOT_PLACES,
+    fold,
     protected_root,
     rule_in_force,
     rules_assumed,
@@ -186,10 +189,8 @@ _DECOMPRESSORS = frozenset(
     ]
 )
 # The protected places' last segments (kiwi.protected), and those of .ai's below it.
-_PROTECTED_NAMES = (GIT_DIR, ".ai", ".kiwi", DEV_CONFIG)
-_PROTECTED_IN_AI = tuple(
-    root.split("/")[1] for root in (*PROTECTED_ROOTS, DIRECTIVES, PROPOSALS) if "/" in root
-)
+_PROTECTED_NAMES = ROOT_PLACES
+_PROTECTED_IN_AI = tuple(place.split("/")[1] for place in AI_PLACES)
 
 
 def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] = ()) -> ShellVerdict | None:
@@ -234,8 +235,7 @@ def _split_names(args: Sequence[str], cwd: str) -> str:
     words = [w.partition("=")[2] if w.startswith("-") else w for w in args]
     in_ai = any(
         isinstance(rel := lexical_path(cwd, w), str)
-        and ".ai"
-        in (_fold_name(rel), _fold_name(posixpath.dirname(rel)))  # (`.ai/` is .ai itself: review s28)
+        and ".ai" in (fold(rel), fold(posixpath.dirname(rel)))  # (`.ai/` is .ai itself: review s28)
         for w in words
         if w
     )
@@ -306,10 +306,6 @@ def _decompressed_names(name: str, args: Sequence[str], cwd: str) -> str:
             if isinstance(rel, str) and (place := protected_root(rel)) is not None:
                 return f"'{arg}' would be written as '{rel}', in the protected place '{place}'"
     return ""
-
-
-def _fold_name(text: str) -> str:
-    return text.casefold().rstrip(" .")
 
 
 def known_program(arg0: str) -> bool:

@@ -420,3 +420,32 @@ async def test_options_and_prefixes_the_checks_did_not_read_make_no_protected_pl
     assert not (project / "sub" / ".git").exists() and not (project / ".ai" / "logs").is_file()
     plain = await shell(runs, run_id, "gzip", "-dk", "notes/x.gz")  # (what gzip is for)
     assert plain.status == "ok" and (project / "notes" / "x").read_text() == "gitdir: ../stage\n", plain
+
+
+async def test_ai_logs_made_a_file_where_there_was_none_is_set_aside(tmp_path, monkeypatch):
+    """Attack: a file `.ai/logs` (made by `split ... --additional-suffix=ogs .ai/` before split read `.ai/`
+    as `.ai`; here by `dd of=.ai/logs` with the worker's word check taken away) stands where Kiwi writes the
+    audit trail; with a write grant inside `.ai`, the kernel holds `.ai` place by place, and only where they
+    are. Kiwi makes `.ai/logs` and `.ai/directives` itself, as folders, so another kind of entry made there
+    is set aside."""
+    from temporalio.exceptions import ApplicationError
+
+    import activities.commands
+    from activities.commands import CommandActivities
+
+    monkeypatch.setattr(activities.commands, "unchecked_names", lambda *args, **kwargs: None)
+    project = tmp_path / "project"
+    (project / ".ai").mkdir(parents=True)
+    (project / "y.txt").write_text("not an audit record\n")
+    request = CommandRequest(
+        project_root=str(project),
+        argv=["dd", "if=y.txt", "of=.ai/logs"],
+        read_grants=["**"],
+        write_grants=["**", ".ai/knowledge/**"],
+    )
+    with pytest.raises(ApplicationError) as refused:
+        await CommandActivities().run_command(request)
+    assert "'.ai/logs'" in str(refused.value) and "set aside" in str(refused.value)
+    assert not (project / ".ai" / "logs").exists()
+    (aside,) = (project / ".ai").glob("logs.set-aside-*")
+    assert aside.read_text() == "not an audit record\n"
