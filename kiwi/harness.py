@@ -47,8 +47,7 @@ class HarnessConfig(BaseModel):
     agent_publish: bool = False
 
 
-def _load(path: Path) -> dict[str, Any]:
-    data = yamltext.read(path)
+def _load(data: Any, path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ItemInvalid([Problem("agent_harness.yaml must be a YAML mapping", str(path), 1, 1)])
     return data
@@ -63,6 +62,8 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The project's harness file (the user's is ~/.ai/config/agent_harness.yaml).
+PROJECT_FILE = ".ai/config/agent_harness.yaml"
 RATE_UNITS = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0}
 
 
@@ -247,13 +248,15 @@ def _seed_path(path: str, key: str) -> str:
 def load_harness(project_root: Path, user_space: Path) -> HarnessConfig:
     data: dict[str, Any] = {}
     sources = []
-    for path in (
-        user_space / "config" / "agent_harness.yaml",
-        project_root / ".ai" / "config" / "agent_harness.yaml",
-    ):
-        if path.is_file():
-            data = _merge(data, _load(path))
-            sources.append(str(path))
+    user_file = user_space / "config" / "agent_harness.yaml"
+    if user_file.is_file():
+        data = _merge(data, _load(yamltext.read(user_file), user_file))
+        sources.append(str(user_file))
+    # The project's is read with no link followed on the way (kiwi.projectfiles).
+    project = yamltext.read_in_project(project_root, PROJECT_FILE)
+    if project is not None:
+        data = _merge(data, _load(project, project_root / PROJECT_FILE))
+        sources.append(str(project_root / PROJECT_FILE))
     source = sources[-1] if sources else ""
     try:
         parsed = HarnessFile.model_validate(data)

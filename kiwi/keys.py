@@ -196,10 +196,15 @@ def trusted_paths(project_root: Path, user_space: Path) -> list[Path]:
 def load_trusted(project_root: Path, user_space: Path) -> TrustedKeys:
     """The user's trusted keys, then the project's (a project entry replaces the user's of the same name)."""
     merged: dict[str, TrustedKey] = {}
-    for path in trusted_paths(project_root, user_space):
-        if not path.is_file():
+    user_file, project_file = trusted_paths(project_root, user_space)
+    # The project's is read with no link followed on the way (kiwi.projectfiles).
+    project = yamltext.read_in_project(project_root, f".ai/config/{TRUSTED_FILE}")
+    for path, data in (
+        (user_file, yamltext.read(user_file) if user_file.is_file() else None),
+        (project_file, project),
+    ):
+        if data is None:
             continue
-        data: Any = yamltext.read(path) or {}
         try:
             merged.update(TrustedKeys.model_validate(data).keys)
         except ValidationError as exc:

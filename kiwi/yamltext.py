@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from kiwi import projectfiles
 from kiwi.errors import ItemInvalid, Problem
 
 MAX_YAML_BYTES = 1_000_000
@@ -146,8 +147,26 @@ def read(path: Path) -> Any:
                 )
             ]
         )
+    return _parsed(path.read_text(encoding="utf-8"), path)
+
+
+def read_in_project(project_root: Path, rel: str) -> Any:
+    """The YAML of the project's file ``rel`` (``{}`` when empty), None when there is no such file; read
+    without following a link on the way (:func:`kiwi.projectfiles.read_bytes`: a link is ItemInvalid)."""
+    data = projectfiles.read_bytes(project_root, rel, MAX_YAML_BYTES)
+    if data is None:
+        return None
+    path = Path(project_root) / rel
     try:
-        return safe_load(path.read_text(encoding="utf-8")) or {}
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ItemInvalid([Problem(f"not UTF-8 text (byte {exc.start})", str(path))]) from None
+    return _parsed(text, path)
+
+
+def _parsed(text: str, path: Path) -> Any:
+    try:
+        return safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         what = "refused YAML" if isinstance(exc, YamlTooLarge) else "malformed YAML"

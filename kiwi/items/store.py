@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from kiwi import projectfiles
 from kiwi.errors import ItemInvalid, ItemNotFound, Problem
 from kiwi.items.directive import Directive, parse_directive_lenient
 from kiwi.items.files import NotAnItemFile, read_item_bytes
@@ -186,10 +187,14 @@ def _describe(item_type: ItemType, parsed: Any, path: Path) -> dict[str, Any]:
     }
 
 
-def _iter_files(base: Path, item_type: ItemType) -> Iterator[Path]:
+def _iter_files(base: Path, item_type: ItemType, within: Path | None = None) -> Iterator[Path]:
+    """The item files of one type in ``base``; for the project's (``within``: its root), a link at ``.ai`` or
+    at the type's folder is ItemInvalid naming it (kiwi.projectfiles), never items read from where it points."""
     roots = {"directive": ["directives"], "tool": ["tools", "scripts"], "knowledge": ["knowledge"]}[item_type]
     for folder in roots:
         top = base / folder
+        if within is not None and not projectfiles.real_folder(within, f".ai/{folder}"):
+            continue
         if not top.is_dir():
             continue
         stack = [top]
@@ -244,11 +249,13 @@ class ItemStore:
         if self._db is not None:
             return self._db
         try:
-            if not self._index_given and not (self.project_root / ".ai").is_dir():
+            if not self._index_given and not projectfiles.real_folder(self.project_root, ".ai"):
                 # No project here (a folder without .ai/): an index on disk would make one, and every command
                 # after would take the folder for a project. The user's items are indexed in memory.
                 raise OSError("no project folder")
             self.index_path.parent.mkdir(parents=True, exist_ok=True)
+            if not self._index_given:
+                projectfiles.real_folder(self.project_root, ".ai/.cache")  # (a link there: ItemInvalid)
             db = sqlite3.connect(self.index_path)
         except (OSError, sqlite3.Error):
             db = sqlite3.connect(":memory:")
@@ -286,7 +293,8 @@ class ItemStore:
         with db:
             for source, base in self.spaces.items():
                 for item_type in ITEM_TYPES:
-                    for path in _iter_files(base, item_type):
+                    within = self.project_root if source == "project" else None
+                    for path in _iter_files(base, item_type, within):
                         key = str(path)
                         seen.add(key)
                         try:

@@ -10,7 +10,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kiwi import projectfiles
+from kiwi.errors import ItemInvalid
+
 LOCK = Path("config") / "registry-lock.json"
+MAX_LOCK_BYTES = 16_000_000
 
 
 def file_digest(text: str) -> str:
@@ -35,10 +39,16 @@ def record(space: Path, kind: str, item_id: str, main_text: str, entry: dict[str
 
 
 def provenance(project_root: Path, kind: str, item_id: str, text: str) -> dict[str, str]:
-    for space in (Path(project_root) / ".ai",):
-        entry = _read(space).get(f"{kind}:{item_id}")
-        if isinstance(entry, dict) and entry.get("file_sha256") == file_digest(text):
-            return {k: str(v) for k, v in entry.items() if k != "file_sha256"}
+    """What the project's lock says of a pulled item whose text is still the one pulled ({} if nothing); the
+    lock is read with no link followed on the way (kiwi.projectfiles): through one, nothing is recorded."""
+    try:
+        raw = projectfiles.read_bytes(project_root, f".ai/{LOCK.as_posix()}", MAX_LOCK_BYTES)
+        data = json.loads(raw) if raw is not None else {}
+    except (ItemInvalid, ValueError, RecursionError):
+        return {}
+    entry = data.get(f"{kind}:{item_id}") if isinstance(data, dict) else None
+    if isinstance(entry, dict) and entry.get("file_sha256") == file_digest(text):
+        return {k: str(v) for k, v in entry.items() if k != "file_sha256"}
     return {}
 
 

@@ -25,6 +25,8 @@ from kiwi import yamltext
 from kiwi.contracts import McpServerInfo
 from kiwi.errors import ItemInvalid, KiwiError, Problem
 
+# The project's registry file (the user's is ~/.ai/config/mcp_registry.yaml).
+PROJECT_FILE = ".ai/config/mcp_registry.yaml"
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 BUILTIN_VARIABLES = ("PROJECT_PATH", "HOME")  # not secrets: filled in from where the run works
 KNOWN_KEYS = (
@@ -234,18 +236,22 @@ def lookup_secret(name: str) -> str | None:
 def registry_paths(project_root: Path, user_space: Path) -> list[Path]:
     return [
         user_space / "config" / "mcp_registry.yaml",
-        project_root / ".ai" / "config" / "mcp_registry.yaml",
+        project_root / PROJECT_FILE,
     ]
 
 
 def load_registry(project_root: Path, user_space: Path) -> McpRegistry:
     """Read both registry files; invalid entries are an error naming the file and key."""
     registry = McpRegistry()
-    for path in registry_paths(project_root, user_space):
-        if not path.is_file():
+    user_file, project_file = registry_paths(project_root, user_space)
+    files = [(user_file, yamltext.read(user_file) if user_file.is_file() else None)]
+    # The project's is read with no link followed on the way (kiwi.projectfiles).
+    files.append((project_file, yamltext.read_in_project(project_root, PROJECT_FILE)))
+    for path, data in files:
+        if data is None:
             continue
         registry.sources.append(str(path))
-        for name, config in _read(path).items():
+        for name, config in _read(data, path).items():
             if config is None:
                 registry.servers.pop(name, None)
                 registry.skipped[name] = f"enabled: false in {path}"
@@ -265,8 +271,7 @@ def load_registry(project_root: Path, user_space: Path) -> McpRegistry:
     return registry
 
 
-def _read(path: Path) -> dict[str, McpServerConfig | None]:
-    data = yamltext.read(path)
+def _read(data: Any, path: Path) -> dict[str, McpServerConfig | None]:
     if not isinstance(data, dict) or not isinstance(data.get("mcps", {}), dict):
         raise ItemInvalid(
             [
