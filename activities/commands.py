@@ -200,10 +200,12 @@ _FILTER_KEY = re.compile(r"^filter\.(.+)\.(clean|smudge|process|required)$", re.
 
 
 async def git_repository_settings(
-    root: str, cwd: str | None = None
+    root: str, cwd: str | None = None, *, own_worktree: tuple[str, str] | None = None
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """What the repository's own configuration (includes too) asks git to run: the overrides that turn
-    its filter drivers off, and the keys that cannot be turned off."""
+    its filter drivers off, and the keys that cannot be turned off. ``own_worktree``: (git folder, work tree)
+    of a submodule of the project's repository, whose ``core.worktree`` git sets to its own work tree (the
+    relative path back from ``.git/modules/NAME``): that one value is no setting to refuse."""
     result = await run_process(
         ["git", "config", "--list", "--includes", "-z"],
         cwd=cwd or root,
@@ -228,6 +230,11 @@ async def git_repository_settings(
                 if pair not in overrides:
                     overrides.append(pair)
         elif _UNSAFE_GIT_KEY.match(key) and key not in unsafe:
+            if own_worktree is not None and key.lower() == "core.worktree":
+                value = entry.partition("\n")[2]
+                git_dir, top = own_worktree
+                if os.path.realpath(os.path.join(git_dir, value)) == top:
+                    continue
             unsafe.append(key)
     return overrides, unsafe
 
@@ -276,8 +283,8 @@ async def _check_git_repository(req: CommandRequest, cwd: str, env: dict[str, st
                 raise _denied(
                     f"git here uses '{line}', outside the project (a .git file or core.worktree points there)"
                 )
-    _the_projects_repository(req, result.stdout.splitlines() if result.exit_code == 0 else [])
-    overrides, unsafe = await git_repository_settings(req.project_root, cwd)
+    submodule = _the_projects_repository(req, result.stdout.splitlines() if result.exit_code == 0 else [])
+    overrides, unsafe = await git_repository_settings(req.project_root, cwd, own_worktree=submodule)
     if unsafe:
         raise _denied(
             f"the repository's configuration sets {', '.join(unsafe)}, which makes git run a program; "
@@ -288,17 +295,18 @@ async def _check_git_repository(req: CommandRequest, cwd: str, env: dict[str, st
     return overrides
 
 
-def _the_projects_repository(req: CommandRequest, found: list[str]) -> None:
+def _the_projects_repository(req: CommandRequest, found: list[str]) -> tuple[str, str] | None:
     """shell.run's git works in the project's own repository (its git folder, the project's root its work
     tree), a submodule's or a worktree's of it; nowhere else (review s28): a repository the agent made (a
     `.git` file in sub/ pointing at a folder it wrote) has settings of the agent's, and with none found git
     compares files as `git diff --no-index` does, reading `.git/config` as git's rules let it. ``found``:
     `git rev-parse --absolute-git-dir --show-toplevel` in the command's folder ([] when it found none); `git
-    init` and `git --version` need none."""
+    init` and `git --version` need none. Answers (git folder, work tree) when it is a submodule's (in the
+    project's ``.git/modules``, its work tree a real folder of the project and no protected place), else None."""
     words = [w for w in req.argv[1:] if not w.startswith("-")]
     if not found:
         if words[:1] in ([], ["init"], ["version"]):
-            return
+            return None
         raise _denied(
             "git finds no repository here: shell git runs in the project's own repository (`git init` makes one)"
         )
@@ -306,15 +314,18 @@ def _the_projects_repository(req: CommandRequest, found: list[str]) -> None:
     git_dir = os.path.realpath(found[0])
     top = os.path.realpath(found[1]) if len(found) > 1 and found[1] else ""
     own = [os.path.realpath(os.path.join(root, rel)) for rel in confinement.git_folders(root)]
-    if (git_dir in own and top == root) or (
-        any(
-            git_dir.startswith(folder + os.sep + kind + os.sep)
-            for folder in own
-            for kind in ("modules", "worktrees")
-        )
-        and _real_relative(req.project_root, top) is not None
-    ):
-        return
+    if git_dir in own and top == root:
+        return None
+    inside = _real_relative(req.project_root, top)
+    if inside is not None:
+        for folder in own:
+            if git_dir.startswith(folder + os.sep + "worktrees" + os.sep):
+                return None
+            if git_dir.startswith(folder + os.sep + "modules" + os.sep):
+                # (Its core.worktree is git's own, back to this work tree; one naming the project's root, a
+                # protected place or a folder holding one, is refused with the rest of the repository's settings.)
+                own_tree = inside not in ("", ".") and protected_root(inside) is None
+                return (git_dir, top) if own_tree and protected_inside(inside, ()) is None else None
     shown = _real_relative(req.project_root, git_dir) or git_dir
     raise _denied(
         f"git here uses the repository '{shown}' (its work tree '{_real_relative(req.project_root, top) or top}'), "

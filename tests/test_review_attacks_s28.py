@@ -449,3 +449,57 @@ async def test_ai_logs_made_a_file_where_there_was_none_is_set_aside(tmp_path, m
     assert not (project / ".ai" / "logs").exists()
     (aside,) = (project / ".ai").glob("logs.set-aside-*")
     assert aside.read_text() == "not an audit record\n"
+
+
+def _with_a_submodule(project: Path, tmp_path: Path) -> Path:
+    """The project a repository with a submodule at vendor/lib (git's own `submodule add`); its git folder."""
+    source = tmp_path / "lib-source"
+    git = [
+        "git",
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.invalid",
+        "-c",
+        "protocol.file.allow=always",
+    ]
+    subprocess.run(["git", "init", "-q", str(source)], check=True)
+    (source / "lib.txt").write_text("the library\n")
+    subprocess.run([*git, "-C", str(source), "add", "lib.txt"], check=True)
+    subprocess.run([*git, "-C", str(source), "commit", "-qm", "the library's first commit"], check=True)
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run(
+        [*git, "-C", str(project), "submodule", "-q", "add", str(source), "vendor/lib"], check=True
+    )
+    subprocess.run([*git, "-C", str(project), "commit", "-qm", "vendor lib"], check=True)
+    return project / ".git" / "modules" / "vendor" / "lib"
+
+
+async def test_shell_git_works_in_a_submodule(runs, project, tmp_path):
+    """A submodule's git folder sets `core.worktree` back to its own work tree, which shell.run refused as a
+    setting that moves git's work tree: git worked in no submodule. That one value is now git's own, and
+    `git status` and `git log` run in vendor/lib."""
+    git_dir = _with_a_submodule(project, tmp_path)
+    assert "worktree" in (git_dir / "config").read_text()
+    run_id = await agent_run(runs, project, "gitter", _commands("git"))
+    status = await shell(runs, run_id, "git", "status", "--short", cwd="vendor/lib")
+    assert status.status == "ok" and status.result["exit_code"] == 0, status
+    log = await shell(runs, run_id, "git", "log", "--oneline", cwd="vendor/lib")
+    assert log.status == "ok" and "the library's first commit" in log.result["stdout"], log
+
+
+@pytest.mark.parametrize(
+    ("worktree", "said"), [("../../../..", "core.worktree"), ("../../../../.ai", "core.worktree")]
+)
+async def test_a_submodules_worktree_moved_to_the_root_or_a_protected_place_is_refused(
+    runs, project, tmp_path, worktree, said
+):
+    """Attack (as planted in the submodule's git folder): `core.worktree` naming the project's root or `.ai`,
+    so that git in vendor/lib checks its files out there. Still refused, naming the setting."""
+    git_dir = _with_a_submodule(project, tmp_path)
+    subprocess.run(
+        ["git", "config", "--file", str(git_dir / "config"), "core.worktree", worktree], check=True
+    )
+    run_id = await agent_run(runs, project, "gitter", _commands("git"))
+    result = await shell(runs, run_id, "git", "status", "--short", cwd="vendor/lib")
+    assert result.status == "denied" and said in result.reason, result
