@@ -230,8 +230,9 @@ def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] =
 def _split_names(args: Sequence[str], cwd: str) -> str:
     """A protected place split could write (PREFIX + letters or digits + SUFFIX: `split -a 1
     --additional-suffix=ml FILE temporal-dev.` made temporal-dev.yml), '' if none. Read without split's
-    options: every word is taken as the prefix and as the suffix, so a word that begins or ends a protected
-    name refuses it (`.yml` too)."""
+    options: every word (an option's by its `=` value) is taken as the prefix and as the additional suffix,
+    and a protected name that some prefix, one or more letters or digits and some suffix make (folded as a
+    case-insensitive filesystem sees names) refuses it."""
     words = [w.partition("=")[2] if w.startswith("-") else w for w in args]
     in_ai = any(
         isinstance(rel := lexical_path(cwd, w), str)
@@ -240,13 +241,16 @@ def _split_names(args: Sequence[str], cwd: str) -> str:
         if w
     )
     names = _PROTECTED_NAMES + (_PROTECTED_IN_AI if in_ai else ())
-    for word in words:
-        # (The prefix as it is: `sub/.` begins `.git`, and folded it was nothing: review s28.)
-        start = posixpath.basename(word.replace("\\", "/")).casefold()
-        end = word.casefold().rstrip(" .")
-        for protected in names:
-            if (start and protected.startswith(start)) or (end and protected.endswith(end)):
-                return protected if protected in _PROTECTED_NAMES else f".ai/{protected}"
+    # (The prefix as it is: `sub/.` begins `.git`, and folded it was nothing: review s28.)
+    prefixes = {""} | {posixpath.basename(w.replace("\\", "/")).casefold() for w in words}
+    suffixes = {""} | {w.casefold().rstrip(" .") for w in words}
+    # (The longest words first: the name the error gives is the one the command's own words make.)
+    for prefix in sorted(prefixes, key=lambda w: (-len(w), w)):
+        for suffix in sorted(suffixes, key=lambda w: (-len(w), w)):
+            made = re.compile(re.escape(prefix) + "[a-z0-9]+" + re.escape(suffix))
+            for protected in names:
+                if made.fullmatch(protected):
+                    return protected if protected in _PROTECTED_NAMES else f".ai/{protected}"
     return ""
 
 
@@ -279,10 +283,28 @@ def _decompressed_names(name: str, args: Sequence[str], cwd: str) -> str:
     or, decompressing, a file whose name less its suffix is one (`gzip -d sub/.git.gz`)."""
     decompress = name.startswith("un") or name in ("gunzip", "bunzip2")
     files = []
+    threads = False  # (the word after a bare -T is its number of threads)
     for index, arg in enumerate(args):
+        if threads:
+            threads = False
+            if not arg.isdigit():
+                return f"'-T {arg}': -T takes a number of threads (-T0, -T 4)"
+            continue
         if arg == "--":
             files += args[index + 1 :]
             break
+        if arg.startswith("--threads=") and arg.partition("=")[2].isdigit():
+            continue
+        if arg.startswith("-") and not arg.startswith("--") and "T" in arg:
+            # -T0, -dT4, -T 4: the threads xz, zstd and lz4 work with (read so by Kiwi for every decompressor:
+            # pigz's -T, which takes none, is refused before a file name).
+            cut = arg.index("T")
+            value, arg = arg[cut + 1 :], arg[:cut]
+            if value and not value.isdigit():
+                return f"'{args[index]}': -T takes a number of threads (-T0, -T 4)"
+            threads = not value
+            if arg == "-":
+                continue
         if arg.startswith("--"):
             if arg not in _DECOMPRESSOR_LONG:
                 return f"'{arg}' is an option of {name} that Kiwi does not read (it reads {', '.join(sorted(_DECOMPRESSOR_LONG))})"

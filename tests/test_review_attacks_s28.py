@@ -503,3 +503,32 @@ async def test_a_submodules_worktree_moved_to_the_root_or_a_protected_place_is_r
     run_id = await agent_run(runs, project, "gitter", _commands("git"))
     result = await shell(runs, run_id, "git", "status", "--short", cwd="vendor/lib")
     assert result.status == "denied" and said in result.reason, result
+
+
+@pytest.mark.skipif(shutil.which("xz") is None, reason="needs xz")
+async def test_split_prefixes_and_decompressor_threads_that_make_no_protected_place_run(runs, project):
+    """What the s28 rules refused with no protected place in reach: split's prefix `t` or `i` (each begins a
+    protected name, with no letters after it that split could add), an additional suffix `.yml`, and `xz -T0`
+    (the threads option). They run; the attacks beside them stay refused."""
+    (project / "notes").mkdir(exist_ok=True)
+    (project / "notes" / "y.txt").write_text("first\nsecond\n")
+    run_id = await agent_run(runs, project, "splitter", _commands("split,xz"))
+    for argv, made in [
+        (["split", "-l", "1", "notes/y.txt", "notes/t"], "notes/taa"),
+        (["split", "-l", "1", "notes/y.txt", "notes/i"], "notes/iab"),
+        (["split", "-l", "1", "--additional-suffix=.yml", "notes/y.txt", "notes/part-"], "notes/part-aa.yml"),
+        (["xz", "-T0", "-k", "notes/y.txt"], "notes/y.txt.xz"),
+        (["xz", "-d", "-T", "2", "-c", "notes/y.txt.xz"], None),
+    ]:
+        result = await shell(runs, run_id, *argv)
+        assert result.status == "ok" and result.result["exit_code"] == 0, (argv, result)
+        assert made is None or (project / made).is_file(), (argv, made)
+        if made is None:
+            assert result.result["stdout"] == "first\nsecond\n"
+    for argv, said in [
+        (["split", "-l", "1", "--additional-suffix=-dev.yml", "notes/y.txt", "t"], "temporal-dev.yml"),
+        (["xz", "-d", "-T", "notes/.git.xz"], "-T takes a number of threads"),
+    ]:
+        result = await shell(runs, run_id, *argv)
+        assert result.status == "denied" and said in result.reason, (argv, result)
+    assert not (project / "temporal-dev.yml").exists()
