@@ -233,7 +233,9 @@ async def git_repository_settings(
             if own_worktree is not None and key.lower() == "core.worktree":
                 value = entry.partition("\n")[2]
                 git_dir, top = own_worktree
-                if os.path.realpath(os.path.join(git_dir, value)) == top:
+                # (Lexically, links unresolved: `moved` made a link to src/ once git had written
+                # `../../../moved` there led git's work tree to src/, review s29.)
+                if os.path.normpath(os.path.join(git_dir, value)) == top:
                     continue
             unsafe.append(key)
     return overrides, unsafe
@@ -284,6 +286,8 @@ async def _check_git_repository(req: CommandRequest, cwd: str, env: dict[str, st
                     f"git here uses '{line}', outside the project (a .git file or core.worktree points there)"
                 )
     submodule = _the_projects_repository(req, result.stdout.splitlines() if result.exit_code == 0 else [])
+    if submodule is not None and not _the_submodules_own_tree(*submodule, cwd):
+        submodule = None  # (its core.worktree is then refused below with the other settings)
     overrides, unsafe = await git_repository_settings(req.project_root, cwd, own_worktree=submodule)
     if unsafe:
         raise _denied(
@@ -331,6 +335,27 @@ def _the_projects_repository(req: CommandRequest, found: list[str]) -> tuple[str
         f"git here uses the repository '{shown}' (its work tree '{_real_relative(req.project_root, top) or top}'), "
         "not the project's: shell git runs in the project's own repository, its submodules and worktrees"
     )
+
+
+def _the_submodules_own_tree(git_dir: str, top: str, cwd: str) -> bool:
+    """Whether ``top`` (real) is the submodule's own work tree as git made it: it holds the `.git` file that
+    points back at ``git_dir`` (real), and the command runs in it (review s29: a submodule's folder moved with
+    `git mv` and `mv`, and a link left where git's `core.worktree` said, led git from one folder to another's
+    files, outside the command's write grant)."""
+    real_cwd = os.path.realpath(cwd)
+    if real_cwd != top and not real_cwd.startswith(top + os.sep):
+        return False
+    try:  # (not blocking, not through a link, a file only)
+        fd = os.open(os.path.join(top, ".git"), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        line = os.read(fd, 4096).split(b"\n")[0] if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    finally:
+        os.close(fd)
+    if not line.startswith(b"gitdir:") or b"\0" in line:
+        return False
+    return os.path.realpath(os.path.join(top, os.fsdecode(line[7:].strip()))) == git_dir
 
 
 async def _no_tracked_path_beyond_a_link(top: str, cwd: str, env: dict[str, str]) -> None:

@@ -532,3 +532,27 @@ async def test_split_prefixes_and_decompressor_threads_that_make_no_protected_pl
         result = await shell(runs, run_id, *argv)
         assert result.status == "denied" and said in result.reason, (argv, result)
     assert not (project / "temporal-dev.yml").exists()
+
+
+async def test_a_moved_submodule_does_not_lead_git_to_another_folders_files(runs, project, tmp_path):
+    """Attack (review s29): after `git mv vendor/lib moved` (git writes `core.worktree = ../../../../moved`),
+    `mv moved m2` and `ln -s src moved`: git run in m2 found the submodule's git folder through m2/.git, and
+    its work tree through the link, src/, so `git restore` in m2 wrote the library's files in src/ (and `git
+    rm -f` deleted src/'s), outside what the command's folder said. A submodule's `core.worktree` counts as git's own only when it leads, with no link, to
+    the folder the command runs in, whose `.git` file points back at it."""
+    _with_a_submodule(project, tmp_path)
+    (project / "src").mkdir()
+    (project / "src" / "keep.txt").write_text("the human's\n")
+    # (The human's `git mv`: confined, the agent's may not write the submodule's `.git` file.)
+    subprocess.run(["git", "-C", str(project), "mv", "vendor/lib", "moved"], check=True)
+    run_id = await agent_run(runs, project, "mover", _commands("git,mv,ln"))
+    for argv in (["mv", "moved", "m2"], ["ln", "-s", "src", "moved"]):
+        step = await shell(runs, run_id, *argv)
+        assert step.status == "ok" and step.result["exit_code"] == 0, (argv, step)
+    result = await shell(runs, run_id, "git", "restore", "--source=HEAD", "--", "lib.txt", cwd="m2")
+    assert result.status == "denied" and "core.worktree" in result.reason, result
+    assert sorted(p.name for p in (project / "src").iterdir()) == ["keep.txt"]
+    (project / "moved").unlink()
+    (project / "m2").rename(project / "moved")  # (back where git's settings say: git works there again)
+    back = await shell(runs, run_id, "git", "log", "--oneline", cwd="moved")
+    assert back.status == "ok" and "the library's first commit" in back.result["stdout"], back
