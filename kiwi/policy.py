@@ -18,7 +18,14 @@ from pydantic import BaseModel, Field
 from kiwi.globs import first_match, glob_covered
 from kiwi.protected import granted as protected_granted
 from kiwi.protected import protected_root
-from kiwi.shellpolicy import check_argv, known_program, later_refused, refused_program
+from kiwi.shellpolicy import (
+    STARTS_PROGRAMS,
+    check_argv,
+    known_program,
+    later_refused,
+    program_name,
+    refused_program,
+)
 
 FILESYSTEM_TOOLS = (
     "filesystem.read",
@@ -237,7 +244,11 @@ def shell_grant_warnings(entry: PermissionEntry) -> list[str]:
     for program in _split(entry.attrs.get("commands", entry.attrs.get("action", ""))):
         if program == "*":
             continue
-        why = refused_program(program) or later_refused(program)
+        why = (
+            refused_program(program)
+            or later_refused(program)
+            or STARTS_PROGRAMS.get(program_name(program), "")
+        )
         if why:
             warnings.append(f"shell command '{program}' is refused even when granted: it {why}")
         elif not known_program(program):

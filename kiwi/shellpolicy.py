@@ -164,6 +164,58 @@ NAMES_MADE = {
         ]
     },
 }
+# Programs that start other programs (their helpers, a pager, an editor, a delegate, a program their input
+# names), found by a hostile review in session 29 after `split --filter` (below): refused by the worker whatever
+# the run decided (a run that granted one replays as it ran), and named by `kiwi validate`.
+_STARTERS_S29 = (
+    "groff nroff enscript a2ps bat batcat fzf convert magick mogrify gs ghostscript ack ld cpp meson javac "
+    "nvi yq busybox toybox zless zmore zdiff zcmp zgrep zegrep zfgrep lesspipe tig lazygit mutt neomutt "
+    "ranger mc nnn vifm micro hx helix kak joe jed mg vis ne sensible-editor sensible-pager editor pager "
+    "systemctl service launchctl open"
+)
+STARTS_PROGRAMS = {
+    p: "starts other programs (its helpers, a pager or editor, a program it is told of), so a grant for it "
+    "would grant every program"
+    for p in _STARTERS_S29.split()
+}
+# Options by which a program Kiwi does not model starts another (review s29: `split --filter='...'` ran a shell
+# command, and `sdiff`/`diff3 --diff-program=P` ran P): by program, its long options (GNU getopt takes any
+# unambiguous abbreviation, so every abbreviation is refused) and its short letters; and the short letters
+# whose value is the rest of a cluster or the next word.
+_STARTING_OPTIONS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "split": (("--filter",), "", "abClnt"),
+    "sdiff": (("--diff-program",), "", "ow"),
+    "diff3": (("--diff-program",), "", "L"),
+    "install": (("--strip", "--strip-program"), "s", "gmotS"),
+    "ag": (("--pager",), "", "ABCGgmpW"),
+}
+
+
+def starting_option(name: str, args: Sequence[str]) -> str:
+    """The option of ``args`` by which the program ``name`` would start another (see _STARTING_OPTIONS), or
+    ''."""
+    longs, shorts, valued = _STARTING_OPTIONS.get(name, ((), "", ""))
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg == "--":
+            break
+        if arg.startswith("--"):
+            key = arg.partition("=")[0]
+            if len(key) > 2 and any(option.startswith(key) for option in longs):
+                return arg
+        elif arg.startswith("-") and len(arg) > 1:
+            for index, letter in enumerate(arg[1:], start=1):
+                if letter in shorts:
+                    return arg
+                if letter in valued:
+                    skip = index == len(arg) - 1  # (its value the next word, else the rest of this one)
+                    break
+    return ""
+
+
 # Decompressors write NAME for NAME.gz (`gzip -d sub/.git.gz` made a nested .git file), or the name kept in
 # the file with -N.
 _DECOMPRESSORS = frozenset(
@@ -194,11 +246,20 @@ _PROTECTED_IN_AI = tuple(place.split("/")[1] for place in AI_PLACES)
 
 
 def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] = ()) -> ShellVerdict | None:
-    """The worker's refusal of a program Kiwi does not know (a grant names it) whose words name a protected
+    """The worker's refusal of a program that starts others (STARTS_PROGRAMS, or by an option of
+    _STARTING_OPTIONS), and of a program Kiwi does not know (a grant names it) whose words name a protected
     place without looking like a path (`dd of=temporal-dev.yml`, `dd of=.git` run in sub/: review s28), of
     the programs of NAMES_MADE, and of split where its names could make one; None when none of these (or a
     write grant, ``writes``, names the place). Path-like words are checked as the run checked them."""
     name = program_name(argv[0])
+    if name in STARTS_PROGRAMS:
+        return _no(f"'{name}' is refused: it {STARTS_PROGRAMS[name]}", _LOCAL_HINT)
+    if option := starting_option(name, argv[1:]):
+        return _no(
+            f"'{option}' is refused: with it {name} starts another program, so a grant for {name} would "
+            "grant every program",
+            f"run {name} without it",
+        )
     if name in NAMES_MADE:
         return _no(f"'{name}' is refused: it {NAMES_MADE[name]}", "write each file by its name")
     if name in _DECOMPRESSORS and (made := _decompressed_names(name, argv[1:], cwd)):
