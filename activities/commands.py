@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import posixpath
 import re
 import secrets
 import shutil
@@ -66,7 +67,9 @@ from kiwi.shellpolicy import (
     path_arguments,
     program_name,
     protected_inside,
+    tree_granted,
     unchecked_names,
+    ungranted_below,
     unpacking,
 )
 from kiwi.upstream.pool import remember_secrets, scrub, scrub_text
@@ -137,6 +140,14 @@ def physical(req: CommandRequest, path: PathArgument) -> str | None:
     return os.path.relpath(real, real_root).replace(os.sep, "/")
 
 
+def _is_folder(root: str, rel: str) -> bool:
+    """Whether ``rel`` is a folder of the project on disk (no link at its end)."""
+    try:
+        return stat.S_ISDIR(os.lstat(os.path.join(os.path.realpath(root), rel)).st_mode)
+    except OSError:
+        return False
+
+
 def _hard_linked(root: str, rel: str) -> bool:
     """Whether ``rel`` is a regular file with more than one name (`ln src/a.txt out/h` made out/h src/a.txt)."""
     try:
@@ -168,7 +179,22 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
                 f"{what} is a file with other names (hard links), and this run denies paths: one of its "
                 "names may be one of them"
             )
-        if real == path.rel or not (req.read_grants or req.write_grants):
+        if not (req.read_grants or req.write_grants):
+            continue
+        grants = req.read_grants if path.mode == "read" else req.write_grants
+        if path.tree and not tree_granted(real, grants):
+            # (Whatever the run decided: review s29, `rm -r src` under `write src`, the folder alone.)
+            raise _denied(
+                f"{what} is a folder the command {path.mode}s whole, and no {path.mode} grant covers everything "
+                f"below '{real}'"
+            )
+        if path.probe and _is_folder(req.project_root, posixpath.dirname(real) or "."):
+            # FOLDER/NAME cp, mv or ln writes into a folder: the run checked the folder (review s29: `cp
+            # notes/a .` under `write .`, the root folder alone, wrote ./a).
+            if protected_granted(grants, real) is None:
+                raise _denied(f"{what} would be written as '{real}', which this run may not write")
+            continue
+        if real == path.rel:
             continue
         if path.mode == "write" and path.tree and (inside := protected_inside(real, req.write_grants)):
             # (`cp -r stage/. d`, d a link to the project's root, wrote the protected places there: review s28.)
@@ -176,7 +202,6 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
                 f"{what} resolves (through a symbolic link or `..`) to '{real}', which contains the protected "
                 f"place '{inside}'"
             )
-        grants = req.read_grants if path.mode == "read" else req.write_grants
         denied = first_match(req.deny_fs, real)
         if denied is not None or protected_granted(grants, real) is None:
             raise _denied(
@@ -427,12 +452,20 @@ def _check_folders(req: CommandRequest, paths: list[PathArgument]) -> None:
     follows a link it is given), the denials whose first segment names a place by their patterns, every
     denial by what is on disk (`**/.env` refuses `grep -r KEY src` only where src holds a .env)."""
     uses = folder_uses(req.argv, paths, {"*": FIND_GRANTABLE})
-    if not req.deny_fs and not any(depth is not None for _, _, depth in uses):
-        return  # (only diff follows the links in a folder it reads: see _denied_below)
+    if not uses:
+        return
     real = [dataclasses.replace(p, rel=physical(req, p) or p.rel) for p in paths]
     for checked in (paths, real):
         if checked is real:
             uses = folder_uses(req.argv, checked, {"*": FIND_GRANTABLE})
+        if (req.read_grants or req.write_grants) and (
+            problem := ungranted_below(req.argv, checked, req.read_grants, uses=uses)
+        ) is not None:
+            raise _denied(
+                problem.reason
+            )  # (whatever the run decided: review s29, `grep -r KEY .` under read .)
+        if not req.deny_fs and not any(depth is not None for _, _, depth in uses):
+            continue  # (only diff follows the links in a folder it reads: see _denied_below)
         if (problem := denied_inside(req.argv, checked, req.deny_fs, uses=uses)) is not None:
             raise _denied(problem.reason)
         for p, verb, depth in uses:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from functools import cache, lru_cache
 
+from kiwi.rules import rule_in_force
+
 
 def _literal(text: str) -> str:
     """Glob text without ``*``: ``?`` is one character of a name, anything else itself."""
@@ -199,12 +201,33 @@ def _segment_covered(inner: str, outer: str) -> bool:
     return go(0, 0)
 
 
+# The workflow patch behind which glob_covered reads "." as the root folder alone.
+ROOT_ALONE = "kiwi-root-alone-s29"
+
+
+def _root_alone(pattern: str) -> bool:
+    return pattern.strip() in (".", "./")
+
+
 def glob_covered(inner: str, outer: str) -> bool:
     """True when every path ``inner`` matches is also matched by ``outer``.
 
     Sound (never claims coverage that does not hold) though not complete for exotic
     patterns; a ``False`` only costs a narrower grant, never a wider one.
     """
+    covered = _covered(inner, outer)
+    if _root_alone(outer) or _root_alone(inner):
+        # "." is the root folder alone (compile_glob), not everything below it, which it was taken for here
+        # (review s29: a grant of "." covered "**", so git printed the whole history and `grep -r .` every file
+        # to a run that may read only the root's listing). Behind a patch in workflow code: runs from before
+        # replay as they ran.
+        alone = _root_alone(inner) if _root_alone(outer) else glob_match(outer, ".")
+        if alone != covered:
+            return alone if rule_in_force(ROOT_ALONE) else covered
+    return covered
+
+
+def _covered(inner: str, outer: str) -> bool:
     a = [s for s in inner.strip("/").split("/") if s not in ("", ".")] or ["**"]
     b = [s for s in outer.strip("/").split("/") if s not in ("", ".")] or ["**"]
 

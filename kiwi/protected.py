@@ -15,14 +15,9 @@ Pure (no I/O): the workflow and the activities use the same rule.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Iterator
-
 from kiwi.globs import first_match
-
-# While set, rule_in_force answers True without asking the run (see rules_assumed).
-_ASSUMED: contextvars.ContextVar[bool] = contextvars.ContextVar("kiwi_rules_assumed", default=False)
+from kiwi.rules import rule_in_force as rule_in_force  # (its home is kiwi.rules; imported from here too)
+from kiwi.rules import rules_assumed as rules_assumed
 
 # Project-relative folders, as POSIX paths. ".git" is matched as a segment anywhere.
 PROTECTED_ROOTS = (".ai/config", ".ai/logs", ".ai/tools", ".ai/scripts", ".ai/.cache", ".kiwi")
@@ -91,28 +86,6 @@ def protected_root(rel: str) -> str | None:
             if (name == DEV_CONFIG or (name == ".ai" and index > 0)) and rule_in_force(DEV_CONFIG_PROTECTED):
                 return "/".join(segments[: index + 1])
     return None
-
-
-def rule_in_force(patch: str) -> bool:
-    """Whether a rule that came with the workflow patch ``patch`` applies: always outside workflow code; in a
-    run, once it has met the patch (a marker only in runs that meet it, so runs from before replay as they
-    ran). Called only where the rule can change the answer."""
-    from temporalio import workflow
-
-    return not workflow.in_workflow() or _ASSUMED.get() or workflow.patched(patch)
-
-
-@contextlib.contextmanager
-def rules_assumed() -> Iterator[None]:
-    """Every rule taken as in force, without asking the run: for a reading made only to compare it with an
-    older one. (A run remembers the first answer to each patch: asked where the code before never asked it,
-    a replay could answer False there and keep that answer for a later command the code before decided with
-    True.)"""
-    token = _ASSUMED.set(True)
-    try:
-        yield
-    finally:
-        _ASSUMED.reset(token)
 
 
 def _literal_segments(pattern: str) -> list[str]:

@@ -421,6 +421,8 @@ class PathArgument:
     tree: bool = False  # the program works on everything below it (rm -r, tar -x into it)
     # A path in a git object's name (REV:PATH): read from the repository, named from its root, not the cwd.
     in_repository: bool = False
+    # FOLDER/NAME that cp, mv or ln would write into a folder (the worker's, path_arguments with probes).
+    probe: bool = False
 
 
 def _no(reason: str, hint: str = "", against: Iterable[str] = ()) -> ShellVerdict:
@@ -1443,7 +1445,28 @@ def _check_path(p: PathArgument, g: _Grants) -> ShellVerdict | None:
             f"name a folder that does not contain '{root}'",
             patterns,
         )
+    if p.tree and not tree_granted(p.rel, patterns) and rule_in_force(TREE_GRANTED):
+        below = "the project" if p.rel == "." else f"'{p.rel}/'"
+        return _no(
+            f"'{p.raw}' is a folder the command {p.mode}s whole, and no {p.mode} grant covers everything below "
+            f"it ('{match}' names the folder alone)",
+            f'add <{p.mode} resource="filesystem" path="{"**" if p.rel == "." else p.rel + "/**"}"/> to '
+            f"<permissions> if the directive may {p.mode} all of {below}, or name the files",
+            patterns,
+        )
     return None
+
+
+# Since session 29 (a hostile review): a folder a command reads or writes whole (grep -r, cp -r, rm -r) needs a
+# grant that covers everything below it, not one that names the folder alone (`.`, `src`, `*`: `grep -r KEY .`
+# printed every file to a run that may read only the root's listing). Asked only where it changes the answer.
+TREE_GRANTED = "kiwi-tree-granted-s29"
+
+
+def tree_granted(rel: str, patterns: Sequence[str]) -> bool:
+    """Whether one of ``patterns`` covers everything below the folder ``rel``."""
+    below = "**/*" if rel in ("", ".") else f"{rel}/**/*"
+    return any(glob_covered(below, pattern) for pattern in patterns)
 
 
 def protected_inside(rel: str, patterns: Sequence[str]) -> str | None:
@@ -3101,7 +3124,8 @@ def _path_arguments(
             # text led out of the project, and over a denied config/f with `cp f config`.)
             if not probes and (protected_root(rel) is None or not strict()):
                 continue
-            mode = "write"
+            out.append(PathArgument(text, rel, "write", tree, probe=probes))
+            continue
         elif mode == "write*":
             tree = _contains_protected(rel) and strict()
             mode = "write"
@@ -3340,7 +3364,39 @@ def check_argv(
             problem = older
     if problem is not None and rule_in_force(DENY_INSIDE):
         return problem
+    problem = ungranted_below(argv, paths, g.read, options_granted, known=known)
+    if problem is not None and rule_in_force(TREE_GRANTED):
+        return problem
     return ShellVerdict(True, checked_against=tuple(allowed))
+
+
+def ungranted_below(
+    argv: Sequence[str],
+    paths: Sequence[PathArgument],
+    read_grants: Sequence[str],
+    options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None = None,
+    uses: list[tuple[PathArgument, str, int | None]] | None = None,
+    known: bool = True,
+) -> ShellVerdict | None:
+    """Why ``argv`` may not run when it reads every file below a folder (`grep -r`, `du`, the cwd of `rg`) that
+    no read grant covers whole, though one names the folder (`.`, `src`, `*`); None when it may."""
+    for p, verb, depth in folder_uses(argv, paths, options_granted, known) if uses is None else uses:
+        if verb != "reads":
+            continue
+        inside = ("*" if p.rel in ("", ".") else f"{p.rel}/*") if depth == 1 else None
+        if inside is not None and any(glob_covered(inside, g) for g in read_grants):
+            continue
+        if inside is None and tree_granted(p.rel, read_grants):
+            continue
+        where = "the cwd" if p is paths[0] else f"'{p.raw}'"
+        return _no(
+            f"{posixpath.basename(argv[0])} reads {'the files directly in' if depth == 1 else 'everything below'}"
+            f" {where} ({p.rel}), and no read grant covers all of it",
+            f'add <read resource="filesystem" path="{"**" if p.rel in ("", ".") else p.rel + "/**"}"/> to '
+            "<permissions> if the directive may read all of it, or name the files",
+            read_grants,
+        )
+    return None
 
 
 # Programs that read every file below a folder they are given (or below the cwd, given no path), with the

@@ -4,6 +4,8 @@ and the safe outcome."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from tests.test_attack_shell import agent_run, shell
@@ -44,3 +46,87 @@ async def test_a_granted_program_starts_no_program_an_option_names(runs, project
     if argv[0] == "split":  # (what split is for runs)
         plain = await shell(runs, run_id, "split", "-l", "1", "notes/a.md", "notes/part-")
         assert plain.status == "ok" and (project / "notes" / "part-ab").read_text() == "b\n", plain
+
+
+async def test_a_grant_of_the_root_folder_alone_reads_no_file_below_it(runs, project):
+    """Attack (review s29): a run that may read `.` (the root folder alone: its listing) and `notes/**` read
+    every file of the project: `.` was taken for `**` where grants are compared, so git printed the whole history
+    (`git show HEAD`, `git grep`), and `grep -r KEY .` read every file, the folder alone being all that was
+    checked. Both refused now; what `.` is for, listing the root, runs."""
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / "private.txt").write_text("the human's SECRET-29\n")
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "add", "private.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "private"], check=True)
+    (project / "notes").mkdir()
+    (project / "notes" / "a.md").write_text("a\n")
+    run_id = await agent_run(
+        runs,
+        project,
+        "rootreader",
+        '<read resource="filesystem" path="."/><read resource="filesystem" path="notes/**"/>'
+        '<execute resource="shell" commands="git,grep,ls"/>',
+    )
+    for argv, said in [
+        (["grep", "-r", "SECRET", "."], "no read grant covers all of it"),
+        (["grep", "-r", "SECRET"], "no read grant covers all of it"),
+        (["git", "show", "HEAD"], "may not read all of the project"),
+        (["git", "grep", "SECRET"], "may not read all of the project"),
+    ]:
+        result = await shell(runs, run_id, *argv)
+        assert result.status == "denied" and said in result.reason, (argv, result)
+        assert "SECRET-29" not in str(result)
+    listed = await shell(runs, run_id, "ls", ".")
+    assert listed.status == "ok" and "private.txt" in listed.result["stdout"], listed
+    notes = await shell(runs, run_id, "grep", "-r", "a", "notes")
+    assert notes.status == "ok" and notes.result["exit_code"] == 0, notes
+
+
+@pytest.mark.parametrize(
+    ("write", "argv", "said"),
+    [
+        (".", ["cp", "notes/conftest.py", "."], "would be written as 'conftest.py'"),
+        (
+            ".",
+            ["mv", "notes/conftest.py", "."],
+            "would be written as 'conftest.py'|contains the protected place",
+        ),
+        ("src", ["cp", "notes/conftest.py", "src"], "would be written as 'src/conftest.py'"),
+        ("src", ["cp", "-r", "notes", "src"], "writes whole"),
+        ("src", ["rm", "-r", "src"], "writes whole"),
+    ],
+)
+async def test_a_grant_of_a_folder_alone_writes_nothing_inside_it(runs, project, write, argv, said):
+    """Attack (review s29): with `write .` (the root folder alone), `cp notes/conftest.py .` wrote a
+    `conftest.py` at the root, which the human's next pytest runs outside every wall: for cp, mv and ln into a
+    folder only the folder was checked against the grants. With `write src`, `cp -r notes src` and `rm -r src`
+    wrote and deleted all of src/. Refused now, and nothing changes."""
+    (project / "notes").mkdir()
+    (project / "notes" / "conftest.py").write_text("import os  # the agent's\n")
+    (project / "src").mkdir()
+    (project / "src" / "keep.py").write_text("kept\n")
+    run_id = await agent_run(
+        runs,
+        project,
+        "folderwriter",
+        f'<read resource="filesystem" path="**"/><write resource="filesystem" path="{write}"/>'
+        '<write resource="filesystem" path="notes/**"/><execute resource="shell" commands="cp,mv,rm"/>',
+    )
+    result = await shell(runs, run_id, *argv)
+    assert result.status == "denied" and any(s in result.reason for s in said.split("|")), result
+    assert not (project / "conftest.py").exists() and not (project / "src" / "conftest.py").exists()
+    assert (project / "notes" / "conftest.py").exists() and (
+        project / "src" / "keep.py"
+    ).read_text() == "kept\n"
+    assert not (project / "src" / "notes").exists()
+
+
+def test_a_parent_granting_the_root_folder_alone_covers_no_childs_files():
+    """A parent run whose grant is `.` does not cover a child's `notes/**` (it covered everything): the child
+    asking for more than its parent is an escalation, as for any other grant."""
+    from kiwi.globs import glob_covered
+
+    assert not glob_covered("notes/**", ".")
+    assert not glob_covered("**", ".")
+    assert glob_covered(".", ".") and glob_covered(".", "**")
+    assert glob_covered("notes/**", "**")
