@@ -458,12 +458,11 @@ def _check_folders(req: CommandRequest, paths: list[PathArgument]) -> None:
     for checked in (paths, real):
         if checked is real:
             uses = folder_uses(req.argv, checked, {"*": FIND_GRANTABLE})
+        # (Whatever the run decided: review s29, `grep -r KEY .` under `read .`, the root folder alone.)
         if (req.read_grants or req.write_grants) and (
             problem := ungranted_below(req.argv, checked, req.read_grants, uses=uses)
         ) is not None:
-            raise _denied(
-                problem.reason
-            )  # (whatever the run decided: review s29, `grep -r KEY .` under read .)
+            raise _denied(problem.reason)
         if not req.deny_fs and not any(depth is not None for _, _, depth in uses):
             continue  # (only diff follows the links in a folder it reads: see _denied_below)
         if (problem := denied_inside(req.argv, checked, req.deny_fs, uses=uses)) is not None:
