@@ -148,6 +148,17 @@ def _is_folder(root: str, rel: str) -> bool:
         return False
 
 
+def _folder_or_none(root: str, rel: str) -> bool:
+    """Whether ``rel`` is a folder on disk, or nothing (a path git restores may be a folder it deleted): what a
+    git pathspec names whole (review s29: `git restore src` under `write *` reverted all of src/)."""
+    try:
+        return stat.S_ISDIR(os.lstat(os.path.join(os.path.realpath(root), rel)).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
 def _hard_linked(root: str, rel: str) -> bool:
     """Whether ``rel`` is a regular file with more than one name (`ln src/a.txt out/h` made out/h src/a.txt)."""
     try:
@@ -161,6 +172,19 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
     """The workflow checked the arguments lexically; here each is checked again where it is on disk
     (physical), so a link in the project pointing at /etc (or at a file the grant does not cover), or a `..`
     after one, is refused."""
+    moved_folder: list[bool] = []
+
+    def whole_pathspecs(path: PathArgument, real: str) -> bool:
+        """Whether git rewrites everything below ``path``: a folder or nothing there (git restores a folder
+        it deleted); for `git mv`, every path when one is a folder (what it moves lands below the last)."""
+        if program_name(req.argv[0]) == "git" and next((w for w in req.argv[1:] if w[:1] != "-"), "") == "mv":
+            if not moved_folder:
+                moved_folder.append(
+                    any(_is_folder(req.project_root, physical(req, p) or p.rel) for p in paths if p.pathspec)
+                )
+            return moved_folder[0]
+        return _folder_or_none(req.project_root, real)
+
     for path in paths:
         real = physical(req, path)
         what = "the command's cwd" if path is paths[0] else f"'{path.raw}'"
@@ -182,7 +206,7 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
         if not (req.read_grants or req.write_grants):
             continue
         grants = req.read_grants if path.mode == "read" else req.write_grants
-        if path.tree and not tree_granted(real, grants):
+        if (path.tree or (path.pathspec and whole_pathspecs(path, real))) and not tree_granted(real, grants):
             # (Whatever the run decided: review s29, `rm -r src` under `write src`, the folder alone.)
             raise _denied(
                 f"{what} is a folder the command {path.mode}s whole, and no {path.mode} grant covers everything "

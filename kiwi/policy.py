@@ -19,12 +19,11 @@ from kiwi.globs import first_match, glob_covered
 from kiwi.protected import granted as protected_granted
 from kiwi.protected import protected_root
 from kiwi.shellpolicy import (
-    STARTS_PROGRAMS,
     check_argv,
     known_program,
     later_refused,
-    program_name,
     refused_program,
+    worker_refusal,
 )
 
 FILESYSTEM_TOOLS = (
@@ -244,11 +243,7 @@ def shell_grant_warnings(entry: PermissionEntry) -> list[str]:
     for program in _split(entry.attrs.get("commands", entry.attrs.get("action", ""))):
         if program == "*":
             continue
-        why = (
-            refused_program(program)
-            or later_refused(program)
-            or STARTS_PROGRAMS.get(program_name(program), "")
-        )
+        why = refused_program(program) or later_refused(program) or worker_refusal(program)
         if why:
             warnings.append(f"shell command '{program}' is refused even when granted: it {why}")
         elif not known_program(program):

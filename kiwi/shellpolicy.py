@@ -171,8 +171,59 @@ _STARTERS_S29 = (
     "groff nroff enscript a2ps bat batcat fzf convert magick mogrify gs ghostscript ack ld cpp meson javac "
     "nvi yq busybox toybox zless zmore zdiff zcmp zgrep zegrep zfgrep lesspipe tig lazygit mutt neomutt "
     "ranger mc nnn vifm micro hx helix kak joe jed mg vis ne sensible-editor sensible-pager editor pager "
-    "systemctl service launchctl open"
+    "systemctl service launchctl open prove pdb c++ g++ c99 c89 vimdiff gvim rvim rview rbash lesskey"
 )
+# Parts of a program's name that leave the program what it is: a target triplet's (x86_64-linux-gnu-gcc), a
+# version (cpp-12, g++-12, python3.11, pdb3), a variant after a dot (vim.basic, ld.bfd, ld.gold).
+_TRIPLET_PARTS = frozenset(
+    [
+        "linux",
+        "gnu",
+        "gnueabi",
+        "gnueabihf",
+        "gnux32",
+        "musl",
+        "mingw32",
+        "w64",
+        "pc",
+        "apple",
+        "darwin",
+        "unknown",
+        "elf",
+        "none",
+        "eabi",
+        "eabihf",
+    ]
+)
+
+
+def name_variants(name: str) -> list[str]:
+    """``name`` and the names it is a variant of (see _TRIPLET_PARTS), for the worker's refusals (review s29:
+    `cpp-12`, `x86_64-linux-gnu-gcc`, `vim.basic` and `ld.bfd` escaped the lists)."""
+    found = [name]
+    parts = name.split("-")
+    marks = [i for i, part in enumerate(parts) if part in _TRIPLET_PARTS or part.startswith("darwin")]
+    if marks and marks[-1] < len(parts) - 1:
+        found.append("-".join(parts[marks[-1] + 1 :]))
+    for each in list(found):
+        if "." in each and each.split(".", 1)[1].isalpha():
+            found.append(each.split(".", 1)[0])
+    for each in list(found):
+        bare = re.sub(r"[-_.]?\d[\d.]*$", "", each)
+        if bare and bare != each:
+            found.append(bare)
+    return found
+
+
+def worker_refusal(arg0: str) -> str:
+    """Why the worker refuses ``arg0`` whatever the run decided (any list, by any of name_variants), or ''."""
+    for name in name_variants(program_name(arg0)):
+        why = REFUSED_PROGRAMS.get(name) or LATER_REFUSED.get(name) or STARTS_PROGRAMS.get(name)
+        if why:
+            return why
+    return ""
+
+
 STARTS_PROGRAMS = {
     p: "starts other programs (its helpers, a pager or editor, a program it is told of), so a grant for it "
     "would grant every program"
@@ -252,8 +303,8 @@ def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] =
     the programs of NAMES_MADE, and of split where its names could make one; None when none of these (or a
     write grant, ``writes``, names the place). Path-like words are checked as the run checked them."""
     name = program_name(argv[0])
-    if name in STARTS_PROGRAMS:
-        return _no(f"'{name}' is refused: it {STARTS_PROGRAMS[name]}", _LOCAL_HINT)
+    if why := worker_refusal(argv[0]):
+        return _no(f"'{name}' is refused: it {why}", _LOCAL_HINT)
     if option := starting_option(name, argv[1:]):
         return _no(
             f"'{option}' is refused: with it {name} starts another program, so a grant for {name} would "
@@ -423,6 +474,8 @@ class PathArgument:
     in_repository: bool = False
     # FOLDER/NAME that cp, mv or ln would write into a folder (the worker's, path_arguments with probes).
     probe: bool = False
+    # A path git rewrites in the working tree, a file or everything below a folder (the worker's, as above).
+    pathspec: bool = False
 
 
 def _no(reason: str, hint: str = "", against: Iterable[str] = ()) -> ShellVerdict:
@@ -3128,7 +3181,8 @@ def _path_arguments(
             continue
         elif mode == "write*":
             tree = _contains_protected(rel) and strict()
-            mode = "write"
+            out.append(PathArgument(text, rel, "write", tree, pathspec=probes))
+            continue
         out.append(PathArgument(text, rel, mode, tree))
     return out
 
@@ -3370,6 +3424,24 @@ def check_argv(
     return ShellVerdict(True, checked_against=tuple(allowed))
 
 
+def _find_starts(args: Sequence[str]) -> list[str]:
+    """find's starting points: the words after its leading options (-H, -L, -P, -D X, -O3) and before its
+    expression (a word that begins with '-', or '(', '!', ',')."""
+    index = 0
+    while (
+        index < len(args)
+        and args[index] in ("-H", "-L", "-P", "-D")
+        or (index < len(args) and re.fullmatch(r"-O\d*", args[index]))
+    ):
+        index += 2 if args[index] == "-D" else 1
+    starts = []
+    for arg in args[index:]:
+        if arg.startswith("-") or arg in ("(", "!", ","):
+            break
+        starts.append(arg)
+    return starts
+
+
 def ungranted_below(
     argv: Sequence[str],
     paths: Sequence[PathArgument],
@@ -3381,8 +3453,8 @@ def ungranted_below(
     """Why ``argv`` may not run when it reads every file below a folder (`grep -r`, `du`, the cwd of `rg`) that
     no read grant covers whole, though one names the folder (`.`, `src`, `*`); None when it may."""
     for p, verb, depth in folder_uses(argv, paths, options_granted, known) if uses is None else uses:
-        if verb != "reads":
-            continue
+        if verb != "reads" or (p is paths[0] and program_name(argv[0]) == "find" and _find_starts(argv[1:])):
+            continue  # (find reads its starting points, the cwd only when it is given none)
         inside = ("*" if p.rel in ("", ".") else f"{p.rel}/*") if depth == 1 else None
         if inside is not None and any(glob_covered(inside, g) for g in read_grants):
             continue

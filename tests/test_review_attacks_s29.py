@@ -5,6 +5,7 @@ and the safe outcome."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +131,85 @@ def test_a_parent_granting_the_root_folder_alone_covers_no_childs_files():
     assert not glob_covered("**", ".")
     assert glob_covered(".", ".") and glob_covered(".", "**")
     assert glob_covered("notes/**", "**")
+
+
+def _committed_src(project: Path) -> None:
+    """A repository whose src/sub/deep.py the human changed and has not committed."""
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / "src" / "sub").mkdir(parents=True)
+    (project / "src" / "sub" / "deep.py").write_text("committed\n")
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "add", "src"], check=True)
+    subprocess.run([*git, "commit", "-qm", "src"], check=True)
+    (project / "src" / "sub" / "deep.py").write_text("the human's work, not committed\n")
+
+
+@pytest.mark.parametrize(
+    ("write", "argv"),
+    [
+        ("*", ["git", "restore", "src"]),
+        ("src", ["git", "checkout", "HEAD", "--", "src"]),
+        ("s*", ["git", "rm", "-q", "-r", "-f", "src"]),
+        ("src/*", ["git", "mv", "src/sub", "src/sub2"]),
+        ("**/sub", ["git", "restore", "-s", "HEAD", "--", "src/sub"]),
+    ],
+)
+async def test_git_rewrites_no_folder_a_grant_names_alone(runs, project, write, argv):
+    """Attack (review s29, second round): git's paths were checked as names, so a grant naming a folder alone
+    (`*`, `src`, `s*`, `src/*`, `**/sub`) let `git restore src` revert, `git rm -r -f src` delete and `git mv`
+    move everything below it (the human's uncommitted work lost), where `rm -r src` was refused. The worker now
+    reads a path git rewrites that is a folder, or nothing, as the whole tree below it."""
+    _committed_src(project)
+    run_id = await agent_run(
+        runs,
+        project,
+        "gitwriter",
+        f'<read resource="filesystem" path="**"/><write resource="filesystem" path="{write}"/>'
+        '<execute resource="shell" commands="git"/>',
+    )
+    result = await shell(runs, run_id, *argv)
+    assert result.status == "denied" and "whole" in result.reason, result
+    assert (project / "src" / "sub" / "deep.py").read_text() == "the human's work, not committed\n"
+
+
+async def test_git_restores_a_file_a_glob_grant_names(runs, project):
+    """What a file grant is for still runs: `git restore src/sub/deep.py` under `write src/**/*.py`."""
+    _committed_src(project)
+    run_id = await agent_run(
+        runs,
+        project,
+        "gitfile",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="src/**/*.py"/>'
+        '<execute resource="shell" commands="git"/>',
+    )
+    result = await shell(runs, run_id, "git", "restore", "src/sub/deep.py")
+    assert result.status == "ok" and result.result["exit_code"] == 0, result
+    assert (project / "src" / "sub" / "deep.py").read_text() == "committed\n"
+
+
+@pytest.mark.parametrize("program", ["prove", "pdb3", "cpp-12", "x86_64-linux-gnu-gcc", "vim.basic", "rbash"])
+async def test_a_variant_of_a_refused_programs_name_is_refused(runs, project, program):
+    """Attack (review s29, second round): `prove` (Perl's test runner) and `pdb3` ran the agent's code, and
+    versioned or target-named programs (`cpp-12`, `x86_64-linux-gnu-gcc`, `vim.basic`) escaped the lists of
+    programs that start others. The worker refuses them by name, and by the name they are a variant of."""
+    run_id = await agent_run(runs, project, "variant", _grants(program))
+    result = await shell(runs, run_id, program, "notes.txt")
+    assert result.status == "denied" and "is refused" in result.reason, result
+
+
+async def test_find_reads_its_starting_points_not_the_cwd(runs, project):
+    """`find src -name x` with `read src/**` and `read .` (the cwd, the root folder alone) reads src, not the
+    cwd: it runs (a false refusal of the second round), and `find -name x` (the cwd whole) is refused."""
+    (project / "src").mkdir()
+    (project / "src" / "x").write_text("x\n")
+    run_id = await agent_run(
+        runs,
+        project,
+        "finder",
+        '<read resource="filesystem" path="src/**"/><read resource="filesystem" path="."/>'
+        '<execute resource="shell" commands="find"/>',
+    )
+    found = await shell(runs, run_id, "find", "src", "-name", "x")
+    assert found.status == "ok" and found.result["stdout"].strip() == "src/x", found
+    whole = await shell(runs, run_id, "find", "-name", "x")
+    assert whole.status == "denied" and "no read grant covers all of it" in whole.reason, whole
