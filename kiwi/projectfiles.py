@@ -43,29 +43,15 @@ def read_bytes(project_root: Path | str, rel: str, limit: int) -> bytes | None:
     regular file, or when it holds more than ``limit`` bytes (nothing past the limit is read)."""
     root = Path(project_root)
     parts = [p for p in rel.split("/") if p]
-    try:
-        folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | CLOEXEC)
-    except FileNotFoundError:
+    folder = _open_folder(root, parts[:-1])
+    if folder is None:
         return None
     try:
-        for index, name in enumerate(parts[:-1]):
-            where = "/".join(parts[: index + 1])
-            try:
-                inner = os.open(name, _FOLDER, dir_fd=folder)
-            except FileNotFoundError:
-                return None
-            except OSError as exc:
-                raise _unsafe(root, where, _what(exc, folder, name)) from None
-            os.close(folder)
-            folder = inner
-        try:
-            fd = os.open(parts[-1], _FILE, dir_fd=folder)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise _unsafe(
-                root, rel, "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
-            ) from None
+        fd = os.open(parts[-1], _FILE, dir_fd=folder)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _unsafe(root, rel, "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror) from None
     finally:
         os.close(folder)
     with os.fdopen(fd, "rb") as handle:
@@ -83,25 +69,33 @@ def read_bytes(project_root: Path | str, rel: str, limit: int) -> bytes | None:
 def real_folder(project_root: Path | str, rel: str) -> bool:
     """Whether the project's folder ``rel`` exists with no link on the way (False when it does not exist);
     ItemInvalid when a name on the way is a link or not a folder."""
-    root = Path(project_root)
-    parts = [p for p in rel.split("/") if p]
+    folder = _open_folder(Path(project_root), [p for p in rel.split("/") if p])
+    if folder is None:
+        return False
+    os.close(folder)
+    return True
+
+
+def _open_folder(root: Path, parts: list[str]) -> int | None:
+    """The folder ``parts`` below the project root, opened one name at a time without following a link; None
+    when a name is missing, ItemInvalid when one is a link or not a folder."""
     try:
         folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | CLOEXEC)
     except FileNotFoundError:
-        return False
-    try:
-        for index, name in enumerate(parts):
-            try:
-                inner = os.open(name, _FOLDER, dir_fd=folder)
-            except FileNotFoundError:
-                return False
-            except OSError as exc:
-                raise _unsafe(root, "/".join(parts[: index + 1]), _what(exc, folder, name)) from None
+        return None
+    for index, name in enumerate(parts):
+        try:
+            inner = os.open(name, _FOLDER, dir_fd=folder)
+        except FileNotFoundError:
             os.close(folder)
-            folder = inner
-        return True
-    finally:
+            return None
+        except OSError as exc:
+            what = _what(exc, folder, name)
+            os.close(folder)
+            raise _unsafe(root, "/".join(parts[: index + 1]), what) from None
         os.close(folder)
+        folder = inner
+    return folder
 
 
 def _what(exc: OSError, folder: int, name: str) -> str:
