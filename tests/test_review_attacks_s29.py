@@ -12,6 +12,17 @@ import pytest
 from tests.test_attack_shell import agent_run, shell
 
 
+def _repository(project: Path, files: dict[str, str]) -> None:
+    """The project a git repository with ``files`` (path: text) committed."""
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    for rel, text in files.items():
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_text(text)
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "add", *files], check=True)
+    subprocess.run([*git, "commit", "-qm", "the human's"], check=True)
+
+
 def _grants(commands: str, read: str = "**", write: str = "**") -> str:
     return (
         f'<read resource="filesystem" path="{read}"/><write resource="filesystem" path="{write}"/>'
@@ -54,11 +65,7 @@ async def test_a_grant_of_the_root_folder_alone_reads_no_file_below_it(runs, pro
     every file of the project: `.` was taken for `**` where grants are compared, so git printed the whole history
     (`git show HEAD`, `git grep`), and `grep -r KEY .` read every file, the folder alone being all that was
     checked. Both refused now; what `.` is for, listing the root, runs."""
-    subprocess.run(["git", "init", "-q", str(project)], check=True)
-    (project / "private.txt").write_text("the human's SECRET-29\n")
-    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run([*git, "add", "private.txt"], check=True)
-    subprocess.run([*git, "commit", "-qm", "private"], check=True)
+    _repository(project, {"private.txt": "the human's SECRET-29\n"})
     (project / "notes").mkdir()
     (project / "notes" / "a.md").write_text("a\n")
     run_id = await agent_run(
@@ -135,12 +142,7 @@ def test_a_parent_granting_the_root_folder_alone_covers_no_childs_files():
 
 def _committed_src(project: Path) -> None:
     """A repository whose src/sub/deep.py the human changed and has not committed."""
-    subprocess.run(["git", "init", "-q", str(project)], check=True)
-    (project / "src" / "sub").mkdir(parents=True)
-    (project / "src" / "sub" / "deep.py").write_text("committed\n")
-    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run([*git, "add", "src"], check=True)
-    subprocess.run([*git, "commit", "-qm", "src"], check=True)
+    _repository(project, {"src/sub/deep.py": "committed\n"})
     (project / "src" / "sub" / "deep.py").write_text("the human's work, not committed\n")
 
 
