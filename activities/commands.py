@@ -148,15 +148,60 @@ def _is_folder(root: str, rel: str) -> bool:
         return False
 
 
-def _folder_or_none(root: str, rel: str) -> bool:
-    """Whether ``rel`` is a folder on disk, or nothing (a path git restores may be a folder it deleted): what a
-    git pathspec names whole (review s29: `git restore src` under `write *` reverted all of src/)."""
-    try:
-        return stat.S_ISDIR(os.lstat(os.path.join(os.path.realpath(root), rel)).st_mode)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
+def _git_moves_into(req: CommandRequest, sources: list[PathArgument], target: PathArgument) -> None:
+    """`git mv SOURCE... FOLDER` writes FOLDER/NAME for each source (a folder moved, all below it): each checked
+    against the write grants, as cp's and mv's are (review s29)."""
+    into = physical(req, target)
+    if into is None or not _is_folder(req.project_root, into):
+        return
+    for source in sources:
+        real = physical(req, source) or source.rel
+        landed = posixpath.join(into, posixpath.basename(real))
+        whole = _is_folder(req.project_root, real)
+        if (whole and not tree_granted(landed, req.write_grants)) or protected_granted(
+            req.write_grants, landed
+        ) is None:
+            raise _denied(f"'{source.raw}' would be moved to '{landed}', which this run may not write")
+
+
+async def _deleted_folders(req: CommandRequest, cwd: str, env: dict[str, str]) -> None:
+    """A path git rewrites that is not on disk (git brings it back) is checked as the folder it is in git's index
+    or in a commit the command names (HEAD, `--source`, `checkout REV --`), which a grant must cover whole, and
+    else as the file it is (review s29: `git restore src`, src deleted, under `write *`)."""
+    paths = path_arguments(req.argv, cwd=req.cwd or ".", options_granted={"*": FIND_GRANTABLE}, probes=True)
+    if isinstance(paths, ShellVerdict) or not req.write_grants:
+        return
+    root = os.path.realpath(req.project_root)
+    missing = [
+        p for p in paths if p.pathspec and not os.path.lexists(os.path.join(root, physical(req, p) or p.rel))
+    ]
+    if not missing:
+        return
+    before = req.argv[1 : req.argv.index("--")] if "--" in req.argv else req.argv[1:]
+    revisions = ["HEAD"]
+    for index, word in enumerate(before):
+        if word in ("-s", "--source") and index + 1 < len(before):
+            revisions.append(before[index + 1])
+        elif word.startswith("--source="):
+            revisions.append(word.partition("=")[2])
+    if "--" in req.argv and next((w for w in before if w[:1] != "-"), "") == "checkout":
+        revisions += [w for w in before[before.index("checkout") + 1 :] if w[:1] != "-"][:1]
+    for path in missing:
+        spec = posixpath.normpath(path.raw).rstrip("/")
+        listings = [["git", "ls-files", "-z", "--", spec]] + [
+            ["git", "ls-tree", "-r", "-z", "--name-only", rev, "--", spec]
+            for rev in dict.fromkeys(revisions)
+            if rev and not rev.startswith("-")
+        ]
+        for argv in listings:
+            listed = await run_process(argv, cwd=cwd, timeout=30, max_output=10_000_000, env=env, direct=True)
+            if any(name.startswith(spec + "/") for name in listed.stdout.split("\0")):
+                if not tree_granted(physical(req, path) or path.rel, req.write_grants):
+                    raise _denied(
+                        f"'{path.raw}' is a folder git would write whole, and no write grant covers everything "
+                        f"below '{path.rel}'"
+                    )
+                break
 
 
 def _hard_linked(root: str, rel: str) -> bool:
@@ -172,18 +217,21 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
     """The workflow checked the arguments lexically; here each is checked again where it is on disk
     (physical), so a link in the project pointing at /etc (or at a file the grant does not cover), or a `..`
     after one, is refused."""
-    moved_folder: list[bool] = []
+    specs = [p for p in paths if p.pathspec]
+    moving = (
+        program_name(req.argv[0]) == "git" and next((w for w in req.argv[1:] if w[:1] != "-"), "") == "mv"
+    )
+    if moving and len(specs) > 1:
+        _git_moves_into(req, specs[:-1], specs[-1])
 
     def whole_pathspecs(path: PathArgument, real: str) -> bool:
-        """Whether git rewrites everything below ``path``: a folder or nothing there (git restores a folder
-        it deleted); for `git mv`, every path when one is a folder (what it moves lands below the last)."""
-        if program_name(req.argv[0]) == "git" and next((w for w in req.argv[1:] if w[:1] != "-"), "") == "mv":
-            if not moved_folder:
-                moved_folder.append(
-                    any(_is_folder(req.project_root, physical(req, p) or p.rel) for p in paths if p.pathspec)
-                )
-            return moved_folder[0]
-        return _folder_or_none(req.project_root, real)
+        """Whether git rewrites everything below ``path``: a folder on disk (one git would bring back is found
+        by _deleted_folders); for `git mv`, a folder it moves, and the place it moves one to."""
+        if moving and path is specs[-1] and len(specs) > 1:
+            return not _is_folder(req.project_root, real) and any(
+                _is_folder(req.project_root, physical(req, p) or p.rel) for p in specs[:-1]
+            )
+        return _is_folder(req.project_root, real)
 
     for path in paths:
         real = physical(req, path)
@@ -887,6 +935,7 @@ class CommandActivities:
         git_config: list[tuple[str, str]] = []
         if program_name(req.argv[0]) == "git":
             git_config = await _check_git_repository(req, str(cwd), env)
+            await _deleted_folders(req, str(cwd), env)
             env = {**await git_identity(str(cwd)), **env}
         unpack = unpacking(req.argv, req.cwd or ".")
         if isinstance(unpack, ShellVerdict):

@@ -171,7 +171,11 @@ _STARTERS_S29 = (
     "groff nroff enscript a2ps bat batcat fzf convert magick mogrify gs ghostscript ack ld cpp meson javac "
     "nvi yq busybox toybox zless zmore zdiff zcmp zgrep zegrep zfgrep lesspipe tig lazygit mutt neomutt "
     "ranger mc nnn vifm micro hx helix kak joe jed mg vis ne sensible-editor sensible-pager editor pager "
-    "systemctl service launchctl open prove pdb c++ g++ c99 c89 vimdiff gvim rvim rview rbash lesskey"
+    "systemctl service launchctl open prove pdb c++ g++ c99 c89 vimdiff gvim rvim rview rbash lesskey "
+    "pydoc pygmentize cpan perldoc memusage sotruss setarch linux32 linux64 x86_64 i386 debconf "
+    "pg_virtualenv sensible-browser vimtutor zipgrep xzless xzmore xzgrep xzegrep xzfgrep xzdiff xzcmp bzless "
+    "bzmore bzgrep bzegrep bzfgrep bzdiff bzcmp zstdless zstdgrep lzless lzmore lzgrep lzegrep lzfgrep lzdiff "
+    "lzcmp dpkg-architecture dpkg-buildpackage"
 )
 # Parts of a program's name that leave the program what it is: a target triplet's (x86_64-linux-gnu-gcc), a
 # version (cpp-12, g++-12, python3.11, pdb3), a variant after a dot (vim.basic, ld.bfd, ld.gold).
@@ -204,10 +208,14 @@ def name_variants(name: str) -> list[str]:
     parts = name.split("-")
     marks = [i for i, part in enumerate(parts) if part in _TRIPLET_PARTS or part.startswith("darwin")]
     if marks and marks[-1] < len(parts) - 1:
-        found.append("-".join(parts[marks[-1] + 1 :]))
+        found.append("-".join(parts[marks[-1] + 1 :]))  # (x86_64-linux-gnu-gcc)
+    if marks and marks[0] > 1:
+        found.append("-".join(parts[: marks[0] - 1]))  # (cpan5.36-x86_64-linux-gnu)
+    if len(parts) > 1:
+        found += [parts[0], parts[-1]]  # (a wrapper named for what it wraps: c99-gcc, python3-config)
     for each in list(found):
-        if "." in each and each.split(".", 1)[1].isalpha():
-            found.append(each.split(".", 1)[0])
+        if "." in each and each.split(".", 1)[1].isalnum():
+            found.append(each.split(".", 1)[0])  # (vim.basic, vim.gtk3, ld.bfd)
     for each in list(found):
         bare = re.sub(r"[-_.]?\d[\d.]*$", "", each)
         if bare and bare != each:

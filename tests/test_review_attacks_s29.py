@@ -215,3 +215,66 @@ async def test_find_reads_its_starting_points_not_the_cwd(runs, project):
     assert found.status == "ok" and found.result["stdout"].strip() == "src/x", found
     whole = await shell(runs, run_id, "find", "-name", "x")
     assert whole.status == "denied" and "no read grant covers all of it" in whole.reason, whole
+
+
+async def test_git_brings_back_a_deleted_file_a_file_grant_names_but_not_a_deleted_folder(runs, project):
+    """A path git restores that is not on disk is what it is in git: a deleted file restored under the file's
+    grant runs (the third round's false refusal: nothing there counted as a folder), and a deleted folder under
+    `write *` (the folder alone) is refused as the whole folder, found in git's index."""
+    _committed_src(project)
+    (project / "src" / "sub" / "deep.py").unlink()
+    run_id = await agent_run(
+        runs,
+        project,
+        "restorer",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="src/**/*.py"/>'
+        '<write resource="filesystem" path="*"/><execute resource="shell" commands="git"/>',
+    )
+    folder = await shell(runs, run_id, "git", "restore", "src")
+    assert folder.status == "denied" and "writes whole" in folder.reason, folder
+    (project / "src" / "sub").rmdir()
+    (project / "src").rmdir()
+    gone = await shell(runs, run_id, "git", "checkout", "HEAD", "--", "src")
+    assert gone.status == "denied" and "a folder git would write whole" in gone.reason, gone
+    assert not (project / "src").exists()
+    restored = await shell(runs, run_id, "git", "restore", "src/sub/deep.py")
+    assert restored.status == "ok" and restored.result["exit_code"] == 0, restored
+    assert (project / "src" / "sub" / "deep.py").read_text() == "committed\n"
+
+
+async def test_git_moves_a_file_into_a_folder_the_grants_cover(runs, project):
+    """`git mv a.txt docs` under `write *.txt` and `write docs/**` runs (the third round's false refusal: the
+    file was taken for a folder); `git mv a.txt docs` under `write *.txt` and `write docs` (the folder alone)
+    is refused, docs/a.txt being no path it may write."""
+    _repository(project, {"a.txt": "a\n", "docs/index.md": "docs\n"})
+    run_id = await agent_run(
+        runs,
+        project,
+        "mover",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="*.txt"/>'
+        '<write resource="filesystem" path="docs"/><execute resource="shell" commands="git"/>',
+    )
+    refused = await shell(runs, run_id, "git", "mv", "a.txt", "docs")
+    assert refused.status == "denied" and "would be moved to 'docs/a.txt'" in refused.reason, refused
+    run_id = await agent_run(
+        runs,
+        project,
+        "mover2",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="*.txt"/>'
+        '<write resource="filesystem" path="docs/**"/><execute resource="shell" commands="git"/>',
+    )
+    moved = await shell(runs, run_id, "git", "mv", "a.txt", "docs")
+    assert moved.status == "ok" and moved.result["exit_code"] == 0, moved
+    assert (project / "docs" / "a.txt").read_text() == "a\n"
+
+
+@pytest.mark.parametrize(
+    "program", ["c99-gcc", "pydoc3.11", "cpan5.36-x86_64-linux-gnu", "vim.gtk3", "memusage"]
+)
+async def test_wrappers_and_script_tools_that_run_code_are_refused(runs, project, program):
+    """Attack (review s29, third round): `c99-gcc -wrapper sh,-c,...`, `pydoc3 ./evil.py`, `cpan -j cfg.pm`,
+    `memusage sh -c ...` ran programs or the project's code, their names on no list (or a variant no rule
+    reduced). Refused by the worker."""
+    run_id = await agent_run(runs, project, "wrapper", _grants(program))
+    result = await shell(runs, run_id, program, "notes.txt")
+    assert result.status == "denied" and "is refused" in result.reason, result
