@@ -165,25 +165,29 @@ def _git_moves_into(req: CommandRequest, sources: list[PathArgument], target: Pa
 
 
 async def _deleted_folders(req: CommandRequest, cwd: str, env: dict[str, str]) -> None:
-    """A path git rewrites that is not on disk (git brings it back) is checked as the folder it is in git's index
-    or in a commit the command names (HEAD, `--source`, `checkout REV --`), which a grant must cover whole, and
-    else as the file it is (review s29: `git restore src`, src deleted, under `write *`)."""
+    """A path git rewrites that is no folder on disk (git may bring one back) is checked as the folder it is in
+    git's index or in a commit the command names (HEAD, `--source`, `-sREV`, `checkout REV --`), which a grant
+    must cover whole, and else as the file it is (review s29: `git restore src`, src deleted, under `write *`)."""
     paths = path_arguments(req.argv, cwd=req.cwd or ".", options_granted={"*": FIND_GRANTABLE}, probes=True)
     if isinstance(paths, ShellVerdict) or not req.write_grants:
         return
-    root = os.path.realpath(req.project_root)
-    missing = [
-        p for p in paths if p.pathspec and not os.path.lexists(os.path.join(root, physical(req, p) or p.rel))
-    ]
+    # Every path that is no folder on disk: a file there may stand where git would bring a folder back (review
+    # s29: `touch src`, then `git restore src` wrote all of src/ under `write *`).
+    missing = [p for p in paths if p.pathspec and not _is_folder(req.project_root, physical(req, p) or p.rel)]
     if not missing:
         return
     before = req.argv[1 : req.argv.index("--")] if "--" in req.argv else req.argv[1:]
     revisions = ["HEAD"]
     for index, word in enumerate(before):
-        if word in ("-s", "--source") and index + 1 < len(before):
-            revisions.append(before[index + 1])
+        following = before[index + 1] if index + 1 < len(before) else ""
+        if word == "--source":
+            revisions.append(following)
         elif word.startswith("--source="):
             revisions.append(word.partition("=")[2])
+        elif word.startswith("-") and not word.startswith("--") and "s" in word:
+            # (-s REV, -sREV, -WsREV: any cluster holding s, the rest of it or the next word its revision;
+            # a word read so that is none costs a listing that finds nothing.)
+            revisions.append(word[word.index("s") + 1 :] or following)
     if "--" in req.argv and next((w for w in before if w[:1] != "-"), "") == "checkout":
         revisions += [w for w in before[before.index("checkout") + 1 :] if w[:1] != "-"][:1]
     for path in missing:

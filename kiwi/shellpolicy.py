@@ -175,7 +175,8 @@ _STARTERS_S29 = (
     "pydoc pygmentize cpan perldoc memusage sotruss setarch linux32 linux64 x86_64 i386 debconf "
     "pg_virtualenv sensible-browser vimtutor zipgrep xzless xzmore xzgrep xzegrep xzfgrep xzdiff xzcmp bzless "
     "bzmore bzgrep bzegrep bzfgrep bzdiff bzcmp zstdless zstdgrep lzless lzmore lzgrep lzegrep lzfgrep lzdiff "
-    "lzcmp dpkg-architecture dpkg-buildpackage"
+    "lzcmp dpkg-architecture dpkg-buildpackage heaptrack mvndebug gdbtui corepack bashbug perlbug pg_buildext "
+    "deb-systemd-invoke kernel-install gcore xdg-user-dir gzexe instmodsh docker-compose podman-compose node-gyp"
 )
 # Parts of a program's name that leave the program what it is: a target triplet's (x86_64-linux-gnu-gcc), a
 # version (cpp-12, g++-12, python3.11, pdb3), a variant after a dot (vim.basic, ld.bfd, ld.gold).
@@ -211,8 +212,8 @@ def name_variants(name: str) -> list[str]:
         found.append("-".join(parts[marks[-1] + 1 :]))  # (x86_64-linux-gnu-gcc)
     if marks and marks[0] > 1:
         found.append("-".join(parts[: marks[0] - 1]))  # (cpan5.36-x86_64-linux-gnu)
-    if len(parts) > 1:
-        found += [parts[0], parts[-1]]  # (a wrapper named for what it wraps: c99-gcc, python3-config)
+    if len(parts) > 1 and not marks:
+        found.append(parts[-1])  # (a wrapper named for what it wraps: c99-gcc)
     for each in list(found):
         if "." in each and each.split(".", 1)[1].isalnum():
             found.append(each.split(".", 1)[0])  # (vim.basic, vim.gtk3, ld.bfd)

@@ -278,3 +278,64 @@ async def test_wrappers_and_script_tools_that_run_code_are_refused(runs, project
     run_id = await agent_run(runs, project, "wrapper", _grants(program))
     result = await shell(runs, run_id, program, "notes.txt")
     assert result.status == "denied" and "is refused" in result.reason, result
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["git", "restore", "-sHEAD~1", "src"],
+        ["git", "restore", "-WsHEAD~1", "--", "./src/"],
+        ["git", "restore", "--source=HEAD~1", "src"],
+        ["git", "checkout", "-q", "HEAD~1", "--", "src"],
+    ],
+)
+async def test_git_brings_back_no_folder_from_an_older_commit_under_a_folder_alone(runs, project, argv):
+    """Attack (review s29, fourth round): src/ removed from the index and HEAD, still in HEAD~1: `git restore
+    -sHEAD~1 src` under `write *` wrote all of src/ (the revision in `-sREV` was not read), and a file put where
+    the folder was (`touch src`) made a deleted folder look like a file. Refused, and nothing is written."""
+    _committed_src(project)
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "rm", "-q", "-r", "-f", "src"], check=True)
+    subprocess.run([*git, "commit", "-qm", "no src"], check=True)
+    run_id = await agent_run(
+        runs,
+        project,
+        "older",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="*"/>'
+        '<execute resource="shell" commands="git,touch"/>',
+    )
+    result = await shell(runs, run_id, *argv)
+    assert result.status == "denied" and "a folder git would write whole" in result.reason, result
+    assert not (project / "src").exists()
+
+
+async def test_a_file_where_a_folder_was_does_not_hide_it_from_git(runs, project):
+    """`touch src` over a deleted src/ (still in git's index), then `git restore src` under `write *`: git
+    would remove the file and write all of src/; refused."""
+    _committed_src(project)
+    subprocess.run(["rm", "-rf", str(project / "src")], check=True)
+    run_id = await agent_run(
+        runs,
+        project,
+        "placeholder",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="*"/>'
+        '<execute resource="shell" commands="git,touch"/>',
+    )
+    touched = await shell(runs, run_id, "touch", "src")
+    assert touched.status == "ok", touched
+    for argv in (["git", "restore", "src"], ["git", "checkout", "--", "src"]):
+        result = await shell(runs, run_id, *argv)
+        assert result.status == "denied" and "a folder git would write whole" in result.reason, (argv, result)
+    assert (project / "src").is_file()
+
+
+def test_name_variants_refuse_wrappers_and_leave_ordinary_tools():
+    """The worker's name rules (fourth round): `heaptrack` and `mvnDebug` start what they are given and are
+    refused; a target triplet's tools (`x86_64-linux-gnu-objdump`) and hyphened tools named after no refused
+    program's wrapper (`clang-format`, `gcc-nm`) are not, as they were not before this session."""
+    from kiwi.shellpolicy import worker_refusal
+
+    for refused in ("heaptrack", "mvnDebug", "c99-gcc", "x86_64-linux-gnu-gcc", "x86_64", "vim.gtk3"):
+        assert worker_refusal(refused), refused
+    for ordinary in ("x86_64-linux-gnu-objdump", "clang-format", "gcc-nm", "objdump", "sha256sum", "b2sum"):
+        assert not worker_refusal(ordinary), ordinary
