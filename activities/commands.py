@@ -189,7 +189,9 @@ async def _deleted_folders(req: CommandRequest, cwd: str, env: dict[str, str]) -
             # a word read so that is none costs a listing that finds nothing.)
             revisions.append(word[word.index("s") + 1 :] or following)
     if "--" in req.argv and next((w for w in before if w[:1] != "-"), "") == "checkout":
-        revisions += [w for w in before[before.index("checkout") + 1 :] if w[:1] != "-"][:1]
+        # Every word before `--` that is no option: the revision, or an option's value (`--conflict merge REV`
+        # hid REV when only the first was taken: review s29), which costs a listing that finds nothing.
+        revisions += [w for w in before[before.index("checkout") + 1 :] if w[:1] != "-"]
     for path in missing:
         spec = posixpath.normpath(path.raw).rstrip("/")
         listings = [["git", "ls-files", "-z", "--", spec]] + [

@@ -287,12 +287,13 @@ async def test_wrappers_and_script_tools_that_run_code_are_refused(runs, project
         ["git", "restore", "-WsHEAD~1", "--", "./src/"],
         ["git", "restore", "--source=HEAD~1", "src"],
         ["git", "checkout", "-q", "HEAD~1", "--", "src"],
+        ["git", "checkout", "--conflict", "merge", "HEAD~1", "--", "src"],
     ],
 )
 async def test_git_brings_back_no_folder_from_an_older_commit_under_a_folder_alone(runs, project, argv):
     """Attack (review s29, fourth round): src/ removed from the index and HEAD, still in HEAD~1: `git restore
-    -sHEAD~1 src` under `write *` wrote all of src/ (the revision in `-sREV` was not read), and a file put where
-    the folder was (`touch src`) made a deleted folder look like a file. Refused, and nothing is written."""
+    -sHEAD~1 src` under `write *` wrote all of src/ (the revision in `-sREV` was not read, nor one after
+    `--conflict merge`). Refused, and nothing is written."""
     _committed_src(project)
     git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
     subprocess.run([*git, "rm", "-q", "-r", "-f", "src"], check=True)
