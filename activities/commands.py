@@ -148,6 +148,25 @@ def _is_folder(root: str, rel: str) -> bool:
         return False
 
 
+def _index_only(argv: list[str]) -> bool:
+    """Whether ``argv`` is `git restore --staged` without `--worktree`, which writes git's index alone (review
+    s29: unstaging a folder was refused as rewriting it). Every abbreviation of either option counts as it."""
+    words = argv[1:]
+    if program_name(argv[0]) != "git" or next((w for w in words if w[:1] != "-"), "") != "restore":
+        return False
+    staged = worktree = False
+    for word in words[: words.index("--")] if "--" in words else words:
+        if word.startswith("--"):
+            key = word.partition("=")[0]
+            staged |= len(key) > 2 and "--staged".startswith(key)
+            worktree |= len(key) > 2 and "--worktree".startswith(key)
+        elif word.startswith("-"):
+            letters = word[1:].split("s", 1)[0]  # (after s, its revision)
+            staged |= "S" in letters
+            worktree |= "W" in letters
+    return staged and not worktree
+
+
 def _git_moves_into(req: CommandRequest, sources: list[PathArgument], target: PathArgument) -> None:
     """`git mv SOURCE... FOLDER` writes FOLDER/NAME for each source (a folder moved, all below it): each checked
     against the write grants, as cp's and mv's are (review s29)."""
@@ -174,7 +193,7 @@ async def _deleted_folders(req: CommandRequest, cwd: str, env: dict[str, str]) -
     # Every path that is no folder on disk: a file there may stand where git would bring a folder back (review
     # s29: `touch src`, then `git restore src` wrote all of src/ under `write *`).
     missing = [p for p in paths if p.pathspec and not _is_folder(req.project_root, physical(req, p) or p.rel)]
-    if not missing:
+    if not missing or _index_only(req.argv):
         return
     before = req.argv[1 : req.argv.index("--")] if "--" in req.argv else req.argv[1:]
     revisions = ["HEAD"]
@@ -223,7 +242,7 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
     """The workflow checked the arguments lexically; here each is checked again where it is on disk
     (physical), so a link in the project pointing at /etc (or at a file the grant does not cover), or a `..`
     after one, is refused."""
-    specs = [p for p in paths if p.pathspec]
+    specs = [] if _index_only(req.argv) else [p for p in paths if p.pathspec]
     moving = (
         program_name(req.argv[0]) == "git" and next((w for w in req.argv[1:] if w[:1] != "-"), "") == "mv"
     )
@@ -231,6 +250,8 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
         _git_moves_into(req, specs[:-1], specs[-1])
 
     def whole_pathspecs(path: PathArgument, real: str) -> bool:
+        if not specs:
+            return False  # (`git restore --staged` alone: the index, no file of the working tree)
         """Whether git rewrites everything below ``path``: a folder on disk (one git would bring back is found
         by _deleted_folders); for `git mv`, a folder it moves, and the place it moves one to."""
         if moving and path is specs[-1] and len(specs) > 1:

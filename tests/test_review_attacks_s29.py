@@ -340,3 +340,30 @@ def test_name_variants_refuse_wrappers_and_leave_ordinary_tools():
         assert worker_refusal(refused), refused
     for ordinary in ("x86_64-linux-gnu-objdump", "clang-format", "gcc-nm", "objdump", "sha256sum", "b2sum"):
         assert not worker_refusal(ordinary), ordinary
+
+
+async def test_unstaging_a_folder_writes_no_file_and_runs(runs, project):
+    """`git restore --staged src` changes git's index alone: it runs under `write *` (the sixth round's false
+    refusal), and the human's work in src/ stays; with `--worktree` (or `-SW`) it rewrites src/ and is refused."""
+    _committed_src(project)
+    subprocess.run(["git", "-C", str(project), "add", "src"], check=True)
+    run_id = await agent_run(
+        runs,
+        project,
+        "unstager",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="*"/>'
+        '<execute resource="shell" commands="git"/>',
+    )
+    for argv in (["git", "restore", "--staged", "--worktree", "src"], ["git", "restore", "-SW", "src"]):
+        refused = await shell(runs, run_id, *argv)
+        assert refused.status == "denied" and "whole" in refused.reason, (argv, refused)
+    unstaged = await shell(runs, run_id, "git", "restore", "--staged", "src")
+    assert unstaged.status == "ok" and unstaged.result["exit_code"] == 0, unstaged
+    assert (project / "src" / "sub" / "deep.py").read_text() == "the human's work, not committed\n"
+    status = subprocess.run(
+        ["git", "-C", str(project), "status", "--porcelain", "src"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert status.stdout.startswith(" M"), status.stdout  # (changed in the working tree, no longer staged)
