@@ -61,7 +61,6 @@ from kiwi.shellpolicy import (
     down_and_up,
     folder_uses,
     inside_refusal,
-    later_refused,
     link_moves,
     names_from_a_list,
     path_arguments,
@@ -148,11 +147,19 @@ def _is_folder(root: str, rel: str) -> bool:
         return False
 
 
+def _git_subcommand(argv: list[str]) -> str:
+    """The subcommand of a git command (``''`` for another program): its first word that is no option, as the
+    options git may have before it take no value (shellpolicy's _GIT_GLOBAL_OK)."""
+    if program_name(argv[0]) != "git":
+        return ""
+    return next((w for w in argv[1:] if w[:1] != "-"), "")
+
+
 def _index_only(argv: list[str]) -> bool:
     """Whether ``argv`` is `git restore --staged` without `--worktree`, which writes git's index alone (review
     s29: unstaging a folder was refused as rewriting it). Every abbreviation of either option counts as it."""
     words = argv[1:]
-    if program_name(argv[0]) != "git" or next((w for w in words if w[:1] != "-"), "") != "restore":
+    if _git_subcommand(argv) != "restore":
         return False
     staged = worktree = False
     for word in words[: words.index("--")] if "--" in words else words:
@@ -183,12 +190,13 @@ def _git_moves_into(req: CommandRequest, sources: list[PathArgument], target: Pa
             raise _denied(f"'{source.raw}' would be moved to '{landed}', which this run may not write")
 
 
-async def _deleted_folders(req: CommandRequest, cwd: str, env: dict[str, str]) -> None:
+async def _deleted_folders(
+    req: CommandRequest, paths: list[PathArgument], cwd: str, env: dict[str, str]
+) -> None:
     """A path git rewrites that is no folder on disk (git may bring one back) is checked as the folder it is in
     git's index or in a commit the command names (HEAD, `--source`, `-sREV`, `checkout REV --`), which a grant
     must cover whole, and else as the file it is (review s29: `git restore src`, src deleted, under `write *`)."""
-    paths = path_arguments(req.argv, cwd=req.cwd or ".", options_granted={"*": FIND_GRANTABLE}, probes=True)
-    if isinstance(paths, ShellVerdict) or not req.write_grants:
+    if not req.write_grants:
         return
     # Every path that is no folder on disk: a file there may stand where git would bring a folder back (review
     # s29: `touch src`, then `git restore src` wrote all of src/ under `write *`).
@@ -207,7 +215,7 @@ async def _deleted_folders(req: CommandRequest, cwd: str, env: dict[str, str]) -
             # (-s REV, -sREV, -WsREV: any cluster holding s, the rest of it or the next word its revision;
             # a word read so that is none costs a listing that finds nothing.)
             revisions.append(word[word.index("s") + 1 :] or following)
-    if "--" in req.argv and next((w for w in before if w[:1] != "-"), "") == "checkout":
+    if "--" in req.argv and _git_subcommand(req.argv) == "checkout":
         # Every word before `--` that is no option: the revision, or an option's value (`--conflict merge REV`
         # hid REV when only the first was taken: review s29), which costs a listing that finds nothing.
         revisions += [w for w in before[before.index("checkout") + 1 :] if w[:1] != "-"]
@@ -243,17 +251,15 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
     (physical), so a link in the project pointing at /etc (or at a file the grant does not cover), or a `..`
     after one, is refused."""
     specs = [] if _index_only(req.argv) else [p for p in paths if p.pathspec]
-    moving = (
-        program_name(req.argv[0]) == "git" and next((w for w in req.argv[1:] if w[:1] != "-"), "") == "mv"
-    )
+    moving = _git_subcommand(req.argv) == "mv"
     if moving and len(specs) > 1:
         _git_moves_into(req, specs[:-1], specs[-1])
 
     def whole_pathspecs(path: PathArgument, real: str) -> bool:
-        if not specs:
-            return False  # (`git restore --staged` alone: the index, no file of the working tree)
         """Whether git rewrites everything below ``path``: a folder on disk (one git would bring back is found
         by _deleted_folders); for `git mv`, a folder it moves, and the place it moves one to."""
+        if not specs:
+            return False  # (`git restore --staged` alone: the index, no file of the working tree)
         if moving and path is specs[-1] and len(specs) > 1:
             return not _is_folder(req.project_root, real) and any(
                 _is_folder(req.project_root, physical(req, p) or p.rel) for p in specs[:-1]
@@ -469,17 +475,7 @@ def _the_submodules_own_tree(git_dir: str, top: str, cwd: str) -> bool:
     real_cwd = os.path.realpath(cwd)
     if real_cwd != top and not real_cwd.startswith(top + os.sep):
         return False
-    try:  # (not blocking, not through a link, a file only)
-        fd = os.open(os.path.join(top, ".git"), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        line = os.read(fd, 4096).split(b"\n")[0] if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-    finally:
-        os.close(fd)
-    if not line.startswith(b"gitdir:") or b"\0" in line:
-        return False
-    return os.path.realpath(os.path.join(top, os.fsdecode(line[7:].strip()))) == git_dir
+    return confinement.gitdir_file(top) == git_dir
 
 
 async def _no_tracked_path_beyond_a_link(top: str, cwd: str, env: dict[str, str]) -> None:
@@ -516,11 +512,11 @@ async def _no_tracked_path_beyond_a_link(top: str, cwd: str, env: dict[str, str]
             )
 
 
-def _checked_cwd(req: CommandRequest) -> Path:
-    """The command's working folder, once every path it names is checked against its grants on disk."""
+def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument]]:
+    """The command's working folder and the paths it names, once each is checked against its grants on disk.
+    (The programs of every refused list, LATER_REFUSED's too, are refused by unchecked_names, whatever the run
+    decided: the run's decision may predate the rule.)"""
     cwd = confine(req.project_root, req.cwd or ".", ["**"], [])
-    if why := later_refused(req.argv[0]):  # (the run's decision may predate the rule: see shellpolicy)
-        raise _denied(f"'{req.argv[0]}' is refused: it {why}")
     if (unchecked := unchecked_names(req.argv, req.cwd or ".", req.write_grants)) is not None:
         raise _denied(f"{unchecked.reason} ({unchecked.hint})")
     paths = path_arguments(req.argv, cwd=req.cwd or ".", options_granted={"*": FIND_GRANTABLE}, probes=True)
@@ -538,7 +534,7 @@ def _checked_cwd(req: CommandRequest) -> Path:
     if (listed := names_from_a_list(req.argv)) is not None:  # (whatever the run decided: LIST_FILES)
         raise _denied(listed.reason)
     _check_folders(req, paths)
-    return cwd
+    return cwd, paths
 
 
 # How many entries below a folder the worker looks at for a denied path before it refuses the command.
@@ -952,7 +948,7 @@ class CommandActivities:
     async def run_command(self, req: CommandRequest) -> dict[str, Any]:
         # On a thread: a command of many paths (16,000 at the 64 KiB limit) takes a quarter of a second to
         # check on disk, which on the event loop every run of the worker waited for.
-        cwd = await asyncio.to_thread(_checked_cwd, req)
+        cwd, paths = await asyncio.to_thread(_checked_cwd, req)
         # git looks for a repository no higher than the project's own folder.
         env = {**req.env, "GIT_CEILING_DIRECTORIES": os.path.dirname(os.path.realpath(req.project_root))}
         if program_name(req.argv[0]) == "tar":
@@ -962,7 +958,7 @@ class CommandActivities:
         git_config: list[tuple[str, str]] = []
         if program_name(req.argv[0]) == "git":
             git_config = await _check_git_repository(req, str(cwd), env)
-            await _deleted_folders(req, str(cwd), env)
+            await _deleted_folders(req, paths, str(cwd), env)
             env = {**await git_identity(str(cwd)), **env}
         unpack = unpacking(req.argv, req.cwd or ".")
         if isinstance(unpack, ShellVerdict):

@@ -410,20 +410,26 @@ def hidden_places(root: str) -> list[str]:
 def git_folders(root: str) -> list[str]:
     """The project's git folder: `.git`, or where a `.git` file points inside the project (review s26:
     `git init --separate-git-dir=.bare .` kept the repository's settings in `.bare/config`)."""
-    try:  # (not blocking, not through a link, a file only: a FIFO named .git held the worker, review s26)
-        fd = os.open(os.path.join(root, ".git"), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    target = gitdir_file(root)
+    if target is None or not _inside(target, root) or target == root:
         return [".git"]
+    return [".git", os.path.relpath(target, root).replace(os.sep, "/")]
+
+
+def gitdir_file(folder: str) -> str | None:
+    """Where the `.git` file of ``folder`` points (`gitdir: PATH`, real), or None when ``folder/.git`` is no such
+    file. Read not blocking, not through a link, a file only (a FIFO named .git held the worker, review s26)."""
+    try:
+        fd = os.open(os.path.join(folder, ".git"), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
     try:
         line = os.read(fd, 4096).split(b"\n")[0] if stat.S_ISREG(os.fstat(fd).st_mode) else b""
     finally:
         os.close(fd)
     if not line.startswith(b"gitdir:") or b"\0" in line:
-        return [".git"]
-    target = os.path.realpath(os.path.join(root, os.fsdecode(line[7:].strip())))
-    if not _inside(target, root) or target == root:
-        return [".git"]
-    return [".git", os.path.relpath(target, root).replace(os.sep, "/")]
+        return None
+    return os.path.realpath(os.path.join(folder, os.fsdecode(line[7:].strip())))
 
 
 def unread_elsewhere(project_root: str, places: list[str] | None = None) -> str:

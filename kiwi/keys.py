@@ -34,6 +34,8 @@ Role = Literal["sign", "approve"]
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 PREFIX = "ed25519:"
 TRUSTED_FILE = "trusted_keys.yaml"
+# The project's (the user's is ~/.ai/config/trusted_keys.yaml).
+PROJECT_FILE = f".ai/config/{TRUSTED_FILE}"
 
 
 class TrustedKey(BaseModel):
@@ -190,7 +192,7 @@ def item_message(kind: str, content_sha256: str, timestamp: str, signer: str) ->
 
 
 def trusted_paths(project_root: Path, user_space: Path) -> list[Path]:
-    return [user_space / "config" / TRUSTED_FILE, project_root / ".ai" / "config" / TRUSTED_FILE]
+    return [user_space / "config" / TRUSTED_FILE, project_root / PROJECT_FILE]
 
 
 def load_trusted(project_root: Path, user_space: Path) -> TrustedKeys:
@@ -198,7 +200,7 @@ def load_trusted(project_root: Path, user_space: Path) -> TrustedKeys:
     merged: dict[str, TrustedKey] = {}
     user_file, project_file = trusted_paths(project_root, user_space)
     # The project's is read with no link followed on the way (kiwi.projectfiles).
-    project = yamltext.read_in_project(project_root, f".ai/config/{TRUSTED_FILE}")
+    project = yamltext.read_in_project(project_root, PROJECT_FILE)
     for path, data in (
         (user_file, yamltext.read(user_file) if user_file.is_file() else None),
         (project_file, project),

@@ -23,10 +23,14 @@ def _repository(project: Path, files: dict[str, str]) -> None:
     subprocess.run([*git, "commit", "-qm", "the human's"], check=True)
 
 
-def _grants(commands: str, read: str = "**", write: str = "**") -> str:
+def _grants(commands: str, read: str | tuple[str, ...] = "**", write: str | tuple[str, ...] = "**") -> str:
+    """A directive's <permissions>: the read and write globs (one or several) and the shell programs."""
+    reads = (read,) if isinstance(read, str) else read
+    writes = (write,) if isinstance(write, str) else write
     return (
-        f'<read resource="filesystem" path="{read}"/><write resource="filesystem" path="{write}"/>'
-        f'<execute resource="shell" commands="{commands}"/>'
+        "".join(f'<read resource="filesystem" path="{g}"/>' for g in reads)
+        + "".join(f'<write resource="filesystem" path="{g}"/>' for g in writes)
+        + f'<execute resource="shell" commands="{commands}"/>'
     )
 
 
@@ -72,8 +76,7 @@ async def test_a_grant_of_the_root_folder_alone_reads_no_file_below_it(runs, pro
         runs,
         project,
         "rootreader",
-        '<read resource="filesystem" path="."/><read resource="filesystem" path="notes/**"/>'
-        '<execute resource="shell" commands="git,grep,ls"/>',
+        _grants("git,grep,ls", read=(".", "notes/**"), write=()),
     )
     for argv, said in [
         (["grep", "-r", "SECRET", "."], "no read grant covers all of it"),
@@ -117,8 +120,7 @@ async def test_a_grant_of_a_folder_alone_writes_nothing_inside_it(runs, project,
         runs,
         project,
         "folderwriter",
-        f'<read resource="filesystem" path="**"/><write resource="filesystem" path="{write}"/>'
-        '<write resource="filesystem" path="notes/**"/><execute resource="shell" commands="cp,mv,rm"/>',
+        _grants("cp,mv,rm", write=(write, "notes/**")),
     )
     result = await shell(runs, run_id, *argv)
     assert result.status == "denied" and any(s in result.reason for s in said.split("|")), result
@@ -166,8 +168,7 @@ async def test_git_rewrites_no_folder_a_grant_names_alone(runs, project, write, 
         runs,
         project,
         "gitwriter",
-        f'<read resource="filesystem" path="**"/><write resource="filesystem" path="{write}"/>'
-        '<execute resource="shell" commands="git"/>',
+        _grants("git", write=write),
     )
     result = await shell(runs, run_id, *argv)
     assert result.status == "denied" and "whole" in result.reason, result
@@ -181,8 +182,7 @@ async def test_git_restores_a_file_a_glob_grant_names(runs, project):
         runs,
         project,
         "gitfile",
-        '<read resource="filesystem" path="**"/><write resource="filesystem" path="src/**/*.py"/>'
-        '<execute resource="shell" commands="git"/>',
+        _grants("git", write="src/**/*.py"),
     )
     result = await shell(runs, run_id, "git", "restore", "src/sub/deep.py")
     assert result.status == "ok" and result.result["exit_code"] == 0, result
@@ -208,8 +208,7 @@ async def test_find_reads_its_starting_points_not_the_cwd(runs, project):
         runs,
         project,
         "finder",
-        '<read resource="filesystem" path="src/**"/><read resource="filesystem" path="."/>'
-        '<execute resource="shell" commands="find"/>',
+        _grants("find", read=("src/**", "."), write=()),
     )
     found = await shell(runs, run_id, "find", "src", "-name", "x")
     assert found.status == "ok" and found.result["stdout"].strip() == "src/x", found
@@ -227,8 +226,7 @@ async def test_git_brings_back_a_deleted_file_a_file_grant_names_but_not_a_delet
         runs,
         project,
         "restorer",
-        '<read resource="filesystem" path="**"/><write resource="filesystem" path="src/**/*.py"/>'
-        '<write resource="filesystem" path="*"/><execute resource="shell" commands="git"/>',
+        _grants("git", write=("src/**/*.py", "*")),
     )
     folder = await shell(runs, run_id, "git", "restore", "src")
     assert folder.status == "denied" and "writes whole" in folder.reason, folder
@@ -251,8 +249,7 @@ async def test_git_moves_a_file_into_a_folder_the_grants_cover(runs, project):
         runs,
         project,
         "mover",
-        '<read resource="filesystem" path="**"/><write resource="filesystem" path="*.txt"/>'
-        '<write resource="filesystem" path="docs"/><execute resource="shell" commands="git"/>',
+        _grants("git", write=("*.txt", "docs")),
     )
     refused = await shell(runs, run_id, "git", "mv", "a.txt", "docs")
     assert refused.status == "denied" and "would be moved to 'docs/a.txt'" in refused.reason, refused
@@ -260,8 +257,7 @@ async def test_git_moves_a_file_into_a_folder_the_grants_cover(runs, project):
         runs,
         project,
         "mover2",
-        '<read resource="filesystem" path="**"/><write resource="filesystem" path="*.txt"/>'
-        '<write resource="filesystem" path="docs/**"/><execute resource="shell" commands="git"/>',
+        _grants("git", write=("*.txt", "docs/**")),
     )
     moved = await shell(runs, run_id, "git", "mv", "a.txt", "docs")
     assert moved.status == "ok" and moved.result["exit_code"] == 0, moved
@@ -302,8 +298,7 @@ async def test_git_brings_back_no_folder_from_an_older_commit_under_a_folder_alo
         runs,
         project,
         "older",
-        '<read resource="filesystem" path="**"/><write resource="filesystem" path="*"/>'
-        '<execute resource="shell" commands="git,touch"/>',
+        _grants("git,touch", write="*"),
     )
     result = await shell(runs, run_id, *argv)
     assert result.status == "denied" and "a folder git would write whole" in result.reason, result
@@ -319,8 +314,7 @@ async def test_a_file_where_a_folder_was_does_not_hide_it_from_git(runs, project
         runs,
         project,
         "placeholder",
-        '<read resource="filesystem" path="**"/><write resource="filesystem" path="*"/>'
-        '<execute resource="shell" commands="git,touch"/>',
+        _grants("git,touch", write="*"),
     )
     touched = await shell(runs, run_id, "touch", "src")
     assert touched.status == "ok", touched
@@ -351,8 +345,7 @@ async def test_unstaging_a_folder_writes_no_file_and_runs(runs, project):
         runs,
         project,
         "unstager",
-        '<read resource="filesystem" path="**"/><write resource="filesystem" path="*"/>'
-        '<execute resource="shell" commands="git"/>',
+        _grants("git", write="*"),
     )
     for argv in (["git", "restore", "--staged", "--worktree", "src"], ["git", "restore", "-SW", "src"]):
         refused = await shell(runs, run_id, *argv)
