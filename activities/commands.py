@@ -61,6 +61,7 @@ from kiwi.shellpolicy import (
     down_and_up,
     folder_uses,
     inside_refusal,
+    known_program,
     link_moves,
     names_from_a_list,
     path_arguments,
@@ -519,6 +520,7 @@ def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument]]:
     cwd = confine(req.project_root, req.cwd or ".", ["**"], [])
     if (unchecked := unchecked_names(req.argv, req.cwd or ".", req.write_grants)) is not None:
         raise _denied(f"{unchecked.reason} ({unchecked.hint})")
+    _unmodeled_needs_the_wall(req)
     paths = path_arguments(req.argv, cwd=req.cwd or ".", options_granted={"*": FIND_GRANTABLE}, probes=True)
     if isinstance(paths, ShellVerdict):
         raise _denied(paths.reason)
@@ -535,6 +537,28 @@ def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument]]:
         raise _denied(listed.reason)
     _check_folders(req, paths)
     return cwd, paths
+
+
+def _unmodeled_needs_the_wall(req: CommandRequest) -> None:
+    """Refuse a program Kiwi does not model (one a signed directive names: Kiwi reads its words as reads and
+    knows no option of it that writes or starts a program) where the kernel confines no command: the checks
+    cannot say what it does, and behind no wall it may start any program or write any file its user may
+    (review s29: the long tail of programs that start others). The programs Kiwi models run as before."""
+    if known_program(req.argv[0]) or confinement.available():
+        return
+    why = (
+        "KIWI_CONFINE=off"
+        if confinement.mode() == "off"
+        else "Landlock is Linux's"
+        if not sys.platform.startswith("linux")
+        else "this kernel has no Landlock"
+    )
+    raise _denied(
+        f"'{program_name(req.argv[0])}' is not a program Kiwi models, and this worker confines no command "
+        f"({why}): a program whose options and writes Kiwi does not read runs only inside the kernel's wall "
+        "(run the worker on Linux 5.13 or newer with Landlock enabled, `kiwi doctor` says which holds; or use "
+        "a local tool, or a program Kiwi models)"
+    )
 
 
 # How many entries below a folder the worker looks at for a denied path before it refuses the command.

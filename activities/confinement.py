@@ -59,6 +59,8 @@ from kiwi.protected import (
     names,
     protected_root,
 )
+from kiwi.protected import granted as protected_granted
+from kiwi.shellpolicy import known_program, tree_granted
 
 _SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin")
 _ETC = (
@@ -130,8 +132,13 @@ def shell_rules(
     writes = [] if into else [literal_part(p) for p in req.write_grants] if grants else [""]
     if into:
         rules.allow(into, landlock.READ | landlock.WRITE)
-    for rel in writes:
-        if os.path.lexists(os.path.join(root, rel)):
+    modeled = known_program(program)
+    for pattern, rel in zip(req.write_grants if grants else ["**"], writes, strict=False):
+        if not modeled and not tree_granted(rel, [pattern]):
+            # A program Kiwi does not model writes where no check of its words can say (`dd of=src/x.py`
+            # under `write src/*.md`, review s29): the files the grant matches now, changed in place, no more.
+            _write_matching(rules, root, rel, pattern)
+        elif os.path.lexists(os.path.join(root, rel)):
             rules.allow_beneath(root, rel, landlock.WRITE)
         else:
             # Not made yet: its nearest folder may make folders (`mkdir -p build/x` for `build/**`), and the
@@ -213,6 +220,29 @@ def own_git_rules(root: str, program: str, temp: str, writes: tuple[str, ...] = 
         rules.allow(folder, landlock.EXECUTE | landlock.READ)
     _every_program(rules, temp)
     return rules
+
+
+# How many entries below a grant's folder are looked at for the files it matches (_write_matching): past them,
+# a program Kiwi does not model may write none of the rest.
+MATCHING_WALK_LIMIT = 100_000
+
+
+def _write_matching(rules: landlock.Rules, root: str, rel: str, pattern: str) -> None:
+    """Write (change and truncate, never make, remove or rename) each regular file below ``rel`` that the
+    grant ``pattern`` covers, protected places only where it names them, never through a link."""
+    seen = 0
+    top = os.path.join(root, rel)
+    listing = (
+        walk_tree(top) if os.path.isdir(top) else iter([(os.path.dirname(top), [], [os.path.basename(top)])])
+    )
+    for folder, subdirs, files in listing:
+        seen += len(subdirs) + len(files)
+        if seen > MATCHING_WALK_LIMIT:
+            return
+        for name in files:
+            path = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
+            if protected_granted([pattern], path) is not None:
+                rules.allow_beneath(root, path, landlock.WRITE_FILE | landlock.TRUNCATE, file=True)
 
 
 def _every_program(rules: landlock.Rules, temp: str) -> None:
@@ -560,13 +590,17 @@ def _system_loaders() -> tuple[str, ...]:
 
 def platform_note() -> str:
     """One line for ``kiwi doctor`` and the worker's start: whether shell commands are confined."""
+    unmodeled = "; programs Kiwi does not model are refused"
     if not sys.platform.startswith("linux"):
-        return "shell commands are not confined (Landlock is Linux's)"
+        return "shell commands are not confined (Landlock is Linux's)" + unmodeled
     abi = available()
     if mode() == "off":
-        return "shell commands are not confined (KIWI_CONFINE=off)"
+        return "shell commands are not confined (KIWI_CONFINE=off)" + unmodeled
     if abi == 0:
-        return "shell commands are not confined: this kernel has no Landlock (Linux 5.13+, enabled at boot)"
+        return (
+            "shell commands are not confined: this kernel has no Landlock (Linux 5.13+, enabled at boot)"
+            + unmodeled
+        )
     missing = [
         what
         for since, what in ((3, "truncation"), (4, "TCP"), (6, "signals, abstract sockets"))

@@ -236,7 +236,7 @@ def entry_problems(entry: PermissionEntry) -> list[str]:
 
 def shell_grant_warnings(entry: PermissionEntry) -> list[str]:
     """What a valid shell grant does not do that its signer may think it does: programs Kiwi refuses even when
-    granted, and programs it does not know (their writes are not confined)."""
+    granted, and programs it does not know (they run only behind the kernel's wall, writing less there)."""
     if entry.tag != "execute" or entry.attrs.get("resource") != "shell":
         return []
     warnings = []
@@ -249,7 +249,9 @@ def shell_grant_warnings(entry: PermissionEntry) -> list[str]:
         elif not known_program(program):
             warnings.append(
                 f"Kiwi does not know shell command '{program}': it checks only the path-like arguments it is "
-                "given, as reads, so what it writes is not confined to the write grants"
+                "given, as reads; it runs only on a worker whose kernel confines commands (Landlock), where it "
+                "may change the files a write grant matches, or anything below a grant that covers a folder "
+                "whole (src/**), and nothing else"
             )
     return warnings
 

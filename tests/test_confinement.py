@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities import confinement
+from activities import commands, confinement
 from activities.process import remove_tree, run_process
 from activities.staging import _staged_file, disk_usage
 from kiwi.contracts import CommandRequest
@@ -49,12 +49,17 @@ async def test_a_folder_swapped_for_a_link_while_the_program_runs_is_not_written
     """`split pipe out/part-` passes every check (out/ is a folder of the project the run may write); split
     then waits for its input, and makes its first output file only once it has read some. Meanwhile out/ becomes a link to
     a folder outside the project (another run, or a process of the agent's). The kernel's wall holds where
-    the check made before could not; with KIWI_CONFINE=off, the same race writes outside."""
+    the check made before could not. With KIWI_CONFINE=off the worker refuses split, a program Kiwi does not
+    model; with that refusal lifted, the same race writes outside (the attack is real)."""
     monkeypatch.setenv("KIWI_CONFINE", confine)
     (project / "out").mkdir()
     os.mkfifo(project / "pipe")
     outside = outside_folder(project)
     run_id = await agent_run(runs, project, "splitter", permissions("split"))
+    if confine == "off":
+        refused = await shell(runs, run_id, "split", "pipe", "out/part-")
+        assert refused.status == "denied" and "confines no command (KIWI_CONFINE=off)" in refused.reason
+        monkeypatch.setattr(commands, "_unmodeled_needs_the_wall", lambda req: None)
     call = asyncio.create_task(shell(runs, run_id, "split", "pipe", "out/part-"))
 
     # Opening the pipe for writing returns once split has opened it for reading: the checks are behind it.
@@ -908,3 +913,30 @@ def test_a_bad_setting_is_named(monkeypatch):
     monkeypatch.setenv("KIWI_CONFINE", "maybe")
     with pytest.raises(ValueError, match="KIWI_CONFINE='maybe': use auto, required or off"):
         confinement.mode()
+
+
+async def test_a_program_kiwi_does_not_model_writes_only_the_files_its_grant_matches(tree):
+    """`dd of=src/x.py` under `write src/*.md` (review s29): Kiwi reads a program it does not model only for
+    the paths its words name, as reads, so the wall's rule was the grant's folder, `src`, and dd wrote any file
+    in it. Such a program now changes in place the files the grant matches, and makes, removes or renames
+    none; a program Kiwi models keeps the grant's folder (its writes are checked by name before it runs)."""
+    project, _ = tree
+    (project / "src" / "notes.md").write_text("old notes\n")
+    req = request(project, write=["src/*.md"])
+
+    for argv in (
+        ["dd", "if=src/a.txt", "of=src/x.py"],
+        ["dd", "if=src/a.txt", "of=src/new.md"],
+        ["dd", "if=src/a.txt", "of=src/a.txt", "conv=notrunc"],
+    ):
+        result = await confined(req, *argv)
+        assert result.exit_code != 0 and "Permission denied" in result.stderr, (argv, result)
+    assert not (project / "src" / "x.py").exists() and not (project / "src" / "new.md").exists()
+    assert (project / "src" / "a.txt").read_text() == "a\n"
+
+    written = await confined(req, "dd", "if=src/a.txt", "of=src/notes.md")
+    assert written.exit_code == 0, written
+    assert (project / "src" / "notes.md").read_text() == "a\n"
+    copied = await confined(req, "cp", "src/a.txt", "src/copy.md")
+    assert copied.exit_code == 0, copied
+    assert (project / "src" / "copy.md").read_text() == "a\n"
