@@ -61,8 +61,8 @@ from kiwi.shellpolicy import (
     down_and_up,
     folder_uses,
     inside_refusal,
-    known_program,
     link_moves,
+    modeled_program,
     names_from_a_list,
     path_arguments,
     program_name,
@@ -544,20 +544,25 @@ def _unmodeled_needs_the_wall(req: CommandRequest) -> None:
     knows no option of it that writes or starts a program) where the kernel confines no command: the checks
     cannot say what it does, and behind no wall it may start any program or write any file its user may
     (review s29: the long tail of programs that start others). The programs Kiwi models run as before."""
-    if known_program(req.argv[0]) or confinement.available():
+    if modeled_program(req.argv[0]) or confinement.available():
         return
+    off = confinement.mode() == "off"
     why = (
         "KIWI_CONFINE=off"
-        if confinement.mode() == "off"
+        if off
         else "Landlock is Linux's"
         if not sys.platform.startswith("linux")
-        else "this kernel has no Landlock"
+        else ("this kernel has no Landlock")
+    )
+    fix = (
+        "unset KIWI_CONFINE where the worker runs (auto confines where the kernel can)"
+        if off
+        else "run the worker on Linux 5.13 or newer with Landlock enabled"
     )
     raise _denied(
-        f"'{program_name(req.argv[0])}' is not a program Kiwi models, and this worker confines no command "
+        f"'{os.path.basename(req.argv[0])}' is not a program Kiwi models, and this worker confines no command "
         f"({why}): a program whose options and writes Kiwi does not read runs only inside the kernel's wall "
-        "(run the worker on Linux 5.13 or newer with Landlock enabled, `kiwi doctor` says which holds; or use "
-        "a local tool, or a program Kiwi models)"
+        f"({fix}, `kiwi doctor` says which holds; or use a local tool, or a program Kiwi models)"
     )
 
 

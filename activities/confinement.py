@@ -60,7 +60,7 @@ from kiwi.protected import (
     protected_root,
 )
 from kiwi.protected import granted as protected_granted
-from kiwi.shellpolicy import known_program, tree_granted
+from kiwi.shellpolicy import modeled_program, program_name, tree_granted
 
 _SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin")
 _ETC = (
@@ -132,7 +132,7 @@ def shell_rules(
     writes = [] if into else [literal_part(p) for p in req.write_grants] if grants else [""]
     if into:
         rules.allow(into, landlock.READ | landlock.WRITE)
-    modeled = known_program(program)
+    modeled = modeled_program(program)
     for pattern, rel in zip(req.write_grants if grants else ["**"], writes, strict=False):
         if not modeled and not tree_granted(rel, [pattern]):
             # A program Kiwi does not model writes where no check of its words can say (`dd of=src/x.py`
@@ -148,7 +148,8 @@ def shell_rules(
     # it decides a rule (its #! line, its ELF interpreter, its name), and it runs with the system's loader.
     real = os.path.realpath(program)
     ours = _inside(real, root) or _inside(real, temp)
-    git = not ours and os.path.basename(real) == "git"
+    # (git by the name it runs under too: `git-receive-pack`, a link to git, is no git Kiwi checks: review s30.)
+    git = not ours and os.path.basename(real) == "git" and program_name(program) == "git"
     rules.held_root, rules.held = root, held_places(root, req.write_grants if grants else ["**"], writes, git)
     rules.held_required = mode() == "required"
     if git:
@@ -229,9 +230,12 @@ MATCHING_WALK_LIMIT = 100_000
 
 def _write_matching(rules: landlock.Rules, root: str, rel: str, pattern: str) -> None:
     """Write (change and truncate, never make, remove or rename) each regular file below ``rel`` that the
-    grant ``pattern`` covers, protected places only where it names them, never through a link."""
+    grant ``pattern`` covers, protected places only where it names them, never through a link, and none with
+    another name (a hard link: Landlock's rule holds for the file, so for every name of it, review s30)."""
     seen = 0
     top = os.path.join(root, rel)
+    if os.path.islink(top):
+        return  # (the rule would not be made: it is opened without following a link)
     listing = (
         walk_tree(top) if os.path.isdir(top) else iter([(os.path.dirname(top), [], [os.path.basename(top)])])
     )
@@ -241,8 +245,14 @@ def _write_matching(rules: landlock.Rules, root: str, rel: str, pattern: str) ->
             return
         for name in files:
             path = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
-            if protected_granted([pattern], path) is not None:
-                rules.allow_beneath(root, path, landlock.WRITE_FILE | landlock.TRUNCATE, file=True)
+            if protected_granted([pattern], path) is None:
+                continue
+            try:
+                if os.lstat(os.path.join(root, path)).st_nlink > 1:
+                    continue
+            except OSError:
+                continue
+            rules.allow_beneath(root, path, landlock.WRITE_FILE | landlock.TRUNCATE, file=True)
 
 
 def _every_program(rules: landlock.Rules, temp: str) -> None:

@@ -20,8 +20,8 @@ from kiwi.protected import granted as protected_granted
 from kiwi.protected import protected_root
 from kiwi.shellpolicy import (
     check_argv,
-    known_program,
     later_refused,
+    modeled_program,
     refused_program,
     worker_refusal,
 )
@@ -246,12 +246,12 @@ def shell_grant_warnings(entry: PermissionEntry) -> list[str]:
         why = refused_program(program) or later_refused(program) or worker_refusal(program)
         if why:
             warnings.append(f"shell command '{program}' is refused even when granted: it {why}")
-        elif not known_program(program):
+        elif not modeled_program(program):
             warnings.append(
                 f"Kiwi does not know shell command '{program}': it checks only the path-like arguments it is "
                 "given, as reads; it runs only on a worker whose kernel confines commands (Landlock), where it "
-                "may change the files a write grant matches, or anything below a grant that covers a folder "
-                "whole (src/**), and nothing else"
+                "may change the files a write grant matches (none with another name), or anything below a "
+                "grant that covers a folder whole (src/**), and nothing else"
             )
     return warnings
 

@@ -224,10 +224,23 @@ def name_variants(name: str) -> list[str]:
     return found
 
 
+# Programs that change what Landlock has no rule for (a file's owner, group, attributes, ACL, label) wherever
+# their user may: refused by the worker whatever the grant (review s30: `chattr +A` outside the grants).
+ATTRIBUTE_CHANGERS = {
+    p: "changes the owner, group or attributes of any file its user may, which no grant covers"
+    for p in ["chattr", "chown", "chgrp", "chcon", "setfacl", "setfattr", "attr", "setcap"]
+}
+
+
 def worker_refusal(arg0: str) -> str:
     """Why the worker refuses ``arg0`` whatever the run decided (any list, by any of name_variants), or ''."""
     for name in name_variants(program_name(arg0)):
-        why = REFUSED_PROGRAMS.get(name) or LATER_REFUSED.get(name) or STARTS_PROGRAMS.get(name)
+        why = (
+            REFUSED_PROGRAMS.get(name)
+            or LATER_REFUSED.get(name)
+            or STARTS_PROGRAMS.get(name)
+            or ATTRIBUTE_CHANGERS.get(name)
+        )
         if why:
             return why
     return ""
@@ -333,11 +346,16 @@ def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] =
             f"protected place '{made}'",
             "give split a prefix and suffix that are no part of a protected place's name",
         )
-    if known_program(argv[0]):
+    if modeled_program(argv[0]):
         return None
     for arg in argv[1:]:
-        attached = arg[2:] if arg.startswith("-") and not arg.startswith("--") else ""  # (`-o.kiwi`)
-        for word in {arg, arg.partition("=")[2], attached}:
+        # (Every tail of a cluster of short options: `-co.git` is -c and -o .git, review s30.)
+        attached = (
+            {arg[k:] for k in range(2, len(arg))}
+            if arg.startswith("-") and not arg.startswith("--")
+            else set()
+        )
+        for word in {arg, arg.partition("=")[2], *attached}:
             rel = lexical_path(cwd, word) if word else None
             place = protected_root(rel) if isinstance(rel, str) else None
             if place is not None and protected_granted(list(writes), rel) is None:
@@ -453,9 +471,16 @@ def _decompressed_names(name: str, args: Sequence[str], cwd: str) -> str:
 
 def known_program(arg0: str) -> bool:
     """Whether Kiwi knows how ``arg0`` reads its arguments (which files it writes, which options run code):
-    only those are covered by ``commands="*"``."""
+    only those are covered by ``commands="*"``. (Matched by program_name, folded; the worker and the wall ask
+    modeled_program.)"""
     name = program_name(arg0)
     return name in SPECS or name in ("git", "find")
+
+
+def modeled_program(arg0: str) -> bool:
+    """Whether ``arg0`` is, by its exact name, a program Kiwi models. `HEAD` is no `head`: on Debian it is
+    libwww-perl's HTTP client (review s30), which program_name's folding read as coreutils' head."""
+    return posixpath.basename(arg0) in SPECS
 
 
 # ---------------------------------------------------------------- results
@@ -3218,6 +3243,11 @@ SHELL_PATHS_WHOLE = "kiwi-shell-paths-whole"
 SHELL_KNOWN_ONLY = "kiwi-shell-known-only"
 
 
+# Since session 30 (a hostile review): commands="*" covers a program by its exact name (`HEAD` was read as
+# `head`). Workflow code refuses other names behind this patch (a marker only in runs that meet it).
+EXACT_NAMES = "kiwi-exact-names-s30"
+
+
 # Workflow code checks the PATH of a git object named REV:PATH behind this patch (a marker only in runs that
 # name one).
 GIT_OBJECT_PATHS = "kiwi-git-object-paths"
@@ -3398,6 +3428,15 @@ def check_argv(
             "or " + _LOCAL_HINT,
             allowed,
         )
+    if not named and known_program(argv[0]) and not modeled_program(argv[0]) and rule_in_force(EXACT_NAMES):
+        return _no(
+            f"'{program}' is not the name of a program Kiwi models ('{name}' is): another name, in another case "
+            'or form, may be another program (Debian\'s HEAD is an HTTP client), and commands="*" covers a '
+            "program by its exact name only",
+            f"run it as '{name}', or name '{program}' in <execute resource=\"shell\" commands=...> if the "
+            "directive really needs it (a human signs that directive)",
+            allowed,
+        )
     g = _Grants(tuple(read_grants), tuple(write_grants), tuple(deny_fs))
     if name == "git":
         problem = git_reads_everything(g)
@@ -3410,9 +3449,18 @@ def check_argv(
         problem = _check_path(p, g)
         if problem:
             if p is paths[0]:
+                if _cwd_unread(argv, p, g, options_granted, known) and rule_in_force(CWD_UNREAD):
+                    continue
+                whole = first_match(list(g.deny), p.rel) is None and any(
+                    u is p and depth is None
+                    for u, _, depth in folder_uses(argv, paths, options_granted, known)
+                )
                 return _no(
                     f"the command's cwd '{p.rel}' may not be read by this run",
-                    problem.hint,
+                    f'add <read resource="filesystem" path="{"**" if p.rel == "." else p.rel + "/**"}"/> to '
+                    "<permissions>, or give the program the paths it reads"
+                    if whole
+                    else problem.hint,
                     problem.checked_against,
                 )
             return problem
@@ -3425,12 +3473,47 @@ def check_argv(
         older = denied_inside(argv, paths, g.deny, options_granted, known=False)
         if older != problem and not rule_in_force(KNOWN_OPTIONS):
             problem = older
+    if problem is None and program_name(argv[0]) == "find" and _in_workflow() and _find_starts(argv[1:]):
+        older = denied_inside(argv, paths, g.deny, options_granted, known=known, find_cwd=True)
+        if older is not None and rule_in_force(DENY_INSIDE) and not rule_in_force(FIND_STARTS):
+            return older
     if problem is not None and rule_in_force(DENY_INSIDE):
         return problem
     problem = ungranted_below(argv, paths, g.read, options_granted, known=known)
     if problem is not None and rule_in_force(TREE_GRANTED):
         return problem
     return ShellVerdict(True, checked_against=tuple(allowed))
+
+
+# Since session 30: a command's cwd needs a read grant only where the program reads it (`ls`, `grep -r KEY`,
+# `find` given no path; git and programs Kiwi does not model always): under `read src/**`, `cat src/a.py` run
+# from the root was refused. Workflow code answers so behind this patch, asked only where it changes the answer.
+CWD_UNREAD = "kiwi-cwd-unread-s30"
+
+
+def _cwd_unread(
+    argv: Sequence[str],
+    cwd: PathArgument,
+    g: _Grants,
+    options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None,
+    known: bool,
+) -> bool:
+    """Whether the program leaves its cwd ``cwd`` unread (it reads and writes only the paths it is given,
+    each checked on its own), and the cwd is neither denied nor a protected place."""
+    if first_match(list(g.deny), cwd.rel) is not None or protected_root(cwd.rel) is not None:
+        return False
+    given = program_name(argv[0])
+    name = _SAME_AS.get(given, given)
+    if name not in SPECS or name == "git" or given != name:
+        return False
+    if name not in _READS_CWD:
+        return True
+    if name == "find":
+        return bool(_find_starts(argv[1:]))
+    parsed = _parse(
+        list(argv[1:]), SPECS[name], _options_for(name, options_granted), program=name if known else ""
+    )
+    return isinstance(parsed, _Parsed) and bool(_path_operands(name, parsed))
 
 
 def _find_starts(args: Sequence[str]) -> list[str]:
@@ -3462,8 +3545,8 @@ def ungranted_below(
     """Why ``argv`` may not run when it reads every file below a folder (`grep -r`, `du`, the cwd of `rg`) that
     no read grant covers whole, though one names the folder (`.`, `src`, `*`); None when it may."""
     for p, verb, depth in folder_uses(argv, paths, options_granted, known) if uses is None else uses:
-        if verb != "reads" or (p is paths[0] and program_name(argv[0]) == "find" and _find_starts(argv[1:])):
-            continue  # (find reads its starting points, the cwd only when it is given none)
+        if verb != "reads":
+            continue
         inside = ("*" if p.rel in ("", ".") else f"{p.rel}/*") if depth == 1 else None
         if inside is not None and any(glob_covered(inside, g) for g in read_grants):
             continue
@@ -3507,6 +3590,9 @@ _READS_CWD = frozenset({"rg", "du", "tree", "find", "grep", "ls"})
 # segment names a place (`secrets/**`); the worker checks every denial on disk (activities/commands.py), so
 # `**/.env` refuses a folder only where one is below it. The worker refuses them whatever the run decided.
 DENY_INSIDE = "kiwi-deny-inside"
+# Since session 30: find given starting points reads them, not its cwd (`find src` was refused where a denial
+# reached below the cwd). Workflow code answers so behind this patch, asked only where it changes the answer.
+FIND_STARTS = "kiwi-find-starts-s30"
 
 
 def folder_uses(
@@ -3514,10 +3600,12 @@ def folder_uses(
     paths: Sequence[PathArgument],
     options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None = None,
     known: bool = True,
+    find_cwd: bool = False,
 ) -> list[tuple[PathArgument, str, int | None]]:
     """The folders ``argv`` reads, moves, deletes or changes as a whole: each path argument (``paths``, from
     path_arguments, the cwd first) with what the program does below it and how deep (None: all the way).
-    ``known``: the options read as path_arguments read them, by KNOWN_OPTIONS or not."""
+    ``known``: the options read as path_arguments read them, by KNOWN_OPTIONS or not. ``find_cwd``: find's
+    cwd counted though it is given starting points (as before FIND_STARTS)."""
     if not argv:
         return []
     given = program_name(argv[0])
@@ -3526,7 +3614,8 @@ def folder_uses(
     if spec is None or name not in (*_READS_FOLDERS, *_CHANGES_FOLDERS):
         return []
     if name == "find":
-        parsed = _Parsed()
+        # (find reads its starting points, the cwd only when it is given none.)
+        parsed = _Parsed(operands=[] if find_cwd else _find_starts(argv[1:]))
     else:
         args = _tar_old_style(list(argv[1:])) if name == "tar" else list(argv[1:])
         found = _parse(args, spec, _options_for(name, options_granted), program=name if known else "")
@@ -3560,6 +3649,7 @@ def denied_inside(
     options_granted: Mapping[str, Iterable[str]] | Iterable[str] | None = None,
     uses: list[tuple[PathArgument, str, int | None]] | None = None,
     known: bool = True,
+    find_cwd: bool = False,
 ) -> ShellVerdict | None:
     """Why ``argv`` may not run when it reads, moves, deletes or changes everything below a folder where a
     denial whose first segment names a place can match (None when it may). (`mv data out/` put
@@ -3567,7 +3657,9 @@ def denied_inside(
     placed = [d for d in deny if not any(c in glob_segments(d)[0] for c in "*?")]
     if not placed:
         return None
-    for p, verb, depth in folder_uses(argv, paths, options_granted, known) if uses is None else uses:
+    if uses is None:
+        uses = folder_uses(argv, paths, options_granted, known, find_cwd)
+    for p, verb, depth in uses:
         for pattern in placed:
             if glob_reaches_below(pattern, p.rel, depth):
                 return inside_refusal(argv, p, paths, verb, pattern, deny)

@@ -940,3 +940,36 @@ async def test_a_program_kiwi_does_not_model_writes_only_the_files_its_grant_mat
     copied = await confined(req, "cp", "src/a.txt", "src/copy.md")
     assert copied.exit_code == 0, copied
     assert (project / "src" / "copy.md").read_text() == "a\n"
+
+
+async def test_a_file_a_finer_grant_matches_is_not_written_by_another_of_its_names(tree):
+    """Review s30: `src/h.md`, a hard link to `config/prod.env`, matched `write src/*.md`, and Landlock's rule
+    holds for the file, so for every name of it: dd wrote config/prod.env by both names. A file with other
+    names gets no rule."""
+    project, _ = tree
+    os.link(project / "config" / "prod.env", project / "src" / "h.md")
+    req = request(project, write=["src/*.md"])
+
+    for target in ("src/h.md", "config/prod.env"):
+        result = await confined(req, "dd", "if=src/a.txt", f"of={target}")
+        assert result.exit_code != 0 and "Permission denied" in result.stderr, (target, result)
+    assert (project / "config" / "prod.env").read_text() == "TOKEN=1\n"
+
+
+def test_a_program_that_is_git_by_another_name_gets_no_rule_for_the_repository(tree, tmp_path):
+    """Review s30: `git-receive-pack`, a link to git, was given git's rules (its repository read and written)
+    by the file it leads to, though Kiwi checked it as a program it does not model, not as git."""
+    project, _ = tree
+    (project / ".git").mkdir()
+    git = shutil.which("git")
+    assert git is not None
+    (tmp_path / "git-receive-pack").symlink_to(os.path.realpath(git))
+    req = request(project, write=["**"])
+
+    as_git = confinement.shell_rules(req, git, str(tmp_path))
+    by_another_name = confinement.shell_rules(req, str(tmp_path / "git-receive-pack"), str(tmp_path))
+
+    repository = (os.path.realpath(project), ".git", False)
+    assert as_git.paths.get(repository, 0) & confinement.landlock.WRITE_FILE
+    assert not by_another_name.paths.get(repository, 0) & confinement.landlock.WRITE_FILE
+    assert ".git" in by_another_name.held and ".git" not in as_git.held  # (read-only for all but git)

@@ -5,6 +5,9 @@ Against the real stack (a Temporal server, Kiwi's worker, real programs)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 
 from activities import confinement
@@ -29,7 +32,7 @@ async def test_an_unconfined_worker_refuses_a_program_it_does_not_model(runs, pr
 
     assert result.status == "denied", result
     assert "'dd' is not a program Kiwi models" in result.reason, result.reason
-    assert "confines no command (KIWI_CONFINE=off)" in result.reason and "Landlock" in result.reason
+    assert "confines no command (KIWI_CONFINE=off)" in result.reason and "unset KIWI_CONFINE" in result.reason
     assert not (project / "PWNED").exists()
     await audited_denial(project, run_id, result.reason)
     listed = await shell(runs, run_id, "ls")
@@ -57,3 +60,64 @@ def test_kiwi_doctor_says_such_programs_are_refused_where_nothing_is_confined(mo
     note = confinement.platform_note()
     assert note.startswith("shell commands are not confined")
     assert note.endswith("programs Kiwi does not model are refused"), note
+
+
+@pytest.mark.skipif(shutil.which("iconv") is None, reason="no iconv on this machine")
+async def test_a_protected_name_at_the_end_of_a_cluster_of_options_is_refused(runs, project):
+    """Review s30: `iconv -co.git p.txt` in sub/ (-c, then -o with the rest of the word) under `write sub/**`
+    made `sub/.git`, a repository whose settings (`gitdir:` a folder of the agent's, with core.fsmonitor) the
+    human's next `git status` there ran. The worker read `-o.git`, not every tail of `-co.git`. Now refused."""
+    (project / "sub").mkdir()
+    (project / "sub" / "p.txt").write_text("gitdir: stage/g\n")
+    run_id = await agent_run(
+        runs,
+        project,
+        "converter",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="sub/**"/>'
+        '<execute resource="shell" commands="iconv"/>',
+    )
+
+    result = await shell(runs, run_id, "iconv", "-f", "utf-8", "-t", "utf-8", "-co.git", "p.txt", cwd="sub")
+
+    assert result.status == "denied" and "names the protected place 'sub/.git'" in result.reason, result
+    assert not (project / "sub" / ".git").exists()
+
+
+async def test_a_program_by_another_name_is_no_program_kiwi_models(
+    runs, project, tmp_path_factory, monkeypatch
+):
+    """Review s30: `HEAD` was read as coreutils' `head` (names are folded), so commands="*" ran it, and the wall
+    gave it a modeled program's rules. On Debian HEAD is libwww-perl's HTTP client; here dd under that name.
+    commands="*" now refuses it; named, it is a program Kiwi does not model: behind the wall it writes only
+    the files a finer grant matches, and `dd of=src/x.py` under `write src/*.md` fails."""
+    tools = tmp_path_factory.mktemp("bin")
+    shutil.copy(shutil.which("dd") or "/bin/dd", tools / "HEAD")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    (project / "src").mkdir()
+    (project / "src" / "a.md").write_text("agent's\n")
+    (project / "src" / "x.py").write_text("human's\n")
+    grants = '<read resource="filesystem" path="**"/><write resource="filesystem" path="src/*.md"/>'
+    star = await agent_run(runs, project, "star", grants + '<execute resource="shell" commands="*"/>')
+    named = await agent_run(runs, project, "named", grants + '<execute resource="shell" commands="HEAD"/>')
+
+    refused = await shell(runs, star, "HEAD", "if=src/a.md", "of=src/x.py")
+    written = await shell(runs, named, "HEAD", "if=src/a.md", "of=src/x.py")
+
+    assert refused.status == "denied" and "'HEAD' is not the name of a program Kiwi models" in refused.reason
+    assert (project / "src" / "x.py").read_text() == "human's\n"
+    if confinement.landlock.abi_version():
+        assert written.status == "ok" and written.result["exit_code"] != 0, written
+        assert "Permission denied" in written.result["stderr"], written.result
+    else:
+        assert written.status == "denied" and "not a program Kiwi models" in written.reason, written
+
+
+async def test_a_program_that_changes_owners_or_attributes_is_refused(runs, project):
+    """Review s30: Landlock has no rule for a file's owner, group or attributes, and `chattr +A` changed a
+    file outside the grants. The worker refuses such programs whatever the grant names."""
+    (project / "notes.txt").write_text("one\n")
+    run_id = await agent_run(runs, project, "owner", _grants("chgrp"))
+
+    result = await shell(runs, run_id, "chgrp", str(os.getgid()), "notes.txt")
+
+    assert result.status == "denied" and "'chgrp' is refused: it changes the owner" in result.reason, result

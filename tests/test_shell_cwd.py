@@ -1,0 +1,80 @@
+"""What a command's cwd needs (session 30): a read grant only where the program reads it, and find reads its
+starting points, not its cwd. Before, under `read src/**` every command run from the root was refused, and
+under a denial below the cwd `find src` was. Against the real stack (a Temporal server, Kiwi's worker, real
+programs); the refusals that stay are the attacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.test_attack_shell import agent_run, shell
+
+
+def _permissions(commands: str, read: str = "src/**", deny: str = "") -> str:
+    return (
+        f'<read resource="filesystem" path="{read}"/><write resource="filesystem" path="out/**"/>'
+        + (f'<deny resource="filesystem" path="{deny}"/>' if deny else "")
+        + f'<execute resource="shell" commands="{commands}"/>'
+    )
+
+
+def _project(project: Path) -> None:
+    (project / "src").mkdir()
+    (project / "src" / "a.txt").write_text("alpha\n")
+    (project / "secrets").mkdir()
+    (project / "secrets" / "key.txt").write_text("canary-key\n")
+    (project / "out").mkdir()
+
+
+async def test_a_command_that_reads_only_the_paths_it_names_runs_from_an_unread_cwd(runs, project):
+    """Under `read src/**` alone, `cat src/a.txt`, `find src` and `cp src/a.txt out/` run from the root, and
+    what lists or searches the root itself is refused, naming the grant that would let it: `ls`, `grep -r` and
+    `find` given no path, and git."""
+    _project(project)
+    run_id = await agent_run(runs, project, "reader", _permissions("cat,find,cp,ls,grep,git"))
+
+    cat = await shell(runs, run_id, "cat", "src/a.txt")
+    found = await shell(runs, run_id, "find", "src")
+    copied = await shell(runs, run_id, "cp", "src/a.txt", "out/a.txt")
+
+    assert cat.status == "ok" and cat.result["stdout"] == "alpha\n", cat
+    assert found.status == "ok" and found.result["stdout"].split() == ["src", "src/a.txt"], found
+    assert copied.status == "ok" and (project / "out" / "a.txt").read_text() == "alpha\n", copied
+    for argv, grant in (
+        (["ls"], "."),
+        (["grep", "-r", "canary"], "**"),
+        (["find"], "**"),
+        (["find", "-name", "key.txt"], "**"),
+    ):
+        refused = await shell(runs, run_id, *argv)
+        assert refused.status == "denied" and "cwd '.' may not be read" in refused.reason, (argv, refused)
+        assert f'<read resource="filesystem" path="{grant}"/>' in refused.hint, (argv, refused.hint)
+        assert "canary" not in str(refused), refused
+    git = await shell(runs, run_id, "git", "status")
+    assert git.status == "denied" and "git reads every file" in git.reason, git
+
+
+async def test_a_denied_cwd_is_refused_whatever_the_program_reads(runs, project):
+    """A cwd a denial names is refused though the program reads only the paths it is given: `cat key.txt`
+    run in secrets/ under `<deny path="secrets/**"/>` prints nothing."""
+    _project(project)
+    run_id = await agent_run(runs, project, "reader", _permissions("cat", read="**", deny="secrets/**"))
+
+    result = await shell(runs, run_id, "cat", "key.txt", cwd="secrets")
+
+    assert result.status == "denied" and "secrets" in result.reason, result
+    assert "canary" not in str(result), result
+
+
+async def test_find_reads_its_starting_points_not_its_cwd(runs, project):
+    """Under `<deny path="secrets/**"/>`, `find src` runs (it was refused: the cwd, which holds secrets/, was
+    counted as read); `find .` and `find` given no starting point, which read secrets/, are refused."""
+    _project(project)
+    run_id = await agent_run(runs, project, "finder", _permissions("find", read="**", deny="secrets/**"))
+
+    found = await shell(runs, run_id, "find", "src", "-name", "*.txt")
+
+    assert found.status == "ok" and found.result["stdout"].split() == ["src/a.txt"], found
+    for argv in (["find", ".", "-name", "key.txt"], ["find", "-name", "key.txt"]):
+        refused = await shell(runs, run_id, *argv)
+        assert refused.status == "denied" and "secrets/**" in refused.reason, (argv, refused)
