@@ -21,6 +21,7 @@ from activities.process import run_process
 from kiwi.contracts import LocalToolSpec
 from kiwi.devserver import data_dir
 from kiwi.errors import ToolFailed
+from kiwi.upstream.pool import scrub, scrub_text
 
 BUILD_TIMEOUT = 600.0
 READY = ".kiwi-requirements.json"
@@ -114,7 +115,8 @@ async def _build(tool: LocalToolSpec, target: Path) -> None:
         if installed.exit_code != 0:
             raise ToolFailed.error(
                 f"tool '{tool.tool_id}': installing {', '.join(tool.required_packages)} failed: "
-                + _tail(installed.stderr or installed.stdout),
+                # (pip's words may hold the index's or the proxy's credentials: review s30.)
+                + _tail(scrub_text(scrub(installed.stderr or installed.stdout, installer_env))),
                 {"hint": "check requires.packages in its tool.yaml (names and versions pip can find)"},
             )
         (scratch / READY).write_text(json.dumps(sorted(tool.required_packages)))

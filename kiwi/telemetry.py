@@ -130,9 +130,8 @@ class ScrubbingExporter:
         self.inner = inner
 
     def export(self, spans: Any) -> Any:
-        from kiwi.upstream.pool import KNOWN_SECRETS
-
-        return self.inner.export([_scrubbed(span) for span in spans] if KNOWN_SECRETS else spans)
+        # (Always: credential query values are redacted before any secret is resolved too, review s30.)
+        return self.inner.export([_scrubbed(span) for span in spans])
 
     def shutdown(self) -> None:
         self.inner.shutdown()
@@ -143,12 +142,19 @@ class ScrubbingExporter:
 
 def _scrubbed(span: Any) -> Any:
     from opentelemetry.sdk.trace import Event, ReadableSpan
-    from opentelemetry.trace import Status
+    from opentelemetry.trace import Link, Status
 
     from kiwi.upstream.pool import scrub_text
 
+    def value(v: Any) -> Any:
+        if isinstance(v, str):
+            return scrub_text(v)
+        if isinstance(v, list | tuple):  # (a sequence attribute: strings scrubbed one by one)
+            return tuple(scrub_text(x) if isinstance(x, str) else x for x in v)
+        return v
+
     def values(attributes: Any) -> dict[str, Any]:
-        return {k: scrub_text(v) if isinstance(v, str) else v for k, v in (attributes or {}).items()}
+        return {k: value(v) for k, v in (attributes or {}).items()}
 
     status = span.status
     if status.description:
@@ -160,7 +166,7 @@ def _scrubbed(span: Any) -> Any:
         resource=span.resource,
         attributes=values(span.attributes),
         events=[Event(e.name, values(e.attributes), e.timestamp) for e in span.events],
-        links=span.links,
+        links=[Link(link.context, values(link.attributes)) for link in span.links],
         kind=span.kind,
         status=status,
         start_time=span.start_time,

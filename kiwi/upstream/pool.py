@@ -10,9 +10,11 @@ be scrubbed of them.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 import hashlib
+import html
 import json
 import logging
 import os
@@ -25,6 +27,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import mcp_types
 from mcp.client import Client
 from mcp.client.sse import sse_client
@@ -482,16 +485,63 @@ def _secret_forms(secrets: dict[str, str]) -> list[tuple[str, str]]:
 @functools.lru_cache(maxsize=64)
 def _forms_of(secrets: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
     forms: dict[str, str] = {}
-    for name, secret in secrets:
-        if len(secret) < 4:
-            continue
-        escaped = secret
-        for _ in range(4):  # (as it is, then JSON-escaped once, twice, three times)
-            forms.setdefault(escaped, f"[secret {name}]")
-            escaped = json.dumps(escaped)[1:-1]
-        for encoded in (urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)):
-            forms.setdefault(encoded, f"[secret {name}]")
+    for name, whole in secrets:
+        for secret in _parts(whole):
+            for form in _encodings(secret):
+                forms.setdefault(form, f"[secret {name}]")
     return sorted(forms.items(), key=lambda kv: -len(kv[0]))
+
+
+def _parts(secret: str) -> list[str]:
+    """``secret`` and what of it a server or a library may send back alone (review s30): without the blanks
+    around it (a secret file's last newline, which the program using it strips), each line of a secret of
+    several (a PEM key, printed a line at a time), and of a secret that is a URL, the URL as httpx writes it
+    (host lower-cased, a default port dropped), its password, its query values, and its path's segments that
+    look like keys (12 characters or more, letters and digits: an SSE server's endpoint is another URL with
+    the key in its path). Each of 4 characters or more."""
+    parts = [
+        secret,
+        secret.strip(),
+        *(line.strip() for line in secret.splitlines() if len(line.strip()) >= 8),
+    ]
+    if re.match(r"(?i)^[a-z][a-z0-9+.-]*://", secret.strip()):
+        with contextlib.suppress(ValueError):
+            url = urllib.parse.urlsplit(secret.strip())
+            parts += [url.password or "", *(v for _, v in urllib.parse.parse_qsl(url.query))]
+            parts += [
+                segment
+                for segment in url.path.split("/")
+                if len(segment) >= 12 and re.search(r"\d", segment) and re.search(r"[A-Za-z]", segment)
+            ]
+            with contextlib.suppress(Exception):
+                parts.append(str(httpx.URL(secret.strip())))
+    return list(dict.fromkeys(part for part in parts if len(part) >= 4))
+
+
+def _encodings(secret: str) -> list[str]:
+    """The forms a secret may come back in: as it is; JSON-escaped once, twice, three times (a JSON document
+    holding it, as text inside JSON), with `/` escaped and with Go's escaping of `<`, `>`, `&`;
+    percent-encoded as Python, JavaScript's encodeURIComponent and a form do, in upper and lower case hex
+    (a path's `/` kept or not); HTML-escaped; and in base64 (standard and URL-safe), at any offset in the
+    encoded text (an HTTP Basic header's `user:secret`)."""
+    forms = []
+    escaped = secret
+    for _ in range(4):
+        forms += [escaped, escaped.replace("/", "\\/")]
+        forms += [escaped.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")]
+        escaped = json.dumps(escaped)[1:-1]
+    for safe in ("", "/", "!*'()"):
+        encoded = urllib.parse.quote(secret, safe=safe)
+        forms += [encoded, re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), encoded)]
+    forms += [urllib.parse.quote_plus(secret), html.escape(secret), html.escape(secret, quote=False)]
+    raw = secret.encode("utf-8", errors="surrogatepass")
+    if len(raw) >= 6:
+        for offset, dropped in ((0, 0), (1, 2), (2, 3)):  # (characters that hold bits of what comes before)
+            data = b"\0" * offset + raw
+            core = base64.b64encode(data[: len(data) // 3 * 3]).decode()[dropped:]
+            if len(core) >= 8:
+                forms += [core, core.replace("+", "-").replace("/", "_")]
+    return list(dict.fromkeys(form for form in forms if len(form) >= 4))
 
 
 def _scrubbed(value: Any, forms: list[tuple[str, str]]) -> Any:
@@ -510,10 +560,13 @@ def _scrubbed(value: Any, forms: list[tuple[str, str]]) -> Any:
 # Every ${NAME} value resolved in this process, by name: what scrub() and the log filter hide.
 KNOWN_SECRETS: dict[str, str] = {}
 # Query values that are credentials whatever their source (a URL in a log line or an error).
+# (Any name ending so, after ?, &, ; or # (a fragment's access_token): refresh_token, client_secret,
+# X-Amz-Signature; and a URL's password: review s30.)
 _CREDENTIAL_QUERY = re.compile(
-    r"(?i)([?&;](?:api[_-]?key|apikey|access[_-]?token|token|password|passwd|secret|"
-    r"auth|key|sig|signature)=)[^&#\s'\"]+"
+    r"(?i)([?&;#][\w.-]*(?:api[_-]?key|apikey|token|password|passwd|secret|auth|key|sig|signature|"
+    r"credential)=)[^&#\s'\"]+"
 )
+_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@'\"]*:)[^/\s@'\"]+(@)")
 
 
 def remember_secrets(secrets: dict[str, str]) -> None:
@@ -525,7 +578,7 @@ def scrub_text(text: str) -> str:
     """``text`` without known secret values and without credential query values (``?api_key=...``)."""
     if KNOWN_SECRETS:
         text = _scrubbed(text, _secret_forms(KNOWN_SECRETS))
-    return _CREDENTIAL_QUERY.sub(r"\1[redacted]", text)
+    return _URL_PASSWORD.sub(r"\1[redacted]\2", _CREDENTIAL_QUERY.sub(r"\1[redacted]", text))
 
 
 class SecretLogFilter(logging.Filter):
@@ -618,13 +671,35 @@ def divert_server_stderr(sink: Callable[[str], None] | None) -> None:
 
 
 def _copy_scrubbed(read_fd: int) -> None:
+    carry = b""
     with os.fdopen(read_fd, "rb") as source:
         # A line at most 64 kB at a time: a server writing without newlines cannot fill this process's memory.
+        # The end of a piece cut short is held back for the next, so a secret the cut splits is scrubbed
+        # whole (review s30), and a character's bytes are not split.
         while line := source.readline(65_536):
-            text = scrub_text(line.decode("utf-8", errors="replace"))
-            sink = _STDERR_SINK
-            if sink is not None:
-                sink(text)
-                continue
-            with contextlib.suppress(OSError):
-                os.write(2, text.encode("utf-8", errors="replace"))
+            data = carry + line
+            carry = b""
+            if not data.endswith(b"\n"):
+                cut = max(len(data) - _held_back(), 0)
+                while 0 < cut < len(data) and data[cut] & 0xC0 == 0x80:
+                    cut -= 1
+                data, carry = data[:cut], data[cut:]
+            if data:
+                _emit(scrub_text(data.decode("utf-8", errors="replace")))
+        if carry:
+            _emit(scrub_text(carry.decode("utf-8", errors="replace")))
+
+
+def _held_back() -> int:
+    """How many bytes of a piece cut short to hold back: the longest form of a known secret, in bytes."""
+    forms = _secret_forms(KNOWN_SECRETS) if KNOWN_SECRETS else []
+    return min(max((len(text.encode("utf-8", errors="replace")) for text, _ in forms), default=0), 65_536)
+
+
+def _emit(text: str) -> None:
+    sink = _STDERR_SINK
+    if sink is not None:
+        sink(text)
+        return
+    with contextlib.suppress(OSError):
+        os.write(2, text.encode("utf-8", errors="replace"))

@@ -1,0 +1,250 @@
+"""Review s30 of where a secret goes: the forms it comes back in, and the places text is cut before it is
+scrubbed. Each test is an attack or failure the review proved, and the safe outcome. The first runs against
+the real stack (a Temporal server, Kiwi's worker, a real HTTP server); the rest call the scrubbers Kiwi runs
+on every result, error, log line, server stderr line and exported span."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import re
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from kiwi.upstream import pool
+from tests.helpers import agent_directive
+from tests.test_tool_types import api_tool, audited_calls, started
+
+TOKEN = "kiwi-s30-token-5d1e9b07c4a2"
+
+
+def _fragments(secret: str, size: int = 8) -> list[str]:
+    """Every piece of ``secret`` ``size`` characters long: none may be seen."""
+    return [secret[i : i + size] for i in range(len(secret) - size + 1)]
+
+
+@pytest.fixture
+def echoing() -> Iterator[int]:
+    """An HTTP server on 127.0.0.1 that answers 404 with the path it was asked for, as framework error pages
+    do ("Cannot GET /path"); its port."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            raw = f"Cannot GET {urllib.parse.unquote(self.path)}".encode()
+            self.send_response(404)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+async def test_an_error_body_cut_across_a_secret_shows_no_part_of_it(runs, project, echoing, monkeypatch):
+    """The API tool's URL holds its token in the path (`/bot${TOKEN}/{method}`, Telegram's form); the server's
+    404 page echoes the path. The agent pads `method` so that the last 300 characters of the body, which the
+    error quotes, begin inside the token: the tail was cut before it was scrubbed, so most of the token
+    reached the agent, the audit trail and the run's history. Now the body is scrubbed first."""
+    monkeypatch.setenv("KIWI_S30_API_TOKEN", TOKEN)
+    api_tool(
+        project,
+        "bot",
+        f"method: GET\nurl: http://127.0.0.1:{echoing}/bot${{KIWI_S30_API_TOKEN}}/{{method}}\n",
+        "- {name: method, type: string, required: true}\n",
+    )
+    agent_directive(project, ["bot"], hosts=f"127.0.0.1:{echoing}")
+    run_id = await started(runs)
+    padding = "x" * (300 - 1 - len(TOKEN) // 2)  # (the cut falls in the token's middle)
+
+    failed = await runs.call_tool(run_id, "bot", {"method": padding})
+
+    assert failed.status == "error" and "404" in failed.reason and padding[:50] in failed.reason, failed
+    await runs.cancel(run_id, "done")
+    audit = await audited_calls(project, run_id, 1)
+    history = await runs.handle(run_id).fetch_history()
+    for where, text in {
+        "history": "\n".join(str(event) for event in history.events),
+        "audit": json.dumps(audit),
+        "result": failed.model_dump_json(),
+    }.items():
+        seen = [piece for piece in _fragments(TOKEN) if piece in text]
+        assert not seen, f"part of the secret reached the {where}: {seen}"
+
+
+@pytest.fixture
+def known(monkeypatch) -> dict[str, str]:
+    """The secrets this process has resolved, empty for the test."""
+    secrets: dict[str, str] = {}
+    monkeypatch.setattr(pool, "KNOWN_SECRETS", secrets)
+    return secrets
+
+
+def test_a_secret_read_from_a_file_is_scrubbed_without_its_last_newline(known):
+    """A secret file's value keeps its newline; the server strips it and echoes the token in a 401."""
+    pool.remember_secrets({"GH_TOKEN": "ghp_R2d2C3po4Bb8Ee1Ff0Aa9\n"})
+
+    assert pool.scrub_text("401 Bad credentials for ghp_R2d2C3po4Bb8Ee1Ff0Aa9") == (
+        "401 Bad credentials for [secret GH_TOKEN]"
+    )
+
+
+@pytest.mark.parametrize(
+    "shown",
+    [
+        lambda s: urllib.parse.quote(s, safe=""),
+        lambda s: re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), urllib.parse.quote(s, safe="")),
+        lambda s: urllib.parse.quote(s),  # (a path's `/` kept)
+        lambda s: json.dumps(s).replace("/", "\\/"),  # (PHP's escaping)
+        lambda s: json.dumps(s).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"),
+        lambda s: base64.b64encode(f"deploy:{s}".encode()).decode(),  # (an HTTP Basic header's value)
+        lambda s: base64.urlsafe_b64encode(f"x{s}yz".encode()).decode(),
+        lambda s: f"<p>{html.escape(s)}</p>",
+    ],
+    ids=["percent", "percent-lower", "path", "slash-escaped", "go-json", "basic", "base64url", "html"],
+)
+def test_a_secret_echoed_in_another_encoding_is_scrubbed(known, shown):
+    """An upstream echoes a secret as its own code writes it: percent-encoded in lower case or keeping `/`,
+    JSON with `\\/` or Go's `\\u003c`, in an HTTP Basic header, in base64 at any offset, HTML-escaped."""
+    secret = "wJalrXUtnFEMI/K7MDENG+bPxRfi<&>CYEXAMPLEKEY"
+    pool.remember_secrets({"AWS_SECRET": secret})
+    text = f"upstream said: {shown(secret)}"
+
+    scrubbed = pool.scrub_text(text)
+
+    # (Left: the words around it, and in base64 the few characters that also hold the bytes beside it.)
+    assert "[secret AWS_SECRET]" in scrubbed, scrubbed
+    assert len(scrubbed.replace("[secret AWS_SECRET]", "")) <= len("upstream said: ") + 14, scrubbed
+    assert not [piece for piece in _fragments(secret) if piece in scrubbed], scrubbed
+
+
+def test_a_url_that_is_a_secret_is_scrubbed_in_the_urls_made_from_it(known):
+    """`url: ${ZAP_MCP_URL}`: the whole URL is the secret, and the key is a segment of its path. The SSE
+    server names another endpoint with the key in its path, and httpx writes the host in lower case: both
+    reached the worker's log in clear. A URL's password and query values are scrubbed too."""
+    pool.remember_secrets(
+        {
+            "ZAP_MCP_URL": "http://LOCALHOST:8080/api/mcp/s/k3yZ9aQ7wE4rT1yU6iO0/sse",
+            "DB_URL": "postgresql://kiwi:hunter2-Db-Pass@db.internal:5432/app?sslkey=kq83hd72jfye",
+        }
+    )
+
+    lines = [
+        "POST http://127.0.0.1:40735/api/mcp/s/k3yZ9aQ7wE4rT1yU6iO0/messages/?session_id=abc",
+        "GET http://localhost:8080/api/mcp/s/k3yZ9aQ7wE4rT1yU6iO0/sse",
+        "auth failed for hunter2-Db-Pass",
+        "bad key kq83hd72jfye",
+    ]
+
+    for line in lines:
+        scrubbed = pool.scrub_text(line)
+        assert "k3yZ9aQ7wE4rT1yU6iO0" not in scrubbed and "hunter2-Db-Pass" not in scrubbed, scrubbed
+        assert "kq83hd72jfye" not in scrubbed and "[secret " in scrubbed, scrubbed
+    assert pool.scrub_text("messages/?session_id=abc api mcp") == "messages/?session_id=abc api mcp"
+
+
+@pytest.mark.parametrize(
+    ("text", "hidden"),
+    [
+        ("https://h/x?refresh_token=r3fr35h&x=1", "r3fr35h"),
+        ("https://h/x?client_secret=cl13nt&x=1", "cl13nt"),
+        ("https://h/cb#access_token=fr4gm3nt", "fr4gm3nt"),
+        ("https://b.s3/k?X-Amz-Signature=d34db33f&X-Amz-Security-Token=s3ss10n", "d34db33f"),
+        ("postgresql://app:p4ssw0rd@db:5432/x", "p4ssw0rd"),
+    ],
+)
+def test_credentials_in_a_url_are_redacted_whatever_their_source(known, text, hidden):
+    """Credential query values the scrubber missed (a prefixed name, a fragment, S3's signature) and a URL's
+    password, redacted where no secret is known (a log line, an error, a span)."""
+    assert hidden not in pool.scrub_text(text) and "[redacted]" in pool.scrub_text(text)
+
+
+def test_a_servers_stderr_is_scrubbed_across_the_cut_of_a_long_line_and_line_by_line(known, monkeypatch):
+    """A stdio server's stderr was scrubbed 64 kB at a time and a line at a time: a token the cut split, and a
+    PEM key printed a line at a time, reached the worker's log in clear."""
+    token = "ghp_R2d2C3po4Bb8Ee1Ff0Aa9"
+    key = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcw\nggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
+    pool.remember_secrets({"DEMO_TOKEN": token, "DEMO_KEY": key})
+    shown: list[str] = []
+    monkeypatch.setattr(pool, "_STDERR_SINK", shown.append)
+    read_fd, write_fd = os.pipe()
+    copier = threading.Thread(target=pool._copy_scrubbed, args=(read_fd,))
+    copier.start()
+    with os.fdopen(write_fd, "wb") as server:
+        server.write(b"x" * (65_536 - 10) + f"TOKEN={token}\n".encode())  # (the cut in the token)
+        server.write(f"my key:\n{key}".encode())
+    copier.join(30)
+
+    printed = "".join(shown)
+    assert not copier.is_alive()
+    assert printed.count("x") == 65_536 - 10 and "TOKEN=[secret DEMO_TOKEN]" in printed, printed[-200:]
+    assert not [piece for piece in _fragments(token) if piece in printed]
+    assert (
+        "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcw" not in printed
+        and "ggSjAgEAAoIBAQC7VJTUt9Us8cKj" not in printed
+    )
+
+
+def test_spans_are_scrubbed_before_any_secret_is_known_and_in_sequences(known):
+    """The exporter scrubbed nothing until the process had resolved a secret (a span's `?api_key=` stayed),
+    and never a sequence attribute or a link's attributes."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import Link, StatusCode
+
+    from kiwi.telemetry import ScrubbingExporter
+
+    sink = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(ScrubbingExporter(sink)))
+    tracer = provider.get_tracer("s30")
+    with tracer.start_as_current_span("first") as first:
+        pass
+    with tracer.start_as_current_span(
+        "GET https://h/x?api_key=L1T3RALK3Y",
+        links=[Link(first.get_span_context(), {"url": "https://h/?token=L1NKT0K3N"})],
+    ) as span:
+        span.set_attribute("urls", ("https://h/?token=S3QT0K3N", "plain"))
+        span.set_status(StatusCode.ERROR, "refused https://h/?api_key=L1T3RALK3Y")
+    exported = sink.get_finished_spans()[-1]
+
+    shown = json.dumps(
+        {
+            "name": exported.name,
+            "status": exported.status.description,
+            "attributes": {k: list(v) if isinstance(v, tuple) else v for k, v in exported.attributes.items()},
+            "links": [dict(link.attributes) for link in exported.links],
+        }
+    )
+    for value in ("L1T3RALK3Y", "S3QT0K3N", "L1NKT0K3N"):
+        assert value not in shown, shown
+    assert "plain" in shown
+
+
+def test_the_secret_forms_stay_few_enough_to_scrub_every_log_line(known):
+    """What each secret adds to the forms every log line is searched for stays bounded (a log line is
+    scrubbed on every record the process makes)."""
+    pool.remember_secrets({f"S{i}": f"secret-value-{i:02d}-{'k' * 20}" for i in range(10)})
+
+    forms = pool._secret_forms(pool.KNOWN_SECRETS)
+
+    assert 10 < len(forms) <= 10 * 40, len(forms)
+    assert all(len(text) >= 4 for text, _ in forms)
