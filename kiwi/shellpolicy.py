@@ -161,6 +161,26 @@ NAMES_MADE = {
             "cabextract",
             "bsdtar",
             "bsdcpio",
+            # (Session 30: names inside what they read, too.)
+            "uudecode",
+            "uudeview",
+            "unsquashfs",
+            "jar",
+            "fastjar",
+            "dpkg-deb",
+            "munpack",
+            "ripmime",
+            "tnef",
+            "zipnote",
+            "gtar",
+            "gnutar",
+            "star",
+            "dar",
+            "xar",
+            "afio",
+            "ditto",
+            "unzipsfx",
+            "rpm2archive",
         ]
     },
 }
@@ -249,7 +269,7 @@ def worker_refusal(arg0: str) -> str:
 STARTS_PROGRAMS = {
     p: "starts other programs (its helpers, a pager or editor, a program it is told of), so a grant for it "
     "would grant every program"
-    for p in _STARTERS_S29.split()
+    for p in (_STARTERS_S29 + " unshar atool aunpack dtrx").split()
 }
 # Options by which a program Kiwi does not model starts another (review s29: `split --filter='...'` ran a shell
 # command, and `sdiff`/`diff3 --diff-program=P` ran P): by program, its long options (GNU getopt takes any
@@ -349,6 +369,19 @@ def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] =
     if modeled_program(argv[0]):
         return None
     for arg in argv[1:]:
+        for word in (arg, arg.partition("=")[2]):
+            rel = lexical_path(cwd, word) if word else None
+            stem = _stem(rel) if isinstance(rel, str) else None
+            if (
+                stem
+                and (place := protected_root(stem)) is not None
+                and protected_granted(list(writes), stem) is None
+            ):
+                return _no(
+                    f"'{arg}' less its last suffix names the protected place '{place}', which a program Kiwi does "
+                    "not know may write (a decompressor writes `sub/.git.lrz` as `sub/.git`)",
+                    f"leave '{place}' out of the command's names",
+                )
         # (Every tail of a cluster of short options: `-co.git` is -c and -o .git, review s30.)
         attached = (
             {arg[k:] for k in range(2, len(arg))}
@@ -364,6 +397,15 @@ def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] =
                     f"leave '{place}' out of the command",
                 )
     return None
+
+
+def _stem(rel: str) -> str | None:
+    """``rel`` without its last suffix (`sub/.git.lrz`: `sub/.git`), or None when its name has none."""
+    folder, _, name = rel.rpartition("/")
+    stem, dot, _ = name.rpartition(".")
+    if not dot or not stem:
+        return None
+    return f"{folder}/{stem}" if folder else stem
 
 
 def _split_names(args: Sequence[str], cwd: str) -> str:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import zipfile
 
 import pytest
 
 from activities import confinement
+from kiwi.shellpolicy import unchecked_names
 from tests.test_attack_shell import agent_run, audited_denial, shell
 
 
@@ -121,3 +123,47 @@ async def test_a_program_that_changes_owners_or_attributes_is_refused(runs, proj
     result = await shell(runs, run_id, "chgrp", str(os.getgid()), "notes.txt")
 
     assert result.status == "denied" and "'chgrp' is refused: it changes the owner" in result.reason, result
+
+
+@pytest.mark.skipif(shutil.which("jar") is None, reason="no jar on this machine")
+async def test_a_program_that_writes_the_names_inside_its_input_is_refused(runs, project):
+    """`jar xf notes.zip` in sub/ writes the names inside the archive, which no word of the command shows: an
+    entry `.git` made `sub/.git`, a repository whose settings the human's git runs. Refused, as patch, cpio
+    and 7z are (session 30: jar, uudecode, unsquashfs, dpkg-deb, munpack, gtar and kin)."""
+    (project / "sub").mkdir()
+    with zipfile.ZipFile(project / "notes.zip", "w") as archive:
+        archive.writestr(".git", "gitdir: stage/g\n")
+    run_id = await agent_run(
+        runs,
+        project,
+        "unpacker",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="sub/**"/>'
+        '<execute resource="shell" commands="jar"/>',
+    )
+
+    result = await shell(runs, run_id, "jar", "xf", "../notes.zip", cwd="sub")
+
+    assert result.status == "denied" and "'jar' is refused: it writes the files named inside" in result.reason
+    assert not (project / "sub" / ".git").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["lrzip", "-d", "sub/.git.lrz"],
+            "'sub/.git.lrz' less its last suffix names the protected place 'sub/.git'",
+        ),
+        (["lzop", "-d", "-o", "x", "temporal-dev.yml.lzo"], "names the protected place 'temporal-dev.yml'"),
+        (["uudecode", "mail.txt"], "'uudecode' is refused: it writes the files named inside"),
+        (["unsquashfs", "-d", "out", "image.sqfs"], "'unsquashfs' is refused"),
+        (["unshar", "bundle.shar"], "'unshar' is refused: it starts other programs"),
+    ],
+)
+def test_the_worker_refuses_names_a_program_would_make_from_its_input(argv, said):
+    """The worker's check of a program Kiwi does not model (kiwi.shellpolicy.unchecked_names, run on every
+    command whatever the run decided): a decompressor Kiwi has no list entry for writes `NAME.lrz` as `NAME`,
+    and programs that take the names they write from what they read, or run a shell, are refused."""
+    refused = unchecked_names(argv, ".", ["**"])
+    assert refused is not None and said in refused.reason, refused
+    assert unchecked_names(["lrzip", "-d", "notes.txt.lrz"], ".", ["**"]) is None
