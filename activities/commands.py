@@ -996,6 +996,15 @@ class CommandActivities:
             return await _unpack(req, unpack, cwd, env)
         root = os.path.realpath(req.project_root)
         missing = confinement.not_made(root, req.write_grants)
+        watched = [] if modeled_program(req.argv[0]) else confinement.whole_write_folders(req)
+        before = await asyncio.to_thread(confinement.nested_gits, root, watched) if watched else set()
+        if before is None:
+            raise _denied(
+                f"'{os.path.basename(req.argv[0])}' is a program Kiwi does not model, which may write "
+                f"{', '.join(repr(f or '.') for f in watched)} whole, and Kiwi looks there after it for a "
+                f"repository it made; past {confinement.NESTED_WALK_LIMIT:,} entries it does not (grant the "
+                "folders it writes, narrower, or use a program Kiwi models)"
+            )
         try:
             result = await run_process(
                 req.argv,
@@ -1008,7 +1017,15 @@ class CommandActivities:
                 confine=_confinement(req),
             )
         finally:
+            after = await asyncio.to_thread(confinement.nested_gits, root, watched) if watched else set()
+            missing += sorted((after or set()) - before)
             moved = confinement.set_aside(root, missing, _stamp()) if missing else []
+        if after is None:
+            raise _denied(
+                f"the command left more than {confinement.NESTED_WALK_LIMIT:,} entries in "
+                f"{', '.join(repr(f or '.') for f in watched)}, where Kiwi looks for a repository a program it "
+                "does not model made; a human looks for a new `.git` there"
+            )
         if moved:
             activity.logger.warning("a shell command made protected places, set aside: %s", moved)
             raise _denied(

@@ -55,6 +55,7 @@ from kiwi.protected import (
     DIRECTIVES,
     GIT_DIR,
     ROOT_PLACES,
+    fold,
     fold_path,
     names,
     protected_root,
@@ -323,6 +324,42 @@ def not_made(root: str, patterns: list[str]) -> list[str]:
     if not _is_link(root, _AS_LINK):
         missing.append(_AS_LINK)
     return missing
+
+
+# How many entries below the folders a program Kiwi does not model may write whole are looked at for the
+# repositories it could make there (nested_gits); past them, such a program is refused in that project.
+NESTED_WALK_LIMIT = 200_000
+
+
+def whole_write_folders(req: CommandRequest) -> list[str]:
+    """The folders the wall lets a program Kiwi does not model write whole (shell_rules): each write grant's
+    literal part where the grant covers all below it ('' for the project)."""
+    if not (req.read_grants or req.write_grants):
+        return [""]
+    return [rel for p in req.write_grants if tree_granted(rel := literal_part(p), [p])]
+
+
+def nested_gits(root: str, folders: list[str]) -> set[str] | None:
+    """Every entry named `.git` (as a case-insensitive filesystem sees names) below ``folders`` of the project,
+    the project's own `.git` and what is below any `.git` left out; None past NESTED_WALK_LIMIT entries.
+    A program Kiwi does not model, writing a folder whole, can make one where no word of its command shows it
+    (`jar xf`, `iconv -co.git`: review s30), and the human's next git there runs what its settings name."""
+    found: set[str] = set()
+    seen = 0
+    for folder in dict.fromkeys(folders):
+        top = os.path.join(root, folder)
+        if os.path.islink(top) or not os.path.isdir(top):
+            continue
+        for at, subdirs, files in walk_tree(top):
+            seen += len(subdirs) + len(files)
+            if seen > NESTED_WALK_LIMIT:
+                return None
+            rel = os.path.relpath(at, root).replace(os.sep, "/")
+            for name in [*subdirs, *files]:
+                if fold(name) == GIT_DIR and not (rel == "." and name == GIT_DIR):
+                    found.add(name if rel == "." else f"{rel}/{name}")
+            subdirs[:] = [d for d in subdirs if fold(d) != GIT_DIR]
+    return found
 
 
 def set_aside(root: str, places: list[str], stamp: str) -> list[tuple[str, str]]:

@@ -5,8 +5,11 @@ Against the real stack (a Temporal server, Kiwi's worker, real programs)."""
 
 from __future__ import annotations
 
+import base64
+import io
 import os
 import shutil
+import tarfile
 import zipfile
 
 import pytest
@@ -167,3 +170,46 @@ def test_the_worker_refuses_names_a_program_would_make_from_its_input(argv, said
     refused = unchecked_names(argv, ".", ["**"])
     assert refused is not None and said in refused.reason, refused
     assert unchecked_names(["lrzip", "-d", "notes.txt.lrz"], ".", ["**"]) is None
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_a_repository_a_program_kiwi_does_not_model_made_is_set_aside(
+    runs, project, tmp_path_factory, monkeypatch
+):
+    """A program Kiwi does not model may take the names it writes from what it reads, where no word of the
+    command shows them; lists name the known ones (patch, jar, ...), and cannot name them all. Here GNU tar
+    under another name (`tarball`, which Kiwi reads as a program it does not know) unpacks an archive the agent
+    wrote with filesystem.write holding `.git`, into sub/, which the run may write whole. sub/.git was a
+    repository whose settings the human's next git there runs. Kiwi now looks below such folders after the
+    program: the `.git` it made is set aside, nothing deleted, and the call fails naming it."""
+    tools = tmp_path_factory.mktemp("bin")
+    shutil.copy(shutil.which("tar") or "/bin/tar", tools / "tarball")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    (project / "sub").mkdir()
+    (project / "sub" / "kept.txt").write_text("the human's\n")
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as made:
+        entry = tarfile.TarInfo(".git")
+        entry.size = len(b"gitdir: stage/g\n")
+        made.addfile(entry, io.BytesIO(b"gitdir: stage/g\n"))
+    run_id = await agent_run(
+        runs,
+        project,
+        "unpacker",
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="sub/**"/>'
+        '<execute resource="shell" commands="tarball"/>',
+    )
+    wrote = await runs.call_tool(
+        run_id,
+        "filesystem.write",
+        {"path": "sub/a.tar", "content": base64.b64encode(archive.getvalue()).decode(), "encoding": "base64"},
+    )
+    assert wrote.status == "ok", wrote
+
+    result = await shell(runs, run_id, "tarball", "-xf", "a.tar", cwd="sub")
+
+    assert result.status == "denied" and "the command made 'sub/.git'" in result.reason, result
+    assert not (project / "sub" / ".git").exists()
+    aside = [p.name for p in (project / "sub").iterdir() if p.name.startswith(".git.set-aside-")]
+    assert len(aside) == 1 and (project / "sub" / aside[0]).read_text() == "gitdir: stage/g\n", aside
+    assert (project / "sub" / "kept.txt").read_text() == "the human's\n"
