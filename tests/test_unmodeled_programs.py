@@ -19,9 +19,13 @@ from kiwi.shellpolicy import unchecked_names
 from tests.test_attack_shell import agent_run, audited_denial, shell
 
 
-def _grants(commands: str) -> str:
-    """Read the project, write nothing, run ``commands``."""
-    return f'<read resource="filesystem" path="**"/><execute resource="shell" commands="{commands}"/>'
+def _grants(commands: str, write: str = "") -> str:
+    """Read the project, write ``write`` (a glob; nothing when empty), run ``commands``."""
+    return (
+        '<read resource="filesystem" path="**"/>'
+        + (f'<write resource="filesystem" path="{write}"/>' if write else "")
+        + f'<execute resource="shell" commands="{commands}"/>'
+    )
 
 
 async def test_an_unconfined_worker_refuses_a_program_it_does_not_model(runs, project, monkeypatch):
@@ -78,8 +82,7 @@ async def test_a_protected_name_at_the_end_of_a_cluster_of_options_is_refused(ru
         runs,
         project,
         "converter",
-        '<read resource="filesystem" path="**"/><write resource="filesystem" path="sub/**"/>'
-        '<execute resource="shell" commands="iconv"/>',
+        _grants("iconv", write="sub/**"),
     )
 
     result = await shell(runs, run_id, "iconv", "-f", "utf-8", "-t", "utf-8", "-co.git", "p.txt", cwd="sub")
@@ -140,8 +143,7 @@ async def test_a_program_that_writes_the_names_inside_its_input_is_refused(runs,
         runs,
         project,
         "unpacker",
-        '<read resource="filesystem" path="**"/><write resource="filesystem" path="sub/**"/>'
-        '<execute resource="shell" commands="jar"/>',
+        _grants("jar", write="sub/**"),
     )
 
     result = await shell(runs, run_id, "jar", "xf", "../notes.zip", cwd="sub")
@@ -196,8 +198,7 @@ async def test_a_repository_a_program_kiwi_does_not_model_made_is_set_aside(
         runs,
         project,
         "unpacker",
-        '<read resource="filesystem" path="**"/><write resource="filesystem" path="sub/**"/>'
-        '<execute resource="shell" commands="tarball"/>',
+        _grants("tarball", write="sub/**"),
     )
     wrote = await runs.call_tool(
         run_id,
