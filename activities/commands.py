@@ -984,6 +984,14 @@ class CommandActivities:
             # A -T list is names only: GNU tar also reads options there (-C /elsewhere), which Kiwi never saw.
             # An archive named HOST:PATH is a file here, not a remote one reached by running rsh or ssh.
             env["TAR_OPTIONS"] = "--verbatim-files-from --force-local"
+        argv = req.argv
+        if program_name(argv[0]) == "rg" and not confinement.available():
+            # rg reads the ignore files of every folder above the one it searches, out of the project too, and
+            # prints a line it cannot parse in its error (review s30: `outer/.ignore` above the project; rg 13
+            # reads them with --no-ignore-parent too): where no wall keeps it in, it reads no ignore file; last,
+            # so it holds over an `--ignore` before it.
+            end = argv.index("--") if "--" in argv else len(argv)
+            argv = [*argv[:end], "--no-ignore", *argv[end:]]
         git_config: list[tuple[str, str]] = []
         if program_name(req.argv[0]) == "git":
             git_config = await _check_git_repository(req, str(cwd), env)
@@ -1007,7 +1015,7 @@ class CommandActivities:
             )
         try:
             result = await run_process(
-                req.argv,
+                argv,
                 cwd=str(cwd),
                 timeout=req.timeout_seconds,
                 max_output=req.max_output_bytes,

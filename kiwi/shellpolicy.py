@@ -181,6 +181,7 @@ NAMES_MADE = {
             "ditto",
             "unzipsfx",
             "rpm2archive",
+            "gpgtar",
         ]
     },
 }
@@ -248,7 +249,24 @@ def name_variants(name: str) -> list[str]:
 # their user may: refused by the worker whatever the grant (review s30: `chattr +A` outside the grants).
 ATTRIBUTE_CHANGERS = {
     p: "changes the owner, group or attributes of any file its user may, which no grant covers"
-    for p in ["chattr", "chown", "chgrp", "chcon", "setfacl", "setfattr", "attr", "setcap"]
+    # (install -d -m 777 . gave the project's root, and a denied folder, mode 777: review s30.)
+    for p in [
+        "chattr",
+        "chown",
+        "chgrp",
+        "chcon",
+        "setfacl",
+        "setfattr",
+        "attr",
+        "setcap",
+        "install",
+        "chacl",
+        "filecap",
+        "restorecon",
+        "setfiles",
+        "chcat",
+        "xattr",
+    ]
 }
 
 
@@ -369,7 +387,9 @@ def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] =
     if modeled_program(argv[0]):
         return None
     for arg in argv[1:]:
-        for word in (arg, arg.partition("=")[2]):
+        # (Each piece between `=`, `:` and `,` too: objcopy's --dump-section=.data=.git wrote .git, review s30.)
+        pieces = [piece for piece in re.split(r"[=:,]", arg) if piece]
+        for word in dict.fromkeys([*pieces, arg]):
             rel = lexical_path(cwd, word) if word else None
             stem = _stem(rel) if isinstance(rel, str) else None
             if (
@@ -388,7 +408,7 @@ def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] =
             if arg.startswith("-") and not arg.startswith("--")
             else set()
         )
-        for word in {arg, arg.partition("=")[2], *attached}:
+        for word in dict.fromkeys([*pieces, *sorted(attached, key=len), arg]):
             rel = lexical_path(cwd, word) if word else None
             place = protected_root(rel) if isinstance(rel, str) else None
             if place is not None and protected_granted(list(writes), rel) is None:
@@ -3528,7 +3548,7 @@ def check_argv(
 
 
 # Since session 30: a command's cwd needs a read grant only where the program reads it (`ls`, `grep -r KEY`,
-# `find` given no path; git and programs Kiwi does not model always): under `read src/**`, `cat src/a.py` run
+# `find` given no path; rg, git and programs Kiwi does not model always): under `read src/**`, `cat src/a.py` run
 # from the root was refused. Workflow code answers so behind this patch, asked only where it changes the answer.
 CWD_UNREAD = "kiwi-cwd-unread-s30"
 
@@ -3544,12 +3564,13 @@ def _cwd_unread(
     each checked on its own), and the cwd is neither denied nor a protected place."""
     if first_match(list(g.deny), cwd.rel) is not None or protected_root(cwd.rel) is not None:
         return False
-    given = program_name(argv[0])
-    name = _SAME_AS.get(given, given)
-    if name not in SPECS or name == "git" or given != name:
+    name = program_name(argv[0])
+    if not modeled_program(argv[0]) or name == "git":  # (by its exact name: `HEAD` is no head, review s30)
         return False
     if name not in _READS_CWD:
         return True
+    if name == "rg":  # (its cwd's ignore files, whatever it searches, and their lines printed in its errors)
+        return False
     if name == "find":
         return bool(_find_starts(argv[1:]))
     parsed = _parse(

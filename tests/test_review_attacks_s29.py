@@ -41,7 +41,7 @@ def _grants(commands: str, read: str | tuple[str, ...] = "**", write: str | tupl
         (["split", "-l", "1", "--fil", "touch PWNED-split", "notes/a.md"], "'--fil' is refused"),
         (["sdiff", "--diff-program=./run-me", "notes/a.md", "notes/b.md"], "with it sdiff starts"),
         (["diff3", "--diff-prog=./run-me", "notes/a.md", "notes/b.md", "notes/a.md"], "with it diff3 starts"),
-        (["install", "-s", "--strip-program=./run-me", "notes/a.md", "out"], "with it install starts"),
+        (["install", "-s", "--strip-program=./run-me", "notes/a.md", "out"], "'install' is refused"),
         (["groff", "-U", "notes/a.md"], "'groff' is refused: it starts other programs"),
     ],
 )

@@ -5,8 +5,13 @@ programs); the refusals that stay are the attacks."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
+import pytest
+
+from kiwi.shellpolicy import check_argv
 from tests.test_attack_shell import agent_run, shell
 
 
@@ -78,3 +83,32 @@ async def test_find_reads_its_starting_points_not_its_cwd(runs, project):
     for argv in (["find", ".", "-name", "key.txt"], ["find", "-name", "key.txt"]):
         refused = await shell(runs, run_id, *argv)
         assert refused.status == "denied" and "secrets/**" in refused.reason, (argv, refused)
+
+
+@pytest.mark.skipif(shutil.which("rg") is None, reason="no rg on this machine")
+async def test_rg_reads_no_ignore_file_above_the_project_nor_in_an_unread_cwd(runs, project, monkeypatch):
+    """Review s30: rg reads the ignore files of every folder above the one it searches, out of the project up
+    to the file system's root, and of its cwd, and prints a line it cannot parse in its error. On a worker
+    without the kernel's wall (where rg, a program Kiwi models, runs), `rg alpha .` in src/ printed a
+    `.ignore` beside the project. The worker now runs rg there with --no-ignore (it reads no ignore file,
+    so it also searches what they would hide); and rg needs its cwd read, whatever it searches."""
+    monkeypatch.setenv("KIWI_CONFINE", "off")
+    _project(project)
+    (project.parent / ".ignore").write_text("canary-OUTSIDE{unclosed\n")
+    (project / ".ignore").write_text("canary-ROOT{unclosed\n")
+    run_id = await agent_run(runs, project, "searcher", _permissions("rg", read="src/**"))
+
+    found = await shell(runs, run_id, "rg", "alpha", ".", cwd="src")
+    refused = await shell(runs, run_id, "rg", "alpha", "src")
+
+    assert found.status == "ok" and "a.txt:alpha" in found.result["stdout"], found
+    assert "canary" not in json.dumps(found.result), found.result
+    assert refused.status == "denied" and "cwd '.' may not be read" in refused.reason, refused
+
+
+def test_a_program_by_another_name_needs_its_cwd_read():
+    """Review s30: the cwd rule folded names, so a named `HEAD` (no head: Debian's HTTP client) ran from an
+    unread cwd as head would."""
+    refused = check_argv(["HEAD", "src/a.txt"], allowed=["HEAD"], read_grants=["src/**"])
+    assert not refused.allowed and "cwd '.' may not be read" in refused.reason, refused
+    assert check_argv(["head", "src/a.txt"], allowed=["head"], read_grants=["src/**"]).allowed

@@ -163,6 +163,16 @@ async def test_a_program_that_writes_the_names_inside_its_input_is_refused(runs,
         (["uudecode", "mail.txt"], "'uudecode' is refused: it writes the files named inside"),
         (["unsquashfs", "-d", "out", "image.sqfs"], "'unsquashfs' is refused"),
         (["unshar", "bundle.shar"], "'unshar' is refused: it starts other programs"),
+        (
+            ["objcopy", "-O", "binary", "--dump-section=.data=sub/.git", "a.o"],
+            "names the protected place 'sub/.git'",
+        ),
+        (["objcopy", "--dump-section", ".data=sub/.git", "a.o"], "names the protected place 'sub/.git'"),
+        (["gpgtar", "--extract", "a.tar"], "'gpgtar' is refused: it writes the files named inside"),
+        (
+            ["install", "-d", "-m", "777", "."],
+            "'install' is refused: it changes the owner, group or attributes",
+        ),
     ],
 )
 def test_the_worker_refuses_names_a_program_would_make_from_its_input(argv, said):
