@@ -1092,11 +1092,19 @@ class CommandActivities:
             stdin=json.dumps(req.params),
             env=env,
         )
+        # (What was cut is never shown: a secret the cut split would be no longer whole where it is scrubbed.)
         if result.exit_code != 0:
-            tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+            lines = (result.stderr or result.stdout).strip().splitlines()
+            tail = lines[:-1][-5:] if result.truncated else lines[-5:]
             raise ToolFailed.error(
-                scrub_text(f"tool '{tool.tool_id}' exited with {result.exit_code}: " + " | ".join(tail))
+                scrub_text(
+                    scrub(
+                        f"tool '{tool.tool_id}' exited with {result.exit_code}: " + " | ".join(tail), passed
+                    )
+                )
             )
+        if result.truncated:
+            raise ToolFailed.error(f"tool '{tool.tool_id}' printed more than {req.max_output_bytes:,} bytes")
         try:
             return scrub(_parse_output(result.stdout), passed)
         except json.JSONDecodeError as exc:

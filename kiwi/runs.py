@@ -544,7 +544,7 @@ class RunClient:
             # Retrying never helps here: the same code fails on the same history.
             return KiwiError(
                 f"run {run_id} cannot take its next step: its history does not replay with the code of the "
-                f"worker that took it: {scrub_text(why[:500])}",
+                f"worker that took it: {scrub_text(why)[:500]}",
                 hint="a worker of another Kiwi build is polling its task queue (runs need workers of the build "
                 "that started them or a later one: stop the other, or use Worker Versioning, see Upgrading "
                 "workers in the README); if every worker runs the same build, it is a bug in Kiwi: keep the "
@@ -552,7 +552,7 @@ class RunClient:
             )
         return KiwiError(
             f"run {run_id} cannot take its next step: its worker fails it"
-            + (f": {scrub_text(why[:500])}" if why else ""),
+            + (f": {scrub_text(why)[:500]}" if why else ""),
             hint="fix what it says (every Kiwi process needs the same KIWI_PAYLOAD_STORE, for one); the worker "
             "retries the step, and the run goes on from where it was",
         )

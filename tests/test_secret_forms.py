@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import logging
 import os
 import re
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from temporalio.exceptions import ApplicationError
 
 from kiwi.upstream import pool
 from tests.helpers import agent_directive
@@ -189,12 +191,22 @@ def test_a_servers_stderr_is_scrubbed_across_the_cut_of_a_long_line_and_line_by_
     copier.start()
     with os.fdopen(write_fd, "wb") as server:
         server.write(b"x" * (65_536 - 10) + f"TOKEN={token}\n".encode())  # (the cut in the token)
+        # (Review s30, second round: a token wholly in the first piece, across where the piece is cut, which is
+        # the longest form of a known secret before the piece's end.)
+        longest = max(len(text.encode()) for text, _ in pool._secret_forms(pool.KNOWN_SECRETS))
+        for at in (
+            65_536 - longest - len(token) + 1,
+            65_536 - longest - len(token) // 2,
+            65_536 - longest - 1,
+        ):
+            server.write(b"y" * at + token.encode() + b"z" * 70_000 + b"\n")
         server.write(f"my key:\n{key}".encode())
     copier.join(30)
 
     printed = "".join(shown)
     assert not copier.is_alive()
     assert printed.count("x") == 65_536 - 10 and "TOKEN=[secret DEMO_TOKEN]" in printed, printed[-200:]
+    assert printed.count("[secret DEMO_TOKEN]") == 4 and printed.count("z") == 3 * 70_000
     assert not [piece for piece in _fragments(token) if piece in printed]
     assert (
         "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcw" not in printed
@@ -248,3 +260,115 @@ def test_the_secret_forms_stay_few_enough_to_scrub_every_log_line(known):
 
     assert 10 < len(forms) <= 10 * 40, len(forms)
     assert all(len(text) >= 4 for text, _ in forms)
+
+
+def test_a_url_secrets_password_is_scrubbed_decoded_as_it_is_sent(known):
+    """Review s30, second round: `https://user:p%40ss%2Fw0rd-secret-123@host/sse` sends the password decoded
+    (`p@ss/w0rd-secret-123`, in an HTTP Basic header), and only its encoded form was scrubbed."""
+    pool.remember_secrets({"MCP_URL": "https://user:p%40ss%2Fw0rd-secret-123@mcp.example.com/sse"})
+
+    said = pool.scrub_text("password authentication failed for p@ss/w0rd-secret-123")
+    basic = pool.scrub_text("Basic " + base64.b64encode(b"user:p@ss/w0rd-secret-123").decode())
+
+    assert "w0rd-secret" not in said and "[secret MCP_URL]" in said, said
+    assert "[secret MCP_URL]" in basic, basic
+
+
+def test_a_json_secrets_key_is_scrubbed_once_the_server_has_read_it(known):
+    """A service account's file is one secret, a JSON document; a server that read it prints its private key,
+    whole or a line at a time, which was no form of the document."""
+    body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcw\nggSjAgEAAoIBAQC7VJTUt9Us8cKjMzEfYyjiWA4R"
+    key = f"-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n"
+    pool.remember_secrets({"SA_JSON": json.dumps({"type": "service_account", "private_key": key})})
+
+    for text in (f"failed to load key: {key}", "line: ggSjAgEAAoIBAQC7VJTUt9Us8cKjMzEfYyjiWA4R"):
+        scrubbed = pool.scrub_text(text)
+        assert "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcw" not in scrubbed, scrubbed
+        assert "ggSjAgEAAoIBAQC7VJTUt9Us8cKjMzEfYyjiWA4R" not in scrubbed, scrubbed
+
+
+def test_no_ordinary_word_of_a_secret_replaces_text_in_results(known):
+    """Review s30, second round: a URL secret's query values (`format=json`, `debug=true`), a weak URL
+    password and a PEM key's armor line were each scrubbed wherever they were: results stopped being valid
+    JSON. The key in the same URL, and a credential-named value, are scrubbed."""
+    pool.remember_secrets(
+        {
+            "MCP_URL": "https://mcp.example.com/mcp?api_key=sk_live_51HqLyjWDarjtT1zdp7dc&format=json&debug=true",
+            "PEM": "-----BEGIN RSA PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcw\n-----END RSA PRIVATE KEY-----",
+        }
+    )
+    result = {
+        "ok": True,
+        "format": "json",
+        "note": "-----BEGIN RSA PRIVATE KEY----- is a header",
+        "flag": "true",
+    }
+
+    scrubbed = pool.scrub(result)
+
+    assert scrubbed == result, scrubbed
+    assert pool.scrub_text("key sk_live_51HqLyjWDarjtT1zdp7dc") == "key [secret MCP_URL]"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://h/list?sort_key=name",
+        "https://h/?monkey=1&primary_key=a",
+        "https://h/?pageToken=x",
+        "http://host:8080?email=a@b.com",
+    ],
+)
+def test_ordinary_query_values_are_not_redacted(known, text):
+    """Review s30, second round: the widened credential names redacted `sort_key`, `monkey`, a page cursor,
+    and an address's `@` read as a URL's password."""
+    assert pool.scrub_text(text) == text
+
+
+def test_a_secret_from_a_non_utf8_environment_breaks_no_log_line(known, caplog):
+    """A value read from a non-UTF-8 environment holds lone surrogates (`\\udcff`): percent-encoding it raised,
+    and every log record of the process with it, as the log factory scrubs each one."""
+    pool.remember_secrets({"RAW": "r4w-s3cr3t-\udcff-value"})
+
+    assert pool.scrub_text("got r4w-s3cr3t-\udcff-value") == "got [secret RAW]"
+    with caplog.at_level("WARNING"):
+        logging.getLogger("kiwi.test").warning("plain line")
+    assert "plain line" in caplog.text
+
+
+def test_an_error_quoting_a_servers_answer_is_scrubbed_before_it_is_cut(known):
+    """Review s30, second round: a malformed answer of a stdio server, and a value its output schema refused,
+    were quoted cut at 200 characters, then scrubbed: 24 of a token's 40 characters reached the agent."""
+    from kiwi.upstream.schemacheck import _short
+    from kiwi.upstream.stdio import _shown
+
+    token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+    pool.remember_secrets({"TOKEN": token})
+    answer = ["x" * 180, token]
+
+    for shown in (_shown(answer), _short(answer)):
+        assert not [piece for piece in _fragments(token) if piece in shown], shown
+
+
+async def test_a_local_tools_output_cut_at_its_limit_is_no_result(known, tmp_path, monkeypatch):
+    """Review s30, second round: a local tool's output was cut at max_output_bytes, then scrubbed: a token it
+    printed across the limit reached the result in part. Output past the limit now fails the call, saying so,
+    and a failing tool's cut last line is left out of its message."""
+    from activities.commands import CommandActivities
+    from kiwi.contracts import LocalToolRequest, LocalToolSpec
+
+    token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+    monkeypatch.setenv("DEMO_TOKEN", token)
+    (tmp_path / "tools").mkdir()
+    script = tmp_path / "tools" / "leak.sh"
+    script.write_text('printf "%0980d" 0\necho "token=$DEMO_TOKEN"\nexit "${1:-0}"\n')
+    spec = LocalToolSpec(
+        tool_id="leak", tool_type="bash", entrypoint=str(script), required_environment=["DEMO_TOKEN"]
+    )
+    request = LocalToolRequest(project_root=str(tmp_path), tool=spec, max_output_bytes=1000)
+
+    with pytest.raises(ApplicationError) as failed:
+        await CommandActivities().run_local_tool(request)
+
+    assert "printed more than 1,000 bytes" in str(failed.value), failed.value
+    assert not [piece for piece in _fragments(token) if piece in str(failed.value)]

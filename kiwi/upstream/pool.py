@@ -486,55 +486,81 @@ def _secret_forms(secrets: dict[str, str]) -> list[tuple[str, str]]:
 def _forms_of(secrets: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
     forms: dict[str, str] = {}
     for name, whole in secrets:
-        for secret in _parts(whole):
-            for form in _encodings(secret):
+        for secret, every in _parts(whole):
+            for form in _encodings(secret) if every else _escaped(secret):
                 forms.setdefault(form, f"[secret {name}]")
     return sorted(forms.items(), key=lambda kv: -len(kv[0]))
 
 
-def _parts(secret: str) -> list[str]:
-    """``secret`` and what of it a server or a library may send back alone (review s30): without the blanks
-    around it (a secret file's last newline, which the program using it strips), each line of a secret of
-    several (a PEM key, printed a line at a time), and of a secret that is a URL, the URL as httpx writes it
-    (host lower-cased, a default port dropped), its password, its query values, and its path's segments that
-    look like keys (12 characters or more, letters and digits: an SSE server's endpoint is another URL with
-    the key in its path). Each of 4 characters or more."""
-    parts = [
-        secret,
-        secret.strip(),
-        *(line.strip() for line in secret.splitlines() if len(line.strip()) >= 8),
-    ]
-    if re.match(r"(?i)^[a-z][a-z0-9+.-]*://", secret.strip()):
+def _key_like(text: str, size: int = 16) -> bool:
+    """Whether ``text`` looks like a key, not a word: ``size`` characters or more, letters and digits."""
+    return len(text) >= size and bool(re.search(r"\d", text)) and bool(re.search(r"[A-Za-z]", text))
+
+
+def _parts(secret: str) -> list[tuple[str, bool]]:
+    """``secret`` and what of it a server or a library may send back alone (review s30), each with whether
+    every encoding of it is looked for (else as it is and JSON-escaped): without the blanks around it (a
+    secret file's last newline, which the program using it strips); each key-like line of a secret of several
+    (a PEM key's body, printed a line at a time; not its armor); of a secret that is a URL, the URL as httpx
+    writes it (host lower-cased, a default port dropped), its password (as written and decoded, 8 characters
+    or more), the values of its credential-named query parameters and its key-like ones, and its key-like path
+    segments (an SSE server's endpoint is another URL with the key in its path); of a secret that is a JSON
+    object (a service account's file), its key-like string values, and their lines. No ordinary word: a
+    secret's part replaces that text wherever it is (`true` of `&debug=true` made results invalid JSON)."""
+    parts = [(secret, True), (secret.strip(), True)]
+    lines = [line.strip() for line in secret.splitlines()]
+    if len(lines) > 1:
+        parts += [(line, False) for line in lines if _key_like(line) and not line.startswith("-----")]
+    text = secret.strip()
+    if re.match(r"(?i)^[a-z][a-z0-9+.-]*://", text):
         with contextlib.suppress(ValueError):
-            url = urllib.parse.urlsplit(secret.strip())
-            parts += [url.password or "", *(v for _, v in urllib.parse.parse_qsl(url.query))]
+            url = urllib.parse.urlsplit(text)
+            password = url.password or ""
+            parts += [(p, True) for p in (password, urllib.parse.unquote(password)) if len(p) >= 8]
             parts += [
-                segment
-                for segment in url.path.split("/")
-                if len(segment) >= 12 and re.search(r"\d", segment) and re.search(r"[A-Za-z]", segment)
+                (value, True)
+                for name, value in urllib.parse.parse_qsl(url.query)
+                if _CREDENTIAL_NAME.search(name) and len(value) >= 8 or _key_like(value, 12)
             ]
+            parts += [(segment, True) for segment in url.path.split("/") if _key_like(segment)]
             with contextlib.suppress(Exception):
-                parts.append(str(httpx.URL(secret.strip())))
-    return list(dict.fromkeys(part for part in parts if len(part) >= 4))
+                parts.append((str(httpx.URL(text)), True))
+    elif text.startswith("{"):
+        with contextlib.suppress(ValueError):
+            document = json.loads(text)
+            values = list(document.values()) if isinstance(document, dict) else []
+            for value in values:
+                if isinstance(value, str) and _key_like(value.strip()):
+                    parts += _parts(value)
+    return list(dict.fromkeys((part, every) for part, every in parts if len(part) >= 4))
 
 
-def _encodings(secret: str) -> list[str]:
-    """The forms a secret may come back in: as it is; JSON-escaped once, twice, three times (a JSON document
-    holding it, as text inside JSON), with `/` escaped and with Go's escaping of `<`, `>`, `&`;
-    percent-encoded as Python, JavaScript's encodeURIComponent and a form do, in upper and lower case hex
-    (a path's `/` kept or not); HTML-escaped; and in base64 (standard and URL-safe), at any offset in the
-    encoded text (an HTTP Basic header's `user:secret`)."""
+def _escaped(secret: str) -> list[str]:
+    """``secret`` as it is and JSON-escaped once, twice, three times (a JSON document holding it, as text inside
+    JSON), with `/` escaped and with Go's escaping of `<`, `>`, `&`."""
     forms = []
     escaped = secret
     for _ in range(4):
         forms += [escaped, escaped.replace("/", "\\/")]
         forms += [escaped.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")]
         escaped = json.dumps(escaped)[1:-1]
+    return forms
+
+
+def _encodings(secret: str) -> list[str]:
+    """The forms a secret may come back in: _escaped's; percent-encoded as Python, JavaScript's
+    encodeURIComponent and a form do, in upper and lower case hex (a path's `/` kept or not); HTML-escaped;
+    and in base64 (standard and URL-safe), at any offset in the encoded text (an HTTP Basic header's
+    `user:secret`). A value read from a non-UTF-8 environment (lone surrogates) is encoded as the bytes a
+    program sends."""
+    forms = _escaped(secret)
     for safe in ("", "/", "!*'()"):
-        encoded = urllib.parse.quote(secret, safe=safe)
+        encoded = urllib.parse.quote(secret, safe=safe, errors="surrogateescape")
         forms += [encoded, re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), encoded)]
-    forms += [urllib.parse.quote_plus(secret), html.escape(secret), html.escape(secret, quote=False)]
-    raw = secret.encode("utf-8", errors="surrogatepass")
+    plus = urllib.parse.quote_plus(secret, errors="surrogateescape")
+    forms += [plus, re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), plus)]
+    forms += [html.escape(secret), html.escape(secret, quote=False)]
+    raw = secret.encode("utf-8", errors="surrogateescape")
     if len(raw) >= 6:
         for offset, dropped in ((0, 0), (1, 2), (2, 3)):  # (characters that hold bits of what comes before)
             data = b"\0" * offset + raw
@@ -559,14 +585,20 @@ def _scrubbed(value: Any, forms: list[tuple[str, str]]) -> Any:
 
 # Every ${NAME} value resolved in this process, by name: what scrub() and the log filter hide.
 KNOWN_SECRETS: dict[str, str] = {}
-# Query values that are credentials whatever their source (a URL in a log line or an error).
-# (Any name ending so, after ?, &, ; or # (a fragment's access_token): refresh_token, client_secret,
-# X-Amz-Signature; and a URL's password: review s30.)
-_CREDENTIAL_QUERY = re.compile(
-    r"(?i)([?&;#][\w.-]*(?:api[_-]?key|apikey|token|password|passwd|secret|auth|key|sig|signature|"
-    r"credential)=)[^&#\s'\"]+"
+# Query values that are credentials whatever their source (a URL in a log line or an error), after ?, &, ; or
+# a fragment's #: a name ending in secret, password, signature or credential (client_secret,
+# X-Amz-Signature), or key, token, auth or sig alone or after a credential's prefix (api_key, refresh_token,
+# X-Amz-Security-Token; not sort_key, monkey or pageToken); and a URL's password (review s30).
+_CREDENTIAL_NAME = re.compile(
+    r"(?i)^(?:[\w.-]*(?:secret|password|passwd|signature|credential)|apikey|"
+    r"(?:api|access|refresh|client|id|session|private|auth|bearer|x-amz-security|x-amz)?[_-]?(?:key|token|auth|sig))$"
 )
-_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@'\"]*:)[^/\s@'\"]+(@)")
+_CREDENTIAL_QUERY = re.compile(
+    r"(?i)([?&;#](?:[\w.-]*(?:secret|password|passwd|signature|credential)|apikey|"
+    r"(?:api|access|refresh|client|id|session|private|auth|bearer|x-amz-security|x-amz)?[_-]?(?:key|token|auth|sig))=)"
+    r"[^&#\s'\"]+"
+)
+_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@'\"?#]*:)[^/\s@'\"?#]+(@)")
 
 
 def remember_secrets(secrets: dict[str, str]) -> None:
@@ -680,9 +712,7 @@ def _copy_scrubbed(read_fd: int) -> None:
             data = carry + line
             carry = b""
             if not data.endswith(b"\n"):
-                cut = max(len(data) - _held_back(), 0)
-                while 0 < cut < len(data) and data[cut] & 0xC0 == 0x80:
-                    cut -= 1
+                cut = _safe_cut(data)
                 data, carry = data[:cut], data[cut:]
             if data:
                 _emit(scrub_text(data.decode("utf-8", errors="replace")))
@@ -690,10 +720,27 @@ def _copy_scrubbed(read_fd: int) -> None:
             _emit(scrub_text(carry.decode("utf-8", errors="replace")))
 
 
-def _held_back() -> int:
-    """How many bytes of a piece cut short to hold back: the longest form of a known secret, in bytes."""
-    forms = _secret_forms(KNOWN_SECRETS) if KNOWN_SECRETS else []
-    return min(max((len(text.encode("utf-8", errors="replace")) for text, _ in forms), default=0), 65_536)
+def _safe_cut(data: bytes) -> int:
+    """Where to cut ``data``, a piece of a line cut short: before the end by the longest form of a known secret
+    (a secret that begins there may go on in the next piece), then back to the start of any form the cut
+    would split (review s30: a token across the cut was printed in two halves), then back to a character's
+    first byte."""
+    forms = (
+        [f.encode("utf-8", errors="replace") for f, _ in _secret_forms(KNOWN_SECRETS)]
+        if KNOWN_SECRETS
+        else []
+    )
+    cut = max(len(data) - max((len(f) for f in forms), default=0), 0)
+    moved = True
+    while moved:
+        moved = False
+        for form in forms:
+            start = data.find(form, max(cut - len(form) + 1, 0), cut + len(form) - 1)
+            if 0 <= start < cut:
+                cut, moved = start, True
+    while 0 < cut < len(data) and data[cut] & 0xC0 == 0x80:
+        cut -= 1
+    return cut
 
 
 def _emit(text: str) -> None:

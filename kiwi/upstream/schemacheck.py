@@ -162,5 +162,8 @@ def _canonical(value: Any) -> Any:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    """``value`` for an error message: scrubbed of secrets, then cut (review s30)."""
+    from kiwi.upstream.pool import scrub_text  # (pool imports this module)
+
+    text = scrub_text(repr(value))
     return text if len(text) <= 200 else text[:200] + "..."

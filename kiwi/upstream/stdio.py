@@ -222,7 +222,7 @@ class StdioLink(asyncio.SubprocessProtocol):
         error = answer.get("error")
         if error is not None:
             if not isinstance(error, dict):
-                raise MCPError(code=types.INTERNAL_ERROR, message=f"malformed error answer: {error!r:.200}")
+                raise MCPError(code=types.INTERNAL_ERROR, message=f"malformed error answer: {_shown(error)}")
             code = error.get("code")
             # A code that is no integer (a string, null, a list) is an error answer all the same: that call
             # fails, and the connection, which carried it, stays (int() of it raised, and the pool dropped it).
@@ -233,7 +233,7 @@ class StdioLink(asyncio.SubprocessProtocol):
             )
         result = answer.get("result")
         if not isinstance(result, dict):
-            raise MCPError(code=types.INTERNAL_ERROR, message=f"malformed result: {result!r:.200}")
+            raise MCPError(code=types.INTERNAL_ERROR, message=f"malformed result: {_shown(result)}")
         return result
 
     async def _exchange(
@@ -457,3 +457,11 @@ async def _report(progress: Progress, params: dict[str, Any]) -> None:
             float(total) if isinstance(total, int | float) else None,
             message if isinstance(message, str) else None,
         )
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message: scrubbed of secrets, then cut (cut first, a token it split was no longer
+    whole where the message was scrubbed: review s30)."""
+    from kiwi.upstream.pool import scrub_text  # (pool imports this module)
+
+    return scrub_text(repr(value))[:200]
