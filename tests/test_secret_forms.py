@@ -5,6 +5,7 @@ on every result, error, log line, server stderr line and exported span."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import html
 import json
@@ -20,7 +21,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from kiwi.upstream import pool
-from tests.helpers import agent_directive
+from tests.helpers import agent_directive, wait_for
 from tests.test_tool_types import api_tool, audited_calls, started
 
 TOKEN = "kiwi-s30-token-5d1e9b07c4a2"
@@ -372,3 +373,49 @@ async def test_a_local_tools_output_cut_at_its_limit_is_no_result(known, tmp_pat
 
     assert "printed more than 1,000 bytes" in str(failed.value), failed.value
     assert not [piece for piece in _fragments(token) if piece in str(failed.value)]
+
+
+async def test_an_approval_webhooks_secret_stays_in_the_worker(runs, project, monkeypatch):
+    """A Slack-style webhook URL is itself a credential, and `approvals.webhook` went into the run's snapshot and
+    the notice's activity input as written: into the history. `${NAME}` in it is now filled in by the worker,
+    where the notice is sent; the history holds the placeholder."""
+    from tests.test_humans import HARNESS, agent_waits, pending_approval, setup
+
+    received: list[str] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            received.append(self.path)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    hook = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    monkeypatch.setenv("KIWI_S30_HOOK", "T0AAA-B0BBB-c0ccccccccccccccc")
+    try:
+        port = hook.server_address[1]
+        setup(project, harness=HARNESS + f"  webhook: http://127.0.0.1:{port}/services/${{KIWI_S30_HOOK}}\n")
+        (project / "notes").mkdir(exist_ok=True)
+        (project / "notes" / "old.txt").write_text("old\n")
+        run_id = await runs.start("tidy", {})
+        await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+        deleting = asyncio.create_task(runs.call_tool(run_id, "filesystem.delete", {"path": "notes/old.txt"}))
+        await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
+
+        async def posted():
+            return received
+
+        await wait_for(posted, what="the webhook POST")
+        assert received == ["/services/T0AAA-B0BBB-c0ccccccccccccccc"], received
+        await runs.cancel(run_id, "done")
+        deleting.cancel()
+        history = "\n".join(str(event) for event in (await runs.handle(run_id).fetch_history()).events)
+        assert "T0AAA-B0BBB-c0ccccccccccccccc" not in history
+        assert "/services/${KIWI_S30_HOOK}" in history
+    finally:
+        hook.shutdown()
+        hook.server_close()
