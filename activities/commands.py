@@ -518,6 +518,9 @@ def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument]]:
     (The programs of every refused list, LATER_REFUSED's too, are refused by unchecked_names, whatever the run
     decided: the run's decision may predate the rule.)"""
     cwd = confine(req.project_root, req.cwd or ".", ["**"], [])
+    if "/" in req.argv[0] or "\\" in req.argv[0]:
+        # (The run refuses it too: a path runs the file it names, a program of the project's: review s30.)
+        raise _denied(f"'{req.argv[0]}': give the command by name, not by path")
     if (unchecked := unchecked_names(req.argv, req.cwd or ".", req.write_grants)) is not None:
         raise _denied(f"{unchecked.reason} ({unchecked.hint})")
     _unmodeled_needs_the_wall(req)
@@ -539,12 +542,25 @@ def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument]]:
     return cwd, paths
 
 
+def _modeled(req: CommandRequest) -> bool:
+    """Whether the command's program is one Kiwi models: by its exact name, found outside the project (a PATH
+    entry into the project finds a program the agent may have written: review s30)."""
+    if not modeled_program(req.argv[0]):
+        return False
+    found = shutil.which(req.argv[0], path=child_env(req.env).get("PATH", os.defpath))
+    return found is None or not _within(os.path.realpath(found), os.path.realpath(req.project_root))
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def _unmodeled_needs_the_wall(req: CommandRequest) -> None:
     """Refuse a program Kiwi does not model (one a signed directive names: Kiwi reads its words as reads and
     knows no option of it that writes or starts a program) where the kernel confines no command: the checks
     cannot say what it does, and behind no wall it may start any program or write any file its user may
     (review s29: the long tail of programs that start others). The programs Kiwi models run as before."""
-    if modeled_program(req.argv[0]) or confinement.available():
+    if _modeled(req) or confinement.available():
         return
     off = confinement.mode() == "off"
     why = (
@@ -988,10 +1004,9 @@ class CommandActivities:
         if program_name(argv[0]) == "rg" and not confinement.available():
             # rg reads the ignore files of every folder above the one it searches, out of the project too, and
             # prints a line it cannot parse in its error (review s30: `outer/.ignore` above the project; rg 13
-            # reads them with --no-ignore-parent too): where no wall keeps it in, it reads no ignore file; last,
-            # so it holds over an `--ignore` before it.
-            end = argv.index("--") if "--" in argv else len(argv)
-            argv = [*argv[:end], "--no-ignore", *argv[end:]]
+            # reads them with --no-ignore-parent too): where no wall keeps it in, it reads no ignore file. First
+            # (a `--` may be an option's value: `rg -e -- x`); Kiwi refuses the options that undo it.
+            argv = [argv[0], "--no-ignore", *argv[1:]]
         git_config: list[tuple[str, str]] = []
         if program_name(req.argv[0]) == "git":
             git_config = await _check_git_repository(req, str(cwd), env)
@@ -1004,8 +1019,16 @@ class CommandActivities:
             return await _unpack(req, unpack, cwd, env)
         root = os.path.realpath(req.project_root)
         missing = confinement.not_made(root, req.write_grants)
-        watched = [] if modeled_program(req.argv[0]) else confinement.whole_write_folders(req)
+        watched = [] if _modeled(req) else confinement.whole_write_folders(req)
         before = await asyncio.to_thread(confinement.nested_gits, root, watched) if watched else set()
+        if before and confinement.available() and confinement.namespaces_refused():
+            raise _denied(
+                f"'{os.path.basename(req.argv[0])}' is a program Kiwi does not model, which may write "
+                f"{', '.join(repr(f or '.') for f in watched)} whole, where the repositories "
+                f"{', '.join(sorted(before)[:5])} are; they are held read-only for it in a namespace of the "
+                f"command's own, which this kernel does not give ({confinement.namespaces_refused()}): grant "
+                "narrower folders, or use a program Kiwi models"
+            )
         if before is None:
             raise _denied(
                 f"'{os.path.basename(req.argv[0])}' is a program Kiwi does not model, which may write "
@@ -1022,18 +1045,15 @@ class CommandActivities:
                 stdin=req.stdin,
                 env=env,
                 git_config=git_config,
-                confine=_confinement(req),
+                confine=_confinement(req, nested=before),
             )
         finally:
-            after = await asyncio.to_thread(confinement.nested_gits, root, watched) if watched else set()
+            # (All of what it made, however many: past a limit, a `.git` it made stayed, review s30.)
+            after = (
+                await asyncio.to_thread(confinement.nested_gits, root, watched, None) if watched else set()
+            )
             missing += sorted((after or set()) - before)
             moved = confinement.set_aside(root, missing, _stamp()) if missing else []
-        if after is None:
-            raise _denied(
-                f"the command left more than {confinement.NESTED_WALK_LIMIT:,} entries in "
-                f"{', '.join(repr(f or '.') for f in watched)}, where Kiwi looks for a repository a program it "
-                "does not model made; a human looks for a new `.git` there"
-            )
         if moved:
             activity.logger.warning("a shell command made protected places, set aside: %s", moved)
             raise _denied(
@@ -1111,9 +1131,12 @@ class CommandActivities:
             raise ToolFailed.error(f"tool '{tool.tool_id}' printed invalid JSON: {exc}") from None
 
 
-def _confinement(req: CommandRequest, into: str = "") -> tuple[int, Any] | None:
+def _confinement(
+    req: CommandRequest, into: str = "", nested: set[str] | None = None
+) -> tuple[int, Any] | None:
     """How the command's program is confined (``activities/confinement.py``); None where it cannot be.
-    ``into``: the one folder it may write (an archive unpacked into Kiwi's staging folder)."""
+    ``into``: the one folder it may write (an archive unpacked into Kiwi's staging folder); ``nested``: the
+    repositories below what a program Kiwi does not model may write whole, held read-only for it."""
     abi = confinement.available()
     if abi:
         places = confinement.hidden_places(os.path.realpath(req.project_root))  # (once: both below use them)
@@ -1122,7 +1145,7 @@ def _confinement(req: CommandRequest, into: str = "") -> tuple[int, Any] | None:
                 f"'{linked}' has another name in the project (a hard link), by which a command could read it; "
                 "a human removes the other name (find . -samefile " + linked + ")"
             )
-        return abi, lambda program, temp: confinement.shell_rules(req, program, temp, into, places)
+        return abi, lambda program, temp: confinement.shell_rules(req, program, temp, into, places, nested)
     if confinement.mode() == "required":
         raise ToolFailed.error(
             "shell commands must be confined (KIWI_CONFINE=required) and this worker's kernel has no Landlock",

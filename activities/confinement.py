@@ -118,11 +118,17 @@ def literal_part(pattern: str) -> str:
 
 
 def shell_rules(
-    req: CommandRequest, program: str, temp: str, into: str = "", places: list[str] | None = None
+    req: CommandRequest,
+    program: str,
+    temp: str,
+    into: str = "",
+    places: list[str] | None = None,
+    nested: set[str] | None = None,
 ) -> landlock.Rules:
     """The rules for ``req``'s program (``program``: its absolute path) with ``temp`` as its own folder.
     ``into``: the one folder it writes, in place of the project (an archive unpacked into Kiwi's staging
-    folder, which Kiwi then writes into the project itself). ``places``: hidden_places, if already looked up."""
+    folder, which Kiwi then writes into the project itself). ``places``: hidden_places, if already looked up.
+    ``nested``: nested_gits of what a program Kiwi does not model may write whole, held read-only for it."""
     rules = landlock.Rules()
     root = os.path.realpath(req.project_root)
     grants = bool(req.read_grants or req.write_grants)
@@ -133,7 +139,10 @@ def shell_rules(
     writes = [] if into else [literal_part(p) for p in req.write_grants] if grants else [""]
     if into:
         rules.allow(into, landlock.READ | landlock.WRITE)
-    modeled = modeled_program(program)
+    real = os.path.realpath(program)
+    ours = _inside(real, root) or _inside(real, temp)
+    # (A program of the project is none Kiwi models, whatever its name: `../bin/echo`, review s30.)
+    modeled = modeled_program(program) and not ours
     for pattern, rel in zip(req.write_grants if grants else ["**"], writes, strict=False):
         if not modeled and not tree_granted(rel, [pattern]):
             # A program Kiwi does not model writes where no check of its words can say (`dd of=src/x.py`
@@ -141,17 +150,23 @@ def shell_rules(
             _write_matching(rules, root, rel, pattern)
         elif os.path.lexists(os.path.join(root, rel)):
             rules.allow_beneath(root, rel, landlock.WRITE)
+        elif not modeled:
+            # (No folder made where no watch looks: `src/.git` made under `write build/**`, then filled under
+            # `write src/**`, where it was there before, review s30.)
+            continue
         else:
             # Not made yet: its nearest folder may make folders (`mkdir -p build/x` for `build/**`), and the
             # next command writes in them; never files there, which would widen the grant to that folder.
             rules.allow_beneath(root, _existing(root, rel), landlock.MAKE_DIR | landlock.READ_DIR)
     # A program of the project (one the agent may have written) is no system program: nothing read from
     # it decides a rule (its #! line, its ELF interpreter, its name), and it runs with the system's loader.
-    real = os.path.realpath(program)
-    ours = _inside(real, root) or _inside(real, temp)
     # (git by the name it runs under too: `git-receive-pack`, a link to git, is no git Kiwi checks: review s30.)
     git = not ours and os.path.basename(real) == "git" and program_name(program) == "git"
     rules.held_root, rules.held = root, held_places(root, req.write_grants if grants else ["**"], writes, git)
+    if not modeled:
+        # The repositories below what it may write whole, held read-only as the root's are (review s30: a
+        # nested repository's settings written with an fsmonitor the human's next git there runs).
+        rules.held += sorted(nested or ())
     rules.held_required = mode() == "required"
     if git:
         # Its repository (git's reading of protected places through history is its own, see README: Shell).
@@ -339,9 +354,10 @@ def whole_write_folders(req: CommandRequest) -> list[str]:
     return [rel for p in req.write_grants if tree_granted(rel := literal_part(p), [p])]
 
 
-def nested_gits(root: str, folders: list[str]) -> set[str] | None:
+def nested_gits(root: str, folders: list[str], limit: int | None = NESTED_WALK_LIMIT) -> set[str] | None:
     """Every entry named `.git` (as a case-insensitive filesystem sees names) below ``folders`` of the project,
-    the project's own `.git` and what is below any `.git` left out; None past NESTED_WALK_LIMIT entries.
+    the project's own `.git` and what is below any `.git` left out, and every folder that cannot be listed (git
+    needs no listing to use a `.git` in it: review s30); None past ``limit`` entries (None: no limit).
     A program Kiwi does not model, writing a folder whole, can make one where no word of its command shows it
     (`jar xf`, `iconv -co.git`: review s30), and the human's next git there runs what its settings name."""
     found: set[str] = set()
@@ -350,15 +366,25 @@ def nested_gits(root: str, folders: list[str]) -> set[str] | None:
         top = os.path.join(root, folder)
         if os.path.islink(top) or not os.path.isdir(top):
             continue
-        for at, subdirs, files in walk_tree(top):
-            seen += len(subdirs) + len(files)
-            if seen > NESTED_WALK_LIMIT:
-                return None
+        pending = [top]
+        while pending:
+            at = pending.pop()
             rel = os.path.relpath(at, root).replace(os.sep, "/")
-            for name in [*subdirs, *files]:
-                if fold(name) == GIT_DIR and not (rel == "." and name == GIT_DIR):
-                    found.add(name if rel == "." else f"{rel}/{name}")
-            subdirs[:] = [d for d in subdirs if fold(d) != GIT_DIR]
+            try:
+                with os.scandir(at) as listing:
+                    entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
+            except OSError:
+                found.add(rel)
+                continue
+            seen += len(entries)
+            if limit is not None and seen > limit:
+                return None
+            for name, is_dir in entries:
+                if fold(name) == GIT_DIR:
+                    if not (rel == "." and name == GIT_DIR):
+                        found.add(name if rel == "." else f"{rel}/{name}")
+                elif is_dir:
+                    pending.append(os.path.join(at, name))
     return found
 
 

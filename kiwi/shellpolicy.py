@@ -387,8 +387,9 @@ def unchecked_names(argv: Sequence[str], cwd: str = ".", writes: Sequence[str] =
     if modeled_program(argv[0]):
         return None
     for arg in argv[1:]:
-        # (Each piece between `=`, `:` and `,` too: objcopy's --dump-section=.data=.git wrote .git, review s30.)
-        pieces = [piece for piece in re.split(r"[=:,]", arg) if piece]
+        # (Each piece between `=` too: objcopy's --dump-section=.data=.git wrote .git, review s30. Not `:` or
+        # `,`: `--exclude-dir=.git,node_modules` names it to leave it out; a `.git` made is set aside after.)
+        pieces = [piece for piece in arg.split("=") if piece]
         for word in dict.fromkeys([*pieces, arg]):
             rel = lexical_path(cwd, word) if word else None
             stem = _stem(rel) if isinstance(rel, str) else None

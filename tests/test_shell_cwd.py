@@ -99,10 +99,13 @@ async def test_rg_reads_no_ignore_file_above_the_project_nor_in_an_unread_cwd(ru
     run_id = await agent_run(runs, project, "searcher", _permissions("rg", read="src/**"))
 
     found = await shell(runs, run_id, "rg", "alpha", ".", cwd="src")
+    # (`--` as an option's value: the --no-ignore Kiwi adds went after it, as a pattern: review s30.)
+    dashes = await shell(runs, run_id, "rg", "-e", "--", "alpha", ".", cwd="src")
     refused = await shell(runs, run_id, "rg", "alpha", "src")
 
     assert found.status == "ok" and "a.txt:alpha" in found.result["stdout"], found
     assert "canary" not in json.dumps(found.result), found.result
+    assert dashes.status == "ok" and "canary" not in json.dumps(dashes.result), dashes.result
     assert refused.status == "denied" and "cwd '.' may not be read" in refused.reason, refused
 
 

@@ -9,10 +9,13 @@ import base64
 import io
 import os
 import shutil
+import sys
 import tarfile
 import zipfile
+from pathlib import Path
 
 import pytest
+from temporalio.exceptions import ApplicationError
 
 from activities import confinement
 from kiwi.shellpolicy import unchecked_names
@@ -182,6 +185,12 @@ def test_the_worker_refuses_names_a_program_would_make_from_its_input(argv, said
     refused = unchecked_names(argv, ".", ["**"])
     assert refused is not None and said in refused.reason, refused
     assert unchecked_names(["lrzip", "-d", "notes.txt.lrz"], ".", ["**"]) is None
+    # (Naming a place to leave it out is no write: review s30, third round.)
+    for leaves_out in (
+        ["cloc", "--exclude-dir=.git,node_modules", "."],
+        ["jq", "-r", ".name,.git.url", "p.json"],
+    ):
+        assert unchecked_names(leaves_out, ".", ["**"]) is None, leaves_out
 
 
 @pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
@@ -224,3 +233,104 @@ async def test_a_repository_a_program_kiwi_does_not_model_made_is_set_aside(
     aside = [p.name for p in (project / "sub").iterdir() if p.name.startswith(".git.set-aside-")]
     assert len(aside) == 1 and (project / "sub" / aside[0]).read_text() == "gitdir: stage/g\n", aside
     assert (project / "sub" / "kept.txt").read_text() == "the human's\n"
+
+
+def _python_as(tools: Path, name: str) -> None:
+    """The system's Python under another name, first on PATH: a program Kiwi does not model that runs the code
+    it is given (as a directive could grant one by mistake), to make what no list of programs foresees."""
+    shutil.copy(
+        os.path.realpath("/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable),
+        tools / name,
+    )
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+@pytest.mark.parametrize("how", ["past-the-limit", "unlistable"])
+async def test_a_repository_hidden_from_the_watch_is_set_aside_all_the_same(
+    runs, project, tmp_path_factory, monkeypatch, how
+):
+    """Review s30, third round: the watch for a `.git` a program Kiwi does not model made gave up past 200,000
+    entries (the program made them, and its `.git` stayed), and did not look into a folder it could not list
+    (git needs none: mode 0311 hid `x/.git` from the walk and not from the human's git). Both are set aside now:
+    all of what the command made is looked through, and a folder that cannot be listed is set aside whole."""
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(confinement, "NESTED_WALK_LIMIT", 50)  # (the limit, small: the same code path)
+    (project / "sub").mkdir()
+    code = {  # (what the agent writes with filesystem.write, as sub/make.py)
+        "past-the-limit": "import os\nfor i in range(80): open(f'f{i}', 'w').close()\n"
+        "os.makedirs('zz/.git'); open('zz/.git/config', 'w').write('[core]\\n\\tfsmonitor = touch PWNED\\n')\n",
+        "unlistable": "import os\nos.makedirs('x/.git'); open('x/.git/config', 'w').write('[core]\\n')\n"
+        "os.chmod('x', 0o311)\n",
+    }[how]
+    (project / "sub" / "make.py").write_text(code)
+    run_id = await agent_run(runs, project, "maker", _grants("maker", write="sub/**"))
+
+    result = await shell(runs, run_id, "maker", "make.py", cwd="sub")
+
+    # (A worker running as root lists the folder all the same, and finds the `.git` in it.)
+    made = "sub/zz/.git" if how == "past-the-limit" else "sub/x/.git" if os.geteuid() == 0 else "sub/x"
+    assert result.status == "denied" and f"the command made '{made}'" in result.reason, result
+    assert not (project / made).exists() and not (project / "sub" / "x" / ".git").exists()
+    assert [p.name for p in (project / made).parent.iterdir() if ".set-aside-" in p.name], result
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_a_repository_made_elsewhere_first_is_held_where_it_is_found(
+    runs, project, tmp_path_factory, monkeypatch
+):
+    """Review s30, third round: under `write build/**` (build/ not made yet) the wall let any program make
+    folders in the project's root, where no watch looked: `src/.git/objects`; then under `write src/**` the same
+    `.git` was there before the command, and its settings were written with an fsmonitor. A program Kiwi does not
+    model now makes no folder for a grant whose folder is not made, and the repositories below what it may
+    write whole are held read-only for it."""
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    if confinement.namespaces_refused():
+        pytest.skip(f"no mount namespace here: {confinement.namespaces_refused()}")
+    (project / "src").mkdir()
+    (project / "vendor" / "lib" / ".git").mkdir(parents=True)
+    (project / "vendor" / "lib" / ".git" / "config").write_text("[core]\n")
+    early = await agent_run(runs, project, "early", _grants("maker", write="build/**"))
+    later = await agent_run(runs, project, "later", _grants("maker", write="vendor/**"))
+
+    (project / "steps").mkdir()  # (what the agent writes with filesystem.write)
+    (project / "steps" / "first.py").write_text("import os\nos.makedirs('src/.git/objects')\n")
+    (project / "steps" / "then.py").write_text(
+        "open('vendor/lib/.git/config', 'a').write('\\tfsmonitor = x\\n')\n"
+    )
+    made = await shell(runs, early, "maker", "steps/first.py")
+    written = await shell(runs, later, "maker", "steps/then.py")
+
+    assert made.status == "ok" and made.result["exit_code"] != 0, made
+    assert not (project / "src" / ".git").exists()
+    assert written.status == "ok" and written.result["exit_code"] != 0, written
+    assert "Read-only file system" in written.result["stderr"], written.result
+    assert (project / "vendor" / "lib" / ".git" / "config").read_text() == "[core]\n"
+
+
+async def test_a_program_of_the_project_named_like_a_modeled_one_is_not_one(
+    runs, project, monkeypatch, tmp_path
+):
+    """Review s30, third round: `../bin/echo` (a file the agent wrote, named like echo) counted as echo, a
+    program Kiwi models, so the rules for the others were not its. The run refuses a path for a command; the
+    worker refuses it too, and a PATH entry into the project finds no modeled program there."""
+    from activities.commands import CommandActivities, _modeled
+    from kiwi.contracts import CommandRequest
+
+    request = CommandRequest(
+        project_root=str(project), argv=["../bin/echo", "x"], cwd="sub", read_grants=["**"]
+    )
+    (project / "bin").mkdir()
+    (project / "bin" / "echo").write_text("#!/bin/sh\n")
+    (project / "bin" / "echo").chmod(0o755)
+    (project / "sub").mkdir()
+
+    with pytest.raises(ApplicationError, match="give the command by name, not by path"):
+        await CommandActivities().run_command(request)
+    assert _modeled(CommandRequest(project_root=str(project), argv=["echo", "x"]))
+    assert not _modeled(
+        CommandRequest(project_root=str(project), argv=["echo", "x"], env={"PATH": str(project / "bin")})
+    )
