@@ -106,11 +106,10 @@ def setup(service: str) -> bool:
         return False
     from opentelemetry import trace
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or service})
-    provider = TracerProvider(resource=resource)
+    provider = tracer_provider(resource)
     if traces_wanted() and os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() != "none":
         provider.add_span_processor(BatchSpanProcessor(ScrubbingExporter(_span_exporter())))
     trace.set_tracer_provider(provider)
@@ -119,6 +118,18 @@ def setup(service: str) -> bool:
         _start_runtime_metrics(service)
     atexit.register(shutdown)
     return True
+
+
+def tracer_provider(resource: Any) -> Any:
+    """Kiwi's tracer provider: no attribute shortened when it is set, before the exporter scrubs it (a token
+    cut by OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT was exported in part: review s30); ScrubbingExporter shortens
+    them to that limit after scrubbing."""
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+
+    unset = SpanLimits.UNSET
+    return TracerProvider(
+        resource=resource, span_limits=SpanLimits(max_attribute_length=unset, max_span_attribute_length=unset)
+    )
 
 
 class ScrubbingExporter:
@@ -146,11 +157,16 @@ def _scrubbed(span: Any) -> Any:
 
     from kiwi.upstream.pool import scrub_text
 
+    limit = _attribute_limit()
+
+    def text(v: str) -> str:
+        return scrub_text(v)[:limit] if limit else scrub_text(v)
+
     def value(v: Any) -> Any:
         if isinstance(v, str):
-            return scrub_text(v)
+            return text(v)
         if isinstance(v, list | tuple):  # (a sequence attribute: strings scrubbed one by one)
-            return tuple(scrub_text(x) if isinstance(x, str) else x for x in v)
+            return tuple(text(x) if isinstance(x, str) else x for x in v)
         return v
 
     def values(attributes: Any) -> dict[str, Any]:
@@ -271,3 +287,12 @@ def trace_url(trace_id: str) -> str:
     ``http://127.0.0.1:16686/trace/{trace_id}``), else ""."""
     template = os.environ.get("KIWI_TRACE_URL", "")
     return template.replace("{trace_id}", trace_id) if template and trace_id else ""
+
+
+def _attribute_limit() -> int | None:
+    """OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT (or its span form), applied after scrubbing; None when unset."""
+    for name in ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"):
+        raw = os.environ.get(name, "").strip()
+        if raw.isdigit():
+            return int(raw)
+    return None

@@ -171,6 +171,11 @@ def test_a_url_that_is_a_secret_is_scrubbed_in_the_urls_made_from_it(known):
         ("https://h/cb#access_token=fr4gm3nt", "fr4gm3nt"),
         ("https://b.s3/k?X-Amz-Signature=d34db33f&X-Amz-Security-Token=s3ss10n", "d34db33f"),
         ("postgresql://app:p4ssw0rd@db:5432/x", "p4ssw0rd"),
+        # (Review s30, third round: names the second round's narrower rule let through.)
+        ("https://apim.example/x?subscription-key=5f1c2e3d4b5a6978", "5f1c2e3d4b5a6978"),
+        ("https://h/x?x-api-key=x4p1k3y&secret_key=s3cr3tk3y", "x4p1k3y"),
+        ("DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=Zm9vYmFy==", "Zm9vYmFy"),
+        ("postgresql://app:S3cr#tPass@db:5432/app", "tPass"),
     ],
 )
 def test_credentials_in_a_url_are_redacted_whatever_their_source(known, text, hidden):
@@ -419,3 +424,93 @@ async def test_an_approval_webhooks_secret_stays_in_the_worker(runs, project, mo
     finally:
         hook.shutdown()
         hook.server_close()
+
+
+def test_a_json_secrets_public_values_stay_and_its_short_credentials_go(known):
+    """Review s30, third round: every key-like value of a service account's file became a part (its project,
+    its client e-mail, Google's public token URI), so ordinary results lost them; and a short password in a
+    JSON secret was no part at all. Now the values of its credential-named keys are parts, whatever their
+    look, and only they."""
+    pool.remember_secrets(
+        {
+            "SA": json.dumps(
+                {
+                    "project_id": "acme-prod-20240101",
+                    "token_uri": "https://oauth2.googleapis.com/token",
+                    "client_email": "bot@acme-prod-20240101.iam.gserviceaccount.com",
+                    "password": "Tr0ub4dor&3",
+                }
+            ),  # fmt: skip
+            "BEARER": "Bearer sk-live-4f9a1c7e2b8d6a3f0e5c9b7a",
+            "HOOK": "https://hooks.example.com/acme-prod-eu-west-1/T0AAAB0BBBc0cccccccccccc",
+        }
+    )
+    result = {
+        "project": "acme-prod-20240101",
+        "uri": "https://oauth2.googleapis.com/token",
+        "region": "acme-prod-eu-west-1",
+    }
+
+    assert pool.scrub(result) == result
+    assert pool.scrub_text("login failed: Tr0ub4dor&3") == "login failed: [secret SA]"
+    assert (
+        pool.scrub_text("upstream rejected sk-live-4f9a1c7e2b8d6a3f0e5c9b7a")
+        == "upstream rejected [secret BEARER]"
+    )
+    assert pool.scrub_text("posted to /T0AAAB0BBBc0cccccccccccc") == "posted to /[secret HOOK]"
+
+
+def test_a_malformed_answer_is_described_without_the_value_pydantic_quotes(known):
+    """Review s30, third round: a server's malformed tools/list failed pydantic's validation, whose message
+    quotes the value it refused shortened (head and tail), so a token's tail reached the run's history."""
+    from pydantic import BaseModel, ValidationError
+
+    token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+    pool.remember_secrets({"TOKEN": token})
+
+    class Tool(BaseModel):
+        description: str
+
+    with pytest.raises(ValidationError) as refused:
+        Tool.model_validate({"description": ["Authorization: Bearer " + token + "x" * 300, "x"]})
+    said = pool._describe(refused.value, "docs")
+
+    assert "is unavailable: its answer is malformed: description" in said, said
+    assert not [piece for piece in _fragments(token) if piece in said], said
+
+
+def test_a_quote_in_a_secret_does_not_hide_it_from_a_quoted_answer(known):
+    """Review s30, third round: a malformed answer is quoted with repr, which escapes a `'` in a password (a
+    string that also holds `"`), and the escaped form was no form of the secret."""
+    from kiwi.upstream.stdio import _shown
+
+    pool.remember_secrets({"DB_PASSWORD": "k9'Fq2-pL7mZ-x4Rt8"})
+
+    shown = _shown({"text": 'login failed for "app" with password k9\'Fq2-pL7mZ-x4Rt8'})
+
+    assert "pL7mZ" not in shown and "[secret DB_PASSWORD]" in shown, shown
+
+
+def test_spans_are_not_shortened_before_they_are_scrubbed(known, monkeypatch):
+    """Review s30, third round: with OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT set, the SDK shortened an attribute when
+    it was set, cutting a token the exporter then could not find. Kiwi's provider shortens nothing; the
+    exporter shortens to the limit once it has scrubbed."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from kiwi.telemetry import ScrubbingExporter, tracer_provider
+
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "120")
+    token = "ghp_8Kx2LqM4nR7tW1yZ3bC6dF9gH0jK5"
+    pool.remember_secrets({"TOKEN": token})
+    sink = InMemorySpanExporter()
+    provider = tracer_provider(Resource.create({}))
+    provider.add_span_processor(SimpleSpanProcessor(ScrubbingExporter(sink)))
+    with provider.get_tracer("s30").start_as_current_span("call") as span:
+        span.set_attribute("error.detail", "y" * 100 + f" token={token}")
+
+    (exported,) = sink.get_finished_spans()
+    shown = exported.attributes["error.detail"]
+    assert not [piece for piece in _fragments(token, 6) if piece in shown], shown
+    assert len(shown) == 120 and shown.startswith("y" * 100), shown

@@ -158,7 +158,7 @@ class Registry:
         except Exception as exc:  # noqa: BLE001 - psycopg's connection errors have many types
             raise RegistryUnavailable(
                 f"cannot reach the registry at {describe_url(url)}: "
-                + scrub_password(str(exc).strip().splitlines()[0][:200], url),
+                + scrub_password(str(exc).strip().splitlines()[0], url)[:200],
                 hint=f"check {URL_VARIABLE}, or unset it to use the local registry `kiwi dev` starts",
             ) from None
         self.pool = ConnectionPool(
@@ -209,7 +209,7 @@ class Registry:
         except psycopg.OperationalError as exc:
             raise RegistryUnavailable(
                 f"the registry at {describe_url(self.url)} is unavailable: "
-                + scrub_password(str(exc).strip()[:200], self.url),
+                + scrub_password(str(exc).strip(), self.url)[:200],
                 hint=f"check {URL_VARIABLE} or start the local one with `kiwi dev`",
             ) from None
 

@@ -492,6 +492,15 @@ def _forms_of(secrets: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
     return sorted(forms.items(), key=lambda kv: -len(kv[0]))
 
 
+def _random_like(text: str) -> bool:
+    """Whether a URL's path segment looks like a key, not a name (`acme-prod-eu-west-1`, `project20240101`): 32
+    hex digits or more, or 20 characters or more with upper and lower case letters and digits."""
+    return bool(re.fullmatch(r"[0-9a-fA-F]{32,}", text)) or (
+        len(text) >= 20
+        and bool(re.search(r"[a-z]", text) and re.search(r"[A-Z]", text) and re.search(r"\d", text))
+    )
+
+
 def _key_like(text: str, size: int = 16) -> bool:
     """Whether ``text`` looks like a key, not a word: ``size`` characters or more, letters and digits."""
     return len(text) >= size and bool(re.search(r"\d", text)) and bool(re.search(r"[A-Za-z]", text))
@@ -508,6 +517,8 @@ def _parts(secret: str) -> list[tuple[str, bool]]:
     object (a service account's file), its key-like string values, and their lines. No ordinary word: a
     secret's part replaces that text wherever it is (`true` of `&debug=true` made results invalid JSON)."""
     parts = [(secret, True), (secret.strip(), True)]
+    # (`Bearer sk-live-...`: the key alone, as a server echoes it or a message wraps it at the space.)
+    parts += [(word, True) for word in secret.split() if word != secret.strip() and _key_like(word)]
     lines = [line.strip() for line in secret.splitlines()]
     if len(lines) > 1:
         parts += [(line, False) for line in lines if _key_like(line) and not line.startswith("-----")]
@@ -520,17 +531,16 @@ def _parts(secret: str) -> list[tuple[str, bool]]:
             parts += [
                 (value, True)
                 for name, value in urllib.parse.parse_qsl(url.query)
-                if _CREDENTIAL_NAME.search(name) and len(value) >= 8 or _key_like(value, 12)
+                if _CREDENTIAL_NAME.search(name) and len(value) >= 8
             ]
-            parts += [(segment, True) for segment in url.path.split("/") if _key_like(segment)]
+            parts += [(segment, True) for segment in url.path.split("/") if _random_like(segment)]
             with contextlib.suppress(Exception):
                 parts.append((str(httpx.URL(text)), True))
     elif text.startswith("{"):
         with contextlib.suppress(ValueError):
             document = json.loads(text)
-            values = list(document.values()) if isinstance(document, dict) else []
-            for value in values:
-                if isinstance(value, str) and _key_like(value.strip()):
+            for name, value in document.items() if isinstance(document, dict) else ():
+                if isinstance(value, str) and _CREDENTIAL_NAME.search(str(name)) and len(value.strip()) >= 8:
                     parts += _parts(value)
     return list(dict.fromkeys((part, every) for part, every in parts if len(part) >= 4))
 
@@ -585,20 +595,29 @@ def _scrubbed(value: Any, forms: list[tuple[str, str]]) -> Any:
 
 # Every ${NAME} value resolved in this process, by name: what scrub() and the log filter hide.
 KNOWN_SECRETS: dict[str, str] = {}
+
+
 # Query values that are credentials whatever their source (a URL in a log line or an error), after ?, &, ; or
 # a fragment's #: a name ending in secret, password, signature or credential (client_secret,
 # X-Amz-Signature), or key, token, auth or sig alone or after a credential's prefix (api_key, refresh_token,
 # X-Amz-Security-Token; not sort_key, monkey or pageToken); and a URL's password (review s30).
-_CREDENTIAL_NAME = re.compile(
-    r"(?i)^(?:[\w.-]*(?:secret|password|passwd|signature|credential)|apikey|"
-    r"(?:api|access|refresh|client|id|session|private|auth|bearer|x-amz-security|x-amz)?[_-]?(?:key|token|auth|sig))$"
-)
-_CREDENTIAL_QUERY = re.compile(
-    r"(?i)([?&;#](?:[\w.-]*(?:secret|password|passwd|signature|credential)|apikey|"
-    r"(?:api|access|refresh|client|id|session|private|auth|bearer|x-amz-security|x-amz)?[_-]?(?:key|token|auth|sig))=)"
-    r"[^&#\s'\"]+"
-)
-_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@'\"?#]*:)[^/\s@'\"?#]+(@)")
+# (A name with secret, password or credential in it, or ending in key, token, auth or sig, but for those that
+# name no credential: sort_key, pageToken, monkey. Missing a key leaks it; hiding a cursor costs little.)
+def _credential_names(end: str) -> str:
+    """The credential names as a pattern, ``end`` the pattern that ends a name (`$`, or `=` in a query)."""
+    ordinary = (
+        r"(?:sort|page|next|continuation|cursor|partition|idempotency|cache|primary|foreign|mon|tur|don|hoc)"
+    )
+    return (
+        rf"(?:[\w.-]*(?:secret|passw(?:or)?d|credential|signature)[\w.-]*(?={end})|"
+        rf"(?![\w.-]*{ordinary}[_-]?(?:key|token){end})[\w.-]*(?:key|token|auth|sig)(?={end}))"
+    )
+
+
+_CREDENTIAL_NAME = re.compile(rf"(?i)^{_credential_names('$')}")
+_CREDENTIAL_QUERY = re.compile(rf"(?i)([?&;#]{_credential_names('=')}=)[^&#\s'\"]+")
+# (A port is no password: `http://host:8080?email=a@b` kept; `postgresql://app:S3cr#t@db` hidden.)
+_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@'\"]*:)(?!\d+[/?#\s]|\d+$)[^/\s@'\"]+(@)")
 
 
 def remember_secrets(secrets: dict[str, str]) -> None:
@@ -663,6 +682,11 @@ def _describe(exc: BaseException, server: str, exited: int | None = None) -> str
     """Why a server is unavailable, from what ended its connection (the first failure inside task groups);
     ``exited``: the exit code of its process, when it ended before the connection was made."""
     exc = _root(exc)
+    if isinstance(exc, ValidationError):
+        # (Pydantic quotes the value it refused shortened, head and tail, before Kiwi could scrub it: review s30.)
+        return scrub_text(
+            f"MCP server '{server}' is unavailable: its answer is malformed: {_validation_text(exc)}"
+        )
     if exited is not None:
         return scrub_text(
             f"MCP server '{server}' exited at start (exit code {exited}): {type(exc).__name__}: {exc}; its stderr "
