@@ -1114,8 +1114,10 @@ class CommandActivities:
         )
         # (What was cut is never shown: a secret the cut split would be no longer whole where it is scrubbed.)
         if result.exit_code != 0:
-            lines = (result.stderr or result.stdout).strip().splitlines()
-            tail = lines[:-1][-5:] if result.truncated else lines[-5:]
+            shown = result.stderr or result.stdout
+            lines = shown.strip().splitlines()
+            cut = result.truncated and len(shown.encode()) >= req.max_output_bytes  # (this stream was cut)
+            tail = lines[:-1][-5:] if cut else lines[-5:]
             raise ToolFailed.error(
                 scrub_text(
                     scrub(

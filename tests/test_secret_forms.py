@@ -514,3 +514,24 @@ def test_spans_are_not_shortened_before_they_are_scrubbed(known, monkeypatch):
     shown = exported.attributes["error.detail"]
     assert not [piece for piece in _fragments(token, 6) if piece in shown], shown
     assert len(shown) == 120 and shown.startswith("y" * 100), shown
+
+
+def test_a_credential_no_secret_names_is_not_split_at_the_cut_of_a_long_line(known, monkeypatch):
+    """Review s30, third round: with no secret known, a `?X-Amz-Signature=...` the 64 kB cut split was printed in
+    two halves, neither of which the pattern found. The cut now falls after a blank or a quote before it."""
+    shown: list[str] = []
+    monkeypatch.setattr(pool, "_STDERR_SINK", shown.append)
+    read_fd, write_fd = os.pipe()
+    copier = threading.Thread(target=pool._copy_scrubbed, args=(read_fd,))
+    copier.start()
+    with os.fdopen(write_fd, "wb") as server:
+        server.write(
+            b"x" * (65_536 - 30)
+            + b" GET https://b.s3/k?X-Amz-Signature=6c5b4a39281706f5e4d3c2b1a0 "
+            + b"y" * 100
+        )
+    copier.join(30)
+
+    printed = "".join(shown)
+    assert "X-Amz-Signature=[redacted]" in printed and "6c5b4a39" not in printed and "f5e4d3c2" not in printed
+    assert printed.count("x") == 65_536 - 30 and printed.count("y") == 100

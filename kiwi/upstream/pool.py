@@ -644,6 +644,10 @@ class SecretLogFilter(logging.Filter):
         try:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a record whose args do not format is left for logging to report
+            # (Which prints them as they are: scrubbed first, review s30.)
+            record.msg = scrub_text(str(record.msg))
+            if isinstance(record.args, tuple):
+                record.args = tuple(scrub_text(repr(arg)) for arg in record.args)
             return True
         record.msg, record.args = scrub_text(message), None
         if record.exc_info and not record.exc_text:
@@ -746,15 +750,19 @@ def _copy_scrubbed(read_fd: int) -> None:
 
 def _safe_cut(data: bytes) -> int:
     """Where to cut ``data``, a piece of a line cut short: before the end by the longest form of a known secret
-    (a secret that begins there may go on in the next piece), then back to the start of any form the cut
-    would split (review s30: a token across the cut was printed in two halves), then back to a character's
-    first byte."""
+    (a secret that begins there may go on in the next piece), then after a blank or a quote (where no
+    credential a pattern finds goes on: `?sig=...` split there was shown in two halves, review s30), then
+    back to the start of any form the cut would split (review s30: a token across the cut was printed in two
+    halves), then back to a character's first byte."""
     forms = (
         [f.encode("utf-8", errors="replace") for f, _ in _secret_forms(KNOWN_SECRETS)]
         if KNOWN_SECRETS
         else []
     )
     cut = max(len(data) - max((len(f) for f in forms), default=0), 0)
+    blank = max(data.rfind(c, max(cut - 4096, 0), cut) for c in (b" ", b"\t", b"'", b'"'))
+    if blank >= 0:
+        cut = blank + 1
     moved = True
     while moved:
         moved = False
