@@ -15,7 +15,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -1020,7 +1020,7 @@ class CommandActivities:
         root = os.path.realpath(req.project_root)
         missing = confinement.not_made(root, req.write_grants)
         watched = [] if _modeled(req) else confinement.whole_write_folders(req)
-        before = await asyncio.to_thread(confinement.nested_gits, root, watched) if watched else set()
+        before = await asyncio.to_thread(confinement.nested_gits, root, watched) if watched else {}
         if before and confinement.available() and confinement.namespaces_refused():
             raise _denied(
                 f"'{os.path.basename(req.argv[0])}' is a program Kiwi does not model, which may write "
@@ -1049,10 +1049,8 @@ class CommandActivities:
             )
         finally:
             # (All of what it made, however many: past a limit, a `.git` it made stayed, review s30.)
-            after = (
-                await asyncio.to_thread(confinement.nested_gits, root, watched, None) if watched else set()
-            )
-            missing += sorted((after or set()) - before)
+            after = await asyncio.to_thread(confinement.nested_gits, root, watched, None) if watched else {}
+            missing += sorted(place for place, made in (after or {}).items() if before.get(place) != made)
             moved = confinement.set_aside(root, missing, _stamp()) if missing else []
         if moved:
             activity.logger.warning("a shell command made protected places, set aside: %s", moved)
@@ -1133,9 +1131,7 @@ class CommandActivities:
             raise ToolFailed.error(f"tool '{tool.tool_id}' printed invalid JSON: {exc}") from None
 
 
-def _confinement(
-    req: CommandRequest, into: str = "", nested: set[str] | None = None
-) -> tuple[int, Any] | None:
+def _confinement(req: CommandRequest, into: str = "", nested: Iterable[str] = ()) -> tuple[int, Any] | None:
     """How the command's program is confined (``activities/confinement.py``); None where it cannot be.
     ``into``: the one folder it may write (an archive unpacked into Kiwi's staging folder); ``nested``: the
     repositories below what a program Kiwi does not model may write whole, held read-only for it."""

@@ -44,6 +44,7 @@ import stat
 import struct
 import subprocess
 import sys
+from collections.abc import Iterable
 
 from activities.staging import walk_tree
 from kiwi import landlock
@@ -123,7 +124,7 @@ def shell_rules(
     temp: str,
     into: str = "",
     places: list[str] | None = None,
-    nested: set[str] | None = None,
+    nested: Iterable[str] = (),
 ) -> landlock.Rules:
     """The rules for ``req``'s program (``program``: its absolute path) with ``temp`` as its own folder.
     ``into``: the one folder it writes, in place of the project (an archive unpacked into Kiwi's staging
@@ -166,7 +167,7 @@ def shell_rules(
     if not modeled:
         # The repositories below what it may write whole, held read-only as the root's are (review s30: a
         # nested repository's settings written with an fsmonitor the human's next git there runs).
-        rules.held += sorted(nested or ())
+        rules.held += sorted(nested)
     rules.held_required = mode() == "required"
     if git:
         # Its repository (git's reading of protected places through history is its own, see README: Shell).
@@ -354,14 +355,26 @@ def whole_write_folders(req: CommandRequest) -> list[str]:
     return [rel for p in req.write_grants if tree_granted(rel := literal_part(p), [p])]
 
 
-def nested_gits(root: str, folders: list[str], limit: int | None = NESTED_WALK_LIMIT) -> set[str] | None:
+def nested_gits(
+    root: str, folders: list[str], limit: int | None = NESTED_WALK_LIMIT
+) -> dict[str, tuple[int, int]] | None:
     """Every entry named `.git` (as a case-insensitive filesystem sees names) below ``folders`` of the project,
-    the project's own `.git` and what is below any `.git` left out, and every folder that cannot be listed (git
-    needs no listing to use a `.git` in it: review s30); None past ``limit`` entries (None: no limit).
+    the project's own `.git` and what is below any `.git` left out; the git folder a `.git` file points to in
+    the project (`gitdir: ../gd`, review s30); and every folder that cannot be listed (git needs no listing to
+    use a `.git` in it). Each with its identity (device, inode): a folder renamed above one and a `.git` made
+    in its old place is another (review s30). None past ``limit`` entries (None: no limit).
     A program Kiwi does not model, writing a folder whole, can make one where no word of its command shows it
     (`jar xf`, `iconv -co.git`: review s30), and the human's next git there runs what its settings name."""
-    found: set[str] = set()
+    found: dict[str, tuple[int, int]] = {}
     seen = 0
+
+    def note(rel: str) -> None:
+        try:
+            info = os.lstat(os.path.join(root, rel))
+        except OSError:
+            return
+        found[rel] = (info.st_dev, info.st_ino)
+
     for folder in dict.fromkeys(folders):
         top = os.path.join(root, folder)
         if os.path.islink(top) or not os.path.isdir(top):
@@ -374,7 +387,7 @@ def nested_gits(root: str, folders: list[str], limit: int | None = NESTED_WALK_L
                 with os.scandir(at) as listing:
                     entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
             except OSError:
-                found.add(rel)
+                note(rel)
                 continue
             seen += len(entries)
             if limit is not None and seen > limit:
@@ -382,7 +395,10 @@ def nested_gits(root: str, folders: list[str], limit: int | None = NESTED_WALK_L
             for name, is_dir in entries:
                 if fold(name) == GIT_DIR:
                     if not (rel == "." and name == GIT_DIR):
-                        found.add(name if rel == "." else f"{rel}/{name}")
+                        note(name if rel == "." else f"{rel}/{name}")
+                        pointed = None if is_dir else gitdir_file(at)
+                        if pointed and _inside(pointed, root) and pointed != root:
+                            note(os.path.relpath(pointed, root).replace(os.sep, "/"))
                 elif is_dir:
                     pending.append(os.path.join(at, name))
     return found

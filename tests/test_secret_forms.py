@@ -176,6 +176,8 @@ def test_a_url_that_is_a_secret_is_scrubbed_in_the_urls_made_from_it(known):
         ("https://h/x?x-api-key=x4p1k3y&secret_key=s3cr3tk3y", "x4p1k3y"),
         ("DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=Zm9vYmFy==", "Zm9vYmFy"),
         ("postgresql://app:S3cr#tPass@db:5432/app", "tPass"),
+        ("postgresql://app:2024#Winter@db/x", "Winter"),  # (digits first: no port, review s30, fourth round)
+        ("https://h/x?primary_key=pr1m4ryk3y", "pr1m4ryk3y"),
     ],
 )
 def test_credentials_in_a_url_are_redacted_whatever_their_source(known, text, hidden):
@@ -320,7 +322,7 @@ def test_no_ordinary_word_of_a_secret_replaces_text_in_results(known):
     "text",
     [
         "https://h/list?sort_key=name",
-        "https://h/?monkey=1&primary_key=a",
+        "https://h/?monkey=1&turkey=a",
         "https://h/?pageToken=x",
         "http://host:8080?email=a@b.com",
     ],
@@ -535,3 +537,58 @@ def test_a_credential_no_secret_names_is_not_split_at_the_cut_of_a_long_line(kno
     printed = "".join(shown)
     assert "X-Amz-Signature=[redacted]" in printed and "6c5b4a39" not in printed and "f5e4d3c2" not in printed
     assert printed.count("x") == 65_536 - 30 and printed.count("y") == 100
+
+
+def test_a_pretty_printed_json_secrets_words_are_no_parts(known):
+    """Review s30, fourth round: a secret's key-like words were parts, and a pretty-printed service account's
+    words are its quoted values (`"acme-prod-20240101",`): a result naming the project lost it. Only a secret
+    that is neither JSON nor a URL gives its words; a webhook URL under a JSON secret's `webhook_url` is a part."""
+    document = {
+        "project_id": "acme-prod-20240101",
+        "webhook_url": "https://hooks.example/T0A/B0B/c0c0c0c0c0c0",
+    }
+    pool.remember_secrets({"GCP": json.dumps(document, indent=2)})
+    result = {"content": [{"type": "text", "text": '{"project": "acme-prod-20240101", "region": "eu"}'}]}
+
+    assert pool.scrub(result) == result
+    assert (
+        pool.scrub_text("posting to https://hooks.example/T0A/B0B/c0c0c0c0c0c0") == "posting to [secret GCP]"
+    )
+
+
+def test_a_secret_that_repeats_itself_does_not_hold_a_servers_stderr(known, monkeypatch):
+    """Review s30, fourth round: a secret whose text repeats (`abcabc...`) in a line without a newline walked the
+    cut back to the start of every piece, and the whole stream was held (and scanned again) until its end. The
+    cut goes back no further than twice the longest form: the pieces go out as they come."""
+    pool.remember_secrets({"REPEATING": "abcabcabcabc"})
+    shown: list[str] = []
+    monkeypatch.setattr(pool, "_STDERR_SINK", shown.append)
+    read_fd, write_fd = os.pipe()
+    copier = threading.Thread(target=pool._copy_scrubbed, args=(read_fd,))
+    copier.start()
+    with os.fdopen(write_fd, "wb") as server:
+        server.write(b"abc" * 200_000)
+    copier.join(60)
+
+    assert not copier.is_alive() and len(shown) > 5, len(shown)
+    assert max(len(piece) for piece in shown) < 2 * 65_536, max(len(piece) for piece in shown)
+    assert "abcabcabcabc" not in "".join(shown)
+
+
+def test_a_log_record_that_cannot_be_formatted_shows_no_secret_and_raises_nothing(known, capsys):
+    """Review s30, fourth round: the fallback for a record whose arguments do not format raised out of the
+    logger for an argument whose repr fails, and left dict arguments unscrubbed for logging's own report."""
+    pool.remember_secrets({"KEY": "sk-live-SECRETVALUE1234567890"})
+
+    class Unprintable:
+        def __repr__(self) -> str:
+            raise ValueError("no repr")
+
+    record = logging.LogRecord("kiwi.test", logging.INFO, __file__, 1, "%(a)s %(b)s", None, None)
+    record.args = {"a": "sk-live-SECRETVALUE1234567890"}
+    pool.SecretLogFilter().filter(record)
+    other = logging.LogRecord("kiwi.test", logging.INFO, __file__, 1, "%s %s", (Unprintable(),), None)
+    pool.SecretLogFilter().filter(other)
+
+    assert record.args == {"a": "'[secret KEY]'"}, record.args
+    assert other.args == ("<unprintable>",), other.args

@@ -334,3 +334,42 @@ async def test_a_program_of_the_project_named_like_a_modeled_one_is_not_one(
     assert not _modeled(
         CommandRequest(project_root=str(project), argv=["echo", "x"], env={"PATH": str(project / "bin")})
     )
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+@pytest.mark.parametrize("how", ["gitdir-file", "renamed-above"])
+async def test_a_nested_repository_is_not_reached_around_its_hold(
+    runs, project, tmp_path_factory, monkeypatch, how
+):
+    """Review s30, fourth round. A `.git` file (`gitdir: ../gd`, git's separate git folder) was held, the folder it
+    points to was not, and its settings were written with an fsmonitor. And the hold is on the place, not the
+    folder above: renaming that folder, then making a `.git` where it was, got past the hold and the watch,
+    which compared names (the human's repository was set aside, the planted one kept). Now the folder a `.git`
+    file points to is held too, and the watch compares what each place is."""
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    if confinement.namespaces_refused():
+        pytest.skip(f"no mount namespace here: {confinement.namespaces_refused()}")
+    (project / "sub" / "w").mkdir(parents=True)
+    (project / "sub" / "gd").mkdir()
+    (project / "sub" / "gd" / "config").write_text("[core]\n")
+    (project / "sub" / "w" / ".git").write_text("gitdir: ../gd\n")
+    (project / "sub" / "r7" / ".git").mkdir(parents=True)
+    (project / "sub" / "r7" / ".git" / "config").write_text("[core]\n")
+    steps = {
+        "gitdir-file": "open('gd/config', 'a').write('\\tfsmonitor = touch PWNED\\n')\n",
+        "renamed-above": "import os\nos.rename('r7', 'old')\nos.makedirs('r7/.git')\n"
+        "open('r7/.git/config', 'w').write('[core]\\n\\tfsmonitor = touch PWNED\\n')\n",
+    }
+    (project / "sub" / "step.py").write_text(steps[how])
+    run_id = await agent_run(runs, project, "maker", _grants("maker", write="sub/**"))
+
+    result = await shell(runs, run_id, "maker", "step.py", cwd="sub")
+
+    if how == "gitdir-file":
+        assert result.status == "ok" and "Read-only file system" in result.result["stderr"], result
+        assert (project / "sub" / "gd" / "config").read_text() == "[core]\n"
+    else:
+        assert result.status == "denied" and "'sub/r7/.git'" in result.reason, result
+        assert not (project / "sub" / "r7" / ".git").exists()

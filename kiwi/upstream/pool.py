@@ -495,9 +495,12 @@ def _forms_of(secrets: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
 def _random_like(text: str) -> bool:
     """Whether a URL's path segment looks like a key, not a name (`acme-prod-eu-west-1`, `project20240101`): 32
     hex digits or more, or 20 characters or more with upper and lower case letters and digits."""
-    return bool(re.fullmatch(r"[0-9a-fA-F]{32,}", text)) or (
-        len(text) >= 20
-        and bool(re.search(r"[a-z]", text) and re.search(r"[A-Z]", text) and re.search(r"\d", text))
+    if re.fullmatch(r"[0-9a-fA-F]{32,}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", text):
+        return True
+    if len(text) >= 20 and re.fullmatch(r"[a-z0-9]+", text):  # (Mattermost's hook ids)
+        return sum(c.isdigit() for c in text) >= 4 and sum(c.isalpha() for c in text) >= 4
+    return len(text) >= 20 and bool(
+        re.search(r"[a-z]", text) and re.search(r"[A-Z]", text) and re.search(r"\d", text)
     )
 
 
@@ -517,12 +520,15 @@ def _parts(secret: str) -> list[tuple[str, bool]]:
     object (a service account's file), its key-like string values, and their lines. No ordinary word: a
     secret's part replaces that text wherever it is (`true` of `&debug=true` made results invalid JSON)."""
     parts = [(secret, True), (secret.strip(), True)]
-    # (`Bearer sk-live-...`: the key alone, as a server echoes it or a message wraps it at the space.)
-    parts += [(word, True) for word in secret.split() if word != secret.strip() and _key_like(word)]
+    text = secret.strip()
+    if not text.startswith("{") and "://" not in text:
+        # (`Bearer sk-live-...`: the key alone, as a server echoes it or a message wraps it at the space. Not
+        # of a JSON document, whose words are its values, quoted: review s30.)
+        words = [word.strip("\"',;") for word in text.split()]
+        parts += [(word, True) for word in words if word != text and _key_like(word)]
     lines = [line.strip() for line in secret.splitlines()]
     if len(lines) > 1:
         parts += [(line, False) for line in lines if _key_like(line) and not line.startswith("-----")]
-    text = secret.strip()
     if re.match(r"(?i)^[a-z][a-z0-9+.-]*://", text):
         with contextlib.suppress(ValueError):
             url = urllib.parse.urlsplit(text)
@@ -540,7 +546,10 @@ def _parts(secret: str) -> list[tuple[str, bool]]:
         with contextlib.suppress(ValueError):
             document = json.loads(text)
             for name, value in document.items() if isinstance(document, dict) else ():
-                if isinstance(value, str) and _CREDENTIAL_NAME.search(str(name)) and len(value.strip()) >= 8:
+                credential = _CREDENTIAL_NAME.search(str(name)) or re.search(
+                    r"(?i)hook|pass|pwd|dsn", str(name)
+                )
+                if isinstance(value, str) and credential and len(value.strip()) >= 8:
                     parts += _parts(value)
     return list(dict.fromkeys((part, every) for part, every in parts if len(part) >= 4))
 
@@ -605,19 +614,24 @@ KNOWN_SECRETS: dict[str, str] = {}
 # name no credential: sort_key, pageToken, monkey. Missing a key leaks it; hiding a cursor costs little.)
 def _credential_names(end: str) -> str:
     """The credential names as a pattern, ``end`` the pattern that ends a name (`$`, or `=` in a query)."""
-    ordinary = (
-        r"(?:sort|page|next|continuation|cursor|partition|idempotency|cache|primary|foreign|mon|tur|don|hoc)"
-    )
+    ordinary = r"(?:(?:sort|page|next|continuation|cursor|partition|idempotency|cache|foreign)[_-]?(?:key|token)|monkey|donkey|turkey|hockey)"
+    # (The first alternative looks ahead for its word, then takes the name whole without going back: written
+    # as a search from every start it took seconds on a line of `secretsecret...`, review s30.)
     return (
-        rf"(?:[\w.-]*(?:secret|passw(?:or)?d|credential|signature)[\w.-]*(?={end})|"
-        rf"(?![\w.-]*{ordinary}[_-]?(?:key|token){end})[\w.-]*(?:key|token|auth|sig)(?={end}))"
+        rf"(?:(?=[\w.-]*(?:secret|passw(?:or)?d|credential|signature))[\w.-]*+(?={end})|"
+        rf"(?![\w.-]*{ordinary}{end})[\w.-]*(?:key|token|auth|sig)(?={end}))"
     )
 
 
 _CREDENTIAL_NAME = re.compile(rf"(?i)^{_credential_names('$')}")
 _CREDENTIAL_QUERY = re.compile(rf"(?i)([?&;#]{_credential_names('=')}=)[^&#\s'\"]+")
-# (A port is no password: `http://host:8080?email=a@b` kept; `postgresql://app:S3cr#t@db` hidden.)
-_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@'\"]*:)(?!\d+[/?#\s]|\d+$)[^/\s@'\"]+(@)")
+# (A port is no password: `http://host:8080?email=a@b` kept; `postgresql://app:S3cr#t@db` and `:2024#Winter@`
+# hidden. A scheme starts after no scheme character: `\b` let a match start at every `-` of `a-a-a...`,
+# seconds on a 64 kB line, review s30.)
+_URL_PASSWORD = re.compile(
+    r"(?i)((?<![a-z0-9+.-])[a-z][a-z0-9+.-]*://[^/\s:@'\"]*:)(?!\d+(?:[/\s]|$))(?!\d+[?#][^@\s'\"]*=)"
+    r"[^/\s@'\"]+(@)"
+)
 
 
 def remember_secrets(secrets: dict[str, str]) -> None:
@@ -647,7 +661,9 @@ class SecretLogFilter(logging.Filter):
             # (Which prints them as they are: scrubbed first, review s30.)
             record.msg = scrub_text(str(record.msg))
             if isinstance(record.args, tuple):
-                record.args = tuple(scrub_text(repr(arg)) for arg in record.args)
+                record.args = tuple(_shown_arg(arg) for arg in record.args)
+            elif isinstance(record.args, dict):
+                record.args = {key: _shown_arg(arg) for key, arg in record.args.items()}
             return True
         record.msg, record.args = scrub_text(message), None
         if record.exc_info and not record.exc_text:
@@ -655,6 +671,13 @@ class SecretLogFilter(logging.Filter):
         elif record.exc_text:
             record.exc_text = scrub_text(record.exc_text)
         return True
+
+
+def _shown_arg(arg: Any) -> str:
+    try:
+        return scrub_text(repr(arg))
+    except Exception:  # noqa: BLE001 - an argument that cannot be shown is named so, never raised to the logger
+        return "<unprintable>"
 
 
 _SCRUBBER = SecretLogFilter()
@@ -763,12 +786,15 @@ def _safe_cut(data: bytes) -> int:
     blank = max(data.rfind(c, max(cut - 4096, 0), cut) for c in (b" ", b"\t", b"'", b'"'))
     if blank >= 0:
         cut = blank + 1
+    # (Never further back than twice the longest form and the blank's reach: a secret that repeats itself,
+    # `abcabc...` without a newline, walked the cut back to 0 and held the whole stream, review s30.)
+    floor = max(len(data) - 2 * max((len(f) for f in forms), default=0) - 4096, 0)
     moved = True
     while moved:
         moved = False
         for form in forms:
             start = data.find(form, max(cut - len(form) + 1, 0), cut + len(form) - 1)
-            if 0 <= start < cut:
+            if floor <= start < cut:
                 cut, moved = start, True
     while 0 < cut < len(data) and data[cut] & 0xC0 == 0x80:
         cut -= 1
