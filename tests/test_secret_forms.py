@@ -32,6 +32,21 @@ def _fragments(secret: str, size: int = 8) -> list[str]:
     return [secret[i : i + size] for i in range(len(secret) - size + 1)]
 
 
+def _stderr_copied(monkeypatch, write) -> list[str]:
+    """What Kiwi's copier of stdio servers' stderr hands on (pool._copy_scrubbed, the pieces it emits) of what
+    ``write`` writes to the pipe, called with the pipe's writing end."""
+    shown: list[str] = []
+    monkeypatch.setattr(pool, "_STDERR_SINK", shown.append)
+    read_fd, write_fd = os.pipe()
+    copier = threading.Thread(target=pool._copy_scrubbed, args=(read_fd,))
+    copier.start()
+    with os.fdopen(write_fd, "wb") as server:
+        write(server)
+    copier.join(60)
+    assert not copier.is_alive()
+    return shown
+
+
 @pytest.fixture
 def echoing() -> Iterator[int]:
     """An HTTP server on 127.0.0.1 that answers 404 with the path it was asked for, as framework error pages
@@ -192,12 +207,8 @@ def test_a_servers_stderr_is_scrubbed_across_the_cut_of_a_long_line_and_line_by_
     token = "ghp_R2d2C3po4Bb8Ee1Ff0Aa9"
     key = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcw\nggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
     pool.remember_secrets({"DEMO_TOKEN": token, "DEMO_KEY": key})
-    shown: list[str] = []
-    monkeypatch.setattr(pool, "_STDERR_SINK", shown.append)
-    read_fd, write_fd = os.pipe()
-    copier = threading.Thread(target=pool._copy_scrubbed, args=(read_fd,))
-    copier.start()
-    with os.fdopen(write_fd, "wb") as server:
+
+    def write(server) -> None:
         server.write(b"x" * (65_536 - 10) + f"TOKEN={token}\n".encode())  # (the cut in the token)
         # (Review s30, second round: a token wholly in the first piece, across where the piece is cut, which is
         # the longest form of a known secret before the piece's end.)
@@ -209,10 +220,8 @@ def test_a_servers_stderr_is_scrubbed_across_the_cut_of_a_long_line_and_line_by_
         ):
             server.write(b"y" * at + token.encode() + b"z" * 70_000 + b"\n")
         server.write(f"my key:\n{key}".encode())
-    copier.join(30)
 
-    printed = "".join(shown)
-    assert not copier.is_alive()
+    printed = "".join(_stderr_copied(monkeypatch, write))
     assert printed.count("x") == 65_536 - 10 and "TOKEN=[secret DEMO_TOKEN]" in printed, printed[-200:]
     assert printed.count("[secret DEMO_TOKEN]") == 4 and printed.count("z") == 3 * 70_000
     assert not [piece for piece in _fragments(token) if piece in printed]
@@ -521,20 +530,11 @@ def test_spans_are_not_shortened_before_they_are_scrubbed(known, monkeypatch):
 def test_a_credential_no_secret_names_is_not_split_at_the_cut_of_a_long_line(known, monkeypatch):
     """Review s30, third round: with no secret known, a `?X-Amz-Signature=...` the 64 kB cut split was printed in
     two halves, neither of which the pattern found. The cut now falls after a blank or a quote before it."""
-    shown: list[str] = []
-    monkeypatch.setattr(pool, "_STDERR_SINK", shown.append)
-    read_fd, write_fd = os.pipe()
-    copier = threading.Thread(target=pool._copy_scrubbed, args=(read_fd,))
-    copier.start()
-    with os.fdopen(write_fd, "wb") as server:
-        server.write(
-            b"x" * (65_536 - 30)
-            + b" GET https://b.s3/k?X-Amz-Signature=6c5b4a39281706f5e4d3c2b1a0 "
-            + b"y" * 100
-        )
-    copier.join(30)
+    line = (
+        b"x" * (65_536 - 30) + b" GET https://b.s3/k?X-Amz-Signature=6c5b4a39281706f5e4d3c2b1a0 " + b"y" * 100
+    )
 
-    printed = "".join(shown)
+    printed = "".join(_stderr_copied(monkeypatch, lambda server: server.write(line)))
     assert "X-Amz-Signature=[redacted]" in printed and "6c5b4a39" not in printed and "f5e4d3c2" not in printed
     assert printed.count("x") == 65_536 - 30 and printed.count("y") == 100
 
@@ -561,16 +561,10 @@ def test_a_secret_that_repeats_itself_does_not_hold_a_servers_stderr(known, monk
     cut back to the start of every piece, and the whole stream was held (and scanned again) until its end. The
     cut goes back no further than twice the longest form: the pieces go out as they come."""
     pool.remember_secrets({"REPEATING": "abcabcabcabc"})
-    shown: list[str] = []
-    monkeypatch.setattr(pool, "_STDERR_SINK", shown.append)
-    read_fd, write_fd = os.pipe()
-    copier = threading.Thread(target=pool._copy_scrubbed, args=(read_fd,))
-    copier.start()
-    with os.fdopen(write_fd, "wb") as server:
-        server.write(b"abc" * 200_000)
-    copier.join(60)
 
-    assert not copier.is_alive() and len(shown) > 5, len(shown)
+    shown = _stderr_copied(monkeypatch, lambda server: server.write(b"abc" * 200_000))
+
+    assert len(shown) > 5, len(shown)
     assert max(len(piece) for piece in shown) < 2 * 65_536, max(len(piece) for piece in shown)
     assert "abcabcabcabc" not in "".join(shown)
 
