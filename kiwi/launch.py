@@ -170,6 +170,7 @@ def _supervise(child: int, report: int, status: int, spec: dict) -> None:
     process group, which holds them all; the worker's death, by the parent-death signal), it takes the
     namespace with it."""
     _deaf()  # (a program on an older Landlock, without signal scoping, can signal its process group)
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, [])  # (what was held back is ignored now)
     os.close(status)  # (the program's copy says ready, and closes at its execve)
     if spec["ruleset"] >= 0:
         os.close(spec["ruleset"])
@@ -215,6 +216,7 @@ def _init(libc: ctypes.CDLL, program: int, report: int, status: int) -> None:
     try:
         libc.prctl(ctypes.c_int(_PR_SET_DUMPABLE), *_ulongs(0, 0, 0, 0))
         _deaf()
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, [])  # (what was held back is ignored now)
         os.close(status)
         quiet = os.open("/dev/null", os.O_RDWR)
         for fd in (0, 1, 2):
@@ -234,6 +236,10 @@ def _init(libc: ctypes.CDLL, program: int, report: int, status: int) -> None:
                 break
     finally:
         os._exit(0 if told else 127)  # (never back into main: its status pipe is closed here)
+
+
+# The signals a process can catch (held back across the forks until each process is deaf: see main).
+_CATCHABLE = sorted(_signal.valid_signals() - {_SIGKILL, _SIGSTOP, _signal.SIGCHLD})
 
 
 def _deaf() -> None:
@@ -278,6 +284,9 @@ def main() -> None:
                 # (This process is single-threaded: a fork is safe here.) Outside: the supervisor; inside,
                 # the namespace's first process (_init), then the program, its child.
                 report, reported = os.pipe()
+                # (Every signal held back until the process that takes it is deaf: the program's `kill -INT 0`
+                # reached the init before it was, and the command failed as the launcher's KeyboardInterrupt.)
+                _signal.pthread_sigmask(_signal.SIG_BLOCK, _CATCHABLE)
                 child = os.fork()
                 if child:
                     os.close(reported)
@@ -291,6 +300,7 @@ def main() -> None:
                 program = os.fork()
                 if program:
                     _init(libc, program, reported, status)
+                _signal.pthread_sigmask(_signal.SIG_SETMASK, [])  # (the program's own, nothing held back)
                 if libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), *_ulongs(_SIGKILL, 0, 0, 0)) != 0:
                     raise _Failed(stage, ctypes.get_errno())
                 os.close(reported)
