@@ -548,11 +548,7 @@ def _modeled(req: CommandRequest) -> bool:
     if not modeled_program(req.argv[0]):
         return False
     found = shutil.which(req.argv[0], path=child_env(req.env).get("PATH", os.defpath))
-    return found is None or not _within(os.path.realpath(found), os.path.realpath(req.project_root))
-
-
-def _within(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+    return found is None or _real_relative(req.project_root, found) is None
 
 
 def _unmodeled_needs_the_wall(req: CommandRequest) -> None:

@@ -379,28 +379,21 @@ def nested_gits(
         top = os.path.join(root, folder)
         if os.path.islink(top) or not os.path.isdir(top):
             continue
-        pending = [top]
-        while pending:
-            at = pending.pop()
-            rel = os.path.relpath(at, root).replace(os.sep, "/")
-            try:
-                with os.scandir(at) as listing:
-                    entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
-            except OSError:
-                note(rel)
-                continue
-            seen += len(entries)
+        unlisted: list[str] = []
+        for at, subdirs, files in walk_tree(top, unlisted):
+            seen += len(subdirs) + len(files)
             if limit is not None and seen > limit:
                 return None
-            for name, is_dir in entries:
-                if fold(name) == GIT_DIR:
-                    if not (rel == "." and name == GIT_DIR):
-                        note(name if rel == "." else f"{rel}/{name}")
-                        pointed = None if is_dir else gitdir_file(at)
-                        if pointed and _inside(pointed, root) and pointed != root:
-                            note(os.path.relpath(pointed, root).replace(os.sep, "/"))
-                elif is_dir:
-                    pending.append(os.path.join(at, name))
+            rel = os.path.relpath(at, root).replace(os.sep, "/")
+            for name in [*subdirs, *files]:
+                if fold(name) == GIT_DIR and not (rel == "." and name == GIT_DIR):
+                    note(name if rel == "." else f"{rel}/{name}")
+                    pointed = None if name in subdirs else gitdir_file(at)
+                    if pointed and _inside(pointed, root) and pointed != root:
+                        note(os.path.relpath(pointed, root).replace(os.sep, "/"))
+            subdirs[:] = [d for d in subdirs if fold(d) != GIT_DIR]  # (nothing below a .git is looked at)
+        for folder in unlisted:
+            note(os.path.relpath(folder, root).replace(os.sep, "/"))
     return found
 
 

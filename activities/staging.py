@@ -173,10 +173,11 @@ UNPACK_MAX_BYTES = 1024 * 1024 * 1024
 UNPACK_MAX_ENTRIES = 100_000
 
 
-def walk_tree(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+def walk_tree(top: str, unlisted: list[str] | None = None) -> Iterator[tuple[str, list[str], list[str]]]:
     """``os.walk(top, followlinks=False)`` without recursion: Python 3.11's recurses once per level, so a
     folder 1,500 levels deep (`mkdir -p` of one long path) raised RecursionError in the worker (review s26).
-    A folder that cannot be listed (a path past PATH_MAX) is left out."""
+    A folder that cannot be listed (a path past PATH_MAX, a mode without read) is left out, and added to
+    ``unlisted`` when given. The caller may prune ``subdirs`` in place, as with os.walk."""
     pending = [top]
     while pending:
         folder = pending.pop()
@@ -184,6 +185,8 @@ def walk_tree(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
             with os.scandir(folder) as listing:
                 entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
         except OSError:
+            if unlisted is not None:
+                unlisted.append(folder)
             continue
         subdirs = [name for name, is_dir in entries if is_dir]
         yield folder, subdirs, [name for name, is_dir in entries if not is_dir]
