@@ -73,10 +73,7 @@ async def test_a_grant_of_the_root_folder_alone_reads_no_file_below_it(runs, pro
     (project / "notes").mkdir()
     (project / "notes" / "a.md").write_text("a\n")
     run_id = await agent_run(
-        runs,
-        project,
-        "rootreader",
-        _grants("git,grep,ls", read=(".", "notes/**"), write=()),
+        runs, project, "rootreader", _grants("git,grep,ls", read=(".", "notes/**"), write=())
     )
     for argv, said in [
         (["grep", "-r", "SECRET", "."], "no read grant covers all of it"),
@@ -116,12 +113,7 @@ async def test_a_grant_of_a_folder_alone_writes_nothing_inside_it(runs, project,
     (project / "notes" / "conftest.py").write_text("import os  # the agent's\n")
     (project / "src").mkdir()
     (project / "src" / "keep.py").write_text("kept\n")
-    run_id = await agent_run(
-        runs,
-        project,
-        "folderwriter",
-        _grants("cp,mv,rm", write=(write, "notes/**")),
-    )
+    run_id = await agent_run(runs, project, "folderwriter", _grants("cp,mv,rm", write=(write, "notes/**")))
     result = await shell(runs, run_id, *argv)
     assert result.status == "denied" and any(s in result.reason for s in said.split("|")), result
     assert not (project / "conftest.py").exists() and not (project / "src" / "conftest.py").exists()
@@ -164,12 +156,7 @@ async def test_git_rewrites_no_folder_a_grant_names_alone(runs, project, write, 
     move everything below it (the human's uncommitted work lost), where `rm -r src` was refused. The worker now
     reads a path git rewrites that is a folder, or nothing, as the whole tree below it."""
     _committed_src(project)
-    run_id = await agent_run(
-        runs,
-        project,
-        "gitwriter",
-        _grants("git", write=write),
-    )
+    run_id = await agent_run(runs, project, "gitwriter", _grants("git", write=write))
     result = await shell(runs, run_id, *argv)
     assert result.status == "denied" and "whole" in result.reason, result
     assert (project / "src" / "sub" / "deep.py").read_text() == "the human's work, not committed\n"
@@ -178,12 +165,7 @@ async def test_git_rewrites_no_folder_a_grant_names_alone(runs, project, write, 
 async def test_git_restores_a_file_a_glob_grant_names(runs, project):
     """What a file grant is for still runs: `git restore src/sub/deep.py` under `write src/**/*.py`."""
     _committed_src(project)
-    run_id = await agent_run(
-        runs,
-        project,
-        "gitfile",
-        _grants("git", write="src/**/*.py"),
-    )
+    run_id = await agent_run(runs, project, "gitfile", _grants("git", write="src/**/*.py"))
     result = await shell(runs, run_id, "git", "restore", "src/sub/deep.py")
     assert result.status == "ok" and result.result["exit_code"] == 0, result
     assert (project / "src" / "sub" / "deep.py").read_text() == "committed\n"
@@ -204,12 +186,7 @@ async def test_find_reads_its_starting_points_not_the_cwd(runs, project):
     cwd: it runs (a false refusal of the second round), and `find -name x` (the cwd whole) is refused."""
     (project / "src").mkdir()
     (project / "src" / "x").write_text("x\n")
-    run_id = await agent_run(
-        runs,
-        project,
-        "finder",
-        _grants("find", read=("src/**", "."), write=()),
-    )
+    run_id = await agent_run(runs, project, "finder", _grants("find", read=("src/**", "."), write=()))
     found = await shell(runs, run_id, "find", "src", "-name", "x")
     assert found.status == "ok" and found.result["stdout"].strip() == "src/x", found
     whole = await shell(runs, run_id, "find", "-name", "x")
@@ -222,12 +199,7 @@ async def test_git_brings_back_a_deleted_file_a_file_grant_names_but_not_a_delet
     `write *` (the folder alone) is refused as the whole folder, found in git's index."""
     _committed_src(project)
     (project / "src" / "sub" / "deep.py").unlink()
-    run_id = await agent_run(
-        runs,
-        project,
-        "restorer",
-        _grants("git", write=("src/**/*.py", "*")),
-    )
+    run_id = await agent_run(runs, project, "restorer", _grants("git", write=("src/**/*.py", "*")))
     folder = await shell(runs, run_id, "git", "restore", "src")
     assert folder.status == "denied" and "writes whole" in folder.reason, folder
     (project / "src" / "sub").rmdir()
@@ -245,20 +217,10 @@ async def test_git_moves_a_file_into_a_folder_the_grants_cover(runs, project):
     file was taken for a folder); `git mv a.txt docs` under `write *.txt` and `write docs` (the folder alone)
     is refused, docs/a.txt being no path it may write."""
     _repository(project, {"a.txt": "a\n", "docs/index.md": "docs\n"})
-    run_id = await agent_run(
-        runs,
-        project,
-        "mover",
-        _grants("git", write=("*.txt", "docs")),
-    )
+    run_id = await agent_run(runs, project, "mover", _grants("git", write=("*.txt", "docs")))
     refused = await shell(runs, run_id, "git", "mv", "a.txt", "docs")
     assert refused.status == "denied" and "would be moved to 'docs/a.txt'" in refused.reason, refused
-    run_id = await agent_run(
-        runs,
-        project,
-        "mover2",
-        _grants("git", write=("*.txt", "docs/**")),
-    )
+    run_id = await agent_run(runs, project, "mover2", _grants("git", write=("*.txt", "docs/**")))
     moved = await shell(runs, run_id, "git", "mv", "a.txt", "docs")
     assert moved.status == "ok" and moved.result["exit_code"] == 0, moved
     assert (project / "docs" / "a.txt").read_text() == "a\n"
@@ -294,12 +256,7 @@ async def test_git_brings_back_no_folder_from_an_older_commit_under_a_folder_alo
     git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
     subprocess.run([*git, "rm", "-q", "-r", "-f", "src"], check=True)
     subprocess.run([*git, "commit", "-qm", "no src"], check=True)
-    run_id = await agent_run(
-        runs,
-        project,
-        "older",
-        _grants("git,touch", write="*"),
-    )
+    run_id = await agent_run(runs, project, "older", _grants("git,touch", write="*"))
     result = await shell(runs, run_id, *argv)
     assert result.status == "denied" and "a folder git would write whole" in result.reason, result
     assert not (project / "src").exists()
@@ -310,12 +267,7 @@ async def test_a_file_where_a_folder_was_does_not_hide_it_from_git(runs, project
     would remove the file and write all of src/; refused."""
     _committed_src(project)
     subprocess.run(["rm", "-rf", str(project / "src")], check=True)
-    run_id = await agent_run(
-        runs,
-        project,
-        "placeholder",
-        _grants("git,touch", write="*"),
-    )
+    run_id = await agent_run(runs, project, "placeholder", _grants("git,touch", write="*"))
     touched = await shell(runs, run_id, "touch", "src")
     assert touched.status == "ok", touched
     for argv in (["git", "restore", "src"], ["git", "checkout", "--", "src"]):
@@ -341,12 +293,7 @@ async def test_unstaging_a_folder_writes_no_file_and_runs(runs, project):
     refusal), and the human's work in src/ stays; with `--worktree` (or `-SW`) it rewrites src/ and is refused."""
     _committed_src(project)
     subprocess.run(["git", "-C", str(project), "add", "src"], check=True)
-    run_id = await agent_run(
-        runs,
-        project,
-        "unstager",
-        _grants("git", write="*"),
-    )
+    run_id = await agent_run(runs, project, "unstager", _grants("git", write="*"))
     for argv in (["git", "restore", "--staged", "--worktree", "src"], ["git", "restore", "-SW", "src"]):
         refused = await shell(runs, run_id, *argv)
         assert refused.status == "denied" and "whole" in refused.reason, (argv, refused)

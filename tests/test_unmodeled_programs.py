@@ -81,12 +81,7 @@ async def test_a_protected_name_at_the_end_of_a_cluster_of_options_is_refused(ru
     human's next `git status` there ran. The worker read `-o.git`, not every tail of `-co.git`. Now refused."""
     (project / "sub").mkdir()
     (project / "sub" / "p.txt").write_text("gitdir: stage/g\n")
-    run_id = await agent_run(
-        runs,
-        project,
-        "converter",
-        _grants("iconv", write="sub/**"),
-    )
+    run_id = await agent_run(runs, project, "converter", _grants("iconv", write="sub/**"))
 
     result = await shell(runs, run_id, "iconv", "-f", "utf-8", "-t", "utf-8", "-co.git", "p.txt", cwd="sub")
 
@@ -142,12 +137,7 @@ async def test_a_program_that_writes_the_names_inside_its_input_is_refused(runs,
     (project / "sub").mkdir()
     with zipfile.ZipFile(project / "notes.zip", "w") as archive:
         archive.writestr(".git", "gitdir: stage/g\n")
-    run_id = await agent_run(
-        runs,
-        project,
-        "unpacker",
-        _grants("jar", write="sub/**"),
-    )
+    run_id = await agent_run(runs, project, "unpacker", _grants("jar", write="sub/**"))
 
     result = await shell(runs, run_id, "jar", "xf", "../notes.zip", cwd="sub")
 
@@ -213,12 +203,7 @@ async def test_a_repository_a_program_kiwi_does_not_model_made_is_set_aside(
         entry = tarfile.TarInfo(".git")
         entry.size = len(b"gitdir: stage/g\n")
         made.addfile(entry, io.BytesIO(b"gitdir: stage/g\n"))
-    run_id = await agent_run(
-        runs,
-        project,
-        "unpacker",
-        _grants("tarball", write="sub/**"),
-    )
+    run_id = await agent_run(runs, project, "unpacker", _grants("tarball", write="sub/**"))
     wrote = await runs.call_tool(
         run_id,
         "filesystem.write",
