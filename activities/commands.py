@@ -23,7 +23,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import confinement
-from activities.filesystem import confine
+from activities.filesystem import confine, refuse_layout_on_the_way
 from activities.process import child_env, run_process
 from activities.staging import (
     UNPACK_MAX_BYTES,
@@ -539,7 +539,17 @@ def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument]]:
     if (listed := names_from_a_list(req.argv)) is not None:  # (whatever the run decided: LIST_FILES)
         raise _denied(listed.reason)
     _check_folders(req, paths)
+    for place, raw in _written(req, paths):
+        refuse_layout_on_the_way(req.project_root, place, raw, req.write_grants)
     return cwd, paths
+
+
+def _written(req: CommandRequest, paths: list[PathArgument]) -> list[tuple[str, str]]:
+    """(where on disk, as given) for each path a program Kiwi models writes (none for one it does not model:
+    its words are reads, and the wall and nested_places keep what it writes)."""
+    if not _modeled(req):
+        return []
+    return [(real, p.raw) for p in paths[1:] if p.mode.startswith("write") and (real := physical(req, p))]
 
 
 def _modeled(req: CommandRequest) -> bool:
@@ -984,6 +994,15 @@ def _unnamed(text: str, path: str, shown: str) -> str:
     return text
 
 
+def _made(place: str) -> str:
+    """``place``, a place a command made, as its failure names it: a HEAD set aside made its folder a
+    repository by its layout (confinement.set_aside_piece)."""
+    if posixpath.basename(place).casefold() == "head":
+        folder = posixpath.dirname(place) or "."
+        return f"'{folder}' a git repository by its layout (its '{posixpath.basename(place)}')"
+    return f"'{place}'"
+
+
 class CommandActivities:
     @activity.defn(name="run_command")
     async def run_command(self, req: CommandRequest) -> dict[str, Any]:
@@ -1016,12 +1035,14 @@ class CommandActivities:
         root = os.path.realpath(req.project_root)
         missing = confinement.not_made(root, req.write_grants)
         watched = [] if _modeled(req) else confinement.whole_write_folders(req)
-        before = await asyncio.to_thread(confinement.nested_gits, root, watched) if watched else {}
+        places = confinement.nested_places
+        before = await asyncio.to_thread(places, root, watched, req.write_grants) if watched else {}
         if before and confinement.available() and confinement.namespaces_refused():
             raise _denied(
                 f"'{os.path.basename(req.argv[0])}' is a program Kiwi does not model, which may write "
-                f"{', '.join(repr(f or '.') for f in watched)} whole, where the repositories "
-                f"{', '.join(sorted(before)[:5])} are; they are held read-only for it in a namespace of the "
+                f"{', '.join(repr(f or '.') for f in watched)} whole, where "
+                f"{', '.join(sorted(before)[:5])} are, whose settings a human's git or kiwi obeys; they are "
+                "held read-only for it in a namespace of the "
                 f"command's own, which this kernel does not give ({confinement.namespaces_refused()}): grant "
                 "narrower folders, or use a program Kiwi models"
             )
@@ -1029,9 +1050,26 @@ class CommandActivities:
             raise _denied(
                 f"'{os.path.basename(req.argv[0])}' is a program Kiwi does not model, which may write "
                 f"{', '.join(repr(f or '.') for f in watched)} whole, and Kiwi looks there after it for a "
-                f"repository it made; past {confinement.NESTED_WALK_LIMIT:,} entries it does not (grant the "
-                "folders it writes, narrower, or use a program Kiwi models)"
+                f"repository or Kiwi project it made; past {confinement.NESTED_WALK_LIMIT:,} entries it does "
+                "not (grant the folders it writes, narrower, or use a program Kiwi models)"
             )
+        # What a program Kiwi models writes, and the folders above: a repository by its layout made there
+        # (`mkdir -p x/objects x/refs` then `touch x/HEAD`; `cp -r stage sub`), review s30 F6. Those below it
+        # already are held read-only for it, as nested_places are for a program Kiwi does not model.
+        written = [place for place, _ in _written(req, paths)]
+        around = confinement.layouts_around
+        if written:
+            before = await asyncio.to_thread(around, root, written, req.write_grants)
+            layouts = [b for b in sorted(before) if confinement.set_aside_piece(root, b) != b]
+            if layouts and not (confinement.available() and not confinement.namespaces_refused()):
+                # (The checks of its words keep it out of a `.git`, not out of a repository by its layout.)
+                raise _denied(
+                    f"'{os.path.basename(req.argv[0])}' writes {', '.join(repr(w) for w in written[:3])}, where "
+                    f"{', '.join(repr(b) for b in layouts[:5])} are git repositories by their layout, whose "
+                    "settings a human's git obeys: Kiwi holds them read-only for the command, in a namespace of "
+                    "its own, which this worker does not give (no Landlock, or no mount namespace); write "
+                    "narrower folders"
+                )
         try:
             result = await run_process(
                 argv,
@@ -1045,14 +1083,27 @@ class CommandActivities:
             )
         finally:
             # (All of what it made, however many: past a limit, a `.git` it made stayed, review s30.)
-            after = await asyncio.to_thread(confinement.nested_gits, root, watched, None) if watched else {}
-            missing += sorted(place for place, made in (after or {}).items() if before.get(place) != made)
+            after = (
+                await asyncio.to_thread(places, root, watched, req.write_grants, None)
+                if watched
+                else await asyncio.to_thread(around, root, written, req.write_grants)
+                if written
+                else {}
+            )
+            # (A program Kiwi models is followed by identity alone: `mv vendor/lib moved` moves a repository,
+            # and makes none.)
+            known = set(before.values()) if written else None
+            missing += sorted(
+                confinement.set_aside_piece(root, place)
+                for place, made in (after or {}).items()
+                if (made not in known if known is not None else before.get(place) != made)
+            )
             moved = confinement.set_aside(root, missing, _stamp()) if missing else []
         if moved:
             activity.logger.warning("a shell command made protected places, set aside: %s", moved)
             raise _denied(
                 "the command made "
-                + ", ".join(f"'{place}'" for place, _ in moved)
+                + ", ".join(_made(place) for place, _ in moved)
                 + ", which only a grant naming it reaches (a protected place that was not there, so the kernel "
                 "could not hold it); set aside for a human to look at: "
                 + ", ".join(
@@ -1130,7 +1181,8 @@ class CommandActivities:
 def _confinement(req: CommandRequest, into: str = "", nested: Iterable[str] = ()) -> tuple[int, Any] | None:
     """How the command's program is confined (``activities/confinement.py``); None where it cannot be.
     ``into``: the one folder it may write (an archive unpacked into Kiwi's staging folder); ``nested``: the
-    repositories below what a program Kiwi does not model may write whole, held read-only for it."""
+    places below what the program may write whole (nested_places) or writes (layouts_around), held read-only
+    for it."""
     abi = confinement.available()
     if abi:
         places = confinement.hidden_places(os.path.realpath(req.project_root))  # (once: both below use them)

@@ -129,7 +129,7 @@ def shell_rules(
     """The rules for ``req``'s program (``program``: its absolute path) with ``temp`` as its own folder.
     ``into``: the one folder it writes, in place of the project (an archive unpacked into Kiwi's staging
     folder, which Kiwi then writes into the project itself). ``places``: hidden_places, if already looked up.
-    ``nested``: nested_gits of what a program Kiwi does not model may write whole, held read-only for it."""
+    ``nested``: nested_places of what a program Kiwi does not model may write whole, held read-only for it."""
     rules = landlock.Rules()
     root = os.path.realpath(req.project_root)
     grants = bool(req.read_grants or req.write_grants)
@@ -164,10 +164,9 @@ def shell_rules(
     # (git by the name it runs under too: `git-receive-pack`, a link to git, is no git Kiwi checks: review s30.)
     git = not ours and os.path.basename(real) == "git" and program_name(program) == "git"
     rules.held_root, rules.held = root, held_places(root, req.write_grants if grants else ["**"], writes, git)
-    if not modeled:
-        # The repositories below what it may write whole, held read-only as the root's are (review s30: a
-        # nested repository's settings written with an fsmonitor the human's next git there runs).
-        rules.held += sorted(nested)
+    # The repositories (and Kiwi projects) below what it may write, held read-only as the root's are (review
+    # s30: a nested repository's settings written with an fsmonitor the human's next git there runs).
+    rules.held += sorted(p for p in nested if p != ".")
     rules.held_required = mode() == "required"
     if git:
         # Its repository (git's reading of protected places through history is its own, see README: Shell).
@@ -343,7 +342,7 @@ def not_made(root: str, patterns: list[str]) -> list[str]:
 
 
 # How many entries below the folders a program Kiwi does not model may write whole are looked at for the
-# repositories it could make there (nested_gits); past them, such a program is refused in that project.
+# repositories and Kiwi projects it could make there (nested_places); past them, such a program is refused in that project.
 NESTED_WALK_LIMIT = 200_000
 
 
@@ -355,16 +354,20 @@ def whole_write_folders(req: CommandRequest) -> list[str]:
     return [rel for p in req.write_grants if tree_granted(rel := literal_part(p), [p])]
 
 
-def nested_gits(
-    root: str, folders: list[str], limit: int | None = NESTED_WALK_LIMIT
+def nested_places(
+    root: str, folders: list[str], grants: list[str], limit: int | None = NESTED_WALK_LIMIT
 ) -> dict[str, tuple[int, int]] | None:
-    """Every entry named `.git` (as a case-insensitive filesystem sees names) below ``folders`` of the project,
-    the project's own `.git` and what is below any `.git` left out; the git folder a `.git` file points to in
-    the project (`gitdir: ../gd`, review s30); and every folder that cannot be listed (git needs no listing to
-    use a `.git` in it). Each with its identity (device, inode): a folder renamed above one and a `.git` made
-    in its old place is another (review s30). None past ``limit`` entries (None: no limit).
-    A program Kiwi does not model, writing a folder whole, can make one where no word of its command shows it
-    (`jar xf`, `iconv -co.git`: review s30), and the human's next git there runs what its settings name."""
+    """The places below ``folders`` of the project whose settings a human's tools obey, each with its identity
+    (device, inode), None past ``limit`` entries (None: no limit). A program Kiwi does not model, writing a
+    folder whole, can make one where no word of its command shows it (`jar xf`, `iconv -co.git`: review s30):
+    - every entry named `.git` (as a case-insensitive filesystem sees names), the project's own left out, and
+      nothing below one looked at; the git folder a `.git` file points to in the project (`gitdir: ../gd`);
+    - every folder that is a git repository by its layout (filesystem.repository_layout: HEAD, objects/,
+      refs/) that no write grant names (review s30 F6);
+    - a `.ai` folder or a `temporal-dev.yml` below the root: `kiwi` run there takes them for its project's
+      (review s30: `sub/.ai/config` made by a program writing sub/ whole);
+    - every folder that cannot be listed (git needs no listing to use a `.git` in it).
+    A folder renamed above one and one made in its old place is another (review s30)."""
     found: dict[str, tuple[int, int]] = {}
     seen = 0
 
@@ -385,16 +388,72 @@ def nested_gits(
             if limit is not None and seen > limit:
                 return None
             rel = os.path.relpath(at, root).replace(os.sep, "/")
+            entries = {fold(name) for name in [*subdirs, *files]}
+            headed = any(name.casefold() == "head" for name in files)
+            if listed_layout(entries, headed) and not any(names(p, rel) for p in grants):
+                note(rel)
             for name in [*subdirs, *files]:
+                path = name if rel == "." else f"{rel}/{name}"
                 if fold(name) == GIT_DIR and not (rel == "." and name == GIT_DIR):
-                    note(name if rel == "." else f"{rel}/{name}")
+                    note(path)
                     pointed = None if name in subdirs else gitdir_file(at)
                     if pointed and _inside(pointed, root) and pointed != root:
                         note(os.path.relpath(pointed, root).replace(os.sep, "/"))
+                elif (
+                    rel != "."
+                    and fold(name) in (".ai", DEV_CONFIG)
+                    and not any(names(p, path) for p in grants)
+                ):
+                    note(path)
             subdirs[:] = [d for d in subdirs if fold(d) != GIT_DIR]  # (nothing below a .git is looked at)
         for folder in unlisted:
             note(os.path.relpath(folder, root).replace(os.sep, "/"))
     return found
+
+
+def layouts_around(root: str, places: list[str], grants: list[str]) -> dict[str, tuple[int, int]]:
+    """What a program Kiwi models may have made writing ``places`` (project-relative, real): the folders above
+    each that are repositories by their layout, and nested_places below each that is a folder (`cp -r stage
+    sub`: the copy's HEAD, objects/ and refs/; `mkdir -p x/objects x/refs` then `touch x/HEAD`). Each with its
+    identity, as nested_places gives them."""
+    found: dict[str, tuple[int, int]] = {}
+    for place in dict.fromkeys(places):
+        parts = [] if place == "." else place.split("/")
+        for depth in range(len(parts)):
+            folder = "/".join(parts[:depth]) or "."
+            path = os.path.join(root, folder)
+            try:
+                entries = os.listdir(path) if not os.path.islink(path) else []
+            except OSError:
+                continue
+            headed = any(n.casefold() == "head" and not os.path.isdir(os.path.join(path, n)) for n in entries)
+            if listed_layout({fold(n) for n in entries}, headed) and not any(
+                names(p, folder) for p in grants
+            ):
+                info = os.lstat(path)
+                found[folder] = (info.st_dev, info.st_ino)
+        found.update(nested_places(root, [place], grants, None) or {})
+    return found
+
+
+def listed_layout(entries: set[str], headed: bool) -> bool:
+    """Whether a folder whose entries are ``entries`` (folded) is a git repository by its layout (as
+    filesystem.repository_layout, from a listing): ``headed``, a HEAD there that is no folder."""
+    return headed and ("commondir" in entries or {"objects", "refs"} <= entries)
+
+
+def set_aside_piece(root: str, place: str) -> str:
+    """What is set aside for ``place``, a place nested_places found made: a repository by its layout loses its
+    HEAD (no more a repository; the folder and the rest of what is in it stay where they are), anything else
+    is set aside whole."""
+    folder = os.path.join(root, place)
+    if fold(posixpath.basename(place)) in (GIT_DIR, ".ai", DEV_CONFIG) or not os.path.isdir(folder):
+        return place
+    try:
+        heads = [n for n in os.listdir(folder) if n.casefold() == "head"]
+    except OSError:
+        return place
+    return posixpath.normpath(posixpath.join(place, heads[0])) if heads else place
 
 
 def set_aside(root: str, places: list[str], stamp: str) -> list[tuple[str, str]]:

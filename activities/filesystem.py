@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import fcntl
 import os
 import posixpath
 import secrets
@@ -37,7 +38,7 @@ from kiwi.contracts import MAX_TEXT_PAYLOAD, BatchResult, FilesystemBatch, Files
 from kiwi.errors import ACTIVITY_REFUSALS, FileNotFound, PermissionDenied, non_retryable
 from kiwi.globs import first_match, glob_match
 from kiwi.policy import normalise_path
-from kiwi.protected import granted, protected_root
+from kiwi.protected import granted, names, protected_root
 from kiwi.shellpolicy import down_and_up
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -155,13 +156,90 @@ def _as_text(data: bytes) -> str | None:
     return text if json_size(text) <= MAX_TEXT_PAYLOAD else None
 
 
+# The names that make a folder a repository to git by its layout, whatever the folder's name (git's
+# is_git_directory): a HEAD that is no folder, with objects/ and refs/, or with a commondir file naming a folder
+# that has them. git run in such a folder, or below it, reads its config (a `core.fsmonitor` it runs).
+LAYOUT_NAMES = ("HEAD", "objects", "refs", "commondir")
+
+
+def repository_layout(folder: int, adding: str = "") -> bool:
+    """Whether the folder open at ``folder`` is a git repository by its layout, ``adding`` (a name about to
+    be made there) counted as there. Names as a case-insensitive filesystem sees them: `head` is HEAD there."""
+
+    def there(name: str) -> bool:
+        return adding.casefold() == name.casefold() or _lstat(folder, name) is not None
+
+    head = _lstat(folder, "HEAD")
+    headed = adding.casefold() == "head" or (head is not None and not stat.S_ISDIR(head.st_mode))
+    return headed and (there("commondir") or (there("objects") and there("refs")))
+
+
+def refuse_layout(folder: int, rel: str, adding: str, grants: list[str], raw: str) -> None:
+    """PermissionDenied when the folder open at ``folder`` (``rel``) is a repository by its layout, or would be
+    with ``adding`` made in it, and no write grant names it in its literal part (the project's root: none).
+    Review s30 F6: a folder the agent wrote HEAD, objects/, refs/ and a config into was a repository whose
+    fsmonitor the human's next git there ran."""
+    place = protected_root(rel)  # (a repository inside a `.git` a grant names: `.git/worktrees/w`)
+    if not repository_layout(folder, adding) or any(
+        names(p, rel) or place and names(p, place) for p in grants
+    ):
+        return
+    where = "the project's root" if rel == "." else f"'{rel}'"
+    raise _denied(
+        f"'{raw}' "
+        + (f"is in {where}, a" if repository_layout(folder) else f"would make {where} a")
+        + " git repository by its layout (a HEAD with objects/ and refs/, or with a commondir): git "
+        "run there obeys the config beside them, which may name programs it runs, so Kiwi writes in no such "
+        "folder that no write grant names"
+        + ("" if rel == "." else f' (<write resource="filesystem" path="{rel}/**"/> names it)')
+    )
+
+
+def refuse_layout_on_the_way(root: str, rel: str, raw: str, grants: list[str]) -> None:
+    """refuse_layout for each folder there is from the project's root to ``rel`` (a place a command is to
+    write), with the next name on the way counted as made, and for ``rel`` itself when it is a folder (written
+    into). Read only: nothing is made, and no link is followed (the walk stops at one, as at a name not there)."""
+    parts = [] if rel == "." else rel.split("/")
+    fd = _open_root(root)
+    try:
+        for index, name in enumerate(parts):
+            refuse_layout(fd, "/".join(parts[:index]) or ".", name, grants, raw)
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                return  # (not there, a file, or a link: nothing below it to look at)
+            os.close(fd)
+            fd = child
+        refuse_layout(fd, rel, "", grants, raw)
+    finally:
+        os.close(fd)
+
+
+def _lock_for(folder: int, name: str) -> None:
+    """Hold the folder open at ``folder`` for the one walk that is to make ``name``, one of LAYOUT_NAMES, in it
+    (until the descriptor is closed): two calls at once, each making one of a repository's names, each saw the
+    folder without the other's."""
+    if name.casefold() in _LAYOUT_FOLDED:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+
+
+_LAYOUT_FOLDED = {n.casefold() for n in LAYOUT_NAMES}
+
+
 @contextmanager
 def walk(
-    root: str, rel: str, raw: str, create: bool = False, whole: bool = False
+    root: str,
+    rel: str,
+    raw: str,
+    create: bool = False,
+    whole: bool = False,
+    grants: list[str] | None = None,
 ) -> Iterator[tuple[int, str]]:
     """``(folder fd, last name)`` for ``rel``: every folder on the way opened from the root without links.
 
-    With ``whole`` the last component is opened too (a folder) and the name is ``"."``.
+    With ``whole`` the last component is opened too (a folder) and the name is ``"."``. With ``grants`` (the
+    run's write grants: the walk is a write's), a folder on the way that is a git repository by its layout, or
+    would be with the next name made in it, is refused unless a grant names it (refuse_layout).
     Descriptors are closed on exit.
     """
     parts = [] if rel == "." else rel.split("/")
@@ -169,12 +247,19 @@ def walk(
     fd = _open_root(root)
     try:
         for index, name in enumerate(steps):
+            if grants is not None:
+                _lock_for(fd, name)
+                refuse_layout(fd, "/".join(parts[:index]) or ".", name, grants, raw)
             try:
                 child = open_dir(fd, name, raw, "/".join(parts[: index + 1]), create=create)
             except OSError as exc:  # e.g. the folder we hold was removed meanwhile
                 raise _os_error(exc, raw) from None
             os.close(fd)
             fd = child
+        if grants is not None:
+            last = "" if whole else parts[-1]
+            _lock_for(fd, last)
+            refuse_layout(fd, rel if whole else "/".join(parts[:-1]) or ".", last, grants, raw)
         yield fd, ("." if whole or not parts else parts[-1])
     finally:
         os.close(fd)
@@ -406,7 +491,7 @@ class FilesystemActivities:
             raise _error("'.' is the project's root folder, not a file", "IsADirectory")
         content = req.content or ""
         data = base64.b64decode(content) if req.encoding == "base64" else content.encode("utf-8")
-        with walk(req.project_root, rel, req.path, create=True) as (parent, name):
+        with walk(req.project_root, rel, req.path, create=True, grants=req.allowed) as (parent, name):
             info = _lstat(parent, name)
             if info is not None and stat.S_ISLNK(info.st_mode):
                 raise _link_refused(req.path, rel)
@@ -463,7 +548,7 @@ class FilesystemActivities:
     async def create_directory(self, req: FilesystemRequest) -> dict[str, Any]:
         rel = relative(req.path)
         _require_covered(req.allowed, req.denied, rel, req.path)
-        with walk(req.project_root, rel, req.path, create=True, whole=True):
+        with walk(req.project_root, rel, req.path, create=True, whole=True, grants=req.allowed):
             pass
         return {"path": req.path, "created": True}
 
@@ -507,7 +592,7 @@ class FilesystemActivities:
             raise _error(f"cannot move '{req.path}' into itself ('{req.destination}')", "InputInvalid")
         result = {"source": req.path, "destination": req.destination}
         try:
-            with walk(req.project_root, source, req.path) as (src_parent, src_name):
+            with walk(req.project_root, source, req.path, grants=req.allowed) as (src_parent, src_name):
                 info = _lstat(src_parent, src_name)
                 if info is None:
                     if self._exists(req.project_root, destination, req.destination):
@@ -521,7 +606,9 @@ class FilesystemActivities:
                         _check_tree(folder, source, req.allowed, req.denied, req.path, destination, source)
                     finally:
                         os.close(folder)
-                with walk(req.project_root, destination, req.destination, create=True) as (
+                with walk(
+                    req.project_root, destination, req.destination, create=True, grants=req.allowed
+                ) as (
                     dst_parent,
                     dst_name,
                 ):

@@ -151,13 +151,13 @@ def write_back(root: str, staged: Staged, allowed: list[str], denied: list[str],
             },
         )
     for inner in made:
-        with walk(root, targets[inner], targets[inner], create=True, whole=True):
+        with walk(root, targets[inner], targets[inner], create=True, whole=True, grants=allowed):
             pass
     for inner in changed:
         source = staged.path if not staged.is_dir else os.path.join(staged.path, inner)
         with open(source, "rb") as handle:
             data = handle.read()
-        with walk(root, targets[inner], targets[inner], create=True) as (parent, name):
+        with walk(root, targets[inner], targets[inner], create=True, grants=allowed) as (parent, name):
             _write_atomic(parent, name, data, stat.S_IMODE(os.stat(source).st_mode) & 0o777)
     for inner in removed:
         with walk(root, targets[inner], targets[inner]) as (parent, name):
@@ -254,10 +254,10 @@ def unpack_back(
         try:
             info = files.get(inner)
             if info is None:
-                with walk(root, targets[inner], targets[inner], create=True, whole=True):
+                with walk(root, targets[inner], targets[inner], create=True, whole=True, grants=allowed):
                     pass
                 continue
-            with walk(root, targets[inner], targets[inner], create=True) as (parent, name):
+            with walk(root, targets[inner], targets[inner], create=True, grants=allowed) as (parent, name):
                 if keep and _present(parent, name):
                     continue
                 with _staged_file(staged.path, inner) as source:

@@ -242,7 +242,8 @@ async def test_find_delete_runs_only_where_the_grant_names_the_option(runs, proj
 
 async def test_a_bare_repository_written_into_a_plain_project_runs_nothing(runs, project, tmp_path_factory):
     """Found by review: in a project that is no git repository, the agent writes HEAD, objects/, refs/ and a
-    config with core.fsmonitor at the root; git then took the root for a bare repository and ran it."""
+    config with core.fsmonitor at the root; git then took the root for a bare repository and ran it. The file
+    tools now refuse the last of those names; made all the same, Kiwi's git does not take the root for one."""
     marks = tmp_path_factory.mktemp("marks")
     write_directive(
         project / ".ai" / "directives" / "writer.md",
@@ -265,7 +266,13 @@ async def test_a_bare_repository_written_into_a_plain_project_runs_nothing(runs,
     }
     for path, content in planted.items():
         written = await runs.call_tool(run_id, "filesystem.write", {"path": path, "content": content})
-        assert written.status == "ok", written
+        if path.startswith("refs/"):
+            # (The name that completes git's layout is refused now: tests/test_repository_layouts.py.)
+            assert written.status == "denied" and "would make the project's root a git" in written.reason
+        else:
+            assert written.status == "ok", written
+    # As if it got there another way: Kiwi's own git still runs nothing of it.
+    (project / "refs" / "heads").mkdir(parents=True)
     for tool, args in (
         ("git.status", {}),
         ("git.checkpoint", {"message": "x"}),

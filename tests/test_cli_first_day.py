@@ -308,6 +308,20 @@ async def test_doctor_names_each_problem_with_its_fix(runs, project):
     )
     engine = {c["name"]: c for c in json.loads(out)["checks"]}["container engine"]
     assert not engine["ok"] and engine["warning"] and "install podman" in engine["hint"]
+    # Whether the human's git obeys a folder holding git's layout, whatever its name (README: Repositories by
+    # their layout): a warning with its fix, ok once set.
+    for setting, ok in (("", False), ("[safe]\n\tbareRepository = explicit\n", True)):
+        (project.parent / "gitconfig").write_text(setting)
+        code, out, _ = await kiwi_cli(
+            "doctor",
+            "--no-mcp",
+            "--json",
+            *connection(runs),
+            env={"GIT_CONFIG_GLOBAL": str(project.parent / "gitconfig"), "GIT_CONFIG_SYSTEM": os.devnull},
+        )
+        git = {c["name"]: c for c in json.loads(out)["checks"]}["git"]
+        assert git["ok"] is ok and git["warning"] is not ok, git
+        assert ok or "git config --global safe.bareRepository explicit" in git["hint"]
     write(project / ".ai" / "config" / "agent_harness.yaml", "rate_limits:\n  filesystem.write: lots\n")
     code, out, _ = await kiwi_cli("doctor", "--no-mcp", "--address", "127.0.0.1:1", cwd=project)
     assert code == 1

@@ -99,6 +99,36 @@ def _confinement() -> Check:
     )
 
 
+def _git_layouts(root: Path) -> Check:
+    """Whether the human's git takes a folder for a repository by its layout alone (HEAD, objects/, refs/),
+    whatever its name: Kiwi lets no agent make one it may write (README: Repositories by their layout); git
+    set to use one only when told keeps one that came another way from running its config."""
+    git = shutil.which("git")
+    if not git:
+        return Check("git", True, "no git on PATH: git.* tools and git commands are not available here")
+    import subprocess
+
+    # (git reads this setting from the user's and the system's config only, never a repository's own.)
+    values = [
+        subprocess.run(
+            [git, "config", scope, "--get", "safe.bareRepository"], capture_output=True, text=True, cwd=root
+        ).stdout.strip()
+        for scope in ("--global", "--system")
+    ]
+    value = next((v for v in values if v), "")
+    if value == "explicit":
+        return Check("git", True, "safe.bareRepository=explicit: git uses a bare repository only when told")
+    return Check(
+        "git",
+        False,
+        f"safe.bareRepository is {value or 'not set'}: git run in a folder holding git's layout (HEAD, objects/, "
+        "refs/), whatever its name, obeys the config beside it",
+        "git config --global safe.bareRepository explicit (on the machines where you run git on projects "
+        "agents write)",
+        warning=True,
+    )
+
+
 def _payload_store() -> Check:
     """Where payloads of 256 KB and more go (kiwi/payloads.py), and whether this process can write there."""
     import os
@@ -381,6 +411,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             _temporal_binary(),
             _payload_store(),
             _seal(),
+            _git_layouts(root),
         ]
         temporal = await _temporal(args.address, args.namespace)
         checks += temporal

@@ -1,0 +1,231 @@
+"""A folder is a git repository by its layout, whatever its name: a HEAD with objects/ and refs/ (or with a
+commondir naming a folder that has them). git run in it, or below it, reads the config beside them, and runs
+the `core.fsmonitor` that config names (review s30 F6). An agent that may write a folder made one with the file
+tools, and the human's next `git status` there ran the agent's program. Kiwi now writes no such folder that no
+write grant names: not with the file tools, not with a program it models, not with one it does not model.
+Against the real stack (a Temporal server, Kiwi's worker, real programs, real git)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from activities import confinement
+from tests.test_attack_shell import agent_run, shell
+from tests.test_unmodeled_programs import _python_as
+
+FSMONITOR = "[core]\n\tfsmonitor = touch PWNED\n"
+
+
+def _grants(commands: str = "", write: str = "out/**") -> str:
+    return (
+        '<read resource="filesystem" path="**"/>'
+        + "".join(f'<write resource="filesystem" path="{w}"/>' for w in write.split(","))
+        + (f'<execute resource="shell" commands="{commands}"/>' if commands else "")
+    )
+
+
+def _is_repository(folder: Path) -> bool:
+    """What the human's git says of ``folder``: a repository it would use (and whose config it would obey)."""
+    found = subprocess.run(
+        ["git", "-C", str(folder), "rev-parse", "--git-dir"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GIT_CEILING_DIRECTORIES": str(folder.parent)},
+    )
+    return found.returncode == 0
+
+
+async def _write(runs, run_id: str, path: str, content: str = "x\n"):
+    return await runs.call_tool(run_id, "filesystem.write", {"path": path, "content": content})
+
+
+@pytest.mark.parametrize("last", ["HEAD", "refs/heads/main", "objects/info/x"])
+async def test_the_file_tools_make_no_repository_by_its_layout(runs, project, last):
+    """Each of a repository's names, written last, is refused where the others are there, and nothing of it is
+    written: in any order, the folder never becomes a repository (git agrees), and the rest was written."""
+    run_id = await agent_run(runs, project, "layout", _grants())
+    pieces = {
+        "HEAD": "ref: refs/heads/main\n",
+        "refs/heads/main": "",
+        "objects/info/x": "",
+        "config": FSMONITOR,
+    }
+    for path in [p for p in pieces if p != last]:
+        assert (await _write(runs, run_id, f"out/r/{path}", pieces[path])).status == "ok", path
+
+    refused = await _write(runs, run_id, f"out/r/{last}", pieces[last])
+
+    assert refused.status == "denied", refused
+    assert "would make 'out/r' a git repository by its layout" in refused.reason, refused.reason
+    assert 'path="out/r/**"' in refused.reason  # (the grant that would allow it, named)
+    assert not (project / "out" / "r" / last).exists()
+    assert not _is_repository(project / "out" / "r")
+    assert (project / "out" / "r" / "config").read_text() == FSMONITOR
+
+
+async def test_a_commondir_counts_as_objects_and_refs(runs, project):
+    """A HEAD beside a `commondir` naming a folder that has objects/ and refs/ (no HEAD there: no repository by
+    itself) is a repository too, with that folder's config."""
+    run_id = await agent_run(runs, project, "common", _grants())
+    for path in ("out/c/objects/x", "out/c/refs/x", "out/c/config"):
+        assert (await _write(runs, run_id, path, FSMONITOR)).status == "ok", path
+    assert (await _write(runs, run_id, "out/w/commondir", "../c\n")).status == "ok"
+
+    refused = await _write(runs, run_id, "out/w/HEAD", "ref: refs/heads/main\n")
+
+    assert refused.status == "denied" and "would make 'out/w' a git repository" in refused.reason, refused
+    assert not _is_repository(project / "out" / "w")
+
+
+async def test_making_a_folder_or_moving_one_in_is_refused_as_writing_is(runs, project):
+    """filesystem.create (a folder) and filesystem.move complete a repository as filesystem.write does: refused alike."""
+    run_id = await agent_run(runs, project, "mover", _grants())
+    for path in ("out/r/HEAD", "out/r/objects/x", "out/s/refs/x"):
+        assert (await _write(runs, run_id, path, "ref: refs/heads/main\n")).status == "ok", path
+
+    made = await runs.call_tool(run_id, "filesystem.create", {"path": "out/r/refs"})
+    moved = await runs.call_tool(
+        run_id, "filesystem.move", {"source": "out/s/refs", "destination": "out/r/refs"}
+    )
+
+    assert made.status == "denied" and "would make 'out/r' a git repository" in made.reason, made
+    assert moved.status == "denied" and "would make 'out/r' a git repository" in moved.reason, moved
+    assert not (project / "out" / "r" / "refs").exists() and (project / "out" / "s" / "refs" / "x").exists()
+    assert not _is_repository(project / "out" / "r")
+
+
+async def test_a_repository_the_human_made_is_written_only_by_a_grant_naming_it(runs, project):
+    """A bare repository the project holds (a test fixture) is a repository by its layout: under `write
+    fixtures/**` its config is not the agent's to write; a grant naming it reaches it."""
+    bare = project / "fixtures" / "bare.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    before = (bare / "config").read_text()
+    broad = await agent_run(runs, project, "broad", _grants(write="fixtures/**"))
+    named = await agent_run(runs, project, "named", _grants(write="fixtures/bare.git/**"))
+
+    refused = await _write(runs, broad, "fixtures/bare.git/config", FSMONITOR)
+    assert refused.status == "denied", refused
+    assert (
+        "'fixtures/bare.git/config' is in 'fixtures/bare.git', a git repository by its layout"
+        in refused.reason
+    )
+    assert (bare / "config").read_text() == before
+
+    allowed = await _write(runs, named, "fixtures/bare.git/description", "the human's fixture\n")
+    assert allowed.status == "ok", allowed
+    assert (bare / "description").read_text() == "the human's fixture\n"
+
+
+async def test_a_program_kiwi_models_makes_no_repository_by_its_layout(runs, project):
+    """`touch out/r/HEAD` where out/r has objects/ and refs/ is refused before it runs; `cp -r` of the human's
+    bare repository (readable, not writable) into out/ makes one where no word of the command names HEAD: the
+    copy's HEAD is set aside after the command, and the call fails naming it."""
+    bare = project / "fixtures" / "bare.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    run_id = await agent_run(runs, project, "copier", _grants("mkdir,touch,cp"))
+    assert (await shell(runs, run_id, "mkdir", "-p", "out/r/objects", "out/r/refs")).status == "ok"
+
+    touched = await shell(runs, run_id, "touch", "out/r/HEAD")
+    copied = await shell(runs, run_id, "cp", "-r", "fixtures/bare.git", "out/copy")
+
+    assert touched.status == "denied" and "would make 'out/r' a git repository" in touched.reason, touched
+    assert not (project / "out" / "r" / "HEAD").exists()
+    assert copied.status == "denied", copied
+    assert "the command made 'out/copy' a git repository by its layout (its 'HEAD')" in copied.reason
+    assert not _is_repository(project / "out" / "copy")
+    assert [p.name for p in (project / "out" / "copy").iterdir() if p.name.startswith("HEAD.set-aside-")]
+    assert (project / "out" / "copy" / "config").is_file()  # (the rest stays where it is, for the human)
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_a_repository_below_what_a_program_kiwi_models_writes_is_held(runs, project):
+    """`cp -r stage/. fixtures/` copies files over those below fixtures/, the config of the bare repository
+    there too: no word names it. The repositories by their layout below what the command writes are held
+    read-only for it, as the project's `.git` is."""
+    if confinement.namespaces_refused():
+        pytest.skip(f"no mount namespace here: {confinement.namespaces_refused()}")
+    bare = project / "fixtures" / "bare.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    before = (bare / "config").read_text()
+    run_id = await agent_run(runs, project, "overlay", _grants("cp", write="fixtures/**,stage/**"))
+    assert (await _write(runs, run_id, "stage/bare.git/config", FSMONITOR)).status == "ok"
+
+    copied = await shell(runs, run_id, "cp", "-r", "stage/.", "fixtures/")
+
+    assert copied.status == "ok" and copied.result["exit_code"] != 0, copied
+    assert "Read-only file system" in copied.result["stderr"], copied.result
+    assert (bare / "config").read_text() == before
+
+
+async def test_an_archive_unpacks_no_repository_by_its_layout(runs, project):
+    """tar (which Kiwi unpacks through a folder of its own, then writes into the project itself) leaves out the
+    HEAD that would make a repository, names it, and unpacks the rest."""
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as made:
+        for name, data in (("r/objects/x", b""), ("r/refs/x", b""), ("r/config", FSMONITOR.encode())):
+            entry = tarfile.TarInfo(name)
+            entry.size = len(data)
+            made.addfile(entry, io.BytesIO(data))
+        entry = tarfile.TarInfo("r/HEAD")
+        entry.size = len(b"ref: refs/heads/main\n")
+        made.addfile(entry, io.BytesIO(b"ref: refs/heads/main\n"))
+    run_id = await agent_run(runs, project, "unpacker", _grants("tar"))
+    content = base64.b64encode(archive.getvalue()).decode()
+    wrote = await runs.call_tool(
+        run_id, "filesystem.write", {"path": "out/a.tar", "content": content, "encoding": "base64"}
+    )
+    assert wrote.status == "ok", wrote
+
+    result = await shell(runs, run_id, "tar", "-xf", "a.tar", cwd="out")
+
+    assert result.status == "ok" and result.result["exit_code"] != 0, result
+    assert "out/r/HEAD: not written" in result.result["stderr"], result.result
+    assert "would make 'out/r' a git repository" in result.result["stderr"]
+    assert not (project / "out" / "r" / "HEAD").exists() and (project / "out" / "r" / "config").exists()
+    assert not _is_repository(project / "out" / "r")
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+@pytest.mark.parametrize(
+    ("made", "aside", "said"),
+    [
+        ("x", "x/HEAD", "'sub/x' a git repository by its layout (its 'HEAD')"),
+        (".ai", ".ai", "'sub/.ai'"),
+        ("temporal-dev.yml", "temporal-dev.yml", "'sub/temporal-dev.yml'"),
+    ],
+)
+async def test_a_program_kiwi_does_not_model_makes_none_either(
+    runs, project, tmp_path_factory, monkeypatch, made, aside, said
+):
+    """A program Kiwi does not model, writing sub/ whole, made a repository by its layout, a Kiwi project's
+    `.ai` (kiwi run in sub/ takes it for its project's: its trusted keys, its harness) or a `temporal-dev.yml`
+    (the server `kiwi dev` starts there): Kiwi looked below for a `.git` only. Each is set aside now, nothing
+    deleted, and the call fails naming it."""
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    (project / "sub").mkdir()
+    code = {
+        "x": "import os\nfor d in ('x/objects', 'x/refs'): os.makedirs(d)\n"
+        f"open('x/HEAD', 'w').write('ref: refs/heads/main\\n'); open('x/config', 'w').write({FSMONITOR!r})\n",
+        ".ai": "import os\nos.makedirs('.ai/config'); open('.ai/config/agent_harness.yaml', 'w').write('x: 1\\n')\n",
+        "temporal-dev.yml": "open('temporal-dev.yml', 'w').write('port: 1\\n')\n",
+    }[made]
+    (project / "sub" / "make.py").write_text(code)
+    run_id = await agent_run(runs, project, "maker", _grants("maker", write="sub/**"))
+
+    result = await shell(runs, run_id, "maker", "make.py", cwd="sub")
+
+    assert result.status == "denied" and f"the command made {said}" in result.reason, result
+    assert not (project / "sub" / aside).exists()
+    folder = (project / "sub" / aside).parent
+    assert [p.name for p in folder.iterdir() if p.name.startswith(f"{Path(aside).name}.set-aside-")], result
+    if made == "x":
+        assert not _is_repository(project / "sub" / "x")
