@@ -168,6 +168,10 @@ def shell_rules(
     # s30: a nested repository's settings written with an fsmonitor the human's next git there runs).
     rules.held += sorted(p for p in nested if p != ".")
     rules.held_required = mode() == "required"
+    if not modeled:
+        # (Landlock has no rule for a file's mode: `myinstall -m 777` made files it may not write, its user's,
+        # anywhere, writable by every user of the machine, review s30. Kiwi's chmod checks its words.)
+        rules.chmod_refused = 0o022
     if git:
         # Its repository (git's reading of protected places through history is its own, see README: Shell).
         for git in git_folders(root):

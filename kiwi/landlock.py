@@ -129,6 +129,9 @@ class Rules:
     held_root: str = ""
     held: list[str] = field(default_factory=list)
     held_required: bool = False
+    # Bits of a mode the program may not give a file by chmod, beyond the set-ID bits no program may (the seccomp
+    # filter): a program Kiwi does not model may make no file group- or world-writable (0o022).
+    chmod_refused: int = 0
 
     def allow(self, path: str, rights: int, *, file: bool = False) -> None:
         """``rights`` at and below ``path``. ``file``: only if it is a regular file, not a link (the rule is
@@ -170,7 +173,7 @@ class Rules:
         finally:
             for opened in roots.values():
                 os.close(opened)
-        return Ruleset(fd, self.held_root, self.held, self.held_required)
+        return Ruleset(fd, self.held_root, self.held, self.held_required, self.chmod_refused)
 
 
 def _open(path: str, file: bool = False) -> int | None:
@@ -252,6 +255,7 @@ class _Table:
     denied: tuple[int, ...]  # answered EPERM, as the kernel answers it when it refuses (setsid)
     clone: int  # refused with CLONE_PARENT in its flags (the first argument)
     second_table: int = 0  # the first number of another table in the same architecture (x32), or 0
+    chmods: tuple[int, ...] = ()  # the calls of ``modes`` that change a mode (chmod), not make a file
 
 
 # openat2 (_OPENAT2) and clone3 have the same number in every table: answered ENOSYS, callers fall back.
@@ -277,6 +281,7 @@ _GENERIC = _Table(
     ),  # prlimit64, sched_setaffinity, sched_setparam, sched_setscheduler, sched_setattr
     (157,),  # setsid
     220,
+    chmods=(52, 53, 452),  # fchmod, fchmodat, fchmodat2
 )
 _SECCOMP_ARCH = {
     "x86_64": _Table(
@@ -297,6 +302,7 @@ _SECCOMP_ARCH = {
         (112,),  # setsid
         56,
         0x40000000,
+        (90, 91, 268, 452),  # chmod, fchmod, fchmodat, fchmodat2
     ),
     "aarch64": dataclasses.replace(_GENERIC, arch=0xC00000B7),
     "arm64": dataclasses.replace(_GENERIC, arch=0xC00000B7),
@@ -310,9 +316,10 @@ def seccomp_filtered() -> bool:
 
 
 @functools.cache
-def _seccomp_filter() -> bytes | None:
+def _seccomp_filter(chmod_refused: int = 0) -> bytes | None:
     """The filter as ``struct sock_filter[]`` (classic BPF over ``struct seccomp_data``: the call's number at
-    0, the architecture at 4, argument i's low word at 16 + 8i on these little-endian machines)."""
+    0, the architecture at 4, argument i's low word at 16 + 8i on these little-endian machines).
+    ``chmod_refused``: the bits of a mode chmod may not give, beyond the set-ID bits (Rules.chmod_refused)."""
     table = _SECCOMP_ARCH.get(platform.machine())
     if table is None:
         return None
@@ -328,7 +335,10 @@ def _seccomp_filter() -> bytes | None:
     code += [(jeq, "eacces", 0, number) for number in table.refused]
     code += [(jeq, "eperm", 0, number) for number in table.denied]
     code.append((jeq, "clone", 0, table.clone))
-    code += [(jeq, f"mode{index}", 0, number) for number, index in table.modes]
+    code += [
+        (jeq, f"{'chmod' if chmod_refused and number in table.chmods else 'mode'}{index}", 0, number)
+        for number, index in table.modes
+    ]
     code += [(jeq, "own", 0, number) for number in table.own]
     code.append((ret, 0, 0, _RET_ALLOW))
     labels: dict[str, int] = {"own": len(code)}
@@ -338,6 +348,8 @@ def _seccomp_filter() -> bytes | None:
     for index in sorted({index for _, index in table.modes}):
         labels[f"mode{index}"] = len(code)
         code += [(ld, 0, 0, 16 + 8 * index), (jset, "eperm", "allow", _SET_ID_BITS)]
+        labels[f"chmod{index}"] = len(code)
+        code += [(ld, 0, 0, 16 + 8 * index), (jset, "eperm", "allow", _SET_ID_BITS | chmod_refused)]
     for name, answer in (
         ("allow", _RET_ALLOW),
         ("eacces", _RET_ERRNO | _EACCES),
@@ -360,10 +372,16 @@ class Ruleset:
     with the rest of :meth:`confinement`. Close it (``.close()``) once the child has started."""
 
     def __init__(
-        self, fd: int, held_root: str = "", held: list[str] | None = None, required: bool = False
+        self,
+        fd: int,
+        held_root: str = "",
+        held: list[str] | None = None,
+        required: bool = False,
+        chmod_refused: int = 0,
     ) -> None:
         self.fd = fd
         self.held_root, self.held, self.required = held_root, held or [], required
+        self.chmod_refused = chmod_refused
 
     def confinement(self) -> dict[str, Any]:
         """What the launcher does before it executes the program, in this order: a worker running as root
@@ -379,7 +397,7 @@ class Ruleset:
             "root": os.geteuid() == 0 or os.getuid() == 0,
             "capset": _CAPSET.get(platform.machine()),
             "cap_last": _CAP_LAST,
-            "seccomp": _seccomp_filter(),
+            "seccomp": _seccomp_filter(self.chmod_refused),
         }
 
     def close(self) -> None:

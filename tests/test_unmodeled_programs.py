@@ -358,3 +358,42 @@ async def test_a_nested_repository_is_not_reached_around_its_hold(
     else:
         assert result.status == "denied" and "'sub/r7/.git'" in result.reason, result
         assert not (project / "sub" / "r7" / ".git").exists()
+
+
+@pytest.mark.skipif(
+    not confinement.landlock.seccomp_filtered(), reason="no seccomp filter on this architecture"
+)
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_a_program_kiwi_does_not_model_makes_no_file_writable_by_others(
+    runs, project, tmp_path_factory, monkeypatch
+):
+    """Review s30: Landlock has no rule for a file's mode, and the programs that change modes are refused by
+    name; a copy under another name (`myinstall -m 777`) made files its user owns, the project's and any
+    other, writable by every user of the machine. A program Kiwi does not model may give no file a group or
+    world write bit now (the kernel's filter answers EPERM), and still sets the modes builds set (0755)."""
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    outside = tmp_path_factory.mktemp("elsewhere") / "profile"
+    outside.write_text("the human's\n")
+    outside.chmod(0o644)
+    (project / "built").write_text("#!/bin/sh\n")
+    (project / "chmod.py").write_text(
+        "import os\n"
+        f"for path, mode in (('built', 0o755), ('built', 0o777), ({str(outside)!r}, 0o666)):\n"
+        "    try:\n"
+        "        os.chmod(path, mode); print(oct(mode), 'set')\n"
+        "    except OSError as exc:\n"
+        "        print(oct(mode), exc.strerror)\n"
+    )
+    run_id = await agent_run(runs, project, "moder", _grants("maker", write="**"))
+
+    result = await shell(runs, run_id, "maker", "chmod.py")
+
+    assert result.status == "ok", result
+    assert result.result["stdout"].splitlines() == [
+        "0o755 set",
+        "0o777 Operation not permitted",
+        "0o666 Operation not permitted",
+    ], result.result
+    assert (project / "built").stat().st_mode & 0o777 == 0o755 and outside.stat().st_mode & 0o777 == 0o644
