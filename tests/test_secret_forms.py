@@ -586,3 +586,29 @@ def test_a_log_record_that_cannot_be_formatted_shows_no_secret_and_raises_nothin
 
     assert record.args == {"a": "'[secret KEY]'"}, record.args
     assert other.args == ("<unprintable>",), other.args
+
+
+@pytest.mark.parametrize(
+    "shown",
+    [
+        lambda s: html.escape(s).replace("&#x27;", "&#39;"),  # (Go's html/template, Ruby's CGI)
+        lambda s: html.escape(s).replace("&#x27;", "&#039;"),  # (PHP's htmlspecialchars)
+        lambda s: re.sub(
+            r"\\u[0-9a-f]{4}", lambda m: "\\u" + m.group(0)[2:].upper(), json.dumps(s)
+        ),  # (Java)
+        lambda s: json.dumps(s, ensure_ascii=False),
+        lambda s: urllib.parse.quote(urllib.parse.quote(s, safe=""), safe=""),  # (a URL inside a query value)
+    ],
+    ids=["html-39", "html-039", "json-upper-hex", "json-characters", "percent-twice"],
+)
+def test_a_secret_echoed_in_the_encodings_review_s30_left_is_scrubbed(known, shown):
+    """Review s30, fourth round, left these: a quote as `&#39;`, a `\\u` escape in upper-case hex, JSON with its
+    characters as they are, and percent-encoding twice. A secret holding a quote, a non-ASCII letter and a
+    `/` is found in each."""
+    secret = "p@ss'wörd-Zk83/Hd72\"Jf-9q4T"
+    pool.remember_secrets({"DB_PASSWORD": secret})
+
+    scrubbed = pool.scrub_text(f"upstream said: {shown(secret)}.")
+
+    assert "[secret DB_PASSWORD]" in scrubbed, scrubbed
+    assert not [piece for piece in _fragments(secret) if piece in scrubbed], scrubbed

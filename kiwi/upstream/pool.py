@@ -556,19 +556,24 @@ def _parts(secret: str) -> list[tuple[str, bool]]:
 
 def _escaped(secret: str) -> list[str]:
     """``secret`` as it is and JSON-escaped once, twice, three times (a JSON document holding it, as text inside
-    JSON), with `/` escaped and with Go's escaping of `<`, `>`, `&`."""
-    forms = []
+    JSON), with `/` escaped, with Go's escaping of `<`, `>`, `&`, and with `\\u` escapes in upper-case hex
+    (`\\u00FC`: Java's, .NET's); and JSON-escaped with its characters as they are (no `\\u` escape)."""
+    forms = [
+        json.dumps(secret, ensure_ascii=False)[1:-1]
+    ]  # (a JSON encoder that writes characters as they are)
     escaped = secret
     for _ in range(4):
         forms += [escaped, escaped.replace("/", "\\/")]
         forms += [escaped.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")]
+        forms.append(re.sub(r"\\u[0-9a-f]{4}", lambda m: m.group(0).upper().replace("\\U", "\\u"), escaped))
         escaped = json.dumps(escaped)[1:-1]
     return forms
 
 
 def _encodings(secret: str) -> list[str]:
     """The forms a secret may come back in: _escaped's; percent-encoded as Python, JavaScript's
-    encodeURIComponent and a form do, in upper and lower case hex (a path's `/` kept or not); HTML-escaped;
+    encodeURIComponent and a form do, in upper and lower case hex (a path's `/` kept or not), and twice;
+    HTML-escaped (a quote as `&#x27;`, `&#39;` or `&#039;`);
     and in base64 (standard and URL-safe), at any offset in the encoded text (an HTTP Basic header's
     `user:secret`). A value read from a non-UTF-8 environment (lone surrogates) is encoded as the bytes a
     program sends."""
@@ -578,7 +583,11 @@ def _encodings(secret: str) -> list[str]:
         forms += [encoded, re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), encoded)]
     plus = urllib.parse.quote_plus(secret, errors="surrogateescape")
     forms += [plus, re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), plus)]
+    # (A quote as HTML escapers other than Python's write it: `&#39;` (Go, Ruby), `&#039;` (PHP).)
     forms += [html.escape(secret), html.escape(secret, quote=False)]
+    forms += [html.escape(secret).replace("&#x27;", quote) for quote in ("&#39;", "&#039;")]
+    # (Percent-encoded twice: a URL carried as a query value of another.)
+    forms.append(urllib.parse.quote(urllib.parse.quote(secret, safe="", errors="surrogateescape"), safe=""))
     raw = secret.encode("utf-8", errors="surrogateescape")
     if len(raw) >= 6:
         for offset, dropped in ((0, 0), (1, 2), (2, 3)):  # (characters that hold bits of what comes before)
