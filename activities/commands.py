@@ -23,7 +23,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import confinement
-from activities.filesystem import confine, refuse_layout_on_the_way
+from activities.filesystem import confine, layout_named, refuse_layout_on_the_way
 from activities.process import child_env, run_process
 from activities.staging import (
     UNPACK_MAX_BYTES,
@@ -50,7 +50,7 @@ from kiwi.errors import (
 )
 from kiwi.globs import first_match
 from kiwi.protected import granted as protected_granted
-from kiwi.protected import protected_root
+from kiwi.protected import names, protected_root
 from kiwi.shellpolicy import (
     FIND_GRANTABLE,
     LinkMoves,
@@ -513,7 +513,7 @@ async def _no_tracked_path_beyond_a_link(top: str, cwd: str, env: dict[str, str]
             )
 
 
-def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument]]:
+def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument], bool]:
     """The command's working folder and the paths it names, once each is checked against its grants on disk.
     (The programs of every refused list, LATER_REFUSED's too, are refused by unchecked_names, whatever the run
     decided: the run's decision may predate the rule.)"""
@@ -523,7 +523,8 @@ def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument]]:
         raise _denied(f"'{req.argv[0]}': give the command by name, not by path")
     if (unchecked := unchecked_names(req.argv, req.cwd or ".", req.write_grants)) is not None:
         raise _denied(f"{unchecked.reason} ({unchecked.hint})")
-    _unmodeled_needs_the_wall(req)
+    modeled = _modeled(req)  # (a PATH lookup: once a command)
+    _unmodeled_needs_the_wall(req, modeled)
     paths = path_arguments(req.argv, cwd=req.cwd or ".", options_granted={"*": FIND_GRANTABLE}, probes=True)
     if isinstance(paths, ShellVerdict):
         raise _denied(paths.reason)
@@ -539,15 +540,14 @@ def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument]]:
     if (listed := names_from_a_list(req.argv)) is not None:  # (whatever the run decided: LIST_FILES)
         raise _denied(listed.reason)
     _check_folders(req, paths)
-    for place, raw in _written(req, paths):
-        refuse_layout_on_the_way(req.project_root, place, raw, req.write_grants)
-    return cwd, paths
+    refuse_layout_on_the_way(req.project_root, _written(req, paths, modeled), req.write_grants)
+    return cwd, paths, modeled
 
 
-def _written(req: CommandRequest, paths: list[PathArgument]) -> list[tuple[str, str]]:
+def _written(req: CommandRequest, paths: list[PathArgument], modeled: bool) -> list[tuple[str, str]]:
     """(where on disk, as given) for each path a program Kiwi models writes (none for one it does not model:
     its words are reads, and the wall and nested_places keep what it writes)."""
-    if not _modeled(req):
+    if not modeled:
         return []
     return [(real, p.raw) for p in paths[1:] if p.mode.startswith("write") and (real := physical(req, p))]
 
@@ -561,12 +561,12 @@ def _modeled(req: CommandRequest) -> bool:
     return found is None or _real_relative(req.project_root, found) is None
 
 
-def _unmodeled_needs_the_wall(req: CommandRequest) -> None:
+def _unmodeled_needs_the_wall(req: CommandRequest, modeled: bool) -> None:
     """Refuse a program Kiwi does not model (one a signed directive names: Kiwi reads its words as reads and
     knows no option of it that writes or starts a program) where the kernel confines no command: the checks
     cannot say what it does, and behind no wall it may start any program or write any file its user may
     (review s29: the long tail of programs that start others). The programs Kiwi models run as before."""
-    if _modeled(req) or confinement.available():
+    if modeled or confinement.available():
         return
     off = confinement.mode() == "off"
     why = (
@@ -994,9 +994,82 @@ def _unnamed(text: str, path: str, shown: str) -> str:
     return text
 
 
+@dataclasses.dataclass
+class _Watch:
+    """What Kiwi looks at before and after a shell command for places whose settings a human's tools obey
+    (confinement.nested_places: a `.git`, a repository by its layout, a `.ai` or `temporal-dev.yml` below the
+    root), to hold those there read-only for it and set aside those it made.
+    - A program Kiwi does not model (``whole``): the folders the wall lets it write whole.
+    - A program Kiwi models that writes: the folders of the write grants, whole (a link swapped between the
+      check of its words and its run sent `tee l/HEAD` into another folder, review s31 F5), and the folders
+      above what it writes (layouts_around); followed by identity (`mv vendor/lib moved` makes nothing)."""
+
+    root: str
+    grants: list[str]
+    folders: list[str]
+    written: list[str]
+    whole: bool
+    git: bool
+
+    @classmethod
+    def of(cls, req: CommandRequest, paths: list[PathArgument], modeled: bool, root: str) -> _Watch:
+        written = [place for place, _ in _written(req, paths, modeled)]
+        folders = (
+            []
+            if modeled and not written
+            else confinement.whole_write_folders(req)
+            if not modeled
+            else confinement.write_folders(req)
+        )
+        git = modeled and program_name(req.argv[0]) == "git"
+        return cls(root, req.write_grants, folders, written, not modeled, git)
+
+    def look(self, limit: int | None) -> dict[str, tuple[int, int]] | None:
+        found = confinement.nested_places(self.root, self.folders, self.grants, limit) if self.folders else {}
+        if found is not None and self.written:
+            found.update(confinement.layouts_around(self.root, self.written, self.grants))
+        return found
+
+    def held(self, before: dict[str, tuple[int, int]]) -> list[str]:
+        """What is held read-only for the command: all it found, but a repository by its layout a write grant
+        names, and, for git, any repository by its layout (what git writes there is the repository's own
+        content: `git stash` with a test fixture's bare repository in the tree, review s31 F8)."""
+        return sorted(place for place in before if place != "." and not self._allowed(place, made=False))
+
+    def _allowed(self, place: str, made: bool) -> bool:
+        """Whether the grants let the command write (or make, ``made``) ``place``: a repository by its layout
+        as layout_named says (git: any it finds there), anything else where a grant names it (`write
+        sub/.git/**` for `git init sub`)."""
+        if confinement.is_layout(self.root, place):
+            return (self.git and not made) or layout_named(self.grants, place, made=made)
+        return any(names(g, place) for g in self.grants)
+
+    def made(self, before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+        """What to set aside: each place there after and not before (by identity for a program Kiwi models, by
+        path and identity for one it does not: a repository's folder renamed and a new one made in its place),
+        but what the grants let it make (_allowed)."""
+        known = set(before.values())
+        return sorted(
+            piece
+            for place, made in after.items()
+            if (before.get(place) != made if self.whole else made not in known)
+            and not self._allowed(place, made=True)
+            for piece in confinement.set_aside_pieces(self.root, place)
+        )
+
+
+def _written_now(req: CommandRequest, paths: list[PathArgument], modeled: bool) -> list[str]:
+    """Where the paths a program Kiwi models writes are now: a link on the way may have been changed while it
+    ran (review s31 F5)."""
+    try:
+        return [place for place, _ in _written(req, paths, modeled)]
+    except OSError:
+        return []
+
+
 def _made(place: str) -> str:
     """``place``, a place a command made, as its failure names it: a HEAD set aside made its folder a
-    repository by its layout (confinement.set_aside_piece)."""
+    repository by its layout (confinement.set_aside_pieces)."""
     if posixpath.basename(place).casefold() == "head":
         folder = posixpath.dirname(place) or "."
         return f"'{folder}' a git repository by its layout (its '{posixpath.basename(place)}')"
@@ -1008,7 +1081,7 @@ class CommandActivities:
     async def run_command(self, req: CommandRequest) -> dict[str, Any]:
         # On a thread: a command of many paths (16,000 at the 64 KiB limit) takes a quarter of a second to
         # check on disk, which on the event loop every run of the worker waited for.
-        cwd, paths = await asyncio.to_thread(_checked_cwd, req)
+        cwd, paths, modeled = await asyncio.to_thread(_checked_cwd, req)
         # git looks for a repository no higher than the project's own folder.
         env = {**req.env, "GIT_CEILING_DIRECTORIES": os.path.dirname(os.path.realpath(req.project_root))}
         if program_name(req.argv[0]) == "tar":
@@ -1034,42 +1107,42 @@ class CommandActivities:
             return await _unpack(req, unpack, cwd, env)
         root = os.path.realpath(req.project_root)
         missing = confinement.not_made(root, req.write_grants)
-        watched = [] if _modeled(req) else confinement.whole_write_folders(req)
-        places = confinement.nested_places
-        before = await asyncio.to_thread(places, root, watched, req.write_grants) if watched else {}
-        if before and confinement.available() and confinement.namespaces_refused():
+        watch = _Watch.of(req, paths, modeled, root)
+        before = await asyncio.to_thread(watch.look, confinement.NESTED_WALK_LIMIT)
+        held = watch.held(before or {})
+        if watch.whole and before is None:
             raise _denied(
                 f"'{os.path.basename(req.argv[0])}' is a program Kiwi does not model, which may write "
-                f"{', '.join(repr(f or '.') for f in watched)} whole, where "
-                f"{', '.join(sorted(before)[:5])} are, whose settings a human's git or kiwi obeys; they are "
-                "held read-only for it in a namespace of the "
-                f"command's own, which this kernel does not give ({confinement.namespaces_refused()}): grant "
-                "narrower folders, or use a program Kiwi models"
-            )
-        if before is None:
-            raise _denied(
-                f"'{os.path.basename(req.argv[0])}' is a program Kiwi does not model, which may write "
-                f"{', '.join(repr(f or '.') for f in watched)} whole, and Kiwi looks there after it for a "
+                f"{', '.join(repr(f or '.') for f in watch.folders)} whole, and Kiwi looks there after it for a "
                 f"repository or Kiwi project it made; past {confinement.NESTED_WALK_LIMIT:,} entries it does "
                 "not (grant the folders it writes, narrower, or use a program Kiwi models)"
             )
-        # What a program Kiwi models writes, and the folders above: a repository by its layout made there
-        # (`mkdir -p x/objects x/refs` then `touch x/HEAD`; `cp -r stage sub`), review s30 F6. Those below it
-        # already are held read-only for it, as nested_places are for a program Kiwi does not model.
-        written = [place for place, _ in _written(req, paths)]
-        around = confinement.layouts_around
-        if written:
-            before = await asyncio.to_thread(around, root, written, req.write_grants)
-            layouts = [b for b in sorted(before) if confinement.set_aside_piece(root, b) != b]
-            if layouts and not (confinement.available() and not confinement.namespaces_refused()):
-                # (The checks of its words keep it out of a `.git`, not out of a repository by its layout.)
-                raise _denied(
-                    f"'{os.path.basename(req.argv[0])}' writes {', '.join(repr(w) for w in written[:3])}, where "
-                    f"{', '.join(repr(b) for b in layouts[:5])} are git repositories by their layout, whose "
-                    "settings a human's git obeys: Kiwi holds them read-only for the command, in a namespace of "
-                    "its own, which this worker does not give (no Landlock, or no mount namespace); write "
-                    "narrower folders"
-                )
+        if before is None:
+            # (A program Kiwi models, in a project past the limit: what it writes and the folders above are
+            # looked at, not the rest of what the wall lets it write; README: Repositories by their layout.)
+            watch.folders = []
+            before = await asyncio.to_thread(watch.look, None)
+            held = watch.held(before)
+        holdable = confinement.available() and not confinement.namespaces_refused()
+        if watch.whole and held and not holdable and confinement.available():
+            raise _denied(
+                f"'{os.path.basename(req.argv[0])}' is a program Kiwi does not model, which may write "
+                f"{', '.join(repr(f or '.') for f in watch.folders)} whole, where "
+                f"{', '.join(held[:5])} {'is' if len(held) == 1 else 'are'}, whose settings a human's git or kiwi "
+                "obeys; they are held read-only for it in a namespace of the command's own, which this kernel "
+                f"does not give ({confinement.namespaces_refused()}): grant narrower folders, or use a program "
+                "Kiwi models"
+            )
+        layouts = [p for p in held if confinement.is_layout(root, p)]
+        if not watch.whole and layouts and not holdable:
+            # (The checks of its words keep it out of a `.git`, not out of a repository by its layout.)
+            raise _denied(
+                f"'{os.path.basename(req.argv[0])}' writes {', '.join(repr(w) for w in watch.written[:3])}, where "
+                f"{', '.join(repr(b) for b in layouts[:5])} {'is a git repository' if len(layouts) == 1 else 'are git repositories'} "
+                "by its layout, whose settings a human's git obeys: Kiwi holds such a repository read-only for "
+                "the command, in a namespace of its own, which this worker does not give (no Landlock, or no "
+                "mount namespace); write narrower folders, or name it in a write grant"
+            )
         try:
             result = await run_process(
                 argv,
@@ -1079,25 +1152,13 @@ class CommandActivities:
                 stdin=req.stdin,
                 env=env,
                 git_config=git_config,
-                confine=_confinement(req, nested=before),
+                confine=_confinement(req, nested=held),
             )
         finally:
             # (All of what it made, however many: past a limit, a `.git` it made stayed, review s30.)
-            after = (
-                await asyncio.to_thread(places, root, watched, req.write_grants, None)
-                if watched
-                else await asyncio.to_thread(around, root, written, req.write_grants)
-                if written
-                else {}
-            )
-            # (A program Kiwi models is followed by identity alone: `mv vendor/lib moved` moves a repository,
-            # and makes none.)
-            known = set(before.values()) if written else None
-            missing += sorted(
-                confinement.set_aside_piece(root, place)
-                for place, made in (after or {}).items()
-                if (made not in known if known is not None else before.get(place) != made)
-            )
+            watch.written += _written_now(req, paths, modeled)
+            after = await asyncio.to_thread(watch.look, None)
+            missing += watch.made(before, after or {})
             moved = confinement.set_aside(root, missing, _stamp()) if missing else []
         if moved:
             activity.logger.warning("a shell command made protected places, set aside: %s", moved)

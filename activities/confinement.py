@@ -358,6 +358,17 @@ def whole_write_folders(req: CommandRequest) -> list[str]:
     return [rel for p in req.write_grants if tree_granted(rel := literal_part(p), [p])]
 
 
+def write_folders(req: CommandRequest) -> list[str]:
+    """The folders the wall lets a program Kiwi models write (shell_rules): each write grant's literal part
+    that is a folder ('' for the project)."""
+    if not (req.read_grants or req.write_grants):
+        return [""]
+    root = os.path.realpath(req.project_root)
+    return list(
+        dict.fromkeys(rel for p in req.write_grants if _is_dir(os.path.join(root, rel := literal_part(p))))
+    )
+
+
 def nested_places(
     root: str, folders: list[str], grants: list[str], limit: int | None = NESTED_WALK_LIMIT
 ) -> dict[str, tuple[int, int]] | None:
@@ -367,7 +378,7 @@ def nested_places(
     - every entry named `.git` (as a case-insensitive filesystem sees names), the project's own left out, and
       nothing below one looked at; the git folder a `.git` file points to in the project (`gitdir: ../gd`);
     - every folder that is a git repository by its layout (filesystem.repository_layout: HEAD, objects/,
-      refs/) that no write grant names (review s30 F6);
+      refs/), named by a write grant or not (filesystem.layout_named: review s30 F6, s31 F3);
     - a `.ai` folder or a `temporal-dev.yml` below the root: `kiwi` run there takes them for its project's
       (review s30: `sub/.ai/config` made by a program writing sub/ whole);
     - every folder that cannot be listed (git needs no listing to use a `.git` in it).
@@ -394,8 +405,8 @@ def nested_places(
             rel = os.path.relpath(at, root).replace(os.sep, "/")
             entries = {fold(name) for name in [*subdirs, *files]}
             headed = any(name.casefold() == "head" for name in files)
-            if listed_layout(entries, headed) and not any(names(p, rel) for p in grants):
-                note(rel)
+            if listed_layout(entries, headed):
+                note(rel)  # (named by a grant or not: the caller asks layout_named)
             for name in [*subdirs, *files]:
                 path = name if rel == "." else f"{rel}/{name}"
                 if fold(name) == GIT_DIR and not (rel == "." and name == GIT_DIR):
@@ -430,10 +441,9 @@ def layouts_around(root: str, places: list[str], grants: list[str]) -> dict[str,
                 entries = os.listdir(path) if not os.path.islink(path) else []
             except OSError:
                 continue
-            headed = any(n.casefold() == "head" and not os.path.isdir(os.path.join(path, n)) for n in entries)
-            if listed_layout({fold(n) for n in entries}, headed) and not any(
-                names(p, folder) for p in grants
-            ):
+            # (lstat: a HEAD that is a link to a folder is one to git, review s31 F2.)
+            headed = any(n.casefold() == "head" and not _is_dir(os.path.join(path, n)) for n in entries)
+            if listed_layout({fold(n) for n in entries}, headed):
                 info = os.lstat(path)
                 found[folder] = (info.st_dev, info.st_ino)
         found.update(nested_places(root, [place], grants, None) or {})
@@ -446,18 +456,38 @@ def listed_layout(entries: set[str], headed: bool) -> bool:
     return headed and ("commondir" in entries or {"objects", "refs"} <= entries)
 
 
-def set_aside_piece(root: str, place: str) -> str:
-    """What is set aside for ``place``, a place nested_places found made: a repository by its layout loses its
-    HEAD (no more a repository; the folder and the rest of what is in it stay where they are), anything else
-    is set aside whole."""
-    folder = os.path.join(root, place)
-    if fold(posixpath.basename(place)) in (GIT_DIR, ".ai", DEV_CONFIG) or not os.path.isdir(folder):
-        return place
+def is_layout(root: str, place: str) -> bool:
+    """Whether ``place``, one nested_places or layouts_around found, is a repository by its layout (not a
+    `.git`, a `.ai`, a `temporal-dev.yml` or a folder that cannot be listed)."""
+    return (
+        fold(posixpath.basename(place)) not in (GIT_DIR, ".ai", DEV_CONFIG)
+        and _is_dir(os.path.join(root, place))
+        and bool(_heads(root, place))
+    )
+
+
+def set_aside_pieces(root: str, place: str) -> list[str]:
+    """What is set aside for ``place``, a place nested_places or layouts_around found made: a repository by its
+    layout loses its HEAD, every entry a case-insensitive filesystem reads as one (review s31 F4: `head` set
+    aside, `HEAD` left), so it is no repository; the folder and the rest of what is in it stay where they are.
+    Anything else is set aside whole."""
+    if not is_layout(root, place):
+        return [place]
+    return [posixpath.normpath(posixpath.join(place, head)) for head in _heads(root, place)]
+
+
+def _heads(root: str, place: str) -> list[str]:
     try:
-        heads = [n for n in os.listdir(folder) if n.casefold() == "head"]
+        return sorted(n for n in os.listdir(os.path.join(root, place)) if n.casefold() == "head")
     except OSError:
-        return place
-    return posixpath.normpath(posixpath.join(place, heads[0])) if heads else place
+        return []
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def set_aside(root: str, places: list[str], stamp: str) -> list[tuple[str, str]]:

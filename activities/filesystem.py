@@ -25,7 +25,7 @@ import os
 import posixpath
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -38,7 +38,7 @@ from kiwi.contracts import MAX_TEXT_PAYLOAD, BatchResult, FilesystemBatch, Files
 from kiwi.errors import ACTIVITY_REFUSALS, FileNotFound, PermissionDenied, non_retryable
 from kiwi.globs import first_match, glob_match
 from kiwi.policy import normalise_path
-from kiwi.protected import granted, names, protected_root
+from kiwi.protected import GIT_DIR, fold, granted, names, protected_root
 from kiwi.shellpolicy import down_and_up
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -162,63 +162,97 @@ def _as_text(data: bytes) -> str | None:
 LAYOUT_NAMES = ("HEAD", "objects", "refs", "commondir")
 
 
-def repository_layout(folder: int, adding: str = "") -> bool:
-    """Whether the folder open at ``folder`` is a git repository by its layout, ``adding`` (a name about to
-    be made there) counted as there. Names as a case-insensitive filesystem sees them: `head` is HEAD there."""
+def repository_layout(folder: int, adding: str | Iterable[str] = "") -> bool:
+    """Whether the folder open at ``folder`` is a git repository by its layout, ``adding`` (names about to be
+    made there) counted as there. Names as a case-insensitive filesystem sees them: `head` is HEAD there."""
+    added = {adding.casefold()} if isinstance(adding, str) else {name.casefold() for name in adding}
 
     def there(name: str) -> bool:
-        return adding.casefold() == name.casefold() or _lstat(folder, name) is not None
+        return name.casefold() in added or _lstat(folder, name) is not None
 
     head = _lstat(folder, "HEAD")
-    headed = adding.casefold() == "head" or (head is not None and not stat.S_ISDIR(head.st_mode))
+    headed = "head" in added or (head is not None and not stat.S_ISDIR(head.st_mode))
     return headed and (there("commondir") or (there("objects") and there("refs")))
 
 
-def refuse_layout(folder: int, rel: str, adding: str, grants: list[str], raw: str) -> None:
-    """PermissionDenied when the folder open at ``folder`` (``rel``) is a repository by its layout, or would be
-    with ``adding`` made in it, and no write grant names it in its literal part (the project's root: none).
-    Review s30 F6: a folder the agent wrote HEAD, objects/, refs/ and a config into was a repository whose
-    fsmonitor the human's next git there ran."""
-    place = protected_root(rel)  # (a repository inside a `.git` a grant names: `.git/worktrees/w`)
-    if not repository_layout(folder, adding) or any(
-        names(p, rel) or place and names(p, place) for p in grants
+def layout_named(grants: list[str], rel: str, made: bool) -> bool:
+    """Whether the write grants allow the repository by its layout at ``rel``: one there already by a grant
+    whose literal part names it (`write fixtures/bare.git/**`); one ``made`` only by a grant naming its HEAD
+    (`write out/new.git/HEAD`): `write src/**` names src, and under it the agent made src a repository whose
+    config every git below src obeyed (review s31 F3). A repository inside a `.git` a grant names is git's own
+    (`.git/worktrees/w` under `write .git/**`)."""
+    place = protected_root(rel)
+    if (
+        place is not None
+        and fold(place.rsplit("/", 1)[-1]) == GIT_DIR
+        and any(names(p, place) for p in grants)
     ):
+        return True
+    if made:
+        return rel != "." and any(names(p, f"{rel}/HEAD") for p in grants)
+    return any(names(p, rel) for p in grants)
+
+
+def refuse_layout(folder: int, rel: str, adding: str | Iterable[str], grants: list[str], raw: str) -> None:
+    """PermissionDenied when the folder open at ``folder`` (``rel``) is a repository by its layout, or would be
+    with ``adding`` made in it, and the grants do not allow it (layout_named). Review s30 F6: a folder the agent
+    wrote HEAD, objects/, refs/ and a config into was a repository whose fsmonitor the human's next git ran."""
+    if not repository_layout(folder, adding):
+        return
+    there = repository_layout(folder)
+    if layout_named(grants, rel, made=not there):
         return
     where = "the project's root" if rel == "." else f"'{rel}'"
     raise _denied(
         f"'{raw}' "
-        + (f"is in {where}, a" if repository_layout(folder) else f"would make {where} a")
-        + " git repository by its layout (a HEAD with objects/ and refs/, or with a commondir): git "
-        "run there obeys the config beside them, which may name programs it runs, so Kiwi writes in no such "
-        "folder that no write grant names"
-        + ("" if rel == "." else f' (<write resource="filesystem" path="{rel}/**"/> names it)')
+        + (f"is in {where}, a" if there else f"would make {where} a")
+        + " git repository by its layout (a HEAD with objects/ and refs/, or with a commondir): git run "
+        "there obeys the config beside them, which may name programs it runs, so Kiwi "
+        + (
+            "writes in none that no write grant names"
+            + ("" if rel == "." else f' (<write resource="filesystem" path="{rel}/**"/> names it)')
+            if there
+            else "makes none where no write grant names its HEAD"
+            + ("" if rel == "." else f' (<write resource="filesystem" path="{rel}/HEAD"/>)')
+        )
     )
 
 
-def refuse_layout_on_the_way(root: str, rel: str, raw: str, grants: list[str]) -> None:
-    """refuse_layout for each folder there is from the project's root to ``rel`` (a place a command is to
-    write), with the next name on the way counted as made, and for ``rel`` itself when it is a folder (written
-    into). Read only: nothing is made, and no link is followed (the walk stops at one, as at a name not there)."""
-    parts = [] if rel == "." else rel.split("/")
-    fd = _open_root(root)
-    try:
+def refuse_layout_on_the_way(root: str, places: list[tuple[str, str]], grants: list[str]) -> None:
+    """refuse_layout for each folder there is from the project's root to each of ``places`` ((where, as given):
+    what a command is to write), with every name the command makes in it counted as made (`mkdir -p r/objects
+    r/refs`, review s31 F2), and for each place itself when it is a folder (written into). Read only: nothing is
+    made, and no link is followed (the walk stops at one, as at a name not there)."""
+    made: dict[str, set[str]] = {}
+    for rel, _ in places:
+        parts = [] if rel == "." else rel.split("/")
         for index, name in enumerate(parts):
-            refuse_layout(fd, "/".join(parts[:index]) or ".", name, grants, raw)
-            try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                return  # (not there, a file, or a link: nothing below it to look at)
+            made.setdefault("/".join(parts[:index]) or ".", set()).add(name)
+    for rel, raw in places:
+        parts = [] if rel == "." else rel.split("/")
+        fd = _open_root(root)
+        try:
+            for index, name in enumerate(parts):
+                refuse_layout(
+                    fd, "/".join(parts[:index]) or ".", made["/".join(parts[:index]) or "."], grants, raw
+                )
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    break  # (not there, a file, or a link: nothing below it to look at)
+                os.close(fd)
+                fd = child
+            else:
+                refuse_layout(fd, rel, made.get(rel, ()), grants, raw)
+        finally:
             os.close(fd)
-            fd = child
-        refuse_layout(fd, rel, "", grants, raw)
-    finally:
-        os.close(fd)
 
 
 def _lock_for(folder: int, name: str) -> None:
     """Hold the folder open at ``folder`` for the one walk that is to make ``name``, one of LAYOUT_NAMES, in it
     (until the descriptor is closed): two calls at once, each making one of a repository's names, each saw the
-    folder without the other's."""
+    folder without the other's. Only a walk that makes things locks, one folder at a time: a move's walk to its
+    source locked the folder its walk to the destination then waited for, forever (review s31 F1)."""
     if name.casefold() in _LAYOUT_FOLDED:
         fcntl.flock(folder, fcntl.LOCK_EX)
 
@@ -248,7 +282,8 @@ def walk(
     try:
         for index, name in enumerate(steps):
             if grants is not None:
-                _lock_for(fd, name)
+                if create:
+                    _lock_for(fd, name)
                 refuse_layout(fd, "/".join(parts[:index]) or ".", name, grants, raw)
             try:
                 child = open_dir(fd, name, raw, "/".join(parts[: index + 1]), create=create)
@@ -258,7 +293,8 @@ def walk(
             fd = child
         if grants is not None:
             last = "" if whole else parts[-1]
-            _lock_for(fd, last)
+            if create:
+                _lock_for(fd, last)
             refuse_layout(fd, rel if whole else "/".join(parts[:-1]) or ".", last, grants, raw)
         yield fd, ("." if whole or not parts else parts[-1])
     finally:
@@ -304,7 +340,17 @@ def _check_tree(
     source: str = "",
 ) -> None:
     """Everything below ``rel`` must be covered too (and, for a move, its new path): deleting or moving
-    ``.ai`` would otherwise take the protected ``.ai/logs`` with it."""
+    ``.ai`` would otherwise take the protected ``.ai/logs`` with it. A repository by its layout is moved only
+    where the grants allow one to be made (review s31 F6: `fixtures/bare.git`, written under a grant naming it,
+    moved to out/evil)."""
+    if moved_to is not None and repository_layout(folder):
+        landed = moved_to + rel[len(source) :]
+        if not layout_named(allowed, landed, made=True):
+            raise _denied(
+                f"'{raw}' holds '{rel}', a git repository by its layout, which would become '{landed}': git run "
+                "there obeys its config, and Kiwi makes no repository where no write grant names its HEAD "
+                f'(<write resource="filesystem" path="{landed}/HEAD"/>)'
+            )
     with os.scandir(folder) as entries:
         found = list(entries)
     for entry in found:

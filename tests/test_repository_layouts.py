@@ -7,6 +7,7 @@ Against the real stack (a Temporal server, Kiwi's worker, real programs, real gi
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import os
@@ -64,7 +65,7 @@ async def test_the_file_tools_make_no_repository_by_its_layout(runs, project, la
 
     assert refused.status == "denied", refused
     assert "would make 'out/r' a git repository by its layout" in refused.reason, refused.reason
-    assert 'path="out/r/**"' in refused.reason  # (the grant that would allow it, named)
+    assert 'path="out/r/HEAD"' in refused.reason  # (the grant that would allow it, named)
     assert not (project / "out" / "r" / last).exists()
     assert not _is_repository(project / "out" / "r")
     assert (project / "out" / "r" / "config").read_text() == FSMONITOR
@@ -229,3 +230,114 @@ async def test_a_program_kiwi_does_not_model_makes_none_either(
     assert [p.name for p in folder.iterdir() if p.name.startswith(f"{Path(aside).name}.set-aside-")], result
     if made == "x":
         assert not _is_repository(project / "sub" / "x")
+
+
+async def test_a_grant_names_no_repository_made_at_its_own_folder(runs, project):
+    """Review s31 F3: `write src/**` named src, so under it the agent made src a repository (HEAD, objects/,
+    refs/, a config), whose config every git run below src obeyed. A repository is made only where a grant
+    names its HEAD; `write out/new.git/HEAD` (with the rest) allows it there."""
+    (project / "src" / "pkg").mkdir(parents=True)
+    run_id = await agent_run(runs, project, "src", _grants(write="src/**"))
+    opted = await agent_run(runs, project, "opted", _grants(write="out/**,out/new.git/HEAD"))
+    for path in ("src/config", "src/objects/x", "src/refs/heads/main"):
+        assert (await _write(runs, run_id, path, FSMONITOR)).status == "ok", path
+    for path in ("out/new.git/objects/x", "out/new.git/refs/heads/main"):
+        assert (await _write(runs, opted, path)).status == "ok", path
+
+    refused = await _write(runs, run_id, "src/HEAD", "ref: refs/heads/main\n")
+    allowed = await _write(runs, opted, "out/new.git/HEAD", "ref: refs/heads/main\n")
+
+    assert refused.status == "denied" and "would make 'src' a git repository" in refused.reason, refused
+    assert 'path="src/HEAD"' in refused.reason
+    assert not _is_repository(project / "src") and not _is_repository(project / "src" / "pkg")
+    assert allowed.status == "ok", allowed
+    assert _is_repository(project / "out" / "new.git")
+
+
+async def test_a_move_never_waits_for_itself(runs, project):
+    """Review s31 F1: filesystem.move of out/r/objects to out/r/refs locked out/r for its source, then waited
+    for that lock for its destination: the worker's event loop stopped for good. It answers now."""
+    run_id = await agent_run(runs, project, "renamer", _grants())
+    assert (await runs.call_tool(run_id, "filesystem.create", {"path": "out/r/objects"})).status == "ok"
+
+    moved = await asyncio.wait_for(
+        runs.call_tool(run_id, "filesystem.move", {"source": "out/r/objects", "destination": "out/r/refs"}),
+        timeout=60,
+    )
+
+    assert moved.status == "ok" and moved.result["moved"], moved
+    assert (project / "out" / "r" / "refs").is_dir()
+
+
+async def test_a_repository_moved_out_of_the_folder_a_grant_names_is_refused(runs, project):
+    """Review s31 F6: under `write fixtures/bare.git/**` the agent may write the human's bare repository;
+    filesystem.move then carried it, config and all, to out/evil, where no grant names one."""
+    bare = project / "fixtures" / "bare.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    run_id = await agent_run(runs, project, "carrier", _grants(write="fixtures/bare.git/**,out/**"))
+
+    moved = await runs.call_tool(
+        run_id, "filesystem.move", {"source": "fixtures/bare.git", "destination": "out/evil"}
+    )
+
+    assert moved.status == "denied" and "which would become 'out/evil'" in moved.reason, moved
+    assert bare.is_dir() and not (project / "out" / "evil").exists()
+
+
+async def test_a_head_that_is_a_link_and_folders_made_in_one_command_make_no_repository(runs, project):
+    """Review s31 F2: HEAD a link to refs/heads (a folder once made: git takes a link HEAD whose text starts
+    `refs/`), then `mkdir -p out/r/objects out/r/refs/heads` in one command. Each path alone made no
+    repository, and the watch after it took the link for a folder. The command is refused before it runs."""
+    run_id = await agent_run(runs, project, "linker", _grants("ln,mkdir"))
+    assert (await _write(runs, run_id, "out/r/config", FSMONITOR)).status == "ok"
+    linked = await shell(runs, run_id, "ln", "-s", "refs/heads", "out/r/HEAD")
+    assert linked.status == "ok" and linked.result["exit_code"] == 0, linked
+
+    made = await shell(runs, run_id, "mkdir", "-p", "out/r/objects", "out/r/refs/heads")
+
+    assert made.status == "denied" and "would make 'out/r' a git repository" in made.reason, made
+    assert not _is_repository(project / "out" / "r")
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_every_head_of_a_repository_made_is_set_aside(runs, project, tmp_path_factory, monkeypatch):
+    """Review s31 F4: with `head` and `HEAD` both in the folder, the watch set aside `head` and left `HEAD`:
+    the folder stayed a repository. Every entry read as HEAD is set aside."""
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    (project / "sub").mkdir()
+    (project / "sub" / "make.py").write_text(
+        "import os\nfor d in ('r/objects', 'r/refs'): os.makedirs(d)\n"
+        "open('r/head', 'w').write('x\\n'); open('r/HEAD', 'w').write('ref: refs/heads/main\\n')\n"
+        f"open('r/config', 'w').write({FSMONITOR!r})\n"
+    )
+    run_id = await agent_run(runs, project, "maker", _grants("maker", write="sub/**"))
+
+    result = await shell(runs, run_id, "maker", "make.py", cwd="sub")
+
+    assert result.status == "denied" and "'sub/r' a git repository by its layout" in result.reason, result
+    assert sorted(
+        p.name.split(".set-aside-")[0] for p in (project / "sub" / "r").iterdir() if ".set-aside-" in p.name
+    ) == ["HEAD", "head"]
+    assert not _is_repository(project / "sub" / "r")
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_git_rewrites_a_test_fixtures_repository_it_tracks(runs, project):
+    """Review s31 F8: the bare repository of a test fixture, tracked by the project's git, was held read-only
+    for git too: `git stash` left the tree half done ("unable to unlink"), and `git restore -- tests` failed.
+    What git writes there is the repository's own content: git is not held out of it."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(project)], check=True)
+    bare = project / "tests" / "fixtures" / "repo.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "the human's"], check=True)
+    (bare / "description").write_text("changed by the human\n")
+    run_id = await agent_run(runs, project, "restorer", _grants("git", write="tests/**"))
+
+    restored = await shell(runs, run_id, "git", "restore", "--", "tests")
+
+    assert restored.status == "ok" and restored.result["exit_code"] == 0, restored
+    assert (bare / "description").read_text() != "changed by the human\n"
