@@ -297,6 +297,8 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
         if path.probe and _is_folder(req.project_root, posixpath.dirname(real) or "."):
             # FOLDER/NAME cp, mv or ln writes into a folder: the run checked the folder (review s29: `cp
             # notes/a .` under `write .`, the root folder alone, wrote ./a).
+            if protected_root(real) is None and _backup_of_a_folder(req, paths, path):
+                continue  # (`cp -b src/a out/`: a backup of out, out~, is made only where out is no folder)
             if protected_granted(grants, real) is None:
                 raise _denied(f"{what} would be written as '{real}', which this run may not write")
             continue
@@ -314,6 +316,18 @@ def recheck_paths(req: CommandRequest, paths: list[PathArgument]) -> None:
                 f"{what} resolves (through a symbolic link or `..`) to '{real}', which this run may not "
                 f"{path.mode}" + (f" (denied by '{denied}')" if denied else "")
             )
+
+
+def _backup_of_a_folder(req: CommandRequest, paths: list[PathArgument], probe: PathArgument) -> bool:
+    """Whether ``probe`` is the backup name of a destination that is a folder (DEST + a suffix, DEST written,
+    no probe): cp, mv and ln write into a folder, and back up what they replace there (probed as DEST/NAME +
+    the suffix), never the folder itself."""
+    for path in paths[1:]:
+        if path.mode == "write" and not path.probe and _is_folder(req.project_root, path.rel):
+            head = path.raw.rstrip("/")
+            if head and probe.raw.startswith(head) and "/" not in probe.raw[len(head) :]:
+                return True
+    return False
 
 
 # Repository settings that run a program and have no value that turns them off from the command line

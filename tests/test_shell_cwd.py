@@ -115,3 +115,19 @@ def test_a_program_by_another_name_needs_its_cwd_read():
     refused = check_argv(["HEAD", "src/a.txt"], allowed=["HEAD"], read_grants=["src/**"])
     assert not refused.allowed and "cwd '.' may not be read" in refused.reason, refused
     assert check_argv(["head", "src/a.txt"], allowed=["head"], read_grants=["src/**"]).allowed
+
+
+async def test_a_backup_into_a_folder_is_no_write_beside_the_folder(runs, project):
+    """Session 30 left a false refusal: `cp -b src/a.txt out/` was refused as writing 'out~', the name a
+    backup of out itself would have; cp writes into a folder, and backs up what it replaces there (out/a.txt~).
+    It runs now."""
+    _project(project)
+    (project / "out" / "a.txt").write_text("the first\n")
+    run_id = await agent_run(runs, project, "backer", _permissions("cp"))
+
+    copied = await shell(runs, run_id, "cp", "-b", "src/a.txt", "out/")
+
+    assert copied.status == "ok" and copied.result["exit_code"] == 0, copied
+    assert (project / "out" / "a.txt").read_text() == "alpha\n"
+    assert (project / "out" / "a.txt~").read_text() == "the first\n"
+    assert not (project / "out~").exists()
