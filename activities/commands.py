@@ -1048,7 +1048,16 @@ class _Watch:
         """What is held read-only for the command: all it found, but a repository by its layout a write grant
         names, and, for git, any repository by its layout (what git writes there is the repository's own
         content: `git stash` with a test fixture's bare repository in the tree, review s31 F8)."""
-        return sorted(place for place in before if place != "." and not self._allowed(place, made=False))
+        return sorted(
+            place
+            for place in before
+            if place != "."
+            and not self._allowed(place, made=False)
+            # (A link cannot be held, and the command is refused where one is to be: for a program Kiwi models,
+            # whose words are checked against `.git` wherever a link leads, a `.git` link, as `repo` makes them,
+            # would refuse every command that writes.)
+            and (self.whole or not os.path.islink(os.path.join(self.root, place)))
+        )
 
     def _allowed(self, place: str, made: bool) -> bool:
         """Whether the grants let the command write (or make, ``made``) ``place``: a repository by its layout

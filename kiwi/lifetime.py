@@ -147,6 +147,13 @@ class Launch:
             raise NotLaunched(f"Kiwi's launcher failed ({why})")
         if stage == "parent-death signal":
             raise NotLaunched(f"the kernel refused the parent-death signal ({why})")
+        if stage.startswith("holding ") and int(errno) == 40:  # (ELOOP: a link where a place is held)
+            place = stage.removeprefix("holding ").removesuffix(" read-only")
+            raise NotLaunched(
+                f"'{place}' is a symbolic link, and Kiwi holds that place read-only for the command (the "
+                "settings a human's git or kiwi obeys), which it cannot do through a link: a human replaces the "
+                "link with what it leads to, or the grant names the place"
+            )
         raise NotLaunched(f"the kernel refused to confine it ({stage}: {why})")
 
     def close(self) -> None:

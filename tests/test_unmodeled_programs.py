@@ -397,3 +397,28 @@ async def test_a_program_kiwi_does_not_model_makes_no_file_writable_by_others(
         "0o666 Operation not permitted",
     ], result.result
     assert (project / "built").stat().st_mode & 0o777 == 0o755 and outside.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_a_repository_behind_a_link_refuses_the_command_naming_the_link(
+    runs, project, tmp_path_factory, monkeypatch
+):
+    """Session 30 left a failure with no hint: a nested `.git` that is a link (as `repo` makes them) cannot be
+    held read-only, so a program Kiwi does not model, which may write its folder whole, does not start; the
+    call said only that the kernel refused to confine it. It names the link and what to do now."""
+    if confinement.namespaces_refused():
+        pytest.skip(f"no mount namespace here: {confinement.namespaces_refused()}")
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    (project / "sub").mkdir()
+    (project / "gitdirs" / "sub.git").mkdir(parents=True)
+    (project / "sub" / ".git").symlink_to("../gitdirs/sub.git")
+    (project / "sub" / "make.py").write_text("open('made.txt', 'w').write('x')\n")
+    run_id = await agent_run(runs, project, "maker", _grants("maker", write="sub/**"))
+
+    result = await shell(runs, run_id, "maker", "make.py", cwd="sub")
+
+    assert result.status == "error" and "'sub/.git' is a symbolic link" in result.reason, result
+    assert "replaces the link with what it leads to" in result.reason
+    assert not (project / "sub" / "made.txt").exists()
