@@ -130,7 +130,8 @@ class Rules:
     held: list[str] = field(default_factory=list)
     held_required: bool = False
     # Bits of a mode the program may not give a file by chmod, beyond the set-ID bits no program may (the seccomp
-    # filter): a program Kiwi does not model may make no file group- or world-writable (0o022).
+    # filter), and that its umask keeps; with them, no extended attribute (an ACL) is set or removed: a program
+    # Kiwi does not model may make no file group- or world-writable (0o022).
     chmod_refused: int = 0
 
     def allow(self, path: str, rights: int, *, file: bool = False) -> None:
@@ -256,6 +257,8 @@ class _Table:
     clone: int  # refused with CLONE_PARENT in its flags (the first argument)
     second_table: int = 0  # the first number of another table in the same architecture (x32), or 0
     chmods: tuple[int, ...] = ()  # the calls of ``modes`` that change a mode (chmod), not make a file
+    umask: int = -1  # umask: its mask must keep the bits chmod may not give (a file made 0666 under umask 0)
+    xattrs: tuple[int, ...] = ()  # set and remove extended attributes (an ACL is one: setfacl o+w)
 
 
 # openat2 (_OPENAT2) and clone3 have the same number in every table: answered ENOSYS, callers fall back.
@@ -282,6 +285,9 @@ _GENERIC = _Table(
     (157,),  # setsid
     220,
     chmods=(52, 53, 452),  # fchmod, fchmodat, fchmodat2
+    umask=166,
+    # setxattr, lsetxattr, fsetxattr, removexattr, lremovexattr, fremovexattr, setxattrat, removexattrat
+    xattrs=(5, 6, 7, 14, 15, 16, 463, 466),
 )
 _SECCOMP_ARCH = {
     "x86_64": _Table(
@@ -303,6 +309,8 @@ _SECCOMP_ARCH = {
         56,
         0x40000000,
         (90, 91, 268, 452),  # chmod, fchmod, fchmodat, fchmodat2
+        95,  # umask
+        (188, 189, 190, 197, 198, 199, 463, 466),  # the xattr calls, as _GENERIC's
     ),
     "aarch64": dataclasses.replace(_GENERIC, arch=0xC00000B7),
     "arm64": dataclasses.replace(_GENERIC, arch=0xC00000B7),
@@ -319,11 +327,12 @@ def seccomp_filtered() -> bool:
 def _seccomp_filter(chmod_refused: int = 0) -> bytes | None:
     """The filter as ``struct sock_filter[]`` (classic BPF over ``struct seccomp_data``: the call's number at
     0, the architecture at 4, argument i's low word at 16 + 8i on these little-endian machines).
-    ``chmod_refused``: the bits of a mode chmod may not give, beyond the set-ID bits (Rules.chmod_refused)."""
+    ``chmod_refused``: the bits of a mode chmod may not give, beyond the set-ID bits, and that a umask must keep;
+    with them, no extended attribute is set or removed (Rules.chmod_refused)."""
     table = _SECCOMP_ARCH.get(platform.machine())
     if table is None:
         return None
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    ld, jeq, jge, jset, ret, and_ = 0x20, 0x15, 0x35, 0x45, 0x06, 0x54
     code: list[tuple[int, int | str, int | str, int]] = [
         (ld, 0, 0, 4),
         (jeq, 0, "enosys", table.arch),
@@ -340,6 +349,9 @@ def _seccomp_filter(chmod_refused: int = 0) -> bytes | None:
         for number, index in table.modes
     ]
     code += [(jeq, "own", 0, number) for number in table.own]
+    if chmod_refused:
+        code += [(jeq, "umask", 0, table.umask)] if table.umask >= 0 else []
+        code += [(jeq, "eperm", 0, number) for number in table.xattrs]
     code.append((ret, 0, 0, _RET_ALLOW))
     labels: dict[str, int] = {"own": len(code)}
     code += [(ld, 0, 0, 16), (jeq, "allow", "eperm", 0)]
@@ -350,6 +362,8 @@ def _seccomp_filter(chmod_refused: int = 0) -> bytes | None:
         code += [(ld, 0, 0, 16 + 8 * index), (jset, "eperm", "allow", _SET_ID_BITS)]
         labels[f"chmod{index}"] = len(code)
         code += [(ld, 0, 0, 16 + 8 * index), (jset, "eperm", "allow", _SET_ID_BITS | chmod_refused)]
+    labels["umask"] = len(code)
+    code += [(ld, 0, 0, 16), (and_, 0, 0, chmod_refused), (jeq, "allow", "eperm", chmod_refused)]
     for name, answer in (
         ("allow", _RET_ALLOW),
         ("eacces", _RET_ERRNO | _EACCES),

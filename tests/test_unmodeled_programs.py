@@ -370,7 +370,9 @@ async def test_a_program_kiwi_does_not_model_makes_no_file_writable_by_others(
     """Review s30: Landlock has no rule for a file's mode, and the programs that change modes are refused by
     name; a copy under another name (`myinstall -m 777`) made files its user owns, the project's and any
     other, writable by every user of the machine. A program Kiwi does not model may give no file a group or
-    world write bit now (the kernel's filter answers EPERM), and still sets the modes builds set (0755)."""
+    world write bit now (the kernel's filter answers EPERM): not by chmod, not by a umask that lets one through
+    (umask 0), not by an ACL (an extended attribute); it still sets the modes builds set (0755) and a stricter
+    umask."""
     tools = tmp_path_factory.mktemp("bin")
     _python_as(tools, "maker")
     monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
@@ -380,22 +382,33 @@ async def test_a_program_kiwi_does_not_model_makes_no_file_writable_by_others(
     (project / "built").write_text("#!/bin/sh\n")
     (project / "chmod.py").write_text(
         "import os\n"
-        f"for path, mode in (('built', 0o755), ('built', 0o777), ({str(outside)!r}, 0o666)):\n"
+        "def tried(what, call):\n"
         "    try:\n"
-        "        os.chmod(path, mode); print(oct(mode), 'set')\n"
+        "        call(); print(what, 'done')\n"
         "    except OSError as exc:\n"
-        "        print(oct(mode), exc.strerror)\n"
+        "        print(what, exc.strerror)\n"
+        f"for path, mode in (('built', 0o755), ('built', 0o777), ({str(outside)!r}, 0o666)):\n"
+        "    tried(oct(mode), lambda: os.chmod(path, mode))\n"
+        "tried('umask 0', lambda: os.umask(0))\n"
+        "tried('umask 077', lambda: os.umask(0o077) and os.umask(0o022))\n"
+        "tried('acl', lambda: os.setxattr('built', 'system.posix_acl_access', b'\\2\\0\\0\\0'))\n"
+        "open('made', 'w').close(); print(oct(os.stat('made').st_mode & 0o777))\n"
     )
     run_id = await agent_run(runs, project, "moder", _grants("maker", write="**"))
 
     result = await shell(runs, run_id, "maker", "chmod.py")
 
     assert result.status == "ok", result
-    assert result.result["stdout"].splitlines() == [
-        "0o755 set",
+    lines = result.result["stdout"].splitlines()
+    assert lines[:6] == [
+        "0o755 done",
         "0o777 Operation not permitted",
         "0o666 Operation not permitted",
-    ], result.result
+        "umask 0 Operation not permitted",  # (a file made 0666 under umask 0 is writable by all)
+        "umask 077 done",  # (a stricter mask, as ssh-keygen sets, is set)
+        "acl Operation not permitted",  # (an ACL is an extended attribute: setfacl o+w)
+    ], lines
+    assert int(lines[6], 8) & 0o022 == 0, lines
     assert (project / "built").stat().st_mode & 0o777 == 0o755 and outside.stat().st_mode & 0o777 == 0o644
 
 
