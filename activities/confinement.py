@@ -129,7 +129,8 @@ def shell_rules(
     """The rules for ``req``'s program (``program``: its absolute path) with ``temp`` as its own folder.
     ``into``: the one folder it writes, in place of the project (an archive unpacked into Kiwi's staging
     folder, which Kiwi then writes into the project itself). ``places``: hidden_places, if already looked up.
-    ``nested``: nested_places of what a program Kiwi does not model may write whole, held read-only for it."""
+    ``nested``: the places the command's watch found below what it may write (commands._Watch), held read-only
+    for it."""
     rules = landlock.Rules()
     root = os.path.realpath(req.project_root)
     grants = bool(req.read_grants or req.write_grants)
@@ -346,7 +347,8 @@ def not_made(root: str, patterns: list[str]) -> list[str]:
 
 
 # How many entries below the folders a program Kiwi does not model may write whole are looked at for the
-# repositories and Kiwi projects it could make there (nested_places); past them, such a program is refused in that project.
+# repositories and Kiwi projects it could make there (nested_places); past them, such a program is refused in
+# that project (and for a program Kiwi models, only what it writes and the folders above are looked at).
 NESTED_WALK_LIMIT = 200_000
 
 

@@ -292,7 +292,7 @@ def walk(
             os.close(fd)
             fd = child
         if grants is not None:
-            last = "" if whole else parts[-1]
+            last = "" if whole or not parts else parts[-1]
             if create:
                 _lock_for(fd, last)
             refuse_layout(fd, rel if whole else "/".join(parts[:-1]) or ".", last, grants, raw)
