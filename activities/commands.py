@@ -1038,47 +1038,57 @@ class _Watch:
         git = modeled and program_name(req.argv[0]) == "git"
         return cls(root, req.write_grants, folders, written, not modeled, git)
 
-    def look(self, limit: int | None) -> dict[str, tuple[int, int]] | None:
+    def look(self, limit: int | None) -> dict[str, tuple[int, ...]] | None:
         found = confinement.nested_places(self.root, self.folders, self.grants, limit) if self.folders else {}
         if found is not None and self.written:
             found.update(confinement.layouts_around(self.root, self.written, self.grants))
         return found
 
-    def held(self, before: dict[str, tuple[int, int]]) -> list[str]:
+    def held(self, before: dict[str, tuple[int, ...]]) -> list[str]:
         """What is held read-only for the command: all it found, but a repository by its layout a write grant
-        names, and, for git, any repository by its layout (what git writes there is the repository's own
-        content: `git stash` with a test fixture's bare repository in the tree, review s31 F8)."""
+        names, and, for git, any repository by its layout (what git writes there is mostly the repository's
+        own content: `git restore` of a test fixture's bare repository it tracks, review s31 F8; its settings
+        are watched all the same, see made)."""
         return sorted(
             place
             for place in before
             if place != "."
-            and not self._allowed(place, made=False)
+            and not (
+                confinement.is_layout(self.root, place)
+                and (self.git or layout_named(self.grants, place, made=False))
+            )
+            and not (not confinement.is_layout(self.root, place) and self._named(place))
             # (A link cannot be held, and the command is refused where one is to be: for a program Kiwi models,
             # whose words are checked against `.git` wherever a link leads, a `.git` link, as `repo` makes them,
             # would refuse every command that writes.)
             and (self.whole or not os.path.islink(os.path.join(self.root, place)))
         )
 
-    def _allowed(self, place: str, made: bool) -> bool:
-        """Whether the grants let the command write (or make, ``made``) ``place``: a repository by its layout
-        as layout_named says (git: any it finds there), anything else where a grant names it (`write
-        sub/.git/**` for `git init sub`)."""
-        if confinement.is_layout(self.root, place):
-            return (self.git and not made) or layout_named(self.grants, place, made=made)
+    def _named(self, place: str) -> bool:
         return any(names(g, place) for g in self.grants)
 
-    def made(self, before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
-        """What to set aside: each place there after and not before (by identity for a program Kiwi models, by
-        path and identity for one it does not: a repository's folder renamed and a new one made in its place),
-        but what the grants let it make (_allowed)."""
+    def made(self, before: dict[str, tuple[int, ...]], after: dict[str, tuple[int, ...]]) -> list[str]:
+        """What to set aside: each place there after and not before, but what the grants let it make.
+        - A repository by its layout by path and identity, its settings with it (confinement.place_identity):
+          one moved (`mv fixtures/bare.git out/x`) or made in the inode of one removed (`git checkout B`),
+          and one whose config, commondir or hooks changed (git restoring the agent's config into the human's
+          fixture, review s31), is made; allowed only where a grant names its HEAD (one that was there: its
+          folder).
+        - Anything else by identity for a program Kiwi models (`mv vendor/lib moved` makes nothing), by path
+          and identity for one it does not (a folder renamed above a `.git` and one made in its old place);
+          allowed where a grant names it (`write sub/.git/**` for `git init sub`)."""
         known = set(before.values())
-        return sorted(
-            piece
-            for place, made in after.items()
-            if (before.get(place) != made if self.whole else made not in known)
-            and not self._allowed(place, made=True)
-            for piece in confinement.set_aside_pieces(self.root, place)
-        )
+        found = []
+        for place, identity in after.items():
+            if confinement.is_layout(self.root, place):
+                if before.get(place) == identity or layout_named(
+                    self.grants, place, made=place not in before
+                ):
+                    continue
+            elif (before.get(place) == identity if self.whole else identity in known) or self._named(place):
+                continue
+            found += confinement.set_aside_pieces(self.root, place)
+        return sorted(found)
 
 
 def _written_now(req: CommandRequest, paths: list[PathArgument], modeled: bool) -> list[str]:
@@ -1095,7 +1105,10 @@ def _made(place: str) -> str:
     repository by its layout (confinement.set_aside_pieces)."""
     if posixpath.basename(place).casefold() == "head":
         folder = posixpath.dirname(place) or "."
-        return f"'{folder}' a git repository by its layout (its '{posixpath.basename(place)}')"
+        return (
+            f"'{folder}' a git repository by its layout (its '{posixpath.basename(place)}'; one is made only "
+            f'where a grant names its HEAD, <write resource="filesystem" path="{folder}/HEAD"/>)'
+        )
     return f"'{place}'"
 
 

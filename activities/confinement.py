@@ -264,7 +264,10 @@ def _write_matching(rules: landlock.Rules, root: str, rel: str, pattern: str) ->
         seen += len(subdirs) + len(files)
         if seen > MATCHING_WALK_LIMIT:
             return
-        for name in files:
+        # (Not in a repository by its layout no grant names: `write tests/**/config` reached the config of
+        # tests/fixtures/repo.git, review s31.)
+        held = _in_layout(root, os.path.relpath(folder, root).replace(os.sep, "/"), [pattern])
+        for name in [] if held else files:
             path = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
             if protected_granted([pattern], path) is None:
                 continue
@@ -274,6 +277,22 @@ def _write_matching(rules: landlock.Rules, root: str, rel: str, pattern: str) ->
             except OSError:
                 continue
             rules.allow_beneath(root, path, landlock.WRITE_FILE | landlock.TRUNCATE, file=True)
+
+
+def _in_layout(root: str, rel: str, grants: list[str]) -> bool:
+    """Whether the folder ``rel`` or one above it is a repository by its layout that no grant names."""
+    parts = [] if rel == "." else rel.split("/")
+    for depth in range(len(parts) + 1):
+        folder = "/".join(parts[:depth]) or "."
+        path = os.path.join(root, folder)
+        try:
+            entries = os.listdir(path)
+        except OSError:
+            continue
+        headed = any(n.casefold() == "head" and not _is_dir(os.path.join(path, n)) for n in entries)
+        if listed_layout({fold(n) for n in entries}, headed) and not any(names(p, folder) for p in grants):
+            return True
+    return False
 
 
 def _every_program(rules: landlock.Rules, temp: str) -> None:
@@ -373,7 +392,7 @@ def write_folders(req: CommandRequest) -> list[str]:
 
 def nested_places(
     root: str, folders: list[str], grants: list[str], limit: int | None = NESTED_WALK_LIMIT
-) -> dict[str, tuple[int, int]] | None:
+) -> dict[str, tuple[int, ...]] | None:
     """The places below ``folders`` of the project whose settings a human's tools obey, each with its identity
     (device, inode), None past ``limit`` entries (None: no limit). A program Kiwi does not model, writing a
     folder whole, can make one where no word of its command shows it (`jar xf`, `iconv -co.git`: review s30):
@@ -385,15 +404,13 @@ def nested_places(
       (review s30: `sub/.ai/config` made by a program writing sub/ whole);
     - every folder that cannot be listed (git needs no listing to use a `.git` in it).
     A folder renamed above one and one made in its old place is another (review s30)."""
-    found: dict[str, tuple[int, int]] = {}
+    found: dict[str, tuple[int, ...]] = {}
     seen = 0
 
-    def note(rel: str) -> None:
-        try:
-            info = os.lstat(os.path.join(root, rel))
-        except OSError:
-            return
-        found[rel] = (info.st_dev, info.st_ino)
+    def note(rel: str, layout: bool = False) -> None:
+        identity = place_identity(root, rel, layout)
+        if identity is not None:
+            found[rel] = identity
 
     for folder in dict.fromkeys(folders):
         top = os.path.join(root, folder)
@@ -408,7 +425,7 @@ def nested_places(
             entries = {fold(name) for name in [*subdirs, *files]}
             headed = any(name.casefold() == "head" for name in files)
             if listed_layout(entries, headed):
-                note(rel)  # (named by a grant or not: the caller asks layout_named)
+                note(rel, layout=True)  # (named by a grant or not: the caller asks layout_named)
             for name in [*subdirs, *files]:
                 path = name if rel == "." else f"{rel}/{name}"
                 if fold(name) == GIT_DIR and not (rel == "." and name == GIT_DIR):
@@ -428,12 +445,12 @@ def nested_places(
     return found
 
 
-def layouts_around(root: str, places: list[str], grants: list[str]) -> dict[str, tuple[int, int]]:
+def layouts_around(root: str, places: list[str], grants: list[str]) -> dict[str, tuple[int, ...]]:
     """What a program Kiwi models may have made writing ``places`` (project-relative, real): the folders above
     each that are repositories by their layout, and nested_places below each that is a folder (`cp -r stage
     sub`: the copy's HEAD, objects/ and refs/; `mkdir -p x/objects x/refs` then `touch x/HEAD`). Each with its
     identity, as nested_places gives them."""
-    found: dict[str, tuple[int, int]] = {}
+    found: dict[str, tuple[int, ...]] = {}
     for place in dict.fromkeys(places):
         parts = [] if place == "." else place.split("/")
         for depth in range(len(parts)):
@@ -445,11 +462,33 @@ def layouts_around(root: str, places: list[str], grants: list[str]) -> dict[str,
                 continue
             # (lstat: a HEAD that is a link to a folder is one to git, review s31 F2.)
             headed = any(n.casefold() == "head" and not _is_dir(os.path.join(path, n)) for n in entries)
-            if listed_layout({fold(n) for n in entries}, headed):
-                info = os.lstat(path)
-                found[folder] = (info.st_dev, info.st_ino)
+            identity = place_identity(root, folder, layout=True)
+            if listed_layout({fold(n) for n in entries}, headed) and identity is not None:
+                found[folder] = identity
         found.update(nested_places(root, [place], grants, None) or {})
     return found
+
+
+# What in a repository by its layout says what git runs: its config (core.fsmonitor, core.pager), a commondir
+# (the config of another folder), a config.worktree, its hooks.
+_SETTINGS = ("config", "commondir", "config.worktree", "hooks")
+
+
+def place_identity(root: str, rel: str, layout: bool = False) -> tuple[int, ...] | None:
+    """What a place is, to tell it from another at the same path: its device and inode, and for a repository
+    by its layout its settings' too (with their size and time: a config rewritten in place is another)."""
+    try:
+        info = os.lstat(os.path.join(root, rel))
+    except OSError:
+        return None
+    identity: tuple[int, ...] = (info.st_dev, info.st_ino)
+    for name in _SETTINGS if layout else ():
+        try:
+            setting = os.lstat(os.path.join(root, rel, name))
+            identity += (setting.st_ino, setting.st_size, setting.st_mtime_ns, setting.st_ctime_ns)
+        except OSError:
+            identity += (-1, -1, -1, -1)
+    return identity
 
 
 def listed_layout(entries: set[str], headed: bool) -> bool:
@@ -523,11 +562,28 @@ def set_aside(root: str, places: list[str], stamp: str) -> list[tuple[str, str]]
                     os.close(writable)
                 os.rename(name, aside, src_dir_fd=folder, dst_dir_fd=folder)
             moved.append((place, posixpath.join(posixpath.dirname(place), aside)))
+            _unheaded(folder, aside, stamp)
         except OSError:
             moved.append((place, ""))  # (named all the same: the call fails for it)
         finally:
             os.close(folder)
     return moved
+
+
+def _unheaded(folder: int, name: str, stamp: str) -> None:
+    """What was set aside as ``name`` in ``folder``, when it is a repository by its layout (a `.git` folder):
+    its HEAD set aside too, so the human who looks at it runs no git there with its config (review s31: a `.git`
+    set aside whole was a repository all the same). Nothing followed through a link."""
+    try:
+        inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+    except OSError:
+        return  # (a file, a link, or gone)
+    try:
+        for head in [n for n in os.listdir(inner) if n.casefold() == "head"]:
+            with contextlib.suppress(OSError):
+                os.rename(head, f"{head}.set-aside-{stamp}", src_dir_fd=inner, dst_dir_fd=inner)
+    finally:
+        os.close(inner)
 
 
 def _is_folder(folder: int, name: str) -> bool:

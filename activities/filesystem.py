@@ -25,6 +25,7 @@ import os
 import posixpath
 import secrets
 import stat
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -203,9 +204,16 @@ def refuse_layout(folder: int, rel: str, adding: str | Iterable[str], grants: li
     if layout_named(grants, rel, made=not there):
         return
     where = "the project's root" if rel == "." else f"'{rel}'"
+    itself = posixpath.normpath(raw) == rel
     raise _denied(
         f"'{raw}' "
-        + (f"is in {where}, a" if there else f"would make {where} a")
+        + (
+            f"is {where}, a"
+            if there and itself
+            else f"is in {where}, a"
+            if there
+            else f"would make {where} a"
+        )
         + " git repository by its layout (a HEAD with objects/ and refs/, or with a commondir): git run "
         "there obeys the config beside them, which may name programs it runs, so Kiwi "
         + (
@@ -253,8 +261,22 @@ def _lock_for(folder: int, name: str) -> None:
     (until the descriptor is closed): two calls at once, each making one of a repository's names, each saw the
     folder without the other's. Only a walk that makes things locks, one folder at a time: a move's walk to its
     source locked the folder its walk to the destination then waited for, forever (review s31 F1)."""
-    if name.casefold() in _LAYOUT_FOLDED:
-        fcntl.flock(folder, fcntl.LOCK_EX)
+    if name.casefold() not in _LAYOUT_FOLDED:
+        return
+    # Never waited for on the worker's event loop (review s31: a program holding the folder's lock froze the
+    # worker): tried for a moment, then refused. Another worker holds it for microseconds.
+    for _ in range(_LOCK_TRIES):
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.001)
+    raise _error(
+        f"another process holds the folder where '{name}' is to be made (a lock on it); try again", "Busy"
+    )
+
+
+_LOCK_TRIES = 20
 
 
 _LAYOUT_FOLDED = {n.casefold() for n in LAYOUT_NAMES}

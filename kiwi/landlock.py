@@ -412,6 +412,8 @@ class Ruleset:
             "capset": _CAPSET.get(platform.machine()),
             "cap_last": _CAP_LAST,
             "seccomp": _seccomp_filter(self.chmod_refused),
+            # (The umask it starts with keeps those bits too: one inherited as 000 made files 0666, review s31.)
+            "umask_kept": self.chmod_refused,
         }
 
     def close(self) -> None:

@@ -150,6 +150,8 @@ def _confine(libc: ctypes.CDLL, spec: dict) -> None:
             raise _Failed("dropping capabilities", ctypes.get_errno())
     if prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), *_ulongs(1, 0, 0, 0)) != 0:
         raise _Failed("no_new_privs", ctypes.get_errno())
+    if spec.get("umask_kept"):
+        os.umask(os.umask(0) | spec["umask_kept"])
     program = spec["seccomp"]
     if program is not None:
         code = ctypes.create_string_buffer(program, len(program))

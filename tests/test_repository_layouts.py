@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from activities import confinement
+from tests.helpers import wait_for
 from tests.test_attack_shell import agent_run, shell
 from tests.test_unmodeled_programs import _python_as
 
@@ -139,7 +140,7 @@ async def test_a_program_kiwi_models_makes_no_repository_by_its_layout(runs, pro
     assert touched.status == "denied" and "would make 'out/r' a git repository" in touched.reason, touched
     assert not (project / "out" / "r" / "HEAD").exists()
     assert copied.status == "denied", copied
-    assert "the command made 'out/copy' a git repository by its layout (its 'HEAD')" in copied.reason
+    assert "the command made 'out/copy' a git repository by its layout (its 'HEAD';" in copied.reason
     assert not _is_repository(project / "out" / "copy")
     assert [p.name for p in (project / "out" / "copy").iterdir() if p.name.startswith("HEAD.set-aside-")]
     assert (project / "out" / "copy" / "config").is_file()  # (the rest stays where it is, for the human)
@@ -197,7 +198,7 @@ async def test_an_archive_unpacks_no_repository_by_its_layout(runs, project):
 @pytest.mark.parametrize(
     ("made", "aside", "said"),
     [
-        ("x", "x/HEAD", "'sub/x' a git repository by its layout (its 'HEAD')"),
+        ("x", "x/HEAD", "'sub/x' a git repository by its layout (its 'HEAD';"),
         (".ai", ".ai", "'sub/.ai'"),
         ("temporal-dev.yml", "temporal-dev.yml", "'sub/temporal-dev.yml'"),
     ],
@@ -341,3 +342,171 @@ async def test_git_rewrites_a_test_fixtures_repository_it_tracks(runs, project):
 
     assert restored.status == "ok" and restored.result["exit_code"] == 0, restored
     assert (bare / "description").read_text() != "changed by the human\n"
+
+
+async def test_a_repository_moved_by_a_shell_command_is_one_made(runs, project):
+    """Review s31, second round: under `write **` and `write fixtures/bare.git/**` the agent wrote the named
+    fixture's config, then `mv fixtures/bare.git out/evil` carried it where no grant names a repository
+    (filesystem.move refused this; mv kept its identity, and the watch took it for one moved, not made). A
+    repository by its layout is followed by its path: at a new one it is made, and loses its HEAD."""
+    bare = project / "fixtures" / "bare.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    run_id = await agent_run(runs, project, "carrier", _grants("mv", write="**,fixtures/bare.git/**"))
+    assert (await _write(runs, run_id, "fixtures/bare.git/config", FSMONITOR)).status == "ok"
+
+    moved = await shell(runs, run_id, "mv", "fixtures/bare.git", "out-evil")
+
+    assert moved.status == "denied" and "the command made 'out-evil' a git repository" in moved.reason, moved
+    assert 'path="out-evil/HEAD"' in moved.reason
+    assert not _is_repository(project / "out-evil")
+
+
+async def test_git_writing_the_agents_config_into_the_humans_repository_is_undone(runs, project):
+    """Review s31, second round: git is not held out of a repository by its layout (what it writes there is
+    mostly the repository's own content), so the agent staged a config of its own at the fixture's path
+    (moving the fixture away first, writing there, `git add`, moving it back) and `git checkout --` wrote it
+    into the human's bare repository, whose identity had not changed. A repository's settings are part of
+    what the watch compares: whatever the route, no folder git takes for a repository ends with the agent's
+    config."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(project)], check=True)
+    bare = project / "tests" / "fixtures" / "repo.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "the human's"], check=True)
+    run_id = await agent_run(runs, project, "stager", _grants("git,mv,rm", write="tests/**,.git/**"))
+
+    for argv in (
+        ["mv", "tests/fixtures", "tests/keep"],
+        ["write", "tests/fixtures/repo.git/config"],
+        ["git", "add", "tests/fixtures/repo.git/config"],
+        ["rm", "-r", "tests/fixtures"],
+        ["mv", "tests/keep", "tests/fixtures"],
+        ["git", "checkout", "--", "tests/fixtures"],
+    ):
+        if argv[0] == "write":
+            await _write(runs, run_id, argv[1], FSMONITOR)
+        else:
+            await shell(runs, run_id, *argv)
+
+    repositories = [
+        d for d in project.rglob("*") if d.is_dir() and ".git" not in d.parts and _is_repository(d)
+    ]
+    assert not [d for d in repositories if "PWNED" in (d / "config").read_text()], repositories
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_a_git_folder_set_aside_is_no_repository(runs, project, tmp_path_factory, monkeypatch):
+    """Review s31, second round: a `.git` a program Kiwi does not model made was set aside whole, as
+    `.git.set-aside-STAMP`, which is a repository by its layout all the same: the human who looked at it ran
+    the agent's pager. What is set aside loses its HEAD too."""
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    (project / "sub").mkdir()
+    (project / "sub" / "make.py").write_text(
+        "import os\nfor d in ('x/.git/objects', 'x/.git/refs'): os.makedirs(d)\n"
+        "open('x/.git/HEAD', 'w').write('ref: refs/heads/main\\n')\n"
+        f"open('x/.git/config', 'w').write({FSMONITOR!r})\n"
+    )
+    run_id = await agent_run(runs, project, "maker", _grants("maker", write="sub/**"))
+
+    result = await shell(runs, run_id, "maker", "make.py", cwd="sub")
+
+    assert result.status == "denied" and "the command made 'sub/x/.git'" in result.reason, result
+    (aside,) = [p for p in (project / "sub" / "x").iterdir() if p.name.startswith(".git.set-aside-")]
+    assert not _is_repository(aside) and not (aside / "HEAD").exists()
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_a_grant_of_matching_files_reaches_none_in_a_repository(
+    runs, project, tmp_path_factory, monkeypatch
+):
+    """Review s31, second round: under `write tests/**/config` a program Kiwi does not model may change the
+    files the grant matches, and the config of the human's bare repository in tests/ was one. Those inside a
+    repository by its layout no grant names are left out."""
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    bare = project / "tests" / "fixtures" / "repo.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    (project / "tests" / "app").mkdir()
+    (project / "tests" / "app" / "config").write_text("the app's\n")
+    before = (bare / "config").read_text()
+    (project / "edit.py").write_text(
+        "import sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n"
+        "        open(path, 'a').write('\\tfsmonitor = touch PWNED\\n'); print(path, 'written')\n"
+        "    except OSError as exc:\n"
+        "        print(path, exc.strerror)\n"
+    )
+    run_id = await agent_run(runs, project, "editor", _grants("maker", write="tests/**/config"))
+
+    result = await shell(
+        runs, run_id, "maker", "edit.py", "tests/app/config", "tests/fixtures/repo.git/config"
+    )
+
+    assert result.status == "ok", result
+    assert result.result["stdout"].splitlines() == [
+        "tests/app/config written",
+        "tests/fixtures/repo.git/config Permission denied",
+    ], result.result
+    assert (bare / "config").read_text() == before
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_a_program_kiwi_does_not_model_keeps_a_umask_of_022_it_was_not_given(
+    runs, project, tmp_path_factory, monkeypatch
+):
+    """Review s31, second round: the filter refuses `umask 0`, but a worker started under umask 000 (or 002)
+    handed it on, and the program's new files were writable by every user. It starts with 022 kept."""
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    (project / "make.py").write_text("import os\nopen('out/made', 'w').close(); os.mkdir('out/dir')\n")
+    (project / "out").mkdir()
+    run_id = await agent_run(runs, project, "maker", _grants("maker"))
+    kept = os.umask(0)
+    try:
+        result = await shell(runs, run_id, "maker", "make.py")
+    finally:
+        os.umask(kept)
+
+    assert result.status == "ok" and result.result["exit_code"] == 0, result
+    assert (project / "out" / "made").stat().st_mode & 0o022 == 0
+    assert (project / "out" / "dir").stat().st_mode & 0o022 == 0
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_a_folder_another_process_holds_locked_refuses_at_once(
+    runs, project, tmp_path_factory, monkeypatch
+):
+    """Review s31, second round: a program Kiwi does not model took a lock on out/r and kept it; the next
+    filesystem.write of out/r/refs waited for it on the worker's event loop, and the whole worker stood still
+    (the program's own timeout never fired). The file tools wait a moment, then refuse, naming why."""
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    (project / "out" / "r").mkdir(parents=True)
+    (project / "hold.py").write_text(
+        "import fcntl, os, time\n"
+        "fd = os.open('out/r', os.O_RDONLY)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "open('out/held', 'w').close()\n"
+        "while not os.path.exists('out/done'):\n    time.sleep(0.01)\n"
+    )
+    holder = await agent_run(runs, project, "holder", _grants("maker"))
+    writer = await agent_run(runs, project, "writer", _grants())
+    held = asyncio.create_task(shell(runs, holder, "maker", "hold.py"))
+
+    async def locked() -> bool:
+        return (project / "out" / "held").exists()
+
+    await wait_for(locked, what="the program to hold out/r")
+    refused = await asyncio.wait_for(_write(runs, writer, "out/r/refs/x"), timeout=60)
+    (project / "out" / "done").touch()
+    ended = await held
+
+    assert refused.status != "ok" and "another process holds the folder" in refused.reason, refused
+    assert ended.status == "ok" and ended.result["exit_code"] == 0, ended
+    assert not (project / "out" / "r" / "refs").exists()
