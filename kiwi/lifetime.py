@@ -152,7 +152,7 @@ class Launch:
             raise NotLaunched(
                 f"'{place}' is a symbolic link, and Kiwi holds that place read-only for the command (the "
                 "settings a human's git or kiwi obeys), which it cannot do through a link: a human replaces the "
-                "link with what it leads to, or the grant names the place"
+                f"link with what it leads to, or the grant names the place ({stage}: {why})"
             )
         raise NotLaunched(f"the kernel refused to confine it ({stage}: {why})")
 
