@@ -1571,6 +1571,10 @@ class GitActivities:
             ).splitlines()
             if _rolled_back(p)
         }
+        # (A checkpoint's files can make a repository by its layout, or give one the agent's config: the same
+        # watch as for a shell command, review s31.)
+        real = os.path.realpath(root)
+        watched = await asyncio.to_thread(confinement.nested_places, real, [""], [], None)
         with _ScratchIndex() as env:
             await _git_ok(root, "read-tree", commit, env=env)
             overrides, _ = await git_repository_settings(root)
@@ -1593,6 +1597,22 @@ class GitActivities:
             if target.is_file() or target.is_symlink():
                 target.unlink()
                 removed.append(path)
+        after = await asyncio.to_thread(confinement.nested_places, real, [""], [], None)
+        made = [
+            piece
+            for place, identity in (after or {}).items()
+            if (watched or {}).get(place) != identity and confinement.is_layout(real, place)
+            for piece in confinement.set_aside_pieces(real, place)
+        ]
+        if moved := confinement.set_aside(real, made, _stamp()) if made else []:
+            raise _denied(
+                "the checkpoint's files made "
+                + ", ".join(_made(place) for place, _ in moved)
+                + "; the rest of the checkpoint is restored, and what made it is set aside for a human to look at: "
+                + ", ".join(
+                    f"'{aside}'" if aside else f"'{place}' (could not be moved)" for place, aside in moved
+                )
+            )
         return {
             "available": True,
             "checkpoint": req.checkpoint,

@@ -562,7 +562,7 @@ def set_aside(root: str, places: list[str], stamp: str) -> list[tuple[str, str]]
                     os.close(writable)
                 os.rename(name, aside, src_dir_fd=folder, dst_dir_fd=folder)
             moved.append((place, posixpath.join(posixpath.dirname(place), aside)))
-            _unheaded(folder, aside, stamp)
+            _unheaded(os.path.join(root, posixpath.dirname(place), aside), stamp)
         except OSError:
             moved.append((place, ""))  # (named all the same: the call fails for it)
         finally:
@@ -570,20 +570,39 @@ def set_aside(root: str, places: list[str], stamp: str) -> list[tuple[str, str]]
     return moved
 
 
-def _unheaded(folder: int, name: str, stamp: str) -> None:
-    """What was set aside as ``name`` in ``folder``, when it is a repository by its layout (a `.git` folder):
-    its HEAD set aside too, so the human who looks at it runs no git there with its config (review s31: a `.git`
-    set aside whole was a repository all the same). Nothing followed through a link."""
+def _unheaded(path: str, stamp: str) -> None:
+    """What was set aside at ``path``: every repository by its layout in it (it, when it is a `.git` folder, and
+    those below it: a `.git`'s `modules/m`) loses its HEAD too, so the human who looks at it runs no git there
+    with its config (review s31: a `.git` set aside whole was a repository all the same). A folder that cannot be
+    listed has its HEAD renamed by name (mode 0300, round 3). Nothing is followed through a link; past
+    _UNHEAD_LIMIT entries no more is looked at."""
+    if not _is_dir(path):
+        return
+    unlisted: list[str] = []
+    seen = 0
+    for at, subdirs, files in walk_tree(path, unlisted):
+        seen += len(subdirs) + len(files)
+        if seen > _UNHEAD_LIMIT:
+            break
+        _unhead_at(at, [n for n in files if n.casefold() == "head"], stamp)
+    for at in unlisted:
+        _unhead_at(at, ["HEAD", "head"], stamp)
+
+
+_UNHEAD_LIMIT = 50_000
+
+
+def _unhead_at(folder: str, heads: list[str], stamp: str) -> None:
     try:
-        inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+        at = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return  # (a file, a link, or gone)
+        return
     try:
-        for head in [n for n in os.listdir(inner) if n.casefold() == "head"]:
+        for head in heads:
             with contextlib.suppress(OSError):
-                os.rename(head, f"{head}.set-aside-{stamp}", src_dir_fd=inner, dst_dir_fd=inner)
+                os.rename(head, f"{head}.set-aside-{stamp}", src_dir_fd=at, dst_dir_fd=at)
     finally:
-        os.close(inner)
+        os.close(at)
 
 
 def _is_folder(folder: int, name: str) -> bool:

@@ -207,13 +207,7 @@ def refuse_layout(folder: int, rel: str, adding: str | Iterable[str], grants: li
     itself = posixpath.normpath(raw) == rel
     raise _denied(
         f"'{raw}' "
-        + (
-            f"is {where}, a"
-            if there and itself
-            else f"is in {where}, a"
-            if there
-            else f"would make {where} a"
-        )
+        + ("is a" if there and itself else f"is in {where}, a" if there else f"would make {where} a")
         + " git repository by its layout (a HEAD with objects/ and refs/, or with a commondir): git run "
         "there obeys the config beside them, which may name programs it runs, so Kiwi "
         + (
@@ -362,9 +356,15 @@ def _check_tree(
     source: str = "",
 ) -> None:
     """Everything below ``rel`` must be covered too (and, for a move, its new path): deleting or moving
-    ``.ai`` would otherwise take the protected ``.ai/logs`` with it. A repository by its layout is moved only
-    where the grants allow one to be made (review s31 F6: `fixtures/bare.git`, written under a grant naming it,
-    moved to out/evil)."""
+    ``.ai`` would otherwise take the protected ``.ai/logs`` with it. A repository by its layout is removed or
+    moved only where a grant names it, and moved only where the grants allow one to be made (review s31 F6:
+    `fixtures/bare.git`, written under a grant naming it, moved to out/evil; round 3: its HEAD deleted, its
+    config written, and a rollback made it one again)."""
+    if repository_layout(folder) and not layout_named(allowed, rel, made=False):
+        raise _denied(
+            f"'{raw}' holds '{rel}', a git repository by its layout that no write grant names: Kiwi changes "
+            f'none (<write resource="filesystem" path="{rel}/**"/> names it)'
+        )
     if moved_to is not None and repository_layout(folder):
         landed = moved_to + rel[len(source) :]
         if not layout_named(allowed, landed, made=True):
@@ -627,7 +627,7 @@ class FilesystemActivities:
             raise _denied("refusing to delete the project root")
         _require_covered(req.allowed, req.denied, rel, req.path)
         try:
-            with walk(req.project_root, rel, req.path) as (parent, name):
+            with walk(req.project_root, rel, req.path, grants=req.allowed) as (parent, name):
                 info = _lstat(parent, name)
                 if info is None:
                     return {"path": req.path, "deleted": False}

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from activities import confinement
-from tests.helpers import wait_for
+from tests.helpers import approver, wait_for
 from tests.test_attack_shell import agent_run, shell
+from tests.test_humans import pending_approval
 from tests.test_unmodeled_programs import _python_as
 
 FSMONITOR = "[core]\n\tfsmonitor = touch PWNED\n"
@@ -510,3 +511,81 @@ async def test_a_folder_another_process_holds_locked_refuses_at_once(
     assert refused.status != "ok" and "another process holds the folder" in refused.reason, refused
     assert ended.status == "ok" and ended.result["exit_code"] == 0, ended
     assert not (project / "out" / "r" / "refs").exists()
+
+
+def _tool_grants(write: str = "out/**") -> str:
+    return _grants("rm,mkdir", write=write) + (
+        '<execute resource="tool" id="git.checkpoint"/><execute resource="tool" id="git.rollback"/>'
+    )
+
+
+async def test_a_rollback_puts_no_repository_together(runs, project):
+    """Review s31, third round: git.rollback writes a checkpoint's files back with no watch after it. The
+    agent wrote out/evil.git/HEAD and config (no repository: no objects/ or refs/), checkpointed, removed
+    HEAD, made objects/ and refs/, and rolled back: HEAD came back, and out/evil.git was a repository with
+    the agent's config. The rollback is watched as a command is: what it made loses its HEAD."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(project)], check=True)
+    approver("alice")
+    run_id = await agent_run(runs, project, "roller", _tool_grants())
+    for path, text in (("out/evil.git/HEAD", "ref: refs/heads/main\n"), ("out/evil.git/config", FSMONITOR)):
+        assert (await _write(runs, run_id, path, text)).status == "ok", path
+    checkpoint = await runs.call_tool(run_id, "git.checkpoint", {"message": "before"})
+    assert checkpoint.status == "ok" and checkpoint.result["available"], checkpoint
+    assert (await shell(runs, run_id, "rm", "out/evil.git/HEAD")).status == "ok"
+    made = await shell(runs, run_id, "mkdir", "out/evil.git/objects", "out/evil.git/refs")
+    assert made.status == "ok" and made.result["exit_code"] == 0, made
+
+    rollback = asyncio.create_task(
+        runs.call_tool(run_id, "git.rollback", {"checkpoint": checkpoint.result["checkpoint"]})
+    )
+    (request,) = await wait_for(
+        lambda: pending_approval(runs, run_id), what="the rollback to ask for approval"
+    )
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")  # (a human approves it)
+    rolled = await asyncio.wait_for(rollback, timeout=60)
+
+    assert rolled.status == "denied", rolled
+    assert "the checkpoint's files made 'out/evil.git' a git repository by its layout" in rolled.reason
+    assert not _is_repository(project / "out" / "evil.git")
+
+
+async def test_the_file_tools_delete_nothing_in_a_repository_no_grant_names(runs, project):
+    """Review s31, third round: filesystem.delete took the HEAD of the human's bare repository out from under
+    `write tests/**` (shell rm was refused); with no HEAD it was no repository, its config the agent's to
+    write, and a rollback put HEAD back. Deleting in one, or one whole, is refused as writing in one is."""
+    bare = project / "tests" / "a.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    run_id = await agent_run(runs, project, "deleter", _grants(write="tests/**"))
+
+    head = await runs.call_tool(run_id, "filesystem.delete", {"path": "tests/a.git/HEAD"})
+    whole = await runs.call_tool(run_id, "filesystem.delete", {"path": "tests"})
+
+    assert head.status == "denied" and "is in 'tests/a.git', a git repository" in head.reason, head
+    assert whole.status == "denied" and "holds 'tests/a.git', a git repository" in whole.reason, whole
+    assert (bare / "HEAD").is_file() and _is_repository(bare)
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_a_git_folder_set_aside_holds_no_repository_below_it(
+    runs, project, tmp_path_factory, monkeypatch
+):
+    """Review s31, third round: a `.git` set aside lost its own HEAD, and the repository below it
+    (`.git/modules/m`, the agent's config) stayed one. Every one in what is set aside loses its HEAD."""
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    (project / "sub").mkdir()
+    (project / "sub" / "make.py").write_text(
+        "import os\n"
+        "for top in ('x/.git', 'x/.git/modules/m'):\n"
+        "    for d in ('objects', 'refs'): os.makedirs(f'{top}/{d}', exist_ok=True)\n"
+        "    open(f'{top}/HEAD', 'w').write('ref: refs/heads/main\\n')\n"
+        f"    open(f'{{top}}/config', 'w').write({FSMONITOR!r})\n"
+    )
+    run_id = await agent_run(runs, project, "maker", _grants("maker", write="sub/**"))
+
+    result = await shell(runs, run_id, "maker", "make.py", cwd="sub")
+
+    assert result.status == "denied" and "the command made 'sub/x/.git'" in result.reason, result
+    (aside,) = [p for p in (project / "sub" / "x").iterdir() if p.name.startswith(".git.set-aside-")]
+    assert not _is_repository(aside) and not _is_repository(aside / "modules" / "m")
