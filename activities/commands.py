@@ -1593,6 +1593,11 @@ class GitActivities:
         removed = []
         for path in sorted(now - kept):
             confine(root, str(Path(path).parent), ["**"], [])
+            if confinement.in_layout(real, posixpath.dirname(path) or ".", []):
+                # (Review s31, fourth round: the human's fixture left out of a checkpoint by .gitignore lost its
+                # HEAD and config to the rollback, which then let the agent write its config. A rollback
+                # removes nothing in a repository by its layout.)
+                continue
             target = Path(root) / path
             if target.is_file() or target.is_symlink():
                 target.unlink()

@@ -266,7 +266,7 @@ def _write_matching(rules: landlock.Rules, root: str, rel: str, pattern: str) ->
             return
         # (Not in a repository by its layout no grant names: `write tests/**/config` reached the config of
         # tests/fixtures/repo.git, review s31.)
-        held = _in_layout(root, os.path.relpath(folder, root).replace(os.sep, "/"), [pattern])
+        held = in_layout(root, os.path.relpath(folder, root).replace(os.sep, "/"), [pattern])
         for name in [] if held else files:
             path = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
             if protected_granted([pattern], path) is None:
@@ -279,7 +279,7 @@ def _write_matching(rules: landlock.Rules, root: str, rel: str, pattern: str) ->
             rules.allow_beneath(root, path, landlock.WRITE_FILE | landlock.TRUNCATE, file=True)
 
 
-def _in_layout(root: str, rel: str, grants: list[str]) -> bool:
+def in_layout(root: str, rel: str, grants: list[str]) -> bool:
     """Whether the folder ``rel`` or one above it is a repository by its layout that no grant names."""
     parts = [] if rel == "." else rel.split("/")
     for depth in range(len(parts) + 1):
@@ -574,19 +574,29 @@ def _unheaded(path: str, stamp: str) -> None:
     """What was set aside at ``path``: every repository by its layout in it (it, when it is a `.git` folder, and
     those below it: a `.git`'s `modules/m`) loses its HEAD too, so the human who looks at it runs no git there
     with its config (review s31: a `.git` set aside whole was a repository all the same). A folder that cannot be
-    listed has its HEAD renamed by name (mode 0300, round 3). Nothing is followed through a link; past
-    _UNHEAD_LIMIT entries no more is looked at."""
+    listed is given its owner's read and search first (mode 0300 hid one, rounds 3 and 4). Nothing is followed
+    through a link. Past _UNHEAD_LIMIT entries, what is set aside is left with mode 000: nothing in it is reached
+    without a human's chmod (round 4: a HEAD past the limit was kept)."""
     if not _is_dir(path):
         return
-    unlisted: list[str] = []
     seen = 0
-    for at, subdirs, files in walk_tree(path, unlisted):
-        seen += len(subdirs) + len(files)
-        if seen > _UNHEAD_LIMIT:
-            break
-        _unhead_at(at, [n for n in files if n.casefold() == "head"], stamp)
-    for at in unlisted:
-        _unhead_at(at, ["HEAD", "head"], stamp)
+    pending = [path]
+    while pending:
+        unlisted: list[str] = []
+        for at, subdirs, files in walk_tree(pending.pop(), unlisted):
+            _unhead_at(at, [n for n in files if n.casefold() == "head"], stamp)
+            seen += len(subdirs) + len(files)
+            if seen > _UNHEAD_LIMIT:
+                with contextlib.suppress(OSError):
+                    os.chmod(path, 0)
+                return
+        for folder in unlisted:
+            _unhead_at(folder, ["HEAD", "head"], stamp)
+            with contextlib.suppress(OSError):
+                info = os.lstat(folder)
+                if stat.S_ISDIR(info.st_mode) and not stat.S_IMODE(info.st_mode) & stat.S_IRUSR:
+                    os.chmod(folder, stat.S_IMODE(info.st_mode) | stat.S_IRUSR | stat.S_IXUSR)
+                    pending.append(folder)
 
 
 _UNHEAD_LIMIT = 50_000

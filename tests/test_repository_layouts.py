@@ -26,6 +26,15 @@ from tests.test_unmodeled_programs import _python_as
 FSMONITOR = "[core]\n\tfsmonitor = touch PWNED\n"
 
 
+@pytest.fixture
+def maker(tmp_path_factory, monkeypatch) -> str:
+    """`maker`: the system's Python under another name, first on PATH, a program Kiwi does not model."""
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    return "maker"
+
+
 def _grants(commands: str = "", write: str = "out/**") -> str:
     return (
         '<read resource="filesystem" path="**"/>'
@@ -204,16 +213,11 @@ async def test_an_archive_unpacks_no_repository_by_its_layout(runs, project):
         ("temporal-dev.yml", "temporal-dev.yml", "'sub/temporal-dev.yml'"),
     ],
 )
-async def test_a_program_kiwi_does_not_model_makes_none_either(
-    runs, project, tmp_path_factory, monkeypatch, made, aside, said
-):
+async def test_a_program_kiwi_does_not_model_makes_none_either(runs, project, maker, made, aside, said):
     """A program Kiwi does not model, writing sub/ whole, made a repository by its layout, a Kiwi project's
     `.ai` (kiwi run in sub/ takes it for its project's: its trusted keys, its harness) or a `temporal-dev.yml`
     (the server `kiwi dev` starts there): Kiwi looked below for a `.git` only. Each is set aside now, nothing
     deleted, and the call fails naming it."""
-    tools = tmp_path_factory.mktemp("bin")
-    _python_as(tools, "maker")
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
     (project / "sub").mkdir()
     code = {
         "x": "import os\nfor d in ('x/objects', 'x/refs'): os.makedirs(d)\n"
@@ -302,12 +306,9 @@ async def test_a_head_that_is_a_link_and_folders_made_in_one_command_make_no_rep
 
 
 @pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
-async def test_every_head_of_a_repository_made_is_set_aside(runs, project, tmp_path_factory, monkeypatch):
+async def test_every_head_of_a_repository_made_is_set_aside(runs, project, maker):
     """Review s31 F4: with `head` and `HEAD` both in the folder, the watch set aside `head` and left `HEAD`:
     the folder stayed a repository. Every entry read as HEAD is set aside."""
-    tools = tmp_path_factory.mktemp("bin")
-    _python_as(tools, "maker")
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
     (project / "sub").mkdir()
     (project / "sub" / "make.py").write_text(
         "import os\nfor d in ('r/objects', 'r/refs'): os.makedirs(d)\n"
@@ -397,38 +398,10 @@ async def test_git_writing_the_agents_config_into_the_humans_repository_is_undon
 
 
 @pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
-async def test_a_git_folder_set_aside_is_no_repository(runs, project, tmp_path_factory, monkeypatch):
-    """Review s31, second round: a `.git` a program Kiwi does not model made was set aside whole, as
-    `.git.set-aside-STAMP`, which is a repository by its layout all the same: the human who looked at it ran
-    the agent's pager. What is set aside loses its HEAD too."""
-    tools = tmp_path_factory.mktemp("bin")
-    _python_as(tools, "maker")
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
-    (project / "sub").mkdir()
-    (project / "sub" / "make.py").write_text(
-        "import os\nfor d in ('x/.git/objects', 'x/.git/refs'): os.makedirs(d)\n"
-        "open('x/.git/HEAD', 'w').write('ref: refs/heads/main\\n')\n"
-        f"open('x/.git/config', 'w').write({FSMONITOR!r})\n"
-    )
-    run_id = await agent_run(runs, project, "maker", _grants("maker", write="sub/**"))
-
-    result = await shell(runs, run_id, "maker", "make.py", cwd="sub")
-
-    assert result.status == "denied" and "the command made 'sub/x/.git'" in result.reason, result
-    (aside,) = [p for p in (project / "sub" / "x").iterdir() if p.name.startswith(".git.set-aside-")]
-    assert not _is_repository(aside) and not (aside / "HEAD").exists()
-
-
-@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
-async def test_a_grant_of_matching_files_reaches_none_in_a_repository(
-    runs, project, tmp_path_factory, monkeypatch
-):
+async def test_a_grant_of_matching_files_reaches_none_in_a_repository(runs, project, maker):
     """Review s31, second round: under `write tests/**/config` a program Kiwi does not model may change the
     files the grant matches, and the config of the human's bare repository in tests/ was one. Those inside a
     repository by its layout no grant names are left out."""
-    tools = tmp_path_factory.mktemp("bin")
-    _python_as(tools, "maker")
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
     bare = project / "tests" / "fixtures" / "repo.git"
     subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
     (project / "tests" / "app").mkdir()
@@ -457,14 +430,9 @@ async def test_a_grant_of_matching_files_reaches_none_in_a_repository(
 
 
 @pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
-async def test_a_program_kiwi_does_not_model_keeps_a_umask_of_022_it_was_not_given(
-    runs, project, tmp_path_factory, monkeypatch
-):
+async def test_a_program_kiwi_does_not_model_keeps_a_umask_of_022_it_was_not_given(runs, project, maker):
     """Review s31, second round: the filter refuses `umask 0`, but a worker started under umask 000 (or 002)
     handed it on, and the program's new files were writable by every user. It starts with 022 kept."""
-    tools = tmp_path_factory.mktemp("bin")
-    _python_as(tools, "maker")
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
     (project / "make.py").write_text("import os\nopen('out/made', 'w').close(); os.mkdir('out/dir')\n")
     (project / "out").mkdir()
     run_id = await agent_run(runs, project, "maker", _grants("maker"))
@@ -480,15 +448,10 @@ async def test_a_program_kiwi_does_not_model_keeps_a_umask_of_022_it_was_not_giv
 
 
 @pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
-async def test_a_folder_another_process_holds_locked_refuses_at_once(
-    runs, project, tmp_path_factory, monkeypatch
-):
+async def test_a_folder_another_process_holds_locked_refuses_at_once(runs, project, maker):
     """Review s31, second round: a program Kiwi does not model took a lock on out/r and kept it; the next
     filesystem.write of out/r/refs waited for it on the worker's event loop, and the whole worker stood still
     (the program's own timeout never fired). The file tools wait a moment, then refuse, naming why."""
-    tools = tmp_path_factory.mktemp("bin")
-    _python_as(tools, "maker")
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
     (project / "out" / "r").mkdir(parents=True)
     (project / "hold.py").write_text(
         "import fcntl, os, time\n"
@@ -566,14 +529,11 @@ async def test_the_file_tools_delete_nothing_in_a_repository_no_grant_names(runs
 
 
 @pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
-async def test_a_git_folder_set_aside_holds_no_repository_below_it(
-    runs, project, tmp_path_factory, monkeypatch
-):
-    """Review s31, third round: a `.git` set aside lost its own HEAD, and the repository below it
-    (`.git/modules/m`, the agent's config) stayed one. Every one in what is set aside loses its HEAD."""
-    tools = tmp_path_factory.mktemp("bin")
-    _python_as(tools, "maker")
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+async def test_a_git_folder_set_aside_holds_no_repository_below_it(runs, project, maker):
+    """Review s31, second round: a `.git` a program Kiwi does not model made was set aside whole, as
+    `.git.set-aside-STAMP`, a repository by its layout all the same: the human who looked at it ran the agent's
+    pager. Third round: with its own HEAD set aside, the one below it (`.git/modules/m`) stayed one. Every
+    repository in what is set aside loses its HEAD."""
     (project / "sub").mkdir()
     (project / "sub" / "make.py").write_text(
         "import os\n"
@@ -589,3 +549,57 @@ async def test_a_git_folder_set_aside_holds_no_repository_below_it(
     assert result.status == "denied" and "the command made 'sub/x/.git'" in result.reason, result
     (aside,) = [p for p in (project / "sub" / "x").iterdir() if p.name.startswith(".git.set-aside-")]
     assert not _is_repository(aside) and not _is_repository(aside / "modules" / "m")
+
+
+async def test_a_rollback_removes_nothing_in_a_repository(runs, project):
+    """Review s31, fourth round: the human's fixture was left out of the checkpoint by .gitignore; the agent
+    emptied .gitignore, and the rollback removed the fixture's files as made since (its HEAD, its config), after
+    which its config was the agent's to write. A rollback removes nothing in a repository by its layout."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(project)], check=True)
+    (project / ".gitignore").write_text("tests/a.git/\n")
+    bare = project / "tests" / "a.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    approver("alice")
+    run_id = await agent_run(runs, project, "roller", _tool_grants(write="tests/**,.gitignore"))
+    checkpoint = await runs.call_tool(run_id, "git.checkpoint", {"message": "before"})
+    assert checkpoint.status == "ok" and checkpoint.result["available"], checkpoint
+    assert (await _write(runs, run_id, ".gitignore", "")).status == "ok"
+
+    rollback = asyncio.create_task(
+        runs.call_tool(run_id, "git.rollback", {"checkpoint": checkpoint.result["checkpoint"]})
+    )
+    (request,) = await wait_for(
+        lambda: pending_approval(runs, run_id), what="the rollback to ask for approval"
+    )
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    rolled = await asyncio.wait_for(rollback, timeout=60)
+
+    assert rolled.status == "ok", rolled
+    assert not [p for p in rolled.result["removed"] if p.startswith("tests/a.git/")], rolled.result
+    assert (bare / "HEAD").is_file() and (bare / "config").is_file() and _is_repository(bare)
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_a_git_folder_set_aside_past_the_limit_loses_its_head_all_the_same(
+    runs, project, maker, monkeypatch
+):
+    """Review s31, fourth round: what is set aside is looked through up to a limit, and a `.git` holding more
+    entries than that kept its HEAD (the count was checked before the folder's HEAD was renamed). Each folder's
+    HEAD goes first; past the limit the rest is left with mode 000."""
+    monkeypatch.setattr(confinement, "_UNHEAD_LIMIT", 50)  # (the limit, small: the same code path)
+    (project / "sub").mkdir()
+    (project / "sub" / "make.py").write_text(
+        "import os\nfor d in ('x/.git/objects', 'x/.git/refs'): os.makedirs(d)\n"
+        "for i in range(80): open(f'x/.git/f{i}', 'w').close()\n"
+        "open('x/.git/HEAD', 'w').write('ref: refs/heads/main\\n')\n"
+        f"open('x/.git/config', 'w').write({FSMONITOR!r})\n"
+    )
+    run_id = await agent_run(runs, project, "maker", _grants("maker", write="sub/**"))
+
+    result = await shell(runs, run_id, "maker", "make.py", cwd="sub")
+
+    assert result.status == "denied" and "the command made 'sub/x/.git'" in result.reason, result
+    (aside,) = [p for p in (project / "sub" / "x").iterdir() if p.name.startswith(".git.set-aside-")]
+    assert aside.stat().st_mode & 0o777 == 0
+    aside.chmod(0o700)  # (a human's chmod, to look)
+    assert not (aside / "HEAD").exists() and not _is_repository(aside)
