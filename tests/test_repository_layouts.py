@@ -603,3 +603,23 @@ async def test_a_git_folder_set_aside_past_the_limit_loses_its_head_all_the_same
     assert aside.stat().st_mode & 0o777 == 0
     aside.chmod(0o700)  # (a human's chmod, to look)
     assert not (aside / "HEAD").exists() and not _is_repository(aside)
+
+
+async def test_without_the_wall_a_config_copied_over_is_found_by_its_settings(runs, project, monkeypatch):
+    """Where no command is confined (KIWI_CONFINE=off: nothing can be held read-only), a program Kiwi models
+    still runs beside the human's bare repository (`touch`), and `cp -r stage/. fixtures/`, which copies the
+    agent's config over the repository's where no word names it, is found after it by the repository's
+    settings: it loses its HEAD, and the call fails naming it."""
+    monkeypatch.setenv("KIWI_CONFINE", "off")
+    bare = project / "fixtures" / "bare.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    run_id = await agent_run(runs, project, "overlay", _grants("cp,touch", write="fixtures/**,stage/**"))
+    assert (await _write(runs, run_id, "stage/bare.git/config", FSMONITOR)).status == "ok"
+
+    touched = await shell(runs, run_id, "touch", "fixtures/notes.txt")
+    copied = await shell(runs, run_id, "cp", "-r", "stage/.", "fixtures/")
+
+    assert touched.status == "ok" and touched.result["exit_code"] == 0, touched
+    assert copied.status == "denied", copied
+    assert "the command made 'fixtures/bare.git' a git repository by its layout" in copied.reason
+    assert not _is_repository(bare)
