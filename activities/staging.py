@@ -28,6 +28,10 @@ from activities.filesystem import _CLOEXEC, _write_atomic, covered, open_dir, wa
 from activities.process import remove_tree
 from kiwi.errors import PermissionDenied, ToolFailed
 
+# The bits of a mode Kiwi writes back into the project (an archive's member, a container's file): none that lets
+# the group or others write (review s31: `tar -x` of a member of mode 0777 made it writable by every user).
+_KEPT_MODE = 0o755
+
 # What a mount may carry into a container (and back): beyond it the call fails and says so.
 MAX_BYTES = 256 * 1024 * 1024
 MAX_ENTRIES = 20_000
@@ -158,7 +162,7 @@ def write_back(root: str, staged: Staged, allowed: list[str], denied: list[str],
         with open(source, "rb") as handle:
             data = handle.read()
         with walk(root, targets[inner], targets[inner], create=True, grants=allowed) as (parent, name):
-            _write_atomic(parent, name, data, stat.S_IMODE(os.stat(source).st_mode) & 0o777)
+            _write_atomic(parent, name, data, stat.S_IMODE(os.stat(source).st_mode) & _KEPT_MODE)
     for inner in removed:
         with walk(root, targets[inner], targets[inner]) as (parent, name):
             info = os.stat(name, dir_fd=parent, follow_symlinks=False)
@@ -261,7 +265,7 @@ def unpack_back(
                 if keep and _present(parent, name):
                     continue
                 with _staged_file(staged.path, inner) as source:
-                    _write_atomic(parent, name, source, stat.S_IMODE(info.st_mode) & 0o777)
+                    _write_atomic(parent, name, source, stat.S_IMODE(info.st_mode) & _KEPT_MODE)
                 os.utime(name, ns=(info.st_atime_ns, info.st_mtime_ns), dir_fd=parent, follow_symlinks=False)
             written.append(targets[inner])
         except (OSError, ApplicationError) as exc:

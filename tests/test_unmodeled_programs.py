@@ -435,3 +435,26 @@ async def test_a_repository_behind_a_link_refuses_the_command_naming_the_link(
     assert result.status == "error" and "'sub/.git' is a symbolic link" in result.reason, result
     assert "replaces the link with what it leads to" in result.reason
     assert not (project / "sub" / "made.txt").exists()
+
+
+async def test_an_archive_member_is_written_writable_by_no_one_else(runs, project):
+    """Review s31, third round: the program Kiwi does not model may give no file a group or world write bit,
+    and `tar -x` (Kiwi unpacks through a folder of its own, then writes each member into the project itself)
+    gave a member of mode 0777 its mode whole. Kiwi writes a member's mode without those bits; the rest is
+    kept (0755)."""
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as made:
+        entry = tarfile.TarInfo("run.sh")
+        entry.size, entry.mode = len(b"#!/bin/sh\n"), 0o777
+        made.addfile(entry, io.BytesIO(b"#!/bin/sh\n"))
+    run_id = await agent_run(runs, project, "unpacker", _grants("tar", write="out/**"))
+    content = base64.b64encode(archive.getvalue()).decode()
+    wrote = await runs.call_tool(
+        run_id, "filesystem.write", {"path": "out/a.tar", "content": content, "encoding": "base64"}
+    )
+    assert wrote.status == "ok", wrote
+
+    result = await shell(runs, run_id, "tar", "-xf", "a.tar", cwd="out")
+
+    assert result.status == "ok" and result.result["exit_code"] == 0, result
+    assert (project / "out" / "run.sh").stat().st_mode & 0o777 == 0o755
