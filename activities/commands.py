@@ -1053,18 +1053,19 @@ class _Watch:
             place
             for place in before
             if place != "."
-            and not (
-                confinement.is_layout(self.root, place)
-                and (self.git or layout_named(self.grants, place, made=False))
-            )
-            and not (not confinement.is_layout(self.root, place) and self._named(place))
+            and not self._allowed(place, made=False)
             # (A link cannot be held, and the command is refused where one is to be: for a program Kiwi models,
             # whose words are checked against `.git` wherever a link leads, a `.git` link, as `repo` makes them,
             # would refuse every command that writes.)
             and (self.whole or not os.path.islink(os.path.join(self.root, place)))
         )
 
-    def _named(self, place: str) -> bool:
+    def _allowed(self, place: str, made: bool) -> bool:
+        """Whether the grants let the command write ``place`` (``made``: make it). A repository by its layout as
+        layout_named says (git writes in any there, not make one); anything else where a grant names it (`write
+        sub/.git/**` for `git init sub`)."""
+        if confinement.is_layout(self.root, place):
+            return (self.git and not made) or layout_named(self.grants, place, made=made)
         return any(names(g, place) for g in self.grants)
 
     def made(self, before: dict[str, tuple[int, ...]], after: dict[str, tuple[int, ...]]) -> list[str]:
@@ -1080,12 +1081,13 @@ class _Watch:
         known = set(before.values())
         found = []
         for place, identity in after.items():
-            if confinement.is_layout(self.root, place):
-                if before.get(place) == identity or layout_named(
-                    self.grants, place, made=place not in before
-                ):
-                    continue
-            elif (before.get(place) == identity if self.whole else identity in known) or self._named(place):
+            layout = confinement.is_layout(self.root, place)
+            if before.get(place) == identity or not (layout or self.whole) and identity in known:
+                continue
+            # (git may write in a repository there, not change its settings: `made` unless it is a new one.)
+            if layout and layout_named(self.grants, place, made=place not in before):
+                continue
+            if not layout and self._allowed(place, made=True):
                 continue
             found += confinement.set_aside_pieces(self.root, place)
         return sorted(found)
@@ -1098,6 +1100,15 @@ def _written_now(req: CommandRequest, paths: list[PathArgument], modeled: bool) 
         return [place for place, _ in _written(req, paths, modeled)]
     except OSError:
         return []
+
+
+def _made_and_aside(moved: list[tuple[str, str]]) -> str:
+    """What a command (or a rollback) made, and where each is set aside (confinement.set_aside's answer)."""
+    return (
+        ", ".join(_made(place) for place, _ in moved)
+        + ", set aside for a human to look at: "
+        + ", ".join(f"'{aside}'" if aside else f"'{place}' (could not be moved)" for place, aside in moved)
+    )
 
 
 def _made(place: str) -> str:
@@ -1192,13 +1203,8 @@ class CommandActivities:
         if moved:
             activity.logger.warning("a shell command made protected places, set aside: %s", moved)
             raise _denied(
-                "the command made "
-                + ", ".join(_made(place) for place, _ in moved)
-                + ", which only a grant naming it reaches (a protected place that was not there, so the kernel "
-                "could not hold it); set aside for a human to look at: "
-                + ", ".join(
-                    f"'{aside}'" if aside else f"'{place}' (could not be moved)" for place, aside in moved
-                )
+                f"the command made {_made_and_aside(moved)}; only a grant naming a protected place reaches it (one "
+                "that was not there, so the kernel could not hold it)"
             )
         return {
             "exit_code": result.exit_code,
@@ -1567,7 +1573,8 @@ class GitActivities:
         # (A checkpoint's files can make a repository by its layout, or give one the agent's config: the same
         # watch as for a shell command, review s31.)
         real = os.path.realpath(root)
-        watched = await asyncio.to_thread(confinement.nested_places, real, [""], [], None)
+        watch = _Watch(real, [], [""], [], whole=True, git=False)  # (no grant names a repository for it)
+        before = await asyncio.to_thread(watch.look, None)
         with _ScratchIndex() as env:
             await _git_ok(root, "read-tree", commit, env=env)
             overrides, _ = await git_repository_settings(root)
@@ -1595,21 +1602,10 @@ class GitActivities:
             if target.is_file() or target.is_symlink():
                 target.unlink()
                 removed.append(path)
-        after = await asyncio.to_thread(confinement.nested_places, real, [""], [], None)
-        made = [
-            piece
-            for place, identity in (after or {}).items()
-            if (watched or {}).get(place) != identity and confinement.is_layout(real, place)
-            for piece in confinement.set_aside_pieces(real, place)
-        ]
+        made = watch.made(before or {}, await asyncio.to_thread(watch.look, None) or {})
         if moved := confinement.set_aside(real, made, _stamp()) if made else []:
             raise _denied(
-                "the checkpoint's files made "
-                + ", ".join(_made(place) for place, _ in moved)
-                + "; the rest of the checkpoint is restored, and what made it is set aside for a human to look at: "
-                + ", ".join(
-                    f"'{aside}'" if aside else f"'{place}' (could not be moved)" for place, aside in moved
-                )
+                f"the checkpoint's files made {_made_and_aside(moved)}; the rest of the checkpoint is restored"
             )
         return {
             "available": True,

@@ -282,17 +282,20 @@ def _write_matching(rules: landlock.Rules, root: str, rel: str, pattern: str) ->
 def in_layout(root: str, rel: str, grants: list[str]) -> bool:
     """Whether the folder ``rel`` or one above it is a repository by its layout that no grant names."""
     parts = [] if rel == "." else rel.split("/")
-    for depth in range(len(parts) + 1):
-        folder = "/".join(parts[:depth]) or "."
-        path = os.path.join(root, folder)
-        try:
-            entries = os.listdir(path)
-        except OSError:
-            continue
-        headed = any(n.casefold() == "head" and not _is_dir(os.path.join(path, n)) for n in entries)
-        if listed_layout({fold(n) for n in entries}, headed) and not any(names(p, folder) for p in grants):
-            return True
-    return False
+    folders = ("/".join(parts[:depth]) or "." for depth in range(len(parts) + 1))
+    return any(_layout_at(root, f) and not any(names(p, f) for p in grants) for f in folders)
+
+
+def _layout_at(root: str, rel: str) -> bool:
+    """Whether the folder ``rel`` is a repository by its layout (listed; a HEAD that is a link to a folder is one
+    to git, review s31 F2, so the HEAD is lstat'ed)."""
+    path = os.path.join(root, rel)
+    try:
+        entries = os.listdir(path) if not os.path.islink(path) else []
+    except OSError:
+        return False
+    headed = any(n.casefold() == "head" and not _is_dir(os.path.join(path, n)) for n in entries)
+    return listed_layout({fold(n) for n in entries}, headed)
 
 
 def _every_program(rules: landlock.Rules, temp: str) -> None:
@@ -455,15 +458,10 @@ def layouts_around(root: str, places: list[str], grants: list[str]) -> dict[str,
         parts = [] if place == "." else place.split("/")
         for depth in range(len(parts)):
             folder = "/".join(parts[:depth]) or "."
-            path = os.path.join(root, folder)
-            try:
-                entries = os.listdir(path) if not os.path.islink(path) else []
-            except OSError:
-                continue
-            # (lstat: a HEAD that is a link to a folder is one to git, review s31 F2.)
-            headed = any(n.casefold() == "head" and not _is_dir(os.path.join(path, n)) for n in entries)
-            identity = place_identity(root, folder, layout=True)
-            if listed_layout({fold(n) for n in entries}, headed) and identity is not None:
+            if (
+                _layout_at(root, folder)
+                and (identity := place_identity(root, folder, layout=True)) is not None
+            ):
                 found[folder] = identity
         found.update(nested_places(root, [place], grants, None) or {})
     return found
@@ -500,11 +498,7 @@ def listed_layout(entries: set[str], headed: bool) -> bool:
 def is_layout(root: str, place: str) -> bool:
     """Whether ``place``, one nested_places or layouts_around found, is a repository by its layout (not a
     `.git`, a `.ai`, a `temporal-dev.yml` or a folder that cannot be listed)."""
-    return (
-        fold(posixpath.basename(place)) not in (GIT_DIR, ".ai", DEV_CONFIG)
-        and _is_dir(os.path.join(root, place))
-        and bool(_heads(root, place))
-    )
+    return fold(posixpath.basename(place)) not in (GIT_DIR, ".ai", DEV_CONFIG) and _layout_at(root, place)
 
 
 def set_aside_pieces(root: str, place: str) -> list[str]:

@@ -360,12 +360,13 @@ def _check_tree(
     moved only where a grant names it, and moved only where the grants allow one to be made (review s31 F6:
     `fixtures/bare.git`, written under a grant naming it, moved to out/evil; round 3: its HEAD deleted, its
     config written, and a rollback made it one again)."""
-    if repository_layout(folder) and not layout_named(allowed, rel, made=False):
+    layout = repository_layout(folder)
+    if layout and not layout_named(allowed, rel, made=False):
         raise _denied(
             f"'{raw}' holds '{rel}', a git repository by its layout that no write grant names: Kiwi changes "
             f'none (<write resource="filesystem" path="{rel}/**"/> names it)'
         )
-    if moved_to is not None and repository_layout(folder):
+    if layout and moved_to is not None:
         landed = moved_to + rel[len(source) :]
         if not layout_named(allowed, landed, made=True):
             raise _denied(

@@ -360,10 +360,12 @@ def _seccomp_filter(chmod_refused: int = 0) -> bytes | None:
     for index in sorted({index for _, index in table.modes}):
         labels[f"mode{index}"] = len(code)
         code += [(ld, 0, 0, 16 + 8 * index), (jset, "eperm", "allow", _SET_ID_BITS)]
-        labels[f"chmod{index}"] = len(code)
-        code += [(ld, 0, 0, 16 + 8 * index), (jset, "eperm", "allow", _SET_ID_BITS | chmod_refused)]
-    labels["umask"] = len(code)
-    code += [(ld, 0, 0, 16), (and_, 0, 0, chmod_refused), (jeq, "allow", "eperm", chmod_refused)]
+        if chmod_refused:
+            labels[f"chmod{index}"] = len(code)
+            code += [(ld, 0, 0, 16 + 8 * index), (jset, "eperm", "allow", _SET_ID_BITS | chmod_refused)]
+    if chmod_refused:
+        labels["umask"] = len(code)
+        code += [(ld, 0, 0, 16), (and_, 0, 0, chmod_refused), (jeq, "allow", "eperm", chmod_refused)]
     for name, answer in (
         ("allow", _RET_ALLOW),
         ("eacces", _RET_ERRNO | _EACCES),

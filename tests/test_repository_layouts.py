@@ -54,6 +54,18 @@ def _is_repository(folder: Path) -> bool:
     return found.returncode == 0
 
 
+def _committed_fixture(project: Path) -> Path:
+    """The project a git repository whose commit holds a test fixture's bare repository, tests/fixtures/repo.git
+    (the human's): its path."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(project)], check=True)
+    bare = project / "tests" / "fixtures" / "repo.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "the human's"], check=True)
+    return bare
+
+
 async def _write(runs, run_id: str, path: str, content: str = "x\n"):
     return await runs.call_tool(run_id, "filesystem.write", {"path": path, "content": content})
 
@@ -331,12 +343,7 @@ async def test_git_rewrites_a_test_fixtures_repository_it_tracks(runs, project):
     """Review s31 F8: the bare repository of a test fixture, tracked by the project's git, was held read-only
     for git too: `git stash` left the tree half done ("unable to unlink"), and `git restore -- tests` failed.
     What git writes there is the repository's own content: git is not held out of it."""
-    subprocess.run(["git", "init", "-q", "-b", "main", str(project)], check=True)
-    bare = project / "tests" / "fixtures" / "repo.git"
-    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
-    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "the human's"], check=True)
+    bare = _committed_fixture(project)
     (bare / "description").write_text("changed by the human\n")
     run_id = await agent_run(runs, project, "restorer", _grants("git", write="tests/**"))
 
@@ -370,12 +377,7 @@ async def test_git_writing_the_agents_config_into_the_humans_repository_is_undon
     into the human's bare repository, whose identity had not changed. A repository's settings are part of
     what the watch compares: whatever the route, no folder git takes for a repository ends with the agent's
     config."""
-    subprocess.run(["git", "init", "-q", "-b", "main", str(project)], check=True)
-    bare = project / "tests" / "fixtures" / "repo.git"
-    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
-    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "the human's"], check=True)
+    _committed_fixture(project)
     run_id = await agent_run(runs, project, "stager", _grants("git,mv,rm", write="tests/**,.git/**"))
 
     for argv in (
@@ -534,13 +536,22 @@ async def test_a_git_folder_set_aside_holds_no_repository_below_it(runs, project
     `.git.set-aside-STAMP`, a repository by its layout all the same: the human who looked at it ran the agent's
     pager. Third round: with its own HEAD set aside, the one below it (`.git/modules/m`) stayed one. Every
     repository in what is set aside loses its HEAD."""
+    aside = await _git_folder_set_aside(runs, project, "x/.git/modules/m")
+
+    assert not _is_repository(aside) and not _is_repository(aside / "modules" / "m")
+
+
+async def _git_folder_set_aside(runs, project, *more: str, files: int = 0) -> Path:
+    """Where a `.git` that `maker` (a program Kiwi does not model) made in sub/x, with the agent's config, is set
+    aside: the repositories ``more`` made too, and ``files`` entries more in it. The call fails naming it."""
     (project / "sub").mkdir()
     (project / "sub" / "make.py").write_text(
         "import os\n"
-        "for top in ('x/.git', 'x/.git/modules/m'):\n"
+        f"for top in ('x/.git', *{more!r}):\n"
         "    for d in ('objects', 'refs'): os.makedirs(f'{top}/{d}', exist_ok=True)\n"
         "    open(f'{top}/HEAD', 'w').write('ref: refs/heads/main\\n')\n"
         f"    open(f'{{top}}/config', 'w').write({FSMONITOR!r})\n"
+        f"for i in range({files}): open(f'x/.git/f{{i}}', 'w').close()\n"
     )
     run_id = await agent_run(runs, project, "maker", _grants("maker", write="sub/**"))
 
@@ -548,7 +559,7 @@ async def test_a_git_folder_set_aside_holds_no_repository_below_it(runs, project
 
     assert result.status == "denied" and "the command made 'sub/x/.git'" in result.reason, result
     (aside,) = [p for p in (project / "sub" / "x").iterdir() if p.name.startswith(".git.set-aside-")]
-    assert not _is_repository(aside) and not _is_repository(aside / "modules" / "m")
+    return aside
 
 
 async def test_a_rollback_removes_nothing_in_a_repository(runs, project):
@@ -587,19 +598,9 @@ async def test_a_git_folder_set_aside_past_the_limit_loses_its_head_all_the_same
     entries than that kept its HEAD (the count was checked before the folder's HEAD was renamed). Each folder's
     HEAD goes first; past the limit the rest is left with mode 000."""
     monkeypatch.setattr(confinement, "_UNHEAD_LIMIT", 50)  # (the limit, small: the same code path)
-    (project / "sub").mkdir()
-    (project / "sub" / "make.py").write_text(
-        "import os\nfor d in ('x/.git/objects', 'x/.git/refs'): os.makedirs(d)\n"
-        "for i in range(80): open(f'x/.git/f{i}', 'w').close()\n"
-        "open('x/.git/HEAD', 'w').write('ref: refs/heads/main\\n')\n"
-        f"open('x/.git/config', 'w').write({FSMONITOR!r})\n"
-    )
-    run_id = await agent_run(runs, project, "maker", _grants("maker", write="sub/**"))
 
-    result = await shell(runs, run_id, "maker", "make.py", cwd="sub")
+    aside = await _git_folder_set_aside(runs, project, files=80)
 
-    assert result.status == "denied" and "the command made 'sub/x/.git'" in result.reason, result
-    (aside,) = [p for p in (project / "sub" / "x").iterdir() if p.name.startswith(".git.set-aside-")]
     assert aside.stat().st_mode & 0o777 == 0
     aside.chmod(0o700)  # (a human's chmod, to look)
     assert not (aside / "HEAD").exists() and not _is_repository(aside)
