@@ -497,6 +497,9 @@ async def test_sigterm_lets_the_front_end_finish_the_answer_it_is_giving(tempora
             run_id = await runs.start("slowhand", {})
             await awaiting_step(runs, run_id, "work")
             async with Client(url) as agent:
+                # An agent lists its tools first. Without it the SDK lists them after the answer comes (to
+                # check it against the tool's output schema), a request the front end, gone by then, refuses.
+                await agent.list_tools()
                 call = asyncio.create_task(
                     agent.call_tool(
                         "execute",
