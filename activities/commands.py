@@ -22,8 +22,14 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import confinement
-from activities.filesystem import confine, layout_named, refuse_layout_on_the_way
+from activities import confinement, gitnamed
+from activities.filesystem import (
+    confine,
+    layout_named,
+    refuse_layout_on_the_way,
+    refuse_named,
+    settings_named,
+)
 from activities.process import child_env, run_process
 from activities.staging import (
     UNPACK_MAX_BYTES,
@@ -554,7 +560,10 @@ def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument], bool]:
     if (listed := names_from_a_list(req.argv)) is not None:  # (whatever the run decided: LIST_FILES)
         raise _denied(listed.reason)
     _check_folders(req, paths)
-    refuse_layout_on_the_way(req.project_root, _written(req, paths, modeled), req.write_grants)
+    written = _written(req, paths, modeled)
+    refuse_layout_on_the_way(req.project_root, written, req.write_grants)
+    # (A folder written is written whole: `rm -r scripts`, `cp -r stage/. .`.)
+    refuse_named(req.project_root, [(rel, raw, True) for rel, raw in written], req.write_grants)
     return cwd, paths, modeled
 
 
@@ -1093,6 +1102,38 @@ class _Watch:
         return sorted(found)
 
 
+def _settings_in_reach(req: CommandRequest, watch: _Watch) -> list[gitnamed.Named]:
+    """The places git's settings name (activities.gitnamed) that the command may write (the folders its watch
+    looks at) and no write grant names: held read-only for it (_holdable), and set aside after it when it
+    changed or made one. A file of them with another name (a hard link) refuses the command: written by that
+    name, it changes."""
+    if not watch.folders:
+        return []
+    found = [
+        item
+        for item in settings_named(req.project_root)
+        if gitnamed.reached(item, watch.folders) and not any(names(g, item.place) for g in req.write_grants)
+    ]
+    for item in found:
+        with contextlib.suppress(OSError):
+            info = os.lstat(os.path.join(watch.root, item.place))
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                raise _denied(
+                    f"'{item.place}', which git's settings name ({item.why}), has other names (hard links): written "
+                    "by one of them, it changes, so Kiwi runs no command that writes there until a human removes "
+                    "the other names"
+                )
+    return found
+
+
+def _holdable(root: str, item: gitnamed.Named, whole: bool) -> bool:
+    """Whether ``item`` is held read-only for a command: when it is there, and, for a program Kiwi models, no
+    link (a link cannot be held, and the command is refused where one is to be held; the checks of its words
+    keep such a program from writing it, and its watch sets aside what changed it)."""
+    path = os.path.join(root, item.place)
+    return os.path.lexists(path) and (whole or not os.path.islink(path))
+
+
 def _written_now(req: CommandRequest, paths: list[PathArgument], modeled: bool) -> list[str]:
     """Where the paths a program Kiwi models writes are now: a link on the way may have been changed while it
     ran (review s31 F5)."""
@@ -1155,6 +1196,8 @@ class CommandActivities:
         root = os.path.realpath(req.project_root)
         missing = confinement.not_made(root, req.write_grants)
         watch = _Watch.of(req, paths, modeled, root)
+        settings = await asyncio.to_thread(_settings_in_reach, req, watch)
+        settings_before = {item: gitnamed.identity(root, item) for item in settings}
         before = await asyncio.to_thread(watch.look, confinement.NESTED_WALK_LIMIT)
         held = watch.held(before or {})
         if watch.whole and before is None:
@@ -1170,6 +1213,7 @@ class CommandActivities:
             watch.folders = []
             before = await asyncio.to_thread(watch.look, None)
             held = watch.held(before)
+        held = sorted({*held, *(item.place for item in settings if _holdable(root, item, watch.whole))})
         holdable = confinement.available() and not confinement.namespaces_refused()
         if watch.whole and held and not holdable and confinement.available():
             raise _denied(
@@ -1199,7 +1243,27 @@ class CommandActivities:
             watch.written += _written_now(req, paths, modeled)
             after = await asyncio.to_thread(watch.look, None)
             missing += watch.made(before, after or {})
+            changed = [
+                item for item, found in settings_before.items() if gitnamed.identity(root, item) != found
+            ]
+            missing += [item.place for item in changed]
             moved = confinement.set_aside(root, missing, _stamp()) if missing else []
+        if changed:
+            aside = dict(moved)
+            activity.logger.warning("a shell command changed files git's settings name, set aside: %s", moved)
+            raise _denied(
+                "the command changed "
+                + ", ".join(
+                    f"'{item.place}', which git's settings name ({item.why}), set aside for a human to look at: "
+                    + (
+                        f"'{aside[item.place]}'"
+                        if aside.get(item.place)
+                        else "(removed, or could not be moved)"
+                    )
+                    for item in changed
+                )
+                + "; Kiwi changes such a file only where a write grant names it"
+            )
         if moved:
             activity.logger.warning("a shell command made protected places, set aside: %s", moved)
             raise _denied(

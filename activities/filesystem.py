@@ -34,6 +34,7 @@ from typing import Any, BinaryIO
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from activities import gitnamed
 from activities.batches import answer_batch
 from kiwi.contracts import MAX_TEXT_PAYLOAD, BatchResult, FilesystemBatch, FilesystemRequest, json_size
 from kiwi.errors import ACTIVITY_REFUSALS, FileNotFound, PermissionDenied, non_retryable
@@ -218,6 +219,28 @@ def refuse_layout(folder: int, rel: str, adding: str | Iterable[str], grants: li
             + ("" if rel == "." else f' (<write resource="filesystem" path="{rel}/HEAD"/>)')
         )
     )
+
+
+def refuse_named(root: str, changes: list[tuple[str, str, bool]], grants: list[str]) -> None:
+    """PermissionDenied when a change (project-relative path, as given, ``below``: a folder's, its contents
+    with it) changes a place git's settings name that no write grant names (activities.gitnamed)."""
+    if not changes:
+        return
+    named = settings_named(root)
+    for rel, raw, below in changes:
+        if (item := gitnamed.in_the_way(named, rel, grants, below)) is not None:
+            raise _denied(gitnamed.refusal(item, raw))
+
+
+def settings_named(root: str) -> list[gitnamed.Named]:
+    """gitnamed.named_places, or PermissionDenied when git cannot read its settings."""
+    try:
+        return gitnamed.named_places(root)
+    except gitnamed.Unreadable as exc:
+        raise _denied(
+            f"git cannot read the project's settings ({exc}), so Kiwi cannot tell which files they name for git "
+            "to obey; it changes no file until a human fixes them"
+        ) from None
 
 
 def refuse_layout_on_the_way(root: str, places: list[tuple[str, str]], grants: list[str]) -> None:
@@ -560,6 +583,7 @@ class FilesystemActivities:
             raise _error("'.' is the project's root folder, not a file", "IsADirectory")
         content = req.content or ""
         data = base64.b64decode(content) if req.encoding == "base64" else content.encode("utf-8")
+        refuse_named(req.project_root, [(rel, req.path, False)], req.allowed)
         with walk(req.project_root, rel, req.path, create=True, grants=req.allowed) as (parent, name):
             info = _lstat(parent, name)
             if info is not None and stat.S_ISLNK(info.st_mode):
@@ -617,6 +641,7 @@ class FilesystemActivities:
     async def create_directory(self, req: FilesystemRequest) -> dict[str, Any]:
         rel = relative(req.path)
         _require_covered(req.allowed, req.denied, rel, req.path)
+        refuse_named(req.project_root, [(rel, req.path, False)], req.allowed)
         with walk(req.project_root, rel, req.path, create=True, whole=True, grants=req.allowed):
             pass
         return {"path": req.path, "created": True}
@@ -627,6 +652,7 @@ class FilesystemActivities:
         if rel == ".":
             raise _denied("refusing to delete the project root")
         _require_covered(req.allowed, req.denied, rel, req.path)
+        refuse_named(req.project_root, [(rel, req.path, True)], req.allowed)
         try:
             with walk(req.project_root, rel, req.path, grants=req.allowed) as (parent, name):
                 info = _lstat(parent, name)
@@ -659,6 +685,9 @@ class FilesystemActivities:
             _require_covered(req.allowed, req.denied, rel, raw)
         if destination == source or destination.startswith(source + "/"):
             raise _error(f"cannot move '{req.path}' into itself ('{req.destination}')", "InputInvalid")
+        refuse_named(
+            req.project_root, [(source, req.path, True), (destination, req.destination, True)], req.allowed
+        )
         result = {"source": req.path, "destination": req.destination}
         try:
             with walk(req.project_root, source, req.path, grants=req.allowed) as (src_parent, src_name):

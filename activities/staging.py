@@ -24,7 +24,7 @@ from typing import BinaryIO
 
 from temporalio.exceptions import ApplicationError
 
-from activities.filesystem import _CLOEXEC, _write_atomic, covered, open_dir, walk
+from activities.filesystem import _CLOEXEC, _write_atomic, covered, open_dir, refuse_named, walk
 from activities.process import remove_tree
 from kiwi.errors import PermissionDenied, ToolFailed
 
@@ -154,6 +154,7 @@ def write_back(root: str, staged: Staged, allowed: list[str], denied: list[str],
                 "hint": f'grant <write resource="filesystem" path="{refused[0]}"/>, or have the tool write elsewhere'
             },
         )
+    refuse_named(root, [(t, t, False) for t in targets.values()], allowed)
     for inner in made:
         with walk(root, targets[inner], targets[inner], create=True, whole=True, grants=allowed):
             pass
@@ -252,6 +253,7 @@ def unpack_back(
             "kept",
             {"hint": f'grant <write resource="filesystem" path="{refused[0]}"/>, or unpack elsewhere'},
         )
+    refuse_named(root, [(t, t, False) for t in targets.values()], allowed)
     written: list[str] = []
     problems: list[str] = []
     for inner in [*sorted(dirs), *files]:

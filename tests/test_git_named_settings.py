@@ -1,0 +1,254 @@
+"""Files of the project that git's settings name, outside any git folder: a team's `.gitconfig` that
+`.git/config` includes, the hooks folder `core.hooksPath` names (husky's `.husky/_`), a program a setting runs
+by its path. git run in the project obeys them, and the human's `git status` runs a `core.fsmonitor` written
+there before the human has looked at anything (review s31 round 3, F2/F6). Kiwi changes them only where a write
+grant names them, with the file tools, a program it models or one it does not. Each test is the attack, against
+the real stack (a Temporal server, Kiwi's worker, real programs, real git)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.test_attack_shell import agent_run, pwned, shell
+from tests.test_repository_layouts import FSMONITOR, _grants
+from tests.test_unmodeled_programs import _python_as
+
+TEAM = "[user]\n\tname = The Team\n"
+
+
+@pytest.fixture
+def maker(tmp_path_factory, monkeypatch) -> str:
+    """`maker`: the system's Python under another name, first on PATH, a program Kiwi does not model."""
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    return "maker"
+
+
+def _repository(project: Path, *settings: tuple[str, str]) -> None:
+    """The project a git repository (the human's), with ``settings`` in its `.git/config`."""
+    if not (project / ".git").exists():
+        subprocess.run(["git", "init", "-q", "-b", "main", str(project)], check=True)
+    for key, value in settings:
+        subprocess.run(["git", "-C", str(project), "config", "--add", key, value], check=True)
+
+
+def _humans_git_status(project: Path) -> None:
+    """What the human does to look at the agent's work: `git status`, which runs a `core.fsmonitor`."""
+    subprocess.run(["git", "-C", str(project), "status", "--short"], capture_output=True, check=False)
+
+
+async def _write(runs, run_id: str, path: str, content: str):
+    return await runs.call_tool(run_id, "filesystem.write", {"path": path, "content": content})
+
+
+async def test_a_team_gitconfig_the_repository_includes_is_written_only_where_a_grant_names_it(runs, project):
+    """`.git/config` includes `../.gitconfig` (a team's settings, in the project). Under `write **` the agent
+    wrote a `core.fsmonitor` there, which the human's next `git status` ran. Refused now, naming the setting
+    and the grant that reaches it; `write .gitconfig` does."""
+    _repository(project, ("include.path", "../.gitconfig"))
+    (project / ".gitconfig").write_text(TEAM)
+    run_id = await agent_run(runs, project, "team", _grants(write="**"))
+
+    refused = await _write(runs, run_id, ".gitconfig", FSMONITOR)
+    _humans_git_status(project)
+
+    assert refused.status == "denied", refused
+    assert "include.path in .git/config" in refused.reason and 'path=".gitconfig"' in refused.reason, refused
+    assert (project / ".gitconfig").read_text() == TEAM
+    assert pwned(project) == []
+    # The rest of the project is written as before.
+    assert (await _write(runs, run_id, "notes.txt", "x\n")).status == "ok"
+
+    named = await agent_run(runs, project, "named", _grants(write="**,.gitconfig"))
+    assert (await _write(runs, run_id := named, ".gitconfig", TEAM + "# kept\n")).status == "ok", run_id
+    assert (project / ".gitconfig").read_text().endswith("# kept\n")
+
+
+async def test_an_include_not_there_yet_is_made_by_no_write_move_or_archive(runs, project):
+    """The include names a file that is not there (a team's file each member makes): a write there, a folder
+    moved into its place holding it, an archive unpacked holding it, each made it; all refused now."""
+    _repository(project, ("include.path", "../x/team/settings.cfg"))
+    (project / "x").mkdir()
+    (project / "stage").mkdir()
+    (project / "stage" / "settings.cfg").write_text(FSMONITOR)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        archive.add(project / "stage" / "settings.cfg", arcname="team/settings.cfg")
+    (project / "a.tar").write_bytes(buffer.getvalue())
+    run_id = await agent_run(runs, project, "maker", _grants("tar", write="**"))
+
+    written = await _write(runs, run_id, "x/team/settings.cfg", FSMONITOR)
+    moved = await runs.call_tool(run_id, "filesystem.move", {"source": "stage", "destination": "x/team"})
+    unpacked = await shell(runs, run_id, "tar", "-xf", "a.tar", "-C", "x")
+    _humans_git_status(project)
+
+    for result in (written, moved, unpacked):
+        assert result.status == "denied" and "include.path in .git/config" in result.reason, result
+    assert list((project / "x").iterdir()) == []
+    assert pwned(project) == []
+
+
+async def test_includes_are_followed_through_an_include_and_past_a_branch_condition(runs, project):
+    """An included file that includes another (its path relative to the first), and an include whose condition
+    (`onbranch:feature`) leaves it out now: the human switches branch later, and git reads it then."""
+    _repository(
+        project,
+        ("include.path", "../.gitconfig"),
+        ("includeIf.onbranch:feature.path", "../feature.cfg"),
+    )
+    (project / ".gitconfig").write_text("[include]\n\tpath = conf/more.cfg\n")
+    (project / "feature.cfg").write_text("[include]\n\tpath = deep.cfg\n")
+    run_id = await agent_run(runs, project, "deep", _grants(write="**"))
+
+    more = await _write(runs, run_id, "conf/more.cfg", FSMONITOR)
+    deep = await _write(runs, run_id, "deep.cfg", FSMONITOR)
+
+    assert more.status == "denied" and "include.path in .gitconfig" in more.reason, more
+    assert deep.status == "denied" and "include.path in feature.cfg" in deep.reason, deep
+    assert not (project / "conf").exists() and not (project / "deep.cfg").exists()
+
+
+async def test_the_hooks_folder_is_changed_only_where_a_grant_names_it(runs, project):
+    """husky: `core.hooksPath = .husky/_`, a folder git ignores (`git status` shows nothing written there) whose
+    hooks git runs at the human's next commit. Nothing in it is written, and the folder is not deleted or moved
+    (a new one in its place); `.husky/pre-commit`, the project's own hook a diff shows, is the project's."""
+    _repository(project, ("core.hooksPath", ".husky/_"))
+    hooks = project / ".husky" / "_"
+    hooks.mkdir(parents=True)
+    (hooks / "h").write_text("#!/bin/sh\n")
+    run_id = await agent_run(runs, project, "husky", _grants(write="**"))
+
+    hook = await _write(runs, run_id, ".husky/_/pre-commit", "#!/bin/sh\ntouch PWNED\n")
+    deleted = await runs.call_tool(run_id, "filesystem.delete", {"path": ".husky"})
+    moved = await runs.call_tool(run_id, "filesystem.move", {"source": ".husky/_", "destination": "old"})
+
+    for result in (hook, deleted, moved):
+        assert result.status == "denied" and "core.hookspath in .git/config" in result.reason, result
+        assert 'path=".husky/_/**"' in result.reason
+    assert sorted(p.name for p in hooks.iterdir()) == ["h"]
+    assert (await _write(runs, run_id, ".husky/pre-commit", "npm test\n")).status == "ok"
+
+
+async def test_a_program_a_setting_runs_by_its_path_is_a_setting(runs, project):
+    """`core.fsmonitor = scripts/watch.sh` (a team's watcher, in the project): the program git runs at every
+    `git status` is as much a setting as the line naming it."""
+    _repository(project, ("core.fsmonitor", "scripts/watch.sh"))
+    run_id = await agent_run(runs, project, "watcher", _grants(write="**"))
+
+    refused = await _write(runs, run_id, "scripts/watch.sh", "#!/bin/sh\ntouch PWNED\n")
+
+    assert refused.status == "denied" and "core.fsmonitor in .git/config" in refused.reason, refused
+    assert not (project / "scripts" / "watch.sh").exists()
+
+
+async def test_the_users_own_settings_name_places_of_the_project_too(
+    runs, project, tmp_path_factory, monkeypatch
+):
+    """`git config --global core.hooksPath .githooks`: a relative hooks folder, of every repository the user
+    works in, this one's too (the human's git reads the user's settings; Kiwi's own git calls do not)."""
+    home = tmp_path_factory.mktemp("home")
+    (home / ".gitconfig").write_text("[core]\n\thooksPath = .githooks\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    _repository(project)
+    run_id = await agent_run(runs, project, "global", _grants(write="**"))
+
+    refused = await _write(runs, run_id, ".githooks/post-checkout", "#!/bin/sh\ntouch PWNED\n")
+
+    assert refused.status == "denied" and "the user's or the system's git settings" in refused.reason, refused
+    assert str(home) not in refused.reason  # (no path of the machine in a message to the agent)
+    assert not (project / ".githooks").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["tee", ".gitconfig"],
+        ["cp", "stage/.gitconfig", "."],
+        ["mv", "stage/.gitconfig", ".gitconfig"],
+        ["rm", "-r", "scripts"],
+    ],
+)
+async def test_a_program_kiwi_models_changes_none(runs, project, argv):
+    """The words of a program Kiwi models name the file, or a folder it writes whole that holds it: refused
+    before it runs."""
+    _repository(project, ("include.path", "../.gitconfig"), ("core.fsmonitor", "scripts/watch.sh"))
+    (project / ".gitconfig").write_text(TEAM)
+    (project / "scripts").mkdir()
+    (project / "scripts" / "watch.sh").write_text("#!/bin/sh\n")
+    (project / "stage").mkdir()
+    (project / "stage" / ".gitconfig").write_text(FSMONITOR)
+    run_id = await agent_run(runs, project, "modeled", _grants(argv[0], write="**"))
+
+    result = await shell(runs, run_id, *argv)
+
+    assert result.status == "denied" and "which git's settings name" in result.reason, result
+    assert (project / ".gitconfig").read_text() == TEAM
+    assert (project / "scripts" / "watch.sh").exists()
+
+
+async def test_a_program_kiwi_does_not_model_changes_none(runs, project, maker):
+    """A program Kiwi does not model writes the project whole: the team's `.gitconfig` is held read-only for it
+    (its write fails), and the include it made where there was none is set aside, the call failing naming it."""
+    _repository(project, ("include.path", "../.gitconfig"), ("include.path", "../new.cfg"))
+    (project / ".gitconfig").write_text(TEAM)
+    (project / "make.py").write_text(
+        "import sys\n"
+        f"open('new.cfg', 'w').write({FSMONITOR!r})\n"
+        "try:\n"
+        f"    open('.gitconfig', 'a').write({FSMONITOR!r})\n"
+        "except OSError as exc:\n"
+        "    print('refused:', exc.strerror)\n"
+    )
+    run_id = await agent_run(runs, project, "maker", _grants("maker", write="**"))
+
+    result = await shell(runs, run_id, "maker", "make.py")
+    _humans_git_status(project)
+
+    assert result.status == "denied", result
+    assert "the command changed 'new.cfg', which git's settings name (include.path in .git/config)" in (
+        result.reason
+    ), result
+    assert (project / ".gitconfig").read_text() == TEAM
+    assert not (project / "new.cfg").exists()
+    assert [p.name for p in project.iterdir() if p.name.startswith("new.cfg.set-aside-")], result
+    assert pwned(project) == []
+
+
+async def test_a_named_file_with_another_name_refuses_commands_that_write(runs, project, maker):
+    """`ln .gitconfig notes` (made before): a program Kiwi does not model, held off `.gitconfig`, writes the
+    team's settings by its other name. (A program Kiwi models is refused a file with other names already.)"""
+    _repository(project, ("include.path", "../.gitconfig"))
+    (project / ".gitconfig").write_text(TEAM)
+    os.link(project / ".gitconfig", project / "notes")
+    (project / "append.py").write_text(f"open('notes', 'a').write({FSMONITOR!r})\n")
+    run_id = await agent_run(runs, project, "linked", _grants("maker", write="**"))
+
+    result = await shell(runs, run_id, "maker", "append.py")
+
+    assert result.status == "denied" and "has other names (hard links)" in result.reason, result
+    assert (project / ".gitconfig").read_text() == TEAM
+
+
+async def test_settings_git_cannot_read_refuse_every_write(runs, project):
+    """An included file git cannot parse: Kiwi cannot tell what the settings name, so it writes nothing, and
+    says why and what to do."""
+    _repository(project, ("include.path", "../.gitconfig"))
+    (project / ".gitconfig").write_text("[core\n")
+    run_id = await agent_run(runs, project, "broken", _grants(write="**"))
+
+    refused = await _write(runs, run_id, "notes.txt", "x\n")
+
+    assert refused.status == "denied" and "git cannot read the project's settings" in refused.reason, refused
+    assert "until a human fixes them" in refused.reason
+    assert not (project / "notes.txt").exists()
+    # Reading is not writing.
+    read = await runs.call_tool(run_id, "filesystem.read", {"path": ".gitconfig"})
+    assert read.status == "ok", read
