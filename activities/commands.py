@@ -562,8 +562,10 @@ def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument], bool]:
     _check_folders(req, paths)
     written = _written(req, paths, modeled)
     refuse_layout_on_the_way(req.project_root, written, req.write_grants)
-    # (A folder written is written whole: `rm -r scripts`, `cp -r stage/. .`.)
-    refuse_named(req.project_root, [(rel, raw, True) for rel, raw in written], req.write_grants)
+    # (A folder written is written whole: `rm -r scripts`, `cp -r stage/. .`; but git's, which writes what it
+    # tracks there, `git checkout B` of the whole project: one of them it writes is held read-only for it.)
+    whole = program_name(req.argv[0]) != "git"
+    refuse_named(req.project_root, [(rel, raw, whole) for rel, raw in written], req.write_grants)
     return cwd, paths, modeled
 
 
@@ -1622,17 +1624,20 @@ class GitActivities:
                 f"no checkpoint '{req.checkpoint}'", {"hint": "the run's status lists its checkpoints"}
             )
         commit = commit.strip()
+        # (Nor the files git's settings name: a checkpoint's `.gitconfig` may be one an agent wrote before the
+        # human's include named it, or under a grant naming it another run had.)
+        named = await asyncio.to_thread(settings_named, root)
         kept = {
             p
             for p in (await _git_ok(root, "ls-tree", "-r", "--name-only", commit, "--", ".")).splitlines()
-            if _rolled_back(p)
+            if _rolled_back(p) and gitnamed.in_the_way(named, p, []) is None
         }
         now = {
             p
             for p in (
                 await _git_ok(root, "ls-files", "-c", "-o", "--exclude-standard", "--", ".")
             ).splitlines()
-            if _rolled_back(p)
+            if _rolled_back(p) and gitnamed.in_the_way(named, p, []) is None
         }
         # (A checkpoint's files can make a repository by its layout, or give one the agent's config: the same
         # watch as for a shell command, review s31.)

@@ -74,8 +74,14 @@ def named_places(root: str) -> list[Named]:
     real_root = os.path.realpath(root)
     home = os.path.expanduser("~")
     entries, origins = _settings(root, ["--includes"])
-    top = _work_tree_top(root) or real_root
     found: dict[str, Named] = {}
+    tops: list[str] = []
+
+    def top() -> str:
+        """Where git runs hooks and programs: the work tree's top (asked once, when a setting needs it)."""
+        if not tops:
+            tops.append(_work_tree_top(root) or real_root)
+        return tops[0]
 
     def note(path: str, why: str, folder: bool = False) -> None:
         for rel in _inside(path, root, real_root):
@@ -107,11 +113,11 @@ def named_places(root: str) -> list[Named]:
                 more, _ = _settings(root, ["--file", real])
                 pending += more
         elif key.lower() == "core.hookspath":
-            target = _expanded(value, top, home)
+            target = _expanded(value, top(), home)
             if target is not None:
                 note(target, f"{key} in {where}", folder=True)
         elif (program := _program(key, value)) is not None:
-            target = _expanded(program, top, home)
+            target = _expanded(program, top(), home)
             if target is not None:
                 note(target, f"{key} in {where}")
     for origin in origins:  # (after: a file an include names is shown by the include)

@@ -7,6 +7,7 @@ the real stack (a Temporal server, Kiwi's worker, real programs, real git)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import subprocess
@@ -15,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import approver, wait_for
 from tests.test_attack_shell import agent_run, pwned, shell
-from tests.test_repository_layouts import FSMONITOR, _grants
+from tests.test_humans import pending_approval
+from tests.test_repository_layouts import FSMONITOR, _grants, _tool_grants
 from tests.test_unmodeled_programs import _python_as
 
 TEAM = "[user]\n\tname = The Team\n"
@@ -252,3 +255,67 @@ async def test_settings_git_cannot_read_refuse_every_write(runs, project):
     # Reading is not writing.
     read = await runs.call_tool(run_id, "filesystem.read", {"path": ".gitconfig"})
     assert read.status == "ok", read
+
+
+async def test_git_switches_branches_and_writes_no_named_file(runs, project):
+    """git writes the whole project (`git checkout B`), so its words are not refused for a file it may not touch
+    (a husky project's agent switches branches); the team's `.gitconfig` is held read-only for it, so a branch
+    whose `.gitconfig` runs a program (one the agent committed with `git apply --cached`, which writes no file)
+    is not checked out over it. (A command's git writes the whole project only under grants naming each
+    protected place there: README, Shell.)"""
+    _repository(project, ("include.path", "../.gitconfig"))
+    (project / ".gitconfig").write_text(TEAM)
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    git += ["-c", "core.fsmonitor=false"]  # (the branch made here runs nothing)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "the human's"], check=True)
+    subprocess.run([*git, "checkout", "-qb", "evil"], check=True)
+    (project / ".gitconfig").write_text(FSMONITOR)
+    subprocess.run([*git, "commit", "-qam", "the agent's"], check=True)
+    subprocess.run([*git, "checkout", "-q", "main"], check=True)
+    assert (project / ".gitconfig").read_text() == TEAM and pwned(project) == []
+    # (git writes the whole project: a grant naming each protected place there, the harness's too.)
+    places = ".git,.ai/config,.ai/tools,.ai/directives,.ai/logs,.ai/.cache,.ai/scripts,.ai/proposals,.kiwi"
+    grants = "**,temporal-dev.yml," + ",".join(f"{place}/**" for place in places.split(","))
+    run_id = await agent_run(runs, project, "switcher", _grants("git", write=grants))
+
+    other = await shell(runs, run_id, "git", "checkout", "-b", "other")
+    evil = await shell(runs, run_id, "git", "checkout", "evil")
+    _humans_git_status(project)
+
+    assert other.status == "ok" and other.result["exit_code"] == 0, other
+    # (Held read-only for git, the file stays the human's; git says so, and switches all the same.)
+    assert evil.status == "ok" and "unable to unlink old '.gitconfig'" in evil.result["stderr"], evil
+    assert (project / ".gitconfig").read_text() == TEAM
+    assert pwned(project) == []
+
+
+async def test_a_rollback_writes_no_named_file_back(runs, project):
+    """A checkpoint taken while the agent could write `.gitconfig` (no include named it yet) holds the agent's
+    `.gitconfig`; the human then made it the team's and included it. A rollback to that checkpoint (a human
+    approves it, reading the run's summary) wrote the agent's back. It leaves such files as they are now."""
+    _repository(project)
+    approver("alice")
+    run_id = await agent_run(runs, project, "roller", _tool_grants(write="**"))
+    assert (await _write(runs, run_id, ".gitconfig", FSMONITOR)).status == "ok"
+    assert (await _write(runs, run_id, "notes.txt", "first\n")).status == "ok"
+    checkpoint = await runs.call_tool(run_id, "git.checkpoint", {"message": "before"})
+    assert checkpoint.status == "ok" and checkpoint.result["available"], checkpoint
+    (project / ".gitconfig").write_text(TEAM)  # (the human's, from now on included)
+    _repository(project, ("include.path", "../.gitconfig"))
+    assert (await _write(runs, run_id, "notes.txt", "second\n")).status == "ok"
+
+    rollback = asyncio.create_task(
+        runs.call_tool(run_id, "git.rollback", {"checkpoint": checkpoint.result["checkpoint"]})
+    )
+    (request,) = await wait_for(
+        lambda: pending_approval(runs, run_id), what="the rollback to ask for approval"
+    )
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    rolled = await asyncio.wait_for(rollback, timeout=60)
+    _humans_git_status(project)
+
+    assert rolled.status == "ok", rolled
+    assert (project / "notes.txt").read_text() == "first\n"  # (the rest is rolled back)
+    assert (project / ".gitconfig").read_text() == TEAM
+    assert pwned(project) == []
