@@ -169,9 +169,11 @@ def _settings(root: str, how: list[str]) -> tuple[list[tuple[str, str, str]], li
     except subprocess.TimeoutExpired:
         raise Unreadable("git config --list took more than 30 seconds") from None
     if done.returncode != 0:
-        raise Unreadable(
-            done.stderr.decode(errors="replace").strip() or f"git config exited {done.returncode}"
-        )
+        said = done.stderr.decode(errors="replace").strip() or f"git config exited {done.returncode}"
+        # (No path of the machine in a message to the agent: the project's and the home folder's are named so.)
+        for path, shown in ((os.path.realpath(root), "."), (root, "."), (os.path.expanduser("~"), "~")):
+            said = said.replace(path + os.sep, shown + "/").replace(path, shown)
+        raise Unreadable(said)
     fields = done.stdout.split(b"\0")
     entries: list[tuple[str, str, str]] = []
     origins: list[str] = []

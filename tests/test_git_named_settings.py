@@ -240,21 +240,31 @@ async def test_a_named_file_with_another_name_refuses_commands_that_write(runs, 
     assert (project / ".gitconfig").read_text() == TEAM
 
 
-async def test_settings_git_cannot_read_refuse_every_write(runs, project):
-    """An included file git cannot parse: Kiwi cannot tell what the settings name, so it writes nothing, and
-    says why and what to do."""
+@pytest.mark.parametrize("whose", ["the project's", "the user's"])
+async def test_settings_git_cannot_read_refuse_every_write(
+    runs, project, whose, tmp_path_factory, monkeypatch
+):
+    """A config file git cannot parse (an included one of the project, or the user's own): Kiwi cannot tell what
+    the settings name, so it writes nothing, and says why and what to do, naming no path of the machine."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     _repository(project, ("include.path", "../.gitconfig"))
-    (project / ".gitconfig").write_text("[core\n")
+    broken = project / ".gitconfig" if whose == "the project's" else home / ".gitconfig"
+    broken.write_text("[core\n")
+    (project / "readme.txt").write_text("read me\n")
     run_id = await agent_run(runs, project, "broken", _grants(write="**"))
 
     refused = await _write(runs, run_id, "notes.txt", "x\n")
 
     assert refused.status == "denied" and "git cannot read the project's settings" in refused.reason, refused
-    assert "until a human fixes them" in refused.reason
+    assert "bad config line 1" in refused.reason and "until a human fixes them" in refused.reason
+    assert str(home) not in refused.reason and str(project) not in refused.reason, refused.reason
+    assert ("~/.gitconfig" if whose == "the user's" else ".gitconfig") in refused.reason
     assert not (project / "notes.txt").exists()
     # Reading is not writing.
-    read = await runs.call_tool(run_id, "filesystem.read", {"path": ".gitconfig"})
-    assert read.status == "ok", read
+    read = await runs.call_tool(run_id, "filesystem.read", {"path": "readme.txt"})
+    assert read.status == "ok" and read.result["content"] == "read me\n", read
 
 
 async def test_git_switches_branches_and_writes_no_named_file(runs, project):
