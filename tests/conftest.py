@@ -66,6 +66,17 @@ def project(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture
+def maker(tmp_path_factory, monkeypatch) -> str:
+    """`maker`: the system's Python under another name, first on PATH, a program Kiwi does not model."""
+    from tests.test_unmodeled_programs import _python_as
+
+    tools = tmp_path_factory.mktemp("bin")
+    _python_as(tools, "maker")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    return "maker"
+
+
 @pytest_asyncio.fixture
 async def runs(temporal_env, project):
     """A RunClient plus a worker on a fresh task queue."""

@@ -7,7 +7,6 @@ the real stack (a Temporal server, Kiwi's worker, real programs, real git)."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
 import subprocess
@@ -16,22 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import approver, wait_for
+from tests.helpers import approver
 from tests.test_attack_shell import agent_run, pwned, shell
-from tests.test_humans import pending_approval
-from tests.test_repository_layouts import FSMONITOR, _grants, _tool_grants
-from tests.test_unmodeled_programs import _python_as
+from tests.test_repository_layouts import FSMONITOR, _grants, _tool_grants, approved_rollback
 
 TEAM = "[user]\n\tname = The Team\n"
-
-
-@pytest.fixture
-def maker(tmp_path_factory, monkeypatch) -> str:
-    """`maker`: the system's Python under another name, first on PATH, a program Kiwi does not model."""
-    tools = tmp_path_factory.mktemp("bin")
-    _python_as(tools, "maker")
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
-    return "maker"
 
 
 def _repository(project: Path, *settings: tuple[str, str]) -> None:
@@ -315,14 +303,7 @@ async def test_a_rollback_writes_no_named_file_back(runs, project):
     _repository(project, ("include.path", "../.gitconfig"))
     assert (await _write(runs, run_id, "notes.txt", "second\n")).status == "ok"
 
-    rollback = asyncio.create_task(
-        runs.call_tool(run_id, "git.rollback", {"checkpoint": checkpoint.result["checkpoint"]})
-    )
-    (request,) = await wait_for(
-        lambda: pending_approval(runs, run_id), what="the rollback to ask for approval"
-    )
-    await runs.decide_approval(run_id, request.request_id, True, by="alice")
-    rolled = await asyncio.wait_for(rollback, timeout=60)
+    rolled = await approved_rollback(runs, run_id, checkpoint)  # (a human approves it)
     _humans_git_status(project)
 
     assert rolled.status == "ok", rolled

@@ -21,18 +21,8 @@ from activities import confinement
 from tests.helpers import approver, wait_for
 from tests.test_attack_shell import agent_run, shell
 from tests.test_humans import pending_approval
-from tests.test_unmodeled_programs import _python_as
 
 FSMONITOR = "[core]\n\tfsmonitor = touch PWNED\n"
-
-
-@pytest.fixture
-def maker(tmp_path_factory, monkeypatch) -> str:
-    """`maker`: the system's Python under another name, first on PATH, a program Kiwi does not model."""
-    tools = tmp_path_factory.mktemp("bin")
-    _python_as(tools, "maker")
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
-    return "maker"
 
 
 def _grants(commands: str = "", write: str = "out/**") -> str:
@@ -478,6 +468,19 @@ async def test_a_folder_another_process_holds_locked_refuses_at_once(runs, proje
     assert not (project / "out" / "r" / "refs").exists()
 
 
+async def approved_rollback(runs, run_id: str, checkpoint) -> object:
+    """The agent's git.rollback to ``checkpoint`` (git.checkpoint's answer), approved by a human ("alice", an
+    approver the test made), and its answer."""
+    rollback = asyncio.create_task(
+        runs.call_tool(run_id, "git.rollback", {"checkpoint": checkpoint.result["checkpoint"]})
+    )
+    (request,) = await wait_for(
+        lambda: pending_approval(runs, run_id), what="the rollback to ask for approval"
+    )
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    return await asyncio.wait_for(rollback, timeout=60)
+
+
 def _tool_grants(write: str = "out/**") -> str:
     return _grants("rm,mkdir", write=write) + (
         '<execute resource="tool" id="git.checkpoint"/><execute resource="tool" id="git.rollback"/>'
@@ -500,14 +503,7 @@ async def test_a_rollback_puts_no_repository_together(runs, project):
     made = await shell(runs, run_id, "mkdir", "out/evil.git/objects", "out/evil.git/refs")
     assert made.status == "ok" and made.result["exit_code"] == 0, made
 
-    rollback = asyncio.create_task(
-        runs.call_tool(run_id, "git.rollback", {"checkpoint": checkpoint.result["checkpoint"]})
-    )
-    (request,) = await wait_for(
-        lambda: pending_approval(runs, run_id), what="the rollback to ask for approval"
-    )
-    await runs.decide_approval(run_id, request.request_id, True, by="alice")  # (a human approves it)
-    rolled = await asyncio.wait_for(rollback, timeout=60)
+    rolled = await approved_rollback(runs, run_id, checkpoint)  # (a human approves it)
 
     assert rolled.status == "denied", rolled
     assert "the checkpoint's files made 'out/evil.git' a git repository by its layout" in rolled.reason
@@ -576,14 +572,7 @@ async def test_a_rollback_removes_nothing_in_a_repository(runs, project):
     assert checkpoint.status == "ok" and checkpoint.result["available"], checkpoint
     assert (await _write(runs, run_id, ".gitignore", "")).status == "ok"
 
-    rollback = asyncio.create_task(
-        runs.call_tool(run_id, "git.rollback", {"checkpoint": checkpoint.result["checkpoint"]})
-    )
-    (request,) = await wait_for(
-        lambda: pending_approval(runs, run_id), what="the rollback to ask for approval"
-    )
-    await runs.decide_approval(run_id, request.request_id, True, by="alice")
-    rolled = await asyncio.wait_for(rollback, timeout=60)
+    rolled = await approved_rollback(runs, run_id, checkpoint)  # (a human approves it)
 
     assert rolled.status == "ok", rolled
     assert not [p for p in rolled.result["removed"] if p.startswith("tests/a.git/")], rolled.result
