@@ -1108,7 +1108,7 @@ def _settings_in_reach(req: CommandRequest, watch: _Watch) -> list[gitnamed.Name
     """The places git's settings name (activities.gitnamed) that the command may write (the folders its watch
     looks at) and no write grant names: held read-only for it (_holdable), and set aside after it when it
     changed or made one. A file of them with another name (a hard link) refuses the command: written by that
-    name, it changes."""
+    name, it changes; so does one not there that a program Kiwi does not model could make."""
     if not watch.folders:
         return []
     found = [
@@ -1116,6 +1116,17 @@ def _settings_in_reach(req: CommandRequest, watch: _Watch) -> list[gitnamed.Name
         for item in settings_named(req.project_root)
         if gitnamed.reached(item, watch.folders) and not any(names(g, item.place) for g in req.write_grants)
     ]
+    missing = [item for item in found if not os.path.lexists(os.path.join(watch.root, item.place))]
+    if watch.whole and missing:
+        # (Made by it, one would be there for a human's git to obey until the command ends: only one that is
+        # there can be held. Review s32: `dd of=.gitconfig` read by a `git status` run meanwhile.)
+        item = missing[0]
+        raise _denied(
+            f"'{os.path.basename(req.argv[0])}' is a program Kiwi does not model, which may write "
+            f"{', '.join(repr(f or '.') for f in watch.folders)} whole, where it could make '{item.place}', "
+            f"which git's settings name ({item.why}) and which is not there to hold read-only for it: make it "
+            "(empty) first, grant narrower folders, or use a program Kiwi models"
+        )
     for item in found:
         with contextlib.suppress(OSError):
             info = os.lstat(os.path.join(watch.root, item.place))

@@ -20,6 +20,18 @@ from tests.test_attack_shell import agent_run, pwned, shell
 from tests.test_repository_layouts import FSMONITOR, _grants, _tool_grants, approved_rollback
 
 TEAM = "[user]\n\tname = The Team\n"
+# What git writing the whole project (`git checkout B`) needs granted: a grant naming each protected place there.
+_PLACES = (
+    ".git",
+    ".ai/config",
+    ".ai/tools",
+    ".ai/directives",
+    ".ai/logs",
+    ".ai/.cache",
+    ".ai/scripts",
+    ".kiwi",
+)
+_WHOLE_PROJECT = "**,temporal-dev.yml," + ",".join(f"{place}/**" for place in (*_PLACES, ".ai/proposals"))
 
 
 def _repository(project: Path, *settings: tuple[str, str]) -> None:
@@ -109,7 +121,8 @@ async def test_includes_are_followed_through_an_include_and_past_a_branch_condit
 async def test_the_hooks_folder_is_changed_only_where_a_grant_names_it(runs, project):
     """husky: `core.hooksPath = .husky/_`, a folder git ignores (`git status` shows nothing written there) whose
     hooks git runs at the human's next commit. Nothing in it is written, and the folder is not deleted or moved
-    (a new one in its place); `.husky/pre-commit`, the project's own hook a diff shows, is the project's."""
+    (a new one in its place). Each hook there runs the project's `.husky/NAME` (review s32: `.husky/pre-commit`
+    written, the human's commit ran it): those are named too; the rest of `.husky` is the project's."""
     _repository(project, ("core.hooksPath", ".husky/_"))
     hooks = project / ".husky" / "_"
     hooks.mkdir(parents=True)
@@ -124,19 +137,74 @@ async def test_the_hooks_folder_is_changed_only_where_a_grant_names_it(runs, pro
         assert result.status == "denied" and "core.hookspath in .git/config" in result.reason, result
         assert 'path=".husky/_/**"' in result.reason
     assert sorted(p.name for p in hooks.iterdir()) == ["h"]
-    assert (await _write(runs, run_id, ".husky/pre-commit", "npm test\n")).status == "ok"
+    husky = await _write(runs, run_id, ".husky/pre-commit", "touch PWNED\n")
+    assert husky.status == "denied" and 'path=".husky/pre-commit"' in husky.reason, husky
+    assert (await _write(runs, run_id, ".husky/README.md", "hooks\n")).status == "ok"
 
 
-async def test_a_program_a_setting_runs_by_its_path_is_a_setting(runs, project):
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("core.fsmonitor", "scripts/watch.sh"),
+        # Review s32: a program given with arguments, or through the shell, named nothing.
+        ("core.fsmonitor", "sh scripts/watch.sh"),
+        ("core.fsmonitor", "FOO=1 scripts/watch.sh --fast"),
+        ("core.fsmonitor", "cd scripts && ./watch.sh"),
+        ("core.fsmonitor", '"$(git rev-parse --show-toplevel)/scripts/watch.sh"'),
+        ("diff.lockb.textconv", "python3 scripts/watch.sh"),
+        ("alias.st", "!scripts/watch.sh; git status"),
+        ("hook.lint.command", "scripts/watch.sh"),  # (config-based hooks, git 2.54)
+        ("remote.origin.uploadpack", "scripts/watch.sh"),
+    ],
+)
+async def test_a_program_a_setting_runs_is_a_setting(runs, project, key, value):
     """`core.fsmonitor = scripts/watch.sh` (a team's watcher, in the project): the program git runs at every
-    `git status` is as much a setting as the line naming it."""
-    _repository(project, ("core.fsmonitor", "scripts/watch.sh"))
+    `git status` is as much a setting as the line naming it, however the setting gives it."""
+    _repository(project, (key, value))
     run_id = await agent_run(runs, project, "watcher", _grants(write="**"))
 
     refused = await _write(runs, run_id, "scripts/watch.sh", "#!/bin/sh\ntouch PWNED\n")
 
-    assert refused.status == "denied" and "core.fsmonitor in .git/config" in refused.reason, refused
+    assert refused.status == "denied" and f"{key.lower()} in .git/config" in refused.reason, refused
     assert not (project / "scripts" / "watch.sh").exists()
+    assert (await _write(runs, run_id, "notes.txt", "x\n")).status == "ok"
+
+
+async def test_a_program_a_setting_computes_refuses_every_write(runs, project):
+    """`core.fsmonitor = $(cat .watcher)`: which file of the project runs is told only when git runs it."""
+    _repository(project, ("core.fsmonitor", "$(cat .watcher)"))
+    run_id = await agent_run(runs, project, "computed", _grants(write="**"))
+
+    refused = await _write(runs, run_id, "notes.txt", "x\n")
+
+    assert refused.status == "denied" and "computes the program git runs" in refused.reason, refused
+    assert not (project / "notes.txt").exists()
+
+
+async def test_a_submodules_settings_name_files_too(runs, project, tmp_path_factory):
+    """Review s32: the outer `git status` runs in each submodule, with the submodule's settings (kept in
+    `.git/modules/lib`); an include there named `lib/.gitconfig`, which the agent wrote."""
+    upstream = tmp_path_factory.mktemp("upstream")
+    subprocess.run(["git", "init", "-q", "-b", "main", str(upstream)], check=True)
+    (upstream / "lib.txt").write_text("lib\n")
+    human = ["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "protocol.file.allow=always"]
+    subprocess.run(["git", "-C", str(upstream), *human, "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(upstream), *human, "commit", "-qm", "lib"], check=True)
+    _repository(project)
+    subprocess.run(
+        ["git", "-C", str(project), *human, "submodule", "-q", "add", str(upstream), "lib"], check=True
+    )
+    subprocess.run(
+        ["git", "-C", str(project / "lib"), "config", "include.path", "../../../lib/.gitconfig"], check=True
+    )
+    run_id = await agent_run(runs, project, "submodule", _grants(write="**"))
+
+    refused = await _write(runs, run_id, "lib/.gitconfig", FSMONITOR)
+    _humans_git_status(project)
+
+    assert refused.status == "denied" and "include.path in .git/modules/lib/config" in refused.reason, refused
+    assert not (project / "lib" / ".gitconfig").exists()
+    assert pwned(project) == []
 
 
 async def test_the_users_own_settings_name_places_of_the_project_too(
@@ -187,27 +255,70 @@ async def test_a_program_kiwi_models_changes_none(runs, project, argv):
 
 async def test_a_program_kiwi_does_not_model_changes_none(runs, project, maker):
     """A program Kiwi does not model writes the project whole: the team's `.gitconfig` is held read-only for it
-    (its write fails), and the include it made where there was none is set aside, the call failing naming it."""
-    _repository(project, ("include.path", "../.gitconfig"), ("include.path", "../new.cfg"))
+    (its write fails, and the rest of what it does is done)."""
+    _repository(project, ("include.path", "../.gitconfig"))
     (project / ".gitconfig").write_text(TEAM)
     (project / "make.py").write_text(
-        "import sys\n"
-        f"open('new.cfg', 'w').write({FSMONITOR!r})\n"
         "try:\n"
         f"    open('.gitconfig', 'a').write({FSMONITOR!r})\n"
         "except OSError as exc:\n"
         "    print('refused:', exc.strerror)\n"
+        "open('notes.txt', 'w').write('done\\n')\n"
     )
     run_id = await agent_run(runs, project, "maker", _grants("maker", write="**"))
 
     result = await shell(runs, run_id, "maker", "make.py")
     _humans_git_status(project)
 
+    assert result.status == "ok" and "refused: Read-only file system" in result.result["stdout"], result
+    assert (project / ".gitconfig").read_text() == TEAM
+    assert (project / "notes.txt").read_text() == "done\n"
+    assert pwned(project) == []
+
+
+async def test_a_program_kiwi_does_not_model_does_not_run_where_it_could_make_one(runs, project, maker):
+    """Review s32: an include not there yet cannot be held; made by such a program (`dd of=new.cfg`), it was
+    there for a `git status` run meanwhile (an editor's, a prompt's) to obey until the command ended and Kiwi
+    set it aside. Such a program does not run where it could make one; the call says how to go on."""
+    _repository(project, ("include.path", "../new.cfg"))
+    (project / "make.py").write_text(f"open('new.cfg', 'w').write({FSMONITOR!r})\n")
+    run_id = await agent_run(runs, project, "maker", _grants("maker", write="**"))
+
+    result = await shell(runs, run_id, "maker", "make.py")
+
+    assert result.status == "denied" and "where it could make 'new.cfg'" in result.reason, result
+    assert "make it (empty) first" in result.reason
+    assert not (project / "new.cfg").exists()
+    (project / "new.cfg").write_text("")  # (the human makes it: held from then on)
+    held = await shell(runs, run_id, "maker", "make.py")
+    assert held.status == "ok" and held.result["exit_code"] != 0, held  # (its write fails: read-only)
+    assert (project / "new.cfg").read_text() == ""
+
+
+async def test_git_making_a_named_file_sets_it_aside(runs, project):
+    """A branch that tracks the include the worktree does not have: git checking it out makes it (git writes the
+    project whole, so its words are not refused), and it is set aside after, the call failing naming it."""
+    _repository(project, ("include.path", "../new.cfg"))
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    git += ["-c", "core.fsmonitor=false"]  # (the branch made here runs nothing)
+    (project / "readme.txt").write_text("x\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "the human's"], check=True)
+    subprocess.run([*git, "checkout", "-qb", "evil"], check=True)
+    (project / "new.cfg").write_text(FSMONITOR)
+    subprocess.run([*git, "add", "new.cfg"], check=True)
+    subprocess.run([*git, "commit", "-qm", "the agent's"], check=True)
+    subprocess.run([*git, "checkout", "-q", "main"], check=True)
+    assert not (project / "new.cfg").exists() and pwned(project) == []
+    run_id = await agent_run(runs, project, "switcher", _grants("git", write=_WHOLE_PROJECT))
+
+    result = await shell(runs, run_id, "git", "checkout", "evil")
+    _humans_git_status(project)
+
     assert result.status == "denied", result
     assert "the command changed 'new.cfg', which git's settings name (include.path in .git/config)" in (
         result.reason
-    ), result
-    assert (project / ".gitconfig").read_text() == TEAM
+    )
     assert not (project / "new.cfg").exists()
     assert [p.name for p in project.iterdir() if p.name.startswith("new.cfg.set-aside-")], result
     assert pwned(project) == []
@@ -272,10 +383,7 @@ async def test_git_switches_branches_and_writes_no_named_file(runs, project):
     subprocess.run([*git, "commit", "-qam", "the agent's"], check=True)
     subprocess.run([*git, "checkout", "-q", "main"], check=True)
     assert (project / ".gitconfig").read_text() == TEAM and pwned(project) == []
-    # (git writes the whole project: a grant naming each protected place there, the harness's too.)
-    places = ".git,.ai/config,.ai/tools,.ai/directives,.ai/logs,.ai/.cache,.ai/scripts,.ai/proposals,.kiwi"
-    grants = "**,temporal-dev.yml," + ",".join(f"{place}/**" for place in places.split(","))
-    run_id = await agent_run(runs, project, "switcher", _grants("git", write=grants))
+    run_id = await agent_run(runs, project, "switcher", _grants("git", write=_WHOLE_PROJECT))
 
     other = await shell(runs, run_id, "git", "checkout", "-b", "other")
     evil = await shell(runs, run_id, "git", "checkout", "evil")
@@ -310,3 +418,46 @@ async def test_a_rollback_writes_no_named_file_back(runs, project):
     assert (project / "notes.txt").read_text() == "first\n"  # (the rest is rolled back)
     assert (project / ".gitconfig").read_text() == TEAM
     assert pwned(project) == []
+
+
+# What git's settings name is read as the human's git reads it (unit tests of activities.gitnamed with real git:
+# the refusals built on it are the attacks above).
+
+
+def test_a_project_below_the_work_trees_top_reads_includes_from_there(tmp_path):
+    """Review s32: git prints a config file's origin relative to the work tree's top (it moves there first);
+    taken from the project's folder below it, `../proj/.gitconfig` was read as `proj/proj/.gitconfig`."""
+    from activities import gitnamed
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    _repository(tmp_path, ("include.path", "../proj/.gitconfig"))
+    (project / ".gitconfig").write_text(TEAM)
+
+    assert [n.place for n in gitnamed.named_places(str(project))] == [".gitconfig"]
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root gives a project to another user")
+def test_a_repository_another_user_owns_is_read_all_the_same(project):
+    """Review s32: a project another user owns (a container's bind mount): git reads no `.git/config` there
+    ("dubious ownership") and said nothing, so nothing was named."""
+    from activities import gitnamed
+
+    _repository(project, ("include.path", "../.gitconfig"))
+    for folder, subdirs, files in os.walk(project):
+        for name in [folder, *(os.path.join(folder, n) for n in subdirs + files)]:
+            os.lchown(name, 65534, 65534)
+
+    assert ".gitconfig" in [n.place for n in gitnamed.named_places(str(project))]
+
+
+def test_no_git_where_the_worker_runs_names_nothing_it_can_tell(project, tmp_path_factory, monkeypatch):
+    """Review s32: with no git on the worker's PATH nothing was named, though the human's git obeys the
+    settings all the same. In a repository that is an answer Kiwi cannot give: Unreadable."""
+    from activities import gitnamed
+
+    _repository(project, ("include.path", "../.gitconfig"))
+    monkeypatch.setenv("PATH", str(tmp_path_factory.mktemp("empty")))
+
+    with pytest.raises(gitnamed.Unreadable, match="git is not installed where Kiwi's worker runs"):
+        gitnamed.named_places(str(project))
