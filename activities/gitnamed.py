@@ -77,6 +77,7 @@ class Named:
     place: str
     why: str
     folder: bool = False
+    hook: bool = False  # (run by git commit, checkout, ... as a hook: not by `git status`)
 
 
 class Unreadable(Exception):
@@ -106,16 +107,16 @@ def named_places(root: str) -> list[Named]:
         return []
     found: dict[str, Named] = {}
 
-    def note(path: str, why: str, folder: bool = False) -> None:
+    def note(path: str, why: str, folder: bool = False, hook: bool = False) -> None:
         for rel in _inside(path, root, real_root):
             if rel == "." and folder:
-                for hook in _HOOKS:
-                    found.setdefault(hook, Named(hook, why))
+                for name in _HOOKS:
+                    found.setdefault(name, Named(name, why, hook=True))
                 continue
             if rel != "." and protected_root(rel) is None:
                 known = found.get(rel)
-                if known is None or (folder and not known.folder):
-                    found[rel] = Named(rel, why, folder)
+                if known is None or (folder and not known.folder) or (known.hook and not hook):
+                    found[rel] = Named(rel, why, folder, hook)
 
     git_dir, top = _repository(real_root)
     entries, origins = _settings(top or real_root, [], top, strict=True)
@@ -147,11 +148,11 @@ def named_places(root: str) -> list[Named]:
         elif key.lower() == "core.hookspath":
             target = _expanded(value, entry.top, home)
             if target is not None:
-                note(target, why, folder=True)
+                note(target, why, folder=True, hook=True)
                 if os.path.basename(target) == "_":
                     # husky (9): each hook of `.husky/_` runs the project's `.husky/NAME` (review s32).
-                    for hook in _HOOKS:
-                        note(os.path.join(os.path.dirname(target), hook), why)
+                    for name in _HOOKS:
+                        note(os.path.join(os.path.dirname(target), name), why, hook=True)
         elif (words := _program_words(key, value)) is not None:
             if words is _CANNOT_TELL:
                 raise Unreadable(
@@ -160,7 +161,9 @@ def named_places(root: str) -> list[Named]:
                 )
             for word in words:
                 target = _expanded(word, entry.top, home)
-                if target is not None:
+                # (An argument with no `/` is a file only when there is one: `git-lfs smudge -- %f`, which every
+                # user of git-lfs has, names no file `smudge`.)
+                if target is not None and ("/" in word or os.path.lexists(target)):
                     note(target, why)
     for origin in origins:  # (after: a file an include names is shown by the include)
         note(origin, f"a config file git reads ({_shown(origin, real_root)})")
@@ -336,22 +339,37 @@ def _program_words(key: str, value: str) -> list[str] | None:
         words = text.split()
     found = []
     command = True  # (the word in a command's place: after an operator, and past `VAR=x` words)
+    folder = ""  # (where a `cd` in the value went: `cd scripts && ./watch.sh` runs scripts/watch.sh)
+    into = False
     for word in words:
         if word and set(word) <= set(";&|<>()"):
             command = True
             continue
         if command and re.fullmatch(r"\w+=.*", word):
             continue
+        if command and word == "cd":
+            command, into = False, True
+            continue
         value_of = word.rpartition("=")[2] if word.startswith("-") else word  # (`--config=./x`)
+        path = None
         if _COMPUTED in value_of or _VALUE_OF in value_of:
             rest = re.split(f"[{_COMPUTED}{_VALUE_OF}]", value_of)[-1]
             if command and _COMPUTED in value_of and not rest:
                 return _CANNOT_TELL
             if rest.startswith("/"):
-                found.append(rest.lstrip("/"))
+                path = "/" + rest.lstrip("/")  # (from the work tree's top: marked so below)
         elif "/" in value_of or not command and value_of and not value_of.startswith("-"):
-            found.append(value_of)
+            path = value_of
         command = False
+        if path is None:
+            continue
+        if into:
+            folder, into = posixpath.join(folder, path.lstrip("/")), False
+            continue
+        if path.startswith("/") and path is not value_of:
+            found.append(path.lstrip("/"))
+        else:
+            found.append(posixpath.join(folder, path) if folder and not path.startswith(("/", "~")) else path)
     return found
 
 

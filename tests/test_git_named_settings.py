@@ -295,6 +295,33 @@ async def test_a_program_kiwi_does_not_model_does_not_run_where_it_could_make_on
     assert (project / "new.cfg").read_text() == ""
 
 
+async def test_a_hook_not_there_is_set_aside_after_a_program_kiwi_does_not_model(runs, project, maker):
+    """A hook not there (`.husky/pre-rebase`) runs at a commit or a rebase, not at a `git status`: such a program
+    runs where it could make one (a husky project has few of git's hooks), and one it made is set aside after it.
+    git-lfs's settings (`git-lfs smudge -- %f`, every user of it has them) name no file `smudge`."""
+    _repository(
+        project,
+        ("core.hooksPath", ".husky/_"),
+        ("filter.lfs.smudge", "git-lfs smudge -- %f"),
+        ("filter.lfs.process", "git-lfs filter-process"),
+    )
+    (project / ".husky" / "_").mkdir(parents=True)
+    (project / ".husky" / "_" / "h").write_text("#!/bin/sh\n")
+    (project / "make.py").write_text(
+        "import sys\nopen('notes.txt', 'w').write('x')\n"
+        "if sys.argv[1:] == ['hook']:\n    open('.husky/pre-rebase', 'w').write('touch PWNED\\n')\n"
+    )
+    run_id = await agent_run(runs, project, "maker", _grants("maker", write="**"))
+
+    plain = await shell(runs, run_id, "maker", "make.py")
+    hooked = await shell(runs, run_id, "maker", "make.py", "hook")
+
+    assert plain.status == "ok" and plain.result["exit_code"] == 0, plain
+    assert hooked.status == "denied" and "the command changed '.husky/pre-rebase'" in hooked.reason, hooked
+    assert not (project / ".husky" / "pre-rebase").exists()
+    assert [p.name for p in (project / ".husky").iterdir() if p.name.startswith("pre-rebase.set-aside-")]
+
+
 async def test_git_making_a_named_file_sets_it_aside(runs, project):
     """A branch that tracks the include the worktree does not have: git checking it out makes it (git writes the
     project whole, so its words are not refused), and it is set aside after, the call failing naming it."""
