@@ -1117,12 +1117,12 @@ def _settings_in_reach(req: CommandRequest, watch: _Watch) -> list[gitnamed.Name
         if gitnamed.reached(item, watch.folders) and not any(names(g, item.place) for g in req.write_grants)
     ]
     missing = [
-        item for item in found if not item.hook and not os.path.lexists(os.path.join(watch.root, item.place))
+        item for item in found if not item.later and not os.path.lexists(os.path.join(watch.root, item.place))
     ]
     if watch.whole and missing:
         # (Made by it, one would be there for a human's git to obey until the command ends: only one that is
-        # there can be held. Review s32: `dd of=.gitconfig` read by a `git status` run meanwhile. A hook not
-        # there, which a commit or a checkout runs, not a status, is set aside after it.)
+        # there can be held. Review s32: `dd of=.gitconfig` read by a `git status` run meanwhile. One git obeys
+        # later, at a commit, a checkout or an alias, not a status, is set aside after it.)
         item = missing[0]
         raise _denied(
             f"'{os.path.basename(req.argv[0])}' is a program Kiwi does not model, which may write "

@@ -59,12 +59,17 @@ _HOOKS = (
     "push-to-checkout", "pre-auto-gc", "post-rewrite", "sendemail-validate", "fsmonitor-watchman",
     "p4-changelist", "p4-prepare-changelist", "p4-post-changelist", "p4-pre-submit", "post-index-change",
 )  # fmt: skip
+# The one hook a `git status` runs (when it refreshes the index, as an editor's does every few seconds).
+_STATUS_HOOK = "post-index-change"
+# Programs that run the file their first argument names (`sh scripts/watch.sh`), whatever its name.
+_INTERPRETERS = re.compile(r"(ba|da|z|k)?sh|python[0-9.]*|node|nodejs|ruby|perl|php|deno|bun|tclsh|lua")
 # How many config files an include chain is followed through (git's own depth limit is 10), and how many
-# entries of a git folder's `modules/` are looked through for submodules' git folders.
+# repositories (submodules, worktrees) of the project are read.
 _FILES_LIMIT = 50
-_MODULES_LIMIT = 10_000
-# A command substitution (`$(...)`, backquotes) and a variable (`$X`, `${X}`) in a program's value.
+_REPOSITORIES_LIMIT = 200
+# A command substitution (`$(...)`, backquotes) and a variable (`$X`, `${X}`, `${X:-default}`).
 _COMMAND_SUBSTITUTION = re.compile(r"\$\([^()]*\)|`[^`]*`")
+_DEFAULTED = re.compile(r"\$\{\w+:?[-=+]([^{}]*)\}")
 _VARIABLE = re.compile(r"\$\{\w+\}|\$\w+")
 _COMPUTED, _VALUE_OF = "\x01", "\x00"
 
@@ -72,12 +77,14 @@ _COMPUTED, _VALUE_OF = "\x01", "\x00"
 @dataclasses.dataclass(frozen=True)
 class Named:
     """A place of the project a setting names: ``place`` project-relative, ``why`` the setting and the file
-    it is in, ``folder``: all below it too (a hooks folder)."""
+    it is in, ``folder``: all below it too (a hooks folder). ``later``: one git obeys at a commit, a checkout,
+    or when the human types an alias, not at a `git status`: not there, it may be made by a command and set
+    aside after it (commands._settings_in_reach)."""
 
     place: str
     why: str
     folder: bool = False
-    hook: bool = False  # (run by git commit, checkout, ... as a hook: not by `git status`)
+    later: bool = False
 
 
 class Unreadable(Exception):
@@ -90,13 +97,25 @@ class _Entry:
     origin: str  # the config file, absolute
     key: str
     value: str
-    top: str | None  # the work tree's top of the repository it is read for (where hooks and programs run)
+    top: str  # the work tree's top of the repository it is read for (where hooks and programs run)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Word:
+    """A file a program's setting names: ``path`` as given (relative to the work tree's top, or absolute, or
+    `~`), ``later``: not the program git runs nor a file it runs (an argument that has a `/`, an alias's)."""
+
+    path: str
+    later: bool = False
+    folder: bool = False
 
 
 def named_places(root: str) -> list[Named]:
     """The places of the project at ``root`` that git's settings name (see the module's text), but those in
     a protected place (kiwi.protected: `.git/config` is one already). Read for the repository the project is
-    in and for each of its submodules (git status runs in each). Raises Unreadable."""
+    in, its worktrees in the project and its submodules (git status runs in each), and, with no repository,
+    the user's and the system's settings taken from the project's folder (`git init` there makes one).
+    Raises Unreadable."""
     real_root = os.path.realpath(root)
     home = os.path.expanduser("~")
     if shutil.which("git") is None:
@@ -107,21 +126,23 @@ def named_places(root: str) -> list[Named]:
         return []
     found: dict[str, Named] = {}
 
-    def note(path: str, why: str, folder: bool = False, hook: bool = False) -> None:
+    def note(path: str, why: str, folder: bool = False, later: bool = False) -> None:
         for rel in _inside(path, root, real_root):
             if rel == "." and folder:
                 for name in _HOOKS:
-                    found.setdefault(name, Named(name, why, hook=True))
+                    found.setdefault(name, Named(name, why, later=name != _STATUS_HOOK))
                 continue
-            if rel != "." and protected_root(rel) is None:
-                known = found.get(rel)
-                if known is None or (folder and not known.folder) or (known.hook and not hook):
-                    found[rel] = Named(rel, why, folder, hook)
+            if rel == "." or protected_root(rel) is not None:
+                continue
+            known = found.get(rel)
+            if known is None or (folder and not known.folder) or (known.later and not later):
+                found[rel] = Named(rel, why, folder or (known is not None and known.folder), later)
 
-    git_dir, top = _repository(real_root)
-    entries, origins = _settings(top or real_root, [], top, strict=True)
-    for module, work_tree in _submodules(git_dir):
-        more, files = _settings(real_root, ["--git-dir", module], work_tree, strict=False)
+    entries: list[_Entry] = []
+    origins: list[str] = []
+    repositories = _repositories(real_root)
+    for index, (cwd, _) in enumerate(repositories):
+        more, files = _settings(cwd, [], cwd, strict=index == 0)
         entries += more
         origins += files
     read: set[str] = {os.path.realpath(origin) for origin in origins}
@@ -148,11 +169,14 @@ def named_places(root: str) -> list[Named]:
         elif key.lower() == "core.hookspath":
             target = _expanded(value, entry.top, home)
             if target is not None:
-                note(target, why, folder=True, hook=True)
+                # (Not there, it is no place to hold: made by a command, a `git status` meanwhile would run its
+                # post-index-change, review s32. There, nothing is made in it while it is held.)
+                note(target, why, folder=True)
                 if os.path.basename(target) == "_":
-                    # husky (9): each hook of `.husky/_` runs the project's `.husky/NAME` (review s32).
-                    for name in _HOOKS:
-                        note(os.path.join(os.path.dirname(target), name), why, hook=True)
+                    # husky (9): each hook of `.husky/_` runs the project's `.husky/NAME` (review s32), one a
+                    # commit or a checkout runs (the folder `_`, held, has no post-index-change to run it).
+                    for hook in _HOOKS:
+                        note(os.path.join(os.path.dirname(target), hook), why, later=True)
         elif (words := _program_words(key, value)) is not None:
             if words is _CANNOT_TELL:
                 raise Unreadable(
@@ -160,13 +184,19 @@ def named_places(root: str) -> list[Named]:
                     "tell which file of the project it is"
                 )
             for word in words:
-                target = _expanded(word, entry.top, home)
-                # (An argument with no `/` is a file only when there is one: `git-lfs smudge -- %f`, which every
-                # user of git-lfs has, names no file `smudge`.)
-                if target is not None and ("/" in word or os.path.lexists(target)):
-                    note(target, why)
-    for origin in origins:  # (after: a file an include names is shown by the include)
+                target = _expanded(word.path, entry.top, home)
+                if target is not None:
+                    note(target, why, folder=word.folder, later=word.later)
+    # (After the settings: a place they name is shown by the setting.)
+    for origin in origins:
         note(origin, f"a config file git reads ({_shown(origin, real_root)})")
+    for _, hooks in repositories:
+        if hooks is not None:
+            note(hooks, "the folder git runs hooks from", folder=True)
+            for name, target in _linked_hooks(hooks):
+                # (A hook that is a link to a script of the project: `.git/hooks/pre-commit` -> scripts/..., review
+                # s32: the script, written, ran at the human's commit.)
+                note(target, f"the hook {name}, a link to it", later=name != _STATUS_HOOK)
     return sorted(found.values(), key=lambda n: n.place)
 
 
@@ -215,11 +245,11 @@ def _git(cwd: str, args: list[str]) -> subprocess.CompletedProcess[bytes]:
     )
 
 
-def _settings(cwd: str, how: list[str], top: str | None, strict: bool) -> tuple[list[_Entry], list[str]]:
-    """Each setting ``git config --list`` prints run in ``cwd`` with ``how`` (before `config`: `--git-dir X`;
-    after: `--file X`), and the files it read, absolute. Raises Unreadable where git cannot, when ``strict``."""
-    before, after = (how, []) if how[:1] == ["--git-dir"] else ([], how)
-    args = [*before, "config", "--list", "--show-origin", "-z", *(after or ["--includes"])]
+def _settings(cwd: str, how: list[str], top: str, strict: bool) -> tuple[list[_Entry], list[str]]:
+    """Each setting ``git config --list`` prints run in ``cwd`` (``how``: `--file X`; none: the repository's
+    there, includes followed), and the files it read, absolute. Raises Unreadable where git cannot, when
+    ``strict``."""
+    args = ["config", "--list", "--show-origin", "-z", *(how or ["--includes"])]
     try:
         done = _git(cwd, args)
     except subprocess.TimeoutExpired:
@@ -255,18 +285,90 @@ def _said(done: subprocess.CompletedProcess[bytes], cwd: str) -> str:
     return said
 
 
-def _repository(real_root: str) -> tuple[str | None, str | None]:
-    """The git folder and the work tree's top of the repository the project is in (None, None: none)."""
+def _repositories(real_root: str) -> list[tuple[str, str | None]]:
+    """(work tree's top, hooks folder) of each repository whose settings name places of the project: the one
+    the project is in (its top; with none, the project's folder), each of its worktrees in the project (a
+    bare repository's too, `gitdir: .bare`), and each submodule of those, checked out (its top); past
+    _REPOSITORIES_LIMIT, Unreadable."""
+    git_dir, hooks, top = _repository(real_root)
+    if git_dir is None:
+        return [(real_root, None)]
+    found: list[tuple[str, str | None]] = [(top or real_root, hooks)] if top else []
+    tops = {top} if top else set()
+    for tree in _worktrees(git_dir):
+        real = os.path.realpath(tree)
+        if real not in tops and (real == real_root or real.startswith(real_root + os.sep)):
+            tops.add(real)
+            found.append((real, _repository(real)[1]))
+    if not found:
+        found.append(
+            (real_root, hooks)
+        )  # (a bare repository with no worktree here: its settings all the same)
+    pending = [t for t, _ in found]
+    while pending:
+        for sub in _submodule_trees(pending.pop()):
+            if sub not in tops and os.path.lexists(os.path.join(sub, ".git")):
+                if len(tops) >= _REPOSITORIES_LIMIT:
+                    raise Unreadable(
+                        f"the project holds more than {_REPOSITORIES_LIMIT} repositories to read"
+                    )
+                tops.add(sub)
+                found.append((sub, _repository(sub)[1]))
+                pending.append(sub)
+    return found
+
+
+def _repository(cwd: str) -> tuple[str | None, str | None, str | None]:
+    """The git folder, the hooks folder (core.hooksPath's, or the git folder's `hooks`) and the work tree's top
+    (None in a bare repository) of the repository git finds from ``cwd``; (None, None, None): none."""
     try:
-        done = _git(real_root, ["rev-parse", "--absolute-git-dir", "--show-toplevel"])
+        done = _git(cwd, ["rev-parse", "--absolute-git-dir", "--git-path", "hooks", "--show-toplevel"])
     except subprocess.TimeoutExpired:
         raise Unreadable("git rev-parse took more than 30 seconds") from None
     lines = [os.fsdecode(line) for line in done.stdout.splitlines()]
-    if done.returncode != 0 or not lines:
-        if _in_a_repository(real_root):
-            raise Unreadable(_said(done, real_root))
-        return None, None
-    return lines[0], (lines[1] if len(lines) > 1 else None)
+    if len(lines) < 2:
+        if _in_a_repository(cwd):
+            raise Unreadable(_said(done, cwd))
+        return None, None, None
+    # (A bare repository prints its git folder and hooks, then fails for the work tree: no top.)
+    top = lines[2] if done.returncode == 0 and len(lines) > 2 else None
+    return lines[0], os.path.normpath(os.path.join(cwd, lines[1])), top
+
+
+def _worktrees(git_dir: str) -> list[str]:
+    """The work trees of the repository at ``git_dir`` (`git worktree list`)."""
+    try:
+        done = _git(git_dir, ["--git-dir", git_dir, "worktree", "list", "--porcelain", "-z"])
+    except subprocess.TimeoutExpired:
+        return []
+    return [
+        os.fsdecode(field[len(b"worktree ") :])
+        for field in done.stdout.split(b"\0")
+        if field.startswith(b"worktree ")
+    ]
+
+
+def _submodule_trees(top: str) -> list[str]:
+    """The folders of the submodules the repository at ``top`` tracks (its gitlinks, from its index: not
+    `.gitmodules`, which the agent may write), absolute."""
+    try:
+        done = _git(top, ["ls-files", "--stage", "-z"])
+    except subprocess.TimeoutExpired:
+        raise Unreadable("git ls-files took more than 30 seconds") from None
+    return [
+        os.path.join(top, os.fsdecode(entry.partition(b"\t")[2]))
+        for entry in done.stdout.split(b"\0")
+        if entry.startswith(b"160000 ")
+    ]
+
+
+def _linked_hooks(hooks: str) -> list[tuple[str, str]]:
+    """(name, where it leads) of each hook in the folder ``hooks`` that is a symbolic link."""
+    try:
+        with os.scandir(hooks) as listing:
+            return [(e.name, os.path.realpath(e.path)) for e in listing if e.is_symlink()]
+    except OSError:
+        return []
 
 
 def _in_a_repository(real_root: str) -> bool:
@@ -281,96 +383,162 @@ def _in_a_repository(real_root: str) -> bool:
         folder = parent
 
 
-def _submodules(git_dir: str | None) -> list[tuple[str, str | None]]:
-    """(git folder, work tree) of each submodule below ``git_dir``'s `modules/` (nested ones too)."""
-    if git_dir is None or not os.path.isdir(os.path.join(git_dir, "modules")):
-        return []
-    found: list[tuple[str, str | None]] = []
-    seen = 0
-    for folder, subdirs, files in os.walk(os.path.join(git_dir, "modules")):
-        seen += len(subdirs) + len(files)
-        if seen > _MODULES_LIMIT:
-            raise Unreadable(
-                f"the repository's modules/ has more than {_MODULES_LIMIT:,} entries to look through"
-            )
-        if "config" in files and "HEAD" in files:
-            found.append((folder, _work_tree_of(folder)))
-            subdirs[:] = [d for d in subdirs if d == "modules"]
-    return found
+_CANNOT_TELL: list[_Word] = [_Word("(computed)")]
 
 
-def _work_tree_of(module: str) -> str | None:
-    """A submodule's work tree, as its `core.worktree` says (relative to its git folder)."""
-    try:
-        done = _git(module, ["config", "--file", os.path.join(module, "config"), "--get", "core.worktree"])
-    except subprocess.TimeoutExpired:
-        return None
-    value = os.fsdecode(done.stdout.strip())
-    return os.path.normpath(os.path.join(module, value)) if done.returncode == 0 and value else None
-
-
-_CANNOT_TELL: list[str] = []
-
-
-def _program_words(key: str, value: str) -> list[str] | None:
-    """The files of a program's setting (None: the key names no program): the program when given by a path,
-    and each word after it with a `/` or naming a file (`sh scripts/watch.sh`, `FOO=1 tools/x`, `cd scripts
-    && ./watch.sh`, `ssh -F ./ssh_config`: review s32); a path after a substitution is taken from the work
-    tree's top (`"$(git rev-parse --show-toplevel)/scripts/watch.sh"`). _CANNOT_TELL when a substitution
-    gives the program itself."""
+def _program_words(key: str, value: str) -> list[_Word] | None:
+    """The files of a program's setting (None: the key names no program; _CANNOT_TELL when a substitution gives
+    the program itself), review s32:
+    - the program when given by a path, and each program after a shell operator (`cd scripts && ./watch.sh`,
+      the `cd` and `env -C` folder taken) or in a shell's `-c` text (`sh -c 'scripts/watch.sh'`);
+    - the file an interpreter runs (`sh watch.sh`, `python3 tools/x.py`), the module `python -m NAME` loads
+      from the folder it runs in (NAME.py, NAME/), what `npx NAME` runs and a Makefile `make` reads;
+    - `${V:-default}`'s default; a path after a substitution from the work tree's top (`"$(git rev-parse
+      --show-toplevel)/scripts/watch.sh"`); a glob's folder;
+    - any other argument with a `/`, as a file git may obey later.
+    An alias (`!scripts/x`) runs only when the human types it: its program only, and never _CANNOT_TELL."""
     section, _, name = key.lower().partition(".")
+    alias = section == "alias"
     if "." in name:
         if name.rpartition(".")[2] not in _PROGRAM_SUBKEYS.get(section, ()):
             return None
     elif (
         key.lower() not in _PROGRAM_KEYS
         and section != "pager"
-        and not (section == "alias" and value.lstrip().startswith("!"))
+        and not (alias and value.lstrip().startswith("!"))
     ):
         return None
-    text = _VARIABLE.sub(_VALUE_OF, _COMMAND_SUBSTITUTION.sub(_COMPUTED, value.strip().removeprefix("!")))
+    words = _shell_words(value.strip().removeprefix("!"))
+    if words is None:
+        return [] if alias else _CANNOT_TELL
+    found = _command_words(words, 0)
+    if found is _CANNOT_TELL:
+        return [] if alias else _CANNOT_TELL
+    if alias:
+        return [dataclasses.replace(w, later=True) for w in found[:1] if not w.later]
+    return found
+
+
+def _shell_words(text: str) -> list[str] | None:
+    """``text`` as a shell splits it, substitutions marked (_COMPUTED, _VALUE_OF), a variable's default taken;
+    None for a substitution that does not close."""
+    text = _DEFAULTED.sub(lambda m: m.group(1), text)
+    while (marked := _COMMAND_SUBSTITUTION.sub(_COMPUTED, text)) != text:  # (nested: the inner ones first)
+        text = marked
     if "$(" in text or "`" in text:
-        return _CANNOT_TELL  # (nested or unclosed)
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>()")
+        return None
+    lexer = shlex.shlex(_VARIABLE.sub(_VALUE_OF, text), posix=True, punctuation_chars=";&|<>()")
     lexer.whitespace_split = True
     try:
-        words = list(lexer)
+        return list(lexer)
     except ValueError:
-        words = text.split()
-    found = []
+        return text.split()
+
+
+def _command_words(words: list[str], depth: int) -> list[_Word]:
+    found: list[_Word] = []
     command = True  # (the word in a command's place: after an operator, and past `VAR=x` words)
-    folder = ""  # (where a `cd` in the value went: `cd scripts && ./watch.sh` runs scripts/watch.sh)
-    into = False
-    for word in words:
+    program = ""  # (the program of the command these words are arguments of)
+    folder = ""  # (where a `cd` or `env -C` went: `cd scripts && ./watch.sh` runs scripts/watch.sh)
+    into = first = False
+    for index, word in enumerate(words):
         if word and set(word) <= set(";&|<>()"):
-            command = True
+            command, program, into = True, "", False
             continue
         if command and re.fullmatch(r"\w+=.*", word):
             continue
-        if command and word == "cd":
-            command, into = False, True
-            continue
-        value_of = word.rpartition("=")[2] if word.startswith("-") else word  # (`--config=./x`)
-        path = None
-        if _COMPUTED in value_of or _VALUE_OF in value_of:
-            rest = re.split(f"[{_COMPUTED}{_VALUE_OF}]", value_of)[-1]
-            if command and _COMPUTED in value_of and not rest:
-                return _CANNOT_TELL
-            if rest.startswith("/"):
-                path = "/" + rest.lstrip("/")  # (from the work tree's top: marked so below)
-        elif "/" in value_of or not command and value_of and not value_of.startswith("-"):
-            path = value_of
-        command = False
-        if path is None:
-            continue
+        if command and word in ("env", "exec", "command", "nohup", "time", "xargs"):
+            continue  # (they run the word after them: `env X=1 prog`)
         if into:
-            folder, into = posixpath.join(folder, path.lstrip("/")), False
+            folder, into = posixpath.join(folder, _unmarked(word)), False
+            if program == "make":
+                found += _makefiles(folder)
             continue
-        if path.startswith("/") and path is not value_of:
-            found.append(path.lstrip("/"))
-        else:
-            found.append(posixpath.join(folder, path) if folder and not path.startswith(("/", "~")) else path)
+        if word in ("-C", "--chdir") and program in ("", "env", "make"):
+            into = True
+            continue
+        if word.startswith("--chdir="):
+            folder = posixpath.join(folder, _unmarked(word.partition("=")[2]))
+            continue
+        if command and word.startswith("-"):
+            continue  # (`env -i prog`)
+        if command:
+            command, program, first = False, posixpath.basename(word), True
+            if word == "cd":
+                into = True
+                continue
+            if _COMPUTED in word and (not _after_mark(word) or ".." in _after_mark(word).split("/")):
+                return (
+                    _CANNOT_TELL  # (`$(...)` alone, or `$(git rev-parse --git-dir)/../x`: no place to tell)
+                )
+            if "/" in word:
+                found.append(_at(folder, word))
+            if program == "make":
+                found += _makefiles(folder)
+            continue
+        if program in ("sh", "bash", "dash", "zsh", "ksh") and word == "-c" and depth < 3:
+            if index + 1 < len(words) and (inner := _shell_words(words[index + 1])) is not None:
+                more = _command_words(inner, depth + 1)
+                if more is _CANNOT_TELL:
+                    return _CANNOT_TELL
+                found += [_at(folder, w.path, w.later, w.folder) for w in more]
+            break  # (the rest are the text's arguments)
+        # (What a program loads by name from the folder it runs in: named, and held, but one not there does not
+        # refuse a program Kiwi does not model: `python3 -m json.tool` would have it make an empty json.py.)
+        if program.startswith("python") and word == "-m" and index + 1 < len(words):
+            module = words[index + 1].split(".")[0]
+            found += [_at(folder, f"{module}.py", later=True), _at(folder, module, True, folder_too=True)]
+            break
+        if program in ("npx", "bunx") and first and not word.startswith("-"):
+            found += [
+                _at(folder, f"node_modules/.bin/{word}", later=True),
+                _at(folder, f"node_modules/{word}", True, folder_too=True),
+            ]
+            first = False
+            continue
+        if word.startswith("-"):
+            word = word.partition("=")[2]  # (`--config=./x`)
+            if not word:
+                continue
+        if _INTERPRETERS.fullmatch(program) and first:
+            found.append(_at(folder, word))
+            first = False
+            continue
+        first = False
+        if "/" in word:
+            found.append(_at(folder, word, later=True))
     return found
+
+
+def _makefiles(folder: str) -> list[_Word]:
+    return [_at(folder, name, later=True) for name in ("Makefile", "makefile", "GNUmakefile")]
+
+
+def _after_mark(word: str) -> str:
+    """What follows the last substitution in ``word``."""
+    return re.split(f"[{_COMPUTED}{_VALUE_OF}]", word)[-1]
+
+
+def _unmarked(word: str) -> str:
+    return _after_mark(word).lstrip("/") if (_COMPUTED in word or _VALUE_OF in word) else word
+
+
+def _at(folder: str, word: str, later: bool = False, folder_too: bool = False) -> _Word:
+    """The file ``word`` names, run from ``folder`` (a `cd` in the value); after a substitution, from the work
+    tree's top; a glob (`scripts/watch*.sh`) names its folder whole."""
+    if _COMPUTED in word or _VALUE_OF in word:
+        path = _after_mark(word).lstrip("/")
+        later = (
+            later or _VALUE_OF in word
+        )  # (`$HOME/bin/x`: from a variable, no place of the project as a rule)
+    elif word.startswith(("/", "~")) or not folder:
+        path = word
+    else:
+        path = posixpath.join(folder, word)
+    if any(c in path for c in "*?["):
+        literal = re.split(r"[*?\[]", path)[0]
+        return _Word(posixpath.dirname(literal) or ".", later, True)
+    return _Word(path, later, folder_too)
 
 
 def _expanded(value: str, base: str | None, home: str) -> str | None:

@@ -155,6 +155,14 @@ async def test_the_hooks_folder_is_changed_only_where_a_grant_names_it(runs, pro
         ("alias.st", "!scripts/watch.sh; git status"),
         ("hook.lint.command", "scripts/watch.sh"),  # (config-based hooks, git 2.54)
         ("remote.origin.uploadpack", "scripts/watch.sh"),
+        # Review s32, second round: a shell's -c text, env -C, a variable's default, a glob, a substitution's
+        # path, and a module Python loads from the work tree's top.
+        ("core.fsmonitor", "sh -c 'scripts/watch.sh \"$@\"' -"),
+        ("core.fsmonitor", "env -C scripts ./watch.sh"),
+        ("core.fsmonitor", '"${WATCHER:-scripts/watch.sh}"'),
+        ("core.fsmonitor", "scripts/watch*.sh"),
+        ("core.fsmonitor", '"$(git rev-parse --show-cdup)scripts/watch.sh"'),
+        ("filter.nb.clean", '"/usr/bin/python3" -m scripts.watch'),
     ],
 )
 async def test_a_program_a_setting_runs_is_a_setting(runs, project, key, value):
@@ -181,9 +189,11 @@ async def test_a_program_a_setting_computes_refuses_every_write(runs, project):
     assert not (project / "notes.txt").exists()
 
 
-async def test_a_submodules_settings_name_files_too(runs, project, tmp_path_factory):
+@pytest.mark.parametrize("own", [False, True])
+async def test_a_submodules_settings_name_files_too(runs, project, tmp_path_factory, own):
     """Review s32: the outer `git status` runs in each submodule, with the submodule's settings (kept in
-    `.git/modules/lib`); an include there named `lib/.gitconfig`, which the agent wrote."""
+    `.git/modules/lib`, or, ``own``, in `lib/.git`: a clone added as one, second round); an include there named
+    `lib/.gitconfig`, which the agent wrote."""
     upstream = tmp_path_factory.mktemp("upstream")
     subprocess.run(["git", "init", "-q", "-b", "main", str(upstream)], check=True)
     (upstream / "lib.txt").write_text("lib\n")
@@ -191,32 +201,152 @@ async def test_a_submodules_settings_name_files_too(runs, project, tmp_path_fact
     subprocess.run(["git", "-C", str(upstream), *human, "add", "-A"], check=True)
     subprocess.run(["git", "-C", str(upstream), *human, "commit", "-qm", "lib"], check=True)
     _repository(project)
+    if own:
+        subprocess.run(["git", *human, "clone", "-q", str(upstream), str(project / "lib")], check=True)
     subprocess.run(
         ["git", "-C", str(project), *human, "submodule", "-q", "add", str(upstream), "lib"], check=True
     )
-    subprocess.run(
-        ["git", "-C", str(project / "lib"), "config", "include.path", "../../../lib/.gitconfig"], check=True
-    )
+    subprocess.run(["git", "-C", str(project / "lib"), "config", "include.path", "../.gitconfig"], check=True)
+    if not own:
+        subprocess.run(
+            ["git", "-C", str(project / "lib"), "config", "include.path", "../../../lib/.gitconfig"],
+            check=True,
+        )
     run_id = await agent_run(runs, project, "submodule", _grants(write="**"))
 
     refused = await _write(runs, run_id, "lib/.gitconfig", FSMONITOR)
     _humans_git_status(project)
 
-    assert refused.status == "denied" and "include.path in .git/modules/lib/config" in refused.reason, refused
+    config = "lib/.git/config" if own else ".git/modules/lib/config"
+    assert refused.status == "denied" and f"include.path in {config}" in refused.reason, refused
     assert not (project / "lib" / ".gitconfig").exists()
     assert pwned(project) == []
 
 
-async def test_the_users_own_settings_name_places_of_the_project_too(
-    runs, project, tmp_path_factory, monkeypatch
+async def test_a_hook_that_is_a_link_names_the_script_it_leads_to(runs, project):
+    """Review s32, second round: `ln -s ../../scripts/pre-commit.sh .git/hooks/pre-commit`, a common way to
+    share hooks: the script, written by the agent, ran at the human's next commit."""
+    _repository(project)
+    (project / "scripts").mkdir()
+    (project / "scripts" / "pre-commit.sh").write_text("#!/bin/sh\nexit 0\n")
+    os.symlink("../../scripts/pre-commit.sh", project / ".git" / "hooks" / "pre-commit")
+    run_id = await agent_run(runs, project, "linked", _grants(write="**"))
+
+    refused = await _write(runs, run_id, "scripts/pre-commit.sh", "#!/bin/sh\ntouch PWNED\n")
+
+    assert refused.status == "denied" and "the hook pre-commit, a link to it" in refused.reason, refused
+    assert (project / "scripts" / "pre-commit.sh").read_text() == "#!/bin/sh\nexit 0\n"
+
+
+async def test_a_worktree_in_the_project_has_its_settings_taken_from_its_own_top(runs, project):
+    """Review s32, second round: `git worktree add .worktrees/feat` (as agent tools make them): a program's path
+    and the hooks folder are taken from each worktree's own top, where `git status` there runs them."""
+    _repository(project, ("core.fsmonitor", "scripts/watch.sh"))
+    (project / "readme.txt").write_text("x\n")
+    human = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*human, "-c", "core.fsmonitor=false", "add", "-A"], check=True)
+    subprocess.run([*human, "-c", "core.fsmonitor=false", "commit", "-qm", "x"], check=True)
+    subprocess.run(
+        [*human, "-c", "core.fsmonitor=false", "worktree", "add", "-q", ".worktrees/feat"], check=True
+    )
+    run_id = await agent_run(runs, project, "worktree", _grants(write="**"))
+
+    refused = await _write(runs, run_id, ".worktrees/feat/scripts/watch.sh", "#!/bin/sh\ntouch PWNED\n")
+
+    assert refused.status == "denied" and "core.fsmonitor in .git/config" in refused.reason, refused
+    assert not (project / ".worktrees" / "feat" / "scripts").exists()
+
+
+async def test_a_bare_repository_with_worktrees_in_the_project(runs, project, tmp_path_factory):
+    """Review s32, second round: the layout `.bare/` with a `.git` file `gitdir: ./.bare` and a worktree per
+    branch refused every write (git finds no work tree at the project's folder). Each worktree's settings are
+    read from its own top."""
+    human = ["-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    upstream = tmp_path_factory.mktemp("upstream")
+    subprocess.run(["git", "init", "-q", "-b", "main", str(upstream)], check=True)
+    subprocess.run(
+        ["git", "-C", str(upstream), *human, "commit", "-q", "--allow-empty", "-m", "x"], check=True
+    )
+    subprocess.run(["git", "clone", "-q", "--bare", str(upstream), str(project / ".bare")], check=True)
+    (project / ".git").write_text("gitdir: ./.bare\n")
+    subprocess.run(["git", "-C", str(project), "config", "core.fsmonitor", "scripts/watch.sh"], check=True)
+    subprocess.run(
+        ["git", "-C", str(project), *human, "-c", "core.fsmonitor=false", "worktree", "add", "-q", "main"],
+        check=True,
+    )
+    run_id = await agent_run(runs, project, "bare", _grants(write="**"))
+
+    wrote = await _write(runs, run_id, "main/readme.txt", "x\n")
+    refused = await _write(runs, run_id, "main/scripts/watch.sh", "#!/bin/sh\ntouch PWNED\n")
+
+    assert wrote.status == "ok", wrote
+    assert refused.status == "denied" and "core.fsmonitor in .bare/config" in refused.reason, refused
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "written"),
+    [
+        ("credential.helper", "!/usr/bin/gh auth git-credential", "auth/views.py"),  # (gh auth setup-git)
+        ("alias.t", "!npm test", "test/x.txt"),
+        ("alias.r", "!git rebase origin/main", "origin/main"),
+        ("alias.x", "!f() { echo $(echo $(date)); }; f", "notes.txt"),
+        ("filter.lfs.smudge", "git-lfs smudge -- %f", "smudge"),
+    ],
+)
+async def test_common_settings_refuse_no_ordinary_write(runs, project, maker, key, value, written):
+    """Review s32, second round: `gh auth setup-git` named `auth/`, `!npm test` `test/`, `!git rebase origin/main`
+    a missing `origin/main` that refused every program Kiwi does not model, and an alias's nested substitution
+    every write. An alias runs when the human types it (its program only is named); an argument is a file only
+    for a program that runs it (`sh x`)."""
+    _repository(project, (key, value))
+    (project / written).parent.mkdir(parents=True, exist_ok=True)  # (there: a folder `auth/` was named)
+    (project / written).write_text("")
+    (project / "make.py").write_text("open('made.txt', 'w').write('x')\n")
+    run_id = await agent_run(runs, project, "ordinary", _grants("maker", write="**"))
+
+    wrote = await _write(runs, run_id, written, "x\n")
+    ran = await shell(runs, run_id, "maker", "make.py")
+
+    assert wrote.status == "ok", wrote
+    assert ran.status == "ok" and ran.result["exit_code"] == 0, ran
+
+
+async def test_a_hooks_folder_not_there_refuses_a_program_kiwi_does_not_model(
+    runs, project, maker, tmp_path_factory, monkeypatch
 ):
-    """`git config --global core.hooksPath .githooks`: a relative hooks folder, of every repository the user
-    works in, this one's too (the human's git reads the user's settings; Kiwi's own git calls do not)."""
+    """Review s32, second round: the user's `core.hooksPath = .githooks`, and no `.githooks` in the project: a
+    program Kiwi does not model could make it, with a `post-index-change` hook the `git status` of an editor
+    runs meanwhile (only a folder that is there can be held). Such a program does not run; made empty by the
+    human, the folder is held, and it runs."""
     home = tmp_path_factory.mktemp("home")
     (home / ".gitconfig").write_text("[core]\n\thooksPath = .githooks\n")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     _repository(project)
+    (project / "make.py").write_text("open('made.txt', 'w').write('x')\n")
+    run_id = await agent_run(runs, project, "hooks", _grants("maker", write="**"))
+
+    refused = await shell(runs, run_id, "maker", "make.py")
+    (project / ".githooks").mkdir()
+    ran = await shell(runs, run_id, "maker", "make.py")
+
+    assert refused.status == "denied" and "where it could make '.githooks'" in refused.reason, refused
+    assert ran.status == "ok" and ran.result["exit_code"] == 0, ran
+
+
+@pytest.mark.parametrize("repository", [True, False])
+async def test_the_users_own_settings_name_places_of_the_project_too(
+    runs, project, tmp_path_factory, monkeypatch, repository
+):
+    """`git config --global core.hooksPath .githooks`: a relative hooks folder, of every repository the user
+    works in, this one's too (the human's git reads the user's settings; Kiwi's own git calls do not). Review
+    s32, second round: in a project that is no repository yet too (`git init` there makes one)."""
+    home = tmp_path_factory.mktemp("home")
+    (home / ".gitconfig").write_text("[core]\n\thooksPath = .githooks\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    if repository:
+        _repository(project)
     run_id = await agent_run(runs, project, "global", _grants(write="**"))
 
     refused = await _write(runs, run_id, ".githooks/post-checkout", "#!/bin/sh\ntouch PWNED\n")
