@@ -337,6 +337,8 @@ def _repository(cwd: str) -> tuple[str | None, str | None, str | None]:
 
 def _worktrees(git_dir: str) -> list[str]:
     """The work trees of the repository at ``git_dir`` (`git worktree list`)."""
+    if not any(os.path.lexists(os.path.join(git_dir, name)) for name in ("worktrees", "commondir")):
+        return []  # (none but its own: a git start spared for every write)
     try:
         done = _git(git_dir, ["--git-dir", git_dir, "worktree", "list", "--porcelain", "-z"])
     except subprocess.TimeoutExpired:
