@@ -1638,20 +1638,21 @@ class GitActivities:
                 f"no checkpoint '{req.checkpoint}'", {"hint": "the run's status lists its checkpoints"}
             )
         commit = commit.strip()
-        # (Nor the files git's settings name: a checkpoint's `.gitconfig` may be one an agent wrote before the
-        # human's include named it, or under a grant naming it another run had.)
+        # (Nor the files git's settings name, nor a link above one: a checkpoint's `.gitconfig` may be one an
+        # agent wrote before the human's include named it, or under a grant naming it another run had; its
+        # `scripts` a link to the agent's folder, where the human has a `scripts/watch.sh` now, review s32.)
         named = await asyncio.to_thread(settings_named, root)
         kept = {
             p
             for p in (await _git_ok(root, "ls-tree", "-r", "--name-only", commit, "--", ".")).splitlines()
-            if _rolled_back(p) and gitnamed.in_the_way(named, p, []) is None
+            if _rolled_back(p) and gitnamed.in_the_way(named, p, [], below=True) is None
         }
         now = {
             p
             for p in (
                 await _git_ok(root, "ls-files", "-c", "-o", "--exclude-standard", "--", ".")
             ).splitlines()
-            if _rolled_back(p) and gitnamed.in_the_way(named, p, []) is None
+            if _rolled_back(p) and gitnamed.in_the_way(named, p, [], below=True) is None
         }
         # (A checkpoint's files can make a repository by its layout, or give one the agent's config: the same
         # watch as for a shell command, review s31.)

@@ -14,6 +14,7 @@ the same. What git cannot read is no setting Kiwi can check: every write is refu
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import os
 import posixpath
 import pwd
@@ -22,6 +23,7 @@ import shlex
 import shutil
 import subprocess
 
+from activities.process import GIT_FORCED_CONFIG, INHERITED_ENV
 from kiwi.protected import fold_path, names, protected_root
 
 # Settings whose value is a program git runs (itself, or through a shell), by key as `git config --list`
@@ -68,7 +70,6 @@ _INTERPRETERS = re.compile(r"(ba|da|z|k)?sh|python[0-9.]*|node|nodejs|ruby|perl|
 _FILES_LIMIT = 50
 _REPOSITORIES_LIMIT = 200
 # A command substitution (`$(...)`, backquotes) and a variable (`$X`, `${X}`, `${X:-default}`).
-_COMMAND_SUBSTITUTION = re.compile(r"\$\([^()]*\)|`[^`]*`")
 _DEFAULTED = re.compile(r"\$\{\w+:?[-=+]([^{}]*)\}")
 _VARIABLE = re.compile(r"\$\{\w+\}|\$\w+")
 _COMPUTED, _VALUE_OF = "\x01", "\x00"
@@ -208,6 +209,10 @@ def in_the_way(named: list[Named], rel: str, grants: list[str], below: bool = Fa
     for item in named:
         place = fold_path(item.place)
         hit = folded == place or folded.startswith(place + "/")
+        if not hit and any(c in place for c in "*?["):
+            # (A glob a program's setting runs, `scripts/watch*.sh`: what it matches, and what is below that.)
+            parts = folded.split("/")
+            hit = any(fnmatch.fnmatchcase("/".join(parts[:n]), place) for n in range(1, len(parts) + 1))
         if not hit and below:
             hit = folded == "." or place.startswith(folded + "/")
         if hit and not any(names(grant, item.place) for grant in grants):
@@ -226,17 +231,28 @@ def refusal(item: Named, raw: str) -> str:
 
 
 def _git_env() -> dict[str, str]:
-    """The worker's environment without git's own variables (GIT_DIR would point it elsewhere)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    """What git reading the settings inherits from the worker: the allow-listed part of its environment (no
+    secret, no GIT_*, which would point it elsewhere), with the user's settings (HOME, XDG_CONFIG_HOME)."""
+    env = {k: v for k, v in os.environ.items() if k in (*INHERITED_ENV, "XDG_CONFIG_HOME")}
     env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
     return env
 
 
+# Kiwi's hardening, but what git is to read as the human's git reads it: the hooks folder (reading runs no
+# hook), and a bare repository the project's `.git` file names (`gitdir: .bare`).
+_READ_AS_IS = ("core.hooksPath", "safe.bareRepository")
+
+
 def _git(cwd: str, args: list[str]) -> subprocess.CompletedProcess[bytes]:
-    # safe.directory: a repository another user owns (a container's bind mount) is read as its owner's git
-    # reads it; without it git read no `.git/config` there and said nothing (review s32).
+    """git, run to read: with Kiwi's hardening on its command line (review s32, third round: `git ls-files` ran
+    the repository's `core.fsmonitor` in the worker at every write), and safe.directory open, so a repository
+    another user owns (a container's bind mount) is read as its owner's git reads it (without it, git read no
+    `.git/config` there and said nothing)."""
+    forced = [
+        arg for key, value in GIT_FORCED_CONFIG if key not in _READ_AS_IS for arg in ("-c", f"{key}={value}")
+    ]
     return subprocess.run(
-        ["git", "-c", "safe.directory=*", *args],
+        ["git", *forced, "-c", "safe.directory=*", *args],
         cwd=cwd,
         env=_git_env(),
         capture_output=True,
@@ -386,19 +402,27 @@ def _in_a_repository(real_root: str) -> bool:
 
 
 _CANNOT_TELL: list[_Word] = [_Word("(computed)")]
+# Settings `git status` runs (the others run at a diff, a commit, a fetch, or when the human types an alias).
+_STATUS_KEY = re.compile(r"core\.fsmonitor|filter\..+\.(clean|process)", re.IGNORECASE)
+# A word that names a file by its name alone: one with an extension (`watch.sh`, `tool.py`).
+_FILE_NAME = re.compile(r"[^-./~][^/]*\.[A-Za-z0-9]{1,8}")
+_PYTHON_IMPORT = re.compile(r"\b(?:import|from)\s+([A-Za-z_][\w.]*)")
 
 
 def _program_words(key: str, value: str) -> list[_Word] | None:
     """The files of a program's setting (None: the key names no program; _CANNOT_TELL when a substitution gives
-    the program itself), review s32:
-    - the program when given by a path, and each program after a shell operator (`cd scripts && ./watch.sh`,
-      the `cd` and `env -C` folder taken) or in a shell's `-c` text (`sh -c 'scripts/watch.sh'`);
-    - the file an interpreter runs (`sh watch.sh`, `python3 tools/x.py`), the module `python -m NAME` loads
-      from the folder it runs in (NAME.py, NAME/), what `npx NAME` runs and a Makefile `make` reads;
+    the program itself), read as a shell reads the value (review s32, three rounds):
+    - every word with a `/` and every file name with an extension, wherever it is (an argument, a redirection,
+      `VAR=x`, `--opt=x`, the text of `sh -c`, after `||`, inside `if ... fi`), from the work tree's top and
+      from each folder a `cd`, `env -C` or `make -C` in the value goes to;
+    - the file an interpreter runs (`sh watch`, `python3 tools/x`), the module `python -m NAME` or `python -c
+      'import NAME'` loads from the folder it runs in (NAME.py, NAME.pyc, NAME/__init__.py), what `npx NAME`
+      runs and the Makefile `make` reads;
     - `${V:-default}`'s default; a path after a substitution from the work tree's top (`"$(git rev-parse
-      --show-toplevel)/scripts/watch.sh"`); a glob's folder;
-    - any other argument with a `/`, as a file git may obey later.
-    An alias (`!scripts/x`) runs only when the human types it: its program only, and never _CANNOT_TELL."""
+      --show-toplevel)/scripts/watch.sh"`); a glob's folder.
+    Each is one a missing one of refuses a program Kiwi does not model (not ``later``) for a setting `git status`
+    runs (_STATUS_KEY), and for the program itself and the file an interpreter runs. An alias (`!scripts/x`)
+    runs when the human types it: ``later``, and never _CANNOT_TELL."""
     section, _, name = key.lower().partition(".")
     alias = section == "alias"
     if "." in name:
@@ -411,109 +435,215 @@ def _program_words(key: str, value: str) -> list[_Word] | None:
     ):
         return None
     words = _shell_words(value.strip().removeprefix("!"))
-    if words is None:
-        return [] if alias else _CANNOT_TELL
-    found = _command_words(words, 0)
+    found = _CANNOT_TELL if words is None else _command_words(words, 0, bool(_STATUS_KEY.fullmatch(key)))
     if found is _CANNOT_TELL:
         return [] if alias else _CANNOT_TELL
     if alias:
-        return [dataclasses.replace(w, later=True) for w in found[:1] if not w.later]
+        return [dataclasses.replace(w, later=True) for w in found]
     return found
 
 
 def _shell_words(text: str) -> list[str] | None:
     """``text`` as a shell splits it, substitutions marked (_COMPUTED, _VALUE_OF), a variable's default taken;
     None for a substitution that does not close."""
-    text = _DEFAULTED.sub(lambda m: m.group(1), text)
-    while (marked := _COMMAND_SUBSTITUTION.sub(_COMPUTED, text)) != text:  # (nested: the inner ones first)
-        text = marked
-    if "$(" in text or "`" in text:
+    marked = _marked(text)
+    if marked is None:
         return None
-    lexer = shlex.shlex(_VARIABLE.sub(_VALUE_OF, text), posix=True, punctuation_chars=";&|<>()")
+    while (defaulted := _DEFAULTED.sub(lambda m: m.group(1), marked)) != marked:  # (`${W:-${X:-y}}`)
+        marked = defaulted
+    lexer = shlex.shlex(_VARIABLE.sub(_VALUE_OF, marked), posix=True, punctuation_chars=";&|<>(){}")
     lexer.whitespace_split = True
+    lexer.commenters = ""  # (`#` inside a word is no comment; a comment's words are looked at: no harm)
     try:
         return list(lexer)
-    except ValueError:
-        return text.split()
+    except ValueError:  # (an unclosed quote)
+        return marked.replace("'", " ").replace('"', " ").split()
 
 
-def _command_words(words: list[str], depth: int) -> list[_Word]:
+def _marked(text: str) -> str | None:
+    """``text`` with each command substitution (`$(...)`, backquotes) outside single quotes replaced by
+    _COMPUTED and each arithmetic one (`$((...))`) by _VALUE_OF; None for one that does not close (review s32,
+    third round: a backquote in `tr -d '`'` refused every write)."""
+    out: list[str] = []
+    index, single = 0, False
+    while index < len(text):
+        char = text[index]
+        if single or char not in "\\'$`":
+            single = single and char != "'"
+            out.append(char)
+            index += 1
+        elif char == "'":
+            single = True
+            out.append(char)
+            index += 1
+        elif char == "\\":
+            out.append(text[index : index + 2])
+            index += 2
+        elif text.startswith("$((", index):
+            end = text.find("))", index + 3)
+            if end < 0:
+                return None
+            out.append(_VALUE_OF)
+            index = end + 2
+        elif char == "`":
+            end = text.find("`", index + 1)
+            if end < 0:
+                return None
+            out.append(_COMPUTED)
+            index = end + 1
+        elif text.startswith("$(", index):
+            depth, end = 0, index + 1
+            while end < len(text):
+                depth += {"(": 1, ")": -1}.get(text[end], 0)
+                if depth == 0:
+                    break
+                end += 1
+            if end >= len(text):
+                return None
+            out.append(_COMPUTED)
+            index = end + 1
+        else:
+            out.append(char)
+            index += 1
+    return "".join(out)
+
+
+def _command_words(words: list[str], depth: int, status: bool) -> list[_Word]:
+    """_program_words for ``words`` (a shell's words), ``depth`` shells deep; ``status``: a setting `git status`
+    runs."""
     found: list[_Word] = []
+    folders = [""]  # (the work tree's top, and each folder a `cd`, `env -C` or `make -C` goes to)
     command = True  # (the word in a command's place: after an operator, and past `VAR=x` words)
     program = ""  # (the program of the command these words are arguments of)
-    folder = ""  # (where a `cd` or `env -C` went: `cd scripts && ./watch.sh` runs scripts/watch.sh)
-    into = first = False
+    into = first = redirect = False
+    skip = 0
     for index, word in enumerate(words):
-        if word and set(word) <= set(";&|<>()"):
+        if skip:
+            skip -= 1
+            continue
+        if word and set(word) <= set(";&|<>(){}"):
+            if set(word) <= set("<>&") and ("<" in word or ">" in word):
+                redirect = True  # (`< watch.sh`, `2> log`: the next word is a file, the command goes on)
+                continue
             command, program, into = True, "", False
             continue
-        if command and re.fullmatch(r"\w+=.*", word):
+        if redirect:
+            redirect = False
+            if not word.isdigit() and word != "-":  # (`2>&1`, `>&-`)
+                found += _at(folders, word, later=not status)
             continue
-        if command and word in ("env", "exec", "command", "nohup", "time", "xargs"):
-            continue  # (they run the word after them: `env X=1 prog`)
-        if into:
-            folder, into = posixpath.join(folder, _unmarked(word)), False
-            if program == "make":
-                found += _makefiles(folder)
-            continue
-        if word in ("-C", "--chdir") and program in ("", "env", "make"):
+        if word.isdigit() and index + 1 < len(words) and set(words[index + 1]) <= set("<>&"):
+            continue  # (the `2` of `2>/dev/null`)
+        if word in ("-C", "--chdir") and program in ("", "env", "make", "git"):
             into = True
             continue
-        if word.startswith("--chdir="):
-            folder = posixpath.join(folder, _unmarked(word.partition("=")[2]))
+        if word.startswith(("--chdir=", "--directory=")) or (
+            word.startswith("-C") and len(word) > 2 and program in ("", "env", "make", "git")
+        ):
+            folders.append(posixpath.join(folders[-1], _unmarked(word.partition("=")[2] or word[2:])))
             continue
-        if command and word.startswith("-"):
-            continue  # (`env -i prog`)
+        if into:
+            if word.startswith("-"):
+                continue  # (`cd -P scripts`, `cd -- scripts`)
+            folders.append(posixpath.join(folders[-1], _unmarked(word)))
+            into = False
+            if program == "make":
+                found += _makefiles(folders[-1], status)
+            continue
+        if command and re.fullmatch(r"\w+=.*", word):
+            value_of = word.partition("=")[2]  # (`BASH_ENV=watch.sh bash -c true`)
+            if "/" in value_of or _FILE_NAME.fullmatch(value_of):
+                found += _at(folders, value_of, later=not status)
+            continue
+        if command and (word.startswith("-") or word in _RUNS_THE_NEXT):
+            continue  # (`env -i prog`, `exec prog`)
         if command:
-            command, program, first = False, posixpath.basename(word), True
-            if word == "cd":
+            command, first = False, True
+            program = posixpath.basename(_unmarked(word)) if _COMPUTED not in word else ""
+            if program in (
+                *_RUNS_THE_NEXT,
+                "timeout",
+                "nice",
+                "stdbuf",
+                "setsid",
+                "ionice",
+                "chrt",
+                "busybox",
+            ):
+                command = (
+                    True  # (they run the words after their own: `timeout 5 sh watch.sh`, `/usr/bin/env x`)
+                )
+                continue
+            if word in ("cd", "pushd"):
                 into = True
                 continue
             if _COMPUTED in word and (not _after_mark(word) or ".." in _after_mark(word).split("/")):
                 return (
                     _CANNOT_TELL  # (`$(...)` alone, or `$(git rev-parse --git-dir)/../x`: no place to tell)
                 )
-            if "/" in word:
-                found.append(_at(folder, word))
+            if _VALUE_OF in word and not _after_mark(word):
+                program = "sh"  # (`"$SHELL" watch.sh`: a variable that is a program runs the next word)
+            elif "/" in word:
+                found += _at(folders, word)
             if program == "make":
-                found += _makefiles(folder)
+                found += _makefiles(folders[-1], status)
             continue
         if program in ("sh", "bash", "dash", "zsh", "ksh") and word == "-c" and depth < 3:
             if index + 1 < len(words) and (inner := _shell_words(words[index + 1])) is not None:
-                more = _command_words(inner, depth + 1)
+                more = _command_words(inner, depth + 1, status)
                 if more is _CANNOT_TELL:
                     return _CANNOT_TELL
-                found += [_at(folder, w.path, w.later, w.folder) for w in more]
-            break  # (the rest are the text's arguments)
-        # (What a program loads by name from the folder it runs in: named, and held, but one not there does not
-        # refuse a program Kiwi does not model: `python3 -m json.tool` would have it make an empty json.py.)
-        if program.startswith("python") and word == "-m" and index + 1 < len(words):
-            module = words[index + 1].split(".")[0]
-            found += [_at(folder, f"{module}.py", later=True), _at(folder, module, True, folder_too=True)]
-            break
-        if program in ("npx", "bunx") and first and not word.startswith("-"):
-            found += [
-                _at(folder, f"node_modules/.bin/{word}", later=True),
-                _at(folder, f"node_modules/{word}", True, folder_too=True),
-            ]
+                found += [w for m in more for w in _at(folders, m.path, m.later, m.folder)]
+                skip = 1
+            continue
+        if program.startswith("python") and (word == "-m" or word.startswith("-m")) and first:
+            module = word[2:] or (words[index + 1] if index + 1 < len(words) else "")
+            found += _modules(folders[-1], [module], status)
+            skip = 0 if word[2:] else 1
             first = False
             continue
-        if word.startswith("-"):
-            word = word.partition("=")[2]  # (`--config=./x`)
-            if not word:
-                continue
+        if program.startswith("python") and word == "-c" and index + 1 < len(words) and first:
+            found += _modules(folders[-1], _PYTHON_IMPORT.findall(words[index + 1]), status)
+            skip, first = 1, False
+            continue
+        if program in ("npx", "bunx") and first and not word.startswith("-"):
+            found += _at(folders, f"node_modules/.bin/{word}", later=not status)
+            found += _at(folders, f"node_modules/{word}", later=True, folder_too=True)
+            first = False
+            continue
+        value_of = word.partition("=")[2] if "=" in word else word  # (`--config=./x`, `BASH_ENV=watch.sh`)
+        if not value_of or value_of.startswith("-"):
+            continue
         if _INTERPRETERS.fullmatch(program) and first:
-            found.append(_at(folder, word))
+            found += _at(folders, value_of)  # (the file it runs: `sh watch`)
             first = False
             continue
         first = False
-        if "/" in word:
-            found.append(_at(folder, word, later=True))
+        if "/" in value_of or _FILE_NAME.fullmatch(value_of):
+            found += _at(folders, value_of, later=not status)
     return found
 
 
-def _makefiles(folder: str) -> list[_Word]:
-    return [_at(folder, name, later=True) for name in ("Makefile", "makefile", "GNUmakefile")]
+# Programs that run the word after them as a program (their own options skipped as options are).
+_RUNS_THE_NEXT = ("env", "exec", "command", "nohup", "time", "xargs", "builtin", "then", "else", "do", "!")
+
+
+def _modules(folder: str, modules: list[str], status: bool) -> list[_Word]:
+    """What Python loads for each of ``modules`` from the folder it runs in (first on its path): NAME.py, a
+    sourceless NAME.pyc, a package's NAME/__init__.py(c) (review s32, third round). (A top-level module the
+    agent writes that shadows one NAME imports, `argparse.py`, is not named: README, limits.)"""
+    found: list[_Word] = []
+    for dotted in dict.fromkeys(m for m in modules if m):
+        parts = dotted.split(".")
+        for depth in range(1, len(parts) + 1):  # (`-m a.b`: a/__init__.py, then a/b.py)
+            module = "/".join(parts[:depth])
+            for name in (f"{module}.py", f"{module}.pyc", f"{module}/__init__.py", f"{module}/__init__.pyc"):
+                found += _at([folder], name, later=not status)
+    return found
+
+
+def _makefiles(folder: str, status: bool) -> list[_Word]:
+    return [w for name in ("Makefile", "makefile", "GNUmakefile") for w in _at([folder], name, not status)]
 
 
 def _after_mark(word: str) -> str:
@@ -525,22 +655,20 @@ def _unmarked(word: str) -> str:
     return _after_mark(word).lstrip("/") if (_COMPUTED in word or _VALUE_OF in word) else word
 
 
-def _at(folder: str, word: str, later: bool = False, folder_too: bool = False) -> _Word:
-    """The file ``word`` names, run from ``folder`` (a `cd` in the value); after a substitution, from the work
-    tree's top; a glob (`scripts/watch*.sh`) names its folder whole."""
+def _at(folders: list[str], word: str, later: bool = False, folder_too: bool = False) -> list[_Word]:
+    """The files ``word`` names, run from each of ``folders`` (the top, and where a `cd` in the value goes);
+    after a substitution, from the work tree's top. A glob (`scripts/watch*.sh`) names what it matches
+    (in_the_way)."""
     if _COMPUTED in word or _VALUE_OF in word:
-        path = _after_mark(word).lstrip("/")
+        paths = [_after_mark(word).lstrip("/")]
         later = (
             later or _VALUE_OF in word
         )  # (`$HOME/bin/x`: from a variable, no place of the project as a rule)
-    elif word.startswith(("/", "~")) or not folder:
-        path = word
+    elif word.startswith(("/", "~")):
+        paths = [word]
     else:
-        path = posixpath.join(folder, word)
-    if any(c in path for c in "*?["):
-        literal = re.split(r"[*?\[]", path)[0]
-        return _Word(posixpath.dirname(literal) or ".", later, True)
-    return _Word(path, later, folder_too)
+        paths = [posixpath.join(folder, word) if folder else word for folder in dict.fromkeys(folders)]
+    return [_Word(path, later, folder_too) for path in paths if path]
 
 
 def _expanded(value: str, base: str | None, home: str) -> str | None:

@@ -163,6 +163,16 @@ async def test_the_hooks_folder_is_changed_only_where_a_grant_names_it(runs, pro
         ("core.fsmonitor", "scripts/watch*.sh"),
         ("core.fsmonitor", '"$(git rev-parse --show-cdup)scripts/watch.sh"'),
         ("filter.nb.clean", '"/usr/bin/python3" -m scripts.watch'),
+        # Third round: past a -c text, cd's options, wrappers, a variable as the program, a file a variable or
+        # a redirection names, Python's -c imports.
+        ("core.fsmonitor", "sh -c 'command -v watchman' || scripts/watch.sh"),
+        ("core.fsmonitor", "cd -P scripts && ./watch.sh"),
+        ("core.fsmonitor", "env -Cscripts ./watch.sh"),
+        ("core.fsmonitor", "timeout 5 sh scripts/watch.sh"),
+        ("core.fsmonitor", '"$SHELL" scripts/watch.sh'),
+        ("core.fsmonitor", "BASH_ENV=scripts/watch.sh bash -c true"),
+        ("core.fsmonitor", "sh -s < scripts/watch.sh"),
+        ("core.fsmonitor", "python3 -c 'import scripts.watch'"),
     ],
 )
 async def test_a_program_a_setting_runs_is_a_setting(runs, project, key, value):
@@ -170,11 +180,13 @@ async def test_a_program_a_setting_runs_is_a_setting(runs, project, key, value):
     `git status` is as much a setting as the line naming it, however the setting gives it."""
     _repository(project, (key, value))
     run_id = await agent_run(runs, project, "watcher", _grants(write="**"))
+    python = "-m " in value or "import " in value  # (`python3 -m scripts.watch` loads scripts/watch.py)
+    program = "scripts/watch.py" if python else "scripts/watch.sh"
 
-    refused = await _write(runs, run_id, "scripts/watch.sh", "#!/bin/sh\ntouch PWNED\n")
+    refused = await _write(runs, run_id, program, "#!/bin/sh\ntouch PWNED\n")
 
     assert refused.status == "denied" and f"{key.lower()} in .git/config" in refused.reason, refused
-    assert not (project / "scripts" / "watch.sh").exists()
+    assert not (project / program).exists()
     assert (await _write(runs, run_id, "notes.txt", "x\n")).status == "ok"
 
 
@@ -283,14 +295,55 @@ async def test_a_bare_repository_with_worktrees_in_the_project(runs, project, tm
     assert refused.status == "denied" and "core.fsmonitor in .bare/config" in refused.reason, refused
 
 
+async def test_reading_the_settings_runs_none_of_them(runs, project, tmp_path_factory):
+    """Review s32, third round: Kiwi's own `git ls-files` (reading which submodules there are, at every write)
+    ran the repository's `core.fsmonitor`, in the worker, with its environment. Kiwi's git reads with its
+    hardening on the command line."""
+    outside = tmp_path_factory.mktemp("human")
+    marker = outside / "RAN"
+    (outside / "watch.sh").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (outside / "watch.sh").chmod(0o755)
+    _repository(project, ("core.fsmonitor", str(outside / "watch.sh")))
+    (project / "readme.txt").write_text("x\n")
+    subprocess.run(["git", "-C", str(project), "-c", "core.fsmonitor=false", "add", "readme.txt"], check=True)
+    run_id = await agent_run(runs, project, "quiet", _grants(write="**"))
+
+    wrote = await _write(runs, run_id, "notes.txt", "x\n")
+
+    assert wrote.status == "ok", wrote
+    assert not marker.exists()
+    subprocess.run(["git", "-C", str(project), "ls-files", "--stage"], capture_output=True, check=True)
+    assert marker.exists()  # (what the human's git does: the program is there and runs)
+
+
+async def test_a_module_a_setting_git_status_runs_loads_refuses_a_program_kiwi_does_not_model(
+    runs, project, maker
+):
+    """Review s32, third round: `core.fsmonitor = python3 -m watcher` with no `watcher.py`: a program Kiwi does
+    not model made one, and an editor's `git status` meanwhile ran it. A setting `git status` runs names what
+    its program loads as it names the program."""
+    _repository(project, ("core.fsmonitor", "python3 -m watcher"))
+    (project / "make.py").write_text("open('made.txt', 'w').write('x')\n")
+    run_id = await agent_run(runs, project, "loader", _grants("maker", write="**"))
+
+    refused = await shell(runs, run_id, "maker", "make.py")
+
+    assert refused.status == "denied" and "where it could make 'watcher" in refused.reason, refused
+
+
 @pytest.mark.parametrize(
     ("key", "value", "written"),
     [
         ("credential.helper", "!/usr/bin/gh auth git-credential", "auth/views.py"),  # (gh auth setup-git)
         ("alias.t", "!npm test", "test/x.txt"),
-        ("alias.r", "!git rebase origin/main", "origin/main"),
+        ("alias.r", "!git rebase origin/main", "origin/notes.txt"),
         ("alias.x", "!f() { echo $(echo $(date)); }; f", "notes.txt"),
         ("filter.lfs.smudge", "git-lfs smudge -- %f", "smudge"),
+        # Third round: a backquote in single quotes and an arithmetic substitution refused every write; a
+        # module Python loads named a data folder of the same name whole.
+        ("core.pager", "tr -d '`'", "notes.txt"),
+        ("core.pager", "echo $((1+2)) | less", "notes.txt"),
+        ("diff.json.textconv", "python3 -m json.tool", "json/data.json"),
     ],
 )
 async def test_common_settings_refuse_no_ordinary_write(runs, project, maker, key, value, written):
@@ -618,3 +671,27 @@ def test_no_git_where_the_worker_runs_names_nothing_it_can_tell(project, tmp_pat
 
     with pytest.raises(gitnamed.Unreadable, match="git is not installed where Kiwi's worker runs"):
         gitnamed.named_places(str(project))
+
+
+async def test_a_rollback_puts_back_no_link_above_a_named_file(runs, project):
+    """Review s32, third round: the checkpoint held `scripts`, a link to the agent's folder; the human then made
+    `scripts/watch.sh` theirs and named it in `core.fsmonitor`. The rollback put the link back over the folder,
+    and `git status` ran the agent's `watch.sh`. A rollback leaves a named file, and what is above it, as it is."""
+    _repository(project)
+    approver("alice")
+    (project / "evil").mkdir()
+    (project / "evil" / "watch.sh").write_text("#!/bin/sh\ntouch PWNED\n")
+    os.symlink("evil", project / "scripts")  # (the agent's, by a command it could run then)
+    run_id = await agent_run(runs, project, "roller", _tool_grants(write="**"))
+    checkpoint = await runs.call_tool(run_id, "git.checkpoint", {"message": "before"})
+    assert checkpoint.status == "ok" and checkpoint.result["available"], checkpoint
+    (project / "scripts").unlink()
+    (project / "scripts").mkdir()
+    (project / "scripts" / "watch.sh").write_text("#!/bin/sh\nexit 0\n")  # (the human's)
+    _repository(project, ("core.fsmonitor", "scripts/watch.sh"))
+
+    rolled = await approved_rollback(runs, run_id, checkpoint)
+
+    assert rolled.status == "ok", rolled
+    assert not (project / "scripts").is_symlink()
+    assert (project / "scripts" / "watch.sh").read_text() == "#!/bin/sh\nexit 0\n"
