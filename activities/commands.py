@@ -30,7 +30,7 @@ from activities.filesystem import (
     refuse_named,
     settings_named,
 )
-from activities.process import child_env, run_process
+from activities.process import child_env, kiwi_git, run_process
 from activities.staging import (
     UNPACK_MAX_BYTES,
     UNPACK_MAX_ENTRIES,
@@ -1113,12 +1113,10 @@ def _settings_in_reach(req: CommandRequest, watch: _Watch) -> list[gitnamed.Name
         return []
     found = [
         item
-        for item in settings_named(req.project_root)
+        for item in gitnamed.with_matches(watch.root, settings_named(req.project_root))
         if gitnamed.reached(item, watch.folders) and not any(names(g, item.place) for g in req.write_grants)
     ]
-    missing = [
-        item for item in found if not item.later and not os.path.lexists(os.path.join(watch.root, item.place))
-    ]
+    missing = [item for item in found if not item.later and not gitnamed.there(watch.root, item)]
     if watch.whole and missing:
         # (Made by it, one would be there for a human's git to obey until the command ends: only one that is
         # there can be held. Review s32: `dd of=.gitconfig` read by a `git status` run meanwhile. One git obeys
@@ -1127,8 +1125,10 @@ def _settings_in_reach(req: CommandRequest, watch: _Watch) -> list[gitnamed.Name
         raise _denied(
             f"'{os.path.basename(req.argv[0])}' is a program Kiwi does not model, which may write "
             f"{', '.join(repr(f or '.') for f in watch.folders)} whole, where it could make '{item.place}', "
-            f"which git's settings name ({item.why}) and which is not there to hold read-only for it: make it "
-            "(empty) first, grant narrower folders, or use a program Kiwi models"
+            f"which git's settings name ({item.why}) and which is not there to hold read-only for it: "
+            # (Never "make it" for a program's file: an empty `nbstripout.py` breaks the filter that loads it.)
+            + ("make it (empty) first, " if gitnamed.safe_made_empty(item) else "")
+            + "grant narrower folders, or use a program Kiwi models"
         )
     for item in found:
         with contextlib.suppress(OSError):
@@ -1262,6 +1262,8 @@ class CommandActivities:
             changed = [
                 item for item, found in settings_before.items() if gitnamed.identity(root, item) != found
             ]
+            # (What a glob a setting runs matches now and did not before: `scripts/lint-*.sh` made, round 4.)
+            changed += [m for m in gitnamed.with_matches(root, settings) if m not in settings_before]
             missing += [item.place for item in changed]
             moved = confinement.set_aside(root, missing, _stamp()) if missing else []
         if changed:
@@ -1461,7 +1463,7 @@ async def _git(
         writes = (os.path.dirname(index),) if index else ()
         confine = (abi, lambda program, temp: confinement.own_git_rules(root, program, temp, writes))
     result = await run_process(
-        ["git", *args],
+        [kiwi_git(root), *args],
         cwd=root,
         timeout=timeout,
         max_output=10_000_000,

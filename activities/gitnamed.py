@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import glob
 import os
 import posixpath
 import pwd
 import re
 import shlex
-import shutil
 import subprocess
 
-from activities.process import GIT_FORCED_CONFIG, INHERITED_ENV
+from temporalio.exceptions import ApplicationError
+
+from activities.process import GIT_FORCED_CONFIG, INHERITED_ENV, absolute_path_list, kiwi_git, project_of
 from kiwi.protected import fold_path, names, protected_root
 
 # Settings whose value is a program git runs (itself, or through a shell), by key as `git config --list`
@@ -64,7 +66,10 @@ _HOOKS = (
 # The one hook a `git status` runs (when it refreshes the index, as an editor's does every few seconds).
 _STATUS_HOOK = "post-index-change"
 # Programs that run the file their first argument names (`sh scripts/watch.sh`), whatever its name.
-_INTERPRETERS = re.compile(r"(ba|da|z|k)?sh|python[0-9.]*|node|nodejs|ruby|perl|php|deno|bun|tclsh|lua")
+_INTERPRETERS = re.compile(
+    r"(ba|da|z|k)?sh|python[0-9.]*|node|nodejs|ruby|perl|php|deno|bun|tclsh|lua|\.|source"
+)
+_SHELLS = ("sh", "bash", "dash", "zsh", "ksh")
 # How many config files an include chain is followed through (git's own depth limit is 10), and how many
 # repositories (submodules, worktrees) of the project are read.
 _FILES_LIMIT = 50
@@ -109,6 +114,7 @@ class _Word:
     path: str
     later: bool = False
     folder: bool = False
+    there: str = ""  # ("path": a file only when there, else `later`; "any": named only when there)
 
 
 def named_places(root: str) -> list[Named]:
@@ -119,7 +125,11 @@ def named_places(root: str) -> list[Named]:
     Raises Unreadable."""
     real_root = os.path.realpath(root)
     home = os.path.expanduser("~")
-    if shutil.which("git") is None:
+    try:
+        found_git = kiwi_git(real_root) != "git"
+    except ApplicationError as exc:
+        raise Unreadable(exc.message) from None
+    if not found_git:
         if _in_a_repository(real_root):
             raise Unreadable(
                 "git is not installed where Kiwi's worker runs, so it cannot read git's settings"
@@ -186,8 +196,15 @@ def named_places(root: str) -> list[Named]:
                 )
             for word in words:
                 target = _expanded(word.path, entry.top, home)
-                if target is not None:
-                    note(target, why, folder=word.folder, later=word.later)
+                if target is None:
+                    continue
+                if word.there and not os.path.lexists(target):
+                    # (An argument not there: `sed 's/^a=.*/a=x/'` or a URL names no file to make first, review
+                    # s32 round 4; one with a `/` or an extension is set aside if a command makes it.)
+                    if word.there == "path":
+                        note(target, why, later=True)
+                    continue
+                note(target, why, folder=word.folder, later=word.later)
     # (After the settings: a place they name is shown by the setting.)
     for origin in origins:
         note(origin, f"a config file git reads ({_shown(origin, real_root)})")
@@ -235,6 +252,8 @@ def _git_env() -> dict[str, str]:
     secret, no GIT_*, which would point it elsewhere), with the user's settings (HOME, XDG_CONFIG_HOME)."""
     env = {k: v for k, v in os.environ.items() if k in (*INHERITED_ENV, "XDG_CONFIG_HOME")}
     env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
+    if "PATH" in env:
+        env["PATH"] = absolute_path_list(env["PATH"])  # (git's own helpers found there: no relative entry)
     return env
 
 
@@ -251,8 +270,12 @@ def _git(cwd: str, args: list[str]) -> subprocess.CompletedProcess[bytes]:
     forced = [
         arg for key, value in GIT_FORCED_CONFIG if key not in _READ_AS_IS for arg in ("-c", f"{key}={value}")
     ]
+    try:
+        git = kiwi_git(project_of(cwd))
+    except ApplicationError as exc:
+        raise Unreadable(exc.message) from None
     return subprocess.run(
-        ["git", *forced, "-c", "safe.directory=*", *args],
+        [git, *forced, "-c", "safe.directory=*", *args],
         cwd=cwd,
         env=_git_env(),
         capture_output=True,
@@ -405,7 +428,7 @@ _CANNOT_TELL: list[_Word] = [_Word("(computed)")]
 # Settings `git status` runs (the others run at a diff, a commit, a fetch, or when the human types an alias).
 _STATUS_KEY = re.compile(r"core\.fsmonitor|filter\..+\.(clean|process)", re.IGNORECASE)
 # A word that names a file by its name alone: one with an extension (`watch.sh`, `tool.py`).
-_FILE_NAME = re.compile(r"[^-./~][^/]*\.[A-Za-z0-9]{1,8}")
+_FILE_NAME = re.compile(r"[^-./~][^/]*\.[A-Za-z0-9]{1,8}|\.\w[\w.-]*")  # (and `.envrc`)
 _PYTHON_IMPORT = re.compile(r"\b(?:import|from)\s+([A-Za-z_][\w.]*)")
 
 
@@ -434,10 +457,13 @@ def _program_words(key: str, value: str) -> list[_Word] | None:
         and not (alias and value.lstrip().startswith("!"))
     ):
         return None
+    status = bool(_STATUS_KEY.fullmatch(key))
     words = _shell_words(value.strip().removeprefix("!"))
-    found = _CANNOT_TELL if words is None else _command_words(words, 0, bool(_STATUS_KEY.fullmatch(key)))
+    found = _CANNOT_TELL if words is None else _command_words(words, 0, status)
     if found is _CANNOT_TELL:
-        return [] if alias else _CANNOT_TELL
+        # (A program computed by a setting `git status` does not run, `core.editor = $(command -v nvim)`, names
+        # nothing: refusing every write for it was too much, review s32 round 4.)
+        return _CANNOT_TELL if status and not alias else []
     if alias:
         return [dataclasses.replace(w, later=True) for w in found]
     return found
@@ -468,9 +494,12 @@ def _marked(text: str) -> str | None:
     index, single = 0, False
     while index < len(text):
         char = text[index]
-        if single or char not in "\\'$`":
+        if single or char not in "\\'$`\n":
             single = single and char != "'"
             out.append(char)
+            index += 1
+        elif char == "\n":
+            out.append(";")  # (a newline ends a command: `true<newline>sh watch`, review s32 round 4)
             index += 1
         elif char == "'":
             single = True
@@ -530,7 +559,7 @@ def _command_words(words: list[str], depth: int, status: bool) -> list[_Word]:
         if redirect:
             redirect = False
             if not word.isdigit() and word != "-":  # (`2>&1`, `>&-`)
-                found += _at(folders, word, later=not status)
+                found += _at(folders, word, later=not status, there="path")
             continue
         if word.isdigit() and index + 1 < len(words) and set(words[index + 1]) <= set("<>&"):
             continue  # (the `2` of `2>/dev/null`)
@@ -553,48 +582,50 @@ def _command_words(words: list[str], depth: int, status: bool) -> list[_Word]:
         if command and re.fullmatch(r"\w+=.*", word):
             value_of = word.partition("=")[2]  # (`BASH_ENV=watch.sh bash -c true`)
             if "/" in value_of or _FILE_NAME.fullmatch(value_of):
-                found += _at(folders, value_of, later=not status)
+                found += _at(folders, value_of, later=not status, there="path")
             continue
         if command and (word.startswith("-") or word in _RUNS_THE_NEXT):
             continue  # (`env -i prog`, `exec prog`)
         if command:
             command, first = False, True
             program = posixpath.basename(_unmarked(word)) if _COMPUTED not in word else ""
-            if program in (
-                *_RUNS_THE_NEXT,
-                "timeout",
-                "nice",
-                "stdbuf",
-                "setsid",
-                "ionice",
-                "chrt",
-                "busybox",
-            ):
-                command = (
-                    True  # (they run the words after their own: `timeout 5 sh watch.sh`, `/usr/bin/env x`)
-                )
+            if program in _WRAPPERS:
+                command = True  # (they run the words after their own: `timeout 5 sh watch`, `/usr/bin/env x`)
                 continue
             if word in ("cd", "pushd"):
                 into = True
                 continue
             if _COMPUTED in word and (not _after_mark(word) or ".." in _after_mark(word).split("/")):
-                return (
-                    _CANNOT_TELL  # (`$(...)` alone, or `$(git rev-parse --git-dir)/../x`: no place to tell)
-                )
+                return _CANNOT_TELL  # (`$(...)` alone, `$(git rev-parse --git-dir)/../x`: no place to tell)
             if _VALUE_OF in word and not _after_mark(word):
                 program = "sh"  # (`"$SHELL" watch.sh`: a variable that is a program runs the next word)
             elif "/" in word:
-                found += _at(folders, word)
+                found += _at(folders, word, later=not status)
+            if program == "eval" and depth < 3:
+                # (`eval "sh watch"`: its words are a command's text, read as `sh -c`'s is, review s32 round 4.)
+                inner = _shell_words(" ".join(words[index + 1 :]))
+                more = [] if inner is None else _command_words(inner, depth + 1, status)
+                if more is _CANNOT_TELL:
+                    return _CANNOT_TELL
+                found += [w for m in more for w in _at(folders, m.path, m.later, m.folder, m.there)]
+                break
             if program == "make":
                 found += _makefiles(folders[-1], status)
             continue
-        if program in ("sh", "bash", "dash", "zsh", "ksh") and word == "-c" and depth < 3:
-            if index + 1 < len(words) and (inner := _shell_words(words[index + 1])) is not None:
+        if program in _SHELLS and word in ("-o", "+o"):
+            skip = 1  # (`sh -o errexit watch`: errexit is the option's)
+            continue
+        if program in _SHELLS and re.fullmatch(r"-[a-z]*c[a-z]*", word) and depth < 3:
+            # (`sh -c`, `bash -lc`, `sh -ec --`: the text is the next word but a `--`, review s32 round 4.)
+            text = index + 1
+            if text < len(words) and words[text] == "--":
+                text += 1
+            if text < len(words) and (inner := _shell_words(words[text])) is not None:
                 more = _command_words(inner, depth + 1, status)
                 if more is _CANNOT_TELL:
                     return _CANNOT_TELL
-                found += [w for m in more for w in _at(folders, m.path, m.later, m.folder)]
-                skip = 1
+                found += [w for m in more for w in _at(folders, m.path, m.later, m.folder, m.there)]
+                skip = text - index
             continue
         if program.startswith("python") and (word == "-m" or word.startswith("-m")) and first:
             module = word[2:] or (words[index + 1] if index + 1 < len(words) else "")
@@ -615,17 +646,23 @@ def _command_words(words: list[str], depth: int, status: bool) -> list[_Word]:
         if not value_of or value_of.startswith("-"):
             continue
         if _INTERPRETERS.fullmatch(program) and first:
-            found += _at(folders, value_of)  # (the file it runs: `sh watch`)
+            found += _at(folders, value_of, later=not status)  # (the file it runs: `sh watch`)
             first = False
             continue
         first = False
         if "/" in value_of or _FILE_NAME.fullmatch(value_of):
-            found += _at(folders, value_of, later=not status)
+            found += _at(folders, value_of, later=not status, there="path")
+        elif status:
+            # (Any other word of a setting `git status` runs that is a file of the project when it is there:
+            # `watch` run by a program Kiwi does not know reads it, review s32 round 4.)
+            found += _at(folders, value_of, there="any")
     return found
 
 
 # Programs that run the word after them as a program (their own options skipped as options are).
 _RUNS_THE_NEXT = ("env", "exec", "command", "nohup", "time", "xargs", "builtin", "then", "else", "do", "!")
+# ... and those whose own arguments come first (`timeout 5 sh watch`).
+_WRAPPERS = (*_RUNS_THE_NEXT, "timeout", "nice", "stdbuf", "setsid", "ionice", "chrt", "busybox", "sudo")
 
 
 def _modules(folder: str, modules: list[str], status: bool) -> list[_Word]:
@@ -655,7 +692,9 @@ def _unmarked(word: str) -> str:
     return _after_mark(word).lstrip("/") if (_COMPUTED in word or _VALUE_OF in word) else word
 
 
-def _at(folders: list[str], word: str, later: bool = False, folder_too: bool = False) -> list[_Word]:
+def _at(
+    folders: list[str], word: str, later: bool = False, folder_too: bool = False, there: str = ""
+) -> list[_Word]:
     """The files ``word`` names, run from each of ``folders`` (the top, and where a `cd` in the value goes);
     after a substitution, from the work tree's top. A glob (`scripts/watch*.sh`) names what it matches
     (in_the_way)."""
@@ -668,7 +707,7 @@ def _at(folders: list[str], word: str, later: bool = False, folder_too: bool = F
         paths = [word]
     else:
         paths = [posixpath.join(folder, word) if folder else word for folder in dict.fromkeys(folders)]
-    return [_Word(path, later, folder_too) for path in paths if path]
+    return [_Word(path, later, folder_too, there) for path in paths if path]
 
 
 def _expanded(value: str, base: str | None, home: str) -> str | None:
@@ -738,6 +777,32 @@ def identity(root: str, item: Named) -> tuple[int, ...] | None:
                 return found
             found += of(os.path.join(folder, name)) or (-1,)
     return found
+
+
+def with_matches(root: str, named: list[Named]) -> list[Named]:
+    """``named``, and for each glob of them (`scripts/lint-*.sh`, a program's setting) what it matches on disk,
+    as places of their own (held read-only, watched)."""
+    found = list(named)
+    for item in named:
+        if any(c in item.place for c in "*?["):
+            for path in sorted(glob.glob(os.path.join(glob.escape(root), item.place)))[:_FOLDER_ENTRIES]:
+                rel = os.path.relpath(path, root).replace(os.sep, "/")
+                if protected_root(rel) is None:
+                    found.append(Named(rel, item.why, later=item.later))
+    return list(dict.fromkeys(found))
+
+
+def there(root: str, item: Named) -> bool:
+    """Whether ``item`` is on disk (a glob: whether it matches something)."""
+    if any(c in item.place for c in "*?["):
+        return bool(glob.glob(os.path.join(glob.escape(root), item.place)))
+    return os.path.lexists(os.path.join(root, item.place))
+
+
+def safe_made_empty(item: Named) -> bool:
+    """Whether a human may make ``item`` empty to have it held: a config file an include names, or a hooks
+    folder (an empty program file, or module, would run, or be loaded, in place of the real one)."""
+    return item.folder or item.why.lower().startswith(("include.path", "includeif."))
 
 
 def reached(item: Named, folders: list[str]) -> bool:

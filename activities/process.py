@@ -86,6 +86,46 @@ def child_env(
     return env
 
 
+def kiwi_git(root: str) -> str:
+    """The git Kiwi runs itself (its checkpoints, its checks, its reading of git's settings), as an absolute
+    path: the first on the worker's PATH, its absolute entries only, that is no file of the project at ``root``
+    nor found through a folder of it (review s32, fourth round: a relative entry, or the project's `.venv/bin`
+    activated before `kiwi dev`, found the agent's `git`, which Kiwi ran at its next write). "git" when there is
+    none at all (starting it then fails as it did); ToolFailed when the only one is the project's."""
+    real_root = os.path.realpath(root)
+    skipped = False
+    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(entry, "git")
+        if not os.path.isabs(entry) or not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+            continue
+        if any(_within(path, real_root) for path in (os.path.realpath(entry), os.path.realpath(candidate))):
+            skipped = True
+            continue
+        return os.path.realpath(candidate)
+    if skipped:
+        raise ToolFailed.error(
+            "the only git on the worker's PATH is a file of the project (one an agent may write): Kiwi runs none; "
+            "install git where the worker runs, outside the project"
+        )
+    return "git"
+
+
+def project_of(cwd: str) -> str:
+    """The Kiwi project ``cwd`` is in: the nearest folder holding `.ai` (``cwd`` itself when there is none)."""
+    folder = os.path.realpath(cwd)
+    while True:
+        if os.path.isdir(os.path.join(folder, ".ai")):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return os.path.realpath(cwd)
+        folder = parent
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def absolute_path_list(value: str) -> str:
     """``PATH`` without empty or relative entries: a command runs in the project, where a relative entry
     (``bin``, ``node_modules/.bin``, ``.``, an empty one) would find a program the agent wrote in place of
@@ -229,6 +269,8 @@ async def run_process(
     `git` call makes four of them before the command): the keeper alone ends it with a worker killed by
     ``kill -9``."""
     assert not (direct and confine), "a confined program starts through the launcher"
+    if direct and argv[:1] == ["git"]:
+        argv = [kiwi_git(project_of(cwd)), *argv[1:]]
     if confine is None:
         return await _run(argv, cwd, timeout, max_output, stdin, child_env(env, git_config), None, direct)
     temp = tempfile.mkdtemp(prefix="kiwi-cmd-")

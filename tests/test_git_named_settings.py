@@ -173,6 +173,12 @@ async def test_the_hooks_folder_is_changed_only_where_a_grant_names_it(runs, pro
         ("core.fsmonitor", "BASH_ENV=scripts/watch.sh bash -c true"),
         ("core.fsmonitor", "sh -s < scripts/watch.sh"),
         ("core.fsmonitor", "python3 -c 'import scripts.watch'"),
+        # Fourth round: option clusters with -c, -o's value, `.`/`source`, eval.
+        ("core.fsmonitor", "bash -lc 'scripts/watch.sh'"),
+        ("core.fsmonitor", "sh -ec -- 'scripts/watch.sh'"),
+        ("core.fsmonitor", "sh -o errexit scripts/watch.sh"),
+        ("core.fsmonitor", "bash -c 'source scripts/watch.sh; true'"),
+        ("core.fsmonitor", "eval 'sh scripts/watch.sh'"),
     ],
 )
 async def test_a_program_a_setting_runs_is_a_setting(runs, project, key, value):
@@ -295,6 +301,87 @@ async def test_a_bare_repository_with_worktrees_in_the_project(runs, project, tm
     assert refused.status == "denied" and "core.fsmonitor in .bare/config" in refused.reason, refused
 
 
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        ("sh -o errexit watch", "watch"),
+        ("true\nsh watch", "watch"),  # (a newline ends a command)
+        ("bash -c 'source .fsmonitor-env; true'", ".fsmonitor-env"),
+        ("eval 'sh watch'", "watch"),
+        ("watchman-wrapper --root . watch", "watch"),  # (a word of a program Kiwi does not know, when there)
+    ],
+)
+async def test_a_file_at_the_top_a_status_setting_runs_is_a_setting(runs, project, value, written):
+    """Review s32, fourth round: forms of `core.fsmonitor` that run a file of the work tree's top named by no
+    `/`: the human's `git status` ran the agent's file."""
+    _repository(project, ("core.fsmonitor", value))
+    (project / written).write_text("#!/bin/sh\nexit 0\n")  # (the human's)
+    run_id = await agent_run(runs, project, "top", _grants(write="**"))
+
+    refused = await _write(runs, run_id, written, "#!/bin/sh\ntouch PWNED\n")
+
+    assert refused.status == "denied" and "core.fsmonitor in .git/config" in refused.reason, refused
+    assert (project / written).read_text() == "#!/bin/sh\nexit 0\n"
+
+
+@pytest.mark.parametrize("where", ["relative", "project-venv"])
+async def test_kiwis_own_git_is_none_of_the_projects(runs, project, monkeypatch, tmp_path_factory, where):
+    """Review s32, fourth round: the worker's PATH reaching into the project (a relative entry, or the project's
+    `.venv/bin` activated before `kiwi dev`): Kiwi's own git found the agent's `git` there, and ran it at its
+    next write (reading git's settings) and checkpoint. Kiwi's git is the first outside the project."""
+    marks = tmp_path_factory.mktemp("marks")
+    folder = project / ("node_modules/.bin" if where == "relative" else ".venv/bin")
+    folder.mkdir(parents=True)
+    (folder / "git").write_text(f'#!/bin/sh\ntouch {marks}/RAN\nexec /usr/bin/env -i git "$@"\n')
+    (folder / "git").chmod(0o755)
+    _repository(project)
+    entry = "node_modules/.bin" if where == "relative" else str(folder)
+    monkeypatch.setenv("PATH", f"{entry}{os.pathsep}{os.environ['PATH']}")
+    run_id = await agent_run(runs, project, "pathy", _tool_grants(write="**"))
+
+    wrote = await _write(runs, run_id, "notes.txt", "x\n")
+    checkpoint = await runs.call_tool(run_id, "git.checkpoint", {"message": "x"})
+
+    assert wrote.status == "ok" and checkpoint.status == "ok", (wrote, checkpoint)
+    assert list(marks.iterdir()) == []
+
+
+async def test_what_a_glob_a_setting_runs_matches_is_held_and_set_aside(runs, project, maker):
+    """Review s32, fourth round: `alias.lint = !sh scripts/lint-*.sh`: a program Kiwi does not model wrote
+    `scripts/lint-a.sh`, neither held nor set aside (the glob's own path is never there). What it matches is
+    held; what it matches after a command and not before is set aside."""
+    _repository(project, ("alias.lint", "!sh scripts/lint-*.sh"))
+    (project / "scripts").mkdir()
+    (project / "scripts" / "lint-a.sh").write_text("exit 0\n")
+    (project / "make.py").write_text(
+        "import sys\n"
+        "try:\n    open('scripts/lint-a.sh', 'a').write('touch PWNED\\n')\n"
+        "except OSError as exc:\n    print('refused:', exc.strerror)\n"
+        "open('scripts/lint-b.sh', 'w').write('touch PWNED\\n')\n"
+    )
+    run_id = await agent_run(runs, project, "globber", _grants("maker", write="**"))
+
+    result = await shell(runs, run_id, "maker", "make.py")
+
+    assert result.status == "denied" and "the command changed 'scripts/lint-b.sh'" in result.reason, result
+    assert (project / "scripts" / "lint-a.sh").read_text() == "exit 0\n"
+    assert not (project / "scripts" / "lint-b.sh").exists()
+
+
+async def test_a_module_not_there_is_not_to_be_made_empty(runs, project, maker):
+    """Review s32, fourth round: nbstripout's filter (`python3 -m nbstripout`, which `git status` runs): the
+    refusal of a program Kiwi does not model said to make `nbstripout.py` empty, which then broke the filter.
+    It says to grant narrower folders instead."""
+    _repository(project, ("filter.nbstripout.clean", '"/usr/bin/python3" -m nbstripout'))
+    (project / "make.py").write_text("open('made.txt', 'w').write('x')\n")
+    run_id = await agent_run(runs, project, "notebooks", _grants("maker", write="**"))
+
+    refused = await shell(runs, run_id, "maker", "make.py")
+
+    assert refused.status == "denied" and "where it could make 'nbstripout" in refused.reason, refused
+    assert "make it (empty)" not in refused.reason and "grant narrower folders" in refused.reason
+
+
 async def test_reading_the_settings_runs_none_of_them(runs, project, tmp_path_factory):
     """Review s32, third round: Kiwi's own `git ls-files` (reading which submodules there are, at every write)
     ran the repository's `core.fsmonitor`, in the worker, with its environment. Kiwi's git reads with its
@@ -344,6 +431,10 @@ async def test_a_module_a_setting_git_status_runs_loads_refuses_a_program_kiwi_d
         ("core.pager", "tr -d '`'", "notes.txt"),
         ("core.pager", "echo $((1+2)) | less", "notes.txt"),
         ("diff.json.textconv", "python3 -m json.tool", "json/data.json"),
+        # Fourth round: a filter's sed expression and a computed editor (no `git status` runs an editor).
+        ("filter.redact.clean", "sed -e 's/^password=.*/password=REDACTED/'", "notes.txt"),
+        ("core.editor", "$(brew --prefix)/bin/nvim", "bin/tool.sh"),
+        ("core.editor", '"$(command -v nvim)"', "notes.txt"),
     ],
 )
 async def test_common_settings_refuse_no_ordinary_write(runs, project, maker, key, value, written):
