@@ -234,7 +234,15 @@ async def _deleted_folders(
             if rev and not rev.startswith("-")
         ]
         for argv in listings:
-            listed = await run_process(argv, cwd=cwd, timeout=30, max_output=10_000_000, env=env, direct=True)
+            listed = await run_process(
+                argv,
+                cwd=cwd,
+                timeout=30,
+                max_output=10_000_000,
+                env=env,
+                direct=True,
+                project=req.project_root,
+            )
             if any(name.startswith(spec + "/") for name in listed.stdout.split("\0")):
                 if not tree_granted(physical(req, path) or path.rel, req.write_grants):
                     raise _denied(
@@ -360,6 +368,7 @@ async def git_repository_settings(
     result = await run_process(
         ["git", "config", "--list", "--includes", "-z"],
         cwd=cwd or root,
+        project=root,
         timeout=30,
         max_output=2_000_000,
         env={"GIT_CEILING_DIRECTORIES": os.path.dirname(os.path.realpath(root))} if cwd else None,
@@ -392,14 +401,19 @@ async def git_repository_settings(
     return overrides, unsafe
 
 
-async def git_identity(root: str) -> dict[str, str]:
+async def git_identity(root: str, project: str | None = None) -> dict[str, str]:
     """The user's name and email from their own git config files, as environment variables, when the
     repository sets none: children read no global config (GIT_CONFIG_GLOBAL=/dev/null), but a commit
     should still carry the user's identity. Reading a value runs nothing."""
 
     async def get(key: str, *where: str) -> str:
         result = await run_process(
-            ["git", "config", *where, "--get", key], cwd=root, timeout=30, max_output=10_000, direct=True
+            ["git", "config", *where, "--get", key],
+            cwd=root,
+            timeout=30,
+            max_output=10_000,
+            direct=True,
+            project=project,
         )
         return result.stdout.strip() if result.exit_code == 0 else ""
 
@@ -425,6 +439,7 @@ async def _check_git_repository(req: CommandRequest, cwd: str, env: dict[str, st
     result = await run_process(
         ["git", "rev-parse", "--absolute-git-dir", "--show-toplevel"],
         cwd=cwd,
+        project=req.project_root,
         timeout=30,
         max_output=100_000,
         env=env,
@@ -446,7 +461,7 @@ async def _check_git_repository(req: CommandRequest, cwd: str, env: dict[str, st
             "Kiwi runs no shell git command in it until a human removes it from .git/config"
         )
     if result.exit_code == 0 and result.stdout.splitlines()[1:]:
-        await _no_tracked_path_beyond_a_link(result.stdout.splitlines()[1], cwd, env)
+        await _no_tracked_path_beyond_a_link(result.stdout.splitlines()[1], cwd, env, req.project_root)
     return overrides
 
 
@@ -499,13 +514,14 @@ def _the_submodules_own_tree(git_dir: str, top: str, cwd: str) -> bool:
     return confinement.gitdir_file(top) == git_dir
 
 
-async def _no_tracked_path_beyond_a_link(top: str, cwd: str, env: dict[str, str]) -> None:
+async def _no_tracked_path_beyond_a_link(top: str, cwd: str, env: dict[str, str], project: str) -> None:
     """git opens and unlinks the files it tracks by their names, so a folder on a tracked path that is now a
     link leads git through it (`git rm -r -f out` with out/c made a link to ../.ai deleted the audit trail, and
     through a link to a folder outside the project, files outside it; `git grep` printed them): refused."""
     listed = await run_process(
         ["git", "ls-files", "-z", "--full-name", "--", ":/"],
         cwd=cwd,
+        project=project,
         timeout=60,
         max_output=200_000_000,
         env=env,
@@ -958,6 +974,7 @@ async def _unpack(req: CommandRequest, unpack: Unpacking, cwd: Path, env: dict[s
             run_process(
                 unpack.argv(staged.path),
                 cwd=str(cwd),
+                project=req.project_root,
                 timeout=req.timeout_seconds,
                 max_output=req.max_output_bytes,
                 stdin=req.stdin,
@@ -1116,7 +1133,12 @@ def _settings_in_reach(req: CommandRequest, watch: _Watch) -> list[gitnamed.Name
         for item in gitnamed.with_matches(watch.root, settings_named(req.project_root))
         if gitnamed.reached(item, watch.folders) and not any(names(g, item.place) for g in req.write_grants)
     ]
-    missing = [item for item in found if not item.later and not gitnamed.there(watch.root, item)]
+    # (A glob `git status` runs, `hooks.d/*.sh`: a new match cannot be held whatever matches now, round 5.)
+    missing = [
+        item
+        for item in found
+        if not item.later and (gitnamed.is_glob(item) or not gitnamed.there(watch.root, item))
+    ]
     if watch.whole and missing:
         # (Made by it, one would be there for a human's git to obey until the command ends: only one that is
         # there can be held. Review s32: `dd of=.gitconfig` read by a `git status` run meanwhile. One git obeys
@@ -1203,7 +1225,7 @@ class CommandActivities:
         if program_name(req.argv[0]) == "git":
             git_config = await _check_git_repository(req, str(cwd), env)
             await _deleted_folders(req, paths, str(cwd), env)
-            env = {**await git_identity(str(cwd)), **env}
+            env = {**await git_identity(str(cwd), req.project_root), **env}
         unpack = unpacking(req.argv, req.cwd or ".")
         if isinstance(unpack, ShellVerdict):
             raise _denied(f"{unpack.reason} ({unpack.hint})" if unpack.hint else unpack.reason)
@@ -1247,6 +1269,7 @@ class CommandActivities:
             result = await run_process(
                 argv,
                 cwd=str(cwd),
+                project=req.project_root,
                 timeout=req.timeout_seconds,
                 max_output=req.max_output_bytes,
                 stdin=req.stdin,
@@ -1330,6 +1353,7 @@ class CommandActivities:
         result = await run_process(
             argv,
             cwd=req.project_root,
+            project=req.project_root,
             timeout=tool.timeout_seconds,
             max_output=req.max_output_bytes,
             stdin=json.dumps(req.params),
@@ -1465,6 +1489,7 @@ async def _git(
     result = await run_process(
         [kiwi_git(root), *args],
         cwd=root,
+        project=root,
         timeout=timeout,
         max_output=10_000_000,
         env=env,
@@ -1667,6 +1692,7 @@ class GitActivities:
             result = await run_process(
                 ["git", "checkout-index", "-f", "--stdin"],
                 cwd=root,
+                project=root,
                 timeout=120,
                 max_output=1_000_000,
                 stdin="\n".join(sorted(kept)) + "\n",

@@ -25,7 +25,7 @@ import subprocess
 
 from temporalio.exceptions import ApplicationError
 
-from activities.process import GIT_FORCED_CONFIG, INHERITED_ENV, absolute_path_list, kiwi_git, project_of
+from activities.process import GIT_FORCED_CONFIG, INHERITED_ENV, absolute_path_list, kiwi_git
 from kiwi.protected import fold_path, names, protected_root
 
 # Settings whose value is a program git runs (itself, or through a shell), by key as `git config --list`
@@ -99,6 +99,14 @@ class Unreadable(Exception):
 
 
 @dataclasses.dataclass(frozen=True)
+class _Git:
+    """The git that reads the settings (process.kiwi_git's), and the project none of whose programs it runs."""
+
+    path: str
+    project: str
+
+
+@dataclasses.dataclass(frozen=True)
 class _Entry:
     origin: str  # the config file, absolute
     key: str
@@ -126,10 +134,10 @@ def named_places(root: str) -> list[Named]:
     real_root = os.path.realpath(root)
     home = os.path.expanduser("~")
     try:
-        found_git = kiwi_git(real_root) != "git"
+        git = _Git(kiwi_git(real_root), real_root)
     except ApplicationError as exc:
         raise Unreadable(exc.message) from None
-    if not found_git:
+    if git.path == "git":
         if _in_a_repository(real_root):
             raise Unreadable(
                 "git is not installed where Kiwi's worker runs, so it cannot read git's settings"
@@ -151,9 +159,9 @@ def named_places(root: str) -> list[Named]:
 
     entries: list[_Entry] = []
     origins: list[str] = []
-    repositories = _repositories(real_root)
+    repositories = _repositories(git, real_root)
     for index, (cwd, _) in enumerate(repositories):
-        more, files = _settings(cwd, [], cwd, strict=index == 0)
+        more, files = _settings(git, cwd, [], cwd, strict=index == 0)
         entries += more
         origins += files
     read: set[str] = {os.path.realpath(origin) for origin in origins}
@@ -175,7 +183,7 @@ def named_places(root: str) -> list[Named]:
                 # (Followed whatever its condition says now: a branch switched to later makes it count. One git
                 # cannot parse is not read by the human's git now either, and stops it if it is later.)
                 read.add(real)
-                more, _ = _settings(real_root, ["--file", real], entry.top, strict=False)
+                more, _ = _settings(git, real_root, ["--file", real], entry.top, strict=False)
                 pending += more
         elif key.lower() == "core.hookspath":
             target = _expanded(value, entry.top, home)
@@ -197,6 +205,15 @@ def named_places(root: str) -> list[Named]:
             for word in words:
                 target = _expanded(word.path, entry.top, home)
                 if target is None:
+                    continue
+                if word.later and (word.path.endswith("/") or os.path.isdir(target)):
+                    # (A folder an alias names, `!black src/ tests/`: what is below it is no setting, review s32
+                    # round 5; an alias runs when the human types it.)
+                    continue
+                if word.there and _GLOB.search(word.path):
+                    # (A glob is a place when its folder is there, `hooks.d/*.sh`; `sed 's/^a=.*/b/'` is none.)
+                    folder = os.path.dirname(_GLOB.split(target)[0])
+                    note(target, why, later=word.later or not os.path.isdir(folder))
                     continue
                 if word.there and not os.path.lexists(target):
                     # (An argument not there: `sed 's/^a=.*/a=x/'` or a URL names no file to make first, review
@@ -247,13 +264,13 @@ def refusal(item: Named, raw: str) -> str:
     )
 
 
-def _git_env() -> dict[str, str]:
+def _git_env(project: str) -> dict[str, str]:
     """What git reading the settings inherits from the worker: the allow-listed part of its environment (no
     secret, no GIT_*, which would point it elsewhere), with the user's settings (HOME, XDG_CONFIG_HOME)."""
     env = {k: v for k, v in os.environ.items() if k in (*INHERITED_ENV, "XDG_CONFIG_HOME")}
     env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
     if "PATH" in env:
-        env["PATH"] = absolute_path_list(env["PATH"])  # (git's own helpers found there: no relative entry)
+        env["PATH"] = absolute_path_list(env["PATH"], project)  # (git's helpers: none of the project's)
     return env
 
 
@@ -262,35 +279,31 @@ def _git_env() -> dict[str, str]:
 _READ_AS_IS = ("core.hooksPath", "safe.bareRepository")
 
 
-def _git(cwd: str, args: list[str]) -> subprocess.CompletedProcess[bytes]:
-    """git, run to read: with Kiwi's hardening on its command line (review s32, third round: `git ls-files` ran
+def _git(git: _Git, cwd: str, args: list[str]) -> subprocess.CompletedProcess[bytes]:
+    """git (``git``: kiwi_git's, found for the project), run to read: with Kiwi's hardening on its command line (review s32, third round: `git ls-files` ran
     the repository's `core.fsmonitor` in the worker at every write), and safe.directory open, so a repository
     another user owns (a container's bind mount) is read as its owner's git reads it (without it, git read no
     `.git/config` there and said nothing)."""
     forced = [
         arg for key, value in GIT_FORCED_CONFIG if key not in _READ_AS_IS for arg in ("-c", f"{key}={value}")
     ]
-    try:
-        git = kiwi_git(project_of(cwd))
-    except ApplicationError as exc:
-        raise Unreadable(exc.message) from None
     return subprocess.run(
-        [git, *forced, "-c", "safe.directory=*", *args],
+        [git.path, *forced, "-c", "safe.directory=*", *args],
         cwd=cwd,
-        env=_git_env(),
+        env=_git_env(git.project),
         capture_output=True,
         timeout=30,
         check=False,
     )
 
 
-def _settings(cwd: str, how: list[str], top: str, strict: bool) -> tuple[list[_Entry], list[str]]:
+def _settings(git: _Git, cwd: str, how: list[str], top: str, strict: bool) -> tuple[list[_Entry], list[str]]:
     """Each setting ``git config --list`` prints run in ``cwd`` (``how``: `--file X`; none: the repository's
     there, includes followed), and the files it read, absolute. Raises Unreadable where git cannot, when
     ``strict``."""
     args = ["config", "--list", "--show-origin", "-z", *(how or ["--includes"])]
     try:
-        done = _git(cwd, args)
+        done = _git(git, cwd, args)
     except subprocess.TimeoutExpired:
         if not strict:
             return [], []
@@ -324,44 +337,44 @@ def _said(done: subprocess.CompletedProcess[bytes], cwd: str) -> str:
     return said
 
 
-def _repositories(real_root: str) -> list[tuple[str, str | None]]:
+def _repositories(git: _Git, real_root: str) -> list[tuple[str, str | None]]:
     """(work tree's top, hooks folder) of each repository whose settings name places of the project: the one
     the project is in (its top; with none, the project's folder), each of its worktrees in the project (a
     bare repository's too, `gitdir: .bare`), and each submodule of those, checked out (its top); past
     _REPOSITORIES_LIMIT, Unreadable."""
-    git_dir, hooks, top = _repository(real_root)
+    git_dir, hooks, top = _repository(git, real_root)
     if git_dir is None:
         return [(real_root, None)]
     found: list[tuple[str, str | None]] = [(top or real_root, hooks)] if top else []
     tops = {top} if top else set()
-    for tree in _worktrees(git_dir):
+    for tree in _worktrees(git, git_dir):
         real = os.path.realpath(tree)
         if real not in tops and (real == real_root or real.startswith(real_root + os.sep)):
             tops.add(real)
-            found.append((real, _repository(real)[1]))
+            found.append((real, _repository(git, real)[1]))
     if not found:
         found.append(
             (real_root, hooks)
         )  # (a bare repository with no worktree here: its settings all the same)
     pending = [t for t, _ in found]
     while pending:
-        for sub in _submodule_trees(pending.pop()):
+        for sub in _submodule_trees(git, pending.pop()):
             if sub not in tops and os.path.lexists(os.path.join(sub, ".git")):
                 if len(tops) >= _REPOSITORIES_LIMIT:
                     raise Unreadable(
                         f"the project holds more than {_REPOSITORIES_LIMIT} repositories to read"
                     )
                 tops.add(sub)
-                found.append((sub, _repository(sub)[1]))
+                found.append((sub, _repository(git, sub)[1]))
                 pending.append(sub)
     return found
 
 
-def _repository(cwd: str) -> tuple[str | None, str | None, str | None]:
+def _repository(git: _Git, cwd: str) -> tuple[str | None, str | None, str | None]:
     """The git folder, the hooks folder (core.hooksPath's, or the git folder's `hooks`) and the work tree's top
     (None in a bare repository) of the repository git finds from ``cwd``; (None, None, None): none."""
     try:
-        done = _git(cwd, ["rev-parse", "--absolute-git-dir", "--git-path", "hooks", "--show-toplevel"])
+        done = _git(git, cwd, ["rev-parse", "--absolute-git-dir", "--git-path", "hooks", "--show-toplevel"])
     except subprocess.TimeoutExpired:
         raise Unreadable("git rev-parse took more than 30 seconds") from None
     lines = [os.fsdecode(line) for line in done.stdout.splitlines()]
@@ -374,12 +387,12 @@ def _repository(cwd: str) -> tuple[str | None, str | None, str | None]:
     return lines[0], os.path.normpath(os.path.join(cwd, lines[1])), top
 
 
-def _worktrees(git_dir: str) -> list[str]:
+def _worktrees(git: _Git, git_dir: str) -> list[str]:
     """The work trees of the repository at ``git_dir`` (`git worktree list`)."""
     if not any(os.path.lexists(os.path.join(git_dir, name)) for name in ("worktrees", "commondir")):
         return []  # (none but its own: a git start spared for every write)
     try:
-        done = _git(git_dir, ["--git-dir", git_dir, "worktree", "list", "--porcelain", "-z"])
+        done = _git(git, git_dir, ["--git-dir", git_dir, "worktree", "list", "--porcelain", "-z"])
     except subprocess.TimeoutExpired:
         return []
     return [
@@ -389,11 +402,11 @@ def _worktrees(git_dir: str) -> list[str]:
     ]
 
 
-def _submodule_trees(top: str) -> list[str]:
+def _submodule_trees(git: _Git, top: str) -> list[str]:
     """The folders of the submodules the repository at ``top`` tracks (its gitlinks, from its index: not
     `.gitmodules`, which the agent may write), absolute."""
     try:
-        done = _git(top, ["ls-files", "--stage", "-z"])
+        done = _git(git, top, ["ls-files", "--stage", "-z"])
     except subprocess.TimeoutExpired:
         raise Unreadable("git ls-files took more than 30 seconds") from None
     return [
@@ -428,6 +441,7 @@ _CANNOT_TELL: list[_Word] = [_Word("(computed)")]
 # Settings `git status` runs (the others run at a diff, a commit, a fetch, or when the human types an alias).
 _STATUS_KEY = re.compile(r"core\.fsmonitor|filter\..+\.(clean|process)", re.IGNORECASE)
 # A word that names a file by its name alone: one with an extension (`watch.sh`, `tool.py`).
+_GLOB = re.compile(r"[*?\[]")
 _FILE_NAME = re.compile(r"[^-./~][^/]*\.[A-Za-z0-9]{1,8}|\.\w[\w.-]*")  # (and `.envrc`)
 _PYTHON_IMPORT = re.compile(r"\b(?:import|from)\s+([A-Za-z_][\w.]*)")
 
@@ -544,8 +558,10 @@ def _command_words(words: list[str], depth: int, status: bool) -> list[_Word]:
     folders = [""]  # (the work tree's top, and each folder a `cd`, `env -C` or `make -C` goes to)
     command = True  # (the word in a command's place: after an operator, and past `VAR=x` words)
     program = ""  # (the program of the command these words are arguments of)
-    into = first = redirect = False
+    into = first = redirect = waited = False
     skip = 0
+    wrapper = ""  # (the wrapper program whose own words come before the program it runs: `timeout 5`)
+    path_entries: list[str] = []  # (relative PATH entries a `PATH=` word gives the command)
     for index, word in enumerate(words):
         if skip:
             skip -= 1
@@ -580,18 +596,40 @@ def _command_words(words: list[str], depth: int, status: bool) -> list[_Word]:
                 found += _makefiles(folders[-1], status)
             continue
         if command and re.fullmatch(r"\w+=.*", word):
-            value_of = word.partition("=")[2]  # (`BASH_ENV=watch.sh bash -c true`)
-            if "/" in value_of or _FILE_NAME.fullmatch(value_of):
+            name, _, value_of = word.partition("=")  # (`BASH_ENV=watch.sh bash -c true`)
+            if name == "PATH":
+                # (`PATH=bin:$PATH fsmon` runs bin/fsmon, review s32 round 5.)
+                path_entries += [e for e in value_of.split(":") if e and not e.startswith(("/", _VALUE_OF))]
+            elif "/" in value_of or _FILE_NAME.fullmatch(value_of):
                 found += _at(folders, value_of, later=not status, there="path")
             continue
+        if command and word in _RUNS_THE_NEXT:
+            wrapper, waited = word, False  # (`env -S 'sh w'`, `exec -a n sh w`)
+            continue
+        if command and wrapper and word in _OPTION_VALUES.get(wrapper, ()):
+            skip = 1  # (`nice -n 5 sh w`, `timeout -s KILL 5 sh w`, `sudo -u me sh w`, `exec -a n sh w`)
+            continue
+        if command and wrapper == "env" and word in ("-S", "--split-string") and depth < 3:
+            inner = _shell_words(words[index + 1]) if index + 1 < len(words) else None
+            more = [] if inner is None else _command_words(inner, depth + 1, status)
+            if more is _CANNOT_TELL:
+                return _CANNOT_TELL
+            found += [w for m in more for w in _at(folders, m.path, m.later, m.folder, m.there)]
+            break
         if command and (word.startswith("-") or word in _RUNS_THE_NEXT):
             continue  # (`env -i prog`, `exec prog`)
+        if command and wrapper in ("timeout", "chrt") and not waited:
+            waited = True  # (`timeout 5 sh w`: its duration)
+            continue
         if command:
             command, first = False, True
             program = posixpath.basename(_unmarked(word)) if _COMPUTED not in word else ""
             if program in _WRAPPERS:
-                command = True  # (they run the words after their own: `timeout 5 sh watch`, `/usr/bin/env x`)
+                command, wrapper, waited = True, program, False  # (they run the words after their own)
                 continue
+            wrapper = ""
+            if "/" not in word and _COMPUTED not in word and _VALUE_OF not in word:
+                found += [w for entry in path_entries for w in _at(folders, f"{entry}/{word}", not status)]
             if word in ("cd", "pushd"):
                 into = True
                 continue
@@ -612,9 +650,11 @@ def _command_words(words: list[str], depth: int, status: bool) -> list[_Word]:
             if program == "make":
                 found += _makefiles(folders[-1], status)
             continue
-        if program in _SHELLS and word in ("-o", "+o"):
-            skip = 1  # (`sh -o errexit watch`: errexit is the option's)
+        if program in _SHELLS and word in ("-o", "+o", "-O", "+O"):
+            skip = 1  # (`sh -o errexit watch`, `bash -O extglob w`: the option's value)
             continue
+        if program in ("deno", "bun") and word == "run" and first:
+            continue  # (`deno run w`: the file is the next word)
         if program in _SHELLS and re.fullmatch(r"-[a-z]*c[a-z]*", word) and depth < 3:
             # (`sh -c`, `bash -lc`, `sh -ec --`: the text is the next word but a `--`, review s32 round 4.)
             text = index + 1
@@ -642,7 +682,7 @@ def _command_words(words: list[str], depth: int, status: bool) -> list[_Word]:
             found += _at(folders, f"node_modules/{word}", later=True, folder_too=True)
             first = False
             continue
-        value_of = word.partition("=")[2] if "=" in word else word  # (`--config=./x`, `BASH_ENV=watch.sh`)
+        value_of = word.partition("=")[2] if word.startswith("-") else word  # (`--config=./x`)
         if not value_of or value_of.startswith("-"):
             continue
         if _INTERPRETERS.fullmatch(program) and first:
@@ -661,8 +701,17 @@ def _command_words(words: list[str], depth: int, status: bool) -> list[_Word]:
 
 # Programs that run the word after them as a program (their own options skipped as options are).
 _RUNS_THE_NEXT = ("env", "exec", "command", "nohup", "time", "xargs", "builtin", "then", "else", "do", "!")
-# ... and those whose own arguments come first (`timeout 5 sh watch`).
+# ... and those whose own arguments come first (`timeout 5 sh watch`), with their options that take a value.
 _WRAPPERS = (*_RUNS_THE_NEXT, "timeout", "nice", "stdbuf", "setsid", "ionice", "chrt", "busybox", "sudo")
+_OPTION_VALUES = {
+    "nice": ("-n", "--adjustment"),
+    "timeout": ("-s", "-k", "--signal", "--kill-after"),
+    "sudo": ("-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U"),
+    "exec": ("-a",),
+    "env": ("-u", "--unset", "-C", "--chdir"),
+    "stdbuf": ("-i", "-o", "-e"),
+    "ionice": ("-c", "-n", "-p"),
+}
 
 
 def _modules(folder: str, modules: list[str], status: bool) -> list[_Word]:
@@ -790,6 +839,10 @@ def with_matches(root: str, named: list[Named]) -> list[Named]:
                 if protected_root(rel) is None:
                     found.append(Named(rel, item.why, later=item.later))
     return list(dict.fromkeys(found))
+
+
+def is_glob(item: Named) -> bool:
+    return bool(_GLOB.search(item.place))
 
 
 def there(root: str, item: Named) -> bool:

@@ -68,14 +68,18 @@ GIT_FORCED_CONFIG = (
 
 
 def child_env(
-    extra: dict[str, str] | None = None, git_config: list[tuple[str, str]] | None = None
+    extra: dict[str, str] | None = None,
+    git_config: list[tuple[str, str]] | None = None,
+    project: str | None = None,
 ) -> dict[str, str]:
     """The environment of a child: the allow-listed part of the worker's, what the caller passes, and
-    git's hardening last, so neither the caller nor the worker can switch it off."""
+    git's hardening last, so neither the caller nor the worker can switch it off. ``project``: PATH leaves out
+    the entries in that folder too (review s32, fifth round: the project's `.venv/bin` on the worker's PATH
+    found the agent's `bash` for a local tool, and its `false` for git's `gpg.program=false`)."""
     env = {k: v for k, v in os.environ.items() if k in INHERITED_ENV or k.startswith("LC_")}
     env.update({k: v for k, v in (extra or {}).items() if not k.startswith("GIT_CONFIG")})
     if "PATH" in env:
-        env["PATH"] = absolute_path_list(env["PATH"])
+        env["PATH"] = absolute_path_list(env["PATH"], project)
     env.update(trace_env())
     env.update(GIT_ENV)
     pairs = [*GIT_FORCED_CONFIG, *(git_config or [])]
@@ -111,10 +115,12 @@ def kiwi_git(root: str) -> str:
 
 
 def project_of(cwd: str) -> str:
-    """The Kiwi project ``cwd`` is in: the nearest folder holding `.ai` (``cwd`` itself when there is none)."""
+    """The Kiwi project ``cwd`` is in, for a caller that does not say: the nearest folder holding `.ai` but the
+    home folder (``cwd`` itself when there is none)."""
     folder = os.path.realpath(cwd)
+    home = os.path.realpath(os.path.expanduser("~"))
     while True:
-        if os.path.isdir(os.path.join(folder, ".ai")):
+        if os.path.isdir(os.path.join(folder, ".ai")) and folder != home:  # (`~/.ai`: the user space)
             return folder
         parent = os.path.dirname(folder)
         if parent == folder:
@@ -126,11 +132,17 @@ def _within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def absolute_path_list(value: str) -> str:
+def absolute_path_list(value: str, project: str | None = None) -> str:
     """``PATH`` without empty or relative entries: a command runs in the project, where a relative entry
     (``bin``, ``node_modules/.bin``, ``.``, an empty one) would find a program the agent wrote in place of
-    ``ls`` or ``git``."""
-    return os.pathsep.join(entry for entry in value.split(os.pathsep) if os.path.isabs(entry))
+    ``ls`` or ``git``; with ``project``, nor those that are, or lead to, a folder of the project (its `.venv/bin`
+    activated before the worker started)."""
+    real = os.path.realpath(project) if project else None
+    return os.pathsep.join(
+        entry
+        for entry in value.split(os.pathsep)
+        if os.path.isabs(entry) and not (real and _within(os.path.realpath(entry), real))
+    )
 
 
 def trace_env() -> dict[str, str]:
@@ -260,6 +272,7 @@ async def run_process(
     git_config: list[tuple[str, str]] | None = None,
     confine: tuple[int, Callable[[str, str], landlock.Rules]] | None = None,
     direct: bool = False,
+    project: str | None = None,
 ) -> ProcessResult:
     """Run ``argv`` in ``cwd`` with a scrubbed environment (``child_env``) plus ``env``.
 
@@ -267,15 +280,19 @@ async def run_process(
     program then runs confined to them (``activities/confinement.py``), with ``TMPDIR`` that folder.
     ``direct``: Kiwi's own short git, started without the launcher (which costs ~9 ms a start, and a shell
     `git` call makes four of them before the command): the keeper alone ends it with a worker killed by
-    ``kill -9``."""
+    ``kill -9``. ``project``: the project's folder (by default the nearest above ``cwd`` holding `.ai`), none of
+    whose programs is found on PATH (child_env, kiwi_git)."""
     assert not (direct and confine), "a confined program starts through the launcher"
+    project = project or project_of(cwd)
     if direct and argv[:1] == ["git"]:
-        argv = [kiwi_git(project_of(cwd)), *argv[1:]]
+        argv = [kiwi_git(project), *argv[1:]]
     if confine is None:
-        return await _run(argv, cwd, timeout, max_output, stdin, child_env(env, git_config), None, direct)
+        return await _run(
+            argv, cwd, timeout, max_output, stdin, child_env(env, git_config, project), None, direct
+        )
     temp = tempfile.mkdtemp(prefix="kiwi-cmd-")
     try:
-        environment = {**child_env(env, git_config), "TMPDIR": temp}
+        environment = {**child_env(env, git_config, project), "TMPDIR": temp}
         return await _run(argv, cwd, timeout, max_output, stdin, environment, (confine[0], confine[1], temp))
     finally:
         remove_tree(temp)  # (what the command left there, however deep)

@@ -179,6 +179,10 @@ async def test_the_hooks_folder_is_changed_only_where_a_grant_names_it(runs, pro
         ("core.fsmonitor", "sh -o errexit scripts/watch.sh"),
         ("core.fsmonitor", "bash -c 'source scripts/watch.sh; true'"),
         ("core.fsmonitor", "eval 'sh scripts/watch.sh'"),
+        # Fifth round: a wrapper's options with values, a PATH= word, env -S.
+        ("core.fsmonitor", "nice -n 5 sh scripts/watch.sh"),
+        ("core.fsmonitor", "PATH=scripts:$PATH watch.sh"),
+        ("core.fsmonitor", "env -S 'sh scripts/watch.sh'"),
     ],
 )
 async def test_a_program_a_setting_runs_is_a_setting(runs, project, key, value):
@@ -309,6 +313,8 @@ async def test_a_bare_repository_with_worktrees_in_the_project(runs, project, tm
         ("bash -c 'source .fsmonitor-env; true'", ".fsmonitor-env"),
         ("eval 'sh watch'", "watch"),
         ("watchman-wrapper --root . watch", "watch"),  # (a word of a program Kiwi does not know, when there)
+        ("timeout -s KILL 5 sh watch", "watch"),  # (fifth round)
+        ("exec -a n sh watch", "watch"),
     ],
 )
 async def test_a_file_at_the_top_a_status_setting_runs_is_a_setting(runs, project, value, written):
@@ -382,6 +388,53 @@ async def test_a_module_not_there_is_not_to_be_made_empty(runs, project, maker):
     assert "make it (empty)" not in refused.reason and "grant narrower folders" in refused.reason
 
 
+async def test_a_glob_git_status_runs_refuses_a_program_kiwi_does_not_model(runs, project, maker):
+    """Review s32, fifth round: `sh -c 'for f in hooks.d/*.sh; do sh "$f"; done'` as `core.fsmonitor`: a program
+    Kiwi does not model made `hooks.d/b.sh`, and an editor's `git status` ran it before Kiwi set it aside (a new
+    match cannot be held). Such a program does not run where it could make one."""
+    _repository(project, ("core.fsmonitor", "sh -c 'for f in hooks.d/*.sh; do sh \"$f\"; done'"))
+    (project / "hooks.d").mkdir()
+    (project / "hooks.d" / "a.sh").write_text("exit 0\n")
+    (project / "make.py").write_text("open('hooks.d/b.sh', 'w').write('touch PWNED\\n')\n")
+    run_id = await agent_run(runs, project, "globber", _grants("maker", write="**"))
+
+    refused = await shell(runs, run_id, "maker", "make.py")
+    written = await _write(runs, run_id, "hooks.d/c.sh", "touch PWNED\n")
+
+    assert refused.status == "denied" and "'hooks.d/*.sh'" in refused.reason, refused
+    assert written.status == "denied", written
+    assert sorted(p.name for p in (project / "hooks.d").iterdir()) == ["a.sh"]
+
+
+async def test_a_local_tool_runs_no_program_of_the_project_on_the_workers_path(
+    runs, project, monkeypatch, tmp_path_factory
+):
+    """Review s32, fifth round: the project's `.venv/bin` on the worker's PATH (activated before `kiwi dev`):
+    a human's bash tool started the agent's `bash` there, unconfined, with the tool's secrets. A child's PATH
+    has no folder of the project."""
+    from tests.helpers import write
+
+    marks = tmp_path_factory.mktemp("marks")
+    venv = project / ".venv" / "bin"
+    write(venv / "bash", f'#!/bin/sh\ntouch {marks}/RAN\nexec /bin/bash "$@"\n').chmod(0o755)
+    monkeypatch.setenv("PATH", f"{venv}{os.pathsep}{os.environ['PATH']}")
+    tool = project / ".ai" / "tools" / "ops" / "hello"
+    write(
+        tool / "tool.yaml",
+        "tool_id: hello\ntool_type: bash\nversion: '1.0.0'\ncategory: ops\ndescription: Says hello\n"
+        "executor:\n  entrypoint: run.sh\nmutates_state: false\n",
+    )
+    write(tool / "run.sh", 'echo \'{"said": "hello"}\'\n')
+    run_id = await agent_run(
+        runs, project, "tooly", _grants(write="**") + '<execute resource="tool" id="hello"/>'
+    )
+
+    called = await runs.call_tool(run_id, "hello", {})
+
+    assert called.status == "ok" and called.result == {"said": "hello"}, called
+    assert list(marks.iterdir()) == []
+
+
 async def test_reading_the_settings_runs_none_of_them(runs, project, tmp_path_factory):
     """Review s32, third round: Kiwi's own `git ls-files` (reading which submodules there are, at every write)
     ran the repository's `core.fsmonitor`, in the worker, with its environment. Kiwi's git reads with its
@@ -435,6 +488,7 @@ async def test_a_module_a_setting_git_status_runs_loads_refuses_a_program_kiwi_d
         ("filter.redact.clean", "sed -e 's/^password=.*/password=REDACTED/'", "notes.txt"),
         ("core.editor", "$(brew --prefix)/bin/nvim", "bin/tool.sh"),
         ("core.editor", '"$(command -v nvim)"', "notes.txt"),
+        ("alias.fmt", "!black src/ tests/", "src/app.py"),  # (fifth round: a folder an alias names)
     ],
 )
 async def test_common_settings_refuse_no_ordinary_write(runs, project, maker, key, value, written):
@@ -786,3 +840,26 @@ async def test_a_rollback_puts_back_no_link_above_a_named_file(runs, project):
     assert rolled.status == "ok", rolled
     assert not (project / "scripts").is_symlink()
     assert (project / "scripts" / "watch.sh").read_text() == "#!/bin/sh\nexit 0\n"
+
+
+def test_a_linked_worktree_project_runs_no_git_of_its_own(tmp_path, monkeypatch):
+    """Review s32, fifth round: the project a linked worktree (its git folder in the main repository, outside
+    the project, with no `.ai` above it), the project's `.venv/bin` on the worker's PATH: Kiwi's reading of
+    git's settings looked for git with the git folder as the project, and ran the agent's `.venv/bin/git`."""
+    from activities import gitnamed
+
+    main, project, marks = tmp_path / "main", tmp_path / "wt", tmp_path / "marks"
+    marks.mkdir()
+    human = ["-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(main)], check=True)
+    subprocess.run(["git", "-C", str(main), *human, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    subprocess.run(["git", "-C", str(main), "worktree", "add", "-q", "-b", "wt", str(project)], check=True)
+    venv = project / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "git").write_text(f'#!/bin/sh\ntouch {marks}/RAN\nexec /usr/bin/env -i git "$@"\n')
+    (venv / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{venv}{os.pathsep}{os.environ['PATH']}")
+
+    gitnamed.named_places(str(project))
+
+    assert list(marks.iterdir()) == []
