@@ -598,7 +598,9 @@ def _modeled(req: CommandRequest) -> bool:
     entry into the project finds a program the agent may have written: review s30)."""
     if not modeled_program(req.argv[0]):
         return False
-    found = shutil.which(req.argv[0], path=child_env(req.env).get("PATH", os.defpath))
+    found = shutil.which(
+        req.argv[0], path=child_env(req.env, project=req.project_root).get("PATH", os.defpath)
+    )
     return found is None or _real_relative(req.project_root, found) is None
 
 

@@ -31,6 +31,7 @@ from kiwi.errors import CommandNotFound, PermissionDenied, ToolFailed, ToolTimeo
 from kiwi.globs import glob_covered, glob_match
 from kiwi.protected import granted as protected_granted
 from kiwi.protected import protected_root
+from kiwi.searchpath import search_path
 
 # Podman as root on these hosts needs runc and explicit limits (the default rlimits cannot be set).
 LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--pids-limit", "256"]
@@ -68,11 +69,21 @@ async def prune_abandoned(engine: list[str], cwd: str) -> None:
 
 def container_engine() -> list[str] | None:
     """The engine's command: ``KIWI_CONTAINER_ENGINE``, else podman, else docker (None: neither)."""
-    chosen = os.environ.get("KIWI_CONTAINER_ENGINE") or shutil.which("podman") or shutil.which("docker")
-    if not chosen or not shutil.which(chosen):
+    # (Found on a PATH with no folder of a Kiwi project: the agent's `.venv/bin/podman` ran, review s32 round 6.)
+    path = search_path(os.environ.get("PATH", os.defpath))
+    chosen = (
+        os.environ.get("KIWI_CONTAINER_ENGINE")
+        or shutil.which("podman", path=path)
+        or shutil.which("docker", path=path)
+    )
+    if not chosen or not shutil.which(chosen, path=path):
         return None
-    engine = [shutil.which(chosen) or chosen]
-    if Path(engine[0]).name == "podman" and not shutil.which("crun") and shutil.which("runc"):
+    engine = [shutil.which(chosen, path=path) or chosen]
+    if (
+        Path(engine[0]).name == "podman"
+        and not shutil.which("crun", path=path)
+        and shutil.which("runc", path=path)
+    ):
         engine += ["--runtime", "runc"]
     return engine
 

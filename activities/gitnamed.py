@@ -486,6 +486,9 @@ def _program_words(key: str, value: str) -> list[_Word] | None:
 def _shell_words(text: str) -> list[str] | None:
     """``text`` as a shell splits it, substitutions marked (_COMPUTED, _VALUE_OF), a variable's default taken;
     None for a substitution that does not close."""
+    text = text.replace("\\\n", "")  # (a backslash-newline joins the lines)
+    if "$'" in text or re.search(r"\$\{?IFS\b", text):
+        return None  # (`$'...'` quoting, `sh${IFS}w`: words a shell makes that shlex does not, round 6)
     marked = _marked(text)
     if marked is None:
         return None
@@ -558,7 +561,8 @@ def _command_words(words: list[str], depth: int, status: bool) -> list[_Word]:
     folders = [""]  # (the work tree's top, and each folder a `cd`, `env -C` or `make -C` goes to)
     command = True  # (the word in a command's place: after an operator, and past `VAR=x` words)
     program = ""  # (the program of the command these words are arguments of)
-    into = first = redirect = waited = False
+    into = first = waited = False
+    redirect = ""  # ("file": the next word is a file; "text": a here-string's text, read as `sh -c`'s)
     skip = 0
     wrapper = ""  # (the wrapper program whose own words come before the program it runs: `timeout 5`)
     path_entries: list[str] = []  # (relative PATH entries a `PATH=` word gives the command)
@@ -568,12 +572,22 @@ def _command_words(words: list[str], depth: int, status: bool) -> list[_Word]:
             continue
         if word and set(word) <= set(";&|<>(){}"):
             if set(word) <= set("<>&") and ("<" in word or ">" in word):
-                redirect = True  # (`< watch.sh`, `2> log`: the next word is a file, the command goes on)
+                # (`< watch.sh`, `2> log`: the next word is a file, the command goes on; `bash <<< 'sh w'`: a
+                # shell's text, round 6.)
+                redirect = "text" if word == "<<<" and program in _SHELLS else "file"
                 continue
             command, program, into = True, "", False
             continue
+        if redirect == "text" and depth < 3:
+            redirect = ""
+            inner = _shell_words(word)
+            more = _CANNOT_TELL if inner is None else _command_words(inner, depth + 1, status)
+            if more is _CANNOT_TELL:
+                return _CANNOT_TELL
+            found += [w for m in more for w in _at(folders, m.path, m.later, m.folder, m.there)]
+            continue
         if redirect:
-            redirect = False
+            redirect = ""
             if not word.isdigit() and word != "-":  # (`2>&1`, `>&-`)
                 found += _at(folders, word, later=not status, there="path")
             continue

@@ -20,6 +20,7 @@ from temporalio import activity
 from kiwi import landlock
 from kiwi.errors import CommandNotFound, ToolFailed, ToolTimeout
 from kiwi.lifetime import Launch, NotLaunched, keeper_ready, kept, launches
+from kiwi.searchpath import search_path
 
 HEARTBEAT_SECONDS = 2.0
 
@@ -97,12 +98,15 @@ def kiwi_git(root: str) -> str:
     activated before `kiwi dev`, found the agent's `git`, which Kiwi ran at its next write). "git" when there is
     none at all (starting it then fails as it did); ToolFailed when the only one is the project's."""
     real_root = os.path.realpath(root)
+    path = os.environ.get("PATH", os.defpath)
+    allowed = {os.path.realpath(entry) for entry in search_path(path).split(os.pathsep) if entry}
     skipped = False
-    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
+    for entry in path.split(os.pathsep):
         candidate = os.path.join(entry, "git")
         if not os.path.isabs(entry) or not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
             continue
-        if any(_within(path, real_root) for path in (os.path.realpath(entry), os.path.realpath(candidate))):
+        inside = (_within(p, real_root) for p in (os.path.realpath(entry), os.path.realpath(candidate)))
+        if any(inside) or os.path.realpath(entry) not in allowed:  # (allowed: none in a Kiwi project)
             skipped = True
             continue
         return os.path.realpath(candidate)
@@ -135,14 +139,8 @@ def _within(path: str, folder: str) -> bool:
 def absolute_path_list(value: str, project: str | None = None) -> str:
     """``PATH`` without empty or relative entries: a command runs in the project, where a relative entry
     (``bin``, ``node_modules/.bin``, ``.``, an empty one) would find a program the agent wrote in place of
-    ``ls`` or ``git``; with ``project``, nor those that are, or lead to, a folder of the project (its `.venv/bin`
-    activated before the worker started)."""
-    real = os.path.realpath(project) if project else None
-    return os.pathsep.join(
-        entry
-        for entry in value.split(os.pathsep)
-        if os.path.isabs(entry) and not (real and _within(os.path.realpath(entry), real))
-    )
+    ``ls`` or ``git``; nor those in ``project`` or in a Kiwi project (kiwi.searchpath)."""
+    return search_path(value, project)
 
 
 def trace_env() -> dict[str, str]:

@@ -315,6 +315,8 @@ async def test_a_bare_repository_with_worktrees_in_the_project(runs, project, tm
         ("watchman-wrapper --root . watch", "watch"),  # (a word of a program Kiwi does not know, when there)
         ("timeout -s KILL 5 sh watch", "watch"),  # (fifth round)
         ("exec -a n sh watch", "watch"),
+        ("bash -c \"bash <<< 'sh watch'\"", "watch"),  # (sixth round: a here-string's text)
+        ("sh \\\nwatch", "watch"),  # (a backslash-newline)
     ],
 )
 async def test_a_file_at_the_top_a_status_setting_runs_is_a_setting(runs, project, value, written):
@@ -863,3 +865,55 @@ def test_a_linked_worktree_project_runs_no_git_of_its_own(tmp_path, monkeypatch)
     gitnamed.named_places(str(project))
 
     assert list(marks.iterdir()) == []
+
+
+def _planted_on_path(project: Path, name: str, marks: Path, monkeypatch) -> None:
+    """The agent's program ``name`` in the project's `.venv/bin`, which is on the worker's PATH (the human
+    activated the project's venv before `kiwi dev`): running it leaves a mark."""
+    venv = project / ".venv" / "bin"
+    venv.mkdir(parents=True, exist_ok=True)
+    (venv / name).write_text(f"#!/bin/sh\ntouch {marks}/{name}\nexit 1\n")
+    (venv / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{venv}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_the_container_engine_is_none_of_a_projects(project, tmp_path_factory, monkeypatch):
+    """Review s32, sixth round: docker tools' engine was found on the worker's PATH as it is: the agent's
+    `.venv/bin/podman` was the engine every docker tool call ran, unconfined."""
+    from activities.container import container_engine
+
+    marks = tmp_path_factory.mktemp("marks")
+    _planted_on_path(project, "podman", marks, monkeypatch)
+
+    engine = container_engine()
+
+    assert engine is None or not engine[0].startswith(str(project)), engine
+
+
+async def test_an_mcp_server_is_started_from_no_folder_of_a_project(project, tmp_path_factory, monkeypatch):
+    """Review s32, sixth round: an MCP server's command (`npx`) was looked for on the worker's PATH as it is:
+    the agent's `node_modules/.bin/npx`, on it, started with the server's secrets. Its PATH has no folder of a
+    Kiwi project."""
+    from kiwi.upstream.stdio import StdioLink
+
+    marks = tmp_path_factory.mktemp("marks")
+    _planted_on_path(project, "kiwi-test-server", marks, monkeypatch)
+    link = StdioLink("kiwi-test-server", [])
+
+    with pytest.raises(Exception):  # noqa: B017 (not found: how the launcher says so is its own)
+        async with link.streams():
+            pass
+
+    assert list(marks.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", ["sh${IFS}watch", "bash -c \"sh $'watch'\""])
+async def test_words_a_shell_makes_that_kiwi_cannot_read_refuse_every_write(runs, project, value):
+    """Review s32, sixth round: `sh${IFS}watch` and `$'...'` quoting make words a shell makes and Kiwi's reading
+    does not: for a setting `git status` runs, that is a program Kiwi cannot tell."""
+    _repository(project, ("core.fsmonitor", value))
+    run_id = await agent_run(runs, project, "ifs", _grants(write="**"))
+
+    refused = await _write(runs, run_id, "watch", "touch PWNED\n")
+
+    assert refused.status == "denied" and "computes the program git runs" in refused.reason, refused

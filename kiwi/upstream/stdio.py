@@ -39,6 +39,7 @@ from opentelemetry.propagate import inject
 from opentelemetry.trace import SpanKind, StatusCode, get_tracer
 
 from kiwi.lifetime import Launch, keeper_ready, kept, launches
+from kiwi.searchpath import search_path
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,8 @@ class StdioLink(asyncio.SubprocessProtocol):
         stop the server (stdin closed, then SIGTERM and SIGKILL to its process group, each after a grace)."""
         loop = asyncio.get_running_loop()
         env = get_default_environment() | (self.env or {})
+        # (No folder of a Kiwi project on its PATH: the agent's `node_modules/.bin/npx` started, round 6.)
+        env["PATH"] = search_path(env.get("PATH", os.defpath))
         # Through the launcher (kiwi/lifetime.py): the server dies with a worker killed by kill -9, and no
         # Python runs between fork and exec in this threaded process.
         launch = Launch(self.command, [self.command, *self.args], env, search=True) if launches() else None
