@@ -238,8 +238,8 @@ def settings_named(root: str) -> list[gitnamed.Named]:
         return gitnamed.named_places(root)
     except gitnamed.Unreadable as exc:
         raise _denied(
-            f"git cannot read the project's settings ({exc}), so Kiwi cannot tell which files they name for git "
-            "to obey; it changes no file until a human fixes them"
+            f"Kiwi cannot tell which files git's settings name for git to obey ({exc}), so it changes no file "
+            "until a human fixes that"
         ) from None
 
 

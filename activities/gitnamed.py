@@ -1,7 +1,9 @@
 """Places of the project that git's settings name, outside any git folder: a config file a setting includes
 (`include.path`, `includeIf.*.path`: a team's `.gitconfig` in the project, there or not yet), a config file git
-reads in the project (a git folder kept elsewhere, `gitdir: .bare`), the hooks folder `core.hooksPath` names
-(husky's `.husky/_`), and a program a setting has git run by its path (`core.fsmonitor = scripts/watch`).
+reads in the project (a git folder kept elsewhere, `gitdir: .bare`), the hooks folder (`core.hooksPath`:
+husky's `.husky/_`; a hook that is a link: the script it leads to), and the files of a program a setting has
+git run, its value read as a shell reads it (`core.fsmonitor = cd scripts && sh watch`). Read for the
+repository the project is in, its worktrees in the project and its submodules.
 
 git run in the project obeys them, a human's `git status` too, before the human has looked at anything: they
 are settings as `.git/config` is, and a write grant reaches them only where its literal part names them
@@ -9,7 +11,9 @@ are settings as `.git/config` is, and a write grant reaches them only where its 
 `../.gitconfig`, which the agent wrote a `core.pager` into under `write **`). Read with git itself, as the
 human's git reads them (the system's and the user's settings too: `core.hooksPath = .githooks` set for every
 repository names a folder of this one); an include a condition leaves out now (`onbranch:`) is followed all
-the same. What git cannot read is no setting Kiwi can check: every write is refused until a human fixes it."""
+the same. What git cannot read is no setting Kiwi can check: every write is refused until a human fixes it.
+Kiwi's git, reading, runs nothing they name (its hardening on its command line) and is none of the
+project's (process.kiwi_git). Review s32 proved, in six rounds, the cases each part of this answers."""
 
 from __future__ import annotations
 
