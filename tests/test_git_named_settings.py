@@ -713,7 +713,8 @@ async def test_settings_git_cannot_read_refuse_every_write(
 
     refused = await _write(runs, run_id, "notes.txt", "x\n")
 
-    assert refused.status == "denied" and "cannot tell which files git's settings name" in refused.reason, refused
+    assert refused.status == "denied", refused
+    assert "cannot tell which files git's settings name" in refused.reason, refused.reason
     assert "bad config line 1" in refused.reason and "until a human fixes that" in refused.reason
     assert str(home) not in refused.reason and str(project) not in refused.reason, refused.reason
     assert ("~/.gitconfig" if whose == "the user's" else ".gitconfig") in refused.reason
