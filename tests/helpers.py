@@ -78,6 +78,18 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+def bash_tool(project: Path, tool_id: str, script: str, description: str = "A tool") -> Path:
+    """A human's bash tool ``tool_id`` in the project (`.ai/tools/ops/TOOL_ID`) running ``script``: its folder."""
+    tool = project / ".ai" / "tools" / "ops" / tool_id
+    write(
+        tool / "tool.yaml",
+        f"tool_id: {tool_id}\ntool_type: bash\nversion: '1.0.0'\ncategory: ops\ndescription: {description}\n"
+        "executor:\n  entrypoint: run.sh\nmutates_state: false\n",
+    )
+    write(tool / "run.sh", script)
+    return tool
+
+
 def signed(text: str) -> str:
     """``text`` signed by the test's own key (made and trusted on first use, as `kiwi init` does)."""
     from kiwi.cli.keys import ensure_key

@@ -361,10 +361,8 @@ async def test_what_a_glob_a_setting_runs_matches_is_held_and_set_aside(runs, pr
     _repository(project, ("alias.lint", "!sh scripts/lint-*.sh"))
     (project / "scripts").mkdir()
     (project / "scripts" / "lint-a.sh").write_text("exit 0\n")
-    (project / "make.py").write_text(
-        "import sys\n"
-        "try:\n    open('scripts/lint-a.sh', 'a').write('touch PWNED\\n')\n"
-        "except OSError as exc:\n    print('refused:', exc.strerror)\n"
+    (project / "make.py").write_text(  # (the held lint-a.sh cannot be appended to: read-only)
+        "import contextlib\nwith contextlib.suppress(OSError):\n    open('scripts/lint-a.sh', 'a').write('x')\n"
         "open('scripts/lint-b.sh', 'w').write('touch PWNED\\n')\n"
     )
     run_id = await agent_run(runs, project, "globber", _grants("maker", write="**"))
@@ -414,19 +412,13 @@ async def test_a_local_tool_runs_no_program_of_the_project_on_the_workers_path(
     """Review s32, fifth round: the project's `.venv/bin` on the worker's PATH (activated before `kiwi dev`):
     a human's bash tool started the agent's `bash` there, unconfined, with the tool's secrets. A child's PATH
     has no folder of the project."""
-    from tests.helpers import write
+    from tests.helpers import bash_tool, write
 
     marks = tmp_path_factory.mktemp("marks")
     venv = project / ".venv" / "bin"
     write(venv / "bash", f'#!/bin/sh\ntouch {marks}/RAN\nexec /bin/bash "$@"\n').chmod(0o755)
     monkeypatch.setenv("PATH", f"{venv}{os.pathsep}{os.environ['PATH']}")
-    tool = project / ".ai" / "tools" / "ops" / "hello"
-    write(
-        tool / "tool.yaml",
-        "tool_id: hello\ntool_type: bash\nversion: '1.0.0'\ncategory: ops\ndescription: Says hello\n"
-        "executor:\n  entrypoint: run.sh\nmutates_state: false\n",
-    )
-    write(tool / "run.sh", 'echo \'{"said": "hello"}\'\n')
+    bash_tool(project, "hello", 'echo \'{"said": "hello"}\'\n', "Says hello")
     run_id = await agent_run(
         runs, project, "tooly", _grants(write="**") + '<execute resource="tool" id="hello"/>'
     )
