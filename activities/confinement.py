@@ -62,6 +62,7 @@ from kiwi.protected import (
     protected_root,
 )
 from kiwi.protected import granted as protected_granted
+from kiwi.searchpath import search_path
 from kiwi.shellpolicy import modeled_program, program_name, tree_granted
 
 _SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin")
@@ -205,7 +206,7 @@ def shell_rules(
         for executable, _ in _started_by("/bin/sh", root):
             rules.allow(executable, run, file=True)
         for name in ("sh", *_COMPRESSORS):
-            if found := shutil.which(name):
+            if found := shutil.which(name, path=search_path(os.environ.get("PATH", os.defpath))):
                 rules.allow(os.path.realpath(found), run, file=True)
     script = False
     for executable, kind in _started_by(real, root):

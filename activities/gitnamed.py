@@ -208,6 +208,12 @@ def named_places(root: str) -> list[Named]:
                 )
             for word in words:
                 target = _expanded(word.path, entry.top, home)
+                if word.there == "bare":
+                    # (Found on the PATH the human's git has, as the worker's is (it started from their shell):
+                    # each of its folders that is in the project names NAME there, `.venv/bin/git-lfs`.)
+                    for folder in os.environ.get("PATH", "").split(os.pathsep):
+                        note(os.path.join(entry.top, folder or ".", word.path), why)
+                    continue
                 if target is None:
                     continue
                 if word.later and (word.path.endswith("/") or os.path.isdir(target)):
@@ -648,6 +654,12 @@ def _command_words(words: list[str], depth: int, status: bool) -> list[_Word]:
             wrapper = ""
             if "/" not in word and _COMPUTED not in word and _VALUE_OF not in word:
                 found += [w for entry in path_entries for w in _at(folders, f"{entry}/{word}", not status)]
+                if status:
+                    # (A program by its name alone, `git-lfs filter-process`: the human's git finds it on their
+                    # PATH, which may hold a folder of the project, round 7.)
+                    found.append(_Word(word, there="bare"))
+                    if word == "git" and index + 1 < len(words) and not words[index + 1].startswith("-"):
+                        found.append(_Word(f"git-{words[index + 1]}", there="bare"))  # (`git lfs x`)
             if word in ("cd", "pushd"):
                 into = True
                 continue

@@ -12,30 +12,43 @@ is the user's own).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pwd
 
 
 def search_path(value: str, project: str | None = None) -> str:
-    """``value`` (a PATH) without its relative entries, those in ``project`` and those in a Kiwi project."""
+    """``value`` (a PATH) without its relative entries, those in ``project`` and those in a Kiwi project, as
+    they are written or where they lead (a link in the project that leads out, and that the agent may point
+    elsewhere later, is left out too); each entry kept as the folder it leads to. Never empty (an empty PATH is
+    the current folder to a shell): "/nonexistent" when nothing is left, which finds no program."""
     real = os.path.realpath(project) if project else None
     homes = _homes()
-    return os.pathsep.join(
-        entry
-        for entry in value.split(os.pathsep)
-        if os.path.isabs(entry)
-        and not (real and within(os.path.realpath(entry), real))
-        and not in_a_project(os.path.realpath(entry), homes)
-    )
+    kept: list[str] = []
+    for entry in value.split(os.pathsep):
+        if not os.path.isabs(entry):
+            continue
+        places = (os.path.normpath(entry), os.path.realpath(entry))
+        if any((real and within(place, real)) or in_a_project(place, homes) for place in places):
+            continue
+        if places[1] not in kept:
+            kept.append(places[1])
+    return os.pathsep.join(kept) or NOWHERE
+
+
+# What an empty PATH becomes: a folder that is not there, so a name finds no program (and never the
+# current folder, which is what an empty PATH is to sh, bash and execvp).
+NOWHERE = "/nonexistent"
 
 
 def _homes() -> set[str]:
-    """The user's home folders (HOME's and the account's): their `.ai` is the user space, no project's."""
-    homes = {os.path.realpath(os.path.expanduser("~"))}
-    with contextlib.suppress(KeyError, OSError):
-        homes.add(os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir))
-    return homes
+    """The folders whose `.ai` is no project's: HOME (where `kiwi mcp` serves no project) and the folder of
+    the user space (``AI_USER_SPACE``). (Not the account's home when HOME is another: a project may be there,
+    review s32 round 7.)"""
+    from kiwi.items.store import user_space
+
+    return {
+        os.path.realpath(os.path.expanduser("~")),
+        os.path.realpath(os.path.dirname(os.path.realpath(user_space()))),
+    }
 
 
 def in_a_project(path: str, homes: set[str]) -> bool:

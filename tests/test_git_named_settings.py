@@ -910,3 +910,46 @@ async def test_words_a_shell_makes_that_kiwi_cannot_read_refuse_every_write(runs
     refused = await _write(runs, run_id, "watch", "touch PWNED\n")
 
     assert refused.status == "denied" and "computes the program git runs" in refused.reason, refused
+
+
+def test_a_path_entry_that_is_a_link_in_a_project_is_left_out(project, tmp_path_factory, monkeypatch):
+    """Review s32, seventh round: the project's `.venv` made a link to `/usr` passed (its real path is no
+    project's), and the PATH kept its text, which the agent could point at its own folder later. An entry is
+    left out where it is written and where it leads, and kept as the folder it leads to. Nothing left is no
+    empty PATH (the current folder to a shell)."""
+    from kiwi.searchpath import NOWHERE, search_path
+
+    (project / ".venv").symlink_to("/usr")
+    linked = str(project / ".venv" / "bin")
+
+    assert linked not in search_path(f"{linked}{os.pathsep}/usr/bin").split(os.pathsep)
+    assert search_path(f"{linked}{os.pathsep}relative") == NOWHERE
+
+
+def test_kiwi_doctor_runs_no_git_of_the_project(project, tmp_path_factory, monkeypatch):
+    """Review s32, seventh round: `kiwi doctor`'s check of git's settings ran the `git` found on PATH as it was,
+    the project's `.venv/bin/git`."""
+    from kiwi.cli.doctor import _git_layouts
+
+    marks = tmp_path_factory.mktemp("marks")
+    _planted_on_path(project, "git", marks, monkeypatch)
+
+    _git_layouts(project)
+
+    assert list(marks.iterdir()) == []
+
+
+async def test_a_program_a_status_setting_finds_on_the_path_in_the_project(runs, project, monkeypatch):
+    """Review s32, seventh round: `filter.lfs.process = git-lfs filter-process` (what `git lfs install` writes),
+    the project's `.venv/bin` on PATH (the human's, as the worker's, started from their shell): the agent wrote
+    `.venv/bin/git-lfs`, which the human's `git status` found and ran."""
+    venv = project / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    monkeypatch.setenv("PATH", f"{venv}{os.pathsep}{os.environ['PATH']}")
+    _repository(project, ("filter.lfs.process", "git-lfs filter-process"))
+    run_id = await agent_run(runs, project, "lfs", _grants(write="**"))
+
+    refused = await _write(runs, run_id, ".venv/bin/git-lfs", "#!/bin/sh\ntouch PWNED\n")
+
+    assert refused.status == "denied" and "filter.lfs.process in .git/config" in refused.reason, refused
+    assert not (venv / "git-lfs").exists()

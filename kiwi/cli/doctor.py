@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kiwi.errors import KiwiError
+from kiwi.searchpath import search_path
 
 
 @dataclass
@@ -30,7 +31,8 @@ def _python() -> Check:
 
 
 def _node() -> Check:
-    node, npx = shutil.which("node"), shutil.which("npx")
+    path = search_path(os.environ.get("PATH", os.defpath))  # (the PATH an MCP server is started with)
+    node, npx = shutil.which("node", path=path), shutil.which("npx", path=path)
     if node and npx:
         return Check("node", True, f"node at {node}, npx at {npx}")
     return Check(
@@ -103,7 +105,8 @@ def _git_layouts(root: Path) -> Check:
     """Whether the human's git takes a folder for a repository by its layout alone (HEAD, objects/, refs/),
     whatever its name: Kiwi lets no agent make one it may write (README: Repositories by their layout); git
     set to use one only when told keeps one that came another way from running its config."""
-    git = shutil.which("git")
+    # (Found as Kiwi finds its own: none of a project's, review s32 round 7.)
+    git = shutil.which("git", path=search_path(os.environ.get("PATH", os.defpath), str(root)))
     if not git:
         return Check("git", True, "no git on PATH: git.* tools and git commands are not available here")
     import subprocess
