@@ -669,7 +669,11 @@ def test_children_get_an_allow_listed_environment_and_git_hardening(monkeypatch)
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
     env = child_env({"GIT_CONFIG_COUNT": "0", "MINE": "1"})
     assert "KIWI_TEST_SECRET" not in env and "OPENAI_API_KEY" not in env and "GIT_DIR" not in env
-    assert env["MINE"] == "1" and env["LC_ALL"] == "C.UTF-8" and env["PATH"] == os.environ["PATH"]
+    assert env["MINE"] == "1" and env["LC_ALL"] == "C.UTF-8"
+    # (The worker's PATH, each entry as the folder it leads to, none relative or of a Kiwi project.)
+    assert env["PATH"].split(os.pathsep) == list(
+        dict.fromkeys(os.path.realpath(e) for e in os.environ["PATH"].split(os.pathsep) if os.path.isabs(e))
+    )
     assert env["GIT_CONFIG_NOSYSTEM"] == "1" and env["GIT_CONFIG_GLOBAL"] == "/dev/null"
     assert int(env["GIT_CONFIG_COUNT"]) == len(GIT_FORCED_CONFIG)
 
