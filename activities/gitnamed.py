@@ -29,8 +29,9 @@ import subprocess
 
 from temporalio.exceptions import ApplicationError
 
-from activities.process import GIT_FORCED_CONFIG, INHERITED_ENV, absolute_path_list, kiwi_git
+from activities.process import GIT_FORCED_CONFIG, INHERITED_ENV, kiwi_git
 from kiwi.protected import fold_path, names, protected_root
+from kiwi.searchpath import search_path
 
 # Settings whose value is a program git runs (itself, or through a shell), by key as `git config --list`
 # prints it (lower-case section and name, subsection as written).
@@ -280,7 +281,7 @@ def _git_env(project: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in (*INHERITED_ENV, "XDG_CONFIG_HOME")}
     env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
     if "PATH" in env:
-        env["PATH"] = absolute_path_list(env["PATH"], project)  # (git's helpers: none of the project's)
+        env["PATH"] = search_path(env["PATH"], project)  # (git's helpers: none of the project's)
     return env
 
 

@@ -20,7 +20,7 @@ from temporalio import activity
 from kiwi import landlock
 from kiwi.errors import CommandNotFound, ToolFailed, ToolTimeout
 from kiwi.lifetime import Launch, NotLaunched, keeper_ready, kept, launches
-from kiwi.searchpath import search_path
+from kiwi.searchpath import search_path, within
 
 HEARTBEAT_SECONDS = 2.0
 
@@ -80,7 +80,7 @@ def child_env(
     env = {k: v for k, v in os.environ.items() if k in INHERITED_ENV or k.startswith("LC_")}
     env.update({k: v for k, v in (extra or {}).items() if not k.startswith("GIT_CONFIG")})
     if "PATH" in env:
-        env["PATH"] = absolute_path_list(env["PATH"], project)
+        env["PATH"] = search_path(env["PATH"], project)
     env.update(trace_env())
     env.update(GIT_ENV)
     pairs = [*GIT_FORCED_CONFIG, *(git_config or [])]
@@ -93,24 +93,19 @@ def child_env(
 
 def kiwi_git(root: str) -> str:
     """The git Kiwi runs itself (its checkpoints, its checks, its reading of git's settings), as an absolute
-    path: the first on the worker's PATH, its absolute entries only, that is no file of the project at ``root``
-    nor found through a folder of it (review s32, fourth round: a relative entry, or the project's `.venv/bin`
-    activated before `kiwi dev`, found the agent's `git`, which Kiwi ran at its next write). "git" when there is
-    none at all (starting it then fails as it did); ToolFailed when the only one is the project's."""
+    path: the first on kiwi.searchpath's PATH for the project at ``root`` that is no file of it (review s32,
+    fourth round: a relative entry, or the project's `.venv/bin` activated before `kiwi dev`, found the agent's
+    `git`, which Kiwi ran at its next write). "git" when there is none at all (starting it then fails as it
+    did); ToolFailed when the only one is a project's."""
     real_root = os.path.realpath(root)
     path = os.environ.get("PATH", os.defpath)
-    allowed = {os.path.realpath(entry) for entry in search_path(path).split(os.pathsep) if entry}
-    skipped = False
-    for entry in path.split(os.pathsep):
+    for entry in search_path(path, root).split(os.pathsep):
         candidate = os.path.join(entry, "git")
-        if not os.path.isabs(entry) or not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
-            continue
-        inside = (_within(p, real_root) for p in (os.path.realpath(entry), os.path.realpath(candidate)))
-        if any(inside) or os.path.realpath(entry) not in allowed:  # (allowed: none in a Kiwi project)
-            skipped = True
-            continue
-        return os.path.realpath(candidate)
-    if skipped:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            real = os.path.realpath(candidate)  # (a link to a file of the project is one)
+            if not within(real, real_root):
+                return real
+    if shutil.which("git", path=path):
         raise ToolFailed.error(
             "the only git on the worker's PATH is a file of the project (one an agent may write): Kiwi runs none; "
             "install git where the worker runs, outside the project"
@@ -130,17 +125,6 @@ def project_of(cwd: str) -> str:
         if parent == folder:
             return os.path.realpath(cwd)
         folder = parent
-
-
-def _within(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
-def absolute_path_list(value: str, project: str | None = None) -> str:
-    """``PATH`` without empty or relative entries: a command runs in the project, where a relative entry
-    (``bin``, ``node_modules/.bin``, ``.``, an empty one) would find a program the agent wrote in place of
-    ``ls`` or ``git``; nor those in ``project`` or in a Kiwi project (kiwi.searchpath)."""
-    return search_path(value, project)
 
 
 def trace_env() -> dict[str, str]:
