@@ -554,8 +554,10 @@ async def test_a_hung_server_replaced_after_a_timeout_is_stopped(
     temporal_env, project, tmp_path, monkeypatch
 ):
     """Attack (a hostile MCP server): one call stops the server's event loop for good, so every call on that
-    connection hangs. The call times out, its retry goes to a fresh server process (the call answers), later
-    calls go there too, and the hung process is ended, not leaked."""
+    connection hangs. The call times out and answers ToolTimeout at once; it is never sent again (the server
+    read it, and may have done it). Later calls go to a fresh server process, and the hung one is ended, not
+    leaked. (Before, the call's answer waited for the hung connection to close, past its local activity's
+    time: Temporal retried it, and the call ran again on a fresh server.)"""
     from tests.helpers import wait_for
 
     runs, run_id, queue, ledger = await _hostile_run(
@@ -567,9 +569,11 @@ async def test_a_hung_server_replaced_after_a_timeout_is_stopped(
             first = await runs.call_tool(run_id, "ledger.pid", {"tag": "before"})
             hung = int(text_of(first.result))
             frozen = await asyncio.wait_for(runs.call_tool(run_id, "ledger.freeze", {"tag": "f"}), 60)
-            assert frozen.status == "ok" and text_of(frozen.result) == "thawed f", frozen
+            assert frozen.status == "error" and frozen.error_type == "ToolTimeout", frozen
+            assert "ledger.freeze: no answer within 2s" in frozen.reason, frozen
             after = await runs.call_tool(run_id, "ledger.pid", {"tag": "after"})
             assert int(text_of(after.result)) != hung
+            assert [line for line in _lines(ledger) if line.startswith("freeze")] == ["freeze f"]
 
             async def gone() -> bool:
                 return not _alive(hung)

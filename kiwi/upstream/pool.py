@@ -184,6 +184,7 @@ class McpPool:
         install_log_scrubber()
         self._connections: dict[str, McpConnection] = {}
         self._retired: set[McpConnection] = set()  # out of the pool, calls still in flight on them
+        self._closing: set[asyncio.Task[None]] = set()  # connections closing while their calls answer
         self._opened: set[str] = set()  # keys connected before: a new connection is a reconnect
         self._locks: dict[str, asyncio.Lock] = {}
         self._schemas: dict[str, tuple[float, list[dict[str, Any]], dict[str, str]]] = {}
@@ -264,7 +265,15 @@ class McpPool:
             process_meter().create_counter(MCP_DROPPED, "upstream MCP connections dropped on a failure").add(
                 1, {"server": config.name}
             )
-        await current.close()
+        self._close_soon(current)
+
+    def _close_soon(self, conn: McpConnection) -> None:
+        """Close ``conn`` without holding up the call that ends it: a hung server takes its close's whole
+        grace to end, and a call that waited for it answered past its activity's time, which Temporal
+        retried, sending the call again (a ToolTimeout's call, never to be sent again)."""
+        task = asyncio.create_task(conn.close(), name=f"mcp-close-{conn.config.name}")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def _retire(self, project_root: str, config: McpServerConfig, conn: McpConnection) -> None:
         """No new call goes to ``conn`` (the next one opens a fresh connection); the calls already in
@@ -332,7 +341,7 @@ class McpPool:
             conn.last_used = time.monotonic()
             if conn.busy == 0 and conn in self._retired:
                 self._retired.discard(conn)
-                await conn.close()
+                self._close_soon(conn)
 
     async def list_tools(
         self, project_root: str, config: McpServerConfig, refresh: bool = False
@@ -416,6 +425,8 @@ class McpPool:
             await conn.close()
         self._connections.clear()
         self._retired.clear()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 def _bounded_checks(session: Any) -> None:

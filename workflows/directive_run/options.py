@@ -224,6 +224,8 @@ MCP_LOCAL_LIMIT = 60.0  # calls that may take longer run as heartbeating activit
 # What a batch of upstream calls gets past the server's timeout, which bounds each of its calls: time to
 # answer for the calls that finished when one did not (see McpCallBatch).
 BATCH_ANSWER_MARGIN = timedelta(seconds=5)
+# A short upstream call's own local activity gets BATCH_ANSWER_MARGIN too (runs started before replay none).
+LOCAL_CALL_MARGIN = "kiwi-local-call-margin"
 RECENT_CALLS = 20
 RECENT_RESULTS = 50  # agent calls whose results a re-sent call is answered with
 RECENT_UPDATE_IDS = 2000  # agent calls a re-delivered call is recognised by (call_seq only)

@@ -35,6 +35,7 @@ from workflows.directive_run.errors import (
 )
 from workflows.directive_run.options import (
     BATCH_ANSWER_MARGIN,
+    LOCAL_CALL_MARGIN,
     MCP_LOCAL_LIMIT,
     MCP_RETRY,
 )
@@ -280,11 +281,16 @@ class UpstreamMixin:
         """One short call's own local activity: a batch of one, a call retried alone, every short call of a
         run started before batching (the same commands as ever)."""
         tool = f"{request.server}.{request.tool}"
+        # (The call's own timeout, the server's, answers ToolTimeout and is never sent again; with the same
+        # timeout for its local activity, a loaded worker's answer came after Temporal's, which retried the
+        # call: it was sent again, and answered `ok` (test_review_attacks_s18, twice under load). Time to answer,
+        # as a batch has.)
+        margin = BATCH_ANSWER_MARGIN if workflow.patched(LOCAL_CALL_MARGIN) else timedelta(0)
         handle = workflow.start_local_activity(
             f"mcp.{request.server}.call_tool",
             request,
             result_type=McpCallResult,
-            start_to_close_timeout=timeout,
+            start_to_close_timeout=timeout + margin,
             retry_policy=MCP_RETRY,
             summary=f"call tool: {tool}",
         )
