@@ -549,9 +549,11 @@ async def _no_tracked_path_beyond_a_link(top: str, cwd: str, env: dict[str, str]
             )
 
 
-def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument], bool]:
-    """The command's working folder and the paths it names, once each is checked against its grants on disk.
-    (The programs of every refused list, LATER_REFUSED's too, are refused by unchecked_names, whatever the run
+def _checked_cwd(
+    req: CommandRequest,
+) -> tuple[Path, list[PathArgument], bool, list[gitnamed.Named] | None]:
+    """The command's working folder, the paths it names (once each is checked against its grants on disk),
+    whether Kiwi models its program, and the places git's settings name when it read them. (The programs of every refused list, LATER_REFUSED's too, are refused by unchecked_names, whatever the run
     decided: the run's decision may predate the rule.)"""
     cwd = confine(req.project_root, req.cwd or ".", ["**"], [])
     if "/" in req.argv[0] or "\\" in req.argv[0]:
@@ -581,8 +583,8 @@ def _checked_cwd(req: CommandRequest) -> tuple[Path, list[PathArgument], bool]:
     # (A folder written is written whole: `rm -r scripts`, `cp -r stage/. .`; but git's, which writes what it
     # tracks there, `git checkout B` of the whole project: one of them it writes is held read-only for it.)
     whole = program_name(req.argv[0]) != "git"
-    refuse_named(req.project_root, [(rel, raw, whole) for rel, raw in written], req.write_grants)
-    return cwd, paths, modeled
+    named = refuse_named(req.project_root, [(rel, raw, whole) for rel, raw in written], req.write_grants)
+    return cwd, paths, modeled, named
 
 
 def _written(req: CommandRequest, paths: list[PathArgument], modeled: bool) -> list[tuple[str, str]]:
@@ -1123,16 +1125,21 @@ class _Watch:
         return sorted(found)
 
 
-def _settings_in_reach(req: CommandRequest, watch: _Watch) -> list[gitnamed.Named]:
-    """The places git's settings name (activities.gitnamed) that the command may write (the folders its watch
-    looks at) and no write grant names: held read-only for it (_holdable), and set aside after it when it
-    changed or made one. A file of them with another name (a hard link) refuses the command: written by that
-    name, it changes; so does one not there that a program Kiwi does not model could make."""
+def _settings_in_reach(
+    req: CommandRequest, watch: _Watch, named: list[gitnamed.Named] | None
+) -> list[gitnamed.Named]:
+    """The places git's settings name (activities.gitnamed; ``named``, when _checked_cwd read them a moment
+    before) that the command may write (the folders its watch looks at) and no write grant names: held
+    read-only for it (_holdable), and set aside after it when it changed or made one. A file of them with
+    another name (a hard link) refuses the command: written by that name, it changes; so does one not there
+    that a program Kiwi does not model could make."""
     if not watch.folders:
         return []
+    if named is None:
+        named = settings_named(req.project_root)
     found = [
         item
-        for item in gitnamed.with_matches(watch.root, settings_named(req.project_root))
+        for item in gitnamed.with_matches(watch.root, named)
         if gitnamed.reached(item, watch.folders) and not any(names(g, item.place) for g in req.write_grants)
     ]
     # (A glob `git status` runs, `hooks.d/*.sh`: a new match cannot be held whatever matches now, round 5.)
@@ -1209,7 +1216,7 @@ class CommandActivities:
     async def run_command(self, req: CommandRequest) -> dict[str, Any]:
         # On a thread: a command of many paths (16,000 at the 64 KiB limit) takes a quarter of a second to
         # check on disk, which on the event loop every run of the worker waited for.
-        cwd, paths, modeled = await asyncio.to_thread(_checked_cwd, req)
+        cwd, paths, modeled, named = await asyncio.to_thread(_checked_cwd, req)
         # git looks for a repository no higher than the project's own folder.
         env = {**req.env, "GIT_CEILING_DIRECTORIES": os.path.dirname(os.path.realpath(req.project_root))}
         if program_name(req.argv[0]) == "tar":
@@ -1236,7 +1243,7 @@ class CommandActivities:
         root = os.path.realpath(req.project_root)
         missing = confinement.not_made(root, req.write_grants)
         watch = _Watch.of(req, paths, modeled, root)
-        settings = await asyncio.to_thread(_settings_in_reach, req, watch)
+        settings = await asyncio.to_thread(_settings_in_reach, req, watch, named)
         settings_before = {item: gitnamed.identity(root, item) for item in settings}
         before = await asyncio.to_thread(watch.look, confinement.NESTED_WALK_LIMIT)
         held = watch.held(before or {})

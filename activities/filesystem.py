@@ -221,15 +221,19 @@ def refuse_layout(folder: int, rel: str, adding: str | Iterable[str], grants: li
     )
 
 
-def refuse_named(root: str, changes: list[tuple[str, str, bool]], grants: list[str]) -> None:
+def refuse_named(
+    root: str, changes: list[tuple[str, str, bool]], grants: list[str]
+) -> list[gitnamed.Named] | None:
     """PermissionDenied when a change (project-relative path, as given, ``below``: a folder's, its contents
-    with it) changes a place git's settings name that no write grant names (activities.gitnamed)."""
+    with it) changes a place git's settings name that no write grant names (activities.gitnamed). The places,
+    when it read them (there were changes)."""
     if not changes:
-        return
+        return None
     named = settings_named(root)
     for rel, raw, below in changes:
         if (item := gitnamed.in_the_way(named, rel, grants, below)) is not None:
             raise _denied(gitnamed.refusal(item, raw))
+    return named
 
 
 def settings_named(root: str) -> list[gitnamed.Named]:
