@@ -659,6 +659,13 @@ def remember_secrets(secrets: dict[str, str]) -> None:
     KNOWN_SECRETS.update({k: v for k, v in secrets.items() if len(v) >= 4})
 
 
+def shown_value(value: Any) -> str:
+    """``value`` for an error message: scrubbed of secrets, then cut (cut first, a token it split was no longer
+    whole where the message was scrubbed: review s30)."""
+    text = scrub_text(repr(scrub(value)))  # (scrubbed before repr too: it escapes a quote in a secret)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 def scrub_text(text: str) -> str:
     """``text`` without known secret values and without credential query values (``?api_key=...``)."""
     if KNOWN_SECRETS:

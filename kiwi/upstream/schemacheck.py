@@ -162,8 +162,6 @@ def _canonical(value: Any) -> Any:
 
 
 def _short(value: Any) -> str:
-    """``value`` for an error message: scrubbed of secrets, then cut (review s30)."""
-    from kiwi.upstream.pool import scrub, scrub_text  # (pool imports this module)
+    from kiwi.upstream.pool import shown_value  # (pool imports this module)
 
-    text = scrub_text(repr(scrub(value)))  # (scrubbed before repr too: it escapes a quote in a secret)
-    return text if len(text) <= 200 else text[:200] + "..."
+    return shown_value(value)

@@ -463,11 +463,6 @@ async def _report(progress: Progress, params: dict[str, Any]) -> None:
 
 
 def _shown(value: Any) -> str:
-    """``value`` for an error message: scrubbed of secrets, then cut (cut first, a token it split was no longer
-    whole where the message was scrubbed: review s30)."""
-    from kiwi.upstream.pool import (
-        scrub,
-        scrub_text,  # (pool imports this module)
-    )
+    from kiwi.upstream.pool import shown_value  # (pool imports this module)
 
-    return scrub_text(repr(scrub(value)))[:200]  # (scrubbed before repr too: it escapes a quote in a secret)
+    return shown_value(value)
