@@ -168,7 +168,7 @@ def check_arguments(tool: str, args: Any) -> ArgumentError | None:
     hint = f"send e.g. {example}" if example else ""
     if not isinstance(args, dict):
         return ArgumentError(
-            f"{tool}: arguments must be a JSON object, got {_kind(args)}",
+            f"{tool}: arguments must be a JSON object, got {json_kind(args)}",
             hint or 'send an object, e.g. {"name": "value"}',
         )
     problem = _builtin_problem(tool, args, hint) if tool in BUILTIN_SCHEMAS else None
@@ -318,7 +318,7 @@ def _problem(value: Any, spec: dict[str, Any]) -> str:
     """Why ``value`` does not fit ``spec`` (a JSON Schema subset), or ''."""
     types = _types(spec)
     if types and not any(_is(value, t, spec) for t in types):
-        return f"must be {' or '.join(_TYPE_NAMES.get(t, t) for t in types)}, got {_kind(value)}"
+        return f"must be {' or '.join(_TYPE_NAMES.get(t, t) for t in types)}, got {json_kind(value)}"
     if "enum" in spec and value not in spec["enum"]:
         return f"must be one of {', '.join(json.dumps(v) for v in spec['enum'])}, got {json.dumps(value, default=str)}"
     if isinstance(value, list) and isinstance(spec.get("items"), dict):
@@ -401,7 +401,8 @@ def _types(spec: Any) -> list[str]:
     return []
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """A JSON value as an error message names it: the text 'x', the number 5, true, null, an array, an object."""
     if isinstance(value, str):
         shown = value if len(value) <= 40 else value[:40] + "…"
         return f"the text {shown!r}"
@@ -445,7 +446,7 @@ def coerce_value(text: str, spec: Any) -> Any:
             if isinstance(parsed, list if kind == "array" else dict):
                 return parsed
     expected = " or ".join(_TYPE_NAMES.get(k, k) for k in types)
-    return _raise(f"must be {expected}, got {_kind(text)}")
+    return _raise(f"must be {expected}, got {json_kind(text)}")
 
 
 def _raise(message: str) -> Any:

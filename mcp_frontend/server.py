@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest
+from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest, ToolCallResult
 from kiwi.devserver import loopback, peer_uid  # ("" and 0.0.0.0, ::, bind every interface: not loopback)
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError, PermissionDenied, RunInOtherProject
 from kiwi.explain import grants_some_call, outside_run_hint
@@ -48,7 +48,7 @@ from kiwi.registry import RegistryRefused
 from kiwi.registry.embedded import kept_while_serving
 from kiwi.registry.local import write_pulled
 from kiwi.runs import RunClient
-from kiwi.toolargs import check_arguments
+from kiwi.toolargs import check_arguments, json_kind
 from kiwi.upstream.catalog import McpCatalog
 from mcp_frontend.capabilities import BeyondTools
 from mcp_frontend.resources import RunWatches
@@ -657,8 +657,12 @@ def build_server(
         )
         try:
             if action == "poll":
-                if not run_id:
-                    raise KiwiError("poll needs run_id and item_id (the call_id of a pending call)")
+                if not run_id or not item_id:
+                    raise InputInvalid(
+                        f"poll needs {'run_id and item_id' if not run_id and not item_id else 'run_id' if not run_id else 'item_id'}"
+                        ": the run, and the call_id of a call that answered 'pending'",
+                        hint="execute(item_type='run', action='poll', run_id=RUN, item_id=CALL_ID)",
+                    )
                 return answer(
                     (
                         await (await link.runs()).poll_call(
@@ -674,6 +678,18 @@ def build_server(
             if action == "call":
                 # Checked here too: arguments over Temporal's payload limit could never reach the run.
                 problem = check_arguments(item_id, parameters)
+                if problem is not None and item_type == "tool":
+                    # Answered as the run answers arguments that do not fit (a typed result, not an MCP
+                    # error), so one mistake has one shape whichever tool it was sent to (call_seq 0: no
+                    # run recorded it).
+                    refused = ToolCallResult(
+                        status="error",
+                        tool=item_id,
+                        error_type=InputInvalid.type,
+                        reason=problem.reason,
+                        hint=problem.hint,
+                    )
+                    return answer({**refused.model_dump(), "hint": agent_hint(problem.hint)})
                 if problem is not None:
                     raise InputInvalid(problem.reason, hint=problem.hint)
             if item_type == "tool" and action == "call":
@@ -884,11 +900,21 @@ async def _execute(
         return {**shown, "hint": agent_hint(shown["hint"])}
     if item_type == "run" and action == "complete_step":
         step = parameters.get("step")
-        if not step:
+        if not isinstance(step, str) or not step:
             raise InputInvalid(
-                "complete_step needs parameters.step", hint="parameters={'step': NAME, 'outputs': {}}"
+                "complete_step needs parameters.step, the step's name (a string)"
+                + ("" if step is None or step == "" else f", not {json_kind(step)}"),
+                hint="parameters={'step': NAME, 'outputs': {...}} (the name is the run's current_step.name)",
             )
-        result = await runs.complete_step(target, step, parameters.get("outputs") or {})
+        outputs = parameters.get("outputs")
+        if outputs is not None and not isinstance(outputs, dict):
+            raise InputInvalid(
+                f"complete_step's parameters.outputs is {json_kind(outputs)}; it is an object of the step's "
+                "outputs by name",
+                hint=f"parameters={{'step': {step!r}, 'outputs': {{NAME: value, ...}}}} (the names are the run's "
+                "current_step.outputs)",
+            )
+        result = await runs.complete_step(target, step, outputs or {})
         status = await _settled(runs, target)
         return {
             **result.model_dump(),

@@ -103,6 +103,25 @@ async def agent_session(client: Client) -> str:
         )
     )
     assert stepless["error"] == "InputInvalid" and "parameters.step" in stepless["message"], stepless
+    # Wrongly typed, as agents send them: each an InputInvalid naming the field and its shape (they were an
+    # unhandled pydantic error: "Error executing tool execute", nothing more, in a README trial).
+    for parameters, says in (
+        ({"step": "confirm", "outputs": "yes"}, "parameters.outputs is the text 'yes'; it is an object"),
+        ({"step": "confirm", "outputs": ["confirmed"]}, "parameters.outputs is an array; it is an object"),
+        ({"step": ["confirm"], "outputs": {}}, "the step's name (a string), not an array"),
+    ):
+        wrong = data(
+            await client.call_tool(
+                "execute",
+                {"item_type": "run", "action": "complete_step", "run_id": run_id, "parameters": parameters},
+            )
+        )
+        assert wrong["error"] == "InputInvalid" and says in wrong["message"], wrong
+        assert "parameters={'step'" in wrong["hint"], wrong
+    unnamed = data(
+        await client.call_tool("execute", {"item_type": "run", "action": "poll", "run_id": run_id})
+    )
+    assert unnamed["error"] == "InputInvalid" and unnamed["message"].startswith("poll needs item_id"), unnamed
     done = data(
         await client.call_tool(
             "execute",
@@ -437,6 +456,21 @@ async def test_authoring_directives_and_knowledge_writes_only_valid_items(
             },
         )
         assert note["status"] == "created"
+        # Fields of the wrong type: InputInvalid naming each (an unhandled pydantic error before).
+        wrong = await execute(
+            item_type="knowledge",
+            action="create",
+            item_id="typed-wrong",
+            parameters={"title": 5, "tags": "a,b", "content": ["x"]},
+        )
+        assert wrong["error"] == "InputInvalid", wrong
+        for says in (
+            "'title' must be a valid string, got the number 5",
+            "'tags' must be a valid list, got the text 'a,b'",
+            "'content' must be a valid string, got an array",
+        ):
+            assert says in wrong["message"], wrong
+        assert not list((project / ".ai" / "knowledge").rglob("typed-wrong.md"))
         await execute(
             item_type="knowledge",
             action="update",

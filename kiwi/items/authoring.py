@@ -10,11 +10,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from kiwi.errors import InputInvalid, ItemNotFound, PermissionDenied
 from kiwi.items.directive import parse_directive
 from kiwi.items.knowledge import LINK_KEYS, KnowledgeEntry, parse_knowledge, render_knowledge
 from kiwi.items.store import ItemStore
 from kiwi.signing import split_signature
+from kiwi.toolargs import json_kind
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -211,7 +214,14 @@ def save_knowledge(
     merged.setdefault("title", "")
     if not merged["title"]:
         raise InputInvalid("knowledge needs a title", hint="parameters={'title': ..., 'content': ...}")
-    entry = KnowledgeEntry(**{k: v for k, v in merged.items() if k in KnowledgeEntry.model_fields})
+    try:
+        entry = KnowledgeEntry(**{k: v for k, v in merged.items() if k in KnowledgeEntry.model_fields})
+    except ValidationError as exc:
+        raise InputInvalid(
+            f"knowledge '{item_id}': " + "; ".join(_field_problem(e) for e in exc.errors()),
+            hint="parameters={'title': TEXT, 'content': TEXT, 'entry_type': TEXT, 'category': TEXT, "
+            "'tags': [TEXT, ...]}",
+        ) from None
     text = render_knowledge(entry)
     parse_knowledge(text, f"{item_id}.md")  # what is written must load again
     path = current or _inside(
@@ -219,6 +229,13 @@ def save_knowledge(
     )
     _atomic_write(path, text)
     return {"item_id": item_id, "path": str(path), "status": "created" if create else "updated"}
+
+
+def _field_problem(error: Any) -> str:
+    """One of pydantic's errors as a field's problem: 'tags' must be a valid list, got the text 'a,b'."""
+    where = ".".join("content" if p == "body" else str(p) for p in error["loc"]) or "the entry"
+    wanted = str(error["msg"]).replace("Input should be", "must be")
+    return f"'{where}' {wanted}, got {json_kind(error.get('input'))}"
 
 
 def link_knowledge(
