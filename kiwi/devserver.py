@@ -147,6 +147,7 @@ class DevServer:
     ui_gate: Any = None  # the asyncio server on ui_port while this object runs a server
     reused: bool = False
     lock: Any = None  # the open lock file while this object runs a server on db_file
+    mcp_port: int = 0  # kiwi dev's MCP front end's, recorded in the lock for `kiwi doctor` (0: none)
     # Ports that others will bind (kiwi dev's MCP port): never chosen for the ones picked here.
     taken: set[int] = field(default_factory=set)
 
@@ -178,7 +179,11 @@ class DevServer:
             ) from None
         handle.seek(0)
         handle.truncate()
-        handle.write(f"pid {os.getpid()}, gRPC port {self.ip}:{self.port}\n")
+        handle.write(
+            f"pid {os.getpid()}, gRPC port {self.ip}:{self.port}, UI port {self.ui_port}"
+            + (f", MCP port {self.mcp_port}" if self.mcp_port else "")
+            + "\n"
+        )
         handle.flush()
         self.lock = handle
 
@@ -393,14 +398,35 @@ class DevServer:
 
 
 # What _lock_database writes in the lock file, the only text of it an error quotes.
-_HOLDER = re.compile(r"pid \d{1,10}, gRPC port [0-9A-Za-z.:\[\]-]{1,100}")
+_HOLDER = re.compile(
+    r"pid \d{1,10}, gRPC port (?P<address>[0-9A-Za-z.:\[\]-]{1,100}?)"
+    r"(?:, UI port (?P<ui>\d{1,5}))?(?:, MCP port (?P<mcp>\d{1,5}))?"
+)
+
+
+@dataclass(frozen=True)
+class RunningDev:
+    """The ports of the `kiwi dev` that runs on the user's own database (its lock's line): ``ui_port`` and
+    ``mcp_port`` 0 when its line does not say (one started by an older build, or with no MCP front end)."""
+
+    address: str
+    ui_port: int = 0
+    mcp_port: int = 0
 
 
 def running_dev_address() -> str | None:
     """The address of the dev server `kiwi dev` runs on the user's own database, when one runs (its lock is
     held): a project whose commands look elsewhere (another port in its temporal-dev.yml, or none) is told
     where it is instead of "start kiwi dev" (trial F15, second half)."""
-    path = data_dir() / "temporal.sqlite.lock"
+    running = running_dev()
+    return running.address if running else None
+
+
+def running_dev(database: Path | None = None) -> RunningDev | None:
+    """The `kiwi dev` that runs on ``database`` (default: the user's own), when one runs (its lock is held),
+    and its ports."""
+    database = database or data_dir() / "temporal.sqlite"
+    path = database.with_name(database.name + ".lock")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -409,9 +435,10 @@ def running_dev_address() -> str | None:
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = handle.read(200).strip()
-            found = _HOLDER.fullmatch(holder)
-            return holder.rpartition("gRPC port ")[2] if found else None
+            found = _HOLDER.fullmatch(handle.read(200).strip())
+            if found is None:
+                return None
+            return RunningDev(found["address"], int(found["ui"] or 0), int(found["mcp"] or 0))
         except OSError:
             return None
         return None  # (nobody holds it: no server runs on it)

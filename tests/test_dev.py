@@ -103,15 +103,37 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeyp
         )  # fmt: skip
         said, _ = await asyncio.wait_for(doctor.communicate(), 120)
         checks = {c["name"]: c for c in json.loads(said)["checks"]}
-        assert (
-            checks[f"port {port}"]["ok"] and "a Temporal server (reused)" in checks[f"port {port}"]["detail"]
-        )
+        assert checks[f"port {port}"]["ok"] and "`kiwi dev`'s server" in checks[f"port {port}"]["detail"]
         assert (
             checks[f"port {ui}"]["ok"]
             and "the Temporal UI (`kiwi dev` running)" in checks[f"port {ui}"]["detail"]
         )
         assert checks[f"port {mcp}"]["ok"], checks[f"port {mcp}"]
         assert "a Kiwi MCP front end (`kiwi dev` running)" in checks[f"port {mcp}"]["detail"]
+        # From a folder whose settings name other ports (the running one was started with flags, or for another
+        # folder), on the same database: doctor checks the running one's ports, read from its lock, and says
+        # how to reach it (it checked this folder's ports, all free: README trial s33).
+        elsewhere = tmp_path / "elsewhere.yml"
+        others = distinct_ports(3, avoid={port, ui, mcp})
+        elsewhere.write_text(
+            f"temporal:\n  port: {others[0]}\n  ui_port: {others[1]}\n  db_file: state/temporal.sqlite\n"
+            f"mcp:\n  port: {others[2]}\n"
+        )
+        doctor = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kiwi", "doctor", "--no-mcp", "--json",
+            env={**os.environ, "KIWI_DEV_CONFIG": str(elsewhere)}, cwd=str(project),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        said, _ = await asyncio.wait_for(doctor.communicate(), 120)
+        checks = {c["name"]: c for c in json.loads(said)["checks"]}
+        dev = checks["kiwi dev"]
+        assert (
+            dev["ok"]
+            and f"Temporal gRPC 127.0.0.1:{port}, Temporal UI port {ui}, MCP port {mcp}" in dev["detail"]
+        )
+        assert f"TEMPORAL_ADDRESS=127.0.0.1:{port}" in dev["hint"], dev
+        assert all(checks[f"port {p}"]["ok"] for p in (port, ui, mcp)), checks
+        assert not any(f"port {p}" in checks for p in others), checks
 
         # A second kiwi dev on other ports but the same database stops before starting a server.
         second = await asyncio.create_subprocess_exec(
@@ -238,9 +260,9 @@ def test_ports_picked_for_the_dev_server_are_never_ones_it_or_kiwi_dev_will_bind
     assert argv[argv.index("--ui-port") + 1] == "6001" and argv[argv.index("--http-port") + 1] == "6002", argv
 
 
-def distinct_ports(count: int) -> list[int]:
-    """``count`` free ports, no two alike (the kernel may hand out a port it just handed out)."""
+def distinct_ports(count: int, avoid: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """``count`` free ports, no two alike nor in ``avoid`` (the kernel may hand out a port it just handed out)."""
     ports: list[int] = []
     while len(ports) < count:
-        ports.append(free_port(avoid=ports))
+        ports.append(free_port(avoid=[*avoid, *ports]))
     return ports

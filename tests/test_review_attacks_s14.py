@@ -111,14 +111,17 @@ def test_attack_a_lock_file_that_gives_orders_is_not_quoted_to_the_user(tmp_path
     assert "another Temporal dev server already runs on" in caught.value.message
     assert "curl" not in caught.value.message and "evil" not in caught.value.message
     # kiwi dev's own line is quoted.
-    first = DevServer(ip="127.0.0.1", port=4321, ui_port=free_port(), db_file=database)
+    first = DevServer(ip="127.0.0.1", port=4321, ui_port=4322, mcp_port=4323, db_file=database)
     first._lock_database()
     try:
         with pytest.raises(KiwiError) as caught:
             DevServer(
                 ip="127.0.0.1", port=free_port(), ui_port=free_port(), db_file=database
             )._lock_database()
-        assert f"(pid {os.getpid()}, gRPC port 127.0.0.1:4321)" in caught.value.message
+        assert (
+            f"(pid {os.getpid()}, gRPC port 127.0.0.1:4321, UI port 4322, MCP port 4323)"
+            in caught.value.message
+        )
     finally:
         first.stop()
 

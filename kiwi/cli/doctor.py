@@ -10,9 +10,13 @@ import shutil
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kiwi.errors import KiwiError
 from kiwi.searchpath import search_path
+
+if TYPE_CHECKING:
+    from kiwi.devserver import RunningDev
 
 
 @dataclass
@@ -247,14 +251,20 @@ async def _temporal(address: str | None, namespace: str | None) -> list[Check]:
 
 
 async def _ports() -> list[Check]:
-    from kiwi.devserver import answers_as_temporal, load_dev_config, port_open
+    from kiwi.devserver import answers_as_temporal, data_dir, load_dev_config, port_open, running_dev
 
     try:
-        config, _ = load_dev_config(None)
+        config, base = load_dev_config(None)
     except KiwiError as exc:
         return [Check("temporal-dev.yml", False, exc.message, exc.hint)]
     checks = []
     t, mcp = config["temporal"], config["mcp"]
+    database = base / t["db_file"] if t.get("db_file") else data_dir() / "temporal.sqlite"
+    running = running_dev(database)
+    if running is not None:
+        # One `kiwi dev` runs on a database: its ports are the ones to check, whatever this folder's settings
+        # say (`kiwi dev --port N` from another folder; a second one here would not start: README trial s33).
+        return await _running_ports(running, database)
     for what, host, port in (
         ("Temporal gRPC", t["ip"], t["port"]),
         ("Temporal UI", t["ip"], t["ui_port"]),
@@ -279,6 +289,64 @@ async def _ports() -> list[Check]:
                     False,
                     f"{what} port {host}:{port} is in use (by `kiwi dev` already running, or another program)",
                     "if it is not Kiwi, stop that program or set another port in temporal-dev.yml",
+                    warning=True,
+                )
+            )
+    return checks
+
+
+async def _running_ports(running: RunningDev, database: Path) -> list[Check]:
+    """The ports of the `kiwi dev` that holds ``database`` (its lock's line), each checked for what answers."""
+    from kiwi.connect import target
+    from kiwi.devserver import answers_as_temporal
+
+    host, _, grpc = running.address.rpartition(":")
+    named = [f"Temporal gRPC {running.address}"]
+    named += [f"Temporal UI port {running.ui_port}"] if running.ui_port else []
+    named += [f"MCP port {running.mcp_port}"] if running.mcp_port else []
+    here = target(None)[0]
+    checks = [
+        Check(
+            "kiwi dev",
+            True,
+            f"`kiwi dev` runs on {database}: {', '.join(named)}",
+            ""
+            if here == running.address
+            else f"commands here look for Temporal at {here}: reach this one with --address {running.address} "
+            f"or TEMPORAL_ADDRESS={running.address}",
+        )
+    ]
+    if await answers_as_temporal(running.address):
+        checks.append(
+            Check(f"port {grpc}", True, f"Temporal gRPC port {running.address}: `kiwi dev`'s server")
+        )
+    else:
+        checks.append(
+            Check(
+                f"port {grpc}",
+                False,
+                f"`kiwi dev` holds {database}, but nothing answers as Temporal at {running.address}",
+                "it may be starting; if it stays so, stop that `kiwi dev` (Ctrl-C where it runs) and start it again",
+                warning=True,
+            )
+        )
+    for what, port, expected in (
+        ("Temporal UI", running.ui_port, "the Temporal UI"),
+        ("MCP HTTP", running.mcp_port, "a Kiwi MCP front end"),
+    ):
+        if not port:
+            continue
+        if _who(host, port) == expected:
+            checks.append(
+                Check(f"port {port}", True, f"{what} port {host}:{port}: {expected} (`kiwi dev` running)")
+            )
+        else:
+            checks.append(
+                Check(
+                    f"port {port}",
+                    False,
+                    f"{what} port {host}:{port} of the running `kiwi dev` does not answer as {expected}",
+                    "it may be starting; if it stays so, stop that `kiwi dev` and start it again",
                     warning=True,
                 )
             )

@@ -775,6 +775,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
         config["mcp"]["port"] = args.mcp_port
     if (config.get("mcp") or {}).get("port"):
         server.taken.add(int(config["mcp"]["port"]))  # (bound after the server starts: never its own)
+        if not args.no_mcp and (config.get("mcp") or {}).get("http"):
+            server.mcp_port = int(config["mcp"]["port"])
     if args.otel:
         os.environ[telemetry.ON_VARIABLE] = "1"
     if telemetry.setup("kiwi-dev"):
