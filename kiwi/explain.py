@@ -6,9 +6,10 @@ computed by the client (the CLI and the MCP front end) from the run's snapshot a
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from kiwi.contracts import RunSnapshot, RunTrust
+from kiwi.contracts import RunSnapshot, RunTrust, ToolCallResult
 from kiwi.guards import is_external_mcp
 from kiwi.items.directive import callable_tool
 from kiwi.policy import BUILTIN_TOOLS, FILESYSTEM_TOOLS, KIWI_MCP_ACTIONS, KIWI_MCP_TOOLS, PermissionSet
@@ -103,6 +104,27 @@ def base_policy_grant(tool: str, local_tools: Any) -> str:
 
 # What a human uses outside a run instead of each of Kiwi's meta-tools.
 _COMMANDS = {"search": "kiwi search", "load": "kiwi show", "execute": "kiwi run", "help": "kiwi --help"}
+
+
+# A run's id (kiwi.contracts.run_workflow_id: run-DIRECTIVE-SHORT_ID), sent where a tool's id goes.
+_RUN_ID = re.compile(r"run-[A-Za-z0-9_.-]{1,100}-[0-9a-f]{10}")
+
+
+def tool_not_found(result: ToolCallResult, *, in_run: bool, agent: bool) -> ToolCallResult:
+    """A ToolNotFound answer as its caller reads it: outside a run it says so (the session that answers it
+    calls itself "this run"), and a run's id given as the tool says where it goes (README trial s33)."""
+    if result.error_type != "ToolNotFound":
+        return result
+    if not in_run and result.reason == f"no tool '{result.tool}' in this run":
+        result.reason = f"no tool '{result.tool}' outside a run (the base policy's tools)"
+    if _RUN_ID.fullmatch(result.tool):
+        where = (
+            f"execute(item_type='tool', action='call', run_id='{result.tool}', item_id=TOOL, parameters={{...}})"
+            if agent
+            else f"kiwi call TOOL '{{...}}' --run {result.tool}"
+        )
+        result.hint = f"'{result.tool}' is a run's id, not a tool's: the run goes in {'run_id' if agent else '--run'}, the tool's id in {'item_id' if agent else 'TOOL'}: {where}"
+    return result
 
 
 def outside_run_hint(status: str, hint: str, tool: str, local_tools: Any, *, agent: bool) -> str:

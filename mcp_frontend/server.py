@@ -36,7 +36,7 @@ from temporalio.service import RPCError
 from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest, ToolCallResult
 from kiwi.devserver import loopback, peer_uid  # ("" and 0.0.0.0, ::, bind every interface: not loopback)
 from kiwi.errors import InputInvalid, ItemInvalid, KiwiError, PermissionDenied, RunInOtherProject
-from kiwi.explain import grants_some_call, outside_run_hint
+from kiwi.explain import grants_some_call, outside_run_hint, tool_not_found
 from kiwi.harness import load_harness
 from kiwi.health import HealthApp, InFlight, OwnedServer, Readiness, WithHealth
 from kiwi.items.authoring import copy_to_project as copy_to_project_
@@ -706,6 +706,7 @@ def build_server(
                     else runs_.session_call(client_name, item_id, parameters, **waiting)
                 )
                 note_span({"gen_ai.tool.name": item_id, "kiwi.decision": called.status})
+                called = tool_not_found(called, in_run=bool(run_id), agent=True)
                 hint = called.hint
                 if not run_id:
                     local = link.store.local_tools()

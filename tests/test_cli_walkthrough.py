@@ -145,6 +145,10 @@ async def test_a_call_outside_a_run_refused_names_agent_harness_not_permissions(
     assert not (project / "notes" / "x.md").exists()
     code, out, _ = await kiwi_cli("call", "kiwi-mcp.search", '{"query": "hello"}', *connection(runs))
     assert code == 1 and "outside a run, use `kiwi search` instead" in out, out
+    # A run's id typed where the tool goes: said to be a run's id, and where it goes (README trial s33).
+    code, out, _ = await kiwi_cli("call", "run-hello_kiwi-0123456789", "{}", *connection(runs))
+    assert code == 1 and "no tool 'run-hello_kiwi-0123456789' outside a run" in out, out
+    assert "is a run's id, not a tool's: the run goes in --run" in out, out
 
 
 async def cancelled_run(runs) -> str:

@@ -118,6 +118,19 @@ async def agent_session(client: Client) -> str:
         )
         assert wrong["error"] == "InputInvalid" and says in wrong["message"], wrong
         assert "parameters={'step'" in wrong["hint"], wrong
+    # The run's id where the tool's goes (README trial s33: "no tool 'run-...' in this run", sent outside any
+    # run): the answer says the call was made outside a run and where the run's id goes.
+    for where in ({}, {"run_id": run_id}):
+        misplaced = data(
+            await client.call_tool(
+                "execute",
+                {"item_type": "tool", "action": "call", "item_id": run_id, "parameters": {}, **where},
+            )
+        )
+        assert misplaced["error_type"] == "ToolNotFound", misplaced
+        said = "in this run" if where else "outside a run (the base policy's tools)"
+        assert misplaced["reason"] == f"no tool '{run_id}' {said}", misplaced
+        assert misplaced["hint"].startswith(f"'{run_id}' is a run's id, not a tool's: the run goes in run_id")
     unnamed = data(
         await client.call_tool("execute", {"item_type": "run", "action": "poll", "run_id": run_id})
     )

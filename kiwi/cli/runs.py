@@ -25,7 +25,7 @@ from kiwi import telemetry
 from kiwi.cli import positive, progress, project_option
 from kiwi.contracts import TERMINAL, RunStatusName
 from kiwi.errors import InputInvalid, KiwiError, RunInOtherProject
-from kiwi.explain import outside_run_hint
+from kiwi.explain import outside_run_hint, tool_not_found
 
 if TYPE_CHECKING:
     from kiwi.runs import RunClient
@@ -388,9 +388,12 @@ def _call_arguments(tool: str, text: str | None) -> dict[str, Any]:
 async def _make_call(args: argparse.Namespace, runs: RunClient) -> int:
     arguments = args.arguments
     if args.run:
-        result = await runs.call_tool(args.run, args.tool, arguments)
+        result = tool_not_found(
+            await runs.call_tool(args.run, args.tool, arguments), in_run=True, agent=False
+        )
     else:
         result = await runs.session_call(args.client, args.tool, arguments)
+        result = tool_not_found(result, in_run=False, agent=False)
         local = runs.store.local_tools()
         result.hint = outside_run_hint(result.status, result.hint, args.tool, local, agent=False)
     if args.json:
