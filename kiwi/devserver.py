@@ -406,8 +406,8 @@ _HOLDER = re.compile(
 
 @dataclass(frozen=True)
 class RunningDev:
-    """The ports of the `kiwi dev` that runs on the user's own database (its lock's line): ``ui_port`` and
-    ``mcp_port`` 0 when its line does not say (one started by an older build, or with no MCP front end)."""
+    """The ports of a `kiwi dev` that runs on a database (its lock's line): ``ui_port`` and ``mcp_port`` 0 when
+    its line does not say (one started by an older build, or with no MCP front end)."""
 
     address: str
     ui_port: int = 0

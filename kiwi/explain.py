@@ -123,7 +123,8 @@ def tool_not_found(result: ToolCallResult, *, in_run: bool, agent: bool) -> Tool
             if agent
             else f"kiwi call TOOL '{{...}}' --run {result.tool}"
         )
-        result.hint = f"'{result.tool}' is a run's id, not a tool's: the run goes in {'run_id' if agent else '--run'}, the tool's id in {'item_id' if agent else 'TOOL'}: {where}"
+        run, tool = ("run_id", "item_id") if agent else ("--run", "TOOL")
+        result.hint = f"'{result.tool}' is a run's id, not a tool's: the run goes in {run}, the tool's id in {tool}: {where}"
     return result
 
 

@@ -251,7 +251,14 @@ async def _temporal(address: str | None, namespace: str | None) -> list[Check]:
 
 
 async def _ports() -> list[Check]:
-    from kiwi.devserver import answers_as_temporal, data_dir, load_dev_config, port_open, running_dev
+    from kiwi.devserver import (
+        answers_as_temporal,
+        data_dir,
+        load_dev_config,
+        loopback,
+        port_open,
+        running_dev,
+    )
 
     try:
         config, base = load_dev_config(None)
@@ -261,7 +268,7 @@ async def _ports() -> list[Check]:
     t, mcp = config["temporal"], config["mcp"]
     database = base / t["db_file"] if t.get("db_file") else data_dir() / "temporal.sqlite"
     running = running_dev(database)
-    if running is not None:
+    if running is not None and loopback(running.address.rpartition(":")[0].strip("[]")):
         # One `kiwi dev` runs on a database: its ports are the ones to check, whatever this folder's settings
         # say (`kiwi dev --port N` from another folder; a second one here would not start: README trial s33).
         return await _running_ports(running, database)
