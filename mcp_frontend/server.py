@@ -35,7 +35,14 @@ from temporalio.service import RPCError
 
 from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest, ToolCallResult
 from kiwi.devserver import loopback, peer_uid  # ("" and 0.0.0.0, ::, bind every interface: not loopback)
-from kiwi.errors import InputInvalid, ItemInvalid, KiwiError, PermissionDenied, RunInOtherProject
+from kiwi.errors import (
+    InputInvalid,
+    ItemInvalid,
+    KiwiError,
+    PermissionDenied,
+    RunInOtherProject,
+    RunStateConflict,
+)
 from kiwi.explain import grants_some_call, outside_run_hint, tool_not_found
 from kiwi.harness import load_harness
 from kiwi.health import HealthApp, InFlight, OwnedServer, Readiness, WithHealth
@@ -300,7 +307,7 @@ class HelpAnswer(BaseModel):
     status: str | None = Field(
         default=None,
         description="a signal: escalated (then request_id), awaiting_human, stuck_recorded, "
-        "checkpoint_recorded",
+        "checkpoint_requested (a refused checkpoint is an error saying why)",
     )
     run_id: str | None = Field(default=None, description="the run the signal went to")
     request_id: str | None = Field(
@@ -748,6 +755,9 @@ def build_server(
             return error("run", action, "", KiwiError("a help signal needs run_id", hint="pass the run's id"))
         request_id = f"decision-{uuid.uuid4().hex[:8]}" if action == "escalate" else ""
         try:
+            if action == "checkpoint":
+                # (Asked before the signal: a held run's status is the one it had when the agent asked.)
+                refused = await _checkpoint_refused(await link.runs(), run_id)
             await (await link.runs()).help(
                 run_id,
                 HelpRequest(
@@ -778,20 +788,54 @@ def build_server(
                     "moves on.",
                 }
             )
+        if action == "checkpoint":
+            if refused is not None:
+                # The request is recorded (the run's audit trail has it, denied); the checkpoint is not taken.
+                return error("run", action, run_id, refused)
+            return answer(
+                {
+                    "status": "checkpoint_requested",
+                    "run_id": run_id,
+                    "message": "the run takes a git checkpoint now, when the project is a git repository: "
+                    "it is listed under 'checkpoints' in execute(item_type='run', action='status', run_id=...)",
+                }
+            )
         return answer(
             {
                 "status": f"{action}_recorded",
                 "run_id": run_id,
-                "message": "recorded in the run's state and audit trail; operators see it in `kiwi status`"
-                + (
-                    "; a git checkpoint is taken when the project is a git repository"
-                    if action == "checkpoint"
-                    else ""
-                ),
+                "message": "recorded in the run's state and audit trail; operators see it in `kiwi status`",
             }
         )
 
     return server
+
+
+async def _checkpoint_refused(runs: RunClient, run_id: str) -> KiwiError | None:
+    """Why the run will take no checkpoint for help(checkpoint), as it decides when the signal comes
+    (workflows/directive_run/humans.py: the directive disables them, a held run runs nothing the agent asks,
+    git.checkpoint's grant); None when it will, or when that cannot be read. (It answered
+    'checkpoint_recorded' either way, and the agent counted on a checkpoint that was denied: trial s33.)"""
+    snapshot = await runs.snapshot_of(run_id)
+    if snapshot is not None:
+        if snapshot.directive.metadata.git_checkpoint == "disabled":
+            return PermissionDenied(
+                'no checkpoint taken: the directive disables them (<git_checkpoint mode="disabled">)',
+                hint="a human changes the directive's git_checkpoint and signs it again",
+            )
+        decision = snapshot.grants.check_tool_id("git.checkpoint")
+        if not decision.allowed:
+            return PermissionDenied(f"no checkpoint taken: {decision.reason}", hint=decision.hint)
+    try:
+        status = await runs.status(run_id)
+    except KiwiError:
+        return None
+    if status.status in ("stuck", "awaiting_human"):
+        return RunStateConflict(
+            f"no checkpoint taken: run {run_id} is {status.status}; a held run runs nothing the agent asks for",
+            hint=f"a human resumes it (`kiwi resume {run_id}`); ask again then",
+        )
+    return None
 
 
 def progress_message(tool: str, upstream: str) -> str:

@@ -362,6 +362,51 @@ async def test_checkpoint_and_approved_rollback_on_a_real_repository(runs, proje
     assert [c["checkpoint"] for c in (await runs.status(run_id)).checkpoints] == [made.result["checkpoint"]]
 
 
+async def test_help_checkpoint_says_whether_the_run_takes_one(runs, project, temporal_env):
+    """README trial s33: help(action='checkpoint') answered 'checkpoint_recorded ... a git checkpoint is
+    taken' for a run whose grants refused it (the audit trail said help_checkpoint_denied, no ref was made):
+    the agent counted on a checkpoint it did not have. Now a refused one is an error saying why (no grant, a
+    held run), and a granted one says it is taken and where it is listed."""
+    setup(project)
+    write(project / ".gitignore", ".ai/logs/\n.ai/.cache/\n")
+    git(project, "init", "-q", "-b", "main")
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue, client_name="agent-9")
+    async with Client(server) as client:
+
+        async def call(tool: str, **arguments):
+            result = await client.call_tool(tool, arguments)
+            return result.structured_content or json.loads(result.content[0].text)
+
+        granted = (await call("execute", item_type="directive", action="run", item_id="tidy"))["run_id"]
+        asked = await call("help", action="checkpoint", run_id=granted, reason="before the big edit")
+        assert asked["status"] == "checkpoint_requested" and "'checkpoints'" in asked["message"], asked
+
+        async def listed():
+            return (await runs.status(granted)).checkpoints
+
+        (made,) = await wait_for(listed, what="the checkpoint the agent asked for")
+        assert git(project, "rev-parse", "--verify", f"refs/kiwi/checkpoints/{made['checkpoint']}").strip()
+        ungranted = (
+            await call(
+                "execute", item_type="directive", action="run", item_id="hello_kiwi", parameters={"name": "A"}
+            )
+        )["run_id"]
+        refused = await call("help", action="checkpoint", run_id=ungranted, reason="save me")
+        assert refused["error"] == "PermissionDenied", refused
+        assert refused["message"] == "no checkpoint taken: tool 'git.checkpoint' is not granted", refused
+        assert "git.checkpoint" in refused["hint"], refused
+        held = await call("help", action="escalate", run_id=granted, reason="which way?", options=["a", "b"])
+        assert held["status"] == "escalated"
+        await wait_for(
+            lambda: status_is(runs, granted, "awaiting_human"), what="the escalation to hold the run"
+        )
+        refused = await call("help", action="checkpoint", run_id=granted, reason="while held")
+        assert refused["error"] == "RunStateConflict" and "is awaiting_human" in refused["message"], refused
+        assert f"kiwi resume {granted}" in refused["hint"], refused
+    assert len((await runs.status(granted)).checkpoints) == 1
+    assert not (await runs.status(ungranted)).checkpoints
+
+
 async def test_checkpoints_outside_git_are_unavailable_and_auto_mode_checkpoints_writes(runs, project):
     setup(project, extra_meta='<git_checkpoint mode="auto"/>')
     run_id = await runs.start("tidy", {})
