@@ -78,6 +78,7 @@ from kiwi.shellpolicy import (
     ungranted_below,
     unpacking,
 )
+from kiwi.toolargs import CHECKPOINT_REFS, checkpoint_label
 from kiwi.upstream.pool import remember_secrets, scrub, scrub_text
 from kiwi.upstream.registry import first_own, lookup_secret
 
@@ -1516,9 +1517,6 @@ async def _git_ok(root: str, *args: str, env: dict[str, str] | None = None, look
     return out
 
 
-CHECKPOINT_REFS = "refs/kiwi/checkpoints"
-# A checkpoint's label (RUN/N): a rollback reaches only refs below CHECKPOINT_REFS.
-_CHECKPOINT_LABEL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/-]*")
 # Kiwi's own records stay out of checkpoints, and a rollback never rewrites the audit trail.
 KIWI_PRIVATE = (".ai/logs/", ".ai/.cache/")
 
@@ -1657,8 +1655,8 @@ class GitActivities:
                 "available": False,
                 "reason": "checkpoints unavailable: the project is not a git repository",
             }
-        label = req.checkpoint.removeprefix(f"{CHECKPOINT_REFS}/")
-        if not _CHECKPOINT_LABEL.fullmatch(label) or ".." in label or "//" in label or label.endswith("/"):
+        label = checkpoint_label(req.checkpoint)
+        if label is None:
             # (Any ref was taken: `refs/heads/B` made the files any commit's, protected ones too.)
             raise CheckpointNotFound.error(
                 f"'{req.checkpoint}' is not a Kiwi checkpoint",

@@ -20,6 +20,8 @@ import math
 import re
 from typing import Any
 
+from kiwi.rules import rule_in_force
+
 # Text a filesystem.write may carry: what the filesystem activities read and write at most, and
 # far enough under Temporal's 2 MB payload limit that a call's update, activity input and audit
 # record all fit.
@@ -247,7 +249,34 @@ def _builtin_problem(tool: str, args: dict[str, Any], hint: str) -> ArgumentErro
             problem = _problem(args[name], spec)
             if problem:
                 return ArgumentError(f"{tool}: argument '{name}' {problem}", hint)
+    named = args.get("checkpoint")
+    if (
+        tool == "git.rollback"
+        and isinstance(named, str)
+        and named
+        and checkpoint_label(named) is None
+        and rule_in_force(ROLLBACK_SHAPE)
+    ):
+        return ArgumentError(
+            f"git.rollback: '{named}' is not a Kiwi checkpoint",
+            f"name one the run's status lists (RUN/N, or {CHECKPOINT_REFS}/RUN/N), or none for the run's latest",
+        )
     return None
+
+
+CHECKPOINT_REFS = "refs/kiwi/checkpoints"
+# A checkpoint's label: the run's id and its number (workflows/directive_run/calls.py, _checkpoint).
+_CHECKPOINT_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}/[1-9][0-9]{0,9}")
+# Since session 33: git.rollback of a name that is no checkpoint's (refs/heads/B, main~1) is refused when the
+# call is admitted, before it asks a human to approve a call that can only fail (README trial s33).
+ROLLBACK_SHAPE = "kiwi-rollback-shape-s33"
+
+
+def checkpoint_label(name: str) -> str | None:
+    """The label (RUN/N) of a checkpoint named ``RUN/N`` or ``refs/kiwi/checkpoints/RUN/N``; None for any
+    other name (a branch, a revision, a path: a rollback reaches checkpoints only)."""
+    label = name.removeprefix(f"{CHECKPOINT_REFS}/")
+    return label if _CHECKPOINT_LABEL.fullmatch(label) and ".." not in label else None
 
 
 def oversized_command(tool: str, args: Any) -> ArgumentError | None:

@@ -808,6 +808,32 @@ async def test_attack_a_call_in_the_runs_first_task_still_needs_its_approval(run
     await runs.cancel(run_id)
 
 
+async def test_a_rollback_to_no_checkpoint_is_refused_before_it_asks_a_human(runs, project):
+    """README trial s33: `git.rollback {"checkpoint": "refs/heads/master"}` (or `main~1`) under the default
+    approval rule asked a human to approve it, and only then failed (refs/heads/master with "no checkpoint",
+    not the README's "is not a Kiwi checkpoint"). A name that is no checkpoint's is refused when the call is
+    admitted: no approval request, InputInvalid naming the shapes a checkpoint has."""
+    setup(project)  # (approvals: git.rollback)
+    git(project, "init", "-q", "-b", "main")
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+    for name in ("refs/heads/main", "main~1", "run-tidy-0123456789/../1"):
+        rolled = await asyncio.wait_for(runs.call_tool(run_id, "git.rollback", {"checkpoint": name}), 30)
+        assert (rolled.status, rolled.error_type) == ("error", "InputInvalid"), rolled
+        assert rolled.reason == f"git.rollback: '{name}' is not a Kiwi checkpoint", rolled
+        assert "RUN/N, or refs/kiwi/checkpoints/RUN/N" in rolled.hint, rolled
+    status = await runs.status(run_id)
+    assert status.status == "awaiting_agent" and not status.approvals, status
+    # A name shaped like one still asks (the human decides on the exact call), and fails if there is none.
+    rollback = asyncio.create_task(runs.call_tool(run_id, "git.rollback", {"checkpoint": f"{run_id}/7"}))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the rollback to ask")
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    rolled = await asyncio.wait_for(rollback, 30)
+    assert rolled.error_type == "CheckpointNotFound" and f"no checkpoint '{run_id}/7'" in rolled.reason, (
+        rolled
+    )
+
+
 async def test_attack_a_rollback_reaches_only_kiwi_checkpoints(runs, project):
     """A rollback took any ref: `git.rollback {"checkpoint": "refs/heads/B"}` made the project's files those of
     any commit, protected ones (the harness policy) too, and a branch is something shell git can make. Only

@@ -758,7 +758,8 @@ async def test_attack_a_stuck_run_takes_no_checkpoint_asked_for_by_a_help_signal
                 "help", {"action": "checkpoint", "run_id": run_id, "reason": "save my work"}
             )
         )
-    assert "error" not in asked, asked
+    # (Said to the agent since s33: no checkpoint, the run is held; the signal is recorded all the same.)
+    assert asked["error"] == "RunStateConflict" and "no checkpoint taken" in asked["message"], asked
 
     async def heard() -> bool:
         return any(h.reason == "save my work" for h in (await runs.status(run_id)).help)
