@@ -1220,18 +1220,23 @@ class RunClient:
         if result is not None:
             return self._why_not_found(await self._explained(run_id, result, arguments))
         pending = _pending(tool, run_id, call_id, wait_seconds)
-        # kiwi-mcp.execute waits on the call it makes (a tool, or directive.run for a directive).
+        if (waiting := await self.waiting_approval(run_id, tool, arguments)) is not None:
+            pending.reason = (
+                f"waits for a human to approve it ({waiting.request_id}, until {waiting.expires_at}); it runs "
+                "only if approved"
+            )
+        return pending
+
+    async def waiting_approval(self, run_id: str, tool: str, arguments: dict[str, Any]) -> Any:
+        """The approval request the run's latest pending call of ``tool`` waits on (None: none, or the run's
+        status cannot be read now). kiwi-mcp.execute waits on the call it makes (a tool, or directive.run)."""
         names = {tool, inner_call(tool, arguments)[0]}
         with contextlib.suppress(KiwiError):
             waiting = [
                 a for a in (await self.status(run_id)).approvals if a.status == "pending" and a.tool in names
             ]
-            if waiting:
-                pending.reason = (
-                    f"waits for a human to approve it ({waiting[-1].request_id}, until "
-                    f"{waiting[-1].expires_at}); it runs only if approved"
-                )
-        return pending
+            return waiting[-1] if waiting else None
+        return None
 
     async def poll_call(
         self, run_id: str, call_id: str, *, wait_seconds: float, on_progress: Progress | None = None

@@ -834,6 +834,37 @@ async def test_a_rollback_to_no_checkpoint_is_refused_before_it_asks_a_human(run
     )
 
 
+async def test_kiwi_call_waiting_for_approval_says_so_and_names_the_command(runs, project):
+    """README trial s33: `kiwi call git.rollback ... --run RUN` (approval needed by default) printed nothing
+    while it waited: a hung command to a new user. Now a line on stderr says what it waits for and the
+    command that answers it, and the answer comes once a human approves."""
+    setup(project)
+    git(project, "init", "-q", "-b", "main")
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+    call = await asyncio.create_subprocess_exec(
+        *KIWI, "call", "filesystem.delete", '{"path": "notes/old.txt"}', "--run", run_id,
+        "--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue,
+        cwd=project, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        notice = (await asyncio.wait_for(call.stderr.readline(), 60)).decode()
+        (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the call to ask")
+        assert notice.startswith(
+            f"kiwi call: filesystem.delete waits for a human to approve it ({request.request_id}"
+        )
+        assert f"`kiwi approve {run_id} {request.request_id}`" in notice, notice
+        assert (project / "notes" / "old.txt").exists()
+        await runs.decide_approval(run_id, request.request_id, True, by="alice")
+        out, err = await asyncio.wait_for(call.communicate(), 60)
+    finally:
+        if call.returncode is None:
+            call.kill()
+            await call.wait()
+    assert call.returncode == 0 and out.decode().startswith("ok: filesystem.delete"), (out, err)
+    assert not (project / "notes" / "old.txt").exists()
+
+
 async def test_attack_a_rollback_reaches_only_kiwi_checkpoints(runs, project):
     """A rollback took any ref: `git.rollback {"checkpoint": "refs/heads/B"}` made the project's files those of
     any commit, protected ones (the harness policy) too, and a branch is something shell git can make. Only

@@ -23,7 +23,7 @@ from temporalio.service import RPCError
 
 from kiwi import telemetry
 from kiwi.cli import positive, progress, project_option
-from kiwi.contracts import TERMINAL, RunStatusName
+from kiwi.contracts import TERMINAL, RunStatusName, ToolCallResult
 from kiwi.errors import InputInvalid, KiwiError, RunInOtherProject
 from kiwi.explain import outside_run_hint, tool_not_found
 
@@ -384,16 +384,43 @@ def _call_arguments(tool: str, text: str | None) -> dict[str, Any]:
     return arguments
 
 
+# How long `kiwi call` waits for a call's answer before it says what the call waits for (an approval, a slow
+# tool), and then how often it says so again while it keeps waiting.
+CALL_NOTICE_SECONDS = 5.0
+CALL_NOTICE_EVERY = 30.0
+
+
+async def _answered(runs: RunClient, args: argparse.Namespace, arguments: dict[str, Any]) -> ToolCallResult:
+    """The call's answer, however long it takes; while it waits (for a human to approve it, for a slow tool),
+    a line on stderr says what for and, for an approval, the command that answers it (README trial s33: a
+    call waiting for approval printed nothing until someone ran `kiwi approve` elsewhere)."""
+    if args.run:
+        result = await runs.call_tool_waiting(
+            args.run, args.tool, arguments, client_name="cli", wait_seconds=CALL_NOTICE_SECONDS
+        )
+    else:
+        result = await runs.session_call(args.client, args.tool, arguments, wait_seconds=CALL_NOTICE_SECONDS)
+    while result.status == "pending":
+        run_id, call_id = result.result["run_id"], result.result["call_id"]
+        request = await runs.waiting_approval(run_id, args.tool, arguments)
+        said = (
+            f"waits for a human to approve it ({request.request_id}, until {request.expires_at}): "
+            f"`kiwi approve {run_id} {request.request_id}` or `kiwi reject {run_id} {request.request_id}`"
+            if request is not None
+            else "is still running; it goes on in the run"
+        )
+        print(
+            f"kiwi call: {args.tool} {said} (Ctrl-C stops waiting, not the call)", file=sys.stderr, flush=True
+        )
+        result = await runs.poll_call(run_id, call_id, wait_seconds=CALL_NOTICE_EVERY)
+    return result
+
+
 @_with_runs
 async def _make_call(args: argparse.Namespace, runs: RunClient) -> int:
     arguments = args.arguments
-    if args.run:
-        result = tool_not_found(
-            await runs.call_tool(args.run, args.tool, arguments), in_run=True, agent=False
-        )
-    else:
-        result = await runs.session_call(args.client, args.tool, arguments)
-        result = tool_not_found(result, in_run=False, agent=False)
+    result = tool_not_found(await _answered(runs, args, arguments), in_run=bool(args.run), agent=False)
+    if not args.run:
         local = runs.store.local_tools()
         result.hint = outside_run_hint(result.status, result.hint, args.tool, local, agent=False)
     if args.json:
