@@ -743,3 +743,19 @@ def test_an_input_of_a_type_that_cannot_be_taken_is_refused(kind, given, says):
 
     with pytest.raises(ValueError, match=re.escape(says)):
         coerce_input(kind, given)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["pull", "word_count", "--type", "script"],
+        ["registry", "yank", "word_count@1.0.0", "--type", "script"],
+        ["registry", "versions", "word_count", "--type", "script"],
+    ],
+)
+def test_the_registry_commands_take_script_for_tool_as_the_readme_says(argv):
+    """README trial s33: `kiwi pull word_count --type script` was refused by argparse, though the README says
+    script is another name for tool in the CLI's --type (search and show took it)."""
+    from kiwi.cli import build_parser
+
+    assert build_parser().parse_args(argv).type == "tool"

@@ -10,7 +10,10 @@ from typing import Any
 
 from kiwi.cli import project_option
 from kiwi.errors import InputInvalid, KiwiError
+from kiwi.items.store import item_kind
 from kiwi.registry import KINDS
+
+TYPE_HELP = "item type (script: the same as tool), when an id is published as several"
 
 EXIT_OK = 0
 
@@ -182,7 +185,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "An item already there is replaced only with --replace.",
     )
     p.add_argument("ref", metavar="ID[@VERSION]", help="e.g. deploy or deploy@1.2.0")
-    p.add_argument("--type", choices=KINDS, help="item type, when an id is published as several")
+    p.add_argument("--type", type=item_kind, choices=KINDS, help=TYPE_HELP)
     p.add_argument(
         "--to", choices=("project", "user"), default="project", help="where to write (default project)"
     )
@@ -201,14 +204,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--json", action="store_true", help="print JSON")
     r = rsub.add_parser("yank", help="mark a version yanked (pulls skip it unless asked for by version)")
     r.add_argument("ref", metavar="ID@VERSION")
-    r.add_argument("--type", choices=KINDS, help="item type, when an id is published as several")
+    r.add_argument("--type", type=item_kind, choices=KINDS, help=TYPE_HELP)
     r.add_argument("--json", action="store_true", help="print JSON")
     r = rsub.add_parser(
         "versions",
         help="every published version of an item, newest first: when, by whom, size, downloads, yanked",
     )
     r.add_argument("item_id", metavar="ID")
-    r.add_argument("--type", choices=KINDS, help="item type, when an id is published as several")
+    r.add_argument("--type", type=item_kind, choices=KINDS, help=TYPE_HELP)
     r.add_argument("--json", action="store_true", help="print JSON")
     r = rsub.add_parser(
         "add-publisher", help="let a database role publish under a namespace (run by the database's owner)"
