@@ -37,6 +37,7 @@ from kiwi.auditlog import (  # noqa: F401 - the readers are re-exported for thei
 )
 from kiwi.contracts import AuditBatch
 from kiwi.metrics import AUDIT_FLUSH_LAG
+from kiwi.upstream.pool import scrub
 
 _TAIL = 65536
 
@@ -111,7 +112,9 @@ class AuditActivities:
                 if not stat.S_ISREG(info.st_mode):
                     raise AuditPathUnsafe(f"'{where}' is not a regular file")
                 last = _last_seq(fd, info.st_size)
-                fresh = [r for r in records if int(r["seq"]) > last]
+                # (Scrubbed of the secrets this worker resolved for MCP servers: the run's records hold the
+                # agent's arguments as sent, and an agent can echo a secret back in them, README trial s33.)
+                fresh = [scrub(r) for r in records if int(r["seq"]) > last]
                 if not fresh:
                     continue
                 text = "".join(json.dumps(r, default=str) + "\n" for r in fresh).encode("utf-8")

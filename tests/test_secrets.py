@@ -203,3 +203,36 @@ mcps:
     for where, text in recorded.items():
         assert secret not in text, f"the secret leaked into the {where}"
     assert "[secret KIWI_TEST_SECRET]" in recorded["history"]
+
+
+async def test_a_secret_an_agent_sends_in_a_calls_arguments_is_scrubbed_from_the_audit_trail(project):
+    """README trial s33: `kiwi call everything.echo '{"message": "token is SECRET"}'` wrote the server's secret
+    into the audit trail's record of the call (the answer was scrubbed). The audit writer scrubs every record
+    of the secrets the worker resolved, as results are."""
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.audit import AuditActivities
+    from kiwi.contracts import AuditBatch
+
+    secret = f"sk-{uuid.uuid4().hex}"
+    remember_secrets({"DEMO_TOKEN": secret})
+    record = {
+        "seq": 1,
+        "time": "2026-11-27T00:00:00+00:00",
+        "event": "tool_call",
+        "tool": "everything.echo",
+        "arguments": {"message": f"token is {secret} ok", "nested": [secret]},
+    }
+    await ActivityEnvironment().run(
+        AuditActivities().write_audit_records,
+        AuditBatch(project_root=str(project), run_id="run-x-0123456789", records=[record]),
+    )
+    (written,) = read_audit(str(project), "run-x-0123456789")
+    assert written["arguments"] == {
+        "message": "token is [secret DEMO_TOKEN] ok",
+        "nested": ["[secret DEMO_TOKEN]"],
+    }
+    assert (
+        secret
+        not in (project / ".ai" / "logs" / "audit" / "2026-11-27" / "run-x-0123456789.jsonl").read_text()
+    )
