@@ -546,3 +546,42 @@ async def test_record_first_task_approval_history(runs, project):
     await runs.complete_step(run_id, "confirm", {"confirmed": True})
     assert (await runs.handle(run_id).result()).status == "completed"
     await _save_history(runs.handle(run_id), "first_task_approval", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_rollback_refused_history(runs, project):
+    """Record tests/histories/rollback_refused-{patch id}.json: git.rollback of names that are no checkpoint's,
+    refused when admitted (kiwi.toolargs.ROLLBACK_SHAPE), then a name shaped like one, approved, not found.
+    (rollback_shape-kiwi-run-changes-2026-11-26d.json is the same run recorded by the code before the rule,
+    756dc30, where the first call asked for approval: it replays without the rule.)"""
+    import subprocess
+
+    from tests.helpers import approver, directive_md, write_directive
+    from tests.test_humans import pending_approval
+
+    approver("alice")
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [git.rollback]\n")
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md(
+            '<step name="work"><action>Tidy notes.</action></step>',
+            name="tidy",
+            permissions='<read resource="filesystem" path="**"/><execute resource="tool" id="git.checkpoint"/>'
+            '<execute resource="tool" id="git.rollback"/>',
+        ),
+    )
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=project, check=True)
+    run_id = await runs.start("tidy", {})
+    await awaiting_step(runs, run_id, "work")
+    for name in ("refs/heads/main", "main~1"):
+        refused = await runs.call_tool(run_id, "git.rollback", {"checkpoint": name})
+        assert refused.error_type == "InputInvalid", refused
+    rollback = asyncio.create_task(runs.call_tool(run_id, "git.rollback", {"checkpoint": f"{run_id}/3"}))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the rollback to ask")
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    assert (await asyncio.wait_for(rollback, 60)).error_type == "CheckpointNotFound"
+    await runs.complete_step(run_id, "work", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "rollback_refused", project)
