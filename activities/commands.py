@@ -1425,7 +1425,15 @@ def _check_parameters(tool: LocalToolSpec, params: dict[str, Any]) -> None:
         takes = ", ".join(sorted(declared))
         problems = [f"'{n}' is not a parameter of tool '{tool.tool_id}'" for n in unknown]
         problems += [f"'{n}' is required" for n in missing]
-        raise InputInvalid.error("; ".join(problems) + f" (it takes: {takes})")
+        named = [n for n in schema.get("required") or [] if n in declared] or sorted(declared)[:3]
+        shape = ", ".join(f'"{n}": ...' for n in named)
+        raise InputInvalid.error(
+            "; ".join(problems) + f" (it takes: {takes})",
+            {
+                "hint": f"send {{{shape}}}; load(item_type='tool', item_id='{tool.tool_id}') shows its parameters "
+                "and their types"
+            },
+        )
 
 
 def _check_requirements(tool: LocalToolSpec) -> dict[str, str]:

@@ -582,6 +582,8 @@ async def test_a_local_tool_called_with_a_name_it_does_not_take_is_refused_befor
         and "'text' is required" in wrong.reason
     )
     assert "Traceback" not in wrong.reason
+    # (The hint gives the shape to send, as a built-in tool's does: README trial s33 found it empty.)
+    assert wrong.hint.startswith("send {\"text\": ...}; load(item_type='tool', item_id='word_count')"), wrong
     right = await runs.call_tool(run_id, "word_count", {"text": "one two three"})
     assert right.status == "ok", right
     await runs.cancel(run_id)
