@@ -664,10 +664,12 @@ def build_server(
         )
         try:
             if action == "poll":
-                if not run_id or not item_id:
+                if missing := [
+                    name for name, given in (("run_id", run_id), ("item_id", item_id)) if not given
+                ]:
                     raise InputInvalid(
-                        f"poll needs {'run_id and item_id' if not run_id and not item_id else 'run_id' if not run_id else 'item_id'}"
-                        ": the run, and the call_id of a call that answered 'pending'",
+                        f"poll needs {' and '.join(missing)}: the run, and the call_id of a call that answered "
+                        "'pending'",
                         hint="execute(item_type='run', action='poll', run_id=RUN, item_id=CALL_ID)",
                     )
                 return answer(
