@@ -1450,6 +1450,11 @@ _PENDING_STATES = {1: "scheduled", 2: "started", 3: "cancel requested", 4: "paus
 Progress = Callable[[float, float, str], Awaitable[None]]
 
 
+# The least a call's answer is waited for, whatever wait_seconds says: time for the run to take the call or
+# refuse it (a finished run, a call id it never had), which a 'pending' answer would hide.
+MIN_WAIT_SECONDS = 1.0
+
+
 async def _wait(
     result: Awaitable[Any],
     wait_seconds: float,
@@ -1461,6 +1466,9 @@ async def _wait(
     Every second, ``on_progress`` hears how long it has waited (always increasing, as MCP progress
     must) and what an external MCP server working on the call last reported, if any.
     """
+    # (At least MIN_WAIT_SECONDS: with 0 the update was never sent, or a poll never asked, and a call to a
+    # finished run, or a call id that does not exist, answered 'pending' all the same: review s33.)
+    wait_seconds = max(wait_seconds, MIN_WAIT_SECONDS)
     task = asyncio.ensure_future(result)
     loop = asyncio.get_running_loop()
     started = loop.time()

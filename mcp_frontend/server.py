@@ -645,7 +645,8 @@ def build_server(
             default=20.0,
             ge=0,
             le=300,
-            description="tool call / poll: answer 'pending' with a call id after this long",
+            description="tool call / poll: answer 'pending' with a call id after this long (at least 1 s: "
+            "time for the run to take or refuse the call)",
         ),
         ctx: Context | None = None,
     ) -> Annotated[mcp_types.CallToolResult, ExecuteAnswer]:

@@ -147,6 +147,35 @@ async def agent_session(client: Client) -> str:
         )
     )
     assert done["state"] == "completed"
+    # wait_seconds 0 on a finished run, and a poll of a call id the run never had: each says so (they
+    # answered 'pending' with a call id to poll, for a call never sent: review s33).
+    late = data(
+        await client.call_tool(
+            "execute",
+            {
+                "item_type": "tool",
+                "action": "call",
+                "run_id": run_id,
+                "item_id": "filesystem.read",
+                "parameters": {"path": "notes/hello.md"},
+                "wait_seconds": 0,
+            },
+        )
+    )
+    assert late.get("status") != "pending" and late["error"] == "RunFinished", late
+    unknown = data(
+        await client.call_tool(
+            "execute",
+            {
+                "item_type": "run",
+                "action": "poll",
+                "run_id": run_id,
+                "item_id": "zzz-no-call",
+                "wait_seconds": 0,
+            },
+        )
+    )
+    assert unknown.get("status") != "pending" and "has no call 'zzz-no-call'" in unknown["message"], unknown
     return run_id
 
 
