@@ -149,6 +149,49 @@ def error(item_type: str, action: str, item_id: str, exc: BaseException) -> Any:
     )
 
 
+# How long an id (item_id, run_id, a call id, an idempotency key) or a search's words may be.
+MAX_ID_CHARS = 256
+MAX_QUERY_CHARS = 2000
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def text_problem(limit: int, **fields: str | None) -> InputInvalid | None:
+    """An id or query that is no text Kiwi can look up: a control character (NUL broke the registry's and
+    Temporal's queries into a bare "Error executing tool", review s33) or more than ``limit`` characters
+    (echoed whole, a 100 KB id made a 400 KB answer). The message names the field, never its value."""
+    for name, value in fields.items():
+        if not value:
+            continue
+        if (bad := _CONTROL.search(value)) is not None:
+            return InputInvalid(
+                f"'{name}' holds a control character (U+{ord(bad.group()):04X}); ids and search words are text",
+                hint=f"send '{name}' without control characters",
+            )
+        if len(value) > limit:
+            return InputInvalid(
+                f"'{name}' is {len(value):,} characters; it may be {limit:,} at most",
+                hint=f"send a shorter '{name}'",
+            )
+    return None
+
+
+def unexpected(item_type: str, action: str, item_id: str, exc: Exception) -> Any:
+    """An error Kiwi did not expect, answered in the seeds' shape (it was the SDK's bare "Error executing tool
+    X"), its traceback in the front end's log (scrubbed as every log line is)."""
+    logging.getLogger("kiwi.mcp").error(
+        "%s %s %s failed unexpectedly", item_type, action, item_id[:MAX_ID_CHARS], exc_info=exc
+    )
+    return error(
+        item_type,
+        action,
+        item_id[:MAX_ID_CHARS],
+        KiwiError(
+            f"Kiwi could not answer this call ({type(exc).__name__}); its log has the details",
+            hint="check the arguments against the tool's schema; if they are right, tell the human who runs Kiwi",
+        ),
+    )
+
+
 # Commands an agent can reach through this server, and what it calls instead; other `kiwi ...`
 # commands in a hint are a human's (kiwi dev, approve, keys ...), and the hint says so.
 _AGENT_CALLS = (
@@ -478,6 +521,8 @@ def build_server(
         limit: int = Field(default=10, ge=1, le=100, description="at most this many results"),
     ) -> SearchAnswer:
         item_type = item_kind(item_type)  # type: ignore[assignment]
+        if (problem := text_problem(MAX_QUERY_CHARS, query=query, status=status)) is not None:
+            return error(item_type, "search", "", problem)
         try:
             if item_type == "run":
                 rows = await (await link.runs()).list_runs(
@@ -514,6 +559,8 @@ def build_server(
             )
         except KiwiError as exc:
             return error(item_type, "search", query, exc)
+        except Exception as exc:  # noqa: BLE001 - a request's top level: answered in the seeds' shape
+            return unexpected(item_type, "search", query, exc)
 
     @server.tool(
         # copy_to_project writes a file, so load is not read-only; it never deletes or overwrites.
@@ -545,6 +592,8 @@ def build_server(
         ),
     ) -> LoadAnswer:
         item_type = item_kind(item_type)  # type: ignore[assignment]
+        if (problem := text_problem(MAX_ID_CHARS, item_id=item_id, version=version)) is not None:
+            return error(item_type, "load", "", problem)
         try:
             if version is not None and source != "registry":
                 # (Trial F34: a version asked of a local item was ignored, and the file served as if it were.)
@@ -592,6 +641,8 @@ def build_server(
             return LoadAnswer.model_validate(data)
         except KiwiError as exc:
             return error(item_type, "load", item_id, exc)
+        except Exception as exc:  # noqa: BLE001 - a request's top level: answered in the seeds' shape
+            return unexpected(item_type, "load", item_id, exc)
 
     @server.tool(
         # delete, update and cancel destroy; a tool call may reach an external MCP server.
@@ -663,6 +714,9 @@ def build_server(
                 "kiwi.run_id": run_id,
             }
         )
+        problem = text_problem(MAX_ID_CHARS, item_id=item_id, run_id=run_id, idempotency_key=idempotency_key)
+        if problem is not None:
+            return error(item_type, action, "", problem)
         try:
             if action == "poll":
                 if missing := [
@@ -730,6 +784,9 @@ def build_server(
         except KiwiError as exc:
             note_span({"error.type": type(exc).__name__})
             return error(item_type, action, item_id or run_id or "", exc)
+        except Exception as exc:  # noqa: BLE001 - a request's top level: answered in the seeds' shape
+            note_span({"error.type": type(exc).__name__})
+            return unexpected(item_type, action, item_id or run_id or "", exc)
 
     @server.tool(
         name="help",
@@ -756,6 +813,8 @@ def build_server(
             return answer({"help": _guidance(topic, store)})
         if not run_id:
             return error("run", action, "", KiwiError("a help signal needs run_id", hint="pass the run's id"))
+        if (problem := text_problem(MAX_ID_CHARS, run_id=run_id)) is not None:
+            return error("run", action, "", problem)
         request_id = f"decision-{uuid.uuid4().hex[:8]}" if action == "escalate" else ""
         try:
             if action == "checkpoint":
@@ -769,6 +828,8 @@ def build_server(
             )
         except KiwiError as exc:
             return error("run", action, run_id, exc)
+        except Exception as exc:  # noqa: BLE001 - a request's top level: answered in the seeds' shape
+            return unexpected("run", action, run_id, exc)
         if action == "escalate":
             return answer(
                 {
@@ -943,6 +1004,12 @@ async def _execute(
             "action='complete_step', run_id=..., parameters={'step': ..., 'outputs': {...}}).",
         }
     target = run_id or item_id
+    if item_type == "run" and action in ("status", "complete_step", "cancel") and not target:
+        raise InputInvalid(
+            f"{action} needs run_id: the run's id (run-DIRECTIVE-...)",
+            hint=f"execute(item_type='run', action='{action}', run_id=RUN, ...); search(item_type='run') lists "
+            "the runs",
+        )
     if item_type == "run" and action == "status":
         shown = (await runs.status(target)).model_dump()
         return {**shown, "hint": agent_hint(shown["hint"])}

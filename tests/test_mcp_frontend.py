@@ -784,3 +784,58 @@ async def test_a_version_asked_of_a_local_item_is_refused_not_ignored(project, t
         assert "load(source='registry', version=...)" in refused["hint"]
         loaded = data(await client.call_tool("load", {"item_type": "directive", "item_id": "hello_kiwi"}))
         assert loaded["parsed"]["version"] == "1.0.0"
+
+
+async def test_ids_and_words_that_are_no_text_and_unexpected_failures_answer_in_the_seeds_shape(
+    runs, project, temporal_env, monkeypatch
+):
+    """Review s33 (a careless agent): `execute(run, status)` with no run_id, and a NUL in a search's words
+    or a registry item's id, answered the SDK's bare "Error executing tool X" (a traceback in the log: the
+    NUL broke the registry's and Temporal's queries); a 100 KB item_id came back four times in a 400 KB
+    answer. Each is InputInvalid naming the field (never echoing it), and anything Kiwi did not expect is
+    answered in the seeds' shape, its traceback in the log."""
+    from kiwi.items.store import ItemStore
+
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+
+        async def call(tool: str, **arguments):
+            result = await client.call_tool(tool, arguments)
+            assert result.is_error, result
+            return data(result)
+
+        for action in ("status", "complete_step", "cancel"):
+            missing = await call("execute", item_type="run", action=action)
+            assert missing["error"] == "InputInvalid", missing
+            assert missing["message"].startswith(f"{action} needs run_id"), missing
+        for tool, arguments, field in (
+            ("search", {"item_type": "directive", "query": "a\x00b"}, "query"),
+            ("search", {"item_type": "run", "query": "a\x00b"}, "query"),
+            (
+                "search",
+                {"item_type": "directive", "query": "x", "source": "registry", "status": "\x1b[31m"},
+                "status",
+            ),
+            ("load", {"item_type": "directive", "item_id": "a\x00b", "source": "registry"}, "item_id"),
+            ("execute", {"item_type": "run", "action": "status", "run_id": "run-\x00"}, "run_id"),
+            ("help", {"action": "stuck", "run_id": "run-\x07"}, "run_id"),
+        ):
+            refused = await call(tool, **arguments)
+            assert refused["error"] == "InputInvalid", (tool, refused)
+            assert refused["message"].startswith(f"'{field}' holds a control character"), refused
+            assert "\x00" not in json.dumps(refused, ensure_ascii=False), refused
+        huge = await call("load", item_type="directive", item_id="x" * 100_000)
+        assert (
+            huge["error"] == "InputInvalid"
+            and huge["message"] == "'item_id' is 100,000 characters; it may be 256 at most"
+        )
+        assert len(json.dumps(huge)) < 1000, len(json.dumps(huge))
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("an index Kiwi did not expect to fail")
+
+        monkeypatch.setattr(ItemStore, "search", broken)
+        failed = await call("search", item_type="directive", query="hello")
+        assert failed["error"] == "KiwiError", failed
+        assert failed["message"] == "Kiwi could not answer this call (RuntimeError); its log has the details"
+        assert "did not expect" not in json.dumps(failed)
