@@ -78,7 +78,7 @@ from kiwi.shellpolicy import (
     ungranted_below,
     unpacking,
 )
-from kiwi.toolargs import CHECKPOINT_REFS, checkpoint_label
+from kiwi.toolargs import CHECKPOINT_REFS, checkpoint_label, shape_problem
 from kiwi.upstream.pool import remember_secrets, scrub, scrub_text
 from kiwi.upstream.registry import first_own, lookup_secret
 
@@ -1421,10 +1421,16 @@ def _check_parameters(tool: LocalToolSpec, params: dict[str, Any]) -> None:
         return  # (no parameters declared: the tool takes what it is given)
     unknown = sorted(set(params) - set(declared)) if schema.get("additionalProperties") is not True else []
     missing = sorted(n for n in schema.get("required") or [] if n not in params)
-    if unknown or missing:
+    shapes = [
+        f"'{n}' {problem}"
+        for n, value in sorted(params.items())
+        if n in declared and (problem := shape_problem(value, declared[n]))
+    ]
+    if unknown or missing or shapes:
         takes = ", ".join(sorted(declared))
         problems = [f"'{n}' is not a parameter of tool '{tool.tool_id}'" for n in unknown]
         problems += [f"'{n}' is required" for n in missing]
+        problems += shapes
         named = [n for n in schema.get("required") or [] if n in declared] or sorted(declared)[:3]
         shape = ", ".join(f'"{n}": ...' for n in named)
         raise InputInvalid.error(

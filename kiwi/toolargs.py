@@ -343,6 +343,26 @@ def _execute_problem(tool: str, args: dict[str, Any]) -> str:
     return ""
 
 
+def shape_problem(value: Any, spec: Any) -> str:
+    """Why ``value`` is not of the shape a local tool's parameter ``spec`` declares: an object or array where
+    it takes neither, or a plain value where it takes only those ('' when it fits). Numbers and strings stand
+    in for each other here: a tool reads its own text (review s33: {"text": {"a": 1}} reached word_count's
+    main(), whose traceback was the answer)."""
+    types = _types(spec)
+    if not types:
+        return ""
+    fits = (
+        any(t in ("object", "array") for t in types)
+        if isinstance(value, dict | list)
+        else any(t not in ("object", "array") for t in types)
+    )
+    if fits and isinstance(value, dict | list):
+        fits = any(_is(value, t, spec) for t in types)
+    return (
+        "" if fits else f"must be {' or '.join(_TYPE_NAMES.get(t, t) for t in types)}, got {json_kind(value)}"
+    )
+
+
 def _problem(value: Any, spec: dict[str, Any]) -> str:
     """Why ``value`` does not fit ``spec`` (a JSON Schema subset), or ''."""
     types = _types(spec)

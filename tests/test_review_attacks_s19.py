@@ -584,6 +584,11 @@ async def test_a_local_tool_called_with_a_name_it_does_not_take_is_refused_befor
     assert "Traceback" not in wrong.reason
     # (The hint gives the shape to send, as a built-in tool's does: README trial s33 found it empty.)
     assert wrong.hint.startswith("send {\"text\": ...}; load(item_type='tool', item_id='word_count')"), wrong
+    # An argument of another shape than the manifest declares (review s33: {"text": {"a": 1}} reached the
+    # tool, whose AttributeError traceback was the answer): refused before it runs, naming it.
+    shaped = await runs.call_tool(run_id, "word_count", {"text": {"a": 1}})
+    assert (shaped.status, shaped.error_type) == ("error", "InputInvalid"), shaped
+    assert "'text' must be a string, got an object" in shaped.reason and "Traceback" not in shaped.reason
     right = await runs.call_tool(run_id, "word_count", {"text": "one two three"})
     assert right.status == "ok", right
     await runs.cancel(run_id)
