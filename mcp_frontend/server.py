@@ -1082,28 +1082,43 @@ def _author(store: ItemStore, item_type: str, action: str, item_id: str, paramet
     if item_type == "directive" and action in ("create", "update"):
         content = parameters.get("content")
         if not isinstance(content, str) or not content.strip():
-            raise KiwiError(
-                "directive create/update needs parameters.content: the whole Markdown file with its "
-                "```xml block"
+            raise InputInvalid(
+                "directive create/update needs parameters.content: the whole Markdown file with its ```xml "
+                "block" + ("" if content is None or content == "" else f", not {json_kind(content)}"),
+                hint="parameters={'content': TEXT}; load(item_type='directive', item_id='hello_kiwi') shows one",
             )
         return save_directive(store, content, item_id=item_id, location=location, create=action == "create")
     if item_type == "knowledge" and action in ("create", "update"):
         if not item_id:
-            raise KiwiError("knowledge create/update needs item_id (the zettel_id)")
+            raise InputInvalid(
+                "knowledge create/update needs item_id (the zettel_id)",
+                hint="execute(item_type='knowledge', action='create', item_id='my-note', parameters={'title': "
+                "..., 'content': ...})",
+            )
         return save_knowledge(store, item_id, parameters, location=location, create=action == "create")
     if item_type == "tool" and action in ("create", "update"):
         from kiwi.items.proposals import propose_tool
 
         return propose_tool(store, item_id, parameters, update=action == "update")
     if item_type == "knowledge" and action == "link":
-        return link_knowledge(
-            store,
-            item_id,
-            str(parameters.get("to", "")),
-            str(parameters.get("relation", "references")),
-            location,
-        )
-    raise KiwiError(f"action '{action}' does not apply to item_type '{item_type}'")
+        to, relation = parameters.get("to"), parameters.get("relation", "references")
+        for value, what in (
+            (item_id, "item_id, the zettel_id it links from"),
+            (to, "parameters.to, the zettel_id it links to"),
+            (relation, "parameters.relation, a relation's name"),
+        ):
+            if not isinstance(value, str) or not value:
+                raise InputInvalid(
+                    f"knowledge link needs {what}"
+                    + ("" if value is None or value == "" else f" (a string, not {json_kind(value)})"),
+                    hint="execute(item_type='knowledge', action='link', item_id=FROM, parameters={'to': TO, "
+                    "'relation': 'references'})",
+                )
+        return link_knowledge(store, item_id, to, relation, location)
+    raise KiwiError(
+        f"action '{action}' does not apply to item_type '{item_type}'",
+        hint="directive: create, update, delete · knowledge: create, update, delete, link · tool: create, update",
+    )
 
 
 async def _settled(runs: RunClient, run_id: str, timeout: float = 20.0):

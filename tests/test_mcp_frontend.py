@@ -514,6 +514,39 @@ async def test_authoring_directives_and_knowledge_writes_only_valid_items(
         ):
             assert says in wrong["message"], wrong
         assert not list((project / ".ai" / "knowledge").rglob("typed-wrong.md"))
+        # A NUL in a field (written into the file as it came, review s33), and link's arguments of the wrong
+        # shape ("no knowledge '['kiwi-directives']'"): InputInvalid naming them.
+        nul = await execute(
+            item_type="knowledge",
+            action="create",
+            item_id="nul",
+            parameters={"title": "T\x00", "content": "c"},
+        )
+        assert (
+            nul["error"] == "InputInvalid" and "'title' holds a control character (U+0000)" in nul["message"]
+        )
+        assert not list((project / ".ai" / "knowledge").rglob("nul.md"))
+        for parameters, says in (
+            ({}, "knowledge link needs parameters.to, the zettel_id it links to"),
+            (
+                {"to": ["kiwi-directives"]},
+                "parameters.to, the zettel_id it links to (a string, not an array)",
+            ),
+            (
+                {"to": "kiwi-directives", "relation": 7},
+                "parameters.relation, a relation's name (a string, not",
+            ),
+        ):
+            wrong = await execute(
+                item_type="knowledge", action="link", item_id="retry-policy", parameters=parameters
+            )
+            assert wrong["error"] == "InputInvalid" and says in wrong["message"], wrong
+        contentless = await execute(
+            item_type="directive", action="create", item_id="x", parameters={"content": 7}
+        )
+        assert contentless["error"] == "InputInvalid" and "not the number 7" in contentless["message"], (
+            contentless
+        )
         await execute(
             item_type="knowledge",
             action="update",
