@@ -450,6 +450,10 @@ def _types(spec: Any) -> list[str]:
     return []
 
 
+# Control characters no id, search word or item text holds (a tab, a newline and a carriage return aside).
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
 def json_kind(value: Any) -> str:
     """A JSON value as an error message names it: the text 'x', the number 5, true, null, an array, an object."""
     if isinstance(value, str):

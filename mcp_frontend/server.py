@@ -55,7 +55,7 @@ from kiwi.registry import RegistryRefused
 from kiwi.registry.embedded import kept_while_serving
 from kiwi.registry.local import write_pulled
 from kiwi.runs import RunClient
-from kiwi.toolargs import check_arguments, json_kind
+from kiwi.toolargs import CONTROL_CHARACTERS, check_arguments, json_kind
 from kiwi.upstream.catalog import McpCatalog
 from mcp_frontend.capabilities import BeyondTools
 from mcp_frontend.resources import RunWatches
@@ -152,7 +152,6 @@ def error(item_type: str, action: str, item_id: str, exc: BaseException) -> Any:
 # How long an id (item_id, run_id, a call id, an idempotency key) or a search's words may be.
 MAX_ID_CHARS = 256
 MAX_QUERY_CHARS = 2000
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def text_problem(limit: int, **fields: str | None) -> InputInvalid | None:
@@ -162,7 +161,7 @@ def text_problem(limit: int, **fields: str | None) -> InputInvalid | None:
     for name, value in fields.items():
         if not value:
             continue
-        if (bad := _CONTROL.search(value)) is not None:
+        if (bad := CONTROL_CHARACTERS.search(value)) is not None:
             return InputInvalid(
                 f"'{name}' holds a control character (U+{ord(bad.group()):04X}); ids and search words are text",
                 hint=f"send '{name}' without control characters",

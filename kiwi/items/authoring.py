@@ -17,7 +17,7 @@ from kiwi.items.directive import parse_directive
 from kiwi.items.knowledge import LINK_KEYS, KnowledgeEntry, parse_knowledge, render_knowledge
 from kiwi.items.store import ItemStore
 from kiwi.signing import split_signature
-from kiwi.toolargs import json_kind
+from kiwi.toolargs import CONTROL_CHARACTERS, json_kind
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -230,7 +230,7 @@ def save_knowledge(
         ("content", entry.body),
     ):
         # (A NUL was written into the file as it came, review s33; a directive's file refuses it.)
-        if (bad := _CONTROL.search(value)) is not None:
+        if (bad := CONTROL_CHARACTERS.search(value)) is not None:
             raise InputInvalid(
                 f"knowledge '{item_id}': '{field}' holds a control character (U+{ord(bad.group()):04X})",
                 hint=f"send '{field}' as text without control characters",
@@ -242,10 +242,6 @@ def save_knowledge(
     )
     _atomic_write(path, text)
     return {"item_id": item_id, "path": str(path), "status": "created" if create else "updated"}
-
-
-# Control characters no item's text holds (a tab, a newline and a carriage return aside: the content's lines).
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def _field_problem(error: Any) -> str:
