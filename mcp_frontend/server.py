@@ -1145,6 +1145,9 @@ def _guidance(topic: str, store: ItemStore) -> str:
         "(help topic 'kiwi-mcp'). Local tools and their parameter schemas:\n"
         + ("\n".join(f"- {t}: {json.dumps(m.json_schema())}" for t, m in sorted(tools.items())) or "none"),
     }.get(topic, "")
+    if topic and not text:
+        # (An unknown topic got the general text as if it were the topic's: review s33.)
+        text = f"No guidance topic '{topic[:80]}'; the topics are: {', '.join(sorted({*TOPICS, 'tools'}))}."
     return (
         (text + "\n\n" if text else "")
         + INSTRUCTIONS

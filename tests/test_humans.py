@@ -843,7 +843,7 @@ async def test_kiwi_call_waiting_for_approval_says_so_and_names_the_command(runs
     run_id = await runs.start("tidy", {})
     await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
     call = await asyncio.create_subprocess_exec(
-        *KIWI, "call", "filesystem.delete", '{"path": "notes/old.txt"}', "--run", run_id,
+        *KIWI, "call", "filesystem.delete", '{"path": "notes/old.txt"}', "--run", run_id, "--client", "ops-desk",
         "--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue,
         cwd=project, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -863,6 +863,14 @@ async def test_kiwi_call_waiting_for_approval_says_so_and_names_the_command(runs
             await call.wait()
     assert call.returncode == 0 and out.decode().startswith("ok: filesystem.delete"), (out, err)
     assert not (project / "notes" / "old.txt").exists()
+    # (--client names the caller in the audit trail in a run too: `kiwi call --run` always said "cli".)
+    from activities.audit import read_audit
+
+    async def recorded():
+        return [r for r in read_audit(str(project), run_id) if r.get("event") == "tool_call"]
+
+    (record,) = await wait_for(recorded, what="the call's audit record")
+    assert record["client"] == "ops-desk", record
 
 
 async def test_attack_a_rollback_reaches_only_kiwi_checkpoints(runs, project):

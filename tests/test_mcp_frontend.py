@@ -857,6 +857,10 @@ async def test_ids_and_words_that_are_no_text_and_unexpected_failures_answer_in_
             assert refused["error"] == "InputInvalid", (tool, refused)
             assert refused["message"].startswith(f"'{field}' holds a control character"), refused
             assert "\x00" not in json.dumps(refused, ensure_ascii=False), refused
+        # An unknown guidance topic says so (it got the general text as if it were the topic's).
+        guided = data(await client.call_tool("help", {"action": "guidance", "topic": "permisions"}))
+        assert guided["help"].startswith("No guidance topic 'permisions'; the topics are: "), guided
+        assert "permissions" in guided["help"].splitlines()[0]
         huge = await call("load", item_type="directive", item_id="x" * 100_000)
         assert (
             huge["error"] == "InputInvalid"

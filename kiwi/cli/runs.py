@@ -396,7 +396,7 @@ async def _answered(runs: RunClient, args: argparse.Namespace, arguments: dict[s
     call waiting for approval printed nothing until someone ran `kiwi approve` elsewhere)."""
     if args.run:
         result = await runs.call_tool_waiting(
-            args.run, args.tool, arguments, client_name="cli", wait_seconds=CALL_NOTICE_SECONDS
+            args.run, args.tool, arguments, client_name=args.client, wait_seconds=CALL_NOTICE_SECONDS
         )
     else:
         result = await runs.session_call(args.client, args.tool, arguments, wait_seconds=CALL_NOTICE_SECONDS)
