@@ -890,10 +890,10 @@ async def _checkpoint_refused(runs: RunClient, run_id: str) -> KiwiError | None:
         if not decision.allowed:
             return PermissionDenied(f"no checkpoint taken: {decision.reason}", hint=decision.hint)
     try:
-        status = await runs.status(run_id)
+        status = await runs.answered_status(run_id)  # (None at once when no worker polls: not held-checked)
     except KiwiError:
         return None
-    if status.status in ("stuck", "awaiting_human"):
+    if status is not None and status.status in ("stuck", "awaiting_human"):
         return RunStateConflict(
             f"no checkpoint taken: run {run_id} is {status.status}; a held run runs nothing the agent asks for",
             hint=f"a human resumes it (`kiwi resume {run_id}`); ask again then",
