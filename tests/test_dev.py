@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 from temporalio.client import Client
@@ -96,13 +97,7 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeyp
         await wait_for(kiwi_metrics, timeout=30, what="kiwi dev --otel exporting metrics")
 
         # kiwi doctor knows the running kiwi dev's three ports for what they are.
-        doctor = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "kiwi", "doctor", "--no-mcp", "--json",
-            env={**os.environ, "KIWI_DEV_CONFIG": str(config)}, cwd=str(project),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        said, _ = await asyncio.wait_for(doctor.communicate(), 120)
-        checks = {c["name"]: c for c in json.loads(said)["checks"]}
+        checks = await _doctor_checks(config, project)
         assert checks[f"port {port}"]["ok"] and "`kiwi dev`'s server" in checks[f"port {port}"]["detail"]
         assert (
             checks[f"port {ui}"]["ok"]
@@ -119,13 +114,7 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeyp
             f"temporal:\n  port: {others[0]}\n  ui_port: {others[1]}\n  db_file: state/temporal.sqlite\n"
             f"mcp:\n  port: {others[2]}\n"
         )
-        doctor = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "kiwi", "doctor", "--no-mcp", "--json",
-            env={**os.environ, "KIWI_DEV_CONFIG": str(elsewhere)}, cwd=str(project),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        said, _ = await asyncio.wait_for(doctor.communicate(), 120)
-        checks = {c["name"]: c for c in json.loads(said)["checks"]}
+        checks = await _doctor_checks(elsewhere, project)
         dev = checks["kiwi dev"]
         assert (
             dev["ok"]
@@ -258,6 +247,17 @@ def test_ports_picked_for_the_dev_server_are_never_ones_it_or_kiwi_dev_will_bind
     server.taken.add(5003)  # kiwi dev's MCP port
     argv = server.command()
     assert argv[argv.index("--ui-port") + 1] == "6001" and argv[argv.index("--http-port") + 1] == "6002", argv
+
+
+async def _doctor_checks(config: Path, project: Path) -> dict[str, dict]:
+    """`kiwi doctor --no-mcp --json`'s checks by name, run from ``project`` with the dev settings ``config``."""
+    doctor = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kiwi", "doctor", "--no-mcp", "--json",
+        env={**os.environ, "KIWI_DEV_CONFIG": str(config)}, cwd=str(project),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    said, _ = await asyncio.wait_for(doctor.communicate(), 120)
+    return {c["name"]: c for c in json.loads(said)["checks"]}
 
 
 def distinct_ports(count: int, avoid: set[int] | frozenset[int] = frozenset()) -> list[int]:

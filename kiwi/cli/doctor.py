@@ -278,7 +278,7 @@ async def _ports() -> list[Check]:
         ("MCP HTTP", mcp["host"], mcp["port"]),
     ):
         busy = port_open(host, int(port))
-        expected = {"Temporal UI": "the Temporal UI", "MCP HTTP": "a Kiwi MCP front end"}.get(what)
+        expected = _SERVES.get(what)
         if not busy:
             checks.append(Check(f"port {port}", True, f"{what} port {host}:{port} is free for `kiwi dev`"))
         elif what == "Temporal gRPC" and await answers_as_temporal(f"{host}:{port}"):
@@ -286,20 +286,28 @@ async def _ports() -> list[Check]:
                 Check(f"port {port}", True, f"{what} port {host}:{port}: a Temporal server (reused)")
             )
         elif expected and _who(host, int(port)) == expected:
-            checks.append(
-                Check(f"port {port}", True, f"{what} port {host}:{port}: {expected} (`kiwi dev` running)")
-            )
+            checks.append(_serving(what, host, int(port)))
         else:
             checks.append(
-                Check(
-                    f"port {port}",
-                    False,
+                _port_warning(
+                    port,
                     f"{what} port {host}:{port} is in use (by `kiwi dev` already running, or another program)",
                     "if it is not Kiwi, stop that program or set another port in temporal-dev.yml",
-                    warning=True,
                 )
             )
     return checks
+
+
+# What answers on kiwi dev's HTTP ports (see _who).
+_SERVES = {"Temporal UI": "the Temporal UI", "MCP HTTP": "a Kiwi MCP front end"}
+
+
+def _serving(what: str, host: str, port: int) -> Check:
+    return Check(f"port {port}", True, f"{what} port {host}:{port}: {_SERVES[what]} (`kiwi dev` running)")
+
+
+def _port_warning(port: int | str, detail: str, fix: str) -> Check:
+    return Check(f"port {port}", False, detail, fix, warning=True)
 
 
 async def _running_ports(running: RunningDev, database: Path) -> list[Check]:
@@ -329,32 +337,23 @@ async def _running_ports(running: RunningDev, database: Path) -> list[Check]:
         )
     else:
         checks.append(
-            Check(
-                f"port {grpc}",
-                False,
+            _port_warning(
+                grpc,
                 f"`kiwi dev` holds {database}, but nothing answers as Temporal at {running.address}",
                 "it may be starting; if it stays so, stop that `kiwi dev` (Ctrl-C where it runs) and start it again",
-                warning=True,
             )
         )
-    for what, port, expected in (
-        ("Temporal UI", running.ui_port, "the Temporal UI"),
-        ("MCP HTTP", running.mcp_port, "a Kiwi MCP front end"),
-    ):
+    for what, port in (("Temporal UI", running.ui_port), ("MCP HTTP", running.mcp_port)):
         if not port:
             continue
-        if _who(host, port) == expected:
-            checks.append(
-                Check(f"port {port}", True, f"{what} port {host}:{port}: {expected} (`kiwi dev` running)")
-            )
+        if _who(host, port) == _SERVES[what]:
+            checks.append(_serving(what, host, port))
         else:
             checks.append(
-                Check(
-                    f"port {port}",
-                    False,
-                    f"{what} port {host}:{port} of the running `kiwi dev` does not answer as {expected}",
+                _port_warning(
+                    port,
+                    f"{what} port {host}:{port} of the running `kiwi dev` does not answer as {_SERVES[what]}",
                     "it may be starting; if it stays so, stop that `kiwi dev` and start it again",
-                    warning=True,
                 )
             )
     return checks
