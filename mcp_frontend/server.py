@@ -59,6 +59,7 @@ from kiwi.toolargs import CONTROL_CHARACTERS, check_arguments, json_kind
 from kiwi.upstream.catalog import McpCatalog
 from mcp_frontend.capabilities import BeyondTools
 from mcp_frontend.resources import RunWatches
+from workflows.directive_run.options import HELD
 
 INSTRUCTIONS = """Kiwi runs directives (reusable workflow specs) durably on Temporal.
 Typical flow: search(item_type="directive", query=...) → load(...) to read its steps and inputs →
@@ -893,7 +894,7 @@ async def _checkpoint_refused(runs: RunClient, run_id: str) -> KiwiError | None:
         status = await runs.answered_status(run_id)  # (None at once when no worker polls: not held-checked)
     except KiwiError:
         return None
-    if status is not None and status.status in ("stuck", "awaiting_human"):
+    if status is not None and status.status in HELD:
         return RunStateConflict(
             f"no checkpoint taken: run {run_id} is {status.status}; a held run runs nothing the agent asks for",
             hint=f"a human resumes it (`kiwi resume {run_id}`); ask again then",
