@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from kiwi.errors import InputInvalid
+from kiwi.toolargs import json_kind
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w-]*(?:\.[\w-]+)*)\}")
 _MISSING = object()
@@ -79,31 +80,31 @@ def coerce_input(kind: str, value: Any) -> Any:
     """Convert ``value`` (a CLI string or a JSON value) to the declared input type, or raise ValueError."""
     if kind == "string":
         if isinstance(value, (dict, list)):
-            raise ValueError(f"expected a string, got {type(value).__name__}")
+            raise ValueError(f"expected a string, got {json_kind(value)}")
         return value if isinstance(value, str) else json.dumps(value)
     if kind == "boolean":
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
             return value.strip().lower() in ("true", "yes", "1")
-        raise ValueError(f"expected a boolean (true/false), got {value!r}")
+        raise ValueError(f"expected a boolean (true/false), got {json_kind(value)}")
     if kind == "integer":
         if isinstance(value, bool):
-            raise ValueError(f"expected an integer, got {value!r}")
+            raise ValueError(f"expected an integer, got {json_kind(value)}")
         if isinstance(value, int):
             return value
         if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
             return int(value)
-        raise ValueError(f"expected an integer, got {value!r}")
+        raise ValueError(f"expected an integer, got {json_kind(value)}")
     if kind == "number":
         if isinstance(value, bool):
-            raise ValueError(f"expected a number, got {value!r}")
+            raise ValueError(f"expected a number, got {json_kind(value)}")
         if isinstance(value, (int, float)):
             return value
         try:
             return float(value) if "." in str(value) or "e" in str(value).lower() else int(value)
         except (TypeError, ValueError):
-            raise ValueError(f"expected a number, got {value!r}") from None
+            raise ValueError(f"expected a number, got {json_kind(value)}") from None
     if kind in ("array", "object"):
         expected = list if kind == "array" else dict
         if isinstance(value, str):
@@ -113,10 +114,10 @@ def coerce_input(kind: str, value: Any) -> Any:
                 if kind == "array":
                     value = [v.strip() for v in value.split(",") if v.strip()]
                 else:
-                    raise ValueError(f"expected a JSON object, got {value!r}") from None
+                    raise ValueError(f"expected a JSON object, got {json_kind(value)}") from None
         if not isinstance(value, expected):
             raise ValueError(
-                f"expected {'a JSON array' if kind == 'array' else 'a JSON object'}, got {value!r}"
+                f"expected {'a JSON array' if kind == 'array' else 'a JSON object'}, got {json_kind(value)}"
             )
         return value
     raise ValueError(f"unknown type {kind!r}")

@@ -8,6 +8,7 @@ It keeps no run state, so restarting it mid-run loses nothing.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import hmac
 import json
 import logging
@@ -40,6 +41,7 @@ from kiwi.errors import (
     ItemInvalid,
     KiwiError,
     PermissionDenied,
+    Problem,
     RunInOtherProject,
     RunStateConflict,
 )
@@ -77,7 +79,8 @@ Source = Literal["all", "project", "local", "user", "registry"]
 EXECUTE_DESCRIPTION = """Act on an item or a run. A run's id always goes in run_id. One example per action:
 - directive run: execute(item_type='directive', action='run', item_id='hello_kiwi', parameters={'name': 'Ada'}) \
 -> run_id, state, current_step (what to do now), tool_context, permissions
-- directive validate: execute(item_type='directive', action='validate', item_id='hello_kiwi')
+- directive validate: execute(item_type='directive', action='validate', item_id='hello_kiwi'); a draft before \
+it is written: parameters={'content': ...}
 - directive create / update: execute(item_type='directive', action='create', item_id='tidy', \
 parameters={'content': 'the whole Markdown file with its xml block'}) (only a valid directive is written)
 - directive / knowledge delete: execute(item_type='knowledge', action='delete', item_id='note-1', \
@@ -153,6 +156,8 @@ def error(item_type: str, action: str, item_id: str, exc: BaseException) -> Any:
 # How long an id (item_id, run_id, a call id, an idempotency key) or a search's words may be.
 MAX_ID_CHARS = 256
 MAX_QUERY_CHARS = 2000
+# A help(stuck)'s count of failed attempts (1e30 was taken, and shown to the approver as it came).
+MAX_ATTEMPTS = 1_000_000
 
 
 def text_problem(limit: int, **fields: str | None) -> InputInvalid | None:
@@ -391,6 +396,9 @@ class KiwiMCPServer(MCPServer):
     watches: RunWatches  # (set by build_server: the runs its subscribers watch)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None and (problem := stray_arguments(name, tool.parameters, arguments)) is not None:
+            return error(*_shown_call(name, arguments), problem)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -401,10 +409,78 @@ class KiwiMCPServer(MCPServer):
             ):
                 raise
             message, hint = argument_problems(exc.__cause__)
-            item_type = arguments.get("item_type") if isinstance(arguments.get("item_type"), str) else ""
-            action = arguments.get("action") if isinstance(arguments.get("action"), str) else ""
-            item_id = arguments.get("item_id") if isinstance(arguments.get("item_id"), str) else ""
-            return error(item_type, action or name, item_id, InputInvalid(message, hint=hint))
+            return error(*_shown_call(name, arguments), InputInvalid(message, hint=hint))
+
+
+def _shown_call(name: str, arguments: dict[str, Any]) -> tuple[str, str, str]:
+    """The item type, action and item id an error about a call's arguments names (the tool's name as its
+    action when it has none); an id that is no short text is not echoed."""
+
+    def text(key: str) -> str:
+        value = arguments.get(key)
+        return value if isinstance(value, str) and len(value) <= MAX_ID_CHARS else ""
+
+    return text("item_type"), text("action") or name, text("item_id")
+
+
+# Other tools' and Kiwi MCP's names for an argument, and where it goes here (review s33: execute's `inputs`,
+# Kiwi MCP's name for a directive's inputs, was dropped without a word and the run started without them).
+_ARGUMENT_HOMES = {
+    "inputs": "parameters",
+    "arguments": "parameters",
+    "args": "parameters",
+    "params": "parameters",
+    "directive_name": "item_id",
+    "directive": "item_id",
+    "tool_name": "item_id",
+    "tool_id": "item_id",
+    "zettel_id": "item_id",
+    "name": "item_id",
+    "id": "item_id",
+    "call_id": "item_id",
+    "type": "item_type",
+    "runId": "run_id",
+}
+
+
+def stray_arguments(tool: str, schema: dict[str, Any], arguments: Any) -> InputInvalid | None:
+    """Arguments the tool does not take, or true/false given for a number: refused, not dropped (an agent that
+    misspells an optional argument, `limt`, or sends another tool's, `inputs`, would get an answer made without
+    it and never know). None when every argument is the tool's."""
+    if not isinstance(arguments, dict):
+        return None  # (the argument model's check answers it)
+    properties = schema.get("properties") or {}
+    stray = [key for key in arguments if key not in properties]
+    if stray:
+        key = stray[0]
+        home = _ARGUMENT_HOMES.get(key)
+        if home not in properties:
+            close = difflib.get_close_matches(key, list(properties), n=1, cutoff=0.6)
+            home = close[0] if close else None
+        shown = key if len(key) <= 64 and not CONTROL_CHARACTERS.search(key) else "(unreadable name)"
+        many = f" (and {len(stray) - 1} more)" if len(stray) > 1 else ""
+        return InputInvalid(
+            f"{tool} has no argument '{shown}'{many}; it takes {', '.join(properties)}",
+            hint=(f"send it as '{home}'" if home else "leave it out")
+            + " (the tool's inputSchema lists its arguments)",
+        )
+    for key, value in arguments.items():
+        kinds = _schema_types(properties[key])
+        if isinstance(value, bool) and kinds & {"integer", "number"} and "boolean" not in kinds:
+            return InputInvalid(
+                f"'{key}' must be a number, got {json_kind(value)}",
+                hint="call again with the arguments corrected (the tool's inputSchema lists them)",
+            )
+    return None
+
+
+def _schema_types(spec: dict[str, Any]) -> set[str]:
+    """The JSON types a property's schema allows (its anyOf's too)."""
+    kinds = spec.get("type")
+    found = {kinds} if isinstance(kinds, str) else set(kinds or ())
+    for option in spec.get("anyOf") or ():
+        found |= _schema_types(option)
+    return found
 
 
 class TemporalUnavailable(KiwiError):
@@ -806,7 +882,7 @@ def build_server(
         ),
         run_id: str | None = Field(default=None, description="the run the signal is about"),
         reason: str = Field(default="", description="why help is needed"),
-        attempts: int = Field(default=0, ge=0, description="failed attempts so far (stuck)"),
+        attempts: int = Field(default=0, ge=0, le=MAX_ATTEMPTS, description="failed attempts so far (stuck)"),
         options: list[str] = Field(default_factory=list, description="choices for a human (escalate)"),
     ) -> Annotated[mcp_types.CallToolResult, HelpAnswer]:
         if action == "guidance":
@@ -872,6 +948,9 @@ def build_server(
             }
         )
 
+    for tool in server._tool_manager.list_tools():  # noqa: SLF001 - MCPServer has no setter for it
+        # What stray_arguments refuses, said in the schema clients read.
+        tool.parameters["additionalProperties"] = False
     return server
 
 
@@ -960,8 +1039,36 @@ async def _execute(
     if item_type == "directive" and action == "validate":
         from kiwi.items.validation import validate_file
 
-        record = link.store.find("directive", item_id)
-        result = validate_file(Path(record.path), frozenset(link.store.local_tools()))
+        local = frozenset(link.store.local_tools())
+        draft = parameters.get("content")
+        if draft is None:
+            record = link.store.find("directive", item_id)
+            result = validate_file(Path(record.path), local)
+        else:
+            # A draft checked before it is written (review s33: the content was ignored and the saved file
+            # validated, so a broken draft was answered valid).
+            if not isinstance(draft, str) or not draft.strip():
+                raise InputInvalid(
+                    "validate's parameters.content is a directive's draft: the whole Markdown file with its "
+                    f"```xml block, not {json_kind(draft)}",
+                    hint="leave parameters out to validate the saved directive named item_id",
+                )
+            name = item_id or "draft"
+            where = link.store.project_root / ".ai" / "directives" / f"{name}.md"
+            result = validate_file(where, local, text=draft)
+            shown = "parameters.content (not written)"
+            result["path"] = shown
+            for problem in result["problems"]:
+                problem["path"] = shown if problem["path"] == str(where) else problem["path"]
+            if item_id and result.get("item_id") not in (None, item_id):
+                result["valid"] = False
+                result["problems"].append(
+                    Problem(
+                        f"the content defines directive '{result['item_id']}', not '{item_id}': make "
+                        "<directive name> match item_id",
+                        shown,
+                    ).as_dict()
+                )
         result.pop("_problems", None)
         return result
     runs = await link.runs()

@@ -731,11 +731,14 @@ def test_an_input_given_in_another_json_type_is_taken_as_the_readme_says(kind, g
 @pytest.mark.parametrize(
     "kind, given, says",
     [
-        ("string", {"first": "Ada"}, "expected a string, got dict"),
-        ("string", ["Ada"], "expected a string, got list"),
-        ("integer", "3.5", "expected an integer, got '3.5'"),
-        ("boolean", "maybe", "expected a boolean"),
-        ("object", "[1]", "expected a JSON object"),
+        # Named as JSON names them (they were Python's: "got dict", "got list", "got True"; review s33).
+        ("string", {"first": "Ada"}, "expected a string, got an object"),
+        ("string", ["Ada"], "expected a string, got an array"),
+        ("integer", "3.5", "expected an integer, got the text '3.5'"),
+        ("integer", True, "expected an integer, got true"),
+        ("boolean", "maybe", "expected a boolean (true/false), got the text 'maybe'"),
+        ("object", "[1]", "expected a JSON object, got an array"),
+        ("array", {"a": 1}, "expected a JSON array, got an object"),
     ],
 )
 def test_an_input_of_a_type_that_cannot_be_taken_is_refused(kind, given, says):

@@ -876,3 +876,111 @@ async def test_ids_and_words_that_are_no_text_and_unexpected_failures_answer_in_
         assert failed["error"] == "KiwiError", failed
         assert failed["message"] == "Kiwi could not answer this call (RuntimeError); its log has the details"
         assert "did not expect" not in json.dumps(failed)
+
+
+async def test_arguments_a_tool_does_not_take_are_refused_not_dropped(runs, project, temporal_env):
+    """Review s33 (a careless agent): arguments the four tools do not take were dropped without a word, so
+    `execute(directive, run, inputs={...})` (Kiwi MCP's name for parameters) started the run without its
+    inputs, and `limit: true` or `attempts: 1e30` were taken as numbers. Each is InputInvalid naming the
+    argument and where it goes, and nothing is done."""
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert all(t.input_schema["additionalProperties"] is False for t in listed.values()), listed
+
+        async def refused(tool: str, **arguments) -> dict:
+            result = await client.call_tool(tool, arguments)
+            assert result.is_error, result
+            shown = data(result)
+            assert shown["error"] == "InputInvalid", shown
+            return shown
+
+        before = data(await client.call_tool("search", {"item_type": "run"}))["results"]
+        inputs = await refused(
+            "execute", item_type="directive", action="run", item_id="hello_kiwi", inputs={"name": "Mo"}
+        )
+        assert inputs["message"].startswith("execute has no argument 'inputs'; it takes item_type, action"), (
+            inputs
+        )
+        assert inputs["hint"].startswith("send it as 'parameters'"), inputs
+        assert (inputs["item_type"], inputs["action"], inputs["item_id"]) == (
+            "directive",
+            "run",
+            "hello_kiwi",
+        )
+        after = data(await client.call_tool("search", {"item_type": "run"}))["results"]
+        assert after == before  # no run started without its inputs
+        for tool, arguments, stray, home in (
+            ("search", {"item_type": "directive", "query": "x", "limt": 5}, "limt", "limit"),
+            ("load", {"item_type": "directive", "directive_name": "hello_kiwi"}, "directive_name", "item_id"),
+            ("help", {"action": "stuck", "run_id": "run-x", "reasn": "tests fail"}, "reasn", "reason"),
+        ):
+            shown = await refused(tool, **arguments)
+            assert shown["message"].startswith(f"{tool} has no argument '{stray}'; it takes "), shown
+            assert shown["hint"].startswith(f"send it as '{home}'"), shown
+        nameless = await refused("search", item_type="directive", **{"\x00" * 3: 1, "other": 2})
+        assert nameless["message"].startswith("search has no argument '(unreadable name)' (and 1 more)"), (
+            nameless
+        )
+        assert nameless["hint"].startswith("leave it out"), nameless
+        for tool, arguments, field in (
+            ("search", {"item_type": "directive", "query": "x", "limit": True}, "limit"),
+            ("help", {"action": "stuck", "run_id": "run-x", "attempts": True}, "attempts"),
+            ("execute", {"item_type": "run", "action": "poll", "wait_seconds": False}, "wait_seconds"),
+        ):
+            shown = await refused(tool, **arguments)
+            assert shown["message"].startswith(f"'{field}' must be a number, got "), shown
+        huge = await refused("help", action="stuck", run_id="run-x", attempts=10**30)
+        assert huge["message"].startswith("'attempts': Input should be less than or equal to 1000000"), huge
+
+
+async def test_validate_checks_a_draft_it_is_sent_without_writing_it(runs, project, temporal_env):
+    """Review s33: validate with parameters.content ignored the content and answered for the saved file (or
+    ItemNotFound for a new one), so a broken draft was reported valid. The draft is checked, nothing is written."""
+    from tests.helpers import directive_md
+
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    good = directive_md(
+        '<step name="w"><tool_call tool="filesystem.write"><param name="path">notes/made.txt</param>'
+        '<param name="content">made</param></tool_call></step>',
+        name="drafted",
+        permissions='<write resource="filesystem" path="notes/**"/>',
+    )
+    async with Client(server) as client:
+
+        async def validate(item_id: str, content) -> dict:
+            return data(
+                await client.call_tool(
+                    "execute",
+                    {
+                        "item_type": "directive",
+                        "action": "validate",
+                        "item_id": item_id,
+                        "parameters": {"content": content},
+                    },
+                )
+            )
+
+        checked = await validate("drafted", good)
+        assert checked["valid"] is True and checked["item_id"] == "drafted", checked
+        assert checked["path"] == "parameters.content (not written)"
+        assert [s["step"] for s in checked["steps"]] == ["w"], checked
+        broken = await validate("drafted", good.replace('name="w"', ""))
+        assert broken["valid"] is False, broken
+        assert any("<step> needs a name attribute" in p["message"] for p in broken["problems"]), broken
+        assert all(p["path"] == "parameters.content (not written)" for p in broken["problems"]), broken
+        # A hello_kiwi draft under another name: named as save_directive would refuse it.
+        hello = (project / ".ai" / "directives" / "hello_kiwi.md").read_text()
+        renamed = await validate("other", hello)
+        assert renamed["valid"] is False, renamed
+        assert "defines directive 'hello_kiwi', not 'other'" in renamed["problems"][-1]["message"], renamed
+        notext = await validate("drafted", {"a": 1})
+        assert notext["error"] == "InputInvalid" and "not an object" in notext["message"], notext
+        # The saved file is still what validate without content checks; the draft was never written.
+        saved = data(
+            await client.call_tool(
+                "execute", {"item_type": "directive", "action": "validate", "item_id": "hello_kiwi"}
+            )
+        )
+        assert saved["valid"] is True and saved["path"].endswith("hello_kiwi.md"), saved
+    assert not list((project / ".ai").rglob("drafted.md"))

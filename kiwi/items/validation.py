@@ -77,21 +77,24 @@ def ungranted_calls(directive: Directive, path: str = "") -> list[Problem]:
     return problems
 
 
-def validate_file(path: Path, local_tools: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """Parse and check one item file; its problems, signature (and whether a trusted key made it), step plan."""
-    item_type = item_type_of(path)
-    if not path.exists():
+def validate_file(
+    path: Path, local_tools: frozenset[str] = frozenset(), text: str | None = None
+) -> dict[str, Any]:
+    """Parse and check one item file; its problems, signature (and whether a trusted key made it), step plan.
+    ``text``: a directive's draft, checked as if it were the file at ``path`` (which need not exist)."""
+    item_type = "directive" if text is not None else item_type_of(path)
+    if text is None and not path.exists():
         return {
             "path": str(path),
             "item_type": item_type,
             "valid": False,
             "problems": [Problem("no such file", str(path)).as_dict()],
         }
-    parsed, problems = parse_item(item_type, path)  # type: ignore[arg-type]
+    parsed, problems = parse_item(item_type, path, text)  # type: ignore[arg-type]
     result: dict[str, Any] = {"path": str(path), "item_type": item_type}
     if parsed is not None:
         try:
-            status = verify(path.read_text(encoding="utf-8"))
+            status = verify(path.read_text(encoding="utf-8") if text is None else text)
             if status.signer:
                 root = find_project_root(path.resolve().parent)
                 check_trust(status, load_trusted(root, user_space()).with_role("sign"), item_type)
