@@ -8,7 +8,6 @@ It keeps no run state, so restarting it mid-run loses nothing.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import hmac
 import json
 import logging
@@ -57,7 +56,7 @@ from kiwi.registry import RegistryRefused
 from kiwi.registry.embedded import kept_while_serving
 from kiwi.registry.local import write_pulled
 from kiwi.runs import RunClient
-from kiwi.toolargs import CONTROL_CHARACTERS, check_arguments, json_kind
+from kiwi.toolargs import CONTROL_CHARACTERS, check_arguments, json_kind, stray_argument
 from kiwi.upstream.catalog import McpCatalog
 from mcp_frontend.capabilities import BeyondTools
 from mcp_frontend.resources import RunWatches
@@ -450,20 +449,8 @@ def stray_arguments(tool: str, schema: dict[str, Any], arguments: Any) -> InputI
     if not isinstance(arguments, dict):
         return None  # (the argument model's check answers it)
     properties = schema.get("properties") or {}
-    stray = [key for key in arguments if key not in properties]
-    if stray:
-        key = stray[0]
-        home = _ARGUMENT_HOMES.get(key)
-        if home not in properties:
-            close = difflib.get_close_matches(key, list(properties), n=1, cutoff=0.6)
-            home = close[0] if close else None
-        shown = key if len(key) <= 64 and not CONTROL_CHARACTERS.search(key) else "(unreadable name)"
-        many = f" (and {len(stray) - 1} more)" if len(stray) > 1 else ""
-        return InputInvalid(
-            f"{tool} has no argument '{shown}'{many}; it takes {', '.join(properties)}",
-            hint=(f"send it as '{home}'" if home else "leave it out")
-            + " (the tool's inputSchema lists its arguments)",
-        )
+    if (stray := stray_argument(tool, list(properties), arguments, _ARGUMENT_HOMES)) is not None:
+        return InputInvalid(stray.reason, hint=f"{stray.hint} (the tool's inputSchema lists its arguments)")
     for key, value in arguments.items():
         kinds = _schema_types(properties[key])
         if isinstance(value, bool) and kinds & {"integer", "number"} and "boolean" not in kinds:

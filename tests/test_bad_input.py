@@ -83,6 +83,11 @@ def main(**params):
         ("directive.run", {"directive": "child", "inputs": "x=1"}, "'inputs' must be a JSON object"),
         ("directive.run", {"inputs": {}}, "'directive' (the directive's name) is required"),
         ("files.read_text_file", {"path": "x" * 1_600_000}, "over the limit of 1,500,000"),
+        (
+            "git.commit",
+            {"message": "m", "paths": ["a"], "extra": 1},
+            "no argument 'extra'; it takes paths, message",
+        ),
     ],
 )
 def test_wrong_arguments_name_the_argument_and_what_to_send(tool, args, names):
@@ -98,7 +103,10 @@ def test_wrong_arguments_name_the_argument_and_what_to_send(tool, args, names):
         ("shell.run", {"argv": ["echo", "hi"], "timeout": 2.5, "cwd": "."}),
         ("filesystem.write", {"path": "notes/a", "content": "x" * MAX_CONTENT_BYTES, "encoding": "utf-8"}),
         ("filesystem.list", {}),
-        ("git.commit", {"message": "m", "paths": ["a"], "extra": "ignored"}),
+        ("git.commit", {"message": "m", "paths": ["a"]}),
+        # Kiwi MCP's other arguments to its meta-tools (the compat directives send them): taken, ignored.
+        ("kiwi-mcp.search", {"query": "x", "source": "local", "sort_by": "score"}),
+        ("kiwi-mcp.load", {"tool_name": "t", "sections": "all"}),
         ("files.anything", {"nested": {"deep": [1, 2, None]}}),
     ],
 )
@@ -178,6 +186,10 @@ async def _workbench(runs, project) -> str:
         ("filesystem.write", {"path": "notes/a.txt", "content": "é" * 1_000_000}, "argument 'content'"),
         ("git.commit", {"message": "m", "paths": 3}, "argument 'paths'"),
         ("directive.run", {"directive": "workbench", "inputs": []}, "argument 'inputs'"),
+        # Arguments a built-in does not take (review s33: dropped, so a misspelt content wrote an empty file).
+        ("filesystem.write", {"path": "notes/a.txt", "contnet": "x"}, "no argument 'contnet'"),
+        ("filesystem.read", {"path": "notes/a.txt", "max_bytes": 5}, "no argument 'max_bytes'"),
+        ("shell.run", {"command": "echo hi", "env": {"A": "1"}}, "no argument 'env'"),
     ],
 )
 async def test_a_wrong_argument_is_an_input_error_at_once_and_the_run_carries_on(
@@ -338,6 +350,37 @@ async def test_a_step_parameter_that_does_not_fit_fails_the_step_before_the_call
     assert status.status == "failed" and names in status.error, status.error
     assert [s.status for s in status.steps] == ["failed"]
     assert status.calls == 0 and not (project / "notes" / "x").exists()
+
+
+async def test_a_step_parameter_a_built_in_does_not_take_is_refused_and_kiwi_validate_names_it(runs, project):
+    """Review s33: a misspelt <param> of a built-in was dropped, so `contnet` wrote an empty notes/x (or emptied
+    one that was there). `kiwi validate` names it with the spelling meant; the run refuses the call."""
+    from kiwi.items.validation import validate_file
+
+    write(project / "notes" / "x", "kept")
+    path = project / ".ai" / "directives" / "misspelt.md"
+    write_directive(
+        path,
+        directive_md(
+            '<step name="call"><tool_call tool="filesystem.write"><param name="path">notes/x</param>'
+            '<param name="contnet">made</param></tool_call></step>',
+            name="misspelt",
+            permissions='<write resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    checked = validate_file(path)
+    assert checked["valid"] is False
+    assert [p["message"] for p in checked["problems"] if p["severity"] == "error"] == [
+        "step \"call\": filesystem.write has no <param> 'contnet'; it takes path, encoding, content "
+        "(send it as 'content')"
+    ]
+    run_id = await runs.start("misspelt", {})
+    with pytest.raises(Exception):  # noqa: B017 - the run fails; its status says why
+        await runs.handle(run_id).result()
+    status = await runs.status(run_id)
+    assert status.status == "failed" and "filesystem.write has no argument 'contnet'" in status.error, status
+    assert [(c.status, c.origin) for c in status.last_calls] == [("error", "step")], status.last_calls
+    assert (project / "notes" / "x").read_text() == "kept"
 
 
 async def test_a_failed_call_fails_its_step_visibly(runs, project):

@@ -585,3 +585,36 @@ async def test_record_rollback_refused_history(runs, project):
     await runs.complete_step(run_id, "work", {"done": True})
     await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "rollback_refused", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_args_closed_history(runs, project):
+    """Record tests/histories/args_closed-{patch id}.json: built-in calls with an argument they do not take,
+    refused when admitted (kiwi.toolargs.ARGS_CLOSED), then a call that fits. (args_open-{patch id}.json is
+    the same run recorded by the code before the rule, b0c7f2c, where both calls ran and the misspelt content
+    wrote an empty file: it replays without the rule.)"""
+
+    write(project / "notes" / "a.md", "# A note\n")
+    write_directive(
+        project / ".ai" / "directives" / "notes.md",
+        directive_md(
+            '<step name="work"><action>Read and write notes.</action></step>',
+            name="notes",
+            permissions='<read resource="filesystem" path="notes/**"/><write resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    run_id = await runs.start("notes", {})
+    await awaiting_step(runs, run_id, "work")
+    for tool, arguments in (
+        ("filesystem.read", {"path": "notes/a.md", "max_bytes": 5}),
+        ("filesystem.write", {"path": "notes/b.md", "contnet": "x"}),
+    ):
+        refused = await runs.call_tool(run_id, tool, arguments)
+        assert refused.error_type == "InputInvalid", refused
+    assert (await runs.call_tool(run_id, "filesystem.read", {"path": "notes/a.md"})).status == "ok"
+    assert not (project / "notes" / "b.md").exists()
+    await runs.complete_step(run_id, "work", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "args_closed", project)

@@ -12,6 +12,7 @@ from kiwi.items.store import find_project_root, parse_item, user_space
 from kiwi.keys import load_trusted
 from kiwi.policy import Decision
 from kiwi.signing import check_trust, verify
+from kiwi.toolargs import BUILTIN_SCHEMAS, stray_argument
 
 
 def item_type_of(path: Path) -> str:
@@ -77,6 +78,29 @@ def ungranted_calls(directive: Directive, path: str = "") -> list[Problem]:
     return problems
 
 
+def stray_params(directive: Directive, path: str = "") -> list[Problem]:
+    """Step <param>s that Kiwi's built-in tool does not take: the run refuses the call (InputInvalid), and
+    before it did, dropped them (a misspelt `contnet` wrote an empty file)."""
+    problems: list[Problem] = []
+    for step in directive.steps:
+        for call in step.tool_calls:
+            if call.tool not in BUILTIN_SCHEMAS or call.tool.startswith("kiwi-mcp."):
+                continue
+            stray = stray_argument(
+                call.tool, list(BUILTIN_SCHEMAS[call.tool]["properties"]), dict(call.params)
+            )
+            if stray is not None:
+                problems.append(
+                    Problem(
+                        f'step "{step.name}": {stray.reason.replace("argument", "<param>", 1)} ({stray.hint})',
+                        path,
+                        call.line,
+                        1,
+                    )
+                )
+    return problems
+
+
 def validate_file(
     path: Path, local_tools: frozenset[str] = frozenset(), text: str | None = None
 ) -> dict[str, Any]:
@@ -107,7 +131,7 @@ def validate_file(
     if isinstance(parsed, Directive):
         result["item_id"] = parsed.name
         result["steps"] = [p.model_dump() for p in parsed.plan(local_tools)]
-        problems += ungranted_calls(parsed, str(path))
+        problems += ungranted_calls(parsed, str(path)) + stray_params(parsed, str(path))
     elif parsed is not None:
         result["item_id"] = getattr(parsed, "tool_id", None) or getattr(parsed, "zettel_id", None)
     result["valid"] = parsed is not None and not any(p.severity == "error" for p in problems)
