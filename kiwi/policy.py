@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from kiwi.globs import first_match, glob_covered
 from kiwi.protected import granted as protected_granted
-from kiwi.protected import protected_root
+from kiwi.protected import protected_root, reaches, rule_in_force
 from kiwi.shellpolicy import (
     check_argv,
     later_refused,
@@ -58,6 +58,11 @@ def spellings(tool: str) -> tuple[str, ...]:
     return (tool,)
 
 
+# Since session 34 (a hostile review): a grant that names a protected place (`.git/config`, `.ai/tools/**`) is
+# kept when grants meet (an unsigned directive's and the base policy's, a child's and its parent's) only where
+# the other side names the place too; `**` covers it as globs and reaches none of it. Asked only where it
+# changes the answer: child runs started before replay as they ran.
+PROTECTED_NARROWED = "kiwi-protected-narrowed-s34"
 # What execute does in a run: start a child run or call a tool through the run. Authoring is for
 # the front end and humans (an item written in a run would be unsigned anyway).
 KIWI_MCP_RUN_ACTIONS = ("run", "call")
@@ -591,7 +596,13 @@ class PermissionSet(BaseModel):
         def paths(mine: list[str], theirs: list[str]) -> list[str]:
             kept = [p for p in theirs if any(glob_covered(p, q) for q in mine)]
             kept += [p for p in mine if any(glob_covered(p, q) for q in theirs) and p not in kept]
-            return kept
+            # A grant that names a protected place is kept only where the other side names it too.
+            fenced = [
+                p
+                for p in kept
+                if any(reaches(p, q, glob_covered(p, q)) for q in (mine if p in theirs else theirs))
+            ]
+            return fenced if fenced != kept and rule_in_force(PROTECTED_NARROWED) else kept
 
         def names(mine: list[str], theirs: list[str]) -> list[str]:
             if "*" in mine:
@@ -634,10 +645,13 @@ class PermissionSet(BaseModel):
         def over(mine: list[str], theirs: list[str]) -> list[str]:
             return [n for n in mine if "*" not in theirs and n not in theirs]
 
-        excess = [f"read {p}" for p in self.fs_read if not any(glob_covered(p, q) for q in parent.fs_read)]
-        excess += [
-            f"write {p}" for p in self.fs_write if not any(glob_covered(p, q) for q in parent.fs_write)
-        ]
+        def uncovered(mine: list[str], theirs: list[str]) -> list[str]:
+            wider = [p for p in mine if not any(glob_covered(p, q) for q in theirs)]
+            fenced = [p for p in mine if not any(reaches(p, q, glob_covered(p, q)) for q in theirs)]
+            return fenced if fenced != wider and rule_in_force(PROTECTED_NARROWED) else wider
+
+        excess = [f"read {p}" for p in uncovered(self.fs_read, parent.fs_read)]
+        excess += [f"write {p}" for p in uncovered(self.fs_write, parent.fs_write)]
         excess += [f"tool {t}" for t in over(self.tools, parent.tools)]
         excess += [
             f"shell option {program} {o}"

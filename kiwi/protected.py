@@ -105,6 +105,29 @@ def names(pattern: str, root: str) -> bool:
     return [fold(s) for s in _literal_segments(pattern)[: len(parts)]] == parts
 
 
+def named_place(pattern: str) -> str | None:
+    """The protected place the grant ``pattern`` names in its literal part (``.git/config``: ``.git``;
+    ``.ai/tools/**``: ``.ai/tools``), or None. Every place counts as protected here, whatever rule a run has met:
+    this answers which grants may stand in for others (see :func:`reaches`), where stricter is safe."""
+    literal = "/".join(_literal_segments(pattern))
+    if not literal:
+        return None
+    with rules_assumed():
+        root = protected_root(literal)
+    return root if root is not None and names(pattern, root) else None
+
+
+def reaches(narrow: str, wide: str, covered: bool) -> bool:
+    """Whether the grant ``wide`` reaches everything the grant ``narrow`` does: its globs cover it (``covered``,
+    :func:`kiwi.globs.glob_covered`) and it names the protected place ``narrow`` names, if any. ``**`` covers
+    ``.git/config`` as globs, and reaches none of it (review s34: an unsigned directive's ``.git/config`` was
+    kept by the base policy's ``read **``, and the run read the token in it)."""
+    if not covered:
+        return False
+    place = named_place(narrow)
+    return place is None or names(wide, place)
+
+
 def granted(patterns: list[str] | tuple[str, ...], rel: str) -> str | None:
     """The first grant that covers ``rel``, protected places included; None if none does."""
     match = first_match(patterns, rel)

@@ -618,3 +618,41 @@ async def test_record_args_closed_history(runs, project):
     await runs.complete_step(run_id, "work", {"done": True})
     await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "args_closed", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_child_protected_history(runs, project):
+    """Record tests/histories/child_protected-{patch id}.json: a parent granted `read **` starts (on
+    `on_escalation: intersect`) a child declaring `read .git/config`, which the child is not given
+    (kiwi.policy.PROTECTED_NARROWED: an escalation, narrowed). (child_open-{patch id}.json is the same run
+    recorded by the code before the rule, b0c7f2c, where the child kept the grant: it replays without the rule.)"""
+    (project / ".git").mkdir()
+    write(project / ".git" / "config", "[core]\n")
+    write(project / ".ai" / "config" / "agent_harness.yaml", "child_runs:\n  on_escalation: intersect\n")
+    for name, step, grants in (
+        (
+            "boss",
+            "lead",
+            '<read resource="filesystem" path="**"/><execute resource="tool" id="directive.run"/>',
+        ),
+        ("helper", "help", '<read resource="filesystem" path=".git/config"/>'),
+    ):
+        write_directive(
+            project / ".ai" / "directives" / f"{name}.md",
+            directive_md(
+                f'<step name="{step}"><action>{step}</action></step>', name=name, permissions=grants
+            ),
+        )
+    parent = await runs.start("boss", {})
+    await awaiting_step(runs, parent, "lead")
+    child = (await runs.call_tool(parent, "directive.run", {"directive": "helper"})).result["run_id"]
+    await awaiting_step(runs, child, "help")
+    read = await runs.call_tool(child, "filesystem.read", {"path": ".git/config"})
+    assert read.status == "denied", read
+    await runs.complete_step(child, "help", {"done": True})
+    await runs.handle(child).result()
+    await runs.complete_step(parent, "lead", {"done": True})
+    await runs.handle(parent).result()
+    await _save_history(runs.handle(parent), "child_protected", project)

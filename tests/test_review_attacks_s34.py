@@ -1,0 +1,156 @@
+"""Review s34: a hostile agent's attacks through the MCP front end and child runs, against the real stack (a
+Temporal server, Kiwi's worker, the front end with a real MCP client). Each test's docstring says the attack and
+the safe outcome."""
+
+from __future__ import annotations
+
+import pytest
+from mcp.client import Client as McpClient
+
+from kiwi.policy import PermissionSet
+from mcp_frontend.server import build_server
+from tests.helpers import awaiting_step, data, directive_md, write, write_directive
+
+TOKEN = "ghp_SECRETTOKEN1234567890"
+GIT_CONFIG = f'[remote "origin"]\n\turl = https://alice:{TOKEN}@github.com/alice/app.git\n'
+ENV_FILE = "API_KEY=sk-live-SECRETVALUE\n"
+
+# What the agent declares: the protected places first (what it is after), then what the base grants anyway.
+GREEDY = (
+    '<read resource="filesystem" path=".git/config"/><read resource="filesystem" path=".ai/tools/**"/>'
+    '<read resource="filesystem" path=".ai/config/**"/><read resource="filesystem" path="notes/**"/>'
+    '<write resource="filesystem" path=".ai/tools/**"/><write resource="filesystem" path=".git/config"/>'
+    '<write resource="filesystem" path="notes/**"/>'
+)
+
+
+@pytest.mark.parametrize("write_all", [False, True], ids=["base-read-all", "base-read-and-write-all"])
+async def test_an_unsigned_directive_the_agent_writes_reaches_no_protected_place(
+    runs, project, temporal_env, write_all
+):
+    """The attack: the agent writes an unsigned directive declaring reads and writes of `.git/config` and
+    `.ai/tools/**`, and runs it. An unsigned directive runs with what its grants share with the base policy, and
+    the base's `read **` / `write **` covered those globs, so the run was granted them by name, and named grants
+    reach protected places: it read the remote's token and a tool's .env, and (base `write **`) rewrote a tool's
+    main.py, code the worker runs. Now a grant naming a protected place is kept only where the base names it."""
+    (project / ".git").mkdir()
+    write(project / ".git" / "config", GIT_CONFIG)
+    write(project / ".ai" / "tools" / "text" / "word_count" / ".env", ENV_FILE)
+    tool_code = project / ".ai" / "tools" / "text" / "word_count" / "main.py"
+    before = tool_code.read_text()
+    write(project / "notes" / "a.md", "a note")
+    if write_all:
+        write(
+            project / ".ai" / "config" / "agent_harness.yaml",
+            "internal_tools:\n  filesystem:\n    read: ['**']\n    write: ['**']\n",
+        )
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    content = directive_md(
+        '<step name="work"><action>Look around.</action></step>', name="peek", permissions=GREEDY
+    )
+    async with McpClient(server) as client:
+
+        async def execute(**arguments) -> dict:
+            return data(await client.call_tool("execute", arguments))
+
+        created = await execute(
+            item_type="directive", action="create", item_id="peek", parameters={"content": content}
+        )
+        assert created["status"] == "created", created
+        started = await execute(item_type="directive", action="run", item_id="peek")
+        run_id = started["run_id"]
+        assert started["trust"]["grants"] == "base", started["trust"]
+        # (A write grant is a read grant too: notes/** may come twice.)
+        assert set(started["permissions"]["fs_read"]) == {"notes/**"}, started["permissions"]
+        assert set(started["permissions"].get("fs_write", [])) == ({"notes/**"} if write_all else set()), (
+            started
+        )
+        for tool, arguments in (
+            ("filesystem.read", {"path": ".git/config"}),
+            ("filesystem.read", {"path": ".ai/tools/text/word_count/.env"}),
+            ("filesystem.list", {"path": ".ai/config"}),
+            ("filesystem.write", {"path": ".ai/tools/text/word_count/main.py", "content": "import os\n"}),
+            ("filesystem.write", {"path": ".git/config", "content": "[core]\n\tfsmonitor = touch PWNED\n"}),
+        ):
+            refused = await execute(
+                item_type="tool", action="call", item_id=tool, run_id=run_id, parameters=arguments
+            )
+            assert refused["status"] == "denied", (tool, arguments, refused)
+            assert TOKEN not in str(refused) and "sk-live" not in str(refused)
+        fine = await execute(
+            item_type="tool",
+            action="call",
+            item_id="filesystem.read",
+            run_id=run_id,
+            parameters={"path": "notes/a.md"},
+        )
+        assert fine["status"] == "ok" and fine["result"]["content"] == "a note", fine
+    assert tool_code.read_text() == before
+    assert (project / ".git" / "config").read_text() == GIT_CONFIG
+    assert not (project / "PWNED").exists()
+
+
+def test_grants_meet_on_protected_places_only_where_both_sides_name_them():
+    """The rule itself (kiwi.protected.reaches): `**` covers `.git/config` as globs and reaches none of it; a
+    grant naming the place (`.git/**`) reaches it. Both ways round, and for what a child declares beyond its
+    parent (exceeds)."""
+    base = PermissionSet(fs_read=["**"], fs_write=["**"])
+    greedy = PermissionSet(
+        fs_read=[".git/config", ".ai/tools/**", "sub/.git/HEAD", "temporal-dev.yml", "notes/**"],
+        fs_write=[".ai/tools/**", ".ai/config/agent_harness.yaml", "out/**"],
+    )
+    met = base.intersect(greedy)
+    assert (met.fs_read, met.fs_write) == (["notes/**"], ["out/**"])
+    assert greedy.exceeds(base) == [
+        "read .git/config",
+        "read .ai/tools/**",
+        "read sub/.git/HEAD",
+        "read temporal-dev.yml",
+        "write .ai/tools/**",
+        "write .ai/config/agent_harness.yaml",
+    ]
+    naming = PermissionSet(fs_read=[".git/**", "notes/**"], fs_write=[".ai/tools/text/**"])
+    met = naming.intersect(greedy)
+    assert (met.fs_read, met.fs_write) == ([".git/config", "notes/**"], [".ai/tools/text/**"])
+    # A base that names a place gives it to no directive that asks for `**` only.
+    met = PermissionSet(fs_read=[".git/config", "src/**"]).intersect(PermissionSet(fs_read=["**"]))
+    assert met.fs_read == ["src/**"]
+
+
+async def test_a_child_run_gets_no_protected_place_its_parent_reaches_only_by_globs(runs, project):
+    """The attack through a child run: a parent granted `read **` starts a child directive (signed, so it has its
+    own grants) declaring `read .git/config`. On `on_escalation: intersect` the child kept `.git/config` (covered
+    by `**` as globs) and read it; on `deny` it was no escalation. Now it is one: refused on `deny`, dropped on
+    `intersect`."""
+    (project / ".git").mkdir()
+    write(project / ".git" / "config", GIT_CONFIG)
+    write(project / "notes" / "a.md", "a note")
+    write_directive(
+        project / ".ai" / "directives" / "boss.md",
+        directive_md(
+            '<step name="lead"><action>Lead.</action></step>',
+            name="boss",
+            permissions='<read resource="filesystem" path="**"/><execute resource="tool" id="directive.run"/>',
+        ),
+    )
+    write_directive(
+        project / ".ai" / "directives" / "helper.md",
+        directive_md(
+            '<step name="help"><action>Help.</action></step>',
+            name="helper",
+            permissions='<read resource="filesystem" path=".git/config"/><read resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    parent = await runs.start("boss", {})
+    await awaiting_step(runs, parent, "lead")
+    denied = await runs.call_tool(parent, "directive.run", {"directive": "helper"})
+    assert denied.status == "denied" and "read .git/config" in denied.reason, denied
+    write(project / ".ai" / "config" / "agent_harness.yaml", "child_runs:\n  on_escalation: intersect\n")
+    parent = await runs.start("boss", {})
+    await awaiting_step(runs, parent, "lead")
+    child = (await runs.call_tool(parent, "directive.run", {"directive": "helper"})).result["run_id"]
+    await awaiting_step(runs, child, "help")
+    read = await runs.call_tool(child, "filesystem.read", {"path": ".git/config"})
+    assert read.status == "denied", read
+    assert TOKEN not in str(read)
+    assert (await runs.call_tool(child, "filesystem.read", {"path": "notes/a.md"})).status == "ok"
