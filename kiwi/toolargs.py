@@ -64,7 +64,14 @@ _EXECUTE = _object(
 
 
 BUILTIN_SCHEMAS: dict[str, dict[str, Any]] = {
-    "filesystem.read": _object({"path": _STRING, "encoding": _ENCODING}, ("path",)),
+    "filesystem.read": _object(
+        {
+            "path": _STRING,
+            "encoding": _ENCODING,
+            "max_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_CONTENT_BYTES},
+        },
+        ("path",),
+    ),
     "filesystem.write": _object(
         {
             "path": _STRING,
@@ -126,7 +133,7 @@ BUILTIN_SCHEMAS: dict[str, dict[str, Any]] = {
     "kiwi-mcp.run": _EXECUTE,
 }
 _HINTS = {
-    "filesystem.read": '{"path": "notes/a.md"}',
+    "filesystem.read": '{"path": "notes/a.md", "max_bytes": 10000}',
     "filesystem.write": '{"path": "notes/a.md", "content": "text", "encoding": "utf-8"}',
     "filesystem.list": '{"path": "notes"}',
     "filesystem.create": '{"path": "notes/new-folder"}',
@@ -273,8 +280,9 @@ def _builtin_problem(tool: str, args: dict[str, Any], hint: str) -> ArgumentErro
 
 # Since session 34: an argument Kiwi's own built-ins (filesystem.*, shell.run, git.*, directive.run) do not
 # take is refused when the call is admitted. It was dropped: filesystem.write with a misspelt `contnet` wrote an
-# empty file, filesystem.read's `max_bytes` read the whole file (review s33). Kiwi's meta-tools (kiwi-mcp.*) keep
-# taking Kiwi MCP's other arguments (`sort_by`, `sections`, `project_path`), which they ignore.
+# empty file (review s33). Kiwi's meta-tools (kiwi-mcp.*) keep taking Kiwi MCP's other arguments (`sort_by`,
+# `sections`, `project_path`), which they ignore. With it filesystem.read takes `max_bytes` (README trial s34: the
+# README and a step's hint named it, and the run dropped it, reading the whole file).
 ARGS_CLOSED = "kiwi-builtin-args-closed-s34"
 
 

@@ -188,7 +188,9 @@ async def _workbench(runs, project) -> str:
         ("directive.run", {"directive": "workbench", "inputs": []}, "argument 'inputs'"),
         # Arguments a built-in does not take (review s33: dropped, so a misspelt content wrote an empty file).
         ("filesystem.write", {"path": "notes/a.txt", "contnet": "x"}, "no argument 'contnet'"),
-        ("filesystem.read", {"path": "notes/a.txt", "max_bytes": 5}, "no argument 'max_bytes'"),
+        ("filesystem.read", {"path": "notes/a.txt", "offset": 5}, "no argument 'offset'"),
+        ("filesystem.read", {"path": "notes/a.txt", "max_bytes": -5}, "'max_bytes' must be at least 1"),
+        ("filesystem.read", {"path": "notes/a.txt", "max_bytes": "5"}, "'max_bytes' must be an integer"),
         ("shell.run", {"command": "echo hi", "env": {"A": "1"}}, "no argument 'env'"),
     ],
 )
@@ -206,6 +208,18 @@ async def test_a_wrong_argument_is_an_input_error_at_once_and_the_run_carries_on
     assert status.status == "awaiting_agent"
     # Arguments too large to send are answered by the client; the run refuses (and records) the rest.
     assert [c.status for c in status.last_calls] == (["ok"] if unsendable(tool, args) else ["error", "ok"])
+
+
+async def test_filesystem_read_reads_max_bytes_at_most_and_says_it_cut(runs, project):
+    """README trial s34: the README and a step's hint name filesystem.read's max_bytes, and the run dropped it,
+    reading the whole file."""
+    run_id = await _workbench(runs, project)
+    write(project / "notes" / "long.md", "0123456789" * 10)
+    head = await runs.call_tool(run_id, "filesystem.read", {"path": "notes/long.md", "max_bytes": 4})
+    assert head.status == "ok", head
+    assert (head.result["content"], head.result["size"], head.result["truncated"]) == ("0123", 100, True)
+    whole = await runs.call_tool(run_id, "filesystem.read", {"path": "notes/long.md", "max_bytes": 100})
+    assert (whole.result["content"], whole.result["truncated"]) == ("0123456789" * 10, False)
 
 
 async def test_three_megabytes_of_content_is_refused_with_the_limit_before_it_reaches_the_run(

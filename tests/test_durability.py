@@ -592,9 +592,10 @@ async def test_record_rollback_refused_history(runs, project):
 )
 async def test_record_args_closed_history(runs, project):
     """Record tests/histories/args_closed-{patch id}.json: built-in calls with an argument they do not take,
-    refused when admitted (kiwi.toolargs.ARGS_CLOSED), then a call that fits. (args_open-{patch id}.json is
-    the same run recorded by the code before the rule, b0c7f2c, where both calls ran and the misspelt content
-    wrote an empty file: it replays without the rule.)"""
+    refused when admitted (kiwi.toolargs.ARGS_CLOSED), then a read of 3 bytes (max_bytes, which the run dropped
+    before the rule). (args_open-{patch id}.json is the run of this test's first version recorded by the code
+    before the rule, b0c7f2c: a read with max_bytes 5 read the whole file and the misspelt content wrote an empty
+    file; it replays without the rule.)"""
 
     write(project / "notes" / "a.md", "# A note\n")
     write_directive(
@@ -608,12 +609,13 @@ async def test_record_args_closed_history(runs, project):
     run_id = await runs.start("notes", {})
     await awaiting_step(runs, run_id, "work")
     for tool, arguments in (
-        ("filesystem.read", {"path": "notes/a.md", "max_bytes": 5}),
+        ("filesystem.read", {"path": "notes/a.md", "offset": 5}),
         ("filesystem.write", {"path": "notes/b.md", "contnet": "x"}),
     ):
         refused = await runs.call_tool(run_id, tool, arguments)
         assert refused.error_type == "InputInvalid", refused
-    assert (await runs.call_tool(run_id, "filesystem.read", {"path": "notes/a.md"})).status == "ok"
+    head = await runs.call_tool(run_id, "filesystem.read", {"path": "notes/a.md", "max_bytes": 3})
+    assert head.result["content"] == "# A" and head.result["truncated"], head
     assert not (project / "notes" / "b.md").exists()
     await runs.complete_step(run_id, "work", {"done": True})
     await runs.handle(run_id).result()

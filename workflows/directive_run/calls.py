@@ -30,7 +30,8 @@ with workflow.unsafe.imports_passed_through():
     from kiwi.errors import PermissionDenied, ToolFailed, ToolNotFound
     from kiwi.guards import digest, redact, summarise_call, summarise_result
     from kiwi.policy import FILESYSTEM_TOOLS, KIWI_MCP_ACTIONS, Decision, parse_command, spellings
-    from kiwi.toolargs import BUILTIN_SCHEMAS, kiwi_execute_target
+    from kiwi.rules import rule_in_force
+    from kiwi.toolargs import ARGS_CLOSED, BUILTIN_SCHEMAS, kiwi_execute_target
 
 from workflows.directive_run.errors import (
     CallRefused,
@@ -272,6 +273,12 @@ class CallsMixin:
                 encoding=args.get("encoding", "utf-8"),
                 allowed=grants,
                 denied=snap.grants.deny_fs,
+                # (Dropped before ARGS_CLOSED: asked only where it changes the request.)
+                **(
+                    {"max_bytes": args["max_bytes"]}
+                    if tool == "filesystem.read" and "max_bytes" in args and rule_in_force(ARGS_CLOSED)
+                    else {}
+                ),
             )
             if self.fs_local and read_only and self.batched:
                 # Reads and listings made in the same workflow task go out together (one local activity).
