@@ -53,6 +53,34 @@ def test_a_misspelt_resource_names_the_right_one(project, capsys):
     assert any('resource="shel"' in m and 'did you mean "shell"?' in m for m in found), found
 
 
+def test_a_misspelt_built_in_tool_is_an_error_naming_the_right_one_and_no_mcp_grant(project, capsys):
+    """README trial s34: `filesystem.wrte` validated (and signed); the run's step, meant to run by itself, waited
+    for the agent. `shell.runn` was an error hinting at an MCP grant for a server called shell. A tool of a
+    declared MCP server of such a name (mcp-server-git's git.git_status) is no misspelling."""
+    body = (
+        '<step name="w"><tool_call tool="filesystem.wrte"><param name="path">notes/a</param></tool_call>'
+        '<tool_call tool="shell.runn"><param name="command">sort notes.txt</param></tool_call>'
+        '<tool_call tool="git.checkpiont"/></step>'
+    )
+    permissions = '<write resource="filesystem" path="notes/**"/><execute resource="shell" commands="sort"/>'
+    found = problems(project, capsys, "misspelt", body, permissions)
+    assert found == [
+        'step "w" calls filesystem.wrte, which is no tool of Kiwi\'s: did you mean filesystem.write?',
+        'step "w" calls shell.runn, which is no tool of Kiwi\'s: did you mean shell.run?',
+        'step "w" calls git.checkpiont, which is no tool of Kiwi\'s: did you mean git.checkpoint?',
+    ], found
+    server = write(
+        project / ".ai" / "directives" / "gitserver.md",
+        directive_md(
+            '<step name="s"><tool_call tool="git.git_status"/></step>',
+            name="gitserver",
+            permissions='<execute resource="mcp" name="git" actions="git_status"/>',
+            tools='<tools><mcp name="git"><tool>git_status</tool></mcp></tools>',
+        ),
+    )
+    assert kiwi(["validate", str(server)]) == 0, capsys.readouterr().out
+
+
 def test_a_granted_call_validates(project, capsys):
     path = write(
         project / ".ai" / "directives" / "fine.md",

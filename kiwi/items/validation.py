@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from kiwi.items.directive import Directive
 from kiwi.items.files import read_item_bytes
 from kiwi.items.store import find_project_root, parse_item, user_space
 from kiwi.keys import load_trusted
-from kiwi.policy import Decision
+from kiwi.policy import BUILTIN_NAMESPACES, BUILTIN_TOOLS, KIWI_MCP_TOOLS, Decision
 from kiwi.signing import check_trust, verify
 from kiwi.toolargs import BUILTIN_SCHEMAS, stray_argument
 
@@ -78,6 +79,34 @@ def ungranted_calls(directive: Directive, path: str = "") -> list[Problem]:
     return problems
 
 
+def unknown_builtins(directive: Directive, path: str = "") -> list[tuple[str, Problem]]:
+    """Step calls of a tool in the namespace of Kiwi's own (``filesystem.wrte``, ``shell.runn``) that is none
+    of them, nor a tool of a declared MCP server of that name: a misspelling. The step waited for the agent,
+    though it was meant to run by itself (README trial s34), and the hint named an MCP grant."""
+    known = (*BUILTIN_TOOLS, *KIWI_MCP_TOOLS)
+    servers = {name for mcp in directive.metadata.tools.mcps for name in (mcp.name, mcp.alias) if name}
+    problems: list[tuple[str, Problem]] = []
+    for step in directive.steps:
+        for call in step.tool_calls:
+            space = call.tool.partition(".")[0]
+            if call.tool in known or space not in (*BUILTIN_NAMESPACES, "kiwi-mcp") or space in servers:
+                continue
+            close = difflib.get_close_matches(call.tool, known, n=1, cutoff=0.6)
+            problems.append(
+                (
+                    call.tool,
+                    Problem(
+                        f'step "{step.name}" calls {call.tool}, which is no tool of Kiwi\'s'
+                        + (f": did you mean {close[0]}?" if close else f" (its tools: {', '.join(known)})"),
+                        path,
+                        call.line,
+                        1,
+                    ),
+                )
+            )
+    return problems
+
+
 def stray_params(directive: Directive, path: str = "") -> list[Problem]:
     """Step <param>s that Kiwi's built-in tool does not take: the run refuses the call (InputInvalid), and
     before it did, dropped them (a misspelt `contnet` wrote an empty file)."""
@@ -131,7 +160,14 @@ def validate_file(
     if isinstance(parsed, Directive):
         result["item_id"] = parsed.name
         result["steps"] = [p.model_dump() for p in parsed.plan(local_tools)]
-        problems += ungranted_calls(parsed, str(path)) + stray_params(parsed, str(path))
+        misspelt = unknown_builtins(parsed, str(path))
+        # (A misspelt tool's grant check named an MCP grant for it: its own problem says what is wrong.)
+        ungranted = [
+            p
+            for p in ungranted_calls(parsed, str(path))
+            if not any(f" calls {t}, " in p.message for t, _ in misspelt)
+        ]
+        problems += [*(m for _, m in misspelt), *ungranted, *stray_params(parsed, str(path))]
     elif parsed is not None:
         result["item_id"] = getattr(parsed, "tool_id", None) or getattr(parsed, "zettel_id", None)
     result["valid"] = parsed is not None and not any(p.severity == "error" for p in problems)
