@@ -253,3 +253,22 @@ def test_kiwi_show_of_an_mcp_tool_or_server_prints_text_unless_json(project, cap
     assert '"tools"' not in out
     assert kiwi(["show", "clock.convert_time", "--type", "mcp", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["tool"]["name"] == "convert_time"
+
+
+async def test_kiwi_run_exits_1_when_the_run_it_shows_has_already_failed(runs, project):
+    """README trial s34: `kiwi run` without --wait printed `failed` and exited 0, so a script took the run for
+    started and well. A run that failed within its first task (a step the run refuses) exits 1; one that waits
+    for the agent exits 0."""
+    write_directive(
+        project / ".ai" / "directives" / "outside.md",
+        directive_md(
+            '<step name="w"><tool_call tool="filesystem.write"><param name="path">elsewhere/a.txt</param>'
+            '<param name="content">x</param></tool_call></step>',
+            name="outside",
+            permissions='<write resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    code, out, err = await kiwi_cli("run", "outside", *connection(runs))
+    assert code == 1 and "failed" in out, out + err
+    code, out, err = await kiwi_cli("run", "hello_kiwi", "--input", "name=Ada", *connection(runs))
+    assert code == 0 and RUN_ID.search(out), out + err

@@ -222,7 +222,9 @@ async def _follow_started(args: argparse.Namespace, runs: RunClient, run_id: str
         else:
             print(f"started {run_id}")
             _print_status(status)
-        return 0
+        # A run that has already failed (or timed out, or was cancelled) by the time it is shown is a failure
+        # for scripts too, as with --wait (README trial s34: `failed` was printed with exit 0).
+        return 1 if status.status in ENDED_BADLY else 0
     if not args.json:
         print(
             f"started {run_id}; following it until it finishes or waits for the agent or a human (Ctrl-C stops "
@@ -232,6 +234,10 @@ async def _follow_started(args: argparse.Namespace, runs: RunClient, run_id: str
     if args.json:
         print(status.model_dump_json(indent=2))
     return 0 if status.status in ("completed", "awaiting_agent", "awaiting_approval") else 1
+
+
+# The states of a run that ended without doing its work.
+ENDED_BADLY = tuple(s for s in TERMINAL if s != "completed")
 
 
 @_with_runs
