@@ -796,6 +796,9 @@ def test_an_input_given_in_another_json_type_is_taken_as_the_readme_says(kind, g
         ("boolean", "maybe", "expected a boolean (true/false), got the text 'maybe'"),
         ("object", "[1]", "expected a JSON object, got an array"),
         ("array", {"a": 1}, "expected a JSON array, got an object"),
+        ("number", "1e400", "expected a finite number, got the text '1e400'"),
+        ("number", "nan", "expected a number, got the text 'nan'"),
+        ("number", "-1e999", "expected a finite number"),
     ],
 )
 def test_an_input_of_a_type_that_cannot_be_taken_is_refused(kind, given, says):
@@ -819,3 +822,41 @@ def test_the_registry_commands_take_script_for_tool_as_the_readme_says(argv):
     from kiwi.cli import build_parser
 
     assert build_parser().parse_args(argv).type == "tool"
+
+
+async def test_an_optional_input_a_step_uses_without_a_default_is_a_warning_and_a_clear_failure(
+    runs, project
+):
+    """README trial s34: an optional input with no default, used in a step's parameter, validated ok, and the run
+    failed saying "no input is called 'ratio'", of a declared input. validate warns; the run's failure names the
+    input and both fixes."""
+    from kiwi.items.validation import validate_file
+
+    path = project / ".ai" / "directives" / "scaled.md"
+    write_directive(
+        path,
+        directive_md(
+            '<step name="w"><tool_call tool="filesystem.write"><param name="path">notes/r.txt</param>'
+            '<param name="content">{ratio}</param></tool_call></step>',
+            name="scaled",
+            permissions='<write resource="filesystem" path="notes/**"/>',
+            inputs='<input name="ratio" type="number" required="false"/>',
+        ),
+    )
+    checked = validate_file(path)
+    assert checked["valid"] is True
+    assert [p["message"] for p in checked["problems"] if p["severity"] == "warning"] == [
+        'step "w" uses {ratio}, an optional input with no default: a run started without it fails there; give it '
+        'a default (<input name="ratio" ... default="...">) or make it required="true"'
+    ]
+    run_id = await runs.start("scaled", {})
+    with pytest.raises(Exception):  # noqa: B017 - the run fails; its status says why
+        await runs.handle(run_id).result()
+    status = await runs.status(run_id)
+    assert status.status == "failed", status
+    assert status.error.startswith(
+        "{ratio} has no value: the optional input 'ratio' was not given and has no default; pass it"
+    ), status.error
+    given = await runs.start("scaled", {"ratio": "0.5"})
+    assert (await runs.handle(given).result()).status == "completed"
+    assert (project / "notes" / "r.txt").read_text() == "0.5"

@@ -130,7 +130,8 @@ async def test_validate_and_the_run_refuse_the_same_call(runs, project, temporal
 
     address = runs.client.service_client.config.target_host
     code, out, err = await kiwi_cli("run", "sorter", "--address", address, "--task-queue", runs.task_queue)
-    assert code == 0 and "started run-sorter-" in out, out + err
+    # (It started, and failed at once at that step: exit 1, as a run shown failed is since the s34 trial.)
+    assert code == 1 and "started run-sorter-" in out and "failed" in out, out + err
     assert re.search(
         r'kiwi run: warning: \.ai/directives/sorter\.md:\d+:1: step "sorted" calls shell\.run, which the run '
         r"would refuse: shell command 'sort' is not in the allowlist",

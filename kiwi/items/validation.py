@@ -13,6 +13,7 @@ from kiwi.items.store import find_project_root, parse_item, user_space
 from kiwi.keys import load_trusted
 from kiwi.policy import BUILTIN_NAMESPACES, BUILTIN_TOOLS, KIWI_MCP_TOOLS, Decision
 from kiwi.signing import check_trust, verify
+from kiwi.templating import placeholders
 from kiwi.toolargs import BUILTIN_SCHEMAS, stray_argument
 
 
@@ -107,6 +108,29 @@ def unknown_builtins(directive: Directive, path: str = "") -> list[tuple[str, Pr
     return problems
 
 
+def unset_inputs(directive: Directive, path: str = "") -> list[Problem]:
+    """Warnings for each optional input with no default that a step's parameter uses: a run started without it
+    fails at that step (README trial s34: validate said ok, the run failed)."""
+    optional = {i.name for i in directive.inputs if not i.required and i.default is None}
+    problems: list[Problem] = []
+    for step in directive.steps:
+        for call in step.tool_calls:
+            used = {ref.removeprefix("inputs.").split(".")[0] for ref in placeholders(call.params)}
+            for name in sorted(used & optional):
+                problems.append(
+                    Problem(
+                        f'step "{step.name}" uses {{{name}}}, an optional input with no default: a run started '
+                        f'without it fails there; give it a default (<input name="{name}" ... default="...">) '
+                        'or make it required="true"',
+                        path,
+                        call.line,
+                        1,
+                        "warning",
+                    )
+                )
+    return problems
+
+
 def stray_params(directive: Directive, path: str = "") -> list[Problem]:
     """Step <param>s that Kiwi's built-in tool does not take: the run refuses the call (InputInvalid), and
     before it did, dropped them (a misspelt `contnet` wrote an empty file)."""
@@ -168,6 +192,7 @@ def validate_file(
             if not any(f" calls {t}, " in p.message for t, _ in misspelt)
         ]
         problems += [*(m for _, m in misspelt), *ungranted, *stray_params(parsed, str(path))]
+        problems += unset_inputs(parsed, str(path))
     elif parsed is not None:
         result["item_id"] = getattr(parsed, "tool_id", None) or getattr(parsed, "zettel_id", None)
     result["valid"] = parsed is not None and not any(p.severity == "error" for p in problems)

@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
         StepFailed,
     )
     from kiwi.seal import start_sealed
-    from kiwi.templating import TemplateError
+    from kiwi.templating import TemplateError, unset_input
     from kiwi.toolargs import oversized_command
 
 from workflows.directive_run.audit_trail import AuditTrail
@@ -247,7 +247,7 @@ class DirectiveRun(
             self._fail_current_step()
         except TemplateError as exc:
             state.status = "failed"
-            state.error = str(exc)
+            state.error = unset_input(exc, directive.inputs) or str(exc)
             self._fail_current_step()
         self.audit.record({"event": "run_finished", "status": state.status, "error": state.error})
         self._publish()
