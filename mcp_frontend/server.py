@@ -574,7 +574,11 @@ def build_server(
             description="what to search: directive, tool, knowledge, run, or mcp (tools of "
             "the external MCP servers in mcp_registry.yaml); script is the same as tool"
         ),
-        query: str = Field(default="", description="words to look for; for runs, an optional directive name"),
+        query: str = Field(
+            default="",
+            description="words to look for (none: every item of item_type, by id); for runs, an optional "
+            "directive name",
+        ),
         source: Source = Field(
             default="all",
             description="which item space: project (or 'local', as in Kiwi MCP), user, registry (the shared "

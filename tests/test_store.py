@@ -147,6 +147,34 @@ def test_cli_search_and_show(project, capsys):
     assert "kiwi: no tool 'hello_kiwy'" in capsys.readouterr().err
 
 
+def test_a_search_of_no_words_lists_the_items_as_the_hints_say(project, capsys):
+    """README trial s34: the hints `run 'kiwi search --type directive' to list them` and `run 'kiwi search' to list
+    items` failed (a query was required), and `kiwi search '*'` matched nothing; the front end's search with no
+    query answered nothing as well. No words list the items, by type and id (the registry's search did so)."""
+    make_directive(project / ".ai", "deploy_docs", "Publish the documentation site", "deployment")
+    with pytest.raises(ItemNotFound) as missing:
+        ItemStore(project).find("directive", "zzqx")
+    assert missing.value.hint == "run `kiwi search --type directive` to list them"
+    assert kiwi(["search", "--type", "directive", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["results"]
+    assert [(r["item_type"], r["item_id"]) for r in listed] == [
+        ("directive", "deploy_docs"),
+        ("directive", "hello_kiwi"),
+    ]
+    assert kiwi(["search", "*", "--json"]) == 0
+    every = [(r["item_type"], r["item_id"]) for r in json.loads(capsys.readouterr().out)["results"]]
+    assert every == [
+        ("directive", "deploy_docs"),
+        ("directive", "hello_kiwi"),
+        ("knowledge", "kiwi-directives"),
+        ("tool", "word_count"),
+    ]
+    assert [r.item_id for r in ItemStore(project).search("", category="deployment")] == ["deploy_docs"]
+    assert [r.item_id for r in ItemStore(project).search("", item_type="directive", limit=1)] == [
+        "deploy_docs"
+    ]
+
+
 def test_console_script_help_lists_every_command():
     out = subprocess.run(
         [sys.executable, "-m", "kiwi", "--help"], capture_output=True, text=True, check=True

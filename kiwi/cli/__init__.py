@@ -489,7 +489,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "search", help="relevance search over directives, tools and knowledge (or MCP server tools)"
     )
-    p.add_argument("query", nargs="+", help="words to look for, e.g. deploy database")
+    p.add_argument(
+        "query",
+        nargs="*",
+        help="words to look for, e.g. deploy database; none (or *) lists every item (of --type), by id",
+    )
     p.add_argument(
         "--type",
         choices=(*ITEM_TYPES, *ITEM_ALIASES, "mcp"),

@@ -410,26 +410,31 @@ class ItemStore:
         limit: int = 10,
         refresh: bool = True,
     ) -> list[ItemRecord]:
-        """Multi-term BM25 search over name, description, category, tags and content."""
+        """Multi-term BM25 search over name, description, category, tags and content. A query of no words (``""``,
+        ``*``) lists the items (of ``item_type``, ``category``, ``source``) by type and id, as the registry's search
+        does: `kiwi search --type directive` and `search(item_type='directive')` list the directives."""
         if refresh:
             self.refresh()
         terms = re.findall(r"[^\W_]+", query.lower())
         if not terms:
-            return []
+            return self._match(None, item_type, category, source, limit)
         results = self._match(" ".join(f'"{t}"*' for t in terms), item_type, category, source, limit)
         if not results and len(terms) > 1:
             results = self._match(" OR ".join(f'"{t}"*' for t in terms), item_type, category, source, limit)
         return results
 
     def _match(
-        self, fts_query: str, item_type: str | None, category: str | None, source: str, limit: int
+        self, fts_query: str | None, item_type: str | None, category: str | None, source: str, limit: int
     ) -> list[ItemRecord]:
+        """The items matching ``fts_query`` best first; with None, every item by type and id."""
         sql = (
             f"SELECT {self._COLUMNS}, bm25(items_fts, 10.0, 5.0, 3.0, 3.0, 1.0) AS rank, "
             "snippet(items_fts, 4, '[', ']', '…', 12) FROM items_fts JOIN items i ON i.rowid = items_fts.rowid "
             "WHERE items_fts MATCH ?"
+            if fts_query is not None
+            else f"SELECT {self._COLUMNS}, NULL, '' FROM items i WHERE 1 = 1"
         )
-        args: list[Any] = [fts_query]
+        args: list[Any] = [fts_query] if fts_query is not None else []
         if item_type:
             sql += " AND i.item_type = ?"
             args.append(item_type)
@@ -439,7 +444,9 @@ class ItemStore:
         if source in SOURCES:
             sql += " AND i.source = ?"
             args.append(source)
-        sql += " ORDER BY rank LIMIT ?"
+        sql += (
+            " ORDER BY rank LIMIT ?" if fts_query is not None else " ORDER BY i.item_type, i.item_id LIMIT ?"
+        )
         args.append(max(1, min(limit, 200)))
         records = [self._record(r) for r in self._connect().execute(sql, args)]
         if records:
