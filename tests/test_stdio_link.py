@@ -20,6 +20,7 @@ import pytest
 
 from kiwi.upstream import stdio
 from kiwi.upstream.pool import McpPool, McpRefused, McpUnavailable
+from tests.helpers import wait_for
 from tests.test_mcp_servers import EVERYTHING, SERVERS, registry, text_of
 
 RAW_SERVER = SERVERS / "raw_server.py"
@@ -102,8 +103,13 @@ async def test_a_timeout_tells_the_server_and_retires_the_connection(project, ra
         await _call(pool, project, config, "hang")
     assert refused.value.type == "ToolTimeout"  # (not sent again: the server may have done it)
     hang = next(m for m in _received(log) if m.get("params", {}).get("name") == "hang")
-    cancelled = [m for m in _received(log) if m.get("method") == "notifications/cancelled"]
-    assert [m["params"]["requestId"] for m in cancelled] == [hang["id"]]
+
+    async def cancelled() -> list[dict]:
+        # (The retired connection closes in the background: the server may log the notice a moment later.)
+        return [m for m in _received(log) if m.get("method") == "notifications/cancelled"]
+
+    notices = await wait_for(cancelled, what="the server to log the cancel notice")
+    assert [m["params"]["requestId"] for m in notices] == [hang["id"]]
     # The next call goes to a fresh server process; the old one was stopped (its log shows a second start).
     assert text_of(await _call(pool, project, config, "echo", {"text": "after"})) == "after"
     assert [m["method"] for m in _received(log) if m.get("method") == "initialize"] == ["initialize"] * 2
