@@ -53,6 +53,10 @@ def propose_tool(
     entry = parsed.entrypoint
     if entry and entry not in files and parsed.tool_type in ("python", "bash"):
         raise InputInvalid(f"the manifest runs {entry}, which parameters.files does not hold")
+    if (why := misplaced(parsed.category, parsed.tool_id)) is not None:
+        raise InputInvalid(
+            f"tool '{parsed.tool_id}' cannot be proposed: {why}", hint="choose another category"
+        )
     for rel in files:
         if rel != "tool.yaml" and (why := foreign_tool_file(rel)) is not None:
             raise InputInvalid(f"parameters.files holds {rel}, which a tool may not: {why}")
@@ -85,6 +89,26 @@ def propose_tool(
         "message": "written as a proposal: nothing runs it until a human reads it and accepts it",
         "hint": f"a human runs `kiwi tools accept {parsed.tool_id}`",
     }
+
+
+# Folder names a proposed tool's category and id may not hold: `lib` is the code every Python tool of the space
+# imports (first on its path, before the standard library), `tools`/`scripts` would start a space's layout of
+# their own inside it (review s34: a proposed tool `json` in category `lib` became every tool's `json`).
+RESERVED_FOLDERS = ("lib", "tools", "scripts")
+
+
+def misplaced(category: str, tool_id: str) -> str | None:
+    """Why a tool of ``category`` and ``tool_id`` may not be installed where they put it, or None."""
+    for part in [*(category or "").replace("\\", "/").split("/"), tool_id]:
+        if part.casefold() in RESERVED_FOLDERS:
+            return (
+                f"its category or id names a '{part}' folder: a lib/ folder holds the code every Python tool "
+                "imports (ahead of the standard library), and tools/ or scripts/ would start a tool space inside "
+                "the tools"
+            )
+        if part.startswith("."):
+            return f"its category or id holds '{part}', a hidden folder"
+    return None
 
 
 def _mkdir(path: Path) -> Path:
@@ -122,6 +146,12 @@ def accept_tool(store: ItemStore, tool_id: str) -> dict[str, str]:
     )
     if any(p.severity == "error" for p in problems) or parsed.tool_id != tool_id:
         raise ItemInvalid(problems or [])
+    if (why := misplaced(parsed.category, tool_id)) is not None:
+        # (Proposed before the check: refused where the human accepts it too.)
+        raise InputInvalid(
+            f"proposed tool '{tool_id}' is not accepted: {why}",
+            hint=f"remove the proposal ({folder}); ask for it again under another category",
+        )
     existing = _existing(store, tool_id)
     target = existing or _inside(
         store.spaces["project"] / "tools", parsed.category or "", tool_id, what="tool"
