@@ -654,6 +654,12 @@ UNREAD = (".git/config", ".git/config.lock", ".git/config.worktree", ".ai/config
 _GIT_SETTINGS = ("config", "config.lock", "config.worktree", "config.worktree.lock")
 _MODULES_WALK_LIMIT = 10_000
 _LINK_WALK_LIMIT = 200_000
+# The folders of local tools, whose hidden files (a tool's `.env`, a `.venv`) a folder read does not read either
+# unless its grant names the place: `grep -r KEY .` and `git grep --untracked` printed a tool's
+# `.env` (review s34), which filesystem.read refuses. Past _TOOLS_WALK_LIMIT entries to look through, the whole
+# folder: never fewer than there are.
+TOOL_FOLDERS = (".ai/tools", ".ai/scripts")
+_TOOLS_WALK_LIMIT = 10_000
 
 
 def hidden_places(root: str) -> list[str]:
@@ -661,7 +667,7 @@ def hidden_places(root: str) -> list[str]:
     (``.git/worktrees/*``) as they are on disk; for a repository whose git folder is elsewhere in the project
     (`.git` a file saying `gitdir: .bare`), that folder's. Where a git folder holds too much to look through,
     all of its ``modules``: never fewer than there are."""
-    found = list(UNREAD)
+    found = list(UNREAD) + hidden_tool_files(root)
     for git in git_folders(root):
         if git != ".git":
             found += [f"{git}/{name}" for name in _GIT_SETTINGS]
@@ -691,6 +697,33 @@ def hidden_places(root: str) -> list[str]:
                 if e.is_dir(follow_symlinks=False)
                 for name in _GIT_SETTINGS
             ]
+    return found
+
+
+def hidden_tool_files(root: str) -> list[str]:
+    """The hidden entries (a name starting with a dot) below the tool folders (TOOL_FOLDERS), not looked into;
+    a tool folder whole when it holds more than _TOOLS_WALK_LIMIT entries to look through."""
+    found: list[str] = []
+    for place in TOOL_FOLDERS:
+        looked = 0
+        pending = [place]
+        while pending:
+            rel = pending.pop()
+            try:
+                entries = [
+                    (e.name, e.is_dir(follow_symlinks=False)) for e in os.scandir(os.path.join(root, rel))
+                ]
+            except OSError:
+                continue
+            looked += len(entries)
+            if looked > _TOOLS_WALK_LIMIT:
+                found = [f for f in found if not f.startswith(place + "/")] + [place]
+                break
+            for name, is_dir in entries:
+                if name.startswith("."):
+                    found.append(f"{rel}/{name}")
+                elif is_dir:
+                    pending.append(f"{rel}/{name}")
     return found
 
 

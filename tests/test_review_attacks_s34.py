@@ -4,6 +4,8 @@ the safe outcome."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from mcp.client import Client as McpClient
 
@@ -154,3 +156,32 @@ async def test_a_child_run_gets_no_protected_place_its_parent_reaches_only_by_gl
     assert read.status == "denied", read
     assert TOKEN not in str(read)
     assert (await runs.call_tool(child, "filesystem.read", {"path": "notes/a.md"})).status == "ok"
+
+
+async def test_a_folder_read_does_not_print_a_tools_hidden_files(runs, project):
+    """Review s34: with `read **` and shell grep/git (the default session's grants), `grep -r API_KEY .` and
+    `git grep --untracked -e API_KEY` printed a tool's `.env`, which filesystem.read refuses (.ai/tools is a
+    protected place). The kernel's wall withholds the hidden files of the tool folders, as it does .git/config:
+    `Permission denied`, the rest of the project searched. A grant naming .ai/tools reads them."""
+    import subprocess
+
+    from tests.test_attack_shell import agent_run, shell
+
+    secret = "sk-live-CANARY42"
+    write(project / ".ai" / "tools" / "text" / "word_count" / ".env", f"API_KEY={secret}\n")
+    write(project / ".ai" / "tools" / "text" / "word_count" / ".cache" / "k", f"API_KEY={secret}\n")
+    write(project / "src" / "app.py", "API_KEY = os.environ['API_KEY']\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    grants = '<read resource="filesystem" path="**"/><execute resource="shell" commands="grep,git"/>'
+    run_id = await agent_run(runs, project, "searcher", grants)
+    for argv in (["grep", "-r", "API_KEY", "."], ["git", "grep", "--untracked", "-e", "API_KEY"]):
+        result = await shell(runs, run_id, *argv)
+        assert result.status in ("ok", "error"), result
+        shown = json.dumps(result.model_dump())
+        assert secret not in shown, (argv, result)
+        assert "src/app.py" in result.result["stdout"], (argv, result)
+    named = await agent_run(
+        runs, project, "toolsearcher", grants + '<read resource="filesystem" path=".ai/tools/**"/>'
+    )
+    result = await shell(runs, named, "grep", "-r", "API_KEY", ".ai/tools")
+    assert secret in result.result["stdout"], result
