@@ -526,3 +526,37 @@ async def call_with_start(runs: RunClient, directive: str, inputs: dict[str, Any
         wait_for_stage=WorkflowUpdateStage.ACCEPTED,
     )
     return run_id, update
+
+
+SLOW_TOOL = """\
+tool_id: slow
+tool_type: python
+executor: {type: python, entrypoint: main.py}
+parameters:
+  - {name: seconds, type: number, required: true}
+"""
+SLOW_MAIN = """\
+import time
+
+
+def main(seconds):
+    time.sleep(seconds)
+    return {"slept": seconds}
+"""
+
+
+def write_slow_steps(project) -> None:
+    """A directive `slow` whose first automatic step takes 1.5 s (a local tool that sleeps) and whose second one
+    writes a file."""
+    write(project / ".ai" / "tools" / "slow" / "tool.yaml", SLOW_TOOL)
+    write(project / ".ai" / "tools" / "slow" / "main.py", SLOW_MAIN)
+    write_directive(
+        project / ".ai" / "directives" / "slow.md",
+        directive_md(
+            '<step name="wait"><tool_call tool="slow"><param name="seconds">1.5</param></tool_call></step>'
+            '<step name="write"><tool_call tool="filesystem.write"><param name="path">notes/late.txt</param>'
+            '<param name="content">late</param></tool_call></step>',
+            name="slow",
+            permissions='<execute resource="tool" id="slow"/><write resource="filesystem" path="notes/**"/>',
+        ),
+    )

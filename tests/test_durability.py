@@ -658,3 +658,20 @@ async def test_record_child_protected_history(runs, project):
     await runs.complete_step(parent, "lead", {"done": True})
     await runs.handle(parent).result()
     await _save_history(runs.handle(parent), "child_protected", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_deadline_calls_history(runs, project):
+    """Record tests/histories/deadline_calls-{patch id}.json: a run whose deadline passes during an automatic
+    step's call, timed out before the next step's call (DEADLINE_BETWEEN_CALLS). (deadline_open-{patch id}.json
+    is the same run recorded by the code before the rule, b0c7f2c, where it completed: it replays without it.)"""
+    from tests.helpers import write_slow_steps
+
+    write_slow_steps(project)
+    run_id = await runs.start("slow", {}, deadline_seconds=1.0)
+    with pytest.raises(Exception):  # noqa: B017 - the run timed out
+        await runs.handle(run_id).result()
+    assert (await runs.status(run_id)).status == "timed_out"
+    await _save_history(runs.handle(run_id), "deadline_calls", project)

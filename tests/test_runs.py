@@ -645,3 +645,24 @@ async def test_a_call_outside_a_run_waiting_for_approval_is_listed_with_the_othe
     assert request["tool"] == "filesystem.write"
     assert not (project / "notes" / "x.txt").exists()
     await runs.cancel(runs.session_id)
+
+
+async def test_a_deadline_that_passes_during_an_automatic_step_ends_the_run_before_its_next_call(
+    runs, project
+):
+    """README trial s34: `kiwi run slow --deadline 5` of automatic steps that took 20 s completed: the deadline was
+    checked only while a step waited for the agent. It is checked before each call of an automatic step too (a
+    call already running is not stopped: its own timeout bounds it)."""
+    from tests.helpers import write_slow_steps
+
+    write_slow_steps(project)
+    run_id = await runs.start("slow", {}, deadline_seconds=1.0)
+    with pytest.raises(Exception):  # noqa: B017 - the run timed out; its status says why
+        await runs.handle(run_id).result()
+    status = await runs.status(run_id)
+    assert status.status == "timed_out", status
+    assert status.error == "run deadline of 1s passed before step 'write' called filesystem.write", (
+        status.error
+    )
+    assert not (project / "notes" / "late.txt").exists()
+    assert status.calls == 1

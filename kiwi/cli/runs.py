@@ -1093,7 +1093,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--idempotency-key", help="the same key returns the existing run instead of starting another"
     )
-    p.add_argument("--deadline", type=float, metavar="SECONDS", help="time the run out after this long")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        metavar="SECONDS",
+        help="time the run out after this long (checked while it waits for the agent and before each call of "
+        "an automatic step; a call already running ends by its own timeout)",
+    )
     p.add_argument(
         "--wait",
         action="store_true",

@@ -165,6 +165,10 @@ APPROVAL_AUDITED = "kiwi-approval-audited"
 # in from the run's inputs and earlier steps' outputs, fails the step before admission walks its words, as
 # an agent's such call is refused by the run's update validator. Before it, a step's command had no limit.
 STEP_COMMAND_CAPPED = "kiwi-step-command-capped"
+# Since session 34 (README trial): a run's deadline (--deadline) is checked before each call of an automatic step
+# too, not only while a step waits for the agent (a run of slow automatic steps completed long past it). Asked
+# only where it changes the answer: once the deadline has passed.
+DEADLINE_BETWEEN_CALLS = "kiwi-deadline-between-calls-s34"
 # Escapes closed: approval decisions need an approver's signature, help(checkpoint) needs the
 # git.checkpoint grant, child runs inherit approval rules and share the parent's rate budget, tool
 # arguments are checked before anything is scheduled (a wrong one is InputInvalid, never a failed

@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from kiwi.guards import redact
     from kiwi.items.directive import Step, plan_step
+    from kiwi.rules import rule_in_force
     from kiwi.templating import render
     from kiwi.toolargs import ArgumentError, coerce_step_arguments, oversized_command
 
@@ -25,6 +26,7 @@ from workflows.directive_run.options import (
     APPROVAL_STATUS_KEPT,
     AUDIT_IDLE_FLUSH,
     CONTINUE_COMMIT_TIMER,
+    DEADLINE_BETWEEN_CALLS,
     HELD,
     RUN_OUTPUTS_BYTES,
     STEP_COMMAND_CAPPED,
@@ -82,6 +84,13 @@ class StepsMixin:
                     )
                     if state.cancel_reason:
                         state.status = "cancelled"
+                        return
+                    if self._overdue() and rule_in_force(DEADLINE_BETWEEN_CALLS):
+                        state.status = "timed_out"
+                        state.error = (
+                            f"run deadline of {self.snap.limits.deadline_seconds:g}s passed before step "
+                            f"'{step.name}' called {call.tool}"
+                        )
                         return
                     args = render(call.params, self._context())
                     if self.hardened:
@@ -200,6 +209,13 @@ class StepsMixin:
             return None
         elapsed = workflow.now() - datetime.fromisoformat(self.state.started_at)
         return max(timedelta(seconds=deadline) - elapsed, timedelta(milliseconds=1))
+
+    def _overdue(self: DirectiveRun) -> bool:
+        """Whether the run's deadline (if it has one) has passed."""
+        deadline = self.snap.limits.deadline_seconds
+        if not deadline:
+            return False
+        return workflow.now() - datetime.fromisoformat(self.state.started_at) >= timedelta(seconds=deadline)
 
     def _should_continue(self: DirectiveRun) -> bool:
         return (
