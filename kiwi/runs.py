@@ -41,6 +41,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from kiwi.auditlog import read_audit
@@ -111,6 +112,8 @@ class StartedRun:
     # The grants the run has (the declared ones only when a trusted key signed the directive).
     grants: PermissionSet | None = None
     trust: RunTrust | None = None
+    # The run its idempotency key had already started (nothing was started now).
+    existing: bool = False
 
 
 # Arguments over this size (JSON) make a call large: one large call per run is in flight from a client.
@@ -256,20 +259,14 @@ class RunClient:
                     SearchAttributePair(PROJECT_ATTR, self.project),
                 ]
             )
-        handle = await self.client.start_workflow(
-            DirectiveRun.run,
-            DirectiveRunInput(snapshot=snap),
-            id=run_id,
-            task_queue=self.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE
-            if idempotency_key
-            else WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            search_attributes=attributes,
-            static_summary=f"{directive.name} v{directive.version}: {directive.metadata.description}"[:200],
-            static_details=f"Inputs: {', '.join(f'{k}={v!r}' for k, v in snap.inputs.items()) or 'none'}\n\n"
-            f"Directive file: {snap.source_path}\n\nContent hash: {snap.content_hash}",
-        )
+        try:
+            handle = await self._start_run(snap, idempotency_key, attributes)
+        except WorkflowAlreadyStartedError:
+            # The key's run has ended (a key's id is never reused): that run is the answer, as a running one is.
+            handle = self.client.get_workflow_handle(run_id)
+            ended = True
+        else:
+            ended = False
         if idempotency_key and not self.all_projects:
             # A start with a running run's id answers that run (USE_EXISTING): were the id another project's
             # (its runs started before the id named the project), its agent would be handed this run, and
@@ -282,6 +279,19 @@ class RunClient:
                     "another project",
                     hint="start it with another idempotency_key",
                 )
+        # (The start's answer says whether it started a run or found the key's: the SDK keeps it on the handle.)
+        response = getattr(handle, "_start_workflow_response", None)
+        existing = ended or (
+            bool(idempotency_key) and response is not None and not getattr(response, "started", True)
+        )
+        if existing and (earlier := await self._start_inputs(handle)) is not None and earlier != snap.inputs:
+            # README trial s34: the same key with other inputs answered the old run as if it were the new one.
+            differ = sorted(k for k in {*earlier, *snap.inputs} if earlier.get(k) != snap.inputs.get(k))
+            raise InputInvalid(
+                f"the idempotency key {idempotency_key!r} of directive '{name}' names run {handle.id}, started "
+                f"with other inputs (they differ in {', '.join(differ)}): a key answers the run it started",
+                hint="start the new run with another idempotency key; the same key and inputs answer that run",
+            )
         context = None
         if directive.metadata.tools.mcps:
             context = await self.tool_context(handle.id)
@@ -301,8 +311,46 @@ class RunClient:
         if snap.search_attributes:
             self._projects[handle.id] = self.project
         return StartedRun(
-            run_id=handle.id, directive=directive, context=context, grants=snap.grants, trust=snap.trust
+            run_id=handle.id,
+            directive=directive,
+            context=context,
+            grants=snap.grants,
+            trust=snap.trust,
+            existing=existing,
         )
+
+    async def _start_run(
+        self, snap: RunSnapshot, idempotency_key: str | None, attributes: TypedSearchAttributes | None
+    ) -> WorkflowHandle:
+        """Start the run ``snap`` describes (with an idempotency key, the key's run if it runs)."""
+        directive = snap.directive
+        return await self.client.start_workflow(
+            DirectiveRun.run,
+            DirectiveRunInput(snapshot=snap),
+            id=snap.run_id,
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE
+            if idempotency_key
+            else WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            search_attributes=attributes,
+            static_summary=f"{directive.name} v{directive.version}: {directive.metadata.description}"[:200],
+            static_details=f"Inputs: {', '.join(f'{k}={v!r}' for k, v in snap.inputs.items()) or 'none'}\n\n"
+            f"Directive file: {snap.source_path}\n\nContent hash: {snap.content_hash}",
+        )
+
+    async def _start_inputs(self, handle: WorkflowHandle) -> dict[str, Any] | None:
+        """The inputs the run was started with (its first event's input), or None when it cannot be read."""
+        try:
+            async for event in handle.fetch_history_events():
+                started = event.workflow_execution_started_event_attributes
+                (given,) = await self.client.data_converter.decode(
+                    list(started.input.payloads), [DirectiveRunInput]
+                )
+                return given.snapshot.inputs
+        except (RPCError, ValueError, TypeError):
+            return None
+        return None
 
     async def tool_context(self, run_id: str) -> ToolContext:
         """The MCP tool context a run fetched at its start; waits until it is ready."""

@@ -1083,6 +1083,7 @@ async def _execute(
         }
         return {
             "run_id": new_id,
+            **({"existing": True} if started.existing else {}),
             "state": status.status,
             **({"error": status.error} if status.error else {}),
             **({"hint": agent_hint(status.hint)} if status.hint else {}),

@@ -169,11 +169,41 @@ async def test_bad_input_is_a_typed_error_and_starts_nothing(runs, project):
         await runs.call_tool(run_id, "filesystem.read", {"path": "notes/hello.md"})
 
 
-async def test_same_idempotency_key_returns_the_same_run(runs):
-    first = await runs.start("hello_kiwi", {"name": "Di"}, idempotency_key="ticket-42")
-    second = await runs.start("hello_kiwi", {"name": "Di"}, idempotency_key="ticket-42")
-    assert first == second
+async def test_same_idempotency_key_returns_the_same_run(runs, project):
+    first = await runs.launch("hello_kiwi", {"name": "Di"}, idempotency_key="ticket-42")
+    second = await runs.launch("hello_kiwi", {"name": "Di"}, idempotency_key="ticket-42")
+    assert first.run_id == second.run_id
+    assert (first.existing, second.existing) == (False, True)
     assert len(await runs.list_runs(directive="hello_kiwi")) >= 1
+    # README trial s34: the same key with other inputs answered the old run as if it had started them.
+    with pytest.raises(
+        InputInvalid, match=r"names run run-hello_kiwi-\w+, started with other inputs \(they differ in name\)"
+    ):
+        await runs.launch("hello_kiwi", {"name": "Jo"}, idempotency_key="ticket-42")
+    code, out, err = await kiwi_cli(
+        "run",
+        "hello_kiwi",
+        "--input",
+        "name=Di",
+        "--idempotency-key",
+        "ticket-42",
+        "--address",
+        runs.client.service_client.config.target_host,
+        "--task-queue",
+        runs.task_queue,
+    )
+    assert code == 0 and out.startswith(f"existing run {first.run_id}: idempotency key 'ticket-42'"), (
+        out + err
+    )
+    assert "started" not in out.splitlines()[0].split(":")[0]
+    # A key whose run has ended answers that run too (it was Temporal's bare "Workflow execution already started").
+    await awaiting(runs, first.run_id, "confirm")
+    await runs.complete_step(first.run_id, "confirm", {"confirmed": True})
+    await runs.handle(first.run_id).result()
+    again = await runs.launch("hello_kiwi", {"name": "Di"}, idempotency_key="ticket-42")
+    assert (again.run_id, again.existing) == (first.run_id, True)
+    with pytest.raises(InputInvalid, match="started with other inputs"):
+        await runs.launch("hello_kiwi", {"name": "Jo"}, idempotency_key="ticket-42")
 
 
 async def test_conditions_templating_and_step_outputs(runs, project):

@@ -172,14 +172,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 @_with_runs
 async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
     _warn_refused_steps(runs, args.name)
-    run_id = await runs.start(
+    started = await runs.launch(
         args.name,
         _pairs(args.input, "input"),
         idempotency_key=args.idempotency_key,
         deadline_seconds=args.deadline,
     )
+    run_id = started.run_id
+    if started.existing and not args.json:
+        # (README trial s34: it said "started" of the run the key had started before.)
+        print(
+            f"existing run {run_id}: idempotency key {args.idempotency_key!r} started it before; nothing new started"
+        )
     try:
-        return await _follow_started(args, runs, run_id)
+        return await _follow_started(args, runs, run_id, started.existing)
     except KiwiError as exc:
         exc.details = {"run_id": run_id}  # (started all the same: --json says which run)
         raise
@@ -208,7 +214,9 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-async def _follow_started(args: argparse.Namespace, runs: RunClient, run_id: str) -> int:
+async def _follow_started(
+    args: argparse.Namespace, runs: RunClient, run_id: str, existing: bool = False
+) -> int:
     """What `kiwi run` prints once its run started: the run's status, or with --wait its progress."""
     # (A status asked during the first task would cost the run another task. No worker took the task: said
     # at once, not after the status query's own wait too.)
@@ -220,15 +228,16 @@ async def _follow_started(args: argparse.Namespace, runs: RunClient, run_id: str
         if args.json:
             print(status.model_dump_json(indent=2))
         else:
-            print(f"started {run_id}")
+            if not existing:
+                print(f"started {run_id}")
             _print_status(status)
         # A run that has already failed (or timed out, or was cancelled) by the time it is shown is a failure
         # for scripts too, as with --wait (README trial s34: `failed` was printed with exit 0).
         return 1 if status.status in ENDED_BADLY else 0
     if not args.json:
         print(
-            f"started {run_id}; following it until it finishes or waits for the agent or a human (Ctrl-C stops "
-            "watching)"
+            ("following it" if existing else f"started {run_id}; following it")
+            + " until it finishes or waits for the agent or a human (Ctrl-C stops watching)"
         )
     status = await _watch(runs, run_id, args.json, until_done=False, args=args)
     if args.json:
