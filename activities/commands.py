@@ -78,7 +78,7 @@ from kiwi.shellpolicy import (
     ungranted_below,
     unpacking,
 )
-from kiwi.toolargs import CHECKPOINT_REFS, checkpoint_label, shape_problem
+from kiwi.toolargs import CHECKPOINT_REFS, checkpoint_label, coerce_value, shape_problem
 from kiwi.upstream.pool import remember_secrets, scrub, scrub_text
 from kiwi.upstream.registry import first_own, lookup_secret
 
@@ -1335,6 +1335,7 @@ class CommandActivities:
         if not entry.is_file():
             raise ToolNotFound.error(f"tool '{tool.tool_id}': entrypoint {entry.name} is missing")
         _check_parameters(tool, req.params)
+        req = req.model_copy(update={"params": typed_parameters(tool, req.params)})
         passed = _check_requirements(tool)
         if tool.tool_type == "python":
             # -P: nothing from the working folder (the project, which agents may write) is imported: with
@@ -1440,6 +1441,29 @@ def _check_parameters(tool: LocalToolSpec, params: dict[str, Any]) -> None:
                 "and their types"
             },
         )
+
+
+def typed_parameters(tool: LocalToolSpec, params: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments as the manifest types them, where a number, true/false and text stand in for one
+    another (shape_problem lets them): a number or true/false for a `string` parameter as its JSON text (`5` as
+    "5"), text for a number, integer or boolean parameter as that value when it reads as one ("3" as 3). README
+    trial s34: `{"text": 5}` reached word_count's main() as an int, and its traceback was the answer."""
+    declared = (tool.input_schema or {}).get("properties")
+    if not isinstance(declared, dict):
+        return params
+    typed = dict(params)
+    for name, value in params.items():
+        spec = declared.get(name)
+        kinds = spec.get("type") if isinstance(spec, dict) else None
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+        if not kinds or value is None or isinstance(value, dict | list):
+            continue
+        if isinstance(value, bool | int | float) and kinds == ["string"]:
+            typed[name] = json.dumps(value)
+        elif isinstance(value, str) and "string" not in kinds:
+            with contextlib.suppress(ValueError):
+                typed[name] = coerce_value(value, spec)
+    return typed
 
 
 def _check_requirements(tool: LocalToolSpec) -> dict[str, str]:

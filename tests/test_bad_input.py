@@ -860,3 +860,34 @@ async def test_an_optional_input_a_step_uses_without_a_default_is_a_warning_and_
     given = await runs.start("scaled", {"ratio": "0.5"})
     assert (await runs.handle(given).result()).status == "completed"
     assert (project / "notes" / "r.txt").read_text() == "0.5"
+
+
+def test_a_local_tools_arguments_take_the_types_its_manifest_declares():
+    """README trial s34: a number for a `string` parameter reached the tool's main() as a number (word_count's
+    `.split()` failed with a traceback). Numbers, true/false and text stand in for one another (the shape check
+    lets them), so each reaches the tool as the type its manifest declares, when it reads as one."""
+    from activities.commands import typed_parameters
+    from kiwi.contracts import LocalToolSpec
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string"},
+            "count": {"type": "integer"},
+            "ratio": {"type": "number"},
+            "loud": {"type": "boolean"},
+            "items": {"type": "array"},
+            "anything": {},
+        },
+    }
+    tool = LocalToolSpec(tool_id="t", tool_type="python", entrypoint="main.py", input_schema=schema)
+    given = {"text": 5, "count": "3", "ratio": "0.5", "loud": "true", "items": [1], "anything": 7}
+    assert typed_parameters(tool, given) == {
+        "text": "5",
+        "count": 3,
+        "ratio": 0.5,
+        "loud": True,
+        "items": [1],
+        "anything": 7,
+    }
+    assert typed_parameters(tool, {"text": True, "count": "many"}) == {"text": "true", "count": "many"}

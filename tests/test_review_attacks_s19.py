@@ -591,6 +591,12 @@ async def test_a_local_tool_called_with_a_name_it_does_not_take_is_refused_befor
     assert "'text' must be a string, got an object" in shaped.reason and "Traceback" not in shaped.reason
     right = await runs.call_tool(run_id, "word_count", {"text": "one two three"})
     assert right.status == "ok", right
+    # A number for a text parameter is its text (README trial s34: {"text": 5} reached main() as an int, and its
+    # AttributeError traceback was the answer).
+    number = await runs.call_tool(run_id, "word_count", {"text": 5})
+    assert number.status == "ok" and number.result["words"] == 1, number
+    flag = await runs.call_tool(run_id, "word_count", {"text": True})
+    assert flag.status == "ok" and flag.result["words"] == 1, flag
     await runs.cancel(run_id)
 
 
