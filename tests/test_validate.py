@@ -138,3 +138,19 @@ async def test_validate_and_the_run_refuse_the_same_call(runs, project, temporal
         err,
     ), err
     assert "the run stops there if it reaches it (`kiwi validate .ai/directives/sorter.md`)" in err
+
+
+def test_signing_with_a_key_not_trusted_to_sign_warns_that_runs_get_the_base_policy(project, capsys):
+    """README trial s34: `kiwi sign --key alice`, alice trusted to approve only, printed "signed ... as alice";
+    the directive's runs got the base policy, and only a later `kiwi validate` said "NOT by a trusted key"."""
+    assert kiwi(["keys", "init", "--name", "alice", "--roles", "approve"]) == 0
+    capsys.readouterr()
+    directive = ".ai/directives/hello_kiwi.md"
+    assert kiwi(["sign", directive, "--key", "alice"]) == 0
+    out, err = capsys.readouterr()
+    assert "signed .ai/directives/hello_kiwi.md as alice" in out
+    assert "warning: 'alice' is not trusted to sign here" in err and "base policy" in err, err
+    assert kiwi(["sign", directive, "--key", "alice", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["items"][0]["trusted"] is False
+    assert kiwi(["sign", directive, "--key", "root"]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -196,9 +196,19 @@ def cmd_sign(args: argparse.Namespace) -> int:
         text = path.read_text(encoding="utf-8")
         style = "hash" if path.suffix in (".yaml", ".yml", ".py") else "html"
         path.write_text(sign(text, signer=signer, kind=result["item_type"], comment=style), encoding="utf-8")
-        report.append({"path": str(path), "signed": True, "signer": signer})
+        trusted = validate_file(path).get("trusted") is True
+        report.append({"path": str(path), "signed": True, "signer": signer, "trusted": trusted})
         if not args.json:
             print(f"signed {path} as {signer}")
+        if not trusted:
+            # README trial s34: a key trusted to approve only signed "fine", and the directive's runs got the base
+            # policy; validate said "NOT by a trusted key" later.
+            print(
+                f"kiwi sign: warning: '{signer}' is not trusted to sign here (trusted_keys.yaml gives it no 'sign' "
+                "role, or does not list it): this item's runs get the base policy, not its own grants; add 'sign' "
+                "to its roles in trusted_keys.yaml (`kiwi keys list` shows where), or sign with another key (--key)",
+                file=sys.stderr,
+            )
     if args.json:
         print(json.dumps({"signed": not failed, "items": report}, indent=2))
     return EXIT_INVALID if failed else EXIT_OK

@@ -172,7 +172,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "be higher than the latest published.",
     )
     p.add_argument("path", help="a directive or knowledge file, or a tool's folder (or its tool.yaml)")
-    p.add_argument("--key", help="which of your keys signs the version (default: your only key)")
+    p.add_argument(
+        "--key",
+        help="which of your keys signs the version (default: the key that signed the item, which must be yours)",
+    )
     p.add_argument("--version", help="the version to publish (default: the item's own)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_publish)
