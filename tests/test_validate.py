@@ -154,3 +154,23 @@ def test_signing_with_a_key_not_trusted_to_sign_warns_that_runs_get_the_base_pol
     assert json.loads(capsys.readouterr().out)["items"][0]["trusted"] is False
     assert kiwi(["sign", directive, "--key", "root"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_validate_reads_the_settings_files_as_runs_read_them(project, capsys):
+    """README trial s34: `kiwi validate .ai/config/agent_harness.yaml` read a valid harness as a tool manifest
+    (FAIL: manifest needs tool_id), and `kiwi validate .ai` passed an mcp_registry.yaml whose `type: stdo` stopped
+    every run from starting."""
+    write(
+        project / ".ai" / "config" / "mcp_registry.yaml", "mcps:\n  typo:\n    type: stdo\n    command: x\n"
+    )
+    assert kiwi(["validate", ".ai/config/agent_harness.yaml"]) == 0, capsys.readouterr()
+    assert "ok   .ai/config/agent_harness.yaml (settings)" in capsys.readouterr().out
+    assert kiwi(["validate", ".ai", "--json"]) == 1
+    report = {i["path"]: i for i in json.loads(capsys.readouterr().out)["items"]}
+    registry = report[".ai/config/mcp_registry.yaml"]
+    assert registry["valid"] is False and registry["item_type"] == "settings", registry
+    assert "mcps.typo.type: Input should be 'stdio'" in registry["problems"][0]["message"], registry
+    assert report[".ai/directives/hello_kiwi.md"]["valid"] is True
+    write(project / ".ai" / "config" / "agent_harness.yaml", "loop_detecton:\n  repeat_threshold: 3\n")
+    assert kiwi(["validate", ".ai/config"]) == 1
+    assert "did you mean loop_detection?" in capsys.readouterr().out

@@ -46,7 +46,16 @@ def _expand(paths: list[str]) -> list[Path]:
             )
         else:
             out.append(p)
+        # (README trial s34: `kiwi validate .ai` passed an mcp_registry.yaml that stopped every run.)
+        settings = (
+            p / "config" if p.name == ".ai" else p if p.name == "config" and p.parent.name == ".ai" else None
+        )
+        out += sorted(f for f in (settings.glob("*.yaml") if settings else ()) if f.name in CONFIG_FILES)
     return out
+
+
+# Kiwi's settings files in .ai/config, which `kiwi validate` checks with the loaders runs use.
+CONFIG_FILES = ("agent_harness.yaml", "mcp_registry.yaml")
 
 
 def _inside_ai(folder: Path) -> tuple[str, ...]:
@@ -153,8 +162,35 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_INVALID
 
 
+def _validate_settings(path: Path) -> dict[str, Any]:
+    """A settings file (CONFIG_FILES) read as a run reads it: its problems, or none (README trial s34: validate
+    read agent_harness.yaml as a tool manifest and failed a valid one)."""
+    from kiwi.harness import load_harness
+    from kiwi.items.store import user_space
+    from kiwi.upstream.registry import load_registry
+
+    root = find_project_root(path.resolve().parent)
+    load = load_harness if path.name == "agent_harness.yaml" else load_registry
+    try:
+        load(root, user_space())
+        problems: list[Problem] = []
+    except ItemInvalid as exc:
+        problems = [p for p in exc.problems if p.severity == "error"] or [Problem(exc.message, str(path))]
+    except KiwiError as exc:
+        problems = [Problem(exc.message + (f" ({exc.hint})" if exc.hint else ""), str(path))]
+    return {
+        "path": str(path),
+        "item_type": "settings",
+        "valid": not problems,
+        "problems": [p.as_dict() for p in problems],
+        "_problems": problems,
+    }
+
+
 def _validate_readable(path: Path, local: frozenset[str]) -> dict[str, Any]:
     """:func:`validate_file`, with a file that cannot be read (a folder, no permission) reported as invalid."""
+    if path.name in CONFIG_FILES and path.parent.name == "config":
+        return _validate_settings(path)
     try:
         return validate_file(path, local)
     except OSError as exc:
