@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -156,14 +157,29 @@ def dev_address() -> str | None:
 
     try:
         config, _ = load_dev_config(None)
-    except KiwiError:
-        return None  # (kiwi dev itself says what is wrong with the file)
+    except KiwiError as exc:
+        # (kiwi dev refuses the file; a command beside it said nothing and went to the default address: README
+        # trial s34, `port: "abc"`.)
+        _warn_once(
+            f"kiwi: warning: {exc.message}; its address is not used" + (f" ({exc.hint})" if exc.hint else "")
+        )
+        return None
     temporal = config["temporal"]
     if not _this_machine(str(temporal["ip"])):
         # (A file in a cloned project must not send `kiwi approve` and the rest to a server elsewhere: kiwi dev
         # serves this machine; another server is named by --address, a variable or a profile.)
         return None
     return f"{temporal['ip']}:{temporal['port']}"
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """``message`` on stderr, once per process."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        sys.stderr.write(message + "\n")
 
 
 def _this_machine(host: str) -> bool:

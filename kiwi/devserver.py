@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import fcntl
 import ipaddress
 import json
@@ -115,6 +116,14 @@ def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
         for section, values in data.items():
             if section not in config or not isinstance(values, dict):
                 raise KiwiError(f"{path}: unknown section '{section}' (known: {', '.join(config)})")
+            for option in values:
+                if option not in DEFAULTS[section]:
+                    # (README trial s34: `prot: 27233` was taken without a word, and the default port used.)
+                    close = difflib.get_close_matches(str(option), list(DEFAULTS[section]), n=1)
+                    raise KiwiError(
+                        f"{path}: unknown option '{option}' in {section} (known: {', '.join(DEFAULTS[section])})",
+                        hint=f"did you mean {section}.{close[0]}?" if close else "leave it out",
+                    )
             config[section].update(values)
         for option in ("sandboxed", "threaded"):
             if not isinstance(config["worker"].get(option), bool):

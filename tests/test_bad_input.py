@@ -590,6 +590,24 @@ def test_a_port_out_of_range_in_temporal_dev_yml_names_the_file_and_the_fix(proj
     assert "Traceback" not in err
 
 
+def test_an_unknown_option_in_temporal_dev_yml_is_refused_and_commands_beside_it_say_so(project, capsys):
+    """README trial s34: `temporal: {prot: 27233}` was taken without a word (kiwi dev on 7233), and with
+    `port: "abc"` the commands beside kiwi dev went to the default address silently."""
+    (project / "temporal-dev.yml").write_text("temporal:\n  prot: 27233\n")
+    assert kiwi_main(["dev", "--config", str(project / "temporal-dev.yml")]) == 1
+    err = capsys.readouterr().err
+    assert "temporal-dev.yml: unknown option 'prot' in temporal (known: ip, port, " in err, err
+    assert "did you mean temporal.port?" in err, err
+    (project / "temporal-dev.yml").write_text("temporal:\n  port: abc\n")
+    from kiwi.connect import dev_address
+
+    assert dev_address() is None
+    assert dev_address() is None
+    warned = capsys.readouterr().err
+    assert warned.count("kiwi: warning: ") == 1, warned
+    assert "temporal.port is 'abc'; expected a port number from 1 to 65535; its address is not used" in warned
+
+
 def test_a_folder_without_a_project_stays_one_and_is_said_to_be_one(tmp_path, monkeypatch, capsys):
     # A new-user trial: `kiwi search` in a folder without .ai/ wrote its index to .ai/.cache there, after
     # which every command (kiwi doctor too) took the folder for a project; a missing item's hint was to
