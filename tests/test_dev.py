@@ -121,6 +121,15 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeyp
             and f"Temporal gRPC 127.0.0.1:{port}, Temporal UI port {ui}, MCP port {mcp}" in dev["detail"]
         )
         assert f"TEMPORAL_ADDRESS=127.0.0.1:{port}" in dev["hint"], dev
+        # (README trial s34: the failed Temporal check's fix said `--address 127.0.0.1:N` beside it.)
+        temporal = checks["temporal"]
+        assert (
+            not temporal["ok"]
+            and f"no Temporal server answers at 127.0.0.1:{others[0]}" in temporal["detail"]
+        )
+        assert temporal["hint"].startswith(f"`kiwi dev` runs at 127.0.0.1:{port}: reach it with --address"), (
+            temporal
+        )
         assert all(checks[f"port {p}"]["ok"] for p in (port, ui, mcp)), checks
         assert not any(f"port {p}" in checks for p in others), checks
 

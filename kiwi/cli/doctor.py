@@ -224,12 +224,19 @@ async def _temporal(address: str | None, namespace: str | None) -> list[Check]:
 
         await asyncio.wait_for(client.workflow_service.get_system_info(GetSystemInfoRequest()), 5)
     except (RuntimeError, OSError, TimeoutError) as exc:
+        running = _running_dev_here()
+        # (README trial s34: doctor said "--address 127.0.0.1:N" while its own kiwi dev check named the port.)
+        elsewhere = running.address if running and running.address != where else None
         return [
             Check(
                 "temporal",
                 False,
                 f"no Temporal server answers at {where}: {str(exc).splitlines()[0] if str(exc) else 'timeout'}",
-                "start one with `kiwi dev`; one already running on another port (`kiwi dev --port N`) is "
+                f"`kiwi dev` runs at {elsewhere}: reach it with --address {elsewhere} or "
+                f"TEMPORAL_ADDRESS={elsewhere} (or put its port in a temporal-dev.yml here, which kiwi dev and the "
+                "other commands both read)"
+                if elsewhere
+                else "start one with `kiwi dev`; one already running on another port (`kiwi dev --port N`) is "
                 "reached with --address 127.0.0.1:N or TEMPORAL_ADDRESS=127.0.0.1:N (or put the port in a "
                 "temporal-dev.yml here, which kiwi dev and the other commands both read)",
             )
@@ -248,6 +255,18 @@ async def _temporal(address: str | None, namespace: str | None) -> list[Check]:
             "" if ready else "start the server with `kiwi dev` once: it registers them on a server it reuses",
         ),
     ]
+
+
+def _running_dev_here() -> RunningDev | None:
+    """The `kiwi dev` running on the database this folder's settings name (the user's own by default)."""
+    from kiwi.devserver import data_dir, load_dev_config, running_dev
+
+    try:
+        config, base = load_dev_config(None)
+    except KiwiError:
+        return None
+    t = config["temporal"]
+    return running_dev(base / t["db_file"] if t.get("db_file") else data_dir() / "temporal.sqlite")
 
 
 async def _ports() -> list[Check]:
