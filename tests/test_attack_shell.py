@@ -747,7 +747,8 @@ async def test_attack_a_list_of_names_reads_no_file_outside_the_project(runs, pr
     )
     for arguments in (
         {"argv": ["sort", "--files0-from=out/list"]},
-        {"argv": ["wc", "--files0-from=-"], "stdin": f"{outside}\0"},
+        # (Read from standard input, which a command gets none of: shell.run takes no `stdin`, refused since s34.)
+        {"argv": ["wc", "--files0-from=-"]},
         {"argv": ["file", "-f", "out/names"]},
         {"argv": ["sha256sum", "-c", "out/sums"]},
     ):
@@ -824,9 +825,9 @@ async def test_attack_dot_dot_after_a_link_or_a_backslash_name_leaves_no_project
     for arguments in (
         {"argv": ["cat", f"X/X/{up}/secret.txt"], "cwd": "out"},
         {"argv": ["cp", f"X/X/{up}/secret.txt", "copied.txt"], "cwd": "out"},
-        {"argv": ["tee", f"X/X/{up}/written.txt"], "cwd": "out", "stdin": "PWNED"},
+        {"argv": ["tee", f"X/X/{up}/written.txt"], "cwd": "out"},
         {"argv": ["cat", f"a\\b\\c\\d/../{up}/secret.txt"], "cwd": "out"},
-        {"argv": ["tee", f"a\\b\\c\\d/../{up}/written.txt"], "cwd": "out", "stdin": "PWNED"},
+        {"argv": ["tee", f"a\\b\\c\\d/../{up}/written.txt"], "cwd": "out"},
     ):
         result = await runs.call_tool(run_id, "shell.run", arguments)
         assert result.status != "ok", (arguments, result)
@@ -911,7 +912,7 @@ async def test_attack_abbreviations_and_hard_links_change_no_file_the_run_may_no
     removed = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "rm", "--f", "src/a.txt"]})
     assert removed.status != "ok" or removed.result["exit_code"] != 0, removed
     assert "abbreviated" in str(removed.result) + removed.reason, removed
-    written = await runs.call_tool(run_id, "shell.run", {"argv": ["tee", "out/h"], "stdin": "PAYLOAD"})
+    written = await runs.call_tool(run_id, "shell.run", {"argv": ["tee", "out/h"]})
     assert written.status == "denied" and "hard links" in written.reason, written
     # Third review s25: nor through a folder the program works on whole (chmod -R, cp -r into it).
     write(project / "out" / "new" / "h", "PAYLOAD\n")

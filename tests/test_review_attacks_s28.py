@@ -268,7 +268,7 @@ async def test_shell_git_works_only_in_the_projects_own_repository(
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
-        (["patch", "-p0"], "'patch' is refused"),
+        (["patch", "-p0", "-i", "notes/fix.diff"], "'patch' is refused"),
         (["gzip", "-d", "sub/.git.gz"], "'sub/.git'"),
         (["gzip", "-dN", "notes/x.gz"], "'-dN'"),
         (["split", "-l", "1", "-a", "3", "notes/y.txt", "sub/."], "'.git'"),
@@ -289,11 +289,12 @@ async def test_a_nested_protected_place_is_not_made_by_a_name_the_command_does_n
     subprocess.run(["gzip", "-k", str(project / "notes" / "y.txt")], check=True)
     (project / "notes" / "y.txt.gz").rename(project / "sub" / ".git.gz")
     (project / "notes" / "x.gz").write_bytes((project / "sub" / ".git.gz").read_bytes())
-    diff = "--- /dev/null\n+++ sub/.git\n@@ -0,0 +1 @@\n+gitdir: ../stage\n"
-    run_id = await agent_run(runs, project, "maker", _commands("patch,gzip,split,git"))
-    result = await runs.call_tool(
-        run_id, "shell.run", {"argv": argv, **({"stdin": diff} if argv[0] == "patch" else {})}
+    # (A command gets no standard input: patch reads the diff from a file.)
+    (project / "notes" / "fix.diff").write_text(
+        "--- /dev/null\n+++ sub/.git\n@@ -0,0 +1 @@\n+gitdir: ../stage\n"
     )
+    run_id = await agent_run(runs, project, "maker", _commands("patch,gzip,split,git"))
+    result = await runs.call_tool(run_id, "shell.run", {"argv": argv})
     assert result.status == "denied" and said in result.reason, result
     assert not (project / "sub" / ".git").exists()
     assert not [
