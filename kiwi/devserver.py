@@ -408,7 +408,7 @@ class DevServer:
 
 # What _lock_database writes in the lock file, the only text of it an error quotes.
 _HOLDER = re.compile(
-    r"pid \d{1,10}, gRPC port (?P<address>[0-9A-Za-z.:\[\]-]{1,100}?)"
+    r"pid (?P<pid>\d{1,10}), gRPC port (?P<address>[0-9A-Za-z.:\[\]-]{1,100}?)"
     r"(?:, UI port (?P<ui>\d{1,5}))?(?:, MCP port (?P<mcp>\d{1,5}))?"
 )
 
@@ -421,6 +421,38 @@ class RunningDev:
     address: str
     ui_port: int = 0
     mcp_port: int = 0
+    # The `kiwi dev` that started the server (0 when its line does not say).
+    pid: int = 0
+
+    def orphaned(self) -> int | None:
+        """The process id of the server, when the `kiwi dev` that started it has ended (killed: its server,
+        which holds the lock too, lives on without its UI, its worker and its front end); None while that
+        `kiwi dev` runs, or when the server's process is not found."""
+        if not self.pid or _alive(self.pid):
+            return None
+        port = self.address.rpartition(":")[2]
+        for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if os.stat(entry.path).st_uid != os.getuid():
+                    continue
+                words = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"start-dev" in words and b"--port" in words and port.encode() in words:
+                return int(entry.name)
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def running_dev_address() -> str | None:
@@ -447,7 +479,9 @@ def running_dev(database: Path | None = None) -> RunningDev | None:
             found = _HOLDER.fullmatch(handle.read(200).strip())
             if found is None:
                 return None
-            return RunningDev(found["address"], int(found["ui"] or 0), int(found["mcp"] or 0))
+            return RunningDev(
+                found["address"], int(found["ui"] or 0), int(found["mcp"] or 0), int(found["pid"])
+            )
         except OSError:
             return None
         return None  # (nobody holds it: no server runs on it)

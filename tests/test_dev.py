@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -275,3 +277,49 @@ def distinct_ports(count: int, avoid: set[int] | frozenset[int] = frozenset()) -
     while len(ports) < count:
         ports.append(free_port(avoid=[*avoid, *ports]))
     return ports
+
+
+async def test_kiwi_dev_says_so_when_it_reuses_the_server_a_killed_kiwi_dev_left(project, tmp_path):
+    """README trial s34: after `kill -9` of kiwi dev its Temporal server lives on (it holds the database's lock);
+    the next kiwi dev reused it without its UI, said nothing, and its Ctrl-C left that server running. It now
+    names the server's process and how to start afresh."""
+    port, ui = distinct_ports(2)
+    config = tmp_path / "dev.yml"
+    config.write_text(f"temporal:\n  port: {port}\n  ui_port: {ui}\n  db_file: state/temporal.sqlite\n")
+
+    async def dev() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kiwi", "dev", "--config", str(config), "--no-mcp",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+    first = await dev()
+    second = None
+    left = 0
+    try:
+        await read_until(first.stdout, b"ready")
+        os.kill(first.pid, signal.SIGKILL)  # (kiwi dev alone: its server, in its session, lives on)
+        await first.wait()
+        second = await dev()
+        out = (await read_until(second.stdout, b"kiwi dev: ready")).decode()  # ("already" holds "ready")
+        assert f"reusing the Temporal server already listening on 127.0.0.1:{port}" in out, out
+        said = re.search(r"that server \(pid (\d+)\) was left running by a `kiwi dev` that ended", out)
+        assert said, out
+        left = int(said[1])
+        assert f"UI (port {ui}) went with it" in out and f"`kill {left}`" in out, out
+        assert b"start-dev" in Path(f"/proc/{left}/cmdline").read_bytes()
+    finally:
+        if second is not None:
+            os.killpg(second.pid, signal.SIGINT)
+            await asyncio.wait_for(second.wait(), 60)
+        for group in (first.pid, left):  # (what the killed one left: its session, and the server, in its own)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGTERM) if group else None
+
+        async def gone() -> bool:
+            try:  # (ended: no entry, or a zombie its new parent has not reaped)
+                return not left or Path(f"/proc/{left}/stat").read_text().split(") ")[1][0] == "Z"
+            except (OSError, IndexError):
+                return True
+
+        await wait_for(gone, what="the server the killed kiwi dev left to stop")

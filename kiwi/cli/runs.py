@@ -810,7 +810,7 @@ def _start_local_registry() -> bool:
 def cmd_dev(args: argparse.Namespace) -> int:
     _process_start()
     from kiwi.connect import connect, target
-    from kiwi.devserver import DevServer, load_dev_config, port_open
+    from kiwi.devserver import DevServer, load_dev_config, port_open, running_dev
     from kiwi.items.store import find_project_root
     from workers.main import run_worker
 
@@ -854,6 +854,17 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 print(
                     f"kiwi dev: reusing the Temporal server already listening on {server.address}", flush=True
                 )
+                left = running_dev(server.db_file) if server.db_file else None
+                if left is not None and (pid := left.orphaned()) is not None:
+                    # README trial s34: after a kill -9 of kiwi dev, the next one reused its server, without a UI,
+                    # and said nothing; Ctrl-C left that server running.
+                    print(
+                        f"kiwi dev: that server (pid {pid}) was left running by a `kiwi dev` that ended: its Temporal "
+                        f"UI (port {left.ui_port or server.ui_port}) went with it, and this kiwi dev will not stop it; "
+                        f"to start afresh with the UI, stop it (`kill {pid}`) and start kiwi dev again",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             else:
                 print(
                     f"kiwi dev: Temporal dev server on {server.address} (state in {server.db_file})",
