@@ -909,3 +909,16 @@ def test_a_local_tools_arguments_take_the_types_its_manifest_declares():
         "anything": 7,
     }
     assert typed_parameters(tool, {"text": True, "count": "many"}) == {"text": "true", "count": "many"}
+
+
+def test_a_project_option_naming_a_folder_that_is_no_project_says_so(tmp_path, capsys):
+    """README trial s34: `--project` naming a folder with no .ai/ was taken, and each command went on as if it
+    were a project (`kiwi runs` listed none, `kiwi dev` served it). `kiwi init` and `kiwi doctor` still take it."""
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    assert kiwi_main(["runs", "--project", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert f"--project {folder}: {folder} is no Kiwi project (no .ai/ in it)" in err, err
+    assert f"`kiwi init {folder}`" in err
+    assert kiwi_main(["search", "hello", "--project", str(folder)]) == 1
+    assert "is no Kiwi project" in capsys.readouterr().err

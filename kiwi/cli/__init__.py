@@ -676,6 +676,16 @@ def _choose_project(args: argparse.Namespace) -> None:
             f"{source} {raw}: no such folder",
             hint="give the project folder (the one holding .ai/; `kiwi init PATH` makes one)",
         )
+    if (
+        getattr(args, "project", None)
+        and not (where / ".ai").is_dir()
+        and args.command not in ("init", "doctor")
+    ):
+        # (README trial s34: a --project with no .ai/ was taken, and each command went on as if it were one.)
+        raise KiwiError(
+            f"--project {raw}: {where} is no Kiwi project (no .ai/ in it)",
+            hint=f"give the folder holding .ai/, or make this one a project: `kiwi init {raw}`",
+        )
     os.environ["KIWI_PROJECT"] = str(where)  # read by find_project_root, here and in what we start
 
 
