@@ -1557,6 +1557,24 @@ async def _git_ok(root: str, *args: str, env: dict[str, str] | None = None, look
 
 # Kiwi's own records stay out of checkpoints, and a rollback never rewrites the audit trail.
 KIWI_PRIVATE = (".ai/logs/", ".ai/.cache/")
+# What neither a checkpoint nor git.commit takes, tracked or not (git pathspecs): Kiwi's settings, records and
+# state, and the hidden files below the tool folders (a tool's `.env`), which the kernel's wall keeps from
+# folder reads. Hostile review s34: a checkpoint's `git add -A` put a tool's `.env` and `.ai/config` into
+# refs/kiwi/checkpoints/RUN/N, where `git grep SECRET REF` printed them, and git.commit with no paths committed
+# them to the human's branch. (Rollbacks never touch protected places: see _rolled_back.)
+SECRET_PATHSPECS = (
+    ".ai/config",
+    ".ai/logs",
+    ".ai/.cache",
+    ".kiwi",
+    *(f":(glob){folder}/**/.*" for folder in confinement.TOOL_FOLDERS),
+    *(f":(glob){folder}/**/.*/**" for folder in confinement.TOOL_FOLDERS),
+)
+
+
+def _excluded(pathspec: str) -> str:
+    """``pathspec`` (of SECRET_PATHSPECS) as an exclusion."""
+    return f":(exclude,{pathspec[2:]}" if pathspec.startswith(":(") else f":(exclude){pathspec}"
 
 
 def _own(path: str) -> bool:
@@ -1629,7 +1647,14 @@ class GitActivities:
         await _require_repo(req.project_root)
         for path in req.paths or ["."]:
             confine(req.project_root, path, ["**"], [])
-        code, _, err = await _git(req.project_root, "add", "--", *(req.paths or ["."]), looks=True)
+        code, _, err = await _git(
+            req.project_root,
+            "add",
+            "--",
+            *(req.paths or ["."]),
+            *(_excluded(p) for p in SECRET_PATHSPECS),
+            looks=True,
+        )
         if code != 0:
             raise GitFailed.error(f"git add failed: {err.strip()}")
         code, out, err = await _git(
@@ -1665,9 +1690,13 @@ class GitActivities:
         with _ScratchIndex() as env:
             if code == 0:
                 await _git_ok(root, "read-tree", head.strip(), env=env)
-            await _git_ok(root, "add", "-A", "--", ".", env=env, looks=True)
-            for private in KIWI_PRIVATE:  # added just now or tracked in HEAD; not the checkpoint's business
-                await _git(root, "rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", private, env=env)
+            await _git_ok(
+                root, "add", "-A", "--", ".", *(_excluded(p) for p in SECRET_PATHSPECS), env=env, looks=True
+            )
+            # (Tracked in HEAD, read into the index above: not the checkpoint's business either.)
+            await _git(
+                root, "rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *SECRET_PATHSPECS, env=env
+            )
             tree = (await _git_ok(root, "write-tree", env=env)).strip()
             parents = ["-p", head.strip()] if code == 0 else []
             message = req.message or f"kiwi checkpoint {req.checkpoint} of {req.run_id}"

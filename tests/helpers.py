@@ -560,3 +560,17 @@ def write_slow_steps(project) -> None:
             permissions='<execute resource="tool" id="slow"/><write resource="filesystem" path="notes/**"/>',
         ),
     )
+
+
+def distinct_ports(count: int, avoid: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """``count`` free ports, no two alike nor in ``avoid`` (the kernel may hand out a port it just handed out)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        ports.append(_free_port(avoid=[*avoid, *ports]))
+    return ports
+
+
+def _free_port(avoid: Any = ()) -> int:
+    from kiwi.devserver import free_port
+
+    return free_port(avoid=avoid)

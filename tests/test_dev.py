@@ -21,7 +21,7 @@ from kiwi.items.store import ItemStore
 from kiwi.metrics import RUNS_STARTED
 from kiwi.runs import RunClient
 from kiwi.seal import seal_interceptors
-from tests.helpers import OtlpReceiver, wait_for
+from tests.helpers import OtlpReceiver, distinct_ports, wait_for
 
 
 async def read_until(stream, marker: bytes, timeout: float = 90) -> bytes:
@@ -269,14 +269,6 @@ async def _doctor_checks(config: Path, project: Path) -> dict[str, dict]:
     )  # fmt: skip
     said, _ = await asyncio.wait_for(doctor.communicate(), 120)
     return {c["name"]: c for c in json.loads(said)["checks"]}
-
-
-def distinct_ports(count: int, avoid: set[int] | frozenset[int] = frozenset()) -> list[int]:
-    """``count`` free ports, no two alike nor in ``avoid`` (the kernel may hand out a port it just handed out)."""
-    ports: list[int] = []
-    while len(ports) < count:
-        ports.append(free_port(avoid=[*avoid, *ports]))
-    return ports
 
 
 async def test_kiwi_dev_says_so_when_it_reuses_the_server_a_killed_kiwi_dev_left(project, tmp_path):

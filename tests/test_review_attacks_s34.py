@@ -185,3 +185,57 @@ async def test_a_folder_read_does_not_print_a_tools_hidden_files(runs, project):
     )
     result = await shell(runs, named, "grep", "-r", "API_KEY", ".ai/tools")
     assert secret in result.result["stdout"], result
+
+
+async def test_checkpoints_and_commits_take_no_secret_the_wall_withholds(runs, project):
+    """Second review s34 (critical): a checkpoint's `git add -A` put a tool's `.env` and `.ai/config` into
+    refs/kiwi/checkpoints/RUN/N, and `git grep SECRET REF` (shell git, base policy) printed them; git.commit with no
+    paths committed them to the human's branch, for the next push. Neither takes Kiwi's settings, records and
+    state, nor the hidden files below the tool folders; the agent's own work is still checkpointed, committed and
+    rolled back."""
+    import subprocess
+
+    from tests.test_attack_shell import agent_run, shell
+
+    secret = "sk-live-CANARY77"
+    write(project / ".ai" / "tools" / "text" / "word_count" / ".env", f"API_KEY={secret}\n")
+    write(project / ".ai" / "tools" / "text" / "word_count" / ".venv" / "key", f"{secret}\n")
+    write(project / ".ai" / "config" / "mcp_registry.yaml", f"# token {secret}\nmcps: {{}}\n")
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: []\n"
+    )  # (rollback unasked)
+    write(project / "src" / "app.py", "print('v1')\n")
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run([*git, "add", "src"], check=True)
+    subprocess.run([*git, "commit", "-qm", "the human's"], check=True)
+    grants = (
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="src/**"/>'
+        '<execute resource="shell" commands="git"/>'
+        '<execute resource="tool" id="git.checkpoint,git.commit,git.rollback"/>'
+    )
+    run_id = await agent_run(runs, project, "committer", grants)
+    checkpoint = await runs.call_tool(run_id, "git.checkpoint", {"message": "before"})
+    assert checkpoint.status == "ok", checkpoint
+    ref = checkpoint.result["ref"]
+    for argv in (["git", "grep", "-h", "CANARY", ref], ["git", "ls-tree", "-r", "--name-only", ref]):
+        shown = await shell(runs, run_id, *argv)
+        assert secret not in json.dumps(shown.model_dump()), (argv, shown)
+        assert ".env" not in shown.result["stdout"] and ".ai/config" not in shown.result["stdout"], shown
+    listed = await shell(runs, run_id, "git", "ls-tree", "-r", "--name-only", ref)
+    assert "src/app.py" in listed.result["stdout"], listed
+    assert (
+        await runs.call_tool(run_id, "filesystem.write", {"path": "src/app.py", "content": "print('v2')\n"})
+    ).status == "ok"
+    committed = await runs.call_tool(run_id, "git.commit", {"message": "v2"})
+    assert committed.status == "ok" and committed.result["committed"], committed
+    tree = subprocess.run(
+        [*git, "ls-tree", "-r", "--name-only", "HEAD"], capture_output=True, text=True
+    ).stdout
+    assert "src/app.py" in tree and ".env" not in tree and ".ai/config" not in tree and ".venv" not in tree, (
+        tree
+    )
+    rolled = await runs.call_tool(run_id, "git.rollback", {"checkpoint": ref})
+    assert rolled.status == "ok", rolled
+    assert (project / "src" / "app.py").read_text() == "print('v1')\n"
+    assert (project / ".ai" / "tools" / "text" / "word_count" / ".env").read_text() == f"API_KEY={secret}\n"

@@ -16,8 +16,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from kiwi.devserver import free_port
-from tests.helpers import agent_directive, execute, wait_for, write
+from tests.helpers import agent_directive, distinct_ports, execute, wait_for, write
 
 pytestmark = pytest.mark.temporal
 
@@ -100,7 +99,7 @@ async def test_one_client_through_two_stateless_front_ends_completes_its_run(
     temporal_env, runs, project, mode
 ):
     address = temporal_env.client.service_client.config.target_host
-    ports = [free_port(), free_port()]
+    ports = distinct_ports(2)  # (two free_port() calls may hand out the same port: CI s34)
     fronts = [await start_front_end(address, runs.task_queue, project, port) for port in ports]
     balancer = RoundRobin(ports)
     try:
@@ -193,7 +192,7 @@ async def test_a_call_whose_front_end_dies_mid_call_is_sent_again_through_anothe
     write(project / ".ai" / "tools" / "hold" / "main.py", HOLD)
     agent_directive(project, ["hold"], name="holder")
     address = temporal_env.client.service_client.config.target_host
-    ports = [free_port(), free_port()]
+    ports = distinct_ports(2)  # (two free_port() calls may hand out the same port: CI s34)
     fronts = [await start_front_end(address, runs.task_queue, project, port, proxied=False) for port in ports]
     urls = [f"http://127.0.0.1:{port}/mcp" for port in ports]
     log = project / "calls.log"
