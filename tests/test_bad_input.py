@@ -922,3 +922,25 @@ def test_a_project_option_naming_a_folder_that_is_no_project_says_so(tmp_path, c
     assert f"`kiwi init {folder}`" in err
     assert kiwi_main(["search", "hello", "--project", str(folder)]) == 1
     assert "is no Kiwi project" in capsys.readouterr().err
+
+
+async def test_null_for_an_optional_argument_of_a_built_in_is_the_default(runs, project):
+    """README trial s34: `"encoding": null` (and `max_bytes`, `timeout`, `paths`: null), which agents send for
+    optional arguments all the time, failed the run's workflow task over and over: the call hung, every later call
+    to the run was refused, and `kiwi cancel` did nothing. null is the argument left out."""
+    run_id = await _workbench(runs, project)
+    write(project / "notes" / "n.md", "null is the default")
+    read = await asyncio.wait_for(
+        runs.call_tool(
+            run_id, "filesystem.read", {"path": "notes/n.md", "encoding": None, "max_bytes": None}
+        ),
+        30,
+    )
+    assert read.status == "ok" and read.result["content"] == "null is the default", read
+    ran = await asyncio.wait_for(
+        runs.call_tool(run_id, "shell.run", {"command": "echo still here", "timeout": None}), 30
+    )
+    assert ran.status == "ok" and ran.result["stdout"].strip() == "still here", ran
+    missing = await runs.call_tool(run_id, "filesystem.read", {"path": None})
+    assert missing.error_type == "InputInvalid" and "'path' is required" in missing.reason, missing
+    assert (await runs.status(run_id)).status == "awaiting_agent"

@@ -270,13 +270,15 @@ class CallsMixin:
                 path=str(args.get("source" if tool == "filesystem.move" else "path") or ""),
                 destination=str(args.get("destination", "")),
                 content=content if isinstance(content, str) or content is None else str(content),
-                encoding=args.get("encoding", "utf-8"),
+                encoding=_given(args, "encoding", "utf-8"),
                 allowed=grants,
                 denied=snap.grants.deny_fs,
                 # (Dropped before ARGS_CLOSED: asked only where it changes the request.)
                 **(
                     {"max_bytes": args["max_bytes"]}
-                    if tool == "filesystem.read" and "max_bytes" in args and rule_in_force(ARGS_CLOSED)
+                    if tool == "filesystem.read"
+                    and args.get("max_bytes") is not None
+                    and rule_in_force(ARGS_CLOSED)
                     else {}
                 ),
             )
@@ -306,8 +308,8 @@ class CallsMixin:
             request = CommandRequest(
                 project_root=root,
                 argv=argv,
-                cwd=str(args.get("cwd", ".")),
-                timeout_seconds=float(args.get("timeout", 120)),
+                cwd=str(_given(args, "cwd", ".")),
+                timeout_seconds=float(_given(args, "timeout", 120)),
                 read_grants=snap.grants.fs_read,
                 write_grants=snap.grants.fs_write,
                 deny_fs=snap.grants.deny_fs,
@@ -340,8 +342,8 @@ class CallsMixin:
         elif tool in GIT_ACTIVITIES:
             request = GitRequest(
                 project_root=root,
-                message=str(args.get("message", "")),
-                paths=[str(p) for p in args.get("paths", [])],
+                message=str(_given(args, "message", "")),
+                paths=[str(p) for p in _given(args, "paths", [])],
             )
             value = await workflow.execute_activity_method(GIT_ACTIVITIES[tool], request, **options)
         elif tool == "directive.run":
@@ -491,3 +493,10 @@ class CallsMixin:
 def _delegates(tool: str, args: dict[str, Any]) -> bool:
     """A kiwi-mcp.execute call of a tool: the tool's own call (made inside it) is the one loop checks count."""
     return KIWI_MCP_ACTIONS.get(tool) == "execute" and kiwi_execute_target(args)[0] == "tool"
+
+
+def _given(args: dict[str, Any], name: str, default: Any) -> Any:
+    """A built-in's optional argument, ``default`` when left out or sent as null (README trial s34: `"encoding":
+    null` failed the run's workflow task over and over, jamming the run; `"timeout": null`, `"paths": null` too)."""
+    value = args.get(name)
+    return default if value is None else value
