@@ -147,6 +147,24 @@ async def test_a_proposed_tool_cannot_land_in_the_lib_folder_every_python_tool_i
     assert refused["error"] == "InputInvalid", refused
     assert "names a 'lib' folder" in refused["message"], refused
     assert not (project / ".ai" / "proposals" / "tools" / "json").exists()
+    # Second review s34: an id with a path separator, `lib\json`, was one name to the check and two folders
+    # where it was written (the proposal hidden from `kiwi tools proposals`, then accepted into lib/json).
+    for tool_id in ("lib\\json", "lib/json"):
+        spelled = MANIFEST.format(id=f'"{tool_id}"', description="Pretty-print JSON")
+        async with agent(project) as client:
+            answer = data(
+                await client.call_tool(
+                    "execute",
+                    {
+                        "item_type": "tool",
+                        "action": "create",
+                        "item_id": tool_id,
+                        "parameters": {"manifest": spelled, "files": files},
+                    },
+                )
+            )
+        assert answer["error"] in ("InputInvalid", "ItemInvalid"), answer
+        assert not (project / ".ai" / "proposals" / "tools" / "lib").exists(), answer
     # A proposal the code before took: refused where the human accepts it.
     waiting = project / ".ai" / "proposals" / "tools" / "json"
     waiting.mkdir(parents=True)

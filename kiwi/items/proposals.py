@@ -99,6 +99,9 @@ RESERVED_FOLDERS = ("lib", "tools", "scripts")
 
 def misplaced(category: str, tool_id: str) -> str | None:
     """Why a tool of ``category`` and ``tool_id`` may not be installed where they put it, or None."""
+    if "/" in tool_id or "\\" in tool_id:
+        # (Second review s34: `lib\\json` was one part here and two folders where it was written.)
+        return f"its id '{tool_id}' holds a path separator: an id is one name"
     for part in [*(category or "").replace("\\", "/").split("/"), tool_id]:
         if part.casefold() in RESERVED_FOLDERS:
             return (
