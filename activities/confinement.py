@@ -760,6 +760,13 @@ def unread_elsewhere(project_root: str, places: list[str] | None = None) -> str:
     root = os.path.realpath(project_root)
     for place in hidden_places(root) if places is None else places:
         path = os.path.join(root, place)
+        if place.startswith(tuple(f"{folder}/" for folder in TOOL_FOLDERS) + TOOL_FOLDERS) and os.path.isdir(
+            path
+        ):
+            # (A hidden folder below the tools, a tool's clone's `.git` or its `.venv`, holds hard links made by
+            # git clone, uv or pnpm from places outside the project: second review s34 found every shell command
+            # refused for one. Its files are withheld whole; a hidden file there is checked as any.)
+            continue
         if not os.path.isdir(path) or os.path.islink(path):
             with contextlib.suppress(OSError):
                 if stat.S_ISREG((info := os.lstat(path)).st_mode) and info.st_nlink > 1:

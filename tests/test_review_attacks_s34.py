@@ -5,6 +5,7 @@ the safe outcome."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from mcp.client import Client as McpClient
@@ -239,3 +240,32 @@ async def test_checkpoints_and_commits_take_no_secret_the_wall_withholds(runs, p
     assert rolled.status == "ok", rolled
     assert (project / "src" / "app.py").read_text() == "print('v1')\n"
     assert (project / ".ai" / "tools" / "text" / "word_count" / ".env").read_text() == f"API_KEY={secret}\n"
+
+
+async def test_a_hard_link_in_a_tools_hidden_folder_does_not_stop_every_shell_command(
+    runs, project, tmp_path_factory
+):
+    """Second review s34 (a regression of the wall's new places): a tool cloned with `git clone` (its `.git/objects`
+    hard-linked from the clone's source) or with a `.venv` hard-linked from uv's cache made every shell command of
+    the project refused ("has another name in the project"), though those names were outside it. A hidden folder
+    below the tools is withheld whole; a hidden file there with another name still stops shell commands."""
+    from tests.test_attack_shell import agent_run, shell
+
+    outside = tmp_path_factory.mktemp("cache") / "blob"
+    outside.write_text("cached")
+    venv = project / ".ai" / "tools" / "text" / "word_count" / ".venv"
+    venv.mkdir(parents=True)
+    os.link(outside, venv / "blob")
+    run_id = await agent_run(
+        runs,
+        project,
+        "lister",
+        '<read resource="filesystem" path="**"/><execute resource="shell" commands="ls"/>',
+    )
+    listed = await shell(runs, run_id, "ls")
+    assert listed.status == "ok", listed
+    secret = project / ".ai" / "tools" / "text" / "word_count" / ".env"
+    secret.write_text("API_KEY=x\n")
+    os.link(secret, project / "notes-env")
+    refused = await shell(runs, run_id, "ls")
+    assert refused.status == "denied" and "another name" in refused.reason, refused
