@@ -8,6 +8,7 @@ It keeps no run state, so restarting it mid-run loses nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -395,6 +396,13 @@ class KiwiMCPServer(MCPServer):
     watches: RunWatches  # (set by build_server: the runs its subscribers watch)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        if isinstance(arguments, dict) and "project_path" in arguments:
+            # Kiwi MCP's clients send the project with every call (second review s34: refused as an argument the
+            # tool does not take): taken when it names the project this front end serves.
+            arguments = dict(arguments)
+            given = arguments.pop("project_path")
+            if (problem := self._other_project(given)) is not None:
+                return error(*_shown_call(name, arguments), problem)
         tool = self._tool_manager.get_tool(name)
         if tool is not None and (problem := stray_arguments(name, tool.parameters, arguments)) is not None:
             return error(*_shown_call(name, arguments), problem)
@@ -409,6 +417,22 @@ class KiwiMCPServer(MCPServer):
                 raise
             message, hint = argument_problems(exc.__cause__)
             return error(*_shown_call(name, arguments), InputInvalid(message, hint=hint))
+
+    def _other_project(self, given: Any) -> InputInvalid | None:
+        """Why a call's ``project_path`` (Kiwi MCP's) is not this front end's project, or None when it is (or
+        names none)."""
+        served = self.temporal.store.project_root
+        if given is None or given == "":
+            return None
+        if isinstance(given, str) and not CONTROL_CHARACTERS.search(given) and len(given) <= 4096:
+            with contextlib.suppress(OSError, ValueError):
+                if Path(given).expanduser().resolve() == Path(served).resolve():
+                    return None
+        return InputInvalid(
+            f"project_path names another folder than the project this front end serves ({served})",
+            hint="leave project_path out (this server serves one project); for another project, connect to its "
+            "own `kiwi mcp`",
+        )
 
 
 def _shown_call(name: str, arguments: dict[str, Any]) -> tuple[str, str, str]:

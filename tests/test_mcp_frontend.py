@@ -930,6 +930,13 @@ async def test_arguments_a_tool_does_not_take_are_refused_not_dropped(runs, proj
         ):
             shown = await refused(tool, **arguments)
             assert shown["message"].startswith(f"'{field}' must be a number, got "), shown
+        # Kiwi MCP's clients send project_path with every call: taken when it is this front end's project.
+        same = data(
+            await client.call_tool("search", {"item_type": "directive", "project_path": str(project)})
+        )
+        assert "results" in same and "error" not in same, same
+        other = await refused("search", item_type="directive", project_path="/elsewhere")
+        assert other["message"].startswith("project_path names another folder than the project"), other
         huge = await refused("help", action="stuck", run_id="run-x", attempts=10**30)
         assert huge["message"].startswith("'attempts': Input should be less than or equal to 1000000"), huge
 
