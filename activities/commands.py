@@ -1421,7 +1421,8 @@ def _check_parameters(tool: LocalToolSpec, params: dict[str, Any]) -> None:
     if not isinstance(declared, dict) or not declared:
         return  # (no parameters declared: the tool takes what it is given)
     unknown = sorted(set(params) - set(declared)) if schema.get("additionalProperties") is not True else []
-    missing = sorted(n for n in schema.get("required") or [] if n not in params)
+    # (null for a required one is none: `{"text": null}` reached main(), whose traceback was the answer.)
+    missing = sorted(n for n in schema.get("required") or [] if params.get(n) is None)
     shapes = [
         f"'{n}' {problem}"
         for n, value in sorted(params.items())
@@ -1458,11 +1459,31 @@ def typed_parameters(tool: LocalToolSpec, params: dict[str, Any]) -> dict[str, A
         kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
         if not kinds or value is None or isinstance(value, dict | list):
             continue
+        problem = ""
         if isinstance(value, bool | int | float) and kinds == ["string"]:
             typed[name] = json.dumps(value)
         elif isinstance(value, str) and "string" not in kinds:
-            with contextlib.suppress(ValueError):
+            try:
                 typed[name] = coerce_value(value, spec)
+            except ValueError as exc:
+                problem = str(exc)  # (trial s34 (2): "many" for an integer reached main() as text)
+        elif kinds == ["integer"] and isinstance(value, float):
+            if value.is_integer():
+                typed[name] = int(value)
+            else:
+                problem = f"must be an integer, got the number {value!r}"
+        elif kinds == ["boolean"] and not isinstance(value, bool):
+            if value in (0, 1):
+                typed[name] = bool(value)
+            else:
+                problem = f"must be true or false, got the number {value!r}"
+        if problem:
+            raise InputInvalid.error(
+                f"'{name}' {problem} (tool '{tool.tool_id}')",
+                {
+                    "hint": f"load(item_type='tool', item_id='{tool.tool_id}') shows its parameters and their types"
+                },
+            )
     return typed
 
 

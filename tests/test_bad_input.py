@@ -908,7 +908,23 @@ def test_a_local_tools_arguments_take_the_types_its_manifest_declares():
         "items": [1],
         "anything": 7,
     }
-    assert typed_parameters(tool, {"text": True, "count": "many"}) == {"text": "true", "count": "many"}
+    assert typed_parameters(tool, {"text": True, "count": 3.0, "loud": 1}) == {
+        "text": "true",
+        "count": 3,
+        "loud": True,
+    }
+    # What reads as none of its type is refused before the tool runs (README trial s34, second round).
+    from temporalio.exceptions import ApplicationError
+
+    for given, said in (
+        ({"count": "many"}, "'count' must be an integer, got the text 'many'"),
+        ({"count": 2.5}, "'count' must be an integer, got the number 2.5"),
+        ({"loud": "yes"}, "'loud' must be true or false, got the text 'yes'"),
+        ({"loud": 7}, "'loud' must be true or false, got the number 7"),
+    ):
+        with pytest.raises(ApplicationError) as refused:
+            typed_parameters(tool, given)
+        assert refused.value.type == "InputInvalid" and said in str(refused.value), refused.value
 
 
 def test_a_project_option_naming_a_folder_that_is_no_project_says_so(tmp_path, capsys):

@@ -597,6 +597,10 @@ async def test_a_local_tool_called_with_a_name_it_does_not_take_is_refused_befor
     assert number.status == "ok" and number.result["words"] == 1, number
     flag = await runs.call_tool(run_id, "word_count", {"text": True})
     assert flag.status == "ok" and flag.result["words"] == 1, flag
+    # null for a required parameter is none (trial s34, second round: word_count's AttributeError traceback).
+    null = await runs.call_tool(run_id, "word_count", {"text": None})
+    assert null.error_type == "InputInvalid" and "'text' is required" in null.reason, null
+    assert "Traceback" not in null.reason
     await runs.cancel(run_id)
 
 
