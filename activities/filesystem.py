@@ -148,6 +148,20 @@ def open_dir(parent: int, name: str, raw: str, rel: str, create: bool = False) -
     raise _error(f"'{raw}': '{rel}' kept changing while it was opened", "FileNotFound")
 
 
+def _whole_characters(data: bytes) -> bytes:
+    """``data`` less the 1 to 3 bytes of a UTF-8 character its end cuts through (as it is when it ends whole,
+    or is no UTF-8 at all)."""
+    for back in range(4):
+        try:
+            (data[: len(data) - back] if back else data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if exc.start < len(data) - 4:
+                return data  # (not UTF-8 before its end: read as base64)
+            continue
+        return data[: len(data) - back] if back else data
+    return data
+
+
 def _as_text(data: bytes) -> str | None:
     """``data`` as text, or None for base64: not UTF-8, or text that JSON would spell several times
     larger than base64 does (control characters), past what a Temporal payload may carry."""
@@ -555,6 +569,9 @@ class FilesystemActivities:
             finally:
                 os.close(fd)
         size = info.st_size
+        if size > req.max_bytes and req.encoding == "utf-8":
+            # A cut inside a character made the text base64 (second review s34): cut before it instead.
+            data = _whole_characters(data)
         text = _as_text(data)
         if text is not None:
             return {"path": req.path, "content": text, "size": size, "truncated": size > req.max_bytes}

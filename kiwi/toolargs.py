@@ -431,12 +431,17 @@ def _problem(value: Any, spec: dict[str, Any]) -> str:
                 return f"must be a finite number, got {value!r}"
             low, high = spec.get("exclusiveMinimum"), spec.get("maximum")
             if low is not None and number <= low:
-                return f"must be more than {low:g}, got {number:g}"
+                return f"must be more than {_shown(low)}, got {_shown(number)}"
             if spec.get("minimum") is not None and number < spec["minimum"]:
-                return f"must be at least {spec['minimum']:g}, got {number:g}"
+                return f"must be at least {_shown(spec['minimum'])}, got {_shown(number)}"
             if high is not None and number > high:
-                return f"must be at most {high:g}, got {number:g}"
+                return f"must be at most {_shown(high)}, got {_shown(number)}"
     return ""
+
+
+def _shown(number: float) -> str:
+    """A number as a message shows it: whole ones whole (`1000001`, where `:g` wrote `1e+06`, trial s34)."""
+    return str(int(number)) if float(number).is_integer() and abs(number) < 1e18 else f"{number:g}"
 
 
 def _is(value: Any, kind: str, spec: dict[str, Any]) -> bool:

@@ -190,6 +190,11 @@ async def _workbench(runs, project) -> str:
         ("filesystem.write", {"path": "notes/a.txt", "contnet": "x"}, "no argument 'contnet'"),
         ("filesystem.read", {"path": "notes/a.txt", "offset": 5}, "no argument 'offset'"),
         ("filesystem.read", {"path": "notes/a.txt", "max_bytes": -5}, "'max_bytes' must be at least 1"),
+        (
+            "filesystem.read",
+            {"path": "a", "max_bytes": 1000001},
+            "'max_bytes' must be at most 1000000, got 1000001",
+        ),
         ("filesystem.read", {"path": "notes/a.txt", "max_bytes": "5"}, "'max_bytes' must be an integer"),
         ("shell.run", {"command": "echo hi", "env": {"A": "1"}}, "no argument 'env'"),
     ],
@@ -220,6 +225,14 @@ async def test_filesystem_read_reads_max_bytes_at_most_and_says_it_cut(runs, pro
     assert (head.result["content"], head.result["size"], head.result["truncated"]) == ("0123", 100, True)
     whole = await runs.call_tool(run_id, "filesystem.read", {"path": "notes/long.md", "max_bytes": 100})
     assert (whole.result["content"], whole.result["truncated"]) == ("0123456789" * 10, False)
+    # A cut inside a character stays text, cut before it (second review s34: it came back as base64).
+    write(project / "notes" / "accents.md", "é€…")
+    cut = await runs.call_tool(run_id, "filesystem.read", {"path": "notes/accents.md", "max_bytes": 4})
+    assert (cut.result["content"], cut.result["truncated"], cut.result.get("encoding")) == (
+        "é",
+        True,
+        None,
+    ), cut
 
 
 async def test_three_megabytes_of_content_is_refused_with_the_limit_before_it_reaches_the_run(
