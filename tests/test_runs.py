@@ -196,6 +196,15 @@ async def test_same_idempotency_key_returns_the_same_run(runs, project):
         out + err
     )
     assert "started" not in out.splitlines()[0].split(":")[0]
+    where = ["--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue]
+    code, out, err = await kiwi_cli(
+        "run", "hello_kiwi", "--input", "name=Di", "--idempotency-key", "ticket-42", "--json", *where
+    )
+    assert code == 0 and json.loads(out)["existing"] is True, out + err
+    code, out, err = await kiwi_cli(
+        "run", "hello_kiwi", "--input", "name=Di", "--idempotency-key", " ", *where
+    )
+    assert code == 2 and "an idempotency key is some text, not empty" in err, out + err
     # A key whose run has ended answers that run too (it was Temporal's bare "Workflow execution already started").
     await awaiting(runs, first.run_id, "confirm")
     await runs.complete_step(first.run_id, "confirm", {"confirmed": True})

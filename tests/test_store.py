@@ -169,6 +169,10 @@ def test_a_search_of_no_words_lists_the_items_as_the_hints_say(project, capsys):
         ("knowledge", "kiwi-directives"),
         ("tool", "word_count"),
     ]
+    # A listing cut at --limit says so (README trial s34: it stopped at the default 10 without a word).
+    assert kiwi(["search", "--limit", "2"]) == 0
+    cut = capsys.readouterr()
+    assert len(cut.out.splitlines()) == 2 and "(the first 2; --limit N shows more)" in cut.err, cut
     assert [r.item_id for r in ItemStore(project).search("", category="deployment")] == ["deploy_docs"]
     assert [r.item_id for r in ItemStore(project).search("", item_type="directive", limit=1)] == [
         "deploy_docs"

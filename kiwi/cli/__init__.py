@@ -391,6 +391,10 @@ def cmd_search(args: argparse.Namespace) -> int:
                 for r in remote
             ],
             print(f"registry unavailable: {unavailable}", file=sys.stderr) if unavailable else None,
+            # (README trial s34: a listing stopped at the default 10 without a word.)
+            print(f"(the first {args.limit}; --limit N shows more)", file=sys.stderr)
+            if len(results) >= args.limit
+            else None,
         ),
     )
     return EXIT_OK

@@ -226,7 +226,7 @@ async def _follow_started(
     if not args.wait:
         status = await progress.read_status(runs, run_id)
         if args.json:
-            print(status.model_dump_json(indent=2))
+            print(_status_json(status, existing))
         else:
             if not existing:
                 print(f"started {run_id}")
@@ -241,8 +241,22 @@ async def _follow_started(
         )
     status = await _watch(runs, run_id, args.json, until_done=False, args=args)
     if args.json:
-        print(status.model_dump_json(indent=2))
+        print(_status_json(status, existing))
     return 0 if status.status in ("completed", "awaiting_agent", "awaiting_approval") else 1
+
+
+def _key(text: str) -> str:
+    """``--idempotency-key``: some text (README trial s34: an empty one was taken as none, starting a run each time)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an idempotency key is some text, not empty")
+    return text
+
+
+def _status_json(status: Any, existing: bool) -> str:
+    """A started run's status as `kiwi run --json` prints it: ``existing`` when its idempotency key had started
+    it before (README trial s34: a script could not tell)."""
+    shown = json.loads(status.model_dump_json())
+    return json.dumps({**({"existing": True} if existing else {}), **shown}, indent=2)
 
 
 # The states of a run that ended without doing its work.
@@ -1111,7 +1125,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name", help="directive name")
     p.add_argument("--input", "-i", action="append", metavar="KEY=VALUE", help="an input (repeatable)")
     p.add_argument(
-        "--idempotency-key", help="the same key returns the existing run instead of starting another"
+        "--idempotency-key",
+        type=_key,
+        help="the same key returns the run it started instead of starting another (running or ended; other "
+        "inputs with the same key are refused)",
     )
     p.add_argument(
         "--deadline",
