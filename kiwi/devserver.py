@@ -115,7 +115,11 @@ def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
             raise KiwiError(f"{path}: malformed YAML: {exc}") from None
         for section, values in data.items():
             if section not in config or not isinstance(values, dict):
-                raise KiwiError(f"{path}: unknown section '{section}' (known: {', '.join(config)})")
+                close = difflib.get_close_matches(str(section), list(config), n=1)
+                raise KiwiError(
+                    f"{path}: unknown section '{section}' (known: {', '.join(config)})",
+                    hint=f"did you mean {close[0]}?" if close else "leave it out",
+                )
             for option in values:
                 if option not in DEFAULTS[section]:
                     # (README trial s34: `prot: 27233` was taken without a word, and the default port used.)

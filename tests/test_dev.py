@@ -292,6 +292,10 @@ async def test_kiwi_dev_says_so_when_it_reuses_the_server_a_killed_kiwi_dev_left
         await read_until(first.stdout, b"ready")
         os.kill(first.pid, signal.SIGKILL)  # (kiwi dev alone: its server, in its session, lives on)
         await first.wait()
+        # kiwi doctor says so too (its fix was to restart kiwi dev, which reuses the server, UI-less).
+        dev_check = (await _doctor_checks(config, project))["kiwi dev"]
+        assert not dev_check["ok"] and "has ended; the server (pid " in dev_check["detail"], dev_check
+        assert dev_check["hint"].startswith("stop it (`kill "), dev_check
         second = await dev()
         out = (await read_until(second.stdout, b"kiwi dev: ready")).decode()  # ("already" holds "ready")
         assert f"reusing the Temporal server already listening on 127.0.0.1:{port}" in out, out

@@ -339,6 +339,19 @@ async def _running_ports(running: RunningDev, database: Path) -> list[Check]:
     named += [f"Temporal UI port {running.ui_port}"] if running.ui_port else []
     named += [f"MCP port {running.mcp_port}"] if running.mcp_port else []
     here = target(None)[0]
+    left = running.orphaned()
+    if left is not None:
+        # (README trial s34: after a kill -9 of kiwi dev, the fix given was to restart kiwi dev, which reuses the
+        # server it left, without its UI.)
+        return [
+            Check(
+                "kiwi dev",
+                False,
+                f"the `kiwi dev` that started the Temporal server on {database} has ended; the server (pid {left}) "
+                f"runs on at {running.address} without the UI, worker and MCP front end it started with",
+                f"stop it (`kill {left}`) and start `kiwi dev` again; a `kiwi dev` started now reuses it, UI-less",
+            )
+        ]
     checks = [
         Check(
             "kiwi dev",
