@@ -611,6 +611,11 @@ def test_an_unknown_option_in_temporal_dev_yml_is_refused_and_commands_beside_it
     err = capsys.readouterr().err
     assert "temporal-dev.yml: unknown option 'prot' in temporal (known: ip, port, " in err, err
     assert "did you mean temporal.port?" in err, err
+    (project / "temporal-dev.yml").write_text("tempral:\n  port: 27233\n")
+    assert kiwi_main(["dev", "--config", str(project / "temporal-dev.yml")]) == 1
+    assert (
+        "unknown section 'tempral'" in (err := capsys.readouterr().err) and "did you mean temporal?" in err
+    ), err
     (project / "temporal-dev.yml").write_text("temporal:\n  port: abc\n")
     from kiwi.connect import dev_address
 
