@@ -55,7 +55,7 @@ def propose_tool(
         raise InputInvalid(f"the manifest runs {entry}, which parameters.files does not hold")
     if (why := misplaced(parsed.category, parsed.tool_id)) is not None:
         raise InputInvalid(
-            f"tool '{parsed.tool_id}' cannot be proposed: {why}", hint="choose another category"
+            f"tool '{parsed.tool_id}' cannot be proposed: {why}", hint="choose another category or id"
         )
     for rel in files:
         if rel != "tool.yaml" and (why := foreign_tool_file(rel)) is not None:
