@@ -69,6 +69,17 @@ def test_a_misspelt_built_in_tool_is_an_error_naming_the_right_one_and_no_mcp_gr
         'step "w" calls shell.runn, which is no tool of Kiwi\'s: did you mean shell.run?',
         'step "w" calls git.checkpiont, which is no tool of Kiwi\'s: did you mean git.checkpoint?',
     ], found
+    # The trial's second round: a wrong case, and a misspelt local tool the directive grants.
+    body = (
+        '<step name="v"><tool_call tool="Filesystem.Write"><param name="path">notes/a</param></tool_call>'
+        '<tool_call tool="word_cont"><param name="text">hi</param></tool_call></step>'
+    )
+    permissions = '<write resource="filesystem" path="notes/**"/><execute resource="tool" id="word_cont"/>'
+    found = problems(project, capsys, "cased", body, permissions)
+    assert found == [
+        'step "v" calls Filesystem.Write, which is no tool of Kiwi\'s: did you mean filesystem.write?',
+        'step "v" calls word_cont, which is no tool here: did you mean word_count?',
+    ], found
     server = write(
         project / ".ai" / "directives" / "gitserver.md",
         directive_md(

@@ -80,19 +80,43 @@ def ungranted_calls(directive: Directive, path: str = "") -> list[Problem]:
     return problems
 
 
-def unknown_builtins(directive: Directive, path: str = "") -> list[tuple[str, Problem]]:
-    """Step calls of a tool in the namespace of Kiwi's own (``filesystem.wrte``, ``shell.runn``) that is none
-    of them, nor a tool of a declared MCP server of that name: a misspelling. The step waited for the agent,
-    though it was meant to run by itself (README trial s34), and the hint named an MCP grant."""
+def unknown_builtins(
+    directive: Directive, path: str = "", local_tools: frozenset[str] = frozenset()
+) -> list[tuple[str, Problem]]:
+    """Step calls of a tool in the namespace of Kiwi's own (``filesystem.wrte``, ``shell.runn``, ``Filesystem.Write``)
+    that is none of them, nor a tool of a declared MCP server of that name: a misspelling. The step waited for the
+    agent, though it was meant to run by itself (README trial s34), and the hint named an MCP grant. With
+    ``local_tools`` (the project's), a step calling a local tool that is not there and is close to one that is
+    (``word_cont``)."""
     known = (*BUILTIN_TOOLS, *KIWI_MCP_TOOLS)
+    spaces = {name.casefold() for name in (*BUILTIN_NAMESPACES, "kiwi-mcp")}
     servers = {name for mcp in directive.metadata.tools.mcps for name in (mcp.name, mcp.alias) if name}
     problems: list[tuple[str, Problem]] = []
     for step in directive.steps:
         for call in step.tool_calls:
             space = call.tool.partition(".")[0]
-            if call.tool in known or space not in (*BUILTIN_NAMESPACES, "kiwi-mcp") or space in servers:
+            if (
+                local_tools
+                and "." not in call.tool
+                and call.tool not in local_tools
+                and (near := difflib.get_close_matches(call.tool, sorted(local_tools), n=1, cutoff=0.8))
+            ):
+                # (README trial s34, second round: `word_cont`, granted, validated and made the step an agent step.)
+                problems.append(
+                    (
+                        call.tool,
+                        Problem(
+                            f'step "{step.name}" calls {call.tool}, which is no tool here: did you mean {near[0]}?',
+                            path,
+                            call.line,
+                            1,
+                        ),
+                    )
+                )
                 continue
-            close = difflib.get_close_matches(call.tool, known, n=1, cutoff=0.6)
+            if call.tool in known or space.casefold() not in spaces or space in servers:
+                continue
+            close = difflib.get_close_matches(call.tool.casefold(), known, n=1, cutoff=0.6)
             problems.append(
                 (
                     call.tool,
@@ -184,7 +208,7 @@ def validate_file(
     if isinstance(parsed, Directive):
         result["item_id"] = parsed.name
         result["steps"] = [p.model_dump() for p in parsed.plan(local_tools)]
-        misspelt = unknown_builtins(parsed, str(path))
+        misspelt = unknown_builtins(parsed, str(path), local_tools)
         # (A misspelt tool's grant check named an MCP grant for it: its own problem says what is wrong.)
         ungranted = [
             p
