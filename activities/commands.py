@@ -1593,11 +1593,6 @@ SECRET_PATHSPECS = (
 )
 
 
-def _excluded(pathspec: str) -> str:
-    """``pathspec`` (of SECRET_PATHSPECS) as an exclusion."""
-    return f":(exclude,{pathspec[2:]}" if pathspec.startswith(":(") else f":(exclude){pathspec}"
-
-
 def _own(path: str) -> bool:
     return not path.startswith(KIWI_PRIVATE)
 
@@ -1668,16 +1663,17 @@ class GitActivities:
         await _require_repo(req.project_root)
         for path in req.paths or ["."]:
             confine(req.project_root, path, ["**"], [])
-        code, _, err = await _git(
-            req.project_root,
-            "add",
-            "--",
-            *(req.paths or ["."]),
-            *(_excluded(p) for p in SECRET_PATHSPECS),
-            looks=True,
-        )
+        code, _, err = await _git(req.project_root, "add", "--", *(req.paths or ["."]), looks=True)
         if code != 0:
             raise GitFailed.error(f"git add failed: {err.strip()}")
+        # Then unstaged again, as HEAD has them (an exclusion in `git add` fails on a place .gitignore names).
+        has_head, _, _ = await _git(req.project_root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
+        await _git(
+            req.project_root,
+            *(("reset", "-q") if has_head == 0 else ("rm", "-r", "-q", "--cached", "--ignore-unmatch")),
+            "--",
+            *SECRET_PATHSPECS,
+        )
         code, out, err = await _git(
             req.project_root,
             "commit",
@@ -1711,9 +1707,8 @@ class GitActivities:
         with _ScratchIndex() as env:
             if code == 0:
                 await _git_ok(root, "read-tree", head.strip(), env=env)
-            await _git_ok(
-                root, "add", "-A", "--", ".", *(_excluded(p) for p in SECRET_PATHSPECS), env=env, looks=True
-            )
+            # (No exclusions here: one naming a place .gitignore names fails `git add`. Taken out below.)
+            await _git_ok(root, "add", "-A", "--", ".", env=env, looks=True)
             # (Tracked in HEAD, read into the index above: not the checkpoint's business either.)
             await _git(
                 root, "rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *SECRET_PATHSPECS, env=env

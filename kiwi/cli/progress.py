@@ -210,7 +210,10 @@ async def read_status(runs: Any, run_id: str) -> RunStatus:
     """
     limit = status_seconds()
     try:
-        return await asyncio.wait_for(runs.status(run_id), limit)
+        # (asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that comes as the query
+        # answers, so the Ctrl-C that cancels a `kiwi status --watch` was lost and the watch went on: CI s34.)
+        async with asyncio.timeout(limit):
+            return await runs.status(run_id)
     except TimeoutError:
         raise await no_worker(runs, run_id, f"answered {run_id}'s status within {limit:g}s") from None
 
