@@ -37,6 +37,10 @@ async def _watching(runs, run_id: str, *more: str, env: dict[str, str] | None = 
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        # Ctrl-C as a terminal sends it: a suite started in the background by a shell (`cmd &`) runs with SIGINT
+        # ignored, which its children inherit, and Python then never raises KeyboardInterrupt (CI s34: the
+        # watcher ran on).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
