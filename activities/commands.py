@@ -78,7 +78,7 @@ from kiwi.shellpolicy import (
     ungranted_below,
     unpacking,
 )
-from kiwi.toolargs import CHECKPOINT_REFS, checkpoint_label, coerce_value, shape_problem
+from kiwi.toolargs import CHECKPOINT_REFS, checkpoint_label, coerce_value, shape_problem, unfit_parameters
 from kiwi.upstream.pool import remember_secrets, scrub, scrub_text
 from kiwi.upstream.registry import first_own, lookup_secret
 
@@ -1420,9 +1420,8 @@ def _check_parameters(tool: LocalToolSpec, params: dict[str, Any]) -> None:
     declared = schema.get("properties")
     if not isinstance(declared, dict) or not declared:
         return  # (no parameters declared: the tool takes what it is given)
-    unknown = sorted(set(params) - set(declared)) if schema.get("additionalProperties") is not True else []
     # (null for a required one is none: `{"text": null}` reached main(), whose traceback was the answer.)
-    missing = sorted(n for n in schema.get("required") or [] if params.get(n) is None)
+    unknown, missing = unfit_parameters(schema, params)
     shapes = [
         f"'{n}' {problem}"
         for n, value in sorted(params.items())

@@ -309,6 +309,20 @@ def stray_argument(
     )
 
 
+def unfit_parameters(schema: dict[str, Any] | None, params: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The names in ``params`` that a local tool's input ``schema`` does not take, and the required names it
+    lacks (null counts as none), both sorted; nothing for a schema that declares no parameters (the tool takes
+    what it is given). The worker refuses such a call before the tool runs, and ``kiwi validate`` names a
+    step's (README trial s34: a stray ``txt`` for word_count validated, and the run failed at that step)."""
+    schema = schema or {}
+    declared = schema.get("properties")
+    if not isinstance(declared, dict) or not declared:
+        return [], []
+    unknown = sorted(set(params) - set(declared)) if schema.get("additionalProperties") is not True else []
+    missing = sorted(n for n in schema.get("required") or [] if params.get(n) is None)
+    return unknown, missing
+
+
 CHECKPOINT_REFS = "refs/kiwi/checkpoints"
 # A checkpoint's label: the run's id and its number (workflows/directive_run/calls.py, _checkpoint).
 _CHECKPOINT_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}/[1-9][0-9]{0,9}")

@@ -1054,7 +1054,7 @@ async def _execute(
     if item_type == "directive" and action == "validate":
         from kiwi.items.validation import validate_file
 
-        local = frozenset(link.store.local_tools())
+        local = link.store.local_tools()
         draft = parameters.get("content")
         if draft is None:
             record = link.store.find("directive", item_id)

@@ -981,6 +981,15 @@ async def test_validate_checks_a_draft_it_is_sent_without_writing_it(runs, proje
         renamed = await validate("other", hello)
         assert renamed["valid"] is False, renamed
         assert "defines directive 'hello_kiwi', not 'other'" in renamed["problems"][-1]["message"], renamed
+        # A step's <param> the local tool does not take (README trial s34: validated, the run failed there).
+        stray = await validate("drafted", hello.replace('<param name="text">', '<param name="txt">'))
+        assert stray["valid"] is False, stray
+        assert any(
+            p["message"].endswith(
+                "word_count has no parameter 'txt'; it takes text (did you mean <param name=\"text\">?)"
+            )
+            for p in stray["problems"]
+        ), stray
         notext = await validate("drafted", {"a": 1})
         assert notext["error"] == "InputInvalid" and "not an object" in notext["message"], notext
         # The saved file is still what validate without content checks; the draft was never written.

@@ -20,9 +20,10 @@ def project(tmp_path, monkeypatch):
     return tmp_path
 
 
-def problems(project, capsys, name: str, body: str, permissions: str) -> list[str]:
+def problems(project, capsys, name: str, body: str, permissions: str, inputs: str = "") -> list[str]:
     path = write(
-        project / ".ai" / "directives" / f"{name}.md", directive_md(body, name=name, permissions=permissions)
+        project / ".ai" / "directives" / f"{name}.md",
+        directive_md(body, name=name, permissions=permissions, inputs=inputs),
     )
     assert kiwi(["validate", str(path), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
@@ -90,6 +91,52 @@ def test_a_misspelt_built_in_tool_is_an_error_naming_the_right_one_and_no_mcp_gr
         ),
     )
     assert kiwi(["validate", str(server)]) == 0, capsys.readouterr().out
+
+
+def test_a_local_tools_parameters_are_checked_as_the_run_checks_them(project, capsys):
+    """README trial s34: a stray `txt` for word_count validated, and the run failed at that step after the steps
+    before it ran. A name the tool does not take, a required one left out, a literal not of its type: errors;
+    a placeholder is the run's to check."""
+    write(
+        project / ".ai" / "tools" / "text" / "repeat" / "tool.yaml",
+        "tool_id: repeat\ntool_type: python\nexecutor: {type: python, entrypoint: main.py}\nparameters:\n"
+        "  - {name: text, type: string, required: true}\n  - {name: times, type: integer}\n",
+    )
+    write(
+        project / ".ai" / "tools" / "text" / "repeat" / "main.py",
+        "def main(text, times=1):\n    return text\n",
+    )
+    grants = '<execute resource="tool" id="word_count"/><execute resource="tool" id="repeat"/>'
+    body = (
+        '<step name="a"><tool_call tool="word_count"><param name="txt">hi</param></tool_call></step>'
+        '<step name="b"><tool_call tool="repeat"><param name="times">many</param></tool_call></step>'
+        '<step name="c"><tool_call tool="repeat"><param name="text">hi</param>'
+        '<param name="times">{inputs.n}</param><param name="tims">2</param></tool_call></step>'
+    )
+    number = '<input name="n" type="integer" required="true"/>'
+    found = problems(project, capsys, "params", body, grants, inputs=number)
+    assert found == [
+        'step "a": word_count has no parameter \'txt\'; it takes text (did you mean <param name="text">?)',
+        'step "b": repeat requires <param name="text">, which the step leaves out',
+        "step \"b\": repeat: parameter 'times' must be an integer, got the text 'many' (write <param name=\"times\"> as a "
+        "whole number, e.g. 3)",
+        'step "c": repeat has no parameter \'tims\'; it takes text, times (did you mean <param name="times">?)',
+    ], found
+    fixed = (
+        '<step name="a"><tool_call tool="word_count"><param name="text">hi</param></tool_call></step>'
+        '<step name="c"><tool_call tool="repeat"><param name="text">hi</param>'
+        '<param name="times">{inputs.n}</param></tool_call></step>'
+    )
+    path = write(
+        project / ".ai" / "directives" / "params.md",
+        directive_md(
+            fixed,
+            name="params",
+            permissions=grants,
+            inputs='<input name="n" type="integer" required="true"/>',
+        ),
+    )
+    assert kiwi(["validate", str(path)]) == 0, capsys.readouterr().out
 
 
 def test_a_granted_call_validates(project, capsys):
@@ -185,3 +232,49 @@ def test_validate_reads_the_settings_files_as_runs_read_them(project, capsys):
     write(project / ".ai" / "config" / "agent_harness.yaml", "loop_detecton:\n  repeat_threshold: 3\n")
     assert kiwi(["validate", ".ai/config"]) == 1
     assert "did you mean loop_detection?" in capsys.readouterr().out
+
+
+def test_tools_the_settings_and_a_directive_name_for_approval_are_checked(project, capsys):
+    """README trial s34: `approvals.tools: [git.rolback]` validated, and git.rollback then ran with nobody asked.
+    A name in Kiwi's namespaces that is none of its tools, or nearly a local tool's, is an error naming the one
+    meant; a server no registry names is a warning (a directive may declare it), and the file stays valid."""
+    harness = project / ".ai" / "config" / "agent_harness.yaml"
+    write(
+        harness,
+        "approvals:\n  tools: [git.rolback, word_cont, github.create_issue, 'filesystem.*']\n"
+        "rate_limits:\n  shell.rnu: 5\n  'mcp.*': 100\ninternal_tools:\n  tools: [word_count]\n",
+    )
+    assert kiwi(["validate", str(harness), "--json"]) == 1
+    found = json.loads(capsys.readouterr().out)["items"][0]["problems"]
+    assert [(p["severity"], p["message"]) for p in found] == [
+        ("error", "approvals.tools: 'git.rolback' is no tool of Kiwi's: did you mean git.rollback?"),
+        ("error", "approvals.tools: 'word_cont' is no tool here: did you mean word_count?"),
+        (
+            "warning",
+            "approvals.tools: 'github.create_issue' names MCP server 'github', which no mcp_registry.yaml "
+            "registers; it matches only a directive that declares that server",
+        ),
+        ("error", "rate_limits: 'shell.rnu' is no tool of Kiwi's: did you mean shell.run?"),
+    ], found
+    write(
+        project / ".ai" / "config" / "mcp_registry.yaml",
+        "mcps:\n  github:\n    type: stdio\n    command: github-mcp\n",
+    )
+    write(harness, "approvals:\n  tools: [git.rollback, word_count, github.create_issue]\n")
+    assert kiwi(["validate", str(harness)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [], "a registered server's tool is no warning"
+    # A directive's own <approvals>.
+    path = write(
+        project / ".ai" / "directives" / "approving.md",
+        directive_md(
+            '<step name="s"><tool_call tool="git.status"/></step>',
+            name="approving",
+            permissions='<execute resource="tool" id="git.status"/>',
+            extra_meta="<approvals><tool>git.rolback</tool><tool>github.*</tool></approvals>",
+        ),
+    )
+    assert kiwi(["validate", str(path), "--json"]) == 1
+    found = json.loads(capsys.readouterr().out)["items"][0]["problems"]
+    assert [p["message"] for p in found] == [
+        "<approvals>: 'git.rolback' is no tool of Kiwi's: did you mean git.rollback?"
+    ], found

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
@@ -14,6 +14,7 @@ from kiwi.cli import progress
 from kiwi.cli.safeout import safe_output
 from kiwi.errors import ItemInvalid, ItemNotFound, KiwiError, Problem
 from kiwi.items.store import ITEM_ALIASES, ITEM_TYPES, ItemStore, find_project_root, item_kind
+from kiwi.items.tools import ToolManifest
 from kiwi.items.validation import validate_file
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -141,7 +142,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print("kiwi validate: no item files found in " + ", ".join(args.paths), file=sys.stderr)
         return EXIT_INVALID
     store = ItemStore(find_project_root(files[0].resolve().parent))
-    local = frozenset(store.local_tools())
+    local = store.local_tools()
     results = [_validate_readable(f, local) for f in files]
     ok = all(r["valid"] for r in results)
     for r in results:
@@ -165,29 +166,41 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def _validate_settings(path: Path) -> dict[str, Any]:
     """A settings file (CONFIG_FILES) read as a run reads it: its problems, or none (README trial s34: validate
     read agent_harness.yaml as a tool manifest and failed a valid one)."""
-    from kiwi.harness import load_harness
+    from kiwi.harness import HarnessConfig, load_harness
     from kiwi.items.store import user_space
+    from kiwi.items.validation import registered_servers, unknown_tool_names
     from kiwi.upstream.registry import load_registry
 
     root = find_project_root(path.resolve().parent)
     load = load_harness if path.name == "agent_harness.yaml" else load_registry
     try:
-        load(root, user_space())
+        loaded = load(root, user_space())
         problems: list[Problem] = []
     except ItemInvalid as exc:
         problems = [p for p in exc.problems if p.severity == "error"] or [Problem(exc.message, str(path))]
     except KiwiError as exc:
         problems = [Problem(exc.message + (f" ({exc.hint})" if exc.hint else ""), str(path))]
+    if not problems and isinstance(loaded, HarnessConfig):
+        # A misspelt tool in approvals.tools switched approval off without a word (README trial s34).
+        local = ItemStore(root).local_tools()
+        servers = registered_servers(root) | set(loaded.base_policy.mcp)
+        limits = loaded.limits
+        for key, names in (
+            ("approvals.tools", limits.approval_tools),
+            ("rate_limits", [*limits.rate_limits, *limits.rate_windows]),
+            ("internal_tools.tools", loaded.base_policy.tools),
+        ):
+            problems += unknown_tool_names(key, names, local, servers, str(path))
     return {
         "path": str(path),
         "item_type": "settings",
-        "valid": not problems,
+        "valid": not any(p.severity == "error" for p in problems),
         "problems": [p.as_dict() for p in problems],
         "_problems": problems,
     }
 
 
-def _validate_readable(path: Path, local: frozenset[str]) -> dict[str, Any]:
+def _validate_readable(path: Path, local: Mapping[str, ToolManifest]) -> dict[str, Any]:
     """:func:`validate_file`, with a file that cannot be read (a folder, no permission) reported as invalid."""
     if path.name in CONFIG_FILES and path.parent.name == "config":
         return _validate_settings(path)

@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import difflib
+import fnmatch
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kiwi.errors import Problem
+from kiwi.errors import KiwiError, Problem
 from kiwi.items.directive import Directive
 from kiwi.items.files import read_item_bytes
 from kiwi.items.store import find_project_root, parse_item, user_space
+from kiwi.items.tools import ToolManifest
 from kiwi.keys import load_trusted
 from kiwi.policy import BUILTIN_NAMESPACES, BUILTIN_TOOLS, KIWI_MCP_TOOLS, Decision
 from kiwi.signing import check_trust, verify
 from kiwi.templating import placeholders
-from kiwi.toolargs import BUILTIN_SCHEMAS, stray_argument
+from kiwi.toolargs import (
+    BUILTIN_SCHEMAS,
+    ArgumentError,
+    coerce_step_arguments,
+    stray_argument,
+    unfit_parameters,
+)
 
 
 def item_type_of(path: Path) -> str:
@@ -178,10 +187,107 @@ def stray_params(directive: Directive, path: str = "") -> list[Problem]:
     return problems
 
 
+def local_params(directive: Directive, tools: Mapping[str, ToolManifest], path: str = "") -> list[Problem]:
+    """Step <param>s a local tool does not take, the required ones a step leaves out, and a literal value that
+    is not of its parameter's type: the run refuses the call at that step, after the steps before it ran
+    (README trial s34: a stray `txt` for word_count validated)."""
+    problems: list[Problem] = []
+    for step in directive.steps:
+        for call in step.tool_calls:
+            tool = tools.get(call.tool)
+            if tool is None or call.tool in BUILTIN_SCHEMAS:
+                continue
+            schema = tool.json_schema()
+            unknown, missing = unfit_parameters(schema, dict(call.params))
+            takes = ", ".join(sorted(schema.get("properties") or {}))
+            meant: set[str] = set()
+            for name in unknown:
+                declared = list(schema.get("properties") or {})
+                close = difflib.get_close_matches(name, declared, n=1, cutoff=0.6)
+                meant.update(close)
+                problems.append(
+                    Problem(
+                        f"step \"{step.name}\": {call.tool} has no parameter '{name}'; it takes {takes}"
+                        + (f' (did you mean <param name="{close[0]}">?)' if close else ""),
+                        path,
+                        call.line,
+                        1,
+                    )
+                )
+            for name in (n for n in missing if n not in meant):  # (a misspelt one is named once, above)
+                problems.append(
+                    Problem(
+                        f'step "{step.name}": {call.tool} requires <param name="{name}">, which the step leaves out',
+                        path,
+                        call.line,
+                        1,
+                    )
+                )
+            literal = {n: v for n, v in call.params.items() if n not in unknown and not placeholders(v)}
+            try:
+                coerce_step_arguments(call.tool, literal, literal, schema)
+            except ArgumentError as exc:
+                problems.append(Problem(f'step "{step.name}": {exc.reason} ({exc.hint})', path, call.line, 1))
+    return problems
+
+
+def registered_servers(project_root: Path) -> set[str]:
+    """The MCP servers the registry files name (none when they cannot be read: their own check says why)."""
+    from kiwi.upstream.registry import load_registry
+
+    try:
+        registry = load_registry(project_root, user_space())
+    except KiwiError:
+        return set()
+    return {*registry.servers, *registry.skipped}
+
+
+def unknown_tool_names(
+    key: str, patterns: Iterable[str], local_tools: Collection[str], servers: Collection[str], path: str = ""
+) -> list[Problem]:
+    """The tool names and patterns under ``key`` (``approvals.tools``, ``rate_limits``, ``<approvals>``) that can
+    match no tool: an error for one in Kiwi's own namespaces that is none of its tools (README trial s34:
+    ``approvals.tools: [git.rolback]`` validated, and git.rollback ran with nobody asked), a warning for a local
+    tool the project does not have or a server no registry names (a directive may declare it)."""
+    known = (*BUILTIN_TOOLS, *KIWI_MCP_TOOLS)
+    spaces = {name.casefold() for name in (*BUILTIN_NAMESPACES, "kiwi-mcp")}
+    problems: list[Problem] = []
+    for pattern in dict.fromkeys(patterns):
+        space, dot, _ = pattern.partition(".")
+        if pattern in ("*", "mcp.*") or any(fnmatch.fnmatchcase(t, pattern) for t in (*known, *local_tools)):
+            continue
+        if dot and (space in servers or any(c in space for c in "*?[")):
+            continue
+        if dot and space.casefold() in spaces:
+            close = difflib.get_close_matches(pattern.casefold(), known, n=1, cutoff=0.6)
+            hint = f": did you mean {close[0]}?" if close else f" (its tools: {', '.join(known)})"
+            problems.append(Problem(f"{key}: '{pattern}' is no tool of Kiwi's{hint}", path))
+        elif dot:
+            problems.append(
+                Problem(
+                    f"{key}: '{pattern}' names MCP server '{space}', which no mcp_registry.yaml registers; it "
+                    "matches only a directive that declares that server",
+                    path,
+                    severity="warning",
+                )
+            )
+        else:
+            close = difflib.get_close_matches(pattern, sorted(local_tools), n=1, cutoff=0.8)
+            problems.append(
+                Problem(
+                    f"{key}: '{pattern}' is no tool here" + (f": did you mean {close[0]}?" if close else ""),
+                    path,
+                    severity="error" if close else "warning",
+                )
+            )
+    return problems
+
+
 def validate_file(
-    path: Path, local_tools: frozenset[str] = frozenset(), text: str | None = None
+    path: Path, local_tools: Mapping[str, ToolManifest] | Collection[str] = (), text: str | None = None
 ) -> dict[str, Any]:
     """Parse and check one item file; its problems, signature (and whether a trusted key made it), step plan.
+    ``local_tools``: the project's tools (by id, with their manifests to check a step's parameters against).
     ``text``: a directive's draft, checked as if it were the file at ``path`` (which need not exist)."""
     item_type = "directive" if text is not None else item_type_of(path)
     if text is None and not path.exists():
@@ -207,8 +313,9 @@ def validate_file(
             pass
     if isinstance(parsed, Directive):
         result["item_id"] = parsed.name
-        result["steps"] = [p.model_dump() for p in parsed.plan(local_tools)]
-        misspelt = unknown_builtins(parsed, str(path), local_tools)
+        names = frozenset(local_tools)
+        result["steps"] = [p.model_dump() for p in parsed.plan(names)]
+        misspelt = unknown_builtins(parsed, str(path), names)
         # (A misspelt tool's grant check named an MCP grant for it: its own problem says what is wrong.)
         ungranted = [
             p
@@ -216,6 +323,14 @@ def validate_file(
             if not any(f" calls {t}, " in p.message for t, _ in misspelt)
         ]
         problems += [*(m for _, m in misspelt), *ungranted, *stray_params(parsed, str(path))]
+        if isinstance(local_tools, Mapping):
+            problems += local_params(parsed, local_tools, str(path))
+        if parsed.metadata.approvals:
+            declared = {n for mcp in parsed.metadata.tools.mcps for n in (mcp.name, mcp.alias) if n}
+            servers = declared | registered_servers(find_project_root(path.resolve().parent))
+            problems += unknown_tool_names(
+                "<approvals>", parsed.metadata.approvals, names, servers, str(path)
+            )
         problems += unset_inputs(parsed, str(path))
     elif parsed is not None:
         result["item_id"] = getattr(parsed, "tool_id", None) or getattr(parsed, "zettel_id", None)
