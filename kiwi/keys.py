@@ -16,6 +16,7 @@ approval decisions with them (pure computation, so deterministic).
 from __future__ import annotations
 
 import base64
+import difflib
 import json
 import os
 import re
@@ -208,23 +209,35 @@ def load_trusted(project_root: Path, user_space: Path) -> TrustedKeys:
         if data is None:
             continue
         try:
-            merged.update(TrustedKeys.model_validate(data).keys)
+            keys = TrustedKeys.model_validate(data).keys
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise ItemInvalid([Problem(f"{TRUSTED_FILE}: {where}: {first['msg']}", str(path))]) from None
-    for name, key in merged.items():
-        if not NAME.match(name) or not key.public_key.startswith(PREFIX):
-            raise ItemInvalid(
-                [
-                    Problem(
-                        f"{TRUSTED_FILE}: keys.{name}: expected a name of letters/digits and a "
-                        f"public key 'ed25519:...' (from `kiwi keys init`)",
-                        "",
-                    )
-                ]
-            )
+            raise ItemInvalid([_trusted_problem(error, path) for error in exc.errors()]) from None
+        for name, key in keys.items():
+            if not NAME.match(name) or not key.public_key.startswith(PREFIX):
+                raise ItemInvalid(
+                    [
+                        Problem(
+                            f"{TRUSTED_FILE}: keys.{name}: expected a name of letters/digits and a "
+                            f"public key 'ed25519:...' (from `kiwi keys init`)",
+                            str(path),
+                        )
+                    ]
+                )
+        merged.update(keys)
     return TrustedKeys(keys=merged)
+
+
+def _trusted_problem(error: Any, path: Path) -> Problem:
+    """One of a trusted_keys.yaml's mistakes, with the key it meant for a misspelt one (`publc_key`)."""
+    where = ".".join(str(p) for p in error["loc"])
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        fields = TrustedKey.model_fields if len(error["loc"]) > 2 else TrustedKeys.model_fields
+        close = difflib.get_close_matches(str(error["loc"][-1]), list(fields), n=1, cutoff=0.6)
+        message = (
+            f"no such key; did you mean {close[0]}?" if close else f"no such key (keys: {', '.join(fields)})"
+        )
+    return Problem(f"{TRUSTED_FILE}: {where}: {message}", str(path))
 
 
 def trust_key(user_space: Path, name: str, public_key: str, roles: list[Role]) -> Path:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -278,3 +280,29 @@ def test_tools_the_settings_and_a_directive_name_for_approval_are_checked(projec
     assert [p["message"] for p in found] == [
         "<approvals>: 'git.rolback' is no tool of Kiwi's: did you mean git.rollback?"
     ], found
+
+
+def test_trusted_keys_yaml_is_read_as_kiwi_reads_it(project, capsys):
+    """README trial s34: `kiwi validate` read trusted_keys.yaml as a tool manifest (FAIL: manifest needs tool_id),
+    and `kiwi validate .ai` left a broken one out. A misspelt key names the one meant, with its file."""
+    trusted = project / ".ai" / "config" / "trusted_keys.yaml"
+    write(trusted, "keys:\n  ops:\n    publc_key: ed25519:AAAA\n")
+    assert kiwi(["validate", ".ai", "--json"]) == 1
+    report = {i["path"]: i for i in json.loads(capsys.readouterr().out)["items"]}
+    found = report[".ai/config/trusted_keys.yaml"]
+    assert found["item_type"] == "settings" and found["valid"] is False, found
+    assert [(p["path"], p["message"]) for p in found["problems"]] == [
+        (str(trusted), "trusted_keys.yaml: keys.ops.public_key: Field required"),
+        (str(trusted), "trusted_keys.yaml: keys.ops.publc_key: no such key; did you mean public_key?"),
+    ], found
+    # Every other item is still checked; a signed one says its trust was not.
+    hello = report[".ai/directives/hello_kiwi.md"]
+    assert hello["valid"] is True and hello["trusted"] is False, hello
+    assert hello["problems"][0]["message"] == (
+        f"its signer's trust is not checked: {trusted} has mistakes (`kiwi validate {trusted}`)"
+    ), hello
+    write(trusted, "keys: {}\n")
+    # The user's, which `kiwi init` wrote with the key it made.
+    user = Path(os.environ["AI_USER_SPACE"]) / "config" / "trusted_keys.yaml"
+    assert kiwi(["validate", str(trusted), str(user)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"ok   {trusted} (settings)", f"ok   {user} (settings)"]

@@ -56,7 +56,7 @@ def _expand(paths: list[str]) -> list[Path]:
 
 
 # Kiwi's settings files in .ai/config, which `kiwi validate` checks with the loaders runs use.
-CONFIG_FILES = ("agent_harness.yaml", "mcp_registry.yaml")
+CONFIG_FILES = ("agent_harness.yaml", "mcp_registry.yaml", "trusted_keys.yaml")
 
 
 def _inside_ai(folder: Path) -> tuple[str, ...]:
@@ -169,10 +169,13 @@ def _validate_settings(path: Path) -> dict[str, Any]:
     from kiwi.harness import HarnessConfig, load_harness
     from kiwi.items.store import user_space
     from kiwi.items.validation import registered_servers, unknown_tool_names
+    from kiwi.keys import load_trusted
     from kiwi.upstream.registry import load_registry
 
     root = find_project_root(path.resolve().parent)
-    load = load_harness if path.name == "agent_harness.yaml" else load_registry
+    load = {"agent_harness.yaml": load_harness, "trusted_keys.yaml": load_trusted}.get(
+        path.name, load_registry
+    )
     try:
         loaded = load(root, user_space())
         problems: list[Problem] = []

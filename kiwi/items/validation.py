@@ -8,7 +8,7 @@ from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kiwi.errors import KiwiError, Problem
+from kiwi.errors import ItemInvalid, KiwiError, Problem
 from kiwi.items.directive import Directive
 from kiwi.items.files import read_item_bytes
 from kiwi.items.store import find_project_root, parse_item, user_space
@@ -304,7 +304,20 @@ def validate_file(
             status = verify(path.read_text(encoding="utf-8") if text is None else text)
             if status.signer:
                 root = find_project_root(path.resolve().parent)
-                check_trust(status, load_trusted(root, user_space()).with_role("sign"), item_type)
+                try:
+                    trusted = load_trusted(root, user_space()).with_role("sign")
+                except ItemInvalid as exc:
+                    # (Its own check names each mistake; every item's validate failed on it before.)
+                    trusted = {}
+                    where = exc.problems[0].path if exc.problems else "trusted_keys.yaml"
+                    problems.append(
+                        Problem(
+                            f"its signer's trust is not checked: {where} has mistakes (`kiwi validate {where}`)",
+                            str(path),
+                            severity="warning",
+                        )
+                    )
+                check_trust(status, trusted, item_type)
             result["signature"] = status.describe()
             result["trusted"] = status.trusted
             if status.state == "modified":
