@@ -306,3 +306,20 @@ def test_trusted_keys_yaml_is_read_as_kiwi_reads_it(project, capsys):
     user = Path(os.environ["AI_USER_SPACE"]) / "config" / "trusted_keys.yaml"
     assert kiwi(["validate", str(trusted), str(user)]) == 0
     assert capsys.readouterr().out.splitlines() == [f"ok   {trusted} (settings)", f"ok   {user} (settings)"]
+
+
+def test_every_mistaken_mcp_server_is_named_with_the_key_as_written_and_the_value_meant(project, capsys):
+    """README trial s34: `timeout: -1` was named `timeout_seconds` (a name of Kiwi's, not the file's), `type:
+    stido` had no did-you-mean, and only the first broken server was named."""
+    registry = write(
+        project / ".ai" / "config" / "mcp_registry.yaml",
+        "mcps:\n  a:\n    type: stido\n    command: x\n  b:\n    command: y\n    timeout: -1\n"
+        "  c:\n    command: z\n    idle_timeout: 0\n",
+    )
+    assert kiwi(["validate", str(registry), "--json"]) == 1
+    found = json.loads(capsys.readouterr().out)["items"][0]["problems"]
+    assert [p["message"] for p in found] == [
+        "mcps.a.type: Input should be 'stdio', 'streamable-http' or 'sse'; did you mean stdio?",
+        "mcps.b.timeout: Input should be greater than 0",
+        "mcps.c.idle_timeout: Input should be greater than 0",
+    ], found

@@ -17,7 +17,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
@@ -315,8 +315,14 @@ def _read(data: Any, path: Path) -> dict[str, McpServerConfig | None]:
     if data.get("enabled") is False:
         return {name: None for name in servers}
     out = {}
+    problems: list[Problem] = []
     for name, entry in servers.items():
-        out[str(name)] = _entry(str(name), entry, path)
+        try:
+            out[str(name)] = _entry(str(name), entry, path)
+        except ItemInvalid as exc:
+            problems += exc.problems  # (each server's first mistake, all in one go)
+    if problems:
+        raise ItemInvalid(problems)
     return out
 
 
@@ -347,6 +353,16 @@ def _adr006(entry: dict[str, Any], bad: Any) -> dict[str, Any]:
                 raise bad(f"require_approval.{key}", "expected a list of tool names")
         entry["require_approval"] = list(approval.get("always", []))
     return entry
+
+
+# The file's keys for the entry's seconds (`timeout: 120`), by the field each sets.
+_SECONDS = {
+    "timeout": "timeout_seconds",
+    "connect_timeout": "connect_timeout_seconds",
+    "idle_timeout": "idle_timeout_seconds",
+    "schema_ttl": "schema_ttl_seconds",
+    "approval_timeout": "approval_timeout_seconds",
+}
 
 
 def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
@@ -381,13 +397,7 @@ def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
             "enabled",
         )
     }
-    for key, field in (
-        ("timeout", "timeout_seconds"),
-        ("connect_timeout", "connect_timeout_seconds"),
-        ("idle_timeout", "idle_timeout_seconds"),
-        ("schema_ttl", "schema_ttl_seconds"),
-        ("approval_timeout", "approval_timeout_seconds"),
-    ):
+    for key, field in _SECONDS.items():
         if key in entry:
             fields[field] = entry[key]
     if "allowed_paths" in entry:
@@ -409,8 +419,16 @@ def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
         config = McpServerConfig(name=name, source=str(path), **fields)
     except ValidationError as exc:
         first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
-        raise bad(key, first["msg"]) from None
+        # The key as the file writes it (review s34: `timeout: -1` was named timeout_seconds).
+        written = {field: key for key, field in _SECONDS.items()}
+        key = ".".join(written.get(str(p), str(p)) for p in first["loc"])
+        message = first["msg"]
+        if first["type"] == "literal_error" and isinstance(first.get("input"), str):
+            # `type: stido`: the one meant, as for a misspelt key.
+            choices = list(get_args(McpServerConfig.model_fields[str(first["loc"][0])].annotation))
+            near = difflib.get_close_matches(first["input"], choices, n=1, cutoff=0.6)
+            message += f"; did you mean {near[0]}?" if near else ""
+        raise bad(key, message) from None
     if config.type == "stdio" and not config.command:
         raise bad("command", "a stdio server needs a command (e.g. npx) and args")
     for key, texts in (("command", [config.command]), ("args", config.args)):
