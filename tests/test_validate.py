@@ -216,6 +216,35 @@ def test_signing_with_a_key_not_trusted_to_sign_warns_that_runs_get_the_base_pol
     assert "warning" not in capsys.readouterr().err
 
 
+def test_signing_a_project_signs_its_items_checks_them_as_validate_does_and_says_its_warnings(
+    project, capsys
+):
+    """`kiwi sign .ai` failed (exit 1) on agent_harness.yaml, read as a tool manifest, once `kiwi validate .ai`
+    read the settings files; it signed a directive whose step gives word_count a stray `txt`, and printed none
+    of validate's warnings (README trial s34)."""
+    harness = project / ".ai" / "config" / "agent_harness.yaml"
+    settings = harness.read_text()
+    assert kiwi(["sign", ".ai"]) == 0, capsys.readouterr()
+    assert harness.read_text() == settings
+    hello = project / ".ai" / "directives" / "hello_kiwi.md"
+    hello.write_text(hello.read_text().replace('<param name="text">', '<param name="txt">'))
+    assert kiwi(["sign", str(hello)]) == 1
+    assert "word_count has no parameter 'txt'" in capsys.readouterr().err
+    hello.write_text(
+        hello.read_text()
+        .replace('<param name="txt">', '<param name="text">')
+        .replace('required="true">Who to greet', 'required="false">Who to greet')
+    )
+    assert kiwi(["sign", str(hello)]) == 0
+    out, err = capsys.readouterr()
+    assert (
+        "signed" in out and "kiwi sign: " in err and "uses {name}, an optional input with no default" in err
+    ), err
+    assert kiwi(["sign", str(harness)]) == 1
+    assert "a settings file, not an item: Kiwi reads it unsigned" in capsys.readouterr().err
+    assert harness.read_text() == settings
+
+
 def test_validate_reads_the_settings_files_as_runs_read_them(project, capsys):
     """README trial s34: `kiwi validate .ai/config/agent_harness.yaml` read a valid harness as a tool manifest
     (FAIL: manifest needs tool_id), and `kiwi validate .ai` passed an mcp_registry.yaml whose `type: stdo` stopped

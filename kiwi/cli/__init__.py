@@ -30,9 +30,10 @@ def _emit(data: Any, as_json: bool, text: Callable[[], None]) -> None:
 _ITEM_FOLDERS = {"directives", "tools", "knowledge", "scripts"}
 
 
-def _expand(paths: list[str]) -> list[Path]:
+def _expand(paths: list[str], settings: bool = True) -> list[Path]:
     """The item files named: files as given; a folder's .md/.yaml files inside an item folder (directives,
-    tools, knowledge, scripts), which the folder may be, hold, or sit in (``.ai/directives/drafts``)."""
+    tools, knowledge, scripts), which the folder may be, hold, or sit in (``.ai/directives/drafts``); with
+    ``settings``, the settings files (CONFIG_FILES) of an ``.ai`` or ``.ai/config`` folder given."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
@@ -48,10 +49,11 @@ def _expand(paths: list[str]) -> list[Path]:
         else:
             out.append(p)
         # (README trial s34: `kiwi validate .ai` passed an mcp_registry.yaml that stopped every run.)
-        settings = (
+        folder = (
             p / "config" if p.name == ".ai" else p if p.name == "config" and p.parent.name == ".ai" else None
         )
-        out += sorted(f for f in (settings.glob("*.yaml") if settings else ()) if f.name in CONFIG_FILES)
+        if settings and folder:
+            out += sorted(f for f in folder.glob("*.yaml") if f.name in CONFIG_FILES)
     return out
 
 
@@ -228,14 +230,22 @@ def cmd_sign(args: argparse.Namespace) -> int:
     load_private(signer)  # a missing or unreadable key is an error before any file is touched
     failed = False
     report: list[dict[str, Any]] = []
-    files = _expand(args.paths)
+    # (A settings file is not an item: `kiwi sign .ai` failed on agent_harness.yaml, read as a tool.)
+    files = _expand(args.paths, settings=False)
     if not files:
         raise KiwiError(
             "no item files found in " + ", ".join(args.paths),
             hint="give item files, or folders inside .ai/directives, .ai/tools or .ai/knowledge (`kiwi sign .ai`)",
         )
+    local = ItemStore(find_project_root(files[0].resolve().parent)).local_tools()
     for path in files:
-        result = validate_file(path)
+        if path.name in CONFIG_FILES and path.parent.name == "config":
+            failed = True
+            why = "a settings file, not an item: Kiwi reads it unsigned (`kiwi validate` checks it)"
+            report.append({"path": str(path), "signed": False, "problems": [why]})
+            print(f"not signed: {path}\n  {why}", file=sys.stderr)
+            continue
+        result = validate_file(path, local)
         problems = result.pop("_problems")
         if not result["valid"]:
             failed = True
@@ -245,6 +255,12 @@ def cmd_sign(args: argparse.Namespace) -> int:
             for p in errors:
                 print(f"  {p}", file=sys.stderr)
             continue
+        # Validate's warnings, but the one that re-signing answers (README trial s34: sign printed none).
+        warnings = [
+            p for p in problems if p.severity == "warning" and not p.message.startswith("modified after")
+        ]
+        for p in warnings:
+            print(f"kiwi sign: {p}", file=sys.stderr)
         text = path.read_text(encoding="utf-8")
         style = "hash" if path.suffix in (".yaml", ".yml", ".py") else "html"
         path.write_text(sign(text, signer=signer, kind=result["item_type"], comment=style), encoding="utf-8")
