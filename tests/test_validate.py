@@ -352,3 +352,14 @@ def test_every_mistaken_mcp_server_is_named_with_the_key_as_written_and_the_valu
         "mcps.b.timeout: Input should be greater than 0",
         "mcps.c.idle_timeout: Input should be greater than 0",
     ], found
+
+
+def test_keys_list_says_which_trusted_keys_yaml_to_edit(project, capsys):
+    """README trial s34: sign's warning said `kiwi keys list` shows where trusted_keys.yaml is, and it did not."""
+    user = Path(os.environ["AI_USER_SPACE"]) / "config" / "trusted_keys.yaml"
+    assert kiwi(["keys", "list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("root ") and out[-2] == f"trusted in: {user}", out
+    ours = write(project / ".ai" / "config" / "trusted_keys.yaml", "keys: {}\n")
+    assert kiwi(["keys", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trusted_in"] == [str(user), str(ours)]

@@ -10,7 +10,7 @@ import sys
 
 from kiwi.errors import InputInvalid
 from kiwi.items.store import find_project_root, user_space
-from kiwi.keys import create_key, keys_dir, load_trusted, own_keys, trust_key
+from kiwi.keys import create_key, keys_dir, load_trusted, own_keys, trust_key, trusted_paths
 
 
 def default_name() -> str:
@@ -71,7 +71,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
         print(f"trusted it for {', '.join(roles)} in {trusted}")
         print(f"public key: {public}")
         return 0
-    trusted = load_trusted(find_project_root(), user_space())
+    root = find_project_root()
+    trusted = load_trusted(root, user_space())
+    # Where the trust comes from (README trial s34: sign's warning sent the user here, and the list did not
+    # say which file to edit).
+    files = [str(f) for f in trusted_paths(root, user_space()) if f.is_file()]
     rows = [
         {"name": name, "roles": key.roles, "public_key": key.public_key, "yours": name in own_keys()}
         for name, key in sorted(trusted.keys.items())
@@ -79,7 +83,15 @@ def cmd_keys(args: argparse.Namespace) -> int:
     mine = [n for n in own_keys() if n not in trusted.keys]
     if args.json:
         print(
-            json.dumps({"trusted": rows, "untrusted_own_keys": mine, "keys_dir": str(keys_dir())}, indent=2)
+            json.dumps(
+                {
+                    "trusted": rows,
+                    "untrusted_own_keys": mine,
+                    "keys_dir": str(keys_dir()),
+                    "trusted_in": files,
+                },
+                indent=2,
+            )
         )
         return 0
     if not rows:
@@ -90,6 +102,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
         )
     for name in mine:
         print(f"{name:<20} (your key, not trusted here: add it to trusted_keys.yaml)")
+    user_file = trusted_paths(root, user_space())[0]
+    print(f"trusted in: {', '.join(files) or f'no trusted_keys.yaml yet (yours would be {user_file})'}")
+    print(f"your private keys: {keys_dir()}")
     return 0
 
 
