@@ -28,8 +28,10 @@ from activities.filesystem import (
     layout_named,
     refuse_layout_on_the_way,
     refuse_named,
+    relative,
     settings_named,
 )
+from activities.gitsight import GitSight, chunks, quoted, split_z
 from activities.process import child_env, kiwi_git, run_process
 from activities.staging import (
     UNPACK_MAX_BYTES,
@@ -1626,40 +1628,109 @@ class _ScratchIndex:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+# Pathspecs taken as names, not patterns.
+_LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
+
+
+def _refuse_denied(req: GitRequest) -> None:
+    """A path the run explicitly denies, named to git.diff or git.commit: refused as filesystem.read refuses it."""
+    for path in req.paths:
+        hit = first_match(req.deny_fs, relative(path))
+        if hit is not None:
+            raise PermissionDenied.error(f"'{path}' is explicitly denied by '{hit}'")
+
+
 async def _require_repo(root: str) -> None:
     code, _, _ = await _git(root, "rev-parse", "--is-inside-work-tree")
     if code != 0:
         raise GitUnavailable.error("not a git repository: git tools are unavailable here")
 
 
+async def _prefix(root: str) -> str:
+    """The project's folder in its repository (``sub/``; '' at the top): porcelain output names paths from
+    the repository's top."""
+    return (await _git_ok(root, "rev-parse", "--show-prefix")).strip()
+
+
+def _in_project(name: str, prefix: str) -> str | None:
+    """A name git gives from the repository's top, relative to the project; None outside it."""
+    return name[len(prefix) :] if name.startswith(prefix) else None
+
+
+def _withheld(count: int) -> dict[str, Any]:
+    if not count:
+        return {}
+    return {
+        "withheld": count,
+        "note": f"{count} changed path(s) left out: this run may not read them (denied, a protected place no grant "
+        "names, or a tool's hidden file)",
+    }
+
+
 class GitActivities:
     @activity.defn(name="git_status")
     async def git_status(self, req: GitRequest) -> dict[str, Any]:
         await _require_repo(req.project_root)
+        sight = GitSight(req.project_root, req.read_grants, req.deny_fs)
+        prefix = await _prefix(req.project_root)
         _, out, _ = await _git(
-            req.project_root, "status", "--porcelain=v1", "--branch", "--ignore-submodules=all", looks=True
+            req.project_root,
+            "status",
+            "--porcelain=v1",
+            "--branch",
+            "-z",
+            "--ignore-submodules=all",
+            looks=True,
         )
-        lines = out.splitlines()
-        return {"branch": lines[0][3:] if lines else "", "changes": lines[1:]}
+        entries = split_z(out)
+        branch = entries.pop(0)[3:] if entries and entries[0].startswith("## ") else ""
+        changes: list[str] = []
+        withheld = 0
+        while entries:
+            entry = entries.pop(0)
+            code, path = entry[:2], entry[3:]
+            # (-z gives a rename's or copy's source after it: `R  NEW\0OLD`.)
+            old = entries.pop(0) if ("R" in code or "C" in code) and entries else None
+            rels = [_in_project(name, prefix) for name in (path, *([old] if old is not None else []))]
+            if any(rel is None or not sight.sees(rel) for rel in rels):
+                withheld += 1
+                continue
+            shown = [quoted(rel) for rel in rels if rel is not None]
+            changes.append(f"{code} {shown[1]} -> {shown[0]}" if len(shown) > 1 else f"{code} {shown[0]}")
+        return {"branch": branch, "changes": changes, **_withheld(withheld)}
 
     @activity.defn(name="git_diff")
     async def git_diff(self, req: GitRequest) -> dict[str, Any]:
         await _require_repo(req.project_root)
-        _, out, _ = await _git(
-            req.project_root,
-            "diff",
-            "--no-ext-diff",
-            "--no-textconv",
-            "--ignore-submodules=all",
-            "--",
-            *req.paths,
-            looks=True,
+        _refuse_denied(req)
+        sight = GitSight(req.project_root, req.read_grants, req.deny_fs)
+        quiet = ("--no-ext-diff", "--no-textconv", "--ignore-submodules=all", "--relative")
+        names = split_z(
+            await _git_ok(
+                req.project_root,
+                "diff",
+                "--name-only",
+                "-z",
+                "--no-renames",
+                *quiet,
+                "--",
+                *req.paths,
+                looks=True,
+            )
         )
-        return {"diff": out}
+        seen = [name for name in names if sight.sees(name)]
+        diff = []
+        for chunk in chunks(seen):
+            # (Each name as a name: a file called `*` is no pattern of every file.)
+            diff.append(
+                await _git_ok(req.project_root, "diff", *quiet, "--", *chunk, env=_LITERAL, looks=True)
+            )
+        return {"diff": "".join(diff), **_withheld(len(names) - len(seen))}
 
     @activity.defn(name="git_commit")
     async def git_commit(self, req: GitRequest) -> dict[str, Any]:
         await _require_repo(req.project_root)
+        _refuse_denied(req)
         for path in req.paths or ["."]:
             confine(req.project_root, path, ["**"], [])
         code, _, err = await _git(req.project_root, "add", "--", *(req.paths or ["."]), looks=True)
@@ -1667,12 +1738,24 @@ class GitActivities:
             raise GitFailed.error(f"git add failed: {err.strip()}")
         # Then unstaged again, as HEAD has them (an exclusion in `git add` fails on a place .gitignore names).
         has_head, _, _ = await _git(req.project_root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
-        await _git(
-            req.project_root,
-            *(("reset", "-q") if has_head == 0 else ("rm", "-r", "-q", "--cached", "--ignore-unmatch")),
-            "--",
-            *SECRET_PATHSPECS,
+        unstage = ("reset", "-q") if has_head == 0 else ("rm", "-r", "-q", "--cached", "--ignore-unmatch")
+        await _git(req.project_root, *unstage, "--", *SECRET_PATHSPECS)
+        # And what this run may not read, whoever staged it (review s35: a denied file went into the commit).
+        sight = GitSight(req.project_root, req.read_grants, req.deny_fs)
+        prefix = await _prefix(req.project_root)
+        staged = split_z(
+            await _git_ok(req.project_root, "diff", "--cached", "--name-only", "-z", "--no-renames")
         )
+        unseen = [
+            posixpath.relpath(name, prefix or ".")
+            for name in staged
+            if (rel := _in_project(name, prefix)) is None or not sight.sees(rel)
+        ]
+        for chunk in chunks(unseen):
+            await _git_ok(req.project_root, *unstage, "--", *chunk, env=_LITERAL)
+        left = {"left_out": len(unseen)} if unseen else {}
+        if unseen and len(unseen) == len(staged):
+            return {"committed": False, "reason": "nothing to commit that this run may read", **left}
         code, out, err = await _git(
             req.project_root,
             "commit",
@@ -1682,11 +1765,11 @@ class GitActivities:
             looks=True,
         )
         if code != 0 and "nothing to commit" in (out + err):
-            return {"committed": False, "reason": "nothing to commit"}
+            return {"committed": False, "reason": "nothing to commit", **left}
         if code != 0:
             raise GitFailed.error(f"git commit failed: {err.strip() or out.strip()}")
         _, sha, _ = await _git(req.project_root, "rev-parse", "HEAD")
-        return {"committed": True, "sha": sha.strip()}
+        return {"committed": True, "sha": sha.strip(), **left}
 
     @activity.defn(name="git_checkpoint")
     async def git_checkpoint(self, req: GitRequest) -> CheckpointResult:

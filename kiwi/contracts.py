@@ -577,6 +577,10 @@ class GitRequest(BaseModel):
     paths: list[str] = Field(default_factory=list)
     run_id: str = ""
     checkpoint: str = ""
+    # The run's read grants and denials: git.status, git.diff and git.commit show and take only the files it may
+    # read (activities.gitsight). None in a request of a run's from before session 35, which sent none.
+    read_grants: list[str] | None = None
+    deny_fs: list[str] = Field(default_factory=list)
 
 
 class WebhookRequest(BaseModel):

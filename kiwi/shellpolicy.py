@@ -2943,6 +2943,15 @@ def _git(
         mode = "write*"
         if "--pathspec-from-file" in opts:
             found.append(("--pathspec-from-file", "magic", False))
+    elif (
+        sub == "add" and (before or after or "--pathspec-from-file" in opts) and rule_in_force(GIT_ADD_TREES)
+    ):
+        # What it stages is each path's whole tree, as `git add -A` stages the repository's (review s35: `git add
+        # -N .` put a tool's untracked .env in the index, reading nothing the wall withholds, and git.diff printed
+        # it; a human's `git commit -a` would commit it).
+        mode = "write*"
+        if "--pathspec-from-file" in opts:
+            found.append(("--pathspec-from-file", "magic", False))
     if after is not None:
         found += [_git_path(p, mode) for p in after]
         if sub in ("add", "rm", "mv", "restore", "init"):
@@ -3294,6 +3303,12 @@ KNOWN_OPTIONS = "kiwi-known-options"
 # write, `git diff --no-index` refused. Workflow code answers by these rules behind this patch, asked only
 # where they can change the answer (a marker only in runs that meet them); the worker checks by them always.
 SHELL_REVIEW_S28 = "kiwi-shell-review-s28"
+
+
+# Since session 35: `git add PATH` writes PATH's whole tree to the index, protected places included only by a
+# grant naming them, as `git add -A` does; a pattern or --pathspec-from-file is refused as for `git restore`.
+# Workflow code answers by this rule behind this patch, asked only for a git add naming paths.
+GIT_ADD_TREES = "kiwi-git-add-trees-s35"
 
 
 # Workflow code checks with the rules of _into_folder, _git_path and git's whole-tree paths behind this

@@ -515,6 +515,37 @@ async def test_record_shell_options_history(runs, project):
 @pytest.mark.skipif(
     not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
 )
+async def test_record_git_add_trees_history(runs, project):
+    """Record tests/histories/git_add_trees-{patch id}.json: the agent's `git add -N .` and `git add src` with
+    write **, the first refused since GIT_ADD_TREES (review s35: it put a tool's .env in the index). (git_add_open-
+    {patch id}.json is the same run recorded by the code before the rule, 95d6b8d, where both were allowed.)"""
+    import subprocess
+
+    write(project / "src" / "app.py", "print(1)\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    write_directive(
+        project / ".ai" / "directives" / "stager.md",
+        directive_md(
+            '<step name="work"><action>Work.</action></step>',
+            name="stager",
+            permissions=(
+                '<read resource="filesystem" path="**"/><write resource="filesystem" path="**"/>'
+                '<execute resource="shell" commands="git"/>'
+            ),
+        ),
+    )
+    run_id = await runs.start("stager", {})
+    await awaiting_step(runs, run_id, "work")
+    for argv in (["git", "add", "-N", "."], ["git", "add", "src"]):
+        await runs.call_tool(run_id, "shell.run", {"argv": argv})
+    await runs.complete_step(run_id, "work", {"done": True})
+    assert (await runs.handle(run_id).result()).status == "completed"
+    await _save_history(runs.handle(run_id), "git_add_trees", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
 async def test_record_first_task_approval_history(runs, project):
     """Record a run whose first task carries a call that waits for approval while the step starts, then is
     approved (tests/histories/first_task_approval-{patch id}.json; APPROVAL_STATUS_KEPT: the run stays

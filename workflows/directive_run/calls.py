@@ -344,6 +344,8 @@ class CallsMixin:
                 project_root=root,
                 message=str(_given(args, "message", "")),
                 paths=[str(p) for p in _given(args, "paths", [])],
+                read_grants=snap.grants.fs_read,
+                deny_fs=snap.grants.deny_fs,
             )
             value = await workflow.execute_activity_method(GIT_ACTIVITIES[tool], request, **options)
         elif tool == "directive.run":

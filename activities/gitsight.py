@@ -1,0 +1,75 @@
+"""What ``git.diff``, ``git.status`` and ``git.commit`` show a run, and take for it: only the files it may read.
+
+Hostile review s35: the git tools were granted by their id alone, and Kiwi's own git ran outside the kernel's
+wall, so ``git.diff`` printed a file the run explicitly denied (``secrets/prod.env``, changed since its last
+commit), the harness in ``.ai/config`` and a tool's ``.env``; a run with ``write **`` could first put the
+untracked ``.env`` in the index (``git add -N .``) and then diff it. Each path git names is now checked as
+``filesystem.read`` checks it: its grants, its denials (which win), the protected places (reached only by a
+grant naming them); and a tool's hidden files (its ``.env``), which no grant shows, as the wall withholds them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from activities.confinement import TOOL_FOLDERS
+from activities.filesystem import covered
+from kiwi.protected import protected_root
+
+
+def hidden_tool_file(rel: str) -> bool:
+    """A hidden file or folder (its name starts with a dot) below a tool folder (``.ai/tools/x/.env``), or
+    inside one: a tool's secrets, which the kernel's wall keeps from every command."""
+    for folder in TOOL_FOLDERS:
+        if rel.startswith(folder + "/"):
+            return any(part.startswith(".") for part in rel[len(folder) + 1 :].split("/"))
+    return False
+
+
+class GitSight:
+    """Which paths (project-relative, as git names them) a run may see through the git tools.
+
+    ``read`` None: a request made by a run before session 35, which sent no grants: it sees everything but the
+    protected places and the tools' hidden files."""
+
+    def __init__(self, root: str, read: list[str] | None, denied: list[str]) -> None:
+        self.root = root
+        self.read = read
+        self.denied = denied
+
+    def sees(self, rel: str) -> bool:
+        rel = rel.rstrip("/") or "."
+        if hidden_tool_file(rel):
+            return False
+        if self.read is None:
+            return protected_root(rel) is None
+        if not covered(self.read, self.denied, rel):
+            return False
+        return not (self.denied and self._linked(rel))
+
+    def _linked(self, rel: str) -> bool:
+        """A file with other names (hard links): one of them may be a denied one (as filesystem.read says)."""
+        try:
+            info = os.lstat(os.path.join(self.root, rel))
+        except OSError:
+            return False
+        return stat.S_ISREG(info.st_mode) and info.st_nlink > 1
+
+
+def split_z(out: str) -> list[str]:
+    """The names of git's ``-z`` output."""
+    return [name for name in out.split("\0") if name]
+
+
+def quoted(path: str) -> str:
+    """A path as a line of git's output shows it: quoted when it holds a quote, a backslash, a control
+    character or a character outside ASCII."""
+    if any(c in '"\\' or ord(c) < 0x20 or ord(c) > 0x7E for c in path):
+        return '"' + path.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '"'
+    return path
+
+
+def chunks(names: list[str], size: int = 500) -> list[list[str]]:
+    """``names`` in groups a command line holds."""
+    return [names[i : i + size] for i in range(0, len(names), size)]

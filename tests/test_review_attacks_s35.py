@@ -1,0 +1,134 @@
+"""Review s35: a hostile agent's attacks through the git tools, against the real stack (a Temporal server, Kiwi's
+worker, the front end with a real MCP client). Each test's docstring says the attack and the safe outcome."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from mcp.client import Client as McpClient
+
+from mcp_frontend.server import build_server
+from tests.helpers import data, write
+from tests.test_attack_shell import agent_run, shell
+
+SECRET = "TOKEN=supersecret-7f3a9c"
+ROTATED = "TOKEN=rotated-secret-b00b1e"
+TOOL_SECRET = "API_TOKEN=tool-secret-91be0c"
+
+
+def _repository(project) -> list[str]:
+    """The project as a git repository with a commit of the human's: a denied secret, a tool's .env and the
+    harness tracked, the agent's src/ too."""
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    write(project / "secrets" / "prod.env", SECRET + "\n")
+    write(project / ".ai" / "tools" / "text" / "word_count" / ".env", TOOL_SECRET + "\n")
+    write(project / "src" / "app.py", "print('v1')\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run([*git, "add", "-f", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "the human's"], check=True)
+    # Then changed on disk, as a token rotation and a tool's new key would be.
+    write(project / "secrets" / "prod.env", ROTATED + "\n")
+    write(project / ".ai" / "tools" / "text" / "word_count" / ".env", TOOL_SECRET + "-ROTATED\n")
+    harness = project / ".ai" / "config" / "agent_harness.yaml"
+    write(harness, harness.read_text() + "# rotated: harness-secret-55\n")
+    write(project / "src" / "app.py", "print('v2')\n")
+    return git
+
+
+DEV = (
+    '<read resource="filesystem" path="**"/><write resource="filesystem" path="src/**"/>'
+    '<deny resource="filesystem" path="secrets/**"/>'
+    '<execute resource="tool" id="git.status,git.diff,git.commit"/>'
+)
+
+
+async def test_git_diff_shows_no_file_the_run_may_not_read(runs, project):
+    """The attack: a run denied `secrets/**` (filesystem.read, cat, grep -r and git grep all refused) asked
+    git.diff for `secrets/prod.env`, and got the old and the rotated token; `git.diff` of `.ai/config` or `.ai/tools`
+    printed the harness's and a tool's .env's changes. The git tools were granted by id alone, and Kiwi's own git
+    ran outside the kernel's wall. Now a denied path named is refused, and a diff, a status and a commit leave out
+    each file the run may not read, saying how many."""
+    git = _repository(project)
+    run_id = await agent_run(runs, project, "dev_task", DEV)
+    for denied in ("secrets/prod.env", "secrets"):
+        named = await runs.call_tool(run_id, "git.diff", {"paths": [denied]})
+        assert named.status == "denied" and "explicitly denied by 'secrets/**'" in named.reason, named
+    for paths in ([], ["."], [".ai/config"], [".ai/tools"]):
+        diffed = await runs.call_tool(run_id, "git.diff", {"paths": paths} if paths else {})
+        assert diffed.status == "ok", (paths, diffed)
+        shown = json.dumps(diffed.model_dump())
+        for secret in ("supersecret", "rotated-secret", "tool-secret", "harness-secret"):
+            assert secret not in shown, (paths, secret, diffed)
+        if paths in ([], ["."]):
+            assert "+print('v2')" in diffed.result["diff"], diffed
+            assert diffed.result["withheld"] == 3, diffed
+        else:
+            assert diffed.result["diff"] == "" and diffed.result["withheld"] >= 1, (paths, diffed)
+    status = await runs.call_tool(run_id, "git.status", {})
+    assert status.status == "ok", status
+    assert status.result["changes"] == [" M src/app.py"] and status.result["withheld"] >= 3, status
+    # A commit takes the agent's work, not the denied file the human staged meanwhile.
+    subprocess.run([*git, "add", "secrets/prod.env"], check=True)
+    committed = await runs.call_tool(run_id, "git.commit", {"message": "v2"})
+    assert committed.status == "ok" and committed.result["left_out"] >= 1, committed
+    changed = subprocess.run(
+        [*git, "show", "--name-only", "--format=", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert changed == ["src/app.py"], changed
+    refused = await runs.call_tool(run_id, "git.commit", {"message": "x", "paths": ["secrets"]})
+    assert refused.status == "denied", refused
+
+
+async def test_calls_outside_a_run_diff_no_protected_place(runs, project, temporal_env):
+    """The same through the MCP front end outside a run, with the default harness (read **, git.diff granted):
+    `git.diff` of `.ai/config` printed the harness's uncommitted changes, which filesystem.read refuses."""
+    _repository(project)
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with McpClient(server) as client:
+
+        async def call(tool: str, arguments: dict) -> dict:
+            return data(
+                await client.call_tool(
+                    "execute",
+                    {"item_type": "tool", "action": "call", "item_id": tool, "parameters": arguments},
+                )
+            )
+
+        refused = await call("filesystem.read", {"path": ".ai/config/agent_harness.yaml"})
+        assert refused["status"] == "denied", refused
+        for paths in ([".ai/config"], [".ai/tools"], ["."]):
+            diffed = await call("git.diff", {"paths": paths})
+            assert diffed["status"] == "ok", diffed
+            assert "harness-secret" not in json.dumps(diffed) and "tool-secret" not in json.dumps(diffed), (
+                diffed
+            )
+            assert diffed["result"]["withheld"] >= 1, diffed
+        everything = await call("git.diff", {})
+        assert "+print('v2')" in everything["result"]["diff"] and "rotated-secret-b00b1e" in json.dumps(
+            everything
+        )
+
+
+async def test_git_add_of_a_folder_holding_protected_places_is_refused(runs, project):
+    """The attack: with `write **` and shell git, `git add -N .` put a tool's untracked .env in the human's index
+    (an intent to add reads no file, so the kernel's wall withholding it did not stop it); git.diff then printed
+    it, and a human's `git commit -a` would commit it. `git add PATH` stages PATH's whole tree, as `git add -A`
+    does: refused where it holds protected places no grant names; a folder of the agent's own is staged."""
+    git = _repository(project)
+    write(project / ".ai" / "tools" / "text" / "word_count" / ".env.local", TOOL_SECRET + "\n")
+    grants = (
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="**"/>'
+        '<execute resource="shell" commands="git"/><execute resource="tool" id="git.diff"/>'
+    )
+    run_id = await agent_run(runs, project, "stager", grants)
+    for argv in (["git", "add", "-N", "."], ["git", "add", "."], ["git", "add", "--", "*.local"]):
+        refused = await shell(runs, run_id, *argv)
+        assert refused.status == "denied", (argv, refused)
+    staged = subprocess.run([*git, "diff", "--cached", "--name-only"], capture_output=True, text=True).stdout
+    assert staged == "", staged
+    assert (await shell(runs, run_id, "git", "add", "-N", "src")).status == "ok"
+    diffed = await runs.call_tool(run_id, "git.diff", {})
+    assert "tool-secret" not in json.dumps(diffed.model_dump()) and "+print('v2')" in diffed.result["diff"], (
+        diffed
+    )
