@@ -13,13 +13,13 @@ from typing import Any
 
 from kiwi.contracts import RunSnapshot, RunState, ToolCallResult
 from kiwi.errors import InputInvalid, McpUnavailable, PermissionDenied, RateLimited, ToolNotFound
-from kiwi.guards import detect_loop, digest, rate_patterns
+from kiwi.guards import LOOP_KEPT, detect_loop, digest, rate_patterns
 from kiwi.items.directive import callable_tool
 from kiwi.policy import BUILTIN_TOOLS, KIWI_MCP_TOOLS, Decision, spellings
 from kiwi.toolargs import check_arguments
 
 # How many recent call (and result) hashes loop detection looks back over.
-LOOP_WINDOW = 10
+LOOP_WINDOW = LOOP_KEPT
 
 
 @dataclass

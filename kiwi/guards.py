@@ -68,11 +68,21 @@ def rate_patterns(
     return matched
 
 
+# The calls whose hashes a run keeps for detect_loop (kiwi.admission).
+LOOP_KEPT = 10
+
+
 def detect_loop(hashes: list[str], threshold: int) -> str:
     """A warning when the latest calls repeat (same call N times, or A-B-A-B); else ''."""
     if threshold > 1 and len(hashes) >= threshold and len(set(hashes[-threshold:])) == 1:
+        # (The count as it is, not the threshold: the sixth same call said "3 times" too. Only the last calls'
+        # hashes are kept: when all of them are the same, it was at least that many.)
+        repeats = 1
+        while repeats < len(hashes) and hashes[-repeats - 1] == hashes[-1]:
+            repeats += 1
+        counted = f"{repeats} or more" if repeats == len(hashes) and repeats >= LOOP_KEPT else str(repeats)
         return (
-            f"the same call was made {threshold} times in a row; if you are stuck, "
+            f"the same call was made {counted} times in a row; if you are stuck, "
             "use help(action='stuck', reason=...)"
         )
     if (

@@ -85,6 +85,21 @@ def test_the_same_call_three_times_warns_of_a_loop():
     assert warnings[:2] == ["", ""] and "3 times in a row" in warnings[2] and state.loop_warnings == 1
 
 
+def test_a_loop_warning_counts_the_calls_as_they_were_made():
+    """README trial s34: the sixth same call's warning said "3 times", the threshold, not the count."""
+    snap, state = snapshot(), RunState()
+    warnings = [
+        admit("filesystem.read", {"path": "notes/a"}, i, snap=snap, state=state, now=i).warning
+        for i in range(12)
+    ]
+    counts = [w.split("made ")[1].split(" times")[0] if w else "" for w in warnings]
+    assert counts == ["", "", "3", "4", "5", "6", "7", "8", "9", "10 or more", "10 or more", "10 or more"], (
+        counts
+    )
+    other = admit("filesystem.read", {"path": "notes/b"}, 12, snap=snap, state=state, now=12).warning
+    assert other == "", other
+
+
 def test_an_unavailable_or_hidden_mcp_tool_is_an_error_naming_what_there_is():
     state = RunState(mcp_context={"clock": McpServerContext(server="clock", available=False, error="no npx")})
     down = admit("clock.now", {}, 1, snap=snapshot(), state=state, now=0).refusal
