@@ -1388,15 +1388,19 @@ class RunClient:
                 clauses.append(f"KiwiDirective = '{_quote(directive)}'")
             if not self.all_projects:
                 clauses.append(self._project_clause())
-        rows = await self._listed(" AND ".join(clauses), limit, status)
-        if not sessions:
-            rows = [r for r in rows if not is_session(r["run_id"], r["directive"])]
-        if self.all_projects:
-            return rows
-        for row in rows:
+
+        async def listed(row: dict[str, Any]) -> bool:
+            if not sessions and is_session(row["run_id"], row["directive"]):
+                return False
+            if self.all_projects:
+                return True
             if not row["project"]:
                 row["project"] = await self.project_of(row["run_id"])
-        return [r for r in rows if r["project"] == self.project or not self._attributes_ready]
+            return row["project"] == self.project or not self._attributes_ready
+
+        # (Filtered as they come, up to `limit` kept: `kiwi runs --limit 1` answered nothing when the first
+        # execution listed was the project's session.)
+        return await self._listed(" AND ".join(clauses), limit, status, keep=listed)
 
     async def pending_approvals(self, limit: int = 200) -> list[dict[str, Any]]:
         """Every pending approval request of this project's running runs (or every project's)."""
@@ -1446,9 +1450,19 @@ class RunClient:
         (the caller keeps those whose parent is this project's)."""
         return f"(KiwiProject = '{_quote(self.project)}' OR (KiwiProject IS NULL AND ParentWorkflowId IS NOT NULL))"
 
-    async def _listed(self, query: str, limit: int, status: str | None) -> list[dict[str, Any]]:
-        runs = []
-        async for execution in self.client.list_workflows(query, limit=limit):
+    async def _listed(
+        self,
+        query: str,
+        limit: int,
+        status: str | None,
+        keep: Callable[[dict[str, Any]], Awaitable[bool]] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The executions ``query`` lists, Temporal's order (running ones first, then the latest closed), up to
+        ``limit`` of those ``keep`` keeps."""
+        runs: list[dict[str, Any]] = []
+        async for execution in self.client.list_workflows(query, limit=None if keep else limit):
+            if len(runs) >= limit:
+                break
             attrs = execution.typed_search_attributes
             run_status = attrs.get(SEARCH_ATTRIBUTES[1]) if self._attributes_ready else None
             runs.append(
@@ -1465,8 +1479,11 @@ class RunClient:
                     "pending_approval": attrs.get(PENDING_APPROVAL_ATTR) or "",
                 }
             )
-        if status and not self._attributes_ready:
-            runs = [r for r in runs if r["status"] == status]
+            last = runs[-1]
+            if (status and not self._attributes_ready and last["status"] != status) or (
+                keep is not None and not await keep(last)
+            ):
+                runs.pop()
         return runs
 
     async def activities(self, run_id: str) -> list[dict[str, Any]]:

@@ -517,6 +517,22 @@ async def test_the_session_is_no_run_waiting_for_work(runs, project):
     assert "complete-step" in answers(await runs.status(run_id))[0]
 
 
+async def test_a_limited_list_of_runs_leaves_the_session_out_before_it_counts(runs, project):
+    """README trial s34: `kiwi runs --limit 1` answered nothing when the first execution Temporal listed was
+    the project's session (filtered out after the limit was taken)."""
+    run_id = await runs.start("hello_kiwi", {"name": "Ada"})
+    await awaiting(runs, run_id, "confirm")
+    (project / "readme.txt").write_text("hi")
+    assert (await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})).status == "ok"
+    session = session_workflow_id(project)
+
+    async def session_first() -> bool:
+        return [r["run_id"] for r in await runs.list_runs(limit=1, sessions=True)] == [session]
+
+    await wait_for(session_first, what="the newer session listed first")
+    assert [r["run_id"] for r in await runs.list_runs(limit=1)] == [run_id]
+
+
 async def test_loop_warnings_stop_the_run_as_stuck_until_a_human_resumes_it(runs, project):
     write(
         project / ".ai" / "config" / "agent_harness.yaml",

@@ -1158,7 +1158,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help=f"only runs in this state: {', '.join(get_args(RunStatusName))}",
     )
     p.add_argument("--directive", help="only runs of this directive")
-    p.add_argument("--limit", type=positive, default=50, help="at most this many (default 50)")
+    p.add_argument(
+        "--limit",
+        type=positive,
+        default=50,
+        help="at most this many, running runs first, then the most recently closed (default 50)",
+    )
     p.add_argument(
         "--sessions",
         action="store_true",
