@@ -284,14 +284,20 @@ class RunClient:
         existing = ended or (
             bool(idempotency_key) and response is not None and not getattr(response, "started", True)
         )
-        if existing and (earlier := await self._start_inputs(handle)) is not None and earlier != snap.inputs:
+        earlier = await self._start_snapshot(handle) if existing else None
+        if earlier is not None and earlier.inputs != snap.inputs:
             # README trial s34: the same key with other inputs answered the old run as if it were the new one.
-            differ = sorted(k for k in {*earlier, *snap.inputs} if earlier.get(k) != snap.inputs.get(k))
+            given = earlier.inputs
+            differ = sorted(k for k in {*given, *snap.inputs} if given.get(k) != snap.inputs.get(k))
             raise InputInvalid(
                 f"the idempotency key {idempotency_key!r} of directive '{name}' names run {handle.id}, started "
                 f"with other inputs (they differ in {', '.join(differ)}): a key answers the run it started",
                 hint="start the new run with another idempotency key; the same key and inputs answer that run",
             )
+        # The key's run answers with what it runs with, not what the directive's file gives now (review s34:
+        # a file changed or re-signed since showed trust and grants the run does not have).
+        ran = earlier or snap
+        directive = ran.directive
         context = None
         if directive.metadata.tools.mcps:
             context = await self.tool_context(handle.id)
@@ -312,10 +318,10 @@ class RunClient:
             self._projects[handle.id] = self.project
         return StartedRun(
             run_id=handle.id,
-            directive=directive,
+            directive=ran.directive,
             context=context,
-            grants=snap.grants,
-            trust=snap.trust,
+            grants=ran.grants,
+            trust=ran.trust,
             existing=existing,
         )
 
@@ -339,15 +345,15 @@ class RunClient:
             f"Directive file: {snap.source_path}\n\nContent hash: {snap.content_hash}",
         )
 
-    async def _start_inputs(self, handle: WorkflowHandle) -> dict[str, Any] | None:
-        """The inputs the run was started with (its first event's input), or None when it cannot be read."""
+    async def _start_snapshot(self, handle: WorkflowHandle) -> RunSnapshot | None:
+        """What the run was started with (its first event's input), or None when it cannot be read."""
         try:
-            async for event in handle.fetch_history_events():
+            async for event in handle.fetch_history_events(page_size=1):
                 started = event.workflow_execution_started_event_attributes
                 (given,) = await self.client.data_converter.decode(
                     list(started.input.payloads), [DirectiveRunInput]
                 )
-                return given.snapshot.inputs
+                return given.snapshot
         except (RPCError, ValueError, TypeError):
             return None
         return None

@@ -175,6 +175,22 @@ async def test_same_idempotency_key_returns_the_same_run(runs, project):
     assert first.run_id == second.run_id
     assert (first.existing, second.existing) == (False, True)
     assert len(await runs.list_runs(directive="hello_kiwi")) >= 1
+    # Review s34: with the file changed since (its signature gone, a grant added), the key's run was answered
+    # with the file's trust and grants, not those it runs with.
+    path = project / ".ai" / "directives" / "hello_kiwi.md"
+    signed = path.read_text()
+    path.write_text(
+        "\n".join(line for line in signed.splitlines() if "kiwi:signed" not in line).replace(
+            '<read resource="filesystem" path="notes/**" />',
+            '<read resource="filesystem" path="notes/**" /><read resource="filesystem" path="**" />',
+        )
+    )
+    changed = await runs.launch("hello_kiwi", {"name": "Di"}, idempotency_key="ticket-42")
+    assert changed.existing and changed.trust == first.trust and first.trust.grants == "declared", (
+        changed.trust
+    )
+    assert changed.grants == first.grants and "**" not in changed.grants.fs_read, changed.grants
+    path.write_text(signed)
     # README trial s34: the same key with other inputs answered the old run as if it had started them.
     with pytest.raises(
         InputInvalid, match=r"names run run-hello_kiwi-\w+, started with other inputs \(they differ in name\)"
