@@ -10,7 +10,7 @@ import shutil
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kiwi.errors import KiwiError
 from kiwi.searchpath import search_path
@@ -257,27 +257,27 @@ async def _temporal(address: str | None, namespace: str | None) -> list[Check]:
     ]
 
 
+def _database(config: dict[str, Any], base: Path) -> Path:
+    """The Temporal database the settings name (the user's own by default): one `kiwi dev` runs on it."""
+    from kiwi.devserver import data_dir
+
+    t = config["temporal"]
+    return base / t["db_file"] if t.get("db_file") else data_dir() / "temporal.sqlite"
+
+
 def _running_dev_here() -> RunningDev | None:
-    """The `kiwi dev` running on the database this folder's settings name (the user's own by default)."""
-    from kiwi.devserver import data_dir, load_dev_config, running_dev
+    """The `kiwi dev` running on the database this folder's settings name."""
+    from kiwi.devserver import load_dev_config, running_dev
 
     try:
         config, base = load_dev_config(None)
     except KiwiError:
         return None
-    t = config["temporal"]
-    return running_dev(base / t["db_file"] if t.get("db_file") else data_dir() / "temporal.sqlite")
+    return running_dev(_database(config, base))
 
 
 async def _ports() -> list[Check]:
-    from kiwi.devserver import (
-        answers_as_temporal,
-        data_dir,
-        load_dev_config,
-        loopback,
-        port_open,
-        running_dev,
-    )
+    from kiwi.devserver import answers_as_temporal, load_dev_config, loopback, port_open, running_dev
 
     try:
         config, base = load_dev_config(None)
@@ -285,7 +285,7 @@ async def _ports() -> list[Check]:
         return [Check("temporal-dev.yml", False, exc.message, exc.hint)]
     checks = []
     t, mcp = config["temporal"], config["mcp"]
-    database = base / t["db_file"] if t.get("db_file") else data_dir() / "temporal.sqlite"
+    database = _database(config, base)
     running = running_dev(database)
     if running is not None and loopback(running.address.rpartition(":")[0].strip("[]")):
         # One `kiwi dev` runs on a database: its ports are the ones to check, whatever this folder's settings
