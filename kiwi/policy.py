@@ -63,6 +63,10 @@ def spellings(tool: str) -> tuple[str, ...]:
 # the other side names the place too; `**` covers it as globs and reaches none of it. Asked only where it
 # changes the answer: child runs started before replay as they ran.
 PROTECTED_NARROWED = "kiwi-protected-narrowed-s34"
+# Since session 35: shell.run's `"cwd": null` is the project's root, as the worker takes it (a built-in's optional
+# argument sent as null is left out, calls._given); it was refused ("'cwd' must be a path"). Asked only for a
+# null cwd.
+NULL_CWD = "kiwi-null-cwd-s35"
 # What execute does in a run: start a child run or call a tool through the run. Authoring is for
 # the front end and humans (an item written in a run would be unsigned anyway).
 KIWI_MCP_RUN_ACTIONS = ("run", "call")
@@ -569,6 +573,8 @@ class PermissionSet(BaseModel):
         if isinstance(argv, Decision):
             return argv
         cwd = args.get("cwd", ".")
+        if cwd is None and rule_in_force(NULL_CWD):
+            cwd = "."  # (as the worker takes it: a built-in's optional argument sent as null is left out)
         if not isinstance(cwd, str) or not cwd.strip():
             return Decision(allowed=False, reason="'cwd' must be a path relative to the project root")
         verdict = check_argv(

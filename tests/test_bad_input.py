@@ -975,6 +975,9 @@ async def test_null_for_an_optional_argument_of_a_built_in_is_the_default(runs, 
         runs.call_tool(run_id, "shell.run", {"command": "echo still here", "timeout": None}), 30
     )
     assert ran.status == "ok" and ran.result["stdout"].strip() == "still here", ran
+    # (A null cwd was refused as no path, though the worker takes it as the root: review s34.)
+    rooted = await runs.call_tool(run_id, "shell.run", {"command": "echo rooted", "cwd": None})
+    assert rooted.status == "ok" and rooted.result["stdout"].strip() == "rooted", rooted
     missing = await runs.call_tool(run_id, "filesystem.read", {"path": None})
     assert missing.error_type == "InputInvalid" and "'path' is required" in missing.reason, missing
     assert (await runs.status(run_id)).status == "awaiting_agent"

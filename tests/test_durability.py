@@ -546,6 +546,28 @@ async def test_record_git_add_trees_history(runs, project):
 @pytest.mark.skipif(
     not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
 )
+async def test_record_null_cwd_history(runs, project):
+    """Record tests/histories/null_cwd-{patch id}.json: shell.run with `"cwd": null`, the project's root since
+    NULL_CWD (refused before: null_cwd_open-{patch id}.json, recorded by the code before the rule, 95d6b8d)."""
+    write_directive(
+        project / ".ai" / "directives" / "rooted.md",
+        directive_md(
+            '<step name="work"><action>Work.</action></step>',
+            name="rooted",
+            permissions='<read resource="filesystem" path="**"/><execute resource="shell" commands="echo"/>',
+        ),
+    )
+    run_id = await runs.start("rooted", {})
+    await awaiting_step(runs, run_id, "work")
+    await runs.call_tool(run_id, "shell.run", {"command": "echo rooted", "cwd": None})
+    await runs.complete_step(run_id, "work", {"done": True})
+    assert (await runs.handle(run_id).result()).status == "completed"
+    await _save_history(runs.handle(run_id), "null_cwd", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
 async def test_record_first_task_approval_history(runs, project):
     """Record a run whose first task carries a call that waits for approval while the step starts, then is
     approved (tests/histories/first_task_approval-{patch id}.json; APPROVAL_STATUS_KEPT: the run stays
