@@ -788,7 +788,8 @@ def build_server(
             ge=0,
             le=300,
             description="tool call / poll: answer 'pending' with a call id after this long (at least 1 s: "
-            "time for the run to take or refuse the call)",
+            "time for the run to take or refuse the call); directive run / complete_step: answer with the run "
+            "still 'running' after this long, when its automatic steps have not reached the agent by then",
         ),
         ctx: Context | None = None,
     ) -> Annotated[mcp_types.CallToolResult, ExecuteAnswer]:
@@ -869,7 +870,16 @@ def build_server(
                 return answer({**called.model_dump(), "hint": agent_hint(hint)})
             return answer(
                 await _execute(
-                    link, root, item_type, action, item_id, parameters, run_id, idempotency_key, client_name
+                    link,
+                    root,
+                    item_type,
+                    action,
+                    item_id,
+                    parameters,
+                    run_id,
+                    idempotency_key,
+                    client_name,
+                    wait_seconds,
                 )
             )
         except KiwiError as exc:
@@ -1035,6 +1045,7 @@ async def _execute(
     run_id: str | None,
     idempotency_key: str | None,
     client_name: str,
+    wait_seconds: float = 20.0,
 ) -> dict[str, Any]:
     if item_type in ("directive", "knowledge", "tool") and action in ("create", "update", "delete", "link"):
         return _author(link.store, item_type, action, item_id, parameters)
@@ -1093,7 +1104,7 @@ async def _execute(
         )
         new_id, directive = started.run_id, started.directive
         await runs.first_task_done(new_id)
-        status = await _settled(runs, new_id)
+        status = await _settled(runs, new_id, wait_seconds)
         context = {
             name: {
                 "available": c.available,
@@ -1153,7 +1164,7 @@ async def _execute(
                 "current_step.outputs)",
             )
         result = await runs.complete_step(target, step, outputs or {})
-        status = await _settled(runs, target)
+        status = await _settled(runs, target, wait_seconds)
         return {
             **result.model_dump(),
             "state": status.status,

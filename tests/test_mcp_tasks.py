@@ -258,7 +258,7 @@ async def test_clients_without_the_extension_get_no_task_and_cannot_ask_for_one(
     gate_tool(project)
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with Client(server) as plain, Client(server, extensions=[Tasks()]) as tasking:
-        answer = await execute(plain, {**RUN_GATED, "parameters": {}})
+        answer = await execute(plain, {**RUN_GATED, "parameters": {}, "wait_seconds": 1})
         assert answer["state"] == "running" and answer["run_id"].startswith("run-gated_build-")
         handle = await start_task(tasking, RUN_GATED)
         missing = await tasking.session.call_tool(
