@@ -1591,6 +1591,10 @@ SECRET_PATHSPECS = (
     ".kiwi",
     *(f":(glob){folder}/**/.*" for folder in confinement.TOOL_FOLDERS),
     *(f":(glob){folder}/**/.*/**" for folder in confinement.TOOL_FOLDERS),
+    # A nested project's too (review s35: a checkpoint took `services/api/.ai/tools/t/.env` into its ref).
+    *(f":(glob,icase)**/.ai/{place}/**" for place in ("config", "logs", ".cache")),
+    *(f":(glob,icase)**/{folder}/**/.*" for folder in confinement.TOOL_FOLDERS),
+    *(f":(glob,icase)**/{folder}/**/.*/**" for folder in confinement.TOOL_FOLDERS),
 )
 
 

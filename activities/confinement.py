@@ -667,7 +667,7 @@ def hidden_places(root: str) -> list[str]:
     (``.git/worktrees/*``) as they are on disk; for a repository whose git folder is elsewhere in the project
     (`.git` a file saying `gitdir: .bare`), that folder's. Where a git folder holds too much to look through,
     all of its ``modules``: never fewer than there are."""
-    found = list(UNREAD) + hidden_tool_files(root)
+    found = list(UNREAD) + hidden_tool_files(root) + nested_projects(root)
     for git in git_folders(root):
         if git != ".git":
             found += [f"{git}/{name}" for name in _GIT_SETTINGS]
@@ -697,6 +697,42 @@ def hidden_places(root: str) -> list[str]:
                 if e.is_dir(follow_symlinks=False)
                 for name in _GIT_SETTINGS
             ]
+    return found
+
+
+# A `.ai` folder below the root is another project's (a monorepo's service): protected whole, as kiwi.protected
+# says, its tools' `.env` too. Review s35: `git grep --untracked -e API_KEY` printed `services/api/.ai/tools/t/.env`,
+# which filesystem.read refuses: the wall withheld only the root's. Found by looking through the project (not
+# into git folders, links or the places found), up to _NESTED_WALK_LIMIT entries; past them, each folder not
+# looked into is withheld whole (its files read as Permission denied): never fewer than there are.
+_NESTED_WALK_LIMIT = 200_000
+
+
+def nested_projects(root: str) -> list[str]:
+    """The `.ai` folders below the project's root (``services/api/.ai``), and past _NESTED_WALK_LIMIT entries the
+    folders not looked into."""
+    found: list[str] = []
+    pending = [""]
+    looked = 0
+    while pending:
+        rel = pending.pop()
+        if looked > _NESTED_WALK_LIMIT:
+            found += [rel, *pending]
+            break
+        try:
+            with os.scandir(os.path.join(root, rel) if rel else root) as listing:
+                entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in listing]
+        except OSError:
+            continue
+        looked += len(entries)
+        for name, is_dir in entries:
+            if not is_dir or fold(name) == GIT_DIR or (not rel and fold(name) == ".ai"):
+                continue
+            child = f"{rel}/{name}" if rel else name
+            if fold(name) == ".ai":
+                found.append(child)
+            else:
+                pending.append(child)
     return found
 
 
@@ -759,6 +795,8 @@ def unread_elsewhere(project_root: str, places: list[str] | None = None) -> str:
     is named as if it held one."""
     root = os.path.realpath(project_root)
     for place in hidden_places(root) if places is None else places:
+        if protected_root(place) is None:
+            continue  # (a folder nested_projects did not look into, withheld whole: no secret of its own)
         path = os.path.join(root, place)
         if place.startswith(tuple(f"{folder}/" for folder in TOOL_FOLDERS) + TOOL_FOLDERS) and os.path.isdir(
             path

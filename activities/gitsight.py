@@ -15,15 +15,16 @@ import stat
 
 from activities.confinement import TOOL_FOLDERS
 from activities.filesystem import covered
-from kiwi.protected import protected_root
+from kiwi.protected import fold, protected_root
 
 
 def hidden_tool_file(rel: str) -> bool:
-    """A hidden file or folder (its name starts with a dot) below a tool folder (``.ai/tools/x/.env``), or
-    inside one: a tool's secrets, which the kernel's wall keeps from every command."""
-    for folder in TOOL_FOLDERS:
-        if rel.startswith(folder + "/"):
-            return any(part.startswith(".") for part in rel[len(folder) + 1 :].split("/"))
+    """A hidden file or folder (its name starts with a dot) below a tool folder (``.ai/tools/x/.env``, a nested
+    project's ``services/api/.ai/tools/x/.env`` too), or inside one: a tool's secrets."""
+    parts = rel.split("/")
+    for index in range(len(parts) - 2):
+        if "/".join(fold(p) for p in parts[index : index + 2]) in TOOL_FOLDERS:
+            return any(part.startswith(".") for part in parts[index + 2 :])
     return False
 
 

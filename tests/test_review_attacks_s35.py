@@ -132,3 +132,43 @@ async def test_git_add_of_a_folder_holding_protected_places_is_refused(runs, pro
     assert "tool-secret" not in json.dumps(diffed.model_dump()) and "+print('v2')" in diffed.result["diff"], (
         diffed
     )
+
+
+async def test_a_nested_projects_secrets_are_withheld_as_the_roots_are(runs, project):
+    """Second review s35 (high): a monorepo's service is a Kiwi project of its own, its tool's .env untracked as
+    the README says. `git grep --untracked -e API_KEY` (the default session's shell git) printed
+    `services/api/.ai/tools/t/.env`, which filesystem.read refuses (a `.ai` below the root is protected whole),
+    and a checkpoint took it into its ref, where `git grep SECRET REF` printed it: the kernel's wall and the
+    checkpoint left out only the root's. A nested `.ai` is withheld whole, and no checkpoint takes its secrets."""
+    nested = project / "services" / "api" / ".ai"
+    write(nested / "tools" / "t" / "tool.yaml", "tool_id: t\ntool_type: python\n")
+    write(nested / "tools" / "t" / ".env", "API_KEY=nested-SECRET-444\n")
+    write(nested / "config" / "mcp_registry.yaml", "# API_KEY=nested-SECRET-444\nmcps: {}\n")
+    write(project / "src" / "app.py", "API_KEY = os.environ['API_KEY']\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    grants = (
+        '<read resource="filesystem" path="**"/><execute resource="shell" commands="grep,git"/>'
+        '<execute resource="tool" id="git.checkpoint,git.status,git.diff"/>'
+    )
+    run_id = await agent_run(runs, project, "monorepo", grants)
+    for argv in (
+        ["grep", "-r", "API_KEY", "."],
+        ["git", "grep", "--untracked", "-e", "API_KEY"],
+        ["git", "grep", "--no-index", "-e", "API_KEY"],
+    ):
+        result = await shell(runs, run_id, *argv)
+        assert "nested-SECRET" not in json.dumps(result.model_dump()), (argv, result)
+        assert "src/app.py" in (result.result or {}).get("stdout", ""), (argv, result)
+    checkpoint = await runs.call_tool(run_id, "git.checkpoint", {"message": "before"})
+    assert checkpoint.status == "ok", checkpoint
+    ref = checkpoint.result["ref"]
+    listed = await shell(runs, run_id, "git", "ls-tree", "-r", "--name-only", ref)
+    assert (
+        "src/app.py" in listed.result["stdout"]
+        and "services/api/.ai/tools/t/tool.yaml" in listed.result["stdout"]
+    )
+    assert (
+        ".env" not in listed.result["stdout"] and "services/api/.ai/config" not in listed.result["stdout"]
+    ), listed
+    found = await shell(runs, run_id, "git", "grep", "-e", "nested-SECRET", ref)
+    assert "nested-SECRET-444" not in json.dumps(found.model_dump()), found
