@@ -710,7 +710,12 @@ _NESTED_WALK_LIMIT = 200_000
 
 def nested_projects(root: str) -> list[str]:
     """The `.ai` folders below the project's root (``services/api/.ai``), and past _NESTED_WALK_LIMIT entries the
-    folders not looked into."""
+    folders not looked into. A folder whose modification time is what it was at the last look is not listed
+    again (a name added, removed or renamed in a folder changes its time): a shell command's look at a large
+    project is a stat per folder."""
+    known = _FOLDERS.setdefault(root, {})
+    if len(_FOLDERS) > 8:
+        _FOLDERS.pop(next(iter(_FOLDERS)))
     found: list[str] = []
     pending = [""]
     looked = 0
@@ -719,14 +724,21 @@ def nested_projects(root: str) -> list[str]:
         if looked > _NESTED_WALK_LIMIT:
             found += [rel, *pending]
             break
+        path = os.path.join(root, rel) if rel else root
         try:
-            with os.scandir(os.path.join(root, rel) if rel else root) as listing:
-                entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in listing]
+            stamp = os.stat(path, follow_symlinks=False).st_mtime_ns
+            entry = known.get(rel)
+            if entry is None or entry[0] != stamp:
+                with os.scandir(path) as listing:
+                    entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in listing]
+                folders = tuple(name for name, is_dir in entries if is_dir)
+                entry = known[rel] = (stamp, len(entries), folders)
         except OSError:
+            known.pop(rel, None)
             continue
-        looked += len(entries)
-        for name, is_dir in entries:
-            if not is_dir or fold(name) == GIT_DIR or (not rel and fold(name) == ".ai"):
+        looked += max(entry[1], 1)
+        for name in entry[2]:
+            if fold(name) == GIT_DIR or (not rel and fold(name) == ".ai"):
                 continue
             child = f"{rel}/{name}" if rel else name
             if fold(name) == ".ai":
@@ -734,6 +746,10 @@ def nested_projects(root: str) -> list[str]:
             else:
                 pending.append(child)
     return found
+
+
+# nested_projects' last look at each project's folders: {root: {folder: (mtime, entries, sub-folders)}}.
+_FOLDERS: dict[str, dict[str, tuple[int, int, tuple[str, ...]]]] = {}
 
 
 def hidden_tool_files(root: str) -> list[str]:

@@ -172,3 +172,7 @@ async def test_a_nested_projects_secrets_are_withheld_as_the_roots_are(runs, pro
     ), listed
     found = await shell(runs, run_id, "git", "grep", "-e", "nested-SECRET", ref)
     assert "nested-SECRET-444" not in json.dumps(found.model_dump()), found
+    # One made after the worker's last look (it remembers the project's folders while they do not change).
+    write(project / "services" / "web" / ".ai" / "tools" / "w" / ".env", "API_KEY=later-SECRET-555\n")
+    later = await shell(runs, run_id, "grep", "-r", "API_KEY", ".")
+    assert "later-SECRET" not in json.dumps(later.model_dump()) and "src/app.py" in later.result["stdout"], later
