@@ -31,7 +31,7 @@ from activities.filesystem import (
     relative,
     settings_named,
 )
-from activities.gitsight import GitSight, chunks, quoted, split_z
+from activities.gitsight import GitSight, chunks, quoted, secret_place, split_z
 from activities.process import child_env, kiwi_git, run_process
 from activities.staging import (
     UNPACK_MAX_BYTES,
@@ -1540,7 +1540,12 @@ _NO_SUBMODULES = [
 
 
 async def _git(
-    root: str, *args: str, timeout: float = 60.0, env: dict[str, str] | None = None, looks: bool = False
+    root: str,
+    *args: str,
+    timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+    looks: bool = False,
+    stdin: str = "",
 ) -> tuple[int, str, str]:
     """Kiwi's own git: hardened like every child (``run_process``), and the repository's filter drivers
     off, so a planted ``.git/config`` or ``.gitattributes`` runs nothing during a checkpoint; and never into
@@ -1561,6 +1566,7 @@ async def _git(
         cwd=root,
         project=root,
         timeout=timeout,
+        stdin=stdin,
         max_output=10_000_000,
         env=env,
         git_config=[*overrides, *_NO_SUBMODULES],
@@ -1733,47 +1739,66 @@ class GitActivities:
 
     @activity.defn(name="git_commit")
     async def git_commit(self, req: GitRequest) -> dict[str, Any]:
-        await _require_repo(req.project_root)
+        """Commit the changes (tracked or not, not ignored) below ``paths`` that the run may write, and only those:
+        what else the index holds (a human's staged work) stays staged, uncommitted. Review s35: git.commit
+        committed what the run may not write (a human's work in progress) and, before, what it may not read."""
+        root = req.project_root
+        await _require_repo(root)
         _refuse_denied(req)
         for path in req.paths or ["."]:
-            confine(req.project_root, path, ["**"], [])
-        code, _, err = await _git(req.project_root, "add", "--", *(req.paths or ["."]), looks=True)
-        if code != 0:
-            raise GitFailed.error(f"git add failed: {err.strip()}")
-        # Then unstaged again, as HEAD has them (an exclusion in `git add` fails on a place .gitignore names).
-        has_head, _, _ = await _git(req.project_root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
-        unstage = ("reset", "-q") if has_head == 0 else ("rm", "-r", "-q", "--cached", "--ignore-unmatch")
-        await _git(req.project_root, *unstage, "--", *SECRET_PATHSPECS)
-        # And what this run may not read, whoever staged it (review s35: a denied file went into the commit).
-        sight = GitSight(req.project_root, req.read_grants, req.deny_fs)
-        prefix = await _prefix(req.project_root)
-        staged = split_z(
-            await _git_ok(req.project_root, "diff", "--cached", "--name-only", "-z", "--no-renames")
+            confine(root, path, ["**"], [])
+        # (A request from before session 35 carries no write grants: its run's reads decide, as they did.)
+        sight = GitSight(
+            root, req.write_grants if req.write_grants is not None else req.read_grants, req.deny_fs
         )
-        unseen = [
-            posixpath.relpath(name, prefix or ".")
-            for name in staged
-            if (rel := _in_project(name, prefix)) is None or not sight.sees(rel)
+        prefix = await _prefix(root)
+        listed = split_z(
+            await _git_ok(
+                root,
+                "status",
+                "--porcelain=v1",
+                "-z",
+                "--untracked-files=all",
+                "--no-renames",
+                "--ignore-submodules=all",
+                "--",
+                *(req.paths or ["."]),
+                looks=True,
+            )
+        )
+        changes = [(entry[:2], _in_project(entry[3:], prefix)) for entry in listed]
+        taken = [
+            (code, rel)
+            for code, rel in changes
+            if rel is not None and sight.sees(rel) and not secret_place(rel)
         ]
-        for chunk in chunks(unseen):
-            await _git_ok(req.project_root, *unstage, "--", *chunk, env=_LITERAL)
-        left = {"left_out": len(unseen)} if unseen else {}
-        if unseen and len(unseen) == len(staged):
-            return {"committed": False, "reason": "nothing to commit that this run may read", **left}
+        left = {"left_out": len(changes) - len(taken)} if len(taken) < len(changes) else {}
+        if not taken:
+            why = "nothing to commit" + (" that this run may write" if changes else "")
+            return {"committed": False, "reason": why, **left}
+        new = [rel for code, rel in taken if code == "??"]
+        for chunk in chunks(new):
+            code, _, err = await _git(root, "add", "--", *chunk, env=_LITERAL, looks=True)
+            if code != 0:
+                raise GitFailed.error(f"git add failed: {err.strip()}")
         code, out, err = await _git(
-            req.project_root,
+            root,
             "commit",
+            "--only",
             "-m",
             req.message or "kiwi commit",
-            env=await git_identity(req.project_root),
+            "--pathspec-from-file=-",
+            "--pathspec-file-nul",
+            env={**await git_identity(root), **_LITERAL},
             looks=True,
+            stdin="\0".join(rel.rstrip("/") for _, rel in taken),
         )
         if code != 0 and "nothing to commit" in (out + err):
             return {"committed": False, "reason": "nothing to commit", **left}
         if code != 0:
             raise GitFailed.error(f"git commit failed: {err.strip() or out.strip()}")
-        _, sha, _ = await _git(req.project_root, "rev-parse", "HEAD")
-        return {"committed": True, "sha": sha.strip(), **left}
+        _, sha, _ = await _git(root, "rev-parse", "HEAD")
+        return {"committed": True, "sha": sha.strip(), "files": len(taken), **left}
 
     @activity.defn(name="git_checkpoint")
     async def git_checkpoint(self, req: GitRequest) -> CheckpointResult:

@@ -28,6 +28,19 @@ def hidden_tool_file(rel: str) -> bool:
     return False
 
 
+# Kiwi's settings, records and state, a project's or a nested one's: never committed, whatever a grant names.
+_SECRET_FOLDERS = (".ai/config", ".ai/logs", ".ai/.cache")
+
+
+def secret_place(rel: str) -> bool:
+    """Kiwi's settings, records or state (``.ai/config``, ``.ai/logs``, ``.ai/.cache``, ``.kiwi``; a nested
+    project's ``.ai`` ones too) or a tool's hidden file: what neither a checkpoint nor git.commit takes."""
+    parts = [fold(p) for p in rel.rstrip("/").split("/")]
+    if parts[0] == ".kiwi" or hidden_tool_file(rel):
+        return True
+    return any("/".join(parts[i : i + 2]) in _SECRET_FOLDERS for i in range(len(parts) - 1))
+
+
 class GitSight:
     """Which paths (project-relative, as git names them) a run may see through the git tools.
 

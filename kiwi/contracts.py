@@ -581,6 +581,8 @@ class GitRequest(BaseModel):
     # read (activities.gitsight). None in a request of a run's from before session 35, which sent none.
     read_grants: list[str] | None = None
     deny_fs: list[str] = Field(default_factory=list)
+    # git.commit takes only what the run may write (None: a request from before, its reads decide).
+    write_grants: list[str] | None = None
 
 
 class WebhookRequest(BaseModel):

@@ -68,14 +68,26 @@ async def test_git_diff_shows_no_file_the_run_may_not_read(runs, project):
     status = await runs.call_tool(run_id, "git.status", {})
     assert status.status == "ok", status
     assert status.result["changes"] == [" M src/app.py"] and status.result["withheld"] >= 3, status
-    # A commit takes the agent's work, not the denied file the human staged meanwhile.
+    # A commit takes the agent's work (what it may write), not the denied file the human staged meanwhile, nor
+    # the human's work in progress elsewhere (second review s35: committed, under the run's `write src/**`);
+    # what the human staged stays staged.
     subprocess.run([*git, "add", "secrets/prod.env"], check=True)
+    write(project / "docs" / "readme.md", "the human's draft\n")
     committed = await runs.call_tool(run_id, "git.commit", {"message": "v2"})
-    assert committed.status == "ok" and committed.result["left_out"] >= 1, committed
+    assert committed.status == "ok" and committed.result["files"] == 1, committed
+    assert committed.result["left_out"] >= 3, committed
     changed = subprocess.run(
         [*git, "show", "--name-only", "--format=", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.split()
     assert changed == ["src/app.py"], changed
+    staged = subprocess.run([*git, "diff", "--cached", "--name-only"], capture_output=True, text=True).stdout
+    assert staged.split() == ["secrets/prod.env"], staged
+    mine = await runs.call_tool(run_id, "git.commit", {"message": "docs", "paths": ["docs"]})
+    assert mine.result == {
+        "committed": False,
+        "reason": "nothing to commit that this run may write",
+        "left_out": 1,
+    }
     refused = await runs.call_tool(run_id, "git.commit", {"message": "x", "paths": ["secrets"]})
     assert refused.status == "denied", refused
 
@@ -175,4 +187,6 @@ async def test_a_nested_projects_secrets_are_withheld_as_the_roots_are(runs, pro
     # One made after the worker's last look (it remembers the project's folders while they do not change).
     write(project / "services" / "web" / ".ai" / "tools" / "w" / ".env", "API_KEY=later-SECRET-555\n")
     later = await shell(runs, run_id, "grep", "-r", "API_KEY", ".")
-    assert "later-SECRET" not in json.dumps(later.model_dump()) and "src/app.py" in later.result["stdout"], later
+    assert "later-SECRET" not in json.dumps(later.model_dump()) and "src/app.py" in later.result["stdout"], (
+        later
+    )

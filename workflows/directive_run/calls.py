@@ -346,6 +346,7 @@ class CallsMixin:
                 paths=[str(p) for p in _given(args, "paths", [])],
                 read_grants=snap.grants.fs_read,
                 deny_fs=snap.grants.deny_fs,
+                write_grants=snap.grants.fs_write,
             )
             value = await workflow.execute_activity_method(GIT_ACTIVITIES[tool], request, **options)
         elif tool == "directive.run":
