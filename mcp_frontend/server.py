@@ -135,7 +135,7 @@ class LoadAnswer(BaseModel):
     item_type: str = Field(description="the item type asked for")
     item_id: str = Field(
         description="directive/tool/knowledge: also source, path, content (the whole file), problems, "
-        "also_in, parsed, and for a directive steps_plan; mcp: server, and tool (one tool's inputSchema) "
+        "also_in, parsed, and for a directive steps_plan (copied: what copy_to_project did); mcp: server, and tool (one tool's inputSchema) "
         "or tools"
     )
 
@@ -710,8 +710,9 @@ def build_server(
                 write_pulled(store, bundle, location="project", provenance=entry)
                 store.refresh()
                 source = "project"
+            copied = None
             if copy_to_project:
-                copy_to_project_(store, item_type, item_id)
+                copied = copy_to_project_(store, item_type, item_id)
                 store.refresh()
             item = store.load(item_type, item_id, source="project" if source == "local" else source)
             data: dict[str, Any] = {
@@ -722,6 +723,7 @@ def build_server(
                 "content": item.text,
                 "problems": [str(p) for p in item.problems],
                 "also_in": item.record.shadows,
+                **({"copied": copied} if copied else {}),
             }
             if item.parsed is not None:
                 data["parsed"] = item.parsed.model_dump()

@@ -190,3 +190,53 @@ async def test_a_nested_projects_secrets_are_withheld_as_the_roots_are(runs, pro
     assert "later-SECRET" not in json.dumps(later.model_dump()) and "src/app.py" in later.result["stdout"], (
         later
     )
+
+
+async def test_a_copy_to_the_project_of_a_signed_directive_keeps_no_grant_a_human_removes_later(
+    runs, project, temporal_env, monkeypatch, tmp_path_factory
+):
+    """Second review s35: `load(copy_to_project=true)` of a signed user-space directive wrote the project's copy
+    with its signature; the human then narrowed the user-space one (shell taken out) and signed it again, and the
+    project's copy, which wins and which the agent may not delete (signed), still ran `cat`. What an agent writes
+    is never signed: the copy runs with the base policy until a human signs it."""
+    from tests.helpers import directive_md, write_directive
+
+    user = tmp_path_factory.mktemp("user-ai")
+    monkeypatch.setenv("AI_USER_SPACE", str(user))
+    write(project / "docs" / "readme.md", "hello\n")
+    wide = '<read resource="filesystem" path="**"/><execute resource="shell" commands="cat"/>'
+    body = '<step name="work"><action>Work.</action></step>'
+    user_copy = user / "directives" / "udev.md"
+    write_directive(user_copy, directive_md(body, name="udev", permissions=wide))
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with McpClient(server) as client:
+        loaded = data(
+            await client.call_tool(
+                "load",
+                {"item_type": "directive", "item_id": "udev", "source": "user", "copy_to_project": True},
+            )
+        )
+        assert loaded["copied"]["signed"] is False and "kiwi sign" in loaded["copied"]["note"], loaded
+        copy = project / ".ai" / "directives" / "udev.md"
+        assert "kiwi:signed" not in copy.read_text()
+        # The human narrows theirs; the project's copy (which wins) runs with the base policy, not `cat`.
+        write_directive(
+            user_copy, directive_md(body, name="udev", permissions='<read resource="filesystem" path="**"/>')
+        )
+        started = data(
+            await client.call_tool("execute", {"item_type": "directive", "action": "run", "item_id": "udev"})
+        )
+        assert started["trust"]["grants"] == "base", started["trust"]
+        ran = data(
+            await client.call_tool(
+                "execute",
+                {
+                    "item_type": "tool",
+                    "action": "call",
+                    "item_id": "shell.run",
+                    "run_id": started["run_id"],
+                    "parameters": {"command": "cat docs/readme.md"},
+                },
+            )
+        )
+        assert ran["status"] == "denied", ran

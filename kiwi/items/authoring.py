@@ -294,6 +294,19 @@ def copy_to_project(store: ItemStore, item_type: str, item_id: str) -> dict[str,
                 f"{target} already exists in the project", hint="delete it first or edit it there"
             )
         target.parent.mkdir(parents=True, exist_ok=True)
+        signature, unsigned = split_signature(source.read_text(encoding="utf-8"))
+        if item_type == "directive" and signature is not None:
+            # What an agent writes is never signed (see save_directive). Second review s35: a signed copy
+            # outlived the human's narrowed and re-signed user-space version, whose grants it kept.
+            _atomic_write(target, unsigned)
+            return {
+                "item_id": item_id,
+                "path": str(target),
+                "status": "copied",
+                "signed": False,
+                "note": "copied without its signature: its runs get the base policy until a human signs the "
+                "project's copy (kiwi sign)",
+            }
         shutil.copy2(source, target)
     return {"item_id": item_id, "path": str(target), "status": "copied"}
 
