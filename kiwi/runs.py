@@ -1161,7 +1161,8 @@ class RunClient:
                 kind = getattr(cause, "type", "") or ""
                 message = getattr(cause, "message", "") or str(cause)
                 if kind == RunContinuing.type:
-                    await self._await_successor(run_id)
+                    refused_by = next((d for d in getattr(cause, "details", ()) if isinstance(d, str)), None)
+                    await self._await_successor(run_id, refused_by)
                     continue
                 if kind == RunBusy.type and busy < BUSY_RESENDS:
                     # The run's task took as many call arguments as it may: a later task takes this one.
@@ -1214,9 +1215,17 @@ class RunClient:
             pass
         return True
 
-    async def _await_successor(self, run_id: str, deadline: float = 30.0) -> None:
-        """Wait until the execution that refused us as 'continuing' has closed, so the next send reaches
-        its successor at once (a long poll on its close event, not a sleep-and-retry loop)."""
+    async def _await_successor(
+        self, run_id: str, execution: str | None = None, deadline: float = 30.0
+    ) -> None:
+        """Wait until the execution that refused us as 'continuing' (``execution``, which the refusal names) has
+        closed, so the next send reaches its successor at once (a long poll on its close event, not a
+        sleep-and-retry loop). The latest execution was waited for when the refusal named none: by the time
+        the answer came it could be the successor already, and the call waited out the whole deadline (30 s)
+        before it was sent again."""
+        if execution is not None:
+            await self._closed(run_id, execution, deadline)
+            return
         try:
             described = await self.handle(run_id).describe()
         except RPCError:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus
 
 from kiwi.contracts import CompleteStepRequest
 from kiwi.errors import RunStateConflict
@@ -324,8 +325,23 @@ async def test_a_run_that_continues_as_new_with_a_batch_in_flight_loses_and_repe
     assert [text_of(r.result) for r in results] == [f"counted c{i}" for i in range(6)]
     assert sorted(r.call_seq for r in results) == list(range(1, 7))
     assert sorted(_lines(ledger)) == [f"count c{i}" for i in range(6)]
+    # The next call meets the run continuing as new (its task left with the stopped worker): it waits for
+    # the execution that refused it to close, not for its successor, which it waited out 30 s for when the
+    # refusal did not name its execution.
+    waited: list[str] = []
+    closed = runs._closed
+
+    async def recorded(run: str, execution: str, deadline: float) -> None:
+        waited.append(execution)
+        await closed(run, execution, deadline)
+
+    runs._closed = recorded
     async with build_worker(temporal_env.client, queue, sandboxed=True):
         after = await runs.call_tool(run_id, "ledger.count", {"tag": "after"})
+        assert waited, "the call did not meet the run continuing as new"
+        for execution in waited:
+            ended = await runs.client.get_workflow_handle(run_id, run_id=execution).describe()
+            assert ended.status == WorkflowExecutionStatus.CONTINUED_AS_NEW, (execution, ended.status)
         audit = await _tool_calls(project, run_id, 7)
         assert (await runs.status(run_id)).continued >= 1
     assert after.status == "ok" and after.call_seq == 7

@@ -8,6 +8,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus
 
 from activities.audit import read_audit
 from kiwi.contracts import ResumeRequest, session_workflow_id
@@ -288,10 +289,20 @@ async def test_rate_limit_and_loop_warnings(runs, project):
     assert not repeated[0].warnings
 
 
-async def test_concurrent_callers_across_continue_as_new_each_call_runs_once(runs, project):
+async def test_concurrent_callers_across_continue_as_new_each_call_runs_once(runs, project, monkeypatch):
     # Callers that meet the draining run (RunContinuing) wait for its successor and send again; the
     # run de-duplicates by update id, so every call lands exactly once, none lost, none doubled.
     run_id = await hello_that_continues_every(runs, project, 10)
+    # They wait for the execution that refused them to close, never for the one running after it (which a
+    # refusal naming no execution left them to guess, and they waited out 30 s for the successor to close).
+    waited: list[str] = []
+    closed = runs._closed
+
+    async def recorded(run: str, execution: str, deadline: float) -> None:
+        waited.append(execution)
+        await closed(run, execution, deadline)
+
+    monkeypatch.setattr(runs, "_closed", recorded)
 
     async def caller(c: int) -> list[str]:
         statuses = []
@@ -309,6 +320,10 @@ async def test_concurrent_callers_across_continue_as_new_each_call_runs_once(run
     assert status.calls == 2 + 24 * 4  # hello_kiwi's own write + read, then each agent call once
     written = sorted(p.name for p in (project / "notes").glob("c*.txt"))
     assert written == sorted(f"c{c}-{i}.txt" for c in range(24) for i in range(4))
+    assert waited, "no caller met the run continuing as new"
+    for execution in set(waited):
+        ended = await runs.client.get_workflow_handle(run_id, run_id=execution).describe()
+        assert ended.status == WorkflowExecutionStatus.CONTINUED_AS_NEW, (execution, ended.status)
 
 
 async def test_a_call_sent_again_long_after_it_ran_is_answered_not_run_again(runs, project):

@@ -324,7 +324,8 @@ class DirectiveRun(
     @call_tool.validator
     def _validate_call_tool(self, request: CallToolRequest) -> None:
         if self.draining:
-            raise RunContinuing.error("run is continuing as new; send the call again")
+            # (Its execution named: the client waits for that one to close, not for its successor.)
+            raise RunContinuing.error("run is continuing as new; send the call again", workflow.info().run_id)
         if self.state.status in TERMINAL:
             raise RunFinished.error(
                 f"run {self.snap.run_id} has finished ({self.state.status}); start a new run"
@@ -401,7 +402,8 @@ class DirectiveRun(
     @complete_step.validator
     def _validate_complete_step(self, request: CompleteStepRequest) -> None:
         if self.draining:
-            raise RunContinuing.error("run is continuing as new; send the call again")
+            # (Its execution named: the client waits for that one to close, not for its successor.)
+            raise RunContinuing.error("run is continuing as new; send the call again", workflow.info().run_id)
         record = self.state.steps.get(request.step)
         if self.state.status in TERMINAL:
             raise RunFinished.error(f"run {self.snap.run_id} has finished ({self.state.status})")
