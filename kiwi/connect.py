@@ -156,7 +156,7 @@ def dev_address() -> str | None:
     from kiwi.devserver import load_dev_config
 
     try:
-        config, _ = load_dev_config(None)
+        config, _ = load_dev_config(None, only=("temporal",))
     except KiwiError as exc:
         # (kiwi dev refuses the file; a command beside it said nothing and went to the default address: README
         # trial s34, `port: "abc"`.)

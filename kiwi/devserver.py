@@ -99,7 +99,10 @@ def dev_config_file() -> Path | None:
     return next((c for c in candidates if c.is_file()), None)
 
 
-def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
+def load_dev_config(path: Path | None, only: tuple[str, ...] = ()) -> tuple[dict[str, Any], Path]:
+    """temporal-dev.yml (``path``, else KIWI_DEV_CONFIG, else the folder's or the project's), checked; the
+    defaults where it says nothing. ``only``: the sections to read and check, the others' defaults kept (the
+    commands beside `kiwi dev` read its temporal address alone: a typo in `worker` made them drop a right port)."""
     config = {k: dict(v) for k, v in DEFAULTS.items()}
     base = Path.cwd()
     if path is None and os.environ.get("KIWI_DEV_CONFIG"):
@@ -114,6 +117,8 @@ def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
         except yaml.YAMLError as exc:
             raise KiwiError(f"{path}: malformed YAML: {exc}") from None
         for section, values in data.items():
+            if only and section not in only:
+                continue
             if section not in config or not isinstance(values, dict):
                 close = difflib.get_close_matches(str(section), list(config), n=1)
                 raise KiwiError(
@@ -129,12 +134,14 @@ def load_dev_config(path: Path | None) -> tuple[dict[str, Any], Path]:
                         hint=f"did you mean {section}.{close[0]}?" if close else "leave it out",
                     )
             config[section].update(values)
-        for option in ("sandboxed", "threaded"):
+        for option in ("sandboxed", "threaded") if not only or "worker" in only else ():
             if not isinstance(config["worker"].get(option), bool):
                 raise KiwiError(
                     f"{path}: worker.{option} is {config['worker'].get(option)!r}; expected true or false"
                 )
         for section, option in (("temporal", "port"), ("temporal", "ui_port"), ("mcp", "port")):
+            if only and section not in only:
+                continue
             value = config[section].get(option)
             if type(value) is not int or not 0 < value < 65536:
                 raise KiwiError(

@@ -624,6 +624,11 @@ def test_an_unknown_option_in_temporal_dev_yml_is_refused_and_commands_beside_it
     warned = capsys.readouterr().err
     assert warned.count("kiwi: warning: ") == 1, warned
     assert "temporal.port is 'abc'; expected a port number from 1 to 65535; its address is not used" in warned
+    # A mistake in another section is kiwi dev's to say: the commands beside it still take the right address
+    # (README trial s34: a typo in `worker` made them drop `temporal.port`).
+    (project / "temporal-dev.yml").write_text("temporal:\n  port: 27233\nworker:\n  sandboxd: true\n")
+    assert dev_address() == "127.0.0.1:27233"
+    assert capsys.readouterr().err == ""
 
 
 def test_a_folder_without_a_project_stays_one_and_is_said_to_be_one(tmp_path, monkeypatch, capsys):
