@@ -1475,7 +1475,9 @@ class RunClient:
         """The executions ``query`` lists, Temporal's order (running ones first, then the latest closed), up to
         ``limit`` of those ``keep`` keeps."""
         runs: list[dict[str, Any]] = []
-        async for execution in self.client.list_workflows(query, limit=None if keep else limit):
+        # (With ``keep``, pages of about what is kept: the first page is often all of it.)
+        pages = {"limit": None, "page_size": min(limit + 10, 1000)} if keep else {"limit": limit}
+        async for execution in self.client.list_workflows(query, **pages):
             if len(runs) >= limit:
                 break
             attrs = execution.typed_search_attributes
