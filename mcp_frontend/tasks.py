@@ -34,7 +34,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from kiwi.contracts import TERMINAL, RunStatus, ToolCallResult
-from kiwi.errors import KiwiError, RunNotFound
+from kiwi.errors import KiwiError, RunInOtherProject, RunNotFound
 
 if TYPE_CHECKING:
     from mcp_frontend.server import TemporalLink
@@ -176,7 +176,14 @@ class KiwiTasks(Extension):
     # ------------------------------------------------------------------ task views
     async def _described(self, run_id: str) -> Any:
         try:
-            return await (await self.link.runs()).handle(run_id).describe()
+            runs = await self.link.runs()
+            # (Another project's run is not this client's task: update and cancel said it existed, review s35.)
+            await runs.check_project(run_id)
+            return await runs.handle(run_id).describe()
+        except RunInOtherProject:
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"Failed to retrieve task: no run '{run_id}' in this project"
+            ) from None
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 raise MCPError(code=INTERNAL_ERROR, message=f"Temporal refused: {exc.message}") from None

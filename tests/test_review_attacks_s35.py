@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 from mcp.client import Client as McpClient
 
 from mcp_frontend.server import build_server
@@ -240,3 +241,32 @@ async def test_a_copy_to_the_project_of_a_signed_directive_keeps_no_grant_a_huma
             )
         )
         assert ran["status"] == "denied", ran
+
+
+async def test_another_projects_run_is_no_task_of_this_client(runs, project, temporal_env, tmp_path_factory):
+    """Second review s35 (low): tasks/cancel and tasks/update of another project's run (`run:RUN` as the task id)
+    described it before checking whose it was, so the answer said it existed (and cancel went on to the run's
+    own project check). Another project's run is answered as no task at all, and stays as it was."""
+    from mcp.client import Client
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import Result
+
+    from kiwi.cli import main as kiwi_main
+    from tests.test_mcp_tasks import CancelTask, TaskIdParams, Tasks, get_task
+
+    theirs = tmp_path_factory.mktemp("other-project")
+    assert kiwi_main(["init", str(theirs)]) == 0
+    run_id = await runs.start("hello_kiwi", {"name": "Ada"})
+    server = build_server(temporal_env.client, theirs, task_queue=runs.task_queue)
+    async with Client(server, extensions=[Tasks()]) as client:
+        for ask in (
+            lambda: get_task(client.session, f"run:{run_id}"),
+            lambda: client.session.send_request(
+                CancelTask(params=TaskIdParams(taskId=f"run:{run_id}")), Result
+            ),
+        ):
+            with pytest.raises(MCPError) as refused:
+                await ask()
+            assert refused.value.error.code == -32602 and run_id in refused.value.error.message, refused.value
+            assert str(project) not in refused.value.error.message, refused.value
+    assert (await runs.status(run_id)).status != "cancelled"
