@@ -133,6 +133,8 @@ DIRECTIVE_PATH_KEY = "\0directive path"
 SESSION_CHECK_SECONDS = 1.0
 SESSION_RECHECKS = 5
 SESSION_END_SECONDS = 30.0
+# How long a status query goes unanswered before the run is looked at for a workflow task that keeps failing.
+STALL_LOOK_SECONDS = 1.0
 
 
 class RunClient:
@@ -558,8 +560,15 @@ class RunClient:
         within it (the client's own timeout comes back as CANCELLED, the server's "no poller" as
         FAILED_PRECONDITION)."""
         await self.check_project(run_id)
+        query = asyncio.ensure_future(self.handle(run_id).query(DirectiveRun.status, rpc_timeout=rpc_timeout))
         try:
-            status = await self.handle(run_id).query(DirectiveRun.status, rpc_timeout=rpc_timeout)
+            # A run whose workflow task keeps failing answers a query only once Temporal gives up on it (20 s):
+            # a query not answered within a second looks whether that is why.
+            done, _ = await asyncio.wait({query}, timeout=STALL_LOOK_SECONDS)
+            if not done and await self._task_failing(run_id):
+                query.cancel()
+                raise await self._stalled(run_id)
+            status = await query
         except WorkflowQueryFailedError as exc:
             if "failed state" not in str(exc):
                 raise
@@ -577,6 +586,15 @@ class RunClient:
             raise _translate(exc, run_id) from None
         await self._children_now(status)
         return self._shown(status)
+
+    async def _task_failing(self, run_id: str) -> bool:
+        """Whether the run's workflow task has failed and waits to be tried again (its attempt past the first)."""
+        try:
+            described = await self.handle(run_id).describe()
+        except RPCError:
+            return False
+        pending = described.raw_description.pending_workflow_task
+        return described.raw_description.HasField("pending_workflow_task") and pending.attempt > 1
 
     async def _stalled(self, run_id: str) -> KiwiError:
         """A run whose workflow task keeps failing (a payload its worker cannot read, a worker that cannot

@@ -267,9 +267,9 @@ def test_a_missing_secret_skips_the_server_and_bad_config_names_file_and_key(tmp
     registry(tmp_path, "mcps:\n  api:\n    command: node\n    timeout: -1\n")
     with pytest.raises(ItemInvalid) as bad:
         load_registry(tmp_path, tmp_path / "user")
-    assert "mcps.api.timeout: Input should be greater than 0" in str(bad.value.problems[0]) and "mcp_registry.yaml" in str(
+    assert "mcps.api.timeout: Input should be greater than 0" in str(
         bad.value.problems[0]
-    )
+    ) and "mcp_registry.yaml" in str(bad.value.problems[0])
     registry(tmp_path, "mcps:\n  api:\n    commnd: node\n")
     with pytest.raises(ItemInvalid) as typo:
         load_registry(tmp_path, tmp_path / "user")
