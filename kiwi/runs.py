@@ -165,6 +165,8 @@ class RunClient:
         self.session_id = session_workflow_id(store.project_root)
         self._session_checked = -math.inf
         self._session_rechecks: collections.deque[float] = collections.deque()
+        # When a status query on this task queue last went unanswered (see answered_status).
+        self._unanswered_at = -math.inf
 
     async def project_of(self, run_id: str) -> str:
         """The project a run belongs to ("" for a run started without one, e.g. before projects existed)."""
@@ -914,7 +916,13 @@ class RunClient:
         when the caller asked it already."""
         if not (await self.worker_polls() if polled is None else polled):
             return None
-        return await self._status(run_id, timedelta(seconds=QUERY_SECONDS))
+        if time.monotonic() - self._unanswered_at < UNANSWERED_SECONDS:
+            # (One query just went unanswered: the next run's would too. `kiwi approvals` with a worker just
+            # stopped waited QUERY_SECONDS for each run with a pending request.)
+            return None
+        status = await self._status(run_id, timedelta(seconds=QUERY_SECONDS))
+        self._unanswered_at = time.monotonic() if status is None else -math.inf
+        return status
 
     async def worker_polls(self) -> bool:
         """Whether a worker polls this client's task queue for workflow tasks (a query waits for one: with
@@ -1696,6 +1704,8 @@ _CLOSED_AS = {
 _FAILED_CAUSE = "WORKFLOW_TASK_FAILED_CAUSE_"
 # How long a status query is waited for before the run is taken to have no worker answering for it.
 QUERY_SECONDS = 5.0
+# After a status query went unanswered, how long the client takes the worker to be gone without asking again.
+UNANSWERED_SECONDS = 15.0
 # A poller Temporal last saw this long ago is gone (a live worker polls again at once, at most every 70 s).
 POLLER_SEEN_SECONDS = 90.0
 

@@ -561,6 +561,16 @@ async def test_approvals_are_listed_and_sent_while_no_worker_runs(temporal_env, 
         run_id = await runs.start("tidy", {})
         (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the approval request")
         await wait_for(requested, what="the approval request's audit record")
+    # A status query unanswered (the worker just stopped, Temporal still lists its poller) is asked once: the
+    # next question of the same client takes the worker to be gone (each waited QUERY_SECONDS before).
+    asked: list[str] = []
+    status_of = runs._status
+
+    async def counted(run: str, rpc_timeout=None):
+        asked.append(run)
+        return await status_of(run, rpc_timeout)
+
+    runs._status = counted
     listed = await runs.pending_approvals()
     assert [(a["run_id"], a["request_id"], a["tool"], a["args_hash"]) for a in listed] == [
         (run_id, request.request_id, "filesystem.delete", request.args_hash)
@@ -570,6 +580,7 @@ async def test_approvals_are_listed_and_sent_while_no_worker_runs(temporal_env, 
     assert sent.status == "pending" and sent.request_id == request.request_id
     with pytest.raises(KiwiError, match="no pending approval request 'approval-99'"):
         await runs.decide_approval(run_id, "approval-99", True, by="alice")
+    assert len(asked) <= 1, asked
     assert (project / "notes" / "old.txt").exists()
     async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
         result = await runs.handle(run_id).result()
