@@ -568,7 +568,6 @@ class RunClient:
             # a query not answered within a second looks whether that is why.
             done, _ = await asyncio.wait({query}, timeout=STALL_LOOK_SECONDS)
             if not done and await self._task_failing(run_id):
-                query.cancel()
                 raise await self._stalled(run_id)
             status = await query
         except WorkflowQueryFailedError as exc:
@@ -586,6 +585,8 @@ class RunClient:
             if rpc_timeout is not None and exc.status in unanswered:
                 return None
             raise _translate(exc, run_id) from None
+        finally:
+            query.cancel()  # (a no-op once answered; the question dropped when the caller stops waiting)
         await self._children_now(status)
         return self._shown(status)
 
