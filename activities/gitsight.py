@@ -1,4 +1,5 @@
-"""What ``git.diff``, ``git.status`` and ``git.commit`` show a run, and take for it: only the files it may read.
+"""What ``git.diff`` and ``git.status`` show a run, and ``git.commit`` takes for it: only the files it may read
+(for a commit, write).
 
 Hostile review s35: the git tools were granted by their id alone, and Kiwi's own git ran outside the kernel's
 wall, so ``git.diff`` printed a file the run explicitly denied (``secrets/prod.env``, changed since its last
@@ -42,7 +43,8 @@ def secret_place(rel: str) -> bool:
 
 
 class GitSight:
-    """Which paths (project-relative, as git names them) a run may see through the git tools.
+    """Which paths (project-relative, as git names them) a run may see through the git tools (``read``: the read
+    grants; a commit gives its write grants).
 
     ``read`` None: a request made by a run before session 35, which sent no grants: it sees everything but the
     protected places and the tools' hidden files."""
