@@ -1654,6 +1654,24 @@ async def _require_repo(root: str) -> None:
     code, _, _ = await _git(root, "rev-parse", "--is-inside-work-tree")
     if code != 0:
         raise GitUnavailable.error("not a git repository: git tools are unavailable here")
+    if problem := await _outer_repository(root):
+        raise GitUnavailable.error(problem)
+
+
+async def _outer_repository(root: str) -> str:
+    """Why Kiwi's git cannot work here when the project's repository begins above it ('' when it does not): the
+    git that looks at the project's files runs confined to the project, where the repository's folder is out of
+    reach (third review s35: git.status answered a clean tree, git.diff 'not a git repository')."""
+    if not confinement.available():
+        return ""
+    code, top, _ = await _git(root, "rev-parse", "--show-toplevel")
+    if code != 0 or os.path.realpath(top.strip()) == os.path.realpath(root):
+        return ""
+    return (
+        f"the project is inside the git repository {top.strip()}, which begins above it: Kiwi's git tools and "
+        "checkpoints, like every command Kiwi runs, reach only the project's own folder: they work on a "
+        "repository whose top is the project (`git init` in it)"
+    )
 
 
 async def _prefix(root: str) -> str:
@@ -1683,7 +1701,7 @@ class GitActivities:
         await _require_repo(req.project_root)
         sight = GitSight(req.project_root, req.read_grants, req.deny_fs)
         prefix = await _prefix(req.project_root)
-        _, out, _ = await _git(
+        out = await _git_ok(
             req.project_root,
             "status",
             "--porcelain=v1",
@@ -1814,6 +1832,8 @@ class GitActivities:
                 reason="checkpoints unavailable: the project is not a git repository",
                 hint="run `git init` in the project to enable checkpoints",
             )
+        if problem := await _outer_repository(root):
+            return CheckpointResult(available=False, reason=f"checkpoints unavailable: {problem}")
         code, head, _ = await _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
         with _ScratchIndex() as env:
             if code == 0:

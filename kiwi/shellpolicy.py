@@ -2944,17 +2944,22 @@ def _git(
         if "--pathspec-from-file" in opts:
             found.append(("--pathspec-from-file", "magic", False))
     elif (
-        sub == "add" and (before or after or "--pathspec-from-file" in opts) and rule_in_force(GIT_ADD_TREES)
+        sub in ("add", "commit")
+        and (_git_stages(sub, opts) or before or after)
+        and rule_in_force(GIT_ADD_TREES)
     ):
         # What it stages is each path's whole tree, as `git add -A` stages the repository's (review s35: `git add
         # -N .` put a tool's untracked .env in the index, reading nothing the wall withholds, and git.diff printed
-        # it; a human's `git commit -a` would commit it).
+        # it; a human's `git commit -a` would commit it). `git commit PATH`, `-a` and a file of paths stage too
+        # (third review s35: `git commit -a` under `write src/**` committed a denied file and Kiwi's records).
         mode = "write*"
         if "--pathspec-from-file" in opts:
             found.append(("--pathspec-from-file", "magic", False))
+        if sub == "commit" and any(o in opts for o in ("-a", "--all")):
+            found.append((".", "write*", False))
     if after is not None:
         found += [_git_path(p, mode) for p in after]
-        if sub in ("add", "rm", "mv", "restore", "init"):
+        if sub in ("add", "rm", "mv", "restore", "init") or mode == "write*":
             found += [_git_path(p, mode) for p in before]
         else:
             found += [(p, "read", False) for p in before if _path_like(p)]
@@ -2975,6 +2980,8 @@ def _git(
         # (Its file is read as it is in the working tree, a name without '/' too: `git blame temporal-dev.yml`.
         # Since KNOWN_OPTIONS.)
         found += [(p, "read", False) for p in before]
+    elif mode == "write*":
+        found += [_git_path(p, mode) for p in before]  # (git commit PATH...: every operand a path it stages)
     else:
         found += [(p, mode, False) for p in before if _path_like(p)]
     # An object named REV:PATH (`git show HEAD:.ai/config/x`, `:PATH` in the index, `:N:PATH`) reads the file
@@ -2982,6 +2989,12 @@ def _git(
     # ../), as filesystem.read would check it.
     found += [(path, "object", False) for token in before if (path := _object_path(token))]
     return found
+
+
+def _git_stages(sub: str, opts: Sequence[str]) -> bool:
+    """Whether git add or git commit, with these options, stages paths of its own choosing (a file of paths;
+    commit's `-a`)."""
+    return "--pathspec-from-file" in opts or (sub == "commit" and any(o in opts for o in ("-a", "--all")))
 
 
 def _object_path(token: str) -> str:

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 from mcp.client import Client as McpClient
 
+from activities import confinement
 from mcp_frontend.server import build_server
 from tests.helpers import data, write
 from tests.test_attack_shell import agent_run, shell
@@ -270,3 +271,72 @@ async def test_another_projects_run_is_no_task_of_this_client(runs, project, tem
             assert refused.value.error.code == -32602 and run_id in refused.value.error.message, refused.value
             assert str(project) not in refused.value.error.message, refused.value
     assert (await runs.status(run_id)).status != "cancelled"
+
+
+async def test_shell_git_commit_stages_only_what_the_run_may_write(runs, project):
+    """Third review s35: shell `git commit -- docs/wip.md`, `git commit -a` and `git commit --pathspec-from-file`
+    (a list the run wrote) stage and commit in one step, which `git add` checks: under `write src/**` they
+    committed a human's draft, a directive (a protected place), a rotated secret and Kiwi's records. Each
+    path `git commit` stages is checked as `git add`'s are; the run's own folder still commits."""
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    write(project / "src" / "app.py", "print('v1')\n")
+    write(project / "docs" / "wip.md", "the human's draft\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run([*git, "add", "-f", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "the human's"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    grants = (
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="src/**"/>'
+        '<execute resource="shell" commands="git"/>'
+    )
+    run_id = await agent_run(runs, project, "shellcommit", grants)
+    write(project / "docs" / "wip.md", "the human's draft, more\n")
+    write(project / "src" / "list.txt", "docs/wip.md\n")
+    write(project / "src" / "app.py", "print('v2')\n")
+    for argv in (
+        ["git", "commit", "-m", "x", "--", "docs/wip.md"],
+        ["git", "commit", "-am", "x"],
+        ["git", "commit", "--all", "-m", "x"],
+        ["git", "commit", "-m", "x", "--pathspec-from-file=src/list.txt"],
+    ):
+        refused = await shell(runs, run_id, *argv)
+        assert refused.status == "denied", (argv, refused)
+    assert subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head
+    mine = await shell(runs, run_id, "git", "commit", "-qm", "v2", "--", "src/app.py")
+    assert mine.status == "ok", mine
+    changed = subprocess.run(
+        [*git, "show", "--name-only", "--format=", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert changed == ["src/app.py"], changed
+
+
+@pytest.mark.skipif(
+    confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock: Kiwi's git is not confined"
+)
+async def test_git_tools_in_a_project_inside_a_larger_repository_say_they_cannot_work_there(
+    runs, tmp_path_factory
+):
+    """Third review s35 (low): in a project that is a folder of a larger repository, git.status answered a clean
+    tree (its confined git could not reach the repository above the project, and its failure was dropped) and
+    git.diff 'not a git repository'. Each says why, and a checkpoint is unavailable for that reason."""
+    from kiwi.cli import main as kiwi_main
+    from tests.helpers import run_client
+
+    mono = tmp_path_factory.mktemp("mono")
+    sub = mono / "services" / "api"
+    sub.mkdir(parents=True)
+    assert kiwi_main(["init", str(sub)]) == 0
+    subprocess.run(["git", "init", "-q", str(mono)], check=True)
+    theirs = run_client(runs.client, sub)
+    theirs.task_queue = runs.task_queue
+    grants = '<read resource="filesystem" path="**"/><execute resource="tool" id="git.status,git.diff,git.checkpoint"/>'
+    run_id = await agent_run(theirs, sub, "inner", grants)
+    for tool in ("git.status", "git.diff"):
+        answer = await theirs.call_tool(run_id, tool, {})
+        assert (
+            answer.error_type == "GitUnavailable" and f"inside the git repository {mono}" in answer.reason
+        ), answer
+    checkpoint = await theirs.call_tool(run_id, "git.checkpoint", {})
+    assert checkpoint.result["available"] is False and "begins above it" in checkpoint.result["reason"], (
+        checkpoint
+    )

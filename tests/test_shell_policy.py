@@ -126,7 +126,7 @@ def test_each_way_to_run_or_reach_something_else_is_refused_by_name(argv, named)
         ["git", "diff", "HEAD~1", "--", "src"],
         ["git", "show", "HEAD:src/a.py"],
         ["git", "--no-pager", "log", "-n", "3"],
-        ["git", "commit", "-am", "msg"],
+        ["git", "commit", "-m", "msg"],
         ["git", "add", "src/a.py"],
         ["git", "blame", "-L", "1,2", "src/a.py"],
         ["git", "grep", "-e", "x"],
