@@ -1690,8 +1690,8 @@ def _withheld(count: int) -> dict[str, Any]:
         return {}
     return {
         "withheld": count,
-        "note": f"{count} changed path(s) left out: this run may not read them (denied, a protected place no grant "
-        "names, or a tool's hidden file)",
+        "note": f"{count} changed path(s) left out: the grants this call is checked against do not let it read them "
+        "(denied, a protected place no grant names, or a tool's hidden file)",
     }
 
 
@@ -1712,6 +1712,8 @@ class GitActivities:
         )
         entries = split_z(out)
         branch = entries.pop(0)[3:] if entries and entries[0].startswith("## ") else ""
+        # (A repository with no commit yet: git's header says so, and the branch is its last word.)
+        branch = branch.removeprefix("No commits yet on ").removeprefix("Initial commit on ")
         changes: list[str] = []
         withheld = 0
         while entries:

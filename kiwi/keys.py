@@ -21,7 +21,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -211,20 +211,42 @@ def load_trusted(project_root: Path, user_space: Path) -> TrustedKeys:
         try:
             keys = TrustedKeys.model_validate(data).keys
         except ValidationError as exc:
-            raise ItemInvalid([_trusted_problem(error, path) for error in exc.errors()]) from None
-        for name, key in keys.items():
-            if not NAME.match(name) or not key.public_key.startswith(PREFIX):
-                raise ItemInvalid(
-                    [
-                        Problem(
-                            f"{TRUSTED_FILE}: keys.{name}: expected a name of letters/digits and a "
-                            f"public key 'ed25519:...' (from `kiwi keys init`)",
-                            str(path),
-                        )
-                    ]
-                )
+            errors = exc.errors()
+            # (A misspelt key is named once, with the one meant: not also as that one missing.)
+            meant = {
+                (*e["loc"][:-1], close)
+                for e in errors
+                if e["type"] == "extra_forbidden"
+                for close in difflib.get_close_matches(str(e["loc"][-1]), list(TrustedKey.model_fields), n=1)
+            }
+            kept = [e for e in errors if not (e["type"] == "missing" and tuple(e["loc"]) in meant)]
+            raise ItemInvalid([_trusted_problem(error, path) for error in kept]) from None
+        problems = [
+            Problem(f"keys.{name}: {why}", str(path))
+            for name, key in keys.items()
+            if (why := _untrusty(name, key))
+        ]
+        if problems:
+            raise ItemInvalid(problems)
         merged.update(keys)
     return TrustedKeys(keys=merged)
+
+
+def _untrusty(name: str, key: TrustedKey) -> str:
+    """What is wrong with a trusted key's entry ('' when nothing): its name, or a public key that is none
+    (second README trial s35: `ed25519:notbase64!!` was listed as a trusted signer)."""
+    if not NAME.match(name):
+        return "a key's name is letters, digits, '.', '_' or '-' (at most 64)"
+    try:
+        if not key.public_key.startswith(PREFIX):
+            raise ValueError
+        Ed25519PublicKey.from_public_bytes(_unb64(key.public_key[len(PREFIX) :]))
+    except (ValueError, TypeError):
+        return (
+            f"public_key is not an Ed25519 public key: expected 'ed25519:' and 43 characters, as `kiwi keys "
+            f"init` prints it (got {key.public_key[:24]!r})"
+        )
+    return ""
 
 
 def _trusted_problem(error: Any, path: Path) -> Problem:
@@ -237,7 +259,15 @@ def _trusted_problem(error: Any, path: Path) -> Problem:
         message = (
             f"no such key; did you mean {close[0]}?" if close else f"no such key (keys: {', '.join(fields)})"
         )
-    return Problem(f"{TRUSTED_FILE}: {where}: {message}", str(path))
+    elif error["type"] == "literal_error" and isinstance(error.get("input"), str):
+        close = difflib.get_close_matches(error["input"], list(get_args(Role)), n=1, cutoff=0.6)
+        message = f"'{error['input']}' is no role; " + (
+            f"did you mean {close[0]}?" if close else "roles: sign, approve"
+        )
+    elif error["type"] == "list_type" and error["loc"][-1] == "roles":
+        message = "a list of roles, e.g. roles: [sign, approve]"
+    # (The problem names the file: its name is not repeated in the message.)
+    return Problem(f"{where}: {message}", str(path))
 
 
 def trust_key(user_space: Path, name: str, public_key: str, roles: list[Role]) -> Path:

@@ -274,7 +274,7 @@ def _builtin_problem(tool: str, args: dict[str, Any], hint: str) -> ArgumentErro
         and (stray := stray_argument(tool, list(properties), args))
         and rule_in_force(ARGS_CLOSED)
     ):
-        return ArgumentError(stray.reason, f"{stray.hint}; {hint}")
+        return ArgumentError(stray.reason, "; ".join(h for h in (stray.hint, hint) if h))
     return None
 
 

@@ -170,7 +170,7 @@ def _validate_settings(path: Path) -> dict[str, Any]:
     read agent_harness.yaml as a tool manifest and failed a valid one)."""
     from kiwi.harness import HarnessConfig, load_harness
     from kiwi.items.store import user_space
-    from kiwi.items.validation import registered_servers, unknown_tool_names
+    from kiwi.items.validation import harness_tool_problems
     from kiwi.keys import load_trusted
     from kiwi.upstream.registry import load_registry
 
@@ -187,15 +187,7 @@ def _validate_settings(path: Path) -> dict[str, Any]:
         problems = [Problem(exc.message + (f" ({exc.hint})" if exc.hint else ""), str(path))]
     if not problems and isinstance(loaded, HarnessConfig):
         # A misspelt tool in approvals.tools switched approval off without a word (README trial s34).
-        local = ItemStore(root).local_tools()
-        servers = registered_servers(root) | set(loaded.base_policy.mcp)
-        limits = loaded.limits
-        for key, names in (
-            ("approvals.tools", limits.approval_tools),
-            ("rate_limits", [*limits.rate_limits, *limits.rate_windows]),
-            ("internal_tools.tools", loaded.base_policy.tools),
-        ):
-            problems += unknown_tool_names(key, names, local, servers, str(path))
+        problems += harness_tool_problems(root, loaded, str(path))
     return {
         "path": str(path),
         "item_type": "settings",

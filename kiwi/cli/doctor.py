@@ -420,6 +420,7 @@ def _who(host: str, port: int) -> str:
 def _configs(root: Path) -> list[Check]:
     from kiwi.harness import load_harness
     from kiwi.items.store import user_space
+    from kiwi.items.validation import harness_tool_problems
     from kiwi.keys import load_trusted
     from kiwi.upstream.registry import load_registry
 
@@ -443,11 +444,17 @@ def _configs(root: Path) -> list[Check]:
     ):
         files = [p for p in (user_space() / "config" / name, root / ".ai" / "config" / name) if p.is_file()]
         try:
-            load(root, user_space())
+            loaded = load(root, user_space())
         except KiwiError as exc:
             problems = getattr(exc, "problems", None)
             detail = "; ".join(str(p) for p in problems) if problems else exc.message
             checks.append(Check(name, False, detail, exc.hint or f"fix {name} as the message says"))
+            continue
+        # (As `kiwi validate` reads it: a misspelt approval tool was "valid" here, second README trial s35.)
+        named = harness_tool_problems(root, loaded) if name == "agent_harness.yaml" else []
+        errors = [p.message for p in named if p.severity == "error"]
+        if errors:
+            checks.append(Check(name, False, "; ".join(errors), f"fix {name} as the message says"))
         else:
             detail = "valid: " + ", ".join(map(str, files)) if files else absent[name]
             checks.append(Check(name, True, detail))

@@ -194,14 +194,18 @@ async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
 def _warn_refused_steps(runs: RunClient, name: str) -> None:
     """The step calls `kiwi validate` marks FAIL because the directive's own permissions refuse them: the run
     starts (a step behind a condition may never run), and stops at such a step if it reaches it; said first."""
-    from kiwi.items.validation import ungranted_calls
+    from kiwi.items.validation import local_params, ungranted_calls
 
     try:
         directive, _, path = runs.store.load_directive(name)
     except KiwiError:
         return  # (the start says what is wrong with it)
     shown = _relative(path)
-    for problem in ungranted_calls(directive, shown):
+    # (And the <param>s a local tool does not take: second README trial s35, the run started without a word.)
+    for problem in [
+        *ungranted_calls(directive, shown),
+        *local_params(directive, runs.store.local_tools(), shown),
+    ]:
         sys.stderr.write(
             f"kiwi run: warning: {problem}; the run stops there if it reaches it (`kiwi validate {shown}`)\n"
         )

@@ -258,10 +258,15 @@ def unknown_tool_names(
             continue
         if dot and (space in servers or any(c in space for c in "*?[")):
             continue
+        near = difflib.get_close_matches(space.casefold(), sorted(spaces), n=1, cutoff=0.8) if dot else []
         if dot and space.casefold() in spaces:
             close = difflib.get_close_matches(pattern.casefold(), known, n=1, cutoff=0.6)
             hint = f": did you mean {close[0]}?" if close else f" (its tools: {', '.join(known)})"
             problems.append(Problem(f"{key}: '{pattern}' is no tool of Kiwi's{hint}", path))
+        elif near:
+            # (`filesytem.*`: second README trial s35, a warning about a server, and the limit never applied.)
+            meant = near[0] + pattern[len(space) :]
+            problems.append(Problem(f"{key}: '{pattern}' is no tool of Kiwi's: did you mean {meant}?", path))
         elif dot:
             problems.append(
                 Problem(
@@ -280,6 +285,25 @@ def unknown_tool_names(
                     severity="error" if close else "warning",
                 )
             )
+    return problems
+
+
+def harness_tool_problems(project_root: Path, config: Any, path: str = "") -> list[Problem]:
+    """:func:`unknown_tool_names` of a loaded harness (``kiwi.harness.HarnessConfig``): its approvals, rate
+    limits and granted tools (README trial s34: `approvals.tools: [git.rolback]` switched approval off; second
+    trial s35: `kiwi doctor` said all good of it)."""
+    from kiwi.items.store import ItemStore
+
+    local = ItemStore(project_root).local_tools()
+    servers = registered_servers(project_root) | set(config.base_policy.mcp)
+    limits = config.limits
+    problems: list[Problem] = []
+    for key, names in (
+        ("approvals.tools", limits.approval_tools),
+        ("rate_limits", [*limits.rate_limits, *limits.rate_windows]),
+        ("internal_tools.tools", config.base_policy.tools),
+    ):
+        problems += unknown_tool_names(key, names, local, servers, path)
     return problems
 
 
