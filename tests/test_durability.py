@@ -4,6 +4,7 @@ committed histories still replay."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -563,6 +564,39 @@ async def test_record_null_cwd_history(runs, project):
     await runs.complete_step(run_id, "work", {"done": True})
     assert (await runs.handle(run_id).result()).status == "completed"
     await _save_history(runs.handle(run_id), "null_cwd", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_cancelled_approval_history(runs, project):
+    """Record tests/histories/cancelled_approval-{patch id}.json: a run cancelled while its automatic step's call
+    waits for an approval, which ends cancelled since CANCELLED_NOT_FAILED (failed before:
+    cancelled_approval_open-{patch id}.json, recorded by the code before the rule, 95d6b8d)."""
+    from tests.helpers import approver
+
+    approver("alice")
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [filesystem.delete]\n")
+    write(project / "notes" / "old.txt", "old")
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md(
+            '<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/old.txt'
+            "</param></tool_call></step>",
+            name="tidy",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>',
+        ),
+    )
+    run_id = await runs.start("tidy", {})
+
+    async def pending():
+        return [a for a in (await runs.status(run_id)).approvals if a.status == "pending"]
+
+    await wait_for(pending, what="the call to wait for approval")
+    await runs.cancel(run_id, "not today")
+    with contextlib.suppress(WorkflowFailureError):
+        await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "cancelled_approval", project)
 
 
 @pytest.mark.skipif(

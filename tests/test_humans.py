@@ -921,3 +921,21 @@ async def test_attack_a_rollback_reaches_only_kiwi_checkpoints(runs, project):
         run_id, "git.rollback", {"checkpoint": f"refs/kiwi/checkpoints/{made.result['checkpoint']}"}
     )
     assert full.status == "ok" and full.result["available"], full
+
+
+async def test_a_run_cancelled_while_its_step_waits_for_an_approval_ends_cancelled(runs, project):
+    """Second README trial s35: `kiwi cancel` of a run whose automatic step waited for an approval ended it
+    `failed` ("filesystem.write denied: approval approval-1 cancelled"), so scripts and `kiwi run --wait` took
+    it for a failure. It ends cancelled, the call never made."""
+    setup(
+        project,
+        body='<step name="clean"><tool_call tool="filesystem.delete"><param name="path">notes/old.txt'
+        "</param></tool_call></step>",
+    )
+    run_id = await runs.start("tidy", {})
+    await pending_approval(runs, run_id)
+    await runs.cancel(run_id, "not today")
+    result = await runs.handle(run_id).result()
+    assert result.status == "cancelled", result
+    assert (await runs.status(run_id)).status == "cancelled"
+    assert (project / "notes" / "old.txt").exists()

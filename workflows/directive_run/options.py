@@ -169,6 +169,10 @@ STEP_COMMAND_CAPPED = "kiwi-step-command-capped"
 # too, not only while a step waits for the agent (a run of slow automatic steps completed long past it). Asked
 # only where it changes the answer: once the deadline has passed.
 DEADLINE_BETWEEN_CALLS = "kiwi-deadline-between-calls-s34"
+# Since session 35 (README trial): a run cancelled while an automatic step's call waits (for an approval, say) ends
+# cancelled; the call's refusal (ApprovalCancelled) failed the step, and the run ended failed. Asked only where it
+# changes the answer: a step's call that did not succeed after the run was cancelled.
+CANCELLED_NOT_FAILED = "kiwi-cancelled-not-failed-s35"
 # Escapes closed: approval decisions need an approver's signature, help(checkpoint) needs the
 # git.checkpoint grant, child runs inherit approval rules and share the parent's rate budget, tool
 # arguments are checked before anything is scheduled (a wrong one is InputInvalid, never a failed

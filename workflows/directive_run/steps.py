@@ -25,6 +25,7 @@ from workflows.directive_run.errors import (
 from workflows.directive_run.options import (
     APPROVAL_STATUS_KEPT,
     AUDIT_IDLE_FLUSH,
+    CANCELLED_NOT_FAILED,
     CONTINUE_COMMIT_TIMER,
     DEADLINE_BETWEEN_CALLS,
     HELD,
@@ -104,6 +105,9 @@ class StepsMixin:
                     if command is not None and workflow.patched(STEP_COMMAND_CAPPED):
                         raise StepAborted(f"step '{step.name}': {command.reason} ({command.hint})")
                     result = await self._call(call.tool, args, origin="step", step=step.name)
+                    if result.status != "ok" and state.cancel_reason and rule_in_force(CANCELLED_NOT_FAILED):
+                        state.status = "cancelled"
+                        return
                     if result.status != "ok":
                         raise StepAborted(f"step '{step.name}': {call.tool} {result.status}: {result.reason}")
                     record.prerun_results.append(result.result)
