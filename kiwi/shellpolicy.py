@@ -2959,7 +2959,7 @@ def _git(
             found.append((".", "write*", False))
     if after is not None:
         found += [_git_path(p, mode) for p in after]
-        if sub in ("add", "rm", "mv", "restore", "init") or mode == "write*":
+        if sub in ("add", "rm", "mv", "restore", "init") or (sub == "commit" and mode == "write*"):
             found += [_git_path(p, mode) for p in before]
         else:
             found += [(p, "read", False) for p in before if _path_like(p)]
