@@ -1650,34 +1650,34 @@ def _refuse_denied(req: GitRequest) -> None:
             raise PermissionDenied.error(f"'{path}' is explicitly denied by '{hit}'")
 
 
-async def _require_repo(root: str) -> None:
-    code, _, _ = await _git(root, "rev-parse", "--is-inside-work-tree")
-    if code != 0:
+async def _require_repo(root: str) -> str:
+    """The project's folder in its repository (``sub/``; '' at the top: porcelain output names paths from the
+    repository's top), or GitUnavailable saying why git tools cannot work here."""
+    where = await _repository(root)
+    if where is None:
         raise GitUnavailable.error("not a git repository: git tools are unavailable here")
-    if problem := await _outer_repository(root):
-        raise GitUnavailable.error(problem)
+    if isinstance(where, str):
+        raise GitUnavailable.error(where)
+    return where[1]
 
 
-async def _outer_repository(root: str) -> str:
-    """Why Kiwi's git cannot work here when the project's repository begins above it ('' when it does not): the
-    git that looks at the project's files runs confined to the project, where the repository's folder is out of
-    reach (third review s35: git.status answered a clean tree, git.diff 'not a git repository')."""
-    if not confinement.available():
-        return ""
-    code, top, _ = await _git(root, "rev-parse", "--show-toplevel")
-    if code != 0 or os.path.realpath(top.strip()) == os.path.realpath(root):
-        return ""
-    return (
-        f"the project is inside the git repository {top.strip()}, which begins above it: Kiwi's git tools and "
-        "checkpoints, like every command Kiwi runs, reach only the project's own folder: they work on a "
-        "repository whose top is the project (`git init` in it)"
-    )
-
-
-async def _prefix(root: str) -> str:
-    """The project's folder in its repository (``sub/``; '' at the top): porcelain output names paths from
-    the repository's top."""
-    return (await _git_ok(root, "rev-parse", "--show-prefix")).strip()
+async def _repository(root: str) -> tuple[str, str] | str | None:
+    """The project's repository's top and the project's folder in it, one `git rev-parse`; None with no
+    repository; or why Kiwi's git cannot work in the one there is: it begins above the project, and the git that
+    looks at the project's files runs confined to the project, where that repository's folder is out of reach
+    (third review s35: git.status answered a clean tree, git.diff 'not a git repository')."""
+    code, out, _ = await _git(root, "rev-parse", "--show-toplevel", "--show-prefix")
+    lines = out.splitlines()
+    if code != 0 or not lines:
+        return None
+    top, prefix = lines[0], (lines[1] if len(lines) > 1 else "")
+    if confinement.available() and os.path.realpath(top) != os.path.realpath(root):
+        return (
+            f"the project is inside the git repository {top}, which begins above it: Kiwi's git tools and "
+            "checkpoints, like every command Kiwi runs, reach only the project's own folder: they work on a "
+            "repository whose top is the project (`git init` in it)"
+        )
+    return top, prefix
 
 
 def _in_project(name: str, prefix: str) -> str | None:
@@ -1698,9 +1698,8 @@ def _withheld(count: int) -> dict[str, Any]:
 class GitActivities:
     @activity.defn(name="git_status")
     async def git_status(self, req: GitRequest) -> dict[str, Any]:
-        await _require_repo(req.project_root)
+        prefix = await _require_repo(req.project_root)
         sight = GitSight(req.project_root, req.read_grants, req.deny_fs)
-        prefix = await _prefix(req.project_root)
         out = await _git_ok(
             req.project_root,
             "status",
@@ -1711,16 +1710,16 @@ class GitActivities:
             looks=True,
         )
         entries = split_z(out)
-        branch = entries.pop(0)[3:] if entries and entries[0].startswith("## ") else ""
+        branch = entries[0][3:] if entries and entries[0].startswith("## ") else ""
         # (A repository with no commit yet: git's header says so, and the branch is its last word.)
         branch = branch.removeprefix("No commits yet on ").removeprefix("Initial commit on ")
         changes: list[str] = []
         withheld = 0
-        while entries:
-            entry = entries.pop(0)
+        listed = iter(entries[1:] if entries and entries[0].startswith("## ") else entries)
+        for entry in listed:
             code, path = entry[:2], entry[3:]
             # (-z gives a rename's or copy's source after it: `R  NEW\0OLD`.)
-            old = entries.pop(0) if ("R" in code or "C" in code) and entries else None
+            old = next(listed, None) if "R" in code or "C" in code else None
             rels = [_in_project(name, prefix) for name in (path, *([old] if old is not None else []))]
             if any(rel is None or not sight.sees(rel) for rel in rels):
                 withheld += 1
@@ -1763,7 +1762,7 @@ class GitActivities:
         what else the index holds (a human's staged work) stays staged, uncommitted. Review s35: git.commit
         committed what the run may not write (a human's work in progress) and, before, what it may not read."""
         root = req.project_root
-        await _require_repo(root)
+        prefix = await _require_repo(root)
         _refuse_denied(req)
         for path in req.paths or ["."]:
             confine(root, path, ["**"], [])
@@ -1771,7 +1770,6 @@ class GitActivities:
         sight = GitSight(
             root, req.write_grants if req.write_grants is not None else req.read_grants, req.deny_fs
         )
-        prefix = await _prefix(root)
         listed = split_z(
             await _git_ok(
                 root,
@@ -1827,15 +1825,15 @@ class GitActivities:
         The user's branch, index and files are left as they are.
         """
         root = req.project_root
-        code, _, _ = await _git(root, "rev-parse", "--is-inside-work-tree")
-        if code != 0:
+        where = await _repository(root)
+        if where is None:
             return CheckpointResult(
                 available=False,
                 reason="checkpoints unavailable: the project is not a git repository",
                 hint="run `git init` in the project to enable checkpoints",
             )
-        if problem := await _outer_repository(root):
-            return CheckpointResult(available=False, reason=f"checkpoints unavailable: {problem}")
+        if isinstance(where, str):
+            return CheckpointResult(available=False, reason=f"checkpoints unavailable: {where}")
         code, head, _ = await _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
         with _ScratchIndex() as env:
             if code == 0:

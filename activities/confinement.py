@@ -713,7 +713,9 @@ def nested_projects(root: str) -> list[str]:
     folders not looked into. A folder whose modification time is what it was at the last look is not listed
     again (a name added, removed or renamed in a folder changes its time): a shell command's look at a large
     project is a stat per folder."""
-    known = _FOLDERS.setdefault(root, {})
+    known = _FOLDERS[root] = _FOLDERS.pop(
+        root, {}
+    )  # (the latest last: the oldest project is forgotten first)
     if len(_FOLDERS) > 8:
         _FOLDERS.pop(next(iter(_FOLDERS)))
     found: list[str] = []

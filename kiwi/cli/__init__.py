@@ -165,7 +165,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_INVALID
 
 
-def _validate_settings(path: Path) -> dict[str, Any]:
+def _validate_settings(path: Path, local: Mapping[str, ToolManifest] | None = None) -> dict[str, Any]:
     """A settings file (CONFIG_FILES) read as a run reads it: its problems, or none (README trial s34: validate
     read agent_harness.yaml as a tool manifest and failed a valid one)."""
     from kiwi.harness import HarnessConfig, load_harness
@@ -187,7 +187,7 @@ def _validate_settings(path: Path) -> dict[str, Any]:
         problems = [Problem(exc.message + (f" ({exc.hint})" if exc.hint else ""), str(path))]
     if not problems and isinstance(loaded, HarnessConfig):
         # A misspelt tool in approvals.tools switched approval off without a word (README trial s34).
-        problems += harness_tool_problems(root, loaded, str(path))
+        problems += harness_tool_problems(root, loaded, str(path), local)
     return {
         "path": str(path),
         "item_type": "settings",
@@ -200,7 +200,7 @@ def _validate_settings(path: Path) -> dict[str, Any]:
 def _validate_readable(path: Path, local: Mapping[str, ToolManifest]) -> dict[str, Any]:
     """:func:`validate_file`, with a file that cannot be read (a folder, no permission) reported as invalid."""
     if path.name in CONFIG_FILES and path.parent.name == "config":
-        return _validate_settings(path)
+        return _validate_settings(path, local)
     try:
         return validate_file(path, local)
     except OSError as exc:

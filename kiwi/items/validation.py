@@ -288,13 +288,15 @@ def unknown_tool_names(
     return problems
 
 
-def harness_tool_problems(project_root: Path, config: Any, path: str = "") -> list[Problem]:
+def harness_tool_problems(
+    project_root: Path, config: Any, path: str = "", local_tools: Collection[str] | None = None
+) -> list[Problem]:
     """:func:`unknown_tool_names` of a loaded harness (``kiwi.harness.HarnessConfig``): its approvals, rate
     limits and granted tools (README trial s34: `approvals.tools: [git.rolback]` switched approval off; second
-    trial s35: `kiwi doctor` said all good of it)."""
+    trial s35: `kiwi doctor` said all good of it). ``local_tools``: the project's, when the caller has them."""
     from kiwi.items.store import ItemStore
 
-    local = ItemStore(project_root).local_tools()
+    local = ItemStore(project_root).local_tools() if local_tools is None else local_tools
     servers = registered_servers(project_root) | set(config.base_policy.mcp)
     limits = config.limits
     problems: list[Problem] = []

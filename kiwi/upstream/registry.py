@@ -384,18 +384,7 @@ def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
     if entry.get("enabled") is False:
         return None
     fields: dict[str, Any] = {
-        k: v
-        for k, v in entry.items()
-        if k
-        not in (
-            "allowed_paths",
-            "timeout",
-            "connect_timeout",
-            "idle_timeout",
-            "schema_ttl",
-            "approval_timeout",
-            "enabled",
-        )
+        k: v for k, v in entry.items() if k not in (*_SECONDS, "allowed_paths", "enabled")
     }
     for key, field in _SECONDS.items():
         if key in entry:
