@@ -159,7 +159,7 @@ def _is_folder(root: str, rel: str) -> bool:
 
 def _git_subcommand(argv: list[str]) -> str:
     """The subcommand of a git command (``''`` for another program): its first word that is no option, as the
-    options git may have before it take no value (shellpolicy's _GIT_GLOBAL_OK)."""
+    options git may have before it take no value (kiwi.shellpolicy.git's _GIT_GLOBAL_OK)."""
     if program_name(argv[0]) != "git":
         return ""
     return next((w for w in argv[1:] if w[:1] != "-"), "")

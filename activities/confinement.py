@@ -1,6 +1,6 @@
 """What a ``shell.run`` program may touch, enforced by the kernel (``kiwi/landlock.py``).
 
-The shell policy (``kiwi/shellpolicy.py``) and the worker's checks on disk decide whether a command runs, on a
+The shell policy (``kiwi/shellpolicy/``) and the worker's checks on disk decide whether a command runs, on a
 model of what the program will do, before it runs. The confinement is the wall behind them, set up by the
 kernel for the program and everything it starts, and checked at each use:
 

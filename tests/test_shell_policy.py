@@ -781,7 +781,8 @@ def test_every_long_tar_option_the_grammar_takes_a_value_for_is_one_the_parser_r
     """Fourth review s23: --after-date was a value option to the grammar and a flag to the parser, so the
     parser read its value `--` as the end of options, and tar read what followed as options. The two lists
     must agree."""
-    from kiwi.shellpolicy import _TAR_LONG_FLAGS, _TAR_LONG_VALUES, SPECS
+    from kiwi.shellpolicy import SPECS
+    from kiwi.shellpolicy.archives import _TAR_LONG_FLAGS, _TAR_LONG_VALUES
 
     assert _TAR_LONG_VALUES.issubset(SPECS["tar"].values)
     assert not _TAR_LONG_FLAGS & set(SPECS["tar"].values)
