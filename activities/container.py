@@ -22,7 +22,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.commands import _parse_output, _real_relative
+from activities.diskchecks import _parse_output, _real_relative
 from activities.process import ProcessResult, run_process
 from activities.staging import Staged, remove, stage_in, write_back
 from kiwi.containertools import ContainerExecutor, read_container_executor

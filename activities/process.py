@@ -30,7 +30,7 @@ INHERITED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "HOME", "US
 # prompts, no pager, and settings a repository's own .git/config cannot override (command-line
 # precedence) that would otherwise make git run a program. Each was checked with git 2.39;
 # "diff.external=" is not here because an empty value makes every "git diff" fail ("external diff
-# died"): shell.run refuses repositories that configure an external diff (see activities/commands.py).
+# died"): shell.run refuses repositories that configure an external diff (see activities/repochecks.py).
 GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_CONFIG_GLOBAL": "/dev/null",

@@ -531,7 +531,7 @@ async def test_a_member_the_project_cannot_take_is_left_out_and_named(runs, proj
 
 
 def test_the_workers_own_folder_is_not_shown_even_cut_short():
-    from activities.commands import _unnamed
+    from activities.unpacking import _unnamed
 
     into = "/tmp/kiwi-unpack-abc123/into"
     assert _unnamed(f"x: {into}/a.txt\n", into, "sub") == "x: sub/a.txt\n"

@@ -907,7 +907,7 @@ def test_a_local_tools_arguments_take_the_types_its_manifest_declares():
     """README trial s34: a number for a `string` parameter reached the tool's main() as a number (word_count's
     `.split()` failed with a traceback). Numbers, true/false and text stand in for one another (the shape check
     lets them), so each reaches the tool as the type its manifest declares, when it reads as one."""
-    from activities.commands import typed_parameters
+    from activities.localtools import typed_parameters
     from kiwi.contracts import LocalToolSpec
 
     schema = {

@@ -23,7 +23,7 @@ from temporalio.converter import StorageDriverStoreContext
 from temporalio.exceptions import ApplicationError
 
 from activities.audit import read_audit
-from activities.commands import _checked_cwd
+from activities.diskchecks import _checked_cwd
 from activities.process import child_env, run_process
 from kiwi.cli import main as kiwi_main
 from kiwi.contracts import CommandRequest

@@ -163,9 +163,9 @@ async def test_git_runs_no_shell_a_repositorys_settings_name(runs, project, monk
 
     if not confinement.available():
         return
-    import activities.commands
+    import activities.repochecks
 
-    monkeypatch.setattr(activities.commands, "_UNSAFE_GIT_KEY", activities.commands._FILTER_KEY)
+    monkeypatch.setattr(activities.repochecks, "_UNSAFE_GIT_KEY", activities.repochecks._FILTER_KEY)
     ran = await shell(runs, run_id, *argv)
     assert ran.status == "ok", ran
     assert (project / ".git" / "config").read_text() == settings
@@ -198,9 +198,9 @@ async def test_a_protected_place_a_command_made_where_there_was_none_is_set_asid
     `temporal-dev.yml`, which the human's next `kiwi dev` reads. The worker looks for the places that were
     not there after each command: one the command made is set aside beside itself, nothing deleted, and the
     call fails naming it. A place that was there before, and what a grant names, are left as they are."""
-    import activities.commands
+    import activities.diskchecks
 
-    monkeypatch.setattr(activities.commands, "unchecked_names", lambda *args, **kwargs: None)
+    monkeypatch.setattr(activities.diskchecks, "unchecked_names", lambda *args, **kwargs: None)
     (project / "notes").mkdir(exist_ok=True)
     (project / "notes" / "y.txt").write_text("mcp: {host: 0.0.0.0}\n")
     (project / ".kiwi").mkdir()
@@ -431,10 +431,10 @@ async def test_ai_logs_made_a_file_where_there_was_none_is_set_aside(tmp_path, m
     is set aside."""
     from temporalio.exceptions import ApplicationError
 
-    import activities.commands
+    import activities.diskchecks
     from activities.commands import CommandActivities
 
-    monkeypatch.setattr(activities.commands, "unchecked_names", lambda *args, **kwargs: None)
+    monkeypatch.setattr(activities.diskchecks, "unchecked_names", lambda *args, **kwargs: None)
     project = tmp_path / "project"
     (project / ".ai").mkdir(parents=True)
     (project / "y.txt").write_text("not an audit record\n")

@@ -302,7 +302,8 @@ async def test_a_program_of_the_project_named_like_a_modeled_one_is_not_one(
     """Review s30, third round: `../bin/echo` (a file the agent wrote, named like echo) counted as echo, a
     program Kiwi models, so the rules for the others were not its. The run refuses a path for a command; the
     worker refuses it too, and a PATH entry into the project finds no modeled program there."""
-    from activities.commands import CommandActivities, _modeled
+    from activities.commands import CommandActivities
+    from activities.diskchecks import _modeled
     from activities.process import child_env
     from kiwi.contracts import CommandRequest
 

@@ -18,10 +18,11 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.api import ApiToolActivities
 from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
-from activities.commands import CommandActivities, GitActivities
+from activities.commands import CommandActivities
 from activities.container import ContainerToolActivities
 from activities.directives import DirectiveActivities
 from activities.filesystem import FilesystemActivities
+from activities.gittools import GitActivities
 from activities.items import ItemActivities
 from activities.mcp import McpActivities
 from kiwi.contracts import TASK_QUEUE

@@ -73,7 +73,7 @@ SHELL_OPTIONS = "kiwi-shell-options"
 CWD_UNREAD = "kiwi-cwd-unread-s30"
 # Workflow code refuses such folder reads (and whole-folder moves and deletes, _CHANGES_FOLDERS) behind this
 # patch, asked only where it changes the answer (a marker only in runs that meet it), for denials whose first
-# segment names a place (`secrets/**`); the worker checks every denial on disk (activities/commands.py), so
+# segment names a place (`secrets/**`); the worker checks every denial on disk (activities/diskchecks.py), so
 # `**/.env` refuses a folder only where one is below it. The worker refuses them whatever the run decided.
 DENY_INSIDE = "kiwi-deny-inside"
 # Since session 30: find given starting points reads them, not its cwd (`find src` was refused where a denial

@@ -10,9 +10,10 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.api import ApiToolActivities
-    from activities.commands import CommandActivities, GitActivities
+    from activities.commands import CommandActivities
     from activities.container import ContainerToolActivities
     from activities.filesystem import FilesystemActivities
+    from activities.gittools import GitActivities
     from kiwi.admission import admit
     from kiwi.contracts import (
         ApiToolRequest,

@@ -8,8 +8,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.commands import GitActivities
     from activities.filesystem import FilesystemActivities
+    from activities.gittools import GitActivities
     from kiwi.admission import LOOP_WINDOW  # noqa: F401 - re-exported for the call path
     from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN  # noqa: F401 - the seed: more than 3 goes to a human
     from kiwi.errors import (
