@@ -43,9 +43,9 @@ async def test_a_policy_change_does_not_reset_the_sessions_windowed_rate_budget(
     # The attack: the agent spends its windowed budget (2 reads a minute), then waits for anything that
     # changes the base policy (a human's unrelated harness edit) so the session is replaced, and calls again.
     # What must hold: the new session carries the old one's window; the third read is rate limited.
-    import kiwi.runs
+    import kiwi.runs.starting
 
-    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr(kiwi.runs.starting, "SESSION_CHECK_SECONDS", 0.0)
     (project / "readme.txt").write_text("hi")
     write(
         project / HARNESS,
@@ -68,9 +68,10 @@ async def test_two_front_ends_replacing_the_session_at_once_both_answer(runs, pr
     # end the old session; before B starts its successor, A's next call has started it. B read the budget to
     # carry from "the session's" result, i.e. the successor's, which never ends: B's call (and the agent
     # behind it) hung for good. What must hold: B's call answers, by the session A started, with its policy.
-    import kiwi.runs
+    import kiwi.runs.starting
 
-    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 3600.0)  # (B's refusal alone makes it look)
+    # (B's refusal alone makes it look)
+    monkeypatch.setattr(kiwi.runs.starting, "SESSION_CHECK_SECONDS", 3600.0)
     (project / "readme.txt").write_text("hi")
     write(project / HARNESS, "internal_tools:\n  filesystem:\n    read: ['docs/**']\n")
     a = runs
@@ -133,7 +134,7 @@ async def test_a_pending_call_outlives_the_session_it_ran_in(runs, project, monk
     # the call was never made and told the agent to send it again: with the same idempotency_key the
     # successor, which knows nothing of it, ran it a second time. What must hold: the poll answers the call
     # from the execution that ran it, and sending it again with its key does not run it twice.
-    import kiwi.runs
+    import kiwi.runs.starting
     from kiwi.contracts import session_workflow_id as sid
 
     write(
@@ -153,7 +154,7 @@ async def test_a_pending_call_outlives_the_session_it_ran_in(runs, project, monk
         project / HARNESS,
         "internal_tools:\n  tools: ['tick']\n  filesystem:\n    read: ['**']\n    write: ['notes/**']\n",
     )
-    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr(kiwi.runs.starting, "SESSION_CHECK_SECONDS", 0.0)
     assert (await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})).status == "ok"
     polled = await runs.poll_call(sid(project), call_id, wait_seconds=10)
     assert polled.status == "ok" and polled.result == {"ticked": "once"}, polled
@@ -169,10 +170,10 @@ async def test_a_stuck_session_stays_stuck_when_it_is_replaced(runs, project, mo
     # the session's id (what MCP's execute does: RunClient.cancel), or waits for any harness edit (this
     # session's replacement on a base policy change); the next call started a fresh session, not held and
     # with no loop warnings. What must hold: the session that replaces a stuck one is stuck too.
-    import kiwi.runs
+    import kiwi.runs.starting
     from kiwi.contracts import session_workflow_id as sid
 
-    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr(kiwi.runs.starting, "SESSION_CHECK_SECONDS", 0.0)
     approver("ops")
     (project / "readme.txt").write_text("hi")
     harness = "internal_tools:\n  filesystem:\n    read: ['**']\nloop_detection:\n  repeat_threshold: 2\n  max_warnings: 2\n"
@@ -248,10 +249,10 @@ async def test_a_grant_taken_out_with_a_typo_in_the_harness_is_not_kept(runs, pr
     # session, and that session went on honouring the old grants for as long as the typo stayed, while every
     # new run was refused for the file. What must hold: no call is made under the policy the human took back;
     # the call says what is wrong with the file.
-    import kiwi.runs
+    import kiwi.runs.starting
     from kiwi.errors import KiwiError
 
-    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr(kiwi.runs.starting, "SESSION_CHECK_SECONDS", 0.0)
     (project / "readme.txt").write_text("hi")
     write(project / HARNESS, "internal_tools:\n  filesystem:\n    read: ['**']\n")
     assert (await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})).status == "ok"
@@ -302,11 +303,11 @@ async def test_calls_in_a_session_that_replaced_another_reach_the_audit_trail(
     # session numbered its records from 1 again: after the agent ended its session (execute(run, cancel)),
     # or a harness edit replaced it, the new session's calls were silently left out of the trail until
     # its count passed the old one's. What must hold: every call made in the new session is in the trail.
-    import kiwi.runs
+    import kiwi.runs.starting
     from activities.audit import read_audit
     from kiwi.contracts import session_workflow_id as sid
 
-    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr(kiwi.runs.starting, "SESSION_CHECK_SECONDS", 0.0)
     (project / "readme.txt").write_text("hi")
     write(project / HARNESS, "internal_tools:\n  filesystem:\n    read: ['**']\n")
     for _ in range(3):

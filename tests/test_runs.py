@@ -134,7 +134,7 @@ async def _status_is(runs, run_id, name):
 async def test_a_missing_tools_hint_is_kept_per_tool_and_bounded(runs, project):
     """The client works out a not-found hint once per tool while it keeps the run's snapshot (#20: it was
     worked out on every refused call), and keeps at most HINTS_KEPT of them per run."""
-    from kiwi.runs import HINTS_KEPT
+    from kiwi.runs.shared import HINTS_KEPT
 
     run_id = await runs.start("hello_kiwi", {"name": "Cy"})
     await awaiting(runs, run_id, "confirm")
@@ -500,7 +500,7 @@ async def test_the_session_follows_the_base_policy_the_project_files_give_now(ru
     # A new-user trial: after a line added to internal_tools (or `kiwi tools accept`), calls outside a run
     # were still refused by the policy the project's session started with, until someone cancelled the
     # session; a grant taken out of internal_tools went on being honoured the same way.
-    import kiwi.runs
+    import kiwi.runs.starting
 
     harness = project / ".ai" / "config" / "agent_harness.yaml"
     (project / "readme.txt").write_text("hi")
@@ -512,7 +512,7 @@ async def test_the_session_follows_the_base_policy_the_project_files_give_now(ru
     granted = await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})
     assert granted.status == "ok" and granted.result["content"] == "hi", granted
     # Taken out again: refused from the client's next look (made at every call here).
-    monkeypatch.setattr(kiwi.runs, "SESSION_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr(kiwi.runs.starting, "SESSION_CHECK_SECONDS", 0.0)
     write(harness, "internal_tools:\n  filesystem:\n    read: ['docs/**']\n")
     revoked = await runs.session_call("agent", "filesystem.read", {"path": "readme.txt"})
     assert revoked.status == "denied", revoked
@@ -661,7 +661,7 @@ def test_a_request_temporal_cut_off_is_told_apart_from_a_refusal():
     from temporalio.service import RPCError, RPCStatusCode
 
     from kiwi.errors import TemporalUnavailable
-    from kiwi.runs import _translate
+    from kiwi.runs.shared import _translate
 
     for status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
         cut = _translate(RPCError("context canceled", status, b""), "run-x")
@@ -681,20 +681,20 @@ async def test_refused_calls_outside_a_run_look_at_the_session_a_bounded_number_
 ):
     # Each refusal makes the client compare the session's base policy with the files (two reads of the
     # session): an agent's stream of refused calls must not turn into as many reads.
-    import kiwi.runs
+    import kiwi.runs.starting
 
     (project / "readme.txt").write_text("hi")
     looks = 0
-    compare = kiwi.runs._base_policy
+    compare = kiwi.runs.starting._base_policy
 
     def counted(snapshot):
         nonlocal looks
         looks += 1
         return compare(snapshot)
 
-    kiwi.runs._base_policy = counted
+    kiwi.runs.starting._base_policy = counted
     # The client's clock stands still: every call falls in the same second, whatever this host's speed.
-    monkeypatch.setattr(kiwi.runs, "time", SimpleNamespace(monotonic=lambda: 1000.0))
+    monkeypatch.setattr(kiwi.runs.starting, "time", SimpleNamespace(monotonic=lambda: 1000.0))
     try:
         first = ""
         for _ in range(20):
@@ -702,14 +702,14 @@ async def test_refused_calls_outside_a_run_look_at_the_session_a_bounded_number_
             assert refused.status == "denied"
             first = first or (await runs.handle(runs.session_id).describe()).run_id
     finally:
-        kiwi.runs._base_policy = compare
+        kiwi.runs.starting._base_policy = compare
     # Nothing changed in the files: the session those looks compared is the one that took the first call
     # (a policy read back from its history that differed from the files' would replace it on every look).
     assert (await runs.handle(runs.session_id).describe()).run_id == first
     # The first call's look (no session yet: the files' policy alone), then two comparisons (the files' policy
     # and the session's) for each of at most SESSION_RECHECKS looks after refusals: each of the 19 refusals
     # after it had one before.
-    assert looks == 1 + 2 * kiwi.runs.SESSION_RECHECKS, looks
+    assert looks == 1 + 2 * kiwi.runs.starting.SESSION_RECHECKS, looks
 
 
 async def test_a_call_outside_a_run_waiting_for_approval_is_listed_with_the_others(runs, project):
