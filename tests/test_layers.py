@@ -22,7 +22,7 @@ CLIENT = ("kiwi.runs", "kiwi.connect")
 def layer(module: str) -> str:
     if module in CLI or module.startswith("kiwi.cli."):
         return "cli"
-    if module in CLIENT:
+    if module in CLIENT or module.startswith("kiwi.runs."):
         return "client"
     return module.split(".")[0] if module.split(".")[0] != "kiwi" else "domain"
 
@@ -96,6 +96,7 @@ def test_the_layer_rules_see_the_modules_they_speak_of():
         "workers.main",
     } <= names
     assert layer("kiwi.admission") == "domain" and layer("kiwi.cli.runs") == "cli"
+    assert layer("kiwi.runs.calls") == "client" and layer("kiwi.runsheet") == "domain"
 
 
 def _unpassed_imports(path: Path) -> list[str]:

@@ -625,7 +625,7 @@ def test_worker_dev_and_mcp_log_plain_text_when_stderr_is_no_terminal(monkeypatc
     """Found by the s19 README trial: `kiwi worker > w.log 2>&1` filled the file with Temporal core's ANSI
     colour codes (it colours unless NO_COLOR is set). The processes set NO_COLOR when stderr is no
     terminal, and leave a terminal's colours alone."""
-    from kiwi.cli.runs import _plain_logs
+    from kiwi.cli.processes import _plain_logs
 
     monkeypatch.delenv("NO_COLOR", raising=False)
     _plain_logs()  # (pytest's captured stderr is no terminal)

@@ -647,7 +647,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    from kiwi.cli.runs import _connection
+    from kiwi.cli.connection import _connection
 
     p = sub.add_parser(
         "doctor",

@@ -40,7 +40,7 @@ def cmd_payloads(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    from kiwi.cli.runs import _temporal
+    from kiwi.cli.connection import _temporal
 
     p = sub.add_parser(
         "payloads",
