@@ -21,7 +21,7 @@ from mcp_frontend.resources import ItemListing, RunWatches, register_resources
 from mcp_frontend.tasks import KiwiTasks
 
 if TYPE_CHECKING:
-    from mcp_frontend.server import TemporalLink
+    from mcp_frontend.link import TemporalLink
 
 SERVER_NAME = "kiwi"  # the audience sealed into requestState: what MCPServer(name=...) says
 

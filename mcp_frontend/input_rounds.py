@@ -42,7 +42,7 @@ from kiwi.keys import keys_dir
 from kiwi.toolargs import inner_call
 
 if TYPE_CHECKING:
-    from mcp_frontend.server import TemporalLink
+    from mcp_frontend.link import TemporalLink
 
 logger = logging.getLogger(__name__)
 

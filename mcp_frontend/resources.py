@@ -36,7 +36,7 @@ from kiwi.errors import ItemNotFound, KiwiError, RunNotFound
 from kiwi.items.store import ItemStore
 
 if TYPE_CHECKING:
-    from mcp_frontend.server import TemporalLink
+    from mcp_frontend.link import TemporalLink
 
 logger = logging.getLogger(__name__)
 
@@ -313,6 +313,6 @@ def _watched_runs(params: Any) -> list[str]:
 
 def _said(exc: KiwiError) -> str:
     """A refusal for the agent reading a resource: its hint names the MCP call, not the `kiwi` command."""
-    from mcp_frontend.server import agent_hint
+    from mcp_frontend.answers import agent_hint
 
     return f"{exc.message}; {agent_hint(exc.hint)}" if exc.hint else exc.message

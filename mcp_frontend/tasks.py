@@ -37,7 +37,7 @@ from kiwi.contracts import TERMINAL, RunStatus, ToolCallResult
 from kiwi.errors import KiwiError, RunInOtherProject, RunNotFound
 
 if TYPE_CHECKING:
-    from mcp_frontend.server import TemporalLink
+    from mcp_frontend.link import TemporalLink
 
 TASKS = "io.modelcontextprotocol/tasks"
 # With a task to fall back on, a call answers with one after this long unless the caller asked otherwise.
@@ -127,7 +127,7 @@ class KiwiTasks(Extension):
             )
         except KiwiError as exc:
             # Answered as the tool answers it, in the seeds' error shape; never started a second time.
-            from mcp_frontend.server import error_shape
+            from mcp_frontend.answers import error_shape
 
             shape = error_shape("directive", "run", str(arguments.get("item_id") or ""), exc)
             return _tool_result(shape, is_error=True)

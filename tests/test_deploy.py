@@ -24,7 +24,7 @@ from kiwi.cli import build_parser
 from kiwi.contracts import SEARCH_ATTRIBUTES
 from kiwi.devserver import temporal_binary
 from kiwi.health import LIVENESS_PATH, READINESS_PATH
-from mcp_frontend.server import CLOSE_SECONDS
+from mcp_frontend.link import CLOSE_SECONDS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

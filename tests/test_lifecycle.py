@@ -533,7 +533,7 @@ async def test_a_client_that_holds_its_connection_does_not_keep_a_stopping_front
     """Review s22 F-1: after its drain the front end waited for every open connection without limit; a
     client holding a request it never finished sending, or a listening stream, kept it running after SIGTERM.
     It now exits once the drain and CLOSE_SECONDS are over, and says what it cut off. (No Temporal needed.)"""
-    from mcp_frontend.server import CLOSE_SECONDS
+    from mcp_frontend.link import CLOSE_SECONDS
 
     port = free_port()
     front = await asyncio.create_subprocess_exec(

@@ -462,7 +462,8 @@ async def test_defence_health_routes_need_no_token_say_nothing_and_lead_nowhere(
     import httpx
 
     from kiwi.devserver import free_port
-    from mcp_frontend.server import build_server, http_app
+    from mcp_frontend.server import build_server
+    from mcp_frontend.transports import http_app
 
     monkeypatch.setenv("KIWI_MCP_TOKEN", "review-token-9c1e")
     monkeypatch.setenv("KIWI_MCP_ALLOWED_HOSTS", "kiwi.example")
@@ -511,7 +512,8 @@ async def test_attack_an_empty_bind_host_serves_mcp_on_every_interface_without_a
     import httpx
 
     from kiwi.devserver import free_port
-    from mcp_frontend.server import build_server, http_app
+    from mcp_frontend.server import build_server
+    from mcp_frontend.transports import http_app
 
     monkeypatch.delenv("KIWI_MCP_TOKEN", raising=False)
     address = _own_address()
@@ -704,7 +706,8 @@ async def test_attack_a_proxied_loopback_front_end_needs_no_token(project, monke
     import httpx
 
     from kiwi.devserver import free_port
-    from mcp_frontend.server import build_server, http_app
+    from mcp_frontend.server import build_server
+    from mcp_frontend.transports import http_app
 
     monkeypatch.delenv("KIWI_MCP_TOKEN", raising=False)
     monkeypatch.setenv("KIWI_MCP_ALLOWED_HOSTS", "kiwi.example.com")

@@ -223,7 +223,7 @@ async def test_readiness_probes_flooding_a_front_end_without_temporal_each_answe
     import socket
     import time
 
-    from mcp_frontend.server import TemporalLink, TemporalUnavailable
+    from mcp_frontend.link import TemporalLink, TemporalUnavailable
 
     silent = socket.socket()  # accepts connections (the backlog) and never says a word
     silent.bind(("127.0.0.1", 0))

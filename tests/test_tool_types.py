@@ -646,7 +646,7 @@ async def test_attack_a_child_run_cannot_widen_its_parents_network_grant(
 
 def test_a_runs_callable_tools_are_what_its_grants_allow(project):
     from kiwi.policy import PermissionSet
-    from mcp_frontend.server import callable_tools
+    from mcp_frontend.executing import callable_tools
 
     grants = PermissionSet(
         fs_read=["notes/**"], shell=["sort"], tools=["git.status", "word_count"], deny_tools=["shell.run"]

@@ -279,7 +279,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
             mcp = config.get("mcp") or {}
             if mcp.get("http") and not args.no_mcp:
                 try:
-                    from mcp_frontend.server import serve_http
+                    from mcp_frontend.transports import serve_http
                 except ImportError:
                     serve_http = None
                 if serve_http is not None:
@@ -317,7 +317,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     _process_start()
-    from mcp_frontend.server import serve_http, serve_stdio
+    from mcp_frontend.transports import serve_http, serve_stdio
 
     telemetry.setup("kiwi-frontend")
 
