@@ -10,25 +10,17 @@ from typing import Any
 
 from temporalio import activity
 
-from activities import confinement, gitnamed
+from activities import confinement, gitnamed, setaside
 from activities.diskchecks import _checked_cwd, _confinement, _deleted_folders, _denied, _parse_output, _stamp
 from activities.localtools import _check_parameters, _check_requirements, typed_parameters
-from activities.placewatch import _holdable, _made_and_aside, _settings_in_reach, _written_now
+from activities.placewatch import _holdable, _made_and_aside, _settings_in_reach, _Watch, _written_now
 from activities.process import run_process
 from activities.repochecks import _check_git_repository, git_identity
 from activities.toolenv import lib_folder, tool_python
-from activities.unpacking import _unpack, _Watch
+from activities.unpacking import _unpack
 from kiwi.contracts import CommandRequest, LocalToolRequest
-from kiwi.errors import (
-    ToolFailed,
-    ToolNotFound,
-    ToolTypeUnsupported,
-)
-from kiwi.shellpolicy import (
-    ShellVerdict,
-    program_name,
-    unpacking,
-)
+from kiwi.errors import ToolFailed, ToolNotFound, ToolTypeUnsupported
+from kiwi.shellpolicy import ShellVerdict, program_name, unpacking
 from kiwi.upstream.pool import scrub, scrub_text
 
 # Runs a Python tool: main(**params) when the entrypoint defines main, else the file as a
@@ -136,7 +128,7 @@ class CommandActivities:
             # (What a glob a setting runs matches now and did not before: `scripts/lint-*.sh` made, round 4.)
             changed += [m for m in gitnamed.with_matches(root, settings) if m not in settings_before]
             missing += [item.place for item in changed]
-            moved = confinement.set_aside(root, missing, _stamp()) if missing else []
+            moved = setaside.set_aside(root, missing, _stamp()) if missing else []
         if changed:
             aside = dict(moved)
             activity.logger.warning("a shell command changed files git's settings name, set aside: %s", moved)

@@ -20,17 +20,10 @@ from typing import Any
 from temporalio.exceptions import ApplicationError
 
 from activities import confinement, gitnamed
-from activities.filesystem import (
-    confine,
-    refuse_layout_on_the_way,
-    refuse_named,
-)
+from activities.filesystem import confine, refuse_layout_on_the_way, refuse_named
 from activities.process import child_env, run_process
 from kiwi.contracts import CommandRequest
-from kiwi.errors import (
-    PermissionDenied,
-    ToolFailed,
-)
+from kiwi.errors import PermissionDenied, ToolFailed
 from kiwi.globs import first_match
 from kiwi.protected import granted as protected_granted
 from kiwi.protected import protected_root

@@ -13,25 +13,15 @@ from typing import Any
 
 from temporalio import activity
 
-from activities import confinement, gitnamed
+from activities import confinement, gitnamed, setaside
 from activities.diskchecks import _denied, _stamp
-from activities.filesystem import (
-    confine,
-    relative,
-    settings_named,
-)
+from activities.filesystem import confine, relative, settings_named
 from activities.gitsight import GitSight, chunks, quoted, secret_place, split_z
-from activities.placewatch import _made_and_aside
+from activities.placewatch import _made_and_aside, _Watch
 from activities.process import kiwi_git, run_process
 from activities.repochecks import git_identity, git_repository_settings
-from activities.unpacking import _Watch
 from kiwi.contracts import CheckpointResult, GitRequest
-from kiwi.errors import (
-    CheckpointNotFound,
-    GitFailed,
-    GitUnavailable,
-    PermissionDenied,
-)
+from kiwi.errors import CheckpointNotFound, GitFailed, GitUnavailable, PermissionDenied
 from kiwi.globs import first_match
 from kiwi.protected import protected_root
 from kiwi.toolargs import CHECKPOINT_REFS, checkpoint_label
@@ -441,7 +431,7 @@ class GitActivities:
                 target.unlink()
                 removed.append(path)
         made = watch.made(before or {}, await asyncio.to_thread(watch.look, None) or {})
-        if moved := confinement.set_aside(real, made, _stamp()) if made else []:
+        if moved := setaside.set_aside(real, made, _stamp()) if made else []:
             raise _denied(
                 f"the checkpoint's files made {_made_and_aside(moved)}; the rest of the checkpoint is restored"
             )

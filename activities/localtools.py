@@ -10,12 +10,7 @@ from typing import Any
 
 from activities.process import child_env
 from kiwi.contracts import LocalToolSpec
-from kiwi.errors import (
-    CommandNotFound,
-    InputInvalid,
-    SecretMissing,
-    ToolFailed,
-)
+from kiwi.errors import CommandNotFound, InputInvalid, SecretMissing, ToolFailed
 from kiwi.toolargs import coerce_value, shape_problem, unfit_parameters
 from kiwi.upstream.pool import remember_secrets
 from kiwi.upstream.registry import first_own, lookup_secret

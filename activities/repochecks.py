@@ -11,9 +11,7 @@ from activities.diskchecks import _denied, _real_relative
 from activities.process import run_process
 from kiwi.contracts import CommandRequest
 from kiwi.protected import protected_root
-from kiwi.shellpolicy import (
-    protected_inside,
-)
+from kiwi.shellpolicy import protected_inside
 
 # Repository settings that run a program and have no value that turns them off from the command line
 # ("diff.x.command=" makes every diff fail instead): shell.run refuses git in such a repository. Filter

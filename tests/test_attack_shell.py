@@ -545,12 +545,12 @@ async def test_an_unpacking_is_stopped_once_it_writes_past_the_limit(tmp_path, m
     group is killed once it passes the limit (here 8 MB; a writer that never stops stands for the archive)."""
     import asyncio
 
-    from activities import commands
+    from activities import unpacking
     from activities.process import run_process
     from kiwi.errors import ToolFailed
 
-    monkeypatch.setattr(commands, "UNPACK_MAX_BYTES", 8 * 1024 * 1024)
-    monkeypatch.setattr(commands, "UNPACK_WATCH_SECONDS", 0.05)
+    monkeypatch.setattr(unpacking, "UNPACK_MAX_BYTES", 8 * 1024 * 1024)
+    monkeypatch.setattr(unpacking, "UNPACK_WATCH_SECONDS", 0.05)
     folder = tmp_path / "into"
     folder.mkdir()
     script = f'i=0; while true; do i=$((i+1)); head -c 1048576 /dev/zero > "{folder}/f$i"; done'
@@ -558,7 +558,7 @@ async def test_an_unpacking_is_stopped_once_it_writes_past_the_limit(tmp_path, m
         run_process(["sh", "-c", script], cwd=str(tmp_path), timeout=60, max_output=1000)
     )
     with pytest.raises(Exception) as stopped:
-        await commands._within_limits(running, str(folder), "tar (unpacking into 'sub')")
+        await unpacking._within_limits(running, str(folder), "tar (unpacking into 'sub')")
     assert ToolFailed.type in repr(stopped.value) and "unpacks to more than" in str(stopped.value)
     assert running.done()
     assert sum(p.stat().st_size for p in folder.iterdir()) < 60 * 1024 * 1024
@@ -782,7 +782,7 @@ def test_the_worker_looks_through_a_bounded_number_of_entries_for_a_denied_path(
     too big to look through, naming the limit, rather than reading it unchecked."""
     from temporalio.exceptions import ApplicationError
 
-    from activities import commands
+    from activities import diskchecks
     from kiwi.contracts import CommandRequest
 
     for name in ("a.py", "b.py", "c.py", "deep/er/d.py"):
@@ -795,12 +795,12 @@ def test_the_worker_looks_through_a_bounded_number_of_entries_for_a_denied_path(
             project_root=str(tmp_path), argv=list(argv), read_grants=["**"], deny_fs=["**/.env"]
         )
 
-    commands._checked_cwd(request("grep", "-r", "x", "src"))  # (the link to deploy/ is not followed)
+    diskchecks._checked_cwd(request("grep", "-r", "x", "src"))  # (the link to deploy/ is not followed)
     with pytest.raises(ApplicationError, match=r"'\*\*/\.env'"):
-        commands._checked_cwd(request("grep", "-r", "x", "."))
-    monkeypatch.setattr(commands, "DENIED_WALK_LIMIT", 3)
+        diskchecks._checked_cwd(request("grep", "-r", "x", "."))
+    monkeypatch.setattr(diskchecks, "DENIED_WALK_LIMIT", 3)
     with pytest.raises(ApplicationError, match="more than 3 entries to look through"):
-        commands._checked_cwd(request("grep", "-r", "x", "src"))
+        diskchecks._checked_cwd(request("grep", "-r", "x", "src"))
 
 
 async def test_attack_dot_dot_after_a_link_or_a_backslash_name_leaves_no_project(
@@ -841,7 +841,7 @@ def test_diff_of_a_folder_does_not_follow_a_link_in_it_out_of_the_project(tmp_pa
     a place the run may not read). The worker meets each link in a folder diff reads where it leads."""
     from temporalio.exceptions import ApplicationError
 
-    from activities import commands
+    from activities import diskchecks
     from kiwi.contracts import CommandRequest
 
     outside = tmp_path_factory.mktemp("outside") / "secret.txt"
@@ -857,10 +857,10 @@ def test_diff_of_a_folder_does_not_follow_a_link_in_it_out_of_the_project(tmp_pa
         return CommandRequest(project_root=str(tmp_path), argv=list(argv), read_grants=["out/**"], cwd="out")
 
     with pytest.raises(ApplicationError, match="which leads out of the project"):
-        commands._checked_cwd(request("diff", "L", "a"))
+        diskchecks._checked_cwd(request("diff", "L", "a"))
     with pytest.raises(ApplicationError, match="a place this run may not read"):
-        commands._checked_cwd(request("diff", "L", "b"))
-    commands._checked_cwd(request("diff", "L", "L"))
+        diskchecks._checked_cwd(request("diff", "L", "b"))
+    diskchecks._checked_cwd(request("diff", "L", "L"))
 
 
 async def test_attack_options_read_as_the_program_reads_them_write_and_read_nothing_outside(
@@ -994,7 +994,7 @@ def test_the_worker_refuses_an_option_kiwi_never_read_whatever_the_run_decided(t
     that runs the command refuses it all the same."""
     from temporalio.exceptions import ApplicationError
 
-    from activities import commands
+    from activities import diskchecks
     from kiwi.contracts import CommandRequest
 
     write(tmp_path / "a.txt", "a\n")
@@ -1003,10 +1003,10 @@ def test_the_worker_refuses_an_option_kiwi_never_read_whatever_the_run_decided(t
         return CommandRequest(project_root=str(tmp_path), argv=list(argv), read_grants=["**"])
 
     with pytest.raises(ApplicationError, match="runs the program pr"):
-        commands._checked_cwd(request("diff", "--paginate", "a.txt", "a.txt"))
+        diskchecks._checked_cwd(request("diff", "--paginate", "a.txt", "a.txt"))
     with pytest.raises(ApplicationError, match="is not an option of sort that Kiwi knows"):
-        commands._checked_cwd(request("sort", "--no-such-option", "a.txt"))
-    commands._checked_cwd(request("diff", "-u", "a.txt", "a.txt"))
+        diskchecks._checked_cwd(request("sort", "--no-such-option", "a.txt"))
+    diskchecks._checked_cwd(request("diff", "-u", "a.txt", "a.txt"))
 
 
 async def test_attack_a_merge_strategy_runs_no_program(runs, project, tmp_path_factory, monkeypatch):
@@ -1340,7 +1340,7 @@ def test_the_last_of_h_l_p_decides_whether_cp_and_ln_follow_a_source_link(tmp_pa
     `cp -H -P -r L out` (L a link whose text leads out of the project from out/) went unchecked."""
     from temporalio.exceptions import ApplicationError
 
-    from activities import commands
+    from activities import diskchecks
     from kiwi.contracts import CommandRequest
 
     (tmp_path / "a" / "b" / "c").mkdir(parents=True)
@@ -1356,6 +1356,6 @@ def test_the_last_of_h_l_p_decides_whether_cp_and_ln_follow_a_source_link(tmp_pa
 
     for argv in (["cp", "-H", "-P", "-r", "a/b/c/L", "out"], ["cp", "-HPr", "a/b/c/L", "out"]):
         with pytest.raises(ApplicationError, match="a link keeps its text"):
-            commands._checked_cwd(request(*argv))
+            diskchecks._checked_cwd(request(*argv))
     with pytest.raises(ApplicationError, match="a link keeps its text"):
-        commands._checked_cwd(request("ln", "-L", "-P", "a/b/c/L", "out"))
+        diskchecks._checked_cwd(request("ln", "-L", "-P", "a/b/c/L", "out"))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities import commands, confinement
+from activities import confinement, diskchecks
 from activities.process import remove_tree, run_process
 from activities.staging import _staged_file, disk_usage
 from kiwi.contracts import CommandRequest
@@ -59,7 +59,7 @@ async def test_a_folder_swapped_for_a_link_while_the_program_runs_is_not_written
     if confine == "off":
         refused = await shell(runs, run_id, "split", "pipe", "out/part-")
         assert refused.status == "denied" and "confines no command (KIWI_CONFINE=off)" in refused.reason
-        monkeypatch.setattr(commands, "_unmodeled_needs_the_wall", lambda *_: None)
+        monkeypatch.setattr(diskchecks, "_unmodeled_needs_the_wall", lambda *_: None)
     call = asyncio.create_task(shell(runs, run_id, "split", "pipe", "out/part-"))
 
     # Opening the pipe for writing returns once split has opened it for reading: the checks are behind it.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from activities import confinement
+from activities import confinement, setaside
 from tests.helpers import approver, wait_for
 from tests.test_attack_shell import agent_run, shell
 from tests.test_humans import pending_approval
@@ -586,7 +586,7 @@ async def test_a_git_folder_set_aside_past_the_limit_loses_its_head_all_the_same
     """Review s31, fourth round: what is set aside is looked through up to a limit, and a `.git` holding more
     entries than that kept its HEAD (the count was checked before the folder's HEAD was renamed). Each folder's
     HEAD goes first; past the limit the rest is left with mode 000."""
-    monkeypatch.setattr(confinement, "_UNHEAD_LIMIT", 50)  # (the limit, small: the same code path)
+    monkeypatch.setattr(setaside, "_UNHEAD_LIMIT", 50)  # (the limit, small: the same code path)
 
     aside = await _git_folder_set_aside(runs, project, files=80)
 
