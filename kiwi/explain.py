@@ -89,13 +89,23 @@ def not_found_hint(tool: str, snap: RunSnapshot, *, outside_run: bool = False) -
     )
 
 
-def base_policy_grant(tool: str, local_tools: Any) -> str:
-    """The agent_harness.yaml line (flow style) that grants ``tool`` in the base policy (calls outside a run)."""
+# The grant a refusal's hint asks for, as <permissions> writes it (kiwi.policy, kiwi.shellpolicy).
+_PATH_GRANT = re.compile(r'<(read|write) resource="filesystem" path="([^"]+)"/>')
+_SHELL_GRANT = re.compile(r'<execute resource="shell" commands="([^"]+)"/>')
+
+
+def base_policy_grant(tool: str, local_tools: Any, hint: str = "") -> str:
+    """The agent_harness.yaml line (flow style) that grants ``tool`` in the base policy (calls outside a run):
+    the path or program the refusal's ``hint`` asks <permissions> for, when it names one (README trial s35:
+    the line said ``PATH/**`` for a call that had named its path)."""
+    if found := _PATH_GRANT.search(hint):
+        return f'internal_tools: {{filesystem: {{{found[1]}: ["{found[2]}"]}}}}'
     if tool in FILESYSTEM_TOOLS:
         kind = "read" if tool in _READS else "write"
         return f'internal_tools: {{filesystem: {{{kind}: ["PATH/**"]}}}}'
     if tool == "shell.run":
-        return "internal_tools: {shell: {allowed_commands: [PROGRAM]}}"
+        program = found[1] if (found := _SHELL_GRANT.search(hint)) else "PROGRAM"
+        return f"internal_tools: {{shell: {{allowed_commands: [{program}]}}}}"
     if is_external_mcp(tool, local_tools):
         server, name = tool.split(".", 1)
         return f"internal_tools: {{mcps: {{{server}: {{tools: [{name}]}}}}}}"
@@ -143,7 +153,7 @@ def outside_run_hint(status: str, hint: str, tool: str, local_tools: Any, *, age
         )
     if "<permissions>" not in hint:
         return hint  # refused for another reason than a missing grant: its own hint says what to do
-    grant = base_policy_grant(tool, local_tools)
+    grant = base_policy_grant(tool, local_tools, hint)
     if agent:
         return (
             f"outside a run the base policy applies: a human adds `{grant}` to .ai/config/agent_harness.yaml; "

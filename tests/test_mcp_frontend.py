@@ -277,7 +277,7 @@ async def test_every_action_in_memory(runs, project, temporal_env):
         )
         assert refused["status"] == "denied" and "agent_harness.yaml" in refused["hint"], refused
         assert "<permissions>" not in refused["hint"]
-        assert 'internal_tools: {filesystem: {write: ["PATH/**"]}}' in refused["hint"]
+        assert 'internal_tools: {filesystem: {write: ["notes/**"]}}' in refused["hint"]
         status = await call("execute", item_type="run", action="status", run_id=run_id)
         assert [h["kind"] for h in status["help"]] == ["escalate", "checkpoint"]
         assert status["status"] == "awaiting_human"
