@@ -150,7 +150,25 @@ def test_a_granted_call_validates(project, capsys):
             permissions='<read resource="filesystem" path="**"/><execute resource="shell" commands="sort"/>',
         ),
     )
-    assert kiwi(["validate", str(path)]) == 0, capsys.readouterr().out
+    assert kiwi(["validate", str(path)]) == 0
+    assert "step sorted: runs by itself" in capsys.readouterr().out
+
+
+def test_a_step_whose_call_the_run_refuses_is_not_said_to_run_by_itself(project, capsys):
+    """README trial s35: under the FAIL of a step's refused call, validate still printed "step sorted: runs by
+    itself"; the run stops there."""
+    two = SORT + '<step name="ask" action="ask the human"/>'
+    path = write(
+        project / ".ai" / "directives" / "stops.md",
+        directive_md(two, name="stops", permissions='<read resource="filesystem" path="**"/>'),
+    )
+    assert kiwi(["validate", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "step sorted: the run stops there, refusing its call (above)" in out, out
+    assert "step sorted: runs by itself" not in out and "step ask: waits for the agent" in out, out
+    assert kiwi(["validate", str(path), "--json"]) == 1
+    steps = json.loads(capsys.readouterr().out)["items"][0]["steps"]
+    assert [(s["step"], s["stops"]) for s in steps] == [("sorted", True), ("ask", False)]
 
 
 async def test_validate_and_the_run_refuse_the_same_call(runs, project, temporal_env):

@@ -158,6 +158,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if r.get("signature"):
             print(f"     signature: {r['signature']}")
         for step in r.get("steps", []):
+            if step.get("stops"):
+                print(f"     step {step['step']}: the run stops there, refusing its call (above)")
+                continue
             runs = "runs by itself" if step["mode"] == "auto" else "waits for the agent"
             print(f"     step {step['step']}: {runs} ({step['reason']})")
     if args.json:

@@ -371,6 +371,11 @@ def validate_file(
                 "<approvals>", parsed.metadata.approvals, names, servers, str(path)
             )
         problems += unset_inputs(parsed, str(path))
+        # A step whose call the run refuses stops the run there, whatever its plan says (README trial s35:
+        # validate printed "runs by itself" under the FAIL of that step's call).
+        for step in result["steps"]:
+            marker = f'step "{step["step"]}"'
+            step["stops"] = any(p.severity == "error" and p.message.startswith(marker) for p in problems)
     elif parsed is not None:
         result["item_id"] = getattr(parsed, "tool_id", None) or getattr(parsed, "zettel_id", None)
     result["valid"] = parsed is not None and not any(p.severity == "error" for p in problems)
