@@ -168,3 +168,37 @@ async def test_the_documented_execute_of_a_directive_starts_a_run_with_the_docum
         wrong = data(await client.call_tool("execute", {**arguments, "parameters": {"nom": "Ada"}}))
         assert wrong["error"] == "InputInvalid" and "unknown input 'nom'" in wrong["message"]
         assert "required input 'name'" in wrong["message"]
+
+
+PYTHON_CLIENT = "<!-- python-client: tests/test_readme.py runs the next block against `kiwi mcp --http` -->"
+
+
+async def test_the_documented_python_client_starts_a_run_over_http(runs, project, temporal_env):
+    """The README's Python client, run as written (its URL pointed at this test's `kiwi mcp --http`): it
+    starts hello_kiwi and reads the run's status, with the MCP SDK the project depends on."""
+    import asyncio
+    import sys
+
+    from kiwi.devserver import free_port
+    from tests.helpers import kiwi_mcp_http
+
+    text = README.read_text(encoding="utf-8")
+    assert PYTHON_CLIENT in text, "the README lost its Python client example"
+    code = text.split(PYTHON_CLIENT, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert "http://127.0.0.1:8765/mcp" in code  # (kiwi dev's address, as the README says)
+    async with kiwi_mcp_http(temporal_env, runs, project, free_port()) as (url, _):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            code.replace("http://127.0.0.1:8765/mcp", url),
+            cwd=str(project),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    first, second = out.decode().splitlines()
+    run_id, state, step = first.split()
+    assert run_id.startswith("run-hello_kiwi-") and state == "awaiting_agent", first
+    assert second == f"awaiting_agent {step}", (first, second)
+    assert (await runs.status(run_id)).current_step.name == step == "confirm"
