@@ -326,6 +326,64 @@ async def test_concurrent_callers_across_continue_as_new_each_call_runs_once(run
         assert ended.status == WorkflowExecutionStatus.CONTINUED_AS_NEW, (execution, ended.status)
 
 
+async def test_more_calls_at_once_than_temporal_keeps_in_flight_wait_their_turn(temporal_env, project):
+    """24 callers on one run on a loaded host (s36): Temporal refuses an update past the 10 it keeps in flight
+    for one execution (RESOURCE_EXHAUSTED), the SDK's own retries ran out, and the call failed with "Temporal
+    refused the request". That is backpressure: the call is sent again under the same update id until the run
+    takes it, and each is made once; so is one Temporal dropped when the worker came back. (No worker while
+    the calls arrive, and a client whose SDK retries for 2 s,
+    not 10, make the refusal certain and quick.)"""
+    from temporalio.client import Client
+    from temporalio.service import RetryConfig, RPCError, RPCStatusCode
+
+    from tests.helpers import awaiting_step, run_client
+    from workers.main import build_worker
+
+    kiwis = temporal_env.client.config()  # (Kiwi's converter and seal, as every Kiwi client has)
+    impatient = await Client.connect(
+        temporal_env.client.service_client.config.target_host,
+        namespace=temporal_env.client.namespace,
+        data_converter=kiwis["data_converter"],
+        interceptors=kiwis["interceptors"],
+        retry_config=RetryConfig(max_elapsed_time_millis=2000),
+    )
+    runs = run_client(impatient, project)
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
+        run_id = await runs.start("hello_kiwi", {"name": "x"})
+        await awaiting_step(runs, run_id, "confirm")
+    refused = 0
+    service = impatient.workflow_service
+    send = service.update_workflow_execution
+
+    async def counted(*args, **kwargs):  # (what the server answers, counted on its way back)
+        nonlocal refused
+        try:
+            return await send(*args, **kwargs)
+        except RPCError as exc:
+            refused += exc.status == RPCStatusCode.RESOURCE_EXHAUSTED
+            raise
+
+    service.update_workflow_execution = counted
+    calls = [
+        asyncio.create_task(
+            runs.call_tool(run_id, "filesystem.write", {"path": f"notes/c{i}.txt", "content": f"{i}"})
+        )
+        for i in range(12)
+    ]
+
+    async def seen() -> int | None:
+        return refused or None
+
+    await wait_for(seen, what="a call Temporal refused for the updates in flight")
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
+        results = await asyncio.gather(*calls)
+        assert [r.status for r in results] == ["ok"] * 12, results
+        assert (await runs.status(run_id)).calls == 2 + 12  # hello_kiwi's write and read, then each call once
+    assert sorted(p.name for p in (project / "notes").glob("c*.txt")) == sorted(
+        f"c{i}.txt" for i in range(12)
+    )
+
+
 async def test_a_call_sent_again_long_after_it_ran_is_answered_not_run_again(runs, project):
     # Temporal can deliver a finished call again to a later execution (temporalio/temporal#6375), as a
     # client re-sending under the same update id does: after continue-as-new and more calls than the run

@@ -9,6 +9,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -46,10 +47,12 @@ from kiwi.runs.shared import (
     BUSY_RESENDS,
     DIRECTIVE_PATH_KEY,
     HINTS_KEPT,
+    IN_FLIGHT_SECONDS,
     LARGE_ARGUMENT_BYTES,
     POLL_EXECUTIONS,
     REPLACES,
     Progress,
+    _aborted,
     _accepted_then_answered,
     _held_hint,
     _pending,
@@ -232,6 +235,7 @@ class RunCalls:
         update_id = update_id or uuid.uuid4().hex
         busy = 0
         attempt = 0
+        crowded_since: float | None = None
         while attempt < 20:
             attempt += 1
             try:
@@ -270,6 +274,21 @@ class RunCalls:
                 # The run continued-as-new between our send and its acceptance: send it again
                 # to the new run. The workflow de-duplicates by update id, so nothing runs twice.
                 # Which it was is asked of Temporal (describe), never read from the error's text.
+                if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED or _aborted(exc):
+                    # Backpressure, not a failure: as many updates as Temporal lets one execution have are in
+                    # flight (24 callers at once on one run met it on a loaded host), or the server dropped the
+                    # ones it held when the run's worker went away. The run has not taken the call: sent again,
+                    # under the same update id, until it does, then the run is said to be busy.
+                    crowded_since = crowded_since or time.monotonic()
+                    if time.monotonic() - crowded_since > IN_FLIGHT_SECONDS:
+                        raise RunBusy(
+                            f"run {run_id} has as many calls in flight as Temporal lets one run have: {exc.message}",
+                            hint="send fewer calls to the run at once, or send this one again when others "
+                            "have answered",
+                        ) from None
+                    attempt -= 1  # (not an attempt: the run has not seen the call)
+                    await asyncio.sleep(0.2)
+                    continue
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise _translate(exc, run_id) from None
                 try:

@@ -38,6 +38,10 @@ LARGE_ARGUMENT_BYTES = 32_000
 # How many times a call the run refused as busy (RunBusy: its task took as many call arguments as it may)
 # is sent again before the caller is told; each task takes about 1 MB of arguments.
 BUSY_RESENDS = 100
+# How long a call Temporal refuses for the updates already in flight on its run (RESOURCE_EXHAUSTED: at most
+# 10 per execution by default) is sent again before the caller is told the run is busy. The update id makes a
+# resend the same call: nothing runs twice.
+IN_FLIGHT_SECONDS = 60.0
 # How long, and for how many runs, a client keeps a run's snapshot for its refused calls' hints.
 SNAPSHOT_SECONDS = 60.0
 SNAPSHOTS = 256
@@ -219,3 +223,9 @@ def _approval_answered(status: RunStatus, request_id: str) -> bool:
 
 def _escalation_answered(status: RunStatus, request_id: str) -> bool:
     return any(d.request_id == request_id and d.answer for d in status.decisions)
+
+
+def _aborted(exc: RPCError) -> bool:
+    """Whether Temporal dropped an update it had admitted but the run had not accepted (its worker went away, or
+    its workflow task failed): UNAVAILABLE, which the server gives no detail of but its message."""
+    return exc.status == RPCStatusCode.UNAVAILABLE and "update was aborted" in exc.message
