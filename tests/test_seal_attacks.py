@@ -537,39 +537,33 @@ async def test_a_childs_snapshot_completed_by_its_activity_id_starts_no_child(
     async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True):
         parent = await runs.start("boss", {})
         await awaiting_step(runs, parent, "lead")
-        started = next(
-            e.workflow_execution_started_event_attributes
-            for e in (await runs.handle(parent).fetch_history()).events
-            if e.HasField("workflow_execution_started_event_attributes")
-        )
-        (parent_input,) = await data_converter.decode(started.input.payloads, [DirectiveRunInput])
+    started = next(
+        e.workflow_execution_started_event_attributes
+        for e in (await runs.handle(parent).fetch_history()).events
+        if e.HasField("workflow_execution_started_event_attributes")
+    )
+    (parent_input,) = await data_converter.decode(started.input.payloads, [DirectiveRunInput])
+    # The attacker's answer is the one the run gets: Kiwi's worker now runs the run's workflow tasks only, so
+    # none of Kiwi's answers races it (on a loaded host it won all of 30 races, s36).
+    async with build_worker(temporal_env.client, runs.task_queue, sandboxed=True, remote_activities=False):
         watcher = asyncio.create_task(rogue(parent, parent_input))
         try:
-            outcomes = []
-            for _ in range(
-                30
-            ):  # (until the attacker's answer is the one the run got; it races Kiwi's worker)
-                try:
-                    result = await runs.call_tool(parent, "directive.run", {"directive": "helper"})
-                except KiwiError as exc:  # (the run's own result check: it fails, naming the activity)
-                    assert "resolve_directive) carries no valid seal" in str(exc), exc
-                    outcomes.append(("failed", "NotSealed"))
-                    break
-                outcomes.append((result.status, result.error_type))
-                if result.error_type == "NotSealed":
-                    break
+            try:
+                result = await runs.call_tool(parent, "directive.run", {"directive": "helper"})
+                outcome = (result.status, result.error_type)
+            except KiwiError as exc:  # (the run's own result check: it fails, naming the activity)
+                assert "resolve_directive) carries no valid seal" in str(exc), exc
+                outcome = ("failed", "NotSealed")
         finally:
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
-        assert answered, "the attacker never completed resolve_directive first"
+        assert answered, "the attacker never completed resolve_directive"
         # (Refused by the run's check of every activity result; in runs started before it, by the parent's
         # check of the snapshot's own seal: the call fails with NotSealed.)
-        assert ("failed", "NotSealed") in outcomes or ("error", "NotSealed") in outcomes, outcomes
+        assert outcome in (("failed", "NotSealed"), ("error", "NotSealed")), outcome
         status = await runs.status(parent)
-        assert all(c.run_id not in answered for c in status.children), status.children
+        assert not status.children, status.children
         assert not marker.exists()
-        # Kiwi's own answers (the calls the attacker lost) started their children.
-        assert all(s == "ok" for s, t in outcomes if t != "NotSealed"), outcomes
 
 
 @pytest.mark.parametrize("sandboxed", [False, True], ids=["as-kiwi-worker-runs", "sandboxed"])

@@ -135,6 +135,7 @@ def build_worker(
     drain: timedelta = timedelta(),
     deployment: WorkerDeploymentConfig | None = None,
     threaded: bool = False,
+    remote_activities: bool = True,
 ) -> KiwiWorker:
     """A worker tuned so a dead worker's runs move to another within seconds.
 
@@ -156,6 +157,9 @@ def build_worker(
     the 1.0 ms Kiwi added to it, #20). What the thread bought is the SDK's deadlock detection, a workflow task failed after 2 s
     (the thread itself runs on); ``kiwi.loopwatch`` logs a stuck loop and where it is stuck instead. The
     workflow code is Kiwi's own, no user code runs in it.
+
+    ``remote_activities=False``: a worker that runs workflow tasks (and their local activities) only, leaving
+    the activities a run schedules to other workers (Temporal's split of workflow and activity workers).
     """
     pool = McpPool()
     return KiwiWorker(
@@ -177,6 +181,7 @@ def build_worker(
         build_id=None if deployment else build_id(),
         interceptors=[*sealing(client), AnswerLimit(), DrainNotice()],
         debug_mode=inline_workflow_tasks(sandboxed=sandboxed, threaded=threaded),
+        no_remote_activities=not remote_activities,
     )
 
 
