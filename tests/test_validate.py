@@ -398,6 +398,17 @@ def test_every_mistaken_mcp_server_is_named_with_the_key_as_written_and_the_valu
         "mcps.b.timeout: Input should be greater than 0",
         "mcps.c.idle_timeout: Input should be greater than 0",
     ], found
+    # Every mistake of one server at once, and a value that is no number said so in the file's terms (README
+    # trial s35: `comand` hid `type: stdoi`, and `timeout: fast` read "unable to parse string as a number").
+    write(registry, "mcps:\n  d:\n    type: stdoi\n    comand: x\n    timeout: fast\n    args: -v\n")
+    assert kiwi(["validate", str(registry), "--json"]) == 1
+    found = json.loads(capsys.readouterr().out)["items"][0]["problems"]
+    assert [p["message"].split(";")[0] for p in found] == [
+        "mcps.d.comand: unknown key",
+        "mcps.d.args: expected a list",
+        "mcps.d.type: Input should be 'stdio', 'streamable-http' or 'sse'",
+        "mcps.d.timeout: 'fast' is no number of seconds: give one, e.g. timeout: 30",
+    ], found
 
 
 def test_keys_list_says_which_trusted_keys_yaml_to_edit(project, capsys):

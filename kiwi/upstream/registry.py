@@ -365,9 +365,33 @@ _SECONDS = {
 }
 
 
+def _field_problem(error: Any) -> tuple[str, str]:
+    """A field pydantic refused, as the file writes its key, and what is wrong with its value."""
+    # The key as the file writes it (review s34: `timeout: -1` was named timeout_seconds).
+    written = {field: key for key, field in _SECONDS.items()}
+    key = ".".join(written.get(str(p), str(p)) for p in error["loc"])
+    message = error["msg"]
+    given = error.get("input")
+    if error["type"] == "literal_error" and isinstance(given, str):
+        # `type: stido`: the one meant, as for a misspelt key.
+        choices = list(get_args(McpServerConfig.model_fields[str(error["loc"][0])].annotation))
+        near = difflib.get_close_matches(given, choices, n=1, cutoff=0.6)
+        message += f"; did you mean {near[0]}?" if near else ""
+    elif key in _SECONDS and error["type"] in ("float_parsing", "float_type", "int_parsing", "int_type"):
+        # (`timeout: fast` read "Input should be a valid number, unable to parse string as a number".)
+        message = f"{given!r} is no number of seconds: give one, e.g. {key}: 30"
+    return key, message
+
+
 def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
+    """One server's entry read, every mistake in it named at once (README trial s35: a second mistake showed only
+    once the first was mended)."""
+
+    def problem(key: str, message: str) -> Problem:
+        return Problem(f"mcps.{name}{'.' + key if key else ''}: {message}", str(path))
+
     def bad(key: str, message: str) -> ItemInvalid:
-        return ItemInvalid([Problem(f"mcps.{name}{'.' + key if key else ''}: {message}", str(path))])
+        return ItemInvalid([problem(key, message)])
 
     if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
         raise bad(
@@ -376,12 +400,13 @@ def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
     if not isinstance(entry, dict):
         raise bad("", "each server is a mapping (type, command, args, env or url, headers, ...)")
     entry = _adr006(entry, bad)
-    unknown = [k for k in entry if k not in KNOWN_KEYS]
-    if unknown:
-        near = difflib.get_close_matches(str(unknown[0]), KNOWN_KEYS, n=1, cutoff=0.8)
+    problems: list[Problem] = []
+    for key in [k for k in entry if k not in KNOWN_KEYS]:
+        near = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1, cutoff=0.8)
         guess = f"did you mean {near[0]}? " if near else ""
-        raise bad(str(unknown[0]), f"unknown key; {guess}known keys: {', '.join(KNOWN_KEYS)}")
-    if entry.get("enabled") is False:
+        problems.append(problem(str(key), f"unknown key; {guess}known keys: {', '.join(KNOWN_KEYS)}"))
+    entry = {k: v for k, v in entry.items() if k in KNOWN_KEYS}
+    if entry.get("enabled") is False and not problems:
         return None
     fields: dict[str, Any] = {
         k: v for k, v in entry.items() if k not in (*_SECONDS, "allowed_paths", "enabled")
@@ -391,33 +416,29 @@ def _entry(name: str, entry: Any, path: Path) -> McpServerConfig | None:
             fields[field] = entry[key]
     if "allowed_paths" in entry:
         # The seed's form for filesystem servers: the allowed folders are the server's last arguments.
-        if not isinstance(entry["allowed_paths"], list):
-            raise bad("allowed_paths", "expected a list of folders")
-        fields["args"] = [*(entry.get("args") or []), *(str(p) for p in entry["allowed_paths"])]
+        if isinstance(entry["allowed_paths"], list):
+            fields["args"] = [*(entry.get("args") or []), *(str(p) for p in entry["allowed_paths"])]
+        else:
+            problems.append(problem("allowed_paths", "expected a list of folders"))
     for key in ("args", "tools", "require_approval"):
         if key in fields and not isinstance(fields[key], list):
-            raise bad(key, "expected a list")
+            problems.append(problem(key, "expected a list"))
+            del fields[key]
     if "args" in fields:
         fields["args"] = [str(a) for a in fields["args"]]
     for key in ("env", "headers"):
         if key in fields:
-            if not isinstance(fields[key], dict):
-                raise bad(key, "expected a mapping of names to values")
-            fields[key] = {str(k): str(v) for k, v in fields[key].items()}
+            if isinstance(fields[key], dict):
+                fields[key] = {str(k): str(v) for k, v in fields[key].items()}
+            else:
+                problems.append(problem(key, "expected a mapping of names to values"))
+                del fields[key]
     try:
         config = McpServerConfig(name=name, source=str(path), **fields)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        # The key as the file writes it (review s34: `timeout: -1` was named timeout_seconds).
-        written = {field: key for key, field in _SECONDS.items()}
-        key = ".".join(written.get(str(p), str(p)) for p in first["loc"])
-        message = first["msg"]
-        if first["type"] == "literal_error" and isinstance(first.get("input"), str):
-            # `type: stido`: the one meant, as for a misspelt key.
-            choices = list(get_args(McpServerConfig.model_fields[str(first["loc"][0])].annotation))
-            near = difflib.get_close_matches(first["input"], choices, n=1, cutoff=0.6)
-            message += f"; did you mean {near[0]}?" if near else ""
-        raise bad(key, message) from None
+        problems += [problem(*_field_problem(error)) for error in exc.errors()]
+    if problems:
+        raise ItemInvalid(problems)
     if config.type == "stdio" and not config.command:
         raise bad("command", "a stdio server needs a command (e.g. npx) and args")
     for key, texts in (("command", [config.command]), ("args", config.args)):
