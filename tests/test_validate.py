@@ -110,8 +110,8 @@ def test_a_local_tools_parameters_are_checked_as_the_run_checks_them(project, ca
     )
     grants = '<execute resource="tool" id="word_count"/><execute resource="tool" id="repeat"/>'
     body = (
-        '<step name="a"><tool_call tool="word_count"><param name="txt">hi</param></tool_call></step>'
-        '<step name="b"><tool_call tool="repeat"><param name="times">many</param></tool_call></step>'
+        '<step name="a"><tool_call tool="word_count"><param name="txt">hi</param></tool_call></step>\n'
+        '<step name="b"><tool_call tool="repeat"><param name="times">many</param></tool_call></step>\n'
         '<step name="c"><tool_call tool="repeat"><param name="text">hi</param>'
         '<param name="times">{inputs.n}</param><param name="tims">2</param></tool_call></step>'
     )
@@ -124,6 +124,17 @@ def test_a_local_tools_parameters_are_checked_as_the_run_checks_them(project, ca
         "whole number, e.g. 3)",
         'step "c": repeat has no parameter \'tims\'; it takes text, times (did you mean <param name="times">?)',
     ], found
+    # Each points at the <param> it names, not at its <tool_call>'s first column (README trial s35).
+    assert kiwi(["validate", str(project / ".ai" / "directives" / "params.md"), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)["items"][0]["problems"]
+    a, b, c = body.splitlines()
+    first = directive_md(body).splitlines().index(a) + 1
+    assert [(p["line"], p["column"]) for p in report if p["severity"] == "error"] == [
+        (first, a.index('<param name="txt">') + 1),
+        (first + 1, b.index("<tool_call") + 1),
+        (first + 1, b.index("<tool_call") + 1),
+        (first + 2, c.index('<param name="tims">') + 1),
+    ], report
     fixed = (
         '<step name="a"><tool_call tool="word_count"><param name="text">hi</param></tool_call></step>'
         '<step name="c"><tool_call tool="repeat"><param name="text">hi</param>'
@@ -211,7 +222,7 @@ async def test_validate_and_the_run_refuse_the_same_call(runs, project, temporal
     # (It started, and failed at once at that step: exit 1, as a run shown failed is since the s34 trial.)
     assert code == 1 and "started run-sorter-" in out and "failed" in out, out + err
     assert re.search(
-        r'kiwi run: warning: \.ai/directives/sorter\.md:\d+:1: step "sorted" calls shell\.run, which the run '
+        r'kiwi run: warning: \.ai/directives/sorter\.md:\d+:\d+: step "sorted" calls shell\.run, which the run '
         r"would refuse: shell command 'sort' is not in the allowlist",
         err,
     ), err

@@ -97,6 +97,16 @@ class ToolCall(BaseModel):
     tool: str
     params: dict[str, Any] = Field(default_factory=dict)
     line: int = 0
+    # Where the file writes the call and each <param> (line, column), for kiwi validate's problems; never sent
+    # with a run's snapshot.
+    column: int = Field(default=0, exclude=True)
+    places: dict[str, tuple[int, int]] = Field(default_factory=dict, exclude=True)
+
+    def place(self, param: str | None = None) -> tuple[int, int]:
+        """Where ``param`` (or the call itself) is written: (line, column), column 1 when not known."""
+        if param is not None and param in self.places:
+            return self.places[param]
+        return self.line, self.column or 1
 
 
 class Step(BaseModel):
@@ -226,6 +236,15 @@ class _Ctx:
         column = 0
         if 0 < line <= len(self.lines) and isinstance(getattr(element, "tag", None), str):
             column = self.lines[line - 1].find("<" + element.tag) + 1
+        return line, column
+
+    def at_param(self, element: Any) -> tuple[int, int]:
+        """Where a <param name=...> is: its own column, also beside other <param>s on its line."""
+        line, column = self.at(element)
+        if 0 < line <= len(self.lines):
+            text, name = self.lines[line - 1], element.get("name")
+            found = max(text.find(f'<param name="{name}"'), text.find(f"<param name='{name}'"))
+            column = found + 1 if found >= 0 else column
         return line, column
 
     def error(self, element: Any, message: str) -> None:
@@ -576,6 +595,15 @@ def _params(element: Any) -> dict[str, Any]:
     return params
 
 
+def _param_places(element: Any, ctx: _Ctx) -> dict[str, tuple[int, int]]:
+    """Where each <param name=...> of a call is written (the legacy <params><NAME> children too)."""
+    found = {p.get("name"): ctx.at_param(p) for p in _children(element) if p.tag == "param" and p.get("name")}
+    legacy = element.find("params")
+    if legacy is not None:
+        found.update({p.tag: ctx.at(p) for p in _children(legacy) if p.tag not in found})
+    return found
+
+
 def _param_value(element: Any) -> str:
     raw = "".join(element.itertext())
     return raw.strip() if "\n" not in raw.strip() else _dedent(element)
@@ -604,8 +632,15 @@ def _calls(step_el: Any, ctx: _Ctx) -> list[ToolCall]:
                     '<tool_call> needs a tool attribute (e.g. tool="filesystem.read") or a <tool> child',
                 )
                 continue
+            line, column = ctx.at(child)
             calls.append(
-                ToolCall(tool=f"{mcp}.{tool}" if mcp else tool, params=params, line=ctx.at(child)[0])
+                ToolCall(
+                    tool=f"{mcp}.{tool}" if mcp else tool,
+                    params=params,
+                    line=line,
+                    column=column,
+                    places=_param_places(child, ctx),
+                )
             )
         elif child.tag == "tool_calls":
             for call in _children(child):
@@ -616,9 +651,14 @@ def _calls(step_el: Any, ctx: _Ctx) -> list[ToolCall]:
                 if not tool:
                     ctx.error(call, "<call> needs a tool attribute")
                     continue
+                line, column = ctx.at(call)
                 calls.append(
                     ToolCall(
-                        tool=f"{mcp}.{tool}" if mcp else tool, params=_params(call), line=ctx.at(call)[0]
+                        tool=f"{mcp}.{tool}" if mcp else tool,
+                        params=_params(call),
+                        line=line,
+                        column=column,
+                        places=_param_places(call, ctx),
                     )
                 )
     return calls

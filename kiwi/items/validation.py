@@ -82,8 +82,7 @@ def ungranted_calls(directive: Directive, path: str = "") -> list[Problem]:
                         f'step "{step.name}" calls {call.tool}, which the run would refuse: '
                         f"{decision.reason}{hint}",
                         path,
-                        call.line,
-                        1,
+                        *call.place(),
                     )
                 )
     return problems
@@ -117,8 +116,7 @@ def unknown_builtins(
                         Problem(
                             f'step "{step.name}" calls {call.tool}, which is no tool here: did you mean {near[0]}?',
                             path,
-                            call.line,
-                            1,
+                            *call.place(),
                         ),
                     )
                 )
@@ -133,8 +131,7 @@ def unknown_builtins(
                         f'step "{step.name}" calls {call.tool}, which is no tool of Kiwi\'s'
                         + (f": did you mean {close[0]}?" if close else f" (its tools: {', '.join(known)})"),
                         path,
-                        call.line,
-                        1,
+                        *call.place(),
                     ),
                 )
             )
@@ -156,8 +153,7 @@ def unset_inputs(directive: Directive, path: str = "") -> list[Problem]:
                         f'without it fails there; give it a default (<input name="{name}" ... default="...">) '
                         'or make it required="true"',
                         path,
-                        call.line,
-                        1,
+                        *call.place(),
                         "warning",
                     )
                 )
@@ -176,12 +172,13 @@ def stray_params(directive: Directive, path: str = "") -> list[Problem]:
                 call.tool, list(BUILTIN_SCHEMAS[call.tool]["properties"]), dict(call.params)
             )
             if stray is not None:
+                names = BUILTIN_SCHEMAS[call.tool]["properties"]
+                first = next((k for k in call.params if k not in names), None)
                 problems.append(
                     Problem(
                         f'step "{step.name}": {stray.reason.replace("argument", "<param>", 1)} ({stray.hint})',
                         path,
-                        call.line,
-                        1,
+                        *call.place(first),
                     )
                 )
     return problems
@@ -210,8 +207,7 @@ def local_params(directive: Directive, tools: Mapping[str, ToolManifest], path: 
                         f"step \"{step.name}\": {call.tool} has no parameter '{name}'; it takes {takes}"
                         + (f' (did you mean <param name="{close[0]}">?)' if close else ""),
                         path,
-                        call.line,
-                        1,
+                        *call.place(name),
                     )
                 )
             for name in (n for n in missing if n not in meant):  # (a misspelt one is named once, above)
@@ -219,15 +215,16 @@ def local_params(directive: Directive, tools: Mapping[str, ToolManifest], path: 
                     Problem(
                         f'step "{step.name}": {call.tool} requires <param name="{name}">, which the step leaves out',
                         path,
-                        call.line,
-                        1,
+                        *call.place(),
                     )
                 )
             literal = {n: v for n, v in call.params.items() if n not in unknown and not placeholders(v)}
             try:
                 coerce_step_arguments(call.tool, literal, literal, schema)
             except ArgumentError as exc:
-                problems.append(Problem(f'step "{step.name}": {exc.reason} ({exc.hint})', path, call.line, 1))
+                problems.append(
+                    Problem(f'step "{step.name}": {exc.reason} ({exc.hint})', path, *call.place())
+                )
     return problems
 
 
