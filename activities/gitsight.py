@@ -32,6 +32,19 @@ def hidden_tool_file(rel: str) -> bool:
 # Kiwi's settings, records and state, a project's or a nested one's: never committed, whatever a grant names.
 _SECRET_FOLDERS = (".ai/config", ".ai/logs", ".ai/.cache")
 
+# The same places as git pathspecs, which a checkpoint's tree leaves out (``git rm --cached``): secret_place's
+# folders (the project's, and a nested project's: review s35, a checkpoint took
+# `services/api/.ai/tools/t/.env` into its ref), ``.kiwi``, and the tools' hidden files.
+SECRET_PATHSPECS = (
+    *_SECRET_FOLDERS,
+    ".kiwi",
+    *(f":(glob){folder}/**/.*" for folder in TOOL_FOLDERS),
+    *(f":(glob){folder}/**/.*/**" for folder in TOOL_FOLDERS),
+    *(f":(glob,icase)**/{folder}/**" for folder in _SECRET_FOLDERS),
+    *(f":(glob,icase)**/{folder}/**/.*" for folder in TOOL_FOLDERS),
+    *(f":(glob,icase)**/{folder}/**/.*/**" for folder in TOOL_FOLDERS),
+)
+
 
 def secret_place(rel: str) -> bool:
     """Kiwi's settings, records or state (``.ai/config``, ``.ai/logs``, ``.ai/.cache``, ``.kiwi``; a nested

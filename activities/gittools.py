@@ -16,7 +16,7 @@ from temporalio import activity
 from activities import confinement, gitnamed, setaside
 from activities.diskchecks import _denied, _stamp
 from activities.filesystem import confine, relative, settings_named
-from activities.gitsight import GitSight, chunks, quoted, secret_place, split_z
+from activities.gitsight import SECRET_PATHSPECS, GitSight, chunks, quoted, secret_place, split_z
 from activities.placewatch import _made_and_aside, _Watch
 from activities.process import kiwi_git, run_process
 from activities.repochecks import git_identity, git_repository_settings
@@ -85,18 +85,6 @@ KIWI_PRIVATE = (".ai/logs/", ".ai/.cache/")
 # folder reads. Hostile review s34: a checkpoint's `git add -A` put a tool's `.env` and `.ai/config` into
 # refs/kiwi/checkpoints/RUN/N, where `git grep SECRET REF` printed them, and git.commit with no paths committed
 # them to the human's branch. (Rollbacks never touch protected places: see _rolled_back.)
-SECRET_PATHSPECS = (
-    ".ai/config",
-    ".ai/logs",
-    ".ai/.cache",
-    ".kiwi",
-    *(f":(glob){folder}/**/.*" for folder in confinement.TOOL_FOLDERS),
-    *(f":(glob){folder}/**/.*/**" for folder in confinement.TOOL_FOLDERS),
-    # A nested project's too (review s35: a checkpoint took `services/api/.ai/tools/t/.env` into its ref).
-    *(f":(glob,icase)**/.ai/{place}/**" for place in ("config", "logs", ".cache")),
-    *(f":(glob,icase)**/{folder}/**/.*" for folder in confinement.TOOL_FOLDERS),
-    *(f":(glob,icase)**/{folder}/**/.*/**" for folder in confinement.TOOL_FOLDERS),
-)
 
 
 def _own(path: str) -> bool:
