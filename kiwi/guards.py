@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from typing import Any
 
-from kiwi.policy import BUILTIN_TOOLS, KIWI_MCP_TOOLS
+from kiwi.policy import BUILTIN_TOOLS, KIWI_MCP_TOOLS, parse_command
 
 # Argument keys whose values are credentials. Anywhere in the key: these words are never an
 # ordinary name ("max_tokens" is redacted too: better a hidden number than a leaked token).
@@ -150,6 +151,42 @@ def summarise_call(tool: str, args: dict[str, Any]) -> str:
     else:
         detail = ""
     return f"{tool} {detail}".strip()[:200]
+
+
+# How much of a call a human approving it reads (ApprovalRequest.summary); past it the cut is said.
+APPROVAL_SUMMARY_CHARS = 2000
+
+
+def approval_summary(tool: str, args: dict[str, Any]) -> str:
+    """What a human deciding on a call reads: the tool and every argument it is called with (hostile review s36:
+    the summary was the Temporal UI's, cut at 200 characters with no mark, so `rm notes/tmp.txt` + 240 spaces +
+    `notes/important.md` showed as `rm notes/tmp.txt`, and a tool other than filesystem.* and shell.run showed
+    no argument at all). A shell command is shown as the words it runs (each quoted where it needs to be, so
+    spacing hides nothing), anything else as its JSON; a summary past APPROVAL_SUMMARY_CHARS says it was cut."""
+    rest = dict(args)
+    detail = ""
+    if tool.startswith("filesystem.") and isinstance(args.get("path", args.get("source")), str):
+        key = "path" if "path" in args else "source"
+        detail = shlex.quote(rest.pop(key))
+        if isinstance(args.get("destination"), str):
+            detail += f" -> {shlex.quote(rest.pop('destination'))}"
+    elif tool == "shell.run":
+        argv = parse_command(args)
+        if isinstance(argv, list):
+            detail = shlex.join(argv)
+            rest.pop("command", None)
+            rest.pop("argv", None)
+    if rest:
+        shown = json.dumps(rest, ensure_ascii=False, sort_keys=True, default=str)
+        detail = f"{detail} {shown}" if detail else shown
+    text = f"{tool} {detail}".strip()
+    if len(text) > APPROVAL_SUMMARY_CHARS:
+        cut = len(text) - APPROVAL_SUMMARY_CHARS
+        text = (
+            f"{text[:APPROVAL_SUMMARY_CHARS]} …[{cut:,} more characters not shown: the whole call is the "
+            "approval_requested record of `kiwi audit RUN --json`; deny what you cannot read]"
+        )
+    return text
 
 
 def summarise_result(result: Any) -> str:

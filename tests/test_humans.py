@@ -939,3 +939,45 @@ async def test_a_run_cancelled_while_its_step_waits_for_an_approval_ends_cancell
     assert result.status == "cancelled", result
     assert (await runs.status(run_id)).status == "cancelled"
     assert (project / "notes" / "old.txt").exists()
+
+
+async def test_attack_a_call_padded_past_the_summary_is_shown_whole_to_its_approver(runs, project):
+    """Hostile review s36: the approval summary was the Temporal UI's, cut at 200 characters with no mark. An
+    agent sent `rm notes/tmp.txt` + 240 spaces + `notes/important.md`; `kiwi approvals` showed `shell.run rm
+    notes/tmp.txt`, the human approved, and notes/important.md was gone. And a tool other than filesystem.*
+    and shell.run (here git.rollback, whose checkpoint the agent picks) showed no argument at all. The
+    approver now reads the words the command runs and every argument."""
+    from tests.helpers import kiwi_cli
+
+    setup(
+        project,
+        harness="approvals:\n  tools: [shell.run, git.rollback]\n",
+        body='<step name="work"><action>Tidy notes.</action></step>',
+    )
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md(
+            '<step name="work"><action>Tidy notes.</action></step>',
+            name="tidy",
+            permissions=GRANTS + '<execute resource="shell" commands="rm"/>',
+        ),
+    )
+    write(project / "notes" / "tmp.txt", "scratch")
+    write(project / "notes" / "important.md", "keep me")
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+    padded = "rm notes/tmp.txt" + " " * 240 + "notes/important.md"
+    call = asyncio.create_task(runs.call_tool(run_id, "shell.run", {"command": padded}))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the call to ask")
+    assert request.summary == "shell.run rm notes/tmp.txt notes/important.md", request.summary
+    where = ("--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue)
+    code, out, _ = await kiwi_cli("approvals", *where, cwd=project)
+    assert code == 0 and f"{request.request_id}: shell.run rm notes/tmp.txt notes/important.md" in out, out
+    await runs.decide_approval(run_id, request.request_id, False, by="alice")
+    assert (await call).status == "denied"
+    assert (project / "notes" / "important.md").read_text() == "keep me"
+    rollback = asyncio.create_task(runs.call_tool(run_id, "git.rollback", {"checkpoint": f"{run_id}/7"}))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the rollback to ask")
+    assert request.summary == f'git.rollback {{"checkpoint": "{run_id}/7"}}', request.summary
+    await runs.decide_approval(run_id, request.request_id, False, by="alice")
+    assert (await rollback).status == "denied"

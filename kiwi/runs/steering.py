@@ -24,7 +24,7 @@ from kiwi.contracts import (
     parent_hold_reason,
 )
 from kiwi.errors import DecisionRefused, InputInvalid, KiwiError, RunFinished, RunStateConflict
-from kiwi.guards import summarise_call
+from kiwi.guards import approval_summary
 from kiwi.keys import default_key, human_message, load_private, sign_bytes
 from kiwi.runs.shared import DECISION_WAIT_SECONDS, _approval_answered, _escalation_answered, _translate
 from kiwi.snapshot import signed_decision
@@ -173,7 +173,7 @@ class RunSteering:
                 request_id=i,
                 tool=str(asked[i].get("tool", "")),
                 args_hash=str(asked[i].get("args_hash", "")),
-                summary=summarise_call(str(asked[i].get("tool", "")), asked[i].get("arguments") or {}),
+                summary=approval_summary(str(asked[i].get("tool", "")), asked[i].get("arguments") or {}),
                 requested_by=str(asked[i].get("requested_by", "")),
                 requested_at=str(asked[i].get("time", "")),
                 expires_at=str(asked[i].get("expires_at", "")),

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
         parent_hold_reason,
     )
     from kiwi.errors import ApprovalCancelled, ApprovalRejected, ApprovalTimedOut, RunStateConflict
-    from kiwi.guards import digest, redact, summarise_call
+    from kiwi.guards import approval_summary, digest, redact
     from kiwi.keys import approval_message, human_message, verify_bytes
 
 from workflows.directive_run.options import (
@@ -74,7 +74,7 @@ class HumansMixin:
             request_id=f"approval-{seq}",
             tool=tool,
             args_hash=digest([tool, args]),
-            summary=summarise_call(tool, args),
+            summary=approval_summary(tool, args),
             requested_by=client,
             origin=origin,
             step=step,
