@@ -385,6 +385,17 @@ class GitActivities:
             ).splitlines()
             if _rolled_back(p) and gitnamed.in_the_way(named, p, [], below=True) is None
         }
+        left: list[str] = []
+        if req.write_grants is not None:
+            # Only what the run may write is restored or removed (hostile review s36: a run granted notes/**
+            # overwrote a human's edit under src/ and deleted their new file). What else differs from the
+            # checkpoint is left as it is, and named.
+            sight = GitSight(root, req.write_grants, req.deny_fs)
+            changed = set(split_z(await _git_ok(root, "diff", "--name-only", "-z", commit, "--", ".")))
+            outside = {p for p in kept | now if not sight.sees(p)}
+            left = sorted(p for p in outside if p in changed or (p in now) != (p in kept))
+            kept -= outside
+            now -= outside
         # (A checkpoint's files can make a repository by its layout, or give one the agent's config: the same
         # watch as for a shell command, review s31.)
         real = os.path.realpath(root)
@@ -429,4 +440,5 @@ class GitActivities:
             "commit": commit,
             "restored": len(kept),
             "removed": removed,
+            **({"left_outside_grants": left[:100], "left_count": len(left)} if left else {}),
         }

@@ -762,3 +762,45 @@ async def test_record_deadline_calls_history(runs, project):
         await runs.handle(run_id).result()
     assert (await runs.status(run_id)).status == "timed_out"
     await _save_history(runs.handle(run_id), "deadline_calls", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_rollback_scoped_history(runs, project):
+    """Record tests/histories/rollback_scoped-{patch id}.json: a checkpoint, then an approved git.rollback whose
+    request carries the run's write grants since ROLLBACK_GRANTS (rollback_open-{patch id}.json is the same run
+    recorded by the code before the rule, f353add, whose request carried none)."""
+    import subprocess
+
+    from tests.helpers import approver, directive_md, write_directive
+    from tests.test_humans import pending_approval
+
+    approver("alice")
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [git.rollback]\n")
+    write(project / ".gitignore", ".ai/logs/\n.ai/.cache/\n")
+    write(project / "notes" / "old.txt", "old")
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md(
+            '<step name="work"><action>Tidy notes.</action></step>',
+            name="tidy",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
+            '<execute resource="tool" id="git.checkpoint"/><execute resource="tool" id="git.rollback"/>',
+        ),
+    )
+    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=project, check=True)
+    subprocess.run([*git, "add", "."], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "base"], cwd=project, check=True)
+    run_id = await runs.start("tidy", {})
+    await awaiting_step(runs, run_id, "work")
+    assert (await runs.call_tool(run_id, "git.checkpoint", {"message": "before"})).status == "ok"
+    write(project / "notes" / "old.txt", "edited")
+    rollback = asyncio.create_task(runs.call_tool(run_id, "git.rollback", {}))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the rollback to ask")
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    assert (await asyncio.wait_for(rollback, 60)).status == "ok"
+    await runs.complete_step(run_id, "work", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "rollback_scoped", project)

@@ -362,6 +362,38 @@ async def test_checkpoint_and_approved_rollback_on_a_real_repository(runs, proje
     assert [c["checkpoint"] for c in (await runs.status(run_id)).checkpoints] == [made.result["checkpoint"]]
 
 
+async def test_attack_a_rollback_restores_and_removes_only_what_the_run_may_write(runs, project):
+    """Hostile review s36: a run granted `write notes/**` took a checkpoint; the human then edited the tracked
+    src/app.py and made src/new_feature.py; the agent's approved rollback made src/app.py the checkpoint's and
+    deleted the human's new file, which no checkpoint held. A rollback now restores and removes only what the
+    run may write, and names what else it left as it is."""
+    setup(project)
+    write(project / ".gitignore", ".ai/logs/\n.ai/.cache/\n")
+    write(project / "src" / "app.py", "v1\n")
+    git(project, "init", "-q", "-b", "main")
+    git(project, "-c", "user.email=t@example.com", "-c", "user.name=t", "add", ".")
+    git(project, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q", "-m", "base")
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+    made = await runs.call_tool(run_id, "git.checkpoint", {"message": "before"})
+    assert made.status == "ok" and made.result["available"], made
+    write(project / "src" / "app.py", "v2 human work\n")  # (the human's, outside the run's grants)
+    write(project / "src" / "new_feature.py", "human's new file\n")
+    write(project / "notes" / "old.txt", "the agent's edit")  # (the run's to write: notes/**)
+    write(project / "notes" / "scratch.txt", "the agent's new file")
+    rollback = asyncio.create_task(runs.call_tool(run_id, "git.rollback", {}))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="rollback to ask for approval")
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    rolled = await asyncio.wait_for(rollback, timeout=30)
+    assert rolled.status == "ok", rolled
+    assert (project / "src" / "app.py").read_text() == "v2 human work\n"
+    assert (project / "src" / "new_feature.py").read_text() == "human's new file\n"
+    assert (project / "notes" / "old.txt").read_text() == "old"
+    assert not (project / "notes" / "scratch.txt").exists()
+    assert rolled.result["removed"] == ["notes/scratch.txt"], rolled.result
+    assert rolled.result["left_outside_grants"] == ["src/app.py", "src/new_feature.py"], rolled.result
+
+
 async def test_help_checkpoint_says_whether_the_run_takes_one(runs, project, temporal_env):
     """README trial s33: help(action='checkpoint') answered 'checkpoint_recorded ... a git checkpoint is
     taken' for a run whose grants refused it (the audit trail said help_checkpoint_denied, no ref was made):

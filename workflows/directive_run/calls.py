@@ -50,6 +50,7 @@ from workflows.directive_run.options import (
     MUTATING_TOOLS,
     RECENT_CALLS,
     RETRY,
+    ROLLBACK_GRANTS,
     TOOL_EXECUTORS,
 )
 from workflows.directive_run.task_budget import json_bytes
@@ -334,9 +335,14 @@ class CallsMixin:
                 args.get("checkpoint")
                 or (self.state.checkpoints[-1]["checkpoint"] if self.state.checkpoints else "")
             )
+            scope = (
+                {"write_grants": snap.grants.fs_write, "deny_fs": snap.grants.deny_fs}
+                if rule_in_force(ROLLBACK_GRANTS)
+                else {}
+            )
             value = await workflow.execute_activity_method(
                 GitActivities.git_rollback,
-                GitRequest(project_root=root, run_id=snap.run_id, checkpoint=checkpoint),
+                GitRequest(project_root=root, run_id=snap.run_id, checkpoint=checkpoint, **scope),
                 **{**options, "summary": f"git rollback to {checkpoint}"},
             )
             self.audit.record({"event": "rolled_back", "checkpoint": checkpoint})

@@ -173,6 +173,10 @@ DEADLINE_BETWEEN_CALLS = "kiwi-deadline-between-calls-s34"
 # cancelled; the call's refusal (ApprovalCancelled) failed the step, and the run ended failed. Asked only where it
 # changes the answer: a step's call that did not succeed after the run was cancelled.
 CANCELLED_NOT_FAILED = "kiwi-cancelled-not-failed-s35"
+# Since session 36 (hostile review): git.rollback restores and removes only what the run may write; it made the
+# whole project its checkpoint's, overwrote a human's edit under src/ and deleted their new file in a run granted
+# notes/** alone. Asked for each git.rollback call (its request carries the run's write grants).
+ROLLBACK_GRANTS = "kiwi-rollback-grants-s36"
 # Escapes closed: approval decisions need an approver's signature, help(checkpoint) needs the
 # git.checkpoint grant, child runs inherit approval rules and share the parent's rate budget, tool
 # arguments are checked before anything is scheduled (a wrong one is InputInvalid, never a failed
