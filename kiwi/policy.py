@@ -85,6 +85,10 @@ class PermissionEntry(BaseModel):
     attrs: dict[str, str] = Field(default_factory=dict)
     line: int = 0
 
+    def written(self) -> str:
+        """The element as a human reads it in the file: ``<read resource="filesystem" path="src/**"/>``."""
+        return "<" + " ".join([self.tag, *(f'{k}="{v}"' for k, v in self.attrs.items())]) + "/>"
+
 
 class Decision(BaseModel):
     """The answer to one permission check."""

@@ -157,6 +157,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"     {p}")
         if r.get("signature"):
             print(f"     signature: {r['signature']}")
+        if "grants" in r:
+            print(f"     grants: {' '.join(r['grants']) or '(none)'}")
         for step in r.get("steps", []):
             if step.get("stops"):
                 print(f"     step {step['step']}: the run stops there, refusing its call (above)")
@@ -262,6 +264,8 @@ def cmd_sign(args: argparse.Namespace) -> int:
         report.append({"path": str(path), "signed": True, "signer": signer, "trusted": trusted})
         if not args.json:
             print(f"signed {path} as {signer}")
+            if "grants" in result:  # (what the signature gives its runs, as the file writes it)
+                print(f"  grants: {' '.join(result['grants']) or '(none)'}")
         if not trusted:
             # README trial s34: a key trusted to approve only signed "fine", and the directive's runs got the base
             # policy; validate said "NOT by a trusted key" later.
@@ -486,6 +490,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                 print(f"  {p}")
             if isinstance(parsed, Directive):
                 print(f"  version {parsed.version}: {parsed.metadata.description}")
+                written = " ".join(entry.written() for entry in parsed.metadata.permissions)
+                print(f"  grants: {written or '(none)'}")
                 for spec in parsed.inputs:
                     print(
                         f"  input {spec.name} ({spec.type}{', required' if spec.required else ''}) {spec.description}"

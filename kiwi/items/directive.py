@@ -32,7 +32,11 @@ INPUT_TYPES = ("string", "integer", "number", "boolean", "array", "object")
 CHECKPOINT_MODES = ("auto", "explicit", "disabled")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
-_FENCE = re.compile(r"^ {0,3}(```+|~~~+)\s*([\w+-]*)\s*$")
+# A fence and its info string's first word, the block's language: "```xml directive" is an xml block, as a
+# Markdown viewer shows it (hostile review s36: Kiwi took it for no fence, and ran a block hidden elsewhere).
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^`]*$")
+# An HTML comment's start at a line's start: what it holds a Markdown viewer never shows.
+_COMMENT = re.compile(r"^ {0,3}<!--")
 
 KNOWN_METADATA = {
     "description",
@@ -262,6 +266,27 @@ def find_xml_block(text: str, path: str = "") -> tuple[str, int]:
     blocks: list[tuple[int, int]] = []
     i = 0
     while i < len(lines):
+        if _COMMENT.match(lines[i]):
+            # Hidden from whoever reads the rendered file, so nothing in it is read as the directive, and a
+            # <directive> there is refused: the grants a human reviews are the ones that run (review s36).
+            j = i
+            while j < len(lines) and "-->" not in lines[j][(lines[j].index("<!--") + 4) if j == i else 0 :]:
+                j += 1
+            if any("<directive" in ln for ln in lines[i : j + 1]):
+                raise ItemInvalid(
+                    [
+                        Problem(
+                            f"a <directive> inside an HTML comment (lines {i + 1}-{min(j, len(lines) - 1) + 1}), "
+                            "which a rendered view of the file hides; a directive file shows all it holds: remove "
+                            "it",
+                            path,
+                            i + 1,
+                            1,
+                        )
+                    ]
+                )
+            i = j + 1
+            continue
         m = _FENCE.match(lines[i])
         if m:
             fence, lang = m.group(1), m.group(2).lower()

@@ -349,6 +349,8 @@ def validate_file(
             pass
     if isinstance(parsed, Directive):
         result["item_id"] = parsed.name
+        # What a signature of it grants, as written (review s36: a human signed grants validate never showed).
+        result["grants"] = [entry.written() for entry in parsed.metadata.permissions]
         names = frozenset(local_tools)
         result["steps"] = [p.model_dump() for p in parsed.plan(names)]
         misspelt = unknown_builtins(parsed, str(path), names)
