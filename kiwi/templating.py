@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from typing import Any
 
 from kiwi.errors import InputInvalid
@@ -93,6 +94,27 @@ def render(value: Any, context: dict[str, Any]) -> Any:
         return found if isinstance(found, str) else json.dumps(found)
 
     return _PLACEHOLDER.sub(one, value)
+
+
+def command_words(tool: str, params: dict[str, Any], context: dict[str, Any]) -> list[str] | None:
+    """A step's ``shell.run`` ``command`` with placeholders, split into the words the directive wrote and each
+    rendered by itself: a value is part of one word, never more words (README trial s36: an input
+    ``src/fruits.txt -o notes/pwn.txt`` into ``sort {file}`` gave sort an option the directive never wrote).
+    None for another call, a command without a placeholder, or one that cannot be split."""
+    template = params.get("command")
+    if (
+        tool != "shell.run"
+        or "argv" in params
+        or not isinstance(template, str)
+        or not _PLACEHOLDER.search(template)
+    ):
+        return None
+    try:
+        words = shlex.split(template)
+    except ValueError:
+        return None
+    rendered = [render(word, context) for word in words]
+    return [value if isinstance(value, str) else json.dumps(value) for value in rendered]
 
 
 def coerce_input(kind: str, value: Any) -> Any:

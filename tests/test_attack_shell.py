@@ -1359,3 +1359,32 @@ def test_the_last_of_h_l_p_decides_whether_cp_and_ln_follow_a_source_link(tmp_pa
             diskchecks._checked_cwd(request(*argv))
     with pytest.raises(ApplicationError, match="a link keeps its text"):
         diskchecks._checked_cwd(request("ln", "-L", "-P", "a/b/c/L", "out"))
+
+
+async def test_attack_an_input_is_one_word_of_a_steps_command(runs, project):
+    """README trial s36: a step's `sort {file}`, run with the input `src/fruits.txt -o notes/pwn.txt`, became
+    `sort src/fruits.txt -o notes/pwn.txt`: whoever gives the inputs (an agent starting the run) gave the program
+    an option the directive's author never wrote, and it wrote notes/pwn.txt. A placeholder's value is now part
+    of the one word the directive wrote."""
+    write(project / "src" / "fruits.txt", "pear\napple\n")
+    write_directive(
+        project / ".ai" / "directives" / "sorter.md",
+        directive_md(
+            '<step name="sorted"><tool_call tool="shell.run"><param name="command">sort {file}</param>'
+            "</tool_call></step>"
+            '<step name="look"><action>Look at the result.</action></step>',
+            name="sorter",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
+            '<execute resource="shell" commands="sort"/>',
+            inputs='<input name="file" type="string" required="true"/>',
+        ),
+    )
+    run_id = await runs.start("sorter", {"file": "src/fruits.txt -o notes/pwn.txt"})
+    await wait_for(lambda: waits_for_agent(runs, run_id), what="the agent step")
+    result = (await runs.status(run_id)).steps[0].outputs["result"]
+    assert result["exit_code"] != 0 and "src/fruits.txt -o notes/pwn.txt" in result["stderr"], result
+    assert not (project / "notes" / "pwn.txt").exists()
+    fine = await runs.start("sorter", {"file": "src/fruits.txt"})
+    await wait_for(lambda: waits_for_agent(runs, fine), what="the agent step")
+    result = (await runs.status(fine)).steps[0].outputs["result"]
+    assert result["exit_code"] == 0 and result["stdout"] == "apple\npear\n", result

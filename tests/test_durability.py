@@ -804,3 +804,28 @@ async def test_record_rollback_scoped_history(runs, project):
     await runs.complete_step(run_id, "work", {"done": True})
     await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "rollback_scoped", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_command_words_history(runs, project):
+    """Record tests/histories/command_words-{patch id}.json: a step's `sort {file}` run with an input holding a
+    space, one word of the command since COMMAND_WORDS (command_open-{patch id}.json is the same run recorded by
+    the code before the rule, b083a12, where the input became two words)."""
+    write(project / "src" / "a b.txt", "pear\napple\n")
+    write_directive(
+        project / ".ai" / "directives" / "sorter.md",
+        directive_md(
+            '<step name="sorted"><tool_call tool="shell.run"><param name="command">sort {file}</param>'
+            '</tool_call></step><step name="look"><action>Look at the result.</action></step>',
+            name="sorter",
+            permissions='<read resource="filesystem" path="**"/><execute resource="shell" commands="sort"/>',
+            inputs='<input name="file" type="string" required="true"/>',
+        ),
+    )
+    run_id = await runs.start("sorter", {"file": "src/a b.txt"})
+    await awaiting_step(runs, run_id, "look")
+    await runs.complete_step(run_id, "look", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "command_words", project)

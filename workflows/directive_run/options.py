@@ -177,6 +177,10 @@ CANCELLED_NOT_FAILED = "kiwi-cancelled-not-failed-s35"
 # whole project its checkpoint's, overwrote a human's edit under src/ and deleted their new file in a run granted
 # notes/** alone. Asked for each git.rollback call (its request carries the run's write grants).
 ROLLBACK_GRANTS = "kiwi-rollback-grants-s36"
+# Since session 36 (README trial): a step's templated shell.run command is split into the words the directive
+# wrote before its placeholders are filled, each value part of one word (kiwi.templating.command_words); an input
+# `src/fruits.txt -o notes/pwn.txt` gave `sort {file}` an option. Asked only where the words differ.
+COMMAND_WORDS = "kiwi-command-words-s36"
 # Escapes closed: approval decisions need an approver's signature, help(checkpoint) needs the
 # git.checkpoint grant, child runs inherit approval rules and share the parent's rate budget, tool
 # arguments are checked before anything is scheduled (a wrong one is InputInvalid, never a failed

@@ -15,8 +15,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from kiwi.guards import redact
     from kiwi.items.directive import Step, plan_step
+    from kiwi.policy import parse_command
     from kiwi.rules import rule_in_force
-    from kiwi.templating import render
+    from kiwi.templating import command_words, render
     from kiwi.toolargs import ArgumentError, coerce_step_arguments, oversized_command
 
 from workflows.directive_run.errors import (
@@ -26,6 +27,7 @@ from workflows.directive_run.options import (
     APPROVAL_STATUS_KEPT,
     AUDIT_IDLE_FLUSH,
     CANCELLED_NOT_FAILED,
+    COMMAND_WORDS,
     CONTINUE_COMMIT_TIMER,
     DEADLINE_BETWEEN_CALLS,
     HELD,
@@ -101,6 +103,9 @@ class StepsMixin:
                             )
                         except ArgumentError as exc:
                             raise StepAborted(f"step '{step.name}': {exc.reason} ({exc.hint})") from None
+                    words = command_words(call.tool, call.params, self._context())
+                    if words is not None and parse_command(args) != words and rule_in_force(COMMAND_WORDS):
+                        args = {**{k: v for k, v in args.items() if k != "command"}, "argv": words}
                     command = oversized_command(call.tool, args)
                     if command is not None and workflow.patched(STEP_COMMAND_CAPPED):
                         raise StepAborted(f"step '{step.name}': {command.reason} ({command.hint})")
