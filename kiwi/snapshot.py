@@ -65,6 +65,26 @@ def _not_runnable(store: ItemStore, tool: str) -> str:
     return f"tool '{tool}', which is not a local tool"
 
 
+def _harness_names_its_tools(store: ItemStore, harness: Any, local_tools: Any) -> None:
+    """Refuse to start a run, or take a call outside one, while the harness names a tool that is none (README
+    trial s36: `approvals.tools: [shell.rn]` failed `kiwi validate`, yet runs went on with no approval asked of
+    shell.run: a rule that names no tool protects nothing, so the harness is mended first)."""
+    from kiwi.harness import PROJECT_FILE
+    from kiwi.items.validation import harness_tool_problems
+
+    errors = [
+        p
+        for p in harness_tool_problems(store.project_root, harness, PROJECT_FILE, local_tools)
+        if p.severity == "error"
+    ]
+    if errors:
+        raise InputInvalid(
+            "agent_harness.yaml names a tool that is none, so its rule would hold nothing: "
+            + "; ".join(p.message for p in errors),
+            hint=f"fix the name in {PROJECT_FILE} (or the user's), then try again; `kiwi validate .ai` checks it",
+        )
+
+
 def build_snapshot(
     store: ItemStore,
     name: str,
@@ -91,6 +111,7 @@ def build_snapshot(
                 hint="add it under .ai/tools/ or fix the tool id (run `kiwi search` to list tools)",
             )
     harness = load_harness(store.project_root, store.user)
+    _harness_names_its_tools(store, harness, specs)
     trusted = load_trusted(store.project_root, store.user)
     limits = harness.limits.model_copy(
         update={"deadline_seconds": deadline_seconds, "approvers": trusted.with_role("approve")}
@@ -198,6 +219,7 @@ def build_session_snapshot(
 ) -> RunSnapshot:
     """A project's session: the harness's base policy, one step that waits forever."""
     harness = load_harness(store.project_root, store.user)
+    _harness_names_its_tools(store, harness, local_tool_specs(store))
     registry = load_registry(store.project_root, store.user)
     directive = Directive(
         name="session",

@@ -1013,3 +1013,21 @@ async def test_attack_a_call_padded_past_the_summary_is_shown_whole_to_its_appro
     assert request.summary == f'git.rollback {{"checkpoint": "{run_id}/7"}}', request.summary
     await runs.decide_approval(run_id, request.request_id, False, by="alice")
     assert (await rollback).status == "denied"
+
+
+async def test_attack_a_misspelt_tool_in_the_harness_approvals_holds_runs_until_mended(runs, project):
+    """README trial s36: `approvals.tools: [git.rollback, shell.rn]` failed `kiwi validate` and `kiwi doctor`,
+    yet `kiwi call shell.run` answered ok and a run went past its shell step with no approval asked: the rule the
+    human wrote held nothing. Runs and calls outside a run are refused, naming the typo, until it is mended."""
+    from kiwi.errors import InputInvalid as Refused
+
+    setup(project, harness="approvals:\n  tools: [git.rollback, shell.rn]\n")
+    with pytest.raises(Refused, match=r"'shell\.rn' is no tool of Kiwi's: did you mean shell\.run\?"):
+        await runs.start("tidy", {})
+    with pytest.raises(Refused, match="agent_harness.yaml names a tool that is none"):
+        await runs.session_call("agent", "filesystem.read", {"path": "notes/old.txt"})
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [git.rollback, shell.run]\n"
+    )
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
