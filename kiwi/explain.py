@@ -156,11 +156,11 @@ def outside_run_hint(status: str, hint: str, tool: str, local_tools: Any, *, age
     grant = base_policy_grant(tool, local_tools, hint)
     if agent:
         return (
-            f"outside a run the base policy applies: a human adds `{grant}` to .ai/config/agent_harness.yaml; "
+            f"outside a run the base policy applies: a human merges `{grant}` into .ai/config/agent_harness.yaml (into its internal_tools: when it has one); "
             "or run a directive that grants it (execute(item_type='directive', action='run', ...)) and call "
             "with its run_id"
         )
     return (
-        f"outside a run the base policy applies: add `{grant}` to .ai/config/agent_harness.yaml; or start a "
+        f"outside a run the base policy applies: merge `{grant}` into .ai/config/agent_harness.yaml (into its internal_tools: when it has one); or start a "
         "run of a directive that grants it (`kiwi run NAME`) and make the call in it with --run RUN_ID"
     )

@@ -99,7 +99,8 @@ def render(value: Any, context: dict[str, Any]) -> Any:
 def command_words(tool: str, params: dict[str, Any], context: dict[str, Any]) -> list[str] | None:
     """A step's ``shell.run`` ``command`` with placeholders, split into the words the directive wrote and each
     rendered by itself: a value is part of one word, never more words (README trial s36: an input
-    ``src/fruits.txt -o notes/pwn.txt`` into ``sort {file}`` gave sort an option the directive never wrote).
+    ``src/fruits.txt -o notes/pwn.txt`` into ``sort {file}`` gave sort an option the directive never wrote). A
+    word that is exactly one placeholder of a list (an ``array`` input) is its items, a word each.
     None for another call, a command without a placeholder, or one that cannot be split."""
     template = params.get("command")
     if (
@@ -113,8 +114,15 @@ def command_words(tool: str, params: dict[str, Any], context: dict[str, Any]) ->
         words = shlex.split(template)
     except ValueError:
         return None
-    rendered = [render(word, context) for word in words]
-    return [value if isinstance(value, str) else json.dumps(value) for value in rendered]
+    out: list[str] = []
+    for word in words:
+        value = render(word, context)
+        if isinstance(value, list) and _PLACEHOLDER.fullmatch(word):
+            # (A word that is one placeholder of a list is its items, a word each: the way to pass many.)
+            out += [item if isinstance(item, str) else json.dumps(item) for item in value]
+        else:
+            out.append(value if isinstance(value, str) else json.dumps(value))
+    return out
 
 
 def coerce_input(kind: str, value: Any) -> Any:

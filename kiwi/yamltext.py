@@ -70,6 +70,40 @@ class _BoundedLoader(yaml.SafeLoader):
             self._depth -= 1
 
 
+class YamlDuplicateKey(yaml.YAMLError):
+    """A mapping that names one key twice: YAML keeps the last, so the first block is dropped unread."""
+
+    def __init__(self, key: str, first: Any, again: Any) -> None:
+        self.problem = (
+            f"the key '{key}' is given twice (lines {first.line + 1} and {again.line + 1}); YAML keeps only the "
+            "second, so what the first holds would be dropped: merge the two into one"
+        )
+        super().__init__(self.problem)
+        self.problem_mark = again
+
+
+def _no_duplicate_keys(root: yaml.Node) -> None:
+    """Refuse a mapping with a key given twice (README trial s36: a second `internal_tools:` block, added as a
+    refusal's hint said, replaced the first, and the base policy's reads and tools were gone unsaid)."""
+    seen_nodes: set[int] = set()
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: dict[str, Any] = {}
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    if key.value in keys:
+                        raise YamlDuplicateKey(key.value, keys[key.value], key.start_mark)
+                    keys[key.value] = key.start_mark
+                todo += [key, value]
+        elif isinstance(node, yaml.SequenceNode):
+            todo += node.value
+
+
 def _expanded_size(root: yaml.Node) -> int:
     """How many nodes the document holds once every alias is expanded (as JSON or a copy would see it).
 
@@ -118,6 +152,7 @@ def _parse(text: str) -> Any:
         if node is None:
             return None
         _expanded_size(node)
+        _no_duplicate_keys(node)
         return loader.construct_document(node)
     except RecursionError:
         # (Aliases nest what they name: within the depth limit, a document can still be deeper once
@@ -169,7 +204,7 @@ def _parsed(text: str, path: Path) -> Any:
         return safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        what = "refused YAML" if isinstance(exc, YamlTooLarge) else "malformed YAML"
+        what = "refused YAML" if isinstance(exc, (YamlTooLarge, YamlDuplicateKey)) else "malformed YAML"
         raise ItemInvalid(
             [
                 Problem(

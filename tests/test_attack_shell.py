@@ -1388,3 +1388,28 @@ async def test_attack_an_input_is_one_word_of_a_steps_command(runs, project):
     await wait_for(lambda: waits_for_agent(runs, fine), what="the agent step")
     result = (await runs.status(fine)).steps[0].outputs["result"]
     assert result["exit_code"] == 0 and result["stdout"] == "apple\npear\n", result
+
+
+def test_a_commands_placeholders_fill_words_never_make_them():
+    """kiwi.templating.command_words: the directive's words, each filled by itself; a word that is one
+    placeholder of an array input is its items, a word each (the way a directive passes many paths)."""
+    from kiwi.templating import command_words
+
+    inputs = {"inputs": {"file": "a b -o x", "paths": ["notes/a b.md", "notes/c.md"], "n": 2}}
+    assert command_words("shell.run", {"command": "sort {file}"}, inputs) == ["sort", "a b -o x"]
+    assert command_words("shell.run", {"command": "sort -k{n} '{file}.txt'"}, inputs) == [
+        "sort",
+        "-k2",
+        "a b -o x.txt",
+    ]
+    assert command_words("shell.run", {"command": "ls -l {paths}"}, inputs) == [
+        "ls",
+        "-l",
+        "notes/a b.md",
+        "notes/c.md",
+    ]
+    assert command_words("shell.run", {"command": "ls notes"}, inputs) is None  # (no placeholder: as written)
+    assert (
+        command_words("shell.run", {"argv": ["ls", "{file}"]}, inputs) is None
+    )  # (argv: one word each already)
+    assert command_words("filesystem.read", {"path": "{file}"}, inputs) is None

@@ -681,7 +681,8 @@ async def test_attack_a_step_command_filled_with_a_huge_input_fails_the_step_bef
     status = await runs.status(run_id)
     assert status.status == "failed", status
     assert (
-        f"step 'list': shell.run: the command is 330,003 bytes, over the limit of {MAX_COMMAND_BYTES:,}"
+        # (The input is one word of the command since s36: its words with a separator after each.)
+        f"step 'list': shell.run: the command is 330,004 bytes, over the limit of {MAX_COMMAND_BYTES:,}"
         in (status.error)
     ), status.error
     assert "fewer paths per command" in status.error

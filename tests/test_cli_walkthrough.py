@@ -140,12 +140,15 @@ async def test_a_call_outside_a_run_refused_names_agent_harness_not_permissions(
     )
     assert code == 1 and "denied" in out
     assert "<permissions>" not in out, out
-    assert 'add `internal_tools: {filesystem: {write: ["notes/**"]}}` to .ai/config/agent_harness.yaml' in out
+    assert (
+        'merge `internal_tools: {filesystem: {write: ["notes/**"]}}` into .ai/config/agent_harness.yaml'
+        in out
+    )
     assert "`kiwi run NAME`" in out and "--run RUN_ID" in out
     assert not (project / "notes" / "x.md").exists()
     # The line names the program the call ran, not a placeholder (README trial s35).
     code, out, _ = await kiwi_cli("call", "shell.run", '{"command": "wc -l README.md"}', *connection(runs))
-    assert code == 1 and "add `internal_tools: {shell: {allowed_commands: [wc]}}`" in out, out
+    assert code == 1 and "merge `internal_tools: {shell: {allowed_commands: [wc]}}`" in out, out
     code, out, _ = await kiwi_cli("call", "kiwi-mcp.search", '{"query": "hello"}', *connection(runs))
     assert code == 1 and "outside a run, use `kiwi search` instead" in out, out
     # A run's id typed where the tool goes: said to be a run's id, and where it goes (README trial s33).

@@ -489,3 +489,26 @@ def test_validate_show_and_sign_print_the_grants_a_signature_gives(project, caps
     assert f"  grants: {shown}\n" in capsys.readouterr().out
     assert kiwi(["sign", str(path)]) == 0
     assert f"signed {path} as " in (out := capsys.readouterr().out) and f"  grants: {shown}\n" in out, out
+
+
+def test_a_key_given_twice_in_a_settings_file_is_an_error_naming_both_lines(project, capsys):
+    """README trial s36: the refusal's hint said to add `internal_tools: {filesystem: {write: [...]}}`; added below
+    the file's own `internal_tools:` block, YAML kept only the second, validate said ok, and the base policy's
+    reads and tools were gone. A key given twice is an error naming both lines, and runs refuse the file."""
+    harness = project / ".ai" / "config" / "agent_harness.yaml"
+    text = harness.read_text() + 'internal_tools: {filesystem: {write: ["notes/**"]}}\n'
+    second = len(text.splitlines())
+    first = next(n for n, line in enumerate(text.splitlines(), 1) if line.startswith("internal_tools:"))
+    write(harness, text)
+    assert kiwi(["validate", str(harness)]) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"agent_harness.yaml:{second}:1: refused YAML: the key 'internal_tools' is given twice (lines {first} and {second})"
+        in out
+    ), out
+    from kiwi.errors import ItemInvalid
+    from kiwi.harness import load_harness
+    from kiwi.items.store import user_space
+
+    with pytest.raises(ItemInvalid, match="given twice"):
+        load_harness(project, user_space())
