@@ -829,3 +829,42 @@ async def test_record_command_words_history(runs, project):
     await runs.complete_step(run_id, "look", {"done": True})
     await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "command_words", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_stuck_kept_history(runs, project):
+    """Record tests/histories/stuck_kept-{patch id}.json: an agent stuck past the attempts a human is asked
+    after, then an escalation answered: held until resumed since STUCK_HOLD_KEPT (stuck_open-{patch id}.json is
+    the same run recorded by the code before the rule, a09a354, where the answer released it)."""
+    from kiwi.contracts import HelpRequest
+    from tests.helpers import approver
+
+    approver("alice")
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md(
+            '<step name="work"><action>Tidy notes.</action></step>',
+            name="tidy",
+            permissions='<read resource="filesystem" path="**"/>',
+        ),
+    )
+    run_id = await runs.start("tidy", {})
+    await awaiting_step(runs, run_id, "work")
+    await runs.help(run_id, HelpRequest(kind="stuck", reason="cannot sort", attempts=5))
+    await runs.help(
+        run_id, HelpRequest(kind="escalate", reason="a or b?", options=["a", "b"], request_id="d-1")
+    )
+    await runs.decide(run_id, "d-1", "a", by="alice")
+
+    async def answered():
+        status = await runs.status(run_id)
+        return status if [d.answer for d in status.decisions] == ["a"] else None
+
+    if (await wait_for(answered, what="the answer")).status == "awaiting_human":
+        await runs.resume(run_id, "looked", by="alice")
+    await awaiting_step(runs, run_id, "work")
+    await runs.complete_step(run_id, "work", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "stuck_kept", project)

@@ -1031,3 +1031,29 @@ async def test_attack_a_misspelt_tool_in_the_harness_approvals_holds_runs_until_
     )
     run_id = await runs.start("tidy", {})
     await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+
+
+@pytest.mark.parametrize("stuck_first", [True, False], ids=["stuck-then-escalate", "escalate-then-stuck"])
+async def test_a_stuck_agents_hold_is_lifted_by_a_resume_not_by_an_answer(runs, project, stuck_first):
+    """README trial s36: an agent that said it was stuck (5 attempts) was held until a human resumes the run, as
+    the README says; it then escalated an unrelated question, and the human's answer released the run: the
+    agent's own question lifted the hold its being stuck made. In the other order the stuck hold was not kept.
+    Now the answer is taken and the run stays held for the stuck agent until `kiwi resume`."""
+    setup(project)
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: agent_waits(runs, run_id), what="the agent step")
+    stuck = HelpRequest(kind="stuck", reason="the notes will not sort", attempts=5)
+    question = HelpRequest(kind="escalate", reason="a or b?", options=["a", "b"], request_id="decision-q")
+    for request in (stuck, question) if stuck_first else (question, stuck):
+        await runs.help(run_id, request)
+    held = await wait_for(lambda: status_is(runs, run_id, "awaiting_human"), what="the run to be held")
+    await runs.decide(run_id, "decision-q", "a", by="bob")
+
+    async def answered():
+        status = await runs.status(run_id)
+        return status if [d.answer for d in status.decisions] == ["a"] else None
+
+    held = await wait_for(answered, what="the answer to be taken")
+    assert held.status == "awaiting_human" and "the agent is stuck after 5 attempts" in held.waiting_for, held
+    assert await runs.resume(run_id, "looked at it", by="alice")
+    await wait_for(lambda: agent_waits(runs, run_id), what="the run to carry on")

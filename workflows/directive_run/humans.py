@@ -30,11 +30,13 @@ with workflow.unsafe.imports_passed_through():
     from kiwi.errors import ApprovalCancelled, ApprovalRejected, ApprovalTimedOut, RunStateConflict
     from kiwi.guards import approval_summary, digest, redact
     from kiwi.keys import approval_message, human_message, verify_bytes
+    from kiwi.rules import rule_in_force
 
 from workflows.directive_run.options import (
     APPROVAL_AUDITED,
     HELD,
     STUCK_ATTEMPTS_FOR_HUMAN,
+    STUCK_HOLD_KEPT,
 )
 
 if TYPE_CHECKING:
@@ -322,9 +324,17 @@ class HumansMixin:
             {"event": f"help_{request.kind}", "reason": request.reason, "attempts": request.attempts}
         )
         if request.kind == "stuck" and request.attempts > STUCK_ATTEMPTS_FOR_HUMAN:
-            self._hold(
-                "awaiting_human", f"the agent is stuck after {request.attempts} attempts: {request.reason}"
-            )
+            reason = f"the agent is stuck after {request.attempts} attempts: {request.reason}"
+            if (
+                self.state.status == "awaiting_human"
+                and self.state.hold_reason.startswith("escalation ")
+                and rule_in_force(STUCK_HOLD_KEPT)
+            ):
+                # (Held for an escalation already: the hold is now the stuck agent's, which a resume lifts.)
+                self.state.hold_reason = reason
+                self.audit.record({"event": "held", "status": "awaiting_human", "reason": reason})
+            else:
+                self._hold("awaiting_human", reason)
         if self.human_loop and request.kind == "escalate":
             request_id = request.request_id or f"decision-{len(self.state.decisions) + 1}"
             self.state.decisions = [
@@ -507,6 +517,8 @@ class HumansMixin:
             # An answer lifts a hold of the run's own, not the one it owes its held parent (whose resume lifts
             # it): the agent asked in a held child to have a human's answer free it.
             and not (self.holds_children and self._held_for_parent())
+            # Only the escalation's own hold: a stuck agent's waits for a resume (README trial s36).
+            and (self.state.hold_reason.startswith("escalation ") or not rule_in_force(STUCK_HOLD_KEPT))
         ):
             self._release(
                 ResumeRequest(

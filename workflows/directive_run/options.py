@@ -181,6 +181,11 @@ ROLLBACK_GRANTS = "kiwi-rollback-grants-s36"
 # wrote before its placeholders are filled, each value part of one word (kiwi.templating.command_words); an input
 # `src/fruits.txt -o notes/pwn.txt` gave `sort {file}` an option. Asked only where the words differ.
 COMMAND_WORDS = "kiwi-command-words-s36"
+# Since session 36 (README trial): an agent that said it is stuck past STUCK_ATTEMPTS_FOR_HUMAN stays held until a
+# human resumes the run; a human's answer to an escalation lifted that hold too (and a stuck hold met while an
+# escalation held the run was not kept). Asked only where it changes the answer: an answer to a run held for
+# something other than an escalation, and a stuck agent's hold met while an escalation holds the run.
+STUCK_HOLD_KEPT = "kiwi-stuck-hold-kept-s36"
 # Escapes closed: approval decisions need an approver's signature, help(checkpoint) needs the
 # git.checkpoint grant, child runs inherit approval rules and share the parent's rate budget, tool
 # arguments are checked before anything is scheduled (a wrong one is InputInvalid, never a failed
