@@ -242,3 +242,20 @@ def test_a_directive_without_a_version_has_its_other_problems_named_in_the_same_
     assert directive is None
     assert "needs a version attribute" in said and '"Bad-Name" must be snake_case' in said, said
     assert 'step name "a" is used twice' in said, said
+
+
+def test_an_actions_placeholders_that_have_values_are_filled_beside_one_that_has_none():
+    """README trial s36: one misspelt `{steps.sortd.outputs.result.stdout}` in an <action> left every placeholder
+    unfilled, `{top}` too: the agent read neither. Each is filled where it has a value."""
+    from workflows.directive_run.view import render_safe
+
+    context = {
+        "inputs": {"top": 3, "name": "Ada"},
+        "steps": {"sorted": {"outputs": {"result": {"n": [1, 2]}}}},
+    }
+    assert (
+        render_safe("See {steps.sortd.outputs.result.stdout}, write the first {top} for {name}", context)
+        == "See {steps.sortd.outputs.result.stdout}, write the first 3 for Ada"
+    )
+    assert render_safe("{top}", context) == "3"
+    assert render_safe("n: {sorted.result.n}", context) == "n: [1, 2]"

@@ -19,18 +19,32 @@ with workflow.unsafe.imports_passed_through():
         is_session,
     )
     from kiwi.items.directive import Step, plan_step
-    from kiwi.templating import TemplateError, render
+    from kiwi.templating import _PLACEHOLDER, TemplateError, render
     from kiwi.tracing import started_trace_id
 
 from workflows.directive_run.options import HELD
 
 
 def render_safe(text: str, context: dict[str, Any]) -> str:
+    """``text`` with each placeholder that has a value filled, and any other left as written (README trial s36:
+    one misspelt `{steps.sortd...}` left `{top}` unfilled too, and the agent read neither)."""
     try:
         rendered = render(text, context)
     except TemplateError:
-        return text
-    return rendered if isinstance(rendered, str) else text
+        rendered = None
+    if isinstance(rendered, str):
+        return rendered
+    return _PLACEHOLDER.sub(lambda m: _filled(m.group(0), context), text)
+
+
+def _filled(placeholder: str, context: dict[str, Any]) -> str:
+    try:
+        value = render(
+            f"x{placeholder}", context
+        )  # (a prefix keeps a value of another type as its JSON text)
+    except TemplateError:
+        return placeholder
+    return value[1:] if isinstance(value, str) else placeholder
 
 
 if TYPE_CHECKING:
