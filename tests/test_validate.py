@@ -512,3 +512,33 @@ def test_a_key_given_twice_in_a_settings_file_is_an_error_naming_both_lines(proj
 
     with pytest.raises(ItemInvalid, match="given twice"):
         load_harness(project, user_space())
+
+
+def test_a_misspelt_attribute_or_element_outside_permissions_is_named_with_the_one_meant(project, capsys):
+    """README trial s36: `<step conditon=...>` (a step that then always runs), `<approvals timout=...>` (the default
+    wait), `<input requried=...>`, `<approval>` and `<parm>` validated with nothing said, or without the name
+    meant. Each is a warning naming what Kiwi ignores and the one meant."""
+    body = (
+        '<step name="sorted" conditon="inputs.unique"><tool_call tool="shell.run">'
+        '<param name="command">sort notes.txt</param><parm name="cwd">.</parm></tool_call></step>'
+    )
+    path = write(
+        project / ".ai" / "directives" / "typos.md",
+        directive_md(
+            body,
+            name="typos",
+            permissions='<read resource="filesystem" path="**"/><execute resource="shell" commands="sort"/>',
+            inputs='<input name="unique" type="boolean" requried="true"/>',
+            extra_meta='<approvals timout="600"><tool>shell.run</tool></approvals><approval />',
+        ),
+    )
+    assert kiwi(["validate", str(path), "--json"]) == 0
+    warnings = [p["message"] for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]]
+    for expected in (
+        "<step> has no attribute 'conditon', which is ignored; did you mean condition=\"...\"?",
+        "<input> has no attribute 'requried', which is ignored; did you mean required=\"...\"?",
+        "<approvals> has no attribute 'timout', which is ignored; did you mean timeout=\"...\"?",
+        "unknown metadata element <approval> kept as-is; did you mean <approvals>?",
+        "unknown element <parm> in <tool_call> ignored; did you mean <param>?",
+    ):
+        assert expected in warnings, warnings

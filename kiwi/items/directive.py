@@ -9,6 +9,7 @@ and is not.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any, Literal
 
@@ -500,6 +501,7 @@ def _metadata(element: Any, ctx: _Ctx) -> Metadata:
             meta.git_checkpoint = mode
         elif tag == "approvals":
             # <approvals timeout="600"><tool>filesystem.delete</tool><tool>github.*</tool></approvals>
+            _attributes(child, ("timeout",), ctx)
             meta.approvals = [
                 t
                 for t in (sub.get("name") or _text(sub) for sub in _children(child) if sub.tag == "tool")
@@ -522,7 +524,14 @@ def _metadata(element: Any, ctx: _Ctx) -> Metadata:
             meta.extra[tag] = _text(child)
         else:
             meta.extra[tag] = _serialise(child)
-            ctx.warn(child, f"unknown metadata element <{tag}> kept as-is")
+            near = difflib.get_close_matches(
+                tag, sorted({*KNOWN_METADATA, "approvals", "tags"}), n=1, cutoff=0.75
+            )
+            ctx.warn(
+                child,
+                f"unknown metadata element <{tag}> kept as-is"
+                + (f"; did you mean <{near[0]}>?" if near else ""),
+            )
     return meta
 
 
@@ -577,6 +586,18 @@ def _tools_decl(element: Any, decl: ToolsDeclaration, ctx: _Ctx) -> None:
             )
 
 
+def _attributes(element: Any, known: tuple[str, ...], ctx: _Ctx) -> None:
+    """Warn of each attribute of ``element`` Kiwi does not read, naming the one meant (README trial s36:
+    `<step conditon=...>` made a step that always runs, `<approvals timout=...>` kept the default wait, and
+    `<input requried=...>` an optional input, each with nothing said)."""
+    for name in element.attrib:
+        if name in known:
+            continue
+        near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        meant = f'; did you mean {near[0]}="..."?' if near else f" (it takes {', '.join(known)})"
+        ctx.warn(element, f"<{element.tag}> has no attribute '{name}', which is ignored{meant}")
+
+
 def _inputs(element: Any, ctx: _Ctx) -> list[InputSpec]:
     inputs = []
     for child in _children(element):
@@ -587,6 +608,7 @@ def _inputs(element: Any, ctx: _Ctx) -> list[InputSpec]:
         if not name:
             ctx.error(child, "<input> needs a name attribute")
             continue
+        _attributes(child, ("name", "type", "required", "default", "description"), ctx)
         kind = child.get("type", "string")
         if kind not in INPUT_TYPES:
             ctx.error(
@@ -640,6 +662,14 @@ def _calls(step_el: Any, ctx: _Ctx) -> list[ToolCall]:
         if child.tag == "tool_call":
             tool = child.get("tool")
             mcp = child.get("mcp")
+            for sub in _children(child):
+                if sub.tag not in ("param", "mcp", "tool", "params"):
+                    meant = (
+                        "; did you mean <param>?"
+                        if difflib.get_close_matches(sub.tag, ["param"], cutoff=0.6)
+                        else ""
+                    )
+                    ctx.warn(sub, f"unknown element <{sub.tag}> in <tool_call> ignored{meant}")
             if tool is None:
                 # Legacy form: <tool_call><mcp>x</mcp><tool>y</tool><params><k>v</k></params></tool_call>
                 mcp_el, tool_el, params_el = child.find("mcp"), child.find("tool"), child.find("params")
@@ -699,6 +729,7 @@ def _process(element: Any, ctx: _Ctx) -> list[Step]:
         if not name:
             ctx.error(child, "<step> needs a name attribute")
             continue
+        _attributes(child, ("name", "condition", "mode"), ctx)
         mode = child.get("mode")
         if mode not in (None, "auto", "agent"):
             ctx.error(child, f'<step name="{name}" mode="{mode}"> is unknown; expected auto or agent')
