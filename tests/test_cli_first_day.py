@@ -118,6 +118,19 @@ async def test_a_wait_on_an_approval_shows_progress_and_ctrl_c_stops_watching_no
     assert code == 0 and "no pending approvals" in out
 
 
+async def test_status_watch_exits_1_for_a_run_that_ends_other_than_completed(runs, project):
+    """README trial s36: `kiwi status --watch` exited 0 for a failed and a timed-out run, while `kiwi run --wait`
+    exits 1; a script that waits on it took them for done."""
+    approval_directive(project)
+    run_id = await runs.start("tidy", {})
+    await wait_for(lambda: _status(runs, run_id, "awaiting_approval"), what="the call to wait for approval")
+    watcher = await _watching(runs, run_id)
+    await asyncio.wait_for(watcher.stdout.readline(), 60)  # (watching)
+    await runs.cancel(run_id, "not today")
+    out, err = await asyncio.wait_for(watcher.communicate(), 60)
+    assert watcher.returncode == 1 and "cancelled" in out.decode(), (out, err)
+
+
 async def _status(runs, run_id, wanted):
     return (await runs.status(run_id)).status == wanted
 

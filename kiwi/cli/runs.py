@@ -339,7 +339,7 @@ async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
             print(json.dumps(data, default=str), flush=True)
         else:
             _print_json(data)
-        return 0
+        return _watched_exit(args, status)
     if not args.watch:
         _print_status(status)
     for activity in activities:
@@ -348,7 +348,13 @@ async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
         print(f"  Temporal UI: {link}")
     if status.trace_id:
         print(f"  Trace: {trace_link or status.trace_id}")
-    return 0
+    return _watched_exit(args, status)
+
+
+def _watched_exit(args: argparse.Namespace, status: Any) -> int:
+    """`kiwi status --watch` exits as `kiwi run --wait` does: 1 for a run that ended other than completed
+    (README trial s36: it exited 0 for a failed and a timed-out run); a plain `kiwi status` reads, exit 0."""
+    return 1 if args.watch and status.status in TERMINAL and status.status != "completed" else 0
 
 
 @_with_runs
