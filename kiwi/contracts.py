@@ -494,6 +494,8 @@ class RunStatus(BaseModel):
     hold_id: str = ""
     # The OpenTelemetry trace the run was started in ("" when tracing was off).
     trace_id: str = ""
+    # When the run times out (ISO time; "" without a deadline): `kiwi run --deadline SECONDS`.
+    deadline_at: str = ""
     # What fixes a failed run when its error alone does not say (a directive changed after signing):
     # set by the client (RunClient.status), never by the run.
     hint: str = ""

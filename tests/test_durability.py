@@ -9,7 +9,7 @@ import json
 import os
 import signal
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -132,6 +132,14 @@ async def test_a_three_day_deadline_times_out_in_milliseconds(time_skipping_env,
         run_id = await runs.start("hello_kiwi", {"name": "Tess"}, deadline_seconds=3 * 24 * 3600)
         started = asyncio.get_running_loop().time()
         await awaiting_step(runs, run_id, "confirm")
+        # The status says when it times out (README trial s36: nothing showed the deadline).
+        status = await runs.status(run_id)
+        started_at = (await runs.handle(run_id).describe()).start_time
+        deadline = datetime.fromisoformat(status.deadline_at)
+        assert abs((deadline - started_at).total_seconds() - 3 * 24 * 3600) < 60, (
+            status.deadline_at,
+            started_at,
+        )
         await time_skipping_env.sleep(timedelta(days=3, minutes=1))
         with pytest.raises(WorkflowFailureError) as info:
             await runs.handle(run_id).result()

@@ -74,6 +74,8 @@ def _print_json(data: Any) -> None:
 
 def _print_status(status: Any) -> None:
     print(f"{status.run_id}  {status.directive} v{status.version}  {progress.state(status.status)}")
+    if status.deadline_at and status.status not in TERMINAL:
+        print(f"  deadline: {status.deadline_at} (the run times out then)")
     if status.error:
         print(f"  error: {status.error}")
     if status.hint:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
@@ -190,4 +191,12 @@ class ViewMixin:
             execution=self._execution(),
             hold_id=self._hold_id() if self.state.status in HELD else "",
             trace_id=started_trace_id(),
+            deadline_at=self._deadline_at(),
         )
+
+    def _deadline_at(self: DirectiveRun) -> str:
+        """When the run times out, as the status shows it (README trial s36: nothing showed a deadline)."""
+        seconds = self.snap.limits.deadline_seconds
+        if not seconds or not self.state.started_at:
+            return ""
+        return (datetime.fromisoformat(self.state.started_at) + timedelta(seconds=seconds)).isoformat()
