@@ -240,6 +240,22 @@ async def test_validate_and_the_run_refuse_the_same_call(runs, project, temporal
     assert (
         "kiwi run: warning: .ai/directives/counter.md:" in err and "word_count has no parameter 'txet'" in err
     ), out + err
+    # And a directive whose file grants the call but whose run will not have it: unsigned, it runs with what it
+    # shares with the base policy (README trial s36: it started with no word and failed at once).
+    write(
+        project / ".ai" / "directives" / "sorter.md",
+        directive_md(
+            SORT,
+            name="sorter",
+            permissions='<read resource="filesystem" path="**"/><execute resource="shell" commands="sort"/>',
+        ),
+    )
+    code, out, err = await kiwi_cli("run", "sorter", "--address", address, "--task-queue", runs.task_queue)
+    assert (
+        "kiwi run: warning: .ai/directives/sorter.md is not signed by a trusted key: runs with the base policy only"
+        in err
+    ), err
+    assert 'step "sorted" calls shell.run, which the run would refuse' in err, err
 
 
 def test_signing_with_a_key_not_trusted_to_sign_warns_that_runs_get_the_base_policy(project, capsys):

@@ -194,16 +194,29 @@ async def _start_run(args: argparse.Namespace, runs: RunClient) -> int:
 def _warn_refused_steps(runs: RunClient, name: str) -> None:
     """The step calls `kiwi validate` marks FAIL because the directive's own permissions refuse them: the run
     starts (a step behind a condition may never run), and stops at such a step if it reaches it; said first."""
+    from kiwi.harness import load_harness
     from kiwi.items.validation import local_params, ungranted_calls
+    from kiwi.keys import load_trusted
+    from kiwi.snapshot import directive_trust
 
     try:
-        directive, _, path = runs.store.load_directive(name)
+        directive, text, path = runs.store.load_directive(name)
+        harness = load_harness(runs.store.project_root, runs.store.user)
+        trust = directive_trust(
+            text, harness.signatures, load_trusted(runs.store.project_root, runs.store.user).with_role("sign")
+        )
     except KiwiError:
         return  # (the start says what is wrong with it)
     shown = _relative(path)
+    # The grants its run gets: an unsigned or changed directive's are what it shares with the base policy
+    # (README trial s36: such a run started with no word, and failed at once at a call its file grants).
+    grants = directive.grants()
+    if trust.grants != "declared":
+        grants = harness.base_policy.intersect(grants)
+        sys.stderr.write(f"kiwi run: warning: {shown} is {trust.note}\n")
     # (And the <param>s a local tool does not take: second README trial s35, the run started without a word.)
     for problem in [
-        *ungranted_calls(directive, shown),
+        *ungranted_calls(directive, shown, grants),
         *local_params(directive, runs.store.local_tools(), shown),
     ]:
         sys.stderr.write(

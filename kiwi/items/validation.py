@@ -41,13 +41,14 @@ def item_type_of(path: Path) -> str:
     return "directive"
 
 
-def ungranted_calls(directive: Directive, path: str = "") -> list[Problem]:
-    """Bound calls the directive's own <permissions> refuse: the run's check (PermissionSet.check) on each.
+def ungranted_calls(directive: Directive, path: str = "", grants: Any = None) -> list[Problem]:
+    """Bound calls the directive's own <permissions> refuse (or ``grants``, what a run of it gets): the run's check
+    (PermissionSet.check) on each.
 
     The run never grants more than the directive does, so a refusal here is a refusal in the run. A call
     whose arguments hold {templates} is checked as far as its literal part reaches (the tool, the program).
     """
-    grants = directive.grants()
+    grants = directive.grants() if grants is None else grants
     problems: list[Problem] = []
     for step in directive.steps:
         for call in step.tool_calls:
