@@ -6,6 +6,7 @@ computed by the client (the CLI and the MCP front end) from the run's snapshot a
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
@@ -83,9 +84,15 @@ def not_found_hint(tool: str, snap: RunSnapshot, *, outside_run: bool = False) -
     has the tool, a declared MCP server's, and the server's own answer says what it offers)."""
     if callable_tool(tool, snap.directive, frozenset(snap.local_tools)):
         return ""
-    tools = ", ".join(callable_tools(snap)) or "none (its grants allow no tool)"
+    callable_ = callable_tools(snap)
+    tools = ", ".join(callable_) or "none (its grants allow no tool)"
+    # (The one meant, first: README trial s36, `kiwi call wordcount` listed the tools without saying.)
+    near = difflib.get_close_matches(tool, callable_, n=1, cutoff=0.75)
+    meant = f"did you mean {near[0]}? " if near else ""
     return (
-        f"tools you can call outside a run: {tools}" if outside_run else f"tools this run can call: {tools}"
+        f"{meant}tools you can call outside a run: {tools}"
+        if outside_run
+        else f"{meant}tools this run can call: {tools}"
     )
 
 

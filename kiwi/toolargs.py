@@ -225,7 +225,11 @@ def _builtin_problem(tool: str, args: dict[str, Any], hint: str) -> ArgumentErro
     properties = schema["properties"]
     for name in schema.get("required", []):
         if args.get(name) is None:
-            return ArgumentError(f"{tool}: argument '{name}' is required", hint)
+            # (The argument sent for it, misspelt: README trial s36, `pth` went unnamed.)
+            strays = [k for k in args if k not in properties and isinstance(k, str)]
+            near = difflib.get_close_matches(name, strays, n=1, cutoff=0.6)
+            sent = f" (got '{near[0]}': send it as '{name}')" if near else ""
+            return ArgumentError(f"{tool}: argument '{name}' is required{sent}", hint)
     if tool == "shell.run" and args.get("command") is None and args.get("argv") is None:
         return ArgumentError(
             "shell.run: 'command' (a string) or 'argv' (a list of strings) is required", hint

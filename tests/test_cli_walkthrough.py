@@ -241,6 +241,11 @@ async def test_a_tool_the_run_does_not_have_lists_what_it_may_call(runs, project
         "git.diff",
         "word_count",
     ], out
+    # A near miss names the tool meant (README trial s36: the list alone, for `wordcount`).
+    code, out, _ = await kiwi_cli("call", "wordcount", '{"text": "a b"}', *connection(runs))
+    assert code == 1 and "hint: did you mean word_count? tools you can call outside a run: " in out, out
+    code, out, err = await kiwi_cli("call", "filesystem.read", '{"pth": "notes/a.md"}', *connection(runs))
+    assert code == 1 and "argument 'path' is required (got 'pth': send it as 'path')" in err, out + err
 
 
 def test_kiwi_show_of_an_mcp_tool_or_server_prints_text_unless_json(project, capsys):
