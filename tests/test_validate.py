@@ -558,3 +558,24 @@ def test_a_misspelt_attribute_or_element_outside_permissions_is_named_with_the_o
         "unknown element <parm> in <tool_call> ignored; did you mean <param>?",
     ):
         assert expected in warnings, warnings
+
+
+def test_a_grant_of_a_tool_that_is_none_is_a_warning_naming_the_one_meant(project, capsys):
+    """README trial s36: `<execute resource="tool" id="word_cont"/>` went unremarked; the step's refusal only asked
+    to add word_count. The grant itself is named, with the tool meant."""
+    body = '<step name="count"><tool_call tool="word_count"><param name="text">a b</param></tool_call></step>'
+    path = write(
+        project / ".ai" / "directives" / "counter.md",
+        directive_md(body, name="counter", permissions='<execute resource="tool" id="word_cont"/>'),
+    )
+    assert kiwi(["validate", str(path), "--json"]) == 1
+    found = json.loads(capsys.readouterr().out)["items"][0]["problems"]
+    line = directive_md(
+        body, name="counter", permissions='<execute resource="tool" id="word_cont"/>'
+    ).splitlines()
+    where = next(n for n, text in enumerate(line, 1) if 'id="word_cont"' in text)
+    assert {
+        "severity": "warning",
+        "message": "<execute resource=\"tool\">: 'word_cont' is no tool here: did you mean word_count?",
+        "line": where,
+    }.items() <= next(p for p in found if "word_cont" in p["message"]).items(), found

@@ -364,12 +364,24 @@ def validate_file(
         problems += [*(m for _, m in misspelt), *ungranted, *stray_params(parsed, str(path))]
         if isinstance(local_tools, Mapping):
             problems += local_params(parsed, local_tools, str(path))
-        if parsed.metadata.approvals:
+        granted = {
+            entry.line: [tool.strip() for tool in (entry.attrs.get("id") or "").split(",") if tool.strip()]
+            for entry in parsed.metadata.permissions
+            if entry.tag == "execute" and entry.attrs.get("resource") == "tool"
+        }
+        if parsed.metadata.approvals or granted:
             declared = {n for mcp in parsed.metadata.tools.mcps for n in (mcp.name, mcp.alias) if n}
             servers = declared | registered_servers(find_project_root(path.resolve().parent))
             problems += unknown_tool_names(
                 "<approvals>", parsed.metadata.approvals, names, servers, str(path)
             )
+            # A grant of a tool that is none grants nothing: said as a warning naming the one meant (README
+            # trial s36: `id="word_cont"` went unremarked, and the step's refusal only asked for word_count).
+            problems += [
+                Problem(p.message, p.path, line, 1, "warning")
+                for line, tools in granted.items()
+                for p in unknown_tool_names('<execute resource="tool">', tools, names, servers, str(path))
+            ]
         problems += unset_inputs(parsed, str(path))
         # A step whose call the run refuses stops the run there, whatever its plan says (README trial s35:
         # validate printed "runs by itself" under the FAIL of that step's call).
