@@ -100,7 +100,8 @@ def command_words(tool: str, params: dict[str, Any], context: dict[str, Any]) ->
     """A step's ``shell.run`` ``command`` with placeholders, split into the words the directive wrote and each
     rendered by itself: a value is part of one word, never more words (README trial s36: an input
     ``src/fruits.txt -o notes/pwn.txt`` into ``sort {file}`` gave sort an option the directive never wrote). A
-    word that is exactly one placeholder of a list (an ``array`` input) is its items, a word each.
+    word that is exactly one placeholder of an ``array`` input is its items, a word each; any other list is one
+    word.
     None for another call, a command without a placeholder, or one that cannot be split."""
     template = params.get("command")
     if (
@@ -117,12 +118,21 @@ def command_words(tool: str, params: dict[str, Any], context: dict[str, Any]) ->
     out: list[str] = []
     for word in words:
         value = render(word, context)
-        if isinstance(value, list) and _PLACEHOLDER.fullmatch(word):
-            # (A word that is one placeholder of a list is its items, a word each: the way to pass many.)
+        whole = _PLACEHOLDER.fullmatch(word)
+        if isinstance(value, list) and whole and _an_input(whole.group(1), context):
+            # (A word that is one placeholder of an array input is its items, a word each: the way to pass many.
+            # Only an input's: a list an agent's step outputs is one word, review s36, second round: outputs
+            # ["-o", "notes/important.md", ...] gave `sort {steps.pick.outputs.file}` an option.)
             out += [item if isinstance(item, str) else json.dumps(item) for item in value]
         else:
             out.append(value if isinstance(value, str) else json.dumps(value))
     return out
+
+
+def _an_input(ref: str, context: dict[str, Any]) -> bool:
+    """Whether the placeholder ``ref`` names one of the run's inputs (typed when the run started), as lookup reads it."""
+    head = ref.split(".")[0]
+    return (head == "inputs" and "." in ref) or (head != "steps" and head in context.get("inputs", {}))
 
 
 def coerce_input(kind: str, value: Any) -> Any:

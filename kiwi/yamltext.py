@@ -95,7 +95,7 @@ def _no_duplicate_keys(root: yaml.Node) -> None:
         if isinstance(node, yaml.MappingNode):
             keys: dict[str, Any] = {}
             for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if isinstance(key, yaml.ScalarNode):  # (`<<` too: a second merge key replaced the first, s36)
                     if key.value in keys:
                         raise YamlDuplicateKey(key.value, keys[key.value], key.start_mark)
                     keys[key.value] = key.start_mark

@@ -1408,6 +1408,13 @@ def test_a_commands_placeholders_fill_words_never_make_them():
         "notes/a b.md",
         "notes/c.md",
     ]
+    # An agent's step outputs are one word, a list too (review s36, second round: `-o` came from them).
+    context = {**inputs, "steps": {"pick": {"outputs": {"file": ["-o", "notes/important.md", "src/a.txt"]}}}}
+    assert command_words("shell.run", {"command": "sort {steps.pick.outputs.file}"}, context) == [
+        "sort",
+        '["-o", "notes/important.md", "src/a.txt"]',
+    ]
+    assert command_words("shell.run", {"command": "sort {pick.file}"}, context)[1].startswith('["-o"')
     assert command_words("shell.run", {"command": "ls notes"}, inputs) is None  # (no placeholder: as written)
     assert (
         command_words("shell.run", {"argv": ["ls", "{file}"]}, inputs) is None

@@ -608,6 +608,10 @@ async def test_approvals_are_listed_and_sent_while_no_worker_runs(temporal_env, 
         (run_id, request.request_id, "filesystem.delete", request.args_hash)
     ]
     assert "notes/old.txt" in listed[0]["summary"]
+    # (Read from the audit record's redacted copy, which it says: review s36, second round.)
+    assert listed[0]["summary"].endswith(
+        "with a worker running, `kiwi approvals` shows the whole call; deny what you cannot read]"
+    )
     sent = await runs.decide_approval(run_id, request.request_id, True, by="alice")
     assert sent.status == "pending" and sent.request_id == request.request_id
     with pytest.raises(KiwiError, match="no pending approval request 'approval-99'"):

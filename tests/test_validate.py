@@ -469,22 +469,29 @@ async def test_attack_a_directive_hidden_from_the_rendered_file_is_refused(runs,
     )
     visible = block('<read resource="filesystem" path="notes/**"/>').replace("```xml", "```xml directive", 1)
     assert visible.startswith("```xml directive\n<directive") and hidden.startswith("```xml\n<directive")
-    content = f"# tidy_notes\n\n<!--\n{hidden.replace('```', '~~~')}\n~~~\n-->\n\n{visible}\n```\n"
+    decoy = "\n".join("    " + line for line in visible.replace("```xml directive", "```xml").splitlines())
+    hiding = {  # (each a way a Markdown viewer hides the block Kiwi would have run, or shows a decoy it does not)
+        "comment": f"<!--\n{hidden.replace('```', '~~~')}\n~~~\n-->\n\n{visible}\n```\n",
+        "script": f"{decoy}\n    ```\n\n<script>\n{hidden}\n```\n</script>\n",  # (review s36, second round)
+        "details": f"<details>\n{hidden}\n```\n</details>\n\n{visible}\n```\n",
+    }
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with Client(server) as client:
-        made = data(
-            await client.call_tool(
-                "execute",
-                {
-                    "item_type": "directive",
-                    "action": "create",
-                    "item_id": "tidy_notes",
-                    "parameters": {"content": content},
-                },
+        for way, body in hiding.items():
+            made = data(
+                await client.call_tool(
+                    "execute",
+                    {
+                        "item_type": "directive",
+                        "action": "create",
+                        "item_id": "tidy_notes",
+                        "parameters": {"content": f"# tidy_notes\n\n{body}"},
+                    },
+                )
             )
-        )
-    assert made["error"] == "ItemInvalid" and "inside an HTML comment (lines 3-" in made["message"], made
-    assert not list((project / ".ai" / "directives").rglob("tidy_notes.md"))
+            assert made["error"] == "ItemInvalid" and "a <directive> inside " in made["message"], (way, made)
+            assert "(lines 3-" in made["message"], (way, made)
+            assert not list((project / ".ai" / "directives").rglob("tidy_notes.md")), way
     # Without the hidden block, the visible one is the directive, with the grants it shows.
     write(project / ".ai" / "directives" / "tidy_notes.md", f"# tidy_notes\n\n{visible}\n```\n")
     grants = runs.store.load_directive("tidy_notes")[0].grants()

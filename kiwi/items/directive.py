@@ -13,6 +13,7 @@ import difflib
 import re
 from typing import Any, Literal
 
+from markdown_it import MarkdownIt
 from pydantic import BaseModel, Field
 
 from kiwi.errors import ItemInvalid, Problem
@@ -33,11 +34,6 @@ INPUT_TYPES = ("string", "integer", "number", "boolean", "array", "object")
 CHECKPOINT_MODES = ("auto", "explicit", "disabled")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
-# A fence and its info string's first word, the block's language: "```xml directive" is an xml block, as a
-# Markdown viewer shows it (hostile review s36: Kiwi took it for no fence, and ran a block hidden elsewhere).
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^`]*$")
-# An HTML comment's start at a line's start: what it holds a Markdown viewer never shows.
-_COMMENT = re.compile(r"^ {0,3}<!--")
 
 KNOWN_METADATA = {
     "description",
@@ -262,45 +258,38 @@ class _Ctx:
 
 
 def find_xml_block(text: str, path: str = "") -> tuple[str, int]:
-    """Return the ``<directive>`` XML block and the file line its first line is on."""
-    lines = text.splitlines()
-    blocks: list[tuple[int, int]] = []
-    i = 0
-    while i < len(lines):
-        if _COMMENT.match(lines[i]):
-            # Hidden from whoever reads the rendered file, so nothing in it is read as the directive, and a
-            # <directive> there is refused: the grants a human reviews are the ones that run (review s36).
-            j = i
-            while j < len(lines) and "-->" not in lines[j][(lines[j].index("<!--") + 4) if j == i else 0 :]:
-                j += 1
-            if any("<directive" in ln for ln in lines[i : j + 1]):
-                raise ItemInvalid(
-                    [
-                        Problem(
-                            f"a <directive> inside an HTML comment (lines {i + 1}-{min(j, len(lines) - 1) + 1}), "
-                            "which a rendered view of the file hides; a directive file shows all it holds: remove "
-                            "it",
-                            path,
-                            i + 1,
-                            1,
-                        )
-                    ]
+    """Return the ``<directive>`` XML block and the file line its first line is on.
+
+    The file is read as a Markdown viewer shows it (CommonMark, markdown-it-py): the directive is the one fenced
+    block whose info string's first word is ``xml``. A ``<directive>`` anywhere a viewer hides or shows as
+    something else is an error: in an HTML block (a comment, ``<script>``, ``<details>``), an indented code block,
+    another fence, or a fence nested in a quote or list (hostile reviews s36: a block granting ``write **`` hid
+    in a comment, then in ``<script>``, beside a visible one granting ``read notes/**``; the human signed what
+    they never saw)."""
+    blocks: list[tuple[int, int, str]] = []
+    for token in MarkdownIt("commonmark").parse(text):
+        if token.type not in ("fence", "code_block", "html_block") or "<directive" not in token.content:
+            continue  # (prose that names <directive> is text: only a block can be taken for the directive)
+        first, last = token.map or (0, 0)
+        language = (token.info.split() or [""])[0].lower()
+        if token.type == "fence" and language == "xml" and token.level == 0:
+            blocks.append((first + 1, last, token.content.removesuffix("\n")))
+            continue
+        where = {
+            "html_block": "an HTML block, which a rendered view of the file hides or shows as HTML",
+            "code_block": "an indented code block, which a viewer shows as code and Kiwi does not read",
+        }.get(token.type, f"a {'nested ' if token.level else ''}block Kiwi does not read")
+        raise ItemInvalid(
+            [
+                Problem(
+                    f"a <directive> inside {where} (lines {first + 1}-{last}): what a human reviews must be what "
+                    "runs, so the file holds its <directive> in one top-level ```xml block only: remove this one",
+                    path,
+                    first + 1,
+                    1,
                 )
-            i = j + 1
-            continue
-        m = _FENCE.match(lines[i])
-        if m:
-            fence, lang = m.group(1), m.group(2).lower()
-            j = i + 1
-            while j < len(lines) and not (
-                lines[j].strip().startswith(fence[0] * len(fence)) and lines[j].strip().strip(fence[0]) == ""
-            ):
-                j += 1
-            if lang == "xml" and any("<directive" in ln for ln in lines[i + 1 : j]):
-                blocks.append((i + 1, j))
-            i = j + 1
-            continue
-        i += 1
+            ]
+        )
     if not blocks:
         raise ItemInvalid(
             [
@@ -325,8 +314,8 @@ def find_xml_block(text: str, path: str = "") -> tuple[str, int]:
                 )
             ]
         )
-    start, end = blocks[0]
-    return "\n".join(lines[start:end]), start
+    start, _, content = blocks[0]
+    return content, start
 
 
 def _text(element: Any) -> str:

@@ -31,6 +31,12 @@ from kiwi.snapshot import signed_decision
 from workflows.directive_run import DirectiveRun
 from workflows.directive_run.options import HELD
 
+# What a request listed while no worker answers says of its summary, read from the run's audit record.
+AUDITED_SUMMARY = (
+    " [read from the audit record, where secret-looking values are [redacted] and long ones cut: with a worker "
+    "running, `kiwi approvals` shows the whole call; deny what you cannot read]"
+)
+
 
 class RunSteering:
     """Humans steering runs: approvals decided (with or without a worker), resumes, cancels."""
@@ -173,7 +179,10 @@ class RunSteering:
                 request_id=i,
                 tool=str(asked[i].get("tool", "")),
                 args_hash=str(asked[i].get("args_hash", "")),
-                summary=approval_summary(str(asked[i].get("tool", "")), asked[i].get("arguments") or {}),
+                # (The audit record's copy: secret-looking values redacted and long ones cut, so it says so,
+                # review s36 second round: a human could approve a call whose content read "[redacted]".)
+                summary=approval_summary(str(asked[i].get("tool", "")), asked[i].get("arguments") or {})
+                + AUDITED_SUMMARY,
                 requested_by=str(asked[i].get("requested_by", "")),
                 requested_at=str(asked[i].get("time", "")),
                 expires_at=str(asked[i].get("expires_at", "")),
