@@ -586,3 +586,27 @@ def test_a_grant_of_a_tool_that_is_none_is_a_warning_naming_the_one_meant(projec
         "message": "<execute resource=\"tool\">: 'word_cont' is no tool here: did you mean word_count?",
         "line": where,
     }.items() <= next(p for p in found if "word_cont" in p["message"]).items(), found
+
+
+def test_the_one_key_trusted_for_a_role_is_the_default_among_several(project, capsys):
+    """README trial s36: with a second key made to approve, `kiwi sign` (and, with one made to sign, `kiwi
+    approve`) said "you have several keys" though only one could: the one key trusted for the role is taken."""
+    from kiwi.errors import InputInvalid
+    from kiwi.items.store import user_space
+    from kiwi.keys import create_key, default_key, own_keys, trust_key
+    from tests.helpers import approver
+
+    (mine,) = own_keys()  # (kiwi init's, trusted to sign and approve)
+    approver("alice")  # (trusted to approve only)
+    assert default_key(role="sign", project_root=project) == mine
+    path = project / ".ai" / "directives" / "hello_kiwi.md"
+    assert kiwi(["sign", str(path)]) == 0 and f"as {mine}" in capsys.readouterr().out
+    with pytest.raises(InputInvalid, match=rf"several keys trusted to approve \(alice, {mine}\)"):
+        default_key(option="--as", role="approve", project_root=project)
+    _, public = create_key("zed")  # (trusted for nothing here)
+    with pytest.raises(InputInvalid, match="several keys"):
+        default_key()
+    assert default_key(role="sign", project_root=project) == mine
+    trust_key(user_space(), "zed", public, ["sign"])
+    with pytest.raises(InputInvalid, match=rf"several keys trusted to sign \({mine}, zed\)"):
+        default_key(role="sign", project_root=project)

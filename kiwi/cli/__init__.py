@@ -223,7 +223,10 @@ def cmd_sign(args: argparse.Namespace) -> int:
     from kiwi.keys import default_key, load_private
     from kiwi.signing import sign
 
-    signer = default_key(args.key)
+    first = Path(args.paths[0]).resolve() if args.paths else Path.cwd()
+    signer = default_key(
+        args.key, role="sign", project_root=find_project_root(first if first.is_dir() else first.parent)
+    )
     load_private(signer)  # a missing or unreadable key is an error before any file is touched
     failed = False
     report: list[dict[str, Any]] = []

@@ -556,7 +556,12 @@ async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
                 hint=f"see `kiwi status {args.run}`",
             )
         decision = signed_decision(
-            args.run, execution, request, approved, default_key(args.by, option="--as"), args.reason
+            args.run,
+            execution,
+            request,
+            approved,
+            default_key(args.by, option="--as", role="approve", project_root=runs.store.project_root),
+            args.reason,
         )
         print(decision.model_dump_json())
         return 0

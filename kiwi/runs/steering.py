@@ -96,7 +96,7 @@ class RunSteering:
         self, run_id: str, reason: str, by: str | None, *, status: RunStatus | None = None
     ) -> bool:
         """Resume one run, signed for its hold as ``status`` (default: read now) shows it."""
-        by = default_key(by, option="--as")
+        by = default_key(by, option="--as", role="approve", project_root=self.store.project_root)
         load_private(by)
         status = status or await self.status(run_id)
         if status.status in TERMINAL:
@@ -126,7 +126,7 @@ class RunSteering:
         answer's status is the decision once the run took it, "pending" while no worker has taken it;
         a decision the run refused raises DecisionRefused with the run's reason.
         """
-        by = default_key(by, option="--as")
+        by = default_key(by, option="--as", role="approve", project_root=self.store.project_root)
         load_private(by)  # no key, no decision: say so before asking the run anything
         status = await self.answered_status(run_id)
         if status is None:
@@ -222,7 +222,7 @@ class RunSteering:
         """Answer an escalation, signed with the approver key ``by`` (default: your only key).
 
         True when the run took it (see ``_taken``); DecisionRefused when it refused it."""
-        by = default_key(by, option="--as")
+        by = default_key(by, option="--as", role="approve", project_root=self.store.project_root)
         load_private(by)
         status = await self.status(run_id)
         request = next((d for d in status.decisions if d.request_id == request_id), None)
