@@ -586,3 +586,16 @@ async def test_a_payload_store_that_cannot_be_written_stops_worker_and_front_end
     code, out, err = await kiwi_cli("doctor", "--no-mcp", "--json", cwd=project, env=env)
     checks = {c["name"]: c for c in json.loads(out)["checks"]}
     assert not checks["payload store"]["ok"] and "cannot be written" in checks["payload store"]["detail"]
+
+
+async def test_runs_of_a_misspelt_directive_name_the_one_meant(runs, project):
+    """README trial s36: `kiwi runs --directive helo_kiwi` said "no runs in PROJECT", nothing of the filter nor of
+    the name meant."""
+    from tests.helpers import kiwi_cli
+
+    await runs.start("hello_kiwi", {"name": "Ada"})
+    code, out, _ = await kiwi_cli("runs", "--directive", "helo_kiwi", *connection(runs), cwd=project)
+    assert code == 0 and out.startswith(f"no runs of directive 'helo_kiwi' in {project}"), out
+    assert "; no directive is called 'helo_kiwi': did you mean hello_kiwi?" in out, out
+    code, out, _ = await kiwi_cli("runs", "--directive", "hello_kiwi", *connection(runs), cwd=project)
+    assert code == 0 and "run-hello_kiwi-" in out, out

@@ -280,6 +280,23 @@ def _status_json(status: Any, existing: bool) -> str:
 ENDED_BADLY = tuple(s for s in TERMINAL if s != "completed")
 
 
+def _directive_meant(runs: RunClient, name: str | None) -> str:
+    """'; did you mean NAME?' for a --directive that names no directive of the project (README trial s36: `kiwi
+    runs --directive helo_kiwi` said no runs, and nothing of the filter)."""
+    import difflib
+
+    if not name:
+        return ""
+    try:
+        known = sorted({r.item_id for r in runs.store.list_items("directive")})
+    except KiwiError:
+        return ""
+    if name in known:
+        return ""
+    near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f"; no directive is called '{name}'" + (f": did you mean {near[0]}?" if near else "")
+
+
 @_with_runs
 async def cmd_runs(args: argparse.Namespace, runs: RunClient) -> int:
     rows = await runs.list_runs(
@@ -293,8 +310,10 @@ async def cmd_runs(args: argparse.Namespace, runs: RunClient) -> int:
         # (Runs are listed per task queue: runs started with --task-queue X are X's. s18 trial.)
         print(
             "no runs"
+            + (f" of directive '{args.directive}'" if args.directive else "")
             + (f" with status {args.status}" if args.status else "")
             + f" {where} on task queue '{runs.task_queue}'"
+            + _directive_meant(runs, args.directive)
         )
         print(
             "(runs of other projects: `kiwi runs --all-projects`; started on another task queue: "
