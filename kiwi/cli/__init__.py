@@ -544,7 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kiwi {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("init", help="scaffold .ai/ with an example directive, tool, knowledge entry and config")
+    p = sub.add_parser(
+        "init", help="scaffold .ai/ with an example directive, tool, knowledge entry and config"
+    )
     p.add_argument("path", nargs="?", default=".", help="project folder (default: the current folder)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_init)

@@ -13,7 +13,6 @@ import difflib
 import re
 from typing import Any, Literal
 
-from markdown_it import MarkdownIt
 from pydantic import BaseModel, Field
 
 from kiwi.errors import ItemInvalid, Problem
@@ -266,6 +265,8 @@ def find_xml_block(text: str, path: str = "") -> tuple[str, int]:
     another fence, or a fence nested in a quote or list (hostile reviews s36: a block granting ``write **`` hid
     in a comment, then in ``<script>``, beside a visible one granting ``read notes/**``; the human signed what
     they never saw)."""
+    from markdown_it import MarkdownIt  # (20 ms to import: only where a directive file is read)
+
     blocks: list[tuple[int, int, str]] = []
     for token in MarkdownIt("commonmark").parse(text):
         if token.type not in ("fence", "code_block", "html_block") or "<directive" not in token.content:
