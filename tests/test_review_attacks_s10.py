@@ -240,6 +240,9 @@ async def test_loop_detection_counts_every_call_of_a_batch(temporal_env, project
         results = await asyncio.wait_for(asyncio.gather(*updates, return_exceptions=True), 90)
     warned = [r.warnings for r in results[:4]]
     assert [any("times in a row" in w for w in ws) for ws in warned] == [False, False, True, True], results
+    # The call whose warning held the run says so (README trial s36: it said only "if you are stuck, use help").
+    held = "the run is now held (stuck) after 2 loop warnings: calls are refused until a human resumes it"
+    assert [any(w.startswith(held) for w in ws) for ws in warned] == [False, False, False, True], results
     assert isinstance(results[4], RunStateConflict) and "stuck (2 loop warnings)" in str(results[4])
     assert _lines(ledger) == ["count same"] * 4
     async with build_worker(temporal_env.client, queue, sandboxed=True):

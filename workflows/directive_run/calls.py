@@ -98,8 +98,11 @@ class CallsMixin:
             and (self.current or workflow.patched(KIWI_EXECUTE_AS_CALL))
         )
         result, warning = self._admit(tool, args, seq, granted_by, one_execute, counted)
+        held_now = ""
         if self.newest and result is None:
-            self._hold_if_looping()  # now, not once this call answers: later calls in this task find it held
+            held_now = (
+                self._hold_if_looping()
+            )  # now, not once this call answers: calls in this task find it held
         if (
             result is None
             and self.human_loop
@@ -155,7 +158,9 @@ class CallsMixin:
                     )
                     state.loop_warnings += 1
                     if self.newest:
-                        self._hold_if_looping()  # before this call's checkpoint: calls sent meanwhile find it held
+                        # (Before this call's checkpoint: calls sent meanwhile find it held.)
+                        note = self._hold_if_looping()  # (called as before: it publishes)
+                        held_now = held_now or note
         if (
             result.status == "ok"
             and self.human_loop
@@ -200,16 +205,27 @@ class CallsMixin:
                 **({"warnings": list(result.warnings)} if result.warnings else {}),
             }
         )
-        self._hold_if_looping()
+        note = self._hold_if_looping()  # (called as before: it publishes)
+        held_now = held_now or note
+        if held_now:
+            result.warnings.append(held_now)
         if self.audit.pending >= snap.limits.audit_batch_size:
             await self.audit.flush()
         return result
 
-    def _hold_if_looping(self: DirectiveRun) -> None:
-        """Hold the run (``stuck``) once its loop warnings reach the harness's limit."""
+    def _hold_if_looping(self: DirectiveRun) -> str:
+        """Hold the run (``stuck``) once its loop warnings reach the harness's limit; what to tell the call that did
+        it, "" otherwise (README trial s36: its answer still said "if you are stuck, use help(stuck)")."""
         if self.state.loop_warnings >= self.snap.limits.loop_max_warnings:
+            before = self.state.status
             self._hold("stuck", f"{self.state.loop_warnings} loop warnings")
             self._publish()
+            if self.state.status == "stuck" and before != "stuck":
+                return (
+                    f"the run is now held (stuck) after {self.state.loop_warnings} loop warnings: calls are refused "
+                    f"until a human resumes it (`kiwi resume {self.snap.run_id}`)"
+                )
+        return ""
 
     async def _declared(self: DirectiveRun, tool: str) -> Any:
         """The directive's <mcp> declaration ``tool`` belongs to (None for other tools), with the server's
