@@ -242,9 +242,18 @@ def unreachable_hint(tried: str | None = None) -> str:
     """What to check when Temporal does not answer at ``tried`` (None: the address :func:`target` gives):
     the profile when one is in use, else the `kiwi dev` that runs elsewhere, else `kiwi dev`."""
     if any(os.environ.get(v) for v in ("TEMPORAL_CONFIG_FILE", "TEMPORAL_PROFILE", "TEMPORAL_ADDRESS")):
+        address = target(tried)[0]
+        # (On this machine it is most likely a `kiwi dev` that is not running: README trial s36, with the
+        # TEMPORAL_ADDRESS `kiwi dev` itself suggests exported, the hint spoke only of TLS files and keys.)
+        local = (
+            f"; {address} is this machine: is `kiwi dev` running there? start it with `kiwi dev` (its --port the "
+            "address's port)"
+            if _this_machine(address.rsplit(":", 1)[0])
+            else ""
+        )
         return (
             "check the Temporal profile in use (TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE, TEMPORAL_ADDRESS): its "
-            "address, its TLS certificate and key files, its API key"
+            f"address, its TLS certificate and key files, its API key{local}"
         )
     from kiwi.devserver import running_dev_address
 

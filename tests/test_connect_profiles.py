@@ -396,3 +396,17 @@ async def test_a_project_that_cannot_reach_temporal_is_told_where_kiwi_dev_runs(
         server.lock.close()
     code, _, err = await kiwi_cli("runs", "--address", "127.0.0.1:1", cwd=project)
     assert code == 1 and "start it with `kiwi dev`" in err and "7399" not in err, err
+
+
+async def test_an_unreachable_temporal_address_on_this_machine_says_to_start_kiwi_dev(project, monkeypatch):
+    """README trial s36: with TEMPORAL_ADDRESS exported (as `kiwi dev` says to) and kiwi dev stopped, the hint
+    spoke only of the profile's TLS files and API key. A loopback address says kiwi dev too; a remote one not."""
+    from kiwi.connect import unreachable_hint
+    from kiwi.devserver import free_port
+
+    port = free_port()  # (nothing listens there)
+    monkeypatch.setenv("TEMPORAL_ADDRESS", f"127.0.0.1:{port}")
+    code, _, err = await kiwi_cli("runs")
+    assert code == 1 and f"127.0.0.1:{port} is this machine: is `kiwi dev` running there?" in err, err
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "temporal.example.com:7233")
+    assert "kiwi dev" not in unreachable_hint()
