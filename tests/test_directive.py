@@ -259,3 +259,18 @@ def test_an_actions_placeholders_that_have_values_are_filled_beside_one_that_has
     )
     assert render_safe("{top}", context) == "3"
     assert render_safe("n: {sorted.result.n}", context) == "n: [1, 2]"
+
+
+def test_a_placeholder_that_names_nothing_is_pointed_at_by_its_param():
+    """README trial s36: `{fille} is not a declared input` named a line and no column."""
+    text = directive_md(WRITE_STEP, permissions=PERMS, inputs=INPUTS).replace("{who}", "{nobody}")
+    (line, where) = next((n, ln) for n, ln in enumerate(text.splitlines(), 1) if "{nobody}" in ln)
+    column = where.rfind("<param", 0, where.index("{nobody}")) + 1
+    found = errors(text)
+    assert any(
+        e.startswith(f"d.md:{line}:{column}: ") and "{nobody} is not a declared input" in e for e in found
+    ), (
+        found,
+        line,
+        column,
+    )

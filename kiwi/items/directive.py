@@ -787,12 +787,13 @@ def _validate(directive: Directive, root: Any, ctx: _Ctx) -> None:
                 if problem:
                     ctx.error(el, f'step "{step.name}" condition: {problem}')
         for call in step.tool_calls:
-            for value in call.params.values():
+            for name, value in call.params.items():
                 for ref in placeholders(value):
                     problem = _reference_problem(ref, seen_inputs, earlier)
                     if problem:
+                        # (At the <param> that holds it: README trial s36, it named the line only.)
                         ctx.problems.append(
-                            Problem(f'step "{step.name}" {call.tool}: {problem}', ctx.path, call.line, 0)
+                            Problem(f'step "{step.name}" {call.tool}: {problem}', ctx.path, *call.place(name))
                         )
         for ref in placeholders(step.action):
             problem = _reference_problem(ref, seen_inputs, earlier)
