@@ -373,6 +373,9 @@ def test_tools_the_settings_and_a_directive_name_for_approval_are_checked(projec
     assert [p["message"] for p in found] == [
         "<approvals>: 'git.rolback' is no tool of Kiwi's: did you mean git.rollback?"
     ], found
+    # (On the <approvals> line, README trial s36: it named none.)
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "<approvals>" in text)
+    assert (found[0]["line"], found[0]["column"]) == (line, 1), found
 
 
 def test_trusted_keys_yaml_is_read_as_kiwi_reads_it(project, capsys):

@@ -372,9 +372,15 @@ def validate_file(
         if parsed.metadata.approvals or granted:
             declared = {n for mcp in parsed.metadata.tools.mcps for n in (mcp.name, mcp.alias) if n}
             servers = declared | registered_servers(find_project_root(path.resolve().parent))
-            problems += unknown_tool_names(
-                "<approvals>", parsed.metadata.approvals, names, servers, str(path)
-            )
+            # (On the <approvals> line: README trial s36, these named no line.)
+            source = text if text is not None else path.read_text(encoding="utf-8", errors="replace")
+            at = next((n for n, ln in enumerate(source.splitlines(), 1) if "<approvals" in ln), 0)
+            problems += [
+                Problem(p.message, p.path, at, at and 1, p.severity)
+                for p in unknown_tool_names(
+                    "<approvals>", parsed.metadata.approvals, names, servers, str(path)
+                )
+            ]
             # A grant of a tool that is none grants nothing: said as a warning naming the one meant (README
             # trial s36: `id="word_cont"` went unremarked, and the step's refusal only asked for word_count).
             problems += [
