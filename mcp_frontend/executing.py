@@ -210,8 +210,8 @@ async def _execute(
             raise InputInvalid(
                 f"complete_step's parameters.outputs is {json_kind(outputs)}; it is an object of the step's "
                 "outputs by name",
-                hint=f"parameters={{'step': {step!r}, 'outputs': {{NAME: value, ...}}}} (the names are the run's "
-                "current_step.outputs)",
+                hint=f"parameters={{'step': {step!r}, 'outputs': {{NAME: value, ...}}}} (the names the step's "
+                "instructions ask for, in the run's current_step.action)",
             )
         result = await runs.complete_step(target, step, outputs or {})
         status = await _settled(runs, target, wait_seconds)
