@@ -1420,3 +1420,22 @@ def test_a_commands_placeholders_fill_words_never_make_them():
         command_words("shell.run", {"argv": ["ls", "{file}"]}, inputs) is None
     )  # (argv: one word each already)
     assert command_words("filesystem.read", {"path": "{file}"}, inputs) is None
+
+
+async def test_a_number_option_is_an_option_not_a_path(runs, project):
+    """README trial s36: `ls -1 notes` and `head -5 notes/x.txt` were refused inside a run, `read not allowed on
+    '-1'` (the word read as a path), with the hint to grant read on `-1`. `ls -1` is one of ls's options, and
+    head's `-5` is `-n 5`; a number that is no option of the program is still refused as a path it names."""
+    write(project / "notes" / "x.txt", "".join(f"{n}\n" for n in range(9)))
+    run_id = await agent_run(
+        runs,
+        project,
+        "lister",
+        '<read resource="filesystem" path="notes/**"/><execute resource="shell" commands="ls,head,cat"/>',
+    )
+    listed = await shell(runs, run_id, "ls", "-1", "notes/x.txt")
+    assert listed.status == "ok" and listed.result["stdout"] == "notes/x.txt\n", listed
+    first = await shell(runs, run_id, "head", "-5", "notes/x.txt")
+    assert first.status == "ok" and first.result["stdout"] == "0\n1\n2\n3\n4\n", first
+    refused = await shell(runs, run_id, "cat", "-5", "notes/x.txt")
+    assert refused.status == "denied", refused

@@ -876,3 +876,28 @@ async def test_record_stuck_kept_history(runs, project):
     await runs.complete_step(run_id, "work", {"done": True})
     await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "stuck_kept", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_number_options_history(runs, project):
+    """Record tests/histories/number_options-{patch id}.json: `ls -1 notes` and `head -5 notes/x.txt`, taken as
+    options since NUMBER_OPTIONS (number_open-{patch id}.json is the same run recorded by the code before the
+    rule, 123c16a, which refused them as paths)."""
+    write(project / "notes" / "x.txt", "a\nb\n")
+    write_directive(
+        project / ".ai" / "directives" / "lister.md",
+        directive_md(
+            '<step name="work"><action>Work.</action></step>',
+            name="lister",
+            permissions='<read resource="filesystem" path="notes/**"/><execute resource="shell" commands="ls,head"/>',
+        ),
+    )
+    run_id = await runs.start("lister", {})
+    await awaiting_step(runs, run_id, "work")
+    for argv in (["ls", "-1", "notes/x.txt"], ["head", "-5", "notes/x.txt"]):
+        await runs.call_tool(run_id, "shell.run", {"argv": argv})
+    await runs.complete_step(run_id, "work", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "number_options", project)

@@ -613,3 +613,29 @@ def test_the_one_key_trusted_for_a_role_is_the_default_among_several(project, ca
     trust_key(user_space(), "zed", public, ["sign"])
     with pytest.raises(InputInvalid, match=rf"several keys trusted to sign \({mine}, zed\)"):
         default_key(role="sign", project_root=project)
+
+
+def test_a_templated_command_is_checked_for_its_program_not_for_a_cwd_its_words_may_not_read(project, capsys):
+    """README trial s36: the README's own `ls -l {paths}` (an array input) failed validate, "the command's cwd '.'
+    may not be read by this run": the words the run fills in were taken as none. Its program is what validate
+    can check; a program not granted is still an error."""
+    body = '<step name="ls"><tool_call tool="shell.run"><param name="command">ls -l {paths}</param></tool_call></step>'
+    inputs = '<input name="paths" type="array" required="true"/>'
+    path = write(
+        project / ".ai" / "directives" / "lister.md",
+        directive_md(
+            body,
+            name="lister",
+            inputs=inputs,
+            permissions='<read resource="filesystem" path="notes/**"/><execute resource="shell" commands="ls"/>',
+        ),
+    )
+    assert kiwi(["validate", str(path)]) == 0, capsys.readouterr().out
+    write(
+        path,
+        directive_md(
+            body, name="lister", inputs=inputs, permissions='<read resource="filesystem" path="notes/**"/>'
+        ),
+    )
+    assert kiwi(["validate", str(path)]) == 1
+    assert "shell command 'ls' is not in the allowlist" in capsys.readouterr().out

@@ -8,7 +8,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kiwi.protected import rule_in_force
 from kiwi.shellpolicy.results import ShellVerdict, _no
+from kiwi.shellpolicy.rules import NUMBER_OPTIONS
 from kiwi.shellpolicy.specs import Spec
 
 
@@ -130,6 +132,18 @@ def _parse(
             elif eq:
                 out.values.append((name, "unknown", value))
             continue
+        if (
+            _is_number(arg)
+            and (program in _COUNT_FIRST or (names is not None and arg in names))
+            and rule_in_force(NUMBER_OPTIONS)
+        ):
+            if program in _COUNT_FIRST:
+                # (head -5, tail -5: GNU's older spelling of -n 5.)
+                out.options.append("-n")
+                out.values.append(("-n", spec.values.get("-n", "value"), arg[1:]))
+                continue
+            out.options.append(arg)  # (ls -1: one of its own options)
+            continue
         if arg.startswith("-") and len(arg) > 1 and not _is_number(arg):
             if arg in spec.forbidden or arg in spec.values or arg in spec.granted:
                 chars = [arg]  # multi-letter single-dash options (zip -TT)
@@ -207,6 +221,10 @@ def down_and_up(text: str) -> bool:
         elif segment not in ("", "."):
             named = True
     return False
+
+
+# Programs whose `-NUM` is a count, `-n NUM` (GNU's older spelling).
+_COUNT_FIRST = frozenset({"head", "tail"})
 
 
 def _is_number(arg: str) -> bool:
