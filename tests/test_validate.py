@@ -256,6 +256,9 @@ async def test_validate_and_the_run_refuse_the_same_call(runs, project, temporal
         in err
     ), err
     assert 'step "sorted" calls shell.run, which the run would refuse' in err, err
+    # (Its own <permissions> grant it: the fix is to sign it, not the grant the refusal names. Second trial s36.)
+    assert "its <permissions> grant it, but an unsigned run gets only the base policy: `kiwi sign" in err, err
+    assert 'add <execute resource="shell" commands="sort"/>' not in err, err
 
 
 def test_signing_with_a_key_not_trusted_to_sign_warns_that_runs_get_the_base_policy(project, capsys):
@@ -477,6 +480,8 @@ async def test_attack_a_directive_hidden_from_the_rendered_file_is_refused(runs,
         "comment": f"<!--\n{hidden.replace('```', '~~~')}\n~~~\n-->\n\n{visible}\n```\n",
         "script": f"{decoy}\n    ```\n\n<script>\n{hidden}\n```\n</script>\n",  # (review s36, second round)
         "details": f"<details>\n{hidden}\n```\n</details>\n\n{visible}\n```\n",
+        # (README trial s36, second round: with a blank line the fence is Markdown, inside a folded section.)
+        "details-folded": f"<details><summary>spec</summary>\n\n{hidden}\n```\n\n</details>\n",
     }
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with Client(server) as client:
@@ -493,7 +498,7 @@ async def test_attack_a_directive_hidden_from_the_rendered_file_is_refused(runs,
                 )
             )
             assert made["error"] == "ItemInvalid" and "a <directive> inside " in made["message"], (way, made)
-            assert "(lines 3-" in made["message"], (way, made)
+            assert f"(lines {5 if way == 'details-folded' else 3}-" in made["message"], (way, made)
             assert not list((project / ".ai" / "directives").rglob("tidy_notes.md")), way
     # Without the hidden block, the visible one is the directive, with the grants it shows.
     write(project / ".ai" / "directives" / "tidy_notes.md", f"# tidy_notes\n\n{visible}\n```\n")

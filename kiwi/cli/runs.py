@@ -211,7 +211,9 @@ def _warn_refused_steps(runs: RunClient, name: str) -> None:
     # The grants its run gets: an unsigned or changed directive's are what it shares with the base policy
     # (README trial s36: such a run started with no word, and failed at once at a call its file grants).
     grants = directive.grants()
+    own: set[tuple[int, int]] = set()
     if trust.grants != "declared":
+        own = {(p.line, p.column) for p in ungranted_calls(directive, shown)}
         grants = harness.base_policy.intersect(grants)
         sys.stderr.write(f"kiwi run: warning: {shown} is {trust.note}\n")
     # (And the <param>s a local tool does not take: second README trial s35, the run started without a word.)
@@ -219,6 +221,17 @@ def _warn_refused_steps(runs: RunClient, name: str) -> None:
         *ungranted_calls(directive, shown, grants),
         *local_params(directive, runs.store.local_tools(), shown),
     ]:
+        if (
+            trust.grants != "declared"
+            and (problem.line, problem.column) not in own
+            and "; add <" in problem.message
+        ):
+            # (Its own <permissions> grant the call: signing is the fix, not the grant the refusal names. README
+            # trial s36, second round.)
+            problem.message = (
+                problem.message.split("; add <", 1)[0]
+                + f"; its <permissions> grant it, but an unsigned run gets only the base policy: `kiwi sign {shown}`"
+            )
         sys.stderr.write(
             f"kiwi run: warning: {problem}; the run stops there if it reaches it (`kiwi validate {shown}`)\n"
         )

@@ -268,18 +268,27 @@ def find_xml_block(text: str, path: str = "") -> tuple[str, int]:
     from markdown_it import MarkdownIt  # (20 ms to import: only where a directive file is read)
 
     blocks: list[tuple[int, int, str]] = []
+    collapsed = 0  # (open <details> sections: what is in one is folded away until a reader opens it)
     for token in MarkdownIt("commonmark").parse(text):
+        if token.type == "html_block":
+            lowered = token.content.lower()
+            collapsed = max(0, collapsed + lowered.count("<details") - lowered.count("</details"))
         if token.type not in ("fence", "code_block", "html_block") or "<directive" not in token.content:
             continue  # (prose that names <directive> is text: only a block can be taken for the directive)
         first, last = token.map or (0, 0)
         language = (token.info.split() or [""])[0].lower()
-        if token.type == "fence" and language == "xml" and token.level == 0:
+        if token.type == "fence" and language == "xml" and token.level == 0 and not collapsed:
             blocks.append((first + 1, last, token.content.removesuffix("\n")))
             continue
         where = {
             "html_block": "an HTML block, which a rendered view of the file hides or shows as HTML",
             "code_block": "an indented code block, which a viewer shows as code and Kiwi does not read",
-        }.get(token.type, f"a {'nested ' if token.level else ''}block Kiwi does not read")
+        }.get(
+            token.type,
+            "a collapsed <details> section, which a viewer folds away"
+            if collapsed
+            else f"a {'nested ' if token.level else ''}block Kiwi does not read",
+        )
         raise ItemInvalid(
             [
                 Problem(
