@@ -143,10 +143,14 @@ def summarise_call(tool: str, args: dict[str, Any]) -> str:
         if args.get("destination"):
             detail += f" -> {args['destination']}"
     elif tool == "shell.run":
+        # (argv's words quoted where they need to be: `sort 'a -o b'` is one word, README trial s36.)
+        argv = args.get("argv")
         detail = (
             args["command"]
             if isinstance(args.get("command"), str)
-            else " ".join(map(str, args.get("argv", [])))
+            else shlex.join(map(str, argv))
+            if isinstance(argv, list)
+            else ""
         )
     else:
         detail = ""

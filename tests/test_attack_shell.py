@@ -1381,9 +1381,14 @@ async def test_attack_an_input_is_one_word_of_a_steps_command(runs, project):
     )
     run_id = await runs.start("sorter", {"file": "src/fruits.txt -o notes/pwn.txt"})
     await wait_for(lambda: waits_for_agent(runs, run_id), what="the agent step")
-    result = (await runs.status(run_id)).steps[0].outputs["result"]
+    status = await runs.status(run_id)
+    result = status.steps[0].outputs["result"]
     assert result["exit_code"] != 0 and "src/fruits.txt -o notes/pwn.txt" in result["stderr"], result
     assert not (project / "notes" / "pwn.txt").exists()
+    # `kiwi status` shows the one word as one (second trial s36: `sort src/fruits.txt -o notes/pwn.txt` read as -o).
+    assert status.last_calls[-1].summary == "shell.run sort 'src/fruits.txt -o notes/pwn.txt'", (
+        status.last_calls
+    )
     fine = await runs.start("sorter", {"file": "src/fruits.txt"})
     await wait_for(lambda: waits_for_agent(runs, fine), what="the agent step")
     result = (await runs.status(fine)).steps[0].outputs["result"]
