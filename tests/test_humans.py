@@ -1051,7 +1051,13 @@ async def test_a_stuck_agents_hold_is_lifted_by_a_resume_not_by_an_answer(runs, 
     for request in (stuck, question) if stuck_first else (question, stuck):
         await runs.help(run_id, request)
     held = await wait_for(lambda: status_is(runs, run_id, "awaiting_human"), what="the run to be held")
-    await runs.decide(run_id, "decision-q", "a", by="bob")
+    from tests.helpers import kiwi_cli
+
+    where = ("--address", runs.client.service_client.config.target_host, "--task-queue", runs.task_queue)
+    code, out, err = await kiwi_cli("decide", run_id, "decision-q", "a", "--as", "bob", *where, cwd=project)
+    # (It says the run stays held, and what lets it go on: second trial s36.)
+    assert code == 0 and "answered decision-q: a; the run stays held (the agent is stuck" in out, out + err
+    assert f"`kiwi resume {run_id}` lets it carry on" in out, out
 
     async def answered():
         status = await runs.status(run_id)

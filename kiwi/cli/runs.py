@@ -612,10 +612,16 @@ async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
 @_with_runs
 async def cmd_decide(args: argparse.Namespace, runs: RunClient) -> int:
     taken = await runs.decide(args.run, args.request, args.option, by=args.by, note=args.note)
+    held = ""
+    if taken:
+        # (A run held for something else stays held: a stuck agent's hold waits for a resume. Second trial s36.)
+        status = await runs.answered_status(args.run)
+        if status is not None and status.status in ("stuck", "awaiting_human") and status.hold_reason:
+            held = f"; the run stays held ({status.hold_reason}): `kiwi resume {args.run}` lets it carry on"
     _emit_done(
         args,
         {"run_id": args.run, "request_id": args.request, "option": args.option, "taken": taken},
-        f"answered {args.request}: {args.option}"
+        f"answered {args.request}: {args.option}{held}"
         if taken
         else _not_taken(args.run, f"the answer to {args.request}"),
     )
