@@ -1065,5 +1065,9 @@ async def test_a_stuck_agents_hold_is_lifted_by_a_resume_not_by_an_answer(runs, 
 
     held = await wait_for(answered, what="the answer to be taken")
     assert held.status == "awaiting_human" and "the agent is stuck after 5 attempts" in held.waiting_for, held
+    # The agent's call is refused with a hint that says who lets the run go on (second trial s36: none).
+    with pytest.raises(RunStateConflict) as refused:
+        await runs.call_tool(run_id, "filesystem.read", {"path": "notes/old.txt"})
+    assert f"`kiwi resume {run_id}`" in refused.value.hint, refused.value
     assert await runs.resume(run_id, "looked at it", by="alice")
     await wait_for(lambda: agent_waits(runs, run_id), what="the run to carry on")

@@ -114,7 +114,13 @@ def _held_hint(run_id: str, message: str) -> str:
     refusal names only `kiwi resume`, which lets the run carry on with the question unanswered."""
     asked = re.search(r"\(escalation ([\w.-]+)", message)
     if asked is None:
-        return ""
+        # (Any other hold: a human's resume lets it go on. Second README trial s36: the hint was empty.)
+        return (
+            f"a human looks at the run (`kiwi status {run_id}`) and lets it carry on with `kiwi resume {run_id}`; "
+            "until then, wait or ask for help (help(action='escalate'))"
+            if "held" in message or "stuck" in message or "awaiting_human" in message
+            else ""
+        )
     return (
         f"a human answers the question with `kiwi decide {run_id} {asked.group(1)} OPTION` (`kiwi status "
         f"{run_id}` lists its options), and the run carries on with the answer"
