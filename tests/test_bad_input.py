@@ -778,7 +778,7 @@ def test_the_help_offers_only_what_a_command_uses(capsys):
 def test_the_audit_text_says_who_decided_what(capsys):
     """Found by the s18 trial: `kiwi audit`'s text showed no request id, option, approver, note or error type,
     and long event names pushed its columns out of line."""
-    from kiwi.cli.runs import _audit_detail
+    from kiwi.cli.audit import _audit_detail
 
     assert _audit_detail(
         {"event": "approval_requested", "tool": "filesystem.delete", "request_id": "approval-3"}

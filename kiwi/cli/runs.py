@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import functools
 import json
 import math
@@ -15,14 +14,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
-from temporalio.service import RPCError
-
 from kiwi import telemetry
 from kiwi.cli import positive, progress
+from kiwi.cli.audit import cmd_audit
 from kiwi.cli.connection import _connection, _port, _project, _seconds
 from kiwi.cli.processes import cmd_dev, cmd_mcp, cmd_worker
 from kiwi.contracts import TERMINAL, RunStatusName, ToolCallResult
-from kiwi.errors import InputInvalid, KiwiError, RunInOtherProject
+from kiwi.errors import InputInvalid, KiwiError
 from kiwi.explain import outside_run_hint, tool_not_found
 
 if TYPE_CHECKING:
@@ -626,99 +624,6 @@ async def cmd_decide(args: argparse.Namespace, runs: RunClient) -> int:
         else _not_taken(args.run, f"the answer to {args.request}"),
     )
     return 0
-
-
-def _audit_detail(record: dict[str, Any]) -> str:
-    """What an audit record says besides its event and subject: the reason or result, and who decided what
-    (the text view showed no request id, option, approver or error type: s18 trial)."""
-    parts = [
-        str(record.get("reason") or record.get("result") or record.get("status") or record.get("error") or "")
-    ]
-    if record.get("request_id") and (record.get("tool") or record.get("step")):
-        parts.append(str(record["request_id"]))
-    if record.get("option"):
-        parts.append(f"option {record['option']}")
-    if record.get("by"):
-        parts.append(f"by {record['by']}")
-    if record.get("note"):
-        parts.append(f"note: {record['note']}")
-    if record.get("error_type"):
-        parts.append(f"({record['error_type']})")
-    return " ".join(p for p in parts if p)
-
-
-def cmd_audit(args: argparse.Namespace) -> int:
-    """Print a run's audit trail; a file or line that cannot be read is named on stderr (exit 1)."""
-    from activities.audit import read_audit_trail
-    from kiwi.items.store import find_project_root
-
-    root = str(find_project_root())
-    trail = read_audit_trail(root, args.run)
-    state = ""
-    if not trail.records and not trail.problems:
-        # Not in this project's trail: ask Temporal whose run it is and what it is doing.
-        owner, state = _run_in_temporal(args)
-        if owner and owner != root and not args.all_projects:
-            raise RunInOtherProject(
-                f"run {args.run} belongs to the project {owner}, not to {root}; its audit trail is in "
-                f"{owner}/.ai/logs/audit/",
-                hint=f"run the command from {owner}, or pass --project {owner} (or --all-projects)",
-            )
-        if owner and owner != root:
-            trail = read_audit_trail(owner, args.run)
-    if not trail.records and not trail.problems:
-        if state:
-            raise KiwiError(
-                f"run {args.run} is {state} and has written no audit records yet",
-                hint="records are written at each step boundary and within a second while a step waits; "
-                f"try again in a moment, and see `kiwi status {args.run}`",
-            )
-        raise KiwiError(
-            f"no audit records for run '{args.run}' under .ai/logs/audit/",
-            hint="run ids look like run-hello_kiwi-1a2b3c4d5e; list them with `kiwi runs`",
-        )
-    if args.json:
-        print(json.dumps(trail.records, indent=2))
-    else:
-        width = max((len(str(r.get("event", ""))) for r in trail.records), default=15)
-        for r in trail.records:
-            what = r.get("tool") or r.get("step") or r.get("child_run") or r.get("request_id") or ""
-            decision = r.get("decision", "")
-            print(
-                f"{r['seq']:>4} {str(r.get('time', ''))[:23]} {str(r.get('event', '')):<{width}} {decision:<12} "
-                f"{what:<22} {_audit_detail(r)[:120]}"
-            )
-    for problem in trail.problems:
-        print(f"kiwi: {problem}", file=sys.stderr)
-    if trail.problems:
-        print(f"kiwi: printed the {len(trail.records)} records that could be read", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _run_in_temporal(args: argparse.Namespace) -> tuple[str, str]:
-    """(the run's project, its state) as Temporal knows them; ("", "") when it cannot tell."""
-    from kiwi.connect import connect
-    from kiwi.contracts import PROJECT_ATTR, STATUS_ATTR
-
-    async def go() -> tuple[str, str]:
-        try:
-            client = await asyncio.wait_for(connect(args.address, args.namespace), 5)
-            description = await asyncio.wait_for(client.get_workflow_handle(args.run).describe(), 5)
-        except (RuntimeError, OSError, TimeoutError, RPCError):
-            return "", ""
-        attrs = description.typed_search_attributes
-        closed = description.status.name.lower() if description.status else ""
-        state = attrs.get(STATUS_ATTR) or closed
-        return attrs.get(PROJECT_ATTR) or "", state
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(go())
-    # Called from inside an event loop (a program embedding main()): ask from a thread of its own.
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, go()).result()
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
