@@ -137,3 +137,15 @@ def test_the_sandbox_import_check_sees_an_import_outside_the_pass_through(tmp_pa
     )
     assert _unpassed_imports(bad) == ["line 4: kiwi.contracts"]
     assert len(WORKFLOW_MODULES) >= 10
+
+
+def test_no_source_file_is_over_a_thousand_lines():
+    """STYLE: files at most 1,000 lines (fastmcp's cap; aim near 500). Six were over before session 36's split
+    (kiwi/shellpolicy.py at 3,982); this keeps them under."""
+    over = {
+        str(path.relative_to(ROOT)): lines
+        for package in ("kiwi", "workflows", "activities", "workers", "mcp_frontend")
+        for path in (ROOT / package).rglob("*.py")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > 1000
+    }
+    assert not over, f"split these by concern (STYLE, 'Size and state'): {over}"
