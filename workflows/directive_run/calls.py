@@ -100,9 +100,8 @@ class CallsMixin:
         result, warning = self._admit(tool, args, seq, granted_by, one_execute, counted)
         held_now = ""
         if self.newest and result is None:
-            held_now = (
-                self._hold_if_looping()
-            )  # now, not once this call answers: calls in this task find it held
+            # (Now, not once this call answers: calls in this task find it held.)
+            held_now = self._hold_if_looping()
         if (
             result is None
             and self.human_loop
