@@ -187,8 +187,9 @@ def approval_summary(tool: str, args: dict[str, Any]) -> str:
     if len(text) > APPROVAL_SUMMARY_CHARS:
         cut = len(text) - APPROVAL_SUMMARY_CHARS
         text = (
-            f"{text[:APPROVAL_SUMMARY_CHARS]} …[{cut:,} more characters not shown: the whole call is the "
-            "approval_requested record of `kiwi audit RUN --json`; deny what you cannot read]"
+            f"{text[:APPROVAL_SUMMARY_CHARS]} …[{cut:,} more characters not shown (the approval_requested record "
+            "of `kiwi audit RUN --json` holds the arguments, secrets redacted and long values cut); deny what you "
+            "cannot read]"
         )
     return text
 
