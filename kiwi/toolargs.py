@@ -172,6 +172,37 @@ class ArgumentError(ValueError):
         self.hint = hint
 
 
+# What each built-in does, as an agent reads it beside its input schema (a run's `local_tools`; README trial s36:
+# shell.run's schema said nothing of command or argv, nor that no shell runs them).
+BUILTIN_DESCRIPTIONS = {
+    "filesystem.read": "Read a file of the project: 'path' relative to the project root; 'max_bytes' to read less. "
+    "Answers its content (base64 for a file that is not UTF-8 text) and whether it was cut.",
+    "filesystem.write": "Write a file of the project: 'path' relative to the project root, 'content' its whole text.",
+    "filesystem.list": "List a folder of the project ('path', default the root).",
+    "filesystem.create": "Make a folder of the project ('path').",
+    "filesystem.delete": "Delete a file or an empty folder of the project ('path').",
+    "filesystem.move": "Move or rename within the project: 'source' to 'destination'.",
+    "shell.run": "Run one program, never through a shell: 'command', a string split into words as a shell "
+    "splits them (pipes, redirections, ;, &&, $(...) refused), or 'argv', a list of strings; 'cwd' the "
+    "folder relative to the project root (default the root); 'timeout' in seconds (default 120, at most "
+    "3600). Answers exit_code, stdout, stderr and truncated; a non-zero exit is an answer, not an error.",
+    "git.status": "The project's changed files the run may read ('paths' to narrow).",
+    "git.diff": "The changes of files the run may read, against the last commit ('paths' to narrow).",
+    "git.commit": "Commit the changes the run may write ('paths' to narrow, 'message').",
+    "git.checkpoint": "Save the project's files as a checkpoint of this run ('message'); the user's branch and "
+    "index stay as they are.",
+    "git.rollback": "Make the files this run may write what they were at a checkpoint ('checkpoint', default the "
+    "run's latest); what else changed is left as it is.",
+    "directive.run": "Start a child run of another directive ('directive', 'inputs'); it gets no more than this "
+    "run may do.",
+    "kiwi-mcp.search": "Search the project's directives, tools and knowledge ('query', 'item_type').",
+    "kiwi-mcp.load": "Load one of the project's items ('item_type', 'item_id').",
+    "kiwi-mcp.help": "Kiwi's guidance on a topic ('topic').",
+    "kiwi-mcp.execute": "Kiwi's execute inside this run, with this run's grants ('item_type', 'action', ...).",
+    "kiwi-mcp.run": "The same as kiwi-mcp.execute.",
+}
+
+
 def check_arguments(tool: str, args: Any) -> ArgumentError | None:
     """What is wrong with ``args`` for ``tool`` (None when nothing is). Never raises."""
     example = _HINTS.get(tool, "")

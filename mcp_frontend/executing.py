@@ -69,12 +69,16 @@ def progress_message(tool: str, upstream: str) -> str:
 def callable_tools(grants: PermissionSet, store: ItemStore) -> dict[str, dict[str, Any]]:
     """Kiwi's own tools and the project's local tools this run's grants let it call, with their input
     schemas, so an agent knows them from the start as it knows the MCP servers' (``tool_context``)."""
-    from kiwi.toolargs import BUILTIN_SCHEMAS
+    from kiwi.toolargs import BUILTIN_DESCRIPTIONS, BUILTIN_SCHEMAS
 
     found: dict[str, dict[str, Any]] = {}
     for tool, schema in BUILTIN_SCHEMAS.items():
         if grants_some_call(grants, tool):
-            found[tool] = {"type": "built-in", "input_schema": schema}
+            found[tool] = {
+                "type": "built-in",
+                "description": BUILTIN_DESCRIPTIONS.get(tool, ""),
+                "input_schema": schema,
+            }
     for tool_id, manifest in sorted(store.local_tools().items()):
         if grants.check_tool_id(tool_id).allowed:
             found[tool_id] = {

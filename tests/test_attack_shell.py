@@ -1444,3 +1444,15 @@ async def test_a_number_option_is_an_option_not_a_path(runs, project):
     assert first.status == "ok" and first.result["stdout"] == "0\n1\n2\n3\n4\n", first
     refused = await shell(runs, run_id, "cat", "-5", "notes/x.txt")
     assert refused.status == "denied", refused
+
+
+def test_every_built_in_says_what_it_does_and_shell_run_how_it_runs():
+    """README trial s36: a run's `local_tools` gave shell.run's schema alone, which said nothing of command or argv
+    nor that no shell runs them."""
+    from kiwi.toolargs import BUILTIN_DESCRIPTIONS, BUILTIN_SCHEMAS
+
+    assert set(BUILTIN_SCHEMAS) == set(BUILTIN_DESCRIPTIONS)
+    described = BUILTIN_DESCRIPTIONS["shell.run"]
+    assert all(
+        word in described for word in ("'command'", "'argv'", "never through a shell", "'cwd'", "'timeout'")
+    )

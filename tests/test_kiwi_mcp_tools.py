@@ -146,6 +146,10 @@ async def test_the_agent_calls_each_meta_tool_through_the_run(runs, project, tem
         listed = started["local_tools"]
         assert {"kiwi-mcp.search", "kiwi-mcp.load", "kiwi-mcp.help", "kiwi-mcp.execute"} <= set(listed)
         assert listed["kiwi-mcp.search"]["input_schema"]["required"] == ["query"]
+        # Each built-in says what it does beside its schema (README trial s36: none did).
+        assert all(listed[tool]["description"] for tool in listed if listed[tool]["type"] == "built-in"), (
+            listed
+        )
         answer = data(
             await client.call_tool(
                 "execute",
