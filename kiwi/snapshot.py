@@ -65,7 +65,7 @@ def _not_runnable(store: ItemStore, tool: str) -> str:
     return f"tool '{tool}', which is not a local tool"
 
 
-def _harness_names_its_tools(store: ItemStore, harness: Any, local_tools: Any) -> None:
+def _harness_names_its_tools(store: ItemStore, harness: Any, local_tools: Any, registry: McpRegistry) -> None:
     """Refuse to start a run, or take a call outside one, while the harness names a tool that is none (README
     trial s36: `approvals.tools: [shell.rn]` failed `kiwi validate`, yet runs went on with no approval asked of
     shell.run: a rule that names no tool protects nothing, so the harness is mended first)."""
@@ -74,7 +74,9 @@ def _harness_names_its_tools(store: ItemStore, harness: Any, local_tools: Any) -
 
     errors = [
         p
-        for p in harness_tool_problems(store.project_root, harness, PROJECT_FILE, local_tools)
+        for p in harness_tool_problems(
+            store.project_root, harness, PROJECT_FILE, local_tools, {*registry.servers, *registry.skipped}
+        )
         if p.severity == "error"
     ]
     if errors:
@@ -111,12 +113,12 @@ def build_snapshot(
                 hint="add it under .ai/tools/ or fix the tool id (run `kiwi search` to list tools)",
             )
     harness = load_harness(store.project_root, store.user)
-    _harness_names_its_tools(store, harness, specs)
+    registry = load_registry(store.project_root, store.user)
+    _harness_names_its_tools(store, harness, specs, registry)
     trusted = load_trusted(store.project_root, store.user)
     limits = harness.limits.model_copy(
         update={"deadline_seconds": deadline_seconds, "approvers": trusted.with_role("approve")}
     )
-    registry = load_registry(store.project_root, store.user)
     declared = {m.name for m in directive.metadata.tools.mcps}
     trust = directive_trust(text, harness.signatures, trusted.with_role("sign"))
     trust.provenance = pulled_from(store.project_root, "directive", directive.name, text)
@@ -219,8 +221,9 @@ def build_session_snapshot(
 ) -> RunSnapshot:
     """A project's session: the harness's base policy, one step that waits forever."""
     harness = load_harness(store.project_root, store.user)
-    _harness_names_its_tools(store, harness, local_tool_specs(store))
     registry = load_registry(store.project_root, store.user)
+    specs = local_tool_specs(store)
+    _harness_names_its_tools(store, harness, specs, registry)
     directive = Directive(
         name="session",
         version="1.0.0",
@@ -244,7 +247,7 @@ def build_session_snapshot(
         grants=harness.base_policy,
         project_root=str(store.project_root),
         client=client_name,
-        local_tools=local_tool_specs(store),
+        local_tools=specs,
         limits=harness.limits.model_copy(update={"approvers": approvers}),
         search_attributes=search_attributes,
         mcp_servers={n: c.info() for n, c in registry.servers.items()},

@@ -297,15 +297,22 @@ def unknown_tool_names(
 
 
 def harness_tool_problems(
-    project_root: Path, config: Any, path: str = "", local_tools: Collection[str] | None = None
+    project_root: Path,
+    config: Any,
+    path: str = "",
+    local_tools: Collection[str] | None = None,
+    registered: Collection[str] | None = None,
 ) -> list[Problem]:
     """:func:`unknown_tool_names` of a loaded harness (``kiwi.harness.HarnessConfig``): its approvals, rate
     limits and granted tools (README trial s34: `approvals.tools: [git.rolback]` switched approval off; second
-    trial s35: `kiwi doctor` said all good of it). ``local_tools``: the project's, when the caller has them."""
+    trial s35: `kiwi doctor` said all good of it). ``local_tools``, ``registered`` (the registry's servers): the
+    project's, when the caller has them."""
     from kiwi.items.store import ItemStore
 
     local = ItemStore(project_root).local_tools() if local_tools is None else local_tools
-    servers = registered_servers(project_root) | set(config.base_policy.mcp)
+    servers = set(registered_servers(project_root) if registered is None else registered) | set(
+        config.base_policy.mcp
+    )
     limits = config.limits
     problems: list[Problem] = []
     for key, names in (
