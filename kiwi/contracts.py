@@ -41,6 +41,8 @@ RunStatusName = Literal[
     "timed_out",
 ]
 TERMINAL = ("completed", "failed", "cancelled", "timed_out")
+# A run held for a human: only `kiwi resume` (a resume signal) lets it carry on.
+HELD = ("stuck", "awaiting_human")
 CallStatus = Literal["ok", "denied", "error", "rate_limited", "pending"]
 
 

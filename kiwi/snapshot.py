@@ -18,10 +18,11 @@ from kiwi.contracts import (
     session_workflow_id,
 )
 from kiwi.errors import InputInvalid, KiwiError
-from kiwi.harness import load_harness
+from kiwi.harness import HarnessConfig, load_harness
 from kiwi.items.directive import Directive, McpDeclaration, Metadata, Step, ToolsDeclaration
 from kiwi.items.store import ItemStore, project_root_problem
 from kiwi.keys import approval_message, load_trusted, sign_bytes
+from kiwi.policy import PermissionSet
 from kiwi.signing import check_trust, content_hash, verify
 from kiwi.templating import bind_inputs
 from kiwi.upstream.registry import McpRegistry, load_registry
@@ -122,11 +123,7 @@ def build_snapshot(
     declared = {m.name for m in directive.metadata.tools.mcps}
     trust = directive_trust(text, harness.signatures, trusted.with_role("sign"))
     trust.provenance = pulled_from(store.project_root, "directive", directive.name, text)
-    grants = (
-        directive.grants()
-        if trust.grants == "declared"
-        else harness.base_policy.intersect(directive.grants())
-    )
+    grants = run_grants(directive, trust, harness)
     return RunSnapshot(
         run_id=run_id,
         directive=directive,
@@ -143,6 +140,14 @@ def build_snapshot(
         mcp_skipped={n: why for n, why in registry.skipped.items() if n in declared},
         trust=trust,
     )
+
+
+def run_grants(directive: Directive, trust: RunTrust, harness: HarnessConfig) -> PermissionSet:
+    """The grants a run of ``directive`` gets: its own when ``trust`` lets them through, else what they share
+    with the harness's base policy (an unsigned or changed directive)."""
+    if trust.grants == "declared":
+        return directive.grants()
+    return harness.base_policy.intersect(directive.grants())
 
 
 def signed_decision(

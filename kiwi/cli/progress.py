@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from kiwi.contracts import TERMINAL, RunStatus, is_session
+from kiwi.contracts import HELD, TERMINAL, RunStatus, is_session
 from kiwi.errors import KiwiError, RunInOtherProject, RunNotFound
 
 
@@ -111,7 +111,7 @@ def answers(status: RunStatus) -> list[str]:
             # (A human may resume the run without answering: the run goes on, the question stays open.)
             went_on = (
                 "; the run was resumed without an answer, and an answer still reaches the agent"
-                if status.status not in ("stuck", "awaiting_human")
+                if status.status not in HELD
                 else ""
             )
             lines.append(
@@ -128,7 +128,7 @@ def answers(status: RunStatus) -> list[str]:
             f"the agent to complete step {status.current_step.name}: the agent calls execute(item_type='run', "
             f"action='complete_step'), or `kiwi complete-step {run} {status.current_step.name} --output KEY=VALUE`"
         )
-    if status.status in ("stuck", "awaiting_human"):
+    if status.status in HELD:
         lines.append(
             f"a human: the run stopped ({status.hold_reason or status.status}); let it carry on with "
             f"`kiwi resume {run} --reason ...`"

@@ -19,7 +19,7 @@ from kiwi.cli import positive, progress
 from kiwi.cli.audit import cmd_audit
 from kiwi.cli.connection import _connection, _port, _project, _seconds
 from kiwi.cli.processes import cmd_dev, cmd_mcp, cmd_worker
-from kiwi.contracts import TERMINAL, RunStatusName, ToolCallResult
+from kiwi.contracts import HELD, TERMINAL, RunStatusName, ToolCallResult
 from kiwi.errors import InputInvalid, KiwiError
 from kiwi.explain import outside_run_hint, tool_not_found
 
@@ -195,7 +195,7 @@ def _warn_refused_steps(runs: RunClient, name: str) -> None:
     from kiwi.harness import load_harness
     from kiwi.items.validation import local_params, ungranted_calls
     from kiwi.keys import load_trusted
-    from kiwi.snapshot import directive_trust
+    from kiwi.snapshot import directive_trust, run_grants
 
     try:
         directive, text, path = runs.store.load_directive(name)
@@ -208,11 +208,10 @@ def _warn_refused_steps(runs: RunClient, name: str) -> None:
     shown = _relative(path)
     # The grants its run gets: an unsigned or changed directive's are what it shares with the base policy
     # (README trial s36: such a run started with no word, and failed at once at a call its file grants).
-    grants = directive.grants()
+    grants = run_grants(directive, trust, harness)
     own: set[tuple[int, int]] = set()
     if trust.grants != "declared":
         own = {(p.line, p.column) for p in ungranted_calls(directive, shown)}
-        grants = harness.base_policy.intersect(grants)
         sys.stderr.write(f"kiwi run: warning: {shown} is {trust.note}\n")
     # (And the <param>s a local tool does not take: second README trial s35, the run started without a word.)
     for problem in [
@@ -614,7 +613,7 @@ async def cmd_decide(args: argparse.Namespace, runs: RunClient) -> int:
     if taken:
         # (A run held for something else stays held: a stuck agent's hold waits for a resume. Second trial s36.)
         status = await runs.answered_status(args.run)
-        if status is not None and status.status in ("stuck", "awaiting_human") and status.hold_reason:
+        if status is not None and status.status in HELD and status.hold_reason:
             held = f"; the run stays held ({status.hold_reason}): `kiwi resume {args.run}` lets it carry on"
     _emit_done(
         args,

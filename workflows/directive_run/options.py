@@ -11,7 +11,10 @@ with workflow.unsafe.imports_passed_through():
     from activities.filesystem import FilesystemActivities
     from activities.gittools import GitActivities
     from kiwi.admission import LOOP_WINDOW  # noqa: F401 - re-exported for the call path
-    from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN  # noqa: F401 - the seed: more than 3 goes to a human
+    from kiwi.contracts import (
+        HELD,  # noqa: F401 - re-exported: the held statuses
+        STUCK_ATTEMPTS_FOR_HUMAN,  # noqa: F401 - the seed: more than 3 goes to a human
+    )
     from kiwi.errors import (
         ACTIVITY_REFUSALS,
         MCP_REFUSALS,
@@ -58,7 +61,6 @@ MUTATING_TOOLS = (
     "filesystem.move",
     "shell.run",
 )
-HELD = ("stuck", "awaiting_human")
 # A step that starts while a call waits for its approval (a call in the run's first task, or one made before
 # the step began) leaves the run awaiting_approval; it said awaiting_agent with the request pending. Asked only
 # where it changes the answer (a marker only in runs that meet it).
