@@ -498,6 +498,8 @@ class RunStatus(BaseModel):
     trace_id: str = ""
     # When the run times out (ISO time; "" without a deadline): `kiwi run --deadline SECONDS`.
     deadline_at: str = ""
+    # Why the run was cancelled, as `kiwi cancel --reason` (or the cancelling client) gave it; "" when it was not.
+    cancel_reason: str = ""
     # What fixes a failed run when its error alone does not say (a directive changed after signing):
     # set by the client (RunClient.status), never by the run.
     hint: str = ""

@@ -591,6 +591,25 @@ def test_a_port_out_of_range_is_a_usage_error_not_a_traceback(project, capsys, a
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "group, actions",
+    [
+        ("keys", ["init", "list"]),
+        ("registry", ["migrate", "status", "yank", "versions", "add-publisher"]),
+        ("tools", ["proposals", "accept"]),
+        ("payloads", ["prune"]),
+    ],
+)
+def test_a_command_group_without_its_action_lists_the_actions(project, capsys, group, actions):
+    # Review s36: `kiwi keys` alone said "the following arguments are required: ACTION" and not which.
+    assert kiwi_main([group]) == 2
+    err = capsys.readouterr().err
+    assert f"kiwi {group}: error: the following arguments are required: ACTION" in err, err
+    listed = err.split("  ACTION\n", 1)[1]
+    for action in actions:
+        assert re.search(rf"^    {action}\b", listed, re.M), (action, err)
+
+
 @pytest.mark.parametrize("line", ["port: abc", "port: 99999", "ui_port: -1"])
 def test_a_port_out_of_range_in_temporal_dev_yml_names_the_file_and_the_fix(project, capsys, line):
     (project / "temporal-dev.yml").write_text(f"temporal:\n  {line}\n")

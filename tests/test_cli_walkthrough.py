@@ -188,10 +188,32 @@ async def test_status_of_a_cancelled_run_shows_no_step_waiting_for_the_agent(run
     assert code == 0, err
     assert "awaiting_agent" not in out and "complete this step" not in out, out
     assert re.search(r"confirm\s+cancelled\s+agent", out), out
+    # Why it was cancelled (the reason went to the audit trail alone: review s36).
+    assert "  cancelled: cancelled by request" in out, out
     code, out, _ = await kiwi_cli("status", run_id, "--json", *connection(runs))
     shown = json.loads(out)
     assert shown["status"] == "cancelled" and shown["current_step"]["status"] == "cancelled"
     assert [s["status"] for s in shown["steps"]] == ["completed", "completed", "cancelled"]
+    assert shown["cancel_reason"] == "cancelled by request", shown
+
+
+async def test_status_shows_the_deadline_in_local_time_and_why_the_run_was_cancelled(runs, project):
+    code, out, err = await kiwi_cli(
+        "run", "hello_kiwi", "--input", "name=Ada", "--deadline", "3600", *connection(runs)
+    )
+    assert code == 0, err
+    run_id = RUN_ID.search(out).group(0)
+    await awaiting_step(runs, run_id, "confirm")
+    # In local time with how far off, as approvals and `kiwi runs` show times (review s36: ISO in UTC here).
+    code, out, err = await kiwi_cli("status", run_id, *connection(runs))
+    assert re.search(r"  deadline: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(\d+m\d\ds from now\)", out), out
+    code, _, err = await kiwi_cli(
+        "cancel", run_id, "--reason", "wrong input: Ada is Grace", *connection(runs)
+    )
+    assert code == 0, err
+    await wait_for(lambda: _is(runs, run_id, "cancelled"), what="the run to be cancelled")
+    code, out, err = await kiwi_cli("status", run_id, *connection(runs))
+    assert code == 0 and "  cancelled: wrong input: Ada is Grace" in out, (out, err)
 
 
 async def test_a_tool_the_run_does_not_have_lists_what_it_may_call(runs, project, temporal_env):

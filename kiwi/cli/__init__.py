@@ -536,6 +536,14 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(self, message)
 
 
+def _missing_action(parser: argparse.ArgumentParser, message: str) -> bool:
+    """Whether ``message`` is argparse's word that ``parser``'s ACTION (its subcommand) was left out."""
+    return any(
+        isinstance(action, argparse._SubParsersAction) and (action.metavar or action.dest) in message
+        for action in parser._actions
+    ) and message.startswith("the following arguments are required")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kiwi",
@@ -751,7 +759,11 @@ def _main(argv: list[str] | None) -> int:
                 print(json.dumps({"error": "InputInvalid", "message": exc.message, "hint": hint}, indent=2))
                 print(f"{exc.parser.prog}: error: {exc.message}", file=sys.stderr)
                 return EXIT_INVALID
-            exc.parser.print_usage(sys.stderr)
+            if _missing_action(exc.parser, exc.message):
+                # (`kiwi keys` alone said an ACTION is required and not which: review s36.)
+                exc.parser.print_help(sys.stderr)
+            else:
+                exc.parser.print_usage(sys.stderr)
             print(f"{exc.parser.prog}: error: {exc.message}", file=sys.stderr)
             return EXIT_USAGE
         if not getattr(args, "func", None):

@@ -46,7 +46,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "payloads",
         help="the payload store: payloads of 256 KB and more that runs refer to (README: Large payloads)",
     )
-    psub = p.add_subparsers(dest="payloads_command", required=True)
+    psub = p.add_subparsers(dest="payloads_command", metavar="ACTION", required=True)
     q = psub.add_parser(
         "prune",
         help="remove stored payloads no run refers to any more",

@@ -73,9 +73,13 @@ def _print_json(data: Any) -> None:
 def _print_status(status: Any) -> None:
     print(f"{status.run_id}  {status.directive} v{status.version}  {progress.state(status.status)}")
     if status.deadline_at and status.status not in TERMINAL:
-        print(f"  deadline: {status.deadline_at} (the run times out then)")
+        print(f"  deadline: {progress.readable_time(status.deadline_at)} (the run times out then)")
     if status.error:
         print(f"  error: {status.error}")
+    if status.cancel_reason:
+        # (The reason went to the audit trail only: the status said "cancelled" and not why or by whom.)
+        said = "cancelled" if status.status == "cancelled" else "cancel asked"
+        print(f"  {said}: {status.cancel_reason}")
     if status.hint:
         print(f"  hint: {status.hint}")
     # What it waits for, each with its deadline and the command that answers it (else the run's own words).
@@ -102,7 +106,7 @@ def _print_status(status: Any) -> None:
         print(
             f"  {approval.request_id} {approval.summary} by {approval.requested_by}: {approval.status}"
             + (
-                f" (until {approval.expires_at})"
+                f" (until {progress.readable_time(approval.expires_at)})"
                 if approval.status == "pending"
                 else f" by {approval.decided_by}"
                 if approval.decided_by
@@ -485,7 +489,7 @@ async def _answered(runs: RunClient, args: argparse.Namespace, arguments: dict[s
         run_id, call_id = result.result["run_id"], result.result["call_id"]
         request = await runs.waiting_approval(run_id, args.tool, arguments)
         said = (
-            f"waits for a human to approve it ({request.request_id}, until {request.expires_at}): "
+            f"waits for a human to approve it ({request.request_id}, until {progress.readable_time(request.expires_at)}): "
             f"`kiwi approve {run_id} {request.request_id}` or `kiwi reject {run_id} {request.request_id}`"
             if request is not None
             else "is still running; it goes on in the run"
@@ -811,7 +815,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("cancel", help="cancel a run (and the child runs it started that still run)")
     p.add_argument("run", help="run id")
-    p.add_argument("--reason", default="cancelled from the CLI", help="why (recorded in the audit trail)")
+    p.add_argument(
+        "--reason",
+        default="cancelled from the CLI",
+        help="why (recorded in the audit trail and shown by `kiwi status`)",
+    )
     p.add_argument(
         "--keep-children",
         action="store_true",

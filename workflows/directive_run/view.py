@@ -192,6 +192,7 @@ class ViewMixin:
             hold_id=self._hold_id() if self.state.status in HELD else "",
             trace_id=started_trace_id(),
             deadline_at=self._deadline_at(),
+            cancel_reason=self.state.cancel_reason,
         )
 
     def _deadline_at(self: DirectiveRun) -> str:
