@@ -89,8 +89,11 @@ async def test_a_wait_on_an_approval_shows_progress_and_ctrl_c_stops_watching_no
 
     # The pending approval, listed across runs, as text and JSON.
     code, out, _ = await kiwi_cli("approvals", *connection(runs))
-    assert code == 0 and f"{run_id} approval-1: filesystem.delete notes/old.txt" in out
+    # Asked by the directive's step, not "by cli" (the client that started the run: review s36).
+    assert code == 0 and f"{run_id} approval-1: filesystem.delete notes/old.txt (step clean)" in out, out
     assert f"kiwi approve {run_id} approval-1" in out
+    code, out, _ = await kiwi_cli("status", run_id, *connection(runs))
+    assert "  approval-1 filesystem.delete notes/old.txt step clean: pending (until " in out, out
     code, out, _ = await kiwi_cli("approvals", "--json", *connection(runs))
     (pending,) = json.loads(out)
     assert pending["run_id"] == run_id and pending["request_id"] == "approval-1" and pending["args_hash"]

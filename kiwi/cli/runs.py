@@ -104,7 +104,7 @@ def _print_status(status: Any) -> None:
         print(f"  help {signal_.kind}: {signal_.reason}")
     for approval in status.approvals:
         print(
-            f"  {approval.request_id} {approval.summary} by {approval.requested_by}: {approval.status}"
+            f"  {approval.request_id} {approval.summary} {_asked_by(approval.model_dump())}: {approval.status}"
             + (
                 f" (until {progress.readable_time(approval.expires_at)})"
                 if approval.status == "pending"
@@ -344,6 +344,14 @@ async def cmd_runs(args: argparse.Namespace, runs: RunClient) -> int:
     return 0
 
 
+def _asked_by(approval: dict[str, Any]) -> str:
+    """Who asked for an approval: the directive's step whose call it is, else the client that made the call (a
+    step's call said "by mcp", the client that started the run: review s36)."""
+    if approval.get("origin") == "step" and approval.get("step"):
+        return f"step {approval['step']}"
+    return f"by {approval.get('requested_by') or 'unknown'}"
+
+
 @_with_runs
 async def cmd_approvals(args: argparse.Namespace, runs: RunClient) -> int:
     pending = await runs.pending_approvals()
@@ -354,7 +362,7 @@ async def cmd_approvals(args: argparse.Namespace, runs: RunClient) -> int:
         print("no pending approvals" + ("" if runs.all_projects else f" in {runs.project}"))
         return 0
     for a in pending:
-        print(f"{a['run_id']} {a['request_id']}: {a['summary'] or a['tool']} (by {a['requested_by']})")
+        print(f"{a['run_id']} {a['request_id']}: {a['summary'] or a['tool']} ({_asked_by(a)})")
         print(
             f"  asked {progress.readable_time(a['requested_at'])}, until {progress.readable_time(a['expires_at'])}"
         )
