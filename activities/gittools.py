@@ -386,12 +386,12 @@ class GitActivities:
             if _rolled_back(p) and gitnamed.in_the_way(named, p, [], below=True) is None
         }
         left: list[str] = []
+        changed = set(split_z(await _git_ok(root, "diff", "--name-only", "-z", commit, "--", ".")))
         if req.write_grants is not None:
             # Only what the run may write is restored or removed (hostile review s36: a run granted notes/**
             # overwrote a human's edit under src/ and deleted their new file). What else differs from the
             # checkpoint is left as it is, and named.
             sight = GitSight(root, req.write_grants, req.deny_fs)
-            changed = set(split_z(await _git_ok(root, "diff", "--name-only", "-z", commit, "--", ".")))
             outside = {p for p in kept | now if not sight.sees(p)}
             left = sorted(p for p in outside if p in changed or (p in now) != (p in kept))
             kept -= outside
@@ -417,6 +417,9 @@ class GitActivities:
             )
             if result.exit_code != 0:
                 raise GitFailed.error(f"git checkout-index failed: {result.stderr.strip()}")
+        # What the checkout changed: a file that differed from the checkpoint or was not there (every file of the
+        # checkpoint is written; "restored" counted them all, unchanged ones too: review s36).
+        restored = sorted(p for p in kept if p in changed or p not in now)
         removed = []
         for path in sorted(now - kept):
             confine(root, str(Path(path).parent), ["**"], [])
@@ -438,7 +441,8 @@ class GitActivities:
             "available": True,
             "checkpoint": req.checkpoint,
             "commit": commit,
-            "restored": len(kept),
+            "restored": len(restored),
+            "restored_files": restored[:100],
             "removed": removed,
             **({"left_outside_grants": left[:100], "left_count": len(left)} if left else {}),
         }

@@ -355,6 +355,9 @@ async def test_checkpoint_and_approved_rollback_on_a_real_repository(runs, proje
     await runs.decide_approval(run_id, request.request_id, True, by="alice")
     rolled = await asyncio.wait_for(rollback, timeout=30)
     assert rolled.status == "ok" and rolled.result["removed"] == ["notes/new.txt"]
+    # The files it changed, not every file of the checkpoint (review s36: "restored" counted them all).
+    assert rolled.result["restored_files"] == ["notes/draft.txt", "notes/old.txt"], rolled.result
+    assert rolled.result["restored"] == 2, rolled.result
     assert (project / "notes" / "old.txt").read_text() == "edited, not committed"
     assert (project / "notes" / "draft.txt").read_text() == "untracked"
     assert (project / "build" / "out.bin").read_text() == "ignored"
@@ -391,6 +394,7 @@ async def test_attack_a_rollback_restores_and_removes_only_what_the_run_may_writ
     assert (project / "notes" / "old.txt").read_text() == "old"
     assert not (project / "notes" / "scratch.txt").exists()
     assert rolled.result["removed"] == ["notes/scratch.txt"], rolled.result
+    assert rolled.result["restored_files"] == ["notes/old.txt"], rolled.result
     assert rolled.result["left_outside_grants"] == ["src/app.py", "src/new_feature.py"], rolled.result
 
 
