@@ -58,6 +58,14 @@ def local_tool_specs(store: ItemStore) -> dict[str, LocalToolSpec]:
     return specs
 
 
+def shown_path(path: Path) -> str:
+    """``path`` relative to the current folder when it is below it (as `kiwi validate` names files)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _not_runnable(store: ItemStore, tool: str) -> str:
     """Why a step's tool id names nothing this run can call."""
     for record in store.list_items("tool"):
@@ -113,6 +121,15 @@ def build_snapshot(
                 f"directive '{name}' step calls {_not_runnable(store, call.tool)}",
                 hint="add it under .ai/tools/ or fix the tool id (run `kiwi search` to list tools)",
             )
+    from kiwi.items.validation import unknown_builtins
+
+    if nothing := unknown_builtins(directive, shown_path(path), frozenset(specs)):
+        # (A misspelt tool of Kiwi's own, `filesystem.reed`, made its step wait for the agent, who cannot call it
+        # either; `kiwi validate` said the run would stop there. Review s36.)
+        raise InputInvalid(
+            f"directive '{name}' calls a tool that is none: " + "; ".join(str(p) for _, p in nothing),
+            hint=f"fix the tool id in {shown_path(path)}; `kiwi validate {shown_path(path)}` lists every problem",
+        )
     harness = load_harness(store.project_root, store.user)
     registry = load_registry(store.project_root, store.user)
     _harness_names_its_tools(store, harness, specs, registry)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kiwi.cli import main as kiwi
+from kiwi.errors import InputInvalid
 from tests.helpers import directive_md, write
 
 SORT = '<step name="sorted"><tool_call tool="shell.run"><param name="command">sort notes.txt</param></tool_call></step>'
@@ -93,6 +94,42 @@ def test_a_misspelt_built_in_tool_is_an_error_naming_the_right_one_and_no_mcp_gr
         ),
     )
     assert kiwi(["validate", str(server)]) == 0, capsys.readouterr().out
+
+
+async def test_a_step_calling_a_tool_that_is_none_gets_one_account_from_validate_show_and_the_run(
+    runs, project, capsys
+):
+    """Review s36: a step calling `filesystem.reed` or `frobnicate` got three accounts. validate: "the run stops
+    there, refusing its call" (and for frobnicate, add a grant of it); show: the agent does the step; the run
+    refused to start (frobnicate) or waited for the agent, who could not call it either (filesystem.reed). Now
+    all three say no run starts, naming the tool."""
+    path = write(
+        project / ".ai" / "directives" / "typo.md",
+        directive_md(
+            '<step name="one"><tool_call tool="filesystem.reed"><param name="path">notes/a</param></tool_call>'
+            '</step><step name="two"><tool_call tool="frobnicate"/></step>',
+            name="typo",
+            permissions='<read resource="filesystem" path="**"/>',
+        ),
+    )
+    capsys.readouterr()
+    assert kiwi(["validate", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "calls filesystem.reed, which is no tool of Kiwi's: did you mean filesystem.read?" in out, out
+    assert 'step "two" calls frobnicate, which is no tool here: no local tool has that id' in out, out
+    assert "execute resource" not in out, out  # (a grant of it would not help)
+    for step in ("one", "two"):
+        assert f"step {step}: no run starts, as it calls a tool that is none (above)" in out, out
+    assert kiwi(["show", "typo"]) == 0
+    out = capsys.readouterr().out
+    assert "calls filesystem.reed, which is no tool of Kiwi's" in out, out
+    assert "step one: no run starts, as it calls a tool that is none (above)" in out, out
+    assert "Kiwi cannot call itself" not in out, out
+    # The run: refused at its start, filesystem.reed named (the step waited for the agent before).
+    write(path, path.read_text().replace('<step name="two"><tool_call tool="frobnicate"/></step>', ""))
+    with pytest.raises(InputInvalid, match=r"calls filesystem\.reed, which is no tool of Kiwi's") as refused:
+        await runs.start("typo", {})
+    assert "kiwi validate" in refused.value.hint, refused.value.hint
 
 
 def test_a_local_tools_parameters_are_checked_as_the_run_checks_them(project, capsys):

@@ -15,7 +15,7 @@ from kiwi.cli.safeout import safe_output
 from kiwi.errors import ItemInvalid, ItemNotFound, KiwiError, Problem
 from kiwi.items.store import ITEM_ALIASES, ITEM_TYPES, ItemStore, find_project_root, item_kind
 from kiwi.items.tools import ToolManifest
-from kiwi.items.validation import validate_file
+from kiwi.items.validation import unknown_builtins, validate_file
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -160,6 +160,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if "grants" in r:
             print(f"     grants: {' '.join(r['grants']) or '(none)'}")
         for step in r.get("steps", []):
+            if step.get("no_start"):
+                print(f"     step {step['step']}: no run starts, as it calls a tool that is none (above)")
+                continue
             if step.get("stops"):
                 print(f"     step {step['step']}: the run stops there, refusing its call (above)")
                 continue
@@ -475,21 +478,30 @@ def cmd_show(args: argparse.Namespace) -> int:
             last = exc
             continue
         parsed = item.parsed
+        problems = list(item.problems)
+        plan = []
+        if isinstance(parsed, Directive):
+            local = frozenset(store.local_tools())
+            plan = [p.model_dump() for p in parsed.plan(local)]
+            # (A step calling a tool that is none: no run starts, which the plan's "agent" did not say. Review s36.)
+            nothing = [p for _, p in unknown_builtins(parsed, item.record.path, local)]
+            for step in plan:
+                step["no_start"] = any(p.message.startswith(f'step "{step["step"]}"') for p in nothing)
+            problems += nothing
         data = {
             "item_type": item_type,
             **item.record.as_dict(),
             "parsed": parsed.model_dump() if parsed is not None else None,
-            "problems": [p.as_dict() for p in item.problems],
+            "problems": [p.as_dict() for p in problems],
+            **({"steps_plan": plan} if isinstance(parsed, Directive) else {}),
         }
-        if isinstance(parsed, Directive):
-            data["steps_plan"] = [p.model_dump() for p in parsed.plan(frozenset(store.local_tools()))]
         if args.json:
             print(json.dumps(data, indent=2, default=str))
         else:
             print(f"{item_type} {item.record.item_id}  [{item.record.source}] {item.record.path}")
             if item.record.shadows:
                 print(f"  also defined in: {'; '.join(item.record.shadows)}")
-            for p in item.problems:
+            for p in problems:
                 print(f"  {p}")
             if isinstance(parsed, Directive):
                 print(f"  version {parsed.version}: {parsed.metadata.description}")
@@ -499,8 +511,13 @@ def cmd_show(args: argparse.Namespace) -> int:
                     print(
                         f"  input {spec.name} ({spec.type}{', required' if spec.required else ''}) {spec.description}"
                     )
-                for plan in data["steps_plan"]:
-                    print(f"  step {plan['step']}: {plan['mode']} ({plan['reason']})")
+                for step in plan:
+                    if step["no_start"]:
+                        print(
+                            f"  step {step['step']}: no run starts, as it calls a tool that is none (above)"
+                        )
+                    else:
+                        print(f"  step {step['step']}: {step['mode']} ({step['reason']})")
             else:
                 print(item.text)
         return EXIT_OK

@@ -199,7 +199,7 @@ def _warn_refused_steps(runs: RunClient, name: str) -> None:
     from kiwi.harness import load_harness
     from kiwi.items.validation import local_params, ungranted_calls
     from kiwi.keys import load_trusted
-    from kiwi.snapshot import directive_trust, run_grants
+    from kiwi.snapshot import directive_trust, run_grants, shown_path
 
     try:
         directive, text, path = runs.store.load_directive(name)
@@ -209,7 +209,7 @@ def _warn_refused_steps(runs: RunClient, name: str) -> None:
         )
     except KiwiError:
         return  # (the start says what is wrong with it)
-    shown = _relative(path)
+    shown = shown_path(path)
     # The grants its run gets: an unsigned or changed directive's are what it shares with the base policy
     # (README trial s36: such a run started with no word, and failed at once at a call its file grants).
     grants = run_grants(directive, trust, harness)
@@ -236,13 +236,6 @@ def _warn_refused_steps(runs: RunClient, name: str) -> None:
         sys.stderr.write(
             f"kiwi run: warning: {problem}; the run stops there if it reaches it (`kiwi validate {shown}`)\n"
         )
-
-
-def _relative(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 async def _follow_started(

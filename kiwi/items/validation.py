@@ -100,13 +100,14 @@ def ungranted_calls(directive: Directive, path: str = "", grants: Any = None) ->
 
 
 def unknown_builtins(
-    directive: Directive, path: str = "", local_tools: frozenset[str] = frozenset()
+    directive: Directive, path: str = "", local_tools: frozenset[str] | None = None
 ) -> list[tuple[str, Problem]]:
-    """Step calls of a tool in the namespace of Kiwi's own (``filesystem.wrte``, ``shell.runn``, ``Filesystem.Write``)
-    that is none of them, nor a tool of a declared MCP server of that name: a misspelling. The step waited for the
-    agent, though it was meant to run by itself (README trial s34), and the hint named an MCP grant. With
-    ``local_tools`` (the project's), a step calling a local tool that is not there and is close to one that is
-    (``word_cont``)."""
+    """Step calls of a tool that is none, so that no run of the directive starts (``kiwi.snapshot`` refuses it): one
+    in the namespace of Kiwi's own (``filesystem.wrte``, ``shell.runn``, ``Filesystem.Write``) that is none of them,
+    nor a tool of a declared MCP server of that name, a misspelling (the step waited for the agent, though it was
+    meant to run by itself: README trial s34, and the hint named an MCP grant); with ``local_tools`` (the
+    project's), a local tool id (no server prefix) that is none of them, with the one meant if one is close
+    (``word_cont``; the hint named a grant of it, which would not have helped: review s36)."""
     known = (*BUILTIN_TOOLS, *KIWI_MCP_TOOLS)
     spaces = {name.casefold() for name in (*BUILTIN_NAMESPACES, "kiwi-mcp")}
     servers = {name for mcp in directive.metadata.tools.mcps for name in (mcp.name, mcp.alias) if name}
@@ -114,18 +115,20 @@ def unknown_builtins(
     for step in directive.steps:
         for call in step.tool_calls:
             space = call.tool.partition(".")[0]
-            if (
-                local_tools
-                and "." not in call.tool
-                and call.tool not in local_tools
-                and (near := difflib.get_close_matches(call.tool, sorted(local_tools), n=1, cutoff=0.8))
-            ):
+            if local_tools is not None and "." not in call.tool and call.tool not in local_tools:
                 # (README trial s34, second round: `word_cont`, granted, validated and made the step an agent step.)
+                near = difflib.get_close_matches(call.tool, sorted(local_tools), n=1, cutoff=0.8)
                 problems.append(
                     (
                         call.tool,
                         Problem(
-                            f'step "{step.name}" calls {call.tool}, which is no tool here: did you mean {near[0]}?',
+                            f'step "{step.name}" calls {call.tool}, which is no tool here: '
+                            + (
+                                f"did you mean {near[0]}?"
+                                if near
+                                else "no local tool has that id (.ai/tools/), and an MCP server's tool is named "
+                                "SERVER.TOOL"
+                            ),
                             path,
                             *call.place(),
                         ),
@@ -411,6 +414,9 @@ def validate_file(
         for step in result["steps"]:
             marker = f'step "{step["step"]}"'
             step["stops"] = any(p.severity == "error" and p.message.startswith(marker) for p in problems)
+            # (A call of a tool that is none refuses the run's start: validate said the run stopped at the step,
+            # show that the agent did it, and the run did neither. Review s36.)
+            step["no_start"] = any(m.message.startswith(marker) for _, m in misspelt)
     elif parsed is not None:
         result["item_id"] = getattr(parsed, "tool_id", None) or getattr(parsed, "zettel_id", None)
     result["valid"] = parsed is not None and not any(p.severity == "error" for p in problems)
