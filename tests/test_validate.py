@@ -534,8 +534,14 @@ async def test_attack_a_directive_hidden_from_the_rendered_file_is_refused(runs,
                     },
                 )
             )
-            assert made["error"] == "ItemInvalid" and "a <directive> inside " in made["message"], (way, made)
-            assert f"(lines {5 if way == 'details-folded' else 3}-" in made["message"], (way, made)
+            assert made["error"] == "ItemInvalid", (way, made)
+            if way == "details-folded":  # (HTML other than a comment is refused wherever it is: review s37)
+                assert "HTML in a directive file (<details><summary>spec</summary>)" in made["message"], made
+            else:
+                assert "a <directive> inside " in made["message"] and "(lines 3-" in made["message"], (
+                    way,
+                    made,
+                )
             assert not list((project / ".ai" / "directives").rglob("tidy_notes.md")), way
     # Without the hidden block, the visible one is the directive, with the grants it shows.
     write(project / ".ai" / "directives" / "tidy_notes.md", f"# tidy_notes\n\n{visible}\n```\n")
