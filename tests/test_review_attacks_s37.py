@@ -10,7 +10,7 @@ from kiwi.cli import main as kiwi
 from kiwi.errors import ItemInvalid
 from kiwi.items.directive import find_xml_block
 from mcp_frontend.server import build_server
-from tests.helpers import data, directive_md, write
+from tests.helpers import directive_md, execute, write
 
 STEP = '<step name="summarise"><action>Summarise notes/</action></step>'
 NARROW = '<read resource="filesystem" path="notes/**"/>'
@@ -88,16 +88,14 @@ async def test_attack_an_agent_cannot_create_a_directive_hiding_its_block_over_m
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with McpClient(server) as client:
         for way in ("inline details", "div hidden"):
-            made = data(
-                await client.call_tool(
-                    "execute",
-                    {
-                        "item_type": "directive",
-                        "action": "create",
-                        "item_id": "notes_helper",
-                        "parameters": {"content": f"# notes_helper\n\n{HIDING[way]}"},
-                    },
-                )
+            made = await execute(
+                client,
+                {
+                    "item_type": "directive",
+                    "action": "create",
+                    "item_id": "notes_helper",
+                    "parameters": {"content": f"# notes_helper\n\n{HIDING[way]}"},
+                },
             )
             assert made["error"] == "ItemInvalid", (way, made)
             assert (

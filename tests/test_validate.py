@@ -501,7 +501,7 @@ async def test_attack_a_directive_hidden_from_the_rendered_file_is_refused(runs,
     from mcp.client import Client
 
     from mcp_frontend.server import build_server
-    from tests.helpers import data
+    from tests.helpers import execute
 
     def block(permissions: str) -> str:
         return "\n".join(directive_md(SORT, name="tidy_notes", permissions=permissions).splitlines()[4:-1])
@@ -523,16 +523,14 @@ async def test_attack_a_directive_hidden_from_the_rendered_file_is_refused(runs,
     server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
     async with Client(server) as client:
         for way, body in hiding.items():
-            made = data(
-                await client.call_tool(
-                    "execute",
-                    {
-                        "item_type": "directive",
-                        "action": "create",
-                        "item_id": "tidy_notes",
-                        "parameters": {"content": f"# tidy_notes\n\n{body}"},
-                    },
-                )
+            made = await execute(
+                client,
+                {
+                    "item_type": "directive",
+                    "action": "create",
+                    "item_id": "tidy_notes",
+                    "parameters": {"content": f"# tidy_notes\n\n{body}"},
+                },
             )
             assert made["error"] == "ItemInvalid", (way, made)
             if way == "details-folded":  # (HTML other than a comment is refused wherever it is: review s37)
