@@ -601,7 +601,7 @@ def test_a_misspelt_attribute_or_element_outside_permissions_is_named_with_the_o
             name="typos",
             permissions='<read resource="filesystem" path="**"/><execute resource="shell" commands="sort"/>',
             inputs='<input name="unique" type="boolean" requried="true"/>',
-            extra_meta='<approvals timout="600"><tool>shell.run</tool></approvals><approval />',
+            extra_meta='<approvals timout="600"><tool>shell.run</tool></approvals>',
         ),
     )
     assert kiwi(["validate", str(path), "--json"]) == 0
@@ -610,10 +610,44 @@ def test_a_misspelt_attribute_or_element_outside_permissions_is_named_with_the_o
         "<step> has no attribute 'conditon', which is ignored; did you mean condition=\"...\"?",
         "<input> has no attribute 'requried', which is ignored; did you mean required=\"...\"?",
         "<approvals> has no attribute 'timout', which is ignored; did you mean timeout=\"...\"?",
-        "unknown metadata element <approval> kept as-is; did you mean <approvals>?",
         "unknown element <parm> in <tool_call> ignored; did you mean <param>?",
     ):
         assert expected in warnings, warnings
+
+
+@pytest.mark.parametrize(
+    "meta, expected",
+    [
+        (
+            "<approval><tool>filesystem.delete</tool></approval>",
+            "unknown metadata element <approval> kept as-is; did you mean <approvals>?: as written, no call waits "
+            "for a human's approval",
+        ),
+        (
+            "<approvals><tol>filesystem.delete</tol><tool>shell.run</tool></approvals>",
+            "<approvals> takes <tool> elements only, not <tol>: a tool it does not name runs with nobody asked",
+        ),
+    ],
+)
+def test_a_misspelt_approvals_is_an_error_and_is_not_signed(project, capsys, meta, expected):
+    """README trial s37: `<approval>` (and a `<tol>` inside `<approvals>`) was a warning, or nothing; `kiwi sign`
+    signed it, and the run deleted with nobody asked. A gate lost to a typo is an error, which sign refuses."""
+    body = '<step name="rm"><tool_call tool="filesystem.delete"><param name="path">notes/a</param></tool_call></step>'
+    path = write(
+        project / ".ai" / "directives" / "gated.md",
+        directive_md(
+            body, name="gated", permissions='<write resource="filesystem" path="notes/**"/>', extra_meta=meta
+        ),
+    )
+    assert kiwi(["validate", str(path), "--json"]) == 1
+    errors = [
+        p["message"]
+        for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]
+        if p["severity"] == "error"
+    ]
+    assert any(expected in m for m in errors), errors
+    assert kiwi(["sign", str(path)]) == 1
+    assert "kiwi:signed" not in path.read_text()
 
 
 def test_a_grant_of_a_tool_that_is_none_is_a_warning_naming_the_one_meant(project, capsys):
