@@ -19,11 +19,15 @@ DEFAULT_ADDRESS = "127.0.0.1:7233"
 
 def ui_url(run_id: str = "", address: str | None = None, namespace: str | None = None) -> str:
     """The Temporal UI address of a run: ``KIWI_TEMPORAL_UI``, else the UI of ``kiwi dev``'s server when
-    that is the server in use ("" when the server is elsewhere and no UI address is known)."""
-    from kiwi.devserver import load_dev_config
+    that is the server in use (the one running, by its lock, or the one this folder's temporal-dev.yml names;
+    "" when the server is elsewhere and no UI address is known)."""
+    from kiwi.devserver import load_dev_config, running_dev
 
     addr, ns = target(address, namespace)
     base = os.environ.get("KIWI_TEMPORAL_UI", "").rstrip("/")
+    running = None if base else running_dev()
+    if running is not None and running.address == addr and running.ui_port:
+        base = f"http://{addr.rpartition(':')[0]}:{running.ui_port}"  # (the kiwi dev in use, by its lock)
     if not base:
         try:
             dev = load_dev_config(None)[0]["temporal"]
@@ -135,12 +139,13 @@ def target(address: str | None = None, namespace: str | None = None) -> tuple[st
     """Address and namespace. The address: explicit, else ``KIWI_TEMPORAL_ADDRESS``, else Temporal's
     environment configuration (:func:`profile`, which reads ``TEMPORAL_ADDRESS`` too), else the
     address `kiwi dev` serves by the ``temporal-dev.yml`` it reads here (:func:`dev_address`), else
-    127.0.0.1:7233. The namespace: explicit, else ``KIWI_TEMPORAL_NAMESPACE``, else the profile's (when
+    the address of the `kiwi dev` that runs on the user's own database (its lock names it: README trial s37,
+    `kiwi dev --port 27333` and every command beside it went to 7233), else 127.0.0.1:7233. The namespace: explicit, else ``KIWI_TEMPORAL_NAMESPACE``, else the profile's (when
     the address is the profile's), else ``TEMPORAL_NAMESPACE``, else ``default``."""
     explicit = address or os.environ.get("KIWI_TEMPORAL_ADDRESS")
     settings = {} if explicit else profile()
     return (
-        explicit or settings.get("target_host") or dev_address() or DEFAULT_ADDRESS,
+        explicit or settings.get("target_host") or dev_address() or _running_dev() or DEFAULT_ADDRESS,
         namespace
         or os.environ.get("KIWI_TEMPORAL_NAMESPACE")
         or settings.get("namespace")
@@ -153,8 +158,10 @@ def dev_address() -> str | None:
     """Where `kiwi dev` started from this folder serves Temporal, when its ``temporal-dev.yml`` (here, or
     KIWI_DEV_CONFIG) moves it off the default: the other commands run beside it find it there. Only an
     address of this machine is taken from the file."""
-    from kiwi.devserver import load_dev_config
+    from kiwi.devserver import dev_config_file, load_dev_config
 
+    if not os.environ.get("KIWI_DEV_CONFIG") and dev_config_file() is None:
+        return None  # (no file: kiwi dev's defaults, or the ports a running kiwi dev was given, see target)
     try:
         config, _ = load_dev_config(None, only=("temporal",))
     except KiwiError as exc:
@@ -170,6 +177,12 @@ def dev_address() -> str | None:
         # serves this machine; another server is named by --address, a variable or a profile.)
         return None
     return f"{temporal['ip']}:{temporal['port']}"
+
+
+def _running_dev() -> str | None:
+    from kiwi.devserver import running_dev_address
+
+    return running_dev_address()
 
 
 _WARNED: set[str] = set()
@@ -260,7 +273,8 @@ def unreachable_hint(tried: str | None = None) -> str:
     running = running_dev_address()
     if running and running != target(tried)[0]:
         return (
-            f"`kiwi dev` runs at {running} (for another project, or with another port): use it with "
-            f"--address {running} (or KIWI_TEMPORAL_ADDRESS), or give this project's temporal-dev.yml its port"
+            f"`kiwi dev` runs at {running}, not at the address this command took (--address, KIWI_TEMPORAL_ADDRESS "
+            f"or this project's temporal-dev.yml): use it with --address {running}, or give this project's "
+            "temporal-dev.yml its port"
         )
     return "start it with `kiwi dev` (or set KIWI_TEMPORAL_ADDRESS / --address / TEMPORAL_ADDRESS)"

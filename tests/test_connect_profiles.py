@@ -377,6 +377,32 @@ async def test_a_namespace_the_server_does_not_have_is_named_not_a_traceback(tem
     assert code == 1 and "has no namespace 'nosuchns'" in err and "Traceback" not in err, err
 
 
+async def test_commands_find_the_kiwi_dev_that_runs_on_another_port_with_its_ui(
+    project, no_temporal_env, temporal_env
+):
+    """README trial s37: `kiwi dev --port 27333` ran, and `kiwi doctor`, `kiwi run` and `kiwi mcp` beside it, given
+    no address, went to 127.0.0.1:7233 and said so, though doctor named where kiwi dev ran. With no address given
+    (no --address, variable, profile or temporal-dev.yml), a command takes the address of the `kiwi dev` that
+    runs on the user's database, from its lock (held here by the same code, naming the test's server), and
+    links runs to that kiwi dev's UI."""
+    from kiwi.connect import ui_url
+    from kiwi.devserver import DevServer, load_dev_config
+
+    port = int(temporal_env.client.service_client.config.target_host.rsplit(":", 1)[1])
+    config, base = load_dev_config(None)
+    server = DevServer.from_config(config, base, port=port, ui_port=port + 1)
+    assert target()[0] == "127.0.0.1:7233"  # (nobody runs kiwi dev yet)
+    server._lock_database()  # noqa: SLF001 - what `kiwi dev` does first, and only that
+    try:
+        assert target()[0] == f"127.0.0.1:{port}"
+        assert ui_url("run-x") == f"http://127.0.0.1:{port + 1}/namespaces/default/workflows/run-x"
+        code, out, err = await kiwi_cli("runs", cwd=project)
+        assert code == 0 and "cannot reach" not in err, (out, err)
+    finally:
+        server.lock.close()
+    assert target()[0] == "127.0.0.1:7233"
+
+
 async def test_a_project_that_cannot_reach_temporal_is_told_where_kiwi_dev_runs(
     project, tmp_path, no_temporal_env
 ):
