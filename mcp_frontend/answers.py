@@ -254,6 +254,41 @@ def agent_hint(hint: str) -> str:
     return _HUMAN_COMMAND.sub(r"`\1` (a command a human runs)", hint)
 
 
+_POLL = "poll with execute(item_type='run', action='status', run_id=...)"
+
+
+def next_move(status: Any) -> str:
+    """What the agent does next with a run in ``status`` (a RunStatus): its ``instructions``. (README trial s37:
+    a run waiting for a human's approval of an automatic step's call told the agent to do the step's action and
+    complete it, and named no request.)"""
+    state = status.status
+    if state == "awaiting_agent":
+        return (
+            "Do the current step's action, making tool calls with execute(item_type='tool', action='call', "
+            "run_id=...), then complete it with execute(item_type='run', action='complete_step', run_id=..., "
+            "parameters={'step': ..., 'outputs': {...}})."
+        )
+    if state == "awaiting_approval":
+        pending = [a for a in status.approvals if a.status == "pending"]
+        asked = "; ".join(f"{a.request_id}: {a.summary}" for a in pending) or "a call"
+        return (
+            f"The run waits for a human to approve {asked}. Nothing to do meanwhile (you cannot approve it): "
+            f"{_POLL}; the call runs, or is refused, once a human answers."
+        )
+    if state in ("stuck", "awaiting_human"):
+        return (
+            f"The run is held ({status.hold_reason or state}) until a human lets it carry on; a question you asked "
+            f"is answered by a human, not by you. {_POLL[0].upper()}{_POLL[1:]}."
+        )
+    if state == "running":
+        return f"The run's automatic steps are running: {_POLL} until it needs you (awaiting_agent) or ends."
+    if state == "completed":
+        return "The run completed: its steps' outputs are in its status."
+    return (
+        f"The run ended ({state}){': ' + status.error if status.error else ''}; start a new run to try again."
+    )
+
+
 def error_shape(item_type: str, action: str, item_id: str, exc: BaseException) -> dict[str, Any]:
     """The seeds' error shape, built from the error's type, never from its text."""
     kind = getattr(exc, "type", None) or type(exc).__name__

@@ -24,7 +24,7 @@ from kiwi.items.store import ItemStore
 from kiwi.policy import PermissionSet
 from kiwi.runs import RunClient
 from kiwi.toolargs import json_kind
-from mcp_frontend.answers import INSTRUCTIONS, _publish, agent_hint
+from mcp_frontend.answers import INSTRUCTIONS, _publish, agent_hint, next_move
 from mcp_frontend.link import TemporalLink
 from workflows.directive_run.options import HELD
 
@@ -187,9 +187,8 @@ async def _execute(
                 if directive.metadata.deviation_rules
                 else {}
             ),
-            "instructions": "Do the current step's action, making tool calls with execute(item_type='tool', "
-            "action='call', run_id=...), then complete it with execute(item_type='run', "
-            "action='complete_step', run_id=..., parameters={'step': ..., 'outputs': {...}}).",
+            **({"waiting_for": status.waiting_for} if status.waiting_for else {}),
+            "instructions": next_move(status),
         }
     target = run_id or item_id
     if item_type == "run" and action in ("status", "complete_step", "cancel") and not target:

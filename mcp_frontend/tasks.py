@@ -35,6 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from kiwi.contracts import TERMINAL, RunStatus, ToolCallResult
 from kiwi.errors import KiwiError, RunInOtherProject, RunNotFound
+from mcp_frontend.answers import next_move
 
 if TYPE_CHECKING:
     from mcp_frontend.link import TemporalLink
@@ -257,12 +258,9 @@ def run_answer(status: RunStatus) -> dict[str, Any]:
     }
     if status.error:
         answer["error"] = status.error
-    if status.status == "awaiting_agent":
-        answer["instructions"] = (
-            "Do the current step's action, making tool calls with execute(item_type='tool', action='call', "
-            "run_id=...), then complete it with execute(item_type='run', action='complete_step', "
-            "run_id=..., parameters={'step': ..., 'outputs': {...}})."
-        )
+    if status.waiting_for:
+        answer["waiting_for"] = status.waiting_for
+    answer["instructions"] = next_move(status)
     return answer
 
 

@@ -1075,3 +1075,32 @@ async def test_a_stuck_agents_hold_is_lifted_by_a_resume_not_by_an_answer(runs, 
     assert f"`kiwi resume {run_id}`" in refused.value.hint, refused.value
     assert await runs.resume(run_id, "looked at it", by="alice")
     await wait_for(lambda: agent_waits(runs, run_id), what="the run to carry on")
+
+
+async def test_an_agent_whose_run_waits_for_an_approval_is_told_so_not_to_complete_the_step(
+    runs, project, temporal_env
+):
+    """README trial s37: execute(directive, run) of a directive whose automatic step's delete waits for a human
+    answered state awaiting_approval with instructions to do the step's action and complete it, and named no
+    request. The instructions now say what it waits for and that the agent polls; the request is named."""
+    from tests.helpers import execute
+    from tests.test_cli_first_day import approval_directive
+
+    approval_directive(project)
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        started = await execute(
+            client,
+            {
+                "item_type": "directive",
+                "action": "run",
+                "item_id": "tidy",
+                "parameters": {},
+                "wait_seconds": 30,
+            },
+        )
+        assert started["state"] == "awaiting_approval", started
+        told = started["instructions"]
+        assert "waits for a human to approve approval-1: filesystem.delete notes/old.txt" in told, told
+        assert "complete_step" not in told and "action='status'" in told, told
+        assert "approval of filesystem.delete notes/old.txt" in started["waiting_for"], started
