@@ -178,6 +178,41 @@ async def test_commands_on_a_cancelled_run_say_it_was_cancelled(runs, project):
         assert "completed" not in err, (argv, err)
 
 
+async def test_a_run_that_ended_before_its_start_asked_for_its_servers_blames_them_only_when_they_were_missing(
+    runs, project
+):
+    """README trial s37: a modified directive's first step (its grant now refused) ended the run before the start
+    asked it for its MCP servers; the answer from the ended run held none, so every required server counted as
+    missing and `kiwi run` said "fix mcp_registry.yaml", where the fix was `kiwi sign`. Asked of real ended runs:
+    a server counts as missing only when the run says a required one was."""
+    from kiwi.runs.starting import missing_servers
+
+    clock_server(project)
+    for name, server in (("tick", "clock"), ("nowhere", "nowhere")):
+        path = write_directive(
+            project / ".ai" / "directives" / f"{name}.md",
+            directive_md(
+                f'<step name="now"><tool_call tool="{server}.get_current_time"><param name="timezone">UTC</param>'
+                "</tool_call></step>",
+                name=name,
+                tools=f'<tools><mcp name="{server}" required="true"><tool name="get_current_time"/></mcp></tools>',
+                permissions=f'<execute resource="mcp" name="{server}" actions="get_current_time"/>',
+            ),
+        )
+        if name == "tick":
+            edit_after_signing(path)
+    tick = await runs.start("tick", {})
+    nowhere = await runs.start("nowhere", {})
+    for run_id in (tick, nowhere):
+        await wait_for(lambda run_id=run_id: _is(runs, run_id, "failed"), what=f"{run_id} to fail")
+    ended = await runs.tool_context(tick)  # (the run has ended: its status alone answers)
+    assert not ended.mcps and "clock.get_current_time" in ended.error, ended
+    assert missing_servers(runs.store.load_directive("tick")[0], ended) == []
+    ended = await runs.tool_context(nowhere)
+    assert "MCP server 'nowhere' is unavailable" in ended.error, ended
+    assert missing_servers(runs.store.load_directive("nowhere")[0], ended) == ["nowhere"]
+
+
 async def _is(runs, run_id: str, wanted: str) -> bool:
     return (await runs.status(run_id)).status == wanted
 

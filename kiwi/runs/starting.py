@@ -42,6 +42,7 @@ from kiwi.contracts import (
     run_workflow_id,
 )
 from kiwi.errors import InputInvalid, KiwiError, McpServerMissing, RunFinished, RunNotFound, ToolNotFound
+from kiwi.items.directive import Directive
 from kiwi.runs.shared import (
     REPLACES,
     SESSION_CHECK_SECONDS,
@@ -167,12 +168,7 @@ class RunStarting:
         context = None
         if directive.metadata.tools.mcps:
             context = await self.tool_context(handle.id)
-            # (A run that ended before it answered has no contexts: its required servers count as missing.)
-            missing = [
-                d.name
-                for d in directive.metadata.tools.mcps
-                if d.required and not (d.name in context.mcps and context.mcps[d.name].available)
-            ]
+            missing = missing_servers(directive, context)
             if context.status == "failed" and missing:
                 raise McpServerMissing(
                     f"run {handle.id} failed at its start: {context.error}",
@@ -401,3 +397,15 @@ class RunStarting:
             state.status, state.held_from, state.holds = "stuck", "awaiting_agent", 1
             state.hold_reason = f"{last.hold_reason}, in the session this one replaced"
         return state, described.run_id
+
+
+def missing_servers(directive: Directive, context: ToolContext) -> list[str]:
+    """The required MCP servers ``directive`` declares that its run looked for and did not find. A run that ended
+    before the question arrived answers with its status alone (:meth:`RunStarting.tool_context`): its servers
+    count as missing when that status's error names one as unavailable (README trial s37: a modified directive's
+    first step, refused, ended the run first, and the start said "fix mcp_registry.yaml" where the fix was
+    `kiwi sign`)."""
+    required = [d.name for d in directive.metadata.tools.mcps if d.required]
+    if not context.mcps:
+        return [name for name in required if f"MCP server '{name}' is" in context.error]
+    return [name for name in required if name in context.mcps and not context.mcps[name].available]
