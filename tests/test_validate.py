@@ -292,10 +292,13 @@ async def test_validate_and_the_run_refuse_the_same_call(runs, project, temporal
         "kiwi run: warning: .ai/directives/sorter.md is not signed by a trusted key: runs with the base policy only"
         in err
     ), err
-    assert 'step "sorted" calls shell.run, which the run would refuse' in err, err
-    # (Its own <permissions> grant it: the fix is to sign it, not the grant the refusal names. Second trial s36.)
-    assert "its <permissions> grant it, but an unsigned run gets only the base policy: `kiwi sign" in err, err
-    assert 'add <execute resource="shell" commands="sort"/>' not in err, err
+    # (Its own <permissions> grant it: the fix is to sign it, not the grant the refusal names. Second trial s36;
+    # said in one piece, not after the refusal's "<permissions> has none": trial s37.)
+    assert (
+        'step "sorted" calls shell.run, which its <permissions> grant; but it is not signed, so its runs get only '
+        "the base policy, which does not: `kiwi sign .ai/directives/sorter.md`; the run stops there" in err
+    ), err
+    assert 'add <execute resource="shell" commands="sort"/>' not in err and "has none" not in err, err
 
 
 def test_signing_with_a_key_not_trusted_to_sign_warns_that_runs_get_the_base_policy(project, capsys):

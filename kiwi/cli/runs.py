@@ -228,10 +228,15 @@ def _warn_refused_steps(runs: RunClient, name: str) -> None:
             and "; add <" in problem.message
         ):
             # (Its own <permissions> grant the call: signing is the fix, not the grant the refusal names. README
-            # trial s36, second round.)
+            # trial s36, second round; and said whole, not after the refusal's "has none": trial s37.)
+            why = {
+                "modified": "it was changed after it was signed",
+                "valid": f"its signer ({trust.signer}) is not a trusted key",
+            }.get(trust.signature, "it is not signed")
             problem.message = (
-                problem.message.split("; add <", 1)[0]
-                + f"; its <permissions> grant it, but an unsigned run gets only the base policy: `kiwi sign {shown}`"
+                problem.message.split(", which the run would refuse", 1)[0]
+                + f", which its <permissions> grant; but {why}, so its runs get only the base policy, which does "
+                f"not: `kiwi sign {shown}`"
             )
         sys.stderr.write(
             f"kiwi run: warning: {problem}; the run stops there if it reaches it (`kiwi validate {shown}`)\n"
