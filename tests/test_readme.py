@@ -202,3 +202,20 @@ async def test_the_documented_python_client_starts_a_run_over_http(runs, project
     assert run_id.startswith("run-hello_kiwi-") and state == "awaiting_agent", first
     assert second == f"awaiting_agent {step}", (first, second)
     assert (await runs.status(run_id)).current_step.name == step == "confirm"
+
+
+def test_every_table_row_of_the_readme_is_one_line():
+    """README trial s37: a line break inside a cell (the `kiwi sign` row of Commands, the kernel wall's `read`
+    row) ended the row there; a viewer drew the rest as a row of its own, its inline code mangled."""
+    from markdown_it import MarkdownIt
+
+    text = README.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    broken = [
+        f"line {k + 1}: {lines[k][:60]}"
+        for token in MarkdownIt("commonmark").enable("table").parse(text)
+        if token.type == "table_open"
+        for k in range(*token.map)
+        if not lines[k].startswith("|")
+    ]
+    assert not broken, broken
