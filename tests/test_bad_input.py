@@ -610,6 +610,28 @@ def test_a_command_group_without_its_action_lists_the_actions(project, capsys, g
         assert re.search(rf"^    {action}\b", listed, re.M), (action, err)
 
 
+@pytest.mark.parametrize(
+    "argv, usage, said",
+    [
+        (
+            ["run", "hello_kiwi", "--wiat"],
+            "usage: kiwi run ",
+            "unrecognized arguments: --wiat (did you mean --wait?)",
+        ),
+        (["audti"], "usage: kiwi ", "invalid choice: 'audti' (choose from "),
+        (["registry", "stauts"], "usage: kiwi registry ", "; did you mean 'status'?"),
+    ],
+)
+def test_a_misspelt_command_or_option_names_the_one_meant(project, capsys, argv, usage, said):
+    # README trial s37: `kiwi run ... --wiat` printed kiwi's own usage, `kiwi audti` every command, neither the
+    # one meant (Python 3.11's argparse suggests nothing).
+    assert kiwi_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and said in err, err
+    if argv == ["audti"]:
+        assert err.rstrip().endswith("did you mean 'audit'?"), err
+
+
 @pytest.mark.parametrize("line", ["port: abc", "port: 99999", "ui_port: -1"])
 def test_a_port_out_of_range_in_temporal_dev_yml_names_the_file_and_the_fix(project, capsys, line):
     (project / "temporal-dev.yml").write_text(f"temporal:\n  {line}\n")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import re
 import sys
 from collections.abc import Callable, Mapping
 from importlib import resources
@@ -561,6 +563,42 @@ def _missing_action(parser: argparse.ArgumentParser, message: str) -> bool:
     ) and message.startswith("the following arguments are required")
 
 
+def _subcommand_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``argv`` names (``kiwi registry status``'s), else ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for word in argv:
+                if word in action.choices:
+                    rest = argv[argv.index(word) + 1 :]
+                    return _subcommand_parser(action.choices[word], rest)
+    return parser
+
+
+def _usage_meant(
+    parser: argparse.ArgumentParser, exc: _UsageError, argv: list[str]
+) -> tuple[argparse.ArgumentParser, str]:
+    """The parser a usage mistake belongs to and its message, with the name meant when one is close (README
+    trial s37: `kiwi run ... --wiat` printed kiwi's own usage, and `kiwi audti` listed every command, with no
+    word of --wait or audit; Python 3.11's argparse suggests nothing)."""
+    message = exc.message
+    if found := re.match(r"unrecognized arguments: (.+)", message):
+        # (Options a subcommand does not know come back to the top parser: the subcommand's usage says more.)
+        command = _subcommand_parser(parser, argv)
+        known = [o for a in command._actions for o in a.option_strings if o.startswith("--")]
+        meant = [
+            f"{word} (did you mean {near[0]}?)"
+            if (near := difflib.get_close_matches(word, known, n=1))
+            else word
+            for word in found.group(1).split()
+        ]
+        return command, f"unrecognized arguments: {' '.join(meant)}"
+    if found := re.search(r"invalid choice: '([^']*)' \(choose from (.+)\)$", message):
+        choices = re.findall(r"'([^']*)'", found.group(2))
+        if near := difflib.get_close_matches(found.group(1), choices, n=1):
+            return exc.parser, f"{message}; did you mean '{near[0]}'?"
+    return exc.parser, message
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kiwi",
@@ -770,6 +808,7 @@ def _main(argv: list[str] | None) -> int:
         try:
             args = parser.parse_args(argv)
         except _UsageError as exc:
+            exc.parser, exc.message = _usage_meant(parser, exc, sys.argv[1:] if argv is None else argv)
             if "--json" in (sys.argv[1:] if argv is None else argv):
                 # (A script asking for JSON gets JSON for a mistake on the command line too.)
                 hint = f"see `{exc.parser.prog} --help`"
