@@ -199,6 +199,16 @@ def test_a_granted_call_validates(project, capsys):
         ),
     )
     assert kiwi(["validate", str(path)]) == 0
+    # Unsigned, its runs get what its grants share with the base policy, which has no shell: said of the step
+    # (README trial s37: "runs by itself", and the run failed there).
+    out = capsys.readouterr().out
+    assert (
+        "step sorted: a run of the file as it is stops there: it is not signed by a trusted key, so its runs get "
+        f"only what its grants share with the base policy (`kiwi sign {path}`)" in out
+    ), out
+    assert kiwi(["sign", str(path)]) == 0
+    capsys.readouterr()
+    assert kiwi(["validate", str(path)]) == 0
     assert "step sorted: runs by itself" in capsys.readouterr().out
 
 
@@ -722,3 +732,39 @@ def test_a_templated_command_is_checked_for_its_program_not_for_a_cwd_its_words_
     )
     assert kiwi(["validate", str(path)]) == 1
     assert "shell command 'ls' is not in the allowlist" in capsys.readouterr().out
+
+
+def test_validate_says_which_steps_calls_wait_for_a_humans_approval(project, capsys):
+    """README trial s37: a step whose delete waits for a human (the directive's <approvals>) and one whose
+    rollback does (the harness's approvals.tools, git.rollback by default) were printed as "runs by itself"."""
+    body = (
+        '<step name="rm"><tool_call tool="filesystem.delete"><param name="path">notes/a</param></tool_call></step>'
+        '<step name="undo"><tool_call tool="git.rollback"/></step>'
+        '<step name="w"><tool_call tool="filesystem.write"><param name="path">notes/b</param>'
+        '<param name="content">x</param></tool_call></step>'
+    )
+    path = write(
+        project / ".ai" / "directives" / "gated.md",
+        directive_md(
+            body,
+            name="gated",
+            permissions='<write resource="filesystem" path="notes/**"/><execute resource="tool" id="git.rollback"/>',
+            extra_meta="<approvals><tool>filesystem.delete</tool></approvals>",
+        ),
+    )
+    assert kiwi(["sign", str(path)]) == 0
+    capsys.readouterr()
+    assert kiwi(["validate", str(path), "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)["items"][0]["steps"]
+    assert [(s["step"], s["approval"]) for s in steps] == [
+        ("rm", ["filesystem.delete"]),
+        ("undo", ["git.rollback"]),
+        ("w", []),
+    ], steps
+    assert kiwi(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "step rm: runs by itself (all tool calls are bound to tools Kiwi can call); its filesystem.delete call "
+        "waits for a human's approval first" in out
+    ), out
+    assert "step w: runs by itself (all tool calls are bound to tools Kiwi can call)\n" in out, out

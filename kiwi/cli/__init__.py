@@ -168,8 +168,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
             if step.get("stops"):
                 print(f"     step {step['step']}: the run stops there, refusing its call (above)")
                 continue
+            if step.get("stops_unsigned"):
+                print(
+                    f"     step {step['step']}: a run of the file as it is stops there: it is not signed by a "
+                    f"trusted key, so its runs get only what its grants share with the base policy (`kiwi sign "
+                    f"{r['path']}`)"
+                )
+                continue
             runs = "runs by itself" if step["mode"] == "auto" else "waits for the agent"
-            print(f"     step {step['step']}: {runs} ({step['reason']})")
+            gated = (
+                f"; its {', '.join(step['approval'])} call waits for a human's approval first"
+                if step.get("approval")
+                else ""
+            )
+            print(f"     step {step['step']}: {runs} ({step['reason']}){gated}")
     if args.json:
         print(json.dumps({"valid": ok, "items": results}, indent=2))
     return EXIT_OK if ok else EXIT_INVALID

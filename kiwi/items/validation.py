@@ -253,6 +253,47 @@ def registered_servers(project_root: Path) -> set[str]:
     return {*registry.servers, *registry.skipped}
 
 
+def _base_policy_refusals(directive: Directive, path: Path, text: str | None) -> list[str]:
+    """The refusals a run of ``directive`` as the file is would meet that its own <permissions> would not: an
+    unsigned (or modified, or untrusted) directive's run gets what they share with the base policy. None when a
+    trusted key signed it, or the harness's ``signatures`` let its grants through."""
+    from kiwi.harness import load_harness
+    from kiwi.snapshot import directive_trust, run_grants
+
+    root = find_project_root(path.resolve().parent)
+    try:
+        harness = load_harness(root, user_space())
+        trust = directive_trust(
+            path.read_text(encoding="utf-8") if text is None else text,
+            harness.signatures,
+            load_trusted(root, user_space()).with_role("sign"),
+        )
+    except (KiwiError, OSError, UnicodeDecodeError):
+        return []
+    if trust.grants == "declared":
+        return []
+    return [p.message for p in ungranted_calls(directive, str(path), run_grants(directive, trust, harness))]
+
+
+def approval_patterns(directive: Directive, project_root: Path) -> list[str]:
+    """The tool patterns whose calls wait for a human's approval in a run of ``directive`` started here, as the run
+    puts them together (``HumansMixin._approval_patterns``): the harness's ``approvals.tools``, the directive's
+    ``<approvals>``, each registered server's ``require_approval``. The harness's part is left out when it cannot
+    be read (its own check says why)."""
+    from kiwi.harness import load_harness
+    from kiwi.upstream.registry import load_registry
+
+    patterns = list(directive.metadata.approvals)
+    try:
+        patterns += load_harness(project_root, user_space()).limits.approval_tools
+        registry = load_registry(project_root, user_space())
+    except KiwiError:
+        return patterns
+    for server, config in registry.servers.items():
+        patterns += [f"{server}.{tool}" for tool in config.info().require_approval]
+    return patterns
+
+
 def unknown_tool_names(
     key: str, patterns: Iterable[str], local_tools: Collection[str], servers: Collection[str], path: str = ""
 ) -> list[Problem]:
@@ -411,12 +452,22 @@ def validate_file(
         problems += unset_inputs(parsed, str(path))
         # A step whose call the run refuses stops the run there, whatever its plan says (README trial s35:
         # validate printed "runs by itself" under the FAIL of that step's call).
+        patterns = approval_patterns(parsed, find_project_root(path.resolve().parent))
+        weaker = _base_policy_refusals(parsed, path, text)
         for step in result["steps"]:
             marker = f'step "{step["step"]}"'
             step["stops"] = any(p.severity == "error" and p.message.startswith(marker) for p in problems)
             # (A call of a tool that is none refuses the run's start: validate said the run stopped at the step,
             # show that the agent did it, and the run did neither. Review s36.)
             step["no_start"] = any(m.message.startswith(marker) for _, m in misspelt)
+            # (README trial s37: a step whose delete waits for a human was printed as "runs by itself".)
+            calls = next((s.tool_calls for s in parsed.steps if s.name == step["step"]), [])
+            # (README trial s37: an unsigned directive validated with every step "runs by itself", and its run
+            # failed at the first, its grants cut to the base policy.)
+            step["stops_unsigned"] = not step["stops"] and any(m.startswith(marker) for m in weaker)
+            step["approval"] = sorted(
+                {c.tool for c in calls if any(fnmatch.fnmatchcase(c.tool, p) for p in patterns)}
+            )
     elif parsed is not None:
         result["item_id"] = getattr(parsed, "tool_id", None) or getattr(parsed, "zettel_id", None)
     result["valid"] = parsed is not None and not any(p.severity == "error" for p in problems)
