@@ -70,6 +70,7 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeyp
         assert f"export TEMPORAL_ADDRESS=127.0.0.1:{port}`".encode() in out
         assert f"export KIWI_TEMPORAL_UI=http://127.0.0.1:{ui}`".encode() in out
         assert f"MCP front end at http://127.0.0.1:{mcp}/mcp".encode() in out
+        assert b"is no Kiwi project" not in out  # (it serves one)
         assert b"kiwi dev: registry (PostgreSQL, Unix socket) in" in out
         assert f"OpenTelemetry traces and metrics to {otlp.url} (http/protobuf)".encode() in out
         assert (tmp_path / "state" / "temporal.sqlite").exists()
@@ -157,6 +158,33 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeyp
     from kiwi.registry.embedded import running_url
 
     assert running_url() == ""
+
+
+async def test_kiwi_dev_in_a_folder_that_is_no_project_says_so(tmp_path):
+    """README trial s37: `scripts/dev` run in the Kiwi checkout served the checkout (no .ai/) to agents, with no
+    word; the walkthrough's project was elsewhere."""
+    port, ui, mcp = distinct_ports(3)
+    config = tmp_path / "dev.yml"
+    config.write_text(
+        f"temporal:\n  port: {port}\n  ui_port: {ui}\n  db_file: state/temporal.sqlite\nmcp:\n  port: {mcp}\n"
+    )
+    folder = tmp_path / "checkout"
+    folder.mkdir()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kiwi", "dev", "--config", str(config), cwd=folder,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out = await read_until(proc.stdout, b"ready")
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        out += await asyncio.wait_for(proc.stdout.read(), 60)
+        await proc.wait()
+    assert (
+        f"kiwi dev: warning: {folder} is no Kiwi project (no .ai/ here or above): agents of this front end find no "
+        "directives; `kiwi init` makes one here".encode()
+        in out
+    ), out.decode()
 
 
 async def test_kiwi_dev_refuses_a_port_taken_by_something_else(project, tmp_path):

@@ -290,11 +290,21 @@ def cmd_dev(args: argparse.Namespace) -> int:
                             )
                         )
                     )
+                    served = find_project_root()
                     print(
                         f"kiwi dev: MCP front end at http://{mcp['host']}:{mcp['port']}/mcp for the project "
-                        f"{find_project_root()}",
+                        f"{served}",
                         flush=True,
                     )
+                    if not (served / ".ai").is_dir():
+                        # (README trial s37: `scripts/dev` in the Kiwi checkout served the checkout, with no word.)
+                        print(
+                            f"kiwi dev: warning: {served} is no Kiwi project (no .ai/ here or above): agents of "
+                            "this front end find no directives; `kiwi init` makes one here, or start kiwi dev "
+                            "from your project's folder (or with --project PATH)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
             print("kiwi dev: ready; Ctrl-C stops everything", flush=True)
             await stop.wait()
             # The worker and the front end stop themselves on `stop`; cancelling them at once would
