@@ -219,3 +219,35 @@ def test_every_table_row_of_the_readme_is_one_line():
         if not lines[k].startswith("|")
     ]
     assert not broken, broken
+
+
+async def test_the_first_external_server_example_runs_as_written(runs, project, monkeypatch, capsys):
+    """README trial s37: the `clock` server the External MCP servers examples use had no registry entry in the
+    README, and `scripts/dev` did not install it. The README's "A first server" entry and directive, as written,
+    with the virtualenv's bin on PATH as its `export PATH=` line puts it: the run calls the server and completes."""
+    import sys
+
+    from kiwi.cli import main as kiwi_main
+    from tests.helpers import wait_for
+
+    text = README.read_text(encoding="utf-8").split("**A first server.**", 1)[1]
+    registry = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    directive = text.split("```xml\n", 1)[1].split("```", 1)[0]
+    assert registry.startswith("# .ai/config/mcp_registry.yaml\n") and "command: mcp-server-time" in registry
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    (project / ".ai" / "config" / "mcp_registry.yaml").write_text(registry)
+    tick = project / ".ai" / "directives" / "tick.md"
+    tick.write_text(f"# tick\n\n```xml\n{directive}```\n")
+    assert kiwi_main(["sign", str(tick)]) == 0, capsys.readouterr()
+    run_id = await runs.start("tick", {})
+
+    async def done():
+        status = await runs.status(run_id)
+        assert status.status not in ("failed", "cancelled", "timed_out"), status.error
+        return status if status.status == "completed" else None
+
+    status = await wait_for(done, what="the tick run to complete")
+    (now,) = [s for s in status.steps if s.name == "now"]
+    assert '"timezone": "UTC"' in json.dumps(now.outputs) and "datetime" in json.dumps(now.outputs), (
+        now.outputs
+    )
