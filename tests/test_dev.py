@@ -154,6 +154,7 @@ async def test_kiwi_dev_serves_runs_and_stops_cleanly(project, tmp_path, monkeyp
         await proc.wait()
         otlp.__exit__()
     assert proc.returncode == 0 and b"kiwi dev: stopped" in rest
+    assert b"Beginning worker shutdown" not in rest  # (the SDK's INFO line: README trial s37)
     # The local registry stopped with it.
     from kiwi.registry.embedded import running_url
 

@@ -501,6 +501,15 @@ async def test_cli_run_status_complete_and_audit(runs, project, temporal_env):
     assert json.loads(out)["steps"][2]["outputs"] == {"confirmed": True}
     code, out, _ = await kiwi_cli("audit", run_id)
     assert code == 0 and "run_finished" in out
+    assert out.splitlines()[0].split() == [
+        "SEQ",
+        "TIME",
+        "(UTC)",
+        "EVENT",
+        "DECISION",
+        "TOOL/STEP",
+        "DETAIL",
+    ], out
     code, out, _ = await kiwi_cli("runs", "--status", "completed", *common)
     assert run_id in out
     code, _, err = await kiwi_cli("complete-step", run_id, "confirm", *common)

@@ -67,6 +67,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(json.dumps(trail.records, indent=2))
     else:
         width = max((len(str(r.get("event", ""))) for r in trail.records), default=15)
+        # (A header, as `kiwi runs` has: README trial s37.)
+        print(f"{'SEQ':>4} {'TIME (UTC)':<23} {'EVENT':<{width}} {'DECISION':<12} {'TOOL/STEP':<22} DETAIL")
         for r in trail.records:
             what = r.get("tool") or r.get("step") or r.get("child_run") or r.get("request_id") or ""
             decision = r.get("decision", "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -257,6 +258,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
                     "temporal-dev.yml here)",
                     flush=True,
                 )
+            # (The SDK's "Beginning worker shutdown, will wait 0:00:00 ..." reached the terminal at Ctrl-C, through
+            # the INFO handler the MCP SDK sets up: README trial s37. kiwi dev says itself what stopping does.)
+            logging.getLogger("temporalio.worker._worker").setLevel(logging.WARNING)
             registry_kept = _start_local_registry()
             # Search attributes: registered by start-dev's flags, or checked on a reused server.
             client = await connect(server.address, server.namespace)
