@@ -768,3 +768,25 @@ def test_validate_says_which_steps_calls_wait_for_a_humans_approval(project, cap
         "waits for a human's approval first" in out
     ), out
     assert "step w: runs by itself (all tool calls are bound to tools Kiwi can call)\n" in out, out
+
+
+def test_a_misspelt_name_attribute_is_named(project, capsys):
+    """README trial s37: `<step nmae="list_notes">` was "<step> needs a name attribute", and the step was left out
+    of the plan with no word of why; so `<input nmae=...>` and `<mcp naem=...>`."""
+    path = write(
+        project / ".ai" / "directives" / "named.md",
+        directive_md(
+            '<step nmae="list_notes"><action>list them</action></step>',
+            name="named",
+            inputs='<input nmae="who"/>',
+            tools='<tools><mcp naem="clock"/></tools>',
+        ),
+    )
+    assert kiwi(["validate", str(path), "--json"]) == 1
+    errors = [p["message"] for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]]
+    for expected in (
+        '<step> needs a name attribute (it has nmae="list_notes": did you mean name=?)',
+        '<input> needs a name attribute (it has nmae="who": did you mean name=?)',
+        '<mcp> needs a name attribute naming a server in mcp_registry.yaml (it has naem="clock": did you mean name=?)',
+    ):
+        assert expected in errors, errors

@@ -169,10 +169,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 print(f"     step {step['step']}: the run stops there, refusing its call (above)")
                 continue
             if step.get("stops_unsigned"):
+                why = (
+                    "it was changed after it was signed"
+                    if str(r.get("signature", "")).startswith("modified")
+                    else "it is not signed by a trusted key"
+                )
                 print(
-                    f"     step {step['step']}: a run of the file as it is stops there: it is not signed by a "
-                    f"trusted key, so its runs get only what its grants share with the base policy (`kiwi sign "
-                    f"{r['path']}`)"
+                    f"     step {step['step']}: a run of the file as it is stops there: {why}, so its runs get "
+                    f"only what its grants share with the base policy (`kiwi sign {r['path']}`)"
                 )
                 continue
             runs = "runs by itself" if step["mode"] == "auto" else "waits for the agent"

@@ -600,7 +600,10 @@ def _tools_decl(element: Any, decl: ToolsDeclaration, ctx: _Ctx) -> None:
         if child.tag == "mcp":
             name = child.get("name")
             if not name:
-                ctx.error(child, "<mcp> needs a name attribute naming a server in mcp_registry.yaml")
+                ctx.error(
+                    child,
+                    "<mcp> needs a name attribute naming a server in mcp_registry.yaml" + _name_meant(child),
+                )
                 continue
             tools: list[str] = []
             for sub in child.iter("tool"):
@@ -646,6 +649,13 @@ def _tools_decl(element: Any, decl: ToolsDeclaration, ctx: _Ctx) -> None:
             )
 
 
+def _name_meant(element: Any) -> str:
+    """For an element without its name attribute: the misspelt one it has instead (README trial s37: `<step
+    nmae="list_notes">` was "needs a name attribute", and the step left out of the plan, with no word of why)."""
+    near = difflib.get_close_matches("name", [str(a) for a in element.attrib], n=1, cutoff=0.5)
+    return f' (it has {near[0]}="{element.get(near[0])}": did you mean name=?)' if near else ""
+
+
 def _attributes(element: Any, known: tuple[str, ...], ctx: _Ctx) -> None:
     """Warn of each attribute of ``element`` Kiwi does not read, naming the one meant (README trial s36:
     `<step conditon=...>` made a step that always runs, `<approvals timout=...>` kept the default wait, and
@@ -666,7 +676,7 @@ def _inputs(element: Any, ctx: _Ctx) -> list[InputSpec]:
             continue
         name = child.get("name")
         if not name:
-            ctx.error(child, "<input> needs a name attribute")
+            ctx.error(child, "<input> needs a name attribute" + _name_meant(child))
             continue
         _attributes(child, ("name", "type", "required", "default", "description"), ctx)
         kind = child.get("type", "string")
@@ -787,7 +797,7 @@ def _process(element: Any, ctx: _Ctx) -> list[Step]:
             continue
         name = child.get("name")
         if not name:
-            ctx.error(child, "<step> needs a name attribute")
+            ctx.error(child, "<step> needs a name attribute" + _name_meant(child))
             continue
         _attributes(child, ("name", "condition", "mode"), ctx)
         mode = child.get("mode")
