@@ -790,3 +790,19 @@ def test_a_misspelt_name_attribute_is_named(project, capsys):
         '<mcp> needs a name attribute naming a server in mcp_registry.yaml (it has naem="clock": did you mean name=?)',
     ):
         assert expected in errors, errors
+
+
+def test_validate_warns_of_a_server_command_not_on_the_path(project, capsys):
+    """README trial s37: `kiwi validate .ai` passed a registry whose server's command was on no PATH; `kiwi doctor`
+    and the run found it. A warning names it (the worker's PATH may differ: not an error)."""
+    import sys
+
+    write(
+        project / ".ai" / "config" / "mcp_registry.yaml",
+        f"mcps:\n  clock:\n    command: {sys.executable}\n    args: ['-m', 'mcp_server_time']\n"
+        "  gone:\n    command: no-such-mcp-server-xyz\n",
+    )
+    assert kiwi(["validate", str(project / ".ai" / "config" / "mcp_registry.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "warning: mcps.gone.command: 'no-such-mcp-server-xyz' is not found on this PATH" in out, out
+    assert "mcps.clock" not in out, out

@@ -6,6 +6,7 @@ import argparse
 import difflib
 import json
 import re
+import shutil
 import sys
 from collections.abc import Callable, Mapping
 from importlib import resources
@@ -198,7 +199,7 @@ def _validate_settings(path: Path, local: Mapping[str, ToolManifest] | None = No
     from kiwi.items.store import user_space
     from kiwi.items.validation import harness_tool_problems
     from kiwi.keys import load_trusted
-    from kiwi.upstream.registry import load_registry
+    from kiwi.upstream.registry import McpRegistry, load_registry
 
     root = find_project_root(path.resolve().parent)
     load = {"agent_harness.yaml": load_harness, "trusted_keys.yaml": load_trusted}.get(
@@ -214,6 +215,24 @@ def _validate_settings(path: Path, local: Mapping[str, ToolManifest] | None = No
     if not problems and isinstance(loaded, HarnessConfig):
         # A misspelt tool in approvals.tools switched approval off without a word (README trial s34).
         problems += harness_tool_problems(root, loaded, str(path), local)
+    if not problems and isinstance(loaded, McpRegistry):
+        # (README trial s37: a command not on the PATH was found by `kiwi doctor` and the run only.)
+        problems += [
+            Problem(
+                f"mcps.{name}.command: '{config.command}' is not found on this PATH; the worker starts it from "
+                "its own PATH: put its folder there, or write its full path (`kiwi doctor` starts each server)",
+                str(path),
+                severity="warning",
+            )
+            for name, config in loaded.servers.items()
+            if config.type == "stdio"
+            and config.command
+            and "$" not in config.command
+            and (
+                "/" not in config.command or config.command.startswith("/")
+            )  # (a relative one: from its cwd)
+            and shutil.which(config.command) is None
+        ]
     return {
         "path": str(path),
         "item_type": "settings",
