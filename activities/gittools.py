@@ -149,11 +149,20 @@ async def _repository(root: str) -> tuple[str, str] | str | None:
     repository; or why Kiwi's git cannot work in the one there is: it begins above the project, and the git that
     looks at the project's files runs confined to the project, where that repository's folder is out of reach
     (third review s35: git.status answered a clean tree, git.diff 'not a git repository')."""
-    code, out, _ = await _git(root, "rev-parse", "--show-toplevel", "--show-prefix")
+    code, out, _ = await _git(root, "rev-parse", "--show-toplevel", "--show-prefix", "--git-common-dir")
     lines = out.splitlines()
-    if code != 0 or not lines:
+    if code != 0 or len(lines) < 3:
         return None
-    top, prefix = lines[0], (lines[1] if len(lines) > 1 else "")
+    top, prefix, common = lines[0], lines[1], lines[2]
+    common = os.path.realpath(os.path.join(root, common))
+    if not _below(common, os.path.realpath(root)):
+        # (Hostile review s37: a project that is a worktree of another's repository shares its refs; git.rollback,
+        # whose git ran outside the wall, restored the other project's checkpoint, its denied .env too.)
+        return (
+            f"the project's git folder {common} is outside it (a worktree of another repository, or a git "
+            "folder kept elsewhere): its refs and objects are shared with what lies outside the project, so Kiwi's "
+            "git tools and checkpoints work only on a repository whose git folder is inside the project"
+        )
     if confinement.available() and os.path.realpath(top) != os.path.realpath(root):
         return (
             f"the project is inside the git repository {top}, which begins above it: Kiwi's git tools and "
@@ -161,6 +170,10 @@ async def _repository(root: str) -> tuple[str, str] | str | None:
             "repository whose top is the project (`git init` in it)"
         )
     return top, prefix
+
+
+def _below(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def _in_project(name: str, prefix: str) -> str | None:
@@ -327,6 +340,12 @@ class GitActivities:
             await _git(
                 root, "rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *SECRET_PATHSPECS, env=env
             )
+            if req.deny_fs:
+                # Nor what the run may not read (review s37: a denied .env was in the checkpoint's ref).
+                listed = split_z(await _git_ok(root, "ls-files", "-z", "--cached", env=env))
+                denied = [p for p in listed if first_match(req.deny_fs, p) is not None]
+                for chunk in chunks(denied):
+                    await _git_ok(root, "rm", "-q", "--cached", "--", *chunk, env={**env, **_LITERAL})
             tree = (await _git_ok(root, "write-tree", env=env)).strip()
             parents = ["-p", head.strip()] if code == 0 else []
             message = req.message or f"kiwi checkpoint {req.checkpoint} of {req.run_id}"
@@ -346,12 +365,15 @@ class GitActivities:
     async def git_rollback(self, req: GitRequest) -> dict[str, Any]:
         """Make the project's files what they were at a checkpoint; files created since are removed."""
         root = req.project_root
-        code, _, _ = await _git(root, "rev-parse", "--is-inside-work-tree")
-        if code != 0:
+        where = await _repository(root)
+        if where is None:
             return {
                 "available": False,
                 "reason": "checkpoints unavailable: the project is not a git repository",
             }
+        if isinstance(where, str):
+            # (Hostile review s37: it looked only for a work tree, and reached a worktree's shared refs.)
+            raise GitUnavailable.error(f"checkpoints unavailable: {where}")
         label = checkpoint_label(req.checkpoint)
         if label is None:
             # (Any ref was taken: `refs/heads/B` made the files any commit's, protected ones too.)
