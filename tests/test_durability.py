@@ -685,6 +685,48 @@ async def test_record_rollback_refused_history(runs, project):
 @pytest.mark.skipif(
     not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
 )
+async def test_record_rollback_named_history(runs, project):
+    """Record tests/histories/rollback_named-{patch id}.json: a run denying .env takes a checkpoint (which leaves
+    .env out since CHECKPOINT_DENIALS), asks `git.rollback {}`, which names the checkpoint in its approval since
+    ROLLBACK_NAMED, takes another checkpoint while it waits, and is approved. (rollback_unnamed-{patch id}.json
+    is the same run recorded by the code before the rules, 519b808: it replays without them.)"""
+    import subprocess
+
+    from tests.helpers import approver, directive_md, write_directive
+    from tests.test_humans import pending_approval
+
+    approver("alice")
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [git.rollback]\n")
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md(
+            '<step name="work"><action>Tidy notes.</action></step>',
+            name="tidy",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
+            '<execute resource="tool" id="git.checkpoint"/><execute resource="tool" id="git.rollback"/>'
+            '<deny resource="filesystem" path=".env"/>',
+        ),
+    )
+    write(project / ".env", "TOKEN=x\n")
+    write(project / "notes" / "a.md", "one\n")
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=project, check=True)
+    run_id = await runs.start("tidy", {})
+    await awaiting_step(runs, run_id, "work")
+    await runs.call_tool(run_id, "git.checkpoint", {"message": "first"})
+    rollback = asyncio.create_task(runs.call_tool(run_id, "git.rollback", {}))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the rollback to ask")
+    write(project / "notes" / "a.md", "two\n")
+    await runs.call_tool(run_id, "git.checkpoint", {"message": "second"})
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    assert (await asyncio.wait_for(rollback, 60)).status == "ok"
+    await runs.complete_step(run_id, "work", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "rollback_named", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
 async def test_record_args_closed_history(runs, project):
     """Record tests/histories/args_closed-{patch id}.json: built-in calls with an argument they do not take,
     refused when admitted (kiwi.toolargs.ARGS_CLOSED), then a read of 3 bytes (max_bytes, which the run dropped

@@ -3,12 +3,16 @@ with a real MCP client, the `kiwi` command). Each test's docstring says the atta
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from mcp.client import Client as McpClient
 
 from kiwi.cli import main as kiwi
 from kiwi.errors import ItemInvalid
 from kiwi.items.directive import find_xml_block
+from kiwi.items.store import ItemStore
+from kiwi.runs import RunClient
 from mcp_frontend.server import build_server
 from tests.helpers import directive_md, execute, write
 
@@ -102,3 +106,131 @@ async def test_attack_an_agent_cannot_create_a_directive_hiding_its_block_over_m
                 "HTML in a directive file" in made["message"] or "looks like a <directive>" in made["message"]
             )
             assert not list((project / ".ai" / "directives").rglob("notes_helper.md")), way
+
+
+# ---------------------------------------------------------------- the git tools (review s37, second round)
+
+
+def _git(root, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def _tidy(project, extra: str = "") -> None:
+    from tests.test_humans import setup
+
+    setup(project)
+    write(project / ".gitignore", ".ai/logs/\n.ai/.cache/\n")
+    _git(project, "init", "-q", "-b", "main")
+    _git(project, "add", ".")
+    _git(project, "commit", "-qm", "base")
+
+
+async def test_attack_a_rollback_in_a_worktree_does_not_restore_another_projects_checkpoint(
+    runs, project, tmp_path
+):
+    """Review s37: project B was a `git worktree` of project A's repository, sharing its refs. A's run had taken a
+    checkpoint holding A's untracked .env (denied to that run). In B, shell git and git.status were refused (B's
+    git folder is outside B), but git.rollback, whose git ran outside the wall and checked only for a work tree,
+    restored A's checkpoint into B: B's agent read A's secret. Now Kiwi's git tools refuse a project whose git
+    folder is outside it, rollback included, and a checkpoint leaves out what its run denies."""
+    from tests.helpers import awaiting_step, wait_for
+    from tests.test_humans import pending_approval
+
+    _tidy(project)
+    write(project / ".env", "SECRET_TOKEN=topsecret123\n")
+    run_a = await runs.start("tidy", {})
+    await awaiting_step(runs, run_a, "work")
+    made = await runs.call_tool(run_a, "git.checkpoint", {"message": "a"})
+    assert made.status == "ok" and made.result["available"], made
+    # B: a worktree of A's repository, a project of its own whose run may read and write everything.
+    other = tmp_path / "projB"
+    _git(project, "worktree", "add", "-q", str(other))
+    assert (other / ".ai" / "directives" / "tidy.md").exists()  # (committed in A: the worktree has it)
+    assert (other / ".git").is_file()  # ("gitdir: .../.git/worktrees/projB")
+    runs_b = RunClient(runs.client, ItemStore(other), task_queue=runs.task_queue)
+    run_b = await runs_b.start("tidy", {})
+    await awaiting_step(runs_b, run_b, "work")
+    # (The harness asks a human first; approved, it still must not reach A's checkpoint.)
+    rollback = asyncio.create_task(
+        runs_b.call_tool(run_b, "git.rollback", {"checkpoint": made.result["checkpoint"]})
+    )
+    (request,) = await wait_for(lambda: pending_approval(runs_b, run_b), what="the rollback's approval")
+    await runs_b.decide_approval(run_b, request.request_id, True, by="alice")
+    rolled = await asyncio.wait_for(rollback, 60)
+    assert rolled.status == "error" and "outside it" in (rolled.reason or ""), rolled
+    assert not (other / ".env").exists()
+    checkpoint = await runs_b.call_tool(run_b, "git.checkpoint", {"message": "b"})
+    assert checkpoint.status == "ok" and not checkpoint.result["available"], checkpoint
+    assert "git folder" in checkpoint.result["reason"] and "outside it" in checkpoint.result["reason"]
+
+
+async def test_attack_a_checkpoint_holds_nothing_its_run_denies(runs, project):
+    """Review s37: a run denied `.env` took a checkpoint, and the checkpoint's ref held the untracked .env, for
+    any git reading that ref (another project's run sharing the refs restored it). A checkpoint leaves out what
+    its run explicitly denies."""
+    from tests.helpers import awaiting_step, directive_md, write_directive
+    from tests.test_humans import GRANTS
+
+    _tidy(project)
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md(
+            '<step name="work"><action>Tidy notes.</action></step>',
+            name="tidy",
+            permissions=GRANTS + '<deny resource="filesystem" path=".env"/>',
+        ),
+    )
+    write(project / ".env", "SECRET_TOKEN=topsecret123\n")
+    run_id = await runs.start("tidy", {})
+    await awaiting_step(runs, run_id, "work")
+    made = await runs.call_tool(run_id, "git.checkpoint", {"message": "a"})
+    assert made.status == "ok" and made.result["available"], made
+    held = _git(project, "ls-tree", "-r", "--name-only", made.result["commit"]).split()
+    assert ".env" not in held and "notes/old.txt" in held, held
+
+
+async def test_attack_a_pending_rollback_goes_to_the_checkpoint_the_human_approved(runs, project):
+    """Review s37: (1) `git.rollback {}` waiting for approval was resolved to the run's latest checkpoint after
+    the approval: the agent took another checkpoint meanwhile, and the rollback went to that one, keeping its
+    changes. The approval now names the checkpoint, and the rollback goes there. (2) A checkpoint's number was
+    the count of those the run keeps (the last 100): from the 102nd every checkpoint was RUN/101, and a new one
+    overwrote the ref a pending rollback named. Numbers now follow the last one's."""
+    from tests.helpers import awaiting_step, wait_for
+    from tests.test_humans import pending_approval
+
+    _tidy(project)
+    run_id = await runs.start("tidy", {})
+    await awaiting_step(runs, run_id, "work")
+    write(project / "notes" / "old.txt", "as the human saw it")
+    first = await runs.call_tool(run_id, "git.checkpoint", {"message": "reviewed"})
+    assert first.result["checkpoint"] == f"{run_id}/1", first
+    rollback = asyncio.create_task(runs.call_tool(run_id, "git.rollback", {}))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the rollback's approval")
+    assert request.summary == f'git.rollback {{"checkpoint": "{run_id}/1"}}', request.summary
+    write(project / "notes" / "old.txt", "the agent's change, checkpointed while the approval waits")
+    second = await runs.call_tool(run_id, "git.checkpoint", {"message": "sneaky"})
+    assert second.result["checkpoint"] == f"{run_id}/2", second
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    rolled = await asyncio.wait_for(rollback, 60)
+    assert rolled.status == "ok" and rolled.result["checkpoint"] == f"{run_id}/1", rolled
+    assert (project / "notes" / "old.txt").read_text() == "as the human saw it"
+    # (2) Past the 100 checkpoints a run keeps, each new one has a number of its own.
+    for n in range(3, 104):
+        made = await runs.call_tool(run_id, "git.checkpoint", {"message": f"step {n}"})
+        assert made.status == "ok" and made.result["checkpoint"] == f"{run_id}/{n}", (n, made)
+    refs = _git(project, "for-each-ref", "--format=%(refname)", f"refs/kiwi/checkpoints/{run_id}/")
+    assert len(refs.split()) == 103, refs
+    kept = [c["checkpoint"] for c in (await runs.status(run_id)).checkpoints]
+    assert kept[-1] == f"{run_id}/103" and len(set(kept)) == len(kept), kept
+    # Its history replays on this code (CHECKPOINT_NUMBERS asked from the 102nd on; too long to keep as a file).
+    from tests.test_review_attacks_s10 import _replays
+
+    await _replays(runs, run_id)

@@ -42,6 +42,8 @@ from workflows.directive_run.errors import (
 )
 from workflows.directive_run.options import (
     API_RETRY,
+    CHECKPOINT_DENIALS,
+    CHECKPOINT_NUMBERS,
     CONTINUE_COMMIT_TIMER,
     FS_ACTIVITIES,
     GIT_ACTIVITIES,
@@ -51,6 +53,7 @@ from workflows.directive_run.options import (
     RECENT_CALLS,
     RETRY,
     ROLLBACK_GRANTS,
+    ROLLBACK_NAMED,
     TOOL_EXECUTORS,
 )
 from workflows.directive_run.task_budget import json_bytes
@@ -107,6 +110,14 @@ class CallsMixin:
             and self.human_loop
             and any(self._needs_approval(name) for name in (spellings(tool) if one_execute else (tool,)))
         ):
+            if (
+                tool == "git.rollback"
+                and not args.get("checkpoint")
+                and state.checkpoints
+                and rule_in_force(ROLLBACK_NAMED)
+            ):
+                # The checkpoint the human approves is the one the rollback goes to (review s37).
+                args = {**args, "checkpoint": state.checkpoints[-1]["checkpoint"]}
             result = await self._await_approval(tool, args, seq, origin, step, client or snap.client)
         if result is None:
             warnings = [warning] if warning else []
@@ -475,9 +486,23 @@ class CallsMixin:
             **{**options, "start_to_close_timeout": timedelta(seconds=spec.timeout_seconds + 60)},
         )
 
+    def _checkpoint_number(self: DirectiveRun) -> int:
+        """The next checkpoint's number: one past the last one's (the run keeps its last 100: their count stopped
+        at 100, and every checkpoint from the 102nd was number 101, review s37)."""
+        kept = self.state.checkpoints
+        counted = len(kept) + 1
+        if len(kept) < 100:
+            return counted  # (numbered 1..n: the last one's is n)
+        try:
+            following = int(str(kept[-1]["checkpoint"]).rsplit("/", 1)[1]) + 1
+        except (KeyError, IndexError, ValueError):
+            return counted
+        return following if following != counted and rule_in_force(CHECKPOINT_NUMBERS) else counted
+
     async def _checkpoint(self: DirectiveRun, why: str) -> dict[str, Any]:
         """A git checkpoint of the project's files; recorded in the run when git is available."""
-        label = f"{self.snap.run_id}/{len(self.state.checkpoints) + 1}"
+        label = f"{self.snap.run_id}/{self._checkpoint_number()}"
+        denied = self.snap.grants.deny_fs
         value = await workflow.execute_activity_method(
             GitActivities.git_checkpoint,
             GitRequest(
@@ -485,6 +510,7 @@ class CallsMixin:
                 run_id=self.snap.run_id,
                 checkpoint=label,
                 message=f"kiwi checkpoint {label}: {why}",
+                **({"deny_fs": denied} if denied and rule_in_force(CHECKPOINT_DENIALS) else {}),
             ),
             start_to_close_timeout=timedelta(seconds=120),
             retry_policy=RETRY,

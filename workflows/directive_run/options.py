@@ -179,6 +179,19 @@ CANCELLED_NOT_FAILED = "kiwi-cancelled-not-failed-s35"
 # whole project its checkpoint's, overwrote a human's edit under src/ and deleted their new file in a run granted
 # notes/** alone. Asked for each git.rollback call (its request carries the run's write grants).
 ROLLBACK_GRANTS = "kiwi-rollback-grants-s36"
+# Since session 37 (hostile review): a git.rollback naming no checkpoint that waits for a human's approval names the
+# run's latest checkpoint in the call the human approves; it was resolved after the approval, and the agent, taking
+# another checkpoint while the approval waited, made the rollback go to that one. Asked only where it changes the
+# call: such a rollback, with a checkpoint to name.
+ROLLBACK_NAMED = "kiwi-rollback-named-s37"
+# Since session 37 (hostile review): a checkpoint's number follows the last one's; it was the count of checkpoints
+# the run keeps (the last 100), so from the 102nd every checkpoint was RUN/101, overwriting the ref a pending
+# approval of a rollback named. Asked only where it changes the number.
+CHECKPOINT_NUMBERS = "kiwi-checkpoint-numbers-s37"
+# Since session 37 (hostile review): a checkpoint leaves out what the run explicitly denies (a `.env` denied to the
+# run was in its checkpoint's ref, which a run of a project sharing the repository's refs could restore). Asked
+# only for a run with denials.
+CHECKPOINT_DENIALS = "kiwi-checkpoint-denials-s37"
 # Since session 36 (README trial): a step's templated shell.run command is split into the words the directive
 # wrote before its placeholders are filled, each value part of one word (kiwi.templating.command_words); an input
 # `src/fruits.txt -o notes/pwn.txt` gave `sort {file}` an option. Asked only where the words differ.
