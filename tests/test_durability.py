@@ -461,6 +461,23 @@ async def test_status_of_a_run_whose_history_does_not_replay_says_what_to_do(
     await runs.handle(run_id).terminate("test over")
 
 
+def _approved_rollbacks(project, more: str = "") -> None:
+    """A project whose `tidy` directive takes checkpoints and rolls back, each rollback approved by alice."""
+    from tests.helpers import approver, directive_md, write_directive
+
+    approver("alice")
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [git.rollback]\n")
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md(
+            '<step name="work"><action>Tidy notes.</action></step>',
+            name="tidy",
+            permissions='<read resource="filesystem" path="**"/><execute resource="tool" id="git.checkpoint"/>'
+            f'<execute resource="tool" id="git.rollback"/>{more}',
+        ),
+    )
+
+
 async def _save_history(handle, name: str, project) -> None:
     """Write ``handle``'s history to tests/histories/{name}-{patch id}.json, with the test's temporary
     folder replaced so no machine path is committed."""
@@ -653,20 +670,9 @@ async def test_record_rollback_refused_history(runs, project):
     756dc30, where the first call asked for approval: it replays without the rule.)"""
     import subprocess
 
-    from tests.helpers import approver, directive_md, write_directive
     from tests.test_humans import pending_approval
 
-    approver("alice")
-    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [git.rollback]\n")
-    write_directive(
-        project / ".ai" / "directives" / "tidy.md",
-        directive_md(
-            '<step name="work"><action>Tidy notes.</action></step>',
-            name="tidy",
-            permissions='<read resource="filesystem" path="**"/><execute resource="tool" id="git.checkpoint"/>'
-            '<execute resource="tool" id="git.rollback"/>',
-        ),
-    )
+    _approved_rollbacks(project)
     subprocess.run(["git", "init", "-q", "-b", "main"], cwd=project, check=True)
     run_id = await runs.start("tidy", {})
     await awaiting_step(runs, run_id, "work")
@@ -692,20 +698,11 @@ async def test_record_rollback_named_history(runs, project):
     is the same run recorded by the code before the rules, 519b808: it replays without them.)"""
     import subprocess
 
-    from tests.helpers import approver, directive_md, write_directive
     from tests.test_humans import pending_approval
 
-    approver("alice")
-    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [git.rollback]\n")
-    write_directive(
-        project / ".ai" / "directives" / "tidy.md",
-        directive_md(
-            '<step name="work"><action>Tidy notes.</action></step>',
-            name="tidy",
-            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
-            '<execute resource="tool" id="git.checkpoint"/><execute resource="tool" id="git.rollback"/>'
-            '<deny resource="filesystem" path=".env"/>',
-        ),
+    _approved_rollbacks(
+        project,
+        '<write resource="filesystem" path="notes/**"/><deny resource="filesystem" path=".env"/>',
     )
     write(project / ".env", "TOKEN=x\n")
     write(project / "notes" / "a.md", "one\n")
