@@ -652,7 +652,7 @@ def _tools_decl(element: Any, decl: ToolsDeclaration, ctx: _Ctx) -> None:
 def _name_meant(element: Any) -> str:
     """For an element without its name attribute: the misspelt one it has instead (README trial s37: `<step
     nmae="list_notes">` was "needs a name attribute", and the step left out of the plan, with no word of why)."""
-    near = difflib.get_close_matches("name", [str(a) for a in element.attrib], n=1, cutoff=0.5)
+    near = difflib.get_close_matches("name", [str(a) for a in element.attrib], n=1, cutoff=0.7)
     return f' (it has {near[0]}="{element.get(near[0])}": did you mean name=?)' if near else ""
 
 

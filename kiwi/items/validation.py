@@ -460,11 +460,11 @@ def validate_file(
             # (A call of a tool that is none refuses the run's start: validate said the run stopped at the step,
             # show that the agent did it, and the run did neither. Review s36.)
             step["no_start"] = any(m.message.startswith(marker) for _, m in misspelt)
-            # (README trial s37: a step whose delete waits for a human was printed as "runs by itself".)
-            calls = next((s.tool_calls for s in parsed.steps if s.name == step["step"]), [])
             # (README trial s37: an unsigned directive validated with every step "runs by itself", and its run
             # failed at the first, its grants cut to the base policy.)
             step["stops_unsigned"] = not step["stops"] and any(m.startswith(marker) for m in weaker)
+            # (README trial s37: a step whose delete waits for a human was printed as "runs by itself".)
+            calls = next((s.tool_calls for s in parsed.steps if s.name == step["step"]), [])
             step["approval"] = sorted(
                 {c.tool for c in calls if any(fnmatch.fnmatchcase(c.tool, p) for p in patterns)}
             )
