@@ -14,6 +14,7 @@ import pydantic_core
 from opentelemetry import trace
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kiwi.contracts import HELD
 from kiwi.errors import (
     InputInvalid,
     ItemInvalid,
@@ -275,7 +276,7 @@ def next_move(status: Any) -> str:
             f"The run waits for a human to approve {asked}. Nothing to do meanwhile (you cannot approve it): "
             f"{_POLL}; the call runs, or is refused, once a human answers."
         )
-    if state in ("stuck", "awaiting_human"):
+    if state in HELD:
         return (
             f"The run is held ({status.hold_reason or state}) until a human lets it carry on; a question you asked "
             f"is answered by a human, not by you. {_POLL[0].upper()}{_POLL[1:]}."
