@@ -46,6 +46,12 @@ HIDING = {
     "dialog": f"<dialog>\n\n{block(WIDE)}\n\n</dialog>\n",
     "style after": f"{block(WIDE)}\n\n<style>pre {{ display: none }}</style>\n",
     "inline span": f"Read this <span hidden>\n\n{block(WIDE)}\n",
+    # (Third round: comments a browser ends earlier than `<!--.*?-->` does, each opening what follows as HTML.)
+    "abrupt comment": f"<!--> <details><summary>Changelog</summary> -->\n\n{block(WIDE)}\n",
+    "abrupt comment 3": f"<!---> <details><summary>Changelog</summary> -->\n\n{block(WIDE)}\n",
+    "bang comment": f"<!-- note --!> <details><summary>Changelog</summary> -->\n\n{block(WIDE)}\n",
+    "style in comment": f"<!--> <style> -->\n\n{block(WIDE)}\n",
+    "inline bang comment": f"See below <!-- a --!> <details><summary>Changelog</summary> -->\n\n{block(WIDE)}\n",
 }
 
 
@@ -72,7 +78,11 @@ def test_attack_a_decoy_that_only_looks_like_a_directive_is_refused(project, cap
     for decoy in (
         DECOY,
         block(NARROW).replace("<directive", "<direc\u200btive"),
-        block(NARROW).replace("<", "\uff1c"),
+        block(NARROW).replace("<", "\uff1c"),  # (fullwidth <)
+        block(NARROW).replace("<directive", "<d\u034firective"),  # (third round: a combining grapheme joiner)
+        block(NARROW).replace("<directive", "<dire\u1d04tive"),  # (a small capital c)
+        block(NARROW).replace("<directive", "\u02c2d\u0269rective"),  # (a modifier <, a Latin iota)
+        block(NARROW).replace("<directive", "<dire\uabaftive"),  # (a Cherokee letter)
     ):
         path = write(project / ".ai" / "directives" / "notes_helper.md", f"# n\n\n{decoy}\n\n{block(WIDE)}\n")
         with pytest.raises(ItemInvalid) as refused:

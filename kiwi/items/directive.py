@@ -336,7 +336,10 @@ def find_xml_block(text: str, path: str = "") -> tuple[str, int]:
     return content, start
 
 
-_HTML_COMMENT = re.compile(r"<!--.*?-->", re.S)
+# A comment as a browser reads it (HTML5): `<!--` not followed by `>` or `->` (which end it at once), up to the
+# first `-->` or `--!>`. (Review s37, third round: `<!-->`, `<!--->` and `--!>` end a comment earlier than a
+# `<!--.*?-->` match does, so `<!--> <details> -->` opened a folded section the rule took for a comment.)
+_HTML_COMMENT = re.compile(r"<!--(?!>|->).*?--!?>", re.S)
 _HTML_REFUSED = (
     "HTML in a directive file ({html}): a rendered view of the file can fold away, hide or restyle the directive's "
     "block with it, so a human would not review what runs; write it as Markdown (an HTML comment is fine)"
@@ -360,18 +363,41 @@ _LOOKALIKES = str.maketrans(
     {
         "\u0501": "d", "\u0456": "i", "\u0131": "i", "\u026a": "i", "\u03b9": "i", "\u0433": "r", "\u0280": "r",
         "\u0435": "e", "\u03b5": "e", "\u0441": "c", "\u03f2": "c", "\u0442": "t", "\u03c4": "t", "\u0475": "v",
-        "\u03bd": "v", "\u1d20": "v", "\u2039": "<", "\u3008": "<", "\u276c": "<",
+        "\u03bd": "v", "\u1d20": "v", "\u2039": "<", "\u3008": "<", "\u276c": "<", "\u0269": "i", "\uabaf": "c",
+        "\u2c85": "r", "\u04bd": "e", "\u02c2": "<", "\u27e8": "<", "\u0399": "i",
     }
 )  # fmt: skip
 
 
 def _looks_like_directive(content: str) -> bool:
-    """Whether ``content`` holds a ``<directive`` written with lookalike or invisible characters."""
+    """Whether ``content`` holds a ``<directive`` written with lookalike or invisible characters: marks and format
+    characters dropped (a combining grapheme joiner, variation selectors: review s37, third round), fillers too,
+    and each other letter read as the Latin one its Unicode name ends in (``LATIN LETTER SMALL CAPITAL C``,
+    ``CYRILLIC SMALL LETTER BYELORUSSIAN-UKRAINIAN I``) or the table gives."""
     import unicodedata
 
-    folded = "".join(c for c in unicodedata.normalize("NFKC", content) if unicodedata.category(c) != "Cf")
-    folded = folded.translate(_LOOKALIKES).lower()
-    return "<directive" not in content and re.search(r"<\s*directive\b", folded) is not None
+    folded = []
+    for char in unicodedata.normalize("NFKD", content):
+        if unicodedata.category(char) in ("Mn", "Me", "Cf") or "FILLER" in unicodedata.name(char, ""):
+            continue
+        if char.isascii():
+            folded.append(char)
+            continue
+        name = unicodedata.name(char, "")
+        last = name.rsplit(" ", 1)[-1]
+        if (
+            "LESS-THAN" in name
+            or "LEFT-POINTING ANGLE" in name
+            or "LEFT ANGLE" in name
+            or "LEFT ARROWHEAD" in name
+        ):
+            folded.append("<")
+        elif len(last) == 1 and "LETTER" in name:
+            folded.append(last)
+        else:
+            folded.append(char.translate(_LOOKALIKES))
+    text = "".join(folded).lower()
+    return "<directive" not in content and re.search(r"<\s*directive\b", text) is not None
 
 
 def _problem_at(path: str, line: int, message: str) -> Problem:
