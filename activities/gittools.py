@@ -154,6 +154,12 @@ async def _repository(root: str) -> tuple[str, str] | str | None:
     if code != 0 or len(lines) < 3:
         return None
     top, prefix, common = lines[0], lines[1], lines[2]
+    if confinement.available() and os.path.realpath(top) != os.path.realpath(root):
+        return (
+            f"the project is inside the git repository {top}, which begins above it: Kiwi's git tools and "
+            "checkpoints, like every command Kiwi runs, reach only the project's own folder: they work on a "
+            "repository whose top is the project (`git init` in it)"
+        )
     common = os.path.realpath(os.path.join(root, common))
     if not _below(common, os.path.realpath(root)):
         # (Hostile review s37: a project that is a worktree of another's repository shares its refs; git.rollback,
@@ -162,12 +168,6 @@ async def _repository(root: str) -> tuple[str, str] | str | None:
             f"the project's git folder {common} is outside it (a worktree of another repository, or a git "
             "folder kept elsewhere): its refs and objects are shared with what lies outside the project, so Kiwi's "
             "git tools and checkpoints work only on a repository whose git folder is inside the project"
-        )
-    if confinement.available() and os.path.realpath(top) != os.path.realpath(root):
-        return (
-            f"the project is inside the git repository {top}, which begins above it: Kiwi's git tools and "
-            "checkpoints, like every command Kiwi runs, reach only the project's own folder: they work on a "
-            "repository whose top is the project (`git init` in it)"
         )
     return top, prefix
 

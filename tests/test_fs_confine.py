@@ -426,7 +426,7 @@ async def test_a_corrupt_audit_line_loses_no_record_and_kiwi_audit_names_it(proj
 
     assert kiwi_main(["audit", "run-demo-1"]) == 1
     out, err = capsys.readouterr()
-    assert [line.split()[0] for line in out.splitlines()] == ["1", "2", "3", "4", "5", "6"]
+    assert [line.split()[0] for line in out.splitlines()] == ["SEQ", "1", "2", "3", "4", "5", "6"]
     where = ".ai/logs/audit/2025-01-02/run-demo-1.jsonl"
     assert f"{where} line 4 could not be read (not JSON" in err
     assert f"{where} line 7 could not be read (not UTF-8 text)" in err
