@@ -437,6 +437,9 @@ def _children(element: Any) -> list[Any]:
     return [c for c in element if isinstance(c.tag, str)]
 
 
+LONG_LINE = 200  # (characters of a line of the xml block, blanks at its ends left out)
+
+
 def parse_directive(text: str, path: str = "") -> tuple[Directive, list[Problem]]:
     """Parse and validate a directive file's text.
 
@@ -476,6 +479,20 @@ def parse_directive_lenient(text: str, path: str = "") -> tuple[Directive | None
         return None, ctx.problems
     directive = _build(root, ctx)
     _validate(directive, root, ctx)
+    for offset, line in enumerate(block.splitlines(), 1):
+        if len(line.strip()) > LONG_LINE:
+            # (Review s37, third round: a grant past 300 blanks sat off-screen in every viewer, which does not wrap
+            # code.) A warning: `kiwi validate` and `kiwi sign` print every grant all the same.
+            ctx.problems.append(
+                Problem(
+                    f"line {start + offset} of the directive is {len(line.strip()):,} characters long: a viewer "
+                    "shows code without wrapping, so what lies past the edge is easy to miss; break it up",
+                    path,
+                    start + offset,
+                    1,
+                    "warning",
+                )
+            )
     # (Without a name or version there is no directive to use; the rest is checked all the same, so one
     # pass names every problem instead of the next one only after that is fixed.)
     return (directive if root.get("name") and root.get("version") else None), ctx.problems
