@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kiwi.errors import ItemInvalid, KiwiError, Problem
+from kiwi.harness import HarnessConfig
 from kiwi.items.directive import Directive
 from kiwi.items.files import read_item_bytes
 from kiwi.items.store import find_project_root, parse_item, user_space
@@ -253,39 +254,43 @@ def registered_servers(project_root: Path) -> set[str]:
     return {*registry.servers, *registry.skipped}
 
 
-def _base_policy_refusals(directive: Directive, path: Path, text: str | None) -> list[str]:
-    """The refusals a run of ``directive`` as the file is would meet that its own <permissions> would not: an
-    unsigned (or modified, or untrusted) directive's run gets what they share with the base policy. None when a
-    trusted key signed it, or the harness's ``signatures`` let its grants through."""
-    from kiwi.harness import load_harness
+def _base_policy_refusals(
+    directive: Directive, path: Path, text: str, root: Path, harness: HarnessConfig | None
+) -> list[str]:
+    """The refusals a run of ``directive`` (the file's ``text``) would meet that its own <permissions> would not:
+    an unsigned (or modified, or untrusted) directive's run gets what they share with the base policy. None when a
+    trusted key signed it, the harness's ``signatures`` let its grants through, or the harness cannot be read."""
     from kiwi.snapshot import directive_trust, run_grants
 
-    root = find_project_root(path.resolve().parent)
+    if harness is None:
+        return []
     try:
-        harness = load_harness(root, user_space())
-        trust = directive_trust(
-            path.read_text(encoding="utf-8") if text is None else text,
-            harness.signatures,
-            load_trusted(root, user_space()).with_role("sign"),
-        )
-    except (KiwiError, OSError, UnicodeDecodeError):
+        trust = directive_trust(text, harness.signatures, load_trusted(root, user_space()).with_role("sign"))
+    except KiwiError:
         return []
     if trust.grants == "declared":
         return []
     return [p.message for p in ungranted_calls(directive, str(path), run_grants(directive, trust, harness))]
 
 
-def approval_patterns(directive: Directive, project_root: Path) -> list[str]:
+def _harness_or_none(root: Path) -> HarnessConfig | None:
+    from kiwi.harness import load_harness
+
+    try:
+        return load_harness(root, user_space())
+    except KiwiError:
+        return None
+
+
+def approval_patterns(directive: Directive, project_root: Path, harness: HarnessConfig | None) -> list[str]:
     """The tool patterns whose calls wait for a human's approval in a run of ``directive`` started here, as the run
     puts them together (``HumansMixin._approval_patterns``): the harness's ``approvals.tools``, the directive's
     ``<approvals>``, each registered server's ``require_approval``. The harness's part is left out when it cannot
-    be read (its own check says why)."""
-    from kiwi.harness import load_harness
+    be read (None; its own check says why), the registry's likewise."""
     from kiwi.upstream.registry import load_registry
 
-    patterns = list(directive.metadata.approvals)
+    patterns = [*directive.metadata.approvals, *(harness.limits.approval_tools if harness else [])]
     try:
-        patterns += load_harness(project_root, user_space()).limits.approval_tools
         registry = load_registry(project_root, user_space())
     except KiwiError:
         return patterns
@@ -384,9 +389,11 @@ def validate_file(
         }
     parsed, problems = parse_item(item_type, path, text)  # type: ignore[arg-type]
     result: dict[str, Any] = {"path": str(path), "item_type": item_type}
+    source = text
     if parsed is not None:
         try:
-            status = verify(path.read_text(encoding="utf-8") if text is None else text)
+            source = path.read_text(encoding="utf-8") if text is None else text
+            status = verify(source)
             if status.signer:
                 root = find_project_root(path.resolve().parent)
                 try:
@@ -452,8 +459,11 @@ def validate_file(
         problems += unset_inputs(parsed, str(path))
         # A step whose call the run refuses stops the run there, whatever its plan says (README trial s35:
         # validate printed "runs by itself" under the FAIL of that step's call).
-        patterns = approval_patterns(parsed, find_project_root(path.resolve().parent))
-        weaker = _base_policy_refusals(parsed, path, text)
+        # (The harness read once for both: README trial s37's plan lines.)
+        root = find_project_root(path.resolve().parent)
+        harness = _harness_or_none(root)
+        patterns = approval_patterns(parsed, root, harness)
+        weaker = _base_policy_refusals(parsed, path, source, root, harness) if source is not None else []
         for step in result["steps"]:
             marker = f'step "{step["step"]}"'
             step["stops"] = any(p.severity == "error" and p.message.startswith(marker) for p in problems)
