@@ -20,7 +20,7 @@ from activities.gitsight import SECRET_PATHSPECS, GitSight, chunks, quoted, secr
 from activities.placewatch import _made_and_aside, _Watch
 from activities.process import kiwi_git, run_process
 from activities.repochecks import git_identity, git_repository_settings
-from kiwi.contracts import CheckpointResult, GitRequest
+from kiwi.contracts import EMPTY_TREE, CheckpointResult, CommitFile, CommitPlan, GitRequest
 from kiwi.errors import CheckpointNotFound, GitFailed, GitUnavailable, PermissionDenied
 from kiwi.globs import first_match
 from kiwi.protected import protected_root
@@ -71,8 +71,10 @@ async def _git(
     return result.exit_code, result.stdout, result.stderr
 
 
-async def _git_ok(root: str, *args: str, env: dict[str, str] | None = None, looks: bool = False) -> str:
-    code, out, err = await _git(root, *args, env=env, looks=looks)
+async def _git_ok(
+    root: str, *args: str, env: dict[str, str] | None = None, looks: bool = False, stdin: str = ""
+) -> str:
+    code, out, err = await _git(root, *args, env=env, looks=looks, stdin=stdin)
     if code != 0:
         raise GitFailed.error(f"git {args[0]} failed: {err.strip() or out.strip()}")
     return out
@@ -191,6 +193,164 @@ def _withheld(count: int) -> dict[str, Any]:
     }
 
 
+async def _to_commit(req: GitRequest) -> tuple[str, list[tuple[str, str | None]], list[tuple[str, str]]]:
+    """The project's folder in its repository, the changes below ``req.paths`` (git status's code and the path
+    from the project, None outside it), and those git.commit takes: what the run may write, no secret place."""
+    root = req.project_root
+    prefix = await _require_repo(root)
+    _refuse_denied(req)
+    for path in req.paths or ["."]:
+        confine(root, path, ["**"], [])
+    # (A request from before session 35 carries no write grants: its run's reads decide, as they did.)
+    sight = GitSight(root, req.write_grants if req.write_grants is not None else req.read_grants, req.deny_fs)
+    listed = split_z(
+        await _git_ok(
+            root,
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+            "--no-renames",
+            "--ignore-submodules=all",
+            "--",
+            *(req.paths or ["."]),
+            looks=True,
+        )
+    )
+    changes = [(entry[:2], _in_project(entry[3:], prefix)) for entry in listed]
+    taken = [
+        (code, rel) for code, rel in changes if rel is not None and sight.sees(rel) and not secret_place(rel)
+    ]
+    return prefix, changes, taken
+
+
+async def _plan(req: GitRequest) -> CommitPlan:
+    """What git.commit would commit now (see GitActivities.git_commit_plan)."""
+    root = req.project_root
+    prefix, changes, taken = await _to_commit(req)
+    left_out = len(changes) - len(taken)
+    if not taken:
+        return CommitPlan(
+            reason="nothing to commit" + (" that this run may write" if changes else ""), left_out=left_out
+        )
+    code, head, _ = await _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
+    base = head.strip() if code == 0 else ""
+    names = [rel for _, rel in taken]
+    with _ScratchIndex() as env:
+        if base:
+            await _git_ok(root, "read-tree", base, env=env)
+        for chunk in chunks(names):
+            # (-A: a removed file's removal is staged too.)
+            await _git_ok(root, "add", "-A", "--", *chunk, env={**env, **_LITERAL}, looks=True)
+        staged: dict[str, tuple[str, str]] = {}
+        for chunk in chunks(names):
+            for entry in split_z(
+                await _git_ok(root, "ls-files", "-s", "-z", "--", *chunk, env={**env, **_LITERAL})
+            ):
+                info, _, name = entry.partition("\t")
+                mode, blob, _stage = info.split()
+                staged[name] = (mode, blob)
+        tree = (await _git_ok(root, "write-tree", env=env)).strip()
+    files = [
+        CommitFile(
+            path=prefix + rel,
+            shown=rel,
+            change=change,
+            mode=staged.get(rel, ("", ""))[0],
+            blob=staged.get(rel, ("", ""))[1],
+        )
+        for change, rel in taken
+    ]
+    return CommitPlan(base=base, tree=tree, files=files, left_out=left_out)
+
+
+async def _commit_approved(req: GitRequest, plan: CommitPlan) -> dict[str, Any]:
+    """Commit what the approval showed: the files' content fixed when it was asked (``plan``), on the branch as it
+    is now, whatever the files hold since. Refused if the branch has moved since and changed one of those files
+    (the approver saw a change from the commit it was then). The branch moves by compare-and-swap, and the
+    human's index takes the committed files, as `git commit --only` leaves it."""
+    root = req.project_root
+    await _require_repo(root)
+    code, head, _ = await _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
+    head = head.strip() if code == 0 else ""
+    index_info = "".join(
+        f"{f.mode} {f.blob}\t{f.path}\0" if f.blob else f"0 {'0' * 40}\t{f.path}\0" for f in plan.files
+    )
+    tree = plan.tree
+    if head != plan.base:
+        with _ScratchIndex() as env:
+            if head:
+                await _git_ok(root, "read-tree", head, env=env)
+            await _git_ok(root, "update-index", "-z", "--index-info", env=env, stdin=index_info)
+            tree = (await _git_ok(root, "write-tree", env=env)).strip()
+    head_tree = (await _git_ok(root, "rev-parse", f"{head}^{{tree}}")).strip() if head else ""
+    if tree == head_tree:
+        # (A retried attempt finds its own commit made: the branch's tip, on the base, with that tree.)
+        parent = (await _git(root, "rev-parse", "--verify", "-q", f"{head}^"))[1].strip()
+        if head != plan.base and parent == plan.base:
+            return {"committed": True, "sha": head, "files": len(plan.files)}
+        return {"committed": False, "reason": "nothing to commit: the branch holds what was approved"}
+    if head != plan.base:
+        names = [f.path for f in plan.files]
+        moved = split_z(
+            await _git_ok(
+                root,
+                "diff",
+                "--name-only",
+                "-z",
+                "--no-renames",
+                plan.base or EMPTY_TREE,
+                head,
+                "--",
+                *names,
+                env=_LITERAL,
+            )
+        )
+        if moved:
+            raise GitFailed.error(
+                f"the branch moved since the approval was asked (from {plan.base[:12] or 'no commit'} to "
+                f"{head[:12]}) and changed {', '.join(moved[:10])}: the approved change was made on what those "
+                "files were then",
+                {"hint": "call git.commit again: a new approval shows the change on the branch as it is now"},
+            )
+    parents = ["-p", head] if head else []
+    commit = (
+        await _git_ok(
+            root,
+            "commit-tree",
+            tree,
+            *parents,
+            "-m",
+            req.message or "kiwi commit",
+            env=await git_identity(root),
+        )
+    ).strip()
+    # (Compare-and-swap: a commit the human made meanwhile is never overwritten. '' : the branch has none yet.)
+    code, _, err = await _git(root, "update-ref", "-m", "kiwi: git.commit (approved)", "HEAD", commit, head)
+    if code != 0:
+        raise GitFailed.error(
+            f"the branch moved while committing: {err.strip()}", {"hint": "call git.commit again"}
+        )
+    code, _, err = await _git(root, "update-index", "-z", "--index-info", stdin=index_info)
+    left = {"left_out": plan.left_out} if plan.left_out else {}
+    if code != 0:
+        left["index"] = (
+            f"committed, but git's index was not brought in line ({err.strip()}): `git reset -q -- "
+            f"{' '.join(f.shown for f in plan.files[:5])}` does it"
+        )
+    # What is still to commit below those paths changed after the approval was asked: named, left as it is.
+    _, _, later = await _to_commit(req)
+    after = (
+        {
+            "not_committed": [rel for _, rel in later],
+            "note": "changed after the approval was asked, so not approved: left uncommitted",
+        }
+        if later
+        else {}
+    )
+    return {"committed": True, "sha": commit, "files": len(plan.files), **left, **after}
+
+
 class GitActivities:
     @activity.defn(name="git_status")
     async def git_status(self, req: GitRequest) -> dict[str, Any]:
@@ -256,36 +416,12 @@ class GitActivities:
     async def git_commit(self, req: GitRequest) -> dict[str, Any]:
         """Commit the changes (tracked or not, not ignored) below ``paths`` that the run may write, and only those:
         what else the index holds (a human's staged work) stays staged, uncommitted. Review s35: git.commit
-        committed what the run may not write (a human's work in progress) and, before, what it may not read."""
+        committed what the run may not write (a human's work in progress) and, before, what it may not read.
+        An approved commit commits what its approval showed (``req.approved``: see _commit_approved)."""
+        if req.approved is not None:
+            return await _commit_approved(req, req.approved)
         root = req.project_root
-        prefix = await _require_repo(root)
-        _refuse_denied(req)
-        for path in req.paths or ["."]:
-            confine(root, path, ["**"], [])
-        # (A request from before session 35 carries no write grants: its run's reads decide, as they did.)
-        sight = GitSight(
-            root, req.write_grants if req.write_grants is not None else req.read_grants, req.deny_fs
-        )
-        listed = split_z(
-            await _git_ok(
-                root,
-                "status",
-                "--porcelain=v1",
-                "-z",
-                "--untracked-files=all",
-                "--no-renames",
-                "--ignore-submodules=all",
-                "--",
-                *(req.paths or ["."]),
-                looks=True,
-            )
-        )
-        changes = [(entry[:2], _in_project(entry[3:], prefix)) for entry in listed]
-        taken = [
-            (code, rel)
-            for code, rel in changes
-            if rel is not None and sight.sees(rel) and not secret_place(rel)
-        ]
+        _, changes, taken = await _to_commit(req)
         left = {"left_out": len(changes) - len(taken)} if len(taken) < len(changes) else {}
         if not taken:
             why = "nothing to commit" + (" that this run may write" if changes else "")
@@ -313,6 +449,12 @@ class GitActivities:
             raise GitFailed.error(f"git commit failed: {err.strip() or out.strip()}")
         _, sha, _ = await _git(root, "rev-parse", "HEAD")
         return {"committed": True, "sha": sha.strip(), "files": len(taken), **left}
+
+    @activity.defn(name="git_commit_plan")
+    async def git_commit_plan(self, req: GitRequest) -> CommitPlan:
+        """What git.commit would commit now, its files' content stored and fixed (``CommitPlan``): asked when the
+        commit needs approval, so the approver is shown it and the approved commit takes exactly that."""
+        return await _plan(req)
 
     @activity.defn(name="git_checkpoint")
     async def git_checkpoint(self, req: GitRequest) -> CheckpointResult:

@@ -577,6 +577,45 @@ class ContainerToolRequest(BaseModel):
     max_output_bytes: int = 1_000_000
 
 
+# (git's empty tree: what `git diff` compares a first commit's tree with.)
+EMPTY_TREE = "4b825dc642cb"
+
+
+class CommitFile(BaseModel):
+    """One file an approved git.commit takes, as it was when the approval was asked."""
+
+    path: str  # from the repository's top (git's index names)
+    shown: str  # from the project's folder (what the agent and the approver see)
+    change: str  # git status's two letters (`??` new, ` M` changed, ` D` removed...)
+    mode: str = ""  # '' for a removal
+    blob: str = ""
+
+
+class CommitPlan(BaseModel):
+    """What a git.commit waiting for approval would commit (``git_commit_plan``): its files' content is fixed
+    when the approval is asked, and the approved commit takes that content and nothing else (hostile review s37:
+    the approval bound the call's arguments, and the commit took whatever the files held once it was approved,
+    changes the agent made while the human was reading included)."""
+
+    base: str = ""  # the branch's commit then ('' before the first)
+    tree: str = ""  # base with those files: `git diff BASE TREE` shows the commit
+    files: list[CommitFile] = Field(default_factory=list)
+    left_out: int = 0
+    reason: str = ""  # why nothing would be committed
+
+    def subject(self) -> str:
+        """What the approver reads after the call's arguments."""
+        if not self.files:
+            return ""
+        names = ", ".join(f"{f.change.strip() or 'M'} {f.shown}" for f in self.files[:20])
+        more = f" and {len(self.files) - 20} more" if len(self.files) > 20 else ""
+        return (
+            f"; commits {len(self.files)} file(s) as they are now: {names}{more} (see it with `git diff "
+            f"{self.base[:12] or EMPTY_TREE} {self.tree[:12]}`; a change made after this "
+            "request is not committed)"
+        )
+
+
 class GitRequest(BaseModel):
     project_root: str
     message: str = ""
@@ -589,6 +628,8 @@ class GitRequest(BaseModel):
     deny_fs: list[str] = Field(default_factory=list)
     # git.commit takes only what the run may write (None: a request from before, its reads decide).
     write_grants: list[str] | None = None
+    # An approved git.commit commits this, what the approver was shown (None: no approval, or a run from before).
+    approved: CommitPlan | None = None
 
 
 class WebhookRequest(BaseModel):

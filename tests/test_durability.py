@@ -940,3 +940,30 @@ async def test_record_number_options_history(runs, project):
     await runs.complete_step(run_id, "work", {"done": True})
     await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "number_options", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_commit_bound_history(runs, project):
+    """Record tests/histories/commit_bound-{patch id}.json: a run whose git.commit needs approval writes a note,
+    asks to commit it (its content fixed and shown in the approval since COMMIT_BOUND), changes the note while
+    the approval waits, and is approved: the commit takes the content shown. (commit_unbound-{patch id}.json is
+    the same run recorded by the code before the rule, cdde03c: it replays without it.)"""
+    from tests.test_humans import pending_approval
+    from tests.test_review_attacks_s38 import _approved_commits
+
+    _approved_commits(project)
+    run_id = await runs.start("publish", {})
+    await awaiting_step(runs, run_id, "work")
+    await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "reviewed\n"})
+    commit = asyncio.create_task(
+        runs.call_tool(run_id, "git.commit", {"message": "notes", "paths": ["notes"]})
+    )
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the commit to ask")
+    await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "changed\n"})
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    assert (await asyncio.wait_for(commit, 60)).status == "ok"
+    await runs.complete_step(run_id, "work", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "commit_bound", project)

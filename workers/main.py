@@ -79,6 +79,7 @@ def activities(pool: McpPool) -> list:
         git.git_status,
         git.git_diff,
         git.git_commit,
+        git.git_commit_plan,
         git.git_checkpoint,
         git.git_rollback,
         audit.write_audit_records,

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
         BatchItem,
         CallRecord,
         CommandRequest,
+        CommitPlan,
         ContainerToolRequest,
         FilesystemBatch,
         FilesystemRequest,
@@ -44,6 +45,7 @@ from workflows.directive_run.options import (
     API_RETRY,
     CHECKPOINT_DENIALS,
     CHECKPOINT_NUMBERS,
+    COMMIT_BOUND,
     CONTINUE_COMMIT_TIMER,
     FS_ACTIVITIES,
     GIT_ACTIVITIES,
@@ -101,6 +103,7 @@ class CallsMixin:
             and (self.current or workflow.patched(KIWI_EXECUTE_AS_CALL))
         )
         result, warning = self._admit(tool, args, seq, granted_by, one_execute, counted)
+        plan: CommitPlan | None = None  # (an approved git.commit's, COMMIT_BOUND)
         held_now = ""
         if self.newest and result is None:
             # (Now, not once this call answers: calls in this task find it held.)
@@ -118,11 +121,19 @@ class CallsMixin:
             ):
                 # The checkpoint the human approves is the one the rollback goes to (review s37).
                 args = {**args, "checkpoint": state.checkpoints[-1]["checkpoint"]}
-            result = await self._await_approval(tool, args, seq, origin, step, client or snap.client)
+            if tool == "git.commit" and rule_in_force(COMMIT_BOUND):
+                # The approver is shown the files' content, fixed now, and the commit takes that (session 38).
+                plan, result = await self._commit_plan(args, seq)
+            if result is None:
+                result = await self._await_approval(
+                    tool, args, seq, origin, step, client or snap.client, plan=plan
+                )
         if result is None:
             warnings = [warning] if warning else []
             try:
-                value = await self._execute(tool, args, origin, warnings, step=step, client=client)
+                value = await self._execute(
+                    tool, args, origin, warnings, step=step, client=client, approved=plan
+                )
                 result = ToolCallResult(status="ok", tool=tool, result=value, call_seq=seq, warnings=warnings)
             except ToolReportedError as exc:
                 result = ToolCallResult(
@@ -144,16 +155,7 @@ class CallsMixin:
                     call_seq=seq,
                 )
             except (ActivityError, ApplicationError) as exc:
-                kind, message = failure_of(exc)
-                result = ToolCallResult(
-                    status="denied" if kind == PermissionDenied.type else "error",
-                    tool=tool,
-                    reason=message,
-                    # (FAILURE_HINTS: new runs only, as the answer's size counts in the task budget.)
-                    hint=hint_of(exc) if self.latest else "",  # type: ignore[arg-type]
-                    error_type=kind,
-                    call_seq=seq,
-                )
+                result = self._failed(tool, seq, exc)
             if result.status == "ok" and not _delegates(tool, args):
                 result_hash = digest(result.result)
                 state.result_hashes = (state.result_hashes + [result_hash])[-LOOP_WINDOW:]
@@ -223,6 +225,56 @@ class CallsMixin:
             await self.audit.flush()
         return result
 
+    def _failed(
+        self: DirectiveRun, tool: str, seq: int, exc: ActivityError | ApplicationError
+    ) -> ToolCallResult:
+        """The answer to a call whose activity failed."""
+        kind, message = failure_of(exc)
+        return ToolCallResult(
+            status="denied" if kind == PermissionDenied.type else "error",
+            tool=tool,
+            reason=message,
+            # (FAILURE_HINTS: new runs only, as the answer's size counts in the task budget.)
+            hint=hint_of(exc) if self.latest else "",  # type: ignore[arg-type]
+            error_type=kind,
+            call_seq=seq,
+        )
+
+    async def _commit_plan(
+        self: DirectiveRun, args: dict[str, Any], seq: int
+    ) -> tuple[CommitPlan | None, ToolCallResult | None]:
+        """What a git.commit needing approval would commit, its content fixed (COMMIT_BOUND); or the call's answer
+        when it commits nothing (nothing to commit, or git cannot), which needs no approval."""
+        try:
+            plan = await workflow.execute_activity_method(
+                GitActivities.git_commit_plan,
+                self._git_request(args),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RETRY,
+                summary=f"what {summarise_call('git.commit', args)} would commit",
+            )
+        except (ActivityError, ApplicationError) as exc:
+            return None, self._failed("git.commit", seq, exc)
+        if not plan.files:
+            left = {"left_out": plan.left_out} if plan.left_out else {}
+            answer = {"committed": False, "reason": plan.reason, **left}
+            return None, ToolCallResult(status="ok", tool="git.commit", result=answer, call_seq=seq)
+        return plan, None
+
+    def _git_request(
+        self: DirectiveRun, args: dict[str, Any], approved: CommitPlan | None = None
+    ) -> GitRequest:
+        snap = self.snap
+        return GitRequest(
+            project_root=snap.project_root,
+            message=str(_given(args, "message", "")),
+            paths=[str(p) for p in _given(args, "paths", [])],
+            read_grants=snap.grants.fs_read,
+            deny_fs=snap.grants.deny_fs,
+            write_grants=snap.grants.fs_write,
+            approved=approved,
+        )
+
     def _hold_if_looping(self: DirectiveRun) -> str:
         """Hold the run (``stuck``) once its loop warnings reach the harness's limit; what to tell the call that did
         it, "" otherwise (README trial s36: its answer still said "if you are stuck, use help(stuck)")."""
@@ -280,6 +332,7 @@ class CallsMixin:
         *,
         step: str | None = None,
         client: str = "",
+        approved: CommitPlan | None = None,
     ) -> Any:
         snap = self.snap
         root = snap.project_root
@@ -373,14 +426,7 @@ class CallsMixin:
             )
             self.audit.record({"event": "rolled_back", "checkpoint": checkpoint})
         elif tool in GIT_ACTIVITIES:
-            request = GitRequest(
-                project_root=root,
-                message=str(_given(args, "message", "")),
-                paths=[str(p) for p in _given(args, "paths", [])],
-                read_grants=snap.grants.fs_read,
-                deny_fs=snap.grants.deny_fs,
-                write_grants=snap.grants.fs_write,
-            )
+            request = self._git_request(args, approved)
             value = await workflow.execute_activity_method(GIT_ACTIVITIES[tool], request, **options)
         elif tool == "directive.run":
             value = await self._run_child(args, origin)

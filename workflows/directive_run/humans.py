@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
         TERMINAL,
         ApprovalDecision,
         ApprovalRequest,
+        CommitPlan,
         DecisionAnswer,
         DecisionRequest,
         HelpRecord,
@@ -64,8 +65,10 @@ class HumansMixin:
         origin: str,
         step: str | None,
         client: str,
+        plan: CommitPlan | None = None,
     ) -> ToolCallResult | None:
-        """Wait, durably, for a human to approve this exact call; None means approved."""
+        """Wait, durably, for a human to approve this exact call (and, for a git.commit, the content ``plan``
+        fixed: COMMIT_BOUND); None means approved."""
         state, snap = self.state, self.snap
         timeout = snap.directive.metadata.approval_timeout_seconds or snap.limits.approval_timeout_seconds
         server = tool.partition(".")[0]
@@ -75,8 +78,8 @@ class HumansMixin:
         request = ApprovalRequest(
             request_id=f"approval-{seq}",
             tool=tool,
-            args_hash=digest([tool, args]),
-            summary=approval_summary(tool, args),
+            args_hash=digest([tool, args, plan.model_dump()] if plan else [tool, args]),
+            summary=approval_summary(tool, args) + (plan.subject() if plan else ""),
             requested_by=client,
             origin=origin,
             step=step,
@@ -93,6 +96,11 @@ class HumansMixin:
                 "request_id": request.request_id,
                 "tool": tool,
                 "arguments": redact(args),
+                **(
+                    {"commits": [f"{f.change} {f.shown}" for f in plan.files], "tree": plan.tree}
+                    if plan
+                    else {}
+                ),
                 "args_hash": request.args_hash,
                 "requested_by": client,
                 "expires_at": request.expires_at,

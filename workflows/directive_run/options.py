@@ -184,6 +184,11 @@ ROLLBACK_GRANTS = "kiwi-rollback-grants-s36"
 # another checkpoint while the approval waited, made the rollback go to that one. Asked only where it changes the
 # call: such a rollback, with a checkpoint to name.
 ROLLBACK_NAMED = "kiwi-rollback-named-s37"
+# Since session 38 (session 37's note): a git.commit waiting for approval has its files' content fixed and shown
+# when the approval is asked (GitActivities.git_commit_plan), and the approved commit takes that content; it took
+# what the files held once approved, the agent's changes made while the human read included. Asked only where it
+# changes the call: a git.commit that needs approval.
+COMMIT_BOUND = "kiwi-commit-bound-s38"
 # Since session 37 (hostile review): a checkpoint's number follows the last one's; it was the count of checkpoints
 # the run keeps (the last 100), so from the 102nd every checkpoint was RUN/101, overwriting the ref a pending
 # approval of a rollback named. Asked only where it changes the number.

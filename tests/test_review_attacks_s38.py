@@ -1,0 +1,142 @@
+"""Session 38: attacks on what an approval binds, against the real stack (a Temporal server, Kiwi's worker, real
+git). Each test's docstring says the attack and the safe outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+
+from tests.helpers import approver, awaiting_step, directive_md, wait_for, write, write_directive
+from tests.test_humans import pending_approval
+
+COMMITS = (
+    '<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
+    '<execute resource="tool" id="git.commit"/>'
+)
+
+
+def _git(root, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=human", "-c", "user.email=human@example.invalid", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def _approved_commits(project) -> None:
+    """A repository whose `publish` directive may write notes/ and commit, each commit approved by alice."""
+    approver("alice")
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [git.commit]\n")
+    write_directive(
+        project / ".ai" / "directives" / "publish.md",
+        directive_md(
+            '<step name="work"><action>Edit notes.</action></step>', name="publish", permissions=COMMITS
+        ),
+    )
+    write(project / ".gitignore", ".ai/logs/\n.ai/.cache/\n")
+    write(project / "notes" / "a.md", "base\n")
+    write(project / "notes" / "other.md", "base\n")
+    _git(project, "init", "-q", "-b", "main")
+    _git(project, "add", ".")
+    _git(project, "commit", "-qm", "base")
+
+
+async def _asked(runs, run_id, args):
+    """Start ``git.commit args`` and return its task and the approval it waits for."""
+    call = asyncio.create_task(runs.call_tool(run_id, "git.commit", args))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the commit's approval")
+    return call, request
+
+
+async def test_attack_an_approved_commit_takes_only_what_the_approver_was_shown(runs, project):
+    """Session 37's note: an approval bound git.commit's arguments, not what it commits. The agent asked to
+    commit notes/ with a reviewed change, and while the human read it, rewrote the file and added another; the
+    approved commit took both. Now the approval shows the files and how to see their content (`git diff BASE
+    TREE`), and the commit takes that content: later changes stay uncommitted, and are named."""
+    _approved_commits(project)
+    run_id = await runs.start("publish", {})
+    await awaiting_step(runs, run_id, "work")
+    await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "reviewed\n"})
+    call, request = await _asked(runs, run_id, {"message": "notes", "paths": ["notes"]})
+    assert "commits 1 file(s) as they are now: M notes/a.md" in request.summary, request.summary
+    shown = re.search(r"`(git diff \w+ \w+)`", request.summary)
+    assert shown, request.summary
+    diff = _git(project, *shown.group(1).split()[1:])
+    assert "+reviewed" in diff and "notes/other.md" not in diff, diff
+    # While the approval waits, the agent changes the reviewed file and adds one.
+    await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "rm -rf /\n"})
+    await runs.call_tool(run_id, "filesystem.write", {"path": "notes/b.md", "content": "unseen\n"})
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    done = await asyncio.wait_for(call, 60)
+    assert done.status == "ok" and done.result["committed"], done
+    assert sorted(done.result["not_committed"]) == ["notes/a.md", "notes/b.md"], done.result
+    assert _git(project, "rev-parse", "HEAD").strip() == done.result["sha"]
+    assert _git(project, "show", "HEAD:notes/a.md") == "reviewed\n"
+    assert _git(project, "ls-tree", "--name-only", "HEAD", "notes/").split() == [
+        "notes/a.md",
+        "notes/other.md",
+    ]
+    # The files and the index are as `git commit --only` leaves them: the later change unstaged, the new file new.
+    assert (project / "notes" / "a.md").read_text() == "rm -rf /\n"
+    status = _git(project, "status", "--porcelain", "--", "notes").splitlines()
+    assert status == [" M notes/a.md", "?? notes/b.md"], status
+
+
+async def test_an_approved_commit_goes_on_a_branch_that_moved_unless_it_changed_those_files(runs, project):
+    """While an approval waits, the human commits. A commit of other files: the approved commit goes on top of
+    it, which it keeps. A commit of the same file: the approved change was made on what the file was then, so
+    the commit is refused, saying why, and nothing is overwritten. A call with nothing to commit asks nobody."""
+    _approved_commits(project)
+    run_id = await runs.start("publish", {})
+    await awaiting_step(runs, run_id, "work")
+    nothing = await runs.call_tool(run_id, "git.commit", {"message": "none", "paths": ["notes"]})
+    assert nothing.status == "ok" and nothing.result == {"committed": False, "reason": "nothing to commit"}
+    assert not (await runs.status(run_id)).approvals, "nothing to commit asks no approval"
+
+    await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "agent\n"})
+    call, request = await _asked(runs, run_id, {"message": "agent's", "paths": ["notes/a.md"]})
+    write(project / "README.md", "the human's\n")
+    _git(project, "add", "README.md")
+    _git(project, "commit", "-qm", "human")
+    human = _git(project, "rev-parse", "HEAD").strip()
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    done = await asyncio.wait_for(call, 60)
+    assert done.status == "ok" and done.result["committed"], done
+    assert _git(project, "rev-parse", "HEAD^").strip() == human
+    assert _git(project, "show", "HEAD:README.md") == "the human's\n"
+    assert _git(project, "show", "HEAD:notes/a.md") == "agent\n"
+
+    await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "agent again\n"})
+    call, request = await _asked(runs, run_id, {"message": "again", "paths": ["notes"]})
+    write(project / "notes" / "a.md", "the human's own\n")
+    _git(project, "commit", "-qam", "human edits a.md")
+    human = _git(project, "rev-parse", "HEAD").strip()
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    refused = await asyncio.wait_for(call, 60)
+    assert refused.status == "error" and "the branch moved since the approval was asked" in refused.reason, (
+        refused
+    )
+    assert "notes/a.md" in refused.reason and "call git.commit again" in refused.hint, refused
+    assert _git(project, "rev-parse", "HEAD").strip() == human
+    assert _git(project, "show", "HEAD:notes/a.md") == "the human's own\n"
+
+
+async def test_an_approved_first_commit_makes_the_branch(runs, project):
+    """In a repository with no commit yet, the approved commit is the branch's first, with what was shown."""
+    _approved_commits(project)
+    (project / ".git").rename(project / "old.git")  # (a fresh repository, no commit on it)
+    _git(project, "init", "-q", "-b", "main")
+    run_id = await runs.start("publish", {})
+    await awaiting_step(runs, run_id, "work")
+    call, request = await _asked(runs, run_id, {"message": "first", "paths": ["notes"]})
+    assert "commits 2 file(s) as they are now: ?? notes/a.md, ?? notes/other.md" in request.summary, request
+    await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "later\n"})
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    done = await asyncio.wait_for(call, 60)
+    assert done.status == "ok" and done.result["committed"], done
+    assert _git(project, "log", "--format=%s", "main").splitlines() == ["first"]
+    assert _git(project, "show", "HEAD:notes/a.md") == "base\n"
+    assert done.result["not_committed"] == ["notes/a.md"], done.result
