@@ -967,3 +967,42 @@ async def test_record_commit_bound_history(runs, project):
     await runs.complete_step(run_id, "work", {"done": True})
     await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "commit_bound", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_child_bound_history(runs, project):
+    """Record tests/histories/child_bound-{patch id}.json: a run drafting directives writes `draft`, asks to run it
+    (the child read from the file and shown in the approval since CHILD_BOUND), and is approved; the child ends.
+    (child_unbound-{patch id}.json is the same run recorded by the code before the rule, cdde03c: the child was
+    read once approved; it replays without the rule.)"""
+    from tests.helpers import approver, directive_md, write_directive
+    from tests.test_humans import pending_approval
+    from tests.test_review_attacks_s38 import _draft
+
+    approver("alice")
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [directive.run]\n")
+    write_directive(
+        project / ".ai" / "directives" / "author.md",
+        directive_md(
+            '<step name="work" mode="agent"><action>Draft and try directives.</action></step>',
+            name="author",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" '
+            'path=".ai/directives/**"/><execute resource="tool" id="directive.run"/>',
+        ),
+    )
+    run_id = await runs.start("author", {})
+    await awaiting_step(runs, run_id, "work")
+    draft = _draft("draft", "reviewed")
+    await runs.call_tool(run_id, "filesystem.write", {"path": ".ai/directives/draft.md", "content": draft})
+    call = asyncio.create_task(runs.call_tool(run_id, "directive.run", {"directive": "draft"}))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the child to ask")
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    child = (await asyncio.wait_for(call, 60)).result["run_id"]
+    await awaiting_step(runs, child, "reviewed")
+    await runs.complete_step(child, "reviewed", {"done": True})
+    await runs.handle(child).result()
+    await runs.complete_step(run_id, "work", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "child_bound", project)

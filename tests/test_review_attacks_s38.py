@@ -140,3 +140,62 @@ async def test_an_approved_first_commit_makes_the_branch(runs, project):
     assert _git(project, "log", "--format=%s", "main").splitlines() == ["first"]
     assert _git(project, "show", "HEAD:notes/a.md") == "base\n"
     assert done.result["not_committed"] == ["notes/a.md"], done.result
+
+
+def _draft(name: str, step: str) -> str:
+    return directive_md(
+        f'<step name="{step}" mode="agent"><action>{step}</action></step>',
+        name=name,
+        permissions='<read resource="filesystem" path="notes/**"/>',
+    )
+
+
+async def test_attack_an_approved_child_run_is_the_directive_the_approver_was_shown(runs, project, capsys):
+    """Session 37's note: a directive.run's approval bound its arguments, and the child started from its
+    directive file as it was once approved. A run drafting directives (granted `.ai/directives/**`) asked to try
+    `draft`, and while the human read it, rewrote the file: the child that started was the rewrite. Now the
+    child is read from the file when the approval is asked, the request names the file, its signer and hash (as
+    `kiwi show` prints it), and the approved call starts that child."""
+    from kiwi.cli import main as kiwi
+
+    approver("alice")
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [directive.run]\n")
+    write_directive(
+        project / ".ai" / "directives" / "author.md",
+        directive_md(
+            '<step name="work" mode="agent"><action>Draft and try directives.</action></step>',
+            name="author",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path=".ai/directives/**"/>'
+            '<execute resource="tool" id="directive.run"/>',
+        ),
+    )
+    run_id = await runs.start("author", {})
+    await awaiting_step(runs, run_id, "work")
+    wrote = await runs.call_tool(
+        run_id,
+        "filesystem.write",
+        {"path": ".ai/directives/draft.md", "content": _draft("draft", "reviewed")},
+    )
+    assert wrote.status == "ok", wrote
+    call = asyncio.create_task(runs.call_tool(run_id, "directive.run", {"directive": "draft"}))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the child's approval")
+    assert "starts directive draft v1.0.0 from .ai/directives/draft.md as it is now" in request.summary, (
+        request
+    )
+    shown_hash = re.search(r"sha256 (\w{12})", request.summary).group(1)
+    capsys.readouterr()
+    assert kiwi(["show", "draft"]) == 0
+    assert f"sha256 {shown_hash}" in capsys.readouterr().out
+    # While the approval waits, the agent rewrites the draft.
+    await runs.call_tool(
+        run_id, "filesystem.write", {"path": ".ai/directives/draft.md", "content": _draft("draft", "swapped")}
+    )
+    capsys.readouterr()
+    assert kiwi(["show", "draft"]) == 0
+    assert f"sha256 {shown_hash}" not in capsys.readouterr().out, "the approver can see the file changed"
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    started = await asyncio.wait_for(call, 60)
+    assert started.status == "ok", started
+    await awaiting_step(runs, started.result["run_id"], "reviewed")
+    child = await runs.status(started.result["run_id"])
+    assert child.trust.content_hash.startswith(shown_hash), child.trust

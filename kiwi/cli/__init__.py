@@ -19,6 +19,7 @@ from kiwi.errors import ItemInvalid, ItemNotFound, KiwiError, Problem
 from kiwi.items.store import ITEM_ALIASES, ITEM_TYPES, ItemStore, find_project_root, item_kind
 from kiwi.items.tools import ToolManifest
 from kiwi.items.validation import unknown_builtins, validate_file
+from kiwi.signing import content_hash
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -542,6 +543,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                 print(f"  {p}")
             if isinstance(parsed, Directive):
                 print(f"  version {parsed.version}: {parsed.metadata.description}")
+                # (What a run's trust and a directive.run's approval name the file's content by.)
+                print(f"  sha256 {content_hash(item.text)}")
                 written = " ".join(entry.written() for entry in parsed.metadata.permissions)
                 print(f"  grants: {written or '(none)'}")
                 for spec in parsed.inputs:

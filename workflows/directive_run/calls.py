@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         GitRequest,
         LocalToolRequest,
         LocalToolSpec,
+        RunSnapshot,
         ToolCallResult,
     )
     from kiwi.errors import PermissionDenied, ToolFailed, ToolNotFound
@@ -45,6 +46,7 @@ from workflows.directive_run.options import (
     API_RETRY,
     CHECKPOINT_DENIALS,
     CHECKPOINT_NUMBERS,
+    CHILD_BOUND,
     COMMIT_BOUND,
     CONTINUE_COMMIT_TIMER,
     FS_ACTIVITIES,
@@ -103,7 +105,8 @@ class CallsMixin:
             and (self.current or workflow.patched(KIWI_EXECUTE_AS_CALL))
         )
         result, warning = self._admit(tool, args, seq, granted_by, one_execute, counted)
-        plan: CommitPlan | None = None  # (an approved git.commit's, COMMIT_BOUND)
+        # What an approval fixes beside the arguments: a git.commit's content, a directive.run's child (session 38).
+        bound: CommitPlan | RunSnapshot | None = None
         held_now = ""
         if self.newest and result is None:
             # (Now, not once this call answers: calls in this task find it held.)
@@ -123,16 +126,19 @@ class CallsMixin:
                 args = {**args, "checkpoint": state.checkpoints[-1]["checkpoint"]}
             if tool == "git.commit" and rule_in_force(COMMIT_BOUND):
                 # The approver is shown the files' content, fixed now, and the commit takes that (session 38).
-                plan, result = await self._commit_plan(args, seq)
+                bound, result = await self._commit_plan(args, seq)
+            elif tool == "directive.run" and rule_in_force(CHILD_BOUND):
+                # The approver is shown the child as its file is now, and that child starts (session 38).
+                bound, result = await self._child_plan(args, seq)
             if result is None:
                 result = await self._await_approval(
-                    tool, args, seq, origin, step, client or snap.client, plan=plan
+                    tool, args, seq, origin, step, client or snap.client, bound=bound
                 )
         if result is None:
             warnings = [warning] if warning else []
             try:
                 value = await self._execute(
-                    tool, args, origin, warnings, step=step, client=client, approved=plan
+                    tool, args, origin, warnings, step=step, client=client, bound=bound
                 )
                 result = ToolCallResult(status="ok", tool=tool, result=value, call_seq=seq, warnings=warnings)
             except ToolReportedError as exc:
@@ -332,7 +338,7 @@ class CallsMixin:
         *,
         step: str | None = None,
         client: str = "",
-        approved: CommitPlan | None = None,
+        bound: CommitPlan | RunSnapshot | None = None,
     ) -> Any:
         snap = self.snap
         root = snap.project_root
@@ -426,10 +432,10 @@ class CallsMixin:
             )
             self.audit.record({"event": "rolled_back", "checkpoint": checkpoint})
         elif tool in GIT_ACTIVITIES:
-            request = self._git_request(args, approved)
+            request = self._git_request(args, bound if isinstance(bound, CommitPlan) else None)
             value = await workflow.execute_activity_method(GIT_ACTIVITIES[tool], request, **options)
         elif tool == "directive.run":
-            value = await self._run_child(args, origin)
+            value = await self._run_child(args, origin, bound if isinstance(bound, RunSnapshot) else None)
         elif tool in KIWI_MCP_ACTIONS and self.kiwi_tools:
             value = await self._kiwi_tool(tool, args, origin, step=step, client=client)
         elif tool.partition(".")[0] in self.state.mcp_context:

@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
         DirectiveRunResult,
         ResolveDirectiveRequest,
         RunSnapshot,
+        ToolCallResult,
         run_workflow_id,
     )
     from kiwi.errors import ChildRunFailed, InputInvalid
@@ -40,21 +41,47 @@ if TYPE_CHECKING:
     from workflows.directive_run.workflow import DirectiveRun
 
 
+def _named(args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """directive.run's directive name and inputs."""
+    name = args.get("directive") or args.get("name")
+    inputs = args.get("inputs") or {}
+    if not isinstance(name, str) or not name or not isinstance(inputs, dict):
+        raise CallRefused(
+            "error",
+            "directive.run needs 'directive' (a name) and optional 'inputs' (an object)",
+            error_type=InputInvalid.type,
+        )
+    return name, inputs
+
+
 class ChildrenMixin:
     """Child runs (directive.run): intersected grants, inherited rules, a shared budget."""
 
-    async def _run_child(self: DirectiveRun, args: dict[str, Any], origin: str) -> Any:
-        """``directive.run``: a child run with the intersection of this run's grants and its own."""
-        snap, state = self.snap, self.state
-        name = args.get("directive") or args.get("name")
-        inputs = args.get("inputs") or {}
-        if not isinstance(name, str) or not name or not isinstance(inputs, dict):
-            raise CallRefused(
-                "error",
-                "directive.run needs 'directive' (a name) and optional 'inputs' (an object)",
-                error_type=InputInvalid.type,
+    async def _child_plan(
+        self: DirectiveRun, args: dict[str, Any], seq: int
+    ) -> tuple[RunSnapshot | None, ToolCallResult | None]:
+        """The child a directive.run needing approval would start, read from its file now (CHILD_BOUND), so the
+        approver is shown it and the approved call starts it; or the call's answer when none can start."""
+        try:
+            name, inputs = _named(args)
+            child_id = run_workflow_id(name, f"{self.snap.run_id.rsplit('-', 1)[-1]}c{seq}")
+            return await self._resolve_child(name, inputs, child_id), None
+        except CallRefused as exc:
+            refused = ToolCallResult(
+                status=exc.status,
+                tool="directive.run",
+                reason=exc.reason,
+                hint=exc.hint,  # type: ignore[arg-type]
+                error_type=exc.error_type,
+                call_seq=seq,
             )
-        child_id = run_workflow_id(name, f"{snap.run_id.rsplit('-', 1)[-1]}c{state.call_seq}")
+            return None, refused
+
+    async def _resolve_child(
+        self: DirectiveRun, name: str, inputs: dict[str, Any], child_id: str
+    ) -> RunSnapshot:
+        """The child's snapshot, made from its directive file by the resolve_directive activity, its seal checked."""
+        snap = self.snap
         try:
             child = await workflow.execute_activity_method(
                 DirectiveActivities.resolve_directive,
@@ -84,6 +111,20 @@ class ChildrenMixin:
                 "made by a Kiwi worker holding this run's key), so no child started",
                 error_type=NotSealed.type,
             )
+        return child
+
+    async def _run_child(
+        self: DirectiveRun, args: dict[str, Any], origin: str, resolved: RunSnapshot | None = None
+    ) -> Any:
+        """``directive.run``: a child run with the intersection of this run's grants and its own. ``resolved``:
+        the child as its approval showed it (CHILD_BOUND), started whatever its file says since."""
+        snap, state = self.snap, self.state
+        name, inputs = _named(args)
+        if resolved is None:
+            child_id = run_workflow_id(name, f"{snap.run_id.rsplit('-', 1)[-1]}c{state.call_seq}")
+            child = await self._resolve_child(name, inputs, child_id)
+        else:
+            child, child_id = resolved, resolved.run_id
         excess = child.grants.exceeds(snap.grants)
         if excess:
             self.audit.record(

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         ParentHeld,
         RefusedDecision,
         ResumeRequest,
+        RunSnapshot,
         ToolCallResult,
         WebhookRequest,
         parent_hold_reason,
@@ -31,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from kiwi.errors import ApprovalCancelled, ApprovalRejected, ApprovalTimedOut, RunStateConflict
     from kiwi.guards import approval_summary, digest, redact
     from kiwi.keys import approval_message, human_message, verify_bytes
+    from kiwi.policy import shown_path
     from kiwi.rules import rule_in_force
 
 from workflows.directive_run.options import (
@@ -42,6 +44,50 @@ from workflows.directive_run.options import (
 
 if TYPE_CHECKING:
     from workflows.directive_run.workflow import DirectiveRun
+
+
+def _fixed(bound: CommitPlan | RunSnapshot) -> Any:
+    """What an approval's hash covers beside the call: the commit's content, or the child's directive."""
+    if isinstance(bound, CommitPlan):
+        return bound.model_dump()
+    return [_in_project(bound), bound.content_hash]  # (no machine path: the project's folder may move)
+
+
+def _subject(bound: CommitPlan | RunSnapshot) -> str:
+    """What the approver reads after the call's arguments."""
+    if isinstance(bound, CommitPlan):
+        return bound.subject()
+    trust = bound.trust
+    if trust.signature == "valid":
+        signed = f"signed by {trust.signer}"
+    elif trust.grants == "base":
+        signed = f"{trust.signature}: its grants are only what it shares with the harness's base policy"
+    else:
+        signed = f"signature {trust.signature}"
+    return (
+        f"; starts directive {bound.directive.name} v{bound.directive.version} from {_in_project(bound)} as it "
+        f"is now ({signed}; sha256 {bound.content_hash[:12]}, which `kiwi show {bound.directive.name}` prints for "
+        "the file as it is when you look): the child started is this one, whatever the file says later"
+    )
+
+
+def _in_project(child: RunSnapshot) -> str:
+    """The child's directive file, from the project's folder when it is in it."""
+    return shown_path(child.source_path.removeprefix(child.project_root.rstrip("/") + "/"))
+
+
+def _audited(bound: CommitPlan | RunSnapshot | None) -> dict[str, Any]:
+    """What an approval_requested record holds of ``bound``."""
+    if isinstance(bound, CommitPlan):
+        return {"commits": [f"{f.change} {f.shown}" for f in bound.files], "tree": bound.tree}
+    if isinstance(bound, RunSnapshot):
+        return {
+            "child": bound.directive.name,
+            "source": _in_project(bound),
+            "content_hash": bound.content_hash,
+            "child_grants": bound.grants.summary(),
+        }
+    return {}
 
 
 class HumansMixin:
@@ -65,10 +111,10 @@ class HumansMixin:
         origin: str,
         step: str | None,
         client: str,
-        plan: CommitPlan | None = None,
+        bound: CommitPlan | RunSnapshot | None = None,
     ) -> ToolCallResult | None:
-        """Wait, durably, for a human to approve this exact call (and, for a git.commit, the content ``plan``
-        fixed: COMMIT_BOUND); None means approved."""
+        """Wait, durably, for a human to approve this exact call, and what ``bound`` fixes beside its arguments (a
+        git.commit's content, COMMIT_BOUND; a directive.run's child, CHILD_BOUND); None means approved."""
         state, snap = self.state, self.snap
         timeout = snap.directive.metadata.approval_timeout_seconds or snap.limits.approval_timeout_seconds
         server = tool.partition(".")[0]
@@ -78,8 +124,8 @@ class HumansMixin:
         request = ApprovalRequest(
             request_id=f"approval-{seq}",
             tool=tool,
-            args_hash=digest([tool, args, plan.model_dump()] if plan else [tool, args]),
-            summary=approval_summary(tool, args) + (plan.subject() if plan else ""),
+            args_hash=digest([tool, args, _fixed(bound)] if bound else [tool, args]),
+            summary=approval_summary(tool, args) + (_subject(bound) if bound else ""),
             requested_by=client,
             origin=origin,
             step=step,
@@ -96,11 +142,7 @@ class HumansMixin:
                 "request_id": request.request_id,
                 "tool": tool,
                 "arguments": redact(args),
-                **(
-                    {"commits": [f"{f.change} {f.shown}" for f in plan.files], "tree": plan.tree}
-                    if plan
-                    else {}
-                ),
+                **_audited(bound),
                 "args_hash": request.args_hash,
                 "requested_by": client,
                 "expires_at": request.expires_at,

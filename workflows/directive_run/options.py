@@ -189,6 +189,11 @@ ROLLBACK_NAMED = "kiwi-rollback-named-s37"
 # what the files held once approved, the agent's changes made while the human read included. Asked only where it
 # changes the call: a git.commit that needs approval.
 COMMIT_BOUND = "kiwi-commit-bound-s38"
+# Since session 38 (session 37's note): a directive.run waiting for approval has its child read from the directive
+# file when the approval is asked (shown: file, signer, hash), and the approved call starts that child; it read the
+# file once approved, so an agent could rewrite an unsigned child while the human read. Asked only where it changes
+# the call: a directive.run that needs approval.
+CHILD_BOUND = "kiwi-child-bound-s38"
 # Since session 37 (hostile review): a checkpoint's number follows the last one's; it was the count of checkpoints
 # the run keeps (the last 100), so from the 102nd every checkpoint was RUN/101, overwriting the ref a pending
 # approval of a rollback named. Asked only where it changes the number.
