@@ -121,7 +121,7 @@ def build_snapshot(
                 f"directive '{name}' step calls {_not_runnable(store, call.tool)}",
                 hint="add it under .ai/tools/ or fix the tool id (run `kiwi search` to list tools)",
             )
-    from kiwi.items.validation import unknown_builtins
+    from kiwi.items.validation import shell_syntax, unknown_builtins
 
     if nothing := unknown_builtins(directive, shown_path(path), frozenset(specs)):
         # (A misspelt tool of Kiwi's own, `filesystem.reed`, made its step wait for the agent, who cannot call it
@@ -129,6 +129,11 @@ def build_snapshot(
         raise InputInvalid(
             f"directive '{name}' calls a tool that is none: " + "; ".join(str(p) for _, p in nothing),
             hint=f"fix the tool id in {shown_path(path)}; `kiwi validate {shown_path(path)}` lists every problem",
+        )
+    if syntax := shell_syntax(directive, shown_path(path)):
+        raise InputInvalid(
+            f"directive '{name}' runs a shell command: " + "; ".join(p.message for p in syntax),
+            hint=f"`kiwi validate {shown_path(path)}` lists every problem",
         )
     harness = load_harness(store.project_root, store.user)
     registry = load_registry(store.project_root, store.user)

@@ -14,7 +14,7 @@ from typing import Any
 from kiwi.errors import InputInvalid
 from kiwi.toolargs import json_kind
 
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w-]*(?:\.[\w-]+)*)\}")
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w-]*(?:\.[\w-]+)*)\}")
 _MISSING = object()
 
 
@@ -43,7 +43,7 @@ def unset_input(exc: TemplateError, inputs: list[Any]) -> str:
 def placeholders(value: Any) -> list[str]:
     """Every placeholder name in ``value`` (strings, lists and dicts are searched)."""
     if isinstance(value, str):
-        return _PLACEHOLDER.findall(value)
+        return PLACEHOLDER.findall(value)
     if isinstance(value, dict):
         return [ref for v in value.values() for ref in placeholders(v)]
     if isinstance(value, list):
@@ -85,7 +85,7 @@ def render(value: Any, context: dict[str, Any]) -> Any:
         return [render(v, context) for v in value]
     if not isinstance(value, str):
         return value
-    whole = _PLACEHOLDER.fullmatch(value)
+    whole = PLACEHOLDER.fullmatch(value)
     if whole:
         return lookup(whole.group(1), context)
 
@@ -93,7 +93,7 @@ def render(value: Any, context: dict[str, Any]) -> Any:
         found = lookup(match.group(1), context)
         return found if isinstance(found, str) else json.dumps(found)
 
-    return _PLACEHOLDER.sub(one, value)
+    return PLACEHOLDER.sub(one, value)
 
 
 def command_words(tool: str, params: dict[str, Any], context: dict[str, Any]) -> list[str] | None:
@@ -108,7 +108,7 @@ def command_words(tool: str, params: dict[str, Any], context: dict[str, Any]) ->
         tool != "shell.run"
         or "argv" in params
         or not isinstance(template, str)
-        or not _PLACEHOLDER.search(template)
+        or not PLACEHOLDER.search(template)
     ):
         return None
     try:
@@ -118,7 +118,7 @@ def command_words(tool: str, params: dict[str, Any], context: dict[str, Any]) ->
     out: list[str] = []
     for word in words:
         value = render(word, context)
-        whole = _PLACEHOLDER.fullmatch(word)
+        whole = PLACEHOLDER.fullmatch(word)
         if isinstance(value, list) and whole and _an_input(whole.group(1), context):
             # (A word that is one placeholder of an array input is its items, a word each: the way to pass many.
             # Only an input's: a list an agent's step outputs is one word, review s36, second round: outputs

@@ -806,3 +806,36 @@ def test_validate_warns_of_a_server_command_not_on_the_path(project, capsys):
     out = capsys.readouterr().out
     assert "warning: mcps.gone.command: 'no-such-mcp-server-xyz' is not found on this PATH" in out, out
     assert "mcps.clock" not in out, out
+
+
+async def test_a_pipe_written_in_a_steps_command_is_refused_before_any_run_starts(runs, project, capsys):
+    """README trial s38: `grep -rn {marker} src | wc -l` in a step validated and signed, and the run failed at the
+    step with "read not allowed on '|'" (the `|` taken as a file). A step's command with shell syntax the
+    directive wrote is now an error in validate and show, and refuses the run's start, saying why (a placeholder
+    is not read as syntax: the same step without the pipe validates)."""
+    path = write(
+        project / ".ai" / "directives" / "piped.md",
+        directive_md(
+            '<step name="count"><tool_call tool="shell.run"><param name="command">grep -rn {marker} src | wc -l'
+            "</param></tool_call></step>",
+            name="piped",
+            permissions='<read resource="filesystem" path="**"/><execute resource="shell" commands="grep,wc"/>',
+            inputs='<input name="marker" type="string" default="TODO"/>',
+        ),
+    )
+    capsys.readouterr()
+    assert kiwi(["validate", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "shell syntax '|' is refused: commands run without a shell; a step runs one program" in out, out
+    assert "step count: no run starts, as its command is shell syntax (above)" in out, out
+    assert "approvals: git.rollback (such a call waits for a human's signed approval)" in out, out
+    assert kiwi(["show", "piped"]) == 0
+    out = capsys.readouterr().out
+    assert "step count: no run starts, as its command is shell syntax (above)" in out, out
+    assert 'input marker (string, default "TODO")' in out, out
+    with pytest.raises(
+        InputInvalid, match=r"directive 'piped' runs a shell command: step \"count\": shell syntax"
+    ):
+        await runs.start("piped", {})
+    write(path, path.read_text().replace(" | wc -l", ""))
+    assert kiwi(["validate", str(path)]) == 0, capsys.readouterr().out

@@ -18,7 +18,7 @@ from kiwi.cli.safeout import safe_output
 from kiwi.errors import ItemInvalid, ItemNotFound, KiwiError, Problem
 from kiwi.items.store import ITEM_ALIASES, ITEM_TYPES, ItemStore, find_project_root, item_kind
 from kiwi.items.tools import ToolManifest
-from kiwi.items.validation import unknown_builtins, validate_file
+from kiwi.items.validation import approvals_line, run_approvals, shell_syntax, unknown_builtins, validate_file
 from kiwi.signing import content_hash
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -163,9 +163,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"     signature: {r['signature']}")
         if "grants" in r:
             print(f"     grants: {' '.join(r['grants']) or '(none)'}")
+        if "approvals" in r:
+            print(f"     {approvals_line(r['approvals'])}")
         for step in r.get("steps", []):
             if step.get("no_start"):
-                print(f"     step {step['step']}: no run starts, as it calls a tool that is none (above)")
+                print(f"     step {step['step']}: no run starts, as {_no_start(step)} (above)")
                 continue
             if step.get("stops"):
                 print(f"     step {step['step']}: the run stops there, refusing its call (above)")
@@ -243,6 +245,11 @@ def _validate_settings(path: Path, local: Mapping[str, ToolManifest] | None = No
     }
 
 
+def _no_start(step: dict[str, Any]) -> str:
+    """Why no run of a directive starts, said of the step that makes it so."""
+    return "its command is shell syntax" if step.get("shell_syntax") else "it calls a tool that is none"
+
+
 def _validate_readable(path: Path, local: Mapping[str, ToolManifest]) -> dict[str, Any]:
     """:func:`validate_file`, with a file that cannot be read (a folder, no permission) reported as invalid."""
     if path.name in CONFIG_FILES and path.parent.name == "config":
@@ -310,6 +317,8 @@ def cmd_sign(args: argparse.Namespace) -> int:
             print(f"signed {path} as {signer}")
             if "grants" in result:  # (what the signature gives its runs, as the file writes it)
                 print(f"  grants: {' '.join(result['grants']) or '(none)'}")
+            if "approvals" in result:
+                print(f"  {approvals_line(result['approvals'])}")
         if not trusted:
             # README trial s34: a key trusted to approve only signed "fine", and the directive's runs got the base
             # policy; validate said "NOT by a trusted key" later.
@@ -523,9 +532,12 @@ def cmd_show(args: argparse.Namespace) -> int:
             plan = [p.model_dump() for p in parsed.plan(local)]
             # (A step calling a tool that is none: no run starts, which the plan's "agent" did not say. Review s36.)
             nothing = [p for _, p in unknown_builtins(parsed, item.record.path, local)]
+            syntax = shell_syntax(parsed, item.record.path)
             for step in plan:
-                step["no_start"] = any(p.message.startswith(f'step "{step["step"]}"') for p in nothing)
-            problems += nothing
+                marker = f'step "{step["step"]}"'
+                step["shell_syntax"] = any(p.message.startswith(marker) for p in syntax)
+                step["no_start"] = step["shell_syntax"] or any(p.message.startswith(marker) for p in nothing)
+            problems += [*nothing, *syntax]
         data = {
             "item_type": item_type,
             **item.record.as_dict(),
@@ -547,15 +559,20 @@ def cmd_show(args: argparse.Namespace) -> int:
                 print(f"  sha256 {content_hash(item.text)}")
                 written = " ".join(entry.written() for entry in parsed.metadata.permissions)
                 print(f"  grants: {written or '(none)'}")
+                print(f"  {approvals_line(run_approvals(parsed, store.project_root))}")
                 for spec in parsed.inputs:
-                    print(
-                        f"  input {spec.name} ({spec.type}{', required' if spec.required else ''}) {spec.description}"
+                    # (README trial s38: an optional input's default was shown nowhere.)
+                    given = (
+                        ", required"
+                        if spec.required
+                        else f", default {json.dumps(spec.default)}"
+                        if spec.default is not None
+                        else ", optional"
                     )
+                    print(f"  input {spec.name} ({spec.type}{given}) {spec.description}")
                 for step in plan:
                     if step["no_start"]:
-                        print(
-                            f"  step {step['step']}: no run starts, as it calls a tool that is none (above)"
-                        )
+                        print(f"  step {step['step']}: no run starts, as {_no_start(step)} (above)")
                     else:
                         print(f"  step {step['step']}: {step['mode']} ({step['reason']})")
             else:

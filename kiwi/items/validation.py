@@ -15,9 +15,9 @@ from kiwi.items.files import read_item_bytes
 from kiwi.items.store import find_project_root, parse_item, user_space
 from kiwi.items.tools import ToolManifest
 from kiwi.keys import load_trusted
-from kiwi.policy import BUILTIN_NAMESPACES, BUILTIN_TOOLS, KIWI_MCP_TOOLS, Decision
+from kiwi.policy import BUILTIN_NAMESPACES, BUILTIN_TOOLS, KIWI_MCP_TOOLS, Decision, parse_command
 from kiwi.signing import check_trust, verify
-from kiwi.templating import placeholders
+from kiwi.templating import PLACEHOLDER, placeholders
 from kiwi.toolargs import (
     BUILTIN_SCHEMAS,
     ArgumentError,
@@ -199,6 +199,29 @@ def stray_params(directive: Directive, path: str = "") -> list[Problem]:
     return problems
 
 
+def shell_syntax(directive: Directive, path: str = "") -> list[Problem]:
+    """A step's ``shell.run`` command with shell syntax the directive wrote (a placeholder's value is one word,
+    never syntax): commands run without a shell, so no run starts (README trial s38: `grep -rn {marker} src | wc
+    -l` validated and signed, and the run refused `'|'` as a file its grants do not let it read)."""
+    problems: list[Problem] = []
+    for step in directive.steps:
+        for call in step.tool_calls:
+            template = call.params.get("command")
+            if call.tool != "shell.run" or not isinstance(template, str):
+                continue
+            refused = parse_command({"command": PLACEHOLDER.sub("x", template)})
+            if isinstance(refused, Decision) and refused.reason.startswith("shell syntax"):
+                problems.append(
+                    Problem(
+                        f'step "{step.name}": {refused.reason}; a step runs one program: split the pipeline into '
+                        "steps (each step's output is `{steps.NAME.outputs...}` in the next), or write a local tool",
+                        path,
+                        *call.place("command"),
+                    )
+                )
+    return problems
+
+
 def local_params(directive: Directive, tools: Mapping[str, ToolManifest], path: str = "") -> list[Problem]:
     """Step <param>s a local tool does not take, the required ones a step leaves out, and a literal value that
     is not of its parameter's type: the run refuses the call at that step, after the steps before it ran
@@ -280,6 +303,20 @@ def _harness_or_none(root: Path) -> HarnessConfig | None:
         return load_harness(root, user_space())
     except KiwiError:
         return None
+
+
+def approvals_line(patterns: list[str]) -> str:
+    """How validate, show and sign print the calls that wait for a human in a run of a directive."""
+    if not patterns:
+        return "approvals: none (no call waits for a human)"
+    return (
+        f"approvals: {', '.join(dict.fromkeys(patterns))} (such a call waits for a human's signed approval)"
+    )
+
+
+def run_approvals(directive: Directive, project_root: Path) -> list[str]:
+    """approval_patterns with the project's harness read here."""
+    return approval_patterns(directive, project_root, _harness_or_none(project_root))
 
 
 def approval_patterns(directive: Directive, project_root: Path, harness: HarnessConfig | None) -> list[str]:
@@ -429,7 +466,13 @@ def validate_file(
             for p in ungranted_calls(parsed, str(path))
             if not any(f" calls {t}, " in p.message for t, _ in misspelt)
         ]
-        problems += [*(m for _, m in misspelt), *ungranted, *stray_params(parsed, str(path))]
+        syntax = shell_syntax(parsed, str(path))
+        problems += [
+            *(m for _, m in misspelt),
+            *ungranted,
+            *stray_params(parsed, str(path)),
+            *syntax,
+        ]
         if isinstance(local_tools, Mapping):
             problems += local_params(parsed, local_tools, str(path))
         granted = {
@@ -463,13 +506,16 @@ def validate_file(
         root = find_project_root(path.resolve().parent)
         harness = _harness_or_none(root)
         patterns = approval_patterns(parsed, root, harness)
+        # (README trial s38: validate, show and sign printed the grants and not which calls wait for a human.)
+        result["approvals"] = list(dict.fromkeys(patterns))
         weaker = _base_policy_refusals(parsed, path, source, root, harness) if source is not None else []
         for step in result["steps"]:
             marker = f'step "{step["step"]}"'
             step["stops"] = any(p.severity == "error" and p.message.startswith(marker) for p in problems)
             # (A call of a tool that is none refuses the run's start: validate said the run stopped at the step,
             # show that the agent did it, and the run did neither. Review s36.)
-            step["no_start"] = any(m.message.startswith(marker) for _, m in misspelt)
+            step["shell_syntax"] = any(m.message.startswith(marker) for m in syntax)
+            step["no_start"] = step["shell_syntax"] or any(m.message.startswith(marker) for _, m in misspelt)
             # (README trial s37: an unsigned directive validated with every step "runs by itself", and its run
             # failed at the first, its grants cut to the base policy.)
             step["stops_unsigned"] = not step["stops"] and any(m.startswith(marker) for m in weaker)

@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
         is_session,
     )
     from kiwi.items.directive import Step, plan_step
-    from kiwi.templating import _PLACEHOLDER, TemplateError, render
+    from kiwi.templating import PLACEHOLDER, TemplateError, render
     from kiwi.tracing import started_trace_id
 
 from workflows.directive_run.options import HELD
@@ -35,7 +35,7 @@ def render_safe(text: str, context: dict[str, Any]) -> str:
         rendered = None
     if isinstance(rendered, str):
         return rendered
-    return _PLACEHOLDER.sub(lambda m: _filled(m.group(0), context), text)
+    return PLACEHOLDER.sub(lambda m: _filled(m.group(0), context), text)
 
 
 def _filled(placeholder: str, context: dict[str, Any]) -> str:
