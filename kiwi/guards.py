@@ -137,24 +137,25 @@ def _redacted(value: Any, room: list[int]) -> Any:
 
 
 def summarise_call(tool: str, args: dict[str, Any]) -> str:
-    """What the Temporal UI shows for an activity: 'filesystem.write src/app.py'."""
+    """What the Temporal UI, `kiwi status` and the run's recent calls show of a call: 'filesystem.write src/app.py',
+    naming what the call acts on as the tool reads it (hostile review s38: `{"command": "ls notes", "argv": ["rm",
+    ...]}` showed `ls notes` and ran rm, and a move's decoy `path` showed in place of the `source` it moved)."""
     if tool.startswith("filesystem."):
-        detail = str(args.get("path", ""))
+        detail = str(args.get(_subject_key(tool), ""))
         if args.get("destination"):
             detail += f" -> {args['destination']}"
     elif tool == "shell.run":
         # (argv's words quoted where they need to be: `sort 'a -o b'` is one word, README trial s36.)
-        argv = args.get("argv")
-        detail = (
-            args["command"]
-            if isinstance(args.get("command"), str)
-            else shlex.join(map(str, argv))
-            if isinstance(argv, list)
-            else ""
-        )
+        argv = parse_command(args)
+        detail = shlex.join(argv) if isinstance(argv, list) else str(args.get("command") or "")
     else:
         detail = ""
     return f"{tool} {detail}".strip()[:200]
+
+
+def _subject_key(tool: str) -> str:
+    """The argument naming what a filesystem tool acts on, as its activity reads it."""
+    return "source" if tool == "filesystem.move" else "path"
 
 
 # How much of a call a human approving it reads (ApprovalRequest.summary); past it the cut is said.
@@ -169,8 +170,8 @@ def approval_summary(tool: str, args: dict[str, Any]) -> str:
     spacing hides nothing), anything else as its JSON; a summary past APPROVAL_SUMMARY_CHARS says it was cut."""
     rest = dict(args)
     detail = ""
-    if tool.startswith("filesystem.") and isinstance(args.get("path", args.get("source")), str):
-        key = "path" if "path" in args else "source"
+    key = _subject_key(tool)
+    if tool.startswith("filesystem.") and isinstance(args.get(key), str):
         detail = shlex.quote(rest.pop(key))
         if isinstance(args.get("destination"), str):
             detail += f" -> {shlex.quote(rest.pop('destination'))}"

@@ -182,6 +182,8 @@ async def _execute(
             "local_tools": callable_tools(started.grants or directive.grants(), link.store),
             "permissions": (started.grants or directive.grants()).summary(),
             "trust": started.trust.model_dump() if started.trust else None,
+            # (README trial s38: the agent learnt that a call waits for a human only when it answered pending.)
+            **_approvals(directive, link.store.project_root),
             **(
                 {"deviation_rules": _deviation_guidance(directive.metadata.deviation_rules, new_id)}
                 if directive.metadata.deviation_rules
@@ -342,3 +344,20 @@ def _guidance(topic: str, store: ItemStore) -> str:
         + "\n\nDirectives here: "
         + (", ".join(directives) or "none")
     )
+
+
+def _approvals(directive: Any, project_root: Path) -> dict[str, Any]:
+    """The run answer's word on the calls that wait for a human, when some do."""
+    from kiwi.items.validation import run_approvals
+
+    patterns = list(dict.fromkeys(run_approvals(directive, project_root)))
+    if not patterns:
+        return {}
+    return {
+        "approvals": {
+            "tools": patterns,
+            "note": "a call of these waits for a human's signed approval: it answers `pending` with a call_id, "
+            "which execute(item_type='run', action='poll', run_id=RUN, item_id=CALL_ID) follows until the human "
+            "decides",
+        }
+    }

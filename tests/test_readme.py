@@ -138,7 +138,8 @@ def documented_execute() -> tuple[dict, set[str], str]:
         "available",
         "error",
         "hint",
-    }  # fields of current_step, tool_context
+        "note",
+    }  # fields of current_step, tool_context, approvals
     sometimes = {"deviation_rules"}  # (error and hint too: only when the run failed)
     return arguments, keys - states - nested - sometimes, table
 
@@ -163,6 +164,8 @@ async def test_the_documented_execute_of_a_directive_starts_a_run_with_the_docum
         assert started["state"] == "awaiting_agent", started
         assert keys and keys <= set(started), keys - set(started)
         assert started["permissions"]["fs_write"] == ["notes/**"]  # the key is permissions, not grants
+        # (The harness's default approvals.tools: the agent knows a rollback waits for a human before it calls.)
+        assert started["approvals"]["tools"] == ["git.rollback"], started["approvals"]
         again = data(await client.call_tool("execute", arguments))
         assert again["run_id"] == started["run_id"]  # the idempotency key
         wrong = data(await client.call_tool("execute", {**arguments, "parameters": {"nom": "Ada"}}))

@@ -199,3 +199,37 @@ async def test_attack_an_approved_child_run_is_the_directive_the_approver_was_sh
     await awaiting_step(runs, started.result["run_id"], "reviewed")
     child = await runs.status(started.result["run_id"])
     assert child.trust.content_hash.startswith(shown_hash), child.trust
+
+
+async def test_attack_a_decoy_argument_does_not_change_what_a_human_reads_of_a_call(runs, project):
+    """Hostile review s38: (1) `filesystem.move {"path": "notes/tmp.md", "source": "notes/important.md", ...}` was
+    shown to the approver as `filesystem.move notes/tmp.md -> ...`, and moved important.md; (2) `shell.run
+    {"command": "ls notes", "argv": ["rm", ...]}` showed as `ls notes` in `kiwi status` and ran rm. What a human
+    reads now names what the tool acts on: the move's source, the words that run."""
+    approver("alice")
+    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [filesystem.move]\n")
+    write_directive(
+        project / ".ai" / "directives" / "tidy.md",
+        directive_md(
+            '<step name="work" mode="agent"><action>Tidy.</action></step>',
+            name="tidy",
+            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
+            '<execute resource="shell" commands="ls,rm"/>',
+        ),
+    )
+    write(project / "notes" / "important.md", "keep")
+    write(project / "notes" / "x.md", "x")
+    run_id = await runs.start("tidy", {})
+    await awaiting_step(runs, run_id, "work")
+    decoy = {"path": "notes/tmp.md", "source": "notes/important.md", "destination": "notes/archive.md"}
+    move = asyncio.create_task(runs.call_tool(run_id, "filesystem.move", decoy))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the move's approval")
+    assert request.summary.startswith("filesystem.move notes/important.md -> notes/archive.md"), (
+        request.summary
+    )
+    await runs.decide_approval(run_id, request.request_id, False, by="alice")
+    assert (await asyncio.wait_for(move, 60)).status == "denied"
+    ran = await runs.call_tool(run_id, "shell.run", {"command": "ls notes", "argv": ["rm", "notes/x.md"]})
+    assert ran.status == "ok" and not (project / "notes" / "x.md").exists(), ran
+    shown = [c.summary for c in (await runs.status(run_id)).last_calls]
+    assert shown[-1] == "shell.run rm notes/x.md", shown
