@@ -572,8 +572,10 @@ def build_server(
                 {
                     "status": "checkpoint_requested",
                     "run_id": run_id,
-                    "message": "the run takes a git checkpoint now, when the project is a git repository: "
-                    "it is listed under 'checkpoints' in execute(item_type='run', action='status', run_id=...)",
+                    "message": "the run takes a git checkpoint now, when the project is a git repository, as a "
+                    "git.checkpoint call (after a human's approval where git.checkpoint needs one, within its rate "
+                    "limits): it is listed under 'checkpoints' in execute(item_type='run', action='status', "
+                    "run_id=...), and a refusal under 'last_calls'",
                 }
             )
         return answer(

@@ -1006,3 +1006,36 @@ async def test_record_child_bound_history(runs, project):
     await runs.complete_step(run_id, "work", {"done": True})
     await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "child_bound", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_help_checkpoint_call_history(runs, project):
+    """Record tests/histories/help_checkpoint_call-{patch id}.json: the agent asks help(checkpoint) twice in a run
+    whose harness limits git.checkpoint to one call (since HELP_CHECKPOINT_CALL each is the git.checkpoint call:
+    the second refused by the limit). (help_checkpoint_direct-{patch id}.json is the same run recorded by the code
+    before the rule, cdde03c: both checkpoints were taken; it replays without the rule.)"""
+    import subprocess
+
+    from kiwi.contracts import HelpRequest
+    from tests.helpers import directive_md, write_directive
+
+    write(project / ".ai" / "config" / "agent_harness.yaml", "rate_limits:\n  git.checkpoint: 1\n")
+    write_directive(
+        project / ".ai" / "directives" / "ckpt.md",
+        directive_md(
+            '<step name="work" mode="agent"><action>Work.</action></step>',
+            name="ckpt",
+            permissions='<write resource="filesystem" path="notes/**"/><execute resource="tool" id="git.checkpoint"/>',
+        ),
+    )
+    write(project / ".gitignore", ".ai/logs/\n.ai/.cache/\n")
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=project, check=True)
+    run_id = await runs.start("ckpt", {})
+    await awaiting_step(runs, run_id, "work")
+    for n in (1, 2):
+        await runs.help(run_id, HelpRequest(kind="checkpoint", reason=f"help {n}"))
+    await runs.complete_step(run_id, "work", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "help_checkpoint_call", project)

@@ -233,3 +233,47 @@ async def test_attack_a_decoy_argument_does_not_change_what_a_human_reads_of_a_c
     assert ran.status == "ok" and not (project / "notes" / "x.md").exists(), ran
     shown = [c.summary for c in (await runs.status(run_id)).last_calls]
     assert shown[-1] == "shell.run rm notes/x.md", shown
+
+
+async def test_attack_help_checkpoint_waits_for_the_approval_and_counts_in_the_rate_limit(runs, project):
+    """Hostile review s38: help(action="checkpoint") checked the grant alone and checkpointed: with
+    git.checkpoint waiting for approval, and with a rate limit of 1, four helps made four checkpoints. It is now
+    the agent's git.checkpoint call: it waits for the human's approval, and counts in the limit."""
+    from kiwi.contracts import HelpRequest
+
+    approver("alice")
+    write(
+        project / ".ai" / "config" / "agent_harness.yaml",
+        "approvals:\n  tools: [git.checkpoint]\nrate_limits:\n  git.checkpoint: 1\n",
+    )
+    write_directive(
+        project / ".ai" / "directives" / "ckpt.md",
+        directive_md(
+            '<step name="work" mode="agent"><action>Work.</action></step>',
+            name="ckpt",
+            permissions='<write resource="filesystem" path="notes/**"/><execute resource="tool" id="git.checkpoint"/>',
+        ),
+    )
+    write(project / ".gitignore", ".ai/logs/\n.ai/.cache/\n")
+    _git(project, "init", "-q", "-b", "main")
+    run_id = await runs.start("ckpt", {})
+    await awaiting_step(runs, run_id, "work")
+    await runs.help(run_id, HelpRequest(kind="checkpoint", reason="bypass"))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the checkpoint's approval")
+    assert request.tool == "git.checkpoint" and not _git(project, "for-each-ref", "refs/kiwi/"), request
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+
+    async def made():
+        return (await runs.status(run_id)).checkpoints
+
+    (checkpoint,) = await wait_for(made, what="the approved checkpoint")
+    await runs.help(run_id, HelpRequest(kind="checkpoint", reason="again"))
+
+    async def refused():
+        calls = (await runs.status(run_id)).last_calls
+        return [c for c in calls if c.tool == "git.checkpoint" and c.status == "rate_limited"]
+
+    (over,) = await wait_for(refused, what="the second checkpoint's refusal")
+    assert "rate limit" in over.reason, over
+    assert len(_git(project, "for-each-ref", "refs/kiwi/").splitlines()) == 1
+    assert [c["checkpoint"] for c in (await runs.status(run_id)).checkpoints] == [checkpoint["checkpoint"]]

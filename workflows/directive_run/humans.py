@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
 from workflows.directive_run.options import (
     APPROVAL_AUDITED,
     HELD,
+    HELP_CHECKPOINT_CALL,
     STUCK_ATTEMPTS_FOR_HUMAN,
     STUCK_HOLD_KEPT,
 )
@@ -423,6 +424,12 @@ class HumansMixin:
                         "hint": decision.hint,
                     }
                 )
+            elif rule_in_force(HELP_CHECKPOINT_CALL):
+                # The git.checkpoint call it is, with its approval, rate limit and loop checks (review s38).
+                call = self._call(
+                    "git.checkpoint", {"message": request.reason or "the agent asked"}, origin="agent"
+                )
+                self._spawn(call, "checkpoint the agent asked for")
             else:
                 self._spawn(
                     self._checkpoint(request.reason or "the agent asked"), "checkpoint the agent asked for"

@@ -194,6 +194,11 @@ COMMIT_BOUND = "kiwi-commit-bound-s38"
 # file once approved, so an agent could rewrite an unsigned child while the human read. Asked only where it changes
 # the call: a directive.run that needs approval.
 CHILD_BOUND = "kiwi-child-bound-s38"
+# Since session 38 (hostile review): help(action="checkpoint") is the agent's git.checkpoint call, admitted as the tool
+# is (approval rules, rate limits, loop checks, its tool_call record); it checked the grant alone and checkpointed,
+# past a pending approval of git.checkpoint and its rate limit. Asked only where it changes the answer: a
+# checkpoint help the run takes.
+HELP_CHECKPOINT_CALL = "kiwi-help-checkpoint-call-s38"
 # Since session 37 (hostile review): a checkpoint's number follows the last one's; it was the count of checkpoints
 # the run keeps (the last 100), so from the 102nd every checkpoint was RUN/101, overwriting the ref a pending
 # approval of a rollback named. Asked only where it changes the number.
