@@ -1,7 +1,7 @@
 """The audit sink: JSONL per run and day, written in batches with sequence numbers.
 
-A retried flush skips records whose sequence number is already in the file, so a batch is
-never written twice; the workflow keeps records until a flush succeeds, so none is lost.
+A retried flush skips records whose sequence number is already in the file for that execution of the run, so a
+batch is never written twice; the workflow keeps records until a flush succeeds, so none is lost.
 
 The folders (``.ai/logs/audit/DAY``) and the file are opened one name at a time from the project
 root with ``O_NOFOLLOW``: a symlink planted at ``.ai``, ``.ai/logs`` or below is never followed, so
@@ -42,28 +42,32 @@ from kiwi.upstream.pool import scrub
 _TAIL = 65536
 
 
-def _seqs(lines: list[bytes]) -> list[int]:
+def _seqs(lines: list[bytes], execution: str | None) -> list[int]:
     out = []
     for line in lines:
         try:
             record = json.loads(line)
         except (ValueError, RecursionError):
             continue
-        seq = record.get("seq") if isinstance(record, dict) else None
+        if not isinstance(record, dict) or (execution and record.get("workflow_run_id") != execution):
+            continue
+        seq = record.get("seq")
         if isinstance(seq, int) and not isinstance(seq, bool):
             out.append(seq)
     return out
 
 
-def _last_seq(fd: int, size: int) -> int:
-    """The highest sequence number in the file: its tail first, the whole file when the tail has none."""
+def _last_seq(fd: int, size: int, execution: str | None = None) -> int:
+    """The highest sequence number in the file of the records of ``execution`` (the workflow's run id: a run id
+    can name several executions, whose numbers each start again; hostile review s38: a second child given the
+    first's id had its records dropped as written), its tail first, the whole file when the tail has none."""
     start = max(0, size - _TAIL)
     while True:
         data = os.pread(fd, size - start, start)
         lines = data.splitlines()
         if start > 0:
             lines = lines[1:]  # the first line of a tail is usually cut
-        found = _seqs(lines)
+        found = _seqs(lines, execution)
         if found or start == 0:
             return max(found, default=0)
         start = 0
@@ -111,7 +115,7 @@ class AuditActivities:
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode):
                     raise AuditPathUnsafe(f"'{where}' is not a regular file")
-                last = _last_seq(fd, info.st_size)
+                last = _last_seq(fd, info.st_size, records[0].get("workflow_run_id"))
                 # (Scrubbed of the secrets this worker resolved for MCP servers: the run's records hold the
                 # agent's arguments as sent, and an agent can echo a secret back in them, README trial s33.)
                 fresh = [scrub(r) for r in records if int(r["seq"]) > last]

@@ -277,3 +277,39 @@ async def test_attack_help_checkpoint_waits_for_the_approval_and_counts_in_the_r
     assert "rate limit" in over.reason, over
     assert len(_git(project, "for-each-ref", "refs/kiwi/").splitlines()) == 1
     assert [c["checkpoint"] for c in (await runs.status(run_id)).checkpoints] == [checkpoint["checkpoint"]]
+
+
+async def test_two_executions_under_one_run_id_each_keep_their_audit_records(project):
+    """Hostile review s38: two approved directive.run calls gave their children one workflow id (fixed for new
+    runs by CHILD_BOUND), and the audit writer, which skips a retried flush's records by sequence number, dropped
+    the second child's records (its delete, the agent's reads) as already written: they were numbered from 1
+    again in the same file. A record is now skipped only when its own execution wrote that number."""
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.audit import AuditActivities, read_audit
+    from kiwi.contracts import AuditBatch
+
+    def batch(execution: str, events: list[tuple[int, str]]) -> AuditBatch:
+        records = [
+            {"seq": n, "time": "2026-11-28T12:00:00+00:00", "workflow_run_id": execution, "event": event}
+            for n, event in events
+        ]
+        return AuditBatch(project_root=str(project), run_id="run-cleaner-abc1c13", records=records)
+
+    write_records = AuditActivities().write_audit_records
+    env = ActivityEnvironment()
+    first = batch("exec-1", [(1, "run_started"), (2, "tool_call")])
+    assert await env.run(write_records, first) == 2
+    assert await env.run(write_records, first) == 0  # (a retried flush)
+    second = batch("exec-2", [(1, "run_started"), (2, "approval_requested"), (3, "tool_call")])
+    assert await env.run(write_records, second) == 3
+    assert await env.run(write_records, batch("exec-2", [(3, "tool_call"), (4, "run_finished")])) == 1
+    records = read_audit(project, "run-cleaner-abc1c13")
+    assert sorted((r["workflow_run_id"], r["seq"]) for r in records) == [
+        ("exec-1", 1),
+        ("exec-1", 2),
+        ("exec-2", 1),
+        ("exec-2", 2),
+        ("exec-2", 3),
+        ("exec-2", 4),
+    ], records
