@@ -610,9 +610,9 @@ class CommitPlan(BaseModel):
         names = ", ".join(f"{f.change.strip() or 'M'} {f.shown}" for f in self.files[:20])
         more = f" and {len(self.files) - 20} more" if len(self.files) > 20 else ""
         return (
-            f"; commits {len(self.files)} file(s) as they are now: {names}{more} (see it with `git diff "
-            f"{self.base[:12] or EMPTY_TREE} {self.tree[:12]}`; a change made after this "
-            "request is not committed)"
+            f"; commits {len(self.files)} file(s) as they are now: {names}{more} (see it with `git diff --text "
+            f"--no-textconv --no-ext-diff {self.base[:12] or EMPTY_TREE} {self.tree[:12]}`, which no .gitattributes "
+            "the agent wrote turns into 'Binary files differ'; a change made after this request is not committed)"
         )
 
 

@@ -60,12 +60,16 @@ async def test_attack_an_approved_commit_takes_only_what_the_approver_was_shown(
     run_id = await runs.start("publish", {})
     await awaiting_step(runs, run_id, "work")
     await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "reviewed\n"})
+    # (Review s38, second round: attributes the agent writes made the shown `git diff` say "Binary files differ".)
+    await runs.call_tool(run_id, "filesystem.write", {"path": "notes/.gitattributes", "content": "* -diff\n"})
     call, request = await _asked(runs, run_id, {"message": "notes", "paths": ["notes"]})
-    assert "commits 1 file(s) as they are now: M notes/a.md" in request.summary, request.summary
-    shown = re.search(r"`(git diff \w+ \w+)`", request.summary)
+    assert "commits 2 file(s) as they are now: M notes/a.md, ?? notes/.gitattributes" in request.summary, (
+        request
+    )
+    shown = re.search(r"`(git diff [-\w ]+)`", request.summary)
     assert shown, request.summary
     diff = _git(project, *shown.group(1).split()[1:])
-    assert "+reviewed" in diff and "notes/other.md" not in diff, diff
+    assert "+reviewed" in diff and "+* -diff" in diff and "notes/other.md" not in diff, diff
     # While the approval waits, the agent changes the reviewed file and adds one.
     await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "rm -rf /\n"})
     await runs.call_tool(run_id, "filesystem.write", {"path": "notes/b.md", "content": "unseen\n"})
@@ -76,6 +80,7 @@ async def test_attack_an_approved_commit_takes_only_what_the_approver_was_shown(
     assert _git(project, "rev-parse", "HEAD").strip() == done.result["sha"]
     assert _git(project, "show", "HEAD:notes/a.md") == "reviewed\n"
     assert _git(project, "ls-tree", "--name-only", "HEAD", "notes/").split() == [
+        "notes/.gitattributes",
         "notes/a.md",
         "notes/other.md",
     ]
