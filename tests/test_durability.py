@@ -1039,3 +1039,24 @@ async def test_record_help_checkpoint_call_history(runs, project):
     await runs.complete_step(run_id, "work", {"done": True})
     await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "help_checkpoint_call", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_child_deadline_history(runs, project):
+    """Record tests/histories/child_deadline-{patch id}.json: a run started with a deadline starts a child (given
+    what is left of the deadline since CHILD_DEADLINE), which ends, and the run ends. (child_no_deadline-{patch
+    id}.json is the same run recorded by the code before the rule, cdde03c: it replays without it.)"""
+    from tests.helpers import write_parent_and_child
+
+    write_parent_and_child(project)
+    parent = await runs.start("boss", {}, deadline_seconds=3600)
+    await awaiting_step(runs, parent, "lead")
+    child = (await runs.call_tool(parent, "directive.run", {"directive": "helper"})).result["run_id"]
+    await awaiting_step(runs, child, "help")
+    await runs.complete_step(child, "help", {"done": True})
+    await runs.handle(child).result()
+    await runs.complete_step(parent, "lead", {"done": True})
+    await runs.handle(parent).result()
+    await _save_history(runs.handle(parent), "child_deadline", project)

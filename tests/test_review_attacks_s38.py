@@ -318,3 +318,19 @@ async def test_two_executions_under_one_run_id_each_keep_their_audit_records(pro
         ("exec-2", 3),
         ("exec-2", 4),
     ], records
+
+
+async def test_attack_a_child_run_ends_by_its_parents_deadline(runs, project):
+    """Hostile review s38: a child of a run started with `--deadline 40` had no deadline: after the parent timed
+    out, the agent's writes into the child went on. A child now gets what is left of its parent's deadline."""
+    from datetime import datetime
+
+    from tests.helpers import write_parent_and_child
+
+    write_parent_and_child(project)
+    parent = await runs.start("boss", {}, deadline_seconds=3600)
+    await awaiting_step(runs, parent, "lead")
+    child = (await runs.call_tool(parent, "directive.run", {"directive": "helper"})).result["run_id"]
+    await awaiting_step(runs, child, "help")
+    ends = [datetime.fromisoformat((await runs.status(r)).deadline_at) for r in (parent, child)]
+    assert abs((ends[1] - ends[0]).total_seconds()) < 60, ends

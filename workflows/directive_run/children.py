@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         run_workflow_id,
     )
     from kiwi.errors import ChildRunFailed, InputInvalid
+    from kiwi.rules import rule_in_force
     from kiwi.seal import NotSealed, resolved_sealed
 
 from workflows.directive_run.errors import (
@@ -32,6 +33,7 @@ from workflows.directive_run.errors import (
 )
 from workflows.directive_run.options import (
     CHILD_ATTRIBUTES,
+    CHILD_DEADLINE,
     CHILD_UNUSED_RETURNED,
     HELD,
     RETRY,
@@ -147,6 +149,15 @@ class ChildrenMixin:
         windows: dict[str, int] = {}
         if self.hardened:
             child, reserved, windows = self._inherit(child)
+        left = self._remaining()
+        if left is not None and rule_in_force(CHILD_DEADLINE):
+            # The child ends by the parent's deadline (hostile review s38: a child of a run started with
+            # --deadline 40 went on taking the agent's calls after its parent timed out).
+            own = child.limits.deadline_seconds
+            seconds = left.total_seconds() if own is None else min(own, left.total_seconds())
+            child = child.model_copy(
+                update={"limits": child.limits.model_copy(update={"deadline_seconds": seconds})}
+            )
         attributes = None
         if snap.search_attributes and (self.current or workflow.patched(CHILD_ATTRIBUTES)):
             # Set at the start, as for a run a client starts: the child is its project's run from the first

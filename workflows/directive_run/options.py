@@ -199,6 +199,10 @@ CHILD_BOUND = "kiwi-child-bound-s38"
 # past a pending approval of git.checkpoint and its rate limit. Asked only where it changes the answer: a
 # checkpoint help the run takes.
 HELP_CHECKPOINT_CALL = "kiwi-help-checkpoint-call-s38"
+# Since session 38 (hostile review): a child run of a run with a deadline gets what is left of it (or its own, if
+# sooner); it got none, and took the agent's calls after its parent had timed out. Asked only where it changes the
+# child: a parent with a deadline.
+CHILD_DEADLINE = "kiwi-child-deadline-s38"
 # Since session 37 (hostile review): a checkpoint's number follows the last one's; it was the count of checkpoints
 # the run keeps (the last 100), so from the 102nd every checkpoint was RUN/101, overwriting the ref a pending
 # approval of a rollback named. Asked only where it changes the number.
