@@ -510,6 +510,13 @@ async def test_cli_run_status_complete_and_audit(runs, project, temporal_env):
         "TOOL/STEP",
         "DETAIL",
     ], out
+    # What each call was asked and by whom, then its answer (README trial s38: only the result showed).
+    code, out, _ = await kiwi_cli("audit", run_id, "--event", "tool_call")
+    rows = out.splitlines()[1:]
+    assert code == 0 and rows and all(" tool_call " in row for row in rows), out
+    assert any("filesystem.write" in row and "notes/hello.md [step] ->" in row for row in rows), out
+    code, out, _ = await kiwi_cli("audit", run_id, "--decision", "denied", "--json")
+    assert code == 0 and json.loads(out) == [], out
     code, out, _ = await kiwi_cli("runs", "--status", "completed", *common)
     assert run_id in out
     code, _, err = await kiwi_cli("complete-step", run_id, "confirm", *common)

@@ -15,11 +15,24 @@ from kiwi.errors import KiwiError, RunInOtherProject
 
 
 def _audit_detail(record: dict[str, Any]) -> str:
-    """What an audit record says besides its event and subject: the reason or result, and who decided what
-    (the text view showed no request id, option, approver or error type: s18 trial)."""
-    parts = [
+    """What an audit record says besides its event and subject: what a call was asked and by whom, the reason or
+    result, and who decided what (the text view showed no request id, option, approver or error type: s18 trial;
+    nor a call's arguments or whether the agent or a step made it, only its result: README trial s38)."""
+    from kiwi.guards import summarise_call
+
+    parts = []
+    tool, arguments = record.get("tool"), record.get("arguments")
+    if isinstance(tool, str) and isinstance(arguments, dict):
+        asked = summarise_call(tool, arguments).removeprefix(tool).strip()
+        if asked and record.get("origin"):
+            asked = f"{asked} [{record['origin']}]"
+        elif record.get("origin"):
+            asked = f"[{record['origin']}]"
+        if asked:
+            parts.append(asked + (" ->" if record.get("event") == "tool_call" else ""))
+    parts.append(
         str(record.get("reason") or record.get("result") or record.get("status") or record.get("error") or "")
-    ]
+    )
     if record.get("request_id") and (record.get("tool") or record.get("step")):
         parts.append(str(record["request_id"]))
     if record.get("option"):
@@ -31,6 +44,14 @@ def _audit_detail(record: dict[str, Any]) -> str:
     if record.get("error_type"):
         parts.append(f"({record['error_type']})")
     return " ".join(p for p in parts if p)
+
+
+def _wanted(record: dict[str, Any], args: argparse.Namespace) -> bool:
+    """Whether ``record`` passes `kiwi audit`'s --event, --decision and --tool filters (each a comma list)."""
+    for key, given in (("event", args.event), ("decision", args.decision), ("tool", args.tool)):
+        if given and str(record.get(key, "")) not in {v.strip() for v in given.split(",")}:
+            return False
+    return True
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -63,13 +84,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
             f"no audit records for run '{args.run}' under .ai/logs/audit/",
             hint="run ids look like run-hello_kiwi-1a2b3c4d5e; list them with `kiwi runs`",
         )
+    shown = [r for r in trail.records if _wanted(r, args)]
     if args.json:
-        print(json.dumps(trail.records, indent=2))
+        print(json.dumps(shown, indent=2))
     else:
         width = max((len(str(r.get("event", ""))) for r in trail.records), default=15)
         # (A header, as `kiwi runs` has: README trial s37.)
         print(f"{'SEQ':>4} {'TIME (UTC)':<23} {'EVENT':<{width}} {'DECISION':<12} {'TOOL/STEP':<22} DETAIL")
-        for r in trail.records:
+        for r in shown:
             what = r.get("tool") or r.get("step") or r.get("child_run") or r.get("request_id") or ""
             decision = r.get("decision", "")
             print(

@@ -918,6 +918,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("audit", help="print a run's audit trail (.ai/logs/audit)")
     p.add_argument("run", help="run id")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--event", help="only these events (comma list: tool_call,approval_requested,...)")
+    p.add_argument("--decision", help="only these decisions (comma list: allowed,denied,rate_limited,...)")
+    p.add_argument("--tool", help="only calls of these tools (comma list: shell.run,git.commit,...)")
     _connection(p)
     p.set_defaults(func=cmd_audit)
 
