@@ -602,3 +602,18 @@ async def test_runs_of_a_misspelt_directive_name_the_one_meant(runs, project):
     assert "; no directive is called 'helo_kiwi': did you mean hello_kiwi?" in out, out
     code, out, _ = await kiwi_cli("runs", "--directive", "hello_kiwi", *connection(runs), cwd=project)
     assert code == 0 and "run-hello_kiwi-" in out, out
+
+
+async def test_an_input_given_twice_and_runs_outside_a_project_say_so(runs, project, tmp_path_factory):
+    """README trial s38: `--input marker=X --input marker=Y` ran with Y, silently; `kiwi runs` from a folder that
+    is no project printed "no runs in FOLDER", as for an empty project."""
+    code, _, err = await kiwi_cli(
+        "run", "hello_kiwi", "--input", "name=A", "--input", "name=B", *connection(runs), cwd=project
+    )
+    assert code == 1 and "input 'name' is given twice ('A' and 'B')" in err, err
+    assert not await runs.list_runs(), "no run started"
+    elsewhere = tmp_path_factory.mktemp("not-a-project")
+    code, out, _ = await kiwi_cli("runs", *connection(runs), cwd=elsewhere)
+    assert code == 0 and f"{elsewhere} is no Kiwi project (no .ai/ at or above it)" in out, out
+    code, out, _ = await kiwi_cli("runs", *connection(runs), cwd=project)
+    assert code == 0 and "is no Kiwi project" not in out, out

@@ -308,6 +308,12 @@ async def test_an_escalation_waits_for_a_human_decision_that_goes_back_to_the_ag
         lambda: status_is(runs, run_id, "awaiting_human"), what="the run to wait for a human"
     )
     assert f"kiwi decide {run_id} decision-x OPTION" in held.waiting_for
+    # `kiwi status` says the answer releases the run (README trial s38: its next line said to resume it).
+    from kiwi.cli.progress import answers
+
+    lines = answers(held)
+    assert f"answer with `kiwi decide {run_id} decision-x archive|delete`" in lines[0], lines
+    assert "answering the escalation (above) lets the run go on with the answer" in lines[1], lines
     with pytest.raises(RunStateConflict) as held_call:
         await runs.call_tool(run_id, "filesystem.read", {"path": "notes/old.txt"})
     # The refusal names the command that answers the question, not only `kiwi resume` (which lets the run

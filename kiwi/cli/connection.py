@@ -51,7 +51,8 @@ def _temporal(parser: argparse.ArgumentParser) -> None:
         help="Temporal address (default: KIWI_TEMPORAL_ADDRESS, else Temporal's environment configuration: "
         "TEMPORAL_ADDRESS or the temporal.toml profile TEMPORAL_PROFILE in TEMPORAL_CONFIG_FILE, with its "
         "TLS and API key; else the address the project's temporal-dev.yml gives `kiwi dev`, when it is this "
-        "machine's; else 127.0.0.1:7233)",
+        "machine's; else that of the `kiwi dev` running on your own database, found by its lock, whatever "
+        "--port it was given; else 127.0.0.1:7233)",
     )
     parser.add_argument(
         "--namespace",

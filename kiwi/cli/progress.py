@@ -128,7 +128,13 @@ def answers(status: RunStatus) -> list[str]:
             f"the agent to complete step {status.current_step.name}: the agent calls execute(item_type='run', "
             f"action='complete_step'), or `kiwi complete-step {run} {status.current_step.name} --output KEY=VALUE`"
         )
-    if status.status in HELD:
+    if status.status in HELD and status.hold_reason.startswith("escalation "):
+        # (README trial s38: this said "let it carry on with kiwi resume" under the decide that answers it.)
+        lines.append(
+            "a human: answering the escalation (above) lets the run go on with the answer; `kiwi resume "
+            f"{run} --reason ...` lets it go on unanswered"
+        )
+    elif status.status in HELD:
         lines.append(
             f"a human: the run stopped ({status.hold_reason or status.status}); let it carry on with "
             f"`kiwi resume {run} --reason ...`"

@@ -33,6 +33,13 @@ def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise InputInvalid(f"{what} '{item}' is not KEY=VALUE", hint=f"e.g. --{what} name=world")
+        if key in out and out[key] != value:
+            # (README trial s38: the last of two silently won.)
+            raise InputInvalid(
+                f"{what} '{key}' is given twice ('{out[key]}' and '{value}')",
+                hint=f"give it once; an array {what} is one value, its items separated by commas: --{what} "
+                f"{key}='a, b'",
+            )
         out[key] = value
     return out
 
@@ -331,6 +338,12 @@ async def cmd_runs(args: argparse.Namespace, runs: RunClient) -> int:
             "(runs of other projects: `kiwi runs --all-projects`; started on another task queue: "
             "`kiwi runs --task-queue NAME`)"
         )
+        if not runs.all_projects and not (Path(runs.project) / ".ai").is_dir():
+            # (README trial s38: from a folder that is no project, this looked like an empty project.)
+            print(
+                f"({runs.project} is no Kiwi project (no .ai/ at or above it): run this from your project's "
+                "folder, or pass --project PATH)"
+            )
         return 0
     header = f"{'RUN':<40} {'STATUS':<17} {'STEP':<20} STARTED"
     print(header + ("  PROJECT" if runs.all_projects else ""))
@@ -358,6 +371,10 @@ async def cmd_approvals(args: argparse.Namespace, runs: RunClient) -> int:
         return 0
     if not pending:
         print("no pending approvals" + ("" if runs.all_projects else f" in {runs.project}"))
+        # (README trial s38: an escalation waiting for a human is no approval; where it shows was not said.)
+        print(
+            "(an agent's escalation, or a held run, waits for you too: `kiwi runs --status awaiting_human`)"
+        )
         return 0
     for a in pending:
         print(f"{a['run_id']} {a['request_id']}: {a['summary'] or a['tool']} ({_asked_by(a)})")
@@ -716,7 +733,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("run", help="start a directive run")
     p.add_argument("name", help="directive name")
-    p.add_argument("--input", "-i", action="append", metavar="KEY=VALUE", help="an input (repeatable)")
+    p.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an input, one per input (repeatable): the value as its declared type reads it: a string as "
+        "written, a number, true/false for a boolean, an array's items separated by commas ('a, b') or JSON "
+        "('[1, 2]'), an object as JSON",
+    )
     p.add_argument(
         "--idempotency-key",
         type=_key,
@@ -901,9 +926,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("decide", help="answer an agent's escalation with one of its options")
     p.add_argument("run", help="run id")
-    p.add_argument("request", help="escalation id, e.g. decision-1")
+    p.add_argument("request", help="escalation id, e.g. decision-3a040699 (`kiwi status RUN` lists it)")
     p.add_argument("option", help="the chosen option")
-    p.add_argument("--note", default="", help="a note for the agent")
+    p.add_argument("--note", "--reason", dest="note", default="", help="a note for the agent")
     p.add_argument(
         "--as",
         "--by",
