@@ -344,3 +344,26 @@ async def test_kiwi_run_exits_1_when_the_run_it_shows_has_already_failed(runs, p
     assert code == 1 and "failed" in out, out + err
     code, out, err = await kiwi_cli("run", "hello_kiwi", "--input", "name=Ada", *connection(runs))
     assert code == 0 and RUN_ID.search(out), out + err
+
+
+async def test_a_steps_mcp_result_shows_its_content_not_its_meta(runs, project):
+    """README trial s38: `kiwi run --wait` and `kiwi status` showed an MCP step's result as `{"_meta":
+    {"io.modelcontextprotocol/serverInfo": ...`, cut before the time it answered. The line shows the answer's
+    structured content (or text); --json keeps the whole."""
+    clock_server(project)
+    write_directive(
+        project / ".ai" / "directives" / "tick.md",
+        directive_md(
+            '<step name="now"><tool_call tool="clock.get_current_time"><param name="timezone">UTC</param>'
+            '</tool_call></step><step name="look" mode="agent"><action>look at the time</action></step>',
+            name="tick",
+            tools='<tools><mcp name="clock"><tool name="get_current_time"/></mcp></tools>',
+            permissions='<execute resource="mcp" name="clock" actions="get_current_time"/>',
+        ),
+    )
+    code, out, err = await kiwi_cli("run", "tick", "--wait", *connection(runs))
+    assert code == 0, out + err
+    (line,) = [row for row in out.splitlines() if row.strip().startswith("result = ")]
+    assert '"timezone": "UTC"' in line and "_meta" not in line, out
+    code, out, _ = await kiwi_cli("status", RUN_ID.search(out).group(0), "--json", *connection(runs))
+    assert code == 0 and "structuredContent" in out, out

@@ -44,6 +44,22 @@ def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
     return out
 
 
+def _preview(value: Any) -> Any:
+    """What a one-line view shows of a step's output: an MCP tool's answer by its structured content, else its
+    text, without its `_meta` (README trial s38: the line was all server info, the time or status cut off);
+    `--json` has the whole."""
+    if not isinstance(value, dict) or not ({"content", "structuredContent"} & set(value)):
+        return value
+    if value.get("structuredContent") is not None:
+        return value["structuredContent"]
+    texts = [
+        c.get("text") for c in value.get("content") or [] if isinstance(c, dict) and c.get("type") == "text"
+    ]
+    return "\n".join(t for t in texts if isinstance(t, str)) or {
+        k: v for k, v in value.items() if k != "_meta"
+    }
+
+
 def _outputs(values: list[str] | None) -> dict[str, Any]:
     """Step outputs: JSON values when they parse (true, 3, [..]), strings otherwise."""
     out = {}
@@ -103,7 +119,7 @@ def _print_status(status: Any) -> None:
         for key, value in step.outputs.items():
             if key == "results" and value == [step.outputs.get("result")]:
                 continue  # one call: the same value as result
-            shown = json.dumps(value, default=str)
+            shown = json.dumps(_preview(value), default=str)
             print(f"      {key} = {shown if len(shown) <= 100 else shown[:97] + '...'}")
     for call in status.last_calls[-5:]:
         print(f"  call #{call.seq} {call.summary} → {call.status}{': ' + call.reason if call.reason else ''}")
