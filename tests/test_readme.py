@@ -254,3 +254,65 @@ async def test_the_first_external_server_example_runs_as_written(runs, project, 
     assert '"timezone": "UTC"' in json.dumps(now.outputs) and "datetime" in json.dumps(now.outputs), (
         now.outputs
     )
+
+
+async def test_the_write_your_own_directive_example_runs_as_written(runs, project, capsys):
+    """The README's "Write your own directive" example, as written: it validates (its approvals printed), signs,
+    runs `find` by itself, hands `report` to the agent with grep's lines in its action, and the agent's
+    git.commit waits for a human, who approves it; the run completes."""
+    import asyncio
+    import subprocess
+
+    from kiwi.cli import main as kiwi_main
+    from tests.helpers import approver, awaiting_step, wait_for, write
+    from tests.test_humans import pending_approval
+
+    marker = "<!-- own-directive: tests/test_readme.py writes the next block"
+    block = README.read_text(encoding="utf-8").split(marker, 1)[1].split("```xml\n", 1)[1].split("```", 1)[0]
+    approver("alice")
+    write(project / "src" / "app.py", "x = 1  # TODO: name it\ny = 2\n# TODO: test y\n")
+    write(project / ".gitignore", ".ai/logs/\n.ai/.cache/\n")
+    for git in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-qm", "base"]):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *git], cwd=project, check=True
+        )
+    path = write(project / ".ai" / "directives" / "todo_report.md", f"# todo_report\n\n```xml\n{block}```\n")
+    capsys.readouterr()
+    assert kiwi_main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "approvals: git.commit, git.rollback" in out and "step find: a run of the file as it is stops" in out
+    )
+    assert kiwi_main(["sign", str(path)]) == 0, capsys.readouterr()
+    assert kiwi_main(["validate", str(path)]) == 0
+    assert "step find: runs by itself" in capsys.readouterr().out
+    run_id = await runs.start("todo_report", {})
+    await awaiting_step(runs, run_id, "report")
+    action = (await runs.status(run_id)).current_step.action
+    assert "src/app.py:1:x = 1  # TODO: name it" in action and "src/app.py:3:# TODO: test y" in action, action
+    wrote = await runs.call_tool(
+        run_id, "filesystem.write", {"path": "notes/todo.md", "content": "- name x\n- test y\n"}
+    )
+    assert wrote.status == "ok", wrote
+    commit = asyncio.create_task(
+        runs.call_tool(run_id, "git.commit", {"message": "todo report", "paths": ["notes"]})
+    )
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the commit's approval")
+    assert "?? notes/todo.md" in request.summary, request.summary
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    committed = await asyncio.wait_for(commit, 60)
+    assert committed.status == "ok" and committed.result["committed"], committed
+    await runs.complete_step(run_id, "report", {"count": 2})
+    assert (await runs.handle(run_id).result()).status == "completed"
+
+
+def test_the_contents_list_every_heading_and_each_link_finds_one():
+    """The README's contents (README trial s38: 2,900 lines and no way in): one link per `##`/`###` heading, each
+    to the anchor GitHub gives that heading, in the headings' order."""
+    text = README.read_text(encoding="utf-8")
+    contents = text.split("<!-- contents:", 1)[1].split("\n\n", 2)[1]
+    links = re.findall(r"^ *- \[(.+)\]\(#([\w-]+)\)$", contents, re.MULTILINE)
+    headings = re.findall(r"^#{2,3} (.+)$", text, re.MULTILINE)
+    assert [title for title, _ in links] == headings, (links, headings)
+    for title, anchor in links:
+        assert anchor == re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-"), (title, anchor)
