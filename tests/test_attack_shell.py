@@ -178,8 +178,9 @@ async def test_a_planted_git_config_runs_nothing_through_shell_git_or_kiwis_git_
     assert checkpoint.status == "ok" and checkpoint.result["available"], checkpoint
     committed = await runs.call_tool(run_id, "git.commit", {"message": "m"})
     assert committed.status == "ok" and committed.result["committed"], committed
+    await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "b"})
     signed = await runs.call_tool(
-        run_id, "shell.run", {"argv": ["git", "commit", "-S", "--allow-empty", "-m", "s"]}
+        run_id, "shell.run", {"argv": ["git", "commit", "-S", "-m", "s", "--", "notes/a.md"]}
     )
     assert signed.status == "ok" and signed.result["exit_code"] != 0, signed  # gpg.program is "false"
     switched = await runs.call_tool(run_id, "shell.run", {"argv": ["git", "checkout", "-b", "other"]})

@@ -1060,3 +1060,33 @@ async def test_record_child_deadline_history(runs, project):
     await runs.complete_step(parent, "lead", {"done": True})
     await runs.handle(parent).result()
     await _save_history(runs.handle(parent), "child_deadline", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_commit_index_history(runs, project):
+    """Record tests/histories/commit_index_refused-{patch id}.json: an agent granted shell git and `write src/**`
+    runs `git commit -m x` (no path), refused since GIT_COMMIT_INDEX, then `git commit -m y -- src/app.py`.
+    (commit_index_taken-{patch id}.json is the same run recorded by the code before the rule, cdde03c: the first
+    commit ran; it replays without the rule.)"""
+    import subprocess
+
+    from tests.test_attack_shell import agent_run, shell
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    write(project / "src" / "app.py", "v1\n")
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=project, check=True)
+    subprocess.run([*git, "add", "src"], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=project, check=True)
+    grants = (
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="src/**"/>'
+        '<execute resource="shell" commands="git"/>'
+    )
+    run_id = await agent_run(runs, project, "shellcommit", grants)
+    write(project / "src" / "app.py", "v2\n")
+    await shell(runs, run_id, "git", "commit", "-m", "x")
+    await shell(runs, run_id, "git", "commit", "-m", "y", "--", "src/app.py")
+    await runs.complete_step(run_id, "work", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "commit_index_refused", project)

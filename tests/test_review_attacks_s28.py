@@ -21,7 +21,7 @@ import pytest
 
 from activities import confinement
 from kiwi.contracts import CommandRequest
-from tests.helpers import approver, pending_approvals, wait_for
+from tests.helpers import approver, pending_approvals, wait_for, write
 from tests.test_attack_shell import agent_run, shell
 from tests.test_confinement import SYSTEM_PYTHON, confined
 
@@ -155,8 +155,10 @@ async def test_git_runs_no_shell_a_repositorys_settings_name(runs, project, monk
     with (project / ".git" / "config").open("a") as config:
         config.write(f'[trailer "t"]\n\tcmd = "{command}"\n')
     settings = (project / ".git" / "config").read_text()
+    write(project / "a.txt", "a")
+    subprocess.run(["git", "-C", str(project), "add", "a.txt"], check=True)
     run_id = await agent_run(runs, project, "committer", _commands("git"))
-    argv = ["git", "commit", "--allow-empty", "--trailer", "t=1", "-m", "msg"]
+    argv = ["git", "commit", "--allow-empty", "--trailer", "t=1", "-m", "msg", "--", "a.txt"]
 
     refused = await shell(runs, run_id, *argv)
     assert refused.status == "denied" and "trailer.t.cmd" in refused.reason, refused

@@ -334,3 +334,38 @@ async def test_attack_a_child_run_ends_by_its_parents_deadline(runs, project):
     await awaiting_step(runs, child, "help")
     ends = [datetime.fromisoformat((await runs.status(r)).deadline_at) for r in (parent, child)]
     assert abs((ends[1] - ends[0]).total_seconds()) < 60, ends
+
+
+async def test_attack_shell_git_commit_with_no_path_does_not_commit_the_humans_staged_work(runs, project):
+    """Session 37's note: shell `git commit -m x` (no path) committed whatever the index held, the human's staged
+    draft under docs/ included, from a run granted `write src/**`. It
+    is refused, naming `git commit -m MSG -- PATH`; `git commit -m x -- src/app.py` commits the run's own file, the
+    human's draft still staged."""
+    from tests.test_attack_shell import agent_run, shell
+
+    write(project / "src" / "app.py", "print('v1')\n")
+    write(project / "docs" / "wip.md", "v1\n")
+    _git(project, "init", "-q", "-b", "main")
+    _git(project, "add", "-f", ".")
+    _git(project, "commit", "-qm", "the human's")
+    head = _git(project, "rev-parse", "HEAD")
+    write(project / "docs" / "wip.md", "the human's staged draft\n")
+    _git(project, "add", "docs/wip.md")
+    grants = (
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="src/**"/>'
+        '<execute resource="shell" commands="git"/>'
+    )
+    run_id = await agent_run(runs, project, "shellcommit", grants)
+    write(project / "src" / "app.py", "print('v2')\n")
+    for argv in (["git", "commit", "-m", "x"], ["git", "commit", "--amend", "--no-edit"]):
+        refused = await shell(runs, run_id, *argv)
+        assert refused.status == "denied" and "what a human staged included" in refused.reason, (
+            argv,
+            refused,
+        )
+        assert "git commit -m MSG -- PATH" in refused.hint, refused
+    assert _git(project, "rev-parse", "HEAD") == head
+    mine = await shell(runs, run_id, "git", "commit", "-qm", "v2", "--", "src/app.py")
+    assert mine.status == "ok" and mine.result["exit_code"] == 0, mine
+    assert _git(project, "show", "--name-only", "--format=", "HEAD").split() == ["src/app.py"]
+    assert _git(project, "diff", "--cached", "--name-only").split() == ["docs/wip.md"]

@@ -41,6 +41,8 @@ def check(argv, *, allowed=("*",), blocked=("sudo", "rm -rf"), **grants):
         (["git", "-c", "alias.x=!touch PWNED", "x"], "'-c'"),
         (["git", "-calias.x=!touch PWNED", "x"], "'-c'"),
         (["git", "-C", "/tmp", "status"], "'-C'"),
+        # (Session 38: the whole index, a human's staged work included.)
+        (["git", "commit", "-m", "msg"], "what a human staged included"),
         (["git", "--git-dir=/tmp/x/.git", "status"], "--git-dir"),
         (["git", "--exec-path=/tmp", "status"], "--exec-path"),
         (["git", "x"], "'git x'"),
@@ -126,7 +128,7 @@ def test_each_way_to_run_or_reach_something_else_is_refused_by_name(argv, named)
         ["git", "diff", "HEAD~1", "--", "src"],
         ["git", "show", "HEAD:src/a.py"],
         ["git", "--no-pager", "log", "-n", "3"],
-        ["git", "commit", "-m", "msg"],
+        ["git", "commit", "-m", "msg", "--", "src/a.py"],
         ["git", "add", "src/a.py"],
         ["git", "blame", "-L", "1,2", "src/a.py"],
         ["git", "grep", "-e", "x"],

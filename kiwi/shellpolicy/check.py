@@ -288,6 +288,12 @@ def _path_arguments(
                     return rel
                 out.append(PathArgument(text, rel, mode, False, in_repository=True))
                 continue
+        if mode == "index":
+            return _no(
+                "git commit with no path commits whatever the index holds, what a human staged included",
+                "name the paths it commits, each checked as a write: git commit -m MSG -- PATH... (or the "
+                "git.commit tool)",
+            )
         if mode == "magic":
             if strict():
                 return _no(

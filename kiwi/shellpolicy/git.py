@@ -10,7 +10,7 @@ from kiwi.protected import rule_in_force
 from kiwi.shellpolicy.options import _is_number
 from kiwi.shellpolicy.paths import _Grants, _path_like
 from kiwi.shellpolicy.results import ShellVerdict, _no
-from kiwi.shellpolicy.rules import GIT_ADD_TREES, SHELL_REVIEW_S28
+from kiwi.shellpolicy.rules import GIT_ADD_TREES, GIT_COMMIT_INDEX, SHELL_REVIEW_S28
 
 GIT_SUBCOMMANDS = frozenset(
     [
@@ -636,6 +636,10 @@ def _git(
             found.append(("--pathspec-from-file", "magic", False))
         if sub == "commit" and any(o in opts for o in ("-a", "--all")):
             found.append((".", "write*", False))
+    elif sub == "commit" and not before and not after and rule_in_force(GIT_COMMIT_INDEX):
+        # With no path it commits whatever the index holds, a human's staged work included (session 37's note):
+        # refused (check.py, "index"); `git commit -m MSG -- PATH` commits those paths, each checked as a write.
+        found.append(("", "index", False))
     if after is not None:
         found += [_git_path(p, mode) for p in after]
         if sub in ("add", "rm", "mv", "restore", "init") or (sub == "commit" and mode == "write*"):

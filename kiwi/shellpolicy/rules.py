@@ -85,3 +85,8 @@ LIST_FILES = "kiwi-list-files"
 # option, and head's or tail's `-NUM` is `-n NUM`; both were read as paths (`read not allowed on '-1'`). Workflow
 # code answers so behind this patch, asked only for such a word; the worker reads them so always.
 NUMBER_OPTIONS = "kiwi-number-options-s36"
+
+# Since session 38: `git commit` with no path commits the whole index, what a human staged included: refused, naming
+# `git commit -m MSG -- PATH` (each path checked as a write). Workflow code answers by this rule behind this patch, asked only
+# for a git commit naming no path.
+GIT_COMMIT_INDEX = "kiwi-git-commit-index-s38"
