@@ -20,7 +20,7 @@ from activities.gitsight import SECRET_PATHSPECS, GitSight, chunks, quoted, secr
 from activities.placewatch import _made_and_aside, _Watch
 from activities.process import kiwi_git, run_process
 from activities.repochecks import git_identity, git_repository_settings
-from kiwi.contracts import EMPTY_TREE, CheckpointResult, CommitFile, CommitPlan, GitRequest
+from kiwi.contracts import CheckpointResult, CommitFile, CommitPlan, GitRequest
 from kiwi.errors import CheckpointNotFound, GitFailed, GitUnavailable, PermissionDenied
 from kiwi.globs import first_match
 from kiwi.protected import protected_root
@@ -225,7 +225,8 @@ async def _to_commit(req: GitRequest) -> tuple[str, list[tuple[str, str | None]]
 
 
 async def _plan(req: GitRequest) -> CommitPlan:
-    """What git.commit would commit now (see GitActivities.git_commit_plan)."""
+    """What git.commit would commit now (see GitActivities.git_commit_plan): the files as the tree it would make
+    differs from the branch's, each with its content, so the approver is shown exactly what changes."""
     root = req.project_root
     prefix, changes, taken = await _to_commit(req)
     left_out = len(changes) - len(taken)
@@ -242,33 +243,43 @@ async def _plan(req: GitRequest) -> CommitPlan:
         for chunk in chunks(names):
             # (-A: a removed file's removal is staged too.)
             await _git_ok(root, "add", "-A", "--", *chunk, env={**env, **_LITERAL}, looks=True)
-        staged: dict[str, tuple[str, str]] = {}
-        for chunk in chunks(names):
-            for entry in split_z(
-                await _git_ok(root, "ls-files", "-s", "-z", "--", *chunk, env={**env, **_LITERAL})
-            ):
-                info, _, name = entry.partition("\t")
-                mode, blob, _stage = info.split()
-                staged[name] = (mode, blob)
         tree = (await _git_ok(root, "write-tree", env=env)).strip()
-    files = [
-        CommitFile(
-            path=prefix + rel,
-            shown=rel,
-            change=change,
-            mode=staged.get(rel, ("", ""))[0],
-            blob=staged.get(rel, ("", ""))[1],
+    # (Written, so the approver's `git diff` finds it: a first commit is compared with the empty tree. Review s38.)
+    empty = "" if base else (await _git_ok(root, "mktree", stdin="")).strip()
+    changed = await _changed(root, base or empty, tree)
+    wanted = {prefix + rel for rel in names}
+    if extra := sorted(set(changed) - wanted):
+        # (A file replaced by a folder, or the reverse: `git add -A FILE` took what lies below it. Review s38.)
+        raise GitFailed.error(
+            f"committing {', '.join(sorted(wanted)[:5])} would also change {', '.join(extra[:10])}",
+            {"hint": "name each path it commits in 'paths'"},
         )
-        for change, rel in taken
+    files = [
+        CommitFile(path=path, shown=path[len(prefix) :], change=kind, mode=mode, blob=blob)
+        for path, (kind, mode, blob) in sorted(changed.items())
     ]
-    return CommitPlan(base=base, tree=tree, files=files, left_out=left_out)
+    return CommitPlan(base=base, tree=tree, empty_tree=empty, files=files, left_out=left_out)
+
+
+async def _changed(root: str, old: str, new: str) -> dict[str, tuple[str, str, str]]:
+    """What differs from tree (or commit) ``old`` to ``new``, path by path (from the repository's top): its change
+    (A, M, D, T), and its mode and blob in ``new`` ('' for a removal)."""
+    out = split_z(await _git_ok(root, "diff-tree", "-r", "-z", "--no-renames", "--raw", old, new))
+    found: dict[str, tuple[str, str, str]] = {}
+    for info, path in zip(out[::2], out[1::2], strict=False):
+        _, mode, _, blob, kind = info.lstrip(":").split()
+        removed = kind == "D"
+        found[path] = (kind, "" if removed else mode, "" if removed else blob)
+    return found
 
 
 async def _commit_approved(req: GitRequest, plan: CommitPlan) -> dict[str, Any]:
     """Commit what the approval showed: the files' content fixed when it was asked (``plan``), on the branch as it
-    is now, whatever the files hold since. Refused if the branch has moved since and changed one of those files
-    (the approver saw a change from the commit it was then). The branch moves by compare-and-swap, and the
-    human's index takes the committed files, as `git commit --only` leaves it."""
+    is now, whatever the files hold since. Refused if the commit would change anything else (review s38: a file a
+    human committed meanwhile where the approved one's folder goes was dropped from the branch), or if the branch
+    has moved since and changed one of those files (the approver saw a change from the commit it was then). The
+    branch moves by compare-and-swap, and the human's index takes the committed files, as `git commit --only`
+    leaves it."""
     root = req.project_root
     await _require_repo(root)
     code, head, _ = await _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
@@ -283,6 +294,13 @@ async def _commit_approved(req: GitRequest, plan: CommitPlan) -> dict[str, Any]:
                 await _git_ok(root, "read-tree", head, env=env)
             await _git_ok(root, "update-index", "-z", "--index-info", env=env, stdin=index_info)
             tree = (await _git_ok(root, "write-tree", env=env)).strip()
+    names = [f.path for f in plan.files]
+    if extra := sorted(set(await _changed(root, head or plan.empty_tree, tree)) - set(names)):
+        raise GitFailed.error(
+            f"the approved commit would also change {', '.join(extra[:10])}, which the approval did not show (the "
+            "branch changed there since it was asked)",
+            {"hint": "call git.commit again: a new approval shows the change on the branch as it is now"},
+        )
     head_tree = (await _git_ok(root, "rev-parse", f"{head}^{{tree}}")).strip() if head else ""
     if tree == head_tree:
         # (A retried attempt finds its own commit made: the branch's tip, on the base, with that tree.)
@@ -291,7 +309,6 @@ async def _commit_approved(req: GitRequest, plan: CommitPlan) -> dict[str, Any]:
             return {"committed": True, "sha": head, "files": len(plan.files)}
         return {"committed": False, "reason": "nothing to commit: the branch holds what was approved"}
     if head != plan.base:
-        names = [f.path for f in plan.files]
         moved = split_z(
             await _git_ok(
                 root,
@@ -299,7 +316,7 @@ async def _commit_approved(req: GitRequest, plan: CommitPlan) -> dict[str, Any]:
                 "--name-only",
                 "-z",
                 "--no-renames",
-                plan.base or EMPTY_TREE,
+                plan.base or plan.empty_tree,
                 head,
                 "--",
                 *names,

@@ -577,10 +577,6 @@ class ContainerToolRequest(BaseModel):
     max_output_bytes: int = 1_000_000
 
 
-# (git's empty tree: what `git diff` compares a first commit's tree with.)
-EMPTY_TREE = "4b825dc642cb"
-
-
 class CommitFile(BaseModel):
     """One file an approved git.commit takes, as it was when the approval was asked."""
 
@@ -599,6 +595,8 @@ class CommitPlan(BaseModel):
 
     base: str = ""  # the branch's commit then ('' before the first)
     tree: str = ""  # base with those files: `git diff BASE TREE` shows the commit
+    # With no base, the empty tree, written into the repository: what a first commit is compared with.
+    empty_tree: str = ""
     files: list[CommitFile] = Field(default_factory=list)
     left_out: int = 0
     reason: str = ""  # why nothing would be committed
@@ -607,11 +605,14 @@ class CommitPlan(BaseModel):
         """What the approver reads after the call's arguments."""
         if not self.files:
             return ""
-        names = ", ".join(f"{f.change.strip() or 'M'} {f.shown}" for f in self.files[:20])
+        # (Each name quoted when it holds what is no printable text: a newline forged a line of the summary.)
+        names = ", ".join(
+            f"{f.change} {f.shown if f.shown.isprintable() else json.dumps(f.shown)}" for f in self.files[:20]
+        )
         more = f" and {len(self.files) - 20} more" if len(self.files) > 20 else ""
         return (
             f"; commits {len(self.files)} file(s) as they are now: {names}{more} (see it with `git diff --text "
-            f"--no-textconv --no-ext-diff {self.base[:12] or EMPTY_TREE} {self.tree[:12]}`, which no .gitattributes "
+            f"--no-textconv --no-ext-diff {self.base[:12] or self.empty_tree[:12]} {self.tree[:12]}`, which no .gitattributes "
             "the agent wrote turns into 'Binary files differ'; a change made after this request is not committed)"
         )
 

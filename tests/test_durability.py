@@ -1090,3 +1090,30 @@ async def test_record_commit_index_history(runs, project):
     await runs.complete_step(run_id, "work", {"done": True})
     await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "commit_index_refused", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_ended_approvals_history(runs, project):
+    """Record tests/histories/ended_approvals_cancelled-{patch id}.json: the agent asks a git.commit that waits for
+    approval and completes the run's last step meanwhile; since ENDED_APPROVALS the approval is cancelled as the
+    run ends. (ended_approvals_waited-{patch id}.json is the same run recorded by the code before the rule,
+    cdde03c: the run waited, the approval came after the run's end and the commit was made.)"""
+    from tests.test_humans import pending_approval
+    from tests.test_review_attacks_s38 import _approved_commits
+
+    _approved_commits(project)
+    run_id = await runs.start("publish", {})
+    await awaiting_step(runs, run_id, "work")
+    await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "late\n"})
+    commit = asyncio.create_task(
+        runs.call_tool(run_id, "git.commit", {"message": "late", "paths": ["notes"]})
+    )
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the commit to ask")
+    await runs.complete_step(run_id, "work", {"done": True})
+    if any(a.status == "pending" for a in (await runs.status(run_id)).approvals):
+        await runs.decide_approval(run_id, request.request_id, True, by="alice")  # (the code before the rule)
+    await asyncio.wait_for(commit, 60)
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "ended_approvals_cancelled", project)

@@ -298,7 +298,7 @@ async def test_the_write_your_own_directive_example_runs_as_written(runs, projec
         runs.call_tool(run_id, "git.commit", {"message": "todo report", "paths": ["notes"]})
     )
     (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the commit's approval")
-    assert "?? notes/todo.md" in request.summary, request.summary
+    assert "A notes/todo.md" in request.summary, request.summary
     await runs.decide_approval(run_id, request.request_id, True, by="alice")
     committed = await asyncio.wait_for(commit, 60)
     assert committed.status == "ok" and committed.result["committed"], committed

@@ -63,7 +63,7 @@ async def test_attack_an_approved_commit_takes_only_what_the_approver_was_shown(
     # (Review s38, second round: attributes the agent writes made the shown `git diff` say "Binary files differ".)
     await runs.call_tool(run_id, "filesystem.write", {"path": "notes/.gitattributes", "content": "* -diff\n"})
     call, request = await _asked(runs, run_id, {"message": "notes", "paths": ["notes"]})
-    assert "commits 2 file(s) as they are now: M notes/a.md, ?? notes/.gitattributes" in request.summary, (
+    assert "commits 2 file(s) as they are now: A notes/.gitattributes, M notes/a.md" in request.summary, (
         request
     )
     shown = re.search(r"`(git diff [-\w ]+)`", request.summary)
@@ -130,14 +130,18 @@ async def test_an_approved_commit_goes_on_a_branch_that_moved_unless_it_changed_
 
 
 async def test_an_approved_first_commit_makes_the_branch(runs, project):
-    """In a repository with no commit yet, the approved commit is the branch's first, with what was shown."""
+    """In a repository with no commit yet, the approved commit is the branch's first, with what was shown, and the
+    request's `git diff` shows it."""
     _approved_commits(project)
     (project / ".git").rename(project / "old.git")  # (a fresh repository, no commit on it)
     _git(project, "init", "-q", "-b", "main")
     run_id = await runs.start("publish", {})
     await awaiting_step(runs, run_id, "work")
     call, request = await _asked(runs, run_id, {"message": "first", "paths": ["notes"]})
-    assert "commits 2 file(s) as they are now: ?? notes/a.md, ?? notes/other.md" in request.summary, request
+    assert "commits 2 file(s) as they are now: A notes/a.md, A notes/other.md" in request.summary, request
+    # (Review s38, second round: the command compared with an empty tree the repository did not hold.)
+    shown = re.search(r"`(git diff [-\w ]+)`", request.summary).group(1)
+    assert "+base" in _git(project, *shown.split()[1:]), shown
     await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "later\n"})
     await runs.decide_approval(run_id, request.request_id, True, by="alice")
     done = await asyncio.wait_for(call, 60)
@@ -369,3 +373,58 @@ async def test_attack_shell_git_commit_with_no_path_does_not_commit_the_humans_s
     assert mine.status == "ok" and mine.result["exit_code"] == 0, mine
     assert _git(project, "show", "--name-only", "--format=", "HEAD").split() == ["src/app.py"]
     assert _git(project, "diff", "--cached", "--name-only").split() == ["docs/wip.md"]
+
+
+async def test_attack_an_approved_commit_never_drops_what_a_human_committed_meanwhile(runs, project):
+    """Hostile review s38, second round: the agent asked to commit src/docs/x.txt, then deleted it and its
+    folder; the human committed a file `src/docs` meanwhile; the approved commit, made on the branch as it was,
+    put src/docs/x.txt where the human's file was and dropped it. The approved commit now changes nothing the
+    approval did not show: refused, the human's commit kept. And a name with a newline is quoted in the request
+    (it forged a line of `kiwi approvals`)."""
+    _approved_commits(project)
+    write_directive(
+        project / ".ai" / "directives" / "publish.md",
+        directive_md(
+            '<step name="work"><action>Edit.</action></step>',
+            name="publish",
+            permissions=COMMITS.replace('path="notes/**"', 'path="src/**"'),
+        ),
+    )
+    run_id = await runs.start("publish", {})
+    await awaiting_step(runs, run_id, "work")
+    await runs.call_tool(run_id, "filesystem.write", {"path": "src/docs/x.txt", "content": "agent\n"})
+    await runs.call_tool(run_id, "filesystem.write", {"path": "src/n\n; commits 0 file(s)", "content": "x"})
+    call, request = await _asked(runs, run_id, {"message": "agent's", "paths": ["src"]})
+    assert "\n" not in request.summary and 'A "src/n\\n; commits 0 file(s)"' in request.summary, request
+    await runs.call_tool(run_id, "filesystem.delete", {"path": "src/docs/x.txt"})
+    await runs.call_tool(run_id, "filesystem.delete", {"path": "src/docs"})
+    write(project / "src" / "docs", "the human's docs\n")
+    _git(project, "add", "src/docs")
+    _git(project, "commit", "-qm", "human: add src/docs")
+    human = _git(project, "rev-parse", "HEAD").strip()
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    refused = await asyncio.wait_for(call, 60)
+    assert refused.status == "error" and "would also change src/docs," in refused.reason, refused
+    assert _git(project, "rev-parse", "HEAD").strip() == human
+    assert _git(project, "show", "HEAD:src/docs") == "the human's docs\n"
+
+
+async def test_approvals_pending_when_a_run_ends_are_cancelled(runs, project):
+    """Hostile review s38, second round: a run that timed out still listed its pending approvals, and approving
+    one then made the call (a commit landed after the run's deadline). The approvals pending when a run ends are
+    cancelled, each call answered denied, and a later decision changes nothing."""
+    _approved_commits(project)
+    run_id = await runs.start("publish", {})
+    await awaiting_step(runs, run_id, "work")
+    await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "late\n"})
+    head = _git(project, "rev-parse", "HEAD")
+    call, request = await _asked(runs, run_id, {"message": "late", "paths": ["notes"]})
+    await runs.complete_step(run_id, "work", {"done": True})
+    denied = await asyncio.wait_for(call, 60)
+    assert denied.status == "denied" and "the run ended (completed) before a decision" in denied.reason, (
+        denied
+    )
+    assert (await runs.handle(run_id).result()).status == "completed"
+    (cancelled,) = (await runs.status(run_id)).approvals
+    assert cancelled.status == "cancelled", cancelled
+    assert _git(project, "rev-parse", "HEAD") == head

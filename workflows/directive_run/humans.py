@@ -50,7 +50,8 @@ if TYPE_CHECKING:
 def _fixed(bound: CommitPlan | RunSnapshot) -> Any:
     """What an approval's hash covers beside the call: the commit's content, or the child's directive."""
     if isinstance(bound, CommitPlan):
-        return bound.model_dump()
+        # (empty_tree came after kiwi-commit-bound-s38's first runs: left out unless set, their hashes hold.)
+        return bound.model_dump(exclude=None if bound.empty_tree else {"empty_tree"})
     return [_in_project(bound), bound.content_hash]  # (no machine path: the project's folder may move)
 
 
@@ -80,7 +81,10 @@ def _in_project(child: RunSnapshot) -> str:
 def _audited(bound: CommitPlan | RunSnapshot | None) -> dict[str, Any]:
     """What an approval_requested record holds of ``bound``."""
     if isinstance(bound, CommitPlan):
-        return {"commits": [f"{f.change} {f.shown}" for f in bound.files], "tree": bound.tree}
+        return {
+            "commits": [f"{f.change} {f.shown}" for f in bound.files],
+            "tree": bound.tree,
+        }  # (JSON: quoted)
     if isinstance(bound, RunSnapshot):
         return {
             "child": bound.directive.name,
@@ -427,7 +431,10 @@ class HumansMixin:
             elif rule_in_force(HELP_CHECKPOINT_CALL):
                 # The git.checkpoint call it is, with its approval, rate limit and loop checks (review s38).
                 call = self._call(
-                    "git.checkpoint", {"message": request.reason or "the agent asked"}, origin="agent"
+                    "git.checkpoint",
+                    {"message": request.reason or "the agent asked"},
+                    origin="agent",
+                    client="help(checkpoint)",  # (its approval said "by cli", the run's starter: review s38)
                 )
                 self._spawn(call, "checkpoint the agent asked for")
             else:

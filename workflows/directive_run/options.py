@@ -203,6 +203,10 @@ HELP_CHECKPOINT_CALL = "kiwi-help-checkpoint-call-s38"
 # sooner); it got none, and took the agent's calls after its parent had timed out. Asked only where it changes the
 # child: a parent with a deadline.
 CHILD_DEADLINE = "kiwi-child-deadline-s38"
+# Since session 38 (hostile review): the approvals still pending when a run ends (completed, failed, timed out) are
+# cancelled, their calls answered `denied`; the run waited for a decision, and an approval given after a timeout
+# made the call. Asked only where it changes the answer: a run that ends with an approval pending.
+ENDED_APPROVALS = "kiwi-ended-approvals-s38"
 # Since session 37 (hostile review): a checkpoint's number follows the last one's; it was the count of checkpoints
 # the run keeps (the last 100), so from the 102nd every checkpoint was RUN/101, overwriting the ref a pending
 # approval of a rollback named. Asked only where it changes the number.

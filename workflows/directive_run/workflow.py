@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         RunTimedOut,
         StepFailed,
     )
+    from kiwi.rules import rule_in_force
     from kiwi.seal import start_sealed
     from kiwi.templating import TemplateError, unset_input
     from kiwi.toolargs import oversized_command
@@ -69,6 +70,7 @@ from workflows.directive_run.options import (
     CHANGES_2026_11_26C,
     COMMIT_BEFORE_CONTINUE,
     CURRENT,
+    ENDED_APPROVALS,
     HARDENED,
     HELD_RESULT_BYTES,
     HELD_RESULTS_CAPPED,
@@ -250,6 +252,20 @@ class DirectiveRun(
             state.error = unset_input(exc, directive.inputs) or str(exc)
             self._fail_current_step()
         self.audit.record({"event": "run_finished", "status": state.status, "error": state.error})
+        pending = [a for a in state.approvals if a.status == "pending"]
+        if pending and rule_in_force(ENDED_APPROVALS):
+            # An ended run makes no call it was still asking a human for (review s38: a timed-out run's pending
+            # git.commit, approved later, landed on the branch).
+            for request in pending:
+                request.status = "cancelled"
+                request.reason = f"the run ended ({state.status}) before a decision"
+                self.audit.record(
+                    {
+                        "event": "approval_cancelled",
+                        "request_id": request.request_id,
+                        "reason": request.reason,
+                    }
+                )
         self._publish()
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self.hardened:
