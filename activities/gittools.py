@@ -236,6 +236,7 @@ async def _plan(req: GitRequest) -> CommitPlan:
         )
     code, head, _ = await _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
     base = head.strip() if code == 0 else ""
+    branch = (await _git(root, "symbolic-ref", "-q", "HEAD"))[1].strip()
     names = [rel for _, rel in taken]
     with _ScratchIndex() as env:
         if base:
@@ -258,7 +259,7 @@ async def _plan(req: GitRequest) -> CommitPlan:
         CommitFile(path=path, shown=path[len(prefix) :], change=kind, mode=mode, blob=blob)
         for path, (kind, mode, blob) in sorted(changed.items())
     ]
-    return CommitPlan(base=base, tree=tree, empty_tree=empty, files=files, left_out=left_out)
+    return CommitPlan(base=base, tree=tree, empty_tree=empty, branch=branch, files=files, left_out=left_out)
 
 
 async def _changed(root: str, old: str, new: str) -> dict[str, tuple[str, str, str]]:
@@ -282,6 +283,14 @@ async def _commit_approved(req: GitRequest, plan: CommitPlan) -> dict[str, Any]:
     leaves it."""
     root = req.project_root
     await _require_repo(root)
+    branch = (await _git(root, "symbolic-ref", "-q", "HEAD"))[1].strip()
+    if plan.branch and branch != plan.branch:
+        # (The approval named the branch: HEAD switched meanwhile would take the commit elsewhere.)
+        raise GitFailed.error(
+            f"HEAD is on {branch.removeprefix('refs/heads/') or 'no branch (detached)'} now; the approval was for a "
+            f"commit to {plan.branch.removeprefix('refs/heads/')}",
+            {"hint": "switch back, or call git.commit again for a new approval"},
+        )
     code, head, _ = await _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
     head = head.strip() if code == 0 else ""
     index_info = "".join(

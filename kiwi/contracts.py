@@ -597,9 +597,20 @@ class CommitPlan(BaseModel):
     tree: str = ""  # base with those files: `git diff BASE TREE` shows the commit
     # With no base, the empty tree, written into the repository: what a first commit is compared with.
     empty_tree: str = ""
+    # The branch HEAD named (refs/heads/main; '' detached): the approved commit goes there or nowhere.
+    branch: str = ""
     files: list[CommitFile] = Field(default_factory=list)
     left_out: int = 0
     reason: str = ""  # why nothing would be committed
+
+    def _on(self) -> str:
+        return (
+            f" to {self.branch.removeprefix('refs/heads/')}"
+            if self.branch
+            else " to a detached HEAD"
+            if self.base
+            else ""
+        )
 
     def subject(self) -> str:
         """What the approver reads after the call's arguments."""
@@ -611,7 +622,7 @@ class CommitPlan(BaseModel):
         )
         more = f" and {len(self.files) - 20} more" if len(self.files) > 20 else ""
         return (
-            f"; commits {len(self.files)} file(s) as they are now: {names}{more} (see it with `git diff --text "
+            f"; commits{self._on()} {len(self.files)} file(s) as they are now: {names}{more} (see it with `git diff --text "
             f"--no-textconv --no-ext-diff {self.base[:12] or self.empty_tree[:12]} {self.tree[:12]}`, which no .gitattributes "
             "the agent wrote turns into 'Binary files differ'; a change made after this request is not committed)"
         )

@@ -63,9 +63,9 @@ async def test_attack_an_approved_commit_takes_only_what_the_approver_was_shown(
     # (Review s38, second round: attributes the agent writes made the shown `git diff` say "Binary files differ".)
     await runs.call_tool(run_id, "filesystem.write", {"path": "notes/.gitattributes", "content": "* -diff\n"})
     call, request = await _asked(runs, run_id, {"message": "notes", "paths": ["notes"]})
-    assert "commits 2 file(s) as they are now: A notes/.gitattributes, M notes/a.md" in request.summary, (
-        request
-    )
+    assert (
+        "commits to main 2 file(s) as they are now: A notes/.gitattributes, M notes/a.md" in request.summary
+    ), request
     shown = re.search(r"`(git diff [-\w ]+)`", request.summary)
     assert shown, request.summary
     diff = _git(project, *shown.group(1).split()[1:])
@@ -138,7 +138,9 @@ async def test_an_approved_first_commit_makes_the_branch(runs, project):
     run_id = await runs.start("publish", {})
     await awaiting_step(runs, run_id, "work")
     call, request = await _asked(runs, run_id, {"message": "first", "paths": ["notes"]})
-    assert "commits 2 file(s) as they are now: A notes/a.md, A notes/other.md" in request.summary, request
+    assert "commits to main 2 file(s) as they are now: A notes/a.md, A notes/other.md" in request.summary, (
+        request
+    )
     # (Review s38, second round: the command compared with an empty tree the repository did not hold.)
     shown = re.search(r"`(git diff [-\w ]+)`", request.summary).group(1)
     assert "+base" in _git(project, *shown.split()[1:]), shown
@@ -428,3 +430,21 @@ async def test_approvals_pending_when_a_run_ends_are_cancelled(runs, project):
     (cancelled,) = (await runs.status(run_id)).approvals
     assert cancelled.status == "cancelled", cancelled
     assert _git(project, "rev-parse", "HEAD") == head
+
+
+async def test_an_approved_commit_goes_to_the_branch_its_approval_named(runs, project):
+    """Hostile review s38, second round (unverified there): the approval did not say which branch the commit goes
+    to, and a HEAD switched while it waited took it elsewhere. The request names the branch, and a commit whose
+    HEAD is on another branch by then is refused."""
+    _approved_commits(project)
+    run_id = await runs.start("publish", {})
+    await awaiting_step(runs, run_id, "work")
+    await runs.call_tool(run_id, "filesystem.write", {"path": "notes/a.md", "content": "agent\n"})
+    call, request = await _asked(runs, run_id, {"message": "agent's", "paths": ["notes"]})
+    assert "; commits to main 1 file(s)" in request.summary, request.summary
+    main = _git(project, "rev-parse", "main")
+    _git(project, "checkout", "-q", "-b", "elsewhere")
+    await runs.decide_approval(run_id, request.request_id, True, by="alice")
+    refused = await asyncio.wait_for(call, 60)
+    assert refused.status == "error" and "HEAD is on elsewhere now" in refused.reason, refused
+    assert _git(project, "rev-parse", "main") == main == _git(project, "rev-parse", "elsewhere")

@@ -50,8 +50,9 @@ if TYPE_CHECKING:
 def _fixed(bound: CommitPlan | RunSnapshot) -> Any:
     """What an approval's hash covers beside the call: the commit's content, or the child's directive."""
     if isinstance(bound, CommitPlan):
-        # (empty_tree came after kiwi-commit-bound-s38's first runs: left out unless set, their hashes hold.)
-        return bound.model_dump(exclude=None if bound.empty_tree else {"empty_tree"})
+        # (empty_tree and branch came after kiwi-commit-bound-s38's first runs: left out unless set, so the hashes
+        # their histories hold stay as they were.)
+        return bound.model_dump(exclude={k for k in ("empty_tree", "branch") if not getattr(bound, k)})
     return [_in_project(bound), bound.content_hash]  # (no machine path: the project's folder may move)
 
 
