@@ -39,9 +39,9 @@ def edit_after_signing(path: Path) -> None:
     path.write_text(path.read_text().replace("Some prose before the block.", "Some other prose."))
 
 
-async def test_a_directive_edited_after_signing_says_so_and_how_to_sign_it_again(runs, project, temporal_env):
-    clock_server(project)
-    tick = write_directive(
+def tick_directive(project: Path) -> Path:
+    """A signed directive `tick`: its step `now` asks the clock server the time, then `look` waits for the agent."""
+    return write_directive(
         project / ".ai" / "directives" / "tick.md",
         directive_md(
             '<step name="now"><tool_call tool="clock.get_current_time"><param name="timezone">UTC</param>'
@@ -51,6 +51,11 @@ async def test_a_directive_edited_after_signing_says_so_and_how_to_sign_it_again
             permissions='<execute resource="mcp" name="clock" actions="get_current_time"/>',
         ),
     )
+
+
+async def test_a_directive_edited_after_signing_says_so_and_how_to_sign_it_again(runs, project, temporal_env):
+    clock_server(project)
+    tick = tick_directive(project)
     edit_after_signing(tick)
     sign_again = "`kiwi sign .ai/directives/tick.md`"
 
@@ -351,16 +356,7 @@ async def test_a_steps_mcp_result_shows_its_content_not_its_meta(runs, project):
     {"io.modelcontextprotocol/serverInfo": ...`, cut before the time it answered. The line shows the answer's
     structured content (or text); --json keeps the whole."""
     clock_server(project)
-    write_directive(
-        project / ".ai" / "directives" / "tick.md",
-        directive_md(
-            '<step name="now"><tool_call tool="clock.get_current_time"><param name="timezone">UTC</param>'
-            '</tool_call></step><step name="look" mode="agent"><action>look at the time</action></step>',
-            name="tick",
-            tools='<tools><mcp name="clock"><tool name="get_current_time"/></mcp></tools>',
-            permissions='<execute resource="mcp" name="clock" actions="get_current_time"/>',
-        ),
-    )
+    tick_directive(project)
     code, out, err = await kiwi_cli("run", "tick", "--wait", *connection(runs))
     assert code == 0, out + err
     (line,) = [row for row in out.splitlines() if row.strip().startswith("result = ")]

@@ -977,21 +977,10 @@ async def test_record_child_bound_history(runs, project):
     (the child read from the file and shown in the approval since CHILD_BOUND), and is approved; the child ends.
     (child_unbound-{patch id}.json is the same run recorded by the code before the rule, cdde03c: the child was
     read once approved; it replays without the rule.)"""
-    from tests.helpers import approver, directive_md, write_directive
     from tests.test_humans import pending_approval
-    from tests.test_review_attacks_s38 import _draft
+    from tests.test_review_attacks_s38 import AUTHOR, _draft, gated
 
-    approver("alice")
-    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [directive.run]\n")
-    write_directive(
-        project / ".ai" / "directives" / "author.md",
-        directive_md(
-            '<step name="work" mode="agent"><action>Draft and try directives.</action></step>',
-            name="author",
-            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" '
-            'path=".ai/directives/**"/><execute resource="tool" id="directive.run"/>',
-        ),
-    )
+    gated(project, "author", AUTHOR, "directive.run")
     run_id = await runs.start("author", {})
     await awaiting_step(runs, run_id, "work")
     draft = _draft("draft", "reviewed")

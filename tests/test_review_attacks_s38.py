@@ -10,6 +10,10 @@ import subprocess
 from tests.helpers import approver, awaiting_step, directive_md, wait_for, write, write_directive
 from tests.test_humans import pending_approval
 
+AUTHOR = (
+    '<read resource="filesystem" path="**"/><write resource="filesystem" path=".ai/directives/**"/>'
+    '<execute resource="tool" id="directive.run"/>'
+)
 COMMITS = (
     '<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
     '<execute resource="tool" id="git.commit"/>'
@@ -26,16 +30,22 @@ def _git(root, *args: str) -> str:
     ).stdout
 
 
-def _approved_commits(project) -> None:
-    """A repository whose `publish` directive may write notes/ and commit, each commit approved by alice."""
+def gated(project, name: str, permissions: str, approvals: str, harness: str = "") -> None:
+    """alice as an approver, a harness whose ``approvals`` (a YAML list's items) wait for her, and a one-step agent
+    directive ``name`` granted ``permissions``."""
     approver("alice")
-    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [git.commit]\n")
+    write(project / ".ai" / "config" / "agent_harness.yaml", f"approvals:\n  tools: [{approvals}]\n{harness}")
     write_directive(
-        project / ".ai" / "directives" / "publish.md",
+        project / ".ai" / "directives" / f"{name}.md",
         directive_md(
-            '<step name="work"><action>Edit notes.</action></step>', name="publish", permissions=COMMITS
+            '<step name="work" mode="agent"><action>Work.</action></step>', name=name, permissions=permissions
         ),
     )
+
+
+def _approved_commits(project, permissions: str = COMMITS) -> None:
+    """A repository whose `publish` directive may write notes/ and commit, each commit approved by alice."""
+    gated(project, "publish", permissions, "git.commit")
     write(project / ".gitignore", ".ai/logs/\n.ai/.cache/\n")
     write(project / "notes" / "a.md", "base\n")
     write(project / "notes" / "other.md", "base\n")
@@ -169,17 +179,7 @@ async def test_attack_an_approved_child_run_is_the_directive_the_approver_was_sh
     `kiwi show` prints it), and the approved call starts that child."""
     from kiwi.cli import main as kiwi
 
-    approver("alice")
-    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [directive.run]\n")
-    write_directive(
-        project / ".ai" / "directives" / "author.md",
-        directive_md(
-            '<step name="work" mode="agent"><action>Draft and try directives.</action></step>',
-            name="author",
-            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path=".ai/directives/**"/>'
-            '<execute resource="tool" id="directive.run"/>',
-        ),
-    )
+    gated(project, "author", AUTHOR, "directive.run")
     run_id = await runs.start("author", {})
     await awaiting_step(runs, run_id, "work")
     wrote = await runs.call_tool(
@@ -217,17 +217,11 @@ async def test_attack_a_decoy_argument_does_not_change_what_a_human_reads_of_a_c
     shown to the approver as `filesystem.move notes/tmp.md -> ...`, and moved important.md; (2) `shell.run
     {"command": "ls notes", "argv": ["rm", ...]}` showed as `ls notes` in `kiwi status` and ran rm. What a human
     reads now names what the tool acts on: the move's source, the words that run."""
-    approver("alice")
-    write(project / ".ai" / "config" / "agent_harness.yaml", "approvals:\n  tools: [filesystem.move]\n")
-    write_directive(
-        project / ".ai" / "directives" / "tidy.md",
-        directive_md(
-            '<step name="work" mode="agent"><action>Tidy.</action></step>',
-            name="tidy",
-            permissions='<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
-            '<execute resource="shell" commands="ls,rm"/>',
-        ),
+    permissions = (
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
+        '<execute resource="shell" commands="ls,rm"/>'
     )
+    gated(project, "tidy", permissions, "filesystem.move")
     write(project / "notes" / "important.md", "keep")
     write(project / "notes" / "x.md", "x")
     run_id = await runs.start("tidy", {})
@@ -252,19 +246,10 @@ async def test_attack_help_checkpoint_waits_for_the_approval_and_counts_in_the_r
     the agent's git.checkpoint call: it waits for the human's approval, and counts in the limit."""
     from kiwi.contracts import HelpRequest
 
-    approver("alice")
-    write(
-        project / ".ai" / "config" / "agent_harness.yaml",
-        "approvals:\n  tools: [git.checkpoint]\nrate_limits:\n  git.checkpoint: 1\n",
+    permissions = (
+        '<write resource="filesystem" path="notes/**"/><execute resource="tool" id="git.checkpoint"/>'
     )
-    write_directive(
-        project / ".ai" / "directives" / "ckpt.md",
-        directive_md(
-            '<step name="work" mode="agent"><action>Work.</action></step>',
-            name="ckpt",
-            permissions='<write resource="filesystem" path="notes/**"/><execute resource="tool" id="git.checkpoint"/>',
-        ),
-    )
+    gated(project, "ckpt", permissions, "git.checkpoint", "rate_limits:\n  git.checkpoint: 1\n")
     write(project / ".gitignore", ".ai/logs/\n.ai/.cache/\n")
     _git(project, "init", "-q", "-b", "main")
     run_id = await runs.start("ckpt", {})
@@ -383,15 +368,7 @@ async def test_attack_an_approved_commit_never_drops_what_a_human_committed_mean
     put src/docs/x.txt where the human's file was and dropped it. The approved commit now changes nothing the
     approval did not show: refused, the human's commit kept. And a name with a newline is quoted in the request
     (it forged a line of `kiwi approvals`)."""
-    _approved_commits(project)
-    write_directive(
-        project / ".ai" / "directives" / "publish.md",
-        directive_md(
-            '<step name="work"><action>Edit.</action></step>',
-            name="publish",
-            permissions=COMMITS.replace('path="notes/**"', 'path="src/**"'),
-        ),
-    )
+    _approved_commits(project, COMMITS.replace('path="notes/**"', 'path="src/**"'))
     run_id = await runs.start("publish", {})
     await awaiting_step(runs, run_id, "work")
     await runs.call_tool(run_id, "filesystem.write", {"path": "src/docs/x.txt", "content": "agent\n"})
