@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
 
 from tests.helpers import approver, awaiting_step, directive_md, wait_for, write, write_directive
 from tests.test_humans import pending_approval
+from tests.test_review_attacks_s37 import _git
 
 AUTHOR = (
     '<read resource="filesystem" path="**"/><write resource="filesystem" path=".ai/directives/**"/>'
@@ -18,16 +18,6 @@ COMMITS = (
     '<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
     '<execute resource="tool" id="git.commit"/>'
 )
-
-
-def _git(root, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=human", "-c", "user.email=human@example.invalid", *args],
-        cwd=root,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
 
 
 def gated(project, name: str, permissions: str, approvals: str, harness: str = "") -> None:
