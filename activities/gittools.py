@@ -380,7 +380,11 @@ async def _commit_approved(req: GitRequest, plan: CommitPlan) -> dict[str, Any]:
 class GitActivities:
     @activity.defn(name="git_status")
     async def git_status(self, req: GitRequest) -> dict[str, Any]:
+        """The changes the run may read, below ``paths`` when given (they were taken and left unused, session 38)."""
         prefix = await _require_repo(req.project_root)
+        _refuse_denied(req)
+        for path in req.paths:
+            confine(req.project_root, path, ["**"], [])
         sight = GitSight(req.project_root, req.read_grants, req.deny_fs)
         out = await _git_ok(
             req.project_root,
@@ -389,6 +393,9 @@ class GitActivities:
             "--branch",
             "-z",
             "--ignore-submodules=all",
+            "--",
+            *req.paths,
+            env=_LITERAL,
             looks=True,
         )
         entries = split_z(out)

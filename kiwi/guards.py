@@ -141,16 +141,31 @@ def summarise_call(tool: str, args: dict[str, Any]) -> str:
     naming what the call acts on as the tool reads it (hostile review s38: `{"command": "ls notes", "argv": ["rm",
     ...]}` showed `ls notes` and ran rm, and a move's decoy `path` showed in place of the `source` it moved)."""
     if tool.startswith("filesystem."):
-        detail = str(args.get(_subject_key(tool), ""))
+        detail = _plain(str(args.get(_subject_key(tool), "")))
         if args.get("destination"):
-            detail += f" -> {args['destination']}"
+            detail += f" -> {_plain(str(args['destination']))}"
     elif tool == "shell.run":
         # (argv's words quoted where they need to be: `sort 'a -o b'` is one word, README trial s36.)
         argv = parse_command(args)
-        detail = shlex.join(argv) if isinstance(argv, list) else str(args.get("command") or "")
+        detail = (
+            " ".join(map(shown_word, argv))
+            if isinstance(argv, list)
+            else _plain(str(args.get("command") or ""))
+        )
     else:
         detail = ""
     return f"{tool} {detail}".strip()[:200]
+
+
+def _plain(text: str) -> str:
+    return text if text.isprintable() else json.dumps(text)
+
+
+def shown_word(text: str) -> str:
+    """A word of a call as a human reads it: shell-quoted where it needs to be, JSON-quoted when it holds what is
+    no printable text (hostile review s38: a newline in a shell word, kept by shlex's quotes, printed lines of `kiwi
+    approvals` that read as a second request)."""
+    return shlex.quote(text) if text.isprintable() else json.dumps(text)
 
 
 def _subject_key(tool: str) -> str:
@@ -172,13 +187,13 @@ def approval_summary(tool: str, args: dict[str, Any]) -> str:
     detail = ""
     key = _subject_key(tool)
     if tool.startswith("filesystem.") and isinstance(args.get(key), str):
-        detail = shlex.quote(rest.pop(key))
+        detail = shown_word(rest.pop(key))
         if isinstance(args.get("destination"), str):
-            detail += f" -> {shlex.quote(rest.pop('destination'))}"
+            detail += f" -> {shown_word(rest.pop('destination'))}"
     elif tool == "shell.run":
         argv = parse_command(args)
         if isinstance(argv, list):
-            detail = shlex.join(argv)
+            detail = " ".join(map(shown_word, argv))
             rest.pop("command", None)
             rest.pop("argv", None)
     if rest:

@@ -1106,3 +1106,26 @@ async def test_record_ended_approvals_history(runs, project):
     await asyncio.wait_for(commit, 60)
     await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "ended_approvals_cancelled", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_cwd_whole_history(runs, project):
+    """Record tests/histories/cwd_whole_refused-{patch id}.json: under `read data/**` and `read .`, the agent runs dd
+    (a program Kiwi does not model) in the root, refused since CWD_WHOLE, then in data/. (cwd_whole_ran-{patch
+    id}.json is the same run recorded by the code before the rule, cdde03c: the first dd ran; it replays without it.)"""
+    from tests.test_attack_shell import agent_run, shell
+
+    write(project / "secret.json", '{"token": "x"}\n')
+    write(project / "data" / "config.json", '{"a": 1}\n')
+    grants = (
+        '<read resource="filesystem" path="data/**"/><read resource="filesystem" path="."/>'
+        '<execute resource="shell" commands="dd"/>'
+    )
+    run_id = await agent_run(runs, project, "peek", grants)
+    await shell(runs, run_id, "dd", "if=secret.json", "status=none")
+    await shell(runs, run_id, "dd", "if=config.json", "status=none", cwd="data")
+    await runs.complete_step(run_id, "work", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "cwd_whole_refused", project)

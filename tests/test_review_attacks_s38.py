@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import re
 
+import pytest
+
+from activities import confinement
 from tests.helpers import approver, awaiting_step, directive_md, wait_for, write, write_directive
-from tests.test_humans import pending_approval
+from tests.test_humans import pending_approval, status_is
 from tests.test_review_attacks_s37 import _git
 
 AUTHOR = (
@@ -415,3 +418,66 @@ async def test_an_approved_commit_goes_to_the_branch_its_approval_named(runs, pr
     refused = await asyncio.wait_for(call, 60)
     assert refused.status == "error" and "HEAD is on elsewhere now" in refused.reason, refused
     assert _git(project, "rev-parse", "main") == main == _git(project, "rev-parse", "elsewhere")
+
+
+async def test_attack_a_newline_in_an_argument_forges_no_line_of_what_a_human_reads(runs, project):
+    """Hostile review s38, third round: a shell word holding newlines (kept by shlex's quotes) printed, in `kiwi
+    approvals`, lines that read as the end of the request and a second one, `approval-4: shell.run rm`, which hid
+    `notes/important.md` among the words; the human approved and both files were deleted. Such a word is shown
+    JSON-quoted, and agent-written text the CLI prints keeps to its line (an escalation's question too)."""
+    from kiwi.contracts import HelpRequest
+    from tests.helpers import kiwi_cli
+    from tests.test_cli_first_day import connection
+
+    gated(
+        project,
+        "cleanup",
+        '<write resource="filesystem" path="notes/**"/><execute resource="shell" commands="rm"/>',
+        "shell.run",
+    )
+    write(project / "notes" / "tmp.txt", "tmp")
+    write(project / "notes" / "important.md", "keep")
+    run_id = await runs.start("cleanup", {})
+    await awaiting_step(runs, run_id, "work")
+    forged = f"notes/x\n  kiwi approve {run_id} approval-1\n{run_id} approval-2: shell.run rm"
+    argv = ["rm", "notes/tmp.txt", forged, "notes/important.md"]
+    call = asyncio.create_task(runs.call_tool(run_id, "shell.run", {"argv": argv}))
+    (request,) = await wait_for(lambda: pending_approval(runs, run_id), what="the rm's approval")
+    assert "\n" not in request.summary and '"notes/x\\n  kiwi approve' in request.summary, request.summary
+    code, out, _ = await kiwi_cli("approvals", *connection(runs), cwd=project)
+    assert code == 0 and [line for line in out.splitlines() if line.startswith(run_id)] == [
+        line
+        for line in out.splitlines()
+        if line.startswith(f"{run_id} approval-1: shell.run rm notes/tmp.txt")
+    ], out
+    await runs.decide_approval(run_id, request.request_id, False, by="alice")
+    assert (await asyncio.wait_for(call, 60)).status == "denied"
+    await runs.help(run_id, HelpRequest(kind="escalate", reason="which?\nfake line", options=["a", "b"]))
+    await wait_for(lambda: status_is(runs, run_id, "awaiting_human"), what="the escalation")
+    code, out, _ = await kiwi_cli("status", run_id, *connection(runs), cwd=project)
+    assert code == 0 and "which?\\nfake line" in out and "\nfake line" not in out, out
+
+
+@pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")
+async def test_attack_a_program_kiwi_does_not_model_reads_no_file_of_a_cwd_granted_in_part(runs, project):
+    """README trial s38: a step running jq (a program Kiwi does not model) under `read data/**` was refused as its
+    cwd '.' may not be read, with the hint `add <read path="."/>`; with that grant, `jq . secret.json` printed a
+    root secret the run may not read (filesystem.read and wc refused it): Kiwi checks such a program's words
+    only where they look like paths, and the kernel's rule for a folder is the whole folder. Now such a program
+    runs only in a cwd the run reads whole, and the refusal names that way (cwd "data" under data/**)."""
+    from tests.test_attack_shell import agent_run, shell
+
+    write(project / "secret.json", '{"token": "s3cr3t"}\n')
+    write(project / "data" / "config.json", '{"a": 1}\n')
+    grants = (
+        '<read resource="filesystem" path="data/**"/><read resource="filesystem" path="."/>'
+        '<execute resource="shell" commands="dd"/>'
+    )
+    run_id = await agent_run(runs, project, "peek", grants)
+    assert (await runs.call_tool(run_id, "filesystem.read", {"path": "secret.json"})).status == "denied"
+    stolen = await shell(runs, run_id, "dd", "if=secret.json", "status=none")
+    assert stolen.status == "denied" and "s3cr3t" not in str(stolen.result), stolen
+    assert "reads any file of its cwd '.' by a bare name" in stolen.reason, stolen
+    assert 'cwd "data" under <read resource="filesystem" path="data/**"/>' in stolen.hint, stolen
+    mine = await shell(runs, run_id, "dd", "if=config.json", "status=none", cwd="data")
+    assert mine.status == "ok" and '"a": 1' in mine.result["stdout"], mine

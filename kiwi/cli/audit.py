@@ -11,6 +11,7 @@ from typing import Any
 
 from temporalio.service import RPCError
 
+from kiwi.cli.safeout import one_line
 from kiwi.errors import KiwiError, RunInOtherProject
 
 
@@ -96,7 +97,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             decision = r.get("decision", "")
             print(
                 f"{r['seq']:>4} {str(r.get('time', ''))[:23]} {str(r.get('event', '')):<{width}} {decision:<12} "
-                f"{what:<22} {_audit_detail(r)[:120]}"
+                f"{what:<22} {one_line(_audit_detail(r))[:120]}"
             )
     for problem in trail.problems:
         print(f"kiwi: {problem}", file=sys.stderr)

@@ -14,6 +14,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from kiwi.cli.safeout import one_line
 from kiwi.contracts import HELD, TERMINAL, RunStatus, is_session
 from kiwi.errors import KiwiError, RunInOtherProject, RunNotFound
 
@@ -103,7 +104,7 @@ def answers(status: RunStatus) -> list[str]:
         if a.status == "pending":
             until = f", until {readable_time(a.expires_at)}" if a.expires_at else ""
             lines.append(
-                f"approval {a.request_id} of {a.summary or a.tool} (asked {readable_time(a.requested_at)}"
+                f"approval {a.request_id} of {one_line(a.summary or a.tool)} (asked {readable_time(a.requested_at)}"
                 f"{until}): answer with `kiwi approve {run} {a.request_id}` or `kiwi reject {run} {a.request_id}`"
             )
     for d in status.decisions:
@@ -115,7 +116,7 @@ def answers(status: RunStatus) -> list[str]:
                 else ""
             )
             lines.append(
-                f"escalation {d.request_id}: {d.reason} (asked {readable_time(d.asked_at)}{went_on}): answer "
+                f"escalation {d.request_id}: {one_line(d.reason)} (asked {readable_time(d.asked_at)}{went_on}): answer "
                 f"with `kiwi decide {run} {d.request_id} {'|'.join(d.options) or 'OPTION'}`"
             )
     if status.status == "awaiting_agent" and is_session(status.run_id, status.directive):
@@ -136,7 +137,7 @@ def answers(status: RunStatus) -> list[str]:
         )
     elif status.status in HELD:
         lines.append(
-            f"a human: the run stopped ({status.hold_reason or status.status}); let it carry on with "
+            f"a human: the run stopped ({one_line(status.hold_reason or status.status)}); let it carry on with "
             f"`kiwi resume {run} --reason ...`"
         )
     return lines

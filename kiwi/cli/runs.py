@@ -19,6 +19,7 @@ from kiwi.cli import positive, progress
 from kiwi.cli.audit import cmd_audit
 from kiwi.cli.connection import _connection, _port, _project, _seconds
 from kiwi.cli.processes import cmd_dev, cmd_mcp, cmd_worker
+from kiwi.cli.safeout import one_line
 from kiwi.contracts import HELD, TERMINAL, RunStatusName, ToolCallResult
 from kiwi.errors import InputInvalid, KiwiError
 from kiwi.explain import outside_run_hint, tool_not_found
@@ -122,12 +123,15 @@ def _print_status(status: Any) -> None:
             shown = json.dumps(_preview(value), default=str)
             print(f"      {key} = {shown if len(shown) <= 100 else shown[:97] + '...'}")
     for call in status.last_calls[-5:]:
-        print(f"  call #{call.seq} {call.summary} → {call.status}{': ' + call.reason if call.reason else ''}")
+        print(
+            f"  call #{call.seq} {one_line(call.summary)} → {call.status}"
+            f"{': ' + one_line(call.reason) if call.reason else ''}"
+        )
     for signal_ in status.help:
-        print(f"  help {signal_.kind}: {signal_.reason}")
+        print(f"  help {signal_.kind}: {one_line(signal_.reason)}")
     for approval in status.approvals:
         print(
-            f"  {approval.request_id} {approval.summary} {_asked_by(approval.model_dump())}: {approval.status}"
+            f"  {approval.request_id} {one_line(approval.summary)} {_asked_by(approval.model_dump())}: {approval.status}"
             + (
                 f" (until {progress.readable_time(approval.expires_at)})"
                 if approval.status == "pending"
@@ -138,7 +142,7 @@ def _print_status(status: Any) -> None:
         )
     for decision in status.decisions:
         print(
-            f"  {decision.request_id} {decision.reason} [{', '.join(decision.options)}]: "
+            f"  {decision.request_id} {one_line(decision.reason)} [{one_line(', '.join(decision.options))}]: "
             + (f"{decision.answer} (by {decision.by})" if decision.answer else "open")
         )
     for refused in status.refused_decisions[-5:]:
@@ -393,7 +397,7 @@ async def cmd_approvals(args: argparse.Namespace, runs: RunClient) -> int:
         )
         return 0
     for a in pending:
-        print(f"{a['run_id']} {a['request_id']}: {a['summary'] or a['tool']} ({_asked_by(a)})")
+        print(f"{a['run_id']} {a['request_id']}: {one_line(a['summary'] or a['tool'])} ({_asked_by(a)})")
         print(
             f"  asked {progress.readable_time(a['requested_at'])}, until {progress.readable_time(a['expires_at'])}"
         )
@@ -642,7 +646,7 @@ async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
     _emit_done(
         args,
         {"run_id": args.run, "approved": approved, **request.model_dump(mode="json")},
-        f"{verb} {request.request_id}: {request.summary}"
+        f"{verb} {request.request_id}: {one_line(request.summary)}"
         if request.status != "pending"
         else _not_taken(args.run, f"'{verb}' for {request.request_id}"),
     )

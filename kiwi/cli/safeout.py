@@ -34,6 +34,13 @@ def _shown(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x7F else f"\\u{code:04x}"
 
 
+def one_line(text: str) -> str:
+    """Agent-written ``text`` (a call's summary, a question, a reason) kept to the line it is printed on: its line
+    breaks shown as ``\\n`` (hostile review s38: a newline in a shell word printed lines of `kiwi approvals` that
+    read as a second request, and the human approved an `rm` of a file that request hid)."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def safe_text(text: str) -> str:
     """``text`` with every character that could steer a terminal shown as an escape."""
     return _UNSAFE.sub(_shown, text)

@@ -32,7 +32,7 @@ from kiwi.shellpolicy.folders import (
 )
 from kiwi.shellpolicy.git import _git, git_reads_everything
 from kiwi.shellpolicy.options import _chmod_mode_first, _options_for, _parse, _tree_cluster, down_and_up
-from kiwi.shellpolicy.paths import _check_path, _Grants, _operands, _path_like, lexical_path
+from kiwi.shellpolicy.paths import _check_path, _Grants, _operands, _path_like, lexical_path, tree_granted
 from kiwi.shellpolicy.programs import (
     known_program,
     later_refused,
@@ -44,6 +44,7 @@ from kiwi.shellpolicy.results import _LOCAL_HINT, PathArgument, ShellVerdict, _n
 from kiwi.shellpolicy.rules import (
     ARCHIVE_OPTIONS,
     CWD_UNREAD,
+    CWD_WHOLE,
     DENY_INSIDE,
     EXACT_NAMES,
     FIND_STARTS,
@@ -498,6 +499,25 @@ def check_argv(
         return paths
     for p in paths:
         problem = _check_path(p, g)
+        if (
+            problem is None
+            and p is paths[0]
+            and not modeled_program(argv[0])
+            and not tree_granted(p.rel, list(g.read))
+            and rule_in_force(CWD_WHOLE)
+        ):
+            # A program Kiwi does not model reads any file of its cwd by a bare name (`jq . secret.json`), which no
+            # check of its words sees, and the kernel's rule for a folder is the whole folder: its cwd must be read
+            # whole (README trial s38: under `read .`, the hint's grant, jq printed a root .env and secret.json).
+            whole = "**" if p.rel == "." else f"{p.rel}/**"
+            return _no(
+                f"'{program}' is a program Kiwi does not model, which reads any file of its cwd '{p.rel}' by a bare "
+                "name, and this run may not read everything there",
+                f'run it with the cwd set to a folder the run reads whole (cwd "data" under <read resource='
+                f'"filesystem" path="data/**"/>), or add <read resource="filesystem" path="{whole}"/> to '
+                "<permissions> if it may read all of it",
+                g.read,
+            )
         if problem:
             if p is paths[0]:
                 if _cwd_unread(argv, p, g, options_granted, known) and rule_in_force(CWD_UNREAD):

@@ -90,3 +90,8 @@ NUMBER_OPTIONS = "kiwi-number-options-s36"
 # `git commit -m MSG -- PATH` (each path checked as a write). Workflow code answers by this rule behind this patch, asked only
 # for a git commit naming no path.
 GIT_COMMIT_INDEX = "kiwi-git-commit-index-s38"
+
+# Since session 38 (README trial): a program Kiwi does not model runs only in a cwd the run may read whole (it
+# reads any file there by a bare name, which no check of its words sees; under `read .`, jq printed a root .env).
+# Workflow code answers by this rule behind this patch, asked only for such a program in a cwd granted in part.
+CWD_WHOLE = "kiwi-cwd-whole-s38"
