@@ -481,3 +481,34 @@ async def test_attack_a_program_kiwi_does_not_model_reads_no_file_of_a_cwd_grant
     assert 'cwd "data" under <read resource="filesystem" path="data/**"/>' in stolen.hint, stolen
     mine = await shell(runs, run_id, "dd", "if=config.json", "status=none", cwd="data")
     assert mine.status == "ok" and '"a": 1' in mine.result["stdout"], mine
+
+
+async def test_attack_load_copies_no_tool_into_the_project(runs, project, temporal_env):
+    """Hostile review s38, third round: `load(item_type="tool", copy_to_project=true)` copied a user-space tool
+    (its .env with its token included) into the project's .ai/tools, a protected place a human writes; the copy
+    then shadowed the human's later fixes of the user's tool. A tool is not copied: the answer says so and how a
+    human does it, and nothing is written."""
+    import os
+    from pathlib import Path
+
+    from mcp.client import Client
+
+    from mcp_frontend.server import build_server
+    from tests.helpers import data
+
+    tool = Path(os.environ["AI_USER_SPACE"]) / "tools" / "ops" / "greet"
+    manifest = (project / ".ai" / "tools" / "text" / "word_count" / "tool.yaml").read_text()
+    write(
+        tool / "tool.yaml", manifest.replace("word_count", "greet").replace("category: text", "category: ops")
+    )
+    write(tool / "main.py", "def main(text: str) -> dict:\n    return {'version': 1}\n")
+    write(tool / ".env", "API_TOKEN=s3cret-user-token\n")
+    server = build_server(temporal_env.client, project, task_queue=runs.task_queue)
+    async with Client(server) as client:
+        answer = data(
+            await client.call_tool("load", {"item_type": "tool", "item_id": "greet", "copy_to_project": True})
+        )
+    assert answer["error"] == "InputInvalid" and "only a human puts it in .ai/tools" in answer["message"], (
+        answer
+    )
+    assert not (project / ".ai" / "tools" / "ops").exists()

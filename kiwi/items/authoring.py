@@ -280,13 +280,15 @@ def copy_to_project(store: ItemStore, item_type: str, item_id: str) -> dict[str,
     record = store.find(item_type, item_id, source="user")  # type: ignore[arg-type]
     source = Path(record.path)
     user_base = store.spaces["user"]
-    if item_type == "tool" and source.name == "tool.yaml":
-        target = store.spaces["project"] / source.parent.relative_to(user_base)
-        if target.exists():
-            raise InputInvalid(
-                f"{target} already exists in the project", hint="delete it first or edit it there"
-            )
-        shutil.copytree(source.parent, target)
+    if item_type == "tool":
+        # A tool is code, and .ai/tools a protected place a human writes (hostile review s38: the agent's load
+        # copied a user tool there, its .env with it, and the copy shadowed the human's later fixes for good).
+        raise InputInvalid(
+            f"tool '{item_id}' is not copied into the project: a tool is code, and only a human puts it in "
+            ".ai/tools (its runs call it from the user space as it is)",
+            hint=f"a human copies it if the project must keep its own: cp -r {source.parent} "
+            f"{store.spaces['project'] / source.parent.relative_to(user_base)}",
+        )
     else:
         target = store.spaces["project"] / source.relative_to(user_base)
         if target.exists():
