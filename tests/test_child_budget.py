@@ -16,12 +16,7 @@ async def test_a_parent_goes_on_writing_while_the_child_it_started_runs(runs, pr
     """The child was given all that was left of each per-run limit, so the parent's own next write was
     refused ("rate limit for filesystem.write is 100 calls per run" after one write) until the child ended.
     Now the child holds half of what is left and the parent keeps the other half."""
-    write(project / ".ai" / "config" / "agent_harness.yaml", "rate_limits:\n  filesystem.write: 9\n")
-    ai = project / ".ai" / "directives"
-    write_directive(ai / "kid.md", directive_md('<step name="wait"><action>Wait.</action></step>', name="kid",
-                                                permissions=WRITES))  # fmt: skip
-    write_directive(ai / "parent.md", directive_md('<step name="work"><action>Delegate.</action></step>',
-                                                   name="parent", permissions=PARENT))  # fmt: skip
+    _parent_and_kid(project, "9")
     run_id = await runs.start("parent", {})
     await wait_for(lambda: _waiting(runs, run_id), what="the parent to wait for its agent")
     assert (
@@ -43,3 +38,44 @@ async def test_a_parent_goes_on_writing_while_the_child_it_started_runs(runs, pr
     assert len(list((project / "notes").iterdir())) == 9  # the limit, parent and child together
     await runs.cancel(kid)
     await runs.cancel(run_id)
+
+
+async def test_a_finished_childs_calls_count_in_its_parents_window(runs, project):
+    """Hostile review s38, third round: a window limit (`3/hour`) lent a child half the free slots and took them
+    back when it ended, forgetting the calls it made: children one after another, then the parent, made 15 calls
+    under 3 a minute. A finished child's calls in the window now count in its parent's."""
+    _parent_and_kid(project, "3/hour")
+    run_id = await runs.start("parent", {})
+    await wait_for(lambda: _waiting(runs, run_id), what="the parent to wait for its agent")
+    kid = (await runs.call_tool(run_id, "directive.run", {"directive": "kid"})).result["run_id"]
+    await wait_for(lambda: _waiting(runs, kid), what="the child to wait for its agent")
+    child = [
+        (await runs.call_tool(kid, "filesystem.write", {"path": f"notes/k{i}", "content": "x"})).status
+        for i in range(3)
+    ]
+    assert child == ["ok", "ok", "rate_limited"], child  # (half of 3, rounded up)
+    await runs.complete_step(kid, "wait", {"done": True})
+    await runs.handle(kid).result()
+    await wait_for(lambda: _settled(runs, run_id, kid), what="the parent to see its child end")
+    parent = [
+        (await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/p{i}", "content": "x"})).status
+        for i in range(3)
+    ]
+    assert parent == ["ok", "rate_limited", "rate_limited"], parent
+    assert len(list((project / "notes").iterdir())) == 3  # the limit, parent and child together
+    await runs.cancel(run_id)
+
+
+async def _settled(runs, run_id: str, kid: str) -> bool:
+    return any(c.run_id == kid and c.status == "completed" for c in (await runs.status(run_id)).children)
+
+
+def _parent_and_kid(project, limit: str) -> None:
+    """`parent`, which may write notes/ and start `kid`, which may write notes/; filesystem.write limited to
+    ``limit``."""
+    write(project / ".ai" / "config" / "agent_harness.yaml", f"rate_limits:\n  filesystem.write: {limit}\n")
+    ai = project / ".ai" / "directives"
+    write_directive(ai / "kid.md", directive_md('<step name="wait"><action>Wait.</action></step>', name="kid",
+                                                permissions=WRITES))  # fmt: skip
+    write_directive(ai / "parent.md", directive_md('<step name="work"><action>Delegate.</action></step>',
+                                                   name="parent", permissions=PARENT))  # fmt: skip

@@ -1129,3 +1129,29 @@ async def test_record_cwd_whole_history(runs, project):
     await runs.complete_step(run_id, "work", {"done": True})
     await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "cwd_whole_refused", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_child_windows_history(runs, project):
+    """Record tests/histories/child_windows_counted-{patch id}.json: under `filesystem.write: 3/hour` a child writes
+    twice and ends, then its parent writes three times (since CHILD_WINDOWS the child's writes count: one goes
+    through). (child_windows_forgot-{patch id}.json is the same run recorded by the code before the rule, cdde03c:
+    all three went through; it replays without the rule.)"""
+    from tests.test_child_budget import _parent_and_kid
+
+    _parent_and_kid(project, "3/hour")
+    run_id = await runs.start("parent", {})
+    await awaiting_step(runs, run_id, "work")
+    kid = (await runs.call_tool(run_id, "directive.run", {"directive": "kid"})).result["run_id"]
+    await awaiting_step(runs, kid, "wait")
+    for i in range(2):
+        await runs.call_tool(kid, "filesystem.write", {"path": f"notes/k{i}", "content": "x"})
+    await runs.complete_step(kid, "wait", {"done": True})
+    await runs.handle(kid).result()
+    for i in range(3):
+        await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/p{i}", "content": "x"})
+    await runs.complete_step(run_id, "work", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "child_windows_counted", project)

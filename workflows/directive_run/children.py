@@ -35,6 +35,7 @@ from workflows.directive_run.options import (
     CHILD_ATTRIBUTES,
     CHILD_DEADLINE,
     CHILD_UNUSED_RETURNED,
+    CHILD_WINDOWS,
     HELD,
     RETRY,
 )
@@ -257,8 +258,14 @@ class ChildrenMixin:
             free,
         )
 
-    def _settle(self: DirectiveRun, record: ChildRecord, used: dict[str, int] | None) -> None:
-        """Give back what a finished child did not use of the budget held for it (nothing if unknown)."""
+    def _settle(
+        self: DirectiveRun,
+        record: ChildRecord,
+        used: dict[str, int] | None,
+        times: dict[str, list[float]] | None = None,
+    ) -> None:
+        """Give back what a finished child did not use of the budget held for it (nothing if unknown); the
+        times of the calls it made in each window count in this run's windows (CHILD_WINDOWS)."""
         for pattern, held in record.reserved.items():
             if used is None:
                 count = held
@@ -270,6 +277,12 @@ class ChildrenMixin:
                 count = 0 if workflow.patched(CHILD_UNUSED_RETURNED) else held
             unused = held - min(held, count)
             self.state.call_counts[pattern] = max(0, self.state.call_counts.get(pattern, 0) - unused)
+        made = {p: list((times or {}).get(p, [])) for p in record.reserved_windows}
+        if any(made.values()) and rule_in_force(CHILD_WINDOWS):
+            # (Hostile review s38: the slots went back and the child's calls were forgotten, so six children one
+            # after another, and the parent, made 15 calls under a limit of 3 a minute.)
+            for pattern, stamps in made.items():
+                self.state.rate_times[pattern] = sorted([*self.state.rate_times.get(pattern, []), *stamps])
         for pattern, slots in record.reserved_windows.items():
             self.state.window_reserved[pattern] = max(0, self.state.window_reserved.get(pattern, 0) - slots)
         record.reserved = {}
@@ -294,6 +307,6 @@ class ChildrenMixin:
             self._settle(record, None)
             return None
         record.status = result.status
-        self._settle(record, result.call_counts)
+        self._settle(record, result.call_counts, result.rate_times)
         self.audit.record({"event": "child_finished", "child_run": record.run_id, "status": record.status})
         return result

@@ -207,6 +207,10 @@ CHILD_DEADLINE = "kiwi-child-deadline-s38"
 # cancelled, their calls answered `denied`; the run waited for a decision, and an approval given after a timeout
 # made the call. Asked only where it changes the answer: a run that ends with an approval pending.
 ENDED_APPROVALS = "kiwi-ended-approvals-s38"
+# Since session 38 (hostile review): a finished child's calls in a rate window count in its parent's window (the
+# slots held for it went back, and its calls were forgotten: children one after another beat "3/minute"). Asked
+# only where it changes the answer: a child that made calls in a window.
+CHILD_WINDOWS = "kiwi-child-windows-s38"
 # Since session 37 (hostile review): a checkpoint's number follows the last one's; it was the count of checkpoints
 # the run keeps (the last 100), so from the 102nd every checkpoint was RUN/101, overwriting the ref a pending
 # approval of a rollback named. Asked only where it changes the number.
