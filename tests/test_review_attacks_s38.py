@@ -512,3 +512,21 @@ async def test_attack_load_copies_no_tool_into_the_project(runs, project, tempor
         answer
     )
     assert not (project / ".ai" / "tools" / "ops").exists()
+
+
+async def test_git_status_lists_the_changes_below_its_paths(runs, project):
+    """git.status took `paths` (its schema names them) and listed every change anyway. It lists those below them."""
+    permissions = (
+        '<read resource="filesystem" path="**"/><write resource="filesystem" path="notes/**"/>'
+        '<execute resource="tool" id="git.status"/>'
+    )
+    gated(project, "look", permissions, "git.rollback")
+    write(project / "notes" / "a.md", "a\n")
+    write(project / "src" / "b.py", "b\n")
+    _git(project, "init", "-q", "-b", "main")
+    run_id = await runs.start("look", {})
+    await awaiting_step(runs, run_id, "work")
+    everything = await runs.call_tool(run_id, "git.status", {})
+    below = await runs.call_tool(run_id, "git.status", {"paths": ["notes"]})
+    assert {"?? notes/", "?? src/"} <= set(everything.result["changes"]), everything
+    assert below.result["changes"] == ["?? notes/"], below
