@@ -1155,3 +1155,23 @@ async def test_record_child_windows_history(runs, project):
     await runs.complete_step(run_id, "work", {"done": True})
     await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "child_windows_counted", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_step_hint_history(runs, project):
+    """Record tests/histories/step_hint_said-{patch id}.json: a step's shell.run is refused (no shell grant) and the
+    run fails, its error carrying the refusal's hint since STEP_HINT. (step_hint_unsaid-{patch id}.json is the same
+    run recorded by the code before the rule, cdde03c; it replays without it.)"""
+    from tests.helpers import directive_md, write_directive
+
+    body = '<step name="sorted"><tool_call tool="shell.run"><param name="command">sort notes.txt</param></tool_call></step>'
+    write_directive(
+        project / ".ai" / "directives" / "sorter.md",
+        directive_md(body, name="sorter", permissions='<read resource="filesystem" path="**"/>'),
+    )
+    run_id = await runs.start("sorter", {})
+    with pytest.raises(WorkflowFailureError):
+        await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "step_hint_said", project)

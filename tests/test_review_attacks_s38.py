@@ -530,3 +530,22 @@ async def test_git_status_lists_the_changes_below_its_paths(runs, project):
     below = await runs.call_tool(run_id, "git.status", {"paths": ["notes"]})
     assert {"?? notes/", "?? src/"} <= set(everything.result["changes"]), everything
     assert below.result["changes"] == ["?? notes/"], below
+
+
+async def test_a_run_failed_by_a_refused_step_says_the_fix(runs, project):
+    """README trial s38: a step's refused call failed the run with "step 'pretty': shell.run denied: ..." and no
+    word of the fix, which only `kiwi audit RUN --json` held. The run's error carries the refusal's hint."""
+    body = '<step name="sorted"><tool_call tool="shell.run"><param name="command">sort notes.txt</param></tool_call></step>'
+    write_directive(
+        project / ".ai" / "directives" / "sorter.md",
+        directive_md(body, name="sorter", permissions='<read resource="filesystem" path="**"/>'),
+    )
+    run_id = await runs.start("sorter", {})
+
+    async def failed():
+        status = await runs.status(run_id)
+        return status if status.status == "failed" else None
+
+    status = await wait_for(failed, what="the run to fail at its step")
+    assert "step 'sorted': shell.run denied" in status.error, status.error
+    assert 'add <execute resource="shell" commands="sort"/>' in status.error, status.error

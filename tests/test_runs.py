@@ -515,8 +515,11 @@ async def test_cli_run_status_complete_and_audit(runs, project, temporal_env):
     rows = out.splitlines()[1:]
     assert code == 0 and rows and all(" tool_call " in row for row in rows), out
     assert any("filesystem.write" in row and "notes/hello.md [step] ->" in row for row in rows), out
-    code, out, _ = await kiwi_cli("audit", run_id, "--decision", "denied", "--json")
+    code, out, err = await kiwi_cli("audit", run_id, "--decision", "denied", "--json")
     assert code == 0 and json.loads(out) == [], out
+    assert "no record of this trail has decision 'denied'" in err, err
+    code, out, err = await kiwi_cli("audit", run_id, "--event", "toolcall")
+    assert "no record of this trail has event 'toolcall'; did you mean 'tool_call'?" in err, err
     code, out, _ = await kiwi_cli("runs", "--status", "completed", *common)
     assert run_id in out
     code, _, err = await kiwi_cli("complete-step", run_id, "confirm", *common)

@@ -55,6 +55,27 @@ def _wanted(record: dict[str, Any], args: argparse.Namespace) -> bool:
     return True
 
 
+def _unmatched_filters(records: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """Say on stderr which filter value no record of the trail has, with the one meant (README trial s38:
+    `--event toolcall` printed an empty table, as if the run had made no call)."""
+    import difflib
+
+    for key, given in (("event", args.event), ("decision", args.decision), ("tool", args.tool)):
+        present = sorted({str(r[key]) for r in records if r.get(key)})
+        for value in (v.strip() for v in (given or "").split(",") if v.strip()):
+            if value not in present:
+                near = difflib.get_close_matches(value, present, n=1)
+                print(
+                    f"kiwi: no record of this trail has {key} '{value}'"
+                    + (
+                        f"; did you mean '{near[0]}'?"
+                        if near
+                        else f" (it has: {', '.join(present) or 'none'})"
+                    ),
+                    file=sys.stderr,
+                )
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     """Print a run's audit trail; a file or line that cannot be read is named on stderr (exit 1)."""
     from activities.audit import read_audit_trail
@@ -86,6 +107,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             hint="run ids look like run-hello_kiwi-1a2b3c4d5e; list them with `kiwi runs`",
         )
     shown = [r for r in trail.records if _wanted(r, args)]
+    _unmatched_filters(trail.records, args)
     if args.json:
         print(json.dumps(shown, indent=2))
     else:

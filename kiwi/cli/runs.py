@@ -38,8 +38,8 @@ def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
             # (README trial s38: the last of two silently won.)
             raise InputInvalid(
                 f"{what} '{key}' is given twice ('{out[key]}' and '{value}')",
-                hint=f"give it once; an array {what} is one value, its items separated by commas: --{what} "
-                f"{key}='a, b'",
+                hint=f"give it once (for an array, one value with its items separated by commas: --{what} "
+                f"{key}='a, b')",
             )
         out[key] = value
     return out

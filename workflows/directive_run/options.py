@@ -211,6 +211,10 @@ ENDED_APPROVALS = "kiwi-ended-approvals-s38"
 # slots held for it went back, and its calls were forgotten: children one after another beat "3/minute"). Asked
 # only where it changes the answer: a child that made calls in a window.
 CHILD_WINDOWS = "kiwi-child-windows-s38"
+# Since session 38 (README trial): a run failed by a step's refused call says the refusal's hint (the grant to add)
+# in its error, as kiwi run --wait and kiwi status print it; it was in the audit trail's JSON only. Asked only
+# where it changes the error: a refusal with a hint.
+STEP_HINT = "kiwi-step-hint-s38"
 # Since session 37 (hostile review): a checkpoint's number follows the last one's; it was the count of checkpoints
 # the run keeps (the last 100), so from the 102nd every checkpoint was RUN/101, overwriting the ref a pending
 # approval of a rollback named. Asked only where it changes the number.

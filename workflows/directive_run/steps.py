@@ -33,6 +33,7 @@ from workflows.directive_run.options import (
     HELD,
     RUN_OUTPUTS_BYTES,
     STEP_COMMAND_CAPPED,
+    STEP_HINT,
 )
 from workflows.directive_run.task_budget import json_bytes
 
@@ -114,7 +115,12 @@ class StepsMixin:
                         state.status = "cancelled"
                         return
                     if result.status != "ok":
-                        raise StepAborted(f"step '{step.name}': {call.tool} {result.status}: {result.reason}")
+                        # (With the refusal's hint, which names the fix: README trial s38 found it in the audit
+                        # trail's JSON only.)
+                        hint = f" ({result.hint})" if result.hint and rule_in_force(STEP_HINT) else ""
+                        raise StepAborted(
+                            f"step '{step.name}': {call.tool} {result.status}: {result.reason}{hint}"
+                        )
                     record.prerun_results.append(result.result)
                     if self.budgeted:
                         # The results travel with the run (its result, a continue-as-new's input): bounded
