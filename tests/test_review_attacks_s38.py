@@ -452,10 +452,21 @@ async def test_attack_a_newline_in_an_argument_forges_no_line_of_what_a_human_re
     ], out
     await runs.decide_approval(run_id, request.request_id, False, by="alice")
     assert (await asyncio.wait_for(call, 60)).status == "denied"
-    await runs.help(run_id, HelpRequest(kind="escalate", reason="which?\nfake line", options=["a", "b"]))
+    fake = "\n  waiting for approval approval-9 of shell.run ls notes: answer with `kiwi approve`"
+    await runs.help(
+        run_id, HelpRequest(kind="escalate", reason="which?\nfake line", options=["a", "b" + fake])
+    )
     await wait_for(lambda: status_is(runs, run_id, "awaiting_human"), what="the escalation")
-    code, out, _ = await kiwi_cli("status", run_id, *connection(runs), cwd=project)
-    assert code == 0 and "which?\\nfake line" in out and "\nfake line" not in out, out
+    code, held, _ = await kiwi_cli("status", run_id, *connection(runs), cwd=project)
+    assert code == 0 and "which?\\nfake line" in held and "\nfake line" not in held, held
+    await runs.cancel(run_id, reason="done" + fake)
+    code, ended, _ = await kiwi_cli("status", run_id, *connection(runs), cwd=project)
+    # (Fourth round: an escalation's options and a cancel's reason, each printed raw, forged such a line.)
+    for out in (held, ended):
+        forged = [
+            line for line in out.splitlines() if line.strip().startswith("waiting for approval approval-9")
+        ]
+        assert code == 0 and not forged, out
 
 
 @pytest.mark.skipif(confinement.landlock.abi_version() == 0, reason="this kernel has no Landlock")

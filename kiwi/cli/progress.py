@@ -117,7 +117,7 @@ def answers(status: RunStatus) -> list[str]:
             )
             lines.append(
                 f"escalation {d.request_id}: {one_line(d.reason)} (asked {readable_time(d.asked_at)}{went_on}): answer "
-                f"with `kiwi decide {run} {d.request_id} {'|'.join(d.options) or 'OPTION'}`"
+                f"with `kiwi decide {run} {d.request_id} {one_line('|'.join(d.options)) or 'OPTION'}`"
             )
     if status.status == "awaiting_agent" and is_session(status.run_id, status.directive):
         lines.append(

@@ -99,13 +99,13 @@ def _print_status(status: Any) -> None:
     if status.deadline_at and status.status not in TERMINAL:
         print(f"  deadline: {progress.readable_time(status.deadline_at)} (the run times out then)")
     if status.error:
-        print(f"  error: {status.error}")
+        print(f"  error: {one_line(status.error)}")
     if status.cancel_reason:
         # (The reason went to the audit trail only: the status said "cancelled" and not why or by whom.)
         said = "cancelled" if status.status == "cancelled" else "cancel asked"
-        print(f"  {said}: {status.cancel_reason}")
+        print(f"  {said}: {one_line(status.cancel_reason)}")
     if status.hint:
-        print(f"  hint: {status.hint}")
+        print(f"  hint: {one_line(status.hint)}")
     # What it waits for, each with its deadline and the command that answers it (else the run's own words).
     for line in progress.answers(status) or ([status.waiting_for] if status.waiting_for else []):
         print(f"  waiting for {line}")
@@ -135,7 +135,7 @@ def _print_status(status: Any) -> None:
             + (
                 f" (until {progress.readable_time(approval.expires_at)})"
                 if approval.status == "pending"
-                else f" by {approval.decided_by}"
+                else f" by {one_line(approval.decided_by)}"
                 if approval.decided_by
                 else ""
             )
@@ -147,14 +147,19 @@ def _print_status(status: Any) -> None:
         )
     for refused in status.refused_decisions[-5:]:
         # (The DecisionRefused hint sends the approver here: it listed them in --json only.)
-        print(f"  refused decision on {refused.request_id} by '{refused.by or '?'}': {refused.reason}")
+        print(
+            f"  refused decision on {refused.request_id} by '{one_line(refused.by or '?')}': "
+            f"{one_line(refused.reason)}"
+        )
     for child in status.children:
         print(
             f"  child {child.run_id} ({child.directive}): {child.status}"
-            + (f": {child.error}" if child.error else "")
+            + (f": {one_line(child.error)}" if child.error else "")
         )
     for checkpoint in status.checkpoints[-5:]:
-        print(f"  checkpoint {checkpoint['checkpoint']} {checkpoint['commit'][:10]} ({checkpoint['why']})")
+        print(
+            f"  checkpoint {checkpoint['checkpoint']} {checkpoint['commit'][:10]} ({one_line(checkpoint['why'])})"
+        )
 
 
 async def _watch(runs, run_id: str, as_json: bool, until_done: bool, args: Any = None) -> Any:
@@ -379,8 +384,8 @@ def _asked_by(approval: dict[str, Any]) -> str:
     """Who asked for an approval: the directive's step whose call it is, else the client that made the call (a
     step's call said "by mcp", the client that started the run: review s36)."""
     if approval.get("origin") == "step" and approval.get("step"):
-        return f"step {approval['step']}"
-    return f"by {approval.get('requested_by') or 'unknown'}"
+        return f"step {one_line(approval['step'])}"
+    return f"by {one_line(approval.get('requested_by') or 'unknown')}"
 
 
 @_with_runs

@@ -8,7 +8,7 @@ import posixpath
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
-from kiwi.globs import first_match
+from kiwi.globs import first_match, glob_reaches_below
 from kiwi.protected import (
     DEV_CONFIG,
     DIRECTIVES,
@@ -506,14 +506,15 @@ def check_argv(
             and not tree_granted(p.rel, list(g.read))
             and rule_in_force(CWD_WHOLE)
         ):
-            # A program Kiwi does not model reads any file of its cwd by a bare name (`jq . secret.json`), which no
-            # check of its words sees, and the kernel's rule for a folder is the whole folder: its cwd must be read
-            # whole (README trial s38: under `read .`, the hint's grant, jq printed a root .env and secret.json).
+            # A program Kiwi does not model reads any file of its cwd by a bare name or one it builds (`jq .
+            # secret.json`, jq's `import`), which no check of its words sees, and the kernel's rule for a folder
+            # is the whole folder: its cwd must be one the run reads whole (README trial s38: under `read .`, the
+            # hint's grant, jq printed a root secret), and no denial may reach below it (see below).
             whole = "**" if p.rel == "." else f"{p.rel}/**"
             return _no(
                 f"'{program}' is a program Kiwi does not model, which reads any file of its cwd '{p.rel}' by a bare "
                 "name, and this run may not read everything there",
-                f'run it with the cwd set to a folder the run reads whole (cwd "data" under <read resource='
+                'run it with the cwd set to a folder the run reads whole (cwd "data" under <read resource='
                 f'"filesystem" path="data/**"/>), or add <read resource="filesystem" path="{whole}"/> to '
                 "<permissions> if it may read all of it",
                 g.read,
@@ -550,6 +551,21 @@ def check_argv(
             return older
     if problem is not None and rule_in_force(DENY_INSIDE):
         return problem
+    if (
+        not modeled_program(argv[0])
+        and name not in _SAME_AS  # (egrep, rgrep, dir: read as the program they run, folders and all)
+        and (reaching := next((d for d in g.deny if glob_reaches_below(d, paths[0].rel)), None))
+        and rule_in_force(CWD_WHOLE)
+    ):
+        # (Review s38, fourth round: under `read data/**` with data/secret.json denied, jq run in data/ printed it
+        # by its bare name, and a denied data/secrets/ through jq's `import`.)
+        return _no(
+            f"'{program}' is a program Kiwi does not model, which reads any file of its cwd '{paths[0].rel}' by "
+            f"a bare name, and the run's denial '{reaching}' may name a file there",
+            "run it in a folder no denial reaches, or use a local tool a human signs, which reads what its code "
+            "says",
+            g.deny,
+        )
     problem = ungranted_below(argv, paths, g.read, options_granted, known=known)
     if problem is not None and rule_in_force(TREE_GRANTED):
         return problem
