@@ -152,6 +152,9 @@ def summarise_call(tool: str, args: dict[str, Any]) -> str:
             if isinstance(argv, list)
             else _plain(str(args.get("command") or ""))
         )
+    elif tool.startswith("git.") and isinstance(args.get("paths", []), list):
+        # (README trial s38: a git.commit's audit row and status line named no path.)
+        detail = " ".join(_plain(str(p)) for p in args.get("paths", [])) or str(args.get("checkpoint") or "")
     else:
         detail = ""
     return f"{tool} {detail}".strip()[:200]

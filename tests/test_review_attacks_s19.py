@@ -204,11 +204,12 @@ async def test_attack_control_characters_in_a_call_hide_what_the_human_approves(
         code, out, err = await kiwi_cli(*argv, *where, cwd=project)
         assert code == 0, err
         assert "\b" not in out and "\x1b[K" not in out, (argv, out)
-        # (The word quoted as the command runs it, since s36: spacing in it shows.)
-        assert "rm -f notes/important.md 'notes/\\x08" in out and "\\x1b[Kls notes'" in out, (argv, out)
+        # (The word quoted as the command runs it, since s36: spacing in it shows; JSON-quoted since s38, as it
+        # holds what is no printable text.)
+        assert 'rm -f notes/important.md "notes/\\b' in out and '\\u001b[Kls notes"' in out, (argv, out)
     code, out, _ = await kiwi_cli("approvals", "--json", *where, cwd=project)
     (pending,) = json.loads(out)
-    assert hidden in pending["summary"]  # (JSON keeps the text as it is: a script sees what runs)
+    assert json.dumps(hidden) in pending["summary"]  # (the word as JSON writes it: a script sees what runs)
     call.cancel()
     await runs.cancel(run_id)
     assert (project / "notes" / "important.md").exists()

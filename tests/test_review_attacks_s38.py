@@ -560,3 +560,15 @@ async def test_a_run_failed_by_a_refused_step_says_the_fix(runs, project):
     status = await wait_for(failed, what="the run to fail at its step")
     assert "step 'sorted': shell.run denied" in status.error, status.error
     assert 'add <execute resource="shell" commands="sort"/>' in status.error, status.error
+
+
+def test_a_git_calls_summary_names_its_paths():
+    """README trial s38, second round: a git.commit's audit row and status line named no path (its message and
+    paths only in `kiwi audit --json`). They name its paths, a name that is no printable text quoted."""
+    from kiwi.guards import summarise_call
+
+    assert (
+        summarise_call("git.commit", {"message": "m", "paths": ["notes", "src/a\nb"]})
+        == 'git.commit notes "src/a\\nb"'
+    )
+    assert summarise_call("git.rollback", {"checkpoint": "run-x/1"}) == "git.rollback run-x/1"
