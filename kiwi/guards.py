@@ -141,26 +141,29 @@ def summarise_call(tool: str, args: dict[str, Any]) -> str:
     naming what the call acts on as the tool reads it (hostile review s38: `{"command": "ls notes", "argv": ["rm",
     ...]}` showed `ls notes` and ran rm, and a move's decoy `path` showed in place of the `source` it moved)."""
     if tool.startswith("filesystem."):
-        detail = _plain(str(args.get(_subject_key(tool), "")))
+        detail = plain_text(str(args.get(_subject_key(tool), "")))
         if args.get("destination"):
-            detail += f" -> {_plain(str(args['destination']))}"
+            detail += f" -> {plain_text(str(args['destination']))}"
     elif tool == "shell.run":
         # (argv's words quoted where they need to be: `sort 'a -o b'` is one word, README trial s36.)
         argv = parse_command(args)
         detail = (
             " ".join(map(shown_word, argv))
             if isinstance(argv, list)
-            else _plain(str(args.get("command") or ""))
+            else plain_text(str(args.get("command") or ""))
         )
     elif tool.startswith("git.") and isinstance(args.get("paths", []), list):
         # (README trial s38: a git.commit's audit row and status line named no path.)
-        detail = " ".join(_plain(str(p)) for p in args.get("paths", [])) or str(args.get("checkpoint") or "")
+        detail = " ".join(plain_text(str(p)) for p in args.get("paths", [])) or str(
+            args.get("checkpoint") or ""
+        )
     else:
         detail = ""
     return f"{tool} {detail}".strip()[:200]
 
 
-def _plain(text: str) -> str:
+def plain_text(text: str) -> str:
+    """``text`` as it is when it is printable text, else JSON-quoted (a line break shows as \\n)."""
     return text if text.isprintable() else json.dumps(text)
 
 

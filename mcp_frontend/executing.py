@@ -350,7 +350,7 @@ def _approvals(directive: Any, project_root: Path) -> dict[str, Any]:
     """The run answer's word on the calls that wait for a human, when some do."""
     from kiwi.items.validation import run_approvals
 
-    patterns = list(dict.fromkeys(run_approvals(directive, project_root)))
+    patterns = run_approvals(directive, project_root)
     if not patterns:
         return {}
     return {

@@ -309,9 +309,7 @@ def approvals_line(patterns: list[str]) -> str:
     """How validate, show and sign print the calls that wait for a human in a run of a directive."""
     if not patterns:
         return "approvals: none (no call waits for a human)"
-    return (
-        f"approvals: {', '.join(dict.fromkeys(patterns))} (such a call waits for a human's signed approval)"
-    )
+    return f"approvals: {', '.join(patterns)} (such a call waits for a human's signed approval)"
 
 
 def run_approvals(directive: Directive, project_root: Path) -> list[str]:
@@ -323,17 +321,17 @@ def approval_patterns(directive: Directive, project_root: Path, harness: Harness
     """The tool patterns whose calls wait for a human's approval in a run of ``directive`` started here, as the run
     puts them together (``HumansMixin._approval_patterns``): the harness's ``approvals.tools``, the directive's
     ``<approvals>``, each registered server's ``require_approval``. The harness's part is left out when it cannot
-    be read (None; its own check says why), the registry's likewise."""
+    be read (None; its own check says why), the registry's likewise. Each pattern once, in that order."""
     from kiwi.upstream.registry import load_registry
 
     patterns = [*directive.metadata.approvals, *(harness.limits.approval_tools if harness else [])]
     try:
         registry = load_registry(project_root, user_space())
     except KiwiError:
-        return patterns
+        return list(dict.fromkeys(patterns))
     for server, config in registry.servers.items():
         patterns += [f"{server}.{tool}" for tool in config.info().require_approval]
-    return patterns
+    return list(dict.fromkeys(patterns))
 
 
 def unknown_tool_names(
@@ -507,7 +505,7 @@ def validate_file(
         harness = _harness_or_none(root)
         patterns = approval_patterns(parsed, root, harness)
         # (README trial s38: validate, show and sign printed the grants and not which calls wait for a human.)
-        result["approvals"] = list(dict.fromkeys(patterns))
+        result["approvals"] = patterns
         weaker = _base_policy_refusals(parsed, path, source, root, harness) if source is not None else []
         for step in result["steps"]:
             marker = f'step "{step["step"]}"'
