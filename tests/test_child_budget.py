@@ -66,16 +66,98 @@ async def test_a_finished_childs_calls_count_in_its_parents_window(runs, project
     await runs.cancel(run_id)
 
 
-async def _settled(runs, run_id: str, kid: str) -> bool:
-    return any(c.run_id == kid and c.status == "completed" for c in (await runs.status(run_id)).children)
+async def test_a_grandchilds_window_slots_stay_held_after_its_parent_ends(runs, project):
+    """Hostile review s38, fourth round: a child that ended while its own child still ran gave its window slots
+    back to the parent, and the grandchild's calls counted in no window (5 writes under 4 an hour). The slots a
+    child still holds for runs it started now stay held in its parent (CHILD_HELD)."""
+    _parent_and_kid(project, "4/hour")
+    write_directive(project / ".ai" / "directives" / "mid.md", directive_md(
+        '<step name="work"><action>Delegate.</action></step>', name="mid", permissions=PARENT))  # fmt: skip
+    run_id = await runs.start("parent", {})
+    await wait_for(lambda: _waiting(runs, run_id), what="the parent to wait for its agent")
+    mid = (await runs.call_tool(run_id, "directive.run", {"directive": "mid"})).result["run_id"]
+    await wait_for(lambda: _waiting(runs, mid), what="the child to wait for its agent")
+    kid = (await runs.call_tool(mid, "directive.run", {"directive": "kid"})).result["run_id"]
+    await wait_for(lambda: _waiting(runs, kid), what="the grandchild to wait for its agent")
+    await runs.complete_step(mid, "work", {"done": True})
+    await runs.handle(mid).result()
+    await wait_for(lambda: _settled(runs, run_id, mid), what="the parent to see its child end")
+    grandchild = (await runs.call_tool(kid, "filesystem.write", {"path": "notes/k0", "content": "x"})).status
+    parent = [
+        (await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/p{i}", "content": "x"})).status
+        for i in range(4)
+    ]
+    assert grandchild == "ok"
+    assert parent == ["ok", "ok", "ok", "rate_limited"], parent
+    assert len(list((project / "notes").iterdir())) == 4  # the limit, all three runs together
+    await runs.cancel(kid)
+    await runs.cancel(run_id)
 
 
-def _parent_and_kid(project, limit: str) -> None:
-    """`parent`, which may write notes/ and start `kid`, which may write notes/; filesystem.write limited to
-    ``limit``."""
+async def test_a_failed_childs_calls_count_in_its_parents_window(runs, project):
+    """Hostile review s38, fourth round: a child that failed settled with nothing known, so the calls it made in a
+    window were forgotten and its parent made the whole limit again. A failed child now says what it used."""
+    _parent_and_kid(project, "3/hour", fails=True)
+    run_id = await runs.start("parent", {})
+    await wait_for(lambda: _waiting(runs, run_id), what="the parent to wait for its agent")
+    kid = (await runs.call_tool(run_id, "directive.run", {"directive": "kid"})).result["run_id"]
+    await wait_for(lambda: _waiting(runs, kid), what="the child to wait for its agent")
+    child = [
+        (await runs.call_tool(kid, "filesystem.write", {"path": f"notes/k{i}", "content": "x"})).status
+        for i in range(2)
+    ]
+    await runs.complete_step(kid, "wait", {"done": True})
+    await wait_for(lambda: _settled(runs, run_id, kid, "failed"), what="the parent to see its child fail")
+    parent = [
+        (await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/p{i}", "content": "x"})).status
+        for i in range(3)
+    ]
+    assert child == ["ok", "ok"], child
+    assert parent == ["ok", "rate_limited", "rate_limited"], parent
+    assert len(list((project / "notes").iterdir())) == 3
+    await runs.cancel(run_id)
+
+
+async def test_a_terminated_childs_window_slots_stay_held(runs, project):
+    """A child ended from outside (terminated) says nothing of what it used: it may have used every window slot it
+    had just now, and started runs that go on; its slots stay held in the parent (CHILD_HELD). They went back,
+    so the parent made the whole limit again after the child's calls."""
+    _parent_and_kid(project, "3/hour")
+    run_id = await runs.start("parent", {})
+    await wait_for(lambda: _waiting(runs, run_id), what="the parent to wait for its agent")
+    kid = (await runs.call_tool(run_id, "directive.run", {"directive": "kid"})).result["run_id"]
+    await wait_for(lambda: _waiting(runs, kid), what="the child to wait for its agent")
+    child = [
+        (await runs.call_tool(kid, "filesystem.write", {"path": f"notes/k{i}", "content": "x"})).status
+        for i in range(2)
+    ]
+    await runs.handle(kid).terminate("operator")
+    await wait_for(lambda: _settled(runs, run_id, kid, "failed"), what="the parent to see its child end")
+    parent = [
+        (await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/p{i}", "content": "x"})).status
+        for i in range(2)
+    ]
+    assert child == ["ok", "ok"], child
+    assert parent == ["ok", "rate_limited"], parent
+    await runs.cancel(run_id)
+
+
+async def _settled(runs, run_id: str, kid: str, status: str = "completed") -> bool:
+    return any(c.run_id == kid and c.status == status for c in (await runs.status(run_id)).children)
+
+
+def _parent_and_kid(project, limit: str, fails: bool = False) -> None:
+    """`parent`, which may write notes/ and start `kid`, which may write notes/ (and, if ``fails``, fails after
+    its agent's step: its next step runs a program it may not); filesystem.write limited to ``limit``."""
     write(project / ".ai" / "config" / "agent_harness.yaml", f"rate_limits:\n  filesystem.write: {limit}\n")
     ai = project / ".ai" / "directives"
-    write_directive(ai / "kid.md", directive_md('<step name="wait"><action>Wait.</action></step>', name="kid",
-                                                permissions=WRITES))  # fmt: skip
+    then = (
+        '<step name="boom"><tool_call tool="shell.run"><param name="command">sort notes/k0</param></tool_call>'
+        "</step>"
+        if fails
+        else ""
+    )
+    write_directive(ai / "kid.md", directive_md('<step name="wait"><action>Wait.</action></step>' + then,
+                                                name="kid", permissions=WRITES))  # fmt: skip
     write_directive(ai / "parent.md", directive_md('<step name="work"><action>Delegate.</action></step>',
                                                    name="parent", permissions=PARENT))  # fmt: skip

@@ -1175,3 +1175,49 @@ async def test_record_step_hint_history(runs, project):
     with pytest.raises(WorkflowFailureError):
         await runs.handle(run_id).result()
     await _save_history(runs.handle(run_id), "step_hint_said", project)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KIWI_RECORD_HISTORY"), reason="set KIWI_RECORD_HISTORY=1 to re-record"
+)
+async def test_record_child_held_history(runs, project):
+    """Record tests/histories/child_held_kept-{patch id}.json: under `filesystem.write: 4/hour` a parent's child
+    starts a grandchild and ends; another child writes twice and fails; the parent writes four times (since
+    CHILD_HELD the grandchild's slot stays held and the failed child's writes count: one goes through).
+    (child_held_gave_back-{patch id}.json is the same run recorded by the code before the rule, 85ed92d: all four
+    went through; it replays without the rule.)"""
+    from tests.helpers import directive_md, write_directive
+    from tests.test_child_budget import PARENT, _parent_and_kid
+
+    _parent_and_kid(project, "4/hour", fails=True)
+    write_directive(
+        project / ".ai" / "directives" / "mid.md",
+        directive_md('<step name="work"><action>Delegate.</action></step>', name="mid", permissions=PARENT),
+    )
+    run_id = await runs.start("parent", {})
+    await awaiting_step(runs, run_id, "work")
+    mid = (await runs.call_tool(run_id, "directive.run", {"directive": "mid"})).result["run_id"]
+    await awaiting_step(runs, mid, "work")
+    grandchild = (await runs.call_tool(mid, "directive.run", {"directive": "kid"})).result["run_id"]
+    await awaiting_step(runs, grandchild, "wait")
+    await runs.complete_step(mid, "work", {"done": True})
+    await runs.handle(mid).result()
+    await runs.call_tool(grandchild, "filesystem.write", {"path": "notes/g0", "content": "x"})
+    kid = (await runs.call_tool(run_id, "directive.run", {"directive": "kid"})).result["run_id"]
+    await awaiting_step(runs, kid, "wait")
+    for i in range(2):
+        await runs.call_tool(kid, "filesystem.write", {"path": f"notes/k{i}", "content": "x"})
+    await runs.complete_step(kid, "wait", {"done": True})
+    with pytest.raises(WorkflowFailureError):
+        await runs.handle(kid).result()
+    await wait_for(lambda: _child_ended(runs, run_id, kid), what="the parent to see its child fail")
+    for i in range(4):
+        await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/p{i}", "content": "x"})
+    await runs.cancel(grandchild)
+    await runs.complete_step(run_id, "work", {"done": True})
+    await runs.handle(run_id).result()
+    await _save_history(runs.handle(run_id), "child_held_kept", project)
+
+
+async def _child_ended(runs, run_id: str, kid: str) -> bool:
+    return any(c.run_id == kid and c.status == "failed" for c in (await runs.status(run_id)).children)

@@ -34,6 +34,7 @@ from workflows.directive_run.errors import (
 from workflows.directive_run.options import (
     CHILD_ATTRIBUTES,
     CHILD_DEADLINE,
+    CHILD_HELD,
     CHILD_UNUSED_RETURNED,
     CHILD_WINDOWS,
     HELD,
@@ -55,6 +56,24 @@ def _named(args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             error_type=InputInvalid.type,
         )
     return name, inputs
+
+
+def _spent_in(
+    cause: BaseException | None,
+) -> tuple[dict[str, int], dict[str, list[float]], dict[str, int]] | None:
+    """What a failed child run used of its budget, from its failure's details (None if it carries none)."""
+    details = getattr(cause, "details", None) or ()
+    spent = details[0] if details and isinstance(details[0], dict) else None
+    if spent is None:
+        return None
+    try:
+        return (
+            {str(p): int(n) for p, n in (spent.get("call_counts") or {}).items()},
+            {str(p): [float(t) for t in ts] for p, ts in (spent.get("rate_times") or {}).items()},
+            {str(p): int(n) for p, n in (spent.get("window_reserved") or {}).items()},
+        )
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 class ChildrenMixin:
@@ -263,28 +282,50 @@ class ChildrenMixin:
         record: ChildRecord,
         used: dict[str, int] | None,
         times: dict[str, list[float]] | None = None,
+        held: dict[str, int] | None = None,
     ) -> None:
         """Give back what a finished child did not use of the budget held for it (nothing if unknown); the
-        times of the calls it made in each window count in this run's windows (CHILD_WINDOWS)."""
-        for pattern, held in record.reserved.items():
+        times of the calls it made in each window count in this run's windows (CHILD_WINDOWS), and the window
+        slots it still holds for runs it started that go on stay held here until this run ends (CHILD_HELD):
+        nothing tells this run when they end."""
+        for pattern, held_count in record.reserved.items():
             if used is None:
-                count = held
+                count = held_count
             elif pattern in used:
                 count = used[pattern]
             else:
                 # A child that made no call of the pattern has no count of it: it used none. Before
                 # CHILD_UNUSED_RETURNED that read as all of it used, and the parent kept none back.
-                count = 0 if workflow.patched(CHILD_UNUSED_RETURNED) else held
-            unused = held - min(held, count)
+                count = 0 if workflow.patched(CHILD_UNUSED_RETURNED) else held_count
+            unused = held_count - min(held_count, count)
             self.state.call_counts[pattern] = max(0, self.state.call_counts.get(pattern, 0) - unused)
+        slots = {p: n for p, n in record.reserved_windows.items() if n}
+        if used is None and slots and rule_in_force(CHILD_HELD):
+            # A child that ended saying nothing (terminated) may have used every slot it had just now; and
+            # so may runs it started, which may go on: its slots stay held until this run ends.
+            held = slots
         made = {p: list((times or {}).get(p, [])) for p in record.reserved_windows}
         if any(made.values()) and rule_in_force(CHILD_WINDOWS):
             # (Hostile review s38: the slots went back and the child's calls were forgotten, so six children one
             # after another, and the parent, made 15 calls under a limit of 3 a minute.)
             for pattern, stamps in made.items():
                 self.state.rate_times[pattern] = sorted([*self.state.rate_times.get(pattern, []), *stamps])
-        for pattern, slots in record.reserved_windows.items():
-            self.state.window_reserved[pattern] = max(0, self.state.window_reserved.get(pattern, 0) - slots)
+        kept = {p: min(n, (held or {}).get(p, 0)) for p, n in slots.items()}
+        if any(kept.values()) and rule_in_force(CHILD_HELD):
+            # (Hostile review s38: a child ended while its own child ran; the slots went back here, and the
+            # grandchild's calls counted in no window: 5 reads under 4 a minute.)
+            self.audit.record(
+                {
+                    "event": "child_slots_kept",
+                    "child_run": record.run_id,
+                    "slots": {p: n for p, n in kept.items() if n},
+                }
+            )
+        else:
+            kept = {}
+        for pattern, n in record.reserved_windows.items():
+            back = n - kept.get(pattern, 0)
+            self.state.window_reserved[pattern] = max(0, self.state.window_reserved.get(pattern, 0) - back)
         record.reserved = {}
         record.reserved_windows = {}
 
@@ -304,9 +345,19 @@ class ChildrenMixin:
                     "error": record.error,
                 }
             )
-            self._settle(record, None)
+            spent = _spent_in(cause)
+            if (
+                spent is not None
+                and (record.reserved or record.reserved_windows)
+                and rule_in_force(CHILD_HELD)
+            ):
+                # A failed child says what it used, as a finished one does (CHILD_HELD): its window calls
+                # were forgotten, and all it had been given was kept back.
+                self._settle(record, *spent)
+            else:
+                self._settle(record, None)
             return None
         record.status = result.status
-        self._settle(record, result.call_counts, result.rate_times)
+        self._settle(record, result.call_counts, result.rate_times, result.window_reserved)
         self.audit.record({"event": "child_finished", "child_run": record.run_id, "status": record.status})
         return result

@@ -211,6 +211,12 @@ ENDED_APPROVALS = "kiwi-ended-approvals-s38"
 # slots held for it went back, and its calls were forgotten: children one after another beat "3/minute"). Asked
 # only where it changes the answer: a child that made calls in a window.
 CHILD_WINDOWS = "kiwi-child-windows-s38"
+# Since session 39 (hostile review s38): a child that ends while runs it started still run tells its parent the
+# window slots it still holds for them, and the parent keeps those held until its own end (it cannot see them
+# end); they went back, and a grandchild's calls counted in no window. A child that fails says what it used as a
+# finished one does, and one that ends saying nothing counts as having used its window slots just now (its calls
+# were forgotten). Asked only where it changes the answer: a child ending with slots held or with window slots.
+CHILD_HELD = "kiwi-child-held-s39"
 # Since session 38 (README trial): a run failed by a step's refused call says the refusal's hint (the grant to add)
 # in its error, as kiwi run --wait and kiwi status print it; it was in the audit trail's JSON only. Asked only
 # where it changes the error: a refusal with a hint.

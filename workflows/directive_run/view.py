@@ -115,15 +115,25 @@ class ViewMixin:
             lines.append(f"Error: {state.error}")
         workflow.set_current_details("\n\n".join(lines))
 
+    def _spent(self: DirectiveRun) -> dict[str, Any]:
+        """What a parent settles a child's share of its budget with: the calls counted against each rate limit,
+        the times of the calls in each window, and the window slots still held for runs this one started that
+        have not ended (CHILD_HELD). A child run's result carries it, and so does its failure."""
+        return {
+            "call_counts": dict(self.state.call_counts),
+            "rate_times": self.state.rate_times,
+            "window_reserved": {p: n for p, n in self.state.window_reserved.items() if n},
+        }
+
     def _result(self: DirectiveRun) -> DirectiveRunResult:
+        session = is_session(self.snap.run_id, self.snap.directive.name)
         return DirectiveRunResult(
             run_id=self.snap.run_id,
             status=self.state.status,
             outputs={n: r.outputs for n, r in self.state.steps.items()},
             error=self.state.error,
             calls=self.state.call_seq,
-            call_counts=dict(self.state.call_counts),
-            rate_times=self.state.rate_times,
+            **({} if session else self._spent()),
             **(
                 self.state.model_dump(
                     include={
@@ -133,13 +143,15 @@ class ViewMixin:
                         "result_hashes",
                         "loop_warnings",
                         "hold_reason",
+                        "call_counts",
+                        "rate_times",
                         "children",
                         "window_reserved",
                         "audit_seq",
                         "stored_refusals",
                     }
                 )
-                if is_session(self.snap.run_id, self.snap.directive.name)
+                if session
                 else {}
             ),
         )

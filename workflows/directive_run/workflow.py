@@ -271,10 +271,13 @@ class DirectiveRun(
         if self.hardened:
             await asyncio.gather(*(task for task, wait in self.background if wait and not task.done()))
         await self.audit.flush()
+        # A child's failure carries what it used, as its result would: the parent settles its share of the budget
+        # with it (CHILD_HELD). Only the failure's details differ, no command.
+        spent = (self._spent(),) if workflow.info().parent is not None else ()
         if state.status == "failed":
-            raise StepFailed.error(state.error)
+            raise StepFailed.error(state.error, *spent)
         if state.status == "timed_out":
-            raise RunTimedOut.error(state.error)
+            raise RunTimedOut.error(state.error, *spent)
         return self._result()
 
     # ------------------------------------------------------------------ handlers
