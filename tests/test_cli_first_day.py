@@ -104,9 +104,8 @@ async def test_a_wait_on_an_approval_shows_progress_and_ctrl_c_stops_watching_no
     watcher = await _watching(runs, run_id, "--json")
     first = json.loads(await asyncio.wait_for(watcher.stdout.readline(), 60))
     assert first["run_id"] == run_id and first["status"] == "awaiting_approval", first
-    code, out, err = await kiwi_cli(
-        "approve", run_id, "approval-1", "--by", "alice", "--json", *connection(runs)
-    )
+    # (The bare number names it too: README trial s38 typed `kiwi approve RUN 1` and was told no such request.)
+    code, out, err = await kiwi_cli("approve", run_id, "1", "--by", "alice", "--json", *connection(runs))
     assert code == 0, err
     decided = json.loads(out)
     assert decided["approved"] is True and decided["request_id"] == "approval-1"
@@ -318,6 +317,19 @@ async def test_doctor_names_each_problem_with_its_fix(runs, project):
     store = {c["name"]: c for c in json.loads(out)["checks"]}["payload store"]
     assert not store["ok"] and store["warning"] and "mode 777" in store["detail"]
     assert f"chmod 700 {open_store}" in store["hint"]
+    # Its last line counts the warnings (README trial s38: "all good" under three warnings).
+    report = json.loads(out)
+    failed = [c for c in report["checks"] if not c["ok"] and not c["warning"]]
+    warned = [c for c in report["checks"] if not c["ok"] and c["warning"]]
+    code, text, _ = await kiwi_cli(
+        "doctor", "--no-mcp", *connection(runs), env={"KIWI_PAYLOAD_STORE": str(open_store)}
+    )
+    assert warned and "all good" not in text
+    assert text.rstrip("\n").splitlines()[-1] == (
+        f"{len(failed)} problem(s) above, and {len(warned)} warning(s)"
+        if failed
+        else f"no problem; {len(warned)} warning(s) above, each only for some uses"
+    ), text
     # Whether docker tools can run here, and what to install when not.
     code, out, _ = await kiwi_cli(
         "doctor",
@@ -617,3 +629,24 @@ async def test_an_input_given_twice_and_runs_outside_a_project_say_so(runs, proj
     assert code == 0 and f"{elsewhere} is no Kiwi project (no .ai/ at or above it)" in out, out
     code, out, _ = await kiwi_cli("runs", *connection(runs), cwd=project)
     assert code == 0 and "is no Kiwi project" not in out, out
+
+
+def test_kiwi_init_keeps_what_kiwi_writes_out_of_version_control(tmp_path, monkeypatch):
+    """README trial s38: after `kiwi init` in a repository, `git status` listed the audit trail and the search
+    index (.ai/logs, .ai/.cache) as files to commit. The scaffold's .ai/.gitignore keeps them out."""
+    from kiwi.cli import main as kiwi_main
+
+    monkeypatch.chdir(tmp_path)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert kiwi_main(["init"]) == 0
+    write(tmp_path / ".ai" / "logs" / "audit" / "2026-11-28" / "run.jsonl", "{}\n")
+    write(tmp_path / ".ai" / ".cache" / "index.sqlite", "x")
+    listed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    assert "?? .ai/directives/hello_kiwi.md" in listed, listed  # the project's own files are still seen
+    assert not [line for line in listed if "/logs/" in line or "/.cache/" in line], listed

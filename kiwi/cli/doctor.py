@@ -553,7 +553,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             print(f"{mark} {c.name}: {c.detail}")
             if c.hint and not c.ok:
                 print(f"     fix: {c.hint}")
-        print("all good" if not failed else f"{len(failed)} problem(s) above")
+        warned = [c for c in checks if not c.ok and c.warning]
+        if failed:
+            print(f"{len(failed)} problem(s) above" + (f", and {len(warned)} warning(s)" if warned else ""))
+        else:
+            # (README trial s38: "all good" under three warnings read as nothing to look at.)
+            print(
+                f"no problem; {len(warned)} warning(s) above, each only for some uses"
+                if warned
+                else "all good"
+            )
     return 1 if failed else 0
 
 

@@ -677,6 +677,11 @@ async def cmd_decide(args: argparse.Namespace, runs: RunClient) -> int:
     return 0
 
 
+def _approval_id(text: str) -> str:
+    """An approval's id as `kiwi status` prints it (approval-3), or its bare number (README trial s38)."""
+    return f"approval-{text}" if text.isdigit() else text
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dev", help="start the embedded stack: Temporal dev server + worker + MCP front end")
     p.add_argument(
@@ -930,7 +935,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     for name, verb in (("approve", "approve"), ("reject", "reject")):
         p = sub.add_parser(name, help=f"{verb} a call that waits for approval (see `kiwi status RUN`)")
         p.add_argument("run", help="run id")
-        p.add_argument("request", help="approval request id, e.g. approval-3")
+        p.add_argument(
+            "request", type=_approval_id, help="approval request id, e.g. approval-3 (or just its number: 3)"
+        )
         p.add_argument("--reason", default="", help="why (recorded in the run and its audit trail)")
         p.add_argument(
             "--as",
