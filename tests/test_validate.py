@@ -602,10 +602,12 @@ def test_a_key_given_twice_in_a_settings_file_is_an_error_naming_both_lines(proj
 def test_a_misspelt_attribute_or_element_outside_permissions_is_named_with_the_one_meant(project, capsys):
     """README trial s36: `<step conditon=...>` (a step that then always runs), `<approvals timout=...>` (the default
     wait), `<input requried=...>`, `<approval>` and `<parm>` validated with nothing said, or without the name
-    meant. Each is a warning naming what Kiwi ignores and the one meant."""
+    meant. Each is named with the one meant; since README trial s38 an error (as written, the directive does less
+    than it says, and `kiwi sign` signed it), as is a <param> with no name (`<param key="command">`, dropped)."""
     body = (
         '<step name="sorted" conditon="inputs.unique"><tool_call tool="shell.run">'
-        '<param name="command">sort notes.txt</param><parm name="cwd">.</parm></tool_call></step>'
+        '<param name="command">sort notes.txt</param><parm name="cwd">.</parm><param key="stdin">x</param>'
+        "</tool_call></step>"
     )
     path = write(
         project / ".ai" / "directives" / "typos.md",
@@ -617,15 +619,27 @@ def test_a_misspelt_attribute_or_element_outside_permissions_is_named_with_the_o
             extra_meta='<approvals timout="600"><tool>shell.run</tool></approvals>',
         ),
     )
-    assert kiwi(["validate", str(path), "--json"]) == 0
-    warnings = [p["message"] for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]]
+    assert kiwi(["validate", str(path), "--json"]) == 1
+    errors = [
+        p["message"]
+        for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]
+        if p["severity"] == "error"
+    ]
     for expected in (
         "<step> has no attribute 'conditon', which is ignored; did you mean condition=\"...\"?",
         "<input> has no attribute 'requried', which is ignored; did you mean required=\"...\"?",
         "<approvals> has no attribute 'timout', which is ignored; did you mean timeout=\"...\"?",
         "unknown element <parm> in <tool_call> ignored; did you mean <param>?",
+        '<param> needs a name attribute: <param name="...">value</param> (it has key="stdin")',
     ):
-        assert expected in warnings, warnings
+        assert expected in errors, errors
+    # An attribute like none Kiwi reads is still only a warning (a note for people, an extension).
+    write(path, path.read_text().replace('conditon="inputs.unique"', 'reviewed-by="ana"').replace(
+        '<parm name="cwd">.</parm><param key="stdin">x</param>', "").replace(' requried="true"', "").replace(
+        ' timout="600"', ""))  # fmt: skip
+    assert kiwi(["validate", str(path), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)["items"][0]["problems"]
+    assert [p["severity"] for p in found if "reviewed-by" in p["message"]] == ["warning"], found
 
 
 @pytest.mark.parametrize(
