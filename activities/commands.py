@@ -42,6 +42,15 @@ else:
 """
 
 
+def _unexpanded(words: list[str], cwd: str) -> list[str]:
+    """The words that look like a shell's wildcard patterns and name no file: a shell would have expanded them."""
+    return [
+        w
+        for w in words
+        if not w.startswith("-") and any(c in w for c in "*?[") and not os.path.lexists(os.path.join(cwd, w))
+    ]
+
+
 class CommandActivities:
     @activity.defn(name="run_command")
     async def run_command(self, req: CommandRequest) -> dict[str, Any]:
@@ -151,12 +160,20 @@ class CommandActivities:
                 f"the command made {_made_and_aside(moved)}; only a grant naming a protected place reaches it (one "
                 "that was not there, so the kernel could not hold it)"
             )
-        return {
+        answer = {
             "exit_code": result.exit_code,
             "stdout": result.stdout,
             "stderr": result.stderr,
             "truncated": result.truncated,
         }
+        patterns = _unexpanded(req.argv[1:], str(cwd)) if result.exit_code else []
+        if patterns:
+            # (README trial s38: `wc -l data/*.txt` failed with "No such file", and nothing said why.)
+            answer["note"] = (
+                f"nothing expands {', '.join(patterns[:3])}: Kiwi runs the program without a shell, so it got the "
+                "pattern as a name; name each file (filesystem.list lists a folder)"
+            )
+        return answer
 
     @activity.defn(name="run_local_tool")
     async def run_local_tool(self, req: LocalToolRequest) -> Any:

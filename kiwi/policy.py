@@ -25,6 +25,7 @@ from kiwi.shellpolicy import (
     refused_program,
     worker_refusal,
 )
+from kiwi.shellpolicy.results import xml_attr
 
 FILESYSTEM_TOOLS = (
     "filesystem.read",
@@ -445,7 +446,7 @@ class PermissionSet(BaseModel):
             return Decision(
                 allowed=False,
                 reason=f"network host {where} is not granted",
-                hint=f'add <execute resource="network" hosts="{where}"/> to <permissions>',
+                hint=f'add <execute resource="network" hosts="{xml_attr(where)}"/> to <permissions>',
                 checked_against=list(self.network_hosts),
             )
         return Decision(allowed=True, checked_against=[grant])
@@ -468,13 +469,13 @@ class PermissionSet(BaseModel):
             return Decision(
                 allowed=False,
                 reason=f"'{tool}' is not granted",
-                hint=f'add <execute resource="mcp" name="{server}" actions="{action}"/> to <permissions>',
+                hint=f'add <execute resource="mcp" name="{xml_attr(server)}" actions="{xml_attr(action)}"/> to <permissions>',
                 checked_against=[f"{server}:{','.join(granted)}"] if granted else [],
             )
         return Decision(
             allowed=False,
             reason=f"tool '{tool}' is not granted",
-            hint=f'add <execute resource="tool" id="{tool}"/> to <permissions>',
+            hint=f'add <execute resource="tool" id="{xml_attr(tool)}"/> to <permissions>',
             checked_against=list(self.tools),
         )
 
@@ -505,7 +506,7 @@ class PermissionSet(BaseModel):
         return Decision(
             allowed=False,
             reason=f"'{tool}' needs the kiwi-mcp {action} grant, which this run does not have",
-            hint=f'add <execute resource="kiwi-mcp" action="{action}"/> to <permissions>',
+            hint=f'add <execute resource="kiwi-mcp" action="{xml_attr(action)}"/> to <permissions>',
             checked_against=[f"kiwi-mcp:{','.join(self.kiwi_actions)}"] if self.kiwi_actions else [],
         )
 
@@ -555,7 +556,7 @@ class PermissionSet(BaseModel):
                 allowed=False,
                 reason=f"'{shown_path(rel)}' is in the protected place '{root}', which only a grant naming it "
                 "reaches",
-                hint=f'add <{mode} resource="filesystem" path="{root}/**"/> to <permissions> if the directive '
+                hint=f'add <{mode} resource="filesystem" path="{xml_attr(root)}/**"/> to <permissions> if the directive '
                 "really must touch it (a human signs that directive)",
                 checked_against=list(grants),
             )
@@ -567,7 +568,7 @@ class PermissionSet(BaseModel):
         return Decision(
             allowed=False,
             reason=f"{mode} not allowed on '{shown_path(rel)}'",
-            hint=f'add <{mode} resource="filesystem" path="{suggestion}"/> to <permissions>',
+            hint=f'add <{mode} resource="filesystem" path="{xml_attr(suggestion)}"/> to <permissions>',
             checked_against=list(grants),
         )
 

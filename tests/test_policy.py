@@ -232,3 +232,21 @@ def test_a_network_grant_that_names_no_host_is_an_error(attrs, says):
 
     problems = entry_problems(PermissionEntry(tag="execute", attrs={"resource": "network", **attrs}))
     assert any(says in p for p in problems), problems
+
+
+@pytest.mark.parametrize("word", ['we"ird', "a&b<c", "plain"])
+def test_a_refusals_hint_is_xml_whatever_the_name_it_holds(word):
+    """README trial s38: a hint built from a name holding `"` was no XML, so the grant an author copied from it broke
+    the directive. Each hint's element parses, and its attribute is the name refused."""
+    import xml.etree.ElementTree as ET
+
+    grants = PermissionSet(shell=["ls"])
+    hints = {
+        "commands": grants.check_shell({"argv": [word, "x"]}, []).hint,
+        "name": grants.check_tool_id(f"{word}.tool").hint,
+        "id": grants.check_tool_id(word).hint,
+        "path": grants.check_path("read", f"{word}.txt").hint,
+    }
+    for attribute, hint in hints.items():
+        element = ET.fromstring(hint.removeprefix("add ").partition(" to <permissions>")[0])
+        assert word in element.get(attribute), (attribute, hint)

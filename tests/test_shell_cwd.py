@@ -131,3 +131,27 @@ async def test_a_backup_into_a_folder_is_no_write_beside_the_folder(runs, projec
     assert (project / "out" / "a.txt").read_text() == "alpha\n"
     assert (project / "out" / "a.txt~").read_text() == "the first\n"
     assert not (project / "out~").exists()
+
+
+async def test_a_wildcard_nothing_expands_is_named_when_the_program_fails(runs, project):
+    """README trial s38: `wc -l data/*.txt` failed with wc's "No such file", and nothing said that no shell runs
+    to expand the pattern. The failed call's answer now says so; a file whose name holds `*` is no pattern."""
+    (project / "data").mkdir()
+    (project / "data" / "a.txt").write_text("one\n")
+    (project / "data" / "b*.txt").write_text("two\n")
+    run_id = await agent_run(
+        runs,
+        project,
+        "count",
+        '<read resource="filesystem" path="data/**"/><execute resource="shell" commands="wc"/>',
+    )
+
+    failed = await shell(runs, run_id, "wc", "-l", "data/*.txt")
+    named = await shell(runs, run_id, "wc", "-l", "data/b*.txt")
+
+    assert failed.status == "ok" and failed.result["exit_code"] != 0, failed
+    assert failed.result["note"].startswith(
+        "nothing expands data/*.txt: Kiwi runs the program without a shell"
+    )
+    assert named.result["exit_code"] == 0 and "note" not in named.result, named
+    await runs.cancel(run_id)

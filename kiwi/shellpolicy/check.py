@@ -40,7 +40,7 @@ from kiwi.shellpolicy.programs import (
     program_name,
     refused_program,
 )
-from kiwi.shellpolicy.results import _LOCAL_HINT, PathArgument, ShellVerdict, _no
+from kiwi.shellpolicy.results import _LOCAL_HINT, PathArgument, ShellVerdict, _no, xml_attr
 from kiwi.shellpolicy.rules import (
     ARCHIVE_OPTIONS,
     CWD_UNREAD,
@@ -460,7 +460,7 @@ def check_argv(
     if not named and "*" not in allowed:
         return _no(
             f"shell command '{program}' is not in the allowlist",
-            f'add <execute resource="shell" commands="{program}"/> to <permissions>',
+            f'add <execute resource="shell" commands="{xml_attr(program)}"/> to <permissions>',
             allowed,
         )
     why = later_refused(argv[0])
@@ -475,7 +475,7 @@ def check_argv(
         return _no(
             f"'{program}' is not a program Kiwi knows, and commands=\"*\" covers only the programs whose "
             "options and written files Kiwi checks",
-            f'name it in <execute resource="shell" commands="{program}"/> if the directive really needs it '
+            f'name it in <execute resource="shell" commands="{xml_attr(program)}"/> if the directive really needs it '
             "(a human signs that directive; Kiwi then checks only the paths its arguments name, as reads), "
             "or " + _LOCAL_HINT,
             allowed,

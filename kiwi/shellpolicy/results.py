@@ -40,3 +40,9 @@ _LOCAL_HINT = (
     'use a local tool (.ai/tools, granted with <execute resource="tool"/>) or a Kiwi built-in '
     "(filesystem.*, git.*) instead"
 )
+
+
+def xml_attr(value: str) -> str:
+    """``value`` as it may stand between the double quotes of an attribute in a hint's XML, which an author copies
+    into a directive (README trial s38: a program's name holding `"` made a hint that is no XML)."""
+    return value.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
