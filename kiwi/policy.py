@@ -681,7 +681,25 @@ class PermissionSet(BaseModel):
         return [*self.shell_options.get(program, []), *self.shell_options.get("*", [])]
 
     def summary(self) -> dict[str, Any]:
-        return {k: v for k, v in self.model_dump().items() if v}
+        """The grants a run answer and audit records show: each kind that has any, each entry once (README trial
+        s38: a path granted to read and to write was listed twice under fs_read)."""
+        return {
+            k: list(dict.fromkeys(v)) if isinstance(v, list) else v for k, v in self.model_dump().items() if v
+        }
+
+    def may_call(self, pattern: str) -> bool:
+        """Whether some call of a tool ``pattern`` matches could be granted: a file tool with any grant of its
+        mode, shell.run with any program, another tool by its id. For the run answer's list of the calls that wait
+        for approval (README trial s38: it named git.rollback, which the run could not call)."""
+        if not any(c in pattern for c in "*?["):
+            if pattern in FILESYSTEM_TOOLS:
+                return bool(
+                    self.fs_read if pattern in ("filesystem.read", "filesystem.list") else self.fs_write
+                )
+            if pattern == "shell.run":
+                return bool(self.shell)
+            return self.check_tool_id(pattern).allowed
+        return True  # (a pattern: some tool it matches may be granted)
 
 
 def normalise_path(raw: Any) -> str | Decision:

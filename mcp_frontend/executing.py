@@ -183,7 +183,7 @@ async def _execute(
             "permissions": (started.grants or directive.grants()).summary(),
             "trust": started.trust.model_dump() if started.trust else None,
             # (README trial s38: the agent learnt that a call waits for a human only when it answered pending.)
-            **_approvals(directive, link.store.project_root),
+            **_approvals(directive, link.store.project_root, started.grants or directive.grants()),
             **(
                 {"deviation_rules": _deviation_guidance(directive.metadata.deviation_rules, new_id)}
                 if directive.metadata.deviation_rules
@@ -346,11 +346,11 @@ def _guidance(topic: str, store: ItemStore) -> str:
     )
 
 
-def _approvals(directive: Any, project_root: Path) -> dict[str, Any]:
-    """The run answer's word on the calls that wait for a human, when some do."""
+def _approvals(directive: Any, project_root: Path, grants: Any) -> dict[str, Any]:
+    """The run answer's word on the calls that wait for a human, when some of those it may make do."""
     from kiwi.items.validation import run_approvals
 
-    patterns = run_approvals(directive, project_root)
+    patterns = [p for p in run_approvals(directive, project_root) if grants.may_call(p)]
     if not patterns:
         return {}
     return {

@@ -140,7 +140,7 @@ def documented_execute() -> tuple[dict, set[str], str]:
         "hint",
         "note",
     }  # fields of current_step, tool_context, approvals
-    sometimes = {"deviation_rules"}  # (error and hint too: only when the run failed)
+    sometimes = {"deviation_rules", "approvals"}  # (error and hint too: only when the run failed)
     return arguments, keys - states - nested - sometimes, table
 
 
@@ -150,7 +150,7 @@ async def test_the_documented_execute_of_a_directive_starts_a_run_with_the_docum
     from mcp.client import Client
 
     from mcp_frontend.server import build_server
-    from tests.helpers import data
+    from tests.helpers import data, directive_md, write_directive
 
     arguments, keys, table = documented_execute()
     # Every argument the example uses is one the table explains, and the inputs go in `parameters`.
@@ -164,8 +164,19 @@ async def test_the_documented_execute_of_a_directive_starts_a_run_with_the_docum
         assert started["state"] == "awaiting_agent", started
         assert keys and keys <= set(started), keys - set(started)
         assert started["permissions"]["fs_write"] == ["notes/**"]  # the key is permissions, not grants
-        # (The harness's default approvals.tools: the agent knows a rollback waits for a human before it calls.)
-        assert started["approvals"]["tools"] == ["git.rollback"], started["approvals"]
+        # The harness's default approvals.tools is git.rollback, which hello_kiwi may not call: not listed (README
+        # trial s38). A directive granted it is told a rollback waits for a human before it calls.
+        assert "approvals" not in started, started["approvals"]
+        write_directive(project / ".ai" / "directives" / "undo.md", directive_md(
+            '<step name="work"><action>Undo.</action></step>', name="undo",
+            permissions='<execute resource="tool" id="git.rollback"/><write resource="filesystem" path="notes/**"/>'
+            '<write resource="filesystem" path="notes/**"/><read resource="filesystem" path="notes/**"/>'))  # fmt: skip
+        undo = data(
+            await client.call_tool("execute", {"item_type": "directive", "action": "run", "item_id": "undo"})
+        )
+        assert undo["approvals"]["tools"] == ["git.rollback"], undo
+        assert undo["permissions"]["fs_read"] == ["notes/**"], undo["permissions"]  # (each path once)
+        await runs.cancel(undo["run_id"])
         again = data(await client.call_tool("execute", arguments))
         assert again["run_id"] == started["run_id"]  # the idempotency key
         wrong = data(await client.call_tool("execute", {**arguments, "parameters": {"nom": "Ada"}}))
