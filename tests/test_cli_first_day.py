@@ -98,6 +98,17 @@ async def test_a_wait_on_an_approval_shows_progress_and_ctrl_c_stops_watching_no
     (pending,) = json.loads(out)
     assert pending["run_id"] == run_id and pending["request_id"] == "approval-1" and pending["args_hash"]
     assert pending["project"] == str(project)
+    # Past its limit of runs, it says others are not listed (review s38: cut at 200 runs without a word).
+    code, out, err = await asyncio.wait_for(kiwi_cli("run", "tidy", "--wait", *connection(runs)), 120)
+    second = RUN_ID.search(out).group(0)
+    code, out, _ = await kiwi_cli("approvals", "--limit", "1", *connection(runs))
+    assert code == 0 and out.count(" approval-1: ") == 1, out
+    assert "runs past the first 1 with a pending approval are not listed: `kiwi approvals --limit N`" in out
+    code, out, _ = await kiwi_cli("approvals", *connection(runs))
+    assert {run_id, second} <= set(
+        re.findall(r"^(run-\S+) approval-1:", out, re.M)
+    ) and "not listed" not in out
+    await runs.cancel(second)
 
     # `kiwi status --watch --json` (trial F27: it printed nothing while the run waited): a JSON line per
     # change, the last one the run's end.

@@ -390,9 +390,15 @@ def _asked_by(approval: dict[str, Any]) -> str:
 
 @_with_runs
 async def cmd_approvals(args: argparse.Namespace, runs: RunClient) -> int:
-    pending = await runs.pending_approvals()
+    pending = await runs.pending_approvals(args.limit)
+    more = (
+        f"(runs past the first {args.limit} with a pending approval are not listed: `kiwi approvals --limit N` "
+        "looks at more)"
+    )
     if args.json:
         _print_json(pending)
+        if pending.more:
+            print(more, file=sys.stderr)
         return 0
     if not pending:
         print("no pending approvals" + ("" if runs.all_projects else f" in {runs.project}"))
@@ -410,6 +416,8 @@ async def cmd_approvals(args: argparse.Namespace, runs: RunClient) -> int:
         print(
             f"  kiwi approve {a['run_id']} {a['request_id']}  |  kiwi reject {a['run_id']} {a['request_id']}"
         )
+    if pending.more:
+        print(more)
     return 0
 
 
@@ -983,5 +991,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("approvals", help="list the approval requests waiting for a human, across runs")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--limit",
+        type=positive,
+        default=200,
+        help="look at this many runs with a pending approval at most, running ones in Temporal's order "
+        "(default 200; says so when there are more)",
+    )
     _connection(p)
     p.set_defaults(func=cmd_approvals)

@@ -14,6 +14,13 @@ from kiwi.errors import KiwiError
 from kiwi.runs.shared import _PENDING_STATES, _quote, _translate
 
 
+class Pending(list):  # type: ignore[type-arg]
+    """Pending approval requests, and whether runs past the limit asked was have more (`kiwi approvals` says so:
+    it cut at 200 runs without a word)."""
+
+    more: bool = False
+
+
 class RunListing:
     """Listing runs and pending approvals (visibility queries), and a run's activities."""
 
@@ -49,8 +56,9 @@ class RunListing:
         # execution listed was the project's session.)
         return await self._listed(" AND ".join(clauses), limit, status, keep=listed)
 
-    async def pending_approvals(self, limit: int = 200) -> list[dict[str, Any]]:
-        """Every pending approval request of this project's running runs (or every project's)."""
+    async def pending_approvals(self, limit: int = 200) -> Pending:
+        """Every pending approval request of this project's running runs (or every project's), from the first
+        ``limit`` runs with one (``more``: there are others)."""
         clauses = [
             "WorkflowType = 'DirectiveRun'",
             f"TaskQueue = '{_quote(self.task_queue)}'",
@@ -65,9 +73,11 @@ class RunListing:
             )
         if not self.all_projects:
             clauses.append(self._project_clause())
-        pending = []
+        pending = Pending()
         polled = await self.worker_polls()
-        for row in await self._listed(" AND ".join(clauses), limit, None):
+        listed = await self._listed(" AND ".join(clauses), limit + 1, None)
+        pending.more = len(listed) > limit
+        for row in listed[:limit]:
             row["project"] = row["project"] or await self.project_of(row["run_id"])
             if not self.all_projects and row["project"] != self.project:
                 continue
