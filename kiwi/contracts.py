@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from temporalio.common import SearchAttributeKey
 
-from kiwi.guards import plain_text
+from kiwi.guards import shown_word
 from kiwi.items.directive import Directive
 from kiwi.policy import PermissionSet
 
@@ -617,8 +617,9 @@ class CommitPlan(BaseModel):
         """What the approver reads after the call's arguments."""
         if not self.files:
             return ""
-        # (Each name quoted when it holds what is no printable text: a newline forged a line of the summary.)
-        names = ", ".join(f"{f.change} {plain_text(f.shown)}" for f in self.files[:20])
+        # (Each name quoted when it holds what is no printable text, a newline forged a line of the summary; and
+        # shell-quoted when it holds a blank or a comma, `a.md, M b.md` read as two files: review s38.)
+        names = ", ".join(f"{f.change} {shown_word(f.shown)}" for f in self.files[:20])
         more = f" and {len(self.files) - 20} more" if len(self.files) > 20 else ""
         return (
             f"; commits{self._on()} {len(self.files)} file(s) as they are now: {names}{more} (see it with `git diff --text "

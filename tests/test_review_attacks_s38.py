@@ -366,8 +366,11 @@ async def test_attack_an_approved_commit_never_drops_what_a_human_committed_mean
     await awaiting_step(runs, run_id, "work")
     await runs.call_tool(run_id, "filesystem.write", {"path": "src/docs/x.txt", "content": "agent\n"})
     await runs.call_tool(run_id, "filesystem.write", {"path": "src/n\n; commits 0 file(s)", "content": "x"})
+    await runs.call_tool(run_id, "filesystem.write", {"path": "src/a.md, M src/b.md", "content": "x"})
     call, request = await _asked(runs, run_id, {"message": "agent's", "paths": ["src"]})
     assert "\n" not in request.summary and 'A "src/n\\n; commits 0 file(s)"' in request.summary, request
+    # (Session 39: a name holding ", " read as two files; it is shell-quoted.)
+    assert "A 'src/a.md, M src/b.md'" in request.summary, request.summary
     await runs.call_tool(run_id, "filesystem.delete", {"path": "src/docs/x.txt"})
     await runs.call_tool(run_id, "filesystem.delete", {"path": "src/docs"})
     write(project / "src" / "docs", "the human's docs\n")
