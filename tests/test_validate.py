@@ -861,3 +861,24 @@ async def test_a_pipe_written_in_a_steps_command_is_refused_before_any_run_start
         await runs.start("piped", {})
     write(path, path.read_text().replace(" | wc -l", ""))
     assert kiwi(["validate", str(path)]) == 0, capsys.readouterr().out
+
+
+def test_a_templated_step_of_a_program_kiwi_does_not_model_is_checked_for_its_cwd(project, capsys):
+    """README trial s39: `sleep {secs}` under a grant of `sleep` alone validated as "runs by itself", and the run
+    failed at once: a program Kiwi does not model reads its cwd, whatever its words, and the run may not read all
+    of it. validate says so, and names the grant that works (the run's refusal named `read .`, then `read **`)."""
+    body = '<step name="nap"><tool_call tool="shell.run"><param name="command">sleep {secs}</param></tool_call></step>'
+    inputs = '<input name="secs" type="string" required="true"/>'
+    path = write(
+        project / ".ai" / "directives" / "slow.md",
+        directive_md(
+            body, name="slow", inputs=inputs, permissions='<execute resource="shell" commands="sleep"/>'
+        ),
+    )
+    assert kiwi(["validate", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "the command's cwd '.' may not be read by this run" in out, out
+    assert 'add <read resource="filesystem" path="**"/> to <permissions>' in out, out
+    granted = '<execute resource="shell" commands="sleep"/><read resource="filesystem" path="**"/>'
+    write(path, directive_md(body, name="slow", inputs=inputs, permissions=granted))
+    assert kiwi(["validate", str(path)]) == 0, capsys.readouterr().out

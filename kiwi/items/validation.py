@@ -16,6 +16,7 @@ from kiwi.items.store import find_project_root, parse_item, user_space
 from kiwi.items.tools import ToolManifest
 from kiwi.keys import load_trusted
 from kiwi.policy import BUILTIN_NAMESPACES, BUILTIN_TOOLS, KIWI_MCP_TOOLS, Decision, parse_command
+from kiwi.shellpolicy import modeled_program
 from kiwi.signing import check_trust, verify
 from kiwi.templating import PLACEHOLDER, placeholders
 from kiwi.toolargs import (
@@ -42,12 +43,16 @@ def item_type_of(path: Path) -> str:
     return "directive"
 
 
-def _program_granted(grants: Any, program: str) -> Decision:
+def _program_granted(grants: Any, program: str, cwd: Any) -> Decision:
     """A templated command's program checked alone: the grant of the program, not what its words (unknown until
     the run fills them) read. (README trial s36: `ls -l {paths}` was refused for reading the cwd, which `ls` given
-    its paths does not.)"""
-    decision = grants.check_shell({"argv": [program]}, [])
-    if not decision.allowed and "cwd" in decision.reason:
+    its paths does not.) A program Kiwi does not model reads its cwd whatever its words: that refusal stands when
+    the cwd is written out (README trial s39: `sleep {secs}` "runs by itself", and the run failed at once)."""
+    templated_cwd = cwd is not None and "{" in str(cwd)
+    decision = grants.check_shell(
+        {"argv": [program], **({"cwd": cwd} if cwd and not templated_cwd else {})}, []
+    )
+    if not decision.allowed and "cwd" in decision.reason and (modeled_program(program) or templated_cwd):
         return Decision(allowed=True)
     return decision
 
@@ -77,7 +82,7 @@ def ungranted_calls(directive: Directive, path: str = "", grants: Any = None) ->
                 command = str(args.get("command", args.get("argv", ""))).split()
                 program = command[0] if command and "{" not in command[0] else ""
                 decision = (
-                    _program_granted(grants, program)
+                    _program_granted(grants, program, args.get("cwd"))
                     if program
                     else Decision(
                         allowed=bool(grants.shell),

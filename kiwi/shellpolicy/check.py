@@ -523,16 +523,24 @@ def check_argv(
             if p is paths[0]:
                 if _cwd_unread(argv, p, g, options_granted, known) and rule_in_force(CWD_UNREAD):
                     continue
-                whole = first_match(list(g.deny), p.rel) is None and any(
-                    u is p and depth is None
-                    for u, _, depth in folder_uses(argv, paths, options_granted, known)
+                # (A program Kiwi does not model needs its cwd read whole: README trial s39 was told to add `read .`,
+                # then, with it, `read **`.)
+                whole = first_match(list(g.deny), p.rel) is None and (
+                    not modeled_program(argv[0])
+                    or any(
+                        u is p and depth is None
+                        for u, _, depth in folder_uses(argv, paths, options_granted, known)
+                    )
                 )
+                grant = f'<read resource="filesystem" path="{"**" if p.rel == "." else p.rel + "/**"}"/>'
                 return _no(
                     f"the command's cwd '{p.rel}' may not be read by this run",
-                    f'add <read resource="filesystem" path="{"**" if p.rel == "." else p.rel + "/**"}"/> to '
-                    "<permissions>, or give the program the paths it reads"
-                    if whole
-                    else problem.hint,
+                    problem.hint
+                    if not whole
+                    else f"add {grant} to <permissions>, or give the program the paths it reads"
+                    if modeled_program(argv[0])
+                    else f"'{program}' is a program Kiwi does not model, which reads any file of its cwd: run it "
+                    f"with the cwd set to a folder the run reads whole, or add {grant} to <permissions>",
                     problem.checked_against,
                 )
             return problem
