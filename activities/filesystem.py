@@ -19,6 +19,7 @@ POSIX only (``dir_fd``, ``O_NOFOLLOW``, ``O_DIRECTORY``).
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import fcntl
 import os
@@ -463,6 +464,18 @@ def _check_tree(
                 os.close(inner)
 
 
+def _same(found: os.stat_result, checked: os.stat_result) -> bool:
+    """Whether ``found`` is the file or folder ``checked`` was (not another one put under its name since)."""
+    return (found.st_dev, found.st_ino) == (checked.st_dev, checked.st_ino)
+
+
+def _changed(raw: str) -> ApplicationError:
+    return _denied(
+        f"'{raw}' was replaced by another program while Kiwi moved it (between its check and the move): nothing "
+        "unchecked is moved; call again once nothing else renames it"
+    )
+
+
 def _remove_contents(folder: int, raw: str, rel: str) -> None:
     """Empty the folder open at ``folder`` through descriptors; links inside are removed, never followed."""
     with os.scandir(folder) as entries:
@@ -722,6 +735,8 @@ class FilesystemActivities:
                 if stat.S_ISDIR(info.st_mode):
                     folder = open_dir(src_parent, src_name, req.path, source)
                     try:
+                        if not _same(os.fstat(folder), info):
+                            raise _changed(req.path)
                         _check_tree(folder, source, req.allowed, req.denied, req.path, destination, source)
                     finally:
                         os.close(folder)
@@ -735,6 +750,14 @@ class FilesystemActivities:
                     if there is not None and stat.S_ISLNK(there.st_mode):
                         raise _link_refused(req.destination, destination)
                     os.rename(src_name, dst_name, src_dir_fd=src_parent, dst_dir_fd=dst_parent)
+                    landed = _lstat(dst_parent, dst_name)
+                    if landed is None or not _same(landed, info):
+                        # Renamed by name, so what moved is what had the name then: another program that swapped
+                        # another folder (or a link) in after the check moved that one unchecked (hostile review
+                        # s39: a folder holding a link out of the project landed). Put back, and refused.
+                        with contextlib.suppress(OSError):
+                            os.rename(dst_name, src_name, src_dir_fd=dst_parent, dst_dir_fd=src_parent)
+                        raise _changed(req.path)
         except Missing:
             if self._exists(req.project_root, destination, req.destination):
                 return {**result, "moved": False}

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.helpers import wait_for
+from tests.helpers import wait_for, write
 from tests.test_mcp_servers import mcp_directive, registry, waiting
 from tests.test_secret_forms import _fragments
 from tests.test_tool_types import audited_calls
@@ -86,3 +86,45 @@ async def test_an_http_servers_malformed_answer_shows_no_part_of_a_reflected_sec
         seen = [piece for piece in _fragments(TOKEN) if piece in text]
         assert not seen, f"part of the secret reached the {where}: {seen}"
     assert "Invalid JSON" in failed.reason and "input_value not shown" in failed.reason, failed.reason
+
+
+async def test_attack_a_folder_swapped_in_after_a_moves_check_is_not_moved(runs, project, monkeypatch):
+    """Hostile review s39: filesystem.move checked the folder it opened, then renamed by name; another program
+    exchanging a folder holding a link out of the project into that name between the check and the rename
+    (renameat2 RENAME_EXCHANGE in a loop, from outside the worker) had the unchecked folder moved, and the link
+    landed. The swap is made here at that moment: what moved must be what was checked, else nothing moves."""
+    from activities import filesystem
+    from tests.test_attack_shell import agent_run
+
+    deep = project / "notes" / "deep"
+    write(deep / "a" / "f.txt", "clean\n")
+    write(deep / "evil" / "g.txt", "evil\n")
+    outside = project.parent / f"outside-{project.name}"
+    outside.mkdir()
+    (deep / "evil" / "L").symlink_to("../../../" + outside.name)
+    checked = filesystem._check_tree
+    swapped = []
+
+    def check_then_swap(folder, rel, *args, **kwargs):
+        checked(folder, rel, *args, **kwargs)
+        if rel == "notes/deep/a" and not swapped:  # (the racer wins once, right after the check)
+            (deep / "a").rename(deep / "tmp")
+            (deep / "evil").rename(deep / "a")
+            (deep / "tmp").rename(deep / "evil")
+            swapped.append(rel)
+
+    monkeypatch.setattr(filesystem, "_check_tree", check_then_swap)
+    run_id = await agent_run(
+        runs, project, "mover", '<read resource="filesystem" path="notes/**"/><write resource="filesystem" '
+        'path="notes/**"/>'
+    )  # fmt: skip
+
+    moved = await runs.call_tool(
+        run_id, "filesystem.move", {"source": "notes/deep/a", "destination": "notes/a"}
+    )
+
+    assert swapped and moved.status == "denied", moved
+    assert "was replaced by another program while Kiwi moved it" in moved.reason, moved.reason
+    assert not (project / "notes" / "a").exists()
+    assert (deep / "a" / "L").is_symlink() and (deep / "evil" / "f.txt").is_file()  # (as the racer left them)
+    await runs.cancel(run_id)
