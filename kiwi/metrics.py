@@ -51,9 +51,12 @@ class RunMetrics:
         directive = str(entry.get("directive", ""))
         if event == "tool_call":
             tool = str(entry.get("tool", ""))
-            self.calls.add(
-                1, {"tool": tool, "decision": str(entry.get("decision", "")), "directive": directive}
-            )
+            decision = str(entry.get("decision", ""))
+            # A call made names a tool the run was granted; a refused one names whatever the agent sent, which a
+            # label would keep unscrubbed, export to every backend and multiply without bound (hostile review
+            # s39: `nosuch.<a secret>`): only its kind then.
+            shown = tool if decision == "allowed" else f"{tool_kind(tool)} (not made)"
+            self.calls.add(1, {"tool": shown, "decision": decision, "directive": directive})
             self.duration.record(
                 timedelta(milliseconds=int(entry.get("duration_ms") or 0)), {"kind": tool_kind(tool)}
             )

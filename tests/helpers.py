@@ -352,6 +352,7 @@ class OtlpReceiver:
 
         self.spans: list[dict[str, Any]] = []
         self.metrics: set[str] = set()
+        self.labels: dict[str, set[tuple[str, str]]] = {}  # each metric's (attribute, value) pairs
         self.metric_services: set[str] = (
             set()
         )  # ("resource:NAME" per metrics resource, "point:NAME" per data point)
@@ -372,6 +373,11 @@ class OtlpReceiver:
                             for m in sm.metrics:
                                 for kind in ("sum", "gauge", "histogram"):
                                     if m.HasField(kind):
+                                        receiver.labels.setdefault(m.name, set()).update(
+                                            (a.key, str(_value(a.value)))
+                                            for point in getattr(m, kind).data_points
+                                            for a in point.attributes
+                                        )
                                         receiver.metric_services.update(
                                             "point:" + str(_value(a.value))
                                             for point in getattr(m, kind).data_points

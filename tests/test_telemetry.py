@@ -225,6 +225,22 @@ async def test_one_trace_from_the_agent_request_to_the_upstream_server(temporal_
                     what="the denial's span",
                     timeout=30,
                 )
+                # A refused call's tool is what the agent sent: no metric label keeps it (hostile review s39: a
+                # secret sent as a tool's name went out unscrubbed in kiwi_tool_calls, in every export after).
+                made_up = "nosuch.zz-agent-text-9f8e7d"
+                await agent.call_tool(
+                    "execute", {"item_type": "tool", "action": "call", "run_id": run_id, "item_id": made_up}
+                )
+                await wait_for(
+                    received(lambda: ("tool", "mcp (not made)") in otlp.labels.get(TOOL_CALLS, set())),
+                    what="the refused calls' tool_calls label",
+                    timeout=30,
+                )
+                tools = {v for k, v in otlp.labels[TOOL_CALLS] if k == "tool"}
+                assert "traced.echo" in tools and "filesystem (not made)" in tools, tools
+                assert not any("zz-agent-text" in v for _, v in otlp.labels[TOOL_CALLS]), otlp.labels[
+                    TOOL_CALLS
+                ]
                 # Temporal's runtime metrics went out over OTLP too.
                 await wait_for(received(lambda: bool(otlp.metrics)), what="metrics", timeout=30)
                 assert any(name.startswith("temporal_") for name in otlp.metrics), otlp.metrics
