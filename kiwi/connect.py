@@ -254,13 +254,19 @@ async def _namespace_there(client: Client, address: str, namespace: str) -> None
 def unreachable_hint(tried: str | None = None) -> str:
     """What to check when Temporal does not answer at ``tried`` (None: the address :func:`target` gives):
     the profile when one is in use, else the `kiwi dev` that runs elsewhere, else `kiwi dev`."""
+    from kiwi.devserver import running_dev_address
+
     if any(os.environ.get(v) for v in ("TEMPORAL_CONFIG_FILE", "TEMPORAL_PROFILE", "TEMPORAL_ADDRESS")):
         address = target(tried)[0]
+        running = running_dev_address()
         # (On this machine it is most likely a `kiwi dev` that is not running: README trial s36, with the
-        # TEMPORAL_ADDRESS `kiwi dev` itself suggests exported, the hint spoke only of TLS files and keys.)
+        # TEMPORAL_ADDRESS `kiwi dev` itself suggests exported, the hint spoke only of TLS files and keys; or
+        # one that runs elsewhere, which the hint names as it does for --address: README trial s39.)
         local = (
-            f"; {address} is this machine: is `kiwi dev` running there? start it with `kiwi dev` (its --port the "
-            "address's port)"
+            f"; `kiwi dev` runs at {running}: use it with --address {running}, or export TEMPORAL_ADDRESS={running}"
+            if running and running != address
+            else f"; {address} is this machine: is `kiwi dev` running there? start it with `kiwi dev` (its --port "
+            "the address's port)"
             if _this_machine(address.rsplit(":", 1)[0])
             else ""
         )
@@ -268,8 +274,6 @@ def unreachable_hint(tried: str | None = None) -> str:
             "check the Temporal profile in use (TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE, TEMPORAL_ADDRESS): its "
             f"address, its TLS certificate and key files, its API key{local}"
         )
-    from kiwi.devserver import running_dev_address
-
     running = running_dev_address()
     if running and running != target(tried)[0]:
         return (

@@ -128,7 +128,8 @@ async def test_a_wait_on_an_approval_shows_progress_and_ctrl_c_stops_watching_no
     assert all(line["status"] != "completed" for line in lines[:-1]), lines
     assert not (project / "notes" / "old.txt").exists()
     code, out, _ = await kiwi_cli("approvals", *connection(runs))
-    assert code == 0 and "no pending approvals" in out
+    assert code == 0 and f"no pending approvals in {project} on task queue '{runs.task_queue}'" in out, out
+    assert "`kiwi approvals --task-queue NAME`" in out
 
 
 async def test_status_watch_exits_1_for_a_run_that_ends_other_than_completed(runs, project):
@@ -536,8 +537,23 @@ async def test_status_without_any_worker_says_so_instead_of_hanging(temporal_env
     address = ["--address", runs.client.service_client.config.target_host]
     code, _, err = await kiwi_cli("status", run_id, *address, env={"KIWI_STATUS_SECONDS": "1"})
     assert code == 1 and f"no worker answered {run_id}'s status within 1s" in err
+    assert "(the run waits on without one)" in err
     assert f"`kiwi worker` on task queue '{runs.task_queue}'" in err and "Traceback" not in err
     await runs.handle(run_id).terminate("test over")
+    # An ended run waits for nothing: it says so (README trial s39: "the run waits on" of a completed run, its
+    # worker stopped since).
+    from workers.main import build_worker
+
+    async with build_worker(temporal_env.client, runs.task_queue):
+        done = await runs.start("hello_kiwi", {"name": "Ada"})
+        await awaiting_step(runs, done, "confirm")
+        await runs.complete_step(done, "confirm", {"confirmed": True})
+        await runs.handle(done).result()
+    code, _, err = await kiwi_cli("status", done, *address, env={"KIWI_STATUS_SECONDS": "1"})
+    assert (
+        code == 1 and "the run has ended (completed), and a worker reads its details from its history" in err
+    )
+    assert "waits on" not in err, err
 
 
 def test_bootstrap_installs_only_when_the_caller_needs_more(tmp_path):
@@ -661,3 +677,17 @@ def test_kiwi_init_keeps_what_kiwi_writes_out_of_version_control(tmp_path, monke
     ).stdout.split("\n")
     assert "?? .ai/directives/hello_kiwi.md" in listed, listed  # the project's own files are still seen
     assert not [line for line in listed if "/logs/" in line or "/.cache/" in line], listed
+
+
+async def test_a_misspelt_run_is_named_before_an_approver_key_is_chosen(runs, project):
+    """README trial s39: with two approver keys, `kiwi approve run-nope 1` and `kiwi resume nope` said to choose a
+    key with --as; with --as, that there is no such run. The run is looked up first."""
+    approver("alice")
+    approver("bob")
+    for argv in (
+        ["approve", "run-nope", "1"],
+        ["resume", "run-nope"],
+        ["decide", "run-nope", "decision-1", "a"],
+    ):
+        code, _, err = await kiwi_cli(*argv, *connection(runs))
+        assert code == 1 and "no run 'run-nope'" in err and "--as" not in err, (argv, err)

@@ -418,6 +418,10 @@ async def test_a_project_that_cannot_reach_temporal_is_told_where_kiwi_dev_runs(
         code, _, err = await kiwi_cli("runs", "--address", "127.0.0.1:1", cwd=project)
         assert code == 1 and "cannot reach Temporal" in err, err
         assert "`kiwi dev` runs at 127.0.0.1:7399" in err and "--address 127.0.0.1:7399" in err, err
+        # The same with the address in TEMPORAL_ADDRESS (README trial s39: only the profile's files were named).
+        code, _, err = await kiwi_cli("runs", cwd=project, env={"TEMPORAL_ADDRESS": "127.0.0.1:1"})
+        assert code == 1 and "`kiwi dev` runs at 127.0.0.1:7399" in err, err
+        assert "export TEMPORAL_ADDRESS=127.0.0.1:7399" in err, err
     finally:
         server.lock.close()
     code, _, err = await kiwi_cli("runs", "--address", "127.0.0.1:1", cwd=project)

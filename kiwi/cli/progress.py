@@ -235,11 +235,19 @@ def status_seconds() -> float:
 
 async def no_worker(runs: Any, run_id: str, what: str) -> KiwiError:
     """The error of a command no worker answered: ``what`` it did not do, and which worker to start."""
-    queue = runs.task_queue
+    from temporalio.client import WorkflowExecutionStatus
+
+    queue, ended = runs.task_queue, ""
     with contextlib.suppress(Exception):  # (the run's own queue, not this command's --task-queue)
-        queue = (await asyncio.wait_for(runs.handle(run_id).describe(), 5)).task_queue or queue
+        described = await asyncio.wait_for(runs.handle(run_id).describe(), 5)
+        queue = described.task_queue or queue
+        if described.status not in (None, WorkflowExecutionStatus.RUNNING):
+            ended = described.status.name.lower().replace("_", " ")
     return KiwiError(
-        f"no worker {what} (the run waits on without one)",
+        # (README trial s39: a finished run's status, with no worker, said the run "waits on".)
+        f"no worker {what}: the run has ended ({ended}), and a worker reads its details from its history"
+        if ended
+        else f"no worker {what} (the run waits on without one)",
         hint=f"start `kiwi dev` or `kiwi worker` on task queue '{queue}' (with Worker Versioning, "
         "a worker of the run's deployment version: a plain worker takes nothing once the queue has a "
         "current version; see README, Upgrading workers)",

@@ -401,10 +401,16 @@ async def cmd_approvals(args: argparse.Namespace, runs: RunClient) -> int:
             print(more, file=sys.stderr)
         return 0
     if not pending:
-        print("no pending approvals" + ("" if runs.all_projects else f" in {runs.project}"))
+        # (Per task queue, as runs are listed: README trial s39 missed a run's approval on another queue.)
+        print(
+            "no pending approvals"
+            + ("" if runs.all_projects else f" in {runs.project}")
+            + f" on task queue '{runs.task_queue}'"
+        )
         # (README trial s38: an escalation waiting for a human is no approval; where it shows was not said.)
         print(
-            "(an agent's escalation, or a held run, waits for you too: `kiwi runs --status awaiting_human`)"
+            "(an agent's escalation, or a held run, waits for you too: `kiwi runs --status awaiting_human`; "
+            "runs started on another task queue: `kiwi approvals --task-queue NAME`)"
         )
         return 0
     for a in pending:

@@ -96,6 +96,8 @@ class RunSteering:
         self, run_id: str, reason: str, by: str | None, *, status: RunStatus | None = None
     ) -> bool:
         """Resume one run, signed for its hold as ``status`` (default: read now) shows it."""
+        if status is None:
+            await self.execution(run_id)  # (a run that is none is named first: see decide_approval)
         by = default_key(by, option="--as", role="approve", project_root=self.store.project_root)
         load_private(by)
         status = status or await self.status(run_id)
@@ -126,6 +128,9 @@ class RunSteering:
         answer's status is the decision once the run took it, "pending" while no worker has taken it;
         a decision the run refused raises DecisionRefused with the run's reason.
         """
+        # A misspelt run is named before the key is chosen (README trial s39: with two approver keys, `kiwi approve
+        # run-nope 1` said to choose one with --as, and with --as, that there is no such run).
+        await self.execution(run_id)
         by = default_key(by, option="--as", role="approve", project_root=self.store.project_root)
         load_private(by)  # no key, no decision: say so before asking the run anything
         status = await self.answered_status(run_id)
@@ -222,6 +227,7 @@ class RunSteering:
         """Answer an escalation, signed with the approver key ``by`` (default: your only key).
 
         True when the run took it (see ``_taken``); DecisionRefused when it refused it."""
+        await self.execution(run_id)  # (a run that is none is named first: see decide_approval)
         by = default_key(by, option="--as", role="approve", project_root=self.store.project_root)
         load_private(by)
         status = await self.status(run_id)
