@@ -209,14 +209,19 @@ class DevServer:
 
     @classmethod
     def from_config(
-        cls, config: dict[str, Any], base: Path, port: int | None = None, ui_port: int | None = None
+        cls,
+        config: dict[str, Any],
+        base: Path,
+        port: int | None = None,
+        ui_port: int | None = None,
+        source: str = "temporal-dev.yml",
     ) -> DevServer:
-        """The server a ``temporal-dev.yml`` describes; its database is the user's own unless the
-        file names one (relative to the file), never chosen by the working folder."""
+        """The server a ``temporal-dev.yml`` describes (``source``: the file, as errors name it); its database is
+        the user's own unless the file names one (relative to the file), never chosen by the working folder."""
         t = config["temporal"]
         if not loopback(str(t["ip"])):
             raise KiwiError(
-                f"temporal.ip in kiwi dev's settings (temporal-dev.yml) is {t['ip']}: its Temporal server takes "
+                f"{source}: temporal.ip is {t['ip']}: kiwi dev's Temporal server takes "
                 "no credentials (anyone who reaches it can start, read and steer runs), so it serves this "
                 "machine only",
                 hint="use 127.0.0.1; to serve runs past this machine, run Temporal with TLS or Temporal "

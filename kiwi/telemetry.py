@@ -266,9 +266,16 @@ def shutdown(wait: float = FLUSH_SECONDS) -> None:
     flushing.start()
     flushing.join(wait)
     if flushing.is_alive():
+        # (What turned traces on, which is what turns them off: README trial s39 set KIWI_OTEL=1 alone and was
+        # told to unset OTEL_EXPORTER_OTLP_ENDPOINT.)
+        on = [
+            name
+            for name in (ON_VARIABLE, "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            if os.environ.get(name)
+        ] or ["OTEL_EXPORTER_OTLP_ENDPOINT"]
         sys.stderr.write(
             f"kiwi: the last traces were not sent: {describe_endpoint()} took none within {wait:g} s (is the "
-            "collector running? unset OTEL_EXPORTER_OTLP_ENDPOINT to turn traces off)\n"
+            f"collector running? unset {' and '.join(on)} to turn traces off)\n"
         )
         sys.stderr.flush()
 
@@ -284,9 +291,14 @@ def interceptors() -> list[Any]:
 
 def trace_url(trace_id: str) -> str:
     """Where an operator opens a trace: ``KIWI_TRACE_URL`` with ``{trace_id}`` (e.g. Jaeger's
-    ``http://127.0.0.1:16686/trace/{trace_id}``), else ""."""
-    template = os.environ.get("KIWI_TRACE_URL", "")
-    return template.replace("{trace_id}", trace_id) if template and trace_id else ""
+    ``http://127.0.0.1:16686/trace/{trace_id}``), the id after a slash when it has no ``{trace_id}`` (README
+    trial s39: `http://x/trace` printed that link alone, with no id), else ""."""
+    template = os.environ.get("KIWI_TRACE_URL", "").strip()
+    if not template or not trace_id:
+        return ""
+    if "{trace_id}" not in template:
+        return f"{template.rstrip('/')}/{trace_id}"
+    return template.replace("{trace_id}", trace_id)
 
 
 def _attribute_limit() -> int | None:

@@ -10,6 +10,8 @@ import json
 import os
 import socket
 import stat
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -267,6 +269,16 @@ def test_a_temporal_dev_yml_cannot_open_the_dev_server_to_the_network(tmp_path):
     config, base = load_dev_config(tmp_path / "temporal-dev.yml")
     with pytest.raises(KiwiError, match="serves this machine only"):
         DevServer.from_config(config, base)
+    # `kiwi dev` names the file it read (README trial s39: --config cfg/c.yml was called temporal-dev.yml).
+    write(tmp_path / "cfg" / "c.yml", "temporal:\n  ip: 0.0.0.0\n")
+    refused = subprocess.run(
+        [sys.executable, "-m", "kiwi", "dev", "--config", "cfg/c.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 1 and "cfg/c.yml: temporal.ip is 0.0.0.0" in refused.stderr, refused.stderr
     write(tmp_path / "temporal-dev.yml", "temporal:\n  ip: 127.0.0.1\n  port: 7233\n")
     config, base = load_dev_config(tmp_path / "temporal-dev.yml")
     assert DevServer.from_config(config, base).ip == "127.0.0.1"

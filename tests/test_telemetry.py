@@ -531,4 +531,20 @@ async def test_a_collector_that_is_down_holds_a_command_only_briefly_and_is_name
         f"the last traces were not sent: http://127.0.0.1:{closed} (http/protobuf) took none within "
         f"{telemetry.FLUSH_SECONDS:g} s" in err
     ), err
-    assert "unset OTEL_EXPORTER_OTLP_ENDPOINT" in err
+    assert "unset OTEL_EXPORTER_OTLP_ENDPOINT to turn traces off" in err
+    # Turned on by KIWI_OTEL alone, the default collector's address: that is what to unset (README trial s39).
+    code, out, err = await _kiwi_run(
+        runs, project, KIWI_OTEL="1", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf"
+    )
+    assert code == 0 and "unset KIWI_OTEL to turn traces off" in err, err
+
+
+def test_a_trace_url_without_its_placeholder_gets_the_id_after_a_slash(monkeypatch):
+    """README trial s39: KIWI_TRACE_URL=http://x/trace made `kiwi status` print `Trace: http://x/trace`, no id."""
+    from kiwi.telemetry import trace_url
+
+    monkeypatch.setenv("KIWI_TRACE_URL", "http://x/trace/")
+    assert trace_url("4bf92f3577b34da6a3ce929d0e0e4736") == "http://x/trace/4bf92f3577b34da6a3ce929d0e0e4736"
+    monkeypatch.setenv("KIWI_TRACE_URL", "http://x/ui?trace={trace_id}&view=1")
+    assert trace_url("ab12") == "http://x/ui?trace=ab12&view=1"
+    assert trace_url("") == ""

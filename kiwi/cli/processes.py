@@ -188,12 +188,14 @@ def _start_local_registry() -> bool:
 def cmd_dev(args: argparse.Namespace) -> int:
     _process_start()
     from kiwi.connect import connect, target
-    from kiwi.devserver import DevServer, load_dev_config, port_open, running_dev
+    from kiwi.devserver import DevServer, dev_config_file, load_dev_config, port_open, running_dev
     from kiwi.items.store import find_project_root
     from workers.main import run_worker
 
     config, base = load_dev_config(Path(args.config) if args.config else None)
-    server = DevServer.from_config(config, base, args.port, args.ui_port)
+    # (The file errors name: README trial s39 gave --config cfg/c.yml and was told of temporal-dev.yml.)
+    source = args.config or os.environ.get("KIWI_DEV_CONFIG") or str(dev_config_file() or "temporal-dev.yml")
+    server = DevServer.from_config(config, base, args.port, args.ui_port, source=source)
     if args.mcp_port:
         config["mcp"]["port"] = args.mcp_port
     if (config.get("mcp") or {}).get("port"):
