@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+from datetime import datetime
 from types import SimpleNamespace
+from zoneinfo import ZoneInfo
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
@@ -478,10 +481,16 @@ async def test_long_runs_continue_as_new_and_callers_never_notice(runs, project)
     assert sum(1 for r in records if r["event"] == "tool_call") == 52
 
 
-async def kiwi_cli(*argv: str) -> tuple[int, str, str]:
-    """Run the real `kiwi` command line in a child process."""
+async def kiwi_cli(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run the real `kiwi` command line in a child process (``env``: variables added)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "kiwi", *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        sys.executable,
+        "-m",
+        "kiwi",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
     )
     out, err = await proc.communicate()
     return proc.returncode, out.decode(), err.decode()
@@ -499,17 +508,13 @@ async def test_cli_run_status_complete_and_audit(runs, project, temporal_env):
     assert code == 0 and "run is completed" in out, err
     code, out, _ = await kiwi_cli("status", run_id, "--json", *common)
     assert json.loads(out)["steps"][2]["outputs"] == {"confirmed": True}
-    code, out, _ = await kiwi_cli("audit", run_id)
+    code, out, _ = await kiwi_cli("audit", run_id, env={"TZ": "Asia/Kolkata"})
     assert code == 0 and "run_finished" in out
-    assert out.splitlines()[0].split() == [
-        "SEQ",
-        "TIME",
-        "(UTC)",
-        "EVENT",
-        "DECISION",
-        "TOOL/STEP",
-        "DETAIL",
-    ], out
+    assert out.splitlines()[0].split() == ["SEQ", "TIME", "EVENT", "DECISION", "TOOL/STEP", "DETAIL"], out
+    # Times in local time, as every time the CLI prints as text (README trial s39: UTC here alone).
+    first = next(r for r in read_audit(str(project), run_id) if r["event"] == "run_started")
+    local = datetime.fromisoformat(first["time"]).astimezone(ZoneInfo("Asia/Kolkata"))
+    assert f"{local:%Y-%m-%d %H:%M:%S}." in out.splitlines()[1], (first["time"], out)
     # What each call was asked and by whom, then its answer (README trial s38: only the result showed).
     code, out, _ = await kiwi_cli("audit", run_id, "--event", "tool_call")
     rows = out.splitlines()[1:]

@@ -113,13 +113,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     else:
         width = max((len(str(r.get("event", ""))) for r in trail.records), default=15)
         # (A header, as `kiwi runs` has: README trial s37.)
-        print(f"{'SEQ':>4} {'TIME (UTC)':<23} {'EVENT':<{width}} {'DECISION':<12} {'TOOL/STEP':<22} DETAIL")
+        # (Local time, as every time the CLI prints as text: README trial s39 read UTC here, local in `kiwi runs`.)
+        print(f"{'SEQ':>4} {'TIME':<23} {'EVENT':<{width}} {'DECISION':<12} {'TOOL/STEP':<22} DETAIL")
         for r in shown:
             what = r.get("tool") or r.get("step") or r.get("child_run") or r.get("request_id") or ""
             decision = r.get("decision", "")
             print(
-                f"{r['seq']:>4} {str(r.get('time', ''))[:23]} {str(r.get('event', '')):<{width}} {decision:<12} "
-                f"{what:<22} {one_line(_audit_detail(r))[:120]}"
+                f"{r['seq']:>4} {_local(str(r.get('time', ''))):<23} {str(r.get('event', '')):<{width}} "
+                f"{decision:<12} {what:<22} {one_line(_audit_detail(r))[:120]}"
             )
     for problem in trail.problems:
         print(f"kiwi: {problem}", file=sys.stderr)
@@ -127,6 +128,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"kiwi: printed the {len(trail.records)} records that could be read", file=sys.stderr)
         return 1
     return 0
+
+
+def _local(time: str) -> str:
+    """An audit record's time (ISO, UTC) in local time, to the millisecond; as it is when it is no time."""
+    from kiwi.cli.progress import parse_time
+
+    moment = parse_time(time)
+    if moment is None:
+        return time[:23]
+    local = moment.astimezone()
+    return f"{local:%Y-%m-%d %H:%M:%S}.{local.microsecond // 1000:03d}"
 
 
 def _run_in_temporal(args: argparse.Namespace) -> tuple[str, str]:
