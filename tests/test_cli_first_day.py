@@ -691,3 +691,10 @@ async def test_a_misspelt_run_is_named_before_an_approver_key_is_chosen(runs, pr
     ):
         code, _, err = await kiwi_cli(*argv, *connection(runs))
         assert code == 1 and "no run 'run-nope'" in err and "--as" not in err, (argv, err)
+
+
+async def test_search_outside_a_project_says_it_is_none(tmp_path):
+    """README trial s39: `kiwi search hello` outside a project said only `no items match 'hello'`, where `kiwi runs`
+    says the folder is no project."""
+    code, out, _ = await kiwi_cli("search", "hello", "--source", "project", cwd=tmp_path)
+    assert code == 0 and f"no items match 'hello' ({tmp_path} is no Kiwi project" in out, out

@@ -475,7 +475,18 @@ def cmd_search(args: argparse.Namespace) -> int:
         data,
         args.json,
         lambda: (
-            print(f"no items match '{args.query}'") if not results and not remote else None,
+            print(
+                f"no items match '{args.query}'"
+                # (README trial s39: from a folder that is no project, as `kiwi runs` says.)
+                + (
+                    f" ({store.project_root} is no Kiwi project (no .ai/ at or above it): only your user space's "
+                    "items were searched; run this from your project's folder, or pass --project PATH)"
+                    if not (store.project_root / ".ai").is_dir()
+                    else ""
+                )
+            )
+            if not results and not remote
+            else None,
             [
                 print(
                     f"{r.score:6.2f}  {r.item_type:<9} {r.item_id:<28} [{r.source}] {r.description[:70]}"
