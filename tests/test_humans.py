@@ -624,6 +624,19 @@ async def test_approvals_are_listed_and_sent_while_no_worker_runs(temporal_env, 
     )
     sent = await runs.decide_approval(run_id, request.request_id, True, by="alice")
     assert sent.status == "pending" and sent.request_id == request.request_id
+    # What the command says then names the worker to start on the run's own task queue, whichever queue the
+    # command was given (README trial s39: `kiwi dev` was named while it ran, on another queue).
+    from kiwi.cli.runs import _not_taken
+    from kiwi.items.store import ItemStore
+    from kiwi.runs import RunClient
+
+    said = await _not_taken(
+        RunClient(temporal_env.client, ItemStore(project), task_queue="kiwi"), run_id, "it"
+    )
+    assert (
+        f"on its task queue '{runs.task_queue}': `kiwi dev` or `kiwi worker --task-queue {runs.task_queue}`"
+        in said
+    )
     with pytest.raises(KiwiError, match="no pending approval request 'approval-99'"):
         await runs.decide_approval(run_id, "approval-99", True, by="alice")
     assert len(asked) <= 1, asked

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import math
@@ -606,7 +607,7 @@ def _emit_done(args: argparse.Namespace, data: dict[str, Any], text: str) -> Non
 @_with_runs
 async def cmd_resume(args: argparse.Namespace, runs: RunClient) -> int:
     taken, children = await runs.resume_with_children(args.run, args.reason, by=args.by)
-    text = f"{args.run} resumed" if taken else _not_taken(args.run, "resume")
+    text = f"{args.run} resumed" if taken else await _not_taken(runs, args.run, "resume")
     if children and not taken:
         text = f"{args.run} is not held; resumed the child runs it held: {', '.join(children)}"
     elif children:
@@ -625,10 +626,15 @@ async def cmd_resume(args: argparse.Namespace, runs: RunClient) -> int:
     return 0
 
 
-def _not_taken(run_id: str, what: str) -> str:
+async def _not_taken(runs: RunClient, run_id: str, what: str) -> str:
+    """What a command says of a decision or resume no worker took yet: which worker to start (the run's own task
+    queue: README trial s39 was told `kiwi dev` while it ran, on another queue)."""
+    queue = runs.task_queue
+    with contextlib.suppress(Exception):
+        queue = (await asyncio.wait_for(runs.handle(run_id).describe(), 5)).task_queue or queue
     return (
-        f"{what} sent to {run_id}; no worker has taken it yet (the run takes it when one runs: "
-        f"`kiwi dev` or `kiwi worker`; `kiwi status {run_id}` shows it)"
+        f"{what} sent to {run_id}; no worker has taken it yet (the run takes it when one runs on its task queue "
+        f"'{queue}': `kiwi dev` or `kiwi worker --task-queue {queue}`; `kiwi status {run_id}` shows it)"
     )
 
 
@@ -667,7 +673,7 @@ async def cmd_approve(args: argparse.Namespace, runs: RunClient) -> int:
         {"run_id": args.run, "approved": approved, **request.model_dump(mode="json")},
         f"{verb} {request.request_id}: {one_line(request.summary)}"
         if request.status != "pending"
-        else _not_taken(args.run, f"'{verb}' for {request.request_id}"),
+        else await _not_taken(runs, args.run, f"'{verb}' for {request.request_id}"),
     )
     return 0
 
@@ -686,7 +692,7 @@ async def cmd_decide(args: argparse.Namespace, runs: RunClient) -> int:
         {"run_id": args.run, "request_id": args.request, "option": args.option, "taken": taken},
         f"answered {args.request}: {args.option}{held}"
         if taken
-        else _not_taken(args.run, f"the answer to {args.request}"),
+        else await _not_taken(runs, args.run, f"the answer to {args.request}"),
     )
     return 0
 
