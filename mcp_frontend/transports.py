@@ -171,10 +171,14 @@ def _port_free(host: str, port: int) -> bool:
 
 
 def _not_cut_off(record: logging.LogRecord) -> bool:
-    """Keep uvicorn from logging a traceback for each request it cuts off after the drain (serve_http says
-    how many it cut off)."""
+    """Keep uvicorn from logging a traceback for each request it cuts off after the drain, or a line on them
+    (serve_http says how many it cut off)."""
     error = record.exc_info[1] if record.exc_info else None
-    return not (isinstance(error, asyncio.CancelledError) and "graceful shutdown" in str(error))
+    if isinstance(error, asyncio.CancelledError) and "graceful shutdown" in str(error):
+        return False
+    # (Nor its own line on them, "ERROR: Cancel 1 running task(s), timeout graceful shutdown exceeded", after
+    # Kiwi's: README trial s39 read it as a failure of the drain.)
+    return "timeout graceful shutdown exceeded" not in record.getMessage()
 
 
 def _say(line: str) -> None:

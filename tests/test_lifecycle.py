@@ -562,6 +562,8 @@ async def test_a_client_that_holds_its_connection_does_not_keep_a_stopping_front
         assert await asyncio.wait_for(front.wait(), 1 + CLOSE_SECONDS + 20) == 0
         err = (await front.stderr.read()).decode()
         assert "Traceback" not in err, err
+        # (Kiwi's line alone: uvicorn's "timeout graceful shutdown exceeded" read as a failure, README trial s39.)
+        assert "graceful shutdown exceeded" not in err, err
         if "in flight" in err:
             assert "1 answer(s) still in flight after 1s: cut off" in err, err
     finally:
