@@ -128,3 +128,23 @@ async def test_attack_a_folder_swapped_in_after_a_moves_check_is_not_moved(runs,
     assert not (project / "notes" / "a").exists()
     assert (deep / "a" / "L").is_symlink() and (deep / "evil" / "f.txt").is_file()  # (as the racer left them)
     await runs.cancel(run_id)
+
+
+async def test_attack_a_secret_the_agent_sends_is_scrubbed_from_the_runs_status(runs, project, monkeypatch):
+    """Hostile review s39: a secret the worker knows (an MCP server's token), sent by the agent in a path, was
+    `[secret NAME]` in the audit trail and raw in the run's status (`kiwi status`, execute(run, status), the run's
+    MCP resource: the refusal's reason quotes the path). The status query scrubs it as the audit trail does."""
+    from kiwi.upstream import pool
+    from tests.test_attack_shell import agent_run
+
+    monkeypatch.setattr(pool, "KNOWN_SECRETS", {"LEAK_TOKEN": "sk-LEAKsecretValue1234567890abcdefXYZ"})
+    run_id = await agent_run(runs, project, "reader", '<read resource="filesystem" path="notes/**"/>')
+
+    refused = await runs.call_tool(
+        run_id, "filesystem.read", {"path": "/etc/sk-LEAKsecretValue1234567890abcdefXYZ"}
+    )
+
+    assert refused.status == "denied", refused
+    shown = (await runs.status(run_id)).model_dump_json()
+    assert "sk-LEAK" not in shown and "[secret LEAK_TOKEN]" in shown, shown
+    await runs.cancel(run_id)

@@ -487,6 +487,16 @@ def scrub(value: Any, secrets: dict[str, str] | None = None) -> Any:
     return _scrubbed(value, forms) if forms else value
 
 
+def scrub_model(model: Any) -> Any:
+    """A pydantic ``model`` with every secret this process knows scrubbed from its strings (:func:`scrub`), as
+    the same type; the model itself when none is known or none is in it."""
+    if not KNOWN_SECRETS:
+        return model
+    dumped = model.model_dump(mode="json")
+    scrubbed = scrub(dumped)
+    return model if scrubbed == dumped else type(model).model_validate(scrubbed)
+
+
 def _secret_forms(secrets: dict[str, str]) -> list[tuple[str, str]]:
     """(text, replacement) for each form of each secret of 4 characters or more, longest first. Worked out
     once per set of secrets: scrub_text runs on every log record of the process."""

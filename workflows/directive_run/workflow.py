@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from kiwi.seal import start_sealed
     from kiwi.templating import TemplateError, unset_input
     from kiwi.toolargs import oversized_command
+    from kiwi.upstream.pool import scrub_model
 
 from workflows.directive_run.audit_trail import AuditTrail
 from workflows.directive_run.calls import CallsMixin
@@ -496,7 +497,10 @@ class DirectiveRun(
 
     @workflow.query
     def status(self) -> RunStatus:
-        return self._status_view()
+        # What the agent sent (a refused path, a reason) may hold a secret this worker knows: scrubbed as the
+        # audit trail scrubs it (hostile review s39: a run's status and resource showed it raw). A query makes no
+        # command: what this worker knows may differ from another's.
+        return scrub_model(self._status_view())
 
     @workflow.signal
     def parent_held(self, notice: ParentHeld) -> None:
