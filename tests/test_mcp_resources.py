@@ -199,3 +199,23 @@ async def test_a_2025_subscriber_that_leaves_without_unsubscribing_is_forgotten(
         assert server.watches.subscribed() == 2 and run_id in server.watches._watchers
     assert server.watches.subscribed() == 0
     assert run_id not in server.watches._watchers and run_id not in server.watches._counts
+
+
+async def test_a_subscription_to_another_projects_run_watches_nothing(runs, project, temporal_env, tmp_path):
+    """Review s38: a subscription naming another project's run kept a watcher polling it (each status refused)
+    until the client's stream closed. The watcher stops at the first refusal."""
+    async with Client(build_server(temporal_env.client, project, task_queue=runs.task_queue)) as client:
+        run_id = await start_hello(client, "Theirs")
+    other = tmp_path / "other"
+    (other / ".ai").mkdir(parents=True)
+    server = build_server(temporal_env.client, other, task_queue=runs.task_queue)
+    async with Client(server, mode="legacy") as legacy:
+        with pytest.warns(MCPDeprecationWarning):
+            await legacy.subscribe_resource(f"kiwi://runs/{run_id}")
+        watcher = server.watches._watchers[run_id]
+        await wait_for(lambda: _done(watcher), what="the watcher of another project's run to stop")
+    await runs.cancel(run_id)
+
+
+async def _done(task: asyncio.Task) -> bool:
+    return task.done()
