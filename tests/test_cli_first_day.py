@@ -319,6 +319,13 @@ async def test_doctor_names_each_problem_with_its_fix(runs, project):
     )
     store = {c["name"]: c for c in json.loads(out)["checks"]}["payload store"]
     assert code == 1 and not store["ok"] and not store["warning"] and "KIWI_PAYLOAD_STORE" in store["hint"]
+    # A store not made yet is looked at, not made (README trial s39: doctor made the folder it checked).
+    later = project / "later" / "store"
+    code, out, _ = await kiwi_cli(
+        "doctor", "--no-mcp", "--json", *connection(runs), env={"KIWI_PAYLOAD_STORE": str(later)}
+    )
+    store = {c["name"]: c for c in json.loads(out)["checks"]}["payload store"]
+    assert store["ok"] and "not made yet" in store["detail"] and not (project / "later").exists(), store
     # A store every user of the machine may write to: they could remove or replace what runs stored there.
     open_store = project / "open-store"
     open_store.mkdir()

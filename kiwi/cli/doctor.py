@@ -152,6 +152,19 @@ def _payload_store() -> Check:
             f"unset {STORE_VARIABLE} (or name a folder every Kiwi process shares)",
             warning=True,
         )
+    if not folder.exists():
+        # (Looked at, not made: README trial s39 found a folder `kiwi doctor` made for a store it only checked.)
+        above = next((p for p in folder.parents if p.exists()), None)
+        if above is not None and above.is_dir() and os.access(above, os.W_OK | os.X_OK):
+            return Check(
+                "payload store", True, f"{folder}, not made yet: the first Kiwi process to use it makes it"
+            )
+        return Check(
+            "payload store",
+            False,
+            f"{folder} cannot be made: {above} is not a folder this user may write",
+            f"make {folder} writable for this user, or set {STORE_VARIABLE} to a folder that is",
+        )
     problem = unwritable(folder)
     if problem:
         return Check(
