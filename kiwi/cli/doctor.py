@@ -162,7 +162,7 @@ def _payload_store() -> Check:
         return Check(
             "payload store",
             False,
-            f"{folder} cannot be made: {above} is not a folder this user may write",
+            f"{folder} cannot be written: it is not made yet, and {above} is no folder this user may write in",
             f"make {folder} writable for this user, or set {STORE_VARIABLE} to a folder that is",
         )
     problem = unwritable(folder)

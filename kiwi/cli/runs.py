@@ -21,6 +21,7 @@ from kiwi.cli.audit import cmd_audit
 from kiwi.cli.connection import _connection, _port, _project, _seconds
 from kiwi.cli.processes import cmd_dev, cmd_mcp, cmd_worker
 from kiwi.cli.safeout import one_line
+from kiwi.cli.statusview import asked_by, print_status
 from kiwi.contracts import HELD, TERMINAL, RunStatusName, ToolCallResult
 from kiwi.errors import InputInvalid, KiwiError
 from kiwi.explain import outside_run_hint, tool_not_found
@@ -44,22 +45,6 @@ def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
             )
         out[key] = value
     return out
-
-
-def _preview(value: Any) -> Any:
-    """What a one-line view shows of a step's output: an MCP tool's answer by its structured content, else its
-    text, without its `_meta` (README trial s38: the line was all server info, the time or status cut off);
-    `--json` has the whole."""
-    if not isinstance(value, dict) or not ({"content", "structuredContent"} & set(value)):
-        return value
-    if value.get("structuredContent") is not None:
-        return value["structuredContent"]
-    texts = [
-        c.get("text") for c in value.get("content") or [] if isinstance(c, dict) and c.get("type") == "text"
-    ]
-    return "\n".join(t for t in texts if isinstance(t, str)) or {
-        k: v for k, v in value.items() if k != "_meta"
-    }
 
 
 def _outputs(values: list[str] | None) -> dict[str, Any]:
@@ -95,74 +80,6 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
-def _print_status(status: Any) -> None:
-    print(f"{status.run_id}  {status.directive} v{status.version}  {progress.state(status.status)}")
-    if status.deadline_at and status.status not in TERMINAL:
-        print(f"  deadline: {progress.readable_time(status.deadline_at)} (the run times out then)")
-    if status.error:
-        print(f"  error: {one_line(status.error)}")
-    if status.cancel_reason:
-        # (The reason went to the audit trail only: the status said "cancelled" and not why or by whom.)
-        said = "cancelled" if status.status == "cancelled" else "cancel asked"
-        print(f"  {said}: {one_line(status.cancel_reason)}")
-    if status.hint:
-        print(f"  hint: {one_line(status.hint)}")
-    # What it waits for, each with its deadline and the command that answers it (else the run's own words).
-    for line in progress.answers(status) or ([status.waiting_for] if status.waiting_for else []):
-        print(f"  waiting for {line}")
-    for step in status.steps:
-        marker = {"completed": "✓", "skipped": "-", "awaiting_agent": "…", "running": ">", "failed": "✗"}.get(
-            step.status, " "
-        )
-        print(f"  {marker} {step.name:<24} {step.status:<15} {step.mode}")
-        if step.status == "awaiting_agent" and step.action:
-            for line in step.action.splitlines():
-                print(f"      {line}")
-        for key, value in step.outputs.items():
-            if key == "results" and value == [step.outputs.get("result")]:
-                continue  # one call: the same value as result
-            shown = json.dumps(_preview(value), default=str)
-            print(f"      {key} = {shown if len(shown) <= 100 else shown[:97] + '...'}")
-    for call in status.last_calls[-5:]:
-        print(
-            f"  call #{call.seq} {one_line(call.summary)} → {call.status}"
-            f"{': ' + one_line(call.reason) if call.reason else ''}"
-        )
-    for signal_ in status.help:
-        print(f"  help {signal_.kind}: {one_line(signal_.reason)}")
-    for approval in status.approvals:
-        print(
-            f"  {approval.request_id} {one_line(approval.summary)} {_asked_by(approval.model_dump())}: {approval.status}"
-            + (
-                f" (until {progress.readable_time(approval.expires_at)})"
-                if approval.status == "pending"
-                else f" by {one_line(approval.decided_by)}"
-                if approval.decided_by
-                else ""
-            )
-        )
-    for decision in status.decisions:
-        print(
-            f"  {decision.request_id} {one_line(decision.reason)} [{one_line(', '.join(decision.options))}]: "
-            + (f"{decision.answer} (by {decision.by})" if decision.answer else "open")
-        )
-    for refused in status.refused_decisions[-5:]:
-        # (The DecisionRefused hint sends the approver here: it listed them in --json only.)
-        print(
-            f"  refused decision on {refused.request_id} by '{one_line(refused.by or '?')}': "
-            f"{one_line(refused.reason)}"
-        )
-    for child in status.children:
-        print(
-            f"  child {child.run_id} ({child.directive}): {child.status}"
-            + (f": {one_line(child.error)}" if child.error else "")
-        )
-    for checkpoint in status.checkpoints[-5:]:
-        print(
-            f"  checkpoint {checkpoint['checkpoint']} {checkpoint['commit'][:10]} ({one_line(checkpoint['why'])})"
-        )
-
-
 async def _watch(runs, run_id: str, as_json: bool, until_done: bool, args: Any = None) -> Any:
     """Follow a run (see kiwi.cli.progress); Ctrl-C stops the watching, never the run."""
     if args is not None:
@@ -172,7 +89,7 @@ async def _watch(runs, run_id: str, as_json: bool, until_done: bool, args: Any =
         run_id,
         as_json=as_json,
         until_done=until_done,
-        show=_print_status,
+        show=print_status,
         json_lines=until_done and as_json,  # (`status --watch --json`: a line per change, then the end)
     )
 
@@ -292,7 +209,7 @@ async def _follow_started(
         else:
             if not existing:
                 print(f"started {run_id}")
-            _print_status(status)
+            print_status(status)
         # A run that has already failed (or timed out, or was cancelled) by the time it is shown is a failure
         # for scripts too, as with --wait (README trial s34: `failed` was printed with exit 0).
         return 1 if status.status in ENDED_BADLY else 0
@@ -381,14 +298,6 @@ async def cmd_runs(args: argparse.Namespace, runs: RunClient) -> int:
     return 0
 
 
-def _asked_by(approval: dict[str, Any]) -> str:
-    """Who asked for an approval: the directive's step whose call it is, else the client that made the call (a
-    step's call said "by mcp", the client that started the run: review s36)."""
-    if approval.get("origin") == "step" and approval.get("step"):
-        return f"step {one_line(approval['step'])}"
-    return f"by {one_line(approval.get('requested_by') or 'unknown')}"
-
-
 @_with_runs
 async def cmd_approvals(args: argparse.Namespace, runs: RunClient) -> int:
     pending = await runs.pending_approvals(args.limit)
@@ -415,7 +324,7 @@ async def cmd_approvals(args: argparse.Namespace, runs: RunClient) -> int:
         )
         return 0
     for a in pending:
-        print(f"{a['run_id']} {a['request_id']}: {one_line(a['summary'] or a['tool'])} ({_asked_by(a)})")
+        print(f"{a['run_id']} {a['request_id']}: {one_line(a['summary'] or a['tool'])} ({asked_by(a)})")
         print(
             f"  asked {progress.readable_time(a['requested_at'])}, until {progress.readable_time(a['expires_at'])}"
         )
@@ -452,7 +361,7 @@ async def cmd_status(args: argparse.Namespace, runs: RunClient) -> int:
             _print_json(data)
         return _watched_exit(args, status)
     if not args.watch:
-        _print_status(status)
+        print_status(status)
     for activity in activities:
         print(f"  {progress.activity_line(activity)}")
     if link:
