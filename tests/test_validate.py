@@ -882,3 +882,61 @@ def test_a_templated_step_of_a_program_kiwi_does_not_model_is_checked_for_its_cw
     granted = '<execute resource="shell" commands="sleep"/><read resource="filesystem" path="**"/>'
     write(path, directive_md(body, name="slow", inputs=inputs, permissions=granted))
     assert kiwi(["validate", str(path)]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "meta, body, expected",
+    [
+        (
+            '<approvals><tool>git.commit</tool><tool nmae="filesystem.delete"/></approvals>',
+            "",
+            "<tool> in <approvals> names no tool: a tool it does not name runs with nobody asked; write "
+            '<tool>NAME</tool> or <tool name="NAME"/> (it has nmae="filesystem.delete")',
+        ),
+        (
+            '<approvals><tool>git.commit</tool><tool value="filesystem.delete"/></approvals>',
+            "",
+            "<tool> in <approvals> names no tool",
+        ),
+        (
+            '<approvals><tool nme="x" name="filesystem.delete"/></approvals>',
+            "",
+            "<tool> has no attribute 'nme', which is ignored; did you mean name=\"...\"?",
+        ),
+        (
+            "",
+            '<tool_calls><call tool="filesystem.write"><param name="path">notes/x</param>'
+            '<param name="content">c</param><param key="overwrite">false</param></call></tool_calls>',
+            '<param> needs a name attribute: <param name="...">value</param> (it has key="overwrite")',
+        ),
+        (
+            "",
+            '<tool_calls><call tool="filesystem.write"><param name="path">notes/x</param>'
+            '<param name="content">c</param><parm name="x">1</parm></call></tool_calls>',
+            "unknown element <parm> in <call> ignored; did you mean <param>?",
+        ),
+    ],
+)
+def test_attack_a_lost_approval_or_parameter_is_an_error_kiwi_sign_refuses(
+    project, capsys, meta, body, expected
+):
+    """Hostile review s39: `<tool nmae="filesystem.delete"/>` in <approvals> named no tool, validated and signed,
+    and the run deleted with nobody asked; the <tool_calls><call> form dropped `<param key=...>` and `<parm>`
+    silently where <tool_call> refused them. Each is an error, and kiwi sign signs nothing."""
+    step = f'<step name="s">{body or "<action>Work.</action>"}</step>'
+    path = write(
+        project / ".ai" / "directives" / "gate.md",
+        directive_md(
+            step, name="gate", permissions='<write resource="filesystem" path="notes/**"/>', extra_meta=meta
+        ),
+    )
+    assert kiwi(["validate", str(path), "--json"]) == 1
+    errors = [
+        p["message"]
+        for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]
+        if p["severity"] == "error"
+    ]
+    assert any(expected in e for e in errors), errors
+    before = path.read_text()
+    assert kiwi(["sign", str(path)]) == 1
+    assert path.read_text() == before

@@ -467,6 +467,18 @@ def _metadata(element: Any, ctx: _Ctx) -> Metadata:
                         f"<approvals> takes <tool> elements only, not <{sub.tag}>: a tool it does not name runs "
                         "with nobody asked; write <tool>NAME</tool>",
                     )
+                elif not (sub.get("name") or _text(sub)):
+                    # (Hostile review s39: `<tool nmae="filesystem.delete"/>` named no tool, and the delete ran
+                    # with nobody asked; the directive validated and signed.)
+                    has = ", ".join(f'{a}="{v}"' for a, v in sub.attrib.items())
+                    ctx.error(
+                        sub,
+                        "<tool> in <approvals> names no tool: a tool it does not name runs with nobody asked; "
+                        'write <tool>NAME</tool> or <tool name="NAME"/>'
+                        + (f" (it has {has})" if has else ""),
+                    )
+                else:
+                    _attributes(sub, ("name",), ctx)
             if not meta.approvals:
                 ctx.warn(child, "<approvals> names no <tool>; nothing will wait for approval")
         elif tag == "tags":
@@ -627,32 +639,34 @@ def _param_value(element: Any) -> str:
     return raw.strip() if "\n" not in raw.strip() else _dedent(element)
 
 
+def _check_params(call: Any, known: tuple[str, ...], ctx: _Ctx) -> None:
+    """A call's children: a <param> with no name, and a misspelt <param>, are parameters the call goes without
+    (errors: README trial s38, `<param key="command">` was dropped and the call said only that it needs
+    'command'); another unknown element is a warning."""
+    for sub in _children(call):
+        if sub.tag == "param" and not sub.get("name"):
+            has = ", ".join(f'{a}="{v}"' for a, v in sub.attrib.items())
+            ctx.error(
+                sub,
+                '<param> needs a name attribute: <param name="...">value</param>'
+                + (f" (it has {has})" if has else ""),
+            )
+        if sub.tag not in known:
+            meant = (
+                "; did you mean <param>?" if difflib.get_close_matches(sub.tag, ["param"], cutoff=0.6) else ""
+            )
+            (ctx.error if meant else ctx.warn)(
+                sub, f"unknown element <{sub.tag}> in <{call.tag}> ignored{meant}"
+            )
+
+
 def _calls(step_el: Any, ctx: _Ctx) -> list[ToolCall]:
     calls: list[ToolCall] = []
     for child in _children(step_el):
         if child.tag == "tool_call":
             tool = child.get("tool")
             mcp = child.get("mcp")
-            for sub in _children(child):
-                if sub.tag == "param" and not sub.get("name"):
-                    # (README trial s38: `<param key="command">` was dropped, and the call said only that it
-                    # needs 'command'.)
-                    has = ", ".join(f'{a}="{v}"' for a, v in sub.attrib.items())
-                    ctx.error(
-                        sub,
-                        '<param> needs a name attribute: <param name="...">value</param>'
-                        + (f" (it has {has})" if has else ""),
-                    )
-                if sub.tag not in ("param", "mcp", "tool", "params"):
-                    meant = (
-                        "; did you mean <param>?"
-                        if difflib.get_close_matches(sub.tag, ["param"], cutoff=0.6)
-                        else ""
-                    )
-                    # (A misspelt <param> is a parameter the call goes without: an error, README trial s38.)
-                    (ctx.error if meant else ctx.warn)(
-                        sub, f"unknown element <{sub.tag}> in <tool_call> ignored{meant}"
-                    )
+            _check_params(child, ("param", "mcp", "tool", "params"), ctx)
             if tool is None:
                 # Legacy form: <tool_call><mcp>x</mcp><tool>y</tool><params><k>v</k></params></tool_call>
                 mcp_el, tool_el, params_el = child.find("mcp"), child.find("tool"), child.find("params")
@@ -689,6 +703,9 @@ def _calls(step_el: Any, ctx: _Ctx) -> list[ToolCall]:
                 if not tool:
                     ctx.error(call, "<call> needs a tool attribute")
                     continue
+                # (Hostile review s39: the <tool_calls><call> form dropped a <param key=...> and a <parm> with no
+                # word, where <tool_call> refused them.)
+                _check_params(call, ("param",), ctx)
                 line, column = ctx.at(call)
                 calls.append(
                     ToolCall(
