@@ -940,3 +940,24 @@ def test_attack_a_lost_approval_or_parameter_is_an_error_kiwi_sign_refuses(
     before = path.read_text()
     assert kiwi(["sign", str(path)]) == 1
     assert path.read_text() == before
+
+
+@pytest.mark.parametrize(
+    "step, expected",
+    [
+        ('<step name="s" if="inputs.go"><action>Go.</action></step>', 'did you mean condition="..."?'),
+        ('<step name="s" only-if="inputs.go"><action>Go.</action></step>', 'did you mean condition="..."?'),
+        (
+            '<step name="s"><condition>inputs.go</condition><action>Go.</action></step>',
+            "<condition> in step 's' is no condition Kiwi reads, and the step would always run: write it as "
+            '<step name="s" condition="...">',
+        ),
+    ],
+)
+def test_attack_a_condition_written_another_way_is_an_error(project, capsys, step, expected):
+    """Hostile review s39: `<step if=...>`, `when=`, `only_if=` and a <condition> element validated and signed with
+    a warning, and the step, meant to run only on a condition, always ran. Each is an error naming the form."""
+    path = write(project / ".ai" / "directives" / "cond.md", directive_md(step, name="cond"))
+    assert kiwi(["validate", str(path), "--json"]) == 1
+    problems = json.loads(capsys.readouterr().out)["items"][0]["problems"]
+    assert any(expected in p["message"] and p["severity"] == "error" for p in problems), problems

@@ -564,6 +564,9 @@ def _name_meant(element: Any) -> str:
     return f' (it has {near[0]}="{element.get(near[0])}": did you mean name=?)' if near else ""
 
 
+CONDITION_WORDS = ("if", "when", "only_if", "run_if", "unless", "cond", "where")
+
+
 def _attributes(element: Any, known: tuple[str, ...], ctx: _Ctx) -> None:
     """Warn of each attribute of ``element`` Kiwi does not read, naming the one meant (README trial s36:
     `<step conditon=...>` made a step that always runs, `<approvals timout=...>` kept the default wait, and
@@ -571,7 +574,12 @@ def _attributes(element: Any, known: tuple[str, ...], ctx: _Ctx) -> None:
     for name in element.attrib:
         if name in known:
             continue
-        near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        near = difflib.get_close_matches(name, known, n=1, cutoff=0.6) or [
+            # (Another word for a condition, hostile review s39: `<step if=...>` made a step that always runs.)
+            m
+            for m in known
+            if m == "condition" and name.casefold().replace("-", "_") in CONDITION_WORDS
+        ]
         meant = f'; did you mean {near[0]}="..."?' if near else f" (it takes {', '.join(known)})"
         # A misspelling of one Kiwi reads is an error: as written, the directive does less than it says (a
         # condition that never applies, an input not required, the default wait). README trial s38: they were
@@ -744,6 +752,14 @@ def _process(element: Any, ctx: _Ctx) -> list[Step]:
                 "outputs",
                 "notes",
             ):
+                if sub.tag.casefold().replace("-", "_") in ("condition", *CONDITION_WORDS):
+                    # (A condition written as an element applies to nothing: the step always runs. Review s39.)
+                    ctx.error(
+                        sub,
+                        f"<{sub.tag}> in step '{name}' is no condition Kiwi reads, and the step would always run: "
+                        f'write it as <step name="{name}" condition="...">',
+                    )
+                    continue
                 ctx.warn(sub, f"unknown element <{sub.tag}> in step '{name}' kept as text")
         steps.append(
             Step(
