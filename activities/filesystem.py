@@ -396,6 +396,8 @@ def _check_tree(
     raw: str,
     moved_to: str | None = None,
     source: str = "",
+    *,
+    seen: set[tuple[int, int]] | None = None,
 ) -> None:
     """Everything below ``rel`` must be covered too (and, for a move, its new path): deleting or moving
     ``.ai`` would otherwise take the protected ``.ai/logs`` with it. A repository by its layout is removed or
@@ -420,6 +422,9 @@ def _check_tree(
         found = list(entries)
     for entry in found:
         child = _join(rel, entry.name)
+        if seen is not None:  # (what a delete may remove: this, and nothing put here after the check)
+            found_now = entry.stat(follow_symlinks=False)
+            seen.add((found_now.st_dev, found_now.st_ino))
         targets = [child] if moved_to is None else [child, moved_to + child[len(source) :]]
         for target in targets:
             if not covered(allowed, denied, target):
@@ -459,7 +464,7 @@ def _check_tree(
         if entry.is_dir(follow_symlinks=False):
             inner = open_dir(folder, entry.name, raw, child)
             try:
-                _check_tree(inner, child, allowed, denied, raw, moved_to, source)
+                _check_tree(inner, child, allowed, denied, raw, moved_to, source, seen=seen)
             finally:
                 os.close(inner)
 
@@ -476,26 +481,41 @@ def _changed(raw: str) -> ApplicationError:
     )
 
 
-def _remove_contents(folder: int, raw: str, rel: str) -> None:
-    """Empty the folder open at ``folder`` through descriptors; links inside are removed, never followed."""
+def _remove_contents(folder: int, raw: str, rel: str, checked: set[tuple[int, int]] | None = None) -> None:
+    """Empty the folder open at ``folder`` through descriptors; links inside are removed, never followed. With
+    ``checked`` (what the check before saw), only those: a file or folder another program put under a checked name
+    since is kept, and the delete refused (review s39, second round: a folder outside the grant, swapped in below
+    the checked one, was emptied)."""
     with os.scandir(folder) as entries:
         found = list(entries)
     for entry in found:
-        if entry.is_dir(follow_symlinks=False):
+        child = _join(rel, entry.name)
+        now = os.stat(entry.name, dir_fd=folder, follow_symlinks=False)
+        if checked is not None and (now.st_dev, now.st_ino) not in checked:
+            raise _unchecked(raw, child)
+        if stat.S_ISDIR(now.st_mode):
             try:
                 inner = os.open(entry.name, _DIR_FLAGS, dir_fd=folder)
             except OSError as exc:
                 if exc.errno not in _LINK_OR_NOT_DIR:
                     raise
-                os.unlink(entry.name, dir_fd=folder)  # swapped for a link or a file meanwhile: follow nothing
-                continue
+                raise _unchecked(raw, child) from None  # swapped for a link or a file meanwhile
             try:
-                _remove_contents(inner, raw, _join(rel, entry.name))
+                if checked is not None and not _same(os.fstat(inner), now):
+                    raise _unchecked(raw, child)
+                _remove_contents(inner, raw, child, checked)
             finally:
                 os.close(inner)
             os.rmdir(entry.name, dir_fd=folder)
         else:
             os.unlink(entry.name, dir_fd=folder)
+
+
+def _unchecked(raw: str, child: str) -> ApplicationError:
+    return _denied(
+        f"'{raw}' changed while Kiwi deleted it: '{child}' is not what Kiwi checked (another program put it there "
+        "since); it is kept, with what was not deleted yet"
+    )
 
 
 def _read_all(fd: int, limit: int) -> bytes:
@@ -695,9 +715,10 @@ class FilesystemActivities:
                 if stat.S_ISDIR(info.st_mode):
                     # Checked and emptied through one descriptor, so what was checked is what goes.
                     folder = open_dir(parent, name, req.path, rel)
+                    seen: set[tuple[int, int]] = set()
                     try:
-                        _check_tree(folder, rel, req.allowed, req.denied, req.path)
-                        _remove_contents(folder, req.path, rel)
+                        _check_tree(folder, rel, req.allowed, req.denied, req.path, seen=seen)
+                        _remove_contents(folder, req.path, rel, seen)
                     finally:
                         os.close(folder)
                     os.rmdir(name, dir_fd=parent)
@@ -758,6 +779,28 @@ class FilesystemActivities:
                         with contextlib.suppress(OSError):
                             os.rename(dst_name, src_name, src_dir_fd=dst_parent, dst_dir_fd=src_parent)
                         raise _changed(req.path)
+                    if stat.S_ISDIR(info.st_mode):
+                        # What is inside was checked by name before the rename, and a folder swapped in below it
+                        # since moved along unchecked (review s39, second round): checked again where it landed,
+                        # through the folder that moved, and put back if it fails.
+                        try:
+                            folder = open_dir(dst_parent, dst_name, req.destination, destination)
+                            try:
+                                _check_tree(
+                                    folder,
+                                    destination,
+                                    req.allowed,
+                                    req.denied,
+                                    req.path,
+                                    destination,
+                                    destination,
+                                )
+                            finally:
+                                os.close(folder)
+                        except ApplicationError:
+                            with contextlib.suppress(OSError):
+                                os.rename(dst_name, src_name, src_dir_fd=dst_parent, dst_dir_fd=src_parent)
+                            raise
         except Missing:
             if self._exists(req.project_root, destination, req.destination):
                 return {**result, "moved": False}

@@ -148,3 +148,82 @@ async def test_attack_a_secret_the_agent_sends_is_scrubbed_from_the_runs_status(
     shown = (await runs.status(run_id)).model_dump_json()
     assert "sk-LEAK" not in shown and "[secret LEAK_TOKEN]" in shown, shown
     await runs.cancel(run_id)
+
+
+async def test_attack_a_folder_swapped_in_below_a_moved_folder_is_checked_where_it_lands(
+    runs, project, monkeypatch
+):
+    """Hostile review s39, second round: the moved folder's identity was checked, but a folder swapped in below
+    it after the check (renameat2 exchange of notes/src/sub with notes/a/b/c/sub, whose link leads out from
+    notes/dst/sub) moved along unchecked and landed. The landed tree is checked again through the folder that
+    moved, and the move put back when it fails."""
+    from activities import filesystem
+    from tests.test_attack_shell import agent_run
+
+    write(project / "notes" / "src" / "sub" / "f.txt", "clean\n")
+    deep = project / "notes" / "a" / "b" / "c" / "sub"
+    deep.mkdir(parents=True)
+    (deep / "L").symlink_to("../../../../outside39")  # (inside the project from there: notes/outside39)
+    checked = filesystem._check_tree
+    swapped = []
+
+    def check_then_swap(folder, rel, *args, **kwargs):
+        checked(folder, rel, *args, **kwargs)
+        if rel == "notes/src" and not swapped:  # (the racer wins once, right after the check)
+            (project / "notes" / "src" / "sub").rename(project / "notes" / "tmp")
+            deep.rename(project / "notes" / "src" / "sub")
+            (project / "notes" / "tmp").rename(deep)
+            swapped.append(rel)
+
+    monkeypatch.setattr(filesystem, "_check_tree", check_then_swap)
+    run_id = await agent_run(
+        runs, project, "mover", '<read resource="filesystem" path="notes/**"/><write resource="filesystem" '
+        'path="notes/**"/>'
+    )  # fmt: skip
+
+    moved = await runs.call_tool(
+        run_id, "filesystem.move", {"source": "notes/src", "destination": "notes/dst"}
+    )
+
+    assert swapped and moved.status == "denied" and "symbolic link" in moved.reason, moved
+    assert not (project / "notes" / "dst").exists()
+    assert (project / "notes" / "src" / "sub" / "L").is_symlink()  # (put back as the racer left it)
+    await runs.cancel(run_id)
+
+
+async def test_attack_a_folder_swapped_in_below_a_deleted_folder_is_not_emptied(runs, project, monkeypatch):
+    """Hostile review s39, second round: filesystem.delete checked the folder's tree, then emptied it reopening
+    each folder below by name; another program exchanging notes/t/sub with keep/important (outside the grant) after
+    the check had keep's files deleted. Only what the check saw is deleted: the rest is kept, and the delete
+    refused."""
+    from activities import filesystem
+    from tests.test_attack_shell import agent_run
+
+    for i in range(3):
+        write(project / "notes" / "t" / "sub" / f"f{i}.txt", "mine\n")
+        write(project / "keep" / "important" / f"imp{i}.txt", "IMPORTANT\n")
+    checked = filesystem._check_tree
+    swapped = []
+
+    def check_then_swap(folder, rel, *args, **kwargs):
+        checked(folder, rel, *args, **kwargs)
+        if rel == "notes/t" and not swapped:  # (the racer wins once, right after the check)
+            (project / "notes" / "t" / "sub").rename(project / "notes" / "tmp")
+            (project / "keep" / "important").rename(project / "notes" / "t" / "sub")
+            (project / "notes" / "tmp").rename(project / "keep" / "important")
+            swapped.append(rel)
+
+    monkeypatch.setattr(filesystem, "_check_tree", check_then_swap)
+    run_id = await agent_run(
+        runs, project, "cleaner", '<read resource="filesystem" path="notes/**"/><write resource="filesystem" '
+        'path="notes/**"/>'
+    )  # fmt: skip
+
+    deleted = await runs.call_tool(run_id, "filesystem.delete", {"path": "notes/t"})
+
+    assert swapped and deleted.status == "denied" and "changed while Kiwi deleted it" in deleted.reason, (
+        deleted
+    )
+    important = sorted(p.name for p in project.rglob("imp*.txt") if p.read_text() == "IMPORTANT\n")
+    assert important == ["imp0.txt", "imp1.txt", "imp2.txt"], important
+    await runs.cancel(run_id)
