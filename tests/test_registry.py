@@ -116,6 +116,14 @@ def test_publish_search_pull_round_trip_across_two_projects(alice, project, tmp_
         "alice",
         "registry",
     )
+    # --category filters registry hits too, and `*` lists them (README trial s39: neither did).
+    assert kiwi(["search", name.split("_")[1], "--source", "registry", "--category", "nosuch", "--json"]) == 0
+    assert out_json(capsys)["results"] == []
+    assert (
+        kiwi(["search", "*", "--source", "registry", "--category", "tests", "--limit", "500", "--json"]) == 0
+    )
+    listed = out_json(capsys)["results"]
+    assert name in {r["item_id"] for r in listed} and {r["category"] for r in listed} == {"tests"}, listed
 
     other = tmp_path / "other"
     other.mkdir()

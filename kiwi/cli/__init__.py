@@ -464,7 +464,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         required = args.source == "registry"
         remote, unavailable = registry_results(
             store,
-            search_registry(args.query, args.type, args.limit, required=required),
+            # (README trial s39: --category filtered the local results only.)
+            search_registry(args.query, args.type, args.limit, required=required, category=args.category),
             required=required,
             hint="check KIWI_REGISTRY_URL (unset, the local registry is used); local items: --source all",
         )

@@ -433,9 +433,13 @@ class Registry:
 
     # ------------------------------------------------------------------ find and pull
 
-    def search(self, query: str, *, kind: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+    def search(
+        self, query: str, *, kind: str | None = None, limit: int = 20, category: str | None = None
+    ) -> list[dict[str, Any]]:
         """Latest versions that are not yanked, ranked by full-text match (weighted: id, then description,
-        category and tags, then content)."""
+        category and tags, then content); of ``category`` and its sub-categories when given. A query of no
+        words (``""``, ``*``) lists them, as the local search does (README trial s39: `*` found nothing)."""
+        query = "" if query.strip() == "*" else query
         with self._conn() as conn:
             # Matching rows first (the GIN index), then each matching item's latest version that is not
             # yanked (the (item_type, item_id, version_order) index), ranked.
@@ -449,8 +453,10 @@ class Registry:
                 "and d.item_id = l.item_id) as downloads, ts_rank(l.search, q.q) as rank from m cross join lateral "
                 "(select * from item_versions v where v.item_type = m.item_type and v.item_id = m.item_id "
                 "and not v.yanked order by v.version_order desc limit 1) l, q "
+                "where (%(category)s::text is null or l.category = %(category)s "
+                "or starts_with(l.category, %(category)s || '/')) "
                 "order by rank desc, l.item_id limit %(limit)s",
-                {"kind": kind, "q": query.strip(), "limit": limit},
+                {"kind": kind, "q": query.strip(), "limit": limit, "category": category or None},
             ).fetchall()
         return [
             {

@@ -213,7 +213,9 @@ def running_url() -> str:
     return f"postgresql://postgres:@/postgres?host={socket_dir}"
 
 
-def search_registry(query: str, kind: str | None, limit: int, *, required: bool) -> tuple[list[dict], str]:
+def search_registry(
+    query: str, kind: str | None, limit: int, *, required: bool, category: str | None = None
+) -> tuple[list[dict], str]:
     """Registry hits for a search, and why there are none when the registry is unavailable ("" when
     fine). ``required`` (source=registry) starts the local registry; a merged search only uses a
     registry that is configured or already running, and never fails because of it."""
@@ -223,6 +225,6 @@ def search_registry(query: str, kind: str | None, limit: int, *, required: bool)
         if not registry_url() and not required and not running_url():
             return [], ""
         with registry_for_command() as registry:
-            return registry.search(query, kind=kind, limit=limit), ""
+            return registry.search(query, kind=kind, limit=limit, category=category), ""
     except KiwiError as exc:
         return [], exc.message
