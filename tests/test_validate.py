@@ -961,3 +961,39 @@ def test_attack_a_condition_written_another_way_is_an_error(project, capsys, ste
     assert kiwi(["validate", str(path), "--json"]) == 1
     problems = json.loads(capsys.readouterr().out)["items"][0]["problems"]
     assert any(expected in p["message"] and p["severity"] == "error" for p in problems), problems
+
+
+def test_a_tool_no_call_could_run_as_written_is_invalid_with_every_problem_named(project, capsys):
+    """README trial s39: a tool whose entrypoint is missing, with a parameter of type `strng` (taken as a string), a
+    default outside its enum, a name given twice and an input_schema requiring what it does not define validated,
+    signed and published; every call then failed or took what the author did not mean."""
+    folder = project / ".ai" / "tools" / "demo" / "broken"
+    write(
+        folder / "tool.yaml",
+        "tool_id: broken\ntool_type: python\nversion: 1.0.0\ncategory: demo\ndescription: Broken\n"
+        "executor: {type: python, entrypoint: missing.py}\nparameters:\n"
+        "  - {name: text, type: strng}\n  - {name: mode, type: string, enum: [x, y], default: z}\n"
+        "  - {name: text, type: integer}\n",
+    )
+    assert kiwi(["validate", str(folder / "tool.yaml"), "--json"]) == 1
+    errors = [p["message"] for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]]
+    for expected in (
+        "executor.entrypoint 'missing.py' is no file of the tool's folder (broken/)",
+        "parameter 'text' has type 'strng', which is no JSON type (did you mean string?)",
+        "parameter 'mode' defaults to 'z', which is none of its enum",
+        "parameter 'text' is declared twice",
+    ):
+        assert any(expected in e for e in errors), (expected, errors)
+    write(folder / "main.py", "def main(**kw):\n    return kw\n")
+    write(
+        folder / "tool.yaml",
+        "tool_id: broken\ntool_type: python\nversion: 1.0.0\ncategory: demo\ndescription: Broken\n"
+        "executor: {type: python, entrypoint: main.py}\n"
+        "input_schema: {type: object, properties: {a: {type: strin}}, required: [b]}\n",
+    )
+    assert kiwi(["validate", str(folder / "tool.yaml"), "--json"]) == 1
+    errors = [p["message"] for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]]
+    assert "input_schema requires 'b', which its properties do not define" in errors, errors
+    assert (
+        "input_schema property 'a' has type 'strin', which is no JSON type (did you mean string?)" in errors
+    )

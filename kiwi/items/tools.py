@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -260,6 +262,32 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
         Problem(message, path, _line_of(body, "requires", offset), 1)
         for message in requirement_problems(manifest)
     ]
+    problems += [
+        Problem(message, path, _line_of(body, key, offset), 1) for key, message in _schema_problems(manifest)
+    ]
+    entry = manifest.entrypoint
+    if kind in ("python", "bash") and entry and path and Path(path).is_file():
+        # (README trial s39: `entrypoint: missing.py` validated, signed and published; a call then said the file
+        # is missing.)
+        if entry.startswith("/") or ".." in Path(entry).parts:
+            problems.append(
+                Problem(
+                    f"executor.entrypoint '{entry}' leaves the tool's folder: name a file in it",
+                    path,
+                    _line_of(body, "executor", offset),
+                    1,
+                )
+            )
+        elif not (Path(path).parent / entry).is_file():
+            problems.append(
+                Problem(
+                    f"executor.entrypoint '{entry}' is no file of the tool's folder ({Path(path).parent.name}/): "
+                    "add it, or name the file the tool runs",
+                    path,
+                    _line_of(body, "executor", offset),
+                    1,
+                )
+            )
     if kind in ("api", "docker"):
         try:
             if kind == "api":
@@ -271,6 +299,72 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
     if problems and any(p.severity == "error" for p in problems):
         raise ItemInvalid(problems)
     return manifest, problems
+
+
+JSON_TYPES = ("string", "integer", "number", "boolean", "array", "object")
+
+
+def _schema_problems(manifest: ToolManifest) -> list[tuple[str, str]]:
+    """(key, problem) for parameters no call could meet as written (README trial s39: `type: strng` was taken as a
+    string, a default outside its enum, a name given twice, an input_schema requiring what it does not define:
+    each validated, and every call failed or took what the author did not mean)."""
+    found: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for parameter in manifest.parameters:
+        name = parameter.name
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", name):
+            found.append(
+                (
+                    "parameters",
+                    f"parameter name '{name}' is no name an argument can have (letters, digits, _)",
+                )
+            )
+        if name in seen:
+            found.append(("parameters", f"parameter '{name}' is declared twice"))
+        seen.add(name)
+        if parameter.type not in JSON_TYPES:
+            near = difflib.get_close_matches(parameter.type, JSON_TYPES, n=1)
+            found.append(
+                (
+                    "parameters",
+                    f"parameter '{name}' has type '{parameter.type}', which is no JSON type ("
+                    + (f"did you mean {near[0]}?" if near else f"one of {', '.join(JSON_TYPES)}")
+                    + ")",
+                )
+            )
+        if (
+            parameter.enum is not None
+            and parameter.default is not None
+            and parameter.default not in parameter.enum
+        ):
+            found.append(
+                (
+                    "parameters",
+                    f"parameter '{name}' defaults to {parameter.default!r}, which is none of its enum",
+                )
+            )
+    schema = manifest.input_schema
+    if isinstance(schema, dict):
+        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        for name in schema.get("required") or []:
+            if name not in properties:
+                found.append(
+                    ("input_schema", f"input_schema requires '{name}', which its properties do not define")
+                )
+        for name, spec in properties.items():
+            kind = spec.get("type") if isinstance(spec, dict) else None
+            kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+            for one in kinds:
+                if one not in (*JSON_TYPES, "null"):
+                    near = difflib.get_close_matches(str(one), JSON_TYPES, n=1)
+                    found.append(
+                        (
+                            "input_schema",
+                            f"input_schema property '{name}' has type '{one}', which is no JSON type"
+                            + (f" (did you mean {near[0]}?)" if near else ""),
+                        )
+                    )
+    return found
 
 
 ISOLATION_LEVELS = ("trusted", "standard", "sandboxed", "restricted")
