@@ -140,7 +140,11 @@ async def _require_repo(root: str) -> str:
     repository's top), or GitUnavailable saying why git tools cannot work here."""
     where = await _repository(root)
     if where is None:
-        raise GitUnavailable.error("not a git repository: git tools are unavailable here")
+        # (README trial s39: the message alone, with no word of the fix.)
+        raise GitUnavailable.error(
+            "not a git repository: git tools are unavailable here",
+            {"hint": "a human makes the project a repository (`git init` in its folder, and a first commit)"},
+        )
     if isinstance(where, str):
         raise GitUnavailable.error(where)
     return where[1]

@@ -227,3 +227,19 @@ async def test_attack_a_folder_swapped_in_below_a_deleted_folder_is_not_emptied(
     important = sorted(p.name for p in project.rglob("imp*.txt") if p.read_text() == "IMPORTANT\n")
     assert important == ["imp0.txt", "imp1.txt", "imp2.txt"], important
     await runs.cancel(run_id)
+
+
+async def test_git_outside_a_repository_names_the_fix(runs, project):
+    """README trial s39: git.commit in a project that is no repository answered only "not a git repository: git
+    tools are unavailable here"; the answer's hint now names what a human does."""
+    from tests.test_attack_shell import agent_run
+
+    run_id = await agent_run(
+        runs,
+        project,
+        "gitless",
+        '<read resource="filesystem" path="**"/><execute resource="tool" id="git.status"/>',
+    )
+    answer = await runs.call_tool(run_id, "git.status", {})
+    assert answer.error_type == "GitUnavailable" and "`git init`" in answer.hint, answer
+    await runs.cancel(run_id)
