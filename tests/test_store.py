@@ -198,3 +198,17 @@ def test_init_says_which_of_several_keys_signed(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "you have 2 signing keys (alpha, beta); 'alpha' signs here" in out
     assert "signed .ai/directives/hello_kiwi.md with your key 'alpha'" in out
+
+
+def test_an_item_asked_for_in_the_other_space_is_named_where_it_is(project):
+    """README trial s39: load(source="user") of a project directive said "no directive 'hello_kiwi' in PROJECT,
+    USER" and "did you mean: hello_kiwi?". It says which space has it, and how to ask for it."""
+    from kiwi.errors import ItemNotFound
+    from kiwi.items.store import ItemStore
+
+    store = ItemStore(project)
+    with pytest.raises(ItemNotFound) as missing:
+        store.find("directive", "hello_kiwi", source="user")
+    assert "no directive 'hello_kiwi' in the user space" in missing.value.message
+    assert missing.value.message.endswith("it is in the project space"), missing.value.message
+    assert "source='project'" in missing.value.hint and "did you mean" not in missing.value.hint

@@ -481,8 +481,17 @@ class ItemStore:
                 (item_type, item_id),
             )
         ]
+        elsewhere = [r.source for r in rows if source in SOURCES and r.source != source]
         if source in SOURCES:
             rows = [r for r in rows if r.source == source]
+        if not rows and elsewhere:
+            # (README trial s39: `load(source="user")` of a project item said it was in neither space, and "did you
+            # mean" the same id.)
+            raise ItemNotFound(
+                f"no {item_type} '{item_id}' in the {source} space ({self.spaces.get(source, self.user)}); it is in the "
+                f"{' and '.join(dict.fromkeys(elsewhere))} space",
+                hint=f"ask for source='{elsewhere[0]}' (or leave source out: the project's first)",
+            )
         if not rows:
             similar = [r.item_id for r in self.search(item_id, item_type=item_type, limit=3, refresh=False)]
             hint = (
