@@ -93,7 +93,11 @@ class ApiToolActivities:
                 f"api tool '{tool.tool_id}': the response has no {exc} (executor.response)"
             ) from None
         except ApiCallError as exc:
-            raise exc.kind.error(scrub_text(str(exc))) from None
+            # (The grant to add as the answer's hint, where the caller's fix is made from it: README trial s39,
+            # outside a run it named <permissions>, as the hint was in the message.)
+            raise exc.kind.error(
+                scrub_text(str(exc)), *([{"hint": scrub_text(exc.hint)}] if exc.hint else [])
+            ) from None
 
     async def _send(
         self, tool_id: str, executor: ApiExecutor, request: httpx.Request, req: ApiToolRequest
@@ -131,9 +135,12 @@ class ApiToolActivities:
 class ApiCallError(Exception):
     """A failed call, with the Kiwi error kind it becomes once its text is scrubbed."""
 
-    def __init__(self, kind: type[ToolFailed | ToolTimeout | PermissionDenied], message: str) -> None:
+    def __init__(
+        self, kind: type[ToolFailed | ToolTimeout | PermissionDenied], message: str, hint: str = ""
+    ) -> None:
         super().__init__(message)
         self.kind = kind
+        self.hint = hint
 
 
 class _Retry(Exception):
@@ -166,8 +173,8 @@ async def _exchange(
         if not decision.allowed:
             raise ApiCallError(
                 PermissionDenied,
-                f"api tool '{tool_id}' may not reach {_where(request.url)}: {decision.reason}; "
-                f"{decision.hint}".rstrip("; "),
+                f"api tool '{tool_id}' may not reach {_where(request.url)}: {decision.reason}",
+                decision.hint,
             )
         response = await _send_to_one(client, await _pinned(request, tool_id))
         try:

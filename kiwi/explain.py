@@ -99,6 +99,7 @@ def not_found_hint(tool: str, snap: RunSnapshot, *, outside_run: bool = False) -
 # The grant a refusal's hint asks for, as <permissions> writes it (kiwi.policy, kiwi.shellpolicy).
 _PATH_GRANT = re.compile(r'<(read|write) resource="filesystem" path="([^"]+)"/>')
 _SHELL_GRANT = re.compile(r'<execute resource="shell" commands="([^"]+)"/>')
+_NETWORK_GRANT = re.compile(r'<execute resource="network" hosts="([^"]+)"/>')
 
 
 def base_policy_grant(tool: str, local_tools: Any, hint: str = "") -> str:
@@ -107,6 +108,9 @@ def base_policy_grant(tool: str, local_tools: Any, hint: str = "") -> str:
     the line said ``PATH/**`` for a call that had named its path)."""
     if found := _PATH_GRANT.search(hint):
         return f'internal_tools: {{filesystem: {{{found[1]}: ["{found[2]}"]}}}}'
+    if found := _NETWORK_GRANT.search(hint):
+        # (README trial s39: an api tool's host was refused outside a run, and the line named the tool.)
+        return f'internal_tools: {{network: {{hosts: ["{found[1]}"]}}}}'
     if tool in FILESYSTEM_TOOLS:
         kind = "read" if tool in _READS else "write"
         return f'internal_tools: {{filesystem: {{{kind}: ["PATH/**"]}}}}'

@@ -247,7 +247,8 @@ async def test_attack_an_api_tool_cannot_reach_a_host_the_directive_does_not_gra
     # 5. A directive granting the tool but no network reaches nothing.
     bare = await started(runs, "no_network")
     ungranted = await runs.call_tool(bare, "lookup", {"id": "1"})
-    assert ungranted.status == "denied" and 'add <execute resource="network"' in ungranted.reason
+    # (The grant to add is the answer's hint, where an outside-a-run caller's fix is made from it: README trial s39.)
+    assert ungranted.status == "denied" and 'add <execute resource="network"' in ungranted.hint, ungranted
     assert elsewhere.requests == []
     assert len(api.requests) == 3
     for run in (run_id, bare):
@@ -519,6 +520,9 @@ async def test_an_api_tool_outside_a_run_reaches_only_the_hosts_of_the_base_poli
         assert found["result"]["auth"] == "Bearer [secret KIWI_TEST_API_TOKEN]"
         refused = await execute(client, {**call, "item_id": "exfiltrate"})
         assert refused["status"] == "denied" and "is not granted" in refused["reason"], refused
+        # The fix it names is the base policy's line for the host (README trial s39: it named <permissions>, or the
+        # tool, which the base policy granted already).
+        assert f'internal_tools: {{network: {{hosts: ["{elsewhere.host}"]}}}}' in refused["hint"], refused
     assert elsewhere.requests == [] and len(api.requests) == 1
 
 
