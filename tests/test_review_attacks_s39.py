@@ -243,3 +243,24 @@ async def test_git_outside_a_repository_names_the_fix(runs, project):
     answer = await runs.call_tool(run_id, "git.status", {})
     assert answer.error_type == "GitUnavailable" and "`git init`" in answer.hint, answer
     await runs.cancel(run_id)
+
+
+async def test_an_unsigned_directives_refused_step_says_to_sign_it(runs, project):
+    """README trial s39: an unsigned directive's run, refused a program its <permissions> grant, was told to add
+    that very grant. With the base policy's grants alone, the fix its error names is a human's signature."""
+    from tests.helpers import directive_md
+
+    body = '<step name="sorted"><tool_call tool="shell.run"><param name="command">sort notes.txt</param></tool_call></step>'
+    grants = '<read resource="filesystem" path="**"/><execute resource="shell" commands="sort"/>'
+    write(project / ".ai" / "directives" / "sorter.md", directive_md(body, name="sorter", permissions=grants))
+    write(project / "notes.txt", "b\na\n")
+    run_id = await runs.start("sorter", {})
+
+    async def failed():
+        status = await runs.status(run_id)
+        return status if status.status == "failed" else None
+
+    status = await wait_for(failed, what="the run to fail at its step")
+    assert "step 'sorted': shell.run denied" in status.error, status.error
+    assert "the directive is not signed: its run has only the grants its <permissions> share" in status.error
+    assert 'add <execute resource="shell"' not in status.error, status.error

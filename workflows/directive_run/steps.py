@@ -118,6 +118,19 @@ class StepsMixin:
                         # (With the refusal's hint, which names the fix: README trial s38 found it in the audit
                         # trail's JSON only.)
                         hint = f" ({result.hint})" if result.hint and rule_in_force(STEP_HINT) else ""
+                        trust = self.snap.trust
+                        if hint and trust.grants == "base" and "<permissions>" in hint:
+                            # (README trial s39: an unsigned directive's run was told to add a grant its file has;
+                            # the run has the base policy's grants alone until a human signs it.)
+                            why = {
+                                "unsigned": "not signed",
+                                "none": "not signed",
+                                "modified": "changed since it was signed",
+                            }.get(trust.signature, "signed by no trusted key")
+                            hint = (
+                                f" (the directive is {why}: its run has only the grants its <permissions> share "
+                                "with the base policy; a human signs it, `kiwi sign`, for its own)"
+                            )
                         raise StepAborted(
                             f"step '{step.name}': {call.tool} {result.status}: {result.reason}{hint}"
                         )
