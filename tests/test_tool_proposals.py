@@ -175,3 +175,20 @@ async def test_a_proposed_tool_cannot_land_in_the_lib_folder_every_python_tool_i
     assert "names a 'lib' folder" in capsys.readouterr().err
     assert not (project / ".ai" / "tools" / "lib").exists()
     assert ItemStore(project).find("tool", "word_count")
+
+
+def test_a_manifest_sent_as_an_object_is_taken_as_its_yaml(project):
+    """README trial s39: execute(tool, create) with the manifest as an object (as a JSON client sends one) was told
+    it needs parameters.manifest, which it had sent."""
+    import yaml
+
+    from kiwi.items.proposals import propose_tool
+
+    manifest = yaml.safe_load(MANIFEST.format(id="loud", description="Loud"))
+    made = propose_tool(
+        ItemStore(project),
+        "loud",
+        {"manifest": manifest, "files": {"main.py": "def main(text):\n    return text.upper()\n"}},
+        update=False,
+    )
+    assert made["status"] == "proposed", made

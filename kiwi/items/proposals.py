@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kiwi.errors import InputInvalid, ItemInvalid, ItemNotFound
 from kiwi.items.authoring import _inside
 from kiwi.items.store import ItemStore
@@ -29,9 +31,13 @@ def propose_tool(
 ) -> dict[str, Any]:
     manifest = parameters.get("manifest")
     files = parameters.get("files") or {}
+    if isinstance(manifest, dict):
+        # (README trial s39: a manifest sent as an object was told it needs a manifest.) Taken as YAML's mapping.
+        manifest = yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True)
     if not isinstance(manifest, str) or not manifest.strip():
         raise InputInvalid(
-            "tool create/update needs parameters.manifest: the whole tool.yaml",
+            "tool create/update needs parameters.manifest: the whole tool.yaml, as YAML text or an object"
+            + (f" (it got {type(manifest).__name__})" if manifest is not None else ""),
             hint="and parameters.files: {'main.py': '...'} for the files beside it",
         )
     if not isinstance(files, dict) or not all(

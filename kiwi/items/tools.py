@@ -266,7 +266,7 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
         Problem(message, path, _line_of(body, key, offset), 1) for key, message in _schema_problems(manifest)
     ]
     entry = manifest.entrypoint
-    if kind in ("python", "bash") and entry and path and Path(path).is_file():
+    if kind in ("python", "bash") and entry and path and Path(path).parent.name and Path(path).is_file():
         # (README trial s39: `entrypoint: missing.py` validated, signed and published; a call then said the file
         # is missing.)
         if entry.startswith("/") or ".." in Path(entry).parts:
