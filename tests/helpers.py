@@ -159,6 +159,40 @@ def snapshot(folder: Path) -> dict[str, bytes | str]:
     return out
 
 
+@contextlib.contextmanager
+def loopback_http(handler: type[BaseHTTPRequestHandler]) -> Any:
+    """An HTTP server on 127.0.0.1 answering with ``handler`` on a thread of its own; yields its port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def swap_after_check(monkeypatch: Any, checked_rel: str, swap: Callable[[], None]) -> list[str]:
+    """A racer that wins once: right after the worker's filesystem activity checked the tree at ``checked_rel``
+    (``activities.filesystem._check_tree``), ``swap`` renames what is there, as another program could. Returns a
+    list that holds ``checked_rel`` once it has swapped."""
+    from activities import filesystem
+
+    checked = filesystem._check_tree
+    swapped: list[str] = []
+
+    def check_then_swap(folder: int, rel: str, *args: Any, **kwargs: Any) -> None:
+        checked(folder, rel, *args, **kwargs)
+        if rel == checked_rel and not swapped:
+            swap()
+            swapped.append(rel)
+
+    monkeypatch.setattr(filesystem, "_check_tree", check_then_swap)
+    return swapped
+
+
 def _exchange_function():
     """``renameat2(RENAME_EXCHANGE)`` where libc has it: swaps two names atomically, the attacker's best tool."""
     try:

@@ -555,12 +555,7 @@ async def test_a_run_failed_by_a_refused_step_says_the_fix(runs, project):
         directive_md(body, name="sorter", permissions='<read resource="filesystem" path="**"/>'),
     )
     run_id = await runs.start("sorter", {})
-
-    async def failed():
-        status = await runs.status(run_id)
-        return status if status.status == "failed" else None
-
-    status = await wait_for(failed, what="the run to fail at its step")
+    status = await wait_for(lambda: failed(runs, run_id), what="the run to fail at its step")
     assert "step 'sorted': shell.run denied" in status.error, status.error
     assert 'add <execute resource="shell" commands="sort"/>' in status.error, status.error
 
@@ -575,3 +570,9 @@ def test_a_git_calls_summary_names_its_paths():
         == 'git.commit notes "src/a\\nb"'
     )
     assert summarise_call("git.rollback", {"checkpoint": "run-x/1"}) == "git.rollback run-x/1"
+
+
+async def failed(runs, run_id: str):
+    """The run's status once it has failed, else None."""
+    status = await runs.status(run_id)
+    return status if status.status == "failed" else None

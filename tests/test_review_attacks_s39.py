@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from tests.helpers import wait_for, write
+from tests.helpers import loopback_http, swap_after_check, wait_for, write
+from tests.test_attack_shell import agent_run
 from tests.test_mcp_servers import mcp_directive, registry, waiting
+from tests.test_review_attacks_s38 import failed
 from tests.test_secret_forms import _fragments
 from tests.test_tool_types import audited_calls
 
 TOKEN = "ghp_Q8w7E6r5T4y3U2i1O0pAsDfGhJkL9z8X7c6V"
+NOTES = '<read resource="filesystem" path="notes/**"/><write resource="filesystem" path="notes/**"/>'
+
+
+def _exchange(a, b) -> None:
+    """Swap two names (a racer's rename, in three steps here: the worker waits meanwhile)."""
+    a.rename(a.with_name(a.name + ".swap"))
+    b.rename(a)
+    a.with_name(a.name + ".swap").rename(b)
 
 
 @pytest.fixture
@@ -37,16 +46,8 @@ def reflecting() -> Iterator[int]:
             self.end_headers()
             self.wfile.write(raw)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with loopback_http(Handler) as port:
+        yield port
 
 
 async def test_an_http_servers_malformed_answer_shows_no_part_of_a_reflected_secret(
@@ -93,31 +94,14 @@ async def test_attack_a_folder_swapped_in_after_a_moves_check_is_not_moved(runs,
     exchanging a folder holding a link out of the project into that name between the check and the rename
     (renameat2 RENAME_EXCHANGE in a loop, from outside the worker) had the unchecked folder moved, and the link
     landed. The swap is made here at that moment: what moved must be what was checked, else nothing moves."""
-    from activities import filesystem
-    from tests.test_attack_shell import agent_run
-
     deep = project / "notes" / "deep"
     write(deep / "a" / "f.txt", "clean\n")
     write(deep / "evil" / "g.txt", "evil\n")
     outside = project.parent / f"outside-{project.name}"
     outside.mkdir()
     (deep / "evil" / "L").symlink_to("../../../" + outside.name)
-    checked = filesystem._check_tree
-    swapped = []
-
-    def check_then_swap(folder, rel, *args, **kwargs):
-        checked(folder, rel, *args, **kwargs)
-        if rel == "notes/deep/a" and not swapped:  # (the racer wins once, right after the check)
-            (deep / "a").rename(deep / "tmp")
-            (deep / "evil").rename(deep / "a")
-            (deep / "tmp").rename(deep / "evil")
-            swapped.append(rel)
-
-    monkeypatch.setattr(filesystem, "_check_tree", check_then_swap)
-    run_id = await agent_run(
-        runs, project, "mover", '<read resource="filesystem" path="notes/**"/><write resource="filesystem" '
-        'path="notes/**"/>'
-    )  # fmt: skip
+    swapped = swap_after_check(monkeypatch, "notes/deep/a", lambda: _exchange(deep / "a", deep / "evil"))
+    run_id = await agent_run(runs, project, "mover", NOTES)
 
     moved = await runs.call_tool(
         run_id, "filesystem.move", {"source": "notes/deep/a", "destination": "notes/a"}
@@ -135,7 +119,6 @@ async def test_attack_a_secret_the_agent_sends_is_scrubbed_from_the_runs_status(
     `[secret NAME]` in the audit trail and raw in the run's status (`kiwi status`, execute(run, status), the run's
     MCP resource: the refusal's reason quotes the path). The status query scrubs it as the audit trail does."""
     from kiwi.upstream import pool
-    from tests.test_attack_shell import agent_run
 
     monkeypatch.setattr(pool, "KNOWN_SECRETS", {"LEAK_TOKEN": "sk-LEAKsecretValue1234567890abcdefXYZ"})
     run_id = await agent_run(runs, project, "reader", '<read resource="filesystem" path="notes/**"/>')
@@ -157,29 +140,14 @@ async def test_attack_a_folder_swapped_in_below_a_moved_folder_is_checked_where_
     it after the check (renameat2 exchange of notes/src/sub with notes/a/b/c/sub, whose link leads out from
     notes/dst/sub) moved along unchecked and landed. The landed tree is checked again through the folder that
     moved, and the move put back when it fails."""
-    from activities import filesystem
-    from tests.test_attack_shell import agent_run
-
     write(project / "notes" / "src" / "sub" / "f.txt", "clean\n")
     deep = project / "notes" / "a" / "b" / "c" / "sub"
     deep.mkdir(parents=True)
     (deep / "L").symlink_to("../../../../outside39")  # (inside the project from there: notes/outside39)
-    checked = filesystem._check_tree
-    swapped = []
-
-    def check_then_swap(folder, rel, *args, **kwargs):
-        checked(folder, rel, *args, **kwargs)
-        if rel == "notes/src" and not swapped:  # (the racer wins once, right after the check)
-            (project / "notes" / "src" / "sub").rename(project / "notes" / "tmp")
-            deep.rename(project / "notes" / "src" / "sub")
-            (project / "notes" / "tmp").rename(deep)
-            swapped.append(rel)
-
-    monkeypatch.setattr(filesystem, "_check_tree", check_then_swap)
-    run_id = await agent_run(
-        runs, project, "mover", '<read resource="filesystem" path="notes/**"/><write resource="filesystem" '
-        'path="notes/**"/>'
-    )  # fmt: skip
+    swapped = swap_after_check(
+        monkeypatch, "notes/src", lambda: _exchange(project / "notes" / "src" / "sub", deep)
+    )
+    run_id = await agent_run(runs, project, "mover", NOTES)
 
     moved = await runs.call_tool(
         run_id, "filesystem.move", {"source": "notes/src", "destination": "notes/dst"}
@@ -196,28 +164,15 @@ async def test_attack_a_folder_swapped_in_below_a_deleted_folder_is_not_emptied(
     each folder below by name; another program exchanging notes/t/sub with keep/important (outside the grant) after
     the check had keep's files deleted. Only what the check saw is deleted: the rest is kept, and the delete
     refused."""
-    from activities import filesystem
-    from tests.test_attack_shell import agent_run
-
     for i in range(3):
         write(project / "notes" / "t" / "sub" / f"f{i}.txt", "mine\n")
         write(project / "keep" / "important" / f"imp{i}.txt", "IMPORTANT\n")
-    checked = filesystem._check_tree
-    swapped = []
-
-    def check_then_swap(folder, rel, *args, **kwargs):
-        checked(folder, rel, *args, **kwargs)
-        if rel == "notes/t" and not swapped:  # (the racer wins once, right after the check)
-            (project / "notes" / "t" / "sub").rename(project / "notes" / "tmp")
-            (project / "keep" / "important").rename(project / "notes" / "t" / "sub")
-            (project / "notes" / "tmp").rename(project / "keep" / "important")
-            swapped.append(rel)
-
-    monkeypatch.setattr(filesystem, "_check_tree", check_then_swap)
-    run_id = await agent_run(
-        runs, project, "cleaner", '<read resource="filesystem" path="notes/**"/><write resource="filesystem" '
-        'path="notes/**"/>'
-    )  # fmt: skip
+    swapped = swap_after_check(
+        monkeypatch,
+        "notes/t",
+        lambda: _exchange(project / "notes" / "t" / "sub", project / "keep" / "important"),
+    )
+    run_id = await agent_run(runs, project, "cleaner", NOTES)
 
     deleted = await runs.call_tool(run_id, "filesystem.delete", {"path": "notes/t"})
 
@@ -232,7 +187,6 @@ async def test_attack_a_folder_swapped_in_below_a_deleted_folder_is_not_emptied(
 async def test_git_outside_a_repository_names_the_fix(runs, project):
     """README trial s39: git.commit in a project that is no repository answered only "not a git repository: git
     tools are unavailable here"; the answer's hint now names what a human does."""
-    from tests.test_attack_shell import agent_run
 
     run_id = await agent_run(
         runs,
@@ -255,12 +209,7 @@ async def test_an_unsigned_directives_refused_step_says_to_sign_it(runs, project
     write(project / ".ai" / "directives" / "sorter.md", directive_md(body, name="sorter", permissions=grants))
     write(project / "notes.txt", "b\na\n")
     run_id = await runs.start("sorter", {})
-
-    async def failed():
-        status = await runs.status(run_id)
-        return status if status.status == "failed" else None
-
-    status = await wait_for(failed, what="the run to fail at its step")
+    status = await wait_for(lambda: failed(runs, run_id), what="the run to fail at its step")
     assert "step 'sorted': shell.run denied" in status.error, status.error
     assert "the directive is not signed: its run has only the grants its <permissions> share" in status.error
     assert 'add <execute resource="shell"' not in status.error, status.error

@@ -21,7 +21,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from kiwi.upstream import pool
-from tests.helpers import agent_directive, wait_for
+from tests.helpers import agent_directive, loopback_http, wait_for
 from tests.test_tool_types import api_tool, audited_calls, started
 
 TOKEN = "kiwi-s30-token-5d1e9b07c4a2"
@@ -64,16 +64,8 @@ def echoing() -> Iterator[int]:
             self.end_headers()
             self.wfile.write(raw)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with loopback_http(Handler) as port:
+        yield port
 
 
 async def test_an_error_body_cut_across_a_secret_shows_no_part_of_it(runs, project, echoing, monkeypatch):
