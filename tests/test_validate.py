@@ -222,7 +222,7 @@ def test_a_step_whose_call_the_run_refuses_is_not_said_to_run_by_itself(project,
     )
     assert kiwi(["validate", str(path)]) == 1
     out = capsys.readouterr().out
-    assert "step sorted: the run stops there, refusing its call (above)" in out, out
+    assert "step sorted: the run stops there, at the error above" in out, out
     assert "step sorted: runs by itself" not in out and "step ask: waits for the agent" in out, out
     assert kiwi(["validate", str(path), "--json"]) == 1
     steps = json.loads(capsys.readouterr().out)["items"][0]["steps"]

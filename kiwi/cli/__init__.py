@@ -170,7 +170,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 print(f"     step {step['step']}: no run starts, as {_no_start(step)} (above)")
                 continue
             if step.get("stops"):
-                print(f"     step {step['step']}: the run stops there, refusing its call (above)")
+                # (Whatever the error above is: README trial s39 read "refusing its call" of a step whose only fault
+                # was its condition.)
+                print(f"     step {step['step']}: the run stops there, at the error above")
                 continue
             if step.get("stops_unsigned"):
                 why = (
