@@ -363,7 +363,11 @@ def _build(root: Any, ctx: _Ctx) -> Directive:
     steps: list[Step] = []
     outputs: dict[str, str] = {}
     extra: dict[str, str] = {}
+    seen: set[str] = set()
     for child in _children(root):
+        if child.tag in seen and child.tag in KNOWN_TOP:
+            _second(child, "<directive>", ctx)
+        seen.add(child.tag)
         if child.tag == "metadata":
             metadata = _metadata(child, ctx)
         elif child.tag == "inputs":
@@ -392,10 +396,24 @@ def _build(root: Any, ctx: _Ctx) -> Directive:
     )
 
 
+def _second(child: Any, parent: str, ctx: _Ctx) -> None:
+    """A second element of a kind its parent has one of replaced the first without a word (hostile review s39: a
+    second <metadata> or <approvals> dropped the first's approvals, a second <process> its steps, a second <inputs>
+    a required input): an error."""
+    ctx.error(
+        child,
+        f"{parent} has a second <{child.tag}>, which would replace the first and all it says: write one <{child.tag}>",
+    )
+
+
 def _metadata(element: Any, ctx: _Ctx) -> Metadata:
     meta = Metadata()
+    seen: set[str] = set()
     for child in _children(element):
         tag = child.tag
+        if tag in seen and tag != "permissions":  # (grants add up; everything else is set once)
+            _second(child, "<metadata>", ctx)
+        seen.add(tag)
         if tag in ("description", "category", "author"):
             setattr(meta, tag, _text(child))
         elif tag == "model":
@@ -613,11 +631,17 @@ def _inputs(element: Any, ctx: _Ctx) -> list[InputSpec]:
                 default = coerce_input(kind, default)
             except ValueError as exc:
                 ctx.error(child, f'<input name="{name}"> default {exc}')
+        required = child.get("required")
+        if required is not None and required.strip().lower() not in ("true", "yes", "1", "false", "no", "0"):
+            # (Hostile review s39: required="on", "y" or "ture" meant not required, with no word.)
+            ctx.error(
+                child, f'<input name="{name}" required="{required}"> is no yes or no: write required="true"'
+            )
         inputs.append(
             InputSpec(
                 name=name,
                 type=kind,
-                required=_bool(child.get("required")),
+                required=_bool(required),
                 default=default,
                 description=_dedent(child),
             )
@@ -761,6 +785,11 @@ def _process(element: Any, ctx: _Ctx) -> list[Step]:
                     )
                     continue
                 ctx.warn(sub, f"unknown element <{sub.tag}> in step '{name}' kept as text")
+        if child.get("condition") == "":
+            # (Hostile review s39: an empty condition was taken as none, and the step always ran.)
+            ctx.error(
+                child, f'<step name="{name}" condition=""> is empty: write the condition, or leave it out'
+            )
         steps.append(
             Step(
                 name=name,
