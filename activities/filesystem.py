@@ -19,7 +19,7 @@ POSIX only (``dir_fd``, ``O_NOFOLLOW``, ``O_DIRECTORY``).
 from __future__ import annotations
 
 import base64
-import contextlib
+import ctypes
 import errno
 import fcntl
 import os
@@ -474,11 +474,45 @@ def _same(found: os.stat_result, checked: os.stat_result) -> bool:
     return (found.st_dev, found.st_ino) == (checked.st_dev, checked.st_ino)
 
 
-def _changed(raw: str) -> ApplicationError:
+def _changed(raw: str, destination: str = "", put_back: bool = True) -> ApplicationError:
+    if not put_back:
+        # (Review s39, third round: the put-back was by name and blind, and moved a link another program put at
+        # the destination, or overwrote a file saved there since; when it failed, the error said nothing moved.)
+        activity.logger.warning("filesystem.move of %s: an unchecked entry left at %s", raw, destination)
+        return _denied(
+            f"'{raw}' was replaced by another program while Kiwi moved it (between its check and the move), and "
+            f"what Kiwi moved could not be put back safely: it is at '{destination}', unchecked; look at it before "
+            "anything uses it"
+        )
     return _denied(
-        f"'{raw}' was replaced by another program while Kiwi moved it (between its check and the move): nothing "
-        "unchecked is moved; call again once nothing else renames it"
+        f"'{raw}' was replaced by another program while Kiwi moved it (between its check and the move): it is put "
+        "back, and nothing unchecked is moved; call again once nothing else renames it"
     )
+
+
+def _renameat2() -> Any:
+    """libc's renameat2 (Linux), or None."""
+    try:
+        call = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return call
+
+
+_RENAMEAT2 = _renameat2()
+_RENAME_NOREPLACE = 1
+
+
+def _put_back(src_parent: int, src_name: str, dst_parent: int, dst_name: str, moved: os.stat_result) -> bool:
+    """Move back what this move put at the destination: only the entry it moved (``moved``, seen there right after
+    the rename), never a link, and never over anything at the source name since (renameat2 RENAME_NOREPLACE). False
+    when it did not (the caller says where it is)."""
+    there = _lstat(dst_parent, dst_name)
+    if there is None or not _same(there, moved) or stat.S_ISLNK(there.st_mode) or _RENAMEAT2 is None:
+        return False
+    done = _RENAMEAT2(dst_parent, os.fsencode(dst_name), src_parent, os.fsencode(src_name), _RENAME_NOREPLACE)
+    return done == 0
 
 
 def _remove_contents(folder: int, raw: str, rel: str, checked: set[tuple[int, int]] | None = None) -> None:
@@ -507,8 +541,22 @@ def _remove_contents(folder: int, raw: str, rel: str, checked: set[tuple[int, in
             finally:
                 os.close(inner)
             os.rmdir(entry.name, dir_fd=folder)
-        else:
+        elif checked is None:
             os.unlink(entry.name, dir_fd=folder)
+        else:
+            # Checked where no other program can swap it: under a name of Kiwi's own in the same folder, then
+            # removed (review s39, third round: a denied file exchanged with a checked one between the check and
+            # the unlink, both by name, was removed).
+            private = f".kiwi-delete-{secrets.token_hex(8)}"
+            os.rename(entry.name, private, src_dir_fd=folder, dst_dir_fd=folder)
+            taken = os.stat(private, dir_fd=folder, follow_symlinks=False)
+            if (taken.st_dev, taken.st_ino) not in checked:
+                if _RENAMEAT2 is not None:
+                    _RENAMEAT2(
+                        folder, os.fsencode(private), folder, os.fsencode(entry.name), _RENAME_NOREPLACE
+                    )
+                raise _unchecked(raw, child)
+            os.unlink(private, dir_fd=folder)
 
 
 def _unchecked(raw: str, child: str) -> ApplicationError:
@@ -776,31 +824,16 @@ class FilesystemActivities:
                         # Renamed by name, so what moved is what had the name then: another program that swapped
                         # another folder (or a link) in after the check moved that one unchecked (hostile review
                         # s39: a folder holding a link out of the project landed). Put back, and refused.
-                        with contextlib.suppress(OSError):
-                            os.rename(dst_name, src_name, src_dir_fd=dst_parent, dst_dir_fd=src_parent)
-                        raise _changed(req.path)
+                        put = landed is not None and _put_back(
+                            src_parent, src_name, dst_parent, dst_name, landed
+                        )
+                        raise _changed(req.path, req.destination, put)
                     if stat.S_ISDIR(info.st_mode):
                         # What is inside was checked by name before the rename, and a folder swapped in below it
                         # since moved along unchecked (review s39, second round): checked again where it landed,
-                        # through the folder that moved, and put back if it fails.
-                        try:
-                            folder = open_dir(dst_parent, dst_name, req.destination, destination)
-                            try:
-                                _check_tree(
-                                    folder,
-                                    destination,
-                                    req.allowed,
-                                    req.denied,
-                                    req.path,
-                                    destination,
-                                    destination,
-                                )
-                            finally:
-                                os.close(folder)
-                        except ApplicationError:
-                            with contextlib.suppress(OSError):
-                                os.rename(dst_name, src_name, src_dir_fd=dst_parent, dst_dir_fd=src_parent)
-                            raise
+                        # through the folder that moved (the one checked: review s39, third round), and put back
+                        # if it fails.
+                        self._check_landed(req, info, landed, (src_parent, src_name), (dst_parent, dst_name))
         except Missing:
             if self._exists(req.project_root, destination, req.destination):
                 return {**result, "moved": False}
@@ -808,6 +841,37 @@ class FilesystemActivities:
         except OSError as exc:
             raise _os_error(exc, req.path) from None
         return {**result, "moved": True}
+
+    @staticmethod
+    def _check_landed(
+        req: FilesystemRequest,
+        info: os.stat_result,
+        landed: os.stat_result,
+        source: tuple[int, str],
+        target: tuple[int, str],
+    ) -> None:
+        """The moved folder's tree checked where it landed, through the folder that landed; put back (or said to be
+        left there) when it is not the one checked or its tree is refused."""
+        destination = relative(req.destination)
+        try:
+            folder = open_dir(*target, req.destination, destination)
+        except ApplicationError:
+            folder = None
+        refused: ApplicationError | None = None
+        try:
+            if folder is None or not _same(os.fstat(folder), info):
+                raise _changed(req.path, req.destination, False)
+            try:
+                _check_tree(folder, destination, req.allowed, req.denied, req.path, destination, destination)
+            except ApplicationError as exc:
+                refused = exc
+        finally:
+            if folder is not None:
+                os.close(folder)
+        if refused is not None:
+            if _put_back(*source, *target, landed):
+                raise refused
+            raise _changed(req.path, req.destination, False) from refused
 
     @staticmethod
     def _exists(root: str, rel: str, raw: str) -> bool:

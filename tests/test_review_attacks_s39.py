@@ -213,3 +213,41 @@ async def test_an_unsigned_directives_refused_step_says_to_sign_it(runs, project
     assert "step 'sorted': shell.run denied" in status.error, status.error
     assert "the directive is not signed: its run has only the grants its <permissions> share" in status.error
     assert 'add <execute resource="shell"' not in status.error, status.error
+
+
+async def test_attack_a_move_put_back_never_overwrites_and_says_where_it_left_what_it_moved(
+    runs, project, monkeypatch
+):
+    """Hostile review s39, third round: the put-back after a swapped source was a blind rename by name: it moved
+    back whatever was at the destination (a link another program put there), overwrote a file saved under the
+    source's name since, and when it failed the error still said nothing was moved. It now puts back only what it
+    moved, never over anything, and says where it left it when it cannot."""
+    from activities import filesystem
+
+    write(project / "notes" / "src" / "f.txt", "clean\n")
+    write(project / "notes" / "evil" / "g.txt", "evil\n")
+    swapped = swap_after_check(
+        monkeypatch, "notes/src", lambda: _exchange(project / "notes" / "src", project / "notes" / "evil")
+    )
+    lstat = filesystem._lstat
+    looks, saved = [], []
+
+    def lstat_after_a_save(parent, name):
+        looks.append(name)
+        if swapped and looks.count("dst") == 2 and not saved:  # (after the rename: an editor saves just then)
+            write(project / "notes" / "src", "the human's new save\n")
+            saved.append(name)
+        return lstat(parent, name)
+
+    monkeypatch.setattr(filesystem, "_lstat", lstat_after_a_save)
+    run_id = await agent_run(runs, project, "mover", NOTES)
+
+    moved = await runs.call_tool(
+        run_id, "filesystem.move", {"source": "notes/src", "destination": "notes/dst"}
+    )
+
+    assert saved and moved.status == "denied", moved
+    assert "could not be put back safely: it is at 'notes/dst', unchecked" in moved.reason, moved.reason
+    assert (project / "notes" / "src").read_text() == "the human's new save\n"  # (never overwritten)
+    assert (project / "notes" / "dst" / "g.txt").read_text() == "evil\n"  # (where the answer says)
+    await runs.cancel(run_id)
