@@ -1047,3 +1047,31 @@ def test_attack_a_second_section_or_a_blank_gate_is_an_error(project, capsys, bo
     assert kiwi(["validate", str(path), "--json"]) == 1
     problems = json.loads(capsys.readouterr().out)["items"][0]["problems"]
     assert any(expected in p["message"] and p["severity"] == "error" for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "where, expected",
+    [
+        ("meta", "<APPROVALS><tool>filesystem.delete</tool></APPROVALS>"),
+        ("meta", '<k:approvals xmlns:k="urn:x"><k:tool>filesystem.delete</k:tool></k:approvals>'),
+        ("step", "<approvals><tool>filesystem.delete</tool></approvals>"),
+        ("meta", '<approvals><tool name="git.commit">filesystem.delete</tool></approvals>'),
+    ],
+)
+def test_attack_an_approval_written_where_or_as_kiwi_does_not_read_it_is_an_error(
+    project, capsys, where, expected
+):
+    """Hostile review s39, third round: <approvals> in a <step> (or at the top level, or in <tools>), upper-case or
+    namespaced, was a warning, and `<tool name="git.commit">filesystem.delete</tool>` gated git.commit alone; each
+    signed, and no call of the delete waited for a human. Each is an error now."""
+    step = '<step name="s"><action>Work.</action></step>'
+    if where == "step":
+        step = f'<step name="s"><action>Work.</action>{expected}</step>'
+    path = write(
+        project / ".ai" / "directives" / "gate2.md",
+        directive_md(step, name="gate2", extra_meta=expected if where == "meta" else ""),
+    )
+    assert kiwi(["validate", str(path), "--json"]) == 1
+    problems = json.loads(capsys.readouterr().out)["items"][0]["problems"]
+    errors = [p["message"] for p in problems if p["severity"] == "error"]
+    assert any("approval" in e or "names two tools" in e for e in errors), problems

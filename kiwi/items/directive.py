@@ -380,6 +380,8 @@ def _build(root: Any, ctx: _Ctx) -> Directive:
                 outputs = {"success": _dedent(child)}
         elif child.tag == "context":
             extra["context"] = _serialise(child)
+        elif _local_name(child.tag) == "approvals":
+            _misplaced_approvals(child, "<directive>", ctx)
         else:
             extra[child.tag] = _serialise(child)
             ctx.warn(
@@ -393,6 +395,21 @@ def _build(root: Any, ctx: _Ctx) -> Directive:
         steps=steps,
         outputs=outputs,
         extra=extra,
+    )
+
+
+def _local_name(tag: Any) -> str:
+    """An element's name without its namespace (``{urn:x}approvals``, ``k:approvals``), case-folded."""
+    return str(tag).rsplit("}", 1)[-1].rsplit(":", 1)[-1].casefold()
+
+
+def _misplaced_approvals(child: Any, where: str, ctx: _Ctx) -> None:
+    """<approvals> anywhere but <metadata> asks nobody (hostile review s39, third round: at the top level, in
+    <tools> or a <step>, upper-case or namespaced, it was a warning, and the directive signed): an error."""
+    ctx.error(
+        child,
+        f"<{child.tag}> in {where} asks nobody: as written, no call waits for a human's approval; write "
+        "<approvals> in <metadata>",
     )
 
 
@@ -485,6 +502,13 @@ def _metadata(element: Any, ctx: _Ctx) -> Metadata:
                         f"<approvals> takes <tool> elements only, not <{sub.tag}>: a tool it does not name runs "
                         "with nobody asked; write <tool>NAME</tool>",
                     )
+                elif sub.get("name") and _text(sub) and sub.get("name") != _text(sub):
+                    # (Review s39, third round: `<tool name="git.commit">filesystem.delete</tool>` gated git.commit
+                    # alone, the text ignored.)
+                    ctx.error(
+                        sub,
+                        f'<tool name="{sub.get("name")}">{_text(sub)}</tool> names two tools: write one <tool> for each',
+                    )
                 elif not (sub.get("name") or _text(sub)):
                     # (Hostile review s39: `<tool nmae="filesystem.delete"/>` named no tool, and the delete ran
                     # with nobody asked; the directive validated and signed.)
@@ -507,8 +531,8 @@ def _metadata(element: Any, ctx: _Ctx) -> Metadata:
             meta.extra[tag] = _text(child)
         else:
             meta.extra[tag] = _serialise(child)
-            near = difflib.get_close_matches(
-                tag, sorted({*KNOWN_METADATA, "approvals", "tags"}), n=1, cutoff=0.75
+            near = (["approvals"] if _local_name(tag) == "approvals" else []) or difflib.get_close_matches(
+                _local_name(tag), sorted({*KNOWN_METADATA, "approvals", "tags"}), n=1, cutoff=0.75
             )
             # A misspelt <approvals> asks nobody: an error, as a gate lost (README trial s37: `<approval>` was a
             # warning, `kiwi sign` signed it and the run deleted with no approval asked). Others stay warnings.
@@ -568,6 +592,8 @@ def _tools_decl(element: Any, decl: ToolsDeclaration, ctx: _Ctx) -> None:
         elif child.tag == "kiwi":
             for sub in _children(child):
                 decl.kiwi.append(sub.tag)
+        elif _local_name(child.tag) == "approvals":
+            _misplaced_approvals(child, "<tools>", ctx)
         else:
             ctx.warn(
                 child,
@@ -776,6 +802,9 @@ def _process(element: Any, ctx: _Ctx) -> list[Step]:
                 "outputs",
                 "notes",
             ):
+                if _local_name(sub.tag) == "approvals":
+                    _misplaced_approvals(sub, f"step '{name}'", ctx)
+                    continue
                 if sub.tag.casefold().replace("-", "_") in ("condition", *CONDITION_WORDS):
                     # (A condition written as an element applies to nothing: the step always runs. Review s39.)
                     ctx.error(
