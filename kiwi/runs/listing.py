@@ -15,8 +15,8 @@ from kiwi.runs.shared import _PENDING_STATES, _quote, _translate
 
 
 class Pending(list):  # type: ignore[type-arg]
-    """Pending approval requests, and whether runs past the limit asked was have more (`kiwi approvals` says so:
-    it cut at 200 runs without a word)."""
+    """Pending approval requests, and whether runs past the limit asked for have some too (``more``: `kiwi
+    approvals` says so; it cut at 200 runs without a word)."""
 
     more: bool = False
 
