@@ -23,6 +23,7 @@ from kiwi.contracts import STUCK_ATTEMPTS_FOR_HUMAN, HelpRequest, ToolCallResult
 from kiwi.errors import (
     InputInvalid,
     KiwiError,
+    PermissionDenied,
 )
 from kiwi.explain import outside_run_hint, tool_not_found
 from kiwi.items.authoring import copy_to_project as copy_to_project_
@@ -309,7 +310,8 @@ def build_server(
                 if item_type == "tool":
                     # A tool is code Kiwi runs, in a place only a human writes.
                     hint = await anyio.to_thread.run_sync(lambda: _tool_pull_hint(item_id, version))
-                    raise KiwiError(
+                    # (Typed as the refusal it is: README trial s39 got the generic KiwiError.)
+                    raise PermissionDenied(
                         "tools are pulled from the registry by a human, not by the agent", hint=hint
                     )
                 # The database work in a thread; the item store (SQLite) stays on this one.
@@ -524,7 +526,9 @@ def build_server(
         if action == "guidance":
             return answer({"help": _guidance(topic, store)})
         if not run_id:
-            return error("run", action, "", KiwiError("a help signal needs run_id", hint="pass the run's id"))
+            return error(
+                "run", action, "", InputInvalid("a help signal needs run_id", hint="pass the run's id")
+            )
         if (problem := text_problem(MAX_ID_CHARS, run_id=run_id)) is not None:
             return error("run", action, "", problem)
         request_id = f"decision-{uuid.uuid4().hex[:8]}" if action == "escalate" else ""

@@ -211,6 +211,9 @@ async def test_in_memory_agent_flow_and_error_shape(runs, project, temporal_env)
             await client.call_tool("help", {"action": "stuck", "run_id": "run-none-x", "reason": "r"})
         )
         assert signal_["error"] == "RunNotFound"
+        # No run named: a typed InputInvalid, not the generic KiwiError (README trial s39).
+        unnamed = data(await client.call_tool("help", {"action": "stuck", "reason": "r"}))
+        assert unnamed["error"] == "InputInvalid" and "needs run_id" in unnamed["message"], unnamed
         # Hints name the MCP call an agent can make, not a command line it cannot reach.
         assert "search(item_type='run')" in signal_["hint"] and "`kiwi runs`" not in signal_["hint"]
         assert "search(item_type=" in missing["hint"] and "`kiwi search`" not in missing["hint"], missing

@@ -935,6 +935,7 @@ async def test_the_agent_is_told_what_a_human_can_pull_of_a_registry_tool(
         asked = {"item_type": "tool", "item_id": item_id, "source": "registry"}
         answer = await agent.call_tool("load", {**asked, **({"version": version} if version else {})})
         assert answer.is_error and "pulled from the registry by a human" in data(answer)["message"]
+        assert data(answer)["error"] == "PermissionDenied", data(answer)  # (typed: README trial s39)
         return data(answer)["hint"]
 
     async with Client(params) as agent:
