@@ -1075,3 +1075,17 @@ def test_attack_an_approval_written_where_or_as_kiwi_does_not_read_it_is_an_erro
     problems = json.loads(capsys.readouterr().out)["items"][0]["problems"]
     errors = [p["message"] for p in problems if p["severity"] == "error"]
     assert any("approval" in e or "names two tools" in e for e in errors), problems
+
+
+def test_a_tool_version_that_is_no_semver_is_an_error_before_publish(project, capsys):
+    """README trial s39: a tool's `version: banana` validated and signed; only publish said it is not
+    MAJOR.MINOR.PATCH."""
+    folder = project / ".ai" / "tools" / "demo" / "ver"
+    write(folder / "main.py", "def main():\n    return 1\n")
+    write(
+        folder / "tool.yaml",
+        "tool_id: ver\ntool_type: python\nversion: banana\ncategory: demo\nexecutor: {type: python, entrypoint: main.py}\n",
+    )
+    assert kiwi(["validate", str(folder / "tool.yaml"), "--json"]) == 1
+    errors = [p["message"] for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]]
+    assert "version 'banana' is not semver (MAJOR.MINOR.PATCH, e.g. 1.0.0)" in errors, errors

@@ -265,6 +265,16 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
     problems += [
         Problem(message, path, _line_of(body, key, offset), 1) for key, message in _schema_problems(manifest)
     ]
+    # (README trial s39: `version: banana` validated and signed, and only publish refused it.)
+    if "version" in data and not _SEMVER.match(manifest.version):
+        problems.append(
+            Problem(
+                f"version '{manifest.version}' is not semver (MAJOR.MINOR.PATCH, e.g. 1.0.0)",
+                path,
+                _line_of(body, "version", offset),
+                1,
+            )
+        )
     entry = manifest.entrypoint
     if kind in ("python", "bash") and entry and path and Path(path).parent.name and Path(path).is_file():
         # (README trial s39: `entrypoint: missing.py` validated, signed and published; a call then said the file
@@ -302,6 +312,7 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
 
 
 JSON_TYPES = ("string", "integer", "number", "boolean", "array", "object")
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
 
 
 def _schema_problems(manifest: ToolManifest) -> list[tuple[str, str]]:
