@@ -1089,3 +1089,16 @@ def test_a_tool_version_that_is_no_semver_is_an_error_before_publish(project, ca
     assert kiwi(["validate", str(folder / "tool.yaml"), "--json"]) == 1
     errors = [p["message"] for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]]
     assert "version 'banana' is not semver (MAJOR.MINOR.PATCH, e.g. 1.0.0)" in errors, errors
+
+
+def test_an_unknown_tool_type_names_the_ones_that_run_and_the_one_meant():
+    """README trial s39: `tool_type: pyhton` was told the types include mcp, which is always refused, and not the
+    one meant."""
+    from kiwi.errors import ItemInvalid
+    from kiwi.items.tools import parse_manifest
+
+    with pytest.raises(ItemInvalid) as refused:
+        parse_manifest("tool_id: x\ntool_type: pyhton\n", "tool.yaml")
+    assert refused.value.problems[0].message == (
+        "tool_type 'pyhton' is unknown; expected one of python, bash, api, docker; did you mean python?"
+    )

@@ -200,7 +200,14 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
         raise ItemInvalid(
             [
                 Problem(
-                    f"tool_type '{kind}' is unknown; expected one of {', '.join(TOOL_TYPES)}",
+                    # (The runnable ones, and the one meant: README trial s39 was offered `mcp`, always refused.)
+                    f"tool_type '{kind}' is unknown; expected one of "
+                    f"{', '.join(t for t in TOOL_TYPES if t not in UNRUNNABLE_TYPES)}"
+                    + (
+                        f"; did you mean {near[0]}?"
+                        if (near := difflib.get_close_matches(str(kind), TOOL_TYPES, n=1))
+                        else ""
+                    ),
                     path,
                     _line_of(body, "tool_type", offset),
                     1,
