@@ -1029,3 +1029,11 @@ async def test_null_for_an_optional_argument_of_a_built_in_is_the_default(runs, 
     missing = await runs.call_tool(run_id, "filesystem.read", {"path": None})
     assert missing.error_type == "InputInvalid" and "'path' is required" in missing.reason, missing
     assert (await runs.status(run_id)).status == "awaiting_agent"
+
+
+def test_migrate_of_a_script_that_is_not_there_says_so(project, capsys):
+    """README trial s39: `kiwi migrate .ai/scripts/text/nope.py` said it "is not a legacy script", when the file
+    does not exist."""
+    assert kiwi_main(["migrate", ".ai/scripts/text/nope.py"]) == 1
+    err = capsys.readouterr().err
+    assert "nope.py does not exist" in err and "not a legacy script" not in err, err

@@ -327,6 +327,9 @@ def migrate_script(store: ItemStore, script: Path) -> Path:
 
     script = script.resolve()
     scripts = store.project_root / ".ai" / "scripts"
+    if not script.exists():
+        # (README trial s39: a misspelt path was called "not a legacy script".)
+        raise ItemNotFound(f"{script} does not exist", hint="ls .ai/scripts/ shows the legacy scripts")
     if script.suffix != ".py" or not script.is_file() or scripts.resolve() not in script.parents:
         raise InputInvalid(
             f"{script.name} is not a legacy script: migrate takes a .py file under .ai/scripts/",
