@@ -720,7 +720,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(agent_harness.yaml `signatures`).",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="item files or folders")
-    p.add_argument("--key", help="which of your keys signs (default: your only key; see `kiwi keys list`)")
+    p.add_argument(
+        "--key",
+        help="which of your keys signs (default: your only key, or with several the one trusted_keys.yaml trusts to "
+        "sign; see `kiwi keys list`)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_sign)
 

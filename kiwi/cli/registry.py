@@ -176,7 +176,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--key",
         help="which of your keys signs the version (default: the key that signed the item, which must be yours)",
     )
-    p.add_argument("--version", help="the version to publish (default: the item's own)")
+    p.add_argument(
+        "--version",
+        help="the version to publish, for a knowledge entry without one (a directive or tool publishes as the "
+        "version it was signed with)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_publish)
 

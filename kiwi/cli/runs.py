@@ -855,7 +855,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--by",
         dest="by",
         metavar="KEY",
-        help="your approver key that signs it (default: your only key; see `kiwi keys`)",
+        help="your approver key that signs it (default: your only key, or with several the one trusted to approve; see `kiwi keys`)",
     )
     _connection(p)
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -873,7 +873,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
             "--by",
             dest="by",
             metavar="KEY",
-            help="your approver key that signs the decision (default: your only key; see `kiwi keys`)",
+            help="your approver key that signs the decision (default: your only key, or with several the one trusted to approve; see `kiwi keys`)",
         )
         p.add_argument(
             "--print-signal",
@@ -895,7 +895,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--by",
         dest="by",
         metavar="KEY",
-        help="your approver key that signs the answer (default: your only key; see `kiwi keys`)",
+        help="your approver key that signs the answer (default: your only key, or with several the one trusted to approve; see `kiwi keys`)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     _connection(p)
