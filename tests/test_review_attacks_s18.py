@@ -734,6 +734,10 @@ async def test_attack_rewrite_then_delete_a_signed_directive_or_copy_a_user_one_
             parameters={"content": directive_md(BODY_NOTE, name="deploy", permissions=narrow)},
         )
         assert rewritten["status"] == "updated", rewritten
+        # The answer says the rewrite unsigned it (README trial s39: warnings were empty).
+        assert any(
+            "the directive was signed, and what an agent writes is not" in w for w in rewritten["warnings"]
+        )
         refused = await execute(
             item_type="directive", action="delete", item_id="deploy", parameters={"confirm": True}
         )

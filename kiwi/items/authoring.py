@@ -142,6 +142,12 @@ def save_directive(
             "dropped: a directive an agent writes is unsigned and runs with the base policy only, until a "
             f"human reads it and signs it (kiwi sign {path})"
         )
+    elif before is not None and before != content and split_signature(before)[0] is not None:
+        # (README trial s39: rewriting a signed directive unsigned it, and the answer's warnings said nothing.)
+        saved["warnings"].append(
+            "the directive was signed, and what an agent writes is not: its runs now get only what its grants share "
+            f"with the base policy, until a human reads it and signs it (kiwi sign {path})"
+        )
     return saved
 
 
