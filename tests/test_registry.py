@@ -410,6 +410,9 @@ def test_unsigned_or_invalid_items_are_not_published(alice, project, capsys):
     )
     assert kiwi(["publish", str(broken)]) == 1
     assert capsys.readouterr().err
+    # A settings file is no item (README trial s39: it was refused as a manifest that needs tool_id).
+    assert kiwi(["publish", str(project / ".ai" / "config" / "agent_harness.yaml")]) == 1
+    assert "agent_harness.yaml is a settings file, not an item" in capsys.readouterr().err
 
 
 def test_registry_down_local_search_still_answers(project, monkeypatch, capsys):

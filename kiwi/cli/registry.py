@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kiwi.cli import project_option
+from kiwi.cli import CONFIG_FILES, project_option
 from kiwi.errors import InputInvalid, KiwiError
 from kiwi.items.store import item_kind
 from kiwi.registry import KINDS
@@ -26,8 +26,15 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from kiwi.registry.embedded import registry_for_command
     from kiwi.registry.local import publish_item
 
+    path = Path(args.path)
+    if path.name in CONFIG_FILES and path.parent.name == "config":
+        # (README trial s39: agent_harness.yaml was refused as a manifest that needs tool_id.)
+        raise InputInvalid(
+            f"{path} is a settings file, not an item: there is nothing to publish",
+            hint="publish a directive or knowledge file, or a tool's folder",
+        )
     with registry_for_command() as registry:
-        done = publish_item(registry, Path(args.path), version=args.version, key=args.key)
+        done = publish_item(registry, path, version=args.version, key=args.key)
     _print(
         done,
         args.json,
