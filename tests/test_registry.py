@@ -224,6 +224,10 @@ def test_versions_are_listed_and_a_pinned_yanked_version_is_pulled_with_a_warnin
     assert pulled["yanked"] is True and "Roll on." in Path(pulled["path"]).read_text()
     assert kiwi(["pull", f"{name}", "--replace"]) == 0
     assert "yanked" not in capsys.readouterr().err
+    # One puller of two versions is one download (README trial s39: search added the versions' counts up).
+    assert kiwi(["search", name.split("_")[1], "--source", "registry", "--json"]) == 0
+    (hit,) = [r for r in out_json(capsys)["results"] if r["item_id"] == name]
+    assert hit["downloads"] == 1, hit
 
     assert kiwi(["registry", "versions", unique("nosuch"), "--type", "directive"]) == 1
     err = capsys.readouterr().err

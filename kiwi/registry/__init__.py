@@ -449,7 +449,7 @@ class Registry:
                 "where not yanked and (%(kind)s::text is null or item_type = %(kind)s) "
                 "and (%(q)s = '' or search @@ q.q)) "
                 "select l.item_type, l.item_id, l.version, l.description, l.category, l.tags, l.namespace, "
-                "l.signer, (select count(*) from kiwi_downloads d where d.item_type = l.item_type "
+                "l.signer, (select count(distinct d.role_name) from kiwi_downloads d where d.item_type = l.item_type "
                 "and d.item_id = l.item_id) as downloads, ts_rank(l.search, q.q) as rank from m cross join lateral "
                 "(select * from item_versions v where v.item_type = m.item_type and v.item_id = m.item_id "
                 "and not v.yanked order by v.version_order desc limit 1) l, q "
