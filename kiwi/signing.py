@@ -43,7 +43,8 @@ class SignatureStatus:
         label = "legacy kiwi-mcp signature" if self.legacy else "signature"
         if self.state == "valid":
             who = f" by {self.signer}" if self.signer else " (no signer: integrity only)"
-            trust = (", trusted" if self.trusted else ", NOT by a trusted key") if self.signer else ""
+            # (README trial s39: "NOT by a trusted key" of a key trusted to approve, not to sign.)
+            trust = (", trusted" if self.trusted else ", NOT by a key trusted to sign") if self.signer else ""
             return f"{label} valid (signed {self.timestamp}{who}{trust})"
         return f"modified after signing: {label} from {self.timestamp} does not match the content (re-sign with `kiwi sign`)"
 

@@ -323,6 +323,9 @@ def test_signing_with_a_key_not_trusted_to_sign_warns_that_runs_get_the_base_pol
     assert "warning: 'alice' is not trusted to sign here" in err and "base policy" in err, err
     assert kiwi(["sign", directive, "--key", "alice", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["items"][0]["trusted"] is False
+    # validate says what the key lacks (README trial s39: "NOT by a trusted key", of a key trusted to approve).
+    assert kiwi(["validate", directive]) == 0
+    assert "by alice, NOT by a key trusted to sign)" in capsys.readouterr().out
     assert kiwi(["sign", directive, "--key", "root"]) == 0
     assert "warning" not in capsys.readouterr().err
 
