@@ -661,6 +661,8 @@ async def test_an_input_given_twice_and_runs_outside_a_project_say_so(runs, proj
     elsewhere = tmp_path_factory.mktemp("not-a-project")
     code, out, _ = await kiwi_cli("runs", *connection(runs), cwd=elsewhere)
     assert code == 0 and f"{elsewhere} is no Kiwi project (no .ai/ at or above it)" in out, out
+    code, out, _ = await kiwi_cli("approvals", *connection(runs), cwd=elsewhere)  # (README trial s39)
+    assert code == 0 and f"{elsewhere} is no Kiwi project (no .ai/ at or above it)" in out, out
     code, out, _ = await kiwi_cli("runs", *connection(runs), cwd=project)
     assert code == 0 and "is no Kiwi project" not in out, out
 

@@ -322,6 +322,12 @@ async def cmd_approvals(args: argparse.Namespace, runs: RunClient) -> int:
             "(an agent's escalation, or a held run, waits for you too: `kiwi runs --status awaiting_human`; "
             "runs started on another task queue: `kiwi approvals --task-queue NAME`)"
         )
+        if not runs.all_projects and not (Path(runs.project) / ".ai").is_dir():
+            # (README trial s39: as `kiwi runs` says it.)
+            print(
+                f"({runs.project} is no Kiwi project (no .ai/ at or above it): run this from your project's "
+                "folder, or pass --project PATH)"
+            )
         return 0
     for a in pending:
         print(f"{a['run_id']} {a['request_id']}: {one_line(a['summary'] or a['tool'])} ({asked_by(a)})")
