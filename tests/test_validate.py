@@ -23,14 +23,22 @@ def project(tmp_path, monkeypatch):
     return tmp_path
 
 
-def problems(project, capsys, name: str, body: str, permissions: str, inputs: str = "") -> list[str]:
+def problems(
+    project, capsys, name: str, body: str, permissions: str, inputs: str = "", extra_meta: str = ""
+) -> list[str]:
+    """The errors `kiwi validate` finds in directive ``name`` written with these parts (it exits 1)."""
     path = write(
         project / ".ai" / "directives" / f"{name}.md",
-        directive_md(body, name=name, permissions=permissions, inputs=inputs),
+        directive_md(body, name=name, permissions=permissions, inputs=inputs, extra_meta=extra_meta),
     )
     assert kiwi(["validate", str(path), "--json"]) == 1
-    report = json.loads(capsys.readouterr().out)
-    return [p["message"] for p in report["items"][0]["problems"] if p["severity"] == "error"]
+    return said(capsys, "error")
+
+
+def said(capsys, severity: str = "") -> list[str]:
+    """The messages `kiwi validate --json` printed for its one item (of ``severity`` when given)."""
+    problems = json.loads(capsys.readouterr().out)["items"][0]["problems"]
+    return [p["message"] for p in problems if not severity or p["severity"] == severity]
 
 
 def test_a_step_calling_shell_without_a_shell_grant_is_an_error_naming_the_grant(project, capsys):
@@ -455,12 +463,12 @@ def test_trusted_keys_yaml_is_read_as_kiwi_reads_it(project, capsys):
     # Second README trial s35: a public key that is none was listed as a trusted signer; a role misspelt.
     write(trusted, "keys:\n  bad:\n    public_key: 'ed25519:notbase64!!'\n  ops:\n    public_key: rsa:AAAA\n")
     assert kiwi(["validate", str(trusted), "--json"]) == 1
-    found = [p["message"] for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]]
+    found = said(capsys)
     assert len(found) == 2 and all("public_key is not an Ed25519 public key" in m for m in found), found
     assert found[0].startswith("keys.bad:") and found[1].startswith("keys.ops:"), found
     write(trusted, "keys:\n  ops:\n    public_key: ed25519:AAAA\n    roles: [sign, aprove]\n")
     assert kiwi(["validate", str(trusted), "--json"]) == 1
-    found = [p["message"] for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]]
+    found = said(capsys)
     assert found == ["keys.ops.roles.1: 'aprove' is no role; did you mean approve?"], found
     write(trusted, "keys: {}\n")
     # The user's, which `kiwi init` wrote with the key it made.
@@ -623,11 +631,7 @@ def test_a_misspelt_attribute_or_element_outside_permissions_is_named_with_the_o
         ),
     )
     assert kiwi(["validate", str(path), "--json"]) == 1
-    errors = [
-        p["message"]
-        for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]
-        if p["severity"] == "error"
-    ]
+    errors = said(capsys, "error")
     for expected in (
         "<step> has no attribute 'conditon', which is ignored; did you mean condition=\"...\"?",
         "<input> has no attribute 'requried', which is ignored; did you mean required=\"...\"?",
@@ -670,11 +674,7 @@ def test_a_misspelt_approvals_is_an_error_and_is_not_signed(project, capsys, met
         ),
     )
     assert kiwi(["validate", str(path), "--json"]) == 1
-    errors = [
-        p["message"]
-        for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]
-        if p["severity"] == "error"
-    ]
+    errors = said(capsys, "error")
     assert any(expected in m for m in errors), errors
     assert kiwi(["sign", str(path)]) == 1
     assert "kiwi:signed" not in path.read_text()
@@ -800,7 +800,7 @@ def test_a_misspelt_name_attribute_is_named(project, capsys):
         ),
     )
     assert kiwi(["validate", str(path), "--json"]) == 1
-    errors = [p["message"] for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]]
+    errors = said(capsys)
     for expected in (
         '<step> needs a name attribute (it has nmae="list_notes": did you mean name=?)',
         '<input> needs a name attribute (it has nmae="who": did you mean name=?)',
@@ -934,11 +934,7 @@ def test_attack_a_lost_approval_or_parameter_is_an_error_kiwi_sign_refuses(
         ),
     )
     assert kiwi(["validate", str(path), "--json"]) == 1
-    errors = [
-        p["message"]
-        for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]
-        if p["severity"] == "error"
-    ]
+    errors = said(capsys, "error")
     assert any(expected in e for e in errors), errors
     before = path.read_text()
     assert kiwi(["sign", str(path)]) == 1
@@ -960,10 +956,8 @@ def test_attack_a_lost_approval_or_parameter_is_an_error_kiwi_sign_refuses(
 def test_attack_a_condition_written_another_way_is_an_error(project, capsys, step, expected):
     """Hostile review s39: `<step if=...>`, `when=`, `only_if=` and a <condition> element validated and signed with
     a warning, and the step, meant to run only on a condition, always ran. Each is an error naming the form."""
-    path = write(project / ".ai" / "directives" / "cond.md", directive_md(step, name="cond"))
-    assert kiwi(["validate", str(path), "--json"]) == 1
-    problems = json.loads(capsys.readouterr().out)["items"][0]["problems"]
-    assert any(expected in p["message"] and p["severity"] == "error" for p in problems), problems
+    errors = problems(project, capsys, "cond", step, "")
+    assert any(expected in e for e in errors), errors
 
 
 def test_a_tool_no_call_could_run_as_written_is_invalid_with_every_problem_named(project, capsys):
@@ -979,7 +973,7 @@ def test_a_tool_no_call_could_run_as_written_is_invalid_with_every_problem_named
         "  - {name: text, type: integer}\n",
     )
     assert kiwi(["validate", str(folder / "tool.yaml"), "--json"]) == 1
-    errors = [p["message"] for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]]
+    errors = said(capsys)
     for expected in (
         "executor.entrypoint 'missing.py' is no file of the tool's folder (broken/)",
         "parameter 'text' has type 'strng', which is no JSON type (did you mean string?)",
@@ -995,7 +989,7 @@ def test_a_tool_no_call_could_run_as_written_is_invalid_with_every_problem_named
         "input_schema: {type: object, properties: {a: {type: strin}}, required: [b]}\n",
     )
     assert kiwi(["validate", str(folder / "tool.yaml"), "--json"]) == 1
-    errors = [p["message"] for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]]
+    errors = said(capsys)
     assert "input_schema requires 'b', which its properties do not define" in errors, errors
     assert (
         "input_schema property 'a' has type 'strin', which is no JSON type (did you mean string?)" in errors
@@ -1043,13 +1037,8 @@ def test_attack_a_second_section_or_a_blank_gate_is_an_error(project, capsys, bo
     <process> its steps, `required="on"` made an input optional, `condition=""` a step that always runs; each
     validated and signed, and the live run deleted with nobody asked. Each is an error now."""
     step = body or '<step name="s"><action>Work.</action></step>'
-    path = write(
-        project / ".ai" / "directives" / "twice.md",
-        directive_md(step, name="twice", extra_meta=meta, inputs=inputs),
-    )
-    assert kiwi(["validate", str(path), "--json"]) == 1
-    problems = json.loads(capsys.readouterr().out)["items"][0]["problems"]
-    assert any(expected in p["message"] and p["severity"] == "error" for p in problems), problems
+    errors = problems(project, capsys, "twice", step, "", inputs=inputs, extra_meta=meta)
+    assert any(expected in e for e in errors), errors
 
 
 @pytest.mark.parametrize(
@@ -1070,14 +1059,8 @@ def test_attack_an_approval_written_where_or_as_kiwi_does_not_read_it_is_an_erro
     step = '<step name="s"><action>Work.</action></step>'
     if where == "step":
         step = f'<step name="s"><action>Work.</action>{expected}</step>'
-    path = write(
-        project / ".ai" / "directives" / "gate2.md",
-        directive_md(step, name="gate2", extra_meta=expected if where == "meta" else ""),
-    )
-    assert kiwi(["validate", str(path), "--json"]) == 1
-    problems = json.loads(capsys.readouterr().out)["items"][0]["problems"]
-    errors = [p["message"] for p in problems if p["severity"] == "error"]
-    assert any("approval" in e or "names two tools" in e for e in errors), problems
+    errors = problems(project, capsys, "gate2", step, "", extra_meta=expected if where == "meta" else "")
+    assert any("approval" in e or "names two tools" in e for e in errors), errors
 
 
 def test_a_tool_version_that_is_no_semver_is_an_error_before_publish(project, capsys):
@@ -1090,7 +1073,7 @@ def test_a_tool_version_that_is_no_semver_is_an_error_before_publish(project, ca
         "tool_id: ver\ntool_type: python\nversion: banana\ncategory: demo\nexecutor: {type: python, entrypoint: main.py}\n",
     )
     assert kiwi(["validate", str(folder / "tool.yaml"), "--json"]) == 1
-    errors = [p["message"] for p in json.loads(capsys.readouterr().out)["items"][0]["problems"]]
+    errors = said(capsys)
     assert "version 'banana' is not semver (MAJOR.MINOR.PATCH, e.g. 1.0.0)" in errors, errors
 
 
