@@ -25,14 +25,8 @@ async def test_a_parent_goes_on_writing_while_the_child_it_started_runs(runs, pr
     kid = (await runs.call_tool(run_id, "directive.run", {"directive": "kid"})).result["run_id"]
     await wait_for(lambda: _waiting(runs, kid), what="the child to wait for its agent")
     # 8 writes were left: the child holds 4 of them, the parent keeps 4.
-    parent = [
-        (await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/p{i}", "content": "x"})).status
-        for i in range(1, 6)
-    ]
-    child = [
-        (await runs.call_tool(kid, "filesystem.write", {"path": f"notes/k{i}", "content": "x"})).status
-        for i in range(5)
-    ]
+    parent = await _writes(runs, run_id, "q", 5)
+    child = await _writes(runs, kid, "k", 5)
     assert parent == ["ok"] * 4 + ["rate_limited"], parent
     assert child == ["ok"] * 4 + ["rate_limited"], child
     assert len(list((project / "notes").iterdir())) == 9  # the limit, parent and child together
@@ -45,22 +39,13 @@ async def test_a_finished_childs_calls_count_in_its_parents_window(runs, project
     back when it ended, forgetting the calls it made: children one after another, then the parent, made 15 calls
     under 3 a minute. A finished child's calls in the window now count in its parent's."""
     _parent_and_kid(project, "3/hour")
-    run_id = await runs.start("parent", {})
-    await wait_for(lambda: _waiting(runs, run_id), what="the parent to wait for its agent")
-    kid = (await runs.call_tool(run_id, "directive.run", {"directive": "kid"})).result["run_id"]
-    await wait_for(lambda: _waiting(runs, kid), what="the child to wait for its agent")
-    child = [
-        (await runs.call_tool(kid, "filesystem.write", {"path": f"notes/k{i}", "content": "x"})).status
-        for i in range(3)
-    ]
+    run_id, kid = await _parent_with_kid(runs)
+    child = await _writes(runs, kid, "k", 3)
     assert child == ["ok", "ok", "rate_limited"], child  # (half of 3, rounded up)
     await runs.complete_step(kid, "wait", {"done": True})
     await runs.handle(kid).result()
     await wait_for(lambda: _settled(runs, run_id, kid), what="the parent to see its child end")
-    parent = [
-        (await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/p{i}", "content": "x"})).status
-        for i in range(3)
-    ]
+    parent = await _writes(runs, run_id, "p", 3)
     assert parent == ["ok", "rate_limited", "rate_limited"], parent
     assert len(list((project / "notes").iterdir())) == 3  # the limit, parent and child together
     await runs.cancel(run_id)
@@ -83,10 +68,7 @@ async def test_a_grandchilds_window_slots_stay_held_after_its_parent_ends(runs, 
     await runs.handle(mid).result()
     await wait_for(lambda: _settled(runs, run_id, mid), what="the parent to see its child end")
     grandchild = (await runs.call_tool(kid, "filesystem.write", {"path": "notes/k0", "content": "x"})).status
-    parent = [
-        (await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/p{i}", "content": "x"})).status
-        for i in range(4)
-    ]
+    parent = await _writes(runs, run_id, "p", 4)
     assert grandchild == "ok"
     assert parent == ["ok", "ok", "ok", "rate_limited"], parent
     assert len(list((project / "notes").iterdir())) == 4  # the limit, all three runs together
@@ -98,20 +80,11 @@ async def test_a_failed_childs_calls_count_in_its_parents_window(runs, project):
     """Hostile review s38, fourth round: a child that failed settled with nothing known, so the calls it made in a
     window were forgotten and its parent made the whole limit again. A failed child now says what it used."""
     _parent_and_kid(project, "3/hour", fails=True)
-    run_id = await runs.start("parent", {})
-    await wait_for(lambda: _waiting(runs, run_id), what="the parent to wait for its agent")
-    kid = (await runs.call_tool(run_id, "directive.run", {"directive": "kid"})).result["run_id"]
-    await wait_for(lambda: _waiting(runs, kid), what="the child to wait for its agent")
-    child = [
-        (await runs.call_tool(kid, "filesystem.write", {"path": f"notes/k{i}", "content": "x"})).status
-        for i in range(2)
-    ]
+    run_id, kid = await _parent_with_kid(runs)
+    child = await _writes(runs, kid, "k", 2)
     await runs.complete_step(kid, "wait", {"done": True})
     await wait_for(lambda: _settled(runs, run_id, kid, "failed"), what="the parent to see its child fail")
-    parent = [
-        (await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/p{i}", "content": "x"})).status
-        for i in range(3)
-    ]
+    parent = await _writes(runs, run_id, "p", 3)
     assert child == ["ok", "ok"], child
     assert parent == ["ok", "rate_limited", "rate_limited"], parent
     assert len(list((project / "notes").iterdir())) == 3
@@ -123,23 +96,33 @@ async def test_a_terminated_childs_window_slots_stay_held(runs, project):
     had just now, and started runs that go on; its slots stay held in the parent (CHILD_HELD). They went back,
     so the parent made the whole limit again after the child's calls."""
     _parent_and_kid(project, "3/hour")
+    run_id, kid = await _parent_with_kid(runs)
+    child = await _writes(runs, kid, "k", 2)
+    await runs.handle(kid).terminate("operator")
+    await wait_for(lambda: _settled(runs, run_id, kid, "failed"), what="the parent to see its child end")
+    parent = await _writes(runs, run_id, "p", 2)
+    assert child == ["ok", "ok"], child
+    assert parent == ["ok", "rate_limited"], parent
+    await runs.cancel(run_id)
+
+
+async def _writes(runs, run_id: str, prefix: str, count: int) -> list[str]:
+    """``count`` writes of notes/{prefix}N by ``run_id``'s agent, one after another: each one's status."""
+    return [
+        (
+            await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/{prefix}{i}", "content": "x"})
+        ).status
+        for i in range(count)
+    ]
+
+
+async def _parent_with_kid(runs) -> tuple[str, str]:
+    """A run of `parent` whose agent started `kid`, both waiting for their agent: their run ids."""
     run_id = await runs.start("parent", {})
     await wait_for(lambda: _waiting(runs, run_id), what="the parent to wait for its agent")
     kid = (await runs.call_tool(run_id, "directive.run", {"directive": "kid"})).result["run_id"]
     await wait_for(lambda: _waiting(runs, kid), what="the child to wait for its agent")
-    child = [
-        (await runs.call_tool(kid, "filesystem.write", {"path": f"notes/k{i}", "content": "x"})).status
-        for i in range(2)
-    ]
-    await runs.handle(kid).terminate("operator")
-    await wait_for(lambda: _settled(runs, run_id, kid, "failed"), what="the parent to see its child end")
-    parent = [
-        (await runs.call_tool(run_id, "filesystem.write", {"path": f"notes/p{i}", "content": "x"})).status
-        for i in range(2)
-    ]
-    assert child == ["ok", "ok"], child
-    assert parent == ["ok", "rate_limited"], parent
-    await runs.cancel(run_id)
+    return run_id, kid
 
 
 async def _settled(runs, run_id: str, kid: str, status: str = "completed") -> bool:
