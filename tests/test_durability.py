@@ -1116,14 +1116,9 @@ async def test_record_cwd_whole_history(runs, project):
     (a program Kiwi does not model) in the root, refused since CWD_WHOLE, then in data/. (cwd_whole_ran-{patch
     id}.json is the same run recorded by the code before the rule, cdde03c: the first dd ran; it replays without it.)"""
     from tests.test_attack_shell import agent_run, shell
+    from tests.test_review_attacks_s38 import root_secret_and_data
 
-    write(project / "secret.json", '{"token": "x"}\n')
-    write(project / "data" / "config.json", '{"a": 1}\n')
-    grants = (
-        '<read resource="filesystem" path="data/**"/><read resource="filesystem" path="."/>'
-        '<execute resource="shell" commands="dd"/>'
-    )
-    run_id = await agent_run(runs, project, "peek", grants)
+    run_id = await agent_run(runs, project, "peek", root_secret_and_data(project))
     await shell(runs, run_id, "dd", "if=secret.json", "status=none")
     await shell(runs, run_id, "dd", "if=config.json", "status=none", cwd="data")
     await runs.complete_step(run_id, "work", {"done": True})

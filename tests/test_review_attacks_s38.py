@@ -481,13 +481,7 @@ async def test_attack_a_program_kiwi_does_not_model_reads_no_file_of_a_cwd_grant
     runs only in a cwd the run reads whole, and the refusal names that way (cwd "data" under data/**)."""
     from tests.test_attack_shell import agent_run, shell
 
-    write(project / "secret.json", '{"token": "s3cr3t"}\n')
-    write(project / "data" / "config.json", '{"a": 1}\n')
-    grants = (
-        '<read resource="filesystem" path="data/**"/><read resource="filesystem" path="."/>'
-        '<execute resource="shell" commands="dd"/>'
-    )
-    run_id = await agent_run(runs, project, "peek", grants)
+    run_id = await agent_run(runs, project, "peek", root_secret_and_data(project))
     assert (await runs.call_tool(run_id, "filesystem.read", {"path": "secret.json"})).status == "denied"
     stolen = await shell(runs, run_id, "dd", "if=secret.json", "status=none")
     assert stolen.status == "denied" and "s3cr3t" not in str(stolen.result), stolen
@@ -576,3 +570,13 @@ async def failed(runs, run_id: str):
     """The run's status once it has failed, else None."""
     status = await runs.status(run_id)
     return status if status.status == "failed" else None
+
+
+def root_secret_and_data(project) -> str:
+    """A root secret.json the run may not read and data/config.json it may (read data/**, read ., dd): the grants."""
+    write(project / "secret.json", '{"token": "s3cr3t"}\n')
+    write(project / "data" / "config.json", '{"a": 1}\n')
+    return (
+        '<read resource="filesystem" path="data/**"/><read resource="filesystem" path="."/>'
+        '<execute resource="shell" commands="dd"/>'
+    )
