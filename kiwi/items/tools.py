@@ -283,6 +283,7 @@ def parse_manifest(text: str, path: str = "") -> tuple[ToolManifest, list[Proble
             )
         )
     entry = manifest.entrypoint
+    # (A manifest read from its folder: a proposal's is parsed as a bare "tool.yaml", its files checked apart.)
     if kind in ("python", "bash") and entry and path and Path(path).parent.name and Path(path).is_file():
         # (README trial s39: `entrypoint: missing.py` validated, signed and published; a call then said the file
         # is missing.)
